@@ -1,0 +1,127 @@
+package protocol
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Capability is a tool a worker image provides on top of the base.
+type Capability string
+
+const (
+	CapGit       Capability = "GIT"        // git
+	CapGitHubCLI Capability = "GITHUB_CLI" // gh
+	CapCurl      Capability = "CURL"       // curl
+	CapDocker    Capability = "DOCKER"     // the docker CLI only; engine access is a launch option
+)
+
+// Capabilities lists every capability, sorted.
+var Capabilities = []Capability{CapCurl, CapDocker, CapGit, CapGitHubCLI}
+
+// Valid reports whether c is a known capability, spelt canonically.
+func (c Capability) Valid() bool { return slices.Contains(Capabilities, c) }
+
+// ParseCapability accepts a capability name case-insensitively.
+func ParseCapability(s string) (Capability, error) {
+	c := Capability(strings.ToUpper(strings.TrimSpace(s)))
+	if !c.Valid() {
+		return "", fmt.Errorf("protocol: unknown capability %q (want one of GIT, GITHUB_CLI, CURL, DOCKER)", s)
+	}
+	return c, nil
+}
+
+// NormalizeCapabilities returns caps sorted and without duplicates, or an
+// error for an unknown one. The result never is nil.
+func NormalizeCapabilities(caps []Capability) ([]Capability, error) {
+	out := make([]Capability, 0, len(caps))
+	for _, c := range caps {
+		p, err := ParseCapability(string(c))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// RecipeVersion is bumped whenever the way an image is generated from a
+// recipe changes, so that no stale image serves a new recipe.
+const RecipeVersion = 1
+
+// ImageRepository is the repository of every worker image: worker:<hash>.
+const ImageRepository = "worker"
+
+// HashLen is how many hex digits of the SHA-256 name an image.
+const HashLen = 16
+
+// Recipe is everything a worker image is built from.
+type Recipe struct {
+	Agent        AgentType
+	Capabilities []Capability
+	// BaseImage is the image ID (sha256:...) of the worker-base image the
+	// recipe builds on. It changes when the OS base or the wrapper binary
+	// changes.
+	BaseImage string
+	// Version is the recipe generator's version; 0 means RecipeVersion.
+	Version int
+}
+
+// Canonical returns the text the recipe hash is taken of. Its form is fixed
+// (PROTOCOL.md, "Image recipe hash"): five lines, each ending in "\n":
+//
+//	agentvisor-image-recipe
+//	version=<decimal>
+//	agent=<claude|droid>
+//	base=<base image id>
+//	capabilities=<sorted unique names joined by ",">
+func (r Recipe) Canonical() (string, error) {
+	if !r.Agent.Valid() {
+		return "", fmt.Errorf("protocol: recipe: unknown agent type %q", r.Agent)
+	}
+	if r.BaseImage == "" || strings.ContainsAny(r.BaseImage, "\n\r") {
+		return "", fmt.Errorf("protocol: recipe: base image id %q is empty or has a line break", r.BaseImage)
+	}
+	caps, err := NormalizeCapabilities(r.Capabilities)
+	if err != nil {
+		return "", fmt.Errorf("protocol: recipe: %w", err)
+	}
+	v := r.Version
+	if v == 0 {
+		v = RecipeVersion
+	}
+	names := make([]string, len(caps))
+	for i, c := range caps {
+		names[i] = string(c)
+	}
+	var b strings.Builder
+	b.WriteString("agentvisor-image-recipe\n")
+	b.WriteString("version=" + strconv.Itoa(v) + "\n")
+	b.WriteString("agent=" + string(r.Agent) + "\n")
+	b.WriteString("base=" + r.BaseImage + "\n")
+	b.WriteString("capabilities=" + strings.Join(names, ",") + "\n")
+	return b.String(), nil
+}
+
+// Hash returns the first HashLen hex digits of the SHA-256 of Canonical.
+func (r Recipe) Hash() (string, error) {
+	text, err := r.Canonical()
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(text))
+	return hex.EncodeToString(sum[:])[:HashLen], nil
+}
+
+// Tag returns the image reference worker:<hash>.
+func (r Recipe) Tag() (string, error) {
+	h, err := r.Hash()
+	if err != nil {
+		return "", err
+	}
+	return ImageRepository + ":" + h, nil
+}

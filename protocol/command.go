@@ -1,0 +1,274 @@
+package protocol
+
+import (
+	"regexp"
+	"time"
+)
+
+// Action names a command to the worker-manager.
+type Action string
+
+const (
+	ActionCreate       Action = "create"
+	ActionDelete       Action = "delete"
+	ActionStatus       Action = "status"
+	ActionPause        Action = "pause"
+	ActionUnpause      Action = "unpause"
+	ActionList         Action = "list"
+	ActionResetContext Action = "reset_context" // forget a project's session and stored context
+)
+
+// Limits are a worker container's resource limits; zero values take the
+// manager's defaults (WORKER_MEMORY_LIMIT, WORKER_CPU_LIMIT, WORKER_PIDS_LIMIT).
+type Limits struct {
+	Memory string  `json:"memory,omitempty"` // Docker notation: "512m", "1g"
+	CPUs   float64 `json:"cpus,omitempty"`   // 0.5 = half a core
+	Pids   int64   `json:"pids,omitempty"`
+}
+
+var memoryRe = regexp.MustCompile(`^[0-9]+[bkmgBKMG]?$`)
+
+// WorkerSpec describes the worker a create command asks for.
+type WorkerSpec struct {
+	AgentType AgentType `json:"agent_type"`
+	Kind      Kind      `json:"kind,omitempty"` // default long_lived
+	// Instructions become CLAUDE.md (claude) or AGENTS.md (droid) in the
+	// worker's workspace.
+	Instructions    string            `json:"instructions,omitempty"`
+	AllowedCommands []string          `json:"allowed_commands,omitempty"`
+	Capabilities    []Capability      `json:"capabilities,omitempty"`
+	ProjectID       string            `json:"project_id,omitempty"`
+	UserID          string            `json:"user_id,omitempty"`
+	Env             map[string]string `json:"env,omitempty"`
+	Limits          Limits            `json:"limits,omitempty"`
+}
+
+var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func (s *WorkerSpec) validate(path string) error {
+	if !s.AgentType.Valid() {
+		return fieldErr(path+".agent_type", "is %q, want claude or droid", s.AgentType)
+	}
+	if s.Kind != "" && !s.Kind.Valid() {
+		return fieldErr(path+".kind", "is %q, want long_lived or developer", s.Kind)
+	}
+	if _, err := ParseAllowedCommands(s.AllowedCommands); err != nil {
+		return fieldErr(path+".allowed_commands", "%v", err)
+	}
+	for i, c := range s.Capabilities {
+		if !c.Valid() {
+			return fieldErr(path+".capabilities", "item %d: unknown capability %q", i, c)
+		}
+	}
+	if err := checkID(path+".project_id", s.ProjectID, false); err != nil {
+		return err
+	}
+	if err := checkID(path+".user_id", s.UserID, false); err != nil {
+		return err
+	}
+	for k := range s.Env {
+		if !envNameRe.MatchString(k) {
+			return fieldErr(path+".env", "%q is not a valid environment variable name", k)
+		}
+	}
+	if s.Limits.Memory != "" && !memoryRe.MatchString(s.Limits.Memory) {
+		return fieldErr(path+".limits.memory", "is %q, want a size such as 512m", s.Limits.Memory)
+	}
+	if s.Limits.CPUs < 0 {
+		return fieldErr(path+".limits.cpus", "negative")
+	}
+	if s.Limits.Pids < 0 {
+		return fieldErr(path+".limits.pids", "negative")
+	}
+	return nil
+}
+
+// Command is one entry of the command stream.
+type Command struct {
+	V    int    `json:"v"`
+	Type Type   `json:"type"`
+	ID   string `json:"command_id"` // required; echoed on the reply
+	// Action is what to do; WorkerID names the worker for delete, status,
+	// pause and unpause; Spec describes the worker for create; ProjectID
+	// and AgentType name the session for reset_context.
+	Action    Action      `json:"action"`
+	WorkerID  string      `json:"worker_id,omitempty"`
+	Spec      *WorkerSpec `json:"spec,omitempty"`
+	ProjectID string      `json:"project_id,omitempty"`
+	AgentType AgentType   `json:"agent_type,omitempty"`
+	// ReplyTo is the stream the reply goes to; no reply when empty.
+	ReplyTo   string    `json:"reply_to,omitempty"`
+	Timestamp time.Time `json:"timestamp,omitempty"`
+}
+
+// Validate checks every field of c, and that the action has what it needs.
+func (c Command) Validate() error {
+	if err := checkID("command_id", c.ID, true); err != nil {
+		return err
+	}
+	if err := checkID("reply_to", c.ReplyTo, false); err != nil {
+		return err
+	}
+	if err := checkID("worker_id", c.WorkerID, false); err != nil {
+		return err
+	}
+	switch c.Action {
+	case ActionCreate:
+		if c.Spec == nil {
+			return fieldErr("spec", "required for create")
+		}
+		return c.Spec.validate("spec")
+	case ActionDelete, ActionStatus, ActionPause, ActionUnpause:
+		if c.WorkerID == "" {
+			return fieldErr("worker_id", "required for %s", c.Action)
+		}
+	case ActionList:
+	case ActionResetContext:
+		if err := checkID("project_id", c.ProjectID, true); err != nil {
+			return err
+		}
+		if !c.AgentType.Valid() {
+			return fieldErr("agent_type", "is %q, want claude or droid", c.AgentType)
+		}
+	default:
+		return fieldErr("action", "unknown action %q", c.Action)
+	}
+	if c.Spec != nil {
+		return fieldErr("spec", "only for create")
+	}
+	return nil
+}
+
+// Encode returns the JSON document of c, with v and type set.
+func (c Command) Encode() ([]byte, error) {
+	c.V, c.Type = Version, TypeCommand
+	return encode(c)
+}
+
+// DecodeCommand parses and validates a command document.
+func DecodeCommand(data []byte) (Command, error) {
+	var c Command
+	err := decode(TypeCommand, data, &c, func() error { return c.Validate() })
+	return c, err
+}
+
+// ContainerStatus is a worker's status as the spawner reports it.
+type ContainerStatus string
+
+const (
+	ContainerQueued   ContainerStatus = "queued" // a create waits for a slot
+	ContainerStarting ContainerStatus = "starting"
+	ContainerRunning  ContainerStatus = "running"
+	ContainerPaused   ContainerStatus = "paused"
+	ContainerStopped  ContainerStatus = "stopped"
+	ContainerFailed   ContainerStatus = "failed"
+)
+
+// WorkerInfo describes one worker in a reply.
+type WorkerInfo struct {
+	WorkerID    string          `json:"worker_id"`
+	Status      ContainerStatus `json:"status"`
+	State       WorkerState     `json:"state,omitempty"` // the wrapper's state
+	Health      Health          `json:"health,omitempty"`
+	AgentType   AgentType       `json:"agent_type,omitempty"`
+	Kind        Kind            `json:"kind,omitempty"`
+	ProjectID   string          `json:"project_id,omitempty"`
+	ContainerID string          `json:"container_id,omitempty"`
+	Image       string          `json:"image,omitempty"`
+	IP          string          `json:"ip,omitempty"`
+	RequestID   string          `json:"request_id,omitempty"`
+	TaskID      string          `json:"task_id,omitempty"`
+	ExitCode    *int            `json:"exit_code,omitempty"`
+	Error       string          `json:"error,omitempty"`
+	StartedAt   time.Time       `json:"started_at,omitzero"`
+	UpdatedAt   time.Time       `json:"updated_at,omitzero"`
+}
+
+// Reply answers one command on the stream the command named.
+type Reply struct {
+	V         int          `json:"v"`
+	Type      Type         `json:"type"`
+	CommandID string       `json:"command_id"`
+	Action    Action       `json:"action"`
+	OK        bool         `json:"ok"`
+	WorkerID  string       `json:"worker_id,omitempty"`
+	Worker    *WorkerInfo  `json:"worker,omitempty"`
+	Workers   []WorkerInfo `json:"workers,omitempty"`
+	Error     *Error       `json:"error,omitempty"`
+	Timestamp time.Time    `json:"timestamp"`
+}
+
+// Validate checks r: an ok reply has no error, a failed one has one.
+func (r Reply) Validate() error {
+	if r.CommandID == "" {
+		return fieldErr("command_id", "required")
+	}
+	if r.OK && r.Error != nil {
+		return fieldErr("error", "must be absent when ok is true")
+	}
+	if !r.OK && r.Error == nil {
+		return fieldErr("error", "required when ok is false")
+	}
+	if r.Timestamp.IsZero() {
+		return fieldErr("timestamp", "required")
+	}
+	return r.Error.validate("error")
+}
+
+// Encode returns the JSON document of r, with v and type set.
+func (r Reply) Encode() ([]byte, error) {
+	r.V, r.Type = Version, TypeReply
+	return encode(r)
+}
+
+// DecodeReply parses and validates a reply document.
+func DecodeReply(data []byte) (Reply, error) {
+	var r Reply
+	err := decode(TypeReply, data, &r, func() error { return r.Validate() })
+	return r, err
+}
+
+// ControlPause is the one control action a wrapper sends today.
+const ControlPause = "pause"
+
+// Control is a wrapper's request to the spawner, on the control stream.
+// The wrapper never pauses itself: it asks, and the spawner pauses it.
+type Control struct {
+	V         int       `json:"v"`
+	Type      Type      `json:"type"`
+	Action    string    `json:"action"` // pause
+	WorkerID  string    `json:"worker_id"`
+	Reason    string    `json:"reason,omitempty"` // e.g. "stop_output:complete"
+	RequestID string    `json:"request_id,omitempty"`
+	Timestamp time.Time `json:"timestamp"`
+}
+
+// Validate checks every field of c.
+func (c Control) Validate() error {
+	if c.Action != ControlPause {
+		return fieldErr("action", "is %q, want pause", c.Action)
+	}
+	if err := checkID("worker_id", c.WorkerID, true); err != nil {
+		return err
+	}
+	if err := checkID("request_id", c.RequestID, false); err != nil {
+		return err
+	}
+	if c.Timestamp.IsZero() {
+		return fieldErr("timestamp", "required")
+	}
+	return nil
+}
+
+// Encode returns the JSON document of c, with v and type set.
+func (c Control) Encode() ([]byte, error) {
+	c.V, c.Type = Version, TypeControl
+	return encode(c)
+}
+
+// DecodeControl parses and validates a control document.
+func DecodeControl(data []byte) (Control, error) {
+	var c Control
+	err := decode(TypeControl, data, &c, func() error { return c.Validate() })
+	return c, err
+}

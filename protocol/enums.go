@@ -1,0 +1,74 @@
+package protocol
+
+import (
+	"fmt"
+	"strings"
+)
+
+// AgentType names the coding agent a worker runs.
+type AgentType string
+
+const (
+	AgentClaude AgentType = "claude" // Claude Code
+	AgentDroid  AgentType = "droid"  // Factory Droid
+)
+
+// AgentTypes lists every agent type, in a stable order.
+var AgentTypes = []AgentType{AgentClaude, AgentDroid}
+
+// Valid reports whether a is a known agent type.
+func (a AgentType) Valid() bool { return a == AgentClaude || a == AgentDroid }
+
+// ParseAgentType accepts the canonical names and the seeds' spellings
+// (CLAUDE, FACTORY), case-insensitively, and returns the canonical name.
+func ParseAgentType(s string) (AgentType, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "claude", "claude-code", "claude_code":
+		return AgentClaude, nil
+	case "droid", "factory", "factory-droid", "factory_droid":
+		return AgentDroid, nil
+	}
+	return "", fmt.Errorf("protocol: unknown agent type %q (want claude or droid)", s)
+}
+
+// Kind says which streams a worker reads.
+type Kind string
+
+const (
+	// KindLongLived workers read and write their own streams
+	// (worker:{id}:input, worker:{id}:output), e.g. one per chat user.
+	KindLongLived Kind = "long_lived"
+	// KindDeveloper workers share worker:developer:input through a consumer
+	// group and write worker:developer:output.
+	KindDeveloper Kind = "developer"
+)
+
+// Valid reports whether k is a known kind.
+func (k Kind) Valid() bool { return k == KindLongLived || k == KindDeveloper }
+
+// ParseKind accepts the canonical names and a few spellings
+// ("long-lived", "po"), case-insensitively.
+func ParseKind(s string) (Kind, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "long_lived", "long-lived", "longlived", "po":
+		return KindLongLived, nil
+	case "developer", "dev":
+		return KindDeveloper, nil
+	}
+	return "", fmt.Errorf("protocol: unknown worker kind %q (want long_lived or developer)", s)
+}
+
+// OutputStatus is how a task ended, as the agent (or the wrapper on its
+// behalf) reported it.
+type OutputStatus string
+
+const (
+	StatusComplete OutputStatus = "complete"
+	StatusBlocked  OutputStatus = "blocked"
+	StatusFailed   OutputStatus = "failed"
+)
+
+// Valid reports whether s is one of complete, blocked, failed.
+func (s OutputStatus) Valid() bool {
+	return s == StatusComplete || s == StatusBlocked || s == StatusFailed
+}

@@ -1,0 +1,106 @@
+package protocol
+
+import "fmt"
+
+// Code is a stable error code that consumers branch on. The human message
+// beside it may change; the code does not.
+type Code string
+
+const (
+	// The agent ran past its task's timeout and was stopped.
+	CodeAgentTimeout Code = "AGENT_TIMEOUT"
+	// The agent process (or its container) died without a result.
+	CodeAgentCrashed Code = "AGENT_CRASHED"
+	// The agent reported an error result (an API error, a refused
+	// request, too many turns).
+	CodeAgentError Code = "AGENT_ERROR"
+	// The agent ended well but gave no stop output (see PROTOCOL.md).
+	CodeNoStopOutput Code = "NO_STOP_OUTPUT"
+	// The kernel's OOM killer ended the container.
+	CodeOOMKilled Code = "OOM_KILLED"
+	// The container was killed (SIGKILL, exit 137) without an OOM event.
+	CodeKilled Code = "KILLED"
+	// The container was terminated (SIGTERM, exit 143) mid-task.
+	CodeTerminated Code = "TERMINATED"
+	// Resuming the agent session failed. The wrapper retries in a new
+	// session, so this code shows on a session decision, rarely on a
+	// failure.
+	CodeResumeFailed Code = "RESUME_FAILED"
+	// A task entry could not be decoded or was not valid.
+	CodeInvalidTask Code = "INVALID_TASK"
+	// A command entry could not be decoded or was not valid.
+	CodeInvalidCommand Code = "INVALID_COMMAND"
+	// The worker or run a command names does not exist.
+	CodeNotFound Code = "NOT_FOUND"
+	// A progress call or command was refused by ALLOWED_COMMANDS.
+	CodeForbidden Code = "FORBIDDEN"
+	// A service the runtime depends on (Redis, the Docker engine, the
+	// model API) did not answer.
+	CodeUpstreamUnavailable Code = "UPSTREAM_UNAVAILABLE"
+	// No slot freed for a create within WORKER_CREATION_TIMEOUT.
+	CodeResourceExhausted Code = "RESOURCE_EXHAUSTED"
+	// A bug or an unexpected state in the runtime itself.
+	CodeInternalError Code = "INTERNAL_ERROR"
+)
+
+// codeInfo holds whether retrying the same request may succeed.
+var codeInfo = map[Code]bool{
+	CodeAgentTimeout:        true,  // with more time
+	CodeAgentCrashed:        true,  // the crash may be transient
+	CodeAgentError:          true,  // API errors are often transient
+	CodeNoStopOutput:        false, // the agent did what it did
+	CodeOOMKilled:           true,  // with more memory
+	CodeKilled:              true,
+	CodeTerminated:          true,  // with more time
+	CodeResumeFailed:        true,  // a new session will be used
+	CodeInvalidTask:         false, // the same input fails again
+	CodeInvalidCommand:      false,
+	CodeNotFound:            false,
+	CodeForbidden:           false,
+	CodeUpstreamUnavailable: true,
+	CodeResourceExhausted:   true,
+	CodeInternalError:       false,
+}
+
+// Codes lists every code, in a stable order.
+var Codes = []Code{
+	CodeAgentTimeout, CodeAgentCrashed, CodeAgentError, CodeNoStopOutput,
+	CodeOOMKilled, CodeKilled, CodeTerminated, CodeResumeFailed,
+	CodeInvalidTask, CodeInvalidCommand, CodeNotFound, CodeForbidden,
+	CodeUpstreamUnavailable, CodeResourceExhausted, CodeInternalError,
+}
+
+// Valid reports whether c is a known code.
+func (c Code) Valid() bool { _, ok := codeInfo[c]; return ok }
+
+// Retryable reports whether the same request may succeed if sent again.
+// Unknown codes are not retryable.
+func (c Code) Retryable() bool { return codeInfo[c] }
+
+// Error is the error object carried by Output and Reply: a stable code, a
+// human message, and whether a retry may succeed.
+type Error struct {
+	Code      Code   `json:"code"`
+	Message   string `json:"message"`
+	Retryable bool   `json:"retryable"`
+}
+
+// NewError returns an Error whose retryable flag comes from the code.
+func NewError(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Retryable: code.Retryable()}
+}
+
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+
+func (e *Error) validate(path string) error {
+	if e == nil {
+		return nil
+	}
+	if !e.Code.Valid() {
+		return fieldErr(path+".code", "unknown error code %q", e.Code)
+	}
+	if e.Message == "" {
+		return fieldErr(path+".message", "required")
+	}
+	return nil
+}

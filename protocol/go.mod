@@ -1,0 +1,3 @@
+module github.com/agentvisor/agentvisor/protocol
+
+go 1.26

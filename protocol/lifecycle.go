@@ -1,0 +1,95 @@
+package protocol
+
+import "time"
+
+// Event names a lifecycle event.
+type Event string
+
+// Events the wrapper publishes.
+const (
+	EventStarted        Event = "started"         // the wrapper is up and reads its input
+	EventTaskStarted    Event = "task_started"    // a task's agent process started
+	EventTaskCompleted  Event = "task_completed"  // a task ended complete or blocked
+	EventTaskFailed     Event = "task_failed"     // a task ended failed
+	EventPauseRequested Event = "pause_requested" // the wrapper asked the spawner to pause it
+	EventStopping       Event = "stopping"        // shutdown began (SIGTERM)
+	EventStopped        Event = "stopped"         // clean shutdown finished
+	EventFailed         Event = "failed"          // the wrapper itself failed
+)
+
+// Events the spawner publishes.
+const (
+	EventCreated   Event = "created"   // container created and started
+	EventQueued    Event = "queued"    // a create waits for a slot
+	EventPaused    Event = "paused"    // container paused
+	EventUnpaused  Event = "unpaused"  // container unpaused
+	EventDied      Event = "died"      // container exited
+	EventOOM       Event = "oom"       // the OOM killer fired in the container
+	EventDead      Event = "dead"      // heartbeat expired while not paused
+	EventDegraded  Event = "degraded"  // health probes failing
+	EventRecovered Event = "recovered" // health probes pass again
+	EventRemoved   Event = "removed"   // container removed
+)
+
+var events = map[Event]bool{
+	EventStarted: true, EventTaskStarted: true, EventTaskCompleted: true, EventTaskFailed: true,
+	EventPauseRequested: true, EventStopping: true, EventStopped: true, EventFailed: true,
+	EventCreated: true, EventQueued: true, EventPaused: true, EventUnpaused: true, EventDied: true,
+	EventOOM: true, EventDead: true, EventDegraded: true, EventRecovered: true, EventRemoved: true,
+}
+
+// Valid reports whether e is a known event.
+func (e Event) Valid() bool { return events[e] }
+
+// Sources of lifecycle events.
+const (
+	SourceWrapper = "wrapper"
+	SourceSpawner = "spawner"
+)
+
+// Lifecycle is one entry of the lifecycle stream.
+type Lifecycle struct {
+	V         int       `json:"v"`
+	Type      Type      `json:"type"`
+	WorkerID  string    `json:"worker_id"`
+	Event     Event     `json:"event"`
+	Source    string    `json:"source"`
+	Timestamp time.Time `json:"timestamp"`
+	RequestID string    `json:"request_id,omitempty"`
+	TaskID    string    `json:"task_id,omitempty"`
+	// Detail carries event-specific facts (exit_code, error, reason, ...).
+	Detail map[string]any `json:"detail,omitempty"`
+}
+
+// Validate checks every field of l.
+func (l Lifecycle) Validate() error {
+	if err := checkID("worker_id", l.WorkerID, true); err != nil {
+		return err
+	}
+	if !l.Event.Valid() {
+		return fieldErr("event", "unknown event %q", l.Event)
+	}
+	if l.Source != SourceWrapper && l.Source != SourceSpawner {
+		return fieldErr("source", "is %q, want wrapper or spawner", l.Source)
+	}
+	if l.Timestamp.IsZero() {
+		return fieldErr("timestamp", "required")
+	}
+	if err := checkID("request_id", l.RequestID, false); err != nil {
+		return err
+	}
+	return checkID("task_id", l.TaskID, false)
+}
+
+// Encode returns the JSON document of l, with v and type set.
+func (l Lifecycle) Encode() ([]byte, error) {
+	l.V, l.Type = Version, TypeLifecycle
+	return encode(l)
+}
+
+// DecodeLifecycle parses and validates a lifecycle document.
+func DecodeLifecycle(data []byte) (Lifecycle, error) {
+	var l Lifecycle
+	err := decode(TypeLifecycle, data, &l, func() error { return l.Validate() })
+	return l, err
+}

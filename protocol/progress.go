@@ -1,0 +1,110 @@
+package protocol
+
+import "time"
+
+// MaxProgressOutputBytes bounds the output text of one progress event.
+const MaxProgressOutputBytes = 64 << 10
+
+// Progress levels. Warnings carry what the agent did not ask to report,
+// such as the model API being retried.
+const (
+	LevelInfo    = "info"
+	LevelWarning = "warning"
+)
+
+// Progress is an intermediate report of a running task ("I keep going"):
+// the worker stays busy and the consumer need not answer.
+type Progress struct {
+	V         int    `json:"v"`
+	Type      Type   `json:"type"`
+	WorkerID  string `json:"worker_id"`
+	RequestID string `json:"request_id"`
+	TaskID    string `json:"task_id,omitempty"`
+	Step      string `json:"step"`
+	// ProgressPct is 0 to 100; nil when the agent did not say.
+	ProgressPct *int   `json:"progress_pct,omitempty"`
+	Output      string `json:"output,omitempty"`
+	Level       string `json:"level,omitempty"` // info (default) or warning
+	// StepsCompleted is the run's count of progress steps so far,
+	// this one included.
+	StepsCompleted int       `json:"steps_completed,omitempty"`
+	Timestamp      time.Time `json:"timestamp"`
+}
+
+// Validate checks every field of p.
+func (p Progress) Validate() error {
+	if err := checkID("worker_id", p.WorkerID, true); err != nil {
+		return err
+	}
+	if err := checkID("request_id", p.RequestID, true); err != nil {
+		return err
+	}
+	if err := checkID("task_id", p.TaskID, false); err != nil {
+		return err
+	}
+	return p.validateReport()
+}
+
+// validateReport checks the part of a progress event that the agent
+// supplies (step, percentage, output), shared with the progress request
+// the wrapper's endpoint takes.
+func (p Progress) validateReport() error {
+	if p.Step == "" {
+		return fieldErr("step", "required")
+	}
+	if len(p.Step) > 1024 {
+		return fieldErr("step", "is %d bytes, at most 1024", len(p.Step))
+	}
+	if p.ProgressPct != nil && (*p.ProgressPct < 0 || *p.ProgressPct > 100) {
+		return fieldErr("progress_pct", "is %d, want 0 to 100", *p.ProgressPct)
+	}
+	if len(p.Output) > MaxProgressOutputBytes {
+		return fieldErr("output", "is %d bytes, at most %d", len(p.Output), MaxProgressOutputBytes)
+	}
+	if p.Level != "" && p.Level != LevelInfo && p.Level != LevelWarning {
+		return fieldErr("level", "is %q, want info or warning", p.Level)
+	}
+	if p.StepsCompleted < 0 {
+		return fieldErr("steps_completed", "negative")
+	}
+	if p.Timestamp.IsZero() {
+		return fieldErr("timestamp", "required")
+	}
+	return nil
+}
+
+// Encode returns the JSON document of p, with v and type set.
+func (p Progress) Encode() ([]byte, error) {
+	p.V, p.Type = Version, TypeProgress
+	return encode(p)
+}
+
+// DecodeProgress parses and validates a progress document.
+func DecodeProgress(data []byte) (Progress, error) {
+	var p Progress
+	err := decode(TypeProgress, data, &p, func() error { return p.Validate() })
+	return p, err
+}
+
+// ProgressReport is what an agent sends to the wrapper's progress endpoint
+// (POST /progress) or passes to `worker-wrapper progress`. The wrapper adds
+// the worker, the run and the time.
+type ProgressReport struct {
+	Step        string `json:"step"`
+	ProgressPct *int   `json:"progress_pct,omitempty"`
+	Output      string `json:"output,omitempty"`
+}
+
+// DecodeProgressReport parses a progress report strictly (no v or type:
+// it does not cross Redis).
+func DecodeProgressReport(data []byte) (ProgressReport, error) {
+	var r ProgressReport
+	if err := decodeBare("progress report", data, &r); err != nil {
+		return r, err
+	}
+	p := Progress{Step: r.Step, ProgressPct: r.ProgressPct, Output: r.Output, Timestamp: time.Unix(1, 0)}
+	if err := p.validateReport(); err != nil {
+		return r, wrapField("progress report", err)
+	}
+	return r, nil
+}

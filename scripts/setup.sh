@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# One-command set-up for a fresh Debian bookworm machine (run as root).
+#
+# Installs what is missing (redis-server, docker.io, debootstrap, nodejs/npm)
+# and starts a Docker engine when none answers. It is idempotent: a second run
+# changes nothing and says so. Every step it takes is printed, so that the
+# first run on a fresh machine tells what it installs.
+set -euo pipefail
+
+log() { printf 'setup: %s\n' "$*"; }
+changed=0
+
+DOCKERD_LOG=${DOCKERD_LOG:-/var/log/agentvisor-dockerd.log}
+DOCKERD_PIDFILE=${DOCKERD_PIDFILE:-/var/run/docker.pid}
+DOCKER_SOCK=${DOCKER_SOCK:-/var/run/docker.sock}
+
+if [ "$(id -u)" != 0 ]; then
+  log "must run as root (it installs packages and starts the Docker engine)" >&2
+  exit 1
+fi
+
+# --- packages ------------------------------------------------------------
+# command -> Debian package
+declare -A want=(
+  [redis-server]=redis-server
+  [dockerd]=docker.io
+  [debootstrap]=debootstrap
+  [node]=nodejs
+  [npm]=npm
+)
+missing=()
+for cmd in redis-server dockerd debootstrap node npm; do
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("${want[$cmd]}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing with apt-get: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  # Debian's maintainer scripts would try to start the services through
+  # init scripts; we start what we need ourselves.
+  policy=/usr/sbin/policy-rc.d
+  had_policy=0; [ -e "$policy" ] && had_policy=1
+  if [ $had_policy = 0 ]; then printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod +x "$policy"; fi
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if [ $had_policy = 0 ]; then rm -f "$policy"; fi
+  changed=1
+fi
+
+# --- Docker engine -------------------------------------------------------
+engine_answers() { timeout 10 docker info >/dev/null 2>&1; }
+
+if ! engine_answers; then
+  # An engine that was killed leaves its pid file and socket behind; dockerd
+  # refuses to start over a pid file whose process is alive, so remove them
+  # only when no dockerd runs.
+  if ! pgrep -x dockerd >/dev/null 2>&1; then
+    rm -f "$DOCKERD_PIDFILE" "$DOCKER_SOCK"
+    rm -f /var/run/docker/containerd/containerd.pid 2>/dev/null || true
+  fi
+  if ! pgrep -x dockerd >/dev/null 2>&1; then
+    log "starting the Docker engine (log: $DOCKERD_LOG)"
+    setsid nohup dockerd --bridge=none --iptables=false --ip-masq=false \
+      --pidfile "$DOCKERD_PIDFILE" >>"$DOCKERD_LOG" 2>&1 </dev/null &
+    changed=1
+  else
+    log "a dockerd process runs but does not answer yet; waiting for it"
+  fi
+  for _ in $(seq 1 60); do
+    engine_answers && break
+    sleep 1
+  done
+  if ! engine_answers; then
+    log "the Docker engine did not answer within 60 s; last lines of $DOCKERD_LOG:" >&2
+    tail -n 20 "$DOCKERD_LOG" >&2 || true
+    exit 1
+  fi
+  log "the Docker engine answers"
+fi
+
+if [ $changed = 0 ]; then
+  log "nothing to do: redis-server, docker.io, debootstrap, node and npm are installed and the Docker engine answers"
+fi
