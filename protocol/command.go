@@ -112,6 +112,12 @@ func (c Command) Validate() error {
 	if err := checkID("worker_id", c.WorkerID, false); err != nil {
 		return err
 	}
+	if err := checkID("project_id", c.ProjectID, false); err != nil {
+		return err
+	}
+	if c.AgentType != "" && !c.AgentType.Valid() {
+		return fieldErr("agent_type", "is %q, want claude or droid", c.AgentType)
+	}
 	switch c.Action {
 	case ActionCreate:
 		if c.Spec == nil {
@@ -124,11 +130,11 @@ func (c Command) Validate() error {
 		}
 	case ActionList:
 	case ActionResetContext:
-		if err := checkID("project_id", c.ProjectID, true); err != nil {
-			return err
+		if c.ProjectID == "" {
+			return fieldErr("project_id", "required for reset_context")
 		}
-		if !c.AgentType.Valid() {
-			return fieldErr("agent_type", "is %q, want claude or droid", c.AgentType)
+		if c.AgentType == "" {
+			return fieldErr("agent_type", "required for reset_context")
 		}
 	default:
 		return fieldErr("action", "unknown action %q", c.Action)

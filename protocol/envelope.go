@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 )
 
@@ -84,7 +85,11 @@ func decode(t Type, data []byte, dst any, validate func() error) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
-		return &DecodeError{Type: t, Field: jsonErrorField(err), Reason: describeJSONError(err)}
+		field := jsonErrorField(err)
+		if field == "" {
+			field = locateBadField(data, dst)
+		}
+		return &DecodeError{Type: t, Field: field, Reason: describeJSONError(err)}
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return &DecodeError{Type: t, Reason: "trailing data after the JSON object"}
@@ -106,6 +111,29 @@ func jsonErrorField(err error) string {
 	}
 	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		return strings.Trim(f, `"`)
+	}
+	return ""
+}
+
+// locateBadField finds the top-level field whose value does not decode,
+// for errors that encoding/json reports without a field (a malformed
+// timestamp, say).
+func locateBadField(data []byte, dst any) string {
+	var raw map[string]json.RawMessage
+	if json.Unmarshal(data, &raw) != nil {
+		return ""
+	}
+	rt := reflect.TypeOf(dst).Elem()
+	for i := 0; i < rt.NumField(); i++ {
+		f := rt.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		v, ok := raw[name]
+		if !ok || name == "" {
+			continue
+		}
+		if json.Unmarshal(v, reflect.New(f.Type).Interface()) != nil {
+			return name
+		}
 	}
 	return ""
 }

@@ -14,6 +14,20 @@ const DefaultPrefix = "worker"
 // the developer input stream.
 const DeveloperGroup = "developers"
 
+// WorkerGroup is the consumer group through which a long-lived worker
+// reads its own input stream; the group gives it pending entries and XACK,
+// so that a task survives a wrapper restart.
+const WorkerGroup = "wrapper"
+
+// GroupFor returns the consumer group a worker of kind reads its input
+// through. The consumer name is always the worker id.
+func GroupFor(kind Kind) string {
+	if kind == KindDeveloper {
+		return DeveloperGroup
+	}
+	return WorkerGroup
+}
+
 // ManagerGroup is the consumer group through which worker-managers share the
 // command stream, so that each command is executed once.
 const ManagerGroup = "managers"

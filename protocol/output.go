@@ -120,8 +120,8 @@ func (o Output) Validate() error {
 	if o.Status == StatusBlocked && o.Question == "" {
 		return fieldErr("question", "required when status is blocked")
 	}
-	if len(o.Result) > 0 && !json.Valid(o.Result) {
-		return fieldErr("result", "not valid JSON")
+	if err := checkResult(o.Result); err != nil {
+		return err
 	}
 	if err := o.Usage.validate("usage"); err != nil {
 		return err

@@ -51,7 +51,16 @@ func (s StopOutput) Validate() error {
 	if s.Status == StatusBlocked && s.Question == "" {
 		return fieldErr("question", "required when status is blocked")
 	}
-	if r := bytes.TrimSpace(s.Result); len(r) > 0 && r[0] != '{' && !bytes.Equal(r, []byte("null")) {
+	return checkResult(s.Result)
+}
+
+// checkResult accepts an absent result, null, or a JSON object.
+func checkResult(raw json.RawMessage) error {
+	r := bytes.TrimSpace(raw)
+	if len(r) == 0 || bytes.Equal(r, []byte("null")) {
+		return nil
+	}
+	if r[0] != '{' || !json.Valid(r) {
 		return fieldErr("result", "must be a JSON object or null")
 	}
 	return nil

@@ -1,0 +1,3 @@
+// Package examples will hold runnable programs that show how other services
+// use the spawner and the protocol.
+package examples

@@ -1,0 +1,183 @@
+package protocol
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// decoders maps a schema file to the Go decoder of its documents.
+var decoders = map[string]func([]byte) (any, error){
+	"task.schema.json":      func(b []byte) (any, error) { return DecodeTask(b) },
+	"output.schema.json":    func(b []byte) (any, error) { return DecodeOutput(b) },
+	"progress.schema.json":  func(b []byte) (any, error) { return DecodeProgress(b) },
+	"lifecycle.schema.json": func(b []byte) (any, error) { return DecodeLifecycle(b) },
+	"heartbeat.schema.json": func(b []byte) (any, error) { return DecodeHeartbeat(b) },
+	"command.schema.json":   func(b []byte) (any, error) { return DecodeCommand(b) },
+	"reply.schema.json":     func(b []byte) (any, error) { return DecodeReply(b) },
+	"control.schema.json":   func(b []byte) (any, error) { return DecodeControl(b) },
+	"stop_output.schema.json": func(b []byte) (any, error) {
+		return DecodeStopOutput(b)
+	},
+	"progress_report.schema.json": func(b []byte) (any, error) { return DecodeProgressReport(b) },
+}
+
+func TestRoundTrip(t *testing.T) {
+	for schema, docs := range samples() {
+		for i, doc := range docs {
+			t.Run(schema, func(t *testing.T) {
+				b, err := doc.Encode()
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := decoders[schema](b)
+				if err != nil {
+					t.Fatalf("sample %d does not decode: %v\n%s", i, err, b)
+				}
+				b2, _ := got.(encoder).Encode()
+				if string(b) != string(b2) {
+					t.Fatalf("sample %d changed in a round trip:\n%s\n%s", i, b, b2)
+				}
+			})
+		}
+	}
+}
+
+func TestDecodeTaskErrorsNameTheField(t *testing.T) {
+	long := strings.Repeat("x", MaxIDLen+1)
+	tests := []struct {
+		name, doc, field string
+	}{
+		{"not json", `{"v":1,`, ""},
+		{"array", `[1,2]`, ""},
+		{"empty", ``, ""},
+		{"no version", `{"type":"task","request_id":"r","prompt":"p"}`, "v"},
+		{"future version", `{"v":2,"type":"task","request_id":"r","prompt":"p"}`, "v"},
+		{"wrong type", `{"v":1,"type":"output","request_id":"r","prompt":"p"}`, "type"},
+		{"no type", `{"v":1,"request_id":"r","prompt":"p"}`, "type"},
+		{"no request_id", `{"v":1,"type":"task","prompt":"p"}`, "request_id"},
+		{"request_id with space", `{"v":1,"type":"task","request_id":"a b","prompt":"p"}`, "request_id"},
+		{"request_id too long", `{"v":1,"type":"task","request_id":"` + long + `","prompt":"p"}`, "request_id"},
+		{"request_id a number", `{"v":1,"type":"task","request_id":7,"prompt":"p"}`, "request_id"},
+		{"no prompt", `{"v":1,"type":"task","request_id":"r"}`, "prompt"},
+		{"empty prompt", `{"v":1,"type":"task","request_id":"r","prompt":""}`, "prompt"},
+		{"negative timeout", `{"v":1,"type":"task","request_id":"r","prompt":"p","timeout_seconds":-1}`, "timeout_seconds"},
+		{"timeout a string", `{"v":1,"type":"task","request_id":"r","prompt":"p","timeout_seconds":"10m"}`, "timeout_seconds"},
+		{"unknown field", `{"v":1,"type":"task","request_id":"r","prompt":"p","promt":"x"}`, "promt"},
+		{"force_new_session a string", `{"v":1,"type":"task","request_id":"r","prompt":"p","force_new_session":"yes"}`, "force_new_session"},
+		{"project_id with newline", `{"v":1,"type":"task","request_id":"r","prompt":"p","project_id":"a\nb"}`, "project_id"},
+		{"trailing data", `{"v":1,"type":"task","request_id":"r","prompt":"p"} {}`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := DecodeTask([]byte(tt.doc))
+			var de *DecodeError
+			if !errors.As(err, &de) {
+				t.Fatalf("err = %v, want a *DecodeError", err)
+			}
+			if de.Field != tt.field || de.Type != TypeTask {
+				t.Fatalf("field = %q (type %q), want %q: %v", de.Field, de.Type, tt.field, err)
+			}
+			if tt.field != "" && !strings.Contains(err.Error(), "field "+tt.field) {
+				t.Fatalf("message %q does not name the field", err)
+			}
+		})
+	}
+}
+
+func TestDecodeOtherErrorsNameTheField(t *testing.T) {
+	tests := []struct {
+		name, schema, doc, field string
+	}{
+		{"output failed without error", "output.schema.json",
+			`{"v":1,"type":"output","request_id":"r","worker_id":"w","status":"failed","usage":{"input":0,"output":0,"cache_read":0,"cache_creation":0},"context_tokens":0,"cost_usd":0,"duration_ms":0,"timestamp":"2026-01-01T00:00:00Z"}`, "error"},
+		{"output unknown status", "output.schema.json",
+			`{"v":1,"type":"output","request_id":"r","worker_id":"w","status":"done","usage":{"input":0,"output":0,"cache_read":0,"cache_creation":0},"context_tokens":0,"cost_usd":0,"duration_ms":0,"timestamp":"2026-01-01T00:00:00Z"}`, "status"},
+		{"output result an array", "output.schema.json",
+			`{"v":1,"type":"output","request_id":"r","worker_id":"w","status":"complete","result":[1],"usage":{"input":0,"output":0,"cache_read":0,"cache_creation":0},"context_tokens":0,"cost_usd":0,"duration_ms":0,"timestamp":"2026-01-01T00:00:00Z"}`, "result"},
+		{"output negative usage", "output.schema.json",
+			`{"v":1,"type":"output","request_id":"r","worker_id":"w","status":"complete","usage":{"input":-1,"output":0,"cache_read":0,"cache_creation":0},"context_tokens":0,"cost_usd":0,"duration_ms":0,"timestamp":"2026-01-01T00:00:00Z"}`, "usage.input"},
+		{"output bad error code", "output.schema.json",
+			`{"v":1,"type":"output","request_id":"r","worker_id":"w","status":"failed","error":{"code":"OOPS","message":"m","retryable":false},"usage":{"input":0,"output":0,"cache_read":0,"cache_creation":0},"context_tokens":0,"cost_usd":0,"duration_ms":0,"timestamp":"2026-01-01T00:00:00Z"}`, "error.code"},
+		{"progress pct over 100", "progress.schema.json",
+			`{"v":1,"type":"progress","worker_id":"w","request_id":"r","step":"s","progress_pct":101,"timestamp":"2026-01-01T00:00:00Z"}`, "progress_pct"},
+		{"progress no step", "progress.schema.json",
+			`{"v":1,"type":"progress","worker_id":"w","request_id":"r","timestamp":"2026-01-01T00:00:00Z"}`, "step"},
+		{"lifecycle unknown event", "lifecycle.schema.json",
+			`{"v":1,"type":"lifecycle","worker_id":"w","event":"exploded","source":"wrapper","timestamp":"2026-01-01T00:00:00Z"}`, "event"},
+		{"lifecycle bad timestamp", "lifecycle.schema.json",
+			`{"v":1,"type":"lifecycle","worker_id":"w","event":"started","source":"wrapper","timestamp":"yesterday"}`, "timestamp"},
+		{"heartbeat bad status", "heartbeat.schema.json",
+			`{"v":1,"type":"heartbeat","worker_id":"w","status":"napping","rss_bytes":1,"cpu_percent":0,"tasks_completed":0,"interval_ms":10,"timestamp":"2026-01-01T00:00:00Z"}`, "status"},
+		{"command unknown action", "command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"explode"}`, "action"},
+		{"command create without spec", "command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"create"}`, "spec"},
+		{"command delete without worker", "command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"delete"}`, "worker_id"},
+		{"command bad agent", "command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"create","spec":{"agent_type":"gpt"}}`, "spec.agent_type"},
+		{"command bad capability", "command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"create","spec":{"agent_type":"claude","capabilities":["FTP"]}}`, "spec.capabilities"},
+		{"command bad pattern", "command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"create","spec":{"agent_type":"claude","allowed_commands":["eng*"]}}`, "spec.allowed_commands"},
+		{"command bad env name", "command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"create","spec":{"agent_type":"claude","env":{"A-B":"x"}}}`, "spec.env"},
+		{"command bad memory", "command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"create","spec":{"agent_type":"claude","limits":{"memory":"lots"}}}`, "spec.limits.memory"},
+		{"command spec on delete", "command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"delete","worker_id":"w","spec":{"agent_type":"claude"}}`, "spec"},
+		{"command reset without agent", "command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"reset_context","project_id":"p"}`, "agent_type"},
+		{"reply not ok without error", "reply.schema.json", `{"v":1,"type":"reply","command_id":"c","action":"list","ok":false,"timestamp":"2026-01-01T00:00:00Z"}`, "error"},
+		{"control bad action", "control.schema.json", `{"v":1,"type":"control","action":"kill","worker_id":"w","timestamp":"2026-01-01T00:00:00Z"}`, "action"},
+		{"stop output blocked without question", "stop_output.schema.json", `{"status":"blocked"}`, "question"},
+		{"stop output result a string", "stop_output.schema.json", `{"status":"complete","result":"done"}`, "result"},
+		{"stop output unknown field", "stop_output.schema.json", `{"status":"complete","note":"x"}`, "note"},
+		{"progress report no step", "progress_report.schema.json", `{"progress_pct":5}`, "step"},
+		{"progress report pct a string", "progress_report.schema.json", `{"step":"s","progress_pct":"half"}`, "progress_pct"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := decoders[tt.schema]([]byte(tt.doc))
+			var de *DecodeError
+			if !errors.As(err, &de) || de.Field != tt.field {
+				t.Fatalf("err = %v, want field %q", err, tt.field)
+			}
+		})
+	}
+}
+
+func TestEntryHelpers(t *testing.T) {
+	doc, _ := NewTask("r", "p").Encode()
+	vals := Values(doc)
+	got, err := EntryData(vals)
+	if err != nil || string(got) != string(doc) {
+		t.Fatalf("EntryData = %s, %v", got, err)
+	}
+	if _, err := EntryData(map[string]any{"payload": "x"}); err == nil {
+		t.Error("entry without data accepted")
+	}
+	if _, err := EntryData(map[string]any{"data": 5}); err == nil {
+		t.Error("non-string data accepted")
+	}
+	v, typ, err := PeekType(doc)
+	if err != nil || v != Version || typ != TypeTask {
+		t.Errorf("PeekType = %d %q %v", v, typ, err)
+	}
+	if _, _, err := PeekType([]byte("nope")); err == nil {
+		t.Error("PeekType accepted garbage")
+	}
+}
+
+func TestEncodeSetsVersionAndType(t *testing.T) {
+	for schema, docs := range samples() {
+		for _, d := range docs {
+			b, _ := d.Encode()
+			var h header
+			_ = json.Unmarshal(b, &h)
+			want := Type(strings.TrimSuffix(schema, ".schema.json"))
+			if h.V != Version || h.Type != want {
+				t.Errorf("%s: encoded v=%d type=%q", schema, h.V, h.Type)
+			}
+		}
+	}
+	// A caller's wrong header is overwritten, not trusted.
+	b, _ := Task{V: 9, Type: "x", RequestID: "r", Prompt: "p"}.Encode()
+	if _, err := DecodeTask(b); err != nil {
+		t.Fatalf("Encode kept a wrong header: %v", err)
+	}
+	_ = reflect.TypeOf
+}

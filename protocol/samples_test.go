@@ -1,0 +1,75 @@
+package protocol
+
+import (
+	"encoding/json"
+	"time"
+)
+
+var sampleTime = time.Date(2026, 11, 21, 9, 30, 0, 123456789, time.UTC)
+
+func pct(n int) *int { return &n }
+
+type encoder interface{ Encode() ([]byte, error) }
+
+// samples are valid documents of every schema, as the Go encoders write
+// them: the schema tests check each against its JSON Schema, and the round
+// trip test decodes each back.
+func samples() map[string][]encoder {
+	exit := 137
+	return map[string][]encoder{
+		"task.schema.json": {
+			NewTask("req-1", "Fix the failing test in pkg/foo"),
+			Task{RequestID: "req-2", TaskID: "task-9", ProjectID: "proj-a", Prompt: "go on",
+				ForceNewSession: true, TimeoutSeconds: 900, Metadata: map[string]any{"chat_id": 42.0}},
+		},
+		"output.schema.json": {
+			Output{RequestID: "req-1", TaskID: "task-9", ProjectID: "proj-a", WorkerID: "w-1", AgentType: AgentClaude,
+				Status: StatusComplete, Response: "Done.", Result: json.RawMessage(`{"pr":42}`), SessionID: "5b71",
+				Session: &SessionDecision{Action: SessionResume, Reason: SessionReasonContinued, PreviousSessionID: "5b71"},
+				Usage:   Usage{Input: 4000, Output: 160, CacheRead: 18000, CacheCreation: 200}, ContextTokens: 11100,
+				CostUSD: 0.03425, DurationMS: 372, Timestamp: sampleTime},
+			Output{RequestID: "req-2", WorkerID: "w-1", Status: StatusBlocked, Question: "Which branch?", Timestamp: sampleTime,
+				Session: &SessionDecision{Action: SessionNew, Reason: SessionReasonResumeFailed,
+					ResumeError: NewError(CodeResumeFailed, "No conversation found with session ID: x")}},
+			Output{RequestID: "req-3", WorkerID: "w-2", Status: StatusFailed, Attempt: 2, Timestamp: sampleTime,
+				Error: NewError(CodeOOMKilled, "container killed by the OOM killer (limit 64m)")},
+		},
+		"progress.schema.json": {
+			Progress{WorkerID: "w-1", RequestID: "req-1", TaskID: "task-9", Step: "Running tests", ProgressPct: pct(50),
+				Output: "12 passed", StepsCompleted: 3, Timestamp: sampleTime},
+			Progress{WorkerID: "w-1", RequestID: "req-1", Step: "API retry 1/10 (HTTP 529)", Level: LevelWarning, Timestamp: sampleTime},
+		},
+		"lifecycle.schema.json": {
+			Lifecycle{WorkerID: "w-1", Event: EventStarted, Source: SourceWrapper, Timestamp: sampleTime},
+			Lifecycle{WorkerID: "w-1", Event: EventDied, Source: SourceSpawner, Timestamp: sampleTime, RequestID: "req-1",
+				Detail: map[string]any{"exit_code": 137.0, "oom": true}},
+		},
+		"heartbeat.schema.json": {
+			Heartbeat{WorkerID: "w-1", Status: HeartbeatBusy, RequestID: "req-1", TaskID: "task-9", RSSBytes: 9 << 20,
+				CPUPercent: 0.4, TasksCompleted: 7, IntervalMS: 10000, Timestamp: sampleTime},
+		},
+		"command.schema.json": {
+			Command{ID: "cmd-1", Action: ActionCreate, ReplyTo: "worker:replies:bot", Timestamp: sampleTime, Spec: &WorkerSpec{
+				AgentType: AgentClaude, Kind: KindLongLived, Instructions: "You are the PO.",
+				AllowedCommands: []string{"project.get", "engineering.*"}, Capabilities: []Capability{CapGit},
+				ProjectID: "proj-a", UserID: "tg-1", Env: map[string]string{"LOG_LEVEL": "debug"},
+				Limits: Limits{Memory: "512m", CPUs: 0.5, Pids: 256}}},
+			Command{ID: "cmd-2", Action: ActionPause, WorkerID: "w-1"},
+			Command{ID: "cmd-3", Action: ActionList, ReplyTo: "worker:replies:ctl"},
+			Command{ID: "cmd-4", Action: ActionResetContext, ProjectID: "proj-a", AgentType: AgentDroid},
+		},
+		"reply.schema.json": {
+			Reply{CommandID: "cmd-1", Action: ActionCreate, OK: true, WorkerID: "w-1", Timestamp: sampleTime,
+				Worker: &WorkerInfo{WorkerID: "w-1", Status: ContainerRunning, State: WorkerIdle, Health: HealthHealthy,
+					AgentType: AgentClaude, Kind: KindLongLived, ContainerID: "abc", Image: "worker:33bbee26d5ffde18",
+					StartedAt: sampleTime, UpdatedAt: sampleTime}},
+			Reply{CommandID: "cmd-3", Action: ActionList, OK: true, Timestamp: sampleTime, Workers: []WorkerInfo{
+				{WorkerID: "w-1", Status: ContainerPaused}, {WorkerID: "w-2", Status: ContainerFailed, ExitCode: &exit, Error: "OOM_KILLED: x"}}},
+			Reply{CommandID: "cmd-9", Action: ActionCreate, OK: false, Timestamp: sampleTime,
+				Error: NewError(CodeResourceExhausted, "no slot freed within 5m0s")},
+		},
+		"control.schema.json": {
+			Control{Action: ControlPause, WorkerID: "w-1", Reason: "stop_output:complete", RequestID: "req-1", Timestamp: sampleTime},
+		},
+	}
+}
