@@ -40,6 +40,7 @@ fuzz:
 	done
 
 test: setup
+	@bash scripts/test-setup.sh
 	@$(MAKE) --no-print-directory test-unit
 	@$(MAKE) --no-print-directory fuzz
 

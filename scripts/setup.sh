@@ -49,15 +49,26 @@ fi
 # --- Docker engine -------------------------------------------------------
 engine_answers() { timeout 10 docker info >/dev/null 2>&1; }
 
+# A live dockerd process: a zombie left by a killed engine (whose parent
+# never reaped it) does not count.
+dockerd_alive() {
+  local pid state
+  for pid in $(pgrep -x dockerd 2>/dev/null); do
+    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || continue
+    [ -n "$state" ] && [ "$state" != Z ] && return 0
+  done
+  return 1
+}
+
 if ! engine_answers; then
   # An engine that was killed leaves its pid file and socket behind; dockerd
   # refuses to start over a pid file whose process is alive, so remove them
   # only when no dockerd runs.
-  if ! pgrep -x dockerd >/dev/null 2>&1; then
+  if ! dockerd_alive; then
     rm -f "$DOCKERD_PIDFILE" "$DOCKER_SOCK"
     rm -f /var/run/docker/containerd/containerd.pid 2>/dev/null || true
   fi
-  if ! pgrep -x dockerd >/dev/null 2>&1; then
+  if ! dockerd_alive; then
     log "starting the Docker engine (log: $DOCKERD_LOG)"
     setsid nohup dockerd --bridge=none --iptables=false --ip-masq=false \
       --pidfile "$DOCKERD_PIDFILE" >>"$DOCKERD_LOG" 2>&1 </dev/null &
