@@ -16,6 +16,8 @@ const (
 	CodeAgentError Code = "AGENT_ERROR"
 	// The agent ended well but gave no stop output (see PROTOCOL.md).
 	CodeNoStopOutput Code = "NO_STOP_OUTPUT"
+	// The agent's own stop output said failed: it could not do the task.
+	CodeTaskFailed Code = "TASK_FAILED"
 	// The kernel's OOM killer ended the container.
 	CodeOOMKilled Code = "OOM_KILLED"
 	// The container was killed (SIGKILL, exit 137) without an OOM event.
@@ -49,6 +51,7 @@ var codeInfo = map[Code]bool{
 	CodeAgentCrashed:        true,  // the crash may be transient
 	CodeAgentError:          true,  // API errors are often transient
 	CodeNoStopOutput:        false, // the agent did what it did
+	CodeTaskFailed:          false, // the agent judged it could not
 	CodeOOMKilled:           true,  // with more memory
 	CodeKilled:              true,
 	CodeTerminated:          true,  // with more time
@@ -64,7 +67,7 @@ var codeInfo = map[Code]bool{
 
 // Codes lists every code, in a stable order.
 var Codes = []Code{
-	CodeAgentTimeout, CodeAgentCrashed, CodeAgentError, CodeNoStopOutput,
+	CodeAgentTimeout, CodeAgentCrashed, CodeAgentError, CodeNoStopOutput, CodeTaskFailed,
 	CodeOOMKilled, CodeKilled, CodeTerminated, CodeResumeFailed,
 	CodeInvalidTask, CodeInvalidCommand, CodeNotFound, CodeForbidden,
 	CodeUpstreamUnavailable, CodeResourceExhausted, CodeInternalError,

@@ -9,12 +9,12 @@ import (
 
 func TestFindStopOutput(t *testing.T) {
 	tests := []struct {
-		name       string
-		text       string
-		ok         bool
-		status     OutputStatus
-		result     string
-		question   string
+		name     string
+		text     string
+		ok       bool
+		status   OutputStatus
+		result   string
+		question string
 	}{
 		{"fenced block", "All done.\n```json\n{\"status\": \"complete\", \"result\": {\"pr\": 42}}\n```", true, StatusComplete, `{"pr": 42}`, ""},
 		{"bare at end", "Finished.\n{\"status\": \"complete\", \"result\": {\"files\": 1}}", true, StatusComplete, `{"files": 1}`, ""},

@@ -453,4 +453,3 @@ func LoadScript(data []byte) (Script, error) {
 	}
 	return s, nil
 }
-

@@ -1,0 +1,85 @@
+package agent
+
+import (
+	"encoding/json"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// ClaudeParser parses `claude -p --output-format stream-json --verbose`.
+type ClaudeParser struct{}
+
+var _ Parser = ClaudeParser{}
+
+func claudeUsage(u gjson.Result) protocol.Usage {
+	return protocol.Usage{
+		Input:         u.Get("input_tokens").Int(),
+		Output:        u.Get("output_tokens").Int(),
+		CacheRead:     u.Get("cache_read_input_tokens").Int(),
+		CacheCreation: u.Get("cache_creation_input_tokens").Int(),
+	}
+}
+
+// ParseLine implements Parser.
+func (ClaudeParser) ParseLine(line []byte) []Event {
+	if !gjson.ValidBytes(line) {
+		return nil
+	}
+	v := gjson.ParseBytes(line)
+	if !v.IsObject() {
+		return nil
+	}
+	switch v.Get("type").String() {
+	case "system":
+		switch v.Get("subtype").String() {
+		case "init":
+			return []Event{{Init: &Init{SessionID: v.Get("session_id").String(), Model: v.Get("model").String()}}}
+		case "api_retry":
+			return []Event{{Retry: &APIRetry{
+				Attempt:    int(v.Get("attempt").Int()),
+				MaxRetries: int(v.Get("max_retries").Int()),
+				DelayMS:    v.Get("retry_delay_ms").Float(),
+				Status:     int(v.Get("error_status").Int()),
+				Error:      v.Get("error").String(),
+			}}}
+		}
+	case "assistant":
+		msg := v.Get("message")
+		var evs []Event
+		if u := msg.Get("usage"); u.Exists() {
+			evs = append(evs, Event{Turn: &Turn{MessageID: msg.Get("id").String(), Usage: claudeUsage(u)}})
+		}
+		msg.Get("content").ForEach(func(_, c gjson.Result) bool {
+			if c.Get("type").String() == "tool_use" {
+				evs = append(evs, Event{ToolCall: &ToolCall{Name: c.Get("name").String(), Input: json.RawMessage(c.Get("input").Raw)}})
+			}
+			return true
+		})
+		return evs
+	case "result":
+		r := &Result{
+			Text:           v.Get("result").String(),
+			IsError:        v.Get("is_error").Bool(),
+			Subtype:        v.Get("subtype").String(),
+			APIErrorStatus: int(v.Get("api_error_status").Int()),
+			Usage:          claudeUsage(v.Get("usage")),
+			CostUSD:        v.Get("total_cost_usd").Float(),
+			Turns:          int(v.Get("num_turns").Int()),
+			SessionID:      v.Get("session_id").String(),
+			DurationMS:     v.Get("duration_ms").Int(),
+		}
+		if so := v.Get("structured_output"); so.Exists() && so.Type != gjson.Null {
+			r.StructuredOutput = json.RawMessage(so.Raw)
+		}
+		v.Get("modelUsage").ForEach(func(_, m gjson.Result) bool {
+			if w := m.Get("contextWindow").Int(); w > r.ContextWindow {
+				r.ContextWindow = w
+			}
+			return true
+		})
+		return []Event{{Result: r}}
+	}
+	return nil
+}

@@ -1,0 +1,70 @@
+// Package agent runs a coding agent (Claude Code or Factory Droid) as a
+// subprocess and turns its JSON output into normalised events: the session,
+// each API call's usage, tool calls, API retries and the final result. One
+// adapter per agent builds the command line and parses its stream.
+package agent
+
+import (
+	"encoding/json"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// Event is one normalised fact from an agent's output stream. Exactly one
+// field is set.
+type Event struct {
+	Init     *Init
+	Turn     *Turn
+	ToolCall *ToolCall
+	Retry    *APIRetry
+	Result   *Result
+}
+
+// Init is the agent's first line: its session and model.
+type Init struct {
+	SessionID string
+	Model     string
+}
+
+// Turn is one API call's usage, as reported on an assistant message. The
+// last Turn of a run gives the size of the session's context.
+type Turn struct {
+	MessageID string
+	Usage     protocol.Usage
+}
+
+// ToolCall is a tool the agent called.
+type ToolCall struct {
+	Name  string
+	Input json.RawMessage
+}
+
+// APIRetry is the agent retrying a failed model API call.
+type APIRetry struct {
+	Attempt    int
+	MaxRetries int
+	DelayMS    float64
+	Status     int    // HTTP status of the failed call
+	Error      string // the agent's word for it
+}
+
+// Result is the agent's final line.
+type Result struct {
+	Text             string
+	StructuredOutput json.RawMessage // Claude with --json-schema; nil otherwise
+	IsError          bool
+	Subtype          string // Claude: success, error_max_turns, error_during_execution, ...
+	APIErrorStatus   int    // 0 when none
+	Usage            protocol.Usage
+	CostUSD          float64
+	Turns            int
+	SessionID        string
+	DurationMS       int64
+	ContextWindow    int64 // the model's context window when the agent reports it; 0 otherwise
+}
+
+// Parser turns one line of an agent's output into events. Lines that are
+// not JSON, or of a type it does not know, give none.
+type Parser interface {
+	ParseLine(line []byte) []Event
+}

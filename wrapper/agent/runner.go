@@ -1,0 +1,348 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+)
+
+// Spec says how to run one agent process.
+type Spec struct {
+	Argv   []string
+	Env    []string // the whole environment of the agent
+	Dir    string
+	Parser Parser
+	// PTY runs the agent on a pseudo-terminal (for agents or modes that
+	// need one); its output is cleaned of escape sequences and CRs before
+	// parsing. Stderr then merges into the same stream.
+	PTY bool
+	// Timeout ends the agent (its whole process group) and gives a timed
+	// out outcome; 0 means none.
+	Timeout time.Duration
+	// ResultGrace is how long the agent may take to exit after its result
+	// line before its group is killed (the result still counts).
+	ResultGrace time.Duration
+	// DrainGrace is how long, after the agent exited, a child that still
+	// holds its stdout may keep it open before the group is killed.
+	DrainGrace time.Duration
+	// KillGrace is the time between SIGTERM and SIGKILL when the agent is
+	// stopped (timeout, cancellation).
+	KillGrace time.Duration
+	// MaxLine bounds one output line (0: DefaultMaxLine).
+	MaxLine int
+	// StderrTail is how many bytes of stderr the outcome keeps (0: 8 KiB).
+	StderrTail int
+	// OnEvent, when set, is called for every event in order, from Run's
+	// goroutine. It must not block.
+	OnEvent func(Event)
+	// OnStart, when set, is called with the pid once the agent runs.
+	OnStart func(pid int)
+	// Starter starts the process (default DirectStarter).
+	Starter Starter
+}
+
+// Outcome is everything Run learnt about one agent process.
+type Outcome struct {
+	Init     *Init
+	LastTurn *Turn   // the last API call's usage; nil when the agent reports none
+	Result   *Result // the final result line; nil when there was none
+	Retries  int     // API retries seen
+
+	Exit     ExitStatus
+	StartErr error // the agent could not be started; Exit.Code is 127 or 126
+
+	TimedOut          bool // Spec.Timeout passed before a result
+	Cancelled         bool // the context ended before a result
+	KilledAfterResult bool // it did not exit within ResultGrace of its result
+	KilledDraining    bool // a child held stdout past DrainGrace after the exit
+
+	Stderr     string // the last StderrTail bytes of stderr
+	Lines      int    // lines read
+	LongLines  int    // lines over MaxLine, skipped
+	Duration   time.Duration
+	ResultTime time.Duration // from start to the result line
+}
+
+// Run starts the agent and returns when it has exited and its output is
+// read. Whatever happens, no process of the agent's process group survives
+// Run: the group is killed at the end.
+func Run(ctx context.Context, spec Spec) Outcome {
+	spec = withDefaults(spec)
+	var out Outcome
+	start := time.Now()
+	defer func() { out.Duration = time.Since(start) }()
+
+	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	cmd.Env = spec.Env
+	cmd.Dir = spec.Dir
+	stdout, stderr, childEnds, err := wireOutput(cmd, spec.PTY)
+	if err != nil {
+		out.StartErr = fmt.Errorf("agent: set up output of %s: %w", spec.Argv[0], err)
+		out.Exit = ExitStatus{Code: 126}
+		return out
+	}
+	exitCh, err := spec.Starter.Start(cmd)
+	for _, f := range childEnds {
+		f.Close()
+	}
+	if err != nil {
+		stdout.Close()
+		if stderr != nil {
+			stderr.Close()
+		}
+		out.StartErr = fmt.Errorf("agent: start %s: %w", spec.Argv[0], err)
+		out.Exit = ExitStatus{Code: StartErrorCode(err)}
+		return out
+	}
+	pgid := cmd.Process.Pid // Setpgid/Setsid: the agent leads its own group
+	defer signalGroup(pgid, syscall.SIGKILL)
+	defer cmd.Process.Release()
+	if spec.OnStart != nil {
+		spec.OnStart(pgid)
+	}
+
+	tail := newTail(spec.StderrTail)
+	var stderrDone sync.WaitGroup
+	if stderr != nil {
+		stderrDone.Add(1)
+		go func() {
+			defer stderrDone.Done()
+			_, _ = io.Copy(tail, stderr)
+		}()
+	}
+
+	lines := make(chan []Event, 64)
+	var readStats struct{ lines, long int }
+	go func() {
+		defer close(lines)
+		lr := NewLineReader(stdout, spec.MaxLine)
+		for {
+			line, err := lr.Next()
+			if errors.Is(err, ErrLineTooLong) {
+				readStats.long++
+				continue
+			}
+			if err != nil {
+				return // EOF, or EIO from a pty whose other side closed
+			}
+			readStats.lines++
+			if spec.PTY {
+				line = CleanTerminalLine(line)
+				if !looksLikeJSON(line) {
+					tail.Write(append(line, '\n'))
+				}
+			}
+			if evs := spec.Parser.ParseLine(line); len(evs) > 0 {
+				lines <- evs
+			}
+		}
+	}()
+
+	var (
+		timeout, resultGrace, drain, kill <-chan time.Time
+		exited, stdoutDone                bool
+		cancelled                         = ctx.Done()
+	)
+	if spec.Timeout > 0 {
+		t := time.NewTimer(spec.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	stop := func() {
+		signalGroup(pgid, syscall.SIGTERM)
+		kill = time.After(spec.KillGrace)
+	}
+	for !(exited && stdoutDone) {
+		select {
+		case evs, ok := <-lines:
+			if !ok {
+				stdoutDone, lines = true, nil
+				continue
+			}
+			for _, ev := range evs {
+				out.record(ev, time.Since(start))
+				if ev.Result != nil && resultGrace == nil && !exited {
+					resultGrace = time.After(spec.ResultGrace)
+				}
+				if spec.OnEvent != nil {
+					spec.OnEvent(ev)
+				}
+			}
+		case st := <-exitCh:
+			exited, out.Exit, exitCh = true, st, nil
+			if !stdoutDone {
+				drain = time.After(spec.DrainGrace)
+			}
+		case <-timeout:
+			timeout = nil
+			if out.Result == nil {
+				out.TimedOut = true
+				stop()
+			}
+		case <-cancelled:
+			cancelled = nil
+			if out.Result == nil && !out.TimedOut {
+				out.Cancelled = true
+				stop()
+			}
+		case <-resultGrace:
+			resultGrace = nil
+			if !exited {
+				out.KilledAfterResult = true
+				signalGroup(pgid, syscall.SIGKILL)
+			}
+		case <-drain:
+			drain = nil
+			out.KilledDraining = true
+			signalGroup(pgid, syscall.SIGKILL)
+			// A process outside the group (it called setsid) may still
+			// hold the pipe: stop reading.
+			stdout.Close()
+		case <-kill:
+			kill = nil
+			signalGroup(pgid, syscall.SIGKILL)
+		}
+	}
+	stdout.Close()
+	signalGroup(pgid, syscall.SIGKILL)
+	if stderr != nil {
+		waitTimeout(&stderrDone, spec.DrainGrace, func() { stderr.Close() })
+	}
+	out.Lines, out.LongLines = readStats.lines, readStats.long
+	out.Stderr = tail.String()
+	return out
+}
+
+func (o *Outcome) record(ev Event, at time.Duration) {
+	switch {
+	case ev.Init != nil:
+		o.Init = ev.Init
+	case ev.Turn != nil:
+		o.LastTurn = ev.Turn
+	case ev.Retry != nil:
+		o.Retries++
+	case ev.Result != nil:
+		r := *ev.Result
+		// Droid prints one error line per layer ("401 ...", then "Exec
+		// failed"): keep them all, the first is the most telling.
+		if o.Result != nil && o.Result.IsError && r.IsError {
+			r.Text = o.Result.Text + "; " + r.Text
+			if r.APIErrorStatus == 0 {
+				r.APIErrorStatus = o.Result.APIErrorStatus
+			}
+		}
+		o.Result = &r
+		o.ResultTime = at
+	}
+}
+
+func withDefaults(s Spec) Spec {
+	if s.Starter == nil {
+		s.Starter = DirectStarter{}
+	}
+	if s.ResultGrace <= 0 {
+		s.ResultGrace = 3 * time.Second
+	}
+	if s.DrainGrace <= 0 {
+		s.DrainGrace = 2 * time.Second
+	}
+	if s.KillGrace <= 0 {
+		s.KillGrace = 5 * time.Second
+	}
+	if s.StderrTail <= 0 {
+		s.StderrTail = 8 << 10
+	}
+	return s
+}
+
+// wireOutput gives the command its stdout and stderr (pipes, or a pty) in
+// its own process group, and returns the parent's read ends and the child's
+// ends, which the parent closes once the child runs.
+func wireOutput(cmd *exec.Cmd, usePTY bool) (stdout, stderr *os.File, childEnds []*os.File, err error) {
+	if usePTY {
+		ptmx, tty, err := pty.Open()
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		_ = pty.Setsize(ptmx, &pty.Winsize{Rows: 50, Cols: 200})
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+		// A new session with the pty as its terminal; the agent leads
+		// both the session and its process group.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		return ptmx, nil, []*os.File{tty}, nil
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, nil, nil, err
+	}
+	cmd.Stdin = nil // /dev/null: Claude in -p mode can hang on an open stdin
+	cmd.Stdout, cmd.Stderr = outW, errW
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return outR, errR, []*os.File{outW, errW}, nil
+}
+
+func looksLikeJSON(b []byte) bool {
+	for _, c := range b {
+		switch c {
+		case ' ', '\t':
+			continue
+		case '{':
+			return true
+		}
+		return false
+	}
+	return false
+}
+
+func waitTimeout(wg *sync.WaitGroup, d time.Duration, onTimeout func()) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		onTimeout()
+		<-done
+	}
+}
+
+// tail keeps the last n bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	n   int
+	buf []byte
+}
+
+func newTail(n int) *tail { return &tail{n: n} }
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 2*t.n {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.n:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.buf) > t.n {
+		return string(t.buf[len(t.buf)-t.n:])
+	}
+	return string(t.buf)
+}

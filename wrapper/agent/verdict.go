@@ -1,0 +1,142 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// Verdict is how a task ended, decided from an agent's Outcome.
+type Verdict struct {
+	Status   protocol.OutputStatus
+	Response string
+	Result   json.RawMessage
+	Question string
+	Error    *protocol.Error
+	// Rule names the rule of Judge that decided, for logs and tests.
+	Rule string
+}
+
+// MaxStderrInError bounds the stderr tail an error message carries.
+const MaxStderrInError = 4 << 10
+
+// Judge reconciles an agent's exit and its result line into one definite
+// status, by these rules, in order (PROTOCOL.md, "Exit code and result"):
+//
+//  1. The agent could not be started: failed, AGENT_CRASHED (exit 127 when
+//     the program does not exist, 126 when it cannot be executed).
+//  2. The task's timeout passed before a result: failed, AGENT_TIMEOUT.
+//  3. The worker stopped (SIGTERM) before a result: failed, TERMINATED.
+//  4. A result line that is an error (is_error, Droid's error line):
+//     failed, AGENT_ERROR, whatever the exit code.
+//  5. A result line that is a success, whatever the exit code (a success
+//     with exit 1 counts; so does a result whose process had to be killed
+//     after it): the stop output decides. With a schema, Claude's
+//     structured_output must be a valid stop output; without, the last
+//     valid stop output in the final text. None: failed, NO_STOP_OUTPUT.
+//     A stop output that says failed: failed, TASK_FAILED.
+//  6. No result line: failed, AGENT_CRASHED, with the exit code or signal,
+//     whether it died before or after its init line, and the stderr tail
+//     (an exit 0 without a result is a crash too).
+func Judge(o Outcome, schemaGiven bool) Verdict {
+	stderr := stderrTail(o.Stderr)
+	switch {
+	case o.StartErr != nil:
+		return failed("start", protocol.CodeAgentCrashed, "%v (exit %d)", o.StartErr, o.Exit.Code)
+	case o.Result == nil && o.TimedOut:
+		return failed("timeout", protocol.CodeAgentTimeout, "the agent ran past its timeout after %s and was stopped%s", o.Duration.Round(1e6), stderr)
+	case o.Result == nil && o.Cancelled:
+		return failed("terminated", protocol.CodeTerminated, "the worker was stopped while the agent ran%s", stderr)
+	case o.Result != nil && o.Result.IsError:
+		r := o.Result
+		v := failed("result-error", protocol.CodeAgentError, "the agent ended with an error (%s)%s: %s", errorDetail(r), exitNote(o), truncate(r.Text, 2000))
+		v.Response = r.Text
+		return v
+	case o.Result != nil:
+		return judgeResult(o, schemaGiven)
+	}
+	phase := "before its init line"
+	if o.Init != nil {
+		phase = "after its init line"
+	}
+	return failed("no-result", protocol.CodeAgentCrashed, "the agent ended without a result line (%s, %s)%s", o.Exit, phase, stderr)
+}
+
+func judgeResult(o Outcome, schemaGiven bool) Verdict {
+	r := o.Result
+	var (
+		stop protocol.StopOutput
+		ok   bool
+		rule string
+	)
+	if schemaGiven {
+		rule = "structured-output"
+		if len(r.StructuredOutput) > 0 {
+			var err error
+			stop, err = protocol.DecodeStopOutput(r.StructuredOutput)
+			ok = err == nil
+		}
+	} else {
+		rule = "stop-json"
+		stop, ok = protocol.FindStopOutput(r.Text)
+	}
+	if !ok {
+		what := "no valid stop output in its final text"
+		if schemaGiven {
+			what = "no valid structured_output, though a schema was given"
+		}
+		v := failed("no-stop-output", protocol.CodeNoStopOutput, "the agent ended well but gave %s", what)
+		v.Response = r.Text
+		return v
+	}
+	v := Verdict{Status: stop.Status, Response: r.Text, Result: stop.Result, Question: stop.Question, Rule: rule}
+	if stop.Status == protocol.StatusFailed {
+		v.Error = protocol.NewError(protocol.CodeTaskFailed, "the agent reported that it could not do the task: %s", truncate(r.Text, 2000))
+	}
+	return v
+}
+
+func failed(rule string, code protocol.Code, format string, args ...any) Verdict {
+	return Verdict{Status: protocol.StatusFailed, Error: protocol.NewError(code, format, args...), Rule: rule}
+}
+
+func errorDetail(r *Result) string {
+	parts := []string{}
+	if r.Subtype != "" {
+		parts = append(parts, "subtype "+r.Subtype)
+	}
+	if r.APIErrorStatus != 0 {
+		parts = append(parts, fmt.Sprintf("API status %d", r.APIErrorStatus))
+	}
+	if len(parts) == 0 {
+		return "no detail"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func exitNote(o Outcome) string {
+	if o.Exit.Code != 0 || o.Exit.Signaled {
+		return ", " + o.Exit.String()
+	}
+	return ""
+}
+
+func stderrTail(s string) string {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return ""
+	}
+	if len(s) > MaxStderrInError {
+		s = "..." + s[len(s)-MaxStderrInError:]
+	}
+	return "; stderr: " + s
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

@@ -1,0 +1,235 @@
+// Command fakeagent is a scripted stand-in for the claude and droid CLIs,
+// built by the tests. It accepts their command lines (`claude -p PROMPT
+// ...`, `droid exec ... PROMPT`), prints their stream-json formats, and
+// misbehaves on request: the prompt holds words "fake:<mode>" that choose
+// what it does, so that one binary serves every case of a test table.
+//
+// Modes: complete (default), blocked, failed, no-stop, crash-after-init,
+// crash-before-init, no-result, exit1-after-success, is-error,
+// hang-after-result, child-holds-stdout, big-line, garbage, orphans,
+// ignore-sigterm, api-retry, progress, sleep-<ms>, schema, resume-missing.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "sleep-ms": // helper: a process that sleeps and exits
+			ms, _ := strconv.Atoi(os.Args[2])
+			time.Sleep(time.Duration(ms) * time.Millisecond)
+			return
+		case "spawn-orphans": // helper: start N sleepers and exit at once
+			n, _ := strconv.Atoi(os.Args[2])
+			for i := 0; i < n; i++ {
+				c := exec.Command(os.Args[0], "sleep-ms", "300")
+				if i%2 == 0 { // half escape the agent's process group
+					c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+				}
+				_ = c.Start()
+			}
+			return
+		}
+	}
+	droid, prompt, resume := parseArgs(os.Args[1:])
+	a := &agent{droid: droid, session: "sess-" + strconv.Itoa(os.Getpid())}
+	if resume != "" {
+		a.session = resume
+	}
+	modes := map[string]bool{}
+	sleepMS := 0
+	for _, w := range strings.Fields(prompt) {
+		if m, ok := strings.CutPrefix(w, "fake:"); ok {
+			modes[m] = true
+			if ms, ok := strings.CutPrefix(m, "sleep-"); ok {
+				sleepMS, _ = strconv.Atoi(ms)
+			}
+		}
+	}
+	a.run(modes, sleepMS, prompt, resume)
+}
+
+// parseArgs finds the prompt in a claude or droid command line.
+func parseArgs(args []string) (droid bool, prompt, resume string) {
+	if len(args) > 0 && args[0] == "exec" {
+		droid = true
+		args = args[1:]
+	}
+	takesValue := map[string]bool{"-p": false, "--output-format": true, "-o": true, "--resume": true, "-s": true,
+		"--session-id": true, "--append-system-prompt": true, "--json-schema": true, "-m": true, "--model": true,
+		"--auto": true, "--permission-mode": true, "--input-format": true, "--cwd": true}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "-p" && !droid && i+1 < len(args):
+			prompt = args[i+1]
+			i++
+		case a == "--resume" || a == "-s" || a == "--session-id":
+			if i+1 < len(args) {
+				resume = args[i+1]
+			}
+			i++
+		case takesValue[a]:
+			i++
+		case strings.HasPrefix(a, "-"):
+		default:
+			prompt = a
+		}
+	}
+	return droid, prompt, resume
+}
+
+type agent struct {
+	droid   bool
+	session string
+}
+
+func (a *agent) emit(v map[string]any) {
+	b, _ := json.Marshal(v)
+	os.Stdout.Write(append(b, '\n'))
+}
+
+var usage = map[string]any{"input_tokens": 2000, "output_tokens": 80, "cache_read_input_tokens": 9000, "cache_creation_input_tokens": 100}
+
+func (a *agent) init() {
+	if a.droid {
+		a.emit(map[string]any{"type": "system", "subtype": "init", "session_id": a.session, "model": "custom:Fake-0", "tools": []string{"Execute"}})
+		return
+	}
+	a.emit(map[string]any{"type": "system", "subtype": "init", "session_id": a.session, "model": "claude-fake", "tools": []string{"Bash"}})
+}
+
+func (a *agent) assistant(text string, turn int) {
+	if a.droid {
+		a.emit(map[string]any{"type": "message", "role": "assistant", "text": text, "session_id": a.session})
+		return
+	}
+	u := map[string]any{"input_tokens": 2000 + turn, "output_tokens": 80, "cache_read_input_tokens": 9000, "cache_creation_input_tokens": 100}
+	a.emit(map[string]any{"type": "assistant", "session_id": a.session, "message": map[string]any{
+		"id": fmt.Sprintf("msg_%d", turn), "role": "assistant", "content": []any{map[string]any{"type": "text", "text": text}}, "usage": u}})
+}
+
+func (a *agent) result(text string, isError bool, extra map[string]any) {
+	if a.droid {
+		if isError {
+			a.emit(map[string]any{"type": "error", "source": "agent_loop", "message": "500 " + text, "session_id": a.session})
+			return
+		}
+		a.emit(map[string]any{"type": "completion", "finalText": text, "numTurns": 2, "durationMs": 12, "session_id": a.session,
+			"usage": map[string]any{"input_tokens": 4000, "output_tokens": 160, "cache_read_input_tokens": 18000, "cache_creation_input_tokens": 200}})
+		return
+	}
+	subtype := "success"
+	if isError {
+		subtype = "error_during_execution"
+	}
+	v := map[string]any{"type": "result", "subtype": subtype, "is_error": isError, "result": text, "session_id": a.session,
+		"num_turns": 2, "duration_ms": 12, "total_cost_usd": 0.03425,
+		"usage":      map[string]any{"input_tokens": 4000, "output_tokens": 160, "cache_read_input_tokens": 18000, "cache_creation_input_tokens": 200},
+		"modelUsage": map[string]any{"claude-fake": map[string]any{"contextWindow": 200000}}}
+	for k, x := range extra {
+		v[k] = x
+	}
+	a.emit(v)
+}
+
+func (a *agent) run(modes map[string]bool, sleepMS int, prompt, resume string) {
+	if modes["resume-missing"] && resume != "" {
+		fmt.Fprintf(os.Stderr, "No conversation found with session ID: %s\n", resume)
+		os.Exit(1)
+	}
+	if modes["crash-before-init"] {
+		fmt.Fprintln(os.Stderr, "fatal: could not load configuration")
+		os.Exit(2)
+	}
+	if modes["ignore-sigterm"] {
+		signal.Ignore(syscall.SIGTERM)
+	}
+	a.init()
+	if modes["crash-after-init"] {
+		fmt.Fprintln(os.Stderr, "panic: something broke after init")
+		os.Exit(3)
+	}
+	if modes["garbage"] {
+		fmt.Println("this is not JSON")
+		fmt.Println(`{"type":"mystery","x":1}`)
+		fmt.Println(`{"truncated":`)
+		fmt.Println(`[1,2,3]`)
+		os.Stdout.Write([]byte{0xff, 0xfe, '\n'})
+	}
+	if modes["big-line"] {
+		big := strings.Repeat("x", 50<<20)
+		a.emit(map[string]any{"type": "user", "message": map[string]any{"role": "user", "content": []any{map[string]any{"type": "tool_result", "content": big}}}})
+	}
+	if modes["api-retry"] && !a.droid {
+		for i := 1; i <= 2; i++ {
+			a.emit(map[string]any{"type": "system", "subtype": "api_retry", "attempt": i, "max_retries": 10, "retry_delay_ms": 500.5, "error_status": 529, "error": "overloaded"})
+		}
+	}
+	if modes["progress"] {
+		bin := os.Getenv("WORKER_WRAPPER_BIN")
+		if bin == "" {
+			bin = "worker-wrapper"
+		}
+		out, err := exec.Command(bin, "progress", "--step", "Running tests", "--pct", "50", "--output", "3 passed").CombinedOutput()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "progress call failed: %v: %s\n", err, out)
+		}
+	}
+	if modes["orphans"] {
+		_ = exec.Command(os.Args[0], "spawn-orphans", "100").Run()
+	}
+	if modes["ignore-sigterm"] {
+		time.Sleep(time.Hour)
+	}
+	if sleepMS > 0 {
+		time.Sleep(time.Duration(sleepMS) * time.Millisecond)
+	}
+	a.assistant("working", 1)
+	stop := `{"status": "complete", "result": {"ok": true}}`
+	switch {
+	case modes["blocked"]:
+		stop = `{"status": "blocked", "question": "Which branch?"}`
+	case modes["failed"]:
+		stop = `{"status": "failed", "result": {"reason": "tests cannot pass"}}`
+	case modes["no-stop"]:
+		stop = "I did it, no JSON."
+	}
+	text := "Done.\n```json\n" + stop + "\n```"
+	switch {
+	case modes["no-result"]:
+		os.Exit(0)
+	case modes["is-error"]:
+		a.result("API Error: 500 upstream failed", true, map[string]any{"api_error_status": 500})
+		return
+	case modes["schema"]:
+		var so any
+		_ = json.Unmarshal([]byte(stop), &so)
+		if modes["no-stop"] {
+			so = nil
+		}
+		a.result(text, false, map[string]any{"structured_output": so})
+	default:
+		a.result(text, false, nil)
+	}
+	switch {
+	case modes["exit1-after-success"]:
+		os.Exit(1)
+	case modes["hang-after-result"]:
+		time.Sleep(time.Hour)
+	case modes["child-holds-stdout"]:
+		c := exec.Command(os.Args[0], "sleep-ms", "60000")
+		c.Stdout = os.Stdout
+		_ = c.Start()
+	}
+}
