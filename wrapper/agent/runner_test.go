@@ -45,14 +45,14 @@ func fakeSpec(droid bool, prompt string) Spec {
 
 func TestRunFakeAgentCases(t *testing.T) {
 	tests := []struct {
-		name     string
-		prompt   string
-		status   protocol.OutputStatus
-		code     protocol.Code
-		rule     string
-		check    func(t *testing.T, o Outcome, v Verdict)
-		timeout  time.Duration
-		schema   bool
+		name    string
+		prompt  string
+		status  protocol.OutputStatus
+		code    protocol.Code
+		rule    string
+		check   func(t *testing.T, o Outcome, v Verdict)
+		timeout time.Duration
+		schema  bool
 	}{
 		{name: "complete", prompt: "fake:complete", status: protocol.StatusComplete, rule: "stop-json"},
 		{name: "blocked", prompt: "fake:blocked", status: protocol.StatusBlocked, rule: "stop-json",
