@@ -1,16 +1,20 @@
 module github.com/agentvisor/agentvisor/wrapper
 
-go 1.26
+go 1.26.0
 
 replace github.com/agentvisor/agentvisor/protocol => ../protocol
 
 require (
 	github.com/agentvisor/agentvisor/protocol v0.0.0-00010101000000-000000000000
 	github.com/creack/pty v1.1.24
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/tidwall/gjson v1.20.0
 )
 
 require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/tidwall/match v1.1.1 // indirect
 	github.com/tidwall/pretty v1.2.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
 )

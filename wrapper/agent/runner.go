@@ -74,9 +74,8 @@ type Outcome struct {
 // Run starts the agent and returns when it has exited and its output is
 // read. Whatever happens, no process of the agent's process group survives
 // Run: the group is killed at the end.
-func Run(ctx context.Context, spec Spec) Outcome {
+func Run(ctx context.Context, spec Spec) (out Outcome) {
 	spec = withDefaults(spec)
-	var out Outcome
 	start := time.Now()
 	defer func() { out.Duration = time.Since(start) }()
 

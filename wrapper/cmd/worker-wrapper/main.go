@@ -1,0 +1,121 @@
+// Command worker-wrapper is PID 1 (the ENTRYPOINT) of every worker image.
+// It runs Claude Code or Factory Droid for each task it reads from Redis,
+// reaps every process the agent leaves behind, and speaks the protocol
+// (github.com/agentvisor/agentvisor/protocol). It also runs outside a
+// container, as a child subreaper.
+//
+//	worker-wrapper                  serve tasks (configuration from the environment)
+//	worker-wrapper progress --step "Running tests" --pct 50
+//	                                report progress from the agent's shell tool
+//
+// Signals: SIGTERM or SIGINT stops taking tasks and gives the running task
+// SHUTDOWN_GRACE to finish; then its process group gets SIGTERM, and
+// SIGKILL after KILL_GRACE. A second SIGTERM or SIGINT cuts the grace
+// short. SIGHUP is forwarded to the agent's process group.
+//
+// Exit codes: 0 after a clean shutdown; 2 for a configuration error (the
+// message names the variable); 127 when the agent's program does not
+// exist, 126 when it cannot be executed; 1 for any other failure.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agentvisor/agentvisor/wrapper/reaper"
+	"github.com/agentvisor/agentvisor/wrapper/worker"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "progress":
+			return worker.ProgressCommand(os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
+		case "-h", "--help", "help":
+			fmt.Println("usage: worker-wrapper            (serve tasks; configuration from the environment)\n       worker-wrapper progress --step TEXT [--pct N] [--output TEXT]")
+			return 0
+		default:
+			fmt.Fprintf(os.Stderr, "worker-wrapper: unknown command %q\n", os.Args[1])
+			return 2
+		}
+	}
+	level := slog.LevelInfo
+	if strings.EqualFold(os.Getenv("LOG_LEVEL"), "debug") {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	cfg, err := worker.FromEnv(os.Getenv)
+	if err != nil {
+		log.Error("invalid configuration", "err", err)
+		return 2
+	}
+	if self, err := os.Executable(); err == nil {
+		cfg.SelfPath = self
+	}
+
+	// Reap from the start: whatever the agent leaves behind comes back here.
+	if err := reaper.BecomeSubreaper(); err != nil {
+		log.Warn("cannot become a child subreaper; orphans go to the system's init", "err", err)
+	}
+	r := reaper.New()
+	reapCtx, stopReaping := context.WithCancel(context.Background())
+	defer stopReaping()
+	go r.Run(reapCtx)
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+
+	w, err := worker.New(cfg, worker.Options{Logger: log, Starter: r})
+	if err != nil {
+		log.Error("invalid configuration", "err", err)
+		return 2
+	}
+	defer w.Close()
+	if err := cfg.ResolveAgent(); err != nil {
+		code := 1
+		var ee *worker.ExitError
+		if errors.As(err, &ee) {
+			code = ee.Code
+		}
+		log.Error("cannot run the agent", "err", err, "exit_code", code)
+		w.Fail(err, code, 2*time.Second)
+		return code
+	}
+
+	ctx, shutdown := context.WithCancel(context.Background())
+	go func() {
+		stopping := false
+		for sig := range sigs {
+			switch {
+			case sig == syscall.SIGHUP:
+				w.ForwardSignal(syscall.SIGHUP)
+			case !stopping:
+				stopping = true
+				log.Info("shutting down: no new tasks; the running task has the grace period", "signal", sig.String(), "grace", cfg.ShutdownGrace)
+				shutdown()
+				time.AfterFunc(cfg.ShutdownGrace, w.Terminate)
+			default:
+				log.Info("second signal: stopping the running task now", "signal", sig.String())
+				w.Terminate()
+			}
+		}
+	}()
+
+	if err := w.Run(ctx); err != nil {
+		log.Error("worker failed", "err", err)
+		w.Fail(err, 1, 2*time.Second)
+		return 1
+	}
+	log.Info("exit", "orphans_reaped", r.Orphans())
+	return 0
+}

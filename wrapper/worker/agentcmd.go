@@ -1,0 +1,223 @@
+package worker
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/wrapper/agent"
+)
+
+// SystemPromptSection is appended to the agent's system prompt: how to
+// report progress and how to stop.
+const SystemPromptSection = `# Working as an autonomous worker
+You run unattended: nobody reads your terminal. Two channels reach the people who gave you the task.
+
+1. Progress ("I keep going"). At each major step, run this in your shell; it returns at once:
+   worker-wrapper progress --step "<what you are doing>" --pct <0-100>
+
+2. Stop output ("I stopped"). When you stop, for whatever reason, end your final message with exactly one JSON object:
+   {"status": "complete", "result": {...}}            the task is done; result says what you produced
+   {"status": "blocked", "question": "<question>"}   you need an answer to go on
+   {"status": "failed", "result": {"reason": "..."}} you cannot do it
+`
+
+// droidCustomModel is the name of the custom model the wrapper declares in
+// Droid's settings when DROID_BASE_URL is set.
+const droidCustomModel = "agentvisor"
+
+// Invocation is one agent run's command line.
+type Invocation struct {
+	Prompt   string
+	ResumeID string // continue this session; "" for a new one
+	Extra    string // appended to the system prompt after SystemPromptSection
+}
+
+// Argv builds the agent's command line.
+func (c *Config) Argv(inv Invocation) []string {
+	system := SystemPromptSection
+	if inv.Extra != "" {
+		system += "\n" + inv.Extra
+	}
+	switch c.AgentType {
+	case protocol.AgentDroid:
+		argv := []string{c.AgentBin, "exec", "-o", "stream-json", "--cwd", c.Workspace}
+		if c.SkipPermissions {
+			argv = append(argv, "--skip-permissions-unsafe")
+		} else {
+			argv = append(argv, "--auto", "high")
+		}
+		if inv.ResumeID != "" {
+			argv = append(argv, "--session-id", inv.ResumeID)
+		}
+		if m := c.droidModel(); m != "" {
+			argv = append(argv, "-m", m)
+		}
+		argv = append(argv, "--append-system-prompt", system)
+		argv = append(argv, c.AgentArgs...)
+		return append(argv, inv.Prompt)
+	default:
+		argv := []string{c.AgentBin, "-p", inv.Prompt, "--output-format", "stream-json", "--verbose"}
+		if c.SkipPermissions {
+			argv = append(argv, "--dangerously-skip-permissions")
+		}
+		if inv.ResumeID != "" {
+			argv = append(argv, "--resume", inv.ResumeID)
+		}
+		if c.AgentModel != "" {
+			argv = append(argv, "--model", c.AgentModel)
+		}
+		argv = append(argv, "--append-system-prompt", system)
+		if c.JSONSchema {
+			argv = append(argv, "--json-schema", protocol.StopOutputSchema())
+		}
+		return append(argv, c.AgentArgs...)
+	}
+}
+
+func (c *Config) droidModel() string {
+	if c.AgentModel != "" {
+		return c.AgentModel
+	}
+	if c.DroidBaseURL != "" {
+		return "custom:" + droidCustomModel
+	}
+	return ""
+}
+
+// Parser returns the output parser of the configured agent.
+func (c *Config) Parser() agent.Parser {
+	if c.AgentType == protocol.AgentDroid {
+		return agent.DroidParser{}
+	}
+	return agent.ClaudeParser{}
+}
+
+// hiddenFromAgent are variables of the wrapper the agent must not see.
+var hiddenFromAgent = map[string]bool{"REDIS_URL": true, "INSTRUCTIONS": true}
+
+// AgentEnv builds the agent's environment from the wrapper's: everything
+// but the wrapper's own secrets, plus the progress endpoint and the run's
+// ids.
+func (c *Config) AgentEnv(base []string, progressURL, token string, task protocol.Task) []string {
+	env := make([]string, 0, len(base)+12)
+	path := ""
+	for _, kv := range base {
+		name, value, _ := strings.Cut(kv, "=")
+		switch {
+		case hiddenFromAgent[name]:
+		case name == "PATH":
+			path = value
+		default:
+			env = append(env, kv)
+		}
+	}
+	if c.SelfPath != "" {
+		path = filepath.Dir(c.SelfPath) + string(os.PathListSeparator) + path
+	}
+	env = append(env,
+		"PATH="+path,
+		"WORKER_ID="+c.WorkerID,
+		"WORKER_PROGRESS_URL="+progressURL,
+		"WORKER_PROGRESS_TOKEN="+token,
+		"WORKER_REQUEST_ID="+task.RequestID,
+		"WORKER_TASK_ID="+task.TaskID,
+		"WORKER_PROJECT_ID="+task.Project(),
+	)
+	if c.SelfPath != "" {
+		env = append(env, "WORKER_WRAPPER_BIN="+c.SelfPath)
+	}
+	if c.AgentType == protocol.AgentClaude {
+		// Claude refuses to skip permissions as root outside a sandbox;
+		// a worker container is that sandbox.
+		if os.Geteuid() == 0 {
+			env = append(env, "IS_SANDBOX=1")
+		}
+		env = append(env, "DISABLE_TELEMETRY=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1")
+	}
+	return env
+}
+
+// PrepareWorkspace creates the workspace, writes the instructions file the
+// agent reads (CLAUDE.md or AGENTS.md), and, for Droid with DROID_BASE_URL,
+// declares the custom model in ~/.factory/settings.json.
+func (c *Config) PrepareWorkspace(apiKey string) error {
+	if err := os.MkdirAll(c.Workspace, 0o755); err != nil {
+		return fmt.Errorf("workspace %s: %w", c.Workspace, err)
+	}
+	if c.Instructions != "" {
+		name := "CLAUDE.md"
+		if c.AgentType == protocol.AgentDroid {
+			name = "AGENTS.md"
+		}
+		if err := os.WriteFile(filepath.Join(c.Workspace, name), []byte(c.Instructions), 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", name, err)
+		}
+	}
+	if c.AgentType == protocol.AgentDroid && c.DroidBaseURL != "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return fmt.Errorf("droid settings: %w", err)
+		}
+		if apiKey == "" {
+			apiKey = "unused"
+		}
+		settings := map[string]any{"customModels": []map[string]any{{
+			"model": droidCustomModel, "displayName": "agentvisor", "baseUrl": c.DroidBaseURL,
+			"apiKey": apiKey, "provider": "anthropic", "maxOutputTokens": 8192,
+		}}}
+		b, _ := json.MarshalIndent(settings, "", "  ")
+		dir := filepath.Join(home, ".factory")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("droid settings: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "settings.json"), b, 0o600); err != nil {
+			return fmt.Errorf("droid settings: %w", err)
+		}
+	}
+	return nil
+}
+
+// Redactor replaces secret values with [REDACTED] in text that leaves the
+// wrapper (error messages, stderr tails, logs).
+type Redactor struct{ secrets []string }
+
+// NewRedactor collects the values of variables whose names say they are
+// secret (KEY, TOKEN, SECRET, PASSWORD), and the Redis password.
+func NewRedactor(environ []string, redisURL string) *Redactor {
+	r := &Redactor{}
+	for _, kv := range environ {
+		name, value, _ := strings.Cut(kv, "=")
+		up := strings.ToUpper(name)
+		if len(value) >= 6 && (strings.Contains(up, "KEY") || strings.Contains(up, "TOKEN") ||
+			strings.Contains(up, "SECRET") || strings.Contains(up, "PASSWORD")) {
+			r.secrets = append(r.secrets, value)
+		}
+	}
+	if _, rest, ok := strings.Cut(redisURL, "://"); ok {
+		if userinfo, _, ok := strings.Cut(rest, "@"); ok {
+			if _, pw, ok := strings.Cut(userinfo, ":"); ok && len(pw) >= 4 {
+				r.secrets = append(r.secrets, pw)
+			}
+		}
+	}
+	return r
+}
+
+// Add registers one more secret.
+func (r *Redactor) Add(s string) {
+	if len(s) >= 6 {
+		r.secrets = append(r.secrets, s)
+	}
+}
+
+// Redact returns s with every secret replaced.
+func (r *Redactor) Redact(s string) string {
+	for _, sec := range r.secrets {
+		s = strings.ReplaceAll(s, sec, "[REDACTED]")
+	}
+	return s
+}

@@ -1,0 +1,236 @@
+// Package worker is the worker-wrapper's core: it reads tasks from Redis,
+// runs the agent for each, and publishes lifecycle, status, heartbeat,
+// progress and output events as the protocol says.
+package worker
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// Config is the wrapper's configuration, filled from the environment in
+// one place (FromEnv) and validated at start.
+type Config struct {
+	WorkerID  string             // WORKER_ID (required)
+	RedisURL  string             // REDIS_URL (required): redis:// or rediss://, with password
+	Keys      protocol.Keys      // WORKER_KEY_PREFIX (default "worker")
+	AgentType protocol.AgentType // AGENT_TYPE (required): claude or droid
+	Kind      protocol.Kind      // WORKER_KIND: long_lived (default) or developer
+
+	AgentBin   string   // AGENT_BIN: the agent's executable (default claude or droid on PATH)
+	AgentArgs  []string // AGENT_ARGS: extra flags, a JSON array or words separated by spaces
+	AgentModel string   // AGENT_MODEL: --model (claude) or -m (droid)
+	PTY        bool     // AGENT_PTY: run the agent on a pseudo-terminal
+	// SkipPermissions (AGENT_SKIP_PERMISSIONS, default true) runs Claude
+	// with --dangerously-skip-permissions and Droid with
+	// --skip-permissions-unsafe; false runs Droid with --auto high.
+	SkipPermissions bool
+	// JSONSchema (AGENT_JSON_SCHEMA, default false) hands Claude the stop
+	// output schema (--json-schema) and takes its structured_output.
+	JSONSchema bool
+
+	Workspace       string                   // WORKSPACE (default /workspace)
+	Instructions    string                   // INSTRUCTIONS: written to CLAUDE.md or AGENTS.md
+	AllowedCommands protocol.AllowedCommands // ALLOWED_COMMANDS
+	APIURL          string                   // API_URL, passed to the agent
+	UserID          string                   // USER_ID, passed to the agent
+
+	TaskTimeout       time.Duration // TASK_TIMEOUT (default 600s)
+	HeartbeatInterval time.Duration // HEARTBEAT_INTERVAL (default 10s)
+	ShutdownGrace     time.Duration // SHUTDOWN_GRACE (default 20s): time a running task gets after SIGTERM
+	ResultGrace       time.Duration // RESULT_GRACE (default 3s)
+	KillGrace         time.Duration // KILL_GRACE (default 5s): SIGTERM to SIGKILL
+	ProgressAddr      string        // PROGRESS_ADDR (default 127.0.0.1:0)
+	EventBuffer       int           // EVENT_BUFFER (default 1000): events kept while Redis is down
+	PauseAfterOutput  bool          // PAUSE_AFTER_OUTPUT (default true): ask the spawner to pause after each output
+
+	// DroidBaseURL (DROID_BASE_URL) points Droid at an Anthropic-compatible
+	// API through a custom model in ~/.factory/settings.json.
+	DroidBaseURL string
+	// SelfPath is the wrapper's own executable, put on the agent's PATH so
+	// that `worker-wrapper progress` works from its shell tool.
+	SelfPath string
+}
+
+// FromEnv reads the configuration from getenv (os.Getenv in production).
+// Every error names the variable.
+func FromEnv(getenv func(string) string) (Config, error) {
+	c := Config{
+		WorkerID:     getenv("WORKER_ID"),
+		RedisURL:     getenv("REDIS_URL"),
+		AgentBin:     getenv("AGENT_BIN"),
+		AgentModel:   getenv("AGENT_MODEL"),
+		Workspace:    getenv("WORKSPACE"),
+		Instructions: getenv("INSTRUCTIONS"),
+		APIURL:       getenv("API_URL"),
+		UserID:       getenv("USER_ID"),
+		ProgressAddr: getenv("PROGRESS_ADDR"),
+		DroidBaseURL: getenv("DROID_BASE_URL"),
+	}
+	var err error
+	fail := func(name string, e error) (Config, error) { return Config{}, fmt.Errorf("config: %s: %w", name, e) }
+
+	if c.WorkerID == "" {
+		return fail("WORKER_ID", fmt.Errorf("required"))
+	}
+	if e := checkID(c.WorkerID); e != nil {
+		return fail("WORKER_ID", e)
+	}
+	if c.RedisURL == "" {
+		return fail("REDIS_URL", fmt.Errorf("required (redis://[:password@]host:port/db)"))
+	}
+	if !strings.HasPrefix(c.RedisURL, "redis://") && !strings.HasPrefix(c.RedisURL, "rediss://") {
+		return fail("REDIS_URL", fmt.Errorf("must start with redis:// or rediss://"))
+	}
+	if c.Keys, err = protocol.NewKeys(getenv("WORKER_KEY_PREFIX")); err != nil {
+		return fail("WORKER_KEY_PREFIX", err)
+	}
+	if v := getenv("AGENT_TYPE"); v == "" {
+		return fail("AGENT_TYPE", fmt.Errorf("required (claude or droid)"))
+	} else if c.AgentType, err = protocol.ParseAgentType(v); err != nil {
+		return fail("AGENT_TYPE", err)
+	}
+	c.Kind = protocol.KindLongLived
+	if v := getenv("WORKER_KIND"); v != "" {
+		if c.Kind, err = protocol.ParseKind(v); err != nil {
+			return fail("WORKER_KIND", err)
+		}
+	}
+	if c.AgentBin == "" {
+		c.AgentBin = string(c.AgentType)
+	}
+	if c.AgentArgs, err = parseArgs(getenv("AGENT_ARGS")); err != nil {
+		return fail("AGENT_ARGS", err)
+	}
+	bools := []struct {
+		name string
+		dst  *bool
+		def  bool
+	}{
+		{"AGENT_PTY", &c.PTY, false},
+		{"AGENT_SKIP_PERMISSIONS", &c.SkipPermissions, true},
+		{"AGENT_JSON_SCHEMA", &c.JSONSchema, false},
+		{"PAUSE_AFTER_OUTPUT", &c.PauseAfterOutput, true},
+	}
+	for _, b := range bools {
+		if *b.dst, err = parseBool(getenv(b.name), b.def); err != nil {
+			return fail(b.name, err)
+		}
+	}
+	if c.JSONSchema && c.AgentType != protocol.AgentClaude {
+		return fail("AGENT_JSON_SCHEMA", fmt.Errorf("only Claude takes a JSON schema"))
+	}
+	if c.Workspace == "" {
+		c.Workspace = "/workspace"
+	}
+	if c.AllowedCommands, err = protocol.ParseAllowedCommandsEnv(getenv("ALLOWED_COMMANDS")); err != nil {
+		return fail("ALLOWED_COMMANDS", err)
+	}
+	durations := []struct {
+		name string
+		dst  *time.Duration
+		def  time.Duration
+	}{
+		{"TASK_TIMEOUT", &c.TaskTimeout, 600 * time.Second},
+		{"HEARTBEAT_INTERVAL", &c.HeartbeatInterval, 10 * time.Second},
+		{"SHUTDOWN_GRACE", &c.ShutdownGrace, 20 * time.Second},
+		{"RESULT_GRACE", &c.ResultGrace, 3 * time.Second},
+		{"KILL_GRACE", &c.KillGrace, 5 * time.Second},
+	}
+	for _, d := range durations {
+		if *d.dst, err = parseDuration(getenv(d.name), d.def); err != nil {
+			return fail(d.name, err)
+		}
+	}
+	if c.ProgressAddr == "" {
+		c.ProgressAddr = "127.0.0.1:0"
+	}
+	c.EventBuffer = 1000
+	if v := getenv("EVENT_BUFFER"); v != "" {
+		if c.EventBuffer, err = strconv.Atoi(v); err != nil || c.EventBuffer < 1 {
+			return fail("EVENT_BUFFER", fmt.Errorf("want a positive whole number, got %q", v))
+		}
+	}
+	return c, nil
+}
+
+// ResolveAgent finds the agent's executable. It returns an error whose
+// exit code (127 missing, 126 not executable) the wrapper exits with.
+func (c *Config) ResolveAgent() error {
+	p, err := exec.LookPath(c.AgentBin)
+	if err != nil {
+		if fi, statErr := os.Stat(c.AgentBin); statErr == nil && !fi.IsDir() {
+			return &ExitError{Code: 126, Err: fmt.Errorf("config: AGENT_BIN %s is not executable", c.AgentBin)}
+		}
+		return &ExitError{Code: 127, Err: fmt.Errorf("config: AGENT_BIN %s: not found", c.AgentBin)}
+	}
+	c.AgentBin = p
+	return nil
+}
+
+// ExitError carries the exit code the wrapper ends with.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string { return e.Err.Error() }
+func (e *ExitError) Unwrap() error { return e.Err }
+
+func checkID(id string) error {
+	if len(id) > protocol.MaxIDLen || strings.ContainsAny(id, " \t\r\n{}:") {
+		return fmt.Errorf("%q: at most %d bytes, no white space, braces or colons", id, protocol.MaxIDLen)
+	}
+	return nil
+}
+
+func parseArgs(s string) ([]string, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, nil
+	}
+	if strings.HasPrefix(s, "[") {
+		var out []string
+		if err := json.Unmarshal([]byte(s), &out); err != nil {
+			return nil, fmt.Errorf("not a JSON array of strings: %w", err)
+		}
+		return out, nil
+	}
+	return strings.Fields(s), nil
+}
+
+func parseBool(s string, def bool) (bool, error) {
+	if s == "" {
+		return def, nil
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return false, fmt.Errorf("want true or false, got %q", s)
+	}
+	return b, nil
+}
+
+// parseDuration accepts Go durations ("90s", "10m") and plain seconds ("600").
+func parseDuration(s string, def time.Duration) (time.Duration, error) {
+	if s == "" {
+		return def, nil
+	}
+	if n, err := strconv.ParseFloat(s, 64); err == nil {
+		if n <= 0 {
+			return 0, fmt.Errorf("must be positive, got %q", s)
+		}
+		return time.Duration(n * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("want a positive duration such as 600 or 10m, got %q", s)
+	}
+	return d, nil
+}

@@ -1,0 +1,137 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Outbox keeps the events the wrapper publishes (lifecycle, progress,
+// status and run updates) in a bounded FIFO and writes them to Redis in
+// order, retrying with backoff while Redis is unreachable. When the buffer
+// is full the oldest event is dropped and counted. A task's output never
+// goes through the outbox: the task loop stores it itself, after Flush, and
+// retries until it is stored.
+type Outbox struct {
+	max int
+	log *slog.Logger
+
+	mu    sync.Mutex // guards q and empty
+	q     []outOp
+	empty chan struct{} // closed while q is empty and nothing is in flight
+	wake  chan struct{}
+	seq   uint64 // guarded by mu
+
+	dropped atomic.Int64
+}
+
+type outOp struct {
+	seq  uint64
+	name string
+	do   func(ctx context.Context) error
+}
+
+// NewOutbox returns an outbox that holds at most max events.
+func NewOutbox(max int, log *slog.Logger) *Outbox {
+	e := make(chan struct{})
+	close(e)
+	return &Outbox{max: max, log: log, empty: e, wake: make(chan struct{}, 1)}
+}
+
+// Push queues an event; name says what it is, for logs.
+func (o *Outbox) Push(name string, do func(ctx context.Context) error) {
+	o.mu.Lock()
+	if len(o.q) == 0 {
+		o.empty = make(chan struct{})
+	}
+	o.seq++
+	o.q = append(o.q, outOp{seq: o.seq, name: name, do: do})
+	if len(o.q) > o.max {
+		o.log.Warn("event buffer full, dropping the oldest event", "event", o.q[0].name, "buffer", o.max)
+		o.q = o.q[1:]
+		o.dropped.Add(1)
+	}
+	o.mu.Unlock()
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Dropped returns how many events were dropped because the buffer was full.
+func (o *Outbox) Dropped() int64 { return o.dropped.Load() }
+
+// Len returns how many events wait.
+func (o *Outbox) Len() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.q)
+}
+
+// Flush waits until every queued event is written, or ctx ends.
+func (o *Outbox) Flush(ctx context.Context) error {
+	o.mu.Lock()
+	e := o.empty
+	o.mu.Unlock()
+	select {
+	case <-e:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run writes events until ctx ends. It owns the head of the queue: an
+// event leaves the queue only once written.
+func (o *Outbox) Run(ctx context.Context) {
+	backoff := 50 * time.Millisecond
+	for {
+		o.mu.Lock()
+		var head outOp
+		n := len(o.q)
+		if n > 0 {
+			head = o.q[0]
+		}
+		o.mu.Unlock()
+		if n == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-o.wake:
+				continue
+			}
+		}
+		if err := head.do(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			o.log.Debug("event not written, will retry", "event", head.name, "err", err, "backoff", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff + time.Duration(rand.Int64N(int64(backoff/4)+1))):
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		o.mu.Lock()
+		// Push may have dropped the head meanwhile: remove it only if it
+		// is still there.
+		if len(o.q) > 0 && o.q[0].seq == head.seq {
+			o.q = o.q[1:]
+		}
+		if len(o.q) == 0 {
+			select {
+			case <-o.empty:
+			default:
+				close(o.empty)
+			}
+		}
+		o.mu.Unlock()
+	}
+}
+

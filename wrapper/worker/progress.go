@@ -1,0 +1,156 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// ProgressTokenHeader carries the run's token: a progress call is accepted
+// only from the run it belongs to, not from a process a previous task left.
+const ProgressTokenHeader = "X-Worker-Progress-Token"
+
+// progressServer is the local endpoint the agent reports progress to
+// (POST /progress), and the wrapper's health endpoint (GET /healthz).
+type progressServer struct {
+	w   *Worker
+	srv *http.Server
+	ln  net.Listener
+	url string
+}
+
+func startProgressServer(w *Worker, addr string) (*progressServer, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("progress endpoint on %s: %w", addr, err)
+	}
+	p := &progressServer{w: w, ln: ln, url: "http://" + ln.Addr().String() + "/progress"}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /progress", p.progress)
+	mux.HandleFunc("GET /healthz", p.health)
+	p.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = p.srv.Serve(ln) }()
+	return p, nil
+}
+
+func (p *progressServer) close() { _ = p.srv.Close() }
+
+type apiError struct {
+	Code    protocol.Code `json:"code"`
+	Message string        `json:"message"`
+}
+
+func writeJSON(rw http.ResponseWriter, status int, v any) {
+	rw.Header().Set("Content-Type", "application/json")
+	rw.WriteHeader(status)
+	_ = json.NewEncoder(rw).Encode(v)
+}
+
+func (p *progressServer) progress(rw http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, protocol.MaxProgressOutputBytes+8192))
+	if err != nil {
+		writeJSON(rw, http.StatusBadRequest, apiError{protocol.CodeInvalidTask, "read body: " + err.Error()})
+		return
+	}
+	rep, err := protocol.DecodeProgressReport(body)
+	if err != nil {
+		writeJSON(rw, http.StatusBadRequest, apiError{protocol.CodeInvalidTask, err.Error()})
+		return
+	}
+	n, err := p.w.reportProgress(r.Header.Get(ProgressTokenHeader), rep)
+	switch {
+	case errors.Is(err, errForbidden):
+		writeJSON(rw, http.StatusForbidden, apiError{protocol.CodeForbidden, err.Error()})
+	case errors.Is(err, errNoRun):
+		writeJSON(rw, http.StatusConflict, apiError{protocol.CodeNotFound, err.Error()})
+	case err != nil:
+		writeJSON(rw, http.StatusInternalServerError, apiError{protocol.CodeInternalError, err.Error()})
+	default:
+		writeJSON(rw, http.StatusAccepted, map[string]any{"ok": true, "steps_completed": n})
+	}
+}
+
+func (p *progressServer) health(rw http.ResponseWriter, _ *http.Request) {
+	writeJSON(rw, http.StatusOK, p.w.healthReport())
+}
+
+var (
+	errForbidden = errors.New("progress calls (worker.progress) are not in ALLOWED_COMMANDS")
+	errNoRun     = errors.New("no task is running, or the token belongs to another run")
+)
+
+func tokenEqual(a, b string) bool {
+	return a != "" && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+}
+
+// ProgressCommand is `worker-wrapper progress`: it sends one progress
+// report to the wrapper that runs the agent, from the agent's shell tool.
+// It returns the process exit code: 0 accepted, 1 refused or failed, 2 bad
+// usage.
+func ProgressCommand(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	var rep protocol.ProgressReport
+	for i := 0; i < len(args); i++ {
+		flag := args[i]
+		if i+1 >= len(args) {
+			fmt.Fprintf(stderr, "worker-wrapper progress: %s needs a value\n", flag)
+			return 2
+		}
+		val := args[i+1]
+		i++
+		switch flag {
+		case "--step", "-s":
+			rep.Step = val
+		case "--pct", "-p":
+			n, err := strconv.Atoi(val)
+			if err != nil {
+				fmt.Fprintf(stderr, "worker-wrapper progress: --pct %q: want a whole number from 0 to 100\n", val)
+				return 2
+			}
+			rep.ProgressPct = &n
+		case "--output", "-o":
+			rep.Output = val
+		default:
+			fmt.Fprintf(stderr, "worker-wrapper progress: unknown flag %s\nusage: worker-wrapper progress --step TEXT [--pct N] [--output TEXT]\n", flag)
+			return 2
+		}
+	}
+	if rep.Step == "" {
+		fmt.Fprintln(stderr, "usage: worker-wrapper progress --step TEXT [--pct N] [--output TEXT]")
+		return 2
+	}
+	url := getenv("WORKER_PROGRESS_URL")
+	if url == "" {
+		fmt.Fprintln(stderr, "worker-wrapper progress: WORKER_PROGRESS_URL is not set (run it from an agent the wrapper started)")
+		return 1
+	}
+	body, _ := json.Marshal(rep)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(ProgressTokenHeader, getenv("WORKER_PROGRESS_TOKEN"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "worker-wrapper progress: %v\n", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 8192))
+	if resp.StatusCode != http.StatusAccepted {
+		fmt.Fprintf(stderr, "worker-wrapper progress: refused (%s): %s", resp.Status, b)
+		return 1
+	}
+	fmt.Fprintf(stdout, "progress recorded: %s", b)
+	return 0
+}
+
