@@ -134,4 +134,3 @@ func (o *Outbox) Run(ctx context.Context) {
 		o.mu.Unlock()
 	}
 }
-

@@ -153,4 +153,3 @@ func ProgressCommand(args []string, getenv func(string) string, stdout, stderr i
 	fmt.Fprintf(stdout, "progress recorded: %s", b)
 	return 0
 }
-

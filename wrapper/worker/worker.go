@@ -32,7 +32,7 @@ type Worker struct {
 	now      func() time.Time
 	environ  []string
 
-	progress *progressServer
+	progress *progressServer // set once by Run, under mu
 
 	// terminate ends the running agent at once (the shutdown grace ran
 	// out, or a second signal came).
@@ -95,6 +95,17 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	return w, nil
 }
 
+// ProgressURL returns the URL of the progress endpoint, once Run has
+// started it.
+func (w *Worker) ProgressURL() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.progress == nil {
+		return ""
+	}
+	return w.progress.url
+}
+
 // Terminate ends the running agent now (SIGTERM to its group, SIGKILL
 // after KILL_GRACE); its task fails with TERMINATED. Safe to call twice.
 func (w *Worker) Terminate() { w.terminateOnce.Do(func() { close(w.terminateCh) }) }
@@ -117,7 +128,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
+	w.mu.Lock()
 	w.progress = p
+	w.mu.Unlock()
 	defer p.close()
 
 	bg, stopBG := context.WithCancel(context.Background())

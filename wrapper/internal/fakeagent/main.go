@@ -7,7 +7,8 @@
 // Modes: complete (default), blocked, failed, no-stop, crash-after-init,
 // crash-before-init, no-result, exit1-after-success, is-error,
 // hang-after-result, child-holds-stdout, big-line, garbage, orphans,
-// ignore-sigterm, api-retry, progress, sleep-<ms>, schema, resume-missing.
+// ignore-sigterm, api-retry, progress, sleep-<ms>, schema, resume-missing,
+// leak-secret.
 package main
 
 import (
@@ -156,6 +157,10 @@ func (a *agent) run(modes map[string]bool, sleepMS int, prompt, resume string) {
 		signal.Ignore(syscall.SIGTERM)
 	}
 	a.init()
+	if modes["leak-secret"] {
+		fmt.Fprintf(os.Stderr, "auth failed with key %s\n", os.Getenv("ANTHROPIC_API_KEY"))
+		os.Exit(4)
+	}
 	if modes["crash-after-init"] {
 		fmt.Fprintln(os.Stderr, "panic: something broke after init")
 		os.Exit(3)

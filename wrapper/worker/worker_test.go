@@ -1,0 +1,470 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/protocol/testkit"
+)
+
+var bins struct{ fake, wrapper string }
+
+func TestMain(m *testing.M) {
+	dir, _ := os.MkdirTemp("", "worker-test")
+	bins.fake = filepath.Join(dir, "fakeagent")
+	bins.wrapper = filepath.Join(dir, "worker-wrapper")
+	for path, pkg := range map[string]string{
+		bins.fake:    "github.com/agentvisor/agentvisor/wrapper/internal/fakeagent",
+		bins.wrapper: "github.com/agentvisor/agentvisor/wrapper/cmd/worker-wrapper",
+	} {
+		if out, err := exec.Command("go", "build", "-o", path, pkg).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, out)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// env is one test's Redis, client and worker configuration.
+type env struct {
+	t     *testing.T
+	redis *testkit.Redis
+	rc    *redis.Client
+	keys  protocol.Keys
+	cfg   Config
+}
+
+func newEnv(t *testing.T, agentType protocol.AgentType, kind protocol.Kind) *env {
+	t.Helper()
+	r := testkit.StartRedis(t)
+	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	t.Cleanup(func() { rc.Close() })
+	cfg, err := FromEnv(mapEnv(map[string]string{
+		"WORKER_ID": "w-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), "REDIS_URL": r.URL(),
+		"AGENT_TYPE": string(agentType), "WORKER_KIND": string(kind), "AGENT_BIN": bins.fake,
+		"WORKSPACE": t.TempDir(), "ALLOWED_COMMANDS": "worker.progress", "HEARTBEAT_INTERVAL": "200ms",
+		"RESULT_GRACE": "300ms", "KILL_GRACE": "300ms",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.SelfPath = bins.wrapper
+	return &env{t: t, redis: r, rc: rc, keys: cfg.Keys, cfg: cfg}
+}
+
+func mapEnv(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+// start runs a Worker until the test ends (or stop is called).
+func (e *env) start(environ ...string) (stop func(), w *Worker) {
+	e.t.Helper()
+	w, err := New(e.cfg, Options{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Environ: append(os.Environ(), environ...)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx); w.Close() }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	e.t.Cleanup(func() { w.Terminate(); stop() })
+	return stop, w
+}
+
+func (e *env) send(stream string, task protocol.Task) {
+	e.t.Helper()
+	doc, err := task.Encode()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.rc.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: protocol.Values(doc)}).Err(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// docs returns the documents of a stream, decoded by type.
+func (e *env) docs(stream string) (outputs []protocol.Output, progress []protocol.Progress) {
+	msgs, _ := e.rc.XRange(context.Background(), stream, "-", "+").Result()
+	for _, m := range msgs {
+		data, err := protocol.EntryData(m.Values)
+		if err != nil {
+			e.t.Fatalf("entry %s: %v", m.ID, err)
+		}
+		_, typ, _ := protocol.PeekType(data)
+		switch typ {
+		case protocol.TypeOutput:
+			o, err := protocol.DecodeOutput(data)
+			if err != nil {
+				e.t.Fatalf("output entry does not decode: %v\n%s", err, data)
+			}
+			outputs = append(outputs, o)
+		case protocol.TypeProgress:
+			p, err := protocol.DecodeProgress(data)
+			if err != nil {
+				e.t.Fatalf("progress entry does not decode: %v", err)
+			}
+			progress = append(progress, p)
+		default:
+			e.t.Fatalf("unexpected entry type %q on %s", typ, stream)
+		}
+	}
+	return outputs, progress
+}
+
+// waitOutputs waits until the stream holds n outputs.
+func (e *env) waitOutputs(stream string, n int, timeout time.Duration) []protocol.Output {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		outs, _ := e.docs(stream)
+		if len(outs) >= n {
+			return outs
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%d outputs on %s after %v, want %d", len(outs), stream, timeout, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (e *env) lifecycle() []string {
+	msgs, _ := e.rc.XRange(context.Background(), e.keys.Lifecycle(), "-", "+").Result()
+	var evs []string
+	for _, m := range msgs {
+		data, _ := protocol.EntryData(m.Values)
+		l, err := protocol.DecodeLifecycle(data)
+		if err != nil {
+			e.t.Fatalf("lifecycle entry: %v", err)
+		}
+		evs = append(evs, string(l.Event))
+	}
+	return evs
+}
+
+func (e *env) eventually(what string, timeout time.Duration, f func() bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !f() {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestTaskCompletesWithProgressStatusAndPauseRequest(t *testing.T) {
+	for _, agentType := range protocol.AgentTypes {
+		t.Run(string(agentType), func(t *testing.T) {
+			e := newEnv(t, agentType, protocol.KindLongLived)
+			e.start()
+			id := e.cfg.WorkerID
+			task := protocol.Task{RequestID: "r1", TaskID: "t1", ProjectID: "p1", Prompt: "fake:progress do it",
+				Metadata: map[string]any{"chat": "42"}}
+			e.send(e.keys.Input(id), task)
+			outs := e.waitOutputs(e.keys.Output(id), 1, 15*time.Second)
+			o := outs[0]
+			if o.Status != protocol.StatusComplete || o.RequestID != "r1" || o.TaskID != "t1" || o.ProjectID != "p1" ||
+				string(o.Result) != `{"ok":true}` || o.Metadata["chat"] != "42" || o.AgentType != agentType {
+				t.Fatalf("output %+v", o)
+			}
+			if o.Usage.Input != 4000 || o.SessionID == "" || o.Session == nil || o.Session.Action != protocol.SessionNew {
+				t.Errorf("usage/session %+v %v %+v", o.Usage, o.SessionID, o.Session)
+			}
+			// Claude reports each call's usage: the context is the last
+			// call's (2001+9000+100), not the summed 22200.
+			if agentType == protocol.AgentClaude && o.ContextTokens != 11101 {
+				t.Errorf("context tokens %d, want 11101", o.ContextTokens)
+			}
+			_, prog := e.docs(e.keys.Output(id))
+			if len(prog) != 1 || prog[0].Step != "Running tests" || *prog[0].ProgressPct != 50 || prog[0].StepsCompleted != 1 {
+				t.Fatalf("progress %+v", prog)
+			}
+			run, _ := e.rc.HGetAll(context.Background(), e.keys.Run("r1")).Result()
+			if run["status"] != "completed" || run["steps_completed"] != "1" || run["current_step"] != "Running tests" {
+				t.Errorf("run hash %v", run)
+			}
+			e.eventually("pause request and idle status", 5*time.Second, func() bool {
+				st, _ := e.rc.HGetAll(context.Background(), e.keys.Status(id)).Result()
+				n, _ := e.rc.XLen(context.Background(), e.keys.Control()).Result()
+				return st["status"] == "idle" && st["request_id"] == "" && st["tasks_completed"] == "1" && n == 1
+			})
+			ctl, _ := e.rc.XRange(context.Background(), e.keys.Control(), "-", "+").Result()
+			data, _ := protocol.EntryData(ctl[0].Values)
+			c, err := protocol.DecodeControl(data)
+			if err != nil || c.WorkerID != id || c.RequestID != "r1" {
+				t.Fatalf("control %+v %v", c, err)
+			}
+			evs := strings.Join(e.lifecycle(), ",")
+			if evs != "started,task_started,task_completed,pause_requested" {
+				t.Errorf("lifecycle %s", evs)
+			}
+			e.eventually("a heartbeat that counts the task", 3*time.Second, func() bool {
+				hb, err := e.rc.Get(context.Background(), e.keys.Heartbeat(id)).Bytes()
+				if err != nil {
+					return false
+				}
+				h, err := protocol.DecodeHeartbeat(hb)
+				if err != nil {
+					t.Fatalf("heartbeat does not decode: %v", err)
+				}
+				return h.TasksCompleted == 1 && h.RSSBytes > 0 && h.Status == protocol.HeartbeatIdle
+			})
+			if ttl, _ := e.rc.PTTL(context.Background(), e.keys.Heartbeat(id)).Result(); ttl <= 0 || ttl > 600*time.Millisecond {
+				t.Errorf("heartbeat TTL %v, want <= 3 intervals", ttl)
+			}
+			if n, _ := e.rc.XPending(context.Background(), e.keys.Input(id), protocol.WorkerGroup).Result(); n.Count != 0 {
+				t.Errorf("%d entries left unacknowledged", n.Count)
+			}
+		})
+	}
+}
+
+func TestFailuresCarryCodes(t *testing.T) {
+	e := newEnv(t, protocol.AgentClaude, protocol.KindLongLived)
+	e.start("ANTHROPIC_API_KEY=sk-test-very-secret-123")
+	in, out := e.keys.Input(e.cfg.WorkerID), e.keys.Output(e.cfg.WorkerID)
+	tests := []struct {
+		prompt string
+		code   protocol.Code
+		status protocol.OutputStatus
+	}{
+		{"fake:crash-after-init", protocol.CodeAgentCrashed, protocol.StatusFailed},
+		{"fake:is-error", protocol.CodeAgentError, protocol.StatusFailed},
+		{"fake:no-stop", protocol.CodeNoStopOutput, protocol.StatusFailed},
+		{"fake:blocked", "", protocol.StatusBlocked},
+		{"fake:leak-secret", protocol.CodeAgentCrashed, protocol.StatusFailed},
+		{"fake:ignore-sigterm", protocol.CodeAgentTimeout, protocol.StatusFailed},
+	}
+	for i, tt := range tests {
+		task := protocol.Task{RequestID: fmt.Sprintf("r%d", i), Prompt: tt.prompt}
+		if tt.code == protocol.CodeAgentTimeout {
+			task.TimeoutSeconds = 1
+		}
+		e.send(in, task)
+	}
+	outs := e.waitOutputs(out, len(tests), 30*time.Second)
+	for i, tt := range tests {
+		o := outs[i]
+		if o.RequestID != fmt.Sprintf("r%d", i) || o.Status != tt.status || (tt.code != "" && (o.Error == nil || o.Error.Code != tt.code)) {
+			t.Errorf("%s: output %+v error %+v", tt.prompt, o, o.Error)
+		}
+		b, _ := json.Marshal(o)
+		if strings.Contains(string(b), "very-secret") {
+			t.Errorf("%s: the API key leaked into the output: %s", tt.prompt, b)
+		}
+		if tt.prompt == "fake:leak-secret" && !strings.Contains(o.Error.Message, "[REDACTED]") {
+			t.Errorf("stderr tail not in the error: %q", o.Error.Message)
+		}
+	}
+	run, _ := e.rc.HGetAll(context.Background(), e.keys.Run("r0")).Result()
+	if run["status"] != "failed" || !strings.HasPrefix(run["error"], "AGENT_CRASHED: ") {
+		t.Errorf("run hash %v", run)
+	}
+}
+
+func TestInvalidTaskIsAnsweredAndAcknowledged(t *testing.T) {
+	e := newEnv(t, protocol.AgentClaude, protocol.KindLongLived)
+	e.start()
+	in, out := e.keys.Input(e.cfg.WorkerID), e.keys.Output(e.cfg.WorkerID)
+	ctx := context.Background()
+	e.rc.XAdd(ctx, &redis.XAddArgs{Stream: in, Values: map[string]any{"data": `{"v":1,"type":"task","request_id":"bad-1","prompt":""}`}})
+	e.rc.XAdd(ctx, &redis.XAddArgs{Stream: in, Values: map[string]any{"data": `not json at all`}})
+	e.rc.XAdd(ctx, &redis.XAddArgs{Stream: in, Values: map[string]any{"payload": `x`}})
+	e.send(in, protocol.Task{RequestID: "good", Prompt: "fake:complete"})
+	outs := e.waitOutputs(out, 4, 10*time.Second)
+	if outs[0].RequestID != "bad-1" || outs[0].Error.Code != protocol.CodeInvalidTask || !strings.Contains(outs[0].Error.Message, "field prompt") {
+		t.Errorf("first %+v %+v", outs[0], outs[0].Error)
+	}
+	for _, o := range outs[1:3] {
+		if !strings.HasPrefix(o.RequestID, "invalid-") || o.Error.Code != protocol.CodeInvalidTask {
+			t.Errorf("garbage answered with %+v", o)
+		}
+	}
+	if outs[3].RequestID != "good" || outs[3].Status != protocol.StatusComplete {
+		t.Errorf("the loop did not go on: %+v", outs[3])
+	}
+	if n, _ := e.rc.XPending(ctx, in, protocol.WorkerGroup).Result(); n.Count != 0 {
+		t.Errorf("%d entries left unacknowledged", n.Count)
+	}
+}
+
+func TestPendingEntriesFirstAndRedeliveryPublishesNothing(t *testing.T) {
+	e := newEnv(t, protocol.AgentClaude, protocol.KindLongLived)
+	ctx := context.Background()
+	id := e.cfg.WorkerID
+	in, out := e.keys.Input(id), e.keys.Output(id)
+	// A previous incarnation read two entries and died: one of them it had
+	// already answered (its run is terminal), the other not.
+	e.rc.XGroupCreateMkStream(ctx, in, protocol.WorkerGroup, "0")
+	e.send(in, protocol.Task{RequestID: "done-before", Prompt: "fake:complete"})
+	e.send(in, protocol.Task{RequestID: "never-answered", Prompt: "fake:complete"})
+	e.rc.XReadGroup(ctx, &redis.XReadGroupArgs{Group: protocol.WorkerGroup, Consumer: id, Streams: []string{in, ">"}, Count: 2})
+	e.rc.HSet(ctx, e.keys.Run("done-before"), "status", "completed")
+	e.send(in, protocol.Task{RequestID: "new", Prompt: "fake:complete"})
+	e.start()
+	outs := e.waitOutputs(out, 2, 10*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	outs, _ = e.docs(out)
+	if len(outs) != 2 || outs[0].RequestID != "never-answered" || outs[1].RequestID != "new" {
+		var ids []string
+		for _, o := range outs {
+			ids = append(ids, o.RequestID)
+		}
+		t.Fatalf("outputs %v, want never-answered then new", ids)
+	}
+	if n, _ := e.rc.XPending(ctx, in, protocol.WorkerGroup).Result(); n.Count != 0 {
+		t.Errorf("%d entries left unacknowledged", n.Count)
+	}
+}
+
+func TestProgressEndpointRefusesWhatItMust(t *testing.T) {
+	e := newEnv(t, protocol.AgentClaude, protocol.KindLongLived)
+	e.cfg.AllowedCommands, _ = protocol.ParseAllowedCommands([]string{"project.get"})
+	_, denied := e.start()
+	e2 := *e
+	e2.cfg.WorkerID += "-allowed"
+	e2.cfg.AllowedCommands, _ = protocol.ParseAllowedCommands([]string{"worker.*"})
+	_, w := e2.start()
+	var url string
+	post := func(token, body string) int {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		req.Header.Set(ProgressTokenHeader, token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	e.eventually("progress endpoints", 5*time.Second, func() bool { return denied.ProgressURL() != "" && w.ProgressURL() != "" })
+	url = denied.ProgressURL()
+	if c := post("x", `{"step":"s"}`); c != http.StatusForbidden {
+		t.Errorf("not allowed: %d", c)
+	}
+	url = w.ProgressURL()
+	if c := post("x", `{"step":"s"}`); c != http.StatusConflict {
+		t.Errorf("no run: %d", c)
+	}
+	if c := post("x", `{"step":"s","progress_pct":400}`); c != http.StatusBadRequest {
+		t.Errorf("bad report: %d", c)
+	}
+	if c := post("x", `garbage`); c != http.StatusBadRequest {
+		t.Errorf("garbage: %d", c)
+	}
+	var out, errb strings.Builder
+	if code := ProgressCommand([]string{"--step", "x", "--pct", "abc"}, mapEnv(nil), &out, &errb); code != 2 {
+		t.Errorf("bad --pct exit %d", code)
+	}
+	if code := ProgressCommand([]string{"--step", "x"}, mapEnv(map[string]string{"WORKER_PROGRESS_URL": url, "WORKER_PROGRESS_TOKEN": "nope"}), &out, &errb); code != 1 {
+		t.Errorf("refused call exit %d", code)
+	}
+}
+
+func TestDeveloperWorkersShareTheQueue(t *testing.T) {
+	e := newEnv(t, protocol.AgentClaude, protocol.KindDeveloper)
+	e.start()
+	e2 := *e
+	e2.cfg.WorkerID = e.cfg.WorkerID + "-b"
+	e2.start()
+	for i := 0; i < 6; i++ {
+		e.send(e.keys.DeveloperInput(), protocol.Task{RequestID: fmt.Sprintf("d%d", i), Prompt: "fake:sleep-100"})
+	}
+	outs := e.waitOutputs(e.keys.DeveloperOutput(), 6, 20*time.Second)
+	seen, workers := map[string]int{}, map[string]int{}
+	for _, o := range outs {
+		seen[o.RequestID]++
+		workers[o.WorkerID]++
+		if o.Attempt != 1 {
+			t.Errorf("attempt %d", o.Attempt)
+		}
+	}
+	if len(seen) != 6 || len(workers) != 2 {
+		t.Fatalf("requests %v, workers %v: want 6 answered once, by both workers", seen, workers)
+	}
+}
+
+func TestShutdownLetsTheTaskFinishWithinGrace(t *testing.T) {
+	e := newEnv(t, protocol.AgentClaude, protocol.KindLongLived)
+	stop, _ := e.start()
+	e.send(e.keys.Input(e.cfg.WorkerID), protocol.Task{RequestID: "slow", Prompt: "fake:sleep-800"})
+	e.eventually("task start", 5*time.Second, func() bool {
+		return strings.Contains(strings.Join(e.lifecycle(), ","), "task_started")
+	})
+	stop() // grace is not cut: the task finishes
+	outs, _ := e.docs(e.keys.Output(e.cfg.WorkerID))
+	if len(outs) != 1 || outs[0].Status != protocol.StatusComplete {
+		t.Fatalf("outputs %+v", outs)
+	}
+	evs := e.lifecycle()
+	if evs[len(evs)-2] != "stopping" || evs[len(evs)-1] != "stopped" {
+		t.Fatalf("lifecycle %v", evs)
+	}
+	if st, _ := e.rc.HGet(context.Background(), e.keys.Status(e.cfg.WorkerID), "status").Result(); st != "stopped" {
+		t.Errorf("status %q", st)
+	}
+	if n, _ := e.rc.Exists(context.Background(), e.keys.Heartbeat(e.cfg.WorkerID)).Result(); n != 0 {
+		t.Error("heartbeat key left after a clean stop")
+	}
+}
+
+func TestTerminateStopsTheTaskWithTerminated(t *testing.T) {
+	e := newEnv(t, protocol.AgentClaude, protocol.KindLongLived)
+	stop, w := e.start()
+	e.send(e.keys.Input(e.cfg.WorkerID), protocol.Task{RequestID: "long", Prompt: "fake:ignore-sigterm"})
+	e.eventually("task start", 5*time.Second, func() bool {
+		return strings.Contains(strings.Join(e.lifecycle(), ","), "task_started")
+	})
+	w.Terminate()
+	stop()
+	outs, _ := e.docs(e.keys.Output(e.cfg.WorkerID))
+	if len(outs) != 1 || outs[0].Error == nil || outs[0].Error.Code != protocol.CodeTerminated {
+		t.Fatalf("outputs %+v", outs)
+	}
+}
+
+func TestRedisRestartMidTaskGivesExactlyOneOutput(t *testing.T) {
+	e := newEnv(t, protocol.AgentClaude, protocol.KindLongLived)
+	e.start()
+	id := e.cfg.WorkerID
+	e.send(e.keys.Input(id), protocol.Task{RequestID: "through-outage", Prompt: "fake:progress fake:sleep-1500"})
+	e.eventually("task start", 5*time.Second, func() bool {
+		return strings.Contains(strings.Join(e.lifecycle(), ","), "task_started")
+	})
+	// The data directory survives the restart only through a dump: save
+	// the streams first, like a Redis with persistence would.
+	if _, err := e.redis.Do("SAVE"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.redis.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond) // the agent finishes while Redis is down
+	if err := e.redis.Start(); err != nil {
+		t.Fatal(err)
+	}
+	outs := e.waitOutputs(e.keys.Output(id), 1, 30*time.Second)
+	time.Sleep(time.Second)
+	outs, _ = e.docs(e.keys.Output(id))
+	if len(outs) != 1 || outs[0].RequestID != "through-outage" || outs[0].Status != protocol.StatusComplete {
+		t.Fatalf("outputs %+v, want exactly one", outs)
+	}
+	e.eventually("heartbeats resume", 5*time.Second, func() bool {
+		n, _ := e.rc.Exists(context.Background(), e.keys.Heartbeat(id)).Result()
+		return n == 1
+	})
+}
