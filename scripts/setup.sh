@@ -88,6 +88,39 @@ if ! engine_answers; then
   log "the Docker engine answers"
 fi
 
+# --- the agent CLIs ----------------------------------------------------------
+# Pinned to the versions of ../shared/reference, installed from npm into
+# AGENTS_DIR (the native binaries of their platform packages), and linked
+# into /usr/local/bin. Tests and the demo run these real binaries against
+# the project's stub model server.
+AGENTS_DIR=${AGENTS_DIR:-/opt/agentvisor/agents}
+CLAUDE_PKG=@anthropic-ai/claude-code-linux-x64
+CLAUDE_VERSION=${CLAUDE_VERSION:-2.1.197}
+DROID_PKG=@factory/cli-linux-x64
+DROID_VERSION=${DROID_VERSION:-0.225.2}
+installed_version() { # package -> version installed in AGENTS_DIR, or nothing
+  local pj="$AGENTS_DIR/node_modules/$1/package.json"
+  [ -f "$pj" ] && node -e 'process.stdout.write(require(process.argv[1]).version)' "$pj" 2>/dev/null
+}
+pkgs=()
+[ "$(installed_version $CLAUDE_PKG)" = "$CLAUDE_VERSION" ] || pkgs+=("$CLAUDE_PKG@$CLAUDE_VERSION")
+[ "$(installed_version $DROID_PKG)" = "$DROID_VERSION" ] || pkgs+=("$DROID_PKG@$DROID_VERSION")
+if [ ${#pkgs[@]} -gt 0 ]; then
+  log "installing the agent CLIs from npm into $AGENTS_DIR: ${pkgs[*]}"
+  mkdir -p "$AGENTS_DIR"
+  [ -f "$AGENTS_DIR/package.json" ] || echo '{"name":"agentvisor-agents","private":true}' >"$AGENTS_DIR/package.json"
+  npm install --prefix "$AGENTS_DIR" --no-audit --no-fund --loglevel=error "${pkgs[@]}" >/dev/null
+  changed=1
+fi
+for link in "claude:$AGENTS_DIR/node_modules/$CLAUDE_PKG/claude" "droid:$AGENTS_DIR/node_modules/$DROID_PKG/bin/droid"; do
+  name=${link%%:*}; target=${link#*:}
+  if [ "$(readlink "/usr/local/bin/$name" 2>/dev/null)" != "$target" ]; then
+    ln -sf "$target" "/usr/local/bin/$name"
+    log "linked /usr/local/bin/$name -> $target"
+    changed=1
+  fi
+done
+
 if [ $changed = 0 ]; then
-  log "nothing to do: redis-server, docker.io, debootstrap, node and npm are installed and the Docker engine answers"
+  log "nothing to do: redis-server, docker.io, debootstrap, node, npm, claude $CLAUDE_VERSION and droid $DROID_VERSION are installed and the Docker engine answers"
 fi

@@ -48,7 +48,9 @@ func (ClaudeParser) ParseLine(line []byte) []Event {
 	case "assistant":
 		msg := v.Get("message")
 		var evs []Event
-		if u := msg.Get("usage"); u.Exists() {
+		// A "<synthetic>" message is Claude Code's own (an error shown as a
+		// reply): it made no API call, and its zero usage is no context.
+		if u := msg.Get("usage"); u.Exists() && msg.Get("model").String() != "<synthetic>" {
 			evs = append(evs, Event{Turn: &Turn{MessageID: msg.Get("id").String(), Usage: claudeUsage(u)}})
 		}
 		msg.Get("content").ForEach(func(_, c gjson.Result) bool {

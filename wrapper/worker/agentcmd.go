@@ -144,7 +144,7 @@ func (c *Config) AgentEnv(base []string, progressURL, token string, task protoco
 // PrepareWorkspace creates the workspace, writes the instructions file the
 // agent reads (CLAUDE.md or AGENTS.md), and, for Droid with DROID_BASE_URL,
 // declares the custom model in ~/.factory/settings.json.
-func (c *Config) PrepareWorkspace(apiKey string) error {
+func (c *Config) PrepareWorkspace(home, apiKey string) error {
 	if err := os.MkdirAll(c.Workspace, 0o755); err != nil {
 		return fmt.Errorf("workspace %s: %w", c.Workspace, err)
 	}
@@ -158,9 +158,8 @@ func (c *Config) PrepareWorkspace(apiKey string) error {
 		}
 	}
 	if c.AgentType == protocol.AgentDroid && c.DroidBaseURL != "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return fmt.Errorf("droid settings: %w", err)
+		if home == "" {
+			return fmt.Errorf("droid settings: HOME is not set")
 		}
 		if apiKey == "" {
 			apiKey = "unused"

@@ -115,13 +115,16 @@ func (w *Worker) Terminate() { w.terminateOnce.Do(func() { close(w.terminateCh) 
 // that short), publishes stopped. Shutdown order: stop reading input first,
 // then finish the task and publish its output, then the last events.
 func (w *Worker) Run(ctx context.Context) error {
-	apiKey := ""
+	apiKey, home := "", ""
 	for _, kv := range w.environ {
 		if v, ok := cutPrefix(kv, "ANTHROPIC_API_KEY="); ok {
 			apiKey = v
 		}
+		if v, ok := cutPrefix(kv, "HOME="); ok {
+			home = v
+		}
 	}
-	if err := w.cfg.PrepareWorkspace(apiKey); err != nil {
+	if err := w.cfg.PrepareWorkspace(home, apiKey); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	p, err := startProgressServer(w, w.cfg.ProgressAddr)

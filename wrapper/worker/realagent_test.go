@@ -1,0 +1,109 @@
+package worker
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/wrapper/stubmodel"
+)
+
+// These tests run the real claude and droid binaries (installed by `make
+// setup`) through the wrapper, against the stub model server.
+
+func realAgentEnv(t *testing.T, agentType protocol.AgentType) (*env, *stubmodel.Server, []string) {
+	t.Helper()
+	bin, err := exec.LookPath(string(agentType))
+	if err != nil {
+		t.Fatalf("the real %s CLI is not installed (run `make setup`): %v", agentType, err)
+	}
+	stub, err := stubmodel.Start(stubmodel.Script{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stub.Close() })
+	e := newEnv(t, agentType, protocol.KindLongLived)
+	e.cfg.AgentBin = bin
+	e.cfg.ResultGrace = 2 * time.Second
+	environ := []string{"HOME=" + t.TempDir(), "ANTHROPIC_API_KEY=sk-stub-key-0123456789"}
+	if agentType == protocol.AgentClaude {
+		environ = append(environ, "ANTHROPIC_BASE_URL="+stub.URL)
+	} else {
+		e.cfg.DroidBaseURL = stub.URL
+	}
+	return e, stub, environ
+}
+
+func shellTool(agentType protocol.AgentType, command string) *stubmodel.ToolUse {
+	if agentType == protocol.AgentDroid {
+		return &stubmodel.ToolUse{Name: "Execute", Input: map[string]any{"command": command, "riskLevel": "low", "riskLevelReason": "reports progress"}}
+	}
+	return &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": command, "description": "report progress"}}
+}
+
+func TestRealAgents(t *testing.T) {
+	for _, agentType := range protocol.AgentTypes {
+		t.Run(string(agentType), func(t *testing.T) {
+			t.Parallel()
+			e, stub, environ := realAgentEnv(t, agentType)
+			e.start(environ...)
+			in, out := e.keys.Input(e.cfg.WorkerID), e.keys.Output(e.cfg.WorkerID)
+
+			// 1. Complete, reporting progress through the agent's shell tool.
+			stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
+				{ToolUse: shellTool(agentType, `worker-wrapper progress --step "Running tests" --pct 50 --output "41 passed"`)},
+				{Text: "All done.\n```json\n{\"status\": \"complete\", \"result\": {\"pr\": 42}}\n```"},
+			}})
+			e.send(in, protocol.Task{RequestID: "complete", Prompt: "Fix the build and report progress."})
+			outs := e.waitOutputs(out, 1, 60*time.Second)
+			o := outs[0]
+			if o.Status != protocol.StatusComplete || string(o.Result) != `{"pr":42}` || o.SessionID == "" {
+				t.Fatalf("complete: %+v (error %+v)", o, o.Error)
+			}
+			if o.Usage.Input != 2*stubmodel.DefaultUsage.InputTokens {
+				t.Errorf("usage %+v, want the sum of two calls", o.Usage)
+			}
+			if agentType == protocol.AgentClaude && o.ContextTokens != stubmodel.DefaultUsage.InputTokens+stubmodel.DefaultUsage.CacheReadInputTokens+stubmodel.DefaultUsage.CacheCreationInputTokens {
+				t.Errorf("context tokens %d, want the last call's", o.ContextTokens)
+			}
+			_, prog := e.docs(out)
+			if len(prog) != 1 || prog[0].Step != "Running tests" || prog[0].Output != "41 passed" || prog[0].RequestID != "complete" {
+				t.Fatalf("progress through the %s shell tool: %+v", agentType, prog)
+			}
+			reqs := stub.Requests()
+			if len(reqs) < 2 || !strings.Contains(reqs[0].System, "worker-wrapper progress") {
+				t.Errorf("the system prompt lacks the wrapper's section (%d requests)", len(reqs))
+			}
+			if !strings.Contains(reqs[len(reqs)-1].Text(), "progress recorded") {
+				t.Errorf("the tool result did not reach the model: %q", reqs[len(reqs)-1].Text())
+			}
+
+			// 2. Blocked with a question.
+			stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
+				{Text: "I need to know one thing.\n{\"status\": \"blocked\", \"question\": \"Which database?\"}"},
+			}})
+			e.send(in, protocol.Task{RequestID: "blocked", Prompt: "Add persistence."})
+			outs = e.waitOutputs(out, 2, 60*time.Second)
+			if o := outs[1]; o.Status != protocol.StatusBlocked || o.Question != "Which database?" {
+				t.Fatalf("blocked: %+v", o)
+			}
+
+			// 3. Failed: the model API refuses the request.
+			stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
+				{Error: &stubmodel.HTTPError{Status: 400, Message: "prompt is too long"}, Repeat: 20},
+			}})
+			e.send(in, protocol.Task{RequestID: "failed", Prompt: "Anything."})
+			outs = e.waitOutputs(out, 3, 60*time.Second)
+			if o := outs[2]; o.Status != protocol.StatusFailed || o.Error == nil || o.Error.Code != protocol.CodeAgentError {
+				t.Fatalf("failed: %+v (error %+v)", o, o.Error)
+			}
+			for _, o := range outs {
+				if strings.Contains(o.Response, "sk-stub-key") || (o.Error != nil && strings.Contains(o.Error.Message, "sk-stub-key")) {
+					t.Errorf("the API key leaked: %+v", o)
+				}
+			}
+		})
+	}
+}
