@@ -45,7 +45,7 @@ test: setup
 	@$(MAKE) --no-print-directory fuzz
 
 bench: setup
-	@for m in $(MODULES); do (cd $$m && $(GO) test -run='^$$' -bench=. -benchmem ./...) || exit 1; done
+	@for m in $(MODULES); do (cd $$m && $(GO) test -run='^$$' -bench=. -benchtime=1x ./...) || exit 1; done
 
 demo: setup
 	@echo "make demo: the end-to-end demo (a Claude and a Droid worker against the stub model) is issue 7 and is not built yet." >&2

@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func baseEnv(redisURL string, t *testing.T) []string {
+func baseEnv(redisURL string, t testing.TB) []string {
 	return []string{"WORKER_ID=bb-1", "REDIS_URL=" + redisURL, "AGENT_TYPE=claude", "AGENT_BIN=" + bins.fake,
 		"WORKSPACE=" + t.TempDir(), "HEARTBEAT_INTERVAL=1", "PATH=/usr/bin:/bin", "KILL_GRACE=500ms", "RESULT_GRACE=500ms"}
 }
@@ -101,7 +101,7 @@ func TestExitCodes(t *testing.T) {
 }
 
 // startWrapper runs the binary in the background.
-func startWrapper(t *testing.T, env []string) (*exec.Cmd, *strings.Builder) {
+func startWrapper(t testing.TB, env []string) (*exec.Cmd, *strings.Builder) {
 	t.Helper()
 	var out strings.Builder
 	cmd := exec.Command(bins.wrapper)
@@ -113,7 +113,7 @@ func startWrapper(t *testing.T, env []string) (*exec.Cmd, *strings.Builder) {
 	return cmd, &out
 }
 
-func waitFor(t *testing.T, what string, timeout time.Duration, f func() bool) {
+func waitFor(t testing.TB, what string, timeout time.Duration, f func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !f() {
@@ -124,14 +124,14 @@ func waitFor(t *testing.T, what string, timeout time.Duration, f func() bool) {
 	}
 }
 
-func sendTask(t *testing.T, rc *redis.Client, stream string, task protocol.Task) {
+func sendTask(t testing.TB, rc *redis.Client, stream string, task protocol.Task) {
 	doc, _ := task.Encode()
 	if err := rc.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: protocol.Values(doc)}).Err(); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func outputs(t *testing.T, rc *redis.Client, stream string) []protocol.Output {
+func outputs(t testing.TB, rc *redis.Client, stream string) []protocol.Output {
 	msgs, _ := rc.XRange(context.Background(), stream, "-", "+").Result()
 	var outs []protocol.Output
 	for _, m := range msgs {

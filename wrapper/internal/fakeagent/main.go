@@ -8,12 +8,13 @@
 // crash-before-init, no-result, exit1-after-success, is-error,
 // hang-after-result, child-holds-stdout, big-line, garbage, orphans,
 // ignore-sigterm, api-retry, progress, sleep-<ms>, schema, resume-missing,
-// leak-secret.
+// leak-secret, stamp (start and exit times in the result), progress-burst.
 package main
 
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -22,6 +23,9 @@ import (
 	"syscall"
 	"time"
 )
+
+// startNS is when the process started, for the latency benchmarks.
+var startNS = time.Now().UnixNano()
 
 func main() {
 	if len(os.Args) > 1 {
@@ -209,6 +213,21 @@ func (a *agent) run(modes map[string]bool, sleepMS int, prompt, resume string) {
 		stop = `{"status": "failed", "result": {"reason": "tests cannot pass"}}`
 	case modes["no-stop"]:
 		stop = "I did it, no JSON."
+	}
+	if modes["stamp"] {
+		// The benchmarks read when the agent started and when it exited.
+		stop = fmt.Sprintf(`{"status": "complete", "result": {"start_ns": %d, "exit_ns": %d}}`, startNS, time.Now().UnixNano())
+	}
+	if modes["progress-burst"] {
+		for i := 0; i < 20; i++ {
+			body := fmt.Sprintf(`{"step":"burst","output":"%d"}`, time.Now().UnixNano())
+			req, _ := http.NewRequest(http.MethodPost, os.Getenv("WORKER_PROGRESS_URL"), strings.NewReader(body))
+			req.Header.Set("X-Worker-Progress-Token", os.Getenv("WORKER_PROGRESS_TOKEN"))
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
 	text := "Done.\n```json\n" + stop + "\n```"
 	switch {
