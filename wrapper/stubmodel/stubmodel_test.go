@@ -41,7 +41,11 @@ func TestScriptStreamErrorsAndRecording(t *testing.T) {
 			events = append(events, ev)
 		}
 		if d, ok := strings.CutPrefix(line, "data: "); ok && strings.Contains(d, "input_json_delta") {
-			var v struct{ Delta struct{ PartialJSON string `json:"partial_json"` } }
+			var v struct {
+				Delta struct {
+					PartialJSON string `json:"partial_json"`
+				}
+			}
 			json.Unmarshal([]byte(d), &v)
 			input = v.Delta.PartialJSON
 		}
