@@ -214,10 +214,6 @@ func (a *agent) run(modes map[string]bool, sleepMS int, prompt, resume string) {
 	case modes["no-stop"]:
 		stop = "I did it, no JSON."
 	}
-	if modes["stamp"] {
-		// The benchmarks read when the agent started and when it exited.
-		stop = fmt.Sprintf(`{"status": "complete", "result": {"start_ns": %d, "exit_ns": %d}}`, startNS, time.Now().UnixNano())
-	}
 	if modes["progress-burst"] {
 		for i := 0; i < 20; i++ {
 			body := fmt.Sprintf(`{"step":"burst","output":"%d"}`, time.Now().UnixNano())
@@ -228,6 +224,10 @@ func (a *agent) run(modes map[string]bool, sleepMS int, prompt, resume string) {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
+	}
+	if modes["stamp"] {
+		// The benchmarks read when the agent started and when it exited.
+		stop = fmt.Sprintf(`{"status": "complete", "result": {"start_ns": %d, "exit_ns": %d}}`, startNS, time.Now().UnixNano())
 	}
 	text := "Done.\n```json\n" + stop + "\n```"
 	switch {
