@@ -147,6 +147,7 @@ func Run(ctx context.Context, spec Spec) (out Outcome) {
 
 	var (
 		timeout, resultGrace, drain, kill <-chan time.Time
+		hardDrain                         <-chan time.Time
 		exited, stdoutDone                bool
 		cancelled                         = ctx.Done()
 	)
@@ -199,11 +200,17 @@ func Run(ctx context.Context, spec Spec) (out Outcome) {
 				signalGroup(pgid, syscall.SIGKILL)
 			}
 		case <-drain:
+			// A child of the group holds stdout: kill the group. Its
+			// pipe then ends once read, however long the parsing of what
+			// is in it takes.
 			drain = nil
 			out.KilledDraining = true
 			signalGroup(pgid, syscall.SIGKILL)
-			// A process outside the group (it called setsid) may still
-			// hold the pipe: stop reading.
+			hardDrain = time.After(hardDrainGrace)
+		case <-hardDrain:
+			// A process outside the group (it called setsid) still holds
+			// the pipe: stop reading.
+			hardDrain = nil
 			stdout.Close()
 		case <-kill:
 			kill = nil
@@ -219,6 +226,10 @@ func Run(ctx context.Context, spec Spec) (out Outcome) {
 	out.Stderr = tail.String()
 	return out
 }
+
+// hardDrainGrace bounds the wait for stdout to end after the agent's group
+// was killed: only a process that left the group can hold it that long.
+const hardDrainGrace = 10 * time.Second
 
 func (o *Outcome) record(ev Event, at time.Duration) {
 	switch {

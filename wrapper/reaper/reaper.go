@@ -72,13 +72,13 @@ func (r *Reaper) Start(cmd *exec.Cmd) (<-chan agent.ExitStatus, error) {
 // Orphans returns how many processes it reaped that it had not started.
 func (r *Reaper) Orphans() int64 { return r.orphans.Load() }
 
-// Run reaps on every SIGCHLD, and once a second in case a signal was
+// Run reaps on every SIGCHLD, and every 10 s in case a signal was
 // coalesced, until ctx ends.
 func (r *Reaper) Run(ctx context.Context) {
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGCHLD)
 	defer signal.Stop(sigs)
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(10 * time.Second)
 	defer tick.Stop()
 	for {
 		r.Reap()

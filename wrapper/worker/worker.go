@@ -184,6 +184,7 @@ func cutPrefix(s, p string) (string, bool) {
 func (w *Worker) loop(ctx context.Context) {
 	stream := w.cfg.Keys.InputFor(w.cfg.Kind, w.cfg.WorkerID)
 	group := protocol.GroupFor(w.cfg.Kind)
+	defer context.AfterFunc(ctx, w.rdb.StopReading)()
 	backoff := newBackoff()
 	groupReady, pending := false, true
 	for ctx.Err() == nil {
@@ -195,7 +196,7 @@ func (w *Worker) loop(ctx context.Context) {
 			}
 			groupReady = true
 		}
-		e, err := w.rdb.ReadTask(ctx, stream, group, w.cfg.WorkerID, pending, 2*time.Second)
+		e, err := w.rdb.ReadTask(ctx, stream, group, w.cfg.WorkerID, pending, 5*time.Second)
 		if err != nil {
 			if ctx.Err() != nil {
 				return

@@ -33,15 +33,20 @@ func procField(pid int, file, field string) int64 {
 	return 0
 }
 
-// cpuNS is the CPU time a process has used, from schedstat (ns).
+// cpuNS is the CPU time a process has used, summed over its threads'
+// schedstat (ns): finer than the 10 ms ticks of /proc/<pid>/stat.
 func cpuNS(pid int) int64 {
-	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/schedstat")
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	entries, _ := os.ReadDir(dir)
+	var sum int64
+	for _, e := range entries {
+		b, _ := os.ReadFile(dir + "/" + e.Name() + "/schedstat")
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			n, _ := strconv.ParseInt(f[0], 10, 64)
+			sum += n
+		}
 	}
-	n, _ := strconv.ParseInt(f[0], 10, 64)
-	return n
+	return sum
 }
 
 func startBaseline(b *testing.B) *exec.Cmd {

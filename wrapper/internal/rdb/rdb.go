@@ -17,6 +17,7 @@ import (
 // RDB is the wrapper's view of Redis.
 type RDB struct {
 	c       *redis.Client
+	reader  *redis.Client // its own connection for blocking reads, closed to end one at once
 	Keys    protocol.Keys
 	Timeout time.Duration // per call; blocking reads add their block time
 }
@@ -33,13 +34,22 @@ func Open(url string, keys protocol.Keys) (*RDB, error) {
 	opt.ReadTimeout = 3 * time.Second
 	opt.WriteTimeout = 3 * time.Second
 	opt.PoolSize = 4
-	opt.ContextTimeoutEnabled = true // a cancelled context ends a blocking read at once
-	opt.MinIdleConns = 1
-	return &RDB{c: redis.NewClient(opt), Keys: keys, Timeout: 3 * time.Second}, nil
+	opt.ContextTimeoutEnabled = true
+	ropt := *opt
+	ropt.PoolSize, ropt.MinIdleConns = 1, 0
+	return &RDB{c: redis.NewClient(opt), reader: redis.NewClient(&ropt), Keys: keys, Timeout: 3 * time.Second}, nil
 }
 
 // Close closes the connections.
-func (r *RDB) Close() error { return r.c.Close() }
+func (r *RDB) Close() error {
+	r.reader.Close()
+	return r.c.Close()
+}
+
+// StopReading ends a blocking ReadTask at once and makes every later one
+// fail: go-redis does not watch a context's cancellation while it waits for
+// a reply, so shutdown closes the reading connection instead.
+func (r *RDB) StopReading() { r.reader.Close() }
 
 func (r *RDB) ctx(parent context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(parent, r.Timeout)
@@ -83,7 +93,7 @@ func (r *RDB) ReadTask(ctx context.Context, stream, group, consumer string, pend
 	args := &redis.XReadGroupArgs{Group: group, Consumer: consumer, Streams: []string{stream, id}, Count: 1, Block: block}
 	tctx, cancel := context.WithTimeout(ctx, r.Timeout+max(block, 0))
 	defer cancel()
-	res, err := r.c.XReadGroup(tctx, args).Result()
+	res, err := r.reader.XReadGroup(tctx, args).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
