@@ -22,13 +22,20 @@ func claudeUsage(u gjson.Result) protocol.Usage {
 	}
 }
 
-// ParseLine implements Parser.
-func (ClaudeParser) ParseLine(line []byte) []Event {
+// jsonObject parses a line that is one JSON object; ok is false for
+// anything else (not JSON, an array, a bare value).
+func jsonObject(line []byte) (gjson.Result, bool) {
 	if !gjson.ValidBytes(line) {
-		return nil
+		return gjson.Result{}, false
 	}
 	v := gjson.ParseBytes(line)
-	if !v.IsObject() {
+	return v, v.IsObject()
+}
+
+// ParseLine implements Parser.
+func (ClaudeParser) ParseLine(line []byte) []Event {
+	v, ok := jsonObject(line)
+	if !ok {
 		return nil
 	}
 	switch v.Get("type").String() {

@@ -3,8 +3,6 @@ package agent
 import (
 	"encoding/json"
 
-	"github.com/tidwall/gjson"
-
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
@@ -20,11 +18,8 @@ var _ Parser = DroidParser{}
 
 // ParseLine implements Parser.
 func (DroidParser) ParseLine(line []byte) []Event {
-	if !gjson.ValidBytes(line) {
-		return nil
-	}
-	v := gjson.ParseBytes(line)
-	if !v.IsObject() {
+	v, ok := jsonObject(line)
+	if !ok {
 		return nil
 	}
 	switch v.Get("type").String() {

@@ -2,14 +2,14 @@ package agent
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentvisor/agentvisor/wrapper/internal/testbin"
 
 	"github.com/agentvisor/agentvisor/protocol"
 )
@@ -17,19 +17,11 @@ import (
 var fakeAgent string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fakeagent")
-	if err != nil {
-		panic(err)
-	}
-	fakeAgent = filepath.Join(dir, "fakeagent")
-	out, err := exec.Command("go", "build", "-o", fakeAgent, "github.com/agentvisor/agentvisor/wrapper/internal/fakeagent").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build fakeagent: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	var dir string
+	testbin.Main(func() int {
+		fakeAgent = filepath.Join(dir, "fakeagent")
+		return m.Run()
+	}, map[string]string{"fakeagent": testbin.FakeAgent}, &dir)
 }
 
 func fakeSpec(droid bool, prompt string) Spec {

@@ -2,7 +2,6 @@ package reaper
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,20 +9,18 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentvisor/agentvisor/wrapper/internal/testbin"
 )
 
 var fakeAgent string
 
 func TestMain(m *testing.M) {
-	dir, _ := os.MkdirTemp("", "reaper")
-	fakeAgent = filepath.Join(dir, "fakeagent")
-	if out, err := exec.Command("go", "build", "-o", fakeAgent, "github.com/agentvisor/agentvisor/wrapper/internal/fakeagent").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build fakeagent: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	var dir string
+	testbin.Main(func() int {
+		fakeAgent = filepath.Join(dir, "fakeagent")
+		return m.Run()
+	}, map[string]string{"fakeagent": testbin.FakeAgent}, &dir)
 }
 
 // zombies lists the children of this process that are zombies.

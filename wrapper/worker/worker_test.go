@@ -8,12 +8,13 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agentvisor/agentvisor/wrapper/internal/testbin"
 
 	"github.com/redis/go-redis/v9"
 
@@ -24,21 +25,11 @@ import (
 var bins struct{ fake, wrapper string }
 
 func TestMain(m *testing.M) {
-	dir, _ := os.MkdirTemp("", "worker-test")
-	bins.fake = filepath.Join(dir, "fakeagent")
-	bins.wrapper = filepath.Join(dir, "worker-wrapper")
-	for path, pkg := range map[string]string{
-		bins.fake:    "github.com/agentvisor/agentvisor/wrapper/internal/fakeagent",
-		bins.wrapper: "github.com/agentvisor/agentvisor/wrapper/cmd/worker-wrapper",
-	} {
-		if out, err := exec.Command("go", "build", "-o", path, pkg).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, out)
-			os.Exit(1)
-		}
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	var dir string
+	testbin.Main(func() int {
+		bins.fake, bins.wrapper = filepath.Join(dir, "fakeagent"), filepath.Join(dir, "worker-wrapper")
+		return m.Run()
+	}, map[string]string{"fakeagent": testbin.FakeAgent, "worker-wrapper": testbin.Wrapper}, &dir)
 }
 
 // env is one test's Redis, client and worker configuration.

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/wrapper/internal/testbin"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
@@ -23,24 +25,10 @@ import (
 var bins struct{ dir, wrapper, fake string }
 
 func TestMain(m *testing.M) {
-	dir, _ := os.MkdirTemp("", "wrapper-bin")
-	bins.dir = dir
-	bins.wrapper = filepath.Join(dir, "worker-wrapper")
-	bins.fake = filepath.Join(dir, "claude")
-	for path, pkg := range map[string]string{
-		bins.wrapper: "github.com/agentvisor/agentvisor/wrapper/cmd/worker-wrapper",
-		bins.fake:    "github.com/agentvisor/agentvisor/wrapper/internal/fakeagent",
-	} {
-		cmd := exec.Command("go", "build", "-o", path, pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static, for a FROM scratch image
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, out)
-			os.Exit(1)
-		}
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testbin.Main(func() int {
+		bins.wrapper, bins.fake = filepath.Join(bins.dir, "worker-wrapper"), filepath.Join(bins.dir, "claude")
+		return m.Run()
+	}, map[string]string{"worker-wrapper": testbin.Wrapper, "claude": testbin.FakeAgent}, &bins.dir)
 }
 
 func baseEnv(redisURL string, t testing.TB) []string {
