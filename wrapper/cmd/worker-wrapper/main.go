@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
 	"github.com/agentvisor/agentvisor/wrapper/reaper"
 	"github.com/agentvisor/agentvisor/wrapper/worker"
 )
@@ -53,6 +54,7 @@ func run() int {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	rdb.SetLogger(log)
 
 	cfg, err := worker.FromEnv(os.Getenv)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -13,6 +14,17 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 )
+
+// SetLogger sends go-redis's own messages (a failed dial while Redis is
+// down, say) to log at debug level, as JSON like every other line, instead
+// of its default plain-text logger on stderr.
+func SetLogger(log *slog.Logger) { redis.SetLogger(slogAdapter{log}) }
+
+type slogAdapter struct{ log *slog.Logger }
+
+func (a slogAdapter) Printf(ctx context.Context, format string, v ...any) {
+	a.log.DebugContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
+}
 
 // RDB is the wrapper's view of Redis.
 type RDB struct {
