@@ -70,7 +70,10 @@ const (
 	SessionFieldTasks         = "tasks"
 	SessionFieldCostUSD       = "cost_usd"
 	SessionFieldWorkerID      = "worker_id"         // the worker that holds it (affinity)
-	SessionFieldWorkerExpires = "worker_expires_at" // when that affinity lapses
+	SessionFieldWorkerExpires = "worker_expires_at" // when that affinity lapses (RFC 3339)
+	// SessionFieldWorkerExpiresMS is the same instant in Unix milliseconds,
+	// which the claim script compares atomically.
+	SessionFieldWorkerExpiresMS = "worker_expires_at_ms"
 )
 
 // FormatTime is how every hash stores a time: RFC 3339 with nanoseconds,

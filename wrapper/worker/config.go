@@ -51,6 +51,15 @@ type Config struct {
 	EventBuffer       int           // EVENT_BUFFER (default 1000): events kept while Redis is down
 	PauseAfterOutput  bool          // PAUSE_AFTER_OUTPUT (default true): ask the spawner to pause after each output
 
+	// SessionPolicy (SESSION_POLICY) is "project" (default: continue the
+	// project's session while it is small and recent) or "new" (a new
+	// session for every task).
+	SessionPolicy string
+	// Sessions tunes the project policy: SESSION_CONTEXT_THRESHOLD
+	// (150000), SESSION_STALE_AFTER (24h), SESSION_AFFINITY (30m),
+	// SESSION_SUMMARIZE (true).
+	Sessions SessionConfig
+
 	// DroidBaseURL (DROID_BASE_URL) points Droid at an Anthropic-compatible
 	// API through a custom model in ~/.factory/settings.json.
 	DroidBaseURL string
@@ -148,6 +157,30 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		if *d.dst, err = parseDuration(getenv(d.name), d.def); err != nil {
 			return fail(d.name, err)
 		}
+	}
+	c.SessionPolicy = getenv("SESSION_POLICY")
+	switch c.SessionPolicy {
+	case "":
+		c.SessionPolicy = "project"
+	case "project", "new":
+	default:
+		return fail("SESSION_POLICY", fmt.Errorf("want project or new, got %q", c.SessionPolicy))
+	}
+	if v := getenv("SESSION_CONTEXT_THRESHOLD"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			return fail("SESSION_CONTEXT_THRESHOLD", fmt.Errorf("want a positive number of tokens, got %q", v))
+		}
+		c.Sessions.ContextThreshold = n
+	}
+	if c.Sessions.StaleAfter, err = parseDuration(getenv("SESSION_STALE_AFTER"), 24*time.Hour); err != nil {
+		return fail("SESSION_STALE_AFTER", err)
+	}
+	if c.Sessions.Affinity, err = parseDuration(getenv("SESSION_AFFINITY"), 30*time.Minute); err != nil {
+		return fail("SESSION_AFFINITY", err)
+	}
+	if c.Sessions.Summarize, err = parseBool(getenv("SESSION_SUMMARIZE"), true); err != nil {
+		return fail("SESSION_SUMMARIZE", err)
 	}
 	if c.ProgressAddr == "" {
 		c.ProgressAddr = "127.0.0.1:0"

@@ -26,6 +26,9 @@ type Outbox struct {
 	seq   uint64 // guarded by mu
 
 	dropped atomic.Int64
+
+	// Permanent, when set, tells an error that no retry can mend.
+	Permanent func(error) bool
 }
 
 type outOp struct {
@@ -104,7 +107,15 @@ func (o *Outbox) Run(ctx context.Context) {
 				continue
 			}
 		}
-		if err := head.do(ctx); err != nil {
+		err := head.do(ctx)
+		if err != nil && o.Permanent != nil && o.Permanent(err) {
+			// Redis answered, and refused: retrying cannot help, and the
+			// event would block every one behind it.
+			o.log.Error("event refused by Redis, dropped", "event", head.name, "err", err)
+			o.dropped.Add(1)
+			err = nil
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}

@@ -2,20 +2,27 @@ package worker
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/wrapper/agent"
+	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
 )
 
 // SessionPlan is how a task's agent session was chosen.
 type SessionPlan struct {
 	ResumeID string // the session to continue; "" for a new one
-	Extra    string // appended to the system prompt (the project's context)
+	Context  string // the project's stored context, injected into a new session
 	Decision protocol.SessionDecision
+	held     bool // this worker holds the project's session record
 }
 
 // SessionPolicy chooses the agent session of each task and learns from
-// each run. It is the seam for the project-session policy.
+// each run. Sessions belong to a project, not to a task.
 type SessionPolicy interface {
 	// Decide chooses the session of a task before its agent starts.
 	Decide(ctx context.Context, task protocol.Task) SessionPlan
@@ -26,7 +33,7 @@ type SessionPolicy interface {
 		rerun func(Invocation) agent.Outcome) (agent.Outcome, SessionPlan)
 }
 
-// NewSessions runs every task in a new session.
+// NewSessions runs every task in a new session (SESSION_POLICY=new).
 type NewSessions struct{}
 
 var _ SessionPolicy = NewSessions{}
@@ -44,4 +51,236 @@ func (NewSessions) Decide(_ context.Context, task protocol.Task) SessionPlan {
 func (NewSessions) Complete(_ context.Context, _ protocol.Task, plan SessionPlan, o agent.Outcome,
 	_ func(Invocation) agent.Outcome) (agent.Outcome, SessionPlan) {
 	return o, plan
+}
+
+// SessionConfig tunes ProjectSessions.
+type SessionConfig struct {
+	// ContextThreshold: a session whose context reached it is retired
+	// (default 150 000). When the agent reports its model's context
+	// window, the threshold is ThresholdRatio of that window instead.
+	ContextThreshold int64
+	ThresholdRatio   float64       // default 0.75 (150 000 of 200 000)
+	StaleAfter       time.Duration // default 24 h
+	Affinity         time.Duration // how long the project's session stays bound to this worker (default 30 min)
+	Summarize        bool          // ask the old session for a summary when retiring it (default true)
+}
+
+func (c SessionConfig) withDefaults() SessionConfig {
+	if c.ContextThreshold <= 0 {
+		c.ContextThreshold = 150_000
+	}
+	if c.ThresholdRatio <= 0 {
+		c.ThresholdRatio = 0.75
+	}
+	if c.StaleAfter <= 0 {
+		c.StaleAfter = 24 * time.Hour
+	}
+	if c.Affinity <= 0 {
+		c.Affinity = 30 * time.Minute
+	}
+	return c
+}
+
+// SummaryPrompt is the one more turn a retiring session is asked.
+const SummaryPrompt = `This session is about to be retired; a new session will continue the project from a summary.
+Write the project's context for that new session, in Markdown, under these headings:
+## Architecture
+## Decisions
+## Known issues
+## File structure
+Be concise and concrete. Do not change any file. End with {"status": "complete"}.`
+
+// ProjectSessions continues a project's session while every condition
+// holds (same project and agent type, context below the threshold, last
+// activity recent enough, no force_new_session), and starts a new one
+// otherwise. It keeps the session record and the project's context in
+// Redis, so that a replacement worker can resume.
+//
+// Two workers that race for one project: the first to claim the record
+// holds it (for Affinity after its last task); the other runs its task in a
+// new session of its own that is not recorded.
+type ProjectSessions struct {
+	w   *Worker
+	cfg SessionConfig
+}
+
+// NewProjectSessions returns the policy for w.
+func NewProjectSessions(w *Worker, cfg SessionConfig) *ProjectSessions {
+	return &ProjectSessions{w: w, cfg: cfg.withDefaults()}
+}
+
+var _ SessionPolicy = (*ProjectSessions)(nil)
+
+func (p *ProjectSessions) log() *slog.Logger { return p.w.log }
+
+// threshold is the context size at which a session is retired.
+func (p *ProjectSessions) threshold(window int64) int64 {
+	if window > 0 {
+		return int64(float64(window) * p.cfg.ThresholdRatio)
+	}
+	return p.cfg.ContextThreshold
+}
+
+// Decide implements SessionPolicy.
+func (p *ProjectSessions) Decide(ctx context.Context, task protocol.Task) SessionPlan {
+	w := p.w
+	now := w.now()
+	project := task.Project()
+	rec, err := w.rdb.ClaimSession(ctx, w.cfg.AgentType, project, w.cfg.WorkerID, now, now.Add(p.cfg.Affinity))
+	if err != nil {
+		p.log().Warn("session store unreachable: new session", "err", err, "project_id", project)
+		return SessionPlan{Decision: protocol.SessionDecision{Action: protocol.SessionNew, Reason: protocol.SessionReasonNoSession}}
+	}
+	plan := SessionPlan{held: rec.Claimed}
+	plan.Context, _ = w.rdb.ProjectContext(ctx, project)
+	prev := rec.Fields[protocol.SessionFieldSessionID]
+	newPlan := func(reason string) SessionPlan {
+		plan.Decision = protocol.SessionDecision{Action: protocol.SessionNew, Reason: reason, PreviousSessionID: prev}
+		return plan
+	}
+	last, _ := protocol.ParseTime(rec.Fields[protocol.SessionFieldLastActivity])
+	tokens := rdb.Int64Field(rec.Fields, protocol.SessionFieldContextTokens)
+	window := rdb.Int64Field(rec.Fields, protocol.SessionFieldContextWindow)
+	switch {
+	case !rec.Claimed:
+		return newPlan("held_by_other_worker")
+	case prev == "":
+		return newPlan(protocol.SessionReasonNoSession)
+	case task.ForceNewSession:
+		return newPlan(protocol.SessionReasonForced)
+	case now.Sub(last) >= p.cfg.StaleAfter:
+		p.retire(ctx, project, prev)
+		plan.Context, _ = w.rdb.ProjectContext(ctx, project)
+		return newPlan(protocol.SessionReasonStale)
+	case tokens >= p.threshold(window):
+		p.retire(ctx, project, prev)
+		plan.Context, _ = w.rdb.ProjectContext(ctx, project)
+		return newPlan(protocol.SessionReasonOverflow)
+	}
+	plan.ResumeID = prev
+	plan.Decision = protocol.SessionDecision{Action: protocol.SessionResume, Reason: protocol.SessionReasonContinued, PreviousSessionID: prev}
+	return plan
+}
+
+// retire asks the old session, in one more turn, for a summary of the
+// project and stores it as the project's context. A summary that fails
+// leaves the stored context as it was.
+func (p *ProjectSessions) retire(ctx context.Context, project, sessionID string) {
+	if !p.cfg.Summarize {
+		return
+	}
+	w := p.w
+	task := protocol.Task{RequestID: "summary-" + sessionID, ProjectID: project, Prompt: SummaryPrompt}
+	spec := w.agentSpec(task, Invocation{Prompt: SummaryPrompt, ResumeID: sessionID}, &current{task: task, run: protocol.NewRun(task.RequestID, "", w.cfg.WorkerID, project, w.now())})
+	spec.Timeout = min(w.cfg.TaskTimeout, 5*time.Minute)
+	o := agent.Run(ctx, spec)
+	if o.Result == nil || o.Result.IsError || strings.TrimSpace(o.Result.Text) == "" {
+		p.log().Warn("session summary failed; the project keeps its previous context", "project_id", project, "session_id", sessionID)
+		return
+	}
+	text := o.Result.Text
+	if i := strings.LastIndex(text, `{"status"`); i > 0 {
+		text = strings.TrimSpace(text[:i])
+	}
+	if err := w.rdb.SetProjectContext(ctx, project, text); err != nil {
+		p.log().Warn("store project context", "err", err)
+		return
+	}
+	p.log().Info("session retired with a summary", "project_id", project, "session_id", sessionID, "summary_bytes", len(text))
+}
+
+// resumeFailed tells a resume that failed: the agent produced no result
+// and said so (Claude: "No conversation found"), or it died before its
+// init line (Droid cannot fetch the session from its cloud: exit 1,
+// nothing on stdout; a session file lost with its container).
+func resumeFailed(plan SessionPlan, o agent.Outcome) (bool, string) {
+	if plan.ResumeID == "" || o.Result != nil || o.StartErr != nil || o.TimedOut || o.Cancelled {
+		return false, ""
+	}
+	if strings.Contains(o.Stderr, "No conversation found") {
+		return true, strings.TrimSpace(o.Stderr)
+	}
+	if o.Init == nil && o.Exit.Code != 0 {
+		return true, fmt.Sprintf("the agent could not resume session %s (%s before its init line): %s", plan.ResumeID, o.Exit, strings.TrimSpace(o.Stderr))
+	}
+	return false, ""
+}
+
+// Complete implements SessionPolicy.
+func (p *ProjectSessions) Complete(ctx context.Context, task protocol.Task, plan SessionPlan, o agent.Outcome,
+	rerun func(Invocation) agent.Outcome) (agent.Outcome, SessionPlan) {
+	w := p.w
+	if failed, msg := resumeFailed(plan, o); failed {
+		p.log().Warn("resume failed: running the task again in a new session", "session_id", plan.ResumeID, "request_id", task.RequestID)
+		plan.Decision = protocol.SessionDecision{Action: protocol.SessionNew, Reason: protocol.SessionReasonResumeFailed,
+			PreviousSessionID: plan.ResumeID, ResumeError: protocol.NewError(protocol.CodeResumeFailed, "%s", w.redact.Redact(truncate(msg, 2000)))}
+		plan.ResumeID = ""
+		o = rerun(p.invocation(task, plan))
+	}
+	if o.Result == nil {
+		return o, plan
+	}
+	sid := o.Result.SessionID
+	if sid == "" && o.Init != nil {
+		sid = o.Init.SessionID
+	}
+	contextTokens := o.Result.Usage.Context()
+	if o.LastTurn != nil {
+		contextTokens = o.LastTurn.Usage.Context()
+	}
+	now := w.now()
+	if err := w.rdb.AddUsage(ctx, task.Project(), sid, w.cfg.WorkerID, o.Result.Usage, o.Result.CostUSD); err != nil {
+		p.log().Warn("usage not recorded", "err", err)
+	}
+	if !plan.held || sid == "" {
+		return o, plan
+	}
+	fields := map[string]any{
+		protocol.SessionFieldSessionID:     sid,
+		protocol.SessionFieldAgentType:     string(w.cfg.AgentType),
+		protocol.SessionFieldProjectID:     task.Project(),
+		protocol.SessionFieldContextTokens: contextTokens,
+		protocol.SessionFieldContextWindow: o.Result.ContextWindow,
+		protocol.SessionFieldLastActivity:  protocol.FormatTime(now),
+		protocol.SessionFieldWorkerExpires: protocol.FormatTime(now.Add(p.cfg.Affinity)),
+		protocol.SessionFieldWorkerExpiresMS: strconv.FormatInt(now.Add(p.cfg.Affinity).UnixMilli(), 10),
+	}
+	isNew := plan.Decision.Action == protocol.SessionNew
+	if isNew {
+		fields[protocol.SessionFieldCreatedAt] = protocol.FormatTime(now)
+	}
+	if _, err := w.rdb.SaveSession(ctx, w.cfg.AgentType, task.Project(), w.cfg.WorkerID, isNew, o.Result.CostUSD, fields); err != nil {
+		p.log().Warn("session not recorded", "err", err)
+	}
+	p.log().Info("session recorded", "project_id", task.Project(), "session_id", sid, "action", plan.Decision.Action,
+		"reason", plan.Decision.Reason, "context_tokens", contextTokens, "threshold", p.threshold(o.Result.ContextWindow))
+	return o, plan
+}
+
+// invocation is the command line of a task in plan's session: a new
+// session carries the project's context (Claude: in the system prompt;
+// Droid: in the prompt).
+func (p *ProjectSessions) invocation(task protocol.Task, plan SessionPlan) Invocation {
+	return invocationFor(p.w.cfg.AgentType, task, plan)
+}
+
+func invocationFor(agentType protocol.AgentType, task protocol.Task, plan SessionPlan) Invocation {
+	inv := Invocation{Prompt: task.Prompt, ResumeID: plan.ResumeID}
+	if plan.ResumeID != "" || strings.TrimSpace(plan.Context) == "" {
+		return inv
+	}
+	section := "# Project context (from earlier sessions of this project)\n" + plan.Context
+	if agentType == protocol.AgentDroid {
+		inv.Prompt = section + "\n\n# Task\n" + task.Prompt
+	} else {
+		inv.Extra = section
+	}
+	return inv
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }

@@ -81,7 +81,11 @@ func New(cfg Config, opts Options) (*Worker, error) {
 		w.starter = agent.DirectStarter{}
 	}
 	if w.sessions == nil {
-		w.sessions = NewSessions{}
+		if cfg.SessionPolicy == "new" {
+			w.sessions = NewSessions{}
+		} else {
+			w.sessions = NewProjectSessions(w, cfg.Sessions)
+		}
 	}
 	if w.now == nil {
 		w.now = time.Now
@@ -91,6 +95,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	}
 	w.redact = NewRedactor(w.environ, cfg.RedisURL)
 	w.out = NewOutbox(cfg.EventBuffer, w.log)
+	w.out.Permanent = rdb.IsServerError
 	w.machine = protocol.NewWorkerMachine(cfg.WorkerID, w.now())
 	return w, nil
 }
@@ -262,25 +267,14 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 		protocol.StatusFieldAttempt: attempt})
 
 	plan := w.sessions.Decide(ctx, task)
-	inv := Invocation{Prompt: task.Prompt, ResumeID: plan.ResumeID, Extra: plan.Extra}
-	spec := agent.Spec{
-		Argv: w.cfg.Argv(inv), Env: w.cfg.AgentEnv(w.environ, w.progress.url, cur.token, task),
-		Dir: w.cfg.Workspace, Parser: w.cfg.Parser(), PTY: w.cfg.PTY, Timeout: task.Timeout(w.cfg.TaskTimeout),
-		ResultGrace: w.cfg.ResultGrace, KillGrace: w.cfg.KillGrace, Starter: w.starter,
-		OnStart: func(pid int) {
-			w.mu.Lock()
-			cur.agentPID = pid
-			_ = run.Transition(protocol.RunRunning, w.now())
-			w.mu.Unlock()
-			w.pushRun(run)
-			w.pushLifecycle(protocol.EventTaskStarted, task.RequestID, task.TaskID, map[string]any{"pid": pid, "attempt": attempt})
-		},
-		OnEvent: func(ev agent.Event) {
-			if ev.Retry != nil {
-				r := ev.Retry
-				w.pushProgress(cur, fmt.Sprintf("model API retry %d/%d (HTTP %d, %s), next in %d ms", r.Attempt, r.MaxRetries, r.Status, r.Error, int(math.Round(r.DelayMS))), nil, "", protocol.LevelWarning)
-			}
-		},
+	spec := w.agentSpec(task, invocationFor(w.cfg.AgentType, task, plan), cur)
+	spec.OnStart = func(pid int) {
+		w.mu.Lock()
+		cur.agentPID = pid
+		_ = run.Transition(protocol.RunRunning, w.now())
+		w.mu.Unlock()
+		w.pushRun(run)
+		w.pushLifecycle(protocol.EventTaskStarted, task.RequestID, task.TaskID, map[string]any{"pid": pid, "attempt": attempt})
 	}
 	log.Info("task started", "resume", plan.ResumeID != "", "session_reason", plan.Decision.Reason, "attempt", attempt)
 
@@ -299,11 +293,35 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 
 	outcome, plan = w.sessions.Complete(ctx, task, plan, outcome, func(inv Invocation) agent.Outcome {
 		spec.Argv = w.cfg.Argv(inv)
-		return agent.Run(context.Background(), spec)
+		rerunCtx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-w.terminateCh:
+				cancel()
+			case <-rerunCtx.Done():
+			}
+		}()
+		return agent.Run(rerunCtx, spec)
 	})
 	verdict := agent.Judge(outcome, w.cfg.JSONSchema)
 	o := w.output(task, outcome, verdict, plan, attempt)
 	w.finish(log, cur, stream, group, o)
+}
+
+// agentSpec is how to run the agent for a task of the run cur.
+func (w *Worker) agentSpec(task protocol.Task, inv Invocation, cur *current) agent.Spec {
+	return agent.Spec{
+		Argv: w.cfg.Argv(inv), Env: w.cfg.AgentEnv(w.environ, w.ProgressURL(), cur.token, task),
+		Dir: w.cfg.Workspace, Parser: w.cfg.Parser(), PTY: w.cfg.PTY, Timeout: task.Timeout(w.cfg.TaskTimeout),
+		ResultGrace: w.cfg.ResultGrace, KillGrace: w.cfg.KillGrace, Starter: w.starter,
+		OnEvent: func(ev agent.Event) {
+			if ev.Retry != nil {
+				r := ev.Retry
+				w.pushProgress(cur, fmt.Sprintf("model API retry %d/%d (HTTP %d, %s), next in %d ms", r.Attempt, r.MaxRetries, r.Status, r.Error, int(math.Round(r.DelayMS))), nil, "", protocol.LevelWarning)
+			}
+		},
+	}
 }
 
 // output builds the Output event of a task.
@@ -470,6 +488,9 @@ func (w *Worker) reportProgress(token string, rep protocol.ProgressReport) (int,
 }
 
 func (w *Worker) pushProgress(cur *current, step string, pct *int, output, level string) {
+	if cur.output == "" { // a run of the wrapper's own (a session summary)
+		return
+	}
 	w.mu.Lock()
 	n := cur.run.StepsCompleted
 	w.mu.Unlock()

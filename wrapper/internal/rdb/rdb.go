@@ -123,6 +123,22 @@ func (r *RDB) ReadTask(ctx context.Context, stream, group, consumer string, pend
 	return nil, nil
 }
 
+// IsServerError reports whether err is Redis refusing a command (an error
+// reply such as WRONGTYPE), not a connection that failed.
+func IsServerError(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) || errors.Is(err, redis.ErrClosed) {
+		return false
+	}
+	// Replies of a server that is starting, busy or failing over pass.
+	for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "READONLY", "CLUSTERDOWN"} {
+		if strings.HasPrefix(re.Error(), p) {
+			return false
+		}
+	}
+	return true
+}
+
 // ErrNoGroup: the consumer group (or its stream) was deleted under us.
 var ErrNoGroup = errors.New("rdb: consumer group is missing")
 
