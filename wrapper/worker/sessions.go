@@ -236,13 +236,13 @@ func (p *ProjectSessions) Complete(ctx context.Context, task protocol.Task, plan
 		return o, plan
 	}
 	fields := map[string]any{
-		protocol.SessionFieldSessionID:     sid,
-		protocol.SessionFieldAgentType:     string(w.cfg.AgentType),
-		protocol.SessionFieldProjectID:     task.Project(),
-		protocol.SessionFieldContextTokens: contextTokens,
-		protocol.SessionFieldContextWindow: o.Result.ContextWindow,
-		protocol.SessionFieldLastActivity:  protocol.FormatTime(now),
-		protocol.SessionFieldWorkerExpires: protocol.FormatTime(now.Add(p.cfg.Affinity)),
+		protocol.SessionFieldSessionID:       sid,
+		protocol.SessionFieldAgentType:       string(w.cfg.AgentType),
+		protocol.SessionFieldProjectID:       task.Project(),
+		protocol.SessionFieldContextTokens:   contextTokens,
+		protocol.SessionFieldContextWindow:   o.Result.ContextWindow,
+		protocol.SessionFieldLastActivity:    protocol.FormatTime(now),
+		protocol.SessionFieldWorkerExpires:   protocol.FormatTime(now.Add(p.cfg.Affinity)),
 		protocol.SessionFieldWorkerExpiresMS: strconv.FormatInt(now.Add(p.cfg.Affinity).UnixMilli(), 10),
 	}
 	isNew := plan.Decision.Action == protocol.SessionNew
