@@ -56,10 +56,10 @@ func (NewSessions) Complete(_ context.Context, _ protocol.Task, plan SessionPlan
 // SessionConfig tunes ProjectSessions.
 type SessionConfig struct {
 	// ContextThreshold: a session whose context reached it is retired
-	// (default 150 000). When the agent reports its model's context
-	// window, the threshold is ThresholdRatio of that window instead.
+	// (default 150 000, of a DefaultContextWindow window). When the agent
+	// reports its model's context window, the threshold scales with it:
+	// window × ContextThreshold / DefaultContextWindow.
 	ContextThreshold int64
-	ThresholdRatio   float64       // default 0.75 (150 000 of 200 000)
 	StaleAfter       time.Duration // default 24 h
 	Affinity         time.Duration // how long the project's session stays bound to this worker (default 30 min)
 	Summarize        bool          // ask the old session for a summary when retiring it (default true)
@@ -68,9 +68,6 @@ type SessionConfig struct {
 func (c SessionConfig) withDefaults() SessionConfig {
 	if c.ContextThreshold <= 0 {
 		c.ContextThreshold = 150_000
-	}
-	if c.ThresholdRatio <= 0 {
-		c.ThresholdRatio = 0.75
 	}
 	if c.StaleAfter <= 0 {
 		c.StaleAfter = 24 * time.Hour
@@ -113,10 +110,14 @@ var _ SessionPolicy = (*ProjectSessions)(nil)
 
 func (p *ProjectSessions) log() *slog.Logger { return p.w.log }
 
+// DefaultContextWindow is the model context window ContextThreshold is
+// given against.
+const DefaultContextWindow = 200_000
+
 // threshold is the context size at which a session is retired.
 func (p *ProjectSessions) threshold(window int64) int64 {
 	if window > 0 {
-		return int64(float64(window) * p.cfg.ThresholdRatio)
+		return window * p.cfg.ContextThreshold / DefaultContextWindow
 	}
 	return p.cfg.ContextThreshold
 }
@@ -189,18 +190,23 @@ func (p *ProjectSessions) retire(ctx context.Context, project, sessionID string)
 	p.log().Info("session retired with a summary", "project_id", project, "session_id", sessionID, "summary_bytes", len(text))
 }
 
-// resumeFailed tells a resume that failed: the agent produced no result
-// and said so (Claude: "No conversation found"), or it died before its
-// init line (Droid cannot fetch the session from its cloud: exit 1,
-// nothing on stdout; a session file lost with its container).
+// resumeFailed tells a resume that failed before the agent did anything:
+// no init line, and no result or only an error result (Claude with
+// stream-json prints an error result with no turns and "No conversation
+// found with session ID" on stderr; Droid, which fetches sessions from its
+// vendor's cloud, exits 1 with nothing on stdout; a session file lost with
+// its container looks the same).
 func resumeFailed(plan SessionPlan, o agent.Outcome) (bool, string) {
-	if plan.ResumeID == "" || o.Result != nil || o.StartErr != nil || o.TimedOut || o.Cancelled {
+	if plan.ResumeID == "" || o.Init != nil || o.StartErr != nil || o.TimedOut || o.Cancelled {
+		return false, ""
+	}
+	if o.Result != nil && (!o.Result.IsError || o.Result.Turns > 0) {
 		return false, ""
 	}
 	if strings.Contains(o.Stderr, "No conversation found") {
 		return true, strings.TrimSpace(o.Stderr)
 	}
-	if o.Init == nil && o.Exit.Code != 0 {
+	if o.Exit.Code != 0 {
 		return true, fmt.Sprintf("the agent could not resume session %s (%s before its init line): %s", plan.ResumeID, o.Exit, strings.TrimSpace(o.Stderr))
 	}
 	return false, ""

@@ -63,8 +63,13 @@ func mapEnv(m map[string]string) func(string) string { return func(k string) str
 
 // start runs a Worker until the test ends (or stop is called).
 func (e *env) start(environ ...string) (stop func(), w *Worker) {
+	return e.startWith(nil, environ...)
+}
+
+// startWith is start with an injected clock.
+func (e *env) startWith(now func() time.Time, environ ...string) (stop func(), w *Worker) {
 	e.t.Helper()
-	w, err := New(e.cfg, Options{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Environ: append(os.Environ(), environ...)})
+	w, err := New(e.cfg, Options{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Environ: append(os.Environ(), environ...), Now: now})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -1,0 +1,221 @@
+package worker
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/wrapper/agent"
+	"github.com/agentvisor/agentvisor/wrapper/stubmodel"
+)
+
+// clock is an injected clock that tests move forward.
+type clock struct {
+	mu  sync.Mutex
+	off time.Duration
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.off)
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.off += d
+	c.mu.Unlock()
+}
+
+const finalText = "Done.\n{\"status\": \"complete\", \"result\": {}}"
+
+// runTask sends a task and returns its output.
+func (e *env) runTask(task protocol.Task) protocol.Output {
+	e.t.Helper()
+	out := e.keys.Output(e.cfg.WorkerID)
+	before, _ := e.docs(out)
+	e.send(e.keys.Input(e.cfg.WorkerID), task)
+	outs := e.waitOutputs(out, len(before)+1, 90*time.Second)
+	o := outs[len(outs)-1]
+	if o.RequestID != task.RequestID {
+		e.t.Fatalf("output for %s, want %s", o.RequestID, task.RequestID)
+	}
+	return o
+}
+
+func decision(o protocol.Output) string {
+	if o.Session == nil {
+		return "none"
+	}
+	return string(o.Session.Action) + "/" + o.Session.Reason
+}
+
+func TestClaudeProjectSessions(t *testing.T) {
+	e, stub, environ := realAgentEnv(t, protocol.AgentClaude)
+	// The stub's usage puts 11 100 tokens in the context per call: with a
+	// threshold of 20 000 (of a 200 000 window), the context of a session
+	// overflows after two calls.
+	e.cfg.Sessions.ContextThreshold = 20_000
+	var clk clock
+	e.startWith(clk.now, environ...)
+	stub.SetScript(stubmodel.Script{Fallback: &stubmodel.Step{Text: finalText}})
+
+	o1 := e.runTask(protocol.Task{RequestID: "s1", ProjectID: "alpha", Prompt: "FIRST-TASK-MARKER: set up the project"})
+	if o1.Status != protocol.StatusComplete || decision(o1) != "new/no_session" || o1.SessionID == "" {
+		t.Fatalf("task 1: %s %+v", decision(o1), o1)
+	}
+	o2 := e.runTask(protocol.Task{RequestID: "s2", ProjectID: "alpha", Prompt: "second task"})
+	if decision(o2) != "resume/continued" || o2.SessionID != o1.SessionID {
+		t.Fatalf("task 2: %s, session %s (task 1: %s)", decision(o2), o2.SessionID, o1.SessionID)
+	}
+	reqs := stub.Requests()
+	if last := reqs[len(reqs)-1]; !strings.Contains(last.Text(), "FIRST-TASK-MARKER") {
+		t.Fatalf("the resumed session did not carry task 1's turns to the model: %q", last.Text())
+	}
+
+	// Another project, and force_new_session, start fresh.
+	if o := e.runTask(protocol.Task{RequestID: "s3", ProjectID: "beta", Prompt: "other project"}); decision(o) != "new/no_session" || o.SessionID == o1.SessionID {
+		t.Fatalf("other project: %s", decision(o))
+	}
+	if o := e.runTask(protocol.Task{RequestID: "s4", ProjectID: "beta", Prompt: "again", ForceNewSession: true}); decision(o) != "new/force_new_session" {
+		t.Fatalf("force_new_session: %s", decision(o))
+	}
+
+	// alpha's context is now 2 x 11 100 (two calls' worth): the next task
+	// retires the session, asking it for a summary first.
+	stub.SetScript(stubmodel.Script{
+		Steps:    []stubmodel.Step{{Text: "## Architecture\nSUMMARY-MARKER: a Go service.\n{\"status\": \"complete\"}"}},
+		Fallback: &stubmodel.Step{Text: finalText},
+	})
+	stub.Reset()
+	rc := e.rc
+	rc.HSet(context.Background(), e.keys.Session(protocol.AgentClaude, "alpha"), protocol.SessionFieldContextTokens, 22_200)
+	o5 := e.runTask(protocol.Task{RequestID: "s5", ProjectID: "alpha", Prompt: "third task"})
+	if decision(o5) != "new/context_overflow" || o5.SessionID == o1.SessionID || o5.Status != protocol.StatusComplete {
+		t.Fatalf("overflow: %s %+v", decision(o5), o5)
+	}
+	reqs = stub.Requests()
+	if len(reqs) < 2 || !strings.Contains(reqs[0].Text(), "about to be retired") {
+		t.Fatalf("no summary turn in the old session (%d requests)", len(reqs))
+	}
+	if !strings.Contains(reqs[len(reqs)-1].System, "SUMMARY-MARKER") {
+		t.Fatalf("the new session's system prompt lacks the stored summary")
+	}
+	if ctxText, _ := rc.Get(context.Background(), e.keys.ProjectContext("alpha")).Result(); !strings.Contains(ctxText, "SUMMARY-MARKER") || strings.Contains(ctxText, `"status"`) {
+		t.Fatalf("stored project context %q", ctxText)
+	}
+
+	// A day later the session is stale.
+	clk.advance(25 * time.Hour)
+	if o := e.runTask(protocol.Task{RequestID: "s6", ProjectID: "alpha", Prompt: "after a day"}); decision(o) != "new/stale" {
+		t.Fatalf("stale: %s", decision(o))
+	}
+
+	// A session that no longer exists (the container was replaced): the
+	// resume fails, and the same task runs at once in a new session.
+	rc.HSet(context.Background(), e.keys.Session(protocol.AgentClaude, "alpha"), protocol.SessionFieldSessionID, "00000000-0000-4000-8000-000000000000")
+	o7 := e.runTask(protocol.Task{RequestID: "s7", ProjectID: "alpha", Prompt: "resume a lost session"})
+	if decision(o7) != "new/resume_failed" || o7.Status != protocol.StatusComplete || o7.Session.ResumeError == nil ||
+		o7.Session.ResumeError.Code != protocol.CodeResumeFailed || !strings.Contains(o7.Session.ResumeError.Message, "No conversation found") {
+		t.Fatalf("lost session: %s %+v %+v", decision(o7), o7, o7.Session)
+	}
+
+	// Usage per project is the sum over its tasks (the summary turn is
+	// the wrapper's, not a task's).
+	var want protocol.Usage
+	var cost float64
+	outs, _ := e.docs(e.keys.Output(e.cfg.WorkerID))
+	for _, o := range outs {
+		if o.ProjectID == "alpha" {
+			want = want.Add(o.Usage)
+			cost += o.CostUSD
+		}
+	}
+	got, _ := rc.HGetAll(context.Background(), e.keys.UsageProject("alpha")).Result()
+	if got["input"] != strconv.FormatInt(want.Input, 10) || got["output"] != strconv.FormatInt(want.Output, 10) ||
+		got["cache_read"] != strconv.FormatInt(want.CacheRead, 10) || got["tasks"] != "5" {
+		t.Fatalf("project usage %v, want the sum %+v over 5 tasks", got, want)
+	}
+	if c, _ := strconv.ParseFloat(got["cost_usd"], 64); c < cost*0.999 || c > cost*1.001 {
+		t.Fatalf("project cost %v, want %v", got["cost_usd"], cost)
+	}
+	sess, _ := rc.HGetAll(context.Background(), e.keys.Session(protocol.AgentClaude, "alpha")).Result()
+	if sess["worker_id"] != e.cfg.WorkerID || sess["session_id"] != o7.SessionID || sess["tasks"] != "1" {
+		t.Fatalf("session record %v", sess)
+	}
+}
+
+func TestDroidResumeWithoutCloudFallsBack(t *testing.T) {
+	e, stub, environ := realAgentEnv(t, protocol.AgentDroid)
+	e.start(environ...)
+	stub.SetScript(stubmodel.Script{Fallback: &stubmodel.Step{Text: finalText}})
+	o1 := e.runTask(protocol.Task{RequestID: "d1", ProjectID: "gamma", Prompt: "first"})
+	if o1.Status != protocol.StatusComplete || decision(o1) != "new/no_session" {
+		t.Fatalf("task 1: %s %+v", decision(o1), o1)
+	}
+	// Droid fetches sessions from its vendor's cloud, which is out of
+	// reach here: the resume fails and the task runs in a new session.
+	o2 := e.runTask(protocol.Task{RequestID: "d2", ProjectID: "gamma", Prompt: "second"})
+	if o2.Status != protocol.StatusComplete || decision(o2) != "new/resume_failed" || o2.Session.ResumeError == nil {
+		t.Fatalf("task 2: %s %+v", decision(o2), o2)
+	}
+}
+
+func TestResumeFailedRule(t *testing.T) {
+	captured := func(name string) agent.Outcome {
+		b, err := os.ReadFile("../agent/testdata/captured/" + name + ".stream.jsonl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var o agent.Outcome
+		for _, line := range strings.Split(string(b), "\n") {
+			for _, ev := range (agent.ClaudeParser{}).ParseLine([]byte(line)) {
+				switch {
+				case ev.Init != nil:
+					o.Init = ev.Init
+				case ev.Result != nil:
+					o.Result = ev.Result
+				}
+			}
+		}
+		stderr, _ := os.ReadFile("../agent/testdata/captured/" + name + ".stderr")
+		o.Stderr, o.Exit = string(stderr), agent.ExitStatus{Code: 1}
+		return o
+	}
+	resuming := SessionPlan{ResumeID: "00000000-0000-4000-8000-000000000000"}
+	tests := []struct {
+		name string
+		plan SessionPlan
+		o    agent.Outcome
+		want bool
+	}{
+		{"claude stream-json, unknown session", resuming, captured("claude-2.1.197-resume-missing"), true},
+		{"droid without its cloud: exit 1, no output", resuming, agent.Outcome{Exit: agent.ExitStatus{Code: 1}}, true},
+		{"not a resume", SessionPlan{}, agent.Outcome{Exit: agent.ExitStatus{Code: 1}}, false},
+		{"a resumed run that crashed after init", resuming, agent.Outcome{Init: &agent.Init{SessionID: "s"}, Exit: agent.ExitStatus{Code: 1}}, false},
+		{"a resumed run with a result", resuming, agent.Outcome{Result: &agent.Result{Text: "ok"}}, false},
+		{"a resumed run that timed out", resuming, agent.Outcome{TimedOut: true, Exit: agent.ExitStatus{Code: 137}}, false},
+		{"exit 0 with nothing", resuming, agent.Outcome{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, msg := resumeFailed(tt.plan, tt.o); got != tt.want {
+				t.Fatalf("resumeFailed = %v (%q), want %v", got, msg, tt.want)
+			}
+		})
+	}
+}
+
+func TestThresholdScalesWithTheWindow(t *testing.T) {
+	p := &ProjectSessions{cfg: SessionConfig{ContextThreshold: 150_000}.withDefaults()}
+	for window, want := range map[int64]int64{0: 150_000, 200_000: 150_000, 1_000_000: 750_000} {
+		if got := p.threshold(window); got != want {
+			t.Errorf("threshold(%d) = %d, want %d", window, got, want)
+		}
+	}
+}
