@@ -9,8 +9,7 @@ SHELL      := /bin/bash
 GO         ?= go
 MODULES    := protocol wrapper spawner examples
 FUZZTIME   ?= 3s
-# Every fuzz target of the protocol decoders; each runs for FUZZTIME in `make test`.
-FUZZ_TARGETS = $(shell grep -ho '^func Fuzz[A-Za-z0-9_]*' protocol/*_test.go | cut -c6-)
+# Every fuzz target of the protocol decoders runs for FUZZTIME in `make test`.
 
 .PHONY: all setup build vet test test-unit fuzz bench demo clean
 
@@ -34,10 +33,7 @@ test-unit: vet
 	done
 
 fuzz:
-	@for f in $(FUZZ_TARGETS); do \
-	  echo "== fuzz $$f ($(FUZZTIME))"; \
-	  (cd protocol && $(GO) test -run='^$$' -fuzz="^$$f\$$" -fuzztime=$(FUZZTIME) .) || exit 1; \
-	done
+	@FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh protocol
 
 test: setup
 	@bash scripts/test-setup.sh
