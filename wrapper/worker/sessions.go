@@ -144,7 +144,7 @@ func (p *ProjectSessions) Decide(ctx context.Context, task protocol.Task) Sessio
 	window := rdb.Int64Field(rec.Fields, protocol.SessionFieldContextWindow)
 	switch {
 	case !rec.Claimed:
-		return newPlan("held_by_other_worker")
+		return newPlan(protocol.SessionReasonHeld)
 	case prev == "":
 		return newPlan(protocol.SessionReasonNoSession)
 	case task.ForceNewSession:
