@@ -51,7 +51,7 @@ func Judge(o Outcome, schemaGiven bool) Verdict {
 		return failed("terminated", protocol.CodeTerminated, "the worker was stopped while the agent ran%s", stderr)
 	case o.Result != nil && o.Result.IsError:
 		r := o.Result
-		v := failed("result-error", protocol.CodeAgentError, "the agent ended with an error (%s)%s: %s", errorDetail(r), exitNote(o), truncate(r.Text, 2000))
+		v := failed("result-error", protocol.CodeAgentError, "the agent ended with an error (%s)%s: %s%s", errorDetail(r), exitNote(o), truncate(r.Text, 2000), stderr)
 		v.Response = r.Text
 		return v
 	case o.Result != nil:

@@ -78,6 +78,14 @@ func (c *Config) Argv(inv Invocation) []string {
 	}
 }
 
+// PersistentArgv is the command line of a Claude process that reads its
+// messages from stdin (AGENT_PERSISTENT): Argv without the prompt.
+func (c *Config) PersistentArgv(inv Invocation) []string {
+	argv := c.Argv(inv)
+	out := []string{argv[0], "-p", "--input-format", "stream-json"}
+	return append(out, argv[3:]...) // argv[1:3] is -p PROMPT
+}
+
 func (c *Config) droidModel() string {
 	if c.AgentModel != "" {
 		return c.AgentModel

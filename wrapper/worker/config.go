@@ -32,6 +32,11 @@ type Config struct {
 	// with --dangerously-skip-permissions and Droid with
 	// --skip-permissions-unsafe; false runs Droid with --auto high.
 	SkipPermissions bool
+	// Persistent (AGENT_PERSISTENT, default false) keeps one Claude process
+	// alive across the tasks of a long-lived worker (stream-json input), so
+	// that a follow-up in the same session needs no new process and no
+	// resume. The worker falls back to a process per task when it dies.
+	Persistent bool
 	// JSONSchema (AGENT_JSON_SCHEMA, default false) hands Claude the stop
 	// output schema (--json-schema) and takes its structured_output.
 	JSONSchema bool
@@ -126,6 +131,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		{"AGENT_PTY", &c.PTY, false},
 		{"AGENT_SKIP_PERMISSIONS", &c.SkipPermissions, true},
 		{"AGENT_JSON_SCHEMA", &c.JSONSchema, false},
+		{"AGENT_PERSISTENT", &c.Persistent, false},
 		{"PAUSE_AFTER_OUTPUT", &c.PauseAfterOutput, true},
 	}
 	for _, b := range bools {
@@ -135,6 +141,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.JSONSchema && c.AgentType != protocol.AgentClaude {
 		return fail("AGENT_JSON_SCHEMA", fmt.Errorf("only Claude takes a JSON schema"))
+	}
+	if c.Persistent && (c.AgentType != protocol.AgentClaude || c.Kind != protocol.KindLongLived || c.PTY) {
+		return fail("AGENT_PERSISTENT", fmt.Errorf("only for Claude on a long-lived worker without a pty (Droid's stream-json input did not answer messages in our tests)"))
 	}
 	if c.Workspace == "" {
 		c.Workspace = "/workspace"

@@ -206,6 +206,9 @@ func resumeFailed(plan SessionPlan, o agent.Outcome) (bool, string) {
 	if strings.Contains(o.Stderr, "No conversation found") {
 		return true, strings.TrimSpace(o.Stderr)
 	}
+	if o.Result != nil { // an error result of no turns, before any init line
+		return true, fmt.Sprintf("the agent could not resume session %s: %s (%s) %s", plan.ResumeID, o.Result.Subtype, o.Result.Text, strings.TrimSpace(o.Stderr))
+	}
 	if o.Exit.Code != 0 {
 		return true, fmt.Sprintf("the agent could not resume session %s (%s before its init line): %s", plan.ResumeID, o.Exit, strings.TrimSpace(o.Stderr))
 	}
@@ -238,7 +241,7 @@ func (p *ProjectSessions) Complete(ctx context.Context, task protocol.Task, plan
 	if err := w.rdb.AddUsage(ctx, task.Project(), sid, w.cfg.WorkerID, o.Result.Usage, o.Result.CostUSD); err != nil {
 		p.log().Warn("usage not recorded", "err", err)
 	}
-	if !plan.held || sid == "" {
+	if !plan.held || sid == "" || o.Result.IsError {
 		return o, plan
 	}
 	fields := map[string]any{

@@ -201,6 +201,7 @@ func TestResumeFailedRule(t *testing.T) {
 		{"a resumed run with a result", resuming, agent.Outcome{Result: &agent.Result{Text: "ok"}}, false},
 		{"a resumed run that timed out", resuming, agent.Outcome{TimedOut: true, Exit: agent.ExitStatus{Code: 137}}, false},
 		{"exit 0 with nothing", resuming, agent.Outcome{}, false},
+		{"a persistent process: an error of no turns, still running", resuming, agent.Outcome{Result: &agent.Result{IsError: true, Subtype: "error_during_execution"}}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

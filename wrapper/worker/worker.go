@@ -39,6 +39,14 @@ type Worker struct {
 	terminateOnce sync.Once
 	terminateCh   chan struct{}
 
+	// The persistent agent process (AGENT_PERSISTENT), owned by the task
+	// loop's goroutine.
+	persist        *agent.Persistent
+	persistSession string // the session it holds
+	persistToken   string // the progress token in its environment
+	persistDeaths  int
+	persistOff     bool // it died too often: one process per task from now on
+
 	mu        sync.Mutex // guards the fields below
 	machine   *protocol.WorkerMachine
 	cur       *current // the task in flight; nil when idle
@@ -158,6 +166,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		"input", w.cfg.Keys.InputFor(w.cfg.Kind, w.cfg.WorkerID), "progress_url", p.url)
 
 	w.loop(ctx)
+	if w.persist != nil {
+		w.persist.Close()
+	}
 
 	// Shutdown.
 	w.mu.Lock()
@@ -288,7 +299,12 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 		case <-agentCtx.Done():
 		}
 	}()
-	outcome := agent.Run(agentCtx, spec)
+	var outcome agent.Outcome
+	if w.cfg.Persistent && !w.persistOff {
+		outcome = w.runPersistent(agentCtx, task, plan, cur, spec)
+	} else {
+		outcome = agent.Run(agentCtx, spec)
+	}
 	cancel()
 
 	outcome, plan = w.sessions.Complete(ctx, task, plan, outcome, func(inv Invocation) agent.Outcome {
@@ -307,6 +323,67 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 	verdict := agent.Judge(outcome, w.cfg.JSONSchema)
 	o := w.output(task, outcome, verdict, plan, attempt)
 	w.finish(log, cur, stream, group, o)
+}
+
+// runPersistent runs a task in the persistent agent process, starting one
+// (for the plan's session) when none serves that session.
+func (w *Worker) runPersistent(ctx context.Context, task protocol.Task, plan SessionPlan, cur *current, spec agent.Spec) agent.Outcome {
+	o, reused := w.sendPersistent(ctx, task, plan, cur, spec)
+	notRun := o.Lines == 0 || (o.Result != nil && o.Result.IsError && o.Result.Turns == 0)
+	if reused && notRun && !o.TimedOut && !o.Cancelled && w.persist == nil {
+		// The process had died before it took up the message (between
+		// tasks; a part of it that outlived the rest answers with an error
+		// of no turns): the message was not run, so run it in a new process.
+		w.log.Warn("the persistent agent had died: starting another for this task")
+		o, _ = w.sendPersistent(ctx, task, plan, cur, spec)
+	}
+	return o
+}
+
+func (w *Worker) sendPersistent(ctx context.Context, task protocol.Task, plan SessionPlan, cur *current, spec agent.Spec) (agent.Outcome, bool) {
+	if w.persist != nil && (!w.persist.Alive() || plan.ResumeID == "" || plan.ResumeID != w.persistSession) {
+		w.persist.Close()
+		w.persist = nil
+	}
+	onStart := spec.OnStart
+	reused := false
+	if w.persist == nil {
+		token := newToken()
+		pspec := spec
+		pspec.Argv = w.cfg.PersistentArgv(invocationFor(w.cfg.AgentType, task, plan))
+		pspec.Env = w.cfg.AgentEnv(w.environ, w.ProgressURL(), token, task)
+		p, err := agent.StartPersistent(pspec)
+		if err != nil {
+			w.log.Warn("persistent agent did not start: one process for this task", "err", err)
+			return agent.Run(ctx, spec), false
+		}
+		w.persist, w.persistToken, w.persistSession = p, token, plan.ResumeID
+		w.log.Info("persistent agent started", "pid", p.Pid(), "resume", plan.ResumeID)
+	} else {
+		reused = true
+		if onStart != nil {
+			onStart(w.persist.Pid())
+		}
+	}
+	w.mu.Lock()
+	cur.token = w.persistToken
+	w.mu.Unlock()
+	o := w.persist.Send(ctx, agent.ClaudeUserMessage(task.Prompt), spec.Timeout, spec.OnEvent)
+	if o.Result != nil && o.Result.SessionID != "" {
+		w.persistSession = o.Result.SessionID
+	}
+	if !w.persist.Alive() {
+		w.persist.Close()
+		w.persist = nil
+		if o.Result == nil && !o.TimedOut && !o.Cancelled {
+			w.persistDeaths++
+			if w.persistDeaths >= 2 {
+				w.persistOff = true
+				w.log.Warn("the persistent agent died twice: one process per task from now on")
+			}
+		}
+	}
+	return o, reused
 }
 
 // agentSpec is how to run the agent for a task of the run cur.

@@ -69,7 +69,11 @@ func (e *env) start(environ ...string) (stop func(), w *Worker) {
 // startWith is start with an injected clock.
 func (e *env) startWith(now func() time.Time, environ ...string) (stop func(), w *Worker) {
 	e.t.Helper()
-	w, err := New(e.cfg, Options{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Environ: append(os.Environ(), environ...), Now: now})
+	var logOut io.Writer = io.Discard
+	if os.Getenv("WORKER_TEST_LOG") != "" {
+		logOut = os.Stderr
+	}
+	w, err := New(e.cfg, Options{Logger: slog.New(slog.NewJSONHandler(logOut, nil)), Environ: append(os.Environ(), environ...), Now: now})
 	if err != nil {
 		e.t.Fatal(err)
 	}
