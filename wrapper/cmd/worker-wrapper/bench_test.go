@@ -203,3 +203,49 @@ func BenchmarkTaskOverhead(b *testing.B) {
 	b.ReportMetric(w, "via-wrapper-median-ms")
 	b.ReportMetric(w/d, "wall-time-ratio")
 }
+
+// BenchmarkFollowUp measures a follow-up message in a project's session
+// (task XADD -> Output readable), with one claude process per task
+// (resumed with --resume) and with the persistent process
+// (AGENT_PERSISTENT), against the same stub.
+func BenchmarkFollowUp(b *testing.B) {
+	claude, err := exec.LookPath("claude")
+	if err != nil {
+		b.Fatalf("the real claude CLI is not installed (run `make setup`): %v", err)
+	}
+	stub, err := stubmodel.Start(stubmodel.Script{Fallback: &stubmodel.Step{Text: "Done.\n{\"status\": \"complete\", \"result\": {}}"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stub.Close()
+	median := func(persistent bool) float64 {
+		r := testkit.StartRedis(b)
+		rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+		defer rc.Close()
+		env := []string{"HOME=" + b.TempDir(), "PATH=/usr/local/bin:/usr/bin:/bin", "ANTHROPIC_BASE_URL=" + stub.URL,
+			"ANTHROPIC_API_KEY=x", "WORKER_ID=bb-1", "REDIS_URL=" + r.URL(), "AGENT_TYPE=claude", "AGENT_BIN=" + claude,
+			"WORKSPACE=" + b.TempDir(), "PAUSE_AFTER_OUTPUT=false", "AGENT_PERSISTENT=" + strconv.FormatBool(persistent)}
+		cmd, _ := startWrapper(b, env)
+		defer cmd.Process.Kill()
+		keys := protocol.Keys{}
+		last := "$"
+		var ms []float64
+		for i := 0; i < 8; i++ {
+			t0 := time.Now()
+			sendTask(b, rc, keys.Input("bb-1"), protocol.Task{RequestID: "f-" + strconv.Itoa(i), ProjectID: "bench", Prompt: "next step"})
+			res, err := rc.XRead(context.Background(), &redis.XReadArgs{Streams: []string{keys.Output("bb-1"), last}, Block: time.Minute}).Result()
+			if err != nil {
+				b.Fatal(err)
+			}
+			last = res[0].Messages[0].ID
+			if i > 0 { // the first task starts the session
+				ms = append(ms, float64(time.Since(t0).Microseconds())/1000)
+			}
+		}
+		return percentile(ms, 0.5)
+	}
+	perTask, persistent := median(false), median(true)
+	b.ReportMetric(perTask, "follow-up-per-task-median-ms")
+	b.ReportMetric(persistent, "follow-up-persistent-median-ms")
+	b.ReportMetric(persistent/perTask, "persistent-to-per-task-ratio")
+}
