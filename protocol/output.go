@@ -53,7 +53,6 @@ const (
 	SessionReasonForced       = "force_new_session"    // the task asked for a new one
 	SessionReasonOverflow     = "context_overflow"     // context tokens reached the threshold
 	SessionReasonStale        = "stale"                // last activity too long ago
-	SessionReasonOtherAgent   = "other_agent"          // the session belongs to another agent type
 	SessionReasonResumeFailed = "resume_failed"        // the resume failed; a new session ran the task
 	SessionReasonReset        = "reset_context"        // a reset_context command cleared it
 	SessionReasonHeld         = "held_by_other_worker" // another worker holds the project's session

@@ -214,13 +214,6 @@ func NewRedactor(environ []string, redisURL string) *Redactor {
 	return r
 }
 
-// Add registers one more secret.
-func (r *Redactor) Add(s string) {
-	if len(s) >= 6 {
-		r.secrets = append(r.secrets, s)
-	}
-}
-
 // Redact returns s with every secret replaced.
 func (r *Redactor) Redact(s string) string {
 	for _, sec := range r.secrets {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -130,10 +131,10 @@ func (w *Worker) Terminate() { w.terminateOnce.Do(func() { close(w.terminateCh) 
 func (w *Worker) Run(ctx context.Context) error {
 	apiKey, home := "", ""
 	for _, kv := range w.environ {
-		if v, ok := cutPrefix(kv, "ANTHROPIC_API_KEY="); ok {
+		if v, ok := strings.CutPrefix(kv, "ANTHROPIC_API_KEY="); ok {
 			apiKey = v
 		}
-		if v, ok := cutPrefix(kv, "HOME="); ok {
+		if v, ok := strings.CutPrefix(kv, "HOME="); ok {
 			home = v
 		}
 	}
@@ -186,13 +187,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	_ = w.rdb.Del(flushCtx, w.cfg.Keys.Heartbeat(w.cfg.WorkerID))
 	w.log.Info("worker stopped", "tasks_completed", w.tasksDone, "events_dropped", w.out.Dropped())
 	return nil
-}
-
-func cutPrefix(s, p string) (string, bool) {
-	if len(s) >= len(p) && s[:len(p)] == p {
-		return s[len(p):], true
-	}
-	return "", false
 }
 
 // loop reads and runs tasks until ctx ends. It first finishes the entries
