@@ -4,6 +4,7 @@
 #   make test    run every test (does its own set-up)
 #   make bench   run the benchmarks
 #   make setup   install and start what the project needs (idempotent)
+#   make images  build the OS base and worker-base images
 
 SHELL      := /bin/bash
 GO         ?= go
@@ -11,12 +12,19 @@ MODULES    := protocol wrapper spawner examples
 FUZZTIME   ?= 3s
 # Every fuzz target of the protocol decoders runs for FUZZTIME in `make test`.
 
-.PHONY: all setup build vet test test-unit fuzz bench demo clean
+.PHONY: all setup build vet test test-unit fuzz bench demo images clean
 
 all: build
 
 setup:
 	@bash scripts/setup.sh
+
+# The OS base (debootstrap + docker import, no registry) and worker-base
+# (the static worker-wrapper as ENTRYPOINT, uid 1000). Worker images with
+# agents and capabilities are built on demand by the spawner.
+images: setup
+	@bash images/build-base.sh
+	@bash images/build-worker-base.sh
 
 build:
 	@for m in $(MODULES); do (cd $$m && $(GO) build ./...) || exit 1; done
