@@ -1,0 +1,267 @@
+package spawner
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types/build"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/errdefs"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// ImageClient is the part of the Docker client the image builder uses.
+type ImageClient interface {
+	ImageInspect(ctx context.Context, imageID string, opts ...client.ImageInspectOption) (image.InspectResponse, error)
+	ImageBuild(ctx context.Context, buildContext io.Reader, options build.ImageBuildOptions) (build.ImageBuildResponse, error)
+}
+
+var _ ImageClient = (*client.Client)(nil)
+
+// DefaultBaseImage is the worker-base image `make images` builds.
+const DefaultBaseImage = "agentvisor/worker-base:latest"
+
+// Images makes worker images from recipes: worker:<hash>, where the hash
+// covers the agent, the capabilities, the base image's ID and the recipe
+// version (protocol.Recipe). It keeps no state of its own: the images and
+// their labels are in the engine, their last use in Redis.
+type Images struct {
+	Docker    ImageClient
+	Redis     redis.Cmdable // nil: last use is not recorded
+	Keys      protocol.Keys
+	BaseImage string        // default DefaultBaseImage
+	Network   string        // network of the build containers (default "host": apt-get and npm reach their mirrors)
+	Timeout   time.Duration // of one inspect (default 10 s); a build has its own context
+	Now       func() time.Time
+	// ExtraCACerts is a directory of *.crt files the build's download
+	// stage trusts (default /usr/local/share/ca-certificates, the build
+	// machine's own additions); they do not reach the final image.
+	ExtraCACerts string
+
+	group singleflight.Group // concurrent EnsureImage calls of one recipe build once
+}
+
+// Image is a worker image that exists.
+type Image struct {
+	Tag   string // worker:<hash>
+	ID    string
+	Hash  string
+	Built bool // this call (or the one it joined) built it
+}
+
+// BuildError is a failed image build, with the tail of its log.
+type BuildError struct {
+	Tag string
+	Log string // the last lines the build printed
+	Err error
+}
+
+func (e *BuildError) Error() string {
+	return fmt.Sprintf("spawner: build %s: %v\n%s", e.Tag, e.Err, e.Log)
+}
+
+func (e *BuildError) Unwrap() error { return e.Err }
+
+func (im *Images) base() string {
+	if im.BaseImage == "" {
+		return DefaultBaseImage
+	}
+	return im.BaseImage
+}
+
+func (im *Images) timeout() time.Duration {
+	if im.Timeout <= 0 {
+		return 10 * time.Second
+	}
+	return im.Timeout
+}
+
+func (im *Images) now() time.Time {
+	if im.Now != nil {
+		return im.Now()
+	}
+	return time.Now()
+}
+
+// Recipe returns the recipe of an agent and capabilities on the current
+// base image.
+func (im *Images) Recipe(ctx context.Context, agent protocol.AgentType, caps []protocol.Capability) (protocol.Recipe, error) {
+	ictx, cancel := context.WithTimeout(ctx, im.timeout())
+	defer cancel()
+	base, err := im.Docker.ImageInspect(ictx, im.base())
+	if err != nil {
+		return protocol.Recipe{}, fmt.Errorf("spawner: base image %s: %w (run `make images`)", im.base(), err)
+	}
+	norm, err := protocol.NormalizeCapabilities(caps)
+	if err != nil {
+		return protocol.Recipe{}, err
+	}
+	return protocol.Recipe{Agent: agent, Capabilities: norm, BaseImage: base.ID, Version: protocol.RecipeVersion}, nil
+}
+
+// EnsureImage returns the worker image of an agent and capabilities,
+// building it when it does not exist. Concurrent calls for one recipe share
+// one build. Every call records the image's use in Redis.
+func (im *Images) EnsureImage(ctx context.Context, agent protocol.AgentType, caps []protocol.Capability) (Image, error) {
+	r, err := im.Recipe(ctx, agent, caps)
+	if err != nil {
+		return Image{}, err
+	}
+	hash, err := r.Hash()
+	if err != nil {
+		return Image{}, err
+	}
+	tag := protocol.ImageRepository + ":" + hash
+	v, err, _ := im.group.Do(tag, func() (any, error) {
+		ictx, cancel := context.WithTimeout(ctx, im.timeout())
+		got, err := im.Docker.ImageInspect(ictx, tag)
+		cancel()
+		if err == nil {
+			return Image{Tag: tag, ID: got.ID, Hash: hash}, nil
+		}
+		if !errdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("spawner: inspect %s: %w", tag, err)
+		}
+		return im.build(ctx, r, tag, hash)
+	})
+	if err != nil {
+		return Image{}, err
+	}
+	img := v.(Image)
+	im.touch(ctx, tag)
+	return img, nil
+}
+
+// touch records the image's last use (seed 001 "Touch"); the image garbage
+// collector reads it.
+func (im *Images) touch(ctx context.Context, tag string) {
+	if im.Redis == nil {
+		return
+	}
+	tctx, cancel := context.WithTimeout(ctx, im.timeout())
+	defer cancel()
+	im.Redis.ZAdd(tctx, im.Keys.ImagesLastUsed(), redis.Z{Score: float64(im.now().Unix()), Member: tag})
+}
+
+// build runs one image build. The build has its own context on purpose: a
+// caller that gives up must not leave a half-built image for the others
+// that joined it.
+func (im *Images) build(ctx context.Context, r protocol.Recipe, tag, hash string) (Image, error) {
+	dockerfile, err := Dockerfile(r, r.BaseImage)
+	if err != nil {
+		return Image{}, err
+	}
+	canonical, _ := r.Canonical()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	add := func(name string, data []byte) {
+		_ = tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: time.Unix(0, 0)})
+		_, _ = tw.Write(data)
+	}
+	add("Dockerfile", []byte(dockerfile))
+	_ = tw.WriteHeader(&tar.Header{Name: "extra-ca/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: time.Unix(0, 0)})
+	caDir := im.ExtraCACerts
+	if caDir == "" {
+		caDir = "/usr/local/share/ca-certificates"
+	}
+	if certs, _ := filepath.Glob(filepath.Join(caDir, "*.crt")); len(certs) > 0 {
+		for _, c := range certs {
+			if b, err := os.ReadFile(c); err == nil {
+				add("extra-ca/"+filepath.Base(c), b)
+			}
+		}
+	}
+	_ = tw.Close()
+
+	network := im.Network
+	if network == "" {
+		network = "host"
+	}
+	names := make([]string, len(r.Capabilities))
+	for i, c := range r.Capabilities {
+		names[i] = string(c)
+	}
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Minute)
+	defer cancel()
+	resp, err := im.Docker.ImageBuild(bctx, &buf, build.ImageBuildOptions{
+		Tags: []string{tag}, Dockerfile: "Dockerfile", NetworkMode: network,
+		Remove: true, ForceRemove: true, Version: build.BuilderV1,
+		Labels: map[string]string{
+			protocol.LabelManaged:      "true",
+			protocol.LabelRecipe:       canonical,
+			protocol.LabelRecipeHash:   hash,
+			protocol.LabelAgentType:    string(r.Agent),
+			protocol.LabelCapabilities: strings.Join(names, ","),
+		},
+	})
+	if err != nil {
+		return Image{}, &BuildError{Tag: tag, Err: err}
+	}
+	defer resp.Body.Close()
+	logTail, id, err := readBuildOutput(resp.Body)
+	if err != nil {
+		return Image{}, &BuildError{Tag: tag, Log: logTail, Err: err}
+	}
+	ictx, icancel := context.WithTimeout(bctx, im.timeout())
+	defer icancel()
+	got, err := im.Docker.ImageInspect(ictx, tag)
+	if err != nil {
+		return Image{}, &BuildError{Tag: tag, Log: logTail, Err: fmt.Errorf("built image %s not found: %w", id, err)}
+	}
+	return Image{Tag: tag, ID: got.ID, Hash: hash, Built: true}, nil
+}
+
+// readBuildOutput reads the engine's JSON message stream of a build and
+// returns the tail of its log, the image ID, and the build's error.
+func readBuildOutput(r io.Reader) (tail, id string, err error) {
+	var lines []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		var m struct {
+			Stream      string `json:"stream"`
+			Error       string `json:"error"`
+			ErrorDetail struct {
+				Message string `json:"message"`
+			} `json:"errorDetail"`
+			Aux struct {
+				ID string `json:"ID"`
+			} `json:"aux"`
+		}
+		if json.Unmarshal(sc.Bytes(), &m) != nil {
+			continue
+		}
+		if m.Stream != "" {
+			for _, l := range strings.Split(strings.TrimRight(m.Stream, "\n"), "\n") {
+				lines = append(lines, l)
+			}
+			if len(lines) > 40 {
+				lines = lines[len(lines)-40:]
+			}
+		}
+		if m.Aux.ID != "" {
+			id = m.Aux.ID
+		}
+		if m.Error != "" {
+			err = errors.New(m.Error)
+		}
+	}
+	if scanErr := sc.Err(); scanErr != nil && err == nil {
+		err = fmt.Errorf("read build output: %w", scanErr)
+	}
+	return strings.Join(lines, "\n"), id, err
+}
