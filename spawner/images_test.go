@@ -19,7 +19,7 @@ import (
 
 const fakeKey = "sk-ant-test-0000-DO-NOT-BAKE-1234567890"
 
-func run(t *testing.T, env []string, name string, args ...string) string {
+func run(t testing.TB, env []string, name string, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -32,7 +32,7 @@ func run(t *testing.T, env []string, name string, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-func buildImages(t *testing.T) {
+func buildImages(t testing.TB) {
 	t.Helper()
 	testkit.RequireDocker(t)
 	root, _ := filepath.Abs("..")

@@ -1,0 +1,84 @@
+package spawner
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/client"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/protocol/testkit"
+)
+
+func TestImageGC(t *testing.T) {
+	buildImages(t)
+	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dc.Close()
+	r := testkit.StartRedis(t)
+	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rc.Close()
+	ctx := context.Background()
+	scope := fmt.Sprintf("io.agentvisor.test.gc=%d", time.Now().UnixNano())
+
+	// Three worker images of this test only: a and b unused for ten days,
+	// c used now; b runs in a paused container.
+	tags := map[string]string{}
+	for _, name := range []string{"a", "b", "c"} {
+		tag := fmt.Sprintf("worker:gctest-%s-%d", name, time.Now().UnixNano())
+		run(t, nil, "bash", "-c", fmt.Sprintf(`printf 'FROM agentvisor/worker-base:latest\nLABEL %s=true %s x=%s\n' | DOCKER_BUILDKIT=0 docker build -q -t %s - >/dev/null`,
+			protocol.LabelManaged, scope, tag, tag))
+		tags[name] = tag
+		t.Cleanup(func() { exec.Command("docker", "rmi", "-f", tag).Run() })
+	}
+	keys := protocol.Keys{}
+	old := float64(time.Now().Add(-10 * 24 * time.Hour).Unix())
+	rc.ZAdd(ctx, keys.ImagesLastUsed(), redis.Z{Score: old, Member: tags["a"]}, redis.Z{Score: old, Member: tags["b"]},
+		redis.Z{Score: float64(time.Now().Unix()), Member: tags["c"]})
+	name := fmt.Sprintf("gctest-%d", time.Now().UnixNano())
+	run(t, nil, "docker", "run", "-d", "--name", name, "--entrypoint", "/bin/sleep", tags["b"], "300")
+	t.Cleanup(func() { exec.Command("docker", "rm", "-f", name).Run() })
+	run(t, nil, "docker", "pause", name)
+
+	gc := &ImageGC{Docker: dc, Redis: rc, Keys: keys, Labels: []string{scope}, DryRun: true}
+	rep, err := gc.Collect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rep.Removed, []string{tags["a"]}) || !slices.Equal(rep.KeptInUse, []string{tags["b"]}) || rep.Kept != 1 {
+		t.Fatalf("dry run: %+v", rep)
+	}
+	if _, err := dc.ImageInspect(ctx, tags["a"]); err != nil {
+		t.Fatal("the dry run removed an image")
+	}
+
+	gc.DryRun = false
+	if rep, err = gc.Collect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rep.Removed, []string{tags["a"]}) {
+		t.Fatalf("collect: %+v", rep)
+	}
+	if _, err := dc.ImageInspect(ctx, tags["a"]); err == nil {
+		t.Fatal("the stale unused image is still there")
+	}
+	for _, keep := range []string{"b", "c"} {
+		if _, err := dc.ImageInspect(ctx, tags[keep]); err != nil {
+			t.Fatalf("image %s was removed: %v", keep, err)
+		}
+	}
+	if n, _ := rc.ZScore(ctx, keys.ImagesLastUsed(), tags["a"]).Result(); n != 0 {
+		t.Fatal("the removed image's last use is still recorded")
+	}
+	if !strings.HasPrefix(tags["b"], "worker:") {
+		t.Fatal("test tags must be worker images")
+	}
+}
