@@ -48,6 +48,8 @@ func newImagesB(t testing.TB) (*Images, *countingClient, *redis.Client) {
 }
 
 func TestEnsureImage(t *testing.T) {
+	// A secret in the spawner's environment must not reach the image.
+	t.Setenv("ANTHROPIC_API_KEY", fakeKey)
 	im, cc, rc := newImages(t)
 	ctx := context.Background()
 
@@ -100,6 +102,20 @@ func TestEnsureImage(t *testing.T) {
 	}
 	if score, err := rc.ZScore(ctx, protocol.Keys{}.ImagesLastUsed(), again.Tag).Result(); err != nil || time.Since(time.Unix(int64(score), 0)) > time.Minute {
 		t.Fatalf("last use %v %v", score, err)
+	}
+
+	if h := run(t, nil, "docker", "history", "--no-trunc", again.Tag); strings.Contains(h, fakeKey) {
+		t.Error("the API key is in the image history")
+	}
+	save := exec.Command("docker", "save", again.Tag)
+	stdout, _ := save.StdoutPipe()
+	if err := save.Start(); err != nil {
+		t.Fatal(err)
+	}
+	found, err := contains(stdout, []byte(fakeKey))
+	save.Wait()
+	if err != nil || found {
+		t.Errorf("the API key is in a layer of %s (%v)", again.Tag, err)
 	}
 
 	// The image runs the wrapper as PID 1, as uid 1000, with git and claude.
