@@ -45,6 +45,9 @@ type WorkerSpec struct {
 
 var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
+// Validate checks every field of s; its errors name the field.
+func (s WorkerSpec) Validate() error { return wrapField("spec", s.validate("spec")) }
+
 func (s *WorkerSpec) validate(path string) error {
 	if !s.AgentType.Valid() {
 		return fieldErr(path+".agent_type", "is %q, want claude or droid", s.AgentType)

@@ -215,6 +215,9 @@ func decodeBare(what string, data []byte, dst any) error {
 }
 
 func wrapField(what string, err error) error {
+	if err == nil {
+		return nil
+	}
 	var fe *fieldError
 	if errors.As(err, &fe) {
 		return &DecodeError{Type: Type(what), Field: fe.field, Reason: fe.reason}

@@ -5,20 +5,23 @@ go 1.26.0
 require (
 	github.com/agentvisor/agentvisor/protocol v0.0.0
 	github.com/docker/docker v28.5.2+incompatible
-	github.com/redis/go-redis/v9 v9.17.3
+	github.com/docker/go-units v0.5.0
+	github.com/opencontainers/image-spec v1.1.1
+	github.com/redis/go-redis/v9 v9.23.0
 	golang.org/x/sync v0.23.0
 )
 
+require go.uber.org/atomic v1.12.0 // indirect
+
 require (
 	github.com/Microsoft/go-winio v0.6.4 // indirect
+	github.com/agentvisor/agentvisor/wrapper v0.0.0
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/containerd/errdefs v1.0.0 // indirect
 	github.com/containerd/errdefs/pkg v0.3.0 // indirect
 	github.com/containerd/log v0.2.0 // indirect
-	github.com/dgryski/go-rendezvous v0.0.0-20200823014737-9f7001d12a5f // indirect
 	github.com/distribution/reference v0.6.0 // indirect
 	github.com/docker/go-connections v0.8.2 // indirect
-	github.com/docker/go-units v0.5.0 // indirect
 	github.com/felixge/httpsnoop v1.1.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
@@ -27,7 +30,6 @@ require (
 	github.com/moby/term v0.5.2 // indirect
 	github.com/morikuni/aec v1.1.0 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
-	github.com/opencontainers/image-spec v1.1.1 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.72.0 // indirect
@@ -43,3 +45,5 @@ require (
 )
 
 replace github.com/agentvisor/agentvisor/protocol => ../protocol
+
+replace github.com/agentvisor/agentvisor/wrapper => ../wrapper

@@ -1,0 +1,132 @@
+package spawner
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/docker/go-units"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// Config is the spawner's configuration, filled from the environment by
+// ConfigFromEnv and validated at start.
+type Config struct {
+	RedisURL           string        // REDIS_URL (required)
+	Keys               protocol.Keys // WORKER_KEY_PREFIX
+	MaxWorkers         int           // MAX_CONCURRENT_WORKERS (10); paused workers count
+	CreationTimeout    time.Duration // WORKER_CREATION_TIMEOUT (5m): a queued create gives up after it
+	MemoryLimit        int64         // WORKER_MEMORY_LIMIT (512m), bytes
+	CPULimit           float64       // WORKER_CPU_LIMIT (0.5)
+	PidsLimit          int64         // WORKER_PIDS_LIMIT (512)
+	StopTimeout        time.Duration // WORKER_STOP_TIMEOUT (30s); the wrapper's grace is 10 s shorter
+	NetworkMode        string        // WORKER_NETWORK_MODE (host)
+	RedisURLForWorkers string        // WORKER_REDIS_URL: the Redis URL as workers see it (default REDIS_URL)
+	APIURL             string        // API_URL, passed to workers
+	// PassEnv names host variables passed to every worker (secrets from the
+	// host's environment only): WORKER_PASS_ENV, default
+	// ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,FACTORY_API_KEY,OPENAI_API_KEY,DROID_BASE_URL.
+	PassEnv        []string
+	IdleTimeout    time.Duration // IDLE_TIMEOUT_SECONDS (600): an idle worker is paused
+	PauseTimeout   time.Duration // PAUSE_TIMEOUT (30m): a paused worker is terminated
+	BaseImage      string        // WORKER_BASE_IMAGE (agentvisor/worker-base:latest)
+	ProjectVolumes bool          // WORKER_PROJECT_VOLUMES (true): a per-project volume for the agent's home
+	ManagerID      string        // MANAGER_ID (hostname): the consumer name in the managers group
+}
+
+// ConfigFromEnv reads the configuration; errors name the variable.
+func ConfigFromEnv(getenv func(string) string) (Config, error) {
+	c := Config{RedisURL: getenv("REDIS_URL"), APIURL: getenv("API_URL"), BaseImage: getenv("WORKER_BASE_IMAGE"),
+		NetworkMode: getenv("WORKER_NETWORK_MODE"), RedisURLForWorkers: getenv("WORKER_REDIS_URL"), ManagerID: getenv("MANAGER_ID")}
+	fail := func(name string, err error) (Config, error) { return Config{}, fmt.Errorf("config: %s: %w", name, err) }
+	var err error
+	if c.RedisURL == "" {
+		return fail("REDIS_URL", fmt.Errorf("required"))
+	}
+	if c.Keys, err = protocol.NewKeys(getenv("WORKER_KEY_PREFIX")); err != nil {
+		return fail("WORKER_KEY_PREFIX", err)
+	}
+	if c.MaxWorkers, err = intVar(getenv("MAX_CONCURRENT_WORKERS"), 10); err != nil || c.MaxWorkers < 1 {
+		return fail("MAX_CONCURRENT_WORKERS", fmt.Errorf("want a positive whole number"))
+	}
+	if c.CreationTimeout, err = durVar(getenv("WORKER_CREATION_TIMEOUT"), 5*time.Minute); err != nil {
+		return fail("WORKER_CREATION_TIMEOUT", err)
+	}
+	mem := getenv("WORKER_MEMORY_LIMIT")
+	if mem == "" {
+		mem = "512m"
+	}
+	if c.MemoryLimit, err = units.RAMInBytes(mem); err != nil || c.MemoryLimit < 6<<20 {
+		return fail("WORKER_MEMORY_LIMIT", fmt.Errorf("want a size of at least 6m such as 512m, got %q", mem))
+	}
+	c.CPULimit = 0.5
+	if v := getenv("WORKER_CPU_LIMIT"); v != "" {
+		if c.CPULimit, err = strconv.ParseFloat(v, 64); err != nil || c.CPULimit <= 0 {
+			return fail("WORKER_CPU_LIMIT", fmt.Errorf("want a positive number of cores such as 0.5, got %q", v))
+		}
+	}
+	pids, err := intVar(getenv("WORKER_PIDS_LIMIT"), 512)
+	if err != nil || pids < 16 {
+		return fail("WORKER_PIDS_LIMIT", fmt.Errorf("want a whole number of at least 16"))
+	}
+	c.PidsLimit = int64(pids)
+	if c.StopTimeout, err = durVar(getenv("WORKER_STOP_TIMEOUT"), 30*time.Second); err != nil || c.StopTimeout < 12*time.Second {
+		return fail("WORKER_STOP_TIMEOUT", fmt.Errorf("want a duration of at least 12s"))
+	}
+	if c.NetworkMode == "" {
+		c.NetworkMode = "host"
+	}
+	if c.RedisURLForWorkers == "" {
+		c.RedisURLForWorkers = c.RedisURL
+	}
+	pass := getenv("WORKER_PASS_ENV")
+	if pass == "" {
+		pass = "ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,FACTORY_API_KEY,OPENAI_API_KEY,DROID_BASE_URL"
+	}
+	for _, n := range strings.Split(pass, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			c.PassEnv = append(c.PassEnv, n)
+		}
+	}
+	idle, err := intVar(getenv("IDLE_TIMEOUT_SECONDS"), 600)
+	if err != nil || idle < 1 {
+		return fail("IDLE_TIMEOUT_SECONDS", fmt.Errorf("want a positive whole number of seconds"))
+	}
+	c.IdleTimeout = time.Duration(idle) * time.Second
+	if c.PauseTimeout, err = durVar(getenv("PAUSE_TIMEOUT"), 30*time.Minute); err != nil {
+		return fail("PAUSE_TIMEOUT", err)
+	}
+	if c.BaseImage == "" {
+		c.BaseImage = DefaultBaseImage
+	}
+	vol := getenv("WORKER_PROJECT_VOLUMES")
+	c.ProjectVolumes = vol == "" || vol == "true" || vol == "1"
+	if c.ManagerID == "" {
+		c.ManagerID, _ = os.Hostname()
+	}
+	return c, nil
+}
+
+func intVar(s string, def int) (int, error) {
+	if s == "" {
+		return def, nil
+	}
+	return strconv.Atoi(s)
+}
+
+func durVar(s string, def time.Duration) (time.Duration, error) {
+	if s == "" {
+		return def, nil
+	}
+	if n, err := strconv.ParseFloat(s, 64); err == nil && n > 0 {
+		return time.Duration(n * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("want a positive duration such as 30s or 5m, got %q", s)
+	}
+	return d, nil
+}

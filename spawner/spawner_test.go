@@ -1,0 +1,217 @@
+package spawner
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/client"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/wrapper/stubmodel"
+)
+
+type fixture struct {
+	s    *Spawner
+	rc   *redis.Client
+	dc   *client.Client
+	keys protocol.Keys
+	stub *stubmodel.Server
+}
+
+// newFixture: a spawner over the real engine and a test Redis, with its
+// own key prefix (so that its containers are its own), whose workers reach
+// the stub model.
+func newFixture(t *testing.T, mod func(*Config)) *fixture {
+	t.Helper()
+	buildImages(t)
+	r := testkit.StartRedis(t)
+	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	t.Cleanup(func() { rc.Close() })
+	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dc.Close() })
+	stub, err := stubmodel.Start(stubmodel.Script{Fallback: &stubmodel.Step{Text: "Done.\n{\"status\": \"complete\", \"result\": {\"ok\": true}}"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stub.Close() })
+	t.Setenv("ANTHROPIC_BASE_URL", stub.URL)
+	t.Setenv("ANTHROPIC_API_KEY", "sk-stub-0123456789")
+	prefix := fmt.Sprintf("t%d", time.Now().UnixNano())
+	cfg, err := ConfigFromEnv(func(k string) string {
+		return map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": prefix, "WORKER_STOP_TIMEOUT": "12s"}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	s := New(cfg, dc, rc, &Images{Docker: dc, Redis: rc, Keys: cfg.Keys}, log)
+	t.Cleanup(func() {
+		// No container of this test survives it.
+		out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label="+protocol.LabelKeyPrefix+"="+prefix).Output()
+		for _, id := range strings.Fields(string(out)) {
+			exec.Command("docker", "rm", "-f", id).Run()
+		}
+	})
+	return &fixture{s: s, rc: rc, dc: dc, keys: cfg.Keys, stub: stub}
+}
+
+func (f *fixture) send(t *testing.T, stream string, task protocol.Task) {
+	doc, _ := task.Encode()
+	if err := f.rc.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: protocol.Values(doc)}).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fixture) waitOutput(t *testing.T, stream, requestID string, timeout time.Duration) protocol.Output {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		msgs, _ := f.rc.XRange(context.Background(), stream, "-", "+").Result()
+		for _, m := range msgs {
+			data, _ := protocol.EntryData(m.Values)
+			if _, typ, _ := protocol.PeekType(data); typ != protocol.TypeOutput {
+				continue
+			}
+			o, err := protocol.DecodeOutput(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.RequestID == requestID {
+				return o
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no output for %s on %s within %v", requestID, stream, timeout)
+	return protocol.Output{}
+}
+
+func TestWorkerLifecycle(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude, Capabilities: []protocol.Capability{protocol.CapGit},
+		ProjectID: fmt.Sprintf("proj-%d", time.Now().UnixNano()), Instructions: "You are a test worker.",
+		AllowedCommands: []string{"worker.progress"}}
+	t.Cleanup(func() {
+		exec.Command("docker", "volume", "rm", "-f", ProjectVolume(spec.AgentType, spec.ProjectID)).Run()
+	})
+	info, err := f.s.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Status != protocol.ContainerRunning || info.AgentType != protocol.AgentClaude || !strings.HasPrefix(info.Image, "worker:") {
+		t.Fatalf("created %+v", info)
+	}
+	c, err := f.dc.ContainerInspect(ctx, info.ContainerID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := c.HostConfig
+	if c.Config.User != "1000:1000" || hc.Memory != 512<<20 || hc.NanoCPUs != 5e8 || hc.PidsLimit == nil || *hc.PidsLimit != 512 ||
+		len(hc.CapDrop) != 1 || hc.CapDrop[0] != "ALL" || len(hc.SecurityOpt) != 1 || c.Config.Labels[protocol.LabelWorkerID] != info.WorkerID {
+		t.Fatalf("container config: user %q mem %d cpu %d pids %v capdrop %v secopt %v labels %v",
+			c.Config.User, hc.Memory, hc.NanoCPUs, hc.PidsLimit, hc.CapDrop, hc.SecurityOpt, c.Config.Labels)
+	}
+	if len(c.Mounts) != 1 || c.Mounts[0].Name != ProjectVolume(spec.AgentType, spec.ProjectID) {
+		t.Fatalf("mounts %+v", c.Mounts)
+	}
+
+	// A task reaches the worker through its input stream.
+	f.send(t, f.keys.Input(info.WorkerID), protocol.Task{RequestID: "lc-1", ProjectID: spec.ProjectID, Prompt: "do it"})
+	o := f.waitOutput(t, f.keys.Output(info.WorkerID), "lc-1", 60*time.Second)
+	if o.Status != protocol.StatusComplete || string(o.Result) != `{"ok":true}` {
+		t.Fatalf("output %+v", o)
+	}
+	reqs := f.stub.Requests()
+	if len(reqs) == 0 || !strings.Contains(reqs[0].System, "You are a test worker.") && !strings.Contains(reqs[0].Text(), "You are a test worker.") {
+		t.Logf("instructions not seen in the first request (CLAUDE.md is read from the workspace)")
+	}
+
+	if err := f.s.Pause(ctx, info.WorkerID); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := f.s.Status(ctx, info.WorkerID); st.Status != protocol.ContainerPaused || st.State != protocol.WorkerPaused {
+		t.Fatalf("after pause: %+v", st)
+	}
+	if err := f.s.Unpause(ctx, info.WorkerID); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := f.s.Status(ctx, info.WorkerID); st.Status != protocol.ContainerRunning {
+		t.Fatalf("after unpause: %+v", st)
+	}
+	list, err := f.s.List(ctx)
+	if err != nil || len(list) != 1 || list[0].WorkerID != info.WorkerID {
+		t.Fatalf("list %+v %v", list, err)
+	}
+	if err := f.s.Pause(ctx, info.WorkerID); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := f.s.Delete(ctx, info.WorkerID); err != nil { // a paused worker too
+		t.Fatal(err)
+	}
+	if time.Since(start) > 11*time.Second {
+		t.Errorf("delete took %v: the wrapper did not stop on SIGTERM", time.Since(start))
+	}
+	if _, err := f.dc.ContainerInspect(ctx, info.ContainerID); err == nil {
+		t.Fatal("container left after delete")
+	}
+	if _, err := f.s.Status(ctx, "no-such-worker"); !IsNotFound(err) {
+		t.Fatalf("status of an unknown worker: %v", err)
+	}
+	if err := f.s.Delete(ctx, "no-such-worker"); !IsNotFound(err) {
+		t.Fatalf("delete of an unknown worker: %v", err)
+	}
+	if _, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: "gpt"}); err == nil {
+		t.Fatal("a bad spec was accepted")
+	}
+}
+
+func TestConcurrencyLimitQueues(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.MaxWorkers = 1; c.CreationTimeout = 1500 * time.Millisecond })
+	ctx := context.Background()
+	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude}
+	first, err := f.s.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.Create(ctx, spec); !IsResourceExhausted(err) {
+		t.Fatalf("create at the limit: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	// A queued create is served when a slot frees.
+	f.s.cfg.CreationTimeout = time.Minute
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.s.Create(ctx, spec)
+		done <- err
+	}()
+	time.Sleep(700 * time.Millisecond)
+	if n, _ := f.rc.LLen(ctx, f.keys.CreationQueue()).Result(); n != 1 {
+		t.Fatalf("creation queue holds %d, want the waiting create", n)
+	}
+	if err := f.s.Delete(ctx, first.WorkerID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("queued create: %v", err)
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatal("the queued create was not served when the slot freed")
+	}
+}
