@@ -39,6 +39,9 @@ func newImagesB(t testing.TB) (*Images, *countingClient, *redis.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Negotiate now, before concurrent calls: the client negotiates
+	// lazily, and that races between goroutines.
+	dc.NegotiateAPIVersion(context.Background())
 	t.Cleanup(func() { dc.Close() })
 	r := testkit.StartRedis(t)
 	rc := redis.NewClient(&redis.Options{Addr: r.Addr})

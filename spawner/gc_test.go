@@ -22,6 +22,9 @@ func TestImageGC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Negotiate now, before concurrent calls: the client negotiates
+	// lazily, and that races between goroutines.
+	dc.NegotiateAPIVersion(context.Background())
 	defer dc.Close()
 	r := testkit.StartRedis(t)
 	rc := redis.NewClient(&redis.Options{Addr: r.Addr})

@@ -8,10 +8,15 @@ require (
 	github.com/docker/go-units v0.5.0
 	github.com/opencontainers/image-spec v1.1.1
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/tidwall/gjson v1.20.0
 	golang.org/x/sync v0.23.0
 )
 
-require go.uber.org/atomic v1.12.0 // indirect
+require (
+	github.com/tidwall/match v1.1.1 // indirect
+	github.com/tidwall/pretty v1.2.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+)
 
 require (
 	github.com/Microsoft/go-winio v0.6.4 // indirect

@@ -179,6 +179,24 @@ func (s *Spawner) acquireSlot(ctx context.Context, workerID string) error {
 // spec's agent and capabilities, and starts its container. It returns the
 // worker's info; its id is a new UUID.
 func (s *Spawner) Create(ctx context.Context, spec protocol.WorkerSpec) (protocol.WorkerInfo, error) {
+	return s.CreateFor(ctx, "", spec)
+}
+
+// LabelCommandID marks the container a create command made, so that the
+// same command delivered again (its manager died before acknowledging it)
+// finds the container instead of making a second one.
+const LabelCommandID = protocol.LabelPrefix + "command_id"
+
+// CreateFor is Create on behalf of a command: a container that the same
+// command already made is returned instead of a new one.
+func (s *Spawner) CreateFor(ctx context.Context, commandID string, spec protocol.WorkerSpec) (protocol.WorkerInfo, error) {
+	if commandID != "" {
+		f := s.managedFilter()
+		f.Add("label", LabelCommandID+"="+commandID)
+		if cs, err := s.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: f}); err == nil && len(cs) > 0 {
+			return s.Status(ctx, cs[0].Labels[protocol.LabelWorkerID])
+		}
+	}
 	if err := spec.Validate(); err != nil {
 		return protocol.WorkerInfo{}, &Error{protocol.CodeInvalidCommand, err}
 	}
@@ -207,6 +225,9 @@ func (s *Spawner) Create(ctx context.Context, spec protocol.WorkerSpec) (protoco
 		protocol.LabelKind: string(spec.Kind), protocol.LabelProjectID: spec.ProjectID,
 		protocol.LabelCreatedAt: protocol.FormatTime(now), protocol.LabelKeyPrefix: s.keys.Prefix,
 		protocol.LabelCapabilities: strings.Join(capNames, ","),
+	}
+	if commandID != "" {
+		labels[LabelCommandID] = commandID
 	}
 	env := s.workerEnv(id, spec)
 	stop := int(s.cfg.StopTimeout.Seconds())

@@ -39,6 +39,9 @@ func newFixture(t *testing.T, mod func(*Config)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Negotiate now, before concurrent calls: the client negotiates
+	// lazily, and that races between goroutines.
+	dc.NegotiateAPIVersion(context.Background())
 	t.Cleanup(func() { dc.Close() })
 	stub, err := stubmodel.Start(stubmodel.Script{Fallback: &stubmodel.Step{Text: "Done.\n{\"status\": \"complete\", \"result\": {\"ok\": true}}"}})
 	if err != nil {

@@ -1,0 +1,76 @@
+// Command worker-manager is the spawner as a service: it executes the
+// commands of worker:commands (create, delete, status, pause, unpause,
+// list, reset_context) and answers on the stream each names, pauses the
+// workers that ask for it, wakes paused workers that have input, forwards
+// crashes, and collects stale worker images daily. Configuration comes
+// from the environment (see spawner/README.md).
+//
+// SIGTERM or SIGINT: stop reading commands, finish those in flight, and
+// remove every worker of its key prefix (set KEEP_WORKERS=true to leave
+// them running).
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/docker/docker/client"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/spawner"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	cfg, err := spawner.ConfigFromEnv(os.Getenv)
+	if err != nil {
+		log.Error("invalid configuration", "err", err)
+		return 2
+	}
+	opt, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		log.Error("invalid configuration", "err", "config: REDIS_URL: "+err.Error())
+		return 2
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		log.Error("docker client", "err", err)
+		return 1
+	}
+	// Negotiate now, before concurrent calls: the client negotiates
+	// lazily, and that races between goroutines.
+	dc.NegotiateAPIVersion(context.Background())
+	defer dc.Close()
+	images := &spawner.Images{Docker: dc, Redis: rdb, Keys: cfg.Keys, BaseImage: cfg.BaseImage}
+	s := spawner.New(cfg, dc, rdb, images, log)
+	m := &spawner.Manager{S: s}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	gc := &spawner.ImageGC{Docker: dc, Redis: rdb, Keys: cfg.Keys, Log: log}
+	go gc.Run(ctx)
+	log.Info("worker-manager started", "manager_id", cfg.ManagerID, "max_workers", cfg.MaxWorkers)
+	if err := m.Run(ctx); err != nil {
+		log.Error("manager failed", "err", err)
+		return 1
+	}
+	if os.Getenv("KEEP_WORKERS") != "true" {
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.StopTimeout+30*time.Second)
+		defer cancel()
+		start := time.Now()
+		if err := s.Shutdown(sctx); err != nil {
+			log.Error("shutdown: workers left", "err", err)
+			return 1
+		}
+		log.Info("shutdown: every worker removed", "took", time.Since(start).String())
+	}
+	return 0
+}

@@ -1,0 +1,143 @@
+package spawner
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/wrapper/stubmodel"
+)
+
+func (f *fixture) startManager(t *testing.T) *Client {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = (&Manager{S: f.s}).Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return &Client{Redis: f.rc, Keys: f.keys, Timeout: 2 * time.Minute}
+}
+
+func TestManagerCommandsPauseWakeAndCrash(t *testing.T) {
+	f := newFixture(t, nil)
+	c := f.startManager(t)
+	ctx := context.Background()
+
+	r, err := c.Do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &protocol.WorkerSpec{AgentType: protocol.AgentClaude}})
+	if err != nil || r.WorkerID == "" || r.Worker == nil || r.Worker.Status != protocol.ContainerRunning {
+		t.Fatalf("create: %+v %v", r, err)
+	}
+	id := r.WorkerID
+	if r, err := c.Do(ctx, protocol.Command{Action: protocol.ActionStatus, WorkerID: id}); err != nil || r.Worker.WorkerID != id {
+		t.Fatalf("status: %+v %v", r, err)
+	}
+	if r, err := c.Do(ctx, protocol.Command{Action: protocol.ActionList}); err != nil || len(r.Workers) != 1 {
+		t.Fatalf("list: %+v %v", r, err)
+	}
+	if _, err := c.Do(ctx, protocol.Command{Action: protocol.ActionStatus, WorkerID: "nobody"}); !IsNotFound(err) {
+		t.Fatalf("status of nobody: %v", err)
+	}
+	f.rc.Set(ctx, f.keys.ProjectContext("p"), "old context", 0)
+	if _, err := c.Do(ctx, protocol.Command{Action: protocol.ActionResetContext, ProjectID: "p", AgentType: protocol.AgentClaude}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := f.rc.Exists(ctx, f.keys.ProjectContext("p")).Result(); n != 0 {
+		t.Fatal("reset_context left the project's context")
+	}
+	// A malformed command is answered with INVALID_COMMAND and acknowledged.
+	f.rc.XAdd(ctx, &redis.XAddArgs{Stream: f.keys.Commands(), Values: map[string]any{"data": `{"v":1,"type":"command","command_id":"bad-1","action":"explode","reply_to":"` + f.keys.Replies("bad") + `"}`}})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		msgs, _ := f.rc.XRange(ctx, f.keys.Replies("bad"), "-", "+").Result()
+		if len(msgs) == 1 {
+			data, _ := protocol.EntryData(msgs[0].Values)
+			rep, err := protocol.DecodeReply(data)
+			if err != nil || rep.OK || rep.Error.Code != protocol.CodeInvalidCommand || rep.CommandID != "bad-1" {
+				t.Fatalf("reply to a bad command: %+v %v", rep, err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no reply to a bad command")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// The wrapper asks for a pause after its output; the manager pauses it.
+	f.send(t, f.keys.Input(id), protocol.Task{RequestID: "m-1", Prompt: "first"})
+	if o := f.waitOutput(t, f.keys.Output(id), "m-1", time.Minute); o.Status != protocol.StatusComplete {
+		t.Fatalf("task 1: %+v", o)
+	}
+	waitUntil(t, "the worker paused on its request", 15*time.Second, func() bool {
+		st, _ := f.s.Status(ctx, id)
+		return st.Status == protocol.ContainerPaused
+	})
+	// A new task wakes it and is served.
+	start := time.Now()
+	f.send(t, f.keys.Input(id), protocol.Task{RequestID: "m-2", Prompt: "second"})
+	if o := f.waitOutput(t, f.keys.Output(id), "m-2", time.Minute); o.Status != protocol.StatusComplete {
+		t.Fatalf("task 2: %+v", o)
+	}
+	t.Logf("paused worker woke and answered in %v", time.Since(start))
+
+	// Killed mid-task: a failed output, classified, without waiting for a heartbeat.
+	f.stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{{Text: "slow", DelayMS: 30000}}})
+	waitUntil(t, "the worker paused again", 15*time.Second, func() bool {
+		st, _ := f.s.Status(ctx, id)
+		return st.Status == protocol.ContainerPaused
+	})
+	f.send(t, f.keys.Input(id), protocol.Task{RequestID: "m-3", Prompt: "third"})
+	waitUntil(t, "task 3 running", 30*time.Second, func() bool {
+		return f.rc.HGet(ctx, f.keys.Status(id), protocol.StatusFieldRequestID).Val() == "m-3"
+	})
+	time.Sleep(300 * time.Millisecond)
+	killed := time.Now()
+	if out, err := exec.Command("docker", "kill", "-s", "KILL", ContainerName(id)).CombinedOutput(); err != nil {
+		t.Fatalf("docker kill: %v %s", err, out)
+	}
+	o := f.waitOutput(t, f.keys.Output(id), "m-3", 10*time.Second)
+	if o.Status != protocol.StatusFailed || o.Error.Code != protocol.CodeKilled || !o.Error.Retryable {
+		t.Fatalf("crash output %+v %+v", o, o.Error)
+	}
+	t.Logf("crash forwarded in %v", time.Since(killed))
+	if run, _ := f.rc.HGet(ctx, f.keys.Run("m-3"), "status").Result(); run != "failed" {
+		t.Errorf("run status %q", run)
+	}
+	waitUntil(t, "the dead container removed", 10*time.Second, func() bool {
+		out, _ := exec.Command("docker", "ps", "-aq", "--filter", "name="+ContainerName(id)).Output()
+		return strings.TrimSpace(string(out)) == ""
+	})
+}
+
+func TestShutdownLeavesNoContainer(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	for i := 0; i < 4; i++ {
+		if _, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	if err := f.s.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ws, _ := f.s.List(ctx); len(ws) != 0 {
+		t.Fatalf("%d workers left", len(ws))
+	}
+	t.Logf("4 workers removed in %v", time.Since(start))
+}
+
+func waitUntil(t *testing.T, what string, timeout time.Duration, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
