@@ -35,6 +35,15 @@ type Config struct {
 	BaseImage      string        // WORKER_BASE_IMAGE (agentvisor/worker-base:latest)
 	ProjectVolumes bool          // WORKER_PROJECT_VOLUMES (true): a per-project volume for the agent's home
 	ManagerID      string        // MANAGER_ID (hostname): the consumer name in the managers group
+	// HeartbeatInterval (HEARTBEAT_INTERVAL, 10s) is given to the workers;
+	// a running worker whose heartbeat key expired (3 intervals) is dead.
+	HeartbeatInterval time.Duration
+	// ReconcileInterval (RECONCILE_INTERVAL, 60s): how often labelled
+	// containers and Redis are reconciled.
+	ReconcileInterval time.Duration
+	// CreationGrace (CREATION_GRACE, 30s): a labelled container younger
+	// than this is not an orphan yet (its create may be in flight).
+	CreationGrace time.Duration
 }
 
 // ConfigFromEnv reads the configuration; errors name the variable.
@@ -104,6 +113,15 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	vol := getenv("WORKER_PROJECT_VOLUMES")
 	c.ProjectVolumes = vol == "" || vol == "true" || vol == "1"
+	if c.HeartbeatInterval, err = durVar(getenv("HEARTBEAT_INTERVAL"), 10*time.Second); err != nil {
+		return fail("HEARTBEAT_INTERVAL", err)
+	}
+	if c.ReconcileInterval, err = durVar(getenv("RECONCILE_INTERVAL"), time.Minute); err != nil {
+		return fail("RECONCILE_INTERVAL", err)
+	}
+	if c.CreationGrace, err = durVar(getenv("CREATION_GRACE"), 30*time.Second); err != nil {
+		return fail("CREATION_GRACE", err)
+	}
 	if c.ManagerID == "" {
 		c.ManagerID, _ = os.Hostname()
 	}

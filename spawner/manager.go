@@ -42,6 +42,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	g.Go(func() error { m.controls(gctx); return nil })
 	g.Go(func() error { s.watchEvents(gctx); return nil })
 	g.Go(func() error { s.wakeOnInput(gctx); return nil })
+	g.Go(func() error { s.monitor(gctx); return nil })
+	g.Go(func() error { s.reconcileLoop(gctx); return nil })
 	return g.Wait()
 }
 

@@ -287,6 +287,7 @@ func (s *Spawner) workerEnv(id string, spec protocol.WorkerSpec) []string {
 		"WORKER_ID=" + id, "REDIS_URL=" + s.cfg.RedisURLForWorkers, "WORKER_KEY_PREFIX=" + s.keys.Prefix,
 		"AGENT_TYPE=" + string(spec.AgentType), "WORKER_KIND=" + string(spec.Kind),
 		"SHUTDOWN_GRACE=" + (s.cfg.StopTimeout - 10*time.Second).String(),
+		"HEARTBEAT_INTERVAL=" + s.cfg.HeartbeatInterval.String(),
 	}
 	if len(spec.AllowedCommands) > 0 {
 		env = append(env, "ALLOWED_COMMANDS="+strings.Join(spec.AllowedCommands, ","))

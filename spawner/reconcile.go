@@ -1,0 +1,178 @@
+package spawner
+
+import (
+	"context"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// monitor checks every worker every half heartbeat interval:
+//   - running (not paused), started more than three intervals ago, and its
+//     heartbeat key expired: dead — recorded, its task forwarded, removed
+//     (detection within two intervals of the expiry);
+//   - idle longer than IdleTimeout: paused;
+//   - paused longer than PauseTimeout: terminated.
+//
+// A paused worker cannot beat, and is never declared dead for it.
+func (s *Spawner) monitor(ctx context.Context) {
+	t := time.NewTicker(max(s.cfg.HeartbeatInterval/2, 100*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ids, err := s.rdb.SMembers(ctx, s.keys.Workers()).Result()
+		if err != nil {
+			continue
+		}
+		for _, id := range ids {
+			s.check(ctx, id)
+		}
+	}
+}
+
+func (s *Spawner) check(ctx context.Context, id string) {
+	h, err := s.rdb.HGetAll(ctx, s.keys.Status(id)).Result()
+	if err != nil || len(h) == 0 {
+		return
+	}
+	now := s.now()
+	updated, _ := protocol.ParseTime(h[protocol.StatusFieldUpdatedAt])
+	created, _ := protocol.ParseTime(h[protocol.StatusFieldCreatedAt])
+	switch protocol.ContainerStatus(h[protocol.StatusFieldContainer]) {
+	case protocol.ContainerPaused:
+		if !updated.IsZero() && now.Sub(updated) > s.cfg.PauseTimeout {
+			s.log.Info("paused past the pause timeout: terminating", "worker_id", id)
+			s.lifecycle(ctx, id, protocol.EventStopping, map[string]any{"reason": "pause_timeout"})
+			if err := s.Delete(ctx, id); err != nil && !IsNotFound(err) {
+				s.log.Warn("terminate after pause timeout", "worker_id", id, "err", err)
+			}
+		}
+	case protocol.ContainerRunning:
+		if created.IsZero() || now.Sub(created) < 3*s.cfg.HeartbeatInterval {
+			return // still starting: no heartbeat yet
+		}
+		alive, err := s.rdb.Exists(ctx, s.keys.Heartbeat(id)).Result()
+		if err != nil {
+			return
+		}
+		if alive == 0 {
+			s.dead(ctx, id)
+			return
+		}
+		if h[protocol.StatusFieldState] == string(protocol.WorkerIdle) && !updated.IsZero() && now.Sub(updated) > s.cfg.IdleTimeout && !s.hasInput(ctx, id) {
+			s.log.Info("idle past the idle timeout: pausing", "worker_id", id)
+			if err := s.Pause(ctx, id); err != nil && !IsNotFound(err) {
+				s.log.Warn("pause after idle timeout", "worker_id", id, "err", err)
+			}
+		}
+	}
+}
+
+// dead handles a running worker whose heartbeat expired: it is killed and
+// treated as having died (its task forwarded).
+func (s *Spawner) dead(ctx context.Context, id string) {
+	c, err := s.find(ctx, id)
+	if err != nil {
+		return
+	}
+	s.log.Warn("heartbeat expired: the worker is dead", "worker_id", id)
+	s.lifecycle(ctx, id, protocol.EventDead, map[string]any{"heartbeat_interval": s.cfg.HeartbeatInterval.String()})
+	_ = s.docker.ContainerRemove(context.WithoutCancel(ctx), c.ID, container.RemoveOptions{Force: true})
+	code := 137
+	if c.State != nil && c.State.ExitCode != 0 {
+		code = c.State.ExitCode
+	}
+	s.died(ctx, id, c.ID, code, false)
+}
+
+// ReconcileReport counts what one reconciliation fixed.
+type ReconcileReport struct {
+	OrphansRemoved    int // labelled containers Redis does not know
+	MissingMarked     int // Redis workers whose container is gone
+	StatesFixed       int // status hashes that disagreed with the engine
+	ContainersSeen    int
+	WorkersInRedisWas int
+}
+
+// Reconcile makes Redis and the engine agree: it removes containers of this
+// key prefix that Redis does not know (past CreationGrace), marks Redis
+// workers whose container is gone, and fixes statuses that disagree.
+func (s *Spawner) Reconcile(ctx context.Context) (ReconcileReport, error) {
+	var rep ReconcileReport
+	cs, err := s.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: s.managedFilter()})
+	if err != nil {
+		return rep, &Error{protocol.CodeUpstreamUnavailable, err}
+	}
+	known, err := s.rdb.SMembers(ctx, s.keys.Workers()).Result()
+	if err != nil {
+		return rep, &Error{protocol.CodeUpstreamUnavailable, err}
+	}
+	rep.ContainersSeen, rep.WorkersInRedisWas = len(cs), len(known)
+	inRedis := map[string]bool{}
+	for _, id := range known {
+		inRedis[id] = true
+	}
+	withContainer := map[string]bool{}
+	now := s.now()
+	for _, c := range cs {
+		id := c.Labels[protocol.LabelWorkerID]
+		withContainer[id] = true
+		if inRedis[id] {
+			want := protocol.ContainerRunning
+			if c.State == "paused" {
+				want = protocol.ContainerPaused
+			}
+			if c.State == "running" || c.State == "paused" {
+				if got := s.rdb.HGet(ctx, s.keys.Status(id), protocol.StatusFieldContainer).Val(); got != string(want) {
+					s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(want)})
+					rep.StatesFixed++
+				}
+			}
+			continue
+		}
+		created, _ := protocol.ParseTime(c.Labels[protocol.LabelCreatedAt])
+		if created.IsZero() {
+			created = time.Unix(c.Created, 0)
+		}
+		if now.Sub(created) < s.cfg.CreationGrace {
+			continue
+		}
+		if err := s.docker.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err == nil {
+			rep.OrphansRemoved++
+			s.log.Info("orphan container removed", "container_id", c.ID, "worker_id", id)
+		}
+	}
+	for _, id := range known {
+		if withContainer[id] {
+			continue
+		}
+		s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerStopped),
+			protocol.StatusFieldState: string(protocol.WorkerFailed), protocol.StatusFieldError: "container gone"})
+		s.rdb.SRem(ctx, s.keys.Workers(), id)
+		rep.MissingMarked++
+	}
+	s.log.Info("reconciled", "orphans_removed", rep.OrphansRemoved, "missing_marked", rep.MissingMarked,
+		"states_fixed", rep.StatesFixed, "containers", rep.ContainersSeen)
+	return rep, nil
+}
+
+func (s *Spawner) reconcileLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.ReconcileInterval)
+	defer t.Stop()
+	for {
+		if _, err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("reconcile", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,88 @@
+package spawner
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+func TestDeadIdlePausedAndOrphans(t *testing.T) {
+	f := newFixture(t, func(c *Config) {
+		c.HeartbeatInterval = time.Second
+		c.IdleTimeout = 2 * time.Second
+		c.PauseTimeout = 3 * time.Second
+		c.CreationGrace = time.Second
+		c.ReconcileInterval = time.Hour // the test calls Reconcile itself
+	})
+	f.startManager(t)
+	ctx := context.Background()
+	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude}
+
+	// Idle past IDLE_TIMEOUT → paused; paused past PAUSE_TIMEOUT → terminated.
+	idle, err := f.s.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the idle worker paused", 15*time.Second, func() bool {
+		st, _ := f.s.Status(ctx, idle.WorkerID)
+		return st.Status == protocol.ContainerPaused
+	})
+	waitUntil(t, "the paused worker terminated", 15*time.Second, func() bool {
+		_, err := f.s.find(ctx, idle.WorkerID)
+		return IsNotFound(err)
+	})
+
+	// A running worker whose heartbeat stops (its wrapper frozen by
+	// SIGSTOP, the container still running) is dead within two intervals
+	// of the key's expiry, and removed.
+	f.s.cfg.IdleTimeout = time.Hour
+	frozen, err := f.s.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "a first heartbeat", 15*time.Second, func() bool {
+		n, _ := f.rc.Exists(ctx, f.keys.Heartbeat(frozen.WorkerID)).Result()
+		return n == 1
+	})
+	if out, err := exec.Command("docker", "kill", "-s", "STOP", ContainerName(frozen.WorkerID)).CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	stopped := time.Now()
+	waitUntil(t, "the frozen worker declared dead and removed", 20*time.Second, func() bool {
+		_, err := f.s.find(ctx, frozen.WorkerID)
+		return IsNotFound(err)
+	})
+	// TTL is three intervals; detection within two more.
+	if d := time.Since(stopped); d > 6*time.Second {
+		t.Errorf("dead after %v, want within 3+2 heartbeat intervals (5 s)", d)
+	}
+	if st := f.rc.HGet(ctx, f.keys.Status(frozen.WorkerID), protocol.StatusFieldState).Val(); st != string(protocol.WorkerFailed) {
+		t.Errorf("status of the dead worker: %q", st)
+	}
+
+	// A labelled container Redis does not know is an orphan.
+	out, err := exec.Command("docker", "run", "-d", "--label", protocol.LabelManaged+"=true",
+		"--label", protocol.LabelKeyPrefix+"="+f.keys.Prefix, "--label", protocol.LabelWorkerID+"=ghost",
+		"--entrypoint", "/bin/sleep", "agentvisor/worker-base:latest", "300").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	ghost := strings.TrimSpace(string(out))
+	t.Cleanup(func() { exec.Command("docker", "rm", "-f", ghost).Run() })
+	f.rc.SAdd(ctx, f.keys.Workers(), "gone-worker") // and a worker whose container is gone
+	time.Sleep(1100 * time.Millisecond)             // past the creation grace
+	rep, err := f.s.Reconcile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OrphansRemoved != 1 || rep.MissingMarked != 1 {
+		t.Fatalf("reconcile: %+v", rep)
+	}
+	if err := exec.Command("docker", "inspect", ghost).Run(); err == nil {
+		t.Fatal("the orphan container is still there")
+	}
+}
