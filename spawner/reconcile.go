@@ -2,14 +2,17 @@ package spawner
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
-// monitor checks every worker every half heartbeat interval:
+// monitor checks every worker every quarter heartbeat interval:
 //   - running (not paused), started more than three intervals ago, and its
 //     heartbeat key expired: dead — recorded, its task forwarded, removed
 //     (detection within two intervals of the expiry);
@@ -18,7 +21,8 @@ import (
 //
 // A paused worker cannot beat, and is never declared dead for it.
 func (s *Spawner) monitor(ctx context.Context) {
-	t := time.NewTicker(max(s.cfg.HeartbeatInterval/2, 100*time.Millisecond))
+	s.health = map[string]*healthState{}
+	t := time.NewTicker(max(s.cfg.HeartbeatInterval/4, 100*time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
@@ -54,23 +58,71 @@ func (s *Spawner) check(ctx context.Context, id string) {
 			}
 		}
 	case protocol.ContainerRunning:
-		if created.IsZero() || now.Sub(created) < 3*s.cfg.HeartbeatInterval {
-			return // still starting: no heartbeat yet
-		}
-		alive, err := s.rdb.Exists(ctx, s.keys.Heartbeat(id)).Result()
-		if err != nil {
+		hb, err := s.rdb.Get(ctx, s.keys.Heartbeat(id)).Bytes()
+		if err != nil && !errors.Is(err, redis.Nil) {
 			return
 		}
-		if alive == 0 {
+		if len(hb) == 0 && (created.IsZero() || now.Sub(created) < 3*s.cfg.HeartbeatInterval) {
+			return // still starting: no heartbeat yet
+		}
+		if len(hb) == 0 {
+			delete(s.health, id)
 			s.dead(ctx, id)
 			return
 		}
+		s.probe(ctx, id, hb, now)
 		if h[protocol.StatusFieldState] == string(protocol.WorkerIdle) && !updated.IsZero() && now.Sub(updated) > s.cfg.IdleTimeout && !s.hasInput(ctx, id) {
 			s.log.Info("idle past the idle timeout: pausing", "worker_id", id)
 			if err := s.Pause(ctx, id); err != nil && !IsNotFound(err) {
 				s.log.Warn("pause after idle timeout", "worker_id", id, "err", err)
 			}
 		}
+	}
+}
+
+// DegradedAfter is how many failed health probes in a row make a worker
+// degraded.
+const DegradedAfter = 3
+
+// healthState is one worker's probe record, owned by the monitor.
+type healthState struct {
+	machine  *protocol.WorkerMachine
+	failures int
+}
+
+// probe checks a running worker's heartbeat: one older than one and a half
+// intervals is a failed probe. DegradedAfter failures in a row make the
+// worker degraded; a fresh beat makes it healthy again. Each change is
+// recorded through the protocol's worker state machine and published.
+func (s *Spawner) probe(ctx context.Context, id string, doc []byte, now time.Time) {
+	st := s.health[id]
+	if st == nil {
+		st = &healthState{machine: protocol.NewWorkerMachine(id, now)}
+		st.machine.State = protocol.WorkerIdle
+		s.health[id] = st
+	}
+	hb, err := protocol.DecodeHeartbeat(doc)
+	fresh := err == nil && now.Sub(hb.Timestamp) <= s.cfg.HeartbeatInterval*3/2
+	if fresh {
+		st.failures = 0
+		if tr, changed, _ := st.machine.SetHealth(protocol.HealthHealthy, "heartbeat fresh again", now); changed {
+			s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldHealth: string(protocol.HealthHealthy)})
+			s.lifecycle(ctx, id, protocol.EventRecovered, map[string]any{"degraded_for_ms": tr.InPrevious.Milliseconds()})
+		}
+		return
+	}
+	st.failures++
+	if st.failures < DegradedAfter {
+		return
+	}
+	reason := "heartbeat stale"
+	if err != nil {
+		reason = "heartbeat unreadable: " + err.Error()
+	}
+	if _, changed, _ := st.machine.SetHealth(protocol.HealthDegraded, reason, now); changed {
+		s.log.Warn("worker degraded", "worker_id", id, "failures", st.failures, "reason", reason)
+		s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldHealth: string(protocol.HealthDegraded)})
+		s.lifecycle(ctx, id, protocol.EventDegraded, map[string]any{"failures": st.failures, "reason": reason})
 	}
 }
 

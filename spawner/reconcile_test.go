@@ -63,6 +63,18 @@ func TestDeadIdlePausedAndOrphans(t *testing.T) {
 	if st := f.rc.HGet(ctx, f.keys.Status(frozen.WorkerID), protocol.StatusFieldState).Val(); st != string(protocol.WorkerFailed) {
 		t.Errorf("status of the dead worker: %q", st)
 	}
+	// Its stale heartbeat made it degraded before it was declared dead.
+	var evs []string
+	msgs, _ := f.rc.XRange(ctx, f.keys.Lifecycle(), "-", "+").Result()
+	for _, m := range msgs {
+		data, _ := protocol.EntryData(m.Values)
+		if l, err := protocol.DecodeLifecycle(data); err == nil && l.WorkerID == frozen.WorkerID && l.Source == protocol.SourceSpawner {
+			evs = append(evs, string(l.Event))
+		}
+	}
+	if got := strings.Join(evs, ","); !strings.Contains(got, "degraded,dead") {
+		t.Errorf("spawner events of the frozen worker: %s, want degraded then dead", got)
+	}
 
 	// A labelled container Redis does not know is an orphan.
 	out, err := exec.Command("docker", "run", "-d", "--label", protocol.LabelManaged+"=true",

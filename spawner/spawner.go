@@ -51,6 +51,8 @@ type Spawner struct {
 	log    *slog.Logger
 	now    func() time.Time
 	keys   protocol.Keys
+
+	health map[string]*healthState // owned by the monitor goroutine
 }
 
 // New returns a Spawner. images builds the worker images (its Docker and
