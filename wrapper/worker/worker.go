@@ -293,6 +293,7 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 		case <-agentCtx.Done():
 		}
 	}()
+	oomBefore := oomKills()
 	var outcome agent.Outcome
 	if w.cfg.Persistent && !w.persistOff {
 		outcome = w.runPersistent(agentCtx, task, plan, cur, spec)
@@ -315,6 +316,12 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 		return agent.Run(rerunCtx, spec)
 	})
 	verdict := agent.Judge(outcome, w.cfg.JSONSchema)
+	// A crash while the OOM killer fired in this container is an OOM: the
+	// container lives on (its PID 1 is the wrapper), so only the cgroup's
+	// counter tells.
+	if verdict.Error != nil && verdict.Error.Code == protocol.CodeAgentCrashed && oomBefore >= 0 && oomKills() > oomBefore {
+		verdict.Error = protocol.NewError(protocol.CodeOOMKilled, "the OOM killer ended the agent (%s); raise the worker's memory limit", outcome.Exit)
+	}
 	o := w.output(task, outcome, verdict, plan, attempt)
 	w.finish(log, cur, stream, group, o)
 }

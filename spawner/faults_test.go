@@ -1,0 +1,56 @@
+package spawner
+
+import (
+	"context"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/wrapper/stubmodel"
+)
+
+func TestMemoryHogIsOOMKilled(t *testing.T) {
+	// The worker image must carry this checkout's wrapper.
+	f := newFixture(t, nil)
+	f.startManager(t)
+	ctx := context.Background()
+	// Claude Code does not fit in 64 MB: the OOM killer ends it.
+	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, Limits: protocol.Limits{Memory: "64m"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.send(t, f.keys.Input(info.WorkerID), protocol.Task{RequestID: "oom-1", Prompt: "use memory"})
+	o := f.waitOutput(t, f.keys.Output(info.WorkerID), "oom-1", 90*time.Second)
+	if o.Status != protocol.StatusFailed || o.Error == nil || o.Error.Code != protocol.CodeOOMKilled || !o.Error.Retryable {
+		t.Fatalf("output %+v error %+v", o, o.Error)
+	}
+}
+
+func TestDockerStopMidTask(t *testing.T) {
+	f := newFixture(t, nil)
+	f.startManager(t)
+	ctx := context.Background()
+	f.stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{{Text: "slow", DelayMS: 60000}}})
+	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.send(t, f.keys.Input(info.WorkerID), protocol.Task{RequestID: "stop-1", Prompt: "slow work"})
+	waitUntil(t, "the task running", 30*time.Second, func() bool {
+		return f.rc.HGet(ctx, f.keys.Status(info.WorkerID), protocol.StatusFieldRequestID).Val() == "stop-1"
+	})
+	time.Sleep(500 * time.Millisecond)
+	if out, err := exec.Command("docker", "stop", "-t", "12", ContainerName(info.WorkerID)).CombinedOutput(); err != nil {
+		t.Fatalf("docker stop: %v %s", err, out)
+	}
+	// The wrapper's grace (stop timeout − 10 s) runs out, it stops the
+	// agent and publishes TERMINATED itself, then exits 0.
+	o := f.waitOutput(t, f.keys.Output(info.WorkerID), "stop-1", 30*time.Second)
+	if o.Status != protocol.StatusFailed || o.Error.Code != protocol.CodeTerminated {
+		t.Fatalf("output %+v error %+v", o, o.Error)
+	}
+	if n, _ := f.rc.XLen(ctx, f.keys.Output(info.WorkerID)).Result(); n != 1 {
+		t.Fatalf("%d entries on the output stream, want exactly one output", n)
+	}
+}
