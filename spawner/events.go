@@ -122,6 +122,9 @@ func (s *Spawner) died(ctx context.Context, id, containerID string, exitCode int
 	if req := h[protocol.StatusFieldRequestID]; req != "" {
 		s.forward(ctx, id, h, code, msg)
 	}
+	// Tasks it had read but not yet announced (it died before its status
+	// said so) are answered too: no task stays unanswered.
+	s.forwardPending(ctx, id, h, code, msg)
 	s.rdb.SRem(ctx, s.keys.Workers(), id)
 	_ = s.docker.ContainerRemove(context.WithoutCancel(ctx), containerID, container.RemoveOptions{Force: true})
 	s.log.Warn("worker died", "worker_id", id, "exit_code", exitCode, "oom", oom, "code", code, "request_id", h[protocol.StatusFieldRequestID])
@@ -197,6 +200,38 @@ func (s *Spawner) forward(ctx context.Context, id string, h map[string]string, c
 	if _, err := forwardScript.Run(ctx, s.rdb, []string{s.keys.Run(req), out, input}, group, entry.ID, string(doc),
 		string(code)+": "+msg, now).Result(); err != nil {
 		s.log.Warn("crash not forwarded", "worker_id", id, "request_id", req, "err", err)
+	}
+}
+
+// forwardPending forwards every task a dead worker held (delivered to it,
+// never acknowledged) that the status hash did not name.
+func (s *Spawner) forwardPending(ctx context.Context, id string, h map[string]string, code protocol.Code, msg string) {
+	kind := protocol.Kind(h[protocol.StatusFieldKind])
+	if kind == "" {
+		kind = protocol.KindLongLived
+	}
+	input, group := s.keys.InputFor(kind, id), protocol.GroupFor(kind)
+	pend, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: input, Group: group, Start: "-", End: "+", Count: 100, Consumer: id}).Result()
+	if err != nil {
+		return
+	}
+	for _, p := range pend {
+		msgs, err := s.rdb.XRangeN(ctx, input, p.ID, p.ID, 1).Result()
+		if err != nil || len(msgs) == 0 {
+			continue
+		}
+		data, _ := protocol.EntryData(msgs[0].Values)
+		t, err := protocol.DecodeTask(data)
+		if err != nil || t.RequestID == h[protocol.StatusFieldRequestID] {
+			continue
+		}
+		hh := map[string]string{}
+		for k, v := range h {
+			hh[k] = v
+		}
+		hh[protocol.StatusFieldRequestID], hh[protocol.StatusFieldTaskID], hh[protocol.StatusFieldProjectID] = t.RequestID, t.TaskID, t.Project()
+		hh[protocol.StatusFieldTaskStarted], hh[protocol.StatusFieldOutputStream] = "", ""
+		s.forward(ctx, id, hh, code, msg)
 	}
 }
 

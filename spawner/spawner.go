@@ -123,19 +123,32 @@ func (s *Spawner) managedFilter() filters.Args {
 		filters.Arg("label", protocol.LabelKeyPrefix+"="+s.keys.Prefix))
 }
 
-// count returns how many workers hold a slot (running, paused, starting).
+// creatingKey holds the ids of creates that hold a slot but have no
+// container yet.
+func (s *Spawner) creatingKey() string { return s.keys.CreationQueue() + ":creating" }
+
+// count returns how many workers hold a slot: containers that run, are
+// paused or starting, and creates that reserved a slot and have no
+// container yet.
 func (s *Spawner) count(ctx context.Context) (int, error) {
 	cs, err := s.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: s.managedFilter()})
 	if err != nil {
 		return 0, err
 	}
-	n := 0
+	ids := map[string]bool{}
 	for _, c := range cs {
 		if c.State == "running" || c.State == "paused" || c.State == "created" || c.State == "restarting" {
-			n++
+			ids[c.Labels[protocol.LabelWorkerID]] = true
 		}
 	}
-	return n, nil
+	creating, err := s.rdb.SMembers(ctx, s.creatingKey()).Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, id := range creating {
+		ids[id] = true
+	}
+	return len(ids), nil
 }
 
 // acquireSlot waits until fewer than MaxWorkers workers exist and this
@@ -154,6 +167,9 @@ func (s *Spawner) acquireSlot(ctx context.Context, workerID string) error {
 		if err == nil && head == workerID {
 			n, err := s.count(ctx)
 			if err == nil && n < s.cfg.MaxWorkers {
+				// Reserve the slot before leaving the queue, so that the
+				// next create counts it.
+				s.rdb.SAdd(ctx, s.creatingKey(), workerID)
 				return nil
 			}
 		} else if err == redis.Nil {
@@ -206,6 +222,7 @@ func (s *Spawner) CreateFor(ctx context.Context, commandID string, spec protocol
 		spec.Kind = protocol.KindLongLived
 	}
 	id := newWorkerID()
+	defer s.rdb.SRem(context.WithoutCancel(ctx), s.creatingKey(), id) // once the container exists, it counts itself
 	if err := s.acquireSlot(ctx, id); err != nil {
 		s.writeStatus(context.WithoutCancel(ctx), id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerFailed),
 			protocol.StatusFieldState: string(protocol.WorkerFailed), protocol.StatusFieldError: err.Error()})

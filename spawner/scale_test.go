@@ -1,0 +1,136 @@
+package spawner
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+func TestTwelveCreatesWithLimitTen(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.MaxWorkers = 10; c.CreationTimeout = 2 * time.Minute })
+	ctx := context.Background()
+	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude}
+	type result struct {
+		info protocol.WorkerInfo
+		err  error
+		at   time.Time
+	}
+	results := make(chan result, 12)
+	for i := 0; i < 12; i++ {
+		go func() {
+			info, err := f.s.Create(ctx, spec)
+			results <- result{info, err, time.Now()}
+		}()
+	}
+	var first []result
+	for len(first) < 10 {
+		r := <-results
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		first = append(first, r)
+	}
+	waitUntil(t, "two creates queued", 10*time.Second, func() bool {
+		n, _ := f.rc.LLen(ctx, f.keys.CreationQueue()).Result()
+		return n == 2
+	})
+	select {
+	case r := <-results:
+		t.Fatalf("an 11th create was served at the limit: %+v %v", r.info, r.err)
+	case <-time.After(time.Second):
+	}
+	for _, r := range first[:2] {
+		if err := f.s.Delete(ctx, r.info.WorkerID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		select {
+		case r := <-results:
+			if r.err != nil {
+				t.Fatalf("queued create: %v", r.err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("a queued create was not served when slots freed")
+		}
+	}
+	if ws, _ := f.s.List(ctx); len(ws) != 10 {
+		t.Fatalf("%d workers, want 10", len(ws))
+	}
+}
+
+func TestTwoManagersDoEachCommandOnce(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	for _, id := range []string{"manager-a", "manager-b"} {
+		s := *f.s
+		s.cfg.ManagerID = id
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = (&Manager{S: &s}).Run(cctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	c := &Client{Redis: f.rc, Keys: f.keys, Timeout: 2 * time.Minute}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl := &Client{Redis: f.rc, Keys: f.keys, Name: fmt.Sprintf("c%d", i), Timeout: 2 * time.Minute}
+			_, err := cl.Do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &protocol.WorkerSpec{AgentType: protocol.AgentClaude}})
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := c.Do(ctx, protocol.Command{Action: protocol.ActionList})
+	if err != nil || len(r.Workers) != 4 {
+		t.Fatalf("4 creates through two managers made %d workers (%v)", len(r.Workers), err)
+	}
+	// Every command is acknowledged (after its reply was sent).
+	waitUntil(t, "every command acknowledged", 5*time.Second, func() bool {
+		p, _ := f.rc.XPending(ctx, f.keys.Commands(), protocol.ManagerGroup).Result()
+		return p.Count == 0
+	})
+}
+
+func TestShutdownOfTwentyWorkers(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.MaxWorkers = 20 })
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	if err := f.s.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if ws, _ := f.s.List(ctx); len(ws) != 0 || took > 30*time.Second {
+		t.Fatalf("%d workers left, shutdown took %v", len(ws), took)
+	}
+	t.Logf("20 workers removed in %v", took)
+}
