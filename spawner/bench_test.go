@@ -3,12 +3,18 @@ package spawner
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/wrapper/stubmodel"
 )
 
 func p99(xs []float64) float64 {
@@ -81,4 +87,185 @@ func BenchmarkColdBuild(b *testing.B) {
 		b.ReportMetric(time.Since(t0).Seconds(), "build-s-claude+"+name)
 		b.ReportMetric(float64(info.Size)/1e6, "size-MB-claude+"+name)
 	}
+}
+
+// waitEvent waits for a lifecycle event of a worker after the entry id from.
+func (f *fixture) waitEvent(tb testing.TB, from, worker string, ev protocol.Event, timeout time.Duration) (string, time.Time) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		res, err := f.rc.XRead(context.Background(), &redis.XReadArgs{Streams: []string{f.keys.Lifecycle(), from}, Block: time.Second}).Result()
+		if err != nil {
+			continue
+		}
+		for _, m := range res[0].Messages {
+			from = m.ID
+			data, _ := protocol.EntryData(m.Values)
+			if l, err := protocol.DecodeLifecycle(data); err == nil && l.WorkerID == worker && l.Event == ev {
+				return from, time.Now()
+			}
+		}
+	}
+	tb.Fatalf("no %s event of %s within %v", ev, worker, timeout)
+	return from, time.Time{}
+}
+
+func lastID(rc *redis.Client, stream string) string {
+	if msgs, err := rc.XRevRangeN(context.Background(), stream, "+", "-", 1).Result(); err == nil && len(msgs) == 1 {
+		return msgs[0].ID
+	}
+	return "0"
+}
+
+// BenchmarkWorkerLifecycle: create → the wrapper's started event, against
+// a bare `docker run` of the same image until its first output line;
+// unpause → task picked up, against a bare unpause; crash → failed Output.
+func BenchmarkWorkerLifecycle(b *testing.B) {
+	f := newFixtureTB(b, nil)
+	ctx := context.Background()
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = (&Manager{S: f.s}).Run(cctx) }()
+	defer func() { cancel(); <-done }()
+	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude}
+	img, err := f.s.images.EnsureImage(ctx, spec.AgentType, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var create, bare, unpause, bareUnpause, crash []float64
+	for i := 0; i < 5; i++ {
+		from := lastID(f.rc, f.keys.Lifecycle())
+		t0 := time.Now()
+		info, err := f.s.Create(ctx, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, at := f.waitEvent(b, from, info.WorkerID, protocol.EventStarted, time.Minute)
+		create = append(create, float64(at.Sub(t0).Milliseconds()))
+
+		// The same image, bare: until its first output line.
+		name := fmt.Sprintf("bench-bare-%d", time.Now().UnixNano())
+		cmd := exec.Command("docker", "run", "--rm", "--name", name, "--network", "host", "-e", "WORKER_ID="+name,
+			"-e", "REDIS_URL="+f.s.cfg.RedisURL, "-e", "AGENT_TYPE=claude", img.Tag)
+		stderr, _ := cmd.StderrPipe()
+		t0 = time.Now()
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		buf := make([]byte, 1)
+		if _, err := stderr.Read(buf); err != nil {
+			b.Fatal(err)
+		}
+		bare = append(bare, float64(time.Since(t0).Milliseconds()))
+		exec.Command("docker", "rm", "-f", name).Run()
+		cmd.Wait()
+
+		// Pause, then a task: until the wrapper starts it.
+		if err := f.s.Pause(ctx, info.WorkerID); err != nil {
+			b.Fatal(err)
+		}
+		from = lastID(f.rc, f.keys.Lifecycle())
+		t0 = time.Now()
+		f.send(nil, f.keys.Input(info.WorkerID), protocol.Task{RequestID: fmt.Sprintf("u-%d", i), Prompt: "go"})
+		_, at = f.waitEvent(b, from, info.WorkerID, protocol.EventTaskStarted, time.Minute)
+		unpause = append(unpause, float64(at.Sub(t0).Microseconds())/1000)
+		f.waitOutputTB(b, f.keys.Output(info.WorkerID), fmt.Sprintf("u-%d", i), time.Minute)
+		// A bare pause/unpause of the same container.
+		c, _ := f.s.find(ctx, info.WorkerID)
+		if err := f.dc.ContainerPause(ctx, c.ID); err == nil {
+			t0 = time.Now()
+			f.dc.ContainerUnpause(ctx, c.ID)
+			bareUnpause = append(bareUnpause, float64(time.Since(t0).Microseconds())/1000)
+		}
+
+		// Crash mid-task: until the failed Output is readable.
+		f.stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{{Text: "slow", DelayMS: 60000}}})
+		req := fmt.Sprintf("k-%d", i)
+		waitUntilTB(b, "idle", time.Minute, func() bool {
+			return f.rc.HGet(ctx, f.keys.Status(info.WorkerID), protocol.StatusFieldRequestID).Val() == ""
+		})
+		f.s.Unpause(ctx, info.WorkerID)
+		f.send(nil, f.keys.Input(info.WorkerID), protocol.Task{RequestID: req, Prompt: "slow"})
+		waitUntilTB(b, "task running", time.Minute, func() bool {
+			return f.rc.HGet(ctx, f.keys.Status(info.WorkerID), protocol.StatusFieldRequestID).Val() == req
+		})
+		t0 = time.Now()
+		exec.Command("docker", "kill", "-s", "KILL", ContainerName(info.WorkerID)).Run()
+		f.waitOutputTB(b, f.keys.Output(info.WorkerID), req, 30*time.Second)
+		crash = append(crash, float64(time.Since(t0).Milliseconds()))
+		f.stub.SetScript(stubmodel.Script{Fallback: &stubmodel.Step{Text: "Done.\n{\"status\": \"complete\", \"result\": {}}"}})
+	}
+	b.ReportMetric(median(create), "create-to-started-median-ms")
+	b.ReportMetric(median(bare), "bare-docker-run-first-line-median-ms")
+	b.ReportMetric(median(create)/median(bare), "create-ratio")
+	b.ReportMetric(p99(unpause), "unpause-to-pickup-p99-ms")
+	b.ReportMetric(p99(bareUnpause), "bare-unpause-p99-ms")
+	b.ReportMetric(p99(crash), "crash-to-failed-output-max-ms")
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// BenchmarkFiftyWorkers starts 50 idle workers at once on this machine and
+// reports the memory each uses (its cgroup's usage) and how late their
+// heartbeats are (heartbeat age beyond the interval, sampled for 10 s).
+func BenchmarkFiftyWorkers(b *testing.B) {
+	f := newFixtureTB(b, func(c *Config) { c.MaxWorkers = 50; c.HeartbeatInterval = 2 * time.Second; c.IdleTimeout = time.Hour })
+	ctx := context.Background()
+	start := time.Now()
+	ids := make(chan string, 50)
+	errs := make(chan error, 50)
+	for i := 0; i < 50; i++ {
+		go func() {
+			info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
+			if err != nil {
+				errs <- err
+				return
+			}
+			ids <- info.ContainerID + " " + info.WorkerID
+		}()
+	}
+	var workers [][2]string
+	for len(workers) < 50 {
+		select {
+		case err := <-errs:
+			b.Fatal(err)
+		case s := <-ids:
+			var c, w string
+			fmt.Sscan(s, &c, &w)
+			workers = append(workers, [2]string{c, w})
+		}
+	}
+	b.ReportMetric(time.Since(start).Seconds(), "start-50-s")
+	defer f.s.Shutdown(context.Background())
+	time.Sleep(4 * time.Second) // every wrapper up and beating
+	var lag float64
+	for t0 := time.Now(); time.Since(t0) < 10*time.Second; time.Sleep(500 * time.Millisecond) {
+		for _, w := range workers {
+			doc, err := f.rc.Get(ctx, f.keys.Heartbeat(w[1])).Bytes()
+			if err != nil {
+				b.Fatalf("worker %s has no heartbeat", w[1])
+			}
+			hb, _ := protocol.DecodeHeartbeat(doc)
+			if l := time.Since(hb.Timestamp).Seconds() - f.s.cfg.HeartbeatInterval.Seconds(); l > lag {
+				lag = l
+			}
+		}
+	}
+	var total float64
+	for _, w := range workers {
+		data, err := os.ReadFile("/sys/fs/cgroup/memory/docker/" + w[0] + "/memory.usage_in_bytes")
+		if err != nil {
+			data, err = os.ReadFile("/sys/fs/cgroup/system.slice/docker-" + w[0] + ".scope/memory.current")
+		}
+		if err != nil {
+			b.Fatalf("memory of %s: %v", w[0], err)
+		}
+		n, _ := strconv.ParseFloat(strings.TrimSpace(string(data)), 64)
+		total += n
+	}
+	b.ReportMetric(total/50/1e6, "memory-per-worker-MB")
+	b.ReportMetric(max(lag, 0)*1000, "heartbeat-lag-max-ms")
 }

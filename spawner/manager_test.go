@@ -132,6 +132,10 @@ func TestShutdownLeavesNoContainer(t *testing.T) {
 }
 
 func waitUntil(t *testing.T, what string, timeout time.Duration, f func() bool) {
+	waitUntilTB(t, what, timeout, f)
+}
+
+func waitUntilTB(t testing.TB, what string, timeout time.Duration, f func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !f() {

@@ -29,7 +29,9 @@ type fixture struct {
 // newFixture: a spawner over the real engine and a test Redis, with its
 // own key prefix (so that its containers are its own), whose workers reach
 // the stub model.
-func newFixture(t *testing.T, mod func(*Config)) *fixture {
+func newFixture(t *testing.T, mod func(*Config)) *fixture { return newFixtureTB(t, mod) }
+
+func newFixtureTB(t testing.TB, mod func(*Config)) *fixture {
 	t.Helper()
 	buildImages(t)
 	r := testkit.StartRedis(t)
@@ -72,14 +74,21 @@ func newFixture(t *testing.T, mod func(*Config)) *fixture {
 	return &fixture{s: s, rc: rc, dc: dc, keys: cfg.Keys, stub: stub}
 }
 
-func (f *fixture) send(t *testing.T, stream string, task protocol.Task) {
+func (f *fixture) send(t testing.TB, stream string, task protocol.Task) {
 	doc, _ := task.Encode()
 	if err := f.rc.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: protocol.Values(doc)}).Err(); err != nil {
+		if t == nil {
+			panic(err)
+		}
 		t.Fatal(err)
 	}
 }
 
 func (f *fixture) waitOutput(t *testing.T, stream, requestID string, timeout time.Duration) protocol.Output {
+	return f.waitOutputTB(t, stream, requestID, timeout)
+}
+
+func (f *fixture) waitOutputTB(t testing.TB, stream, requestID string, timeout time.Duration) protocol.Output {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
