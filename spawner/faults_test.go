@@ -15,12 +15,22 @@ func TestMemoryHogIsOOMKilled(t *testing.T) {
 	f := newFixture(t, nil)
 	f.startManager(t)
 	ctx := context.Background()
-	// Claude Code does not fit in 64 MB: the OOM killer ends it.
-	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, Limits: protocol.Limits{Memory: "64m"}})
+	// Claude Code's own (anonymous) memory does not fit in 32 MB: the OOM
+	// killer ends it. (At 64 MB it sometimes runs on, very slowly, because
+	// the kernel can keep reclaiming the page cache of its 245 MB binary
+	// instead of killing: then only the task timeout ends it.)
+	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, Limits: protocol.Limits{Memory: "32m"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.send(t, f.keys.Input(info.WorkerID), protocol.Task{RequestID: "oom-1", Prompt: "use memory"})
+	t.Cleanup(func() {
+		if t.Failed() {
+			logs, _ := exec.Command("docker", "logs", ContainerName(info.WorkerID)).CombinedOutput()
+			st, _ := exec.Command("docker", "inspect", "-f", "{{.State}}", ContainerName(info.WorkerID)).CombinedOutput()
+			t.Logf("container state %s\nlogs:\n%s", st, logs)
+		}
+	})
 	o := f.waitOutput(t, f.keys.Output(info.WorkerID), "oom-1", 90*time.Second)
 	if o.Status != protocol.StatusFailed || o.Error == nil || o.Error.Code != protocol.CodeOOMKilled || !o.Error.Retryable {
 		t.Fatalf("output %+v error %+v", o, o.Error)

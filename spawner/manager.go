@@ -47,13 +47,24 @@ func (m *Manager) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
+// pendingCursor walks this manager's own pending entries once, in order:
+// entries are handled asynchronously, so the same pending entries must not
+// be read again while they are in flight.
+type pendingCursor struct {
+	done bool
+	from string // read pending entries after this id
+}
+
 // readGroup reads one batch of a stream through the managers group: this
 // manager's own pending entries first, then new ones.
-func (m *Manager) readGroup(ctx context.Context, stream string, pending *bool) ([]redis.XMessage, error) {
+func (m *Manager) readGroup(ctx context.Context, stream string, cur *pendingCursor) ([]redis.XMessage, error) {
 	s := m.S
 	id, block := ">", 2*time.Second
-	if *pending {
-		id, block = "0", -1
+	if !cur.done {
+		id, block = cur.from, -1
+		if id == "" {
+			id = "0"
+		}
 	}
 	res, err := s.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: protocol.ManagerGroup, Consumer: s.cfg.ManagerID,
 		Streams: []string{stream, id}, Count: 16, Block: block}).Result()
@@ -64,8 +75,12 @@ func (m *Manager) readGroup(ctx context.Context, stream string, pending *bool) (
 		return nil, err
 	}
 	msgs := res[0].Messages
-	if *pending && len(msgs) == 0 {
-		*pending = false
+	if !cur.done {
+		if len(msgs) == 0 {
+			cur.done = true
+		} else {
+			cur.from = msgs[len(msgs)-1].ID
+		}
 	}
 	return msgs, nil
 }
@@ -79,7 +94,7 @@ func (m *Manager) commands(ctx context.Context) {
 	sem := make(chan struct{}, limit)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	pending := true
+	var pending pendingCursor
 	for ctx.Err() == nil {
 		msgs, err := m.readGroup(ctx, s.keys.Commands(), &pending)
 		if err != nil {
@@ -185,7 +200,7 @@ func (s *Spawner) ResetContext(ctx context.Context, agent protocol.AgentType, pr
 // itself. A worker whose input already holds a task is not paused.
 func (m *Manager) controls(ctx context.Context) {
 	s := m.S
-	pending := true
+	var pending pendingCursor
 	for ctx.Err() == nil {
 		msgs, err := m.readGroup(ctx, s.keys.Control(), &pending)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestTwelveCreatesWithLimitTen(t *testing.T) {
@@ -133,4 +134,50 @@ func TestShutdownOfTwentyWorkers(t *testing.T) {
 		t.Fatalf("%d workers left, shutdown took %v", len(ws), took)
 	}
 	t.Logf("20 workers removed in %v", took)
+}
+
+func TestManagerRestartLosesNoCommandAndDuplicatesNothing(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	f.s.cfg.ManagerID = "manager-x"
+	if err := f.rc.XGroupCreateMkStream(ctx, f.keys.Commands(), protocol.ManagerGroup, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	send := func(cmd protocol.Command) {
+		doc, _ := cmd.Encode()
+		f.rc.XAdd(ctx, &redis.XAddArgs{Stream: f.keys.Commands(), Values: protocol.Values(doc)})
+	}
+	spec := &protocol.WorkerSpec{AgentType: protocol.AgentClaude}
+	replies := f.keys.Replies("restart")
+	// manager-x read two creates and died: one before doing anything, the
+	// other after making its container but before replying.
+	send(protocol.Command{ID: "c-lost", Action: protocol.ActionCreate, Spec: spec, ReplyTo: replies})
+	send(protocol.Command{ID: "c-half", Action: protocol.ActionCreate, Spec: spec, ReplyTo: replies})
+	f.rc.XReadGroup(ctx, &redis.XReadGroupArgs{Group: protocol.ManagerGroup, Consumer: "manager-x", Streams: []string{f.keys.Commands(), ">"}, Count: 2})
+	half, err := f.s.CreateFor(ctx, "c-half", *spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// It comes back.
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = (&Manager{S: f.s}).Run(cctx) }()
+	defer func() { cancel(); <-done }()
+	got := map[string]protocol.Reply{}
+	waitUntil(t, "both replies", time.Minute, func() bool {
+		msgs, _ := f.rc.XRange(ctx, replies, "-", "+").Result()
+		for _, m := range msgs {
+			data, _ := protocol.EntryData(m.Values)
+			if r, err := protocol.DecodeReply(data); err == nil {
+				got[r.CommandID] = r
+			}
+		}
+		return len(got) == 2
+	})
+	if !got["c-lost"].OK || !got["c-half"].OK || got["c-half"].WorkerID != half.WorkerID {
+		t.Fatalf("replies %+v", got)
+	}
+	if ws, _ := f.s.List(ctx); len(ws) != 2 {
+		t.Fatalf("%d workers, want 2 (no duplicate)", len(ws))
+	}
 }
