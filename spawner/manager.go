@@ -253,7 +253,22 @@ func (s *Spawner) hasInput(ctx context.Context, id string) bool {
 // task wakes its worker within milliseconds, and a task that arrived while
 // a pause was in flight is never stranded.
 func (s *Spawner) wakeOnInput(ctx context.Context) {
-	t := time.NewTicker(50 * time.Millisecond)
+	s.everyWorker(ctx, 50*time.Millisecond, func(ctx context.Context, id string) {
+		if s.rdb.HGet(ctx, s.keys.Status(id), protocol.StatusFieldContainer).Val() != string(protocol.ContainerPaused) {
+			return
+		}
+		if s.hasInput(ctx, id) {
+			if err := s.Unpause(ctx, id); err != nil {
+				s.log.Warn("wake on input", "worker_id", id, "err", err)
+			}
+		}
+	})
+}
+
+// everyWorker calls fn for each worker of the workers set, every interval,
+// until ctx ends.
+func (s *Spawner) everyWorker(ctx context.Context, interval time.Duration, fn func(ctx context.Context, id string)) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
@@ -266,14 +281,7 @@ func (s *Spawner) wakeOnInput(ctx context.Context) {
 			continue
 		}
 		for _, id := range ids {
-			if s.rdb.HGet(ctx, s.keys.Status(id), protocol.StatusFieldContainer).Val() != string(protocol.ContainerPaused) {
-				continue
-			}
-			if s.hasInput(ctx, id) {
-				if err := s.Unpause(ctx, id); err != nil {
-					s.log.Warn("wake on input", "worker_id", id, "err", err)
-				}
-			}
+			fn(ctx, id)
 		}
 	}
 }

@@ -22,22 +22,7 @@ import (
 // A paused worker cannot beat, and is never declared dead for it.
 func (s *Spawner) monitor(ctx context.Context) {
 	s.health = map[string]*healthState{}
-	t := time.NewTicker(max(s.cfg.HeartbeatInterval/4, 100*time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		ids, err := s.rdb.SMembers(ctx, s.keys.Workers()).Result()
-		if err != nil {
-			continue
-		}
-		for _, id := range ids {
-			s.check(ctx, id)
-		}
-	}
+	s.everyWorker(ctx, max(s.cfg.HeartbeatInterval/4, 100*time.Millisecond), s.check)
 }
 
 func (s *Spawner) check(ctx context.Context, id string) {
