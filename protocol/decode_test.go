@@ -3,7 +3,6 @@ package protocol
 import (
 	"encoding/json"
 	"errors"
-	"reflect"
 	"strings"
 	"testing"
 )
@@ -179,5 +178,4 @@ func TestEncodeSetsVersionAndType(t *testing.T) {
 	if _, err := DecodeTask(b); err != nil {
 		t.Fatalf("Encode kept a wrong header: %v", err)
 	}
-	_ = reflect.TypeOf
 }

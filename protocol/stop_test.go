@@ -16,8 +16,8 @@ func TestFindStopOutput(t *testing.T) {
 		result   string
 		question string
 	}{
-		{"fenced block", "All done.\n```json\n{\"status\": \"complete\", \"result\": {\"pr\": 42}}\n```", true, StatusComplete, `{"pr": 42}`, ""},
-		{"bare at end", "Finished.\n{\"status\": \"complete\", \"result\": {\"files\": 1}}", true, StatusComplete, `{"files": 1}`, ""},
+		{"fenced block (Claude's reference final text)", "All done.\n```json\n{\"status\": \"complete\", \"result\": {\"pr\": 42}}\n```", true, StatusComplete, `{"pr": 42}`, ""},
+		{"bare at end (Droid's reference final text)", "Finished.\n{\"status\": \"complete\", \"result\": {\"files\": 1}}", true, StatusComplete, `{"files": 1}`, ""},
 		{"blocked", `I need input. {"status":"blocked","question":"Which DB?"}`, true, StatusBlocked, "", "Which DB?"},
 		{"nested status does not win", `{"status":"complete","result":{"status":"failed","n":1}}`, true, StatusComplete, `{"status":"failed","n":1}`, ""},
 		{"last of two wins", `{"status":"failed","result":null} then {"status":"complete"}`, true, StatusComplete, "", ""},
@@ -41,18 +41,6 @@ func TestFindStopOutput(t *testing.T) {
 				t.Fatalf("got %+v (result %s)", got, got.Result)
 			}
 		})
-	}
-}
-
-func TestFindStopOutputInReferenceTranscripts(t *testing.T) {
-	// The final texts of the real CLIs in ../shared/reference.
-	for name, text := range map[string]string{
-		"claude": "All done.\n```json\n{\"status\": \"complete\", \"result\": {\"pr\": 42}}\n```",
-		"droid":  "Finished.\n{\"status\": \"complete\", \"result\": {\"files\": 1}}",
-	} {
-		if s, ok := FindStopOutput(text); !ok || s.Status != StatusComplete {
-			t.Errorf("%s: %+v %v", name, s, ok)
-		}
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os/exec"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -80,8 +79,5 @@ func TestImageGC(t *testing.T) {
 	}
 	if n, _ := rc.ZScore(ctx, keys.ImagesLastUsed(), tags["a"]).Result(); n != 0 {
 		t.Fatal("the removed image's last use is still recorded")
-	}
-	if !strings.HasPrefix(tags["b"], "worker:") {
-		t.Fatal("test tags must be worker images")
 	}
 }

@@ -130,11 +130,11 @@ func (s *Spawner) dead(ctx context.Context, id string) {
 
 // ReconcileReport counts what one reconciliation fixed.
 type ReconcileReport struct {
-	OrphansRemoved    int // labelled containers Redis does not know
-	MissingMarked     int // Redis workers whose container is gone
-	StatesFixed       int // status hashes that disagreed with the engine
-	ContainersSeen    int
-	WorkersInRedisWas int
+	OrphansRemoved int // labelled containers Redis does not know
+	MissingMarked  int // Redis workers whose container is gone
+	StatesFixed    int // status hashes that disagreed with the engine
+	ContainersSeen int
+	WorkersKnown   int
 }
 
 // Reconcile makes Redis and the engine agree: it removes containers of this
@@ -150,7 +150,7 @@ func (s *Spawner) Reconcile(ctx context.Context) (ReconcileReport, error) {
 	if err != nil {
 		return rep, &Error{protocol.CodeUpstreamUnavailable, err}
 	}
-	rep.ContainersSeen, rep.WorkersInRedisWas = len(cs), len(known)
+	rep.ContainersSeen, rep.WorkersKnown = len(cs), len(known)
 	inRedis := map[string]bool{}
 	for _, id := range known {
 		inRedis[id] = true

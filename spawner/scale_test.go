@@ -76,24 +76,11 @@ func TestTwoManagersDoEachCommandOnce(t *testing.T) {
 		t.Cleanup(func() { cancel(); <-done })
 	}
 	c := &Client{Redis: f.rc, Keys: f.keys, Timeout: 2 * time.Minute}
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for i := 0; i < 4; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cl := &Client{Redis: f.rc, Keys: f.keys, Name: fmt.Sprintf("c%d", i), Timeout: 2 * time.Minute}
-			_, err := cl.Do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &protocol.WorkerSpec{AgentType: protocol.AgentClaude}})
-			errs <- err
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	runConcurrently(t, 4, func(i int) error {
+		cl := &Client{Redis: f.rc, Keys: f.keys, Name: fmt.Sprintf("c%d", i), Timeout: 2 * time.Minute}
+		_, err := cl.Do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &protocol.WorkerSpec{AgentType: protocol.AgentClaude}})
+		return err
+	})
 	r, err := c.Do(ctx, protocol.Command{Action: protocol.ActionList})
 	if err != nil || len(r.Workers) != 4 {
 		t.Fatalf("4 creates through two managers made %d workers (%v)", len(r.Workers), err)
@@ -108,23 +95,10 @@ func TestTwoManagersDoEachCommandOnce(t *testing.T) {
 func TestShutdownOfTwentyWorkers(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.MaxWorkers = 20 })
 	ctx := context.Background()
-	var wg sync.WaitGroup
-	errs := make(chan error, 20)
-	for i := 0; i < 20; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
-			errs <- err
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	runConcurrently(t, 20, func(int) error {
+		_, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
+		return err
+	})
 	start := time.Now()
 	if err := f.s.Shutdown(ctx); err != nil {
 		t.Fatal(err)
@@ -179,5 +153,26 @@ func TestManagerRestartLosesNoCommandAndDuplicatesNothing(t *testing.T) {
 	}
 	if ws, _ := f.s.List(ctx); len(ws) != 2 {
 		t.Fatalf("%d workers, want 2 (no duplicate)", len(ws))
+	}
+}
+
+// runConcurrently runs f(0..n-1) at once and fails the test on any error.
+func runConcurrently(t *testing.T, n int, f func(i int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- f(i)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }

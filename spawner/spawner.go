@@ -18,6 +18,7 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/errdefs"
+	"github.com/docker/go-units"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/redis/go-redis/v9"
 
@@ -333,7 +334,7 @@ func (s *Spawner) workerEnv(id string, spec protocol.WorkerSpec) []string {
 
 func (s *Spawner) memory(spec protocol.WorkerSpec) int64 {
 	if spec.Limits.Memory != "" {
-		if n, err := ramInBytes(spec.Limits.Memory); err == nil {
+		if n, err := units.RAMInBytes(spec.Limits.Memory); err == nil {
 			return n
 		}
 	}

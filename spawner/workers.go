@@ -8,12 +8,9 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/errdefs"
-	"github.com/docker/go-units"
 
 	"github.com/agentvisor/agentvisor/protocol"
 )
-
-func ramInBytes(s string) (int64, error) { return units.RAMInBytes(s) }
 
 // Delete stops a worker (its wrapper gets SIGTERM and the stop timeout)
 // and removes its container.

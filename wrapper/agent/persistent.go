@@ -140,7 +140,6 @@ func (p *Persistent) Send(ctx context.Context, message []byte, timeout time.Dura
 				return out
 			}
 			for _, ev := range evs {
-				out.Lines++ // events of this message: 0 means it was never taken up
 				out.record(ev, time.Since(start))
 				if ev.Init != nil {
 					p.init = ev.Init
@@ -165,7 +164,6 @@ func (p *Persistent) Send(ctx context.Context, message []byte, timeout time.Dura
 						return out
 					}
 					for _, ev := range evs {
-						out.Lines++
 						out.record(ev, time.Since(start))
 					}
 				case <-drain:

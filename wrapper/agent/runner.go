@@ -65,6 +65,7 @@ type Outcome struct {
 	KilledDraining    bool // a child held stdout past DrainGrace after the exit
 
 	Stderr     string // the last StderrTail bytes of stderr
+	Events     int    // events parsed from the output
 	Lines      int    // lines read
 	LongLines  int    // lines over MaxLine, skipped
 	Duration   time.Duration
@@ -232,6 +233,7 @@ func Run(ctx context.Context, spec Spec) (out Outcome) {
 const hardDrainGrace = 10 * time.Second
 
 func (o *Outcome) record(ev Event, at time.Duration) {
+	o.Events++
 	switch {
 	case ev.Init != nil:
 		o.Init = ev.Init

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"context"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,11 +11,8 @@ import (
 
 // taskPIDs returns the agent pid of every task_started event, in order.
 func (e *env) taskPIDs() []int {
-	msgs, _ := e.rc.XRange(context.Background(), e.keys.Lifecycle(), "-", "+").Result()
 	var pids []int
-	for _, m := range msgs {
-		data, _ := protocol.EntryData(m.Values)
-		l, _ := protocol.DecodeLifecycle(data)
+	for _, l := range e.lifecycleEvents() {
 		if l.Event == protocol.EventTaskStarted {
 			pids = append(pids, int(l.Detail["pid"].(float64)))
 		}

@@ -330,7 +330,7 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 // (for the plan's session) when none serves that session.
 func (w *Worker) runPersistent(ctx context.Context, task protocol.Task, plan SessionPlan, cur *current, spec agent.Spec) agent.Outcome {
 	o, reused := w.sendPersistent(ctx, task, plan, cur, spec)
-	notRun := o.Lines == 0 || (o.Result != nil && o.Result.IsError && o.Result.Turns == 0)
+	notRun := o.Events == 0 || (o.Result != nil && o.Result.IsError && o.Result.Turns == 0)
 	if reused && notRun && !o.TimedOut && !o.Cancelled && w.persist == nil {
 		// The process had died before it took up the message (between
 		// tasks; a part of it that outlived the rest answers with an error

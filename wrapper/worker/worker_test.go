@@ -142,18 +142,28 @@ func (e *env) waitOutputs(stream string, n int, timeout time.Duration) []protoco
 	}
 }
 
-func (e *env) lifecycle() []string {
+// lifecycleEvents decodes the whole lifecycle stream.
+func (e *env) lifecycleEvents() []protocol.Lifecycle {
 	msgs, _ := e.rc.XRange(context.Background(), e.keys.Lifecycle(), "-", "+").Result()
-	var evs []string
+	var evs []protocol.Lifecycle
 	for _, m := range msgs {
 		data, _ := protocol.EntryData(m.Values)
 		l, err := protocol.DecodeLifecycle(data)
 		if err != nil {
 			e.t.Fatalf("lifecycle entry: %v", err)
 		}
-		evs = append(evs, string(l.Event))
+		evs = append(evs, l)
 	}
 	return evs
+}
+
+// lifecycle returns the names of the lifecycle events, in order.
+func (e *env) lifecycle() []string {
+	var names []string
+	for _, l := range e.lifecycleEvents() {
+		names = append(names, string(l.Event))
+	}
+	return names
 }
 
 func (e *env) eventually(what string, timeout time.Duration, f func() bool) {

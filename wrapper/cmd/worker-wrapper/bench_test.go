@@ -153,10 +153,9 @@ func BenchmarkLatencies(b *testing.B) {
 	b.ReportMetric(percentile(toProgress, 0.99), "progress-to-entry-p99-ms")
 }
 
-// BenchmarkTaskOverhead runs the same real `claude -p` task directly and
-// through the wrapper against the same stub, and reports the ratio of the
-// median wall times.
-func BenchmarkTaskOverhead(b *testing.B) {
+// claudeAndStub finds the real claude CLI and starts a stub model that
+// completes every request; the stub stops when the benchmark ends.
+func claudeAndStub(b *testing.B) (string, *stubmodel.Server) {
 	claude, err := exec.LookPath("claude")
 	if err != nil {
 		b.Fatalf("the real claude CLI is not installed (run `make setup`): %v", err)
@@ -165,7 +164,15 @@ func BenchmarkTaskOverhead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer stub.Close()
+	b.Cleanup(func() { stub.Close() })
+	return claude, stub
+}
+
+// BenchmarkTaskOverhead runs the same real `claude -p` task directly and
+// through the wrapper against the same stub, and reports the ratio of the
+// median wall times.
+func BenchmarkTaskOverhead(b *testing.B) {
+	claude, stub := claudeAndStub(b)
 	home, ws := b.TempDir(), b.TempDir()
 	agentEnv := []string{"HOME=" + home, "PATH=/usr/local/bin:/usr/bin:/bin", "ANTHROPIC_BASE_URL=" + stub.URL,
 		"ANTHROPIC_API_KEY=x", "IS_SANDBOX=1", "DISABLE_TELEMETRY=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1"}
@@ -209,15 +216,7 @@ func BenchmarkTaskOverhead(b *testing.B) {
 // (resumed with --resume) and with the persistent process
 // (AGENT_PERSISTENT), against the same stub.
 func BenchmarkFollowUp(b *testing.B) {
-	claude, err := exec.LookPath("claude")
-	if err != nil {
-		b.Fatalf("the real claude CLI is not installed (run `make setup`): %v", err)
-	}
-	stub, err := stubmodel.Start(stubmodel.Script{Fallback: &stubmodel.Step{Text: "Done.\n{\"status\": \"complete\", \"result\": {}}"}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer stub.Close()
+	claude, stub := claudeAndStub(b)
 	median := func(persistent bool) float64 {
 		r := testkit.StartRedis(b)
 		rc := redis.NewClient(&redis.Options{Addr: r.Addr})
