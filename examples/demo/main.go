@@ -1,0 +1,529 @@
+// Command demo runs the project's main job end to end and prints it as one
+// timeline: a worker-manager, a Claude worker with the GIT capability that
+// commits a file and reports progress through its shell tool, stops with
+// its JSON output, is paused, is woken by a second task of the same project
+// and resumes its session; a Droid worker; the usage per project; and a
+// clean-up that leaves no container behind.
+//
+// Without ANTHROPIC_API_KEY the agents talk to the project's stub model
+// server (started here, on loopback); with it, to the real API. `make demo`
+// prepares everything and runs it:
+//
+//	demo -manager bin/worker-manager -redis redis://127.0.0.1:6379/0
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner"
+	"github.com/agentvisor/agentvisor/wrapper/stubmodel"
+)
+
+func main() {
+	managerBin := flag.String("manager", "bin/worker-manager", "the worker-manager binary to run")
+	redisURL := flag.String("redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "the Redis the manager and the workers share")
+	logDir := flag.String("logs", envOr("DEMO_LOGS", filepath.Join(os.TempDir(), "agentvisor-demo")), "where the manager's log goes")
+	flag.Parse()
+	d := &demo{managerBin: *managerBin, redisURL: *redisURL, logDir: *logDir, out: os.Stdout, start: time.Now(),
+		runID: strconv.FormatInt(time.Now().Unix()%1e6, 36)}
+	// Ctrl-C stops the demo the same way as its end: the manager removes
+	// every worker.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := d.run(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "\ndemo FAILED: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// The two projects of the demo: sessions and usage belong to a project.
+const (
+	projectShop = "demo-shop"
+	projectDocs = "demo-docs"
+)
+
+const instructions = `You are a worker of the agentvisor demo. Work in your current directory.
+When a task asks you to report progress, run the command it gives in your shell.`
+
+// Prompts that a real model can follow too (with ANTHROPIC_API_KEY).
+const (
+	promptCommit = `Create a git repository here, add a file hello.txt containing "hello from agentvisor", commit it, ` +
+		`then report progress by running: worker-wrapper progress --step "Committed hello.txt" --pct 100 --output "$(git log --oneline -1)". ` +
+		`Finish with the JSON {"status": "complete", "result": {"file": "hello.txt"}}.`
+	promptRecall = `Which file did you commit in the previous task? Finish with the JSON {"status": "complete", "result": {"file": "<its name>"}}.`
+	promptDroid  = `Count the files in your current directory, report it by running: worker-wrapper progress --step "Counted files" --pct 100 --output "<count> files". ` +
+		`Finish with the JSON {"status": "complete", "result": {"files": <count>}}.`
+)
+
+// What the stub model answers to each task, in the agents' tool formats.
+var (
+	scriptCommit = stubmodel.Script{Steps: []stubmodel.Step{
+		{Text: "I will create the repository, commit the file and report progress.", ToolUse: &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{
+			"description": "commit hello.txt and report progress",
+			"command": `git init -q . && echo "hello from agentvisor, $(date -u +%T)" > hello.txt && git add hello.txt && ` +
+				`git -c user.name=demo -c user.email=demo@localhost commit -qm "Add hello.txt" && ` +
+				`worker-wrapper progress --step "Committed hello.txt" --pct 100 --output "$(git log --oneline -1)"`}}},
+		{Text: "hello.txt is committed.\n{\"status\": \"complete\", \"result\": {\"file\": \"hello.txt\"}}"},
+	}}
+	scriptRecall = stubmodel.Script{Steps: []stubmodel.Step{
+		{Text: "In the previous task I committed hello.txt.\n{\"status\": \"complete\", \"result\": {\"file\": \"hello.txt\"}}"},
+	}}
+	scriptDroid = stubmodel.Script{Steps: []stubmodel.Step{
+		{ToolUse: &stubmodel.ToolUse{Name: "Execute", Input: map[string]any{
+			"command":   `n=$(ls -A | wc -l); worker-wrapper progress --step "Counted files" --pct 100 --output "$n files"`,
+			"riskLevel": "low", "riskLevelReason": "reads the directory and reports progress"}}},
+		{Text: "Counted.\n{\"status\": \"complete\", \"result\": {\"files\": 1}}"},
+	}}
+)
+
+type demo struct {
+	managerBin, redisURL, logDir string
+	out                          io.Writer
+	start                        time.Time
+	runID                        string // makes this run's request ids unique
+
+	rdb  *redis.Client
+	keys protocol.Keys
+	stub *stubmodel.Server // nil with the real API
+	cli  *spawner.Client
+
+	mu      sync.Mutex
+	names   map[string]string // worker id → display name
+	outputs map[string]chan protocol.Output
+	events  map[string]chan protocol.Event // worker id → its lifecycle events
+}
+
+func (d *demo) say(format string, args ...any) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	fmt.Fprintf(d.out, "%6.1fs  %s\n", time.Since(d.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (d *demo) section(title string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	fmt.Fprintf(d.out, "\n== %s\n", title)
+}
+
+func (d *demo) name(id string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if n, ok := d.names[id]; ok {
+		return n
+	}
+	return id[:min(8, len(id))]
+}
+
+func (d *demo) run(ctx context.Context) error {
+	d.names, d.outputs, d.events = map[string]string{}, map[string]chan protocol.Output{}, map[string]chan protocol.Event{}
+	opt, err := redis.ParseURL(d.redisURL)
+	if err != nil {
+		return fmt.Errorf("redis url: %w", err)
+	}
+	d.rdb = redis.NewClient(opt)
+	defer d.rdb.Close()
+	if err := d.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis at %s does not answer: %w", d.redisURL, err)
+	}
+	if d.keys, err = protocol.NewKeys(os.Getenv("WORKER_KEY_PREFIX")); err != nil {
+		return err
+	}
+	d.cli = &spawner.Client{Redis: d.rdb, Keys: d.keys, Name: "demo", Timeout: 5 * time.Minute}
+
+	d.section("set-up")
+	env := []string{"REDIS_URL=" + d.redisURL, "WORKER_KEY_PREFIX=" + d.keys.Prefix, "MANAGER_ID=demo", "HEARTBEAT_INTERVAL=2s",
+		"WORKER_STOP_TIMEOUT=12s", "WORKER_NETWORK_MODE=host"}
+	if key := os.Getenv("ANTHROPIC_API_KEY"); key != "" && os.Getenv("DEMO_STUB") != "true" {
+		d.say("ANTHROPIC_API_KEY is set: the agents use the real Anthropic API")
+		env = append(env, "DROID_BASE_URL=https://api.anthropic.com")
+	} else {
+		d.stub, err = stubmodel.Start(stubmodel.Script{})
+		if err != nil {
+			return err
+		}
+		defer d.stub.Close()
+		d.say("stub model server (Anthropic Messages API stand-in) listening on %s", d.stub.URL)
+		env = append(env, "ANTHROPIC_BASE_URL="+d.stub.URL, "DROID_BASE_URL="+d.stub.URL, "ANTHROPIC_API_KEY=sk-demo-stub-key")
+	}
+	// Forget what an earlier run of the demo left in these projects.
+	if _, err := d.cleanUp(ctx); err != nil {
+		return err
+	}
+	for _, p := range []string{projectShop, projectDocs} {
+		d.rdb.Del(ctx, d.keys.UsageProject(p), d.keys.Session(protocol.AgentClaude, p), d.keys.Session(protocol.AgentDroid, p), d.keys.ProjectContext(p))
+	}
+
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watchDone := make(chan error, 1)
+	go func() {
+		w := &spawner.Watcher{Redis: d.rdb, Keys: d.keys, Rescan: 100 * time.Millisecond}
+		watchDone <- w.Run(watchCtx, d.print)
+	}()
+	defer func() { stopWatch(); <-watchDone }()
+
+	manager, err := d.startManager(env)
+	if err != nil {
+		return err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = manager.Process.Signal(syscall.SIGTERM)
+			_ = manager.Wait()
+		}
+	}()
+
+	if err := d.claudeWorker(ctx); err != nil {
+		return err
+	}
+	if err := d.droidWorker(ctx); err != nil {
+		return err
+	}
+	if err := d.usage(ctx); err != nil {
+		return err
+	}
+
+	d.section("clean-up")
+	d.say("worker-manager: SIGTERM (it removes every worker it owns)")
+	t0 := time.Now()
+	_ = manager.Process.Signal(syscall.SIGTERM)
+	err = manager.Wait()
+	stopped = true
+	if err != nil {
+		return fmt.Errorf("the worker-manager did not shut down cleanly (%v); its log: %s", err, d.logPath())
+	}
+	time.Sleep(300 * time.Millisecond) // the last lifecycle events reach the timeline
+	left, err := d.cleanUp(ctx)
+	if err != nil {
+		return err
+	}
+	d.say("worker-manager stopped in %.1fs; %d worker containers left, project volumes removed", time.Since(t0).Seconds(), left)
+	if left != 0 {
+		return fmt.Errorf("%d containers left behind", left)
+	}
+	fmt.Fprintf(d.out, "\ndemo complete in %.0fs. The manager's log: %s\n", time.Since(d.start).Seconds(), d.logPath())
+	return nil
+}
+
+func (d *demo) logPath() string { return filepath.Join(d.logDir, "worker-manager.log") }
+
+func (d *demo) startManager(env []string) (*exec.Cmd, error) {
+	if err := os.MkdirAll(d.logDir, 0o755); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(d.logPath())
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(d.managerBin)
+	// Should the demo die, the manager gets SIGTERM and removes the workers.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s: %w", d.managerBin, err)
+	}
+	d.say("worker-manager started (pid %d, log %s)", cmd.Process.Pid, d.logPath())
+	return cmd, nil
+}
+
+// create asks the manager for a worker and registers its display name.
+func (d *demo) create(ctx context.Context, name string, spec protocol.WorkerSpec) (string, error) {
+	caps := make([]string, len(spec.Capabilities))
+	for i, c := range spec.Capabilities {
+		caps[i] = string(c)
+	}
+	d.say("command create: %s worker, project %s, capabilities [%s]", spec.AgentType, spec.ProjectID, strings.Join(caps, " "))
+	t0 := time.Now()
+	reply, err := d.cli.Do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &spec})
+	if err != nil {
+		return "", fmt.Errorf("create %s: %w (manager log: %s)", name, err, d.logPath())
+	}
+	w := reply.Worker
+	if w == nil {
+		return "", fmt.Errorf("create %s: the reply names no worker", name)
+	}
+	d.mu.Lock()
+	d.names[w.WorkerID] = name
+	d.mu.Unlock()
+	d.channels(w.WorkerID)
+	d.say("reply: %s = worker %s, image %s (%.1fs; a missing image is built first)", name, w.WorkerID, w.Image, time.Since(t0).Seconds())
+	return w.WorkerID, nil
+}
+
+func (d *demo) channels(id string) (chan protocol.Output, chan protocol.Event) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.outputs[id]; !ok {
+		d.outputs[id] = make(chan protocol.Output, 16)
+		d.events[id] = make(chan protocol.Event, 64)
+	}
+	return d.outputs[id], d.events[id]
+}
+
+// send puts a task on the worker's input stream and waits for its output.
+func (d *demo) send(ctx context.Context, id, project, requestID, prompt string, script stubmodel.Script) (protocol.Output, error) {
+	if d.stub != nil {
+		d.stub.SetScript(script)
+	}
+	// Request ids are unique per request: a run's status outlives it.
+	requestID += "-" + d.runID
+	doc, err := protocol.Task{RequestID: requestID, ProjectID: project, Prompt: prompt, TimeoutSeconds: 240}.Encode()
+	if err != nil {
+		return protocol.Output{}, err
+	}
+	if err := d.rdb.XAdd(ctx, &redis.XAddArgs{Stream: d.keys.Input(id), Values: protocol.Values(doc)}).Err(); err != nil {
+		return protocol.Output{}, err
+	}
+	short := prompt
+	if len(short) > 70 {
+		short = short[:67] + "..."
+	}
+	d.say("task %s → %s: %q", requestID, d.keys.Input(id), short)
+	outs, _ := d.channels(id)
+	select {
+	case o := <-outs:
+		if o.Status != protocol.StatusComplete {
+			return o, fmt.Errorf("task %s ended %s: %+v", requestID, o.Status, o.Error)
+		}
+		return o, nil
+	case <-ctx.Done():
+		return protocol.Output{}, ctx.Err()
+	case <-time.After(4 * time.Minute):
+		return protocol.Output{}, fmt.Errorf("no output for task %s within 4 min (manager log: %s)", requestID, d.logPath())
+	}
+}
+
+// checkToolResult makes sure, with the stub, that the agent's shell tool
+// reached the wrapper's progress endpoint: the tool result the model got
+// back says so.
+func (d *demo) checkToolResult(requestID string) error {
+	if d.stub == nil {
+		return nil
+	}
+	reqs := d.stub.Requests()
+	if len(reqs) == 0 {
+		return fmt.Errorf("task %s: the stub model got no request", requestID)
+	}
+	if text := reqs[len(reqs)-1].Text(); !strings.Contains(text, "progress recorded") {
+		return fmt.Errorf("task %s: the shell tool did not report progress; the model got back: ...%s", requestID, text[max(0, len(text)-600):])
+	}
+	return nil
+}
+
+// waitEvent waits for a lifecycle event of the worker.
+func (d *demo) waitEvent(id string, want protocol.Event, timeout time.Duration) error {
+	_, evs := d.channels(id)
+	deadline := time.After(timeout)
+	for {
+		select {
+		case e := <-evs:
+			if e == want {
+				return nil
+			}
+		case <-deadline:
+			return fmt.Errorf("worker %s: no %s event within %v", d.name(id), want, timeout)
+		}
+	}
+}
+
+func (d *demo) claudeWorker(ctx context.Context) error {
+	d.section("a Claude worker with the GIT capability")
+	id, err := d.create(ctx, "claude-1", protocol.WorkerSpec{AgentType: protocol.AgentClaude, ProjectID: projectShop,
+		Capabilities: []protocol.Capability{protocol.CapGit}, Instructions: instructions,
+		AllowedCommands: []string{protocol.ProgressCommand}})
+	if err != nil {
+		return err
+	}
+	o1, err := d.send(ctx, id, projectShop, "shop-1", promptCommit, scriptCommit)
+	if err != nil {
+		return err
+	}
+	if err := d.checkToolResult("shop-1"); err != nil {
+		return err
+	}
+	if err := d.waitEvent(id, protocol.EventPaused, 30*time.Second); err != nil {
+		return err
+	}
+	st, err := d.cli.Do(ctx, protocol.Command{Action: protocol.ActionStatus, WorkerID: id})
+	if err != nil {
+		return err
+	}
+	d.say("command status: %s is %s (a paused worker uses no CPU and keeps its session)", d.name(id), st.Worker.Status)
+
+	d.section("a second task for the same project wakes the worker")
+	o2, err := d.send(ctx, id, projectShop, "shop-2", promptRecall, scriptRecall)
+	if err != nil {
+		return err
+	}
+	if o2.SessionID != o1.SessionID || o2.Session == nil || o2.Session.Action != protocol.SessionResume {
+		return fmt.Errorf("task shop-2 did not resume the session of shop-1 (%s): session %s %+v", o1.SessionID, o2.SessionID, o2.Session)
+	}
+	if d.stub != nil {
+		reqs := d.stub.Requests()
+		if !strings.Contains(reqs[len(reqs)-1].Text(), "add a file hello.txt") {
+			return fmt.Errorf("task shop-2: the resumed session did not carry the first task's turns to the model")
+		}
+		d.say("session %s resumed: the model got the first task's turns with the second prompt", short(o2.SessionID))
+	} else {
+		d.say("session %s resumed", short(o2.SessionID))
+	}
+	return d.waitEvent(id, protocol.EventPaused, 30*time.Second)
+}
+
+func (d *demo) droidWorker(ctx context.Context) error {
+	d.section("a Droid worker")
+	id, err := d.create(ctx, "droid-1", protocol.WorkerSpec{AgentType: protocol.AgentDroid, ProjectID: projectDocs, Instructions: instructions,
+		AllowedCommands: []string{protocol.ProgressCommand}, Limits: protocol.Limits{Memory: "1g"}})
+	if err != nil {
+		return err
+	}
+	if _, err := d.send(ctx, id, projectDocs, "docs-1", promptDroid, scriptDroid); err != nil {
+		return err
+	}
+	if err := d.checkToolResult("docs-1"); err != nil {
+		return err
+	}
+	return d.waitEvent(id, protocol.EventPaused, 30*time.Second)
+}
+
+// usage prints the cumulative usage per project, as the wrappers count it.
+func (d *demo) usage(ctx context.Context) error {
+	d.section("usage per project (worker:usage:project:<id>; Droid reports no cost)")
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	fmt.Fprintf(d.out, "  %-10s %5s %8s %8s %10s %10s %9s\n", "PROJECT", "TASKS", "INPUT", "OUTPUT", "CACHE_RD", "CACHE_WR", "COST_USD")
+	for _, p := range []string{projectShop, projectDocs} {
+		h, err := d.rdb.HGetAll(ctx, d.keys.UsageProject(p)).Result()
+		if err != nil {
+			return err
+		}
+		if h[protocol.UsageFieldTasks] == "" {
+			return fmt.Errorf("no usage recorded for project %s", p)
+		}
+		cost, _ := strconv.ParseFloat(h[protocol.UsageFieldCostUSD], 64)
+		fmt.Fprintf(d.out, "  %-10s %5s %8s %8s %10s %10s %9.4f\n", p, h[protocol.UsageFieldTasks], h[protocol.UsageFieldInput],
+			h[protocol.UsageFieldOutput], h[protocol.UsageFieldCacheRead], h[protocol.UsageFieldCacheCreation], cost)
+	}
+	return nil
+}
+
+// cleanUp counts the demo's worker containers left and removes the
+// project volumes the workers kept their sessions in.
+func (d *demo) cleanUp(ctx context.Context) (int, error) {
+	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return 0, err
+	}
+	defer dc.Close()
+	f := filters.NewArgs(filters.Arg("label", protocol.LabelManaged+"=true"), filters.Arg("label", protocol.LabelKeyPrefix+"="+d.keys.Prefix))
+	cs, err := dc.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return 0, err
+	}
+	for _, p := range []struct {
+		a protocol.AgentType
+		p string
+	}{{protocol.AgentClaude, projectShop}, {protocol.AgentDroid, projectDocs}} {
+		if err := dc.VolumeRemove(ctx, spawner.ProjectVolume(p.a, p.p), true); err != nil && !client.IsErrNotFound(err) {
+			return len(cs), err
+		}
+	}
+	return len(cs), nil
+}
+
+func short(s string) string { return s[:min(8, len(s))] }
+
+// print is the timeline: every lifecycle, progress and output entry.
+func (d *demo) print(ev spawner.Event) {
+	if ev.Err != nil {
+		d.say("stream %s: entry %s refused: %v", ev.Stream, ev.ID, ev.Err)
+		return
+	}
+	id := ev.WorkerID()
+	outs, evs := d.channels(id)
+	n := d.name(id)
+	switch {
+	case ev.Lifecycle != nil:
+		l := ev.Lifecycle
+		detail := ""
+		switch l.Event {
+		case protocol.EventCreated:
+			detail = fmt.Sprintf(" (container %s)", short(fmt.Sprint(l.Detail["container_id"])))
+		case protocol.EventStarted:
+			detail = " (the wrapper reads its input stream)"
+		case protocol.EventTaskStarted:
+			detail = " " + l.RequestID
+		case protocol.EventPauseRequested:
+			detail = " (the wrapper asks the manager on worker:control)"
+		case protocol.EventUnpaused:
+			detail = " (input arrived)"
+		case protocol.EventDied, protocol.EventStopped:
+			if c, ok := l.Detail["exit_code"]; ok {
+				detail = fmt.Sprintf(" (exit %v)", c)
+			}
+		}
+		d.say("%-8s lifecycle %-15s from %s%s", n, l.Event, l.Source, detail)
+		select {
+		case evs <- l.Event:
+		default:
+		}
+	case ev.Progress != nil:
+		p := ev.Progress
+		pct := ""
+		if p.ProgressPct != nil {
+			pct = fmt.Sprintf(" %d%%", *p.ProgressPct)
+		}
+		d.say("%-8s progress  %q%s %s", n, p.Step, pct, p.Output)
+	case ev.Output != nil:
+		o := ev.Output
+		sess := ""
+		if o.Session != nil {
+			sess = fmt.Sprintf(", %s session (%s)", o.Session.Action, o.Session.Reason)
+		}
+		d.say("%-8s output    %s %s result %s, session %s%s", n, o.RequestID, o.Status, compact(o.Result), short(o.SessionID), sess)
+		d.say("%-8s           tokens in %d out %d cache %d/%d, context %d, $%.4f, %d ms", n, o.Usage.Input, o.Usage.Output,
+			o.Usage.CacheRead, o.Usage.CacheCreation, o.ContextTokens, o.CostUSD, o.DurationMS)
+		outs <- *o
+	}
+}
+
+func compact(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return "{}"
+	}
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return string(raw)
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
