@@ -30,7 +30,7 @@ func (s *Spawner) Delete(ctx context.Context, id string) error {
 	if err := s.docker.ContainerStop(sctx, c.ID, container.StopOptions{Timeout: &timeout}); err != nil && !errdefs.IsNotFound(err) {
 		return &Error{protocol.CodeUpstreamUnavailable, fmt.Errorf("stop worker %s: %w", id, err)}
 	}
-	if err := s.docker.ContainerRemove(sctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
+	if err := s.docker.ContainerRemove(sctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) && !s.goneSoon(sctx, c.ID) {
 		return &Error{protocol.CodeUpstreamUnavailable, fmt.Errorf("remove worker %s: %w", id, err)}
 	}
 	s.rdb.SRem(sctx, s.keys.Workers(), id)
@@ -39,6 +39,18 @@ func (s *Spawner) Delete(ctx context.Context, id string) error {
 	s.lifecycle(sctx, id, protocol.EventRemoved, nil)
 	s.log.Info("worker deleted", "worker_id", id)
 	return nil
+}
+
+// goneSoon waits (up to 10 s) for a container that someone else is
+// removing, such as the events loop after the container died ("removal
+// already in progress"), and says whether it went.
+func (s *Spawner) goneSoon(ctx context.Context, containerID string) bool {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if _, err := s.docker.ContainerInspect(ctx, containerID); errdefs.IsNotFound(err) {
+			return true
+		}
+	}
+	return false
 }
 
 // Pause freezes a worker's container (CPU 0, memory kept).
@@ -86,7 +98,7 @@ func (s *Spawner) Status(ctx context.Context, id string) (protocol.WorkerInfo, e
 	if err != nil {
 		return protocol.WorkerInfo{}, &Error{protocol.CodeUpstreamUnavailable, err}
 	}
-	info := infoFromHash(id, h)
+	info := InfoFromHash(id, h)
 	c, err := s.find(ctx, id)
 	if err != nil {
 		if len(h) == 0 {
@@ -119,7 +131,9 @@ func (s *Spawner) Status(ctx context.Context, id string) (protocol.WorkerInfo, e
 	return info, nil
 }
 
-func infoFromHash(id string, h map[string]string) protocol.WorkerInfo {
+// InfoFromHash reads a worker's status hash (Keys.Status) as the manager
+// wrote it, without asking the engine: what a client without Docker sees.
+func InfoFromHash(id string, h map[string]string) protocol.WorkerInfo {
 	info := protocol.WorkerInfo{WorkerID: id, Status: protocol.ContainerStatus(h[protocol.StatusFieldContainer]),
 		State: protocol.WorkerState(h[protocol.StatusFieldState]), Health: protocol.Health(h[protocol.StatusFieldHealth]),
 		AgentType: protocol.AgentType(h[protocol.StatusFieldAgentType]), Kind: protocol.Kind(h[protocol.StatusFieldKind]),

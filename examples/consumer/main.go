@@ -1,0 +1,176 @@
+// Command consumer tails what workers report, the way any service would
+// with a Redis client and the protocol's decoders: worker:lifecycle (every
+// worker's lifecycle events) and each worker's output stream (its progress
+// events and task outputs), found through the workers set and the
+// lifecycle stream's "created" events.
+//
+//	REDIS_URL=redis://127.0.0.1:6379/0 go run ./consumer [-from-start] [-idle-exit 5s]
+//
+// It reads without a consumer group, so it takes nothing from anyone: any
+// number of consumers see every entry. -idle-exit ends it once nothing has
+// arrived for that long.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+func main() {
+	fromStart := flag.Bool("from-start", false, "replay what the streams hold first")
+	idleExit := flag.Duration("idle-exit", 0, "exit after this long without an entry (0: never)")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	url := os.Getenv("REDIS_URL")
+	if url == "" {
+		url = "redis://127.0.0.1:6379/0"
+	}
+	keys, err := protocol.NewKeys(os.Getenv("WORKER_KEY_PREFIX"))
+	if err == nil {
+		err = tail(ctx, url, keys, *fromStart, *idleExit, os.Stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "consumer:", err)
+		os.Exit(1)
+	}
+}
+
+func tail(ctx context.Context, url string, keys protocol.Keys, fromStart bool, idleExit time.Duration, w io.Writer) error {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return err
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+
+	// Where each stream is read from: "0-0" replays it; otherwise its
+	// current last entry (resolved now: "$" in a loop would skip entries
+	// added between two reads).
+	cursor := map[string]string{}
+	watch := func(stream string, replay bool) error {
+		if _, ok := cursor[stream]; ok {
+			return nil
+		}
+		cursor[stream] = "0-0"
+		if !replay {
+			last, err := rdb.XRevRangeN(ctx, stream, "+", "-", 1).Result()
+			if err != nil {
+				return err
+			}
+			if len(last) == 1 {
+				cursor[stream] = last[0].ID
+			}
+		}
+		return nil
+	}
+	if err := watch(keys.Lifecycle(), fromStart); err != nil {
+		return err
+	}
+	ids, err := rdb.SMembers(ctx, keys.Workers()).Result()
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := watch(keys.Output(id), fromStart); err != nil {
+			return err
+		}
+	}
+
+	lastEntry := time.Now()
+	for ctx.Err() == nil {
+		if idleExit > 0 && time.Since(lastEntry) > idleExit {
+			return nil
+		}
+		// XREAD takes the stream names, then their ids in the same order.
+		names := make([]string, 0, len(cursor))
+		for s := range cursor {
+			names = append(names, s)
+		}
+		args := append([]string(nil), names...)
+		for _, s := range names {
+			args = append(args, cursor[s])
+		}
+		res, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: args, Block: 500 * time.Millisecond, Count: 100}).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		for _, st := range res {
+			for _, m := range st.Messages {
+				cursor[st.Stream] = m.ID
+				lastEntry = time.Now()
+				data, err := protocol.EntryData(m.Values)
+				if err != nil {
+					fmt.Fprintf(w, "%s %s: %v\n", st.Stream, m.ID, err)
+					continue
+				}
+				line, newWorker, err := describe(data)
+				if err != nil {
+					fmt.Fprintf(w, "%s %s: refused: %v\n", st.Stream, m.ID, err)
+					continue
+				}
+				fmt.Fprintln(w, line)
+				if newWorker != "" {
+					// A new worker: all its output entries are new.
+					if err := watch(keys.Output(newWorker), true); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// describe decodes one entry into a line; for a lifecycle "created" or
+// "started" event it also names the worker whose output stream to follow.
+func describe(data []byte) (line, newWorker string, err error) {
+	_, typ, err := protocol.PeekType(data)
+	if err != nil {
+		return "", "", err
+	}
+	switch typ {
+	case protocol.TypeLifecycle:
+		l, err := protocol.DecodeLifecycle(data)
+		if err != nil {
+			return "", "", err
+		}
+		if l.Event == protocol.EventCreated || l.Event == protocol.EventStarted {
+			newWorker = l.WorkerID
+		}
+		return fmt.Sprintf("%s lifecycle %s %s (%s)", l.Timestamp.Format(time.TimeOnly), l.WorkerID, l.Event, l.Source), newWorker, nil
+	case protocol.TypeProgress:
+		p, err := protocol.DecodeProgress(data)
+		if err != nil {
+			return "", "", err
+		}
+		pct := -1
+		if p.ProgressPct != nil {
+			pct = *p.ProgressPct
+		}
+		return fmt.Sprintf("%s progress  %s %s %q %d%% %s", p.Timestamp.Format(time.TimeOnly), p.WorkerID, p.RequestID, p.Step, pct, p.Output), "", nil
+	case protocol.TypeOutput:
+		o, err := protocol.DecodeOutput(data)
+		if err != nil {
+			return "", "", err
+		}
+		return fmt.Sprintf("%s output    %s %s %s %s", o.Timestamp.Format(time.TimeOnly), o.WorkerID, o.RequestID, o.Status, o.Result), "", nil
+	}
+	return "", "", fmt.Errorf("unexpected entry type %q", typ)
+}

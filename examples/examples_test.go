@@ -1,0 +1,136 @@
+package examples
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/spawner/spawnertest"
+	"github.com/agentvisor/agentvisor/wrapper/stubmodel"
+)
+
+// build compiles a program of this repository into a temporary directory.
+func build(t *testing.T, dir, pkg string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+	}
+	return bin
+}
+
+// TestQuickstartAndConsumers runs the quickstart against a runtime with
+// the Go consumer following the streams, then the Node consumer over what
+// they hold: every entry must pass the JSON Schemas.
+func TestQuickstartAndConsumers(t *testing.T) {
+	rt := spawnertest.Start(t, nil)
+	quickstart := build(t, ".", "./quickstart")
+	consumer := build(t, ".", "./consumer")
+	env := append(os.Environ(), rt.Env...)
+
+	var consumed bytes.Buffer
+	tailer := exec.Command(consumer, "-idle-exit", "6s")
+	tailer.Env, tailer.Stdout, tailer.Stderr = env, &consumed, &consumed
+	if err := tailer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // following before the worker exists
+
+	rt.Stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
+		{ToolUse: &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": `worker-wrapper progress --step "Greeting" --pct 100`, "description": "progress"}}},
+		{Text: "Hello!\n{\"status\": \"complete\", \"result\": {\"greeting\": \"hello\"}}"},
+	}})
+	cmd := exec.Command(quickstart)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `output: complete, result {"greeting":"hello"}`) {
+		t.Fatalf("quickstart: %v\n%s", err, out)
+	}
+
+	if err := tailer.Wait(); err != nil {
+		t.Fatalf("consumer: %v\n%s", err, consumed.String())
+	}
+	got := consumed.String()
+	for _, want := range []string{" created (spawner)", " started (wrapper)", `progress`, `"Greeting" 100%`, ` complete {"greeting":"hello"}`, " removed (spawner)"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the consumer did not print %q:\n%s", want, got)
+		}
+	}
+
+	// The Node consumer: its npm packages, then every entry validated.
+	nodeDir := filepath.Join("node-consumer")
+	if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", "ajv")); err != nil {
+		npm := exec.Command("npm", "ci", "--no-audit", "--no-fund")
+		npm.Dir = nodeDir
+		if out, err := npm.CombinedOutput(); err != nil {
+			t.Fatalf("npm ci (run make setup for node and npm): %v\n%s", err, out)
+		}
+	}
+	node := exec.Command("node", "consume.js", "--quiet")
+	node.Dir, node.Env = nodeDir, env
+	nout, err := node.CombinedOutput()
+	if err != nil || !strings.Contains(string(nout), "invalid 0") || strings.Contains(string(nout), "progress 0,") || strings.Contains(string(nout), "output 0;") {
+		t.Fatalf("node consumer: %v\n%s", err, nout)
+	}
+	t.Logf("node consumer: %s", strings.TrimSpace(string(nout)))
+
+	// A broken entry makes it fail, naming the entry.
+	if err := rt.RC.XAdd(context.Background(), &redis.XAddArgs{Stream: rt.Keys.Lifecycle(),
+		Values: map[string]any{"data": `{"v":1,"type":"lifecycle","worker_id":"w1","event":"exploded"}`}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	node = exec.Command("node", "consume.js", "--quiet")
+	node.Dir, node.Env = nodeDir, env
+	nout, err = node.CombinedOutput()
+	if code := exitCode(err); code != 1 || !strings.Contains(string(nout), "INVALID") || !strings.Contains(string(nout), "invalid 1") {
+		t.Fatalf("node consumer over a broken entry: exit %d\n%s", code, nout)
+	}
+}
+
+func exitCode(err error) int {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+// TestDemo runs `make demo`'s program (with the real worker-manager
+// binary) against a Redis of its own and checks its timeline.
+func TestDemo(t *testing.T) {
+	spawnertest.BuildImages(t)
+	r := testkit.StartRedis(t)
+	manager := build(t, "../spawner", "./cmd/worker-manager")
+	demo := build(t, ".", "./demo")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, demo, "-manager", manager, "-redis", r.URL(), "-logs", t.TempDir())
+	cmd.Env = append(os.Environ(), "WORKER_KEY_PREFIX=demotest", "ANTHROPIC_API_KEY=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, out)
+	}
+	got := string(out)
+	for _, want := range []string{
+		"stub model server", "worker-manager started",
+		"claude-1 progress  \"Committed hello.txt\" 100%", "claude-1 lifecycle paused", "claude-1 lifecycle unpaused",
+		"resume session", "droid-1  progress  \"Counted files\" 100%", "droid-1  output    docs-1",
+		"demo-shop      2", "demo-docs      1", "0 worker containers left", "demo complete",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the demo's timeline lacks %q:\n%s", want, got)
+		}
+	}
+}

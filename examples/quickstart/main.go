@@ -1,0 +1,121 @@
+// Command quickstart is the smallest program that uses the runtime as a
+// library: it creates a worker with the spawner, sends it a task on its
+// input stream, waits for the task's output on its output stream, and
+// removes the worker.
+//
+//	REDIS_URL=redis://127.0.0.1:6379/0 go run ./quickstart "Say hello."
+//
+// The worker reaches its model through what the spawner passes from this
+// process's environment (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, ...).
+// WORKER_KEY_PREFIX and the other spawner settings are read as the
+// worker-manager reads them (spawner/README.md).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/client"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner"
+)
+
+func main() {
+	prompt := `Report progress by running: worker-wrapper progress --step "Greeting" --pct 100, ` +
+		`then finish with {"status": "complete", "result": {"greeting": "hello"}}.`
+	if len(os.Args) > 1 {
+		prompt = strings.Join(os.Args[1:], " ")
+	}
+	if err := run(context.Background(), prompt); err != nil {
+		fmt.Fprintln(os.Stderr, "quickstart:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, prompt string) error {
+	// 1. A spawner: configuration from the environment, a Redis client and
+	// a Docker client.
+	if os.Getenv("REDIS_URL") == "" {
+		os.Setenv("REDIS_URL", "redis://127.0.0.1:6379/0")
+	}
+	cfg, err := spawner.ConfigFromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	opt, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return err
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return err
+	}
+	defer dc.Close()
+	dc.NegotiateAPIVersion(ctx)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s := spawner.New(cfg, dc, rdb, &spawner.Images{Docker: dc, Redis: rdb, Keys: cfg.Keys}, log)
+
+	// 2. A worker: Claude Code in its own container (the image is built on
+	// first use).
+	// It may report progress (the worker.progress command).
+	w, err := s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, ProjectID: "quickstart",
+		AllowedCommands: []string{protocol.ProgressCommand}})
+	if err != nil {
+		return err
+	}
+	defer s.Delete(context.WithoutCancel(ctx), w.WorkerID)
+	fmt.Printf("worker %s created (image %s)\n", w.WorkerID, w.Image)
+
+	// 3. A task on the worker's input stream.
+	task := protocol.Task{RequestID: fmt.Sprintf("quickstart-%d", time.Now().UnixNano()), ProjectID: "quickstart", Prompt: prompt}
+	doc, err := task.Encode()
+	if err != nil {
+		return err
+	}
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: cfg.Keys.Input(w.WorkerID), Values: protocol.Values(doc)}).Err(); err != nil {
+		return err
+	}
+	fmt.Printf("task %s sent\n", task.RequestID)
+
+	// 4. Its output, from the worker's output stream (progress events
+	// arrive there too).
+	out, last := cfg.Keys.Output(w.WorkerID), "0-0"
+	for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); {
+		res, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{out, last}, Block: time.Second}).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for _, m := range res[0].Messages {
+			last = m.ID
+			data, _ := protocol.EntryData(m.Values)
+			if _, typ, _ := protocol.PeekType(data); typ != protocol.TypeOutput {
+				continue
+			}
+			o, err := protocol.DecodeOutput(data)
+			if err != nil {
+				return err
+			}
+			if o.RequestID != task.RequestID {
+				continue
+			}
+			fmt.Printf("output: %s, result %s, %d input and %d output tokens, $%.4f\n", o.Status, o.Result, o.Usage.Input, o.Usage.Output, o.CostUSD)
+			if o.Status != protocol.StatusComplete {
+				return fmt.Errorf("the task ended %s: %+v", o.Status, o.Error)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("no output within 5 minutes")
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/spawnertest"
+	"github.com/agentvisor/agentvisor/wrapper/stubmodel"
+)
+
+// ctlRun runs workerctl against the runtime and returns its exit code and
+// outputs.
+func ctlRun(rt *spawnertest.Runtime, args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	full := append([]string{"-redis", rt.RedisURL, "-prefix", rt.Keys.Prefix}, args...)
+	code := run(context.Background(), full, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestWorkerctl(t *testing.T) {
+	rt := spawnertest.Start(t, nil)
+	must := func(want int, args ...string) string {
+		t.Helper()
+		code, out, errs := ctlRun(rt, args...)
+		if code != want {
+			t.Fatalf("workerctl %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, want, out, errs)
+		}
+		return out
+	}
+
+	// Bad usage and unknown workers have their own exit codes.
+	must(exitUsage)
+	must(exitUsage, "frobnicate")
+	must(exitUsage, "spawn", "-agent", "gpt")
+	must(exitUsage, "send", "only-one-arg")
+	must(exitNotFound, "status", "no-such-worker")
+	must(exitNotFound, "kill", "no-such-worker")
+
+	id := strings.TrimSpace(must(exitOK, "spawn", "-agent", "claude", "-project", "shop", "-allow", protocol.ProgressCommand))
+	short := id[:8]
+
+	// A complete task, with progress through the shell tool: exit 0.
+	rt.Stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
+		{ToolUse: &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": `worker-wrapper progress --step "Half way" --pct 50`, "description": "progress"}}},
+		{Text: "Done.\n{\"status\": \"complete\", \"result\": {\"answer\": 42}}"},
+	}})
+	out := must(exitOK, "send", short, "Do it.", "-wait", "-id", "t1")
+	if !strings.Contains(out, `"Half way" 50%`) || !strings.Contains(out, `{"answer":42}`) {
+		t.Errorf("send -wait printed:\n%s", out)
+	}
+	// Blocked: exit 4; failed: exit 5; -json prints the Output.
+	rt.Stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{{Text: "{\"status\": \"blocked\", \"question\": \"Which DB?\"}"}}})
+	var o protocol.Output
+	if err := json.Unmarshal([]byte(must(exitBlocked, "-json", "send", id, "Persist it.", "-wait")), &o); err != nil || o.Question != "Which DB?" {
+		t.Errorf("blocked output %+v (%v)", o, err)
+	}
+	rt.Stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{{Error: &stubmodel.HTTPError{Status: 400, Message: "prompt is too long"}, Repeat: 20}}})
+	must(exitTaskFail, "send", id, "Anything.", "-wait")
+
+	// list and status, for people and as JSON.
+	if out := must(exitOK, "list"); !strings.Contains(out, short) || !strings.Contains(out, "shop") || !strings.HasPrefix(out, "WORKER") {
+		t.Errorf("list:\n%s", out)
+	}
+	var rows []workerRow
+	if err := json.Unmarshal([]byte(must(exitOK, "-json", "list")), &rows); err != nil || len(rows) != 1 || rows[0].WorkerID != id {
+		t.Fatalf("list -json: %+v (%v)", rows, err)
+	}
+	var row workerRow
+	if err := json.Unmarshal([]byte(must(exitOK, "-json", "status", short)), &row); err != nil || row.AgentType != protocol.AgentClaude || row.ProjectID != "shop" {
+		t.Errorf("status -json: %+v (%v)", row, err)
+	}
+
+	// events: what the streams hold, in order, this worker's only.
+	ev := must(exitOK, "events", "-worker", short)
+	for _, want := range []string{"lifecycle created", "progress  t1", "output    t1 complete", "blocked \"Which DB?\"", "failed AGENT_ERROR"} {
+		if !strings.Contains(ev, want) {
+			t.Errorf("events lacks %q:\n%s", want, ev)
+		}
+	}
+	if strings.Index(ev, "lifecycle created") > strings.Index(ev, "output    t1") {
+		t.Errorf("events out of order:\n%s", ev)
+	}
+	lines := strings.Split(strings.TrimSpace(must(exitOK, "-json", "events", "-worker", short)), "\n")
+	for _, l := range lines {
+		if _, typ, err := protocol.PeekType([]byte(l)); err != nil || typ == "" {
+			t.Errorf("events -json line %q is not a protocol document", l)
+		}
+	}
+
+	// usage sums the project's three tasks.
+	var usage []usageRow
+	if err := json.Unmarshal([]byte(must(exitOK, "-json", "usage")), &usage); err != nil || len(usage) != 1 || usage[0].ProjectID != "shop" || usage[0].Tasks != 3 {
+		t.Errorf("usage: %+v (%v)", usage, err)
+	}
+
+	// pause, resume and kill go through the manager.
+	must(exitOK, "pause", short)
+	if out := must(exitOK, "status", short); !strings.Contains(out, "paused") {
+		t.Errorf("status after pause:\n%s", out)
+	}
+	must(exitOK, "resume", short)
+	must(exitOK, "kill", short)
+	if out := must(exitOK, "-json", "list"); strings.Contains(out, id) {
+		t.Errorf("killed worker still listed:\n%s", out)
+	}
+
+	// No manager on this prefix: a command times out with exit 6.
+	code, _, errs := ctlRun(rt, "-prefix", "nobody", "spawn", "-agent", "claude", "-timeout", "1s")
+	if code != exitTimeout || !strings.Contains(errs, "no worker-manager answered") {
+		t.Errorf("spawn with no manager: exit %d, %s", code, errs)
+	}
+}

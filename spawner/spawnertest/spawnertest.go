@@ -1,0 +1,131 @@
+// Package spawnertest runs a whole worker runtime for the tests of the
+// programs built on the spawner (workerctl, the examples): a throwaway
+// Redis, the stub model server, the worker images and a worker-manager
+// (in this process) over the real Docker engine, with a key prefix of its
+// own so that its containers are its own. Everything goes at the test's end.
+package spawnertest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/client"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/spawner"
+	"github.com/agentvisor/agentvisor/wrapper/stubmodel"
+)
+
+// Runtime is a running manager and what it uses.
+type Runtime struct {
+	Redis    *testkit.Redis
+	RC       *redis.Client
+	Keys     protocol.Keys
+	Stub     *stubmodel.Server
+	Spawner  *spawner.Spawner
+	RedisURL string
+	// Env is the environment a program under test needs to reach this
+	// runtime: REDIS_URL, WORKER_KEY_PREFIX, ANTHROPIC_BASE_URL, ...
+	Env []string
+}
+
+var buildOnce sync.Once
+var buildErr error
+
+// root is the repository's top directory.
+func root() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// BuildImages builds the OS base and worker-base images of this checkout
+// (once per test binary).
+func BuildImages(t testing.TB) {
+	t.Helper()
+	testkit.RequireDocker(t)
+	buildOnce.Do(func() {
+		for _, script := range []string{"build-base.sh", "build-worker-base.sh"} {
+			out, err := exec.Command("bash", filepath.Join(root(), "images", script)).CombinedOutput()
+			if err != nil {
+				buildErr = fmt.Errorf("%s: %v\n%s", script, err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+}
+
+// Start starts a runtime; mod may change the manager's configuration. The
+// stub model answers every request with a complete stop output unless the
+// test gives it a script.
+func Start(t testing.TB, mod func(*spawner.Config)) *Runtime {
+	t.Helper()
+	BuildImages(t)
+	r := testkit.StartRedis(t)
+	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	t.Cleanup(func() { rc.Close() })
+	stub, err := stubmodel.Start(stubmodel.Script{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stub.Close() })
+	// The manager passes these from its environment to the workers.
+	t.Setenv("ANTHROPIC_BASE_URL", stub.URL)
+	t.Setenv("DROID_BASE_URL", stub.URL)
+	t.Setenv("ANTHROPIC_API_KEY", "sk-stub-0123456789")
+	prefix := fmt.Sprintf("st%d", time.Now().UnixNano())
+	env := map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": prefix, "WORKER_STOP_TIMEOUT": "12s", "HEARTBEAT_INTERVAL": "2s"}
+	cfg, err := spawner.ConfigFromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc.NegotiateAPIVersion(context.Background())
+	t.Cleanup(func() { dc.Close() })
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	if os.Getenv("SPAWNERTEST_LOG") != "" {
+		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	s := spawner.New(cfg, dc, rc, &spawner.Images{Docker: dc, Redis: rc, Keys: cfg.Keys}, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = (&spawner.Manager{S: s}).Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
+		defer scancel()
+		_ = s.Shutdown(sctx)
+		// No container of this runtime survives the test.
+		out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label="+protocol.LabelKeyPrefix+"="+prefix).Output()
+		for _, id := range strings.Fields(string(out)) {
+			_ = exec.Command("docker", "rm", "-f", id).Run()
+		}
+	})
+	return &Runtime{Redis: r, RC: rc, Keys: cfg.Keys, Stub: stub, Spawner: s, RedisURL: r.URL(),
+		Env: []string{"REDIS_URL=" + r.URL(), "WORKER_KEY_PREFIX=" + prefix, "ANTHROPIC_BASE_URL=" + stub.URL,
+			"DROID_BASE_URL=" + stub.URL, "ANTHROPIC_API_KEY=sk-stub-0123456789"}}
+}
