@@ -48,8 +48,17 @@ test: setup
 	@$(MAKE) --no-print-directory test-unit
 	@$(MAKE) --no-print-directory fuzz
 
+# Every benchmark of the project, then BENCHMARKS.md (figure, goal,
+# baseline of the same run, ratio) from their output.
 bench: setup
-	@for m in $(MODULES); do (cd $$m && $(GO) test -run='^$$' -bench=. -benchtime=1x ./...) || exit 1; done
+	@mkdir -p .cache && rm -f .cache/bench.txt
+	@set -o pipefail; status=0; \
+	for m in $(MODULES); do \
+	  echo "== go test -bench $$m"; \
+	  (cd $$m && $(GO) test -run='^$$' -bench=. -benchtime=1x -timeout 60m ./...) 2>&1 | tee -a .cache/bench.txt || status=1; \
+	done; \
+	$(GO) run scripts/benchtable.go -o BENCHMARKS.md -readme README.md .cache/bench.txt || status=1; \
+	exit $$status
 
 # The end-to-end demo (examples/demo): a Redis on 127.0.0.1:6379 (started
 # when none answers), the images, a worker-manager, a Claude and a Droid

@@ -3,11 +3,8 @@ package spawner
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -206,66 +203,4 @@ func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[len(s)/2]
-}
-
-// BenchmarkFiftyWorkers starts 50 idle workers at once on this machine and
-// reports the memory each uses (its cgroup's usage) and how late their
-// heartbeats are (heartbeat age beyond the interval, sampled for 10 s).
-func BenchmarkFiftyWorkers(b *testing.B) {
-	f := newFixtureTB(b, func(c *Config) { c.MaxWorkers = 50; c.HeartbeatInterval = 2 * time.Second; c.IdleTimeout = time.Hour })
-	ctx := context.Background()
-	start := time.Now()
-	ids := make(chan string, 50)
-	errs := make(chan error, 50)
-	for i := 0; i < 50; i++ {
-		go func() {
-			info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
-			if err != nil {
-				errs <- err
-				return
-			}
-			ids <- info.ContainerID + " " + info.WorkerID
-		}()
-	}
-	var workers [][2]string
-	for len(workers) < 50 {
-		select {
-		case err := <-errs:
-			b.Fatal(err)
-		case s := <-ids:
-			var c, w string
-			fmt.Sscan(s, &c, &w)
-			workers = append(workers, [2]string{c, w})
-		}
-	}
-	b.ReportMetric(time.Since(start).Seconds(), "start-50-s")
-	defer f.s.Shutdown(context.Background())
-	time.Sleep(4 * time.Second) // every wrapper up and beating
-	var lag float64
-	for t0 := time.Now(); time.Since(t0) < 10*time.Second; time.Sleep(500 * time.Millisecond) {
-		for _, w := range workers {
-			doc, err := f.rc.Get(ctx, f.keys.Heartbeat(w[1])).Bytes()
-			if err != nil {
-				b.Fatalf("worker %s has no heartbeat", w[1])
-			}
-			hb, _ := protocol.DecodeHeartbeat(doc)
-			if l := time.Since(hb.Timestamp).Seconds() - f.s.cfg.HeartbeatInterval.Seconds(); l > lag {
-				lag = l
-			}
-		}
-	}
-	var total float64
-	for _, w := range workers {
-		data, err := os.ReadFile("/sys/fs/cgroup/memory/docker/" + w[0] + "/memory.usage_in_bytes")
-		if err != nil {
-			data, err = os.ReadFile("/sys/fs/cgroup/system.slice/docker-" + w[0] + ".scope/memory.current")
-		}
-		if err != nil {
-			b.Fatalf("memory of %s: %v", w[0], err)
-		}
-		n, _ := strconv.ParseFloat(strings.TrimSpace(string(data)), 64)
-		total += n
-	}
-	b.ReportMetric(total/50/1e6, "memory-per-worker-MB")
-	b.ReportMetric(max(lag, 0)*1000, "heartbeat-lag-max-ms")
 }

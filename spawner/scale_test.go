@@ -157,7 +157,7 @@ func TestManagerRestartLosesNoCommandAndDuplicatesNothing(t *testing.T) {
 }
 
 // runConcurrently runs f(0..n-1) at once and fails the test on any error.
-func runConcurrently(t *testing.T, n int, f func(i int) error) {
+func runConcurrently(t testing.TB, n int, f func(i int) error) {
 	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)

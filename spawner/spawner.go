@@ -57,10 +57,14 @@ type Spawner struct {
 }
 
 // New returns a Spawner. images builds the worker images (its Docker and
-// Redis may be the same clients).
+// Redis may be the same clients); without a base image of its own it takes
+// the configuration's (WORKER_BASE_IMAGE).
 func New(cfg Config, docker ContainerClient, rdb *redis.Client, images *Images, log *slog.Logger) *Spawner {
 	if log == nil {
 		log = slog.Default()
+	}
+	if images != nil && images.BaseImage == "" {
+		images.BaseImage = cfg.BaseImage
 	}
 	return &Spawner{cfg: cfg, docker: docker, rdb: rdb, images: images, log: log, now: time.Now, keys: cfg.Keys}
 }

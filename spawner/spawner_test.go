@@ -63,7 +63,7 @@ func newFixtureTB(t testing.TB, mod func(*Config)) *fixture {
 		mod(&cfg)
 	}
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	s := New(cfg, dc, rc, &Images{Docker: dc, Redis: rc, Keys: cfg.Keys}, log)
+	s := New(cfg, dc, rc, &Images{Docker: dc, Redis: rc, Keys: cfg.Keys, BaseImage: cfg.BaseImage}, log)
 	t.Cleanup(func() {
 		// No container of this test survives it.
 		out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label="+protocol.LabelKeyPrefix+"="+prefix).Output()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -151,7 +152,46 @@ func BenchmarkLatencies(b *testing.B) {
 	b.ReportMetric(percentile(toOutput, 0.99), "agent-exit-to-output-p99-ms")
 	b.ReportMetric(percentile(toProgress, 0.5), "progress-to-entry-p50-ms")
 	b.ReportMetric(percentile(toProgress, 0.99), "progress-to-entry-p99-ms")
+
+	// Baselines in the same run: one Redis hop (XADD seen by a blocked
+	// XREAD), and a bare fork/exec of the same fake agent (exec -> its
+	// first instruction).
+	var hops, execs []float64
+	hop := "bench:hop"
+	for i := 0; i < n; i++ {
+		got := make(chan float64, 1)
+		go func() {
+			res, err := rc.XRead(ctx, &redis.XReadArgs{Streams: []string{hop, "$"}, Block: 5 * time.Second}).Result()
+			if err != nil {
+				got <- -1
+				return
+			}
+			sent, _ := strconv.ParseInt(res[0].Messages[0].Values["ns"].(string), 10, 64)
+			got <- float64(time.Now().UnixNano()-sent) / 1e6
+		}()
+		time.Sleep(2 * time.Millisecond) // the reader is blocked
+		rc.XAdd(ctx, &redis.XAddArgs{Stream: hop, Values: map[string]any{"ns": time.Now().UnixNano()}})
+		hops = append(hops, <-got)
+	}
+	for i := 0; i < 50; i++ {
+		before := time.Now().UnixNano()
+		out, err := exec.Command(bins.fake, "-p", "fake:stamp", "--output-format", "stream-json").Output()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if m := startNSRe.FindStringSubmatch(string(out)); m != nil {
+			ns, _ := strconv.ParseInt(m[1], 10, 64)
+			execs = append(execs, float64(ns-before)/1e6)
+		}
+	}
+	if len(execs) == 0 {
+		b.Fatal("the fake agent stamped no start")
+	}
+	b.ReportMetric(percentile(hops, 0.99), "baseline-redis-hop-p99-ms")
+	b.ReportMetric(percentile(execs, 0.99), "baseline-bare-exec-p99-ms")
 }
+
+var startNSRe = regexp.MustCompile(`start_ns[^0-9]*([0-9]+)`)
 
 // claudeAndStub finds the real claude CLI and starts a stub model that
 // completes every request; the stub stops when the benchmark ends.

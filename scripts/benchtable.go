@@ -1,0 +1,223 @@
+//go:build ignore
+
+// Command benchtable turns the output of the project's benchmarks (`go test
+// -bench` lines with ReportMetric figures) into BENCHMARKS.md: every
+// figure with its goal, the baseline measured in the same run, and the
+// ratio. `make bench` runs it:
+//
+//	go run scripts/benchtable.go -o BENCHMARKS.md bench-output.txt...
+//
+// It exits 1 when a figure is missing or misses its goal (the table is
+// written all the same).
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// row is one line of the table.
+type row struct {
+	figure string
+	metric string   // the ReportMetric unit of the figure
+	unit   string   // how the value reads
+	goal   string   // as people read it; "" for a figure without a goal
+	ok     func(v, base float64) bool
+	base   []string // metrics summed into the baseline; none when there is none
+	what   string   // what the baseline is
+}
+
+func atMost(x float64) func(v, base float64) bool { return func(v, _ float64) bool { return v <= x } }
+func below(x float64) func(v, base float64) bool  { return func(v, _ float64) bool { return v < x } }
+func ratioAtMost(x float64) func(v, base float64) bool {
+	return func(v, base float64) bool { return base > 0 && v/base <= x }
+}
+
+var rows = []row{
+	{"Wrapper idle RSS", "idle-rss-MB", "MB", "≤ 15 MB", atMost(15), []string{"baseline-idle-go-rss-MB"}, "an idle Go process"},
+	{"Wrapper idle CPU, 10 s heartbeats", "idle-cpu-%-of-core", "% of a core", "< 0.05 %", below(0.05), []string{"baseline-idle-cpu-%"}, "an idle Go process"},
+	{"Task XADD → agent start, p99", "xadd-to-agent-start-p99-ms", "ms", "< 10 ms", below(10),
+		[]string{"baseline-redis-hop-p99-ms", "baseline-bare-exec-p99-ms"}, "one Redis hop + a bare fork/exec"},
+	{"Agent exit → Output in Redis, p99", "agent-exit-to-output-p99-ms", "ms", "< 5 ms", below(5), []string{"baseline-redis-hop-p99-ms"}, "one Redis hop"},
+	{"Progress call → Progress entry, p99", "progress-to-entry-p99-ms", "ms", "< 5 ms", below(5), []string{"baseline-redis-hop-p99-ms"}, "one Redis hop"},
+	{"Real claude task through the wrapper, median", "via-wrapper-median-ms", "ms", "ratio ≤ 1.05", ratioAtMost(1.05),
+		[]string{"direct-claude-median-ms"}, "the same claude -p run directly"},
+	{"Follow-up task, persistent Claude process, median", "follow-up-persistent-median-ms", "ms", "ratio < 1", ratioAtMost(0.99),
+		[]string{"follow-up-per-task-median-ms"}, "a claude process per task"},
+	{"EnsureImage of an existing image, p99", "ensure-hit-p99-ms", "ms", "< 20 ms", below(20), []string{"bare-inspect-p99-ms"}, "a bare ImageInspect"},
+	{"Create → wrapper's started event, median", "create-to-started-median-ms", "ms", "ratio ≤ 1.3", ratioAtMost(1.3),
+		[]string{"bare-docker-run-first-line-median-ms"}, "bare docker run of the same image, to its first line"},
+	{"Unpause → task picked up, p99", "unpause-to-pickup-p99-ms", "ms", "< 100 ms", below(100), []string{"bare-unpause-p99-ms"}, "a bare ContainerUnpause"},
+	{"docker kill mid-task → failed Output, max", "crash-to-failed-output-max-ms", "ms", "< 1000 ms", below(1000), nil, ""},
+	{"100 workers: all created and started", "start-100-s", "s", "", nil, nil, ""},
+	{"100 workers: memory per worker", "memory-per-worker-MB", "MB", "", nil, []string{"bare-container-memory-MB"}, "a bare container of the same image, idle"},
+	{"100 workers: oldest heartbeat seen (during 100 tasks at once)", "heartbeat-age-max-ms", "ms", "ratio < 2 (dead after 3)", ratioAtMost(2),
+		[]string{"heartbeat-interval-ms"}, "the heartbeat interval"},
+	{"100 tasks at once on 100 workers: XADD → Output, p99", "task-100-concurrent-p99-ms", "ms", "", nil,
+		[]string{"task-single-median-ms"}, "the same task on one worker alone, median"},
+	{"Manager shutdown of 20 workers", "shutdown-20-s", "s", "≤ 30 s", atMost(30), []string{"bare-docker-rm-20-s"}, "docker rm -f of 20 bare containers"},
+	{"Containers left after that shutdown", "containers-left", "", "0", atMost(0), nil, ""},
+}
+
+func main() {
+	out := flag.String("o", "BENCHMARKS.md", "the markdown file to write")
+	readme := flag.String("readme", "", "also put the table between the bench markers of this file")
+	flag.Parse()
+	metrics := map[string]float64{}
+	for _, path := range flag.Args() {
+		if err := read(path, metrics); err != nil {
+			fmt.Fprintln(os.Stderr, "benchtable:", err)
+			os.Exit(2)
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Benchmarks\n\nWritten by `make bench` (scripts/benchtable.go) on %s: %d cores, %s, Docker engine %s. ",
+		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), dockerVersion())
+	b.WriteString("Each figure comes with the baseline measured in the same run and the ratio of the two; " +
+		"the benchmarks and what they run are described in wrapper/README.md and spawner/README.md.\n\n")
+	tableAt := b.Len()
+	b.WriteString("| Figure | Value | Goal | Baseline (same run) | Ratio | Meets goal |\n|---|---:|---|---|---:|:---:|\n")
+	failed := 0
+	for _, r := range rows {
+		v, ok := metrics[r.metric]
+		if !ok {
+			fmt.Fprintf(&b, "| %s | not measured | %s | | | ✗ |\n", r.figure, dash(r.goal))
+			failed++
+			continue
+		}
+		base, haveBase := 0.0, len(r.base) > 0
+		for _, m := range r.base {
+			x, ok := metrics[m]
+			haveBase = haveBase && ok
+			base += x
+		}
+		baseText, ratio := "—", "—"
+		if haveBase {
+			baseText = fmt.Sprintf("%s %s: %s", num(base), r.unit, r.what)
+			if base > 0 {
+				ratio = fmt.Sprintf("%.2f", v/base)
+			}
+		}
+		verdict := "—"
+		if r.ok != nil {
+			verdict = "✓"
+			if !r.ok(v, base) {
+				verdict = "✗"
+				failed++
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s %s | %s | %s | %s | %s |\n", r.figure, num(v), r.unit, dash(r.goal), baseText, ratio, verdict)
+	}
+	// Cold builds and sizes, one row per capability set.
+	var builds []string
+	for m := range metrics {
+		if strings.HasPrefix(m, "build-s-") {
+			builds = append(builds, strings.TrimPrefix(m, "build-s-"))
+		}
+	}
+	sort.Strings(builds)
+	for _, name := range builds {
+		fmt.Fprintf(&b, "| Cold image build, %s | %s s | — | — | — | — |\n", name, num(metrics["build-s-"+name]))
+		if size, ok := metrics["size-MB-"+name]; ok {
+			base, ok := metrics["worker-base-MB"]
+			if ok && base > 0 {
+				fmt.Fprintf(&b, "| Image size, %s | %s MB | — | %s MB: worker-base | %.2f | — |\n", name, num(size), num(base), size/base)
+			}
+		}
+	}
+	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "benchtable:", err)
+		os.Exit(2)
+	}
+	if *readme != "" {
+		if err := splice(*readme, b.String()[tableAt:]); err != nil {
+			fmt.Fprintln(os.Stderr, "benchtable:", err)
+			os.Exit(2)
+		}
+	}
+	fmt.Printf("benchtable: wrote %s (%d figures; %d missing or missing their goal)\n", *out, len(rows)+2*len(builds), failed)
+	if failed > 0 {
+		os.Exit(1)
+	}
+}
+
+// The table goes between these lines of the README.
+const (
+	beginMark = "<!-- bench:begin (make bench writes this table) -->"
+	endMark   = "<!-- bench:end -->"
+)
+
+func splice(path, table string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	text := string(data)
+	i, j := strings.Index(text, beginMark), strings.Index(text, endMark)
+	if i < 0 || j < i {
+		return fmt.Errorf("%s has no %q ... %q lines", path, beginMark, endMark)
+	}
+	text = text[:i+len(beginMark)] + "\n" + table + text[j:]
+	return os.WriteFile(path, []byte(text), 0o644)
+}
+
+// read collects "value unit" pairs from the Benchmark lines of a file.
+func read(path string, metrics map[string]float64) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 4 || !strings.HasPrefix(fields[0], "Benchmark") {
+			continue
+		}
+		// Name, iterations, then value/unit pairs.
+		for i := 2; i+1 < len(fields); i += 2 {
+			if v, err := strconv.ParseFloat(fields[i], 64); err == nil {
+				metrics[fields[i+1]] = v
+			}
+		}
+	}
+	return sc.Err()
+}
+
+func num(v float64) string {
+	switch {
+	case v == 0:
+		return "0"
+	case v >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case v >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	case v >= 0.1:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 2, 64)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "—"
+	}
+	return s
+}
+
+func dockerVersion() string {
+	out, err := exec.Command("docker", "version", "-f", "{{.Server.Version}} (API {{.Server.APIVersion}})").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}
