@@ -28,6 +28,9 @@ const (
 	StatusFieldContainerID  = "container_id" // spawner, at create
 	StatusFieldImage        = "image"        // spawner, at create
 	StatusFieldCreatedAt    = "created_at"   // spawner, at create
+	StatusFieldSpec         = "spec"         // spawner, at create: the WorkerSpec as JSON (what a replacement is made from)
+	StatusFieldReplacedBy   = "replaced_by"  // spawner: the worker that replaced this dead one
+	StatusFieldReplaces     = "replaces"     // spawner: the dead worker this one replaced
 )
 
 // Fields of the run hash (Keys.Run).

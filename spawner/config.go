@@ -32,6 +32,15 @@ type Config struct {
 	PassEnv        []string
 	IdleTimeout    time.Duration // IDLE_TIMEOUT_SECONDS (600): an idle worker is paused
 	PauseTimeout   time.Duration // PAUSE_TIMEOUT (30m): a paused worker is terminated
+	// EvictPaused (EVICT_PAUSED_AFTER set, off by default): at the limit, a
+	// create removes the worker paused longest, if it has been paused at
+	// least EvictPausedAfter and has no input waiting, instead of queueing.
+	EvictPaused      bool
+	EvictPausedAfter time.Duration
+	// ReplaceDead (REPLACE_DEAD_WORKERS, true): a long-lived worker found
+	// dead by its health (heartbeat expired) is replaced by a new worker of
+	// the same spec, which gets the tasks still waiting on the old input.
+	ReplaceDead bool
 	BaseImage      string        // WORKER_BASE_IMAGE (agentvisor/worker-base:latest)
 	ProjectVolumes bool          // WORKER_PROJECT_VOLUMES (true): a per-project volume for the agent's home
 	ManagerID      string        // MANAGER_ID (hostname): the consumer name in the managers group
@@ -107,6 +116,21 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	c.IdleTimeout = time.Duration(idle) * time.Second
 	if c.PauseTimeout, err = durVar(getenv("PAUSE_TIMEOUT"), 30*time.Minute); err != nil {
 		return fail("PAUSE_TIMEOUT", err)
+	}
+	switch v := getenv("REPLACE_DEAD_WORKERS"); v {
+	case "", "true", "1":
+		c.ReplaceDead = true
+	case "false", "0":
+	default:
+		return fail("REPLACE_DEAD_WORKERS", fmt.Errorf("want true or false, got %q", v))
+	}
+	if v := getenv("EVICT_PAUSED_AFTER"); v != "" {
+		c.EvictPaused = true
+		if v != "0" {
+			if c.EvictPausedAfter, err = durVar(v, 0); err != nil {
+				return fail("EVICT_PAUSED_AFTER", err)
+			}
+		}
 	}
 	if c.BaseImage == "" {
 		c.BaseImage = DefaultBaseImage

@@ -3,10 +3,12 @@ package spawner
 import (
 	"context"
 	"os/exec"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/wrapper/stubmodel"
 )
 
@@ -63,4 +65,71 @@ func TestDockerStopMidTask(t *testing.T) {
 	if n, _ := f.rc.XLen(ctx, f.keys.Output(info.WorkerID)).Result(); n != 1 {
 		t.Fatalf("%d entries on the output stream, want exactly one output", n)
 	}
+}
+
+// The engine crashes (SIGKILL) and comes back under a running manager, with
+// a task in flight: the manager reconnects to the event stream and
+// reconciles, so the task the restarted engine killed gets exactly one
+// failed Output, and crashes after the restart are forwarded again.
+func TestEngineRestartUnderTheManager(t *testing.T) {
+	testkit.ExclusiveEngine(t, "..")
+	f := newFixture(t, nil)
+	f.startManager(t)
+	ctx := context.Background()
+	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude}
+	f.stub.SetScript(stubmodel.Script{Fallback: &stubmodel.Step{Text: "slow", DelayMS: 120000}})
+	running := func(w protocol.WorkerInfo, req string) {
+		f.send(t, f.keys.Input(w.WorkerID), protocol.Task{RequestID: req, Prompt: "slow"})
+		waitUntil(t, req+" running", time.Minute, func() bool {
+			return f.rc.HGet(ctx, f.keys.Status(w.WorkerID), protocol.StatusFieldRequestID).Val() == req
+		})
+	}
+	w1, err := f.s.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	running(w1, "before-restart")
+	restarted := time.Now()
+	testkit.RestartEngine(t, "..", syscall.SIGKILL, nil)
+	t.Logf("engine back after %v", time.Since(restarted))
+
+	o := f.waitOutput(t, f.keys.Output(w1.WorkerID), "before-restart", time.Minute)
+	if o.Status != protocol.StatusFailed || o.Error == nil {
+		t.Fatalf("the task the engine restart killed: %+v", o)
+	}
+	t.Logf("forwarded %v after the restart began: %s %s", time.Since(restarted), o.Error.Code, o.Error.Message)
+	waitUntil(t, "the dead worker out of the workers set", 30*time.Second, func() bool {
+		return !f.rc.SIsMember(ctx, f.keys.Workers(), w1.WorkerID).Val()
+	})
+	if n := countOutputs(t, f, f.keys.Output(w1.WorkerID), "before-restart"); n != 1 {
+		t.Errorf("%d outputs for the killed task, want exactly 1", n)
+	}
+
+	// The event stream is followed again: a crash now is forwarded.
+	w2, err := f.s.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	running(w2, "after-restart")
+	if out, err := exec.Command("docker", "kill", "-s", "KILL", ContainerName(w2.WorkerID)).CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	if o := f.waitOutput(t, f.keys.Output(w2.WorkerID), "after-restart", 10*time.Second); o.Error == nil || o.Error.Code != protocol.CodeKilled {
+		t.Fatalf("a crash after the restart: %+v", o)
+	}
+}
+
+func countOutputs(t *testing.T, f *fixture, stream, requestID string) int {
+	msgs, err := f.rc.XRange(context.Background(), stream, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, m := range msgs {
+		data, _ := protocol.EntryData(m.Values)
+		if o, err := protocol.DecodeOutput(data); err == nil && o.RequestID == requestID {
+			n++
+		}
+	}
+	return n
 }

@@ -2,6 +2,7 @@ package spawner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -120,12 +121,106 @@ func (s *Spawner) dead(ctx context.Context, id string) {
 	}
 	s.log.Warn("heartbeat expired: the worker is dead", "worker_id", id)
 	s.lifecycle(ctx, id, protocol.EventDead, map[string]any{"heartbeat_interval": s.cfg.HeartbeatInterval.String()})
+	h, _ := s.rdb.HGetAll(ctx, s.keys.Status(id)).Result()
+	spec := h[protocol.StatusFieldSpec]
+	replacing := s.cfg.ReplaceDead && spec != "" && protocol.Kind(h[protocol.StatusFieldKind]) != protocol.KindDeveloper
+	if replacing {
+		// Tasks it had read but never started go to its replacement rather
+		// than fail: put back, undelivered, before its death is handled
+		// (here or by the events loop), for replace to move.
+		s.putBackUnstarted(ctx, id, h[protocol.StatusFieldRequestID])
+	}
 	_ = s.docker.ContainerRemove(context.WithoutCancel(ctx), c.ID, container.RemoveOptions{Force: true})
 	code := 137
 	if c.State != nil && c.State.ExitCode != 0 {
 		code = c.State.ExitCode
 	}
 	s.died(ctx, id, c.ID, code, false)
+	if replacing {
+		go s.replace(context.WithoutCancel(ctx), id, spec)
+	}
+}
+
+// putBackUnstarted re-adds, undelivered, the entries a dead long-lived
+// worker had read (pending in its group) except the task in flight, and
+// acknowledges the read copies.
+func (s *Spawner) putBackUnstarted(ctx context.Context, id, inFlight string) {
+	input := s.keys.Input(id)
+	pend, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: input, Group: protocol.WorkerGroup, Start: "-", End: "+", Count: 100, Consumer: id}).Result()
+	if err != nil {
+		return
+	}
+	for _, p := range pend {
+		msgs, err := s.rdb.XRangeN(ctx, input, p.ID, p.ID, 1).Result()
+		if err != nil || len(msgs) == 0 {
+			continue
+		}
+		data, _ := protocol.EntryData(msgs[0].Values)
+		if t, err := protocol.DecodeTask(data); err == nil && t.RequestID == inFlight {
+			continue
+		}
+		pipe := s.rdb.TxPipeline()
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: input, Values: msgs[0].Values})
+		pipe.XAck(ctx, input, protocol.WorkerGroup, p.ID)
+		pipe.XDel(ctx, input, p.ID)
+		if _, err := pipe.Exec(ctx); err != nil {
+			s.log.Warn("put back an unstarted task", "worker_id", id, "entry", p.ID, "err", err)
+		}
+	}
+}
+
+// replace creates a worker of the dead worker's spec, records which
+// replaced which (status hashes, and the new worker's created event), and
+// moves the tasks still waiting on the old input (never delivered) to the
+// new one. Developer workers share one queue: nothing to move.
+func (s *Spawner) replace(ctx context.Context, oldID, rawSpec string) {
+	var spec protocol.WorkerSpec
+	if err := json.Unmarshal([]byte(rawSpec), &spec); err != nil {
+		s.log.Warn("replace a dead worker: unreadable spec", "worker_id", oldID, "err", err)
+		return
+	}
+	// The command id makes a second attempt (another manager, a restart)
+	// find this replacement instead of making another.
+	info, err := s.CreateFor(ctx, "replace-"+oldID, spec)
+	if err != nil {
+		s.log.Warn("replace a dead worker", "worker_id", oldID, "err", err)
+		return
+	}
+	s.writeStatus(ctx, oldID, map[string]any{protocol.StatusFieldReplacedBy: info.WorkerID})
+	s.writeStatus(ctx, info.WorkerID, map[string]any{protocol.StatusFieldReplaces: oldID})
+	moved := 0
+	if spec.Kind != protocol.KindDeveloper {
+		moved = s.moveWaiting(ctx, s.keys.Input(oldID), s.keys.Input(info.WorkerID))
+	}
+	s.lifecycle(ctx, oldID, protocol.EventRemoved, map[string]any{"replaced_by": info.WorkerID, "tasks_moved": moved})
+	s.log.Info("dead worker replaced", "worker_id", oldID, "replacement", info.WorkerID, "tasks_moved", moved)
+}
+
+// moveWaiting moves the entries of from that its wrapper group never
+// delivered to the stream to, and returns how many.
+func (s *Spawner) moveWaiting(ctx context.Context, from, to string) int {
+	last := "0-0"
+	if groups, err := s.rdb.XInfoGroups(ctx, from).Result(); err == nil {
+		for _, g := range groups {
+			if g.Name == protocol.WorkerGroup {
+				last = g.LastDeliveredID
+			}
+		}
+	}
+	msgs, err := s.rdb.XRange(ctx, from, "("+last, "+").Result()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, m := range msgs {
+		if err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: to, Values: m.Values}).Err(); err != nil {
+			s.log.Warn("move a waiting task", "from", from, "to", to, "err", err)
+			return n
+		}
+		s.rdb.XDel(ctx, from, m.ID)
+		n++
+	}
+	return n
 }
 
 // ReconcileReport counts what one reconciliation fixed.

@@ -52,6 +52,9 @@ func TestDeadIdlePausedAndOrphans(t *testing.T) {
 		t.Fatalf("%v %s", err, out)
 	}
 	stopped := time.Now()
+	// A task sent now is never read by the frozen wrapper: it must move to
+	// the replacement and be served there.
+	f.send(t, f.keys.Input(frozen.WorkerID), protocol.Task{RequestID: "waiting-on-frozen", Prompt: "hello"})
 	waitUntil(t, "the frozen worker declared dead and removed", 20*time.Second, func() bool {
 		_, err := f.s.find(ctx, frozen.WorkerID)
 		return IsNotFound(err)
@@ -74,6 +77,19 @@ func TestDeadIdlePausedAndOrphans(t *testing.T) {
 	}
 	if got := strings.Join(evs, ","); !strings.Contains(got, "degraded,dead") {
 		t.Errorf("spawner events of the frozen worker: %s, want degraded then dead", got)
+	}
+	// Then replaced by a worker of the same spec, which serves the task
+	// that waited on the dead one's input.
+	var repl string
+	waitUntil(t, "a replacement", 30*time.Second, func() bool {
+		repl = f.rc.HGet(ctx, f.keys.Status(frozen.WorkerID), protocol.StatusFieldReplacedBy).Val()
+		return repl != ""
+	})
+	if back := f.rc.HGet(ctx, f.keys.Status(repl), protocol.StatusFieldReplaces).Val(); back != frozen.WorkerID {
+		t.Errorf("the replacement says it replaces %q", back)
+	}
+	if o := f.waitOutput(t, f.keys.Output(repl), "waiting-on-frozen", time.Minute); o.Status != protocol.StatusComplete {
+		t.Errorf("the moved task: %+v", o)
 	}
 
 	// A labelled container Redis does not know is an orphan.

@@ -64,6 +64,60 @@ func TestTwelveCreatesWithLimitTen(t *testing.T) {
 	}
 }
 
+// At the limit, with EVICT_PAUSED_AFTER, a create removes the worker
+// paused longest instead of waiting; one paused too briefly, or with a task
+// waiting, is kept (and the create times out).
+func TestEvictOldestPausedWorker(t *testing.T) {
+	f := newFixture(t, func(c *Config) {
+		c.MaxWorkers, c.CreationTimeout, c.EvictPaused, c.EvictPausedAfter = 2, 3*time.Second, true, time.Hour
+	})
+	ctx := context.Background()
+	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude}
+	var ws []protocol.WorkerInfo
+	for i := 0; i < 2; i++ {
+		w, err := f.s.Create(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.s.Pause(ctx, w.WorkerID); err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+		time.Sleep(50 * time.Millisecond) // ws[0] is paused longer
+	}
+	// Paused for less than the minimum age: nobody is evicted.
+	if _, err := f.s.Create(ctx, spec); !IsResourceExhausted(err) {
+		t.Fatalf("create at the limit with no worker old enough to evict: %v", err)
+	}
+	f.s.cfg.EvictPausedAfter = 0
+	// A task waiting on the oldest: it is kept, the other goes.
+	f.send(t, f.keys.Input(ws[0].WorkerID), protocol.Task{RequestID: "waiting", Prompt: "x"})
+	from := lastID(f.rc, f.keys.Lifecycle())
+	start := time.Now()
+	w3, err := f.s.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.find(ctx, ws[1].WorkerID); !IsNotFound(err) {
+		t.Fatalf("the paused worker without input was not evicted (%v)", err)
+	}
+	if _, err := f.s.find(ctx, ws[0].WorkerID); err != nil {
+		t.Fatalf("the worker with a task waiting was evicted: %v", err)
+	}
+	var evicted *protocol.Lifecycle
+	msgs, _ := f.rc.XRange(ctx, f.keys.Lifecycle(), "("+from, "+").Result()
+	for _, m := range msgs {
+		data, _ := protocol.EntryData(m.Values)
+		if l, err := protocol.DecodeLifecycle(data); err == nil && l.WorkerID == ws[1].WorkerID && l.Event == protocol.EventStopping && l.Source == protocol.SourceSpawner {
+			evicted = &l
+		}
+	}
+	if evicted == nil || evicted.Detail["reason"] != "evicted" || evicted.Detail["for_worker"] != w3.WorkerID {
+		t.Errorf("eviction event %+v", evicted)
+	}
+	t.Logf("create by eviction took %v", time.Since(start))
+}
+
 func TestTwoManagersDoEachCommandOnce(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx := context.Background()

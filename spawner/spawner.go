@@ -3,6 +3,7 @@ package spawner
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -156,6 +157,40 @@ func (s *Spawner) count(ctx context.Context) (int, error) {
 	return len(ids), nil
 }
 
+// evictOldestPaused removes the worker paused longest (at least
+// EvictPausedAfter, with no input waiting) to free a slot for the create
+// of forID, and says whether it did.
+func (s *Spawner) evictOldestPaused(ctx context.Context, forID string) bool {
+	f := s.managedFilter()
+	f.Add("status", "paused")
+	cs, err := s.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return false
+	}
+	now := s.now()
+	victim, since := "", time.Time{}
+	for _, c := range cs {
+		id := c.Labels[protocol.LabelWorkerID]
+		at, err := protocol.ParseTime(s.rdb.HGet(ctx, s.keys.Status(id), protocol.StatusFieldUpdatedAt).Val())
+		if id == "" || err != nil || now.Sub(at) < s.cfg.EvictPausedAfter || s.hasInput(ctx, id) {
+			continue
+		}
+		if victim == "" || at.Before(since) {
+			victim, since = id, at
+		}
+	}
+	if victim == "" {
+		return false
+	}
+	s.log.Info("at the worker limit: evicting the worker paused longest", "worker_id", victim, "paused_for", now.Sub(since).String(), "for", forID)
+	s.lifecycle(ctx, victim, protocol.EventStopping, map[string]any{"reason": "evicted", "paused_for_ms": now.Sub(since).Milliseconds(), "for_worker": forID})
+	if err := s.Delete(ctx, victim); err != nil && !IsNotFound(err) {
+		s.log.Warn("evict a paused worker", "worker_id", victim, "err", err)
+		return false
+	}
+	return true
+}
+
 // acquireSlot waits until fewer than MaxWorkers workers exist and this
 // create is at the head of the creation queue (a Redis FIFO), or until
 // CreationTimeout passes: then RESOURCE_EXHAUSTED.
@@ -176,6 +211,9 @@ func (s *Spawner) acquireSlot(ctx context.Context, workerID string) error {
 				// next create counts it.
 				s.rdb.SAdd(ctx, s.creatingKey(), workerID)
 				return nil
+			}
+			if err == nil && s.cfg.EvictPaused && s.evictOldestPaused(ctx, workerID) {
+				continue // count again at once
 			}
 		} else if err == redis.Nil {
 			// The queue was cleared under us: join it again.
@@ -275,7 +313,8 @@ func (s *Spawner) CreateFor(ctx context.Context, commandID string, spec protocol
 		protocol.StatusFieldState: string(protocol.WorkerStarting), protocol.StatusFieldContainer: string(protocol.ContainerStarting),
 		protocol.StatusFieldAgentType: string(spec.AgentType), protocol.StatusFieldKind: string(spec.Kind),
 		protocol.StatusFieldProjectID: spec.ProjectID, protocol.StatusFieldImage: img.Tag,
-		protocol.StatusFieldCreatedAt: protocol.FormatTime(now), protocol.StatusFieldHealth: string(protocol.HealthHealthy)})
+		protocol.StatusFieldCreatedAt: protocol.FormatTime(now), protocol.StatusFieldHealth: string(protocol.HealthHealthy),
+		protocol.StatusFieldSpec: specJSON(spec)})
 	resp, err := s.docker.ContainerCreate(cctx, &container.Config{Image: img.Tag, Env: env, Labels: labels, User: "1000:1000",
 		StopTimeout: &stop}, hc, nil, nil, name)
 	if err != nil {
@@ -292,6 +331,13 @@ func (s *Spawner) CreateFor(ctx context.Context, commandID string, spec protocol
 	s.lifecycle(cctx, id, protocol.EventCreated, map[string]any{"container_id": resp.ID, "image": img.Tag})
 	s.log.Info("worker created", "worker_id", id, "agent_type", spec.AgentType, "kind", spec.Kind, "image", img.Tag)
 	return s.Status(ctx, id)
+}
+
+// specJSON is the spec as the status hash keeps it (secrets come from the
+// host's environment, never from a spec, so none is stored).
+func specJSON(spec protocol.WorkerSpec) string {
+	b, _ := json.Marshal(spec)
+	return string(b)
 }
 
 // prepareStreams creates the consumer group of a long-lived worker's input

@@ -240,6 +240,7 @@ func PingDocker(ctx context.Context) error {
 // RequireDocker fails the test unless the Docker engine answers.
 func RequireDocker(t testing.TB) {
 	t.Helper()
+	shareEngine(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := PingDocker(ctx); err != nil {
