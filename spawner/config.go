@@ -29,9 +29,9 @@ type Config struct {
 	// PassEnv names host variables passed to every worker (secrets from the
 	// host's environment only): WORKER_PASS_ENV, default
 	// ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,FACTORY_API_KEY,OPENAI_API_KEY,DROID_BASE_URL.
-	PassEnv        []string
-	IdleTimeout    time.Duration // IDLE_TIMEOUT_SECONDS (600): an idle worker is paused
-	PauseTimeout   time.Duration // PAUSE_TIMEOUT (30m): a paused worker is terminated
+	PassEnv      []string
+	IdleTimeout  time.Duration // IDLE_TIMEOUT_SECONDS (600): an idle worker is paused
+	PauseTimeout time.Duration // PAUSE_TIMEOUT (30m): a paused worker is terminated
 	// EvictPaused (EVICT_PAUSED_AFTER set, off by default): at the limit, a
 	// create removes the worker paused longest, if it has been paused at
 	// least EvictPausedAfter and has no input waiting, instead of queueing.
@@ -40,10 +40,10 @@ type Config struct {
 	// ReplaceDead (REPLACE_DEAD_WORKERS, true): a long-lived worker found
 	// dead by its health (heartbeat expired) is replaced by a new worker of
 	// the same spec, which gets the tasks still waiting on the old input.
-	ReplaceDead bool
-	BaseImage      string        // WORKER_BASE_IMAGE (agentvisor/worker-base:latest)
-	ProjectVolumes bool          // WORKER_PROJECT_VOLUMES (true): a per-project volume for the agent's home
-	ManagerID      string        // MANAGER_ID (hostname): the consumer name in the managers group
+	ReplaceDead    bool
+	BaseImage      string // WORKER_BASE_IMAGE (agentvisor/worker-base:latest)
+	ProjectVolumes bool   // WORKER_PROJECT_VOLUMES (true): a per-project volume for the agent's home
+	ManagerID      string // MANAGER_ID (hostname): the consumer name in the managers group
 	// HeartbeatInterval (HEARTBEAT_INTERVAL, 10s) is given to the workers;
 	// a running worker whose heartbeat key expired (3 intervals) is dead.
 	HeartbeatInterval time.Duration

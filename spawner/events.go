@@ -107,11 +107,16 @@ func classify(exitCode int, oom bool) (protocol.Code, string) {
 // Output on the task's stream; a developer-queue task goes back to the
 // queue for another worker, up to MaxAttempts), and removes its container.
 func (s *Spawner) died(ctx context.Context, id, containerID string, exitCode int, oom bool) {
+	code, msg := classify(exitCode, oom)
+	s.diedAs(ctx, id, containerID, exitCode, oom, code, msg)
+}
+
+// diedAs is died with the cause given.
+func (s *Spawner) diedAs(ctx context.Context, id, containerID string, exitCode int, oom bool, code protocol.Code, msg string) {
 	if !s.rdb.SIsMember(ctx, s.keys.Workers(), id).Val() {
 		return // removed on purpose (Delete), or already handled
 	}
 	h, _ := s.rdb.HGetAll(ctx, s.keys.Status(id)).Result()
-	code, msg := classify(exitCode, oom)
 	state := protocol.WorkerFailed
 	if exitCode == 0 && h[protocol.StatusFieldRequestID] == "" {
 		state = protocol.WorkerStopped
@@ -126,7 +131,9 @@ func (s *Spawner) died(ctx context.Context, id, containerID string, exitCode int
 	// said so) are answered too: no task stays unanswered.
 	s.forwardPending(ctx, id, h, code, msg)
 	s.rdb.SRem(ctx, s.keys.Workers(), id)
-	_ = s.docker.ContainerRemove(context.WithoutCancel(ctx), containerID, container.RemoveOptions{Force: true})
+	if containerID != "" {
+		_ = s.docker.ContainerRemove(context.WithoutCancel(ctx), containerID, container.RemoveOptions{Force: true})
+	}
 	s.log.Warn("worker died", "worker_id", id, "exit_code", exitCode, "oom", oom, "code", code, "request_id", h[protocol.StatusFieldRequestID])
 }
 
@@ -211,18 +218,9 @@ func (s *Spawner) forwardPending(ctx context.Context, id string, h map[string]st
 		kind = protocol.KindLongLived
 	}
 	input, group := s.keys.InputFor(kind, id), protocol.GroupFor(kind)
-	pend, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: input, Group: group, Start: "-", End: "+", Count: 100, Consumer: id}).Result()
-	if err != nil {
-		return
-	}
-	for _, p := range pend {
-		msgs, err := s.rdb.XRangeN(ctx, input, p.ID, p.ID, 1).Result()
-		if err != nil || len(msgs) == 0 {
-			continue
-		}
-		data, _ := protocol.EntryData(msgs[0].Values)
-		t, err := protocol.DecodeTask(data)
-		if err != nil || t.RequestID == h[protocol.StatusFieldRequestID] {
+	for _, p := range s.pendingTasks(ctx, input, group, id) {
+		t := p.task
+		if !p.ok || t.RequestID == h[protocol.StatusFieldRequestID] {
 			continue
 		}
 		hh := map[string]string{}
@@ -235,20 +233,39 @@ func (s *Spawner) forwardPending(ctx context.Context, id string, h map[string]st
 	}
 }
 
-// entryOf finds the pending entry of a task that consumer held.
-func (s *Spawner) entryOf(ctx context.Context, stream, group, consumer, requestID string) redis.XMessage {
+// pendingTask is an entry a consumer holds pending, with its task (the
+// zero Task when the entry does not decode as one).
+type pendingTask struct {
+	msg  redis.XMessage
+	task protocol.Task
+	ok   bool
+}
+
+// pendingTasks returns the entries (up to 100) consumer holds pending on
+// stream in group, oldest first.
+func (s *Spawner) pendingTasks(ctx context.Context, stream, group, consumer string) []pendingTask {
 	pend, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: group, Start: "-", End: "+", Count: 100, Consumer: consumer}).Result()
 	if err != nil {
-		return redis.XMessage{}
+		return nil
 	}
+	var out []pendingTask
 	for _, p := range pend {
 		msgs, err := s.rdb.XRangeN(ctx, stream, p.ID, p.ID, 1).Result()
 		if err != nil || len(msgs) == 0 {
 			continue
 		}
 		data, _ := protocol.EntryData(msgs[0].Values)
-		if t, err := protocol.DecodeTask(data); err == nil && t.RequestID == requestID {
-			return msgs[0]
+		t, err := protocol.DecodeTask(data)
+		out = append(out, pendingTask{msg: msgs[0], task: t, ok: err == nil})
+	}
+	return out
+}
+
+// entryOf finds the pending entry of a task that consumer held.
+func (s *Spawner) entryOf(ctx context.Context, stream, group, consumer, requestID string) redis.XMessage {
+	for _, p := range s.pendingTasks(ctx, stream, group, consumer) {
+		if p.ok && p.task.RequestID == requestID {
+			return p.msg
 		}
 	}
 	return redis.XMessage{}

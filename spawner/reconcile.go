@@ -146,25 +146,16 @@ func (s *Spawner) dead(ctx context.Context, id string) {
 // acknowledges the read copies.
 func (s *Spawner) putBackUnstarted(ctx context.Context, id, inFlight string) {
 	input := s.keys.Input(id)
-	pend, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: input, Group: protocol.WorkerGroup, Start: "-", End: "+", Count: 100, Consumer: id}).Result()
-	if err != nil {
-		return
-	}
-	for _, p := range pend {
-		msgs, err := s.rdb.XRangeN(ctx, input, p.ID, p.ID, 1).Result()
-		if err != nil || len(msgs) == 0 {
-			continue
-		}
-		data, _ := protocol.EntryData(msgs[0].Values)
-		if t, err := protocol.DecodeTask(data); err == nil && t.RequestID == inFlight {
+	for _, p := range s.pendingTasks(ctx, input, protocol.WorkerGroup, id) {
+		if p.ok && p.task.RequestID == inFlight {
 			continue
 		}
 		pipe := s.rdb.TxPipeline()
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: input, Values: msgs[0].Values})
-		pipe.XAck(ctx, input, protocol.WorkerGroup, p.ID)
-		pipe.XDel(ctx, input, p.ID)
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: input, Values: p.msg.Values})
+		pipe.XAck(ctx, input, protocol.WorkerGroup, p.msg.ID)
+		pipe.XDel(ctx, input, p.msg.ID)
 		if _, err := pipe.Exec(ctx); err != nil {
-			s.log.Warn("put back an unstarted task", "worker_id", id, "entry", p.ID, "err", err)
+			s.log.Warn("put back an unstarted task", "worker_id", id, "entry", p.msg.ID, "err", err)
 		}
 	}
 }
@@ -284,6 +275,9 @@ func (s *Spawner) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		if withContainer[id] {
 			continue
 		}
+		// Gone without the manager seeing it die (removed while no manager
+		// watched): a death all the same, its tasks answered.
+		s.diedAs(ctx, id, "", -1, false, protocol.CodeKilled, "the worker's container is gone (removed while no manager watched)")
 		s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerStopped),
 			protocol.StatusFieldState: string(protocol.WorkerFailed), protocol.StatusFieldError: "container gone"})
 		s.rdb.SRem(ctx, s.keys.Workers(), id)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/wrapper/stubmodel"
 )
 
 func TestDeadIdlePausedAndOrphans(t *testing.T) {
@@ -112,5 +113,35 @@ func TestDeadIdlePausedAndOrphans(t *testing.T) {
 	}
 	if err := exec.Command("docker", "inspect", ghost).Run(); err == nil {
 		t.Fatal("the orphan container is still there")
+	}
+}
+
+// A worker whose container was removed while no manager watched (no die
+// event seen) is found by reconciliation, and its task in flight answered.
+func TestReconcileAnswersTheTaskOfAVanishedWorker(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	f.stub.SetScript(stubmodel.Script{Fallback: &stubmodel.Step{Text: "slow", DelayMS: 120000}})
+	w, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.send(t, f.keys.Input(w.WorkerID), protocol.Task{RequestID: "vanished", Prompt: "slow"})
+	waitUntil(t, "the task running", time.Minute, func() bool {
+		return f.rc.HGet(ctx, f.keys.Status(w.WorkerID), protocol.StatusFieldRequestID).Val() == "vanished"
+	})
+	if out, err := exec.Command("docker", "rm", "-f", ContainerName(w.WorkerID)).CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	rep, err := f.s.Reconcile(ctx)
+	if err != nil || rep.MissingMarked != 1 {
+		t.Fatalf("reconcile: %+v %v", rep, err)
+	}
+	o := f.waitOutput(t, f.keys.Output(w.WorkerID), "vanished", 5*time.Second)
+	if o.Status != protocol.StatusFailed || o.Error == nil || o.Error.Code != protocol.CodeKilled {
+		t.Fatalf("output of the vanished worker's task: %+v", o)
+	}
+	if st := f.rc.HGet(ctx, f.keys.Run("vanished"), "status").Val(); st != "failed" {
+		t.Errorf("run status %q, want failed", st)
 	}
 }

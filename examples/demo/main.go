@@ -400,8 +400,14 @@ func (d *demo) claudeWorker(ctx context.Context) error {
 
 func (d *demo) droidWorker(ctx context.Context) error {
 	d.section("a Droid worker")
-	id, err := d.create(ctx, "droid-1", protocol.WorkerSpec{AgentType: protocol.AgentDroid, ProjectID: projectDocs, Instructions: instructions,
-		AllowedCommands: []string{protocol.ProgressCommand}, Limits: protocol.Limits{Memory: "1g"}})
+	spec := protocol.WorkerSpec{AgentType: protocol.AgentDroid, ProjectID: projectDocs, Instructions: instructions,
+		AllowedCommands: []string{protocol.ProgressCommand}}
+	if d.stub == nil {
+		// Droid reaches the real API through a custom model: name one the
+		// API serves.
+		spec.Env = map[string]string{"AGENT_MODEL": envOr("DEMO_DROID_MODEL", "claude-sonnet-4-5")}
+	}
+	id, err := d.create(ctx, "droid-1", spec)
 	if err != nil {
 		return err
 	}
@@ -526,4 +532,3 @@ func compact(raw json.RawMessage) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
-

@@ -87,13 +87,20 @@ func (c *Config) PersistentArgv(inv Invocation) []string {
 }
 
 func (c *Config) droidModel() string {
+	if c.DroidBaseURL != "" {
+		return "custom:" + c.droidCustomID()
+	}
+	return c.AgentModel
+}
+
+// droidCustomID is the model id of the custom model declared for
+// DROID_BASE_URL: AGENT_MODEL (what the API at that URL serves, such as a
+// real Anthropic model), or a name of our own for the stub.
+func (c *Config) droidCustomID() string {
 	if c.AgentModel != "" {
 		return c.AgentModel
 	}
-	if c.DroidBaseURL != "" {
-		return "custom:" + droidCustomModel
-	}
-	return ""
+	return droidCustomModel
 }
 
 // Parser returns the output parser of the configured agent.
@@ -173,7 +180,7 @@ func (c *Config) PrepareWorkspace(home, apiKey string) error {
 			apiKey = "unused"
 		}
 		settings := map[string]any{"customModels": []map[string]any{{
-			"model": droidCustomModel, "displayName": "agentvisor", "baseUrl": c.DroidBaseURL,
+			"model": c.droidCustomID(), "displayName": "agentvisor", "baseUrl": c.DroidBaseURL,
 			"apiKey": apiKey, "provider": "anthropic", "maxOutputTokens": 8192,
 		}}}
 		b, _ := json.MarshalIndent(settings, "", "  ")
