@@ -30,7 +30,9 @@ build:
 	@for m in $(MODULES); do (cd $$m && $(GO) build ./...) || exit 1; done
 
 vet:
+	@bad=$$(gofmt -l $(MODULES) scripts); if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	@$(GO) vet scripts/benchtable.go
 
 # The race detector is on for every module; -count=1 so that a cached pass
 # never stands in for a run against real services.

@@ -27,9 +27,9 @@ import (
 // row is one line of the table.
 type row struct {
 	figure string
-	metric string   // the ReportMetric unit of the figure
-	unit   string   // how the value reads
-	goal   string   // as people read it; "" for a figure without a goal
+	metric string // the ReportMetric unit of the figure
+	unit   string // how the value reads
+	goal   string // as people read it; "" for a figure without a goal
 	ok     func(v, base float64) bool
 	base   []string // metrics summed into the baseline; none when there is none
 	what   string   // what the baseline is

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/wrapper/stubmodel"
 )
 
@@ -23,7 +24,7 @@ func p99(xs []float64) float64 {
 // BenchmarkEnsureImageHit: EnsureImage of an image that exists, against a
 // bare ImageInspect of it in the same run (goal: p99 < 20 ms).
 func BenchmarkEnsureImageHit(b *testing.B) {
-	im, cc, _ := newImagesB(b)
+	im, cc, _ := newImages(b)
 	ctx := context.Background()
 	img, err := im.EnsureImage(ctx, protocol.AgentClaude, []protocol.Capability{protocol.CapGit})
 	if err != nil {
@@ -51,7 +52,7 @@ func BenchmarkEnsureImageHit(b *testing.B) {
 // build used (so nothing of the recipe is cached but the OS and
 // worker-base layers), and reports the build times and the image sizes.
 func BenchmarkColdBuild(b *testing.B) {
-	im, cc, _ := newImagesB(b)
+	im, cc, _ := newImages(b)
 	ctx := context.Background()
 	base := fmt.Sprintf("agentvisor/worker-base:bench-%d", time.Now().UnixNano())
 	out, err := exec.Command("bash", "-c", fmt.Sprintf(`printf 'FROM agentvisor/worker-base:latest\nLABEL io.agentvisor.bench=%d\n' | DOCKER_BUILDKIT=0 docker build -q -t %s - >/dev/null`, time.Now().UnixNano(), base)).CombinedOutput()
@@ -117,7 +118,7 @@ func lastID(rc *redis.Client, stream string) string {
 // a bare `docker run` of the same image until its first output line;
 // unpause → task picked up, against a bare unpause; crash → failed Output.
 func BenchmarkWorkerLifecycle(b *testing.B) {
-	f := newFixtureTB(b, nil)
+	f := newFixture(b, nil)
 	ctx := context.Background()
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -165,7 +166,7 @@ func BenchmarkWorkerLifecycle(b *testing.B) {
 		f.send(nil, f.keys.Input(info.WorkerID), protocol.Task{RequestID: fmt.Sprintf("u-%d", i), Prompt: "go"})
 		_, at = f.waitEvent(b, from, info.WorkerID, protocol.EventTaskStarted, time.Minute)
 		unpause = append(unpause, float64(at.Sub(t0).Microseconds())/1000)
-		f.waitOutputTB(b, f.keys.Output(info.WorkerID), fmt.Sprintf("u-%d", i), time.Minute)
+		f.waitOutput(b, f.keys.Output(info.WorkerID), fmt.Sprintf("u-%d", i), time.Minute)
 		// A bare pause/unpause of the same container.
 		// (The manager may have paused it already, on the wrapper's request.)
 		c, _ := f.s.find(ctx, info.WorkerID)
@@ -183,17 +184,17 @@ func BenchmarkWorkerLifecycle(b *testing.B) {
 		// Crash mid-task: until the failed Output is readable.
 		f.stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{{Text: "slow", DelayMS: 60000}}})
 		req := fmt.Sprintf("k-%d", i)
-		waitUntilTB(b, "idle", time.Minute, func() bool {
+		testkit.Eventually(b, "idle", time.Minute, func() bool {
 			return f.rc.HGet(ctx, f.keys.Status(info.WorkerID), protocol.StatusFieldRequestID).Val() == ""
 		})
 		f.s.Unpause(ctx, info.WorkerID)
 		f.send(nil, f.keys.Input(info.WorkerID), protocol.Task{RequestID: req, Prompt: "slow"})
-		waitUntilTB(b, "task running", time.Minute, func() bool {
+		testkit.Eventually(b, "task running", time.Minute, func() bool {
 			return f.rc.HGet(ctx, f.keys.Status(info.WorkerID), protocol.StatusFieldRequestID).Val() == req
 		})
 		t0 = time.Now()
 		exec.Command("docker", "kill", "-s", "KILL", ContainerName(info.WorkerID)).Run()
-		f.waitOutputTB(b, f.keys.Output(info.WorkerID), req, 30*time.Second)
+		f.waitOutput(b, f.keys.Output(info.WorkerID), req, 30*time.Second)
 		crash = append(crash, float64(time.Since(t0).Milliseconds()))
 		f.stub.SetScript(stubmodel.Script{Fallback: &stubmodel.Step{Text: "Done.\n{\"status\": \"complete\", \"result\": {}}"}})
 	}

@@ -30,9 +30,7 @@ func (c *countingClient) ImageBuild(ctx context.Context, r io.Reader, o build.Im
 	return c.Client.ImageBuild(ctx, r, o)
 }
 
-func newImages(t *testing.T) (*Images, *countingClient, *redis.Client) { return newImagesB(t) }
-
-func newImagesB(t testing.TB) (*Images, *countingClient, *redis.Client) {
+func newImages(t testing.TB) (*Images, *countingClient, *redis.Client) {
 	t.Helper()
 	buildImages(t) // the OS base and worker-base
 	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())

@@ -49,7 +49,7 @@ func TestDockerStopMidTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.send(t, f.keys.Input(info.WorkerID), protocol.Task{RequestID: "stop-1", Prompt: "slow work"})
-	waitUntil(t, "the task running", 30*time.Second, func() bool {
+	testkit.Eventually(t, "the task running", 30*time.Second, func() bool {
 		return f.rc.HGet(ctx, f.keys.Status(info.WorkerID), protocol.StatusFieldRequestID).Val() == "stop-1"
 	})
 	time.Sleep(500 * time.Millisecond)
@@ -80,7 +80,7 @@ func TestEngineRestartUnderTheManager(t *testing.T) {
 	f.stub.SetScript(stubmodel.Script{Fallback: &stubmodel.Step{Text: "slow", DelayMS: 120000}})
 	running := func(w protocol.WorkerInfo, req string) {
 		f.send(t, f.keys.Input(w.WorkerID), protocol.Task{RequestID: req, Prompt: "slow"})
-		waitUntil(t, req+" running", time.Minute, func() bool {
+		testkit.Eventually(t, req+" running", time.Minute, func() bool {
 			return f.rc.HGet(ctx, f.keys.Status(w.WorkerID), protocol.StatusFieldRequestID).Val() == req
 		})
 	}
@@ -98,7 +98,7 @@ func TestEngineRestartUnderTheManager(t *testing.T) {
 		t.Fatalf("the task the engine restart killed: %+v", o)
 	}
 	t.Logf("forwarded %v after the restart began: %s %s", time.Since(restarted), o.Error.Code, o.Error.Message)
-	waitUntil(t, "the dead worker out of the workers set", 30*time.Second, func() bool {
+	testkit.Eventually(t, "the dead worker out of the workers set", 30*time.Second, func() bool {
 		return !f.rc.SIsMember(ctx, f.keys.Workers(), w1.WorkerID).Val()
 	})
 	if n := countOutputs(t, f, f.keys.Output(w1.WorkerID), "before-restart"); n != 1 {

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/wrapper/stubmodel"
 )
 
@@ -72,7 +73,7 @@ func TestManagerCommandsPauseWakeAndCrash(t *testing.T) {
 	if o := f.waitOutput(t, f.keys.Output(id), "m-1", time.Minute); o.Status != protocol.StatusComplete {
 		t.Fatalf("task 1: %+v", o)
 	}
-	waitUntil(t, "the worker paused on its request", 15*time.Second, func() bool {
+	testkit.Eventually(t, "the worker paused on its request", 15*time.Second, func() bool {
 		st, _ := f.s.Status(ctx, id)
 		return st.Status == protocol.ContainerPaused
 	})
@@ -86,12 +87,12 @@ func TestManagerCommandsPauseWakeAndCrash(t *testing.T) {
 
 	// Killed mid-task: a failed output, classified, without waiting for a heartbeat.
 	f.stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{{Text: "slow", DelayMS: 30000}}})
-	waitUntil(t, "the worker paused again", 15*time.Second, func() bool {
+	testkit.Eventually(t, "the worker paused again", 15*time.Second, func() bool {
 		st, _ := f.s.Status(ctx, id)
 		return st.Status == protocol.ContainerPaused
 	})
 	f.send(t, f.keys.Input(id), protocol.Task{RequestID: "m-3", Prompt: "third"})
-	waitUntil(t, "task 3 running", 30*time.Second, func() bool {
+	testkit.Eventually(t, "task 3 running", 30*time.Second, func() bool {
 		return f.rc.HGet(ctx, f.keys.Status(id), protocol.StatusFieldRequestID).Val() == "m-3"
 	})
 	time.Sleep(300 * time.Millisecond)
@@ -107,7 +108,7 @@ func TestManagerCommandsPauseWakeAndCrash(t *testing.T) {
 	if run, _ := f.rc.HGet(ctx, f.keys.Run("m-3"), "status").Result(); run != "failed" {
 		t.Errorf("run status %q", run)
 	}
-	waitUntil(t, "the dead container removed", 10*time.Second, func() bool {
+	testkit.Eventually(t, "the dead container removed", 10*time.Second, func() bool {
 		out, _ := exec.Command("docker", "ps", "-aq", "--filter", "name="+ContainerName(id)).Output()
 		return strings.TrimSpace(string(out)) == ""
 	})
@@ -129,19 +130,4 @@ func TestShutdownLeavesNoContainer(t *testing.T) {
 		t.Fatalf("%d workers left", len(ws))
 	}
 	t.Logf("4 workers removed in %v", time.Since(start))
-}
-
-func waitUntil(t *testing.T, what string, timeout time.Duration, f func() bool) {
-	waitUntilTB(t, what, timeout, f)
-}
-
-func waitUntilTB(t testing.TB, what string, timeout time.Duration, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

@@ -150,20 +150,29 @@ func (s *Spawner) putBackUnstarted(ctx context.Context, id, inFlight string) {
 		if p.ok && p.task.RequestID == inFlight {
 			continue
 		}
-		pipe := s.rdb.TxPipeline()
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: input, Values: p.msg.Values})
-		pipe.XAck(ctx, input, protocol.WorkerGroup, p.msg.ID)
-		pipe.XDel(ctx, input, p.msg.ID)
-		if _, err := pipe.Exec(ctx); err != nil {
+		if err := s.moveEntry(ctx, input, input, p.msg, protocol.WorkerGroup); err != nil {
 			s.log.Warn("put back an unstarted task", "worker_id", id, "entry", p.msg.ID, "err", err)
 		}
 	}
 }
 
-// replace creates a worker of the dead worker's spec, records which
-// replaced which (status hashes, and the new worker's created event), and
-// moves the tasks still waiting on the old input (never delivered) to the
-// new one. Developer workers share one queue: nothing to move.
+// moveEntry adds m to the stream to and deletes it from from
+// (acknowledging it in ackGroup first, when given), in one transaction.
+func (s *Spawner) moveEntry(ctx context.Context, from, to string, m redis.XMessage, ackGroup string) error {
+	pipe := s.rdb.TxPipeline()
+	pipe.XAdd(ctx, &redis.XAddArgs{Stream: to, Values: m.Values})
+	if ackGroup != "" {
+		pipe.XAck(ctx, from, ackGroup, m.ID)
+	}
+	pipe.XDel(ctx, from, m.ID)
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+// replace creates a worker of the dead long-lived worker's spec, records
+// which replaced which (both status hashes, and the old worker's removed
+// event), and moves the tasks still waiting on the old input (never
+// delivered) to the new one.
 func (s *Spawner) replace(ctx context.Context, oldID, rawSpec string) {
 	var spec protocol.WorkerSpec
 	if err := json.Unmarshal([]byte(rawSpec), &spec); err != nil {
@@ -179,10 +188,7 @@ func (s *Spawner) replace(ctx context.Context, oldID, rawSpec string) {
 	}
 	s.writeStatus(ctx, oldID, map[string]any{protocol.StatusFieldReplacedBy: info.WorkerID})
 	s.writeStatus(ctx, info.WorkerID, map[string]any{protocol.StatusFieldReplaces: oldID})
-	moved := 0
-	if spec.Kind != protocol.KindDeveloper {
-		moved = s.moveWaiting(ctx, s.keys.Input(oldID), s.keys.Input(info.WorkerID))
-	}
+	moved := s.moveWaiting(ctx, s.keys.Input(oldID), s.keys.Input(info.WorkerID))
 	s.lifecycle(ctx, oldID, protocol.EventRemoved, map[string]any{"replaced_by": info.WorkerID, "tasks_moved": moved})
 	s.log.Info("dead worker replaced", "worker_id", oldID, "replacement", info.WorkerID, "tasks_moved", moved)
 }
@@ -204,11 +210,10 @@ func (s *Spawner) moveWaiting(ctx context.Context, from, to string) int {
 	}
 	n := 0
 	for _, m := range msgs {
-		if err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: to, Values: m.Values}).Err(); err != nil {
+		if err := s.moveEntry(ctx, from, to, m, ""); err != nil {
 			s.log.Warn("move a waiting task", "from", from, "to", to, "err", err)
 			return n
 		}
-		s.rdb.XDel(ctx, from, m.ID)
 		n++
 	}
 	return n

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/wrapper/stubmodel"
 )
 
@@ -28,11 +29,11 @@ func TestDeadIdlePausedAndOrphans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the idle worker paused", 15*time.Second, func() bool {
+	testkit.Eventually(t, "the idle worker paused", 15*time.Second, func() bool {
 		st, _ := f.s.Status(ctx, idle.WorkerID)
 		return st.Status == protocol.ContainerPaused
 	})
-	waitUntil(t, "the paused worker terminated", 15*time.Second, func() bool {
+	testkit.Eventually(t, "the paused worker terminated", 15*time.Second, func() bool {
 		_, err := f.s.find(ctx, idle.WorkerID)
 		return IsNotFound(err)
 	})
@@ -45,7 +46,7 @@ func TestDeadIdlePausedAndOrphans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "a first heartbeat", 15*time.Second, func() bool {
+	testkit.Eventually(t, "a first heartbeat", 15*time.Second, func() bool {
 		n, _ := f.rc.Exists(ctx, f.keys.Heartbeat(frozen.WorkerID)).Result()
 		return n == 1
 	})
@@ -56,7 +57,7 @@ func TestDeadIdlePausedAndOrphans(t *testing.T) {
 	// A task sent now is never read by the frozen wrapper: it must move to
 	// the replacement and be served there.
 	f.send(t, f.keys.Input(frozen.WorkerID), protocol.Task{RequestID: "waiting-on-frozen", Prompt: "hello"})
-	waitUntil(t, "the frozen worker declared dead and removed", 20*time.Second, func() bool {
+	testkit.Eventually(t, "the frozen worker declared dead and removed", 20*time.Second, func() bool {
 		_, err := f.s.find(ctx, frozen.WorkerID)
 		return IsNotFound(err)
 	})
@@ -82,7 +83,7 @@ func TestDeadIdlePausedAndOrphans(t *testing.T) {
 	// Then replaced by a worker of the same spec, which serves the task
 	// that waited on the dead one's input.
 	var repl string
-	waitUntil(t, "a replacement", 30*time.Second, func() bool {
+	testkit.Eventually(t, "a replacement", 30*time.Second, func() bool {
 		repl = f.rc.HGet(ctx, f.keys.Status(frozen.WorkerID), protocol.StatusFieldReplacedBy).Val()
 		return repl != ""
 	})
@@ -127,7 +128,7 @@ func TestReconcileAnswersTheTaskOfAVanishedWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.send(t, f.keys.Input(w.WorkerID), protocol.Task{RequestID: "vanished", Prompt: "slow"})
-	waitUntil(t, "the task running", time.Minute, func() bool {
+	testkit.Eventually(t, "the task running", time.Minute, func() bool {
 		return f.rc.HGet(ctx, f.keys.Status(w.WorkerID), protocol.StatusFieldRequestID).Val() == "vanished"
 	})
 	if out, err := exec.Command("docker", "rm", "-f", ContainerName(w.WorkerID)).CombinedOutput(); err != nil {

@@ -76,7 +76,7 @@ func cgroupMemory(b *testing.B, containerID string) float64 {
 func BenchmarkScaleHundred(b *testing.B) {
 	const n = 100
 	buildBenchBase(b)
-	f := newFixtureTB(b, func(c *Config) {
+	f := newFixture(b, func(c *Config) {
 		c.MaxWorkers, c.HeartbeatInterval, c.IdleTimeout, c.BaseImage = n, 2*time.Second, time.Hour, benchBase
 	})
 	ctx := context.Background()
@@ -203,7 +203,7 @@ func BenchmarkScaleHundred(b *testing.B) {
 func BenchmarkShutdownTwenty(b *testing.B) {
 	const n = 20
 	buildBenchBase(b)
-	f := newFixtureTB(b, func(c *Config) { c.MaxWorkers, c.BaseImage = n, benchBase })
+	f := newFixture(b, func(c *Config) { c.MaxWorkers, c.BaseImage = n, benchBase })
 	ctx := context.Background()
 	workers := make([]protocol.WorkerInfo, n)
 	runConcurrently(b, n, func(i int) error {

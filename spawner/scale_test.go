@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -35,7 +36,7 @@ func TestTwelveCreatesWithLimitTen(t *testing.T) {
 		}
 		first = append(first, r)
 	}
-	waitUntil(t, "two creates queued", 10*time.Second, func() bool {
+	testkit.Eventually(t, "two creates queued", 10*time.Second, func() bool {
 		n, _ := f.rc.LLen(ctx, f.keys.CreationQueue()).Result()
 		return n == 2
 	})
@@ -140,7 +141,7 @@ func TestTwoManagersDoEachCommandOnce(t *testing.T) {
 		t.Fatalf("4 creates through two managers made %d workers (%v)", len(r.Workers), err)
 	}
 	// Every command is acknowledged (after its reply was sent).
-	waitUntil(t, "every command acknowledged", 5*time.Second, func() bool {
+	testkit.Eventually(t, "every command acknowledged", 5*time.Second, func() bool {
 		p, _ := f.rc.XPending(ctx, f.keys.Commands(), protocol.ManagerGroup).Result()
 		return p.Count == 0
 	})
@@ -192,7 +193,7 @@ func TestManagerRestartLosesNoCommandAndDuplicatesNothing(t *testing.T) {
 	go func() { defer close(done); _ = (&Manager{S: f.s}).Run(cctx) }()
 	defer func() { cancel(); <-done }()
 	got := map[string]protocol.Reply{}
-	waitUntil(t, "both replies", time.Minute, func() bool {
+	testkit.Eventually(t, "both replies", time.Minute, func() bool {
 		msgs, _ := f.rc.XRange(ctx, replies, "-", "+").Result()
 		for _, m := range msgs {
 			data, _ := protocol.EntryData(m.Values)

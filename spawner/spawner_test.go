@@ -29,9 +29,7 @@ type fixture struct {
 // newFixture: a spawner over the real engine and a test Redis, with its
 // own key prefix (so that its containers are its own), whose workers reach
 // the stub model.
-func newFixture(t *testing.T, mod func(*Config)) *fixture { return newFixtureTB(t, mod) }
-
-func newFixtureTB(t testing.TB, mod func(*Config)) *fixture {
+func newFixture(t testing.TB, mod func(*Config)) *fixture {
 	t.Helper()
 	buildImages(t)
 	r := testkit.StartRedis(t)
@@ -63,7 +61,7 @@ func newFixtureTB(t testing.TB, mod func(*Config)) *fixture {
 		mod(&cfg)
 	}
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	s := New(cfg, dc, rc, &Images{Docker: dc, Redis: rc, Keys: cfg.Keys, BaseImage: cfg.BaseImage}, log)
+	s := New(cfg, dc, rc, &Images{Docker: dc, Redis: rc, Keys: cfg.Keys}, log)
 	t.Cleanup(func() {
 		// No container of this test survives it.
 		out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label="+protocol.LabelKeyPrefix+"="+prefix).Output()
@@ -84,11 +82,7 @@ func (f *fixture) send(t testing.TB, stream string, task protocol.Task) {
 	}
 }
 
-func (f *fixture) waitOutput(t *testing.T, stream, requestID string, timeout time.Duration) protocol.Output {
-	return f.waitOutputTB(t, stream, requestID, timeout)
-}
-
-func (f *fixture) waitOutputTB(t testing.TB, stream, requestID string, timeout time.Duration) protocol.Output {
+func (f *fixture) waitOutput(t testing.TB, stream, requestID string, timeout time.Duration) protocol.Output {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {

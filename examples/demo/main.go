@@ -137,7 +137,7 @@ func (d *demo) name(id string) string {
 	if n, ok := d.names[id]; ok {
 		return n
 	}
-	return id[:min(8, len(id))]
+	return short(id)
 }
 
 func (d *demo) run(ctx context.Context) error {

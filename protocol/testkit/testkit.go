@@ -257,3 +257,16 @@ func tail(b []byte, n int) string {
 	}
 	return string(b)
 }
+
+// Eventually polls f until it holds, and fails the test, naming what it
+// waited for, when timeout passes first.
+func Eventually(t testing.TB, what string, timeout time.Duration, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}

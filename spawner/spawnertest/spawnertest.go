@@ -106,7 +106,7 @@ func Start(t testing.TB, mod func(*spawner.Config)) *Runtime {
 	if os.Getenv("SPAWNERTEST_LOG") != "" {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
-	s := spawner.New(cfg, dc, rc, &spawner.Images{Docker: dc, Redis: rc, Keys: cfg.Keys, BaseImage: cfg.BaseImage}, log)
+	s := spawner.New(cfg, dc, rc, &spawner.Images{Docker: dc, Redis: rc, Keys: cfg.Keys}, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

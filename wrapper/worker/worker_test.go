@@ -166,17 +166,6 @@ func (e *env) lifecycle() []string {
 	return names
 }
 
-func (e *env) eventually(what string, timeout time.Duration, f func() bool) {
-	e.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !f() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestTaskCompletesWithProgressStatusAndPauseRequest(t *testing.T) {
 	for _, agentType := range protocol.AgentTypes {
 		t.Run(string(agentType), func(t *testing.T) {
@@ -208,7 +197,7 @@ func TestTaskCompletesWithProgressStatusAndPauseRequest(t *testing.T) {
 			if run["status"] != "completed" || run["steps_completed"] != "1" || run["current_step"] != "Running tests" {
 				t.Errorf("run hash %v", run)
 			}
-			e.eventually("pause request and idle status", 5*time.Second, func() bool {
+			testkit.Eventually(e.t, "pause request and idle status", 5*time.Second, func() bool {
 				st, _ := e.rc.HGetAll(context.Background(), e.keys.Status(id)).Result()
 				n, _ := e.rc.XLen(context.Background(), e.keys.Control()).Result()
 				return st["status"] == "idle" && st["request_id"] == "" && st["tasks_completed"] == "1" && n == 1
@@ -223,7 +212,7 @@ func TestTaskCompletesWithProgressStatusAndPauseRequest(t *testing.T) {
 			if evs != "started,task_started,task_completed,pause_requested" {
 				t.Errorf("lifecycle %s", evs)
 			}
-			e.eventually("a heartbeat that counts the task", 3*time.Second, func() bool {
+			testkit.Eventually(e.t, "a heartbeat that counts the task", 3*time.Second, func() bool {
 				hb, err := e.rc.Get(context.Background(), e.keys.Heartbeat(id)).Bytes()
 				if err != nil {
 					return false
@@ -361,7 +350,7 @@ func TestProgressEndpointRefusesWhatItMust(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	e.eventually("progress endpoints", 5*time.Second, func() bool { return denied.ProgressURL() != "" && w.ProgressURL() != "" })
+	testkit.Eventually(e.t, "progress endpoints", 5*time.Second, func() bool { return denied.ProgressURL() != "" && w.ProgressURL() != "" })
 	url = denied.ProgressURL()
 	if c := post("x", `{"step":"s"}`); c != http.StatusForbidden {
 		t.Errorf("not allowed: %d", c)
@@ -412,7 +401,7 @@ func TestShutdownLetsTheTaskFinishWithinGrace(t *testing.T) {
 	e := newEnv(t, protocol.AgentClaude, protocol.KindLongLived)
 	stop, _ := e.start()
 	e.send(e.keys.Input(e.cfg.WorkerID), protocol.Task{RequestID: "slow", Prompt: "fake:sleep-800"})
-	e.eventually("task start", 5*time.Second, func() bool {
+	testkit.Eventually(e.t, "task start", 5*time.Second, func() bool {
 		return strings.Contains(strings.Join(e.lifecycle(), ","), "task_started")
 	})
 	stop() // grace is not cut: the task finishes
@@ -436,7 +425,7 @@ func TestTerminateStopsTheTaskWithTerminated(t *testing.T) {
 	e := newEnv(t, protocol.AgentClaude, protocol.KindLongLived)
 	stop, w := e.start()
 	e.send(e.keys.Input(e.cfg.WorkerID), protocol.Task{RequestID: "long", Prompt: "fake:ignore-sigterm"})
-	e.eventually("task start", 5*time.Second, func() bool {
+	testkit.Eventually(e.t, "task start", 5*time.Second, func() bool {
 		return strings.Contains(strings.Join(e.lifecycle(), ","), "task_started")
 	})
 	w.Terminate()
@@ -452,7 +441,7 @@ func TestRedisRestartMidTaskGivesExactlyOneOutput(t *testing.T) {
 	e.start()
 	id := e.cfg.WorkerID
 	e.send(e.keys.Input(id), protocol.Task{RequestID: "through-outage", Prompt: "fake:progress fake:sleep-1500"})
-	e.eventually("task start", 5*time.Second, func() bool {
+	testkit.Eventually(e.t, "task start", 5*time.Second, func() bool {
 		return strings.Contains(strings.Join(e.lifecycle(), ","), "task_started")
 	})
 	// The data directory survives the restart only through a dump: save
@@ -473,7 +462,7 @@ func TestRedisRestartMidTaskGivesExactlyOneOutput(t *testing.T) {
 	if len(outs) != 1 || outs[0].RequestID != "through-outage" || outs[0].Status != protocol.StatusComplete {
 		t.Fatalf("outputs %+v, want exactly one", outs)
 	}
-	e.eventually("heartbeats resume", 5*time.Second, func() bool {
+	testkit.Eventually(e.t, "heartbeats resume", 5*time.Second, func() bool {
 		n, _ := e.rc.Exists(context.Background(), e.keys.Heartbeat(id)).Result()
 		return n == 1
 	})

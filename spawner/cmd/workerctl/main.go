@@ -271,11 +271,15 @@ func (c *ctl) list(ctx context.Context, args []string) error {
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORKER\tAGENT\tKIND\tSTATUS\tSTATE\tHEALTH\tPROJECT\tTASK\tAGE\tHEARTBEAT")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.WorkerID[:min(8, len(r.WorkerID))], r.AgentType, r.Kind,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortID(r.WorkerID), r.AgentType, r.Kind,
 			r.Status, dash(string(r.State)), dash(string(r.Health)), dash(r.ProjectID), dash(r.RequestID), age(r.CreatedAt), heartbeatAge(r.Heartbeat))
 	}
 	return tw.Flush()
 }
+
+// shortID is how tables show a worker id: enough to tell workers apart,
+// and a prefix every command accepts.
+func shortID(id string) string { return id[:min(8, len(id))] }
 
 func dash(s string) string {
 	if s == "" {
@@ -425,8 +429,7 @@ func (c *ctl) printEvent(ev spawner.Event) {
 		fmt.Fprintf(c.out, "%s  %-8s  %-9s %s: %v\n", when, "-", "invalid", ev.Stream, ev.Err)
 		return
 	}
-	w := ev.WorkerID()
-	w = w[:min(8, len(w))]
+	w := shortID(ev.WorkerID())
 	switch {
 	case ev.Lifecycle != nil:
 		l := ev.Lifecycle

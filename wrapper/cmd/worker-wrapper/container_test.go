@@ -110,12 +110,12 @@ func TestPID1InContainer(t *testing.T) {
 			t.Fatalf("docker top:\n%s", out)
 		}
 		sendTask(t, rc, keys.Input(name), protocol.Task{RequestID: "orphans", Prompt: "fake:orphans"})
-		waitFor(t, "the output", 30*time.Second, func() bool { return len(outputs(t, rc, keys.Output(name))) == 1 })
+		testkit.Eventually(t, "the output", 30*time.Second, func() bool { return len(outputs(t, rc, keys.Output(name))) == 1 })
 		if o := outputs(t, rc, keys.Output(name))[0]; o.Status != protocol.StatusComplete {
 			t.Fatalf("output %+v", o)
 		}
 		time.Sleep(800 * time.Millisecond) // the orphans sleep 300 ms
-		waitFor(t, "no zombies in the container", 10*time.Second, func() bool {
+		testkit.Eventually(t, "no zombies in the container", 10*time.Second, func() bool {
 			out, err := docker(t, "top", name, "-o", "pid,stat,comm")
 			return err == nil && !strings.Contains(out, " Z") && strings.Count(out, "\n") == 1
 		})

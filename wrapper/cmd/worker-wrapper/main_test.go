@@ -101,17 +101,6 @@ func startWrapper(t testing.TB, env []string) (*exec.Cmd, *strings.Builder) {
 	return cmd, &out
 }
 
-func waitFor(t testing.TB, what string, timeout time.Duration, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
-
 func sendTask(t testing.TB, rc *redis.Client, stream string, task protocol.Task) {
 	doc, _ := task.Encode()
 	if err := rc.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: protocol.Values(doc)}).Err(); err != nil {
@@ -171,14 +160,14 @@ func TestSubreaperReapsOrphansAndSIGTERMStopsCleanly(t *testing.T) {
 	cmd, out := startWrapper(t, baseEnv(r.URL(), t))
 	keys := protocol.Keys{}
 	sendTask(t, rc, keys.Input("bb-1"), protocol.Task{RequestID: "orphans", Prompt: "fake:orphans"})
-	waitFor(t, "the output", 15*time.Second, func() bool { return len(outputs(t, rc, keys.Output("bb-1"))) == 1 })
+	testkit.Eventually(t, "the output", 15*time.Second, func() bool { return len(outputs(t, rc, keys.Output("bb-1"))) == 1 })
 	if o := outputs(t, rc, keys.Output("bb-1"))[0]; o.Status != protocol.StatusComplete {
 		t.Fatalf("output %+v", o)
 	}
 	// The sleepers the agent left (half of them outside its process group)
 	// exit after 300 ms; none may stay a zombie.
 	time.Sleep(800 * time.Millisecond)
-	waitFor(t, "no zombies", 5*time.Second, func() bool { return len(zombieChildren(cmd.Process.Pid)) == 0 })
+	testkit.Eventually(t, "no zombies", 5*time.Second, func() bool { return len(zombieChildren(cmd.Process.Pid)) == 0 })
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -208,7 +197,7 @@ func TestSecondSIGTERMCutsTheGraceShort(t *testing.T) {
 	cmd, out := startWrapper(t, append(baseEnv(r.URL(), t), "SHUTDOWN_GRACE=60s"))
 	keys := protocol.Keys{}
 	sendTask(t, rc, keys.Input("bb-1"), protocol.Task{RequestID: "stuck", Prompt: "fake:ignore-sigterm"})
-	waitFor(t, "the task to start", 10*time.Second, func() bool { return strings.Contains(events(rc), "task_started") })
+	testkit.Eventually(t, "the task to start", 10*time.Second, func() bool { return strings.Contains(events(rc), "task_started") })
 	start := time.Now()
 	cmd.Process.Signal(syscall.SIGTERM)
 	time.Sleep(200 * time.Millisecond)
