@@ -44,8 +44,10 @@ func (c *Client) Do(ctx context.Context, cmd protocol.Command) (protocol.Reply, 
 	if _, err := protocol.DecodeCommand(doc); err != nil {
 		return protocol.Reply{}, err
 	}
-	// Read replies from the stream's current end, so none is missed.
-	last := "$"
+	// Read replies after the stream's last entry before the command: "$"
+	// would miss a reply written between the XADD and the first XREAD,
+	// which is how fast a pause is answered.
+	last := "0-0"
 	if msgs, err := c.Redis.XRevRangeN(ctx, stream, "+", "-", 1).Result(); err == nil && len(msgs) == 1 {
 		last = msgs[0].ID
 	}

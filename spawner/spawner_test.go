@@ -12,6 +12,7 @@ import (
 
 	"github.com/docker/docker/client"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/protocol/testkit"
@@ -106,6 +107,23 @@ func (f *fixture) waitOutput(t testing.TB, stream, requestID string, timeout tim
 	return protocol.Output{}
 }
 
+// countEvents counts a worker's lifecycle events of one kind.
+func (f *fixture) countEvents(t testing.TB, worker string, ev protocol.Event) int {
+	t.Helper()
+	msgs, err := f.rc.XRange(context.Background(), f.keys.Lifecycle(), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, m := range msgs {
+		data, _ := protocol.EntryData(m.Values)
+		if l, err := protocol.DecodeLifecycle(data); err == nil && l.WorkerID == worker && l.Event == ev {
+			n++
+		}
+	}
+	return n
+}
+
 func TestWorkerLifecycle(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx := context.Background()
@@ -164,6 +182,27 @@ func TestWorkerLifecycle(t *testing.T) {
 	list, err := f.s.List(ctx)
 	if err != nil || len(list) != 1 || list[0].WorkerID != info.WorkerID {
 		t.Fatalf("list %+v %v", list, err)
+	}
+	// Pauses racing each other (the wrapper's request, the idle monitor,
+	// a person's command) all succeed, and the worker is paused once.
+	var g errgroup.Group
+	for range 6 {
+		g.Go(func() error { return f.s.Pause(ctx, info.WorkerID) })
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatalf("racing pauses: %v", err)
+	}
+	for range 6 {
+		g.Go(func() error { return f.s.Unpause(ctx, info.WorkerID) })
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatalf("racing unpauses: %v", err)
+	}
+	if n := f.countEvents(t, info.WorkerID, protocol.EventPaused); n != 2 {
+		t.Errorf("%d paused events for two pauses", n)
+	}
+	if n := f.countEvents(t, info.WorkerID, protocol.EventUnpaused); n != 2 {
+		t.Errorf("%d unpaused events for two unpauses", n)
 	}
 	if err := f.s.Pause(ctx, info.WorkerID); err != nil {
 		t.Fatal(err)

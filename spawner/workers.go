@@ -66,6 +66,11 @@ func (s *Spawner) Pause(ctx context.Context, id string) error {
 		return &Error{protocol.CodeNotFound, fmt.Errorf("worker %s is not running", id)}
 	}
 	if err := s.docker.ContainerPause(ctx, c.ID); err != nil {
+		// Another pauser (the wrapper's own request, the idle monitor)
+		// may have won the race: the worker is paused all the same.
+		if again, ierr := s.find(ctx, id); ierr == nil && again.State != nil && again.State.Paused {
+			return nil
+		}
 		return &Error{protocol.CodeUpstreamUnavailable, fmt.Errorf("pause worker %s: %w", id, err)}
 	}
 	s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerPaused),
@@ -84,6 +89,10 @@ func (s *Spawner) Unpause(ctx context.Context, id string) error {
 		return nil
 	}
 	if err := s.docker.ContainerUnpause(ctx, c.ID); err != nil {
+		// The input monitor may have woken it first.
+		if again, ierr := s.find(ctx, id); ierr == nil && again.State != nil && !again.State.Paused {
+			return nil
+		}
 		return &Error{protocol.CodeUpstreamUnavailable, fmt.Errorf("unpause worker %s: %w", id, err)}
 	}
 	s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerRunning),
