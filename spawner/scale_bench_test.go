@@ -25,7 +25,7 @@ const benchBase = "agentvisor/worker-base-bench:latest"
 var benchBaseOnce sync.Once
 
 // buildBenchBase builds worker-base plus the fake agent.
-func buildBenchBase(b *testing.B) {
+func buildBenchBase(b testing.TB) {
 	b.Helper()
 	buildImages(b)
 	var err error

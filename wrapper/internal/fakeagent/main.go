@@ -8,7 +8,8 @@
 // crash-before-init, no-result, exit1-after-success, is-error,
 // hang-after-result, child-holds-stdout, big-line, garbage, orphans,
 // ignore-sigterm, api-retry, progress, sleep-<ms>, schema, resume-missing,
-// leak-secret, stamp (start and exit times in the result), progress-burst.
+// leak-secret, stamp (start and exit times in the result), progress-burst,
+// hog (allocates memory until the OOM killer ends it).
 package main
 
 import (
@@ -197,6 +198,19 @@ func (a *agent) run(modes map[string]bool, sleepMS int, prompt, resume string) {
 	}
 	if modes["orphans"] {
 		_ = exec.Command(os.Args[0], "spawn-orphans", "100").Run()
+	}
+	if modes["hog"] {
+		// Anonymous memory, touched, without end: under a memory limit
+		// the OOM killer ends this process (it is the largest).
+		var kept [][]byte
+		for {
+			chunk := make([]byte, 8<<20)
+			for i := 0; i < len(chunk); i += 4096 {
+				chunk[i] = 1
+			}
+			kept = append(kept, chunk)
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
 	if modes["ignore-sigterm"] {
 		time.Sleep(time.Hour)
