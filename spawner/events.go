@@ -3,6 +3,7 @@ package spawner
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
@@ -124,12 +125,9 @@ func (s *Spawner) diedAs(ctx context.Context, id, containerID string, exitCode i
 	s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldState: string(state), protocol.StatusFieldContainer: string(protocol.ContainerFailed),
 		protocol.StatusFieldExitCode: exitCode, protocol.StatusFieldError: string(code) + ": " + msg})
 	s.lifecycle(ctx, id, protocol.EventDied, map[string]any{"exit_code": exitCode, "oom": oom, "code": code})
-	if req := h[protocol.StatusFieldRequestID]; req != "" {
-		s.forward(ctx, id, h, code, msg)
-	}
-	// Tasks it had read but not yet announced (it died before its status
-	// said so) are answered too: no task stays unanswered.
-	s.forwardPending(ctx, id, h, code, msg)
+	// Its task in flight, and the tasks it had read but not yet announced
+	// (it died before its status said so): no task stays unanswered.
+	s.forwardHeld(ctx, id, h, code, msg)
 	s.rdb.SRem(ctx, s.keys.Workers(), id)
 	if containerID != "" {
 		_ = s.docker.ContainerRemove(context.WithoutCancel(ctx), containerID, container.RemoveOptions{Force: true})
@@ -164,14 +162,12 @@ redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
 return n + 1
 `)
 
-func (s *Spawner) forward(ctx context.Context, id string, h map[string]string, code protocol.Code, msg string) {
+// forward answers one task of a dead worker; h is the worker's status
+// hash with the task's fields, entry the task's pending entry (zero when
+// none is pending).
+func (s *Spawner) forward(ctx context.Context, id string, h map[string]string, entry redis.XMessage, code protocol.Code, msg string) {
 	req := h[protocol.StatusFieldRequestID]
-	kind := protocol.Kind(h[protocol.StatusFieldKind])
-	if kind == "" {
-		kind = protocol.KindLongLived
-	}
-	input, group := s.keys.InputFor(kind, id), protocol.GroupFor(kind)
-	entry := s.entryOf(ctx, input, group, id, req)
+	kind, input, group := s.inputOf(id, h)
 	attempt, _ := strconv.Atoi(h[protocol.StatusFieldAttempt])
 	if kind == protocol.KindDeveloper && entry.ID != "" && code.Retryable() {
 		attempts, _ := s.rdb.HGet(ctx, s.keys.Run(req), "attempts").Int()
@@ -210,27 +206,42 @@ func (s *Spawner) forward(ctx context.Context, id string, h map[string]string, c
 	}
 }
 
-// forwardPending forwards every task a dead worker held (delivered to it,
-// never acknowledged) that the status hash did not name.
-func (s *Spawner) forwardPending(ctx context.Context, id string, h map[string]string, code protocol.Code, msg string) {
+// forwardHeld answers the tasks a dead worker held: the one its status
+// names, then every other entry delivered to it and never acknowledged.
+func (s *Spawner) forwardHeld(ctx context.Context, id string, h map[string]string, code protocol.Code, msg string) {
+	_, input, group := s.inputOf(id, h)
+	inFlight := h[protocol.StatusFieldRequestID]
+	var inFlightEntry redis.XMessage
+	var others []pendingTask
+	for _, p := range s.pendingTasks(ctx, input, group, id) {
+		switch {
+		case !p.ok:
+		case p.task.RequestID == inFlight:
+			inFlightEntry = p.msg
+		default:
+			others = append(others, p)
+		}
+	}
+	if inFlight != "" {
+		s.forward(ctx, id, h, inFlightEntry, code, msg)
+	}
+	for _, p := range others {
+		t := p.task
+		hh := maps.Clone(h)
+		hh[protocol.StatusFieldRequestID], hh[protocol.StatusFieldTaskID], hh[protocol.StatusFieldProjectID] = t.RequestID, t.TaskID, t.Project()
+		hh[protocol.StatusFieldTaskStarted], hh[protocol.StatusFieldOutputStream] = "", ""
+		s.forward(ctx, id, hh, p.msg, code, msg)
+	}
+}
+
+// inputOf returns a worker's kind (long-lived when its hash says none),
+// its input stream and that stream's consumer group.
+func (s *Spawner) inputOf(id string, h map[string]string) (protocol.Kind, string, string) {
 	kind := protocol.Kind(h[protocol.StatusFieldKind])
 	if kind == "" {
 		kind = protocol.KindLongLived
 	}
-	input, group := s.keys.InputFor(kind, id), protocol.GroupFor(kind)
-	for _, p := range s.pendingTasks(ctx, input, group, id) {
-		t := p.task
-		if !p.ok || t.RequestID == h[protocol.StatusFieldRequestID] {
-			continue
-		}
-		hh := map[string]string{}
-		for k, v := range h {
-			hh[k] = v
-		}
-		hh[protocol.StatusFieldRequestID], hh[protocol.StatusFieldTaskID], hh[protocol.StatusFieldProjectID] = t.RequestID, t.TaskID, t.Project()
-		hh[protocol.StatusFieldTaskStarted], hh[protocol.StatusFieldOutputStream] = "", ""
-		s.forward(ctx, id, hh, code, msg)
-	}
+	return kind, s.keys.InputFor(kind, id), protocol.GroupFor(kind)
 }
 
 // pendingTask is an entry a consumer holds pending, with its task (the
@@ -259,14 +270,4 @@ func (s *Spawner) pendingTasks(ctx context.Context, stream, group, consumer stri
 		out = append(out, pendingTask{msg: msgs[0], task: t, ok: err == nil})
 	}
 	return out
-}
-
-// entryOf finds the pending entry of a task that consumer held.
-func (s *Spawner) entryOf(ctx context.Context, stream, group, consumer, requestID string) redis.XMessage {
-	for _, p := range s.pendingTasks(ctx, stream, group, consumer) {
-		if p.ok && p.task.RequestID == requestID {
-			return p.msg
-		}
-	}
-	return redis.XMessage{}
 }

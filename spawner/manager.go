@@ -227,11 +227,8 @@ func (m *Manager) controls(ctx context.Context) {
 // hasInput reports whether a worker's input stream holds entries its group
 // has not delivered yet, or entries delivered but not acknowledged.
 func (s *Spawner) hasInput(ctx context.Context, id string) bool {
-	kind := protocol.Kind(s.rdb.HGet(ctx, s.keys.Status(id), protocol.StatusFieldKind).Val())
-	if kind == "" {
-		kind = protocol.KindLongLived
-	}
-	stream, group := s.keys.InputFor(kind, id), protocol.GroupFor(kind)
+	kind, stream, group := s.inputOf(id, map[string]string{
+		protocol.StatusFieldKind: s.rdb.HGet(ctx, s.keys.Status(id), protocol.StatusFieldKind).Val()})
 	groups, err := s.rdb.XInfoGroups(ctx, stream).Result()
 	if err != nil {
 		return false

@@ -285,7 +285,6 @@ func (s *Spawner) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		s.diedAs(ctx, id, "", -1, false, protocol.CodeKilled, "the worker's container is gone (removed while no manager watched)")
 		s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerStopped),
 			protocol.StatusFieldState: string(protocol.WorkerFailed), protocol.StatusFieldError: "container gone"})
-		s.rdb.SRem(ctx, s.keys.Workers(), id)
 		rep.MissingMarked++
 	}
 	s.log.Info("reconciled", "orphans_removed", rep.OrphansRemoved, "missing_marked", rep.MissingMarked,

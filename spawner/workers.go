@@ -68,7 +68,7 @@ func (s *Spawner) Pause(ctx context.Context, id string) error {
 	if err := s.docker.ContainerPause(ctx, c.ID); err != nil {
 		// Another pauser (the wrapper's own request, the idle monitor)
 		// may have won the race: the worker is paused all the same.
-		if again, ierr := s.find(ctx, id); ierr == nil && again.State != nil && again.State.Paused {
+		if st := s.stateNow(ctx, id); st != nil && st.Paused {
 			return nil
 		}
 		return &Error{protocol.CodeUpstreamUnavailable, fmt.Errorf("pause worker %s: %w", id, err)}
@@ -77,6 +77,16 @@ func (s *Spawner) Pause(ctx context.Context, id string) error {
 		protocol.StatusFieldState: string(protocol.WorkerPaused)})
 	s.lifecycle(ctx, id, protocol.EventPaused, nil)
 	return nil
+}
+
+// stateNow inspects a worker again, after the engine refused a pause or
+// an unpause that another caller may have done first (nil: unknown).
+func (s *Spawner) stateNow(ctx context.Context, id string) *container.State {
+	c, err := s.find(ctx, id)
+	if err != nil {
+		return nil
+	}
+	return c.State
 }
 
 // Unpause wakes a paused worker.
@@ -90,7 +100,7 @@ func (s *Spawner) Unpause(ctx context.Context, id string) error {
 	}
 	if err := s.docker.ContainerUnpause(ctx, c.ID); err != nil {
 		// The input monitor may have woken it first.
-		if again, ierr := s.find(ctx, id); ierr == nil && again.State != nil && !again.State.Paused {
+		if st := s.stateNow(ctx, id); st != nil && !st.Paused {
 			return nil
 		}
 		return &Error{protocol.CodeUpstreamUnavailable, fmt.Errorf("unpause worker %s: %w", id, err)}
