@@ -128,6 +128,7 @@ func TestCodesRetryable(t *testing.T) {
 		CodeOOMKilled: true, CodeKilled: true, CodeTerminated: true, CodeResumeFailed: true,
 		CodeInvalidTask: false, CodeInvalidCommand: false, CodeNotFound: false, CodeForbidden: false,
 		CodeUpstreamUnavailable: true, CodeResourceExhausted: true, CodeInternalError: false,
+		CodeWorkerBusy: true, CodeConflict: true, CodeShuttingDown: true, CodeReplaceLimit: false,
 	}
 	if len(Codes) != len(want) {
 		t.Fatalf("%d codes, the test knows %d", len(Codes), len(want))

@@ -43,6 +43,17 @@ const (
 	CodeResourceExhausted Code = "RESOURCE_EXHAUSTED"
 	// A bug or an unexpected state in the runtime itself.
 	CodeInternalError Code = "INTERNAL_ERROR"
+	// CodeWorkerBusy: a pause asked of a worker with a task in flight.
+	CodeWorkerBusy Code = "WORKER_BUSY"
+	// CodeConflict: the engine refused because of the object's state (a
+	// name in use, a container not in the state the call needs).
+	CodeConflict Code = "CONFLICT"
+	// CodeShuttingDown: the manager that held the command is stopping; a
+	// queued create is answered with it at once. Send the command again.
+	CodeShuttingDown Code = "SHUTTING_DOWN"
+	// CodeReplaceLimit: a worker that kept dying was replaced as often as
+	// allowed; its spec is marked failed.
+	CodeReplaceLimit Code = "REPLACE_LIMIT"
 )
 
 // codeInfo holds whether retrying the same request may succeed.
@@ -63,6 +74,10 @@ var codeInfo = map[Code]bool{
 	CodeUpstreamUnavailable: true,
 	CodeResourceExhausted:   true,
 	CodeInternalError:       false,
+	CodeWorkerBusy:          true, // once its task ends
+	CodeConflict:            true,
+	CodeShuttingDown:        true, // another manager serves it
+	CodeReplaceLimit:        false,
 }
 
 // Codes lists every code, in a stable order.
@@ -71,6 +86,7 @@ var Codes = []Code{
 	CodeOOMKilled, CodeKilled, CodeTerminated, CodeResumeFailed,
 	CodeInvalidTask, CodeInvalidCommand, CodeNotFound, CodeForbidden,
 	CodeUpstreamUnavailable, CodeResourceExhausted, CodeInternalError,
+	CodeWorkerBusy, CodeConflict, CodeShuttingDown, CodeReplaceLimit,
 }
 
 // Valid reports whether c is a known code.

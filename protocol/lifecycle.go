@@ -29,13 +29,17 @@ const (
 	EventDegraded  Event = "degraded"  // health probes failing
 	EventRecovered Event = "recovered" // health probes pass again
 	EventRemoved   Event = "removed"   // container removed
+	// EventReplaceFailed: a worker that kept dying was not replaced again
+	// (detail: code REPLACE_LIMIT, replacements) or its replacement could
+	// not be made (detail: code, error).
+	EventReplaceFailed Event = "replace_failed"
 )
 
 var events = map[Event]bool{
 	EventStarted: true, EventTaskStarted: true, EventTaskCompleted: true, EventTaskFailed: true,
 	EventPauseRequested: true, EventStopping: true, EventStopped: true, EventFailed: true,
 	EventCreated: true, EventQueued: true, EventPaused: true, EventUnpaused: true, EventDied: true,
-	EventOOM: true, EventDead: true, EventDegraded: true, EventRecovered: true, EventRemoved: true,
+	EventOOM: true, EventDead: true, EventDegraded: true, EventRecovered: true, EventRemoved: true, EventReplaceFailed: true,
 }
 
 // Valid reports whether e is a known event.

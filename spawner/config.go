@@ -53,6 +53,25 @@ type Config struct {
 	// CreationGrace (CREATION_GRACE, 30s): a labelled container younger
 	// than this is not an orphan yet (its create may be in flight).
 	CreationGrace time.Duration
+	// LeaseTTL (LEASE_TTL, 15s): how long a lease lasts unless renewed:
+	// a queued or admitted create, a retirement, the leader's lease, and
+	// the idle time after which another manager claims a dead manager's
+	// commands. A manager's crash costs at most one lease.
+	LeaseTTL time.Duration
+	// MaxReplacements (MAX_REPLACEMENTS, 3): a worker that keeps dying
+	// before it completes a task is replaced at most this many times in a
+	// row, after ReplaceBackoff (REPLACE_BACKOFF, 1s) doubled each time.
+	MaxReplacements int
+	ReplaceBackoff  time.Duration
+	// Retention (RETENTION, 24h): how long a retired worker's status hash
+	// and streams and a run answered by the spawner stay in Redis.
+	Retention time.Duration
+	// StreamMaxLen (STREAM_MAXLEN, 100000): the approximate MAXLEN of the
+	// lifecycle stream and reply streams.
+	StreamMaxLen int64
+	// ReplyTTL (REPLY_TTL, 1h): a reply stream expires this long after its
+	// last reply.
+	ReplyTTL time.Duration
 }
 
 // ConfigFromEnv reads the configuration; errors name the variable.
@@ -145,6 +164,26 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.CreationGrace, err = durVar(getenv("CREATION_GRACE"), 30*time.Second); err != nil {
 		return fail("CREATION_GRACE", err)
+	}
+	if c.LeaseTTL, err = durVar(getenv("LEASE_TTL"), protocol.DefaultLeaseTTLSeconds*time.Second); err != nil || c.LeaseTTL < 300*time.Millisecond {
+		return fail("LEASE_TTL", fmt.Errorf("want a duration of at least 300ms such as 15s"))
+	}
+	if c.MaxReplacements, err = intVar(getenv("MAX_REPLACEMENTS"), 3); err != nil || c.MaxReplacements < 0 {
+		return fail("MAX_REPLACEMENTS", fmt.Errorf("want a whole number of at least 0"))
+	}
+	if c.ReplaceBackoff, err = durVar(getenv("REPLACE_BACKOFF"), time.Second); err != nil {
+		return fail("REPLACE_BACKOFF", err)
+	}
+	if c.Retention, err = durVar(getenv("RETENTION"), 24*time.Hour); err != nil {
+		return fail("RETENTION", err)
+	}
+	maxlen, err := intVar(getenv("STREAM_MAXLEN"), 100_000)
+	if err != nil || maxlen < 100 {
+		return fail("STREAM_MAXLEN", fmt.Errorf("want a whole number of at least 100"))
+	}
+	c.StreamMaxLen = int64(maxlen)
+	if c.ReplyTTL, err = durVar(getenv("REPLY_TTL"), time.Hour); err != nil {
+		return fail("REPLY_TTL", err)
 	}
 	if c.ManagerID == "" {
 		c.ManagerID, _ = os.Hostname()

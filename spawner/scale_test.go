@@ -123,11 +123,10 @@ func TestTwoManagersDoEachCommandOnce(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx := context.Background()
 	for _, id := range []string{"manager-a", "manager-b"} {
-		s := *f.s
-		s.cfg.ManagerID = id
+		s := f.as(id)
 		cctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
-		go func() { defer close(done); _ = (&Manager{S: &s}).Run(cctx) }()
+		go func() { defer close(done); _ = (&Manager{S: s}).Run(cctx) }()
 		t.Cleanup(func() { cancel(); <-done })
 	}
 	c := &Client{Redis: f.rc, Keys: f.keys, Timeout: 2 * time.Minute}

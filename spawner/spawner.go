@@ -4,26 +4,25 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/errdefs"
-	"github.com/docker/go-units"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
 // ContainerClient is the part of the Docker client the spawner uses for
@@ -42,67 +41,68 @@ type ContainerClient interface {
 
 var _ ContainerClient = (*client.Client)(nil)
 
-// Spawner creates, pauses, unpauses and removes worker containers. Its
-// knowledge is in Docker labels and Redis, so a restarted spawner knows its
-// workers.
+// Spawner creates, pauses, unpauses and retires worker containers. What
+// it knows is in Docker labels and Redis, under leases where a process
+// holds it while it works, so that a manager that dies at any point costs
+// at most one lease (Config.LeaseTTL) and loses nothing.
 type Spawner struct {
-	cfg    Config
-	docker ContainerClient
-	rdb    *redis.Client
-	images *Images
-	log    *slog.Logger
-	now    func() time.Time
-	keys   protocol.Keys
+	cfg      Config
+	docker   ContainerClient
+	rdb      *rdb.RDB
+	images   *Images
+	log      *slog.Logger
+	now      func() time.Time
+	keys     protocol.Keys
+	instance string // this process's lease owner id: ManagerID plus a random suffix
 
-	health map[string]*healthState // owned by the monitor goroutine
+	stopOnce sync.Once
+	stopping chan struct{} // closed when the manager begins to shut down
 }
 
 // New returns a Spawner. images builds the worker images (its Docker and
 // Redis may be the same clients); without a base image of its own it takes
 // the configuration's (WORKER_BASE_IMAGE).
-func New(cfg Config, docker ContainerClient, rdb *redis.Client, images *Images, log *slog.Logger) *Spawner {
+func New(cfg Config, docker ContainerClient, rc redis.UniversalClient, images *Images, log *slog.Logger) *Spawner {
 	if log == nil {
 		log = slog.Default()
 	}
 	if images != nil && images.BaseImage == "" {
 		images.BaseImage = cfg.BaseImage
 	}
-	return &Spawner{cfg: cfg, docker: docker, rdb: rdb, images: images, log: log, now: time.Now, keys: cfg.Keys}
+	withDefaults(&cfg)
+	r := rdb.New(rc, cfg.Keys)
+	r.StreamMaxLen, r.ReplyTTL, r.Retention = cfg.StreamMaxLen, cfg.ReplyTTL, cfg.Retention
+	return &Spawner{cfg: cfg, docker: docker, rdb: r, images: images, log: log, now: time.Now, keys: cfg.Keys,
+		instance: cfg.ManagerID + "/" + newWorkerID()[:8], stopping: make(chan struct{})}
 }
 
-// Error is a spawner failure with a stable code.
-type Error struct {
-	Code protocol.Code
-	Err  error
-}
-
-func (e *Error) Error() string { return string(e.Code) + ": " + e.Err.Error() }
-func (e *Error) Unwrap() error { return e.Err }
-
-// ProtocolError returns the error object of a Reply.
-func ProtocolError(err error) *protocol.Error {
-	var se *Error
-	if errors.As(err, &se) {
-		return protocol.NewError(se.Code, "%v", se.Err)
+// withDefaults fills what a Config built by hand (not by ConfigFromEnv)
+// leaves zero.
+func withDefaults(c *Config) {
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = protocol.DefaultLeaseTTLSeconds * time.Second
 	}
-	var de *protocol.DecodeError
-	if errors.As(err, &de) {
-		return protocol.NewError(protocol.CodeInvalidCommand, "%v", err)
+	if c.Retention == 0 {
+		c.Retention = rdb.DefaultRetention
 	}
-	return protocol.NewError(protocol.CodeInternalError, "%v", err)
+	if c.StreamMaxLen == 0 {
+		c.StreamMaxLen = rdb.DefaultStreamMaxLen
+	}
+	if c.ReplyTTL == 0 {
+		c.ReplyTTL = rdb.DefaultReplyTTL
+	}
+	if c.ReplaceBackoff == 0 {
+		c.ReplaceBackoff = time.Second
+	}
+	if c.ManagerID == "" {
+		c.ManagerID, _ = os.Hostname()
+	}
 }
 
-// IsResourceExhausted reports whether err is a create that found no slot.
-func IsResourceExhausted(err error) bool {
-	var se *Error
-	return errors.As(err, &se) && se.Code == protocol.CodeResourceExhausted
-}
-
-// IsNotFound reports whether err names a worker that does not exist.
-func IsNotFound(err error) bool {
-	var se *Error
-	return errors.As(err, &se) && se.Code == protocol.CodeNotFound
-}
+// BeginShutdown makes every create still waiting for a slot give up at
+// once with SHUTTING_DOWN: the manager's exit is bounded by the stop
+// timeout, not by the creation queue.
+func (s *Spawner) BeginShutdown() { s.stopOnce.Do(func() { close(s.stopping) }) }
 
 func newWorkerID() string {
 	b := make([]byte, 16)
@@ -129,113 +129,6 @@ func (s *Spawner) managedFilter() filters.Args {
 		filters.Arg("label", protocol.LabelKeyPrefix+"="+s.keys.Prefix))
 }
 
-// creatingKey holds the ids of creates that hold a slot but have no
-// container yet.
-func (s *Spawner) creatingKey() string { return s.keys.CreationQueue() + ":creating" }
-
-// count returns how many workers hold a slot: containers that run, are
-// paused or starting, and creates that reserved a slot and have no
-// container yet.
-func (s *Spawner) count(ctx context.Context) (int, error) {
-	cs, err := s.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: s.managedFilter()})
-	if err != nil {
-		return 0, err
-	}
-	ids := map[string]bool{}
-	for _, c := range cs {
-		if c.State == "running" || c.State == "paused" || c.State == "created" || c.State == "restarting" {
-			ids[c.Labels[protocol.LabelWorkerID]] = true
-		}
-	}
-	creating, err := s.rdb.SMembers(ctx, s.creatingKey()).Result()
-	if err != nil {
-		return 0, err
-	}
-	for _, id := range creating {
-		ids[id] = true
-	}
-	return len(ids), nil
-}
-
-// evictOldestPaused removes the worker paused longest (at least
-// EvictPausedAfter, with no input waiting) to free a slot for the create
-// of forID, and says whether it did.
-func (s *Spawner) evictOldestPaused(ctx context.Context, forID string) bool {
-	f := s.managedFilter()
-	f.Add("status", "paused")
-	cs, err := s.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
-	if err != nil {
-		return false
-	}
-	now := s.now()
-	victim, since := "", time.Time{}
-	for _, c := range cs {
-		id := c.Labels[protocol.LabelWorkerID]
-		at, err := protocol.ParseTime(s.rdb.HGet(ctx, s.keys.Status(id), protocol.StatusFieldUpdatedAt).Val())
-		if id == "" || err != nil || now.Sub(at) < s.cfg.EvictPausedAfter || s.hasInput(ctx, id) {
-			continue
-		}
-		if victim == "" || at.Before(since) {
-			victim, since = id, at
-		}
-	}
-	if victim == "" {
-		return false
-	}
-	s.log.Info("at the worker limit: evicting the worker paused longest", "worker_id", victim, "paused_for", now.Sub(since).String(), "for", forID)
-	s.lifecycle(ctx, victim, protocol.EventStopping, map[string]any{"reason": "evicted", "paused_for_ms": now.Sub(since).Milliseconds(), "for_worker": forID})
-	if err := s.Delete(ctx, victim); err != nil && !IsNotFound(err) {
-		s.log.Warn("evict a paused worker", "worker_id", victim, "err", err)
-		return false
-	}
-	return true
-}
-
-// acquireSlot waits until fewer than MaxWorkers workers exist and this
-// create is at the head of the creation queue (a Redis FIFO), or until
-// CreationTimeout passes: then RESOURCE_EXHAUSTED.
-func (s *Spawner) acquireSlot(ctx context.Context, workerID string) error {
-	q := s.keys.CreationQueue()
-	if err := s.rdb.RPush(ctx, q, workerID).Err(); err != nil {
-		return &Error{protocol.CodeUpstreamUnavailable, fmt.Errorf("creation queue: %w", err)}
-	}
-	defer s.rdb.LRem(context.WithoutCancel(ctx), q, 1, workerID)
-	deadline := time.Now().Add(s.cfg.CreationTimeout)
-	queued := false
-	for {
-		head, err := s.rdb.LIndex(ctx, q, 0).Result()
-		if err == nil && head == workerID {
-			n, err := s.count(ctx)
-			if err == nil && n < s.cfg.MaxWorkers {
-				// Reserve the slot before leaving the queue, so that the
-				// next create counts it.
-				s.rdb.SAdd(ctx, s.creatingKey(), workerID)
-				return nil
-			}
-			if err == nil && s.cfg.EvictPaused && s.evictOldestPaused(ctx, workerID) {
-				continue // count again at once
-			}
-		} else if err == redis.Nil {
-			// The queue was cleared under us: join it again.
-			s.rdb.RPush(ctx, q, workerID)
-		}
-		if !queued {
-			queued = true
-			s.writeStatus(ctx, workerID, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerQueued),
-				protocol.StatusFieldState: string(protocol.WorkerStarting)})
-			s.lifecycle(ctx, workerID, protocol.EventQueued, map[string]any{"max_workers": s.cfg.MaxWorkers})
-		}
-		if time.Now().After(deadline) {
-			return &Error{protocol.CodeResourceExhausted, fmt.Errorf("no worker slot freed within %s (MAX_CONCURRENT_WORKERS=%d)", s.cfg.CreationTimeout, s.cfg.MaxWorkers)}
-		}
-		select {
-		case <-ctx.Done():
-			return &Error{protocol.CodeResourceExhausted, ctx.Err()}
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
 // Create makes a worker: it waits for a slot, ensures the image of the
 // spec's agent and capabilities, and starts its container. It returns the
 // worker's info; its id is a new UUID.
@@ -243,21 +136,21 @@ func (s *Spawner) Create(ctx context.Context, spec protocol.WorkerSpec) (protoco
 	return s.CreateFor(ctx, "", spec)
 }
 
-// LabelCommandID marks the container a create command made, so that the
-// same command delivered again (its manager died before acknowledging it)
-// finds the container instead of making a second one.
-const LabelCommandID = protocol.LabelPrefix + "command_id"
+// LabelCommandID marks the container a create command made.
+//
+// Deprecated: use protocol.LabelCommandID.
+const LabelCommandID = protocol.LabelCommandID
 
-// CreateFor is Create on behalf of a command: a container that the same
-// command already made is returned instead of a new one.
+// CreateFor is Create on behalf of a command. The command's id maps to
+// one worker id in Redis, so the same command delivered again (its
+// manager died at any point of the create) continues that worker: it
+// never makes a second container.
 func (s *Spawner) CreateFor(ctx context.Context, commandID string, spec protocol.WorkerSpec) (protocol.WorkerInfo, error) {
-	if commandID != "" {
-		f := s.managedFilter()
-		f.Add("label", LabelCommandID+"="+commandID)
-		if cs, err := s.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: f}); err == nil && len(cs) > 0 {
-			return s.Status(ctx, cs[0].Labels[protocol.LabelWorkerID])
-		}
-	}
+	return s.create(ctx, commandID, spec, false)
+}
+
+// create is CreateFor; a replacement takes its predecessor's slot.
+func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.WorkerSpec, replacement bool) (protocol.WorkerInfo, error) {
 	if err := spec.Validate(); err != nil {
 		return protocol.WorkerInfo{}, &Error{protocol.CodeInvalidCommand, err}
 	}
@@ -265,18 +158,105 @@ func (s *Spawner) CreateFor(ctx context.Context, commandID string, spec protocol
 		spec.Kind = protocol.KindLongLived
 	}
 	id := newWorkerID()
-	defer s.rdb.SRem(context.WithoutCancel(ctx), s.creatingKey(), id) // once the container exists, it counts itself
-	if err := s.acquireSlot(ctx, id); err != nil {
-		s.writeStatus(context.WithoutCancel(ctx), id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerFailed),
-			protocol.StatusFieldState: string(protocol.WorkerFailed), protocol.StatusFieldError: err.Error()})
-		return protocol.WorkerInfo{}, err
+	if commandID != "" {
+		var err error
+		if id, err = s.rdb.CommandWorker(ctx, commandID, id); err != nil {
+			return protocol.WorkerInfo{}, redisError(err, "command %s", commandID)
+		}
 	}
+	member, err := s.rdb.IsWorker(ctx, id)
+	if err != nil {
+		return protocol.WorkerInfo{}, redisError(err, "workers set")
+	}
+	if !member {
+		if _, err := s.find(ctx, id); err != nil && !IsNotFound(err) {
+			return protocol.WorkerInfo{}, err
+		}
+		lease, err := s.admit(ctx, id, replacement)
+		if err != nil {
+			s.writeStatus(context.WithoutCancel(ctx), id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerFailed),
+				protocol.StatusFieldState: string(protocol.WorkerFailed), protocol.StatusFieldError: err.Error()})
+			return protocol.WorkerInfo{}, err
+		}
+		defer lease.stop()
+	}
+	info, err := s.build(ctx, id, commandID, spec, member)
+	if err != nil && !member {
+		// The slot goes back now; had this process died instead, its
+		// lease would have run out.
+		_ = s.rdb.Leave(context.WithoutCancel(ctx), id)
+	}
+	return info, err
+}
+
+// build makes and starts the container of an admitted create (or of a
+// member whose create was cut short), each step idempotent.
+func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol.WorkerSpec, member bool) (protocol.WorkerInfo, error) {
 	img, err := s.images.EnsureImage(ctx, spec.AgentType, spec.Capabilities)
 	if err != nil {
 		return protocol.WorkerInfo{}, &Error{protocol.CodeInternalError, err}
 	}
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := s.rdb.EnsureGroup(cctx, s.keys.InputFor(spec.Kind, id), protocol.GroupFor(spec.Kind)); err != nil {
+		return protocol.WorkerInfo{}, redisError(err, "input group of %s", id)
+	}
 	now := s.now()
-	name := ContainerName(id)
+	cid := ""
+	c, err := s.find(cctx, id)
+	if err == nil {
+		cid = c.ID
+	}
+	switch {
+	case IsNotFound(err):
+		if !member {
+			s.writeStatus(cctx, id, map[string]any{
+				protocol.StatusFieldState: string(protocol.WorkerStarting), protocol.StatusFieldContainer: string(protocol.ContainerStarting),
+				protocol.StatusFieldAgentType: string(spec.AgentType), protocol.StatusFieldKind: string(spec.Kind),
+				protocol.StatusFieldProjectID: spec.ProjectID, protocol.StatusFieldImage: img.Tag,
+				protocol.StatusFieldCreatedAt: protocol.FormatTime(now), protocol.StatusFieldHealth: string(protocol.HealthHealthy),
+				protocol.StatusFieldSpec: specJSON(spec), protocol.StatusFieldManagerID: s.cfg.ManagerID})
+		}
+		cfg, hc := s.containerConfig(id, commandID, spec, img.Tag, now)
+		resp, err := s.docker.ContainerCreate(cctx, cfg, hc, nil, nil, ContainerName(id))
+		if err != nil && !isConflict(err) {
+			return protocol.WorkerInfo{}, engineError(err, "create container of %s", id)
+		}
+		if err == nil {
+			cid = resp.ID
+		} else if c, err = s.find(cctx, id); err != nil { // made meanwhile by the same command elsewhere
+			return protocol.WorkerInfo{}, err
+		} else {
+			cid = c.ID
+		}
+	case err != nil:
+		return protocol.WorkerInfo{}, err
+	}
+	if !member {
+		ok, err := s.rdb.Join(cctx, id)
+		if err != nil {
+			return protocol.WorkerInfo{}, redisError(err, "join workers set")
+		}
+		if !ok {
+			_ = s.docker.ContainerRemove(context.WithoutCancel(ctx), cid, container.RemoveOptions{Force: true})
+			return protocol.WorkerInfo{}, errorf(protocol.CodeResourceExhausted, "the slot lease of %s ran out before its container was made", id)
+		}
+	}
+	if err := s.docker.ContainerStart(cctx, cid, container.StartOptions{}); err != nil {
+		// Joined but not started: the reconciler starts or retires it,
+		// and the command delivered again finds it.
+		return protocol.WorkerInfo{}, engineError(err, "start container of %s", id)
+	}
+	s.writeStatus(cctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerRunning),
+		protocol.StatusFieldContainerID: cid})
+	s.lifecycle(cctx, id, protocol.EventCreated, map[string]any{"container_id": cid, "image": img.Tag})
+	s.log.Info("worker created", "worker_id", id, "agent_type", spec.AgentType, "kind", spec.Kind, "image", img.Tag)
+	return s.Status(ctx, id)
+}
+
+// containerConfig is a worker's container: labels, environment, limits
+// and the hardening every worker gets.
+func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec, image string, now time.Time) (*container.Config, *container.HostConfig) {
 	caps, _ := protocol.NormalizeCapabilities(spec.Capabilities)
 	capNames := make([]string, len(caps))
 	for i, c := range caps {
@@ -286,10 +266,10 @@ func (s *Spawner) CreateFor(ctx context.Context, commandID string, spec protocol
 		protocol.LabelManaged: "true", protocol.LabelWorkerID: id, protocol.LabelAgentType: string(spec.AgentType),
 		protocol.LabelKind: string(spec.Kind), protocol.LabelProjectID: spec.ProjectID,
 		protocol.LabelCreatedAt: protocol.FormatTime(now), protocol.LabelKeyPrefix: s.keys.Prefix,
-		protocol.LabelCapabilities: strings.Join(capNames, ","),
+		protocol.LabelCapabilities: strings.Join(capNames, ","), protocol.LabelImage: image,
 	}
 	if commandID != "" {
-		labels[LabelCommandID] = commandID
+		labels[protocol.LabelCommandID] = commandID
 	}
 	env := s.workerEnv(id, spec)
 	stop := int(s.cfg.StopTimeout.Seconds())
@@ -301,36 +281,10 @@ func (s *Spawner) CreateFor(ctx context.Context, commandID string, spec protocol
 		Init:        ptr(false), // the wrapper is PID 1
 	}
 	if s.cfg.ProjectVolumes && spec.ProjectID != "" {
-		hc.Mounts = []mount.Mount{{Type: mount.TypeVolume, Source: ProjectVolume(spec.AgentType, spec.ProjectID), Target: "/home/worker"}}
+		hc.Mounts = projectMounts(spec)
 		env = append(env, "WORKSPACE=/home/worker/workspace")
 	}
-	cctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if err := s.prepareStreams(cctx, id, spec); err != nil {
-		return protocol.WorkerInfo{}, &Error{protocol.CodeUpstreamUnavailable, err}
-	}
-	s.writeStatus(cctx, id, map[string]any{
-		protocol.StatusFieldState: string(protocol.WorkerStarting), protocol.StatusFieldContainer: string(protocol.ContainerStarting),
-		protocol.StatusFieldAgentType: string(spec.AgentType), protocol.StatusFieldKind: string(spec.Kind),
-		protocol.StatusFieldProjectID: spec.ProjectID, protocol.StatusFieldImage: img.Tag,
-		protocol.StatusFieldCreatedAt: protocol.FormatTime(now), protocol.StatusFieldHealth: string(protocol.HealthHealthy),
-		protocol.StatusFieldSpec: specJSON(spec)})
-	resp, err := s.docker.ContainerCreate(cctx, &container.Config{Image: img.Tag, Env: env, Labels: labels, User: "1000:1000",
-		StopTimeout: &stop}, hc, nil, nil, name)
-	if err != nil {
-		return protocol.WorkerInfo{}, &Error{protocol.CodeUpstreamUnavailable, fmt.Errorf("create container: %w", err)}
-	}
-	s.rdb.SAdd(cctx, s.keys.Workers(), id)
-	if err := s.docker.ContainerStart(cctx, resp.ID, container.StartOptions{}); err != nil {
-		_ = s.docker.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
-		s.rdb.SRem(context.WithoutCancel(ctx), s.keys.Workers(), id)
-		return protocol.WorkerInfo{}, &Error{protocol.CodeUpstreamUnavailable, fmt.Errorf("start container: %w", err)}
-	}
-	s.writeStatus(cctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerRunning),
-		protocol.StatusFieldContainerID: resp.ID})
-	s.lifecycle(cctx, id, protocol.EventCreated, map[string]any{"container_id": resp.ID, "image": img.Tag})
-	s.log.Info("worker created", "worker_id", id, "agent_type", spec.AgentType, "kind", spec.Kind, "image", img.Tag)
-	return s.Status(ctx, id)
+	return &container.Config{Image: image, Env: env, Labels: labels, User: "1000:1000", StopTimeout: &stop}, hc
 }
 
 // specJSON is the spec as the status hash keeps it (secrets come from the
@@ -338,18 +292,6 @@ func (s *Spawner) CreateFor(ctx context.Context, commandID string, spec protocol
 func specJSON(spec protocol.WorkerSpec) string {
 	b, _ := json.Marshal(spec)
 	return string(b)
-}
-
-// prepareStreams creates the consumer group of a long-lived worker's input
-// before the worker starts, so that tasks sent right after create are
-// served.
-func (s *Spawner) prepareStreams(ctx context.Context, id string, spec protocol.WorkerSpec) error {
-	stream := s.keys.InputFor(spec.Kind, id)
-	err := s.rdb.XGroupCreateMkStream(ctx, stream, protocol.GroupFor(spec.Kind), "0").Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		return fmt.Errorf("create group on %s: %w", stream, err)
-	}
-	return nil
 }
 
 func (s *Spawner) workerEnv(id string, spec protocol.WorkerSpec) []string {
@@ -382,57 +324,33 @@ func (s *Spawner) workerEnv(id string, spec protocol.WorkerSpec) []string {
 	return env
 }
 
-func (s *Spawner) memory(spec protocol.WorkerSpec) int64 {
-	if spec.Limits.Memory != "" {
-		if n, err := units.RAMInBytes(spec.Limits.Memory); err == nil {
-			return n
-		}
-	}
-	return s.cfg.MemoryLimit
-}
-
-func (s *Spawner) cpus(spec protocol.WorkerSpec) float64 {
-	if spec.Limits.CPUs > 0 {
-		return spec.Limits.CPUs
-	}
-	return s.cfg.CPULimit
-}
-
-func (s *Spawner) pids(spec protocol.WorkerSpec) int64 {
-	if spec.Limits.Pids > 0 {
-		return spec.Limits.Pids
-	}
-	return s.cfg.PidsLimit
-}
-
 func ptr[T any](v T) *T { return &v }
 
-// find returns the container of a worker, or a NOT_FOUND error.
-func (s *Spawner) find(ctx context.Context, id string) (container.InspectResponse, error) {
-	c, err := s.docker.ContainerInspect(ctx, ContainerName(id))
-	if errdefs.IsNotFound(err) {
-		return c, &Error{protocol.CodeNotFound, fmt.Errorf("worker %s has no container", id)}
-	}
-	if err != nil {
-		return c, &Error{protocol.CodeUpstreamUnavailable, fmt.Errorf("inspect worker %s: %w", id, err)}
-	}
-	return c, nil
-}
-
+// writeStatus sets fields of a worker's status hash; a failure is logged,
+// not returned: the status hash is a view, the truth is in the engine and
+// the workers set.
 func (s *Spawner) writeStatus(ctx context.Context, id string, fields map[string]any) {
-	fields[protocol.StatusFieldUpdatedAt] = protocol.FormatTime(s.now())
-	if err := s.rdb.HSet(ctx, s.keys.Status(id), fields).Err(); err != nil {
+	if err := s.rdb.WriteStatus(ctx, id, s.now(), fields); err != nil {
 		s.log.Warn("status not written", "worker_id", id, "err", err)
 	}
 }
 
 func (s *Spawner) lifecycle(ctx context.Context, id string, ev protocol.Event, detail map[string]any) {
 	l := protocol.Lifecycle{WorkerID: id, Event: ev, Source: protocol.SourceSpawner, Timestamp: s.now(), Detail: detail}
-	doc, err := l.Encode()
-	if err != nil {
-		return
-	}
-	if err := s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: s.keys.Lifecycle(), Values: protocol.Values(doc)}).Err(); err != nil {
+	if err := s.rdb.Lifecycle(ctx, l); err != nil {
 		s.log.Warn("lifecycle event not written", "worker_id", id, "event", ev, "err", err)
 	}
 }
+
+// ResetContext forgets a project's agent session and its stored context:
+// the project's next task starts fresh.
+func (s *Spawner) ResetContext(ctx context.Context, agent protocol.AgentType, project string) error {
+	if err := s.rdb.ForgetSession(ctx, agent, project); err != nil {
+		return redisError(err, "reset context")
+	}
+	return nil
+}
+
+func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
+
+func formatInt(n int64) string { return strconv.FormatInt(n, 10) }

@@ -27,6 +27,14 @@ type fixture struct {
 	stub *stubmodel.Server
 }
 
+// as returns a second spawner of the fixture's configuration under
+// another MANAGER_ID (another manager sharing the Redis and the engine).
+func (f *fixture) as(managerID string) *Spawner {
+	cfg := f.s.cfg
+	cfg.ManagerID = managerID
+	return New(cfg, f.dc, f.rc, &Images{Docker: f.dc, Redis: f.rc, Keys: cfg.Keys}, f.s.log)
+}
+
 // newFixture: a spawner over the real engine and a test Redis, with its
 // own key prefix (so that its containers are its own), whose workers reach
 // the stub model.

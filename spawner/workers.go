@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/errdefs"
@@ -12,110 +11,45 @@ import (
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
-// Delete stops a worker (its wrapper gets SIGTERM and the stop timeout)
-// and removes its container.
+// find returns the container of a worker, or a NOT_FOUND error.
+func (s *Spawner) find(ctx context.Context, id string) (container.InspectResponse, error) {
+	c, err := s.docker.ContainerInspect(ctx, ContainerName(id))
+	if errdefs.IsNotFound(err) {
+		return c, &Error{protocol.CodeNotFound, fmt.Errorf("worker %s has no container", id)}
+	}
+	if err != nil {
+		return c, engineError(err, "inspect worker %s", id)
+	}
+	return c, nil
+}
+
+// Delete retires a worker: it leaves the workers set first (nothing
+// judges or replaces it from then on), its wrapper gets SIGTERM and the
+// stop timeout to finish its task, its container is removed, and every
+// task it held or had not read yet is answered.
 func (s *Spawner) Delete(ctx context.Context, id string) error {
-	c, err := s.find(ctx, id)
+	member, err := s.rdb.IsWorker(ctx, id)
 	if err != nil {
-		return err
+		return redisError(err, "workers set")
 	}
-	if c.State != nil && c.State.Paused {
-		// A paused process cannot take SIGTERM: wake it first.
-		_ = s.docker.ContainerUnpause(ctx, c.ID)
-	}
-	timeout := int(s.cfg.StopTimeout.Seconds())
-	// Stopping may take the whole stop timeout: a context of its own.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StopTimeout+15*time.Second)
-	defer cancel()
-	if err := s.docker.ContainerStop(sctx, c.ID, container.StopOptions{Timeout: &timeout}); err != nil && !errdefs.IsNotFound(err) {
-		return &Error{protocol.CodeUpstreamUnavailable, fmt.Errorf("stop worker %s: %w", id, err)}
-	}
-	if err := s.docker.ContainerRemove(sctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) && !s.goneSoon(sctx, c.ID) {
-		return &Error{protocol.CodeUpstreamUnavailable, fmt.Errorf("remove worker %s: %w", id, err)}
-	}
-	s.rdb.SRem(sctx, s.keys.Workers(), id)
-	s.writeStatus(sctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerStopped),
-		protocol.StatusFieldState: string(protocol.WorkerStopped)})
-	s.lifecycle(sctx, id, protocol.EventRemoved, nil)
-	s.log.Info("worker deleted", "worker_id", id)
-	return nil
-}
-
-// goneSoon waits (up to 10 s) for a container that someone else is
-// removing, such as the events loop after the container died ("removal
-// already in progress"), and says whether it went.
-func (s *Spawner) goneSoon(ctx context.Context, containerID string) bool {
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if _, err := s.docker.ContainerInspect(ctx, containerID); errdefs.IsNotFound(err) {
-			return true
+	if !member {
+		if _, err := s.find(ctx, id); err != nil {
+			return err
 		}
+		// A container the workers set does not know: an orphan, or a
+		// worker another caller is retiring. Remove it all the same.
+		return s.removeContainer(ctx, id, false)
 	}
-	return false
-}
-
-// Pause freezes a worker's container (CPU 0, memory kept).
-func (s *Spawner) Pause(ctx context.Context, id string) error {
-	c, err := s.find(ctx, id)
-	if err != nil {
-		return err
-	}
-	if c.State != nil && c.State.Paused {
-		return nil
-	}
-	if c.State == nil || !c.State.Running {
-		return &Error{protocol.CodeNotFound, fmt.Errorf("worker %s is not running", id)}
-	}
-	if err := s.docker.ContainerPause(ctx, c.ID); err != nil {
-		// Another pauser (the wrapper's own request, the idle monitor)
-		// may have won the race: the worker is paused all the same.
-		if st := s.stateNow(ctx, id); st != nil && st.Paused {
-			return nil
-		}
-		return &Error{protocol.CodeUpstreamUnavailable, fmt.Errorf("pause worker %s: %w", id, err)}
-	}
-	s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerPaused),
-		protocol.StatusFieldState: string(protocol.WorkerPaused)})
-	s.lifecycle(ctx, id, protocol.EventPaused, nil)
-	return nil
-}
-
-// stateNow inspects a worker again, after the engine refused a pause or
-// an unpause that another caller may have done first (nil: unknown).
-func (s *Spawner) stateNow(ctx context.Context, id string) *container.State {
-	c, err := s.find(ctx, id)
-	if err != nil {
-		return nil
-	}
-	return c.State
-}
-
-// Unpause wakes a paused worker.
-func (s *Spawner) Unpause(ctx context.Context, id string) error {
-	c, err := s.find(ctx, id)
-	if err != nil {
-		return err
-	}
-	if c.State == nil || !c.State.Paused {
-		return nil
-	}
-	if err := s.docker.ContainerUnpause(ctx, c.ID); err != nil {
-		// The input monitor may have woken it first.
-		if st := s.stateNow(ctx, id); st != nil && !st.Paused {
-			return nil
-		}
-		return &Error{protocol.CodeUpstreamUnavailable, fmt.Errorf("unpause worker %s: %w", id, err)}
-	}
-	s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerRunning),
-		protocol.StatusFieldState: string(protocol.WorkerIdle)})
-	s.lifecycle(ctx, id, protocol.EventUnpaused, nil)
-	return nil
+	_, err = s.retire(ctx, id, retirement{reason: "deleted", graceful: true, code: protocol.CodeTerminated,
+		msg: "the worker was deleted before it ran this task"})
+	return err
 }
 
 // Status returns what the engine and the status hash say of a worker.
 func (s *Spawner) Status(ctx context.Context, id string) (protocol.WorkerInfo, error) {
-	h, err := s.rdb.HGetAll(ctx, s.keys.Status(id)).Result()
+	h, err := s.rdb.Status(ctx, id)
 	if err != nil {
-		return protocol.WorkerInfo{}, &Error{protocol.CodeUpstreamUnavailable, err}
+		return protocol.WorkerInfo{}, redisError(err, "status of %s", id)
 	}
 	info := InfoFromHash(id, h)
 	c, err := s.find(ctx, id)
@@ -178,7 +112,7 @@ func InfoFromHash(id string, h map[string]string) protocol.WorkerInfo {
 func (s *Spawner) List(ctx context.Context) ([]protocol.WorkerInfo, error) {
 	cs, err := s.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: s.managedFilter()})
 	if err != nil {
-		return nil, &Error{protocol.CodeUpstreamUnavailable, err}
+		return nil, engineError(err, "list containers")
 	}
 	out := make([]protocol.WorkerInfo, 0, len(cs))
 	for _, c := range cs {

@@ -51,12 +51,11 @@ func run() int {
 	defer dc.Close()
 	images := &spawner.Images{Docker: dc, Redis: rdb, Keys: cfg.Keys, BaseImage: cfg.BaseImage}
 	s := spawner.New(cfg, dc, rdb, images, log)
-	m := &spawner.Manager{S: s}
+	gc := &spawner.ImageGC{Docker: dc, Redis: rdb, Keys: cfg.Keys, Log: log}
+	m := &spawner.Manager{S: s, GC: gc}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	gc := &spawner.ImageGC{Docker: dc, Redis: rdb, Keys: cfg.Keys, Log: log}
-	go gc.Run(ctx)
 	log.Info("worker-manager started", "manager_id", cfg.ManagerID, "max_workers", cfg.MaxWorkers)
 	if err := m.Run(ctx); err != nil {
 		log.Error("manager failed", "err", err)

@@ -1,0 +1,64 @@
+package protocol
+
+// Names of the control plane's own state: what the worker-managers share
+// in Redis so that no promise rests on the memory of one process. Each
+// record that a manager holds while it works carries a lease (an owner and
+// an expiry); a lease that runs out is reclaimed by any manager.
+
+// DefaultLeaseTTL is how long a lease lasts unless renewed (LEASE_TTL).
+// The holder renews it every third of it.
+const DefaultLeaseTTLSeconds = 15
+
+// LeaderLease names the lease held by the manager that runs the loops
+// that must run once per key prefix: health, reconciliation, timeouts,
+// image GC and the retirement of workers left half-retired.
+const LeaderLease = "leader"
+
+// Lease is the string key, with a TTL, whose value is the id of the
+// manager that holds the named lease.
+func (k Keys) Lease(name string) string { return k.join("lease", name) }
+
+// CreationLeases is the sorted set of the creates waiting in the
+// creation queue (CreationQueue), scored by the Unix milliseconds at
+// which their lease runs out: a queued create whose manager died leaves
+// the queue when its lease does.
+func (k Keys) CreationLeases() string { return k.join("creation_queue", "leases") }
+
+// Creating is the sorted set of the creates that hold a worker slot and
+// have not yet made their worker a member of Workers, scored by the Unix
+// milliseconds at which their lease runs out.
+func (k Keys) Creating() string { return k.join("creating") }
+
+// Retiring is the sorted set of the workers being retired (they have
+// left Workers; their tasks are being answered and their container
+// removed), scored by the Unix milliseconds at which the retirement's
+// lease runs out: the leader finishes a retirement whose manager died.
+func (k Keys) Retiring() string { return k.join("retiring") }
+
+// CommandWorker is the string key that maps a create command's id to the
+// worker id it made, so that the command delivered again (its manager
+// died) continues that worker instead of making a second one.
+func (k Keys) CommandWorker(commandID string) string { return k.join("command", commandID, "worker") }
+
+// RunFieldAttempts counts the deliveries of a developer task beyond the
+// first: the spawner increments it each time it hands the task to another
+// worker.
+const RunFieldAttempts = "attempts"
+
+// More fields of the worker status hash, written by the spawner.
+const (
+	StatusFieldManagerID    = "manager_id"   // the manager that made the worker
+	StatusFieldReplacements = "replacements" // how many dead workers this one's chain replaced
+	StatusFieldRetiredAt    = "retired_at"   // when it left Workers
+	StatusFieldRetireReason = "retire_reason"
+)
+
+// Labels the spawner puts on a worker's container beyond the Label*
+// constants of every container.
+const (
+	// LabelCommandID marks the container a create command made, so that
+	// the same command delivered again finds it.
+	LabelCommandID = LabelPrefix + "command_id"
+	// LabelImage is the worker image tag the container was made from.
+	LabelImage = LabelPrefix + "image"
+)

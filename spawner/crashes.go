@@ -1,0 +1,129 @@
+package spawner
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/events"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// Crashes follows the engine's events for this spawner's containers: a
+// worker whose container dies is retired (its tasks answered, the cause
+// classified), and pause and unpause keep the status hashes right. When
+// the event stream breaks (an engine restart) it reconnects and first
+// retires the members whose container exited meanwhile. Every manager
+// runs it for its own engine; the retirement's first step decides, once,
+// who handles a death.
+type Crashes struct {
+	job
+	s *Spawner
+}
+
+// Start follows events until Stop.
+func (c *Crashes) Start(ctx context.Context) { c.start(ctx, c.run) }
+
+func (c *Crashes) run(ctx context.Context) {
+	s := c.s
+	retry := newRetry()
+	for ctx.Err() == nil {
+		since := time.Now()
+		c.exitedMeanwhile(ctx)
+		f := s.managedFilter()
+		f.Add("type", string(events.ContainerEventType))
+		msgs, errs := s.docker.Events(ctx, events.ListOptions{Filters: f, Since: strconv.FormatInt(since.Unix(), 10)})
+		oom := map[string]bool{}
+	read:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case err := <-errs:
+				if ctx.Err() == nil {
+					s.log.Warn("engine event stream broke; reconnecting", "err", err)
+					sleepCtx(ctx, retry.NextBackOff())
+				}
+				break read
+			case m := <-msgs:
+				retry.Reset()
+				id := m.Actor.Attributes[protocol.LabelWorkerID]
+				if id == "" {
+					continue
+				}
+				switch m.Action {
+				case events.ActionOOM:
+					oom[id] = true
+					s.lifecycle(ctx, id, protocol.EventOOM, nil)
+				case events.ActionDie:
+					code, _ := strconv.Atoi(m.Actor.Attributes["exitCode"])
+					go s.died(ctx, id, code, oom[id])
+					delete(oom, id)
+				case events.ActionPause:
+					s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerPaused)})
+				case events.ActionUnPause:
+					s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerRunning)})
+				}
+			}
+		}
+	}
+}
+
+// exitedMeanwhile retires every member whose container exited while no
+// event reached this manager.
+func (c *Crashes) exitedMeanwhile(ctx context.Context) {
+	s := c.s
+	f := s.managedFilter()
+	f.Add("status", "exited")
+	cs, err := s.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return
+	}
+	for _, ct := range cs {
+		id := ct.Labels[protocol.LabelWorkerID]
+		if member, err := s.rdb.IsWorker(ctx, id); id == "" || err != nil || !member {
+			continue
+		}
+		insp, err := s.docker.ContainerInspect(ctx, ct.ID)
+		if err != nil {
+			continue
+		}
+		s.died(ctx, id, insp.State.ExitCode, insp.State.OOMKilled)
+	}
+}
+
+// died retires a member whose container ended on its own.
+func (s *Spawner) died(ctx context.Context, id string, exitCode int, oom bool) {
+	if member, err := s.rdb.IsWorker(ctx, id); err != nil || !member {
+		return // retired on purpose (its container stopped by retire), or already handled
+	}
+	r := retirement{reason: "died", died: true, exitCode: exitCode, oom: oom}
+	r.code, r.msg = classify(exitCode, oom)
+	if req, _ := s.rdb.StatusField(ctx, id, protocol.StatusFieldRequestID); exitCode == 0 && !oom && req == "" {
+		// A clean exit with no task in flight (stopped from outside): an
+		// end, not a crash.
+		r = retirement{reason: "exited", code: protocol.CodeTerminated, msg: "the worker exited before it ran this task"}
+	}
+	if _, err := s.retire(ctx, id, r); err != nil {
+		s.log.Warn("retire a worker that died", "worker_id", id, "err", err)
+	}
+}
+
+// classify says why a container ended. 137 alone is no proof of OOM: only
+// an oom event or the engine's OOMKilled flag is.
+func classify(exitCode int, oom bool) (protocol.Code, string) {
+	switch {
+	case oom:
+		return protocol.CodeOOMKilled, fmt.Sprintf("the container was killed by the OOM killer (exit code %d)", exitCode)
+	case exitCode == 137:
+		return protocol.CodeKilled, "the container was killed (SIGKILL, exit code 137)"
+	case exitCode == 143:
+		return protocol.CodeTerminated, "the container was terminated (SIGTERM, exit code 143)"
+	case exitCode == 0:
+		return protocol.CodeAgentCrashed, "the worker exited (exit code 0) with a task in flight"
+	}
+	return protocol.CodeAgentCrashed, fmt.Sprintf("the worker crashed (exit code %d)", exitCode)
+}

@@ -1,0 +1,166 @@
+package spawner
+
+import (
+	"context"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// DegradedAfter is how many failed health probes in a row make a worker
+// degraded.
+const DegradedAfter = 3
+
+// JudgeAfterIntervals is how long, in heartbeat intervals, the judging
+// manager must have been connected to Redis without a break before a
+// missing heartbeat counts: after an outage every live worker has beaten
+// again by then, and one really dead is found one interval later.
+const JudgeAfterIntervals = 2
+
+// Health checks every running worker every quarter heartbeat interval. A
+// heartbeat older than one and a half intervals is a failed probe;
+// DegradedAfter failures make the worker degraded, a fresh beat healthy
+// again. A worker whose heartbeat key expired (3 intervals), started more
+// than 3 intervals ago, is dead: retired, its tasks answered, and (long-
+// lived with a spec) replaced. Liveness is judged only while this manager
+// has been connected to Redis for JudgeAfterIntervals: an outage kills no
+// healthy worker. A paused worker cannot beat and is never judged. It
+// runs on the leader.
+type Health struct {
+	job
+	s *Spawner
+
+	// Owned by the loop's goroutine.
+	probes  map[string]*healthState
+	judged  map[string]bool // found dead, retirement under way
+	upSince time.Time // since when every read of the loop succeeded; zero while failing
+}
+
+// healthState is one worker's probe record.
+type healthState struct {
+	machine  *protocol.WorkerMachine
+	failures int
+}
+
+// Start checks until Stop.
+func (h *Health) Start(ctx context.Context) { h.start(ctx, h.run) }
+
+func (h *Health) run(ctx context.Context) {
+	s := h.s
+	h.probes, h.judged, h.upSince = map[string]*healthState{}, map[string]bool{}, time.Time{}
+	every(ctx, max(s.cfg.HeartbeatInterval/4, 100*time.Millisecond), func(ctx context.Context) {
+		if err := s.rdb.Ping(ctx); err != nil {
+			h.upSince = time.Time{}
+			return
+		}
+		if h.upSince.IsZero() {
+			h.upSince = s.now()
+		}
+		seen := map[string]bool{}
+		err := s.eachWorker(ctx, func(ctx context.Context, id string) {
+			seen[id] = true
+			if err := h.check(ctx, id); err != nil {
+				h.upSince = time.Time{}
+			}
+		})
+		if err != nil {
+			h.upSince = time.Time{}
+			return
+		}
+		for id := range h.probes {
+			if !seen[id] {
+				delete(h.probes, id) // retired
+			}
+		}
+		for id := range h.judged {
+			if !seen[id] {
+				delete(h.judged, id)
+			}
+		}
+	})
+}
+
+// canJudge reports whether a missing heartbeat may count now.
+func (h *Health) canJudge() bool {
+	return !h.upSince.IsZero() && h.s.now().Sub(h.upSince) >= JudgeAfterIntervals*h.s.cfg.HeartbeatInterval
+}
+
+func (h *Health) check(ctx context.Context, id string) error {
+	s := h.s
+	st, err := s.rdb.Status(ctx, id)
+	if err != nil {
+		return err
+	}
+	if st[protocol.StatusFieldContainer] != string(protocol.ContainerRunning) {
+		return nil // starting, paused or ended: not judged
+	}
+	now := s.now()
+	hb, err := s.rdb.Heartbeat(ctx, id)
+	if err != nil {
+		return err
+	}
+	if hb == nil {
+		created, _ := protocol.ParseTime(st[protocol.StatusFieldCreatedAt])
+		if created.IsZero() || now.Sub(created) < protocol.HeartbeatTTLIntervals*s.cfg.HeartbeatInterval || !h.canJudge() {
+			return nil // still starting, or this manager cannot tell yet
+		}
+		delete(h.probes, id)
+		if !h.judged[id] {
+			h.judged[id] = true
+			h.dead(ctx, id)
+		}
+		return nil
+	}
+	h.probe(ctx, id, hb, now)
+	return nil
+}
+
+// probe records one health probe of a running worker, through the
+// protocol's worker state machine; each change is published.
+func (h *Health) probe(ctx context.Context, id string, doc []byte, now time.Time) {
+	s := h.s
+	st := h.probes[id]
+	if st == nil {
+		st = &healthState{machine: protocol.NewWorkerMachine(id, now)}
+		st.machine.State = protocol.WorkerIdle
+		h.probes[id] = st
+	}
+	hb, err := protocol.DecodeHeartbeat(doc)
+	fresh := err == nil && now.Sub(hb.Timestamp) <= s.cfg.HeartbeatInterval*3/2
+	if fresh {
+		st.failures = 0
+		if tr, changed, _ := st.machine.SetHealth(protocol.HealthHealthy, "heartbeat fresh again", now); changed {
+			s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldHealth: string(protocol.HealthHealthy)})
+			s.lifecycle(ctx, id, protocol.EventRecovered, map[string]any{"degraded_for_ms": tr.InPrevious.Milliseconds()})
+		}
+		return
+	}
+	st.failures++
+	if st.failures < DegradedAfter {
+		return
+	}
+	reason := "heartbeat stale"
+	if err != nil {
+		reason = "heartbeat unreadable: " + err.Error()
+	}
+	if _, changed, _ := st.machine.SetHealth(protocol.HealthDegraded, reason, now); changed {
+		s.log.Warn("worker degraded", "worker_id", id, "failures", st.failures, "reason", reason)
+		s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldHealth: string(protocol.HealthDegraded)})
+		s.lifecycle(ctx, id, protocol.EventDegraded, map[string]any{"failures": st.failures, "reason": reason})
+	}
+}
+
+// dead retires a running worker whose heartbeat expired: its container
+// is killed, its tasks answered, and it is replaced.
+func (h *Health) dead(ctx context.Context, id string) {
+	s := h.s
+	s.log.Warn("heartbeat expired: the worker is dead", "worker_id", id)
+	s.lifecycle(ctx, id, protocol.EventDead, map[string]any{"heartbeat_interval": s.cfg.HeartbeatInterval.String()})
+	go func() {
+		// A replacement waits its backoff: the loop goes on meanwhile.
+		if _, err := s.retire(ctx, id, retirement{reason: "dead", died: true, exitCode: 137, code: protocol.CodeKilled,
+			msg: "the worker's heartbeat expired: it was killed", replace: true}); err != nil {
+			s.log.Warn("retire a dead worker", "worker_id", id, "err", err)
+		}
+	}()
+}

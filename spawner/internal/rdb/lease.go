@@ -1,0 +1,51 @@
+package rdb
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Leases are string keys whose value is the holder's id and whose TTL is
+// the lease's expiry. Take, Renew and Release are safe to retry: each
+// compares the holder before it writes.
+
+var takeScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v == false then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+if v == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+`)
+
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// TakeLease takes the named lease for owner, or renews it when owner
+// holds it already, and reports whether owner holds it now.
+func (r *RDB) TakeLease(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
+	n, err := takeScript.Run(ctx, r.C, []string{r.Keys.Lease(name)}, owner, ttl.Milliseconds()).Int()
+	return n == 1, err
+}
+
+// ReleaseLease gives the named lease up if owner holds it.
+func (r *RDB) ReleaseLease(ctx context.Context, name, owner string) error {
+	return releaseScript.Run(ctx, r.C, []string{r.Keys.Lease(name)}, owner).Err()
+}
+
+// LeaseHolder returns who holds the named lease ("" when nobody).
+func (r *RDB) LeaseHolder(ctx context.Context, name string) (string, error) {
+	v, err := r.C.Get(ctx, r.Keys.Lease(name)).Result()
+	if Nil(err) {
+		return "", nil
+	}
+	return v, err
+}

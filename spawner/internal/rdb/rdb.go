@@ -1,0 +1,158 @@
+// Package rdb owns every Redis call and Lua script of the spawner. Names
+// come from protocol.Keys; no other package of the spawner spells a key or
+// runs a script. Every script is idempotent: run twice (a client retry
+// after a lost reply), it leaves Redis as one run does.
+package rdb
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// RDB is the spawner's view of Redis.
+type RDB struct {
+	C    redis.UniversalClient
+	Keys protocol.Keys
+	// Retention of what the spawner writes (zero values: the defaults).
+	StreamMaxLen int64         // approximate MAXLEN of the lifecycle stream and reply streams
+	ReplyTTL     time.Duration // a reply stream expires this long after its last reply
+	Retention    time.Duration // a retired worker's keys and a finished run's hash live this long
+}
+
+// Defaults of the retention settings.
+const (
+	DefaultStreamMaxLen = 100_000
+	DefaultReplyTTL     = time.Hour
+	DefaultRetention    = 24 * time.Hour
+)
+
+// New returns an RDB over c with the default retention.
+func New(c redis.UniversalClient, keys protocol.Keys) *RDB {
+	return &RDB{C: c, Keys: keys, StreamMaxLen: DefaultStreamMaxLen, ReplyTTL: DefaultReplyTTL, Retention: DefaultRetention}
+}
+
+// Nil reports whether err is Redis's "no such key" answer.
+func Nil(err error) bool { return errors.Is(err, redis.Nil) }
+
+// Ping checks the connection.
+func (r *RDB) Ping(ctx context.Context) error { return r.C.Ping(ctx).Err() }
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+// xadd adds an entry with the approximate MAXLEN.
+func (r *RDB) xadd(ctx context.Context, stream string, doc []byte) error {
+	return r.C.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: r.StreamMaxLen, Approx: true, Values: protocol.Values(doc)}).Err()
+}
+
+// Lifecycle publishes a lifecycle event.
+func (r *RDB) Lifecycle(ctx context.Context, l protocol.Lifecycle) error {
+	doc, err := l.Encode()
+	if err != nil {
+		return err
+	}
+	return r.xadd(ctx, r.Keys.Lifecycle(), doc)
+}
+
+// Reply writes a command's reply on the stream the command named and
+// renews that stream's expiry.
+func (r *RDB) Reply(ctx context.Context, stream string, doc []byte) error {
+	pipe := r.C.TxPipeline()
+	pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: r.StreamMaxLen, Approx: true, Values: protocol.Values(doc)})
+	pipe.Expire(ctx, stream, r.ReplyTTL)
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+// WriteStatus sets fields of a worker's status hash (updated_at included).
+func (r *RDB) WriteStatus(ctx context.Context, id string, now time.Time, fields map[string]any) error {
+	fields[protocol.StatusFieldUpdatedAt] = protocol.FormatTime(now)
+	return r.C.HSet(ctx, r.Keys.Status(id), fields).Err()
+}
+
+// Status returns a worker's status hash (empty when none).
+func (r *RDB) Status(ctx context.Context, id string) (map[string]string, error) {
+	return r.C.HGetAll(ctx, r.Keys.Status(id)).Result()
+}
+
+// StatusField returns one field of a worker's status hash ("" when none).
+func (r *RDB) StatusField(ctx context.Context, id, field string) (string, error) {
+	v, err := r.C.HGet(ctx, r.Keys.Status(id), field).Result()
+	if Nil(err) {
+		return "", nil
+	}
+	return v, err
+}
+
+// Heartbeat returns a worker's heartbeat document (nil when expired).
+func (r *RDB) Heartbeat(ctx context.Context, id string) ([]byte, error) {
+	b, err := r.C.Get(ctx, r.Keys.Heartbeat(id)).Bytes()
+	if Nil(err) {
+		return nil, nil
+	}
+	return b, err
+}
+
+// Workers returns the ids of the workers set: every worker made and not
+// yet retired.
+func (r *RDB) Workers(ctx context.Context) ([]string, error) {
+	return r.C.SMembers(ctx, r.Keys.Workers()).Result()
+}
+
+// IsWorker reports whether id is in the workers set.
+func (r *RDB) IsWorker(ctx context.Context, id string) (bool, error) {
+	return r.C.SIsMember(ctx, r.Keys.Workers(), id).Result()
+}
+
+// EnsureGroup creates a consumer group (and its stream) when missing.
+func (r *RDB) EnsureGroup(ctx context.Context, stream, group string) error {
+	err := r.C.XGroupCreateMkStream(ctx, stream, group, "0").Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		return err
+	}
+	return nil
+}
+
+// ForgetSession removes a project's session record and stored context.
+func (r *RDB) ForgetSession(ctx context.Context, agent protocol.AgentType, project string) error {
+	return r.C.Del(ctx, r.Keys.Session(agent, project), r.Keys.ProjectContext(project)).Err()
+}
+
+// PausedSince returns when a worker's status hash last changed, the time
+// its pause was recorded for a paused worker.
+func (r *RDB) PausedSince(ctx context.Context, id string) (time.Time, error) {
+	v, err := r.StatusField(ctx, id, protocol.StatusFieldUpdatedAt)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return protocol.ParseTime(v)
+}
+
+// names puts the protocol's names into a script's source: no field name
+// or state is spelled by hand inside Lua.
+var names = strings.NewReplacer(
+	"$DATA", protocol.EntryField,
+	"$RUN_STATUS", protocol.RunFieldStatus,
+	"$RUN_ERROR", protocol.RunFieldError,
+	"$RUN_FINISHED_AT", protocol.RunFieldFinishedAt,
+	"$RUN_UPDATED_AT", protocol.RunFieldUpdatedAt,
+	"$RUN_ATTEMPTS", protocol.RunFieldAttempts,
+	"$COMPLETED", string(protocol.RunCompleted),
+	"$FAILED", string(protocol.RunFailed),
+	"$WORKER_STATE", protocol.StatusFieldState,
+	"$WORKER_REQUEST", protocol.StatusFieldRequestID,
+	"$BUSY", string(protocol.WorkerBusy),
+	"$SESSION_WORKER_EXPIRES_MS", protocol.SessionFieldWorkerExpiresMS,
+	"$SESSION_WORKER_EXPIRES", protocol.SessionFieldWorkerExpires,
+	"$SESSION_WORKER", protocol.SessionFieldWorkerID,
+)
+
+func script(src string) *redis.Script { return redis.NewScript(names.Replace(src)) }
+
+func formatInt(n int64) string { return strconv.FormatInt(n, 10) }

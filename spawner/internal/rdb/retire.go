@@ -1,0 +1,90 @@
+package rdb
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// Retirement: a worker leaves Workers for Retiring (leased) in one step,
+// so exactly one caller retires it and nothing judges it meanwhile; the
+// retirement ends with its removal from Retiring. A retirement whose
+// lease ran out (its manager died) is taken over and done again: each of
+// its steps is idempotent.
+
+// beginRetireScript: KEYS workers, retiring, status; ARGV id, lease
+// expiry ms, now ms, reason, now (RFC 3339). Returns 1 when the worker
+// left Workers now, 2 when an expired retirement was taken over, 0 when
+// the worker is retired or being retired by someone else.
+var beginRetireScript = script(`
+if redis.call('SREM', KEYS[1], ARGV[1]) == 1 then
+  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+  redis.call('HSET', KEYS[3], '` + protocol.StatusFieldRetireReason + `', ARGV[4], '` + protocol.StatusFieldRetiredAt + `', ARGV[5])
+  return 1
+end
+local exp = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if exp and tonumber(exp) <= tonumber(ARGV[3]) then
+  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+  return 2
+end
+return 0
+`)
+
+// BeginRetire takes a worker out of Workers into Retiring; it reports
+// whether the caller now owns the retirement and whether it takes over
+// one that a dead manager began.
+func (r *RDB) BeginRetire(ctx context.Context, id, reason string, now time.Time, lease time.Duration) (owns, takeover bool, err error) {
+	n, err := beginRetireScript.Run(ctx, r.C, []string{r.Keys.Workers(), r.Keys.Retiring(), r.Keys.Status(id)},
+		id, ms(now.Add(lease)), ms(now), reason, protocol.FormatTime(now)).Int()
+	return n > 0, n == 2, err
+}
+
+// RenewRetire extends a retirement's lease.
+func (r *RDB) RenewRetire(ctx context.Context, id string, now time.Time, lease time.Duration) error {
+	return r.C.ZAddXX(ctx, r.Keys.Retiring(), redis.Z{Score: float64(ms(now.Add(lease))), Member: id}).Err()
+}
+
+// StaleRetirements returns the retirements whose lease ran out.
+func (r *RDB) StaleRetirements(ctx context.Context, now time.Time) ([]string, error) {
+	return r.C.ZRangeByScore(ctx, r.Keys.Retiring(), &redis.ZRangeBy{Min: "-inf", Max: itoa(ms(now))}).Result()
+}
+
+// releaseHoldScript: KEYS session hash; ARGV worker id. A project's
+// session stops naming a retired worker as its holder.
+var releaseHoldScript = script(`
+if redis.call('HGET', KEYS[1], '$SESSION_WORKER') == ARGV[1] then
+  redis.call('HDEL', KEYS[1], '$SESSION_WORKER', '$SESSION_WORKER_EXPIRES', '$SESSION_WORKER_EXPIRES_MS')
+  return 1
+end
+return 0
+`)
+
+// EndRetire finishes a retirement: the project session hold of the worker
+// is released, its keys expire after the retention (its status hash,
+// heartbeat, and for a long-lived worker its input and output streams),
+// and it leaves Retiring.
+func (r *RDB) EndRetire(ctx context.Context, id string, kind protocol.Kind, agent protocol.AgentType, project string) error {
+	k := r.Keys
+	if project != "" && agent != "" {
+		if err := releaseHoldScript.Run(ctx, r.C, []string{k.Session(agent, project)}, id).Err(); err != nil {
+			return err
+		}
+	}
+	pipe := r.C.TxPipeline()
+	keys := []string{k.Status(id), k.UsageWorker(id)}
+	if kind != protocol.KindDeveloper {
+		keys = append(keys, k.Input(id), k.Output(id))
+	}
+	for _, key := range keys {
+		pipe.Expire(ctx, key, r.Retention)
+	}
+	pipe.Del(ctx, k.Heartbeat(id))
+	pipe.ZRem(ctx, k.Retiring(), id)
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+func itoa(n int64) string { return formatInt(n) }

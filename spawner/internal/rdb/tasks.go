@@ -1,0 +1,219 @@
+package rdb
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// Busy says why a worker may not be paused ("" when it may): its status
+// says a task is in flight, it holds an entry it read and did not
+// acknowledge, or its input holds an entry its group has not delivered.
+type Busy string
+
+// Reasons a worker is busy.
+const (
+	NotBusy     Busy = ""
+	BusyTask    Busy = "task_in_flight"
+	BusyHeld    Busy = "task_held"
+	BusyWaiting Busy = "task_waiting"
+)
+
+// busyScript: KEYS status hash, input stream; ARGV group, consumer.
+// One read of everything that says a task is in flight, atomic with the
+// entries' delivery, so that no task can slip between the checks.
+var busyScript = script(`
+local function less(a, b)
+  local am, as = string.match(a, '(%d+)-(%d+)')
+  local bm, bs = string.match(b, '(%d+)-(%d+)')
+  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
+  if am ~= bm then return am < bm end
+  return as < bs
+end
+local h = redis.call('HMGET', KEYS[1], '$WORKER_STATE', '$WORKER_REQUEST')
+if h[1] == '$BUSY' or (h[2] and h[2] ~= '') then return 'task_in_flight' end
+if redis.call('EXISTS', KEYS[2]) == 0 then return '' end
+local ok, p = pcall(redis.call, 'XPENDING', KEYS[2], ARGV[1], '-', '+', 1, ARGV[2])
+if ok and #p > 0 then return 'task_held' end
+local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+if #last == 0 then return '' end
+local ok2, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[2])
+if not ok2 then return '' end
+for _, g in ipairs(groups) do
+  local name, delivered
+  for i = 1, #g, 2 do
+    if g[i] == 'name' then name = g[i+1] end
+    if g[i] == 'last-delivered-id' then delivered = g[i+1] end
+  end
+  if name == ARGV[1] then
+    if less(delivered, last[1][1]) then return 'task_waiting' end
+    return ''
+  end
+end
+return 'task_waiting'
+`)
+
+// Busy reports whether a worker has a task in flight or waiting. input
+// and group are its input stream and consumer group; the consumer is its
+// id.
+func (r *RDB) Busy(ctx context.Context, id, input, group string) (Busy, error) {
+	s, err := busyScript.Run(ctx, r.C, []string{r.Keys.Status(id), input}, group, id).Text()
+	return Busy(s), err
+}
+
+// Entry is a stream entry with its task (ok false when it does not decode
+// as one).
+type Entry struct {
+	Msg  redis.XMessage
+	Task protocol.Task
+	OK   bool
+}
+
+func decode(m redis.XMessage) Entry {
+	data, _ := protocol.EntryData(m.Values)
+	t, err := protocol.DecodeTask(data)
+	return Entry{Msg: m, Task: t, OK: err == nil}
+}
+
+// Held returns the entries (up to 1000) consumer holds pending on stream
+// in group, oldest first.
+func (r *RDB) Held(ctx context.Context, stream, group, consumer string) ([]Entry, error) {
+	pend, err := r.C.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: group, Start: "-", End: "+", Count: 1000, Consumer: consumer}).Result()
+	if noGroup(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []Entry
+	for _, p := range pend {
+		msgs, err := r.C.XRangeN(ctx, stream, p.ID, p.ID, 1).Result()
+		if err != nil {
+			return nil, err
+		}
+		if len(msgs) == 0 {
+			// Deleted or trimmed: nothing left to answer; acknowledge.
+			r.C.XAck(ctx, stream, group, p.ID)
+			continue
+		}
+		out = append(out, decode(msgs[0]))
+	}
+	return out, nil
+}
+
+// Waiting returns the entries of stream that group has not delivered yet.
+func (r *RDB) Waiting(ctx context.Context, stream, group string) ([]Entry, error) {
+	last := "0-0"
+	groups, err := r.C.XInfoGroups(ctx, stream).Result()
+	if err != nil && !noGroup(err) {
+		return nil, err
+	}
+	for _, g := range groups {
+		if g.Name == group {
+			last = g.LastDeliveredID
+		}
+	}
+	msgs, err := r.C.XRange(ctx, stream, "("+last, "+").Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Entry, len(msgs))
+	for i, m := range msgs {
+		out[i] = decode(m)
+	}
+	return out, nil
+}
+
+// noGroup reports whether err says the stream or its group does not
+// exist: nothing was ever delivered there.
+func noGroup(err error) bool {
+	return err != nil && (strings.HasPrefix(err.Error(), "NOGROUP") || err.Error() == "ERR no such key")
+}
+
+// answerScript publishes a failed output for a task and marks its run
+// failed, unless the run is already terminal (its worker answered it, or
+// a first run of this script did); it acknowledges the entry and sets
+// the run hash's expiry. KEYS run hash, output stream, input stream;
+// ARGV group, entry id ("" for none), output doc, run error, now,
+// retention seconds, maxlen.
+var answerScript = script(`
+if ARGV[2] ~= '' then redis.call('XACK', KEYS[3], ARGV[1], ARGV[2]) end
+local st = redis.call('HGET', KEYS[1], '$RUN_STATUS')
+if st == '$COMPLETED' or st == '$FAILED' then return 0 end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[7], '*', '$DATA', ARGV[3])
+redis.call('HSET', KEYS[1], '$RUN_STATUS', '$FAILED', '$RUN_ERROR', ARGV[4], '$RUN_FINISHED_AT', ARGV[5], '$RUN_UPDATED_AT', ARGV[5])
+redis.call('EXPIRE', KEYS[1], ARGV[6])
+return 1
+`)
+
+// Answer publishes o (a failed output) for the task of entry on input
+// (entryID "" when the task has no pending entry) unless its run is
+// already terminal, and reports whether it published.
+func (r *RDB) Answer(ctx context.Context, o protocol.Output, output, input, group, entryID string, now time.Time) (bool, error) {
+	doc, err := o.Encode()
+	if err != nil {
+		return false, err
+	}
+	msg := ""
+	if o.Error != nil {
+		msg = string(o.Error.Code) + ": " + o.Error.Message
+	}
+	n, err := answerScript.Run(ctx, r.C, []string{r.Keys.Run(o.RequestID), output, input}, group, entryID, string(doc), msg,
+		protocol.FormatTime(now), int64(r.Retention.Seconds()), r.StreamMaxLen).Int()
+	return n == 1, err
+}
+
+// requeueScript hands a developer task to another worker: the entry is
+// added again to the queue and the held one acknowledged, unless the run
+// finished meanwhile or the entry is no longer held (a first run of this
+// script moved it). KEYS run hash, input stream; ARGV group, entry id,
+// task document, consumer. Returns the run's attempts after it, or 0.
+var requeueScript = script(`
+local p = redis.call('XPENDING', KEYS[2], ARGV[1], ARGV[2], ARGV[2], 1)
+if #p == 0 then return 0 end
+local st = redis.call('HGET', KEYS[1], '$RUN_STATUS')
+redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
+if st == '$COMPLETED' or st == '$FAILED' then return 0 end
+local n = redis.call('HINCRBY', KEYS[1], '$RUN_ATTEMPTS', 1)
+redis.call('XADD', KEYS[2], '*', '$DATA', ARGV[3])
+return n
+`)
+
+// Requeue hands the held developer task of entry back to the queue; it
+// returns the run's count of extra deliveries, or 0 when nothing moved.
+func (r *RDB) Requeue(ctx context.Context, requestID, input, group string, e redis.XMessage) (int, error) {
+	data, _ := protocol.EntryData(e.Values)
+	return requeueScript.Run(ctx, r.C, []string{r.Keys.Run(requestID), input}, group, e.ID, string(data)).Int()
+}
+
+// Attempts returns how many times a run was handed to another worker.
+func (r *RDB) Attempts(ctx context.Context, requestID string) (int, error) {
+	n, err := r.C.HGet(ctx, r.Keys.Run(requestID), protocol.RunFieldAttempts).Int()
+	if Nil(err) {
+		return 0, nil
+	}
+	return n, err
+}
+
+// moveScript moves an entry from one stream to another unless it is gone
+// from the first already (a first run moved it). KEYS from, to; ARGV id,
+// data, group to acknowledge in ("" for none).
+var moveScript = script(`
+if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then return 0 end
+redis.call('XADD', KEYS[2], '*', '$DATA', ARGV[2])
+if ARGV[3] ~= '' then redis.call('XACK', KEYS[1], ARGV[3], ARGV[1]) end
+redis.call('XDEL', KEYS[1], ARGV[1])
+return 1
+`)
+
+// Move moves entry m from one stream to another (acknowledging it in
+// ackGroup first when given), at most once.
+func (r *RDB) Move(ctx context.Context, from, to string, m redis.XMessage, ackGroup string) (bool, error) {
+	data, _ := protocol.EntryData(m.Values)
+	n, err := moveScript.Run(ctx, r.C, []string{from, to}, m.ID, string(data), ackGroup).Int()
+	return n == 1, err
+}

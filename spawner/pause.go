@@ -1,0 +1,111 @@
+package spawner
+
+import (
+	"context"
+
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
+)
+
+// Pause freezes a worker's container (CPU 0, memory kept). Every pause
+// (a command, the wrapper's request, the idle timeout) goes through here:
+// a worker with a task in flight, held or waiting is never paused
+// (WORKER_BUSY). The check is one atomic read of the worker's status and
+// its input's delivery state, made again once the container is frozen: a
+// task read between the two wakes it at once, so a paused worker never
+// keeps a task in flight.
+func (s *Spawner) Pause(ctx context.Context, id string) error {
+	c, err := s.find(ctx, id)
+	if err != nil {
+		return err
+	}
+	if c.State != nil && c.State.Paused {
+		return nil
+	}
+	if c.State == nil || !c.State.Running {
+		return errorf(protocol.CodeNotFound, "worker %s is not running", id)
+	}
+	busy, err := s.busy(ctx, id)
+	if err != nil {
+		return err
+	}
+	if busy != rdb.NotBusy {
+		return errorf(protocol.CodeWorkerBusy, "worker %s is busy (%s): not paused", id, busy)
+	}
+	if err := s.docker.ContainerPause(ctx, c.ID); err != nil {
+		// Another pauser may have won the race: paused all the same.
+		if st := s.stateNow(ctx, id); st != nil && st.Paused {
+			return nil
+		}
+		return engineError(err, "pause worker %s", id)
+	}
+	if busy, err := s.busy(ctx, id); err != nil || busy != rdb.NotBusy {
+		// A task arrived between the check and the freeze (or the check
+		// cannot be made): thaw it.
+		if err := s.docker.ContainerUnpause(context.WithoutCancel(ctx), c.ID); err != nil {
+			s.log.Warn("thaw a worker paused with a task", "worker_id", id, "err", err)
+		}
+		if err != nil {
+			return err
+		}
+		return errorf(protocol.CodeWorkerBusy, "worker %s became busy (%s) as it was paused: woken again", id, busy)
+	}
+	s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerPaused),
+		protocol.StatusFieldState: string(protocol.WorkerPaused)})
+	s.lifecycle(ctx, id, protocol.EventPaused, nil)
+	return nil
+}
+
+// busy says whether a worker has a task in flight, held or waiting.
+func (s *Spawner) busy(ctx context.Context, id string) (rdb.Busy, error) {
+	kind, _ := s.rdb.StatusField(ctx, id, protocol.StatusFieldKind)
+	_, input, group := s.inputOf(id, protocol.Kind(kind))
+	b, err := s.rdb.Busy(ctx, id, input, group)
+	if err != nil {
+		return b, redisError(err, "is %s busy", id)
+	}
+	return b, nil
+}
+
+// inputOf returns a worker's kind (long-lived when its hash says none),
+// its input stream and that stream's consumer group.
+func (s *Spawner) inputOf(id string, kind protocol.Kind) (protocol.Kind, string, string) {
+	if kind == "" {
+		kind = protocol.KindLongLived
+	}
+	return kind, s.keys.InputFor(kind, id), protocol.GroupFor(kind)
+}
+
+// stateNow inspects a worker again, after the engine refused a pause or
+// an unpause that another caller may have done first (nil: unknown).
+func (s *Spawner) stateNow(ctx context.Context, id string) *container.State {
+	c, err := s.find(ctx, id)
+	if err != nil {
+		return nil
+	}
+	return c.State
+}
+
+// Unpause wakes a paused worker.
+func (s *Spawner) Unpause(ctx context.Context, id string) error {
+	c, err := s.find(ctx, id)
+	if err != nil {
+		return err
+	}
+	if c.State == nil || !c.State.Paused {
+		return nil
+	}
+	if err := s.docker.ContainerUnpause(ctx, c.ID); err != nil {
+		// The input monitor may have woken it first.
+		if st := s.stateNow(ctx, id); st != nil && !st.Paused {
+			return nil
+		}
+		return engineError(err, "unpause worker %s", id)
+	}
+	s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerRunning),
+		protocol.StatusFieldState: string(protocol.WorkerIdle)})
+	s.lifecycle(ctx, id, protocol.EventUnpaused, nil)
+	return nil
+}

@@ -1,0 +1,69 @@
+package spawner
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// replace makes a worker of a dead long-lived worker's spec and moves the
+// tasks still waiting on the old input to it. A worker that keeps dying
+// before it completes a task is replaced at most MaxReplacements times in
+// a row, each after ReplaceBackoff doubled; then its spec is marked failed
+// (a replace_failed event, code REPLACE_LIMIT) and "" is returned: the
+// caller answers the waiting tasks. The replacement's command id makes a
+// second attempt (a takeover of this retirement) find it instead of
+// making another.
+func (s *Spawner) replace(ctx context.Context, oldID string, h map[string]string) (string, int, error) {
+	var spec protocol.WorkerSpec
+	if err := json.Unmarshal([]byte(h[protocol.StatusFieldSpec]), &spec); err != nil {
+		s.log.Warn("replace a dead worker: unreadable spec", "worker_id", oldID, "err", err)
+		s.lifecycle(ctx, oldID, protocol.EventReplaceFailed, map[string]any{"code": protocol.CodeInternalError, "error": err.Error()})
+		return "", 0, nil
+	}
+	// A worker that completed a task proved its spec: the count restarts.
+	chain := atoi(h[protocol.StatusFieldReplacements])
+	if atoi(h[protocol.StatusFieldTasksDone]) > 0 {
+		chain = 0
+	}
+	if chain >= s.cfg.MaxReplacements {
+		s.log.Warn("a worker that keeps dying is not replaced again", "worker_id", oldID, "replacements", chain)
+		s.lifecycle(ctx, oldID, protocol.EventReplaceFailed, map[string]any{"code": protocol.CodeReplaceLimit, "replacements": chain})
+		s.writeStatus(ctx, oldID, map[string]any{protocol.StatusFieldError: string(protocol.CodeReplaceLimit) + ": died before completing a task after " + itoa(chain) + " replacements"})
+		return "", 0, nil
+	}
+	wait := s.cfg.ReplaceBackoff << chain
+	select {
+	case <-ctx.Done():
+		return "", 0, ctx.Err()
+	case <-time.After(wait):
+	}
+	info, err := s.create(ctx, "replace-"+oldID, spec, true)
+	if err != nil {
+		s.log.Warn("replace a dead worker", "worker_id", oldID, "err", err)
+		s.lifecycle(ctx, oldID, protocol.EventReplaceFailed, map[string]any{"code": ProtocolError(err).Code, "error": err.Error()})
+		return "", 0, nil
+	}
+	s.writeStatus(ctx, oldID, map[string]any{protocol.StatusFieldReplacedBy: info.WorkerID})
+	s.writeStatus(ctx, info.WorkerID, map[string]any{protocol.StatusFieldReplaces: oldID, protocol.StatusFieldReplacements: chain + 1})
+	moved := 0
+	waiting, err := s.rdb.Waiting(ctx, s.keys.Input(oldID), protocol.WorkerGroup)
+	if err != nil {
+		return "", 0, redisError(err, "tasks waiting for %s", oldID)
+	}
+	for _, e := range waiting {
+		ok, err := s.rdb.Move(ctx, s.keys.Input(oldID), s.keys.Input(info.WorkerID), e.Msg, "")
+		if err != nil {
+			return "", moved, redisError(err, "move a task of %s", oldID)
+		}
+		if ok {
+			moved++
+		}
+	}
+	s.log.Info("dead worker replaced", "worker_id", oldID, "replacement", info.WorkerID, "tasks_moved", moved, "after", wait.String())
+	return info.WorkerID, moved, nil
+}
+
+func itoa(n int) string { return formatInt(int64(n)) }

@@ -1,0 +1,276 @@
+package spawner
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/errdefs"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
+)
+
+// MaxAttempts is how many workers a developer-queue task is handed to
+// before it fails for good.
+const MaxAttempts = 3
+
+// retirement is why and how a worker is retired.
+type retirement struct {
+	reason   string // deleted, evicted, pause_timeout, died, dead, gone, stuck
+	graceful bool   // SIGTERM and the stop timeout (the wrapper finishes its task) rather than a kill
+	// code and msg answer the tasks the worker leaves unanswered.
+	code protocol.Code
+	msg  string
+	// died: the container ended on its own (exit code, OOM) or was found
+	// dead; a "died" event is published and the worker's state is failed.
+	died     bool
+	exitCode int
+	oom      bool
+	replace  bool // a long-lived worker with a spec gets a replacement (REPLACE_DEAD_WORKERS)
+}
+
+// retire is the one path by which a worker ends, whatever the cause
+// (delete, death, eviction, pause timeout, reconciliation). In order:
+//  1. it leaves the workers set for the retiring set, atomically, under a
+//     lease: exactly one caller retires it, and nothing judges, pauses or
+//     replaces it from then on;
+//  2. its container is stopped (graceful) or killed, and removed;
+//  3. every task it held or had not read is answered once (a developer
+//     task goes back to the queue, up to MaxAttempts), or moved to its
+//     replacement;
+//  4. its project's session hold is released, its keys expire after the
+//     retention, and it leaves the retiring set.
+//
+// A manager that dies in the middle leaves the retirement leased; the
+// leader takes it over when the lease runs out and does every step again
+// (each is idempotent). retire reports whether this call retired it.
+func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, error) {
+	owns, takeover, err := s.rdb.BeginRetire(ctx, id, r.reason, s.now(), s.cfg.LeaseTTL)
+	if err != nil {
+		return false, redisError(err, "retire %s", id)
+	}
+	if !owns {
+		return false, nil
+	}
+	// The retirement may outlive the caller's context (a command's reply
+	// timeout): it runs to its end, bounded by the stop timeout.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StopTimeout+time.Minute)
+	defer cancel()
+	stop := s.keepRetiring(ctx, id)
+	defer stop()
+	if takeover {
+		s.log.Warn("taking over a retirement whose manager died", "worker_id", id, "reason", r.reason)
+	}
+	h, err := s.rdb.Status(ctx, id)
+	if err != nil {
+		return true, redisError(err, "status of %s", id)
+	}
+	if err := s.removeContainer(ctx, id, r.graceful); err != nil {
+		return true, err // the retirement stays leased: the leader finishes it
+	}
+	state, container := protocol.WorkerStopped, protocol.ContainerStopped
+	fields := map[string]any{}
+	if r.died {
+		state, container = protocol.WorkerFailed, protocol.ContainerFailed
+		fields[protocol.StatusFieldExitCode] = r.exitCode
+		fields[protocol.StatusFieldError] = string(r.code) + ": " + r.msg
+		s.lifecycle(ctx, id, protocol.EventDied, map[string]any{"exit_code": r.exitCode, "oom": r.oom, "code": r.code})
+		s.log.Warn("worker died", "worker_id", id, "exit_code", r.exitCode, "oom", r.oom, "code", r.code, "request_id", h[protocol.StatusFieldRequestID])
+	}
+	fields[protocol.StatusFieldState], fields[protocol.StatusFieldContainer] = string(state), string(container)
+	s.writeStatus(ctx, id, fields)
+
+	kind, input, group := s.inputOf(id, protocol.Kind(h[protocol.StatusFieldKind]))
+	replacing := r.replace && s.cfg.ReplaceDead && kind == protocol.KindLongLived && h[protocol.StatusFieldSpec] != ""
+	if err := s.answerHeld(ctx, id, h, kind, input, group, r, replacing); err != nil {
+		return true, err
+	}
+	detail := map[string]any{"reason": r.reason}
+	if replacing {
+		newID, moved, err := s.replace(ctx, id, h)
+		if err != nil {
+			return true, err
+		}
+		if newID != "" {
+			detail["replaced_by"], detail["tasks_moved"] = newID, moved
+		} else {
+			replacing = false
+		}
+	}
+	if kind == protocol.KindLongLived && !replacing {
+		if err := s.answerWaiting(ctx, id, h, input, group, r); err != nil {
+			return true, err
+		}
+	}
+	s.lifecycle(ctx, id, protocol.EventRemoved, detail)
+	if err := s.rdb.EndRetire(ctx, id, kind, protocol.AgentType(h[protocol.StatusFieldAgentType]), h[protocol.StatusFieldProjectID]); err != nil {
+		return true, redisError(err, "end retirement of %s", id)
+	}
+	s.log.Info("worker retired", "worker_id", id, "reason", r.reason)
+	return true, nil
+}
+
+// keepRetiring renews a retirement's lease until the returned stop.
+func (s *Spawner) keepRetiring(ctx context.Context, id string) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(s.cfg.LeaseTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_ = s.rdb.RenewRetire(ctx, id, s.now(), s.cfg.LeaseTTL)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// removeContainer stops (graceful: SIGTERM, then the stop timeout) or
+// kills a worker's container and removes it; a container already gone is
+// no error.
+func (s *Spawner) removeContainer(ctx context.Context, id string, graceful bool) error {
+	c, err := s.find(ctx, id)
+	if IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if graceful && c.State != nil && c.State.Running {
+		if c.State.Paused {
+			// A paused process cannot take SIGTERM: wake it first.
+			_ = s.docker.ContainerUnpause(ctx, c.ID)
+		}
+		timeout := int(s.cfg.StopTimeout.Seconds())
+		// Stopping may take the whole stop timeout: a context of its own.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StopTimeout+15*time.Second)
+		defer cancel()
+		if err := s.docker.ContainerStop(sctx, c.ID, container.StopOptions{Timeout: &timeout}); err != nil && !errdefs.IsNotFound(err) {
+			return engineError(err, "stop worker %s", id)
+		}
+	}
+	if err := s.docker.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) && !s.goneSoon(ctx, c.ID) {
+		return engineError(err, "remove worker %s", id)
+	}
+	return nil
+}
+
+// goneSoon waits (up to 10 s) for a container that someone else is
+// removing ("removal already in progress"), and says whether it went.
+func (s *Spawner) goneSoon(ctx context.Context, containerID string) bool {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if _, err := s.docker.ContainerInspect(ctx, containerID); errdefs.IsNotFound(err) {
+			return true
+		}
+	}
+	return false
+}
+
+// answerHeld answers the tasks a retired worker held: the one its status
+// names and every entry delivered to it and never acknowledged. A
+// retryable developer task goes back to the queue; with a replacement
+// coming, a long-lived worker's held tasks other than the one in flight
+// are put back on its input, unread, for the replacement.
+func (s *Spawner) answerHeld(ctx context.Context, id string, h map[string]string, kind protocol.Kind, input, group string, r retirement, replacing bool) error {
+	held, err := s.rdb.Held(ctx, input, group, id)
+	if err != nil {
+		return redisError(err, "tasks held by %s", id)
+	}
+	inFlight := h[protocol.StatusFieldRequestID]
+	answeredInFlight := false
+	for _, e := range held {
+		if !e.OK {
+			// Not a task: nothing to answer, but never left pending.
+			_ = s.rdb.Ack(ctx, input, group, e.Msg.ID)
+			continue
+		}
+		isInFlight := e.Task.RequestID == inFlight
+		answeredInFlight = answeredInFlight || isInFlight
+		if replacing && !isInFlight {
+			if _, err := s.rdb.Move(ctx, input, input, e.Msg, group); err != nil {
+				return redisError(err, "put back a task of %s", id)
+			}
+			continue
+		}
+		if err := s.answer(ctx, id, h, kind, input, group, e, isInFlight, r); err != nil {
+			return err
+		}
+	}
+	if inFlight != "" && !answeredInFlight {
+		// Its entry is gone (acknowledged): answer the run all the same
+		// unless it is terminal.
+		e := rdb.Entry{Task: protocol.Task{RequestID: inFlight, TaskID: h[protocol.StatusFieldTaskID]}, OK: true}
+		return s.answer(ctx, id, h, kind, input, group, e, true, r)
+	}
+	return nil
+}
+
+// answerWaiting answers the tasks on a retired long-lived worker's input
+// that it never read.
+func (s *Spawner) answerWaiting(ctx context.Context, id string, h map[string]string, input, group string, r retirement) error {
+	waiting, err := s.rdb.Waiting(ctx, input, group)
+	if err != nil {
+		return redisError(err, "tasks waiting for %s", id)
+	}
+	for _, e := range waiting {
+		if !e.OK {
+			continue
+		}
+		if err := s.answer(ctx, id, h, protocol.KindLongLived, input, group, e, false, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// answer answers one task of a retired worker: a retryable developer task
+// with its entry held goes back to the queue (up to MaxAttempts), any
+// other gets a failed Output, unless its run is already terminal.
+func (s *Spawner) answer(ctx context.Context, id string, h map[string]string, kind protocol.Kind, input, group string, e rdb.Entry, inFlight bool, r retirement) error {
+	t := e.Task
+	code, msg := r.code, r.msg
+	if !inFlight && !r.died {
+		code, msg = protocol.CodeTerminated, fmt.Sprintf("the worker was %s before it ran this task", r.reason)
+	}
+	attempts, err := s.rdb.Attempts(ctx, t.RequestID)
+	if err != nil {
+		return redisError(err, "attempts of %s", t.RequestID)
+	}
+	if kind == protocol.KindDeveloper && e.Msg.ID != "" && code.Retryable() && attempts+1 < MaxAttempts {
+		n, err := s.rdb.Requeue(ctx, t.RequestID, input, group, e.Msg)
+		if err != nil {
+			return redisError(err, "requeue %s", t.RequestID)
+		}
+		if n > 0 {
+			s.log.Info("developer task handed to another worker", "request_id", t.RequestID, "attempt", n+1, "code", code)
+		}
+		return nil
+	}
+	o := protocol.Output{RequestID: t.RequestID, TaskID: t.TaskID, ProjectID: t.Project(), WorkerID: id,
+		AgentType: protocol.AgentType(h[protocol.StatusFieldAgentType]), Status: protocol.StatusFailed,
+		Error: protocol.NewError(code, "%s", msg), Attempt: attempts + 1, Timestamp: s.now()}
+	if inFlight {
+		o.ProjectID = h[protocol.StatusFieldProjectID]
+		if started, err := protocol.ParseTime(h[protocol.StatusFieldTaskStarted]); err == nil && !started.IsZero() {
+			o.DurationMS = s.now().Sub(started).Milliseconds()
+		}
+	}
+	if !o.AgentType.Valid() {
+		o.AgentType = ""
+	}
+	out := s.keys.OutputFor(kind, id)
+	if inFlight && h[protocol.StatusFieldOutputStream] != "" {
+		out = h[protocol.StatusFieldOutputStream]
+	}
+	if _, err := s.rdb.Answer(ctx, o, out, input, group, e.Msg.ID, s.now()); err != nil {
+		return redisError(err, "answer %s", t.RequestID)
+	}
+	return nil
+}

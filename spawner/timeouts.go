@@ -1,0 +1,54 @@
+package spawner
+
+import (
+	"context"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// Timeouts pauses a worker idle longer than IdleTimeout (through Pause,
+// so never one with a task) and retires one paused longer than
+// PauseTimeout. It runs on the leader.
+type Timeouts struct {
+	job
+	s *Spawner
+}
+
+// Start checks until Stop.
+func (t *Timeouts) Start(ctx context.Context) { t.start(ctx, t.run) }
+
+func (t *Timeouts) run(ctx context.Context) {
+	s := t.s
+	every(ctx, max(s.cfg.HeartbeatInterval/4, 100*time.Millisecond), func(ctx context.Context) {
+		_ = s.eachWorker(ctx, t.check)
+	})
+}
+
+func (t *Timeouts) check(ctx context.Context, id string) {
+	s := t.s
+	h, err := s.rdb.Status(ctx, id)
+	if err != nil || len(h) == 0 {
+		return
+	}
+	updated, err := protocol.ParseTime(h[protocol.StatusFieldUpdatedAt])
+	if err != nil || updated.IsZero() {
+		return
+	}
+	since := s.now().Sub(updated)
+	switch {
+	case h[protocol.StatusFieldContainer] == string(protocol.ContainerPaused) && since > s.cfg.PauseTimeout:
+		s.log.Info("paused past the pause timeout: retiring", "worker_id", id)
+		s.lifecycle(ctx, id, protocol.EventStopping, map[string]any{"reason": "pause_timeout"})
+		if _, err := s.retire(ctx, id, retirement{reason: "pause_timeout", graceful: true, code: protocol.CodeTerminated,
+			msg: "the worker was retired after its pause timeout before it ran this task"}); err != nil {
+			s.log.Warn("retire after the pause timeout", "worker_id", id, "err", err)
+		}
+	case h[protocol.StatusFieldContainer] == string(protocol.ContainerRunning) && h[protocol.StatusFieldState] == string(protocol.WorkerIdle) && since > s.cfg.IdleTimeout:
+		if err := s.Pause(ctx, id); err != nil && !IsBusy(err) && !IsNotFound(err) {
+			s.log.Warn("pause after the idle timeout", "worker_id", id, "err", err)
+		} else if err == nil {
+			s.log.Info("idle past the idle timeout: paused", "worker_id", id)
+		}
+	}
+}
