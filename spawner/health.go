@@ -33,7 +33,7 @@ type Health struct {
 	// Owned by the loop's goroutine.
 	probes  map[string]*healthState
 	judged  map[string]bool // found dead, retirement under way
-	upSince time.Time // since when every read of the loop succeeded; zero while failing
+	upSince time.Time       // since when every read of the loop succeeded; zero while failing
 }
 
 // healthState is one worker's probe record.

@@ -1,0 +1,190 @@
+package spawner
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// The decision logic of the control plane, over the fake engine and a
+// real Redis: fast, no container started.
+
+func TestReconcileDiff(t *testing.T) {
+	u := newUnit(t, nil)
+	ctx := context.Background()
+	old, young := u.now().Add(-time.Hour), u.now()
+	u.d.add("orphan-old", "running", u.labels("orphan-old", old), old)
+	u.d.add("orphan-young", "running", u.labels("orphan-young", young), young)
+	u.rc.ZAdd(ctx, u.keys.Creating(), redisZ(u.now().Add(time.Minute), "being-made"))
+	u.d.add(ContainerName("being-made"), "created", u.labels("being-made", old), old)
+	u.worker(t, "stuck", "created", old) // joined, never started
+	u.worker(t, "fine", "running", old)  // nothing to do
+	u.worker(t, "vanished", "", old)     // member without a container
+	u.task(t, "vanished", "req-vanished", true)
+	u.worker(t, "exited", "exited", old) // died unseen
+
+	rep, err := u.s.Reconcile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OrphansRemoved != 1 || rep.Started != 1 || rep.MissingMarked != 1 || rep.Exited != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+	for name, want := range map[string]bool{"orphan-old": false, "orphan-young": true, ContainerName("being-made"): true,
+		ContainerName("stuck"): true, ContainerName("fine"): true, ContainerName("exited"): false} {
+		if u.d.has(name) != want {
+			t.Errorf("container %s present=%v, want %v", name, !want, want)
+		}
+	}
+	if c, _ := u.d.ContainerInspect(ctx, ContainerName("stuck")); !c.State.Running {
+		t.Error("the stuck worker was not started")
+	}
+	if o, ok := u.outputs(t, "vanished")["req-vanished"]; !ok || o.Error == nil || o.Error.Code != protocol.CodeKilled {
+		t.Errorf("the vanished worker's task: %+v (answered %v)", o, ok)
+	}
+	if ws := u.rc.SMembers(ctx, u.keys.Workers()).Val(); len(ws) != 2 {
+		t.Errorf("workers left %v, want stuck and fine", ws)
+	}
+}
+
+// A retirement whose manager died is finished by the reconciler.
+func TestRetirementTakeover(t *testing.T) {
+	u := newUnit(t, nil)
+	ctx := context.Background()
+	u.worker(t, "w", "running", u.now())
+	u.task(t, "w", "held", true)
+	u.task(t, "w", "waiting", false)
+	// A manager began the retirement and died.
+	if owns, _, _ := u.s.rdb.BeginRetire(ctx, "w", "deleted", u.now(), u.s.cfg.LeaseTTL); !owns {
+		t.Fatal("could not begin")
+	}
+	if n := u.s.finishRetirements(ctx); n != 0 {
+		t.Fatalf("a live retirement was taken over (%d)", n)
+	}
+	u.advance(u.s.cfg.LeaseTTL + time.Second)
+	if n := u.s.finishRetirements(ctx); n != 1 {
+		t.Fatalf("taken over %d retirements, want 1", n)
+	}
+	outs := u.outputs(t, "w")
+	if len(outs) != 2 {
+		t.Fatalf("outputs %v, want held and waiting answered once each", outs)
+	}
+	if u.d.has(ContainerName("w")) {
+		t.Error("container left")
+	}
+	if n := u.rc.ZCard(ctx, u.keys.Retiring()).Val(); n != 0 {
+		t.Error("still retiring")
+	}
+}
+
+// Every pause path refuses a worker with a task in flight, held or
+// waiting, and says why.
+func TestPauseEligibility(t *testing.T) {
+	u := newUnit(t, nil)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		setup func(id string)
+		busy  bool
+	}{
+		{"idle", func(string) {}, false},
+		{"task waiting", func(id string) { u.task(t, id, id+"-r", false) }, true},
+		{"task read", func(id string) { u.task(t, id, id+"-r", true) }, true},
+		{"status busy", func(id string) {
+			u.rc.HSet(ctx, u.keys.Status(id), protocol.StatusFieldState, string(protocol.WorkerBusy))
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := "p-" + tc.name
+			u.worker(t, id, "running", u.now())
+			tc.setup(id)
+			err := u.s.Pause(ctx, id)
+			if tc.busy != IsBusy(err) || (!tc.busy && err != nil) {
+				t.Fatalf("pause: %v", err)
+			}
+			c, _ := u.d.ContainerInspect(ctx, ContainerName(id))
+			if c.State.Paused == tc.busy {
+				t.Errorf("paused=%v", c.State.Paused)
+			}
+			if tc.busy && ProtocolError(err).Code != protocol.CodeWorkerBusy {
+				t.Errorf("code %s", ProtocolError(err).Code)
+			}
+		})
+	}
+}
+
+// Liveness is judged only after the judge has been connected for
+// JudgeAfterIntervals: a worker silent because Redis was away is not
+// killed; one still silent after that is.
+func TestLivenessWaitsForAConnectedJudge(t *testing.T) {
+	u := newUnit(t, func(c *Config) { c.ReplaceDead = false })
+	ctx := context.Background()
+	u.worker(t, "w", "running", u.now().Add(-time.Hour))
+	h := &Health{s: u.s, probes: map[string]*healthState{}, judged: map[string]bool{}}
+	h.upSince = u.now() // connected just now (after an outage)
+	if err := h.check(ctx, "w"); err != nil {
+		t.Fatal(err)
+	}
+	if !u.d.has(ContainerName("w")) || len(h.judged) != 0 {
+		t.Fatal("judged dead right after the judge reconnected")
+	}
+	u.advance(JudgeAfterIntervals * u.s.cfg.HeartbeatInterval)
+	h.check(ctx, "w")
+	if !h.judged["w"] {
+		t.Fatal("a worker silent for the whole judging window was not judged dead")
+	}
+	waitFor(t, func() bool { return !u.d.has(ContainerName("w")) })
+	// A paused worker is never judged.
+	u.worker(t, "p", "paused", u.now().Add(-time.Hour))
+	h.check(ctx, "p")
+	if h.judged["p"] {
+		t.Fatal("a paused worker was judged")
+	}
+}
+
+// A worker that keeps dying before it completes a task is replaced at
+// most MaxReplacements times, then its spec is marked failed.
+func TestReplacementIsCapped(t *testing.T) {
+	u := newUnit(t, func(c *Config) { c.MaxReplacements = 2; c.ReplaceBackoff = time.Millisecond })
+	ctx := context.Background()
+	u.worker(t, "w", "running", u.now())
+	u.rc.HSet(ctx, u.keys.Status("w"), protocol.StatusFieldSpec, `{"agent_type":"claude"}`, protocol.StatusFieldReplacements, 2)
+	u.task(t, "w", "waiting", false)
+	if _, err := u.s.retire(ctx, "w", retirement{reason: "dead", died: true, code: protocol.CodeKilled, msg: "x", replace: true}); err != nil {
+		t.Fatal(err)
+	}
+	if by := u.rc.HGet(ctx, u.keys.Status("w"), protocol.StatusFieldReplacedBy).Val(); by != "" {
+		t.Fatalf("replaced by %s past the cap", by)
+	}
+	if o := u.outputs(t, "w")["waiting"]; o.Error == nil || o.Error.Code != protocol.CodeKilled {
+		t.Fatalf("the waiting task: %+v", o)
+	}
+	if n := countLifecycle(t, u, "w", protocol.EventReplaceFailed); n != 1 {
+		t.Fatalf("%d replace_failed events", n)
+	}
+}
+
+func countLifecycle(t *testing.T, u *unit, id string, ev protocol.Event) int {
+	t.Helper()
+	msgs, _ := u.rc.XRange(context.Background(), u.keys.Lifecycle(), "-", "+").Result()
+	n := 0
+	for _, m := range msgs {
+		data, _ := protocol.EntryData(m.Values)
+		if l, err := protocol.DecodeLifecycle(data); err == nil && l.WorkerID == id && l.Event == ev {
+			n++
+		}
+	}
+	return n
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not met within 5 s")
+}

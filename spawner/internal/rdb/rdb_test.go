@@ -1,0 +1,243 @@
+package rdb
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/protocol/testkit"
+)
+
+func newRDB(t *testing.T) (*RDB, context.Context) {
+	t.Helper()
+	srv := testkit.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { c.Close() })
+	return New(c, protocol.Keys{Prefix: "rdbtest"}), context.Background()
+}
+
+var t0 = time.UnixMilli(1_800_000_000_000)
+
+func TestAdmissionIsFIFOWithinTheLimit(t *testing.T) {
+	r, ctx := newRDB(t)
+	lease := 15 * time.Second
+	// Two slots; three creates queue in order.
+	for i, want := range []bool{true, true, false} {
+		ok, _, _, err := r.Admit(ctx, fmt.Sprintf("c%d", i), t0, lease, 2, false)
+		if err != nil || ok != want {
+			t.Fatalf("create %d admitted=%v err=%v, want %v", i, ok, err, want)
+		}
+	}
+	// A fourth queues behind the third, even once a slot frees: FIFO.
+	if ok, _, pos, _ := r.Admit(ctx, "c3", t0, lease, 2, false); ok || pos != 1 {
+		t.Fatalf("c3 admitted=%v pos=%d", ok, pos)
+	}
+	if ok, _ := r.Join(ctx, "c0"); !ok {
+		t.Fatal("c0 could not join")
+	}
+	r.C.SRem(ctx, r.Keys.Workers(), "c0") // c0 retired: a slot frees
+	if ok, _, _, _ := r.Admit(ctx, "c3", t0, lease, 2, false); ok {
+		t.Fatal("c3 overtook c2")
+	}
+	if ok, _, _, _ := r.Admit(ctx, "c2", t0, lease, 2, false); !ok {
+		t.Fatal("c2 at the head with a free slot was not admitted")
+	}
+	// Admitting again (a retried script) keeps one slot.
+	if ok, used, _, _ := r.Admit(ctx, "c2", t0, lease, 2, false); !ok || used != 2 {
+		t.Fatalf("re-admit: ok=%v used=%d", ok, used)
+	}
+}
+
+// A create whose manager died leaves the queue, and frees its slot, when
+// its lease runs out: no cleanup waits on the dead process.
+func TestAdmissionLeasesRunOut(t *testing.T) {
+	r, ctx := newRDB(t)
+	lease := 15 * time.Second
+	r.Admit(ctx, "admitted-then-dead", t0, lease, 1, false)
+	if ok, _, pos, _ := r.Admit(ctx, "queued-then-dead", t0, lease, 1, false); ok || pos != 0 {
+		t.Fatalf("second create: admitted=%v pos=%d", ok, pos)
+	}
+	r.Admit(ctx, "live", t0, lease, 1, false)
+	later := t0.Add(lease + time.Millisecond)
+	ok, used, _, err := r.Admit(ctx, "live", later, lease, 1, false)
+	if err != nil || !ok || used != 1 {
+		t.Fatalf("after both leases ran out: admitted=%v used=%d err=%v", ok, used, err)
+	}
+	if n := r.C.LLen(ctx, r.Keys.CreationQueue()).Val(); n != 0 {
+		t.Errorf("%d creates left in the queue", n)
+	}
+	// A lost slot lease cannot join.
+	if ok, _ := r.Join(ctx, "admitted-then-dead"); ok {
+		t.Error("a create whose slot lease ran out joined the workers set")
+	}
+	// Renewal keeps a lease; a lost one says so.
+	if ok, _ := r.RenewCreating(ctx, "live", later, lease); !ok {
+		t.Error("renewal of a live slot lease failed")
+	}
+	if ok, _ := r.RenewCreating(ctx, "admitted-then-dead", later, lease); ok {
+		t.Error("renewal of a lost slot lease succeeded")
+	}
+}
+
+func TestReplacementTakesItsPredecessorsSlot(t *testing.T) {
+	r, ctx := newRDB(t)
+	r.Admit(ctx, "a", t0, time.Minute, 1, false)
+	r.Join(ctx, "a")
+	r.BeginRetire(ctx, "a", "dead", t0, time.Minute)
+	if ok, _, _, _ := r.Admit(ctx, "b", t0, time.Minute, 1, false); ok {
+		t.Fatal("a plain create took the retiring worker's slot")
+	}
+	if ok, _, _, _ := r.Admit(ctx, "a-repl", t0, time.Minute, 1, true); !ok {
+		t.Fatal("the replacement was not admitted")
+	}
+}
+
+func TestRetirementHasOneOwnerAndIsTakenOverWhenItsLeaseRunsOut(t *testing.T) {
+	r, ctx := newRDB(t)
+	r.C.SAdd(ctx, r.Keys.Workers(), "w")
+	lease := 15 * time.Second
+	if owns, takeover, _ := r.BeginRetire(ctx, "w", "deleted", t0, lease); !owns || takeover {
+		t.Fatalf("first: owns=%v takeover=%v", owns, takeover)
+	}
+	if owns, _, _ := r.BeginRetire(ctx, "w", "died", t0.Add(time.Second), lease); owns {
+		t.Fatal("a second caller owns a live retirement")
+	}
+	stale, _ := r.StaleRetirements(ctx, t0.Add(lease+time.Millisecond))
+	if len(stale) != 1 || stale[0] != "w" {
+		t.Fatalf("stale retirements %v", stale)
+	}
+	if owns, takeover, _ := r.BeginRetire(ctx, "w", "takeover", t0.Add(lease+time.Millisecond), lease); !owns || !takeover {
+		t.Fatalf("takeover: owns=%v takeover=%v", owns, takeover)
+	}
+	// A session held by the worker is released; the worker leaves Retiring.
+	r.C.HSet(ctx, r.Keys.Session(protocol.AgentClaude, "p"), protocol.SessionFieldWorkerID, "w", protocol.SessionFieldSessionID, "s1")
+	if err := r.EndRetire(ctx, "w", protocol.KindLongLived, protocol.AgentClaude, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if h := r.C.HGetAll(ctx, r.Keys.Session(protocol.AgentClaude, "p")).Val(); h[protocol.SessionFieldWorkerID] != "" || h[protocol.SessionFieldSessionID] != "s1" {
+		t.Errorf("session after retirement %v", h)
+	}
+	if n := r.C.ZCard(ctx, r.Keys.Retiring()).Val(); n != 0 {
+		t.Errorf("%d retirements left", n)
+	}
+	if ttl := r.C.TTL(ctx, r.Keys.Status("w")).Val(); ttl != -2 && (ttl <= 0 || ttl > DefaultRetention) {
+		t.Errorf("status hash TTL %v", ttl)
+	}
+}
+
+func TestBusySeesEveryTaskInFlight(t *testing.T) {
+	r, ctx := newRDB(t)
+	input := r.Keys.Input("w")
+	busy := func() Busy {
+		t.Helper()
+		b, err := r.Busy(ctx, "w", input, protocol.WorkerGroup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if b := busy(); b != NotBusy {
+		t.Fatalf("no stream: %q", b)
+	}
+	r.EnsureGroup(ctx, input, protocol.WorkerGroup)
+	if b := busy(); b != NotBusy {
+		t.Fatalf("empty input: %q", b)
+	}
+	r.C.XAdd(ctx, &redis.XAddArgs{Stream: input, Values: map[string]any{"data": "{}"}})
+	if b := busy(); b != BusyWaiting {
+		t.Fatalf("undelivered task: %q", b)
+	}
+	msgs, _ := r.ReadNew(ctx, input, protocol.WorkerGroup, "w", 1, -1)
+	if b := busy(); b != BusyHeld {
+		t.Fatalf("read, not acknowledged: %q", b)
+	}
+	r.Ack(ctx, input, protocol.WorkerGroup, msgs[0].ID)
+	if b := busy(); b != NotBusy {
+		t.Fatalf("acknowledged: %q", b)
+	}
+	r.C.HSet(ctx, r.Keys.Status("w"), protocol.StatusFieldState, string(protocol.WorkerBusy))
+	if b := busy(); b != BusyTask {
+		t.Fatalf("status busy: %q", b)
+	}
+	r.C.HSet(ctx, r.Keys.Status("w"), protocol.StatusFieldState, string(protocol.WorkerIdle), protocol.StatusFieldRequestID, "r1")
+	if b := busy(); b != BusyTask {
+		t.Fatalf("request in flight: %q", b)
+	}
+	// Developer workers: the shared queue's held entries count per consumer.
+	dev := r.Keys.DeveloperInput()
+	r.EnsureGroup(ctx, dev, protocol.DeveloperGroup)
+	r.C.XAdd(ctx, &redis.XAddArgs{Stream: dev, Values: map[string]any{"data": "{}"}})
+	r.ReadNew(ctx, dev, protocol.DeveloperGroup, "d1", 1, -1)
+	if b, _ := r.Busy(ctx, "d1", dev, protocol.DeveloperGroup); b != BusyHeld {
+		t.Fatalf("developer holding a task: %q", b)
+	}
+	if b, _ := r.Busy(ctx, "d2", dev, protocol.DeveloperGroup); b != NotBusy {
+		t.Fatalf("another developer: %q", b)
+	}
+}
+
+func TestAnswerRequeueAndMoveAreIdempotent(t *testing.T) {
+	r, ctx := newRDB(t)
+	dev := r.Keys.DeveloperInput()
+	r.EnsureGroup(ctx, dev, protocol.DeveloperGroup)
+	doc, _ := protocol.NewTask("r1", "hi").Encode()
+	r.C.XAdd(ctx, &redis.XAddArgs{Stream: dev, Values: protocol.Values(doc)})
+	held, _ := r.ReadNew(ctx, dev, protocol.DeveloperGroup, "d1", 1, -1)
+	for i, want := range []int{1, 0} { // a retry of the same requeue moves nothing
+		n, err := r.Requeue(ctx, "r1", dev, protocol.DeveloperGroup, held[0])
+		if err != nil || n != want {
+			t.Fatalf("requeue %d: n=%d err=%v, want %d", i, n, err, want)
+		}
+	}
+	if n := r.C.XLen(ctx, dev).Val(); n != 2 {
+		t.Fatalf("%d entries on the queue, want the original and one copy", n)
+	}
+	out := r.Keys.DeveloperOutput()
+	o := protocol.Output{RequestID: "r1", WorkerID: "d1", Status: protocol.StatusFailed, Error: protocol.NewError(protocol.CodeKilled, "x"), Timestamp: t0}
+	for i, want := range []bool{true, false} {
+		ok, err := r.Answer(ctx, o, out, dev, protocol.DeveloperGroup, "", t0)
+		if err != nil || ok != want {
+			t.Fatalf("answer %d: %v %v", i, ok, err)
+		}
+	}
+	if n := r.C.XLen(ctx, out).Val(); n != 1 {
+		t.Fatalf("%d outputs, want 1", n)
+	}
+	in, to := r.Keys.Input("a"), r.Keys.Input("b")
+	id := r.C.XAdd(ctx, &redis.XAddArgs{Stream: in, Values: protocol.Values(doc)}).Val()
+	m := redis.XMessage{ID: id, Values: protocol.Values(doc)}
+	for i, want := range []bool{true, false} {
+		ok, err := r.Move(ctx, in, to, m, "")
+		if err != nil || ok != want {
+			t.Fatalf("move %d: %v %v", i, ok, err)
+		}
+	}
+	if a, b := r.C.XLen(ctx, in).Val(), r.C.XLen(ctx, to).Val(); a != 0 || b != 1 {
+		t.Fatalf("after the move: %d and %d entries", a, b)
+	}
+}
+
+func TestLeaseHasOneHolder(t *testing.T) {
+	r, ctx := newRDB(t)
+	if ok, _ := r.TakeLease(ctx, protocol.LeaderLease, "m1", time.Second); !ok {
+		t.Fatal("m1 could not take a free lease")
+	}
+	if ok, _ := r.TakeLease(ctx, protocol.LeaderLease, "m2", time.Second); ok {
+		t.Fatal("m2 took m1's lease")
+	}
+	if ok, _ := r.TakeLease(ctx, protocol.LeaderLease, "m1", time.Second); !ok {
+		t.Fatal("m1 could not renew")
+	}
+	r.ReleaseLease(ctx, protocol.LeaderLease, "m2") // not the holder: no effect
+	if h, _ := r.LeaseHolder(ctx, protocol.LeaderLease); h != "m1" {
+		t.Fatalf("holder %q", h)
+	}
+	r.ReleaseLease(ctx, protocol.LeaderLease, "m1")
+	if ok, _ := r.TakeLease(ctx, protocol.LeaderLease, "m2", time.Second); !ok {
+		t.Fatal("m2 could not take a released lease")
+	}
+}
