@@ -227,6 +227,18 @@ func (r Reply) Validate() error {
 // Encode returns the JSON document of r, with v and type set.
 func (r Reply) Encode() ([]byte, error) {
 	r.V, r.Type = Version, TypeReply
+	if r.Action == ActionList && r.OK {
+		// A list always carries "workers", [] when there are none.
+		type reply Reply
+		workers := r.Workers
+		if workers == nil {
+			workers = []WorkerInfo{}
+		}
+		return encode(struct {
+			reply
+			Workers []WorkerInfo `json:"workers"`
+		}{reply(r), workers})
+	}
 	return encode(r)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // decoders maps a schema file to the Go decoder of its documents.
@@ -177,5 +178,22 @@ func TestEncodeSetsVersionAndType(t *testing.T) {
 	b, _ := Task{V: 9, Type: "x", RequestID: "r", Prompt: "p"}.Encode()
 	if _, err := DecodeTask(b); err != nil {
 		t.Fatalf("Encode kept a wrong header: %v", err)
+	}
+}
+
+func TestListReplyAlwaysCarriesWorkers(t *testing.T) {
+	doc, err := Reply{CommandID: "c1", Action: ActionList, OK: true, Timestamp: time.Now()}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), `"workers":[]`) {
+		t.Fatalf("empty list reply %s", doc)
+	}
+	r, err := DecodeReply(doc)
+	if err != nil || r.Workers == nil || len(r.Workers) != 0 {
+		t.Fatalf("decoded %+v %v", r, err)
+	}
+	if doc, _ := (Reply{CommandID: "c2", Action: ActionStatus, OK: true}).Encode(); strings.Contains(string(doc), "workers") {
+		t.Fatalf("a status reply names workers: %s", doc)
 	}
 }

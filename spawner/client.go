@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
 // Client sends commands to the worker-managers and waits for their
@@ -47,11 +48,12 @@ func (c *Client) Do(ctx context.Context, cmd protocol.Command) (protocol.Reply, 
 	// Read replies after the stream's last entry before the command: "$"
 	// would miss a reply written between the XADD and the first XREAD,
 	// which is how fast a pause is answered.
-	last := "0-0"
-	if msgs, err := c.Redis.XRevRangeN(ctx, stream, "+", "-", 1).Result(); err == nil && len(msgs) == 1 {
-		last = msgs[0].ID
+	r := rdb.New(c.Redis, c.Keys)
+	last, err := r.LastID(ctx, stream)
+	if err != nil {
+		return protocol.Reply{}, fmt.Errorf("spawner: reply stream: %w", err)
 	}
-	if err := c.Redis.XAdd(ctx, &redis.XAddArgs{Stream: c.Keys.Commands(), Values: protocol.Values(doc)}).Err(); err != nil {
+	if err := r.Send(ctx, c.Keys.Commands(), doc); err != nil {
 		return protocol.Reply{}, fmt.Errorf("spawner: send command: %w", err)
 	}
 	timeout := c.Timeout
@@ -60,24 +62,24 @@ func (c *Client) Do(ctx context.Context, cmd protocol.Command) (protocol.Reply, 
 	}
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		res, err := c.Redis.XRead(ctx, &redis.XReadArgs{Streams: []string{stream, last}, Block: time.Second}).Result()
-		if errors.Is(err, redis.Nil) {
-			continue
-		}
+		res, err := r.Read(ctx, []string{stream, last}, time.Second, 0)
 		if err != nil {
 			return protocol.Reply{}, fmt.Errorf("spawner: read reply: %w", err)
+		}
+		if len(res) == 0 {
+			continue
 		}
 		for _, m := range res[0].Messages {
 			last = m.ID
 			data, _ := protocol.EntryData(m.Values)
-			r, err := protocol.DecodeReply(data)
-			if err != nil || r.CommandID != cmd.ID {
+			reply, err := protocol.DecodeReply(data)
+			if err != nil || reply.CommandID != cmd.ID {
 				continue
 			}
-			if !r.OK {
-				return r, &Error{Code: r.Error.Code, Err: errors.New(r.Error.Message)}
+			if !reply.OK {
+				return reply, &Error{Code: reply.Error.Code, Err: errors.New(reply.Error.Message)}
 			}
-			return r, nil
+			return reply, nil
 		}
 	}
 	return protocol.Reply{}, &Error{Code: protocol.CodeUpstreamUnavailable, Err: fmt.Errorf("no reply to %s within %s", cmd.ID, timeout)}

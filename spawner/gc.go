@@ -2,7 +2,6 @@ package spawner
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
 // GCClient is the part of the Docker client the image collector uses.
@@ -95,10 +95,10 @@ func (g *ImageGC) Collect(ctx context.Context) (GCReport, error) {
 				continue
 			}
 			last := time.Unix(img.Created, 0)
-			if score, err := g.Redis.ZScore(lctx, g.Keys.ImagesLastUsed(), tag).Result(); err == nil {
-				last = time.Unix(int64(score), 0)
-			} else if !errors.Is(err, redis.Nil) {
+			if used, err := rdb.New(g.Redis, g.Keys).ImageLastUsed(lctx, tag); err != nil {
 				return rep, fmt.Errorf("spawner: gc: last use of %s: %w", tag, err)
+			} else if !used.IsZero() {
+				last = used
 			}
 			switch {
 			case now.Sub(last) < retention:
@@ -116,7 +116,7 @@ func (g *ImageGC) Collect(ctx context.Context) (GCReport, error) {
 					rep.Removed = rep.Removed[:len(rep.Removed)-1]
 					continue
 				}
-				g.Redis.ZRem(lctx, g.Keys.ImagesLastUsed(), tag)
+				_ = rdb.New(g.Redis, g.Keys).ForgetImage(lctx, tag)
 			}
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
 // ImageClient is the part of the Docker client the image builder uses.
@@ -154,7 +155,7 @@ func (im *Images) touch(ctx context.Context, tag string) {
 	}
 	tctx, cancel := context.WithTimeout(ctx, im.timeout())
 	defer cancel()
-	im.Redis.ZAdd(tctx, im.Keys.ImagesLastUsed(), redis.Z{Score: float64(im.now().Unix()), Member: tag})
+	_ = rdb.New(im.Redis, im.Keys).TouchImage(tctx, tag, im.now())
 }
 
 // build runs one image build. The build has its own context on purpose: a

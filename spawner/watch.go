@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
 // Event is one decoded entry of the worker streams: a lifecycle event, a
@@ -63,6 +64,7 @@ func (w *Watcher) Run(ctx context.Context, fn func(Event)) error {
 	for _, id := range w.Workers {
 		only[id] = true
 	}
+	r := rdb.New(w.Redis, w.Keys)
 	cursor := map[string]string{} // stream → last id read
 	order := []string{}
 	add := func(stream string, fromStart bool) error {
@@ -71,12 +73,9 @@ func (w *Watcher) Run(ctx context.Context, fn func(Event)) error {
 		}
 		last := "0-0"
 		if !fromStart {
-			msgs, err := w.Redis.XRevRangeN(ctx, stream, "+", "-", 1).Result()
-			if err != nil {
+			var err error
+			if last, err = r.LastID(ctx, stream); err != nil {
 				return err
-			}
-			if len(msgs) == 1 {
-				last = msgs[0].ID
 			}
 		}
 		cursor[stream] = last
@@ -87,7 +86,7 @@ func (w *Watcher) Run(ctx context.Context, fn func(Event)) error {
 		ids := w.Workers
 		if len(ids) == 0 {
 			var err error
-			if ids, err = w.Redis.SMembers(ctx, w.Keys.Workers()).Result(); err != nil {
+			if ids, err = r.Workers(ctx); err != nil {
 				return err
 			}
 		}
@@ -128,10 +127,7 @@ func (w *Watcher) Run(ctx context.Context, fn func(Event)) error {
 		for _, s := range order {
 			streams = append(streams, cursor[s])
 		}
-		res, err := w.Redis.XRead(ctx, &redis.XReadArgs{Streams: streams, Block: 200 * time.Millisecond, Count: 100}).Result()
-		if errors.Is(err, redis.Nil) {
-			continue
-		}
+		res, err := r.Read(ctx, streams, 200*time.Millisecond, 100)
 		if err != nil {
 			return ignoreEnd(ctx, err)
 		}

@@ -18,7 +18,7 @@ import (
 
 // RDB is the spawner's view of Redis.
 type RDB struct {
-	C    redis.UniversalClient
+	C    redis.Cmdable
 	Keys protocol.Keys
 	// Retention of what the spawner writes (zero values: the defaults).
 	StreamMaxLen int64         // approximate MAXLEN of the lifecycle stream and reply streams
@@ -34,7 +34,7 @@ const (
 )
 
 // New returns an RDB over c with the default retention.
-func New(c redis.UniversalClient, keys protocol.Keys) *RDB {
+func New(c redis.Cmdable, keys protocol.Keys) *RDB {
 	return &RDB{C: c, Keys: keys, StreamMaxLen: DefaultStreamMaxLen, ReplyTTL: DefaultReplyTTL, Retention: DefaultRetention}
 }
 

@@ -1,0 +1,63 @@
+package rdb
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The calls of the spawner's client side (spawner.Client, spawner.Watcher)
+// and of the image store and its collector.
+
+// LastID returns the id of a stream's last entry ("0-0" when it has none),
+// the point after which a reader sees only what comes next.
+func (r *RDB) LastID(ctx context.Context, stream string) (string, error) {
+	msgs, err := r.C.XRevRangeN(ctx, stream, "+", "-", 1).Result()
+	if err != nil {
+		return "", err
+	}
+	if len(msgs) == 1 {
+		return msgs[0].ID, nil
+	}
+	return "0-0", nil
+}
+
+// Send adds a command (any document) to a stream.
+func (r *RDB) Send(ctx context.Context, stream string, doc []byte) error {
+	return r.xadd(ctx, stream, doc)
+}
+
+// Read reads, after the given ids, the entries of several streams
+// (streams then ids, as XREAD takes them), blocking up to block; nil when
+// none came.
+func (r *RDB) Read(ctx context.Context, streamsThenIDs []string, block time.Duration, count int64) ([]redis.XStream, error) {
+	res, err := r.C.XRead(ctx, &redis.XReadArgs{Streams: streamsThenIDs, Block: block, Count: count}).Result()
+	if Nil(err) {
+		return nil, nil
+	}
+	return res, err
+}
+
+// TouchImage records the use of a worker image now.
+func (r *RDB) TouchImage(ctx context.Context, tag string, now time.Time) error {
+	return r.C.ZAdd(ctx, r.Keys.ImagesLastUsed(), redis.Z{Score: float64(now.Unix()), Member: tag}).Err()
+}
+
+// ImageLastUsed returns when a worker image was last used (zero when never
+// recorded).
+func (r *RDB) ImageLastUsed(ctx context.Context, tag string) (time.Time, error) {
+	score, err := r.C.ZScore(ctx, r.Keys.ImagesLastUsed(), tag).Result()
+	if Nil(err) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.Unix(int64(score), 0), nil
+}
+
+// ForgetImage drops a removed image's record.
+func (r *RDB) ForgetImage(ctx context.Context, tag string) error {
+	return r.C.ZRem(ctx, r.Keys.ImagesLastUsed(), tag).Err()
+}
