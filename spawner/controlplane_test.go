@@ -1,0 +1,155 @@
+package spawner
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/protocol/testkit"
+)
+
+// The control plane's promises on the real engine with the fake agent.
+
+// A pause asked of a worker with a task in flight is refused with
+// WORKER_BUSY, and the task completes.
+func TestPauseCommandOnABusyWorkerIsRefused(t *testing.T) {
+	buildBenchBase(t)
+	f := newFixture(t, func(c *Config) { c.BaseImage = benchBase })
+	c := f.startManager(t)
+	ctx := context.Background()
+	info, err := f.s.Create(ctx, fakeSpec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.send(t, f.keys.Input(info.WorkerID), protocol.Task{RequestID: "busy-1", Prompt: "work fake:sleep-3000"})
+	testkit.Eventually(t, "the task running", 30*time.Second, func() bool {
+		return f.rc.HGet(ctx, f.keys.Status(info.WorkerID), protocol.StatusFieldRequestID).Val() == "busy-1"
+	})
+	_, err = c.Do(ctx, protocol.Command{Action: protocol.ActionPause, WorkerID: info.WorkerID})
+	if !IsBusy(err) {
+		t.Fatalf("pause of a busy worker: %v, want WORKER_BUSY", err)
+	}
+	if o := f.waitOutput(t, f.keys.Output(info.WorkerID), "busy-1", 30*time.Second); o.Status != protocol.StatusComplete {
+		t.Fatalf("the task: %+v", o)
+	}
+}
+
+// SIGTERM (the manager's context ending) answers a create waiting for a
+// slot at once with SHUTTING_DOWN instead of waiting out the queue.
+func TestShutdownAnswersQueuedCreates(t *testing.T) {
+	buildBenchBase(t)
+	f := newFixture(t, func(c *Config) { c.BaseImage = benchBase; c.MaxWorkers = 1; c.CreationTimeout = 5 * time.Minute })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = (&Manager{S: f.s}).Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	c := &Client{Redis: f.rc, Keys: f.keys, Timeout: time.Minute}
+	if _, err := c.Do(context.Background(), protocol.Command{Action: protocol.ActionCreate, Spec: &fakeSpec}); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Do(context.Background(), protocol.Command{Action: protocol.ActionCreate, Spec: &fakeSpec})
+		errc <- err
+	}()
+	testkit.Eventually(t, "the second create queued", 10*time.Second, func() bool {
+		return f.rc.LLen(context.Background(), f.keys.CreationQueue()).Val() == 1
+	})
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-errc:
+		if ProtocolError(err).Code != protocol.CodeShuttingDown {
+			t.Fatalf("queued create answered %v, want SHUTTING_DOWN", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the queued create was not answered within 10 s of the shutdown")
+	}
+	<-done
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the manager took %v to stop", d)
+	}
+	if n := f.rc.LLen(context.Background(), f.keys.CreationQueue()).Val(); n != 0 {
+		t.Errorf("%d creates left in the queue", n)
+	}
+}
+
+// Workers deleted in parallel are never taken for dead ones: no
+// replacement is made, and the workers set ends empty.
+func TestParallelDeletesMakeNoReplacement(t *testing.T) {
+	buildBenchBase(t)
+	f := newFixture(t, func(c *Config) { c.BaseImage = benchBase; c.HeartbeatInterval = time.Second })
+	c := f.startManager(t)
+	ctx := context.Background()
+	ids := make([]string, 6)
+	runConcurrently(t, len(ids), func(i int) error {
+		info, err := f.s.Create(ctx, fakeSpec)
+		ids[i] = info.WorkerID
+		return err
+	})
+	testkit.Eventually(t, "every worker beating", 30*time.Second, func() bool {
+		for _, id := range ids {
+			if f.rc.Exists(ctx, f.keys.Heartbeat(id)).Val() == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(3 * time.Second) // past the judge's connected window
+	runConcurrently(t, len(ids), func(i int) error {
+		_, err := c.Do(ctx, protocol.Command{Action: protocol.ActionDelete, WorkerID: ids[i]})
+		return err
+	})
+	time.Sleep(3 * time.Second) // what a replacement would need to show
+	if ws := f.rc.SMembers(ctx, f.keys.Workers()).Val(); len(ws) != 0 {
+		t.Fatalf("workers after deleting all: %v", ws)
+	}
+	for _, id := range ids {
+		if n := f.countEvents(t, id, protocol.EventDead); n != 0 {
+			t.Errorf("worker %s declared dead %d times", id, n)
+		}
+		if n := f.countEvents(t, id, protocol.EventDied); n != 0 {
+			t.Errorf("worker %s published died %d times on a clean delete", id, n)
+		}
+	}
+	if ws, _ := f.s.List(ctx); len(ws) != 0 {
+		t.Errorf("%d containers left: %v", len(ws), ws)
+	}
+}
+
+// Two managers on one Redis: one holds the leader lease; when it stops,
+// the other takes it within one lease.
+func TestLeaderLeaseMovesToTheSurvivor(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.LeaseTTL = 900 * time.Millisecond })
+	ctx := context.Background()
+	type mgr struct {
+		s      *Spawner
+		cancel context.CancelFunc
+		done   chan struct{}
+	}
+	start := func(id string) *mgr {
+		m := &mgr{s: f.as(id), done: make(chan struct{})}
+		cctx, cancel := context.WithCancel(ctx)
+		m.cancel = cancel
+		go func() { defer close(m.done); _ = (&Manager{S: m.s}).Run(cctx) }()
+		t.Cleanup(func() { cancel(); <-m.done })
+		return m
+	}
+	a := start("manager-a")
+	testkit.Eventually(t, "a leader", 5*time.Second, func() bool {
+		return f.rc.Get(ctx, f.keys.Lease(protocol.LeaderLease)).Val() != ""
+	})
+	b := start("manager-b")
+	holder := f.rc.Get(ctx, f.keys.Lease(protocol.LeaderLease)).Val()
+	if holder != a.s.instance {
+		t.Fatalf("leader %q, want the first manager %q", holder, a.s.instance)
+	}
+	a.cancel()
+	<-a.done
+	stopped := time.Now()
+	testkit.Eventually(t, "the survivor leads", 5*time.Second, func() bool {
+		return f.rc.Get(ctx, f.keys.Lease(protocol.LeaderLease)).Val() == b.s.instance
+	})
+	t.Logf("leadership moved %v after the leader stopped", time.Since(stopped))
+}
