@@ -1,0 +1,36 @@
+package spawner
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/docker/docker/errdefs"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+func TestEngineErrorsAreClassifiedByKind(t *testing.T) {
+	base := errors.New("engine said no")
+	for _, tc := range []struct {
+		name string
+		err  error
+		want protocol.Code
+	}{
+		{"invalid parameter", errdefs.InvalidParameter(base), protocol.CodeInvalidCommand},
+		{"conflict", errdefs.Conflict(base), protocol.CodeConflict},
+		{"not found", errdefs.NotFound(base), protocol.CodeNotFound},
+		{"forbidden", errdefs.Forbidden(base), protocol.CodeForbidden},
+		{"unavailable", errdefs.Unavailable(base), protocol.CodeUpstreamUnavailable},
+		{"anything else", base, protocol.CodeUpstreamUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := engineError(tc.err, "create container of %s", "w1")
+			if err.Code != tc.want {
+				t.Fatalf("code %s, want %s", err.Code, tc.want)
+			}
+			if !errors.Is(err, base) || err.Error() != string(tc.want)+": create container of w1: engine said no" {
+				t.Fatalf("error %q does not wrap the engine's", err)
+			}
+		})
+	}
+}
