@@ -40,11 +40,19 @@ func newCommands(s *Spawner, maxInFlight int) *Commands {
 func (c *Commands) Start(ctx context.Context) { c.start(ctx, c.run) }
 
 // Stop stops reading, makes queued creates give up (SHUTTING_DOWN) and
-// waits for the commands in flight: each is answered and acknowledged.
+// waits for the commands in flight, each answered and acknowledged, for
+// at most the stop timeout: a command still running then (a cold image
+// build) stays pending, and another manager claims it after a lease.
 func (c *Commands) Stop() {
 	c.job.Stop()
 	c.s.BeginShutdown()
-	c.wg.Wait()
+	done := make(chan struct{})
+	go func() { c.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(c.s.cfg.StopTimeout):
+		c.s.log.Warn("commands still in flight at the stop timeout: left to another manager")
+	}
 }
 
 func (c *Commands) run(ctx context.Context) {

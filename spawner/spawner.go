@@ -243,9 +243,15 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 		}
 	}
 	if err := s.docker.ContainerStart(cctx, cid, container.StartOptions{}); err != nil {
-		// Joined but not started: the reconciler starts or retires it,
-		// and the command delivered again finds it.
-		return protocol.WorkerInfo{}, engineError(err, "start container of %s", id)
+		// The engine refused to start it: the create fails, so the
+		// worker goes (had this process died here instead, the
+		// reconciler would start it and the command, claimed by another
+		// manager, would find it).
+		serr := engineError(err, "start container of %s", id)
+		if _, rerr := s.retire(ctx, id, retirement{reason: "stuck", died: true, exitCode: -1, code: serr.Code, msg: serr.Err.Error()}); rerr != nil {
+			s.log.Warn("retire a worker that did not start", "worker_id", id, "err", rerr)
+		}
+		return protocol.WorkerInfo{}, serr
 	}
 	s.writeStatus(cctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerRunning),
 		protocol.StatusFieldContainerID: cid})
