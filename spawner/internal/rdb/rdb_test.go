@@ -241,3 +241,34 @@ func TestLeaseHasOneHolder(t *testing.T) {
 		t.Fatal("m2 could not take a released lease")
 	}
 }
+
+func TestTrimKeepsEveryTaskNotYetDone(t *testing.T) {
+	r, ctx := newRDB(t)
+	in := r.Keys.DeveloperInput()
+	r.EnsureGroup(ctx, in, protocol.DeveloperGroup)
+	for i := 0; i < 5; i++ {
+		r.C.XAdd(ctx, &redis.XAddArgs{Stream: in, Values: map[string]any{"data": "{}"}})
+	}
+	if n, _ := r.TrimInput(ctx, in, protocol.DeveloperGroup); n != 0 {
+		t.Fatalf("trimmed %d undelivered entries", n)
+	}
+	read, _ := r.ReadNew(ctx, in, protocol.DeveloperGroup, "d1", 3, -1) // 3 delivered
+	r.Ack(ctx, in, protocol.DeveloperGroup, read[0].ID)
+	r.Ack(ctx, in, protocol.DeveloperGroup, read[2].ID) // read[1] still held
+	n, err := r.TrimInput(ctx, in, protocol.DeveloperGroup)
+	if err != nil || n != 1 {
+		t.Fatalf("trimmed %d (%v), want only the first (done) entry", n, err)
+	}
+	if l := r.C.XLen(ctx, in).Val(); l != 4 {
+		t.Fatalf("%d entries left, want the held one, the done one after it and two unread", l)
+	}
+	r.Ack(ctx, in, protocol.DeveloperGroup, read[1].ID)
+	// The group's last delivered entry itself is kept (trimming stops
+	// below it).
+	if n, _ := r.TrimInput(ctx, in, protocol.DeveloperGroup); n != 1 {
+		t.Fatalf("trimmed %d after the held entry was done, want 1", n)
+	}
+	if l := r.C.XLen(ctx, in).Val(); l != 3 {
+		t.Fatalf("%d entries left, want the last delivered and two unread", l)
+	}
+}

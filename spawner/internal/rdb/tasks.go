@@ -217,3 +217,40 @@ func (r *RDB) Move(ctx context.Context, from, to string, m redis.XMessage, ackGr
 	n, err := moveScript.Run(ctx, r.C, []string{from, to}, m.ID, string(data), ackGroup).Int()
 	return n == 1, err
 }
+
+// trimScript trims from an input stream the entries its group delivered
+// and that no consumer holds: below the oldest pending entry and the
+// group's last delivered entry. KEYS stream; ARGV group. Returns how many
+// entries went.
+var trimScript = script(`
+local function less(a, b)
+  local am, as = string.match(a, '(%d+)-(%d+)')
+  local bm, bs = string.match(b, '(%d+)-(%d+)')
+  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
+  if am ~= bm then return am < bm end
+  return as < bs
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[1])
+if not ok then return 0 end
+local bound
+for _, g in ipairs(groups) do
+  local name, delivered
+  for i = 1, #g, 2 do
+    if g[i] == 'name' then name = g[i+1] end
+    if g[i] == 'last-delivered-id' then delivered = g[i+1] end
+  end
+  if name == ARGV[1] then bound = delivered end
+end
+if bound == nil or bound == '0-0' then return 0 end
+local p = redis.call('XPENDING', KEYS[1], ARGV[1])
+if p[1] > 0 and less(p[2], bound) then bound = p[2] end
+return redis.call('XTRIM', KEYS[1], 'MINID', bound)
+`)
+
+// TrimInput drops from an input stream the entries its group has
+// delivered and acknowledged; an entry not yet delivered or still held is
+// never trimmed.
+func (r *RDB) TrimInput(ctx context.Context, stream, group string) (int, error) {
+	return trimScript.Run(ctx, r.C, []string{stream}, group).Int()
+}
