@@ -25,18 +25,21 @@ type Client struct {
 
 // Do sends cmd (its id, reply_to and time are filled in) and returns the
 // reply. A reply that is not ok is returned with an error carrying its code.
+// Do is safe for concurrent use; a Client without a Name answers each call
+// on a reply stream of its own (it expires after the manager's REPLY_TTL).
 func (c *Client) Do(ctx context.Context, cmd protocol.Command) (protocol.Reply, error) {
-	if c.Name == "" {
+	name := c.Name
+	if name == "" {
 		b := make([]byte, 6)
 		_, _ = rand.Read(b)
-		c.Name = "client-" + hex.EncodeToString(b)
+		name = "client-" + hex.EncodeToString(b)
 	}
 	if cmd.ID == "" {
 		b := make([]byte, 8)
 		_, _ = rand.Read(b)
 		cmd.ID = "cmd-" + hex.EncodeToString(b)
 	}
-	stream := c.Keys.Replies(c.Name)
+	stream := c.Keys.Replies(name)
 	cmd.ReplyTo, cmd.Timestamp = stream, time.Now().UTC()
 	doc, err := cmd.Encode()
 	if err != nil {
