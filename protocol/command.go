@@ -155,10 +155,30 @@ func (c Command) Encode() ([]byte, error) {
 }
 
 // DecodeCommand parses and validates a command document.
+// The agent type may be spelled as the design documents do (CLAUDE,
+// FACTORY) or as ParseAgentType accepts; it is normalised.
 func DecodeCommand(data []byte) (Command, error) {
 	var c Command
-	err := decode(TypeCommand, data, &c, func() error { return c.Validate() })
+	err := decode(TypeCommand, data, &c, func() error {
+		c.AgentType = normalAgent(c.AgentType)
+		if c.Spec != nil {
+			c.Spec.AgentType = normalAgent(c.Spec.AgentType)
+		}
+		return c.Validate()
+	})
 	return c, err
+}
+
+// normalAgent returns the canonical spelling of a, or a unchanged when it
+// names no agent (validation then says so).
+func normalAgent(a AgentType) AgentType {
+	if a == "" {
+		return a
+	}
+	if n, err := ParseAgentType(string(a)); err == nil {
+		return n
+	}
+	return a
 }
 
 // ContainerStatus is a worker's status as the spawner reports it.

@@ -197,3 +197,17 @@ func TestListReplyAlwaysCarriesWorkers(t *testing.T) {
 		t.Fatalf("a status reply names workers: %s", doc)
 	}
 }
+
+func TestCommandAgentTypeSpellings(t *testing.T) {
+	for in, want := range map[string]AgentType{"CLAUDE": AgentClaude, "FACTORY": AgentDroid, "droid": AgentDroid, "claude-code": AgentClaude} {
+		doc := `{"v":1,"type":"command","command_id":"c1","action":"create","timestamp":"2026-11-21T09:30:00Z","spec":{"agent_type":"` + in + `"}}`
+		c, err := DecodeCommand([]byte(doc))
+		if err != nil || c.Spec.AgentType != want {
+			t.Errorf("%s: %v %v", in, c.Spec, err)
+		}
+	}
+	doc := `{"v":1,"type":"command","command_id":"c1","action":"create","timestamp":"2026-11-21T09:30:00Z","spec":{"agent_type":"gpt"}}`
+	if _, err := DecodeCommand([]byte(doc)); err == nil {
+		t.Error("unknown agent type accepted")
+	}
+}
