@@ -2,6 +2,7 @@ package spawner
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -142,6 +143,11 @@ func (c *Commands) execute(msg redis.XMessage) {
 		replyTo = gjson.GetBytes(data, "reply_to").String()
 		reply.OK, reply.Error = false, protocol.NewError(protocol.CodeInvalidCommand, "%v", err)
 		s.log.Warn("invalid command", "entry", msg.ID, "err", err)
+	} else if replyTo != "" && !strings.HasPrefix(replyTo, s.keys.Replies("")) {
+		// A reply is written only to a reply stream: never into a
+		// worker's input or any other key a command names.
+		s.log.Warn("command refused: reply_to is not a reply stream", "command_id", cmd.ID, "reply_to_prefix", s.keys.Replies(""))
+		replyTo = ""
 	} else {
 		c.runCommand(ctx, cmd, &reply)
 	}

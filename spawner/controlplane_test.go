@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/protocol/testkit"
 )
@@ -152,4 +154,23 @@ func TestLeaderLeaseMovesToTheSurvivor(t *testing.T) {
 		return f.rc.Get(ctx, f.keys.Lease(protocol.LeaderLease)).Val() == b.s.instance
 	})
 	t.Logf("leadership moved %v after the leader stopped", time.Since(stopped))
+}
+
+// A command whose reply_to is not a reply stream is not executed and
+// writes nothing where it points.
+func TestReplyToMustBeAReplyStream(t *testing.T) {
+	f := newFixture(t, nil)
+	f.startManager(t)
+	ctx := context.Background()
+	victim := f.keys.Input("some-worker")
+	cmd := protocol.Command{ID: "evil-1", Action: protocol.ActionList, ReplyTo: victim, Timestamp: time.Now()}
+	doc, _ := cmd.Encode()
+	entry := f.rc.XAdd(ctx, &redis.XAddArgs{Stream: f.keys.Commands(), Values: protocol.Values(doc)}).Val()
+	testkit.Eventually(t, "the command read and acknowledged", 10*time.Second, func() bool {
+		gs, err := f.rc.XInfoGroups(ctx, f.keys.Commands()).Result()
+		return err == nil && len(gs) == 1 && gs[0].LastDeliveredID == entry && gs[0].Pending == 0
+	})
+	if n := f.rc.Exists(ctx, victim).Val(); n != 0 {
+		t.Fatalf("a reply was written into %s", victim)
+	}
 }
