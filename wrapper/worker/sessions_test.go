@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/stubmodel"
 	"github.com/agentvisor/agentvisor/wrapper/agent"
-	"github.com/agentvisor/agentvisor/wrapper/stubmodel"
 )
 
 // clock is an injected clock that tests move forward.
