@@ -17,6 +17,7 @@ type Event struct {
 	Turn     *Turn
 	ToolCall *ToolCall
 	Retry    *APIRetry
+	APIError *APIError
 	Result   *Result
 }
 
@@ -46,6 +47,13 @@ type APIRetry struct {
 	DelayMS    float64
 	Status     int    // HTTP status of the failed call
 	Error      string // the agent's word for it
+}
+
+// APIError is the agent's own word for a model API call that failed for
+// good (Claude's "authentication_failed", "invalid_request", ...), from the
+// message it shows in place of a reply.
+type APIError struct {
+	Kind string
 }
 
 // Result is the agent's final line.
