@@ -2,12 +2,105 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
 )
+
+// publisher is the last stage of the pipeline: everything the wrapper
+// tells Redis. Events (lifecycle, status, run, progress, control) go
+// through the Outbox, in order, and wait there while Redis is unreachable.
+// Writes that must not be lost (a task's output and its acknowledgement)
+// go through store, which retries until Redis takes them or refuses them
+// for good.
+type publisher struct {
+	rdb      *rdb.RDB
+	keys     protocol.Keys
+	workerID string
+	log      *slog.Logger
+	now      func() time.Time
+	out      *Outbox
+}
+
+func newPublisher(r *rdb.RDB, cfg Config, log *slog.Logger, now func() time.Time) *publisher {
+	out := NewOutbox(cfg.EventBuffer, log)
+	out.Permanent = rdb.IsServerError
+	return &publisher{rdb: r, keys: cfg.Keys, workerID: cfg.WorkerID, log: log, now: now, out: out}
+}
+
+// lifecycle queues a lifecycle event of this worker.
+func (p *publisher) lifecycle(ev protocol.Event, reqID, taskID string, detail map[string]any) {
+	l := protocol.Lifecycle{WorkerID: p.workerID, Event: ev, Source: protocol.SourceWrapper,
+		Timestamp: p.now(), RequestID: reqID, TaskID: taskID, Detail: detail}
+	doc, err := l.Encode()
+	if err != nil {
+		p.log.Error("encode lifecycle event", "event", ev, "err", err)
+		return
+	}
+	key := p.keys.Lifecycle()
+	p.out.Push("lifecycle "+string(ev), func(ctx context.Context) error { return p.rdb.XAdd(ctx, key, doc) })
+}
+
+// status queues fields of this worker's status hash (updated_at added).
+func (p *publisher) status(fields map[string]any) {
+	fields[protocol.StatusFieldUpdatedAt] = protocol.FormatTime(p.now())
+	key := p.keys.Status(p.workerID)
+	p.out.Push("status", func(ctx context.Context) error { return p.rdb.HSet(ctx, key, fields) })
+}
+
+// run queues fields of a run hash; the run never moves backward.
+func (p *publisher) run(requestID string, fields map[string]any) {
+	p.out.Push("run "+fmt.Sprint(fields[protocol.RunFieldStatus]), func(ctx context.Context) error {
+		return p.rdb.AdvanceRun(ctx, requestID, fields)
+	})
+}
+
+// entry queues a document for a stream (progress on an output stream, a
+// control request).
+func (p *publisher) entry(name, stream string, doc []byte) {
+	p.out.Push(name, func(ctx context.Context) error { return p.rdb.XAdd(ctx, stream, doc) })
+}
+
+// store calls f until Redis takes it, with backoff while Redis is
+// unreachable, and returns at once the error of a Redis that refused it
+// (rdb.IsServerError): retrying that cannot help, and would wedge the
+// task loop. what names the write for logs.
+func store[T any](p *publisher, what string, f func(context.Context) (T, error)) (T, error) {
+	b := newBackoff()
+	for {
+		v, err := f(context.Background())
+		if err == nil {
+			return v, nil
+		}
+		if rdb.IsServerError(err) {
+			p.log.Error("redis refused a write; giving up on it", "write", what, "err", err)
+			return v, err
+		}
+		p.log.Warn("redis call failed, retrying", "write", what, "err", err, "backoff", b.d)
+		b.wait(context.Background())
+	}
+}
+
+// backoff doubles a wait from 100 ms up to 5 s.
+type backoff struct{ d time.Duration }
+
+func newBackoff() *backoff { return &backoff{d: 100 * time.Millisecond} }
+
+func (b *backoff) reset() { b.d = 100 * time.Millisecond }
+
+func (b *backoff) wait(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(b.d):
+	}
+	b.d = min(b.d*2, 5*time.Second)
+}
 
 // Outbox keeps the events the wrapper publishes (lifecycle, progress,
 // status and run updates) in a bounded FIFO and writes them to Redis in
