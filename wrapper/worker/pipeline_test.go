@@ -62,48 +62,65 @@ func TestLostReadReplyIsReadAgain(t *testing.T) {
 	}
 }
 
-// Redis refusing a write for good (here WRONGTYPE: the run key is not a
-// hash) ends its retry: the task gets a failed output saying why, and the
-// worker serves the next task.
+// Redis refusing a write for good ends its retry: the task gets a failed
+// output saying why, and the worker serves the next task. Refusals: the run
+// key is not a hash (WRONGTYPE), before the task or while its agent runs;
+// the worker's Redis user may not run scripts (NOPERM), so no script can
+// be loaded again either.
 func TestPermanentRedisErrorFailsTheTaskAndTheLoopGoesOn(t *testing.T) {
+	wrongType := func(e *env) {
+		ctx := context.Background()
+		e.rc.Del(ctx, e.keys.Run("refused"))
+		e.rc.Set(ctx, e.keys.Run("refused"), "not a hash", 0)
+	}
 	tests := []struct {
-		name   string
-		prompt string
-		break_ func(e *env, key string) // makes the run key a string
+		name     string
+		prompt   string
+		setup    func(e *env) // before the worker starts
+		during   func(e *env) // once the task is sent
+		refusal  string
+		nextDone protocol.OutputStatus // what the next task ends with
 	}{
-		{name: "before the task runs", prompt: "fake:complete", break_: func(e *env, key string) {
-			e.rc.Set(context.Background(), key, "not a hash", 0)
-		}},
-		{name: "while the agent runs", prompt: "fake:sleep-600", break_: func(e *env, key string) {
-			testkit.Eventually(e.t, "task start", 5*time.Second, func() bool {
-				return strings.Contains(strings.Join(e.lifecycle(), ","), "task_started")
-			})
-			e.rc.Del(context.Background(), key)
-			e.rc.Set(context.Background(), key, "not a hash", 0)
-		}},
+		{name: "run key of another type before the task", prompt: "fake:complete", setup: wrongType,
+			refusal: "WRONGTYPE", nextDone: protocol.StatusComplete},
+		{name: "run key of another type while the agent runs", prompt: "fake:sleep-600",
+			during: func(e *env) {
+				testkit.Eventually(e.t, "task start", 5*time.Second, func() bool {
+					return strings.Contains(strings.Join(e.lifecycle(), ","), "task_started")
+				})
+				wrongType(e)
+			},
+			refusal: "WRONGTYPE", nextDone: protocol.StatusComplete},
+		{name: "scripts not permitted", prompt: "fake:complete",
+			setup: func(e *env) {
+				if _, err := e.redis.Do("ACL", "SETUSER", "noscripts", "on", ">pw-noscripts", "~*", "&*", "+@all", "-eval", "-evalsha", "-script"); err != nil {
+					e.t.Fatal(err)
+				}
+				e.cfg.RedisURL = "redis://noscripts:pw-noscripts@" + e.redis.Addr + "/0"
+			},
+			refusal: "NOPERM", nextDone: protocol.StatusFailed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, protocol.AgentClaude, protocol.KindLongLived)
+			if tt.setup != nil {
+				tt.setup(e)
+			}
 			e.start()
 			id := e.cfg.WorkerID
 			in, out := e.keys.Input(id), e.keys.Output(id)
-			key := e.keys.Run("refused")
-			if tt.prompt == "fake:complete" {
-				tt.break_(e, key)
-				e.send(in, protocol.Task{RequestID: "refused", Prompt: tt.prompt})
-			} else {
-				e.send(in, protocol.Task{RequestID: "refused", Prompt: tt.prompt})
-				tt.break_(e, key)
+			e.send(in, protocol.Task{RequestID: "refused", Prompt: tt.prompt})
+			if tt.during != nil {
+				tt.during(e)
 			}
 			e.send(in, protocol.Task{RequestID: "next", Prompt: "fake:complete"})
 			outs := e.waitOutputs(out, 2, 15*time.Second)
 			if o := outs[0]; o.RequestID != "refused" || o.Status != protocol.StatusFailed || o.Error.Code != protocol.CodeInternalError ||
-				!strings.Contains(o.Error.Message, "WRONGTYPE") {
+				!strings.Contains(o.Error.Message, tt.refusal) {
 				t.Fatalf("refused task: %+v %+v", o, o.Error)
 			}
-			if o := outs[1]; o.RequestID != "next" || o.Status != protocol.StatusComplete {
-				t.Fatalf("next task: %+v", o)
+			if o := outs[1]; o.RequestID != "next" || o.Status != tt.nextDone {
+				t.Fatalf("next task: %+v %+v", o, o.Error)
 			}
 			if n, _ := e.rc.XPending(context.Background(), in, protocol.WorkerGroup).Result(); n.Count != 0 {
 				t.Errorf("%d entries left pending", n.Count)

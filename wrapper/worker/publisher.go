@@ -105,9 +105,9 @@ func (b *backoff) wait(ctx context.Context) {
 // Outbox keeps the events the wrapper publishes (lifecycle, progress,
 // status and run updates) in a bounded FIFO and writes them to Redis in
 // order, retrying with backoff while Redis is unreachable. When the buffer
-// is full the oldest event is dropped and counted. A task's output never
-// goes through the outbox: the task loop stores it itself, after Flush, and
-// retries until it is stored.
+// is full the oldest event is dropped and counted, and so is an event
+// Redis refuses for good (Permanent). A task's output never goes through
+// the outbox: the task runner stores it through store, after Flush.
 type Outbox struct {
 	max int
 	log *slog.Logger

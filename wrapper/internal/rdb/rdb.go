@@ -262,20 +262,26 @@ func (r *RDB) xaddArgs(stream string, doc []byte) *redis.XAddArgs {
 // PublishOutput appends an output document to its stream and acknowledges
 // the task's entry, in one transaction, without the run hash: the way out
 // when Redis refuses the finish script (a run key of the wrong type, say).
+// Only the XADD's error counts: an acknowledgement refused (its group
+// deleted) leaves the entry pending, and the output is out.
 func (r *RDB) PublishOutput(ctx context.Context, stream string, doc []byte, input, group, entryID string) error {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
+	var add *redis.StringCmd
 	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.XAdd(ctx, r.xaddArgs(stream, doc))
+		add = p.XAdd(ctx, r.xaddArgs(stream, doc))
 		if entryID != "" {
 			p.XAck(ctx, input, group, entryID)
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("rdb: publish output on %s: %w", stream, err)
+	if add != nil && add.Err() == nil {
+		return nil
 	}
-	return nil
+	if err == nil {
+		err = add.Err()
+	}
+	return fmt.Errorf("rdb: publish output on %s: %w", stream, err)
 }
 
 // SetEx sets a key with a TTL.
