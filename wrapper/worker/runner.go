@@ -67,6 +67,7 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 		o := w.unrunOutput(task, protocol.NewError(protocol.CodeInternalError, "redis refused to read the run: %v", err))
 		w.storeOutput(log, src, o, nil, nil)
 		w.pub.lifecycle(protocol.EventTaskFailed, task.RequestID, task.TaskID, map[string]any{"code": protocol.CodeInternalError})
+		w.requestPause(task.RequestID, task.TaskID, "stop_output:"+string(o.Status))
 		return
 	}
 	if rec.State.Terminal() {
@@ -312,6 +313,7 @@ func (w *Worker) reject(src taskSource, data []byte, cause error) {
 	_ = run.Fail(protocol.CodeInvalidTask, cause.Error(), now)
 	w.storeOutput(log, src, o, run.Hash(), nil)
 	w.pub.lifecycle(protocol.EventTaskFailed, reqID, o.TaskID, map[string]any{"code": protocol.CodeInvalidTask})
+	w.requestPause(reqID, o.TaskID, "stop_output:"+string(o.Status))
 }
 
 // reportProgress records a progress report of the run that token belongs

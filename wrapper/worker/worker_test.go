@@ -298,6 +298,11 @@ func TestInvalidTaskIsAnsweredAndAcknowledged(t *testing.T) {
 	if outs[3].RequestID != "good" || outs[3].Status != protocol.StatusComplete {
 		t.Errorf("the loop did not go on: %+v", outs[3])
 	}
+	// Each answer, the rejections too, is followed by a pause request.
+	testkit.Eventually(t, "four pause requests", 5*time.Second, func() bool {
+		n, _ := e.rc.XLen(ctx, e.keys.Control()).Result()
+		return n == 4
+	})
 	if n, _ := e.rc.XPending(ctx, in, protocol.WorkerGroup).Result(); n.Count != 0 {
 		t.Errorf("%d entries left unacknowledged", n.Count)
 	}
