@@ -1,7 +1,9 @@
 // Package agent runs a coding agent (Claude Code or Factory Droid) as a
-// subprocess and turns its JSON output into normalised events: the session,
-// each API call's usage, tool calls, API retries and the final result. One
-// adapter per agent builds the command line and parses its stream.
+// subprocess, one process per task (Run) or one kept across messages
+// (Persistent), and turns its JSON output into normalised events: the
+// session, each API call's usage, tool calls, API retries and errors, and
+// the final result. One parser per agent reads its stream; Judge turns an
+// outcome into one status. The command lines are the worker package's.
 package agent
 
 import (

@@ -412,7 +412,7 @@ func TestShutdownLetsTheTaskFinishWithinGrace(t *testing.T) {
 	stop, _ := e.start()
 	ctx := context.Background()
 	id := e.cfg.WorkerID
-	e.send(e.keys.Input(id), protocol.Task{RequestID: "slow", ProjectID: "grace", Prompt: "fake:sleep-1500"})
+	e.send(e.keys.Input(id), protocol.Task{RequestID: "slow", ProjectID: "grace", Prompt: "fake:sleep-2000"})
 	testkit.Eventually(e.t, "task start", 5*time.Second, func() bool {
 		return strings.Contains(strings.Join(e.lifecycle(), ","), "task_started")
 	})
