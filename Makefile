@@ -8,7 +8,7 @@
 
 SHELL      := /bin/bash
 GO         ?= go
-MODULES    := protocol wrapper spawner examples
+MODULES    := protocol stubmodel wrapper spawner examples
 FUZZTIME   ?= 3s
 # Every fuzz target of the protocol decoders runs for FUZZTIME in `make test`.
 

@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/agentvisor/agentvisor/protocol v0.0.0
 	github.com/agentvisor/agentvisor/spawner v0.0.0
-	github.com/agentvisor/agentvisor/wrapper v0.0.0
+	github.com/agentvisor/agentvisor/stubmodel v0.0.0
 	github.com/docker/docker v28.5.2+incompatible
 	github.com/redis/go-redis/v9 v9.23.0
 )
@@ -50,5 +50,5 @@ require (
 replace (
 	github.com/agentvisor/agentvisor/protocol => ../protocol
 	github.com/agentvisor/agentvisor/spawner => ../spawner
-	github.com/agentvisor/agentvisor/wrapper => ../wrapper
+	github.com/agentvisor/agentvisor/stubmodel => ../stubmodel
 )

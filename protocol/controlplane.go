@@ -40,11 +40,6 @@ func (k Keys) Retiring() string { return k.join("retiring") }
 // died) continues that worker instead of making a second one.
 func (k Keys) CommandWorker(commandID string) string { return k.join("command", commandID, "worker") }
 
-// RunFieldAttempts counts the deliveries of a developer task beyond the
-// first: the spawner increments it each time it hands the task to another
-// worker.
-const RunFieldAttempts = "attempts"
-
 // More fields of the worker status hash, written by the spawner.
 const (
 	StatusFieldManagerID    = "manager_id"   // the manager that made the worker

@@ -64,10 +64,13 @@ type Config struct {
 	MaxReplacements int
 	ReplaceBackoff  time.Duration
 	// Retention (RETENTION, 24h): how long a retired worker's status hash
-	// and streams and a run answered by the spawner stay in Redis.
+	// and streams stay in Redis.
 	Retention time.Duration
-	// StreamMaxLen (STREAM_MAXLEN, 100000): the approximate MAXLEN of the
-	// lifecycle stream and reply streams.
+	// RunRetention (RUN_RETENTION, 24h): how long a run hash lives after
+	// its terminal state; passed to the workers.
+	RunRetention time.Duration
+	// StreamMaxLen (STREAM_MAXLEN, 10000): the approximate MAXLEN of every
+	// XADD; passed to the workers.
 	StreamMaxLen int64
 	// ReplyTTL (REPLY_TTL, 1h): a reply stream expires this long after its
 	// last reply.
@@ -177,11 +180,14 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	if c.Retention, err = durVar(getenv("RETENTION"), 24*time.Hour); err != nil {
 		return fail("RETENTION", err)
 	}
-	maxlen, err := intVar(getenv("STREAM_MAXLEN"), 100_000)
+	maxlen, err := intVar(getenv(protocol.EnvStreamMaxLen), int(protocol.DefaultStreamMaxLen))
 	if err != nil || maxlen < 100 {
-		return fail("STREAM_MAXLEN", fmt.Errorf("want a whole number of at least 100"))
+		return fail(protocol.EnvStreamMaxLen, fmt.Errorf("want a whole number of at least 100"))
 	}
 	c.StreamMaxLen = int64(maxlen)
+	if c.RunRetention, err = durVar(getenv(protocol.EnvRunRetention), protocol.DefaultRunRetention); err != nil {
+		return fail(protocol.EnvRunRetention, err)
+	}
 	if c.ReplyTTL, err = durVar(getenv("REPLY_TTL"), time.Hour); err != nil {
 		return fail("REPLY_TTL", err)
 	}

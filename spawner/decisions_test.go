@@ -188,3 +188,23 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 	t.Fatal("condition not met within 5 s")
 }
+
+// A worker that says it is shutting down removes its heartbeat as it
+// exits: that is no death, and it is not replaced.
+func TestAWorkerShuttingDownIsNotJudgedDead(t *testing.T) {
+	u := newUnit(t, nil)
+	ctx := context.Background()
+	u.worker(t, "w", "running", u.now().Add(-time.Hour))
+	u.rc.HSet(ctx, u.keys.Status("w"), protocol.StatusFieldState, string(protocol.WorkerStopping), protocol.StatusFieldUpdatedAt, protocol.FormatTime(u.now()))
+	h := &Health{s: u.s, probes: map[string]*healthState{}, judged: map[string]bool{}, upSince: u.now().Add(-time.Hour)}
+	h.check(ctx, "w")
+	if h.judged["w"] {
+		t.Fatal("a worker shutting down was judged dead")
+	}
+	u.advance(u.s.cfg.StopTimeout + 10*time.Second) // stuck in stopping past the stop timeout
+	h.upSince = u.now().Add(-time.Hour)
+	h.check(ctx, "w")
+	if !h.judged["w"] {
+		t.Fatal("a worker stuck in stopping past the stop timeout was not judged")
+	}
+}

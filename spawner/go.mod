@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/agentvisor/agentvisor/protocol v0.0.0
+	github.com/agentvisor/agentvisor/stubmodel v0.0.0
 	github.com/docker/docker v28.5.2+incompatible
 	github.com/docker/go-units v0.5.0
 	github.com/opencontainers/image-spec v1.1.1
@@ -21,7 +22,6 @@ require (
 
 require (
 	github.com/Microsoft/go-winio v0.6.4 // indirect
-	github.com/agentvisor/agentvisor/wrapper v0.0.0
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/containerd/errdefs v1.0.0 // indirect
 	github.com/containerd/errdefs/pkg v0.3.0 // indirect
@@ -52,4 +52,4 @@ require (
 
 replace github.com/agentvisor/agentvisor/protocol => ../protocol
 
-replace github.com/agentvisor/agentvisor/wrapper => ../wrapper
+replace github.com/agentvisor/agentvisor/stubmodel => ../stubmodel

@@ -100,6 +100,9 @@ func (h *Health) check(ctx context.Context, id string) error {
 		return err
 	}
 	if hb == nil {
+		if ending(st, now, s.cfg.StopTimeout) {
+			return nil // shutting down: its exit is the crash watcher's
+		}
 		created, _ := protocol.ParseTime(st[protocol.StatusFieldCreatedAt])
 		if created.IsZero() || now.Sub(created) < protocol.HeartbeatTTLIntervals*s.cfg.HeartbeatInterval || !h.canJudge() {
 			return nil // still starting, or this manager cannot tell yet
@@ -163,4 +166,16 @@ func (h *Health) dead(ctx context.Context, id string) {
 			s.log.Warn("retire a dead worker", "worker_id", id, "err", err)
 		}
 	}()
+}
+
+// ending reports whether a worker's wrapper said it is shutting down
+// (stopping, or stopped) within the stop timeout: it removes its
+// heartbeat as it exits, which is no death.
+func ending(st map[string]string, now time.Time, stopTimeout time.Duration) bool {
+	state := protocol.WorkerState(st[protocol.StatusFieldState])
+	if state != protocol.WorkerStopping && state != protocol.WorkerStopped {
+		return false
+	}
+	at, err := protocol.ParseTime(st[protocol.StatusFieldUpdatedAt])
+	return err == nil && now.Sub(at) < stopTimeout+5*time.Second
 }

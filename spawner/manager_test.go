@@ -11,7 +11,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/protocol/testkit"
-	"github.com/agentvisor/agentvisor/wrapper/stubmodel"
+	"github.com/agentvisor/agentvisor/stubmodel"
 )
 
 func (f *fixture) startManager(t *testing.T) *Client {

@@ -71,7 +71,7 @@ func New(cfg Config, docker ContainerClient, rc redis.UniversalClient, images *I
 	}
 	withDefaults(&cfg)
 	r := rdb.New(rc, cfg.Keys)
-	r.StreamMaxLen, r.ReplyTTL, r.Retention = cfg.StreamMaxLen, cfg.ReplyTTL, cfg.Retention
+	r.StreamMaxLen, r.ReplyTTL, r.Retention, r.RunRetention = cfg.StreamMaxLen, cfg.ReplyTTL, cfg.Retention, cfg.RunRetention
 	return &Spawner{cfg: cfg, docker: docker, rdb: r, images: images, log: log, now: time.Now, keys: cfg.Keys,
 		instance: cfg.ManagerID + "/" + newWorkerID()[:8], stopping: make(chan struct{})}
 }
@@ -86,7 +86,10 @@ func withDefaults(c *Config) {
 		c.Retention = rdb.DefaultRetention
 	}
 	if c.StreamMaxLen == 0 {
-		c.StreamMaxLen = rdb.DefaultStreamMaxLen
+		c.StreamMaxLen = protocol.DefaultStreamMaxLen
+	}
+	if c.RunRetention == 0 {
+		c.RunRetention = protocol.DefaultRunRetention
 	}
 	if c.ReplyTTL == 0 {
 		c.ReplyTTL = rdb.DefaultReplyTTL
@@ -306,6 +309,8 @@ func (s *Spawner) workerEnv(id string, spec protocol.WorkerSpec) []string {
 		"AGENT_TYPE=" + string(spec.AgentType), "WORKER_KIND=" + string(spec.Kind),
 		"SHUTDOWN_GRACE=" + (s.cfg.StopTimeout - 10*time.Second).String(),
 		"HEARTBEAT_INTERVAL=" + s.cfg.HeartbeatInterval.String(),
+		protocol.EnvStreamMaxLen + "=" + formatInt(s.cfg.StreamMaxLen),
+		protocol.EnvRunRetention + "=" + s.cfg.RunRetention.String(),
 	}
 	if len(spec.AllowedCommands) > 0 {
 		env = append(env, "ALLOWED_COMMANDS="+strings.Join(spec.AllowedCommands, ","))

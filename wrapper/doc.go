@@ -1,5 +1,5 @@
-// Package wrapper will hold the worker-wrapper: PID 1 of every worker
-// container, which runs Claude Code or Factory Droid and speaks the protocol.
-// It is built in its own issue; this module exists so that the workspace
-// layout is in place.
+// Package wrapper is the module of the worker-wrapper, PID 1 of every worker
+// container: cmd/worker-wrapper is the binary, worker its pipeline (read a
+// task, run the agent, publish what happens), agent the agent processes and
+// their output, reaper the reaping of orphans, internal/rdb every Redis call.
 package wrapper

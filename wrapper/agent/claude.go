@@ -60,6 +60,9 @@ func (ClaudeParser) ParseLine(line []byte) []Event {
 		if u := msg.Get("usage"); u.Exists() && msg.Get("model").String() != "<synthetic>" {
 			evs = append(evs, Event{Turn: &Turn{MessageID: msg.Get("id").String(), Usage: claudeUsage(u)}})
 		}
+		if kind := v.Get("error").String(); kind != "" {
+			evs = append(evs, Event{APIError: &APIError{Kind: kind}})
+		}
 		msg.Get("content").ForEach(func(_, c gjson.Result) bool {
 			if c.Get("type").String() == "tool_use" {
 				evs = append(evs, Event{ToolCall: &ToolCall{Name: c.Get("name").String(), Input: json.RawMessage(c.Get("input").Raw)}})

@@ -1,7 +1,9 @@
 // Package agent runs a coding agent (Claude Code or Factory Droid) as a
-// subprocess and turns its JSON output into normalised events: the session,
-// each API call's usage, tool calls, API retries and the final result. One
-// adapter per agent builds the command line and parses its stream.
+// subprocess, one process per task (Run) or one kept across messages
+// (Persistent), and turns its JSON output into normalised events: the
+// session, each API call's usage, tool calls, API retries and errors, and
+// the final result. One parser per agent reads its stream; Judge turns an
+// outcome into one status. The command lines are the worker package's.
 package agent
 
 import (
@@ -17,6 +19,7 @@ type Event struct {
 	Turn     *Turn
 	ToolCall *ToolCall
 	Retry    *APIRetry
+	APIError *APIError
 	Result   *Result
 }
 
@@ -46,6 +49,13 @@ type APIRetry struct {
 	DelayMS    float64
 	Status     int    // HTTP status of the failed call
 	Error      string // the agent's word for it
+}
+
+// APIError is the agent's own word for a model API call that failed for
+// good (Claude's "authentication_failed", "invalid_request", ...), from the
+// message it shows in place of a reply.
+type APIError struct {
+	Kind string
 }
 
 // Result is the agent's final line.

@@ -209,3 +209,64 @@ func TestReferenceFixturesMatchShared(t *testing.T) {
 		}
 	}
 }
+
+// An API failure ends Claude with is_error and subtype "success": the
+// error message must say the API's status and error instead.
+func TestAgentErrorMessageSaysTheAPIError(t *testing.T) {
+	tests := []struct {
+		name    string
+		o       Outcome
+		want    []string
+		notWant []string
+	}{
+		{name: "captured claude 2.1.197, HTTP 401 from the model API",
+			o:       parseFile(t, "testdata/captured/claude-2.1.197-api401-result.stream.jsonl", ClaudeParser{}),
+			want:    []string{"(API status 401, API error authentication_failed)", "Invalid API key"},
+			notWant: []string{"subtype success"}},
+		{name: "no status on the result: the last retry's",
+			o: Outcome{Result: &Result{IsError: true, Subtype: "success", Text: "API Error: Connection error."},
+				LastRetry: &APIRetry{Attempt: 10, Status: 529, Error: "overloaded"}},
+			want: []string{"(API status 529, API error overloaded)"}, notWant: []string{"subtype"}},
+		{name: "a subtype that tells",
+			o:    Outcome{Result: &Result{IsError: true, Subtype: "error_max_turns", Text: "Reached max turns"}},
+			want: []string{"(subtype error_max_turns)"}},
+		{name: "nothing known",
+			o:    Outcome{Result: &Result{IsError: true, Subtype: "success", Text: "?"}},
+			want: []string{"(no API status)"}, notWant: []string{"subtype"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := Judge(tt.o, false)
+			if v.Error == nil || v.Error.Code != protocol.CodeAgentError {
+				t.Fatalf("verdict %+v", v)
+			}
+			for _, s := range tt.want {
+				if !strings.Contains(v.Error.Message, s) {
+					t.Errorf("message %q lacks %q", v.Error.Message, s)
+				}
+			}
+			for _, s := range tt.notWant {
+				if strings.Contains(v.Error.Message, s) {
+					t.Errorf("message %q says %q", v.Error.Message, s)
+				}
+			}
+		})
+	}
+}
+
+// A run without a result (a timeout) still used the API calls it
+// reported; Claude repeats a message's usage on each of its lines.
+func TestTurnsUsageCountsEachMessageOnce(t *testing.T) {
+	var o Outcome
+	u := func(n int64) protocol.Usage { return protocol.Usage{Input: n, Output: 1} }
+	for _, ev := range []Event{
+		{Turn: &Turn{MessageID: "m1", Usage: u(100)}},
+		{Turn: &Turn{MessageID: "m1", Usage: u(100)}}, // the same message's next content line
+		{Turn: &Turn{MessageID: "m2", Usage: u(200)}},
+	} {
+		o.record(ev, 0)
+	}
+	if got := o.TurnsUsage(); got != (protocol.Usage{Input: 300, Output: 2}) {
+		t.Fatalf("turns usage %+v, want input 300, output 2", got)
+	}
+}

@@ -120,16 +120,36 @@ func (p *Persistent) Send(ctx context.Context, message []byte, timeout time.Dura
 		out.Exit, out.Stderr = p.exit, p.stderr.String()
 		return out
 	}
-	if _, err := p.stdin.Write(message); err != nil {
-		p.kill()
-		out.Exit, out.Stderr = p.waitExit(), p.stderr.String()
-		return out
-	}
 	var tm <-chan time.Time
 	if timeout > 0 {
 		t := time.NewTimer(timeout)
 		defer t.Stop()
 		tm = t.C
+	}
+	// The write blocks while the process does not read (a full pipe): the
+	// timeout and ctx bound it as they bound the wait for the result.
+	written := make(chan error, 1)
+	go func() {
+		_, err := p.stdin.Write(message)
+		written <- err
+	}()
+	select {
+	case err := <-written:
+		if err != nil {
+			p.kill()
+			out.Exit, out.Stderr = p.waitExit(), p.stderr.String()
+			return out
+		}
+	case <-tm:
+		out.TimedOut = true
+		p.abandonWrite(written)
+		out.Exit, out.Stderr = p.exit, p.stderr.String()
+		return out
+	case <-ctx.Done():
+		out.Cancelled = true
+		p.abandonWrite(written)
+		out.Exit, out.Stderr = p.exit, p.stderr.String()
+		return out
 	}
 	for {
 		select {
@@ -186,10 +206,20 @@ func (p *Persistent) Send(ctx context.Context, message []byte, timeout time.Dura
 	}
 }
 
+// abandonWrite stops the process while a write to its stdin is blocked,
+// and waits for the write to give up: closing stdin ends it at once.
+func (p *Persistent) abandonWrite(written <-chan error) {
+	p.closeStdin()
+	p.stop()
+	<-written
+}
+
+func (p *Persistent) closeStdin() { p.once.Do(func() { p.stdin.Close() }) }
+
 // Close ends the process: stdin closed, then SIGTERM and SIGKILL of its
 // group if it does not exit within KillGrace.
 func (p *Persistent) Close() {
-	p.once.Do(func() { p.stdin.Close() })
+	p.closeStdin()
 	if !p.dead {
 		select {
 		case st := <-p.exitCh:

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+
+	"github.com/agentvisor/agentvisor/protocol"
 )
 
 // Spec says how to run one agent process.
@@ -52,9 +54,15 @@ type Spec struct {
 // Outcome is everything Run learnt about one agent process.
 type Outcome struct {
 	Init     *Init
-	LastTurn *Turn   // the last API call's usage; nil when the agent reports none
-	Result   *Result // the final result line; nil when there was none
-	Retries  int     // API retries seen
+	LastTurn *Turn // the last API call's usage; nil when the agent reports none
+	// EarlierTurns sums the usage of the API calls before LastTurn.
+	EarlierTurns protocol.Usage
+	Result       *Result // the final result line; nil when there was none
+	Retries      int     // API retries seen
+	// LastRetry is the last API retry seen; APIError the agent's word for
+	// an API call that failed for good. Nil when none.
+	LastRetry *APIRetry
+	APIError  *APIError
 
 	Exit     ExitStatus
 	StartErr error // the agent could not be started; Exit.Code is 127 or 126
@@ -238,9 +246,16 @@ func (o *Outcome) record(ev Event, at time.Duration) {
 	case ev.Init != nil:
 		o.Init = ev.Init
 	case ev.Turn != nil:
+		// Claude repeats a message's usage on each of its content lines.
+		if o.LastTurn != nil && o.LastTurn.MessageID != ev.Turn.MessageID {
+			o.EarlierTurns = o.EarlierTurns.Add(o.LastTurn.Usage)
+		}
 		o.LastTurn = ev.Turn
 	case ev.Retry != nil:
 		o.Retries++
+		o.LastRetry = ev.Retry
+	case ev.APIError != nil:
+		o.APIError = ev.APIError
 	case ev.Result != nil:
 		r := *ev.Result
 		// Droid prints one error line per layer ("401 ...", then "Exec
@@ -254,6 +269,15 @@ func (o *Outcome) record(ev Event, at time.Duration) {
 		o.Result = &r
 		o.ResultTime = at
 	}
+}
+
+// TurnsUsage sums the usage of every API call the agent reported (Claude
+// does; Droid reports none): what a run used when it gave no result.
+func (o Outcome) TurnsUsage() protocol.Usage {
+	if o.LastTurn == nil {
+		return o.EarlierTurns
+	}
+	return o.EarlierTurns.Add(o.LastTurn.Usage)
 }
 
 func withDefaults(s Spec) Spec {

@@ -51,7 +51,7 @@ func Judge(o Outcome, schemaGiven bool) Verdict {
 		return failed("terminated", protocol.CodeTerminated, "the worker was stopped while the agent ran%s", stderr)
 	case o.Result != nil && o.Result.IsError:
 		r := o.Result
-		v := failed("result-error", protocol.CodeAgentError, "the agent ended with an error (%s)%s: %s%s", errorDetail(r), exitNote(o), truncate(r.Text, 2000), stderr)
+		v := failed("result-error", protocol.CodeAgentError, "the agent ended with an error (%s)%s: %s%s", errorDetail(o), exitNote(o), truncate(r.Text, 2000), stderr)
 		v.Response = r.Text
 		return v
 	case o.Result != nil:
@@ -102,16 +102,37 @@ func failed(rule string, code protocol.Code, format string, args ...any) Verdict
 	return Verdict{Status: protocol.StatusFailed, Error: protocol.NewError(code, format, args...), Rule: rule}
 }
 
-func errorDetail(r *Result) string {
-	parts := []string{}
-	if r.Subtype != "" {
+// errorDetail says what failed in an error result: the model API's status
+// and the agent's word for the error, from the result or else from the
+// last API retry. Claude marks a failed API call as subtype "success" (with
+// is_error), so a subtype is named only when it tells more
+// (error_max_turns, error_during_execution).
+func errorDetail(o Outcome) string {
+	r := o.Result
+	status, kind := r.APIErrorStatus, ""
+	if o.APIError != nil {
+		kind = o.APIError.Kind
+	}
+	if rt := o.LastRetry; rt != nil {
+		if status == 0 {
+			status = rt.Status
+		}
+		if kind == "" {
+			kind = rt.Error
+		}
+	}
+	var parts []string
+	if status != 0 {
+		parts = append(parts, fmt.Sprintf("API status %d", status))
+	}
+	if kind != "" {
+		parts = append(parts, "API error "+kind)
+	}
+	if r.Subtype != "" && r.Subtype != "success" && r.Subtype != "error" {
 		parts = append(parts, "subtype "+r.Subtype)
 	}
-	if r.APIErrorStatus != 0 {
-		parts = append(parts, fmt.Sprintf("API status %d", r.APIErrorStatus))
-	}
 	if len(parts) == 0 {
-		return "no detail"
+		return "no API status"
 	}
 	return strings.Join(parts, ", ")
 }

@@ -1,6 +1,3 @@
-// Package worker is the worker-wrapper's core: it reads tasks from Redis,
-// runs the agent for each, and publishes lifecycle, status, heartbeat,
-// progress and output events as the protocol says.
 package worker
 
 import (
@@ -55,6 +52,14 @@ type Config struct {
 	ProgressAddr      string        // PROGRESS_ADDR (default 127.0.0.1:0)
 	EventBuffer       int           // EVENT_BUFFER (default 1000): events kept while Redis is down
 	PauseAfterOutput  bool          // PAUSE_AFTER_OUTPUT (default true): ask the spawner to pause after each output
+
+	// StreamMaxLen (STREAM_MAXLEN, default protocol.DefaultStreamMaxLen)
+	// is the approximate MAXLEN of every XADD the wrapper makes; 0 turns
+	// trimming off.
+	StreamMaxLen int64
+	// RunRetention (RUN_RETENTION, default protocol.DefaultRunRetention)
+	// is how long a run hash lives after its terminal state.
+	RunRetention time.Duration
 
 	// SessionPolicy (SESSION_POLICY) is "project" (default: continue the
 	// project's session while it is small and recent) or "new" (a new
@@ -161,6 +166,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		{"SHUTDOWN_GRACE", &c.ShutdownGrace, 20 * time.Second},
 		{"RESULT_GRACE", &c.ResultGrace, 3 * time.Second},
 		{"KILL_GRACE", &c.KillGrace, 5 * time.Second},
+		{protocol.EnvRunRetention, &c.RunRetention, protocol.DefaultRunRetention},
 	}
 	for _, d := range durations {
 		if *d.dst, err = parseDuration(getenv(d.name), d.def); err != nil {
@@ -198,6 +204,12 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if v := getenv("EVENT_BUFFER"); v != "" {
 		if c.EventBuffer, err = strconv.Atoi(v); err != nil || c.EventBuffer < 1 {
 			return fail("EVENT_BUFFER", fmt.Errorf("want a positive whole number, got %q", v))
+		}
+	}
+	c.StreamMaxLen = protocol.DefaultStreamMaxLen
+	if v := getenv(protocol.EnvStreamMaxLen); v != "" {
+		if c.StreamMaxLen, err = strconv.ParseInt(v, 10, 64); err != nil || c.StreamMaxLen < 0 {
+			return fail(protocol.EnvStreamMaxLen, fmt.Errorf("want a whole number of entries (0: no trimming), got %q", v))
 		}
 	}
 	return c, nil

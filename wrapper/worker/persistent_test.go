@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/wrapper/stubmodel"
+	"github.com/agentvisor/agentvisor/stubmodel"
 )
 
 // taskPIDs returns the agent pid of every task_started event, in order.

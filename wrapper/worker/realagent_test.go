@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/wrapper/stubmodel"
+	"github.com/agentvisor/agentvisor/stubmodel"
 )
 
 // These tests run the real claude and droid binaries (installed by `make

@@ -97,18 +97,44 @@ Be concise and concrete. Do not change any file. End with {"status": "complete"}
 // holds it (for Affinity after its last task); the other runs its task in a
 // new session of its own that is not recorded.
 type ProjectSessions struct {
-	w   *Worker
+	d   SessionDeps
 	cfg SessionConfig
 }
 
-// NewProjectSessions returns the policy for w.
-func NewProjectSessions(w *Worker, cfg SessionConfig) *ProjectSessions {
-	return &ProjectSessions{w: w, cfg: cfg.withDefaults()}
+// SessionStore is what ProjectSessions keeps in Redis: the project's
+// session record and its stored context.
+type SessionStore interface {
+	ClaimSession(ctx context.Context, agent protocol.AgentType, project, workerID string, now, expires time.Time) (rdb.SessionRecord, error)
+	SaveSession(ctx context.Context, agent protocol.AgentType, project, workerID string, newSession bool, costUSD float64, fields map[string]any) (bool, error)
+	ProjectContext(ctx context.Context, project string) (string, error)
+	SetProjectContext(ctx context.Context, project, text string) error
+}
+
+var _ SessionStore = (*rdb.RDB)(nil)
+
+// TurnRunner runs one turn of the policy's own in the agent (a retiring
+// session's summary), within timeout.
+type TurnRunner func(ctx context.Context, task protocol.Task, inv Invocation, timeout time.Duration) agent.Outcome
+
+// SessionDeps are what ProjectSessions works with: the store, a runner for
+// its own turns, the clock, and whose sessions they are.
+type SessionDeps struct {
+	Store     SessionStore
+	Run       TurnRunner
+	Now       func() time.Time
+	Log       *slog.Logger
+	AgentType protocol.AgentType
+	WorkerID  string
+}
+
+// NewProjectSessions returns the project policy.
+func NewProjectSessions(d SessionDeps, cfg SessionConfig) *ProjectSessions {
+	return &ProjectSessions{d: d, cfg: cfg.withDefaults()}
 }
 
 var _ SessionPolicy = (*ProjectSessions)(nil)
 
-func (p *ProjectSessions) log() *slog.Logger { return p.w.log }
+func (p *ProjectSessions) log() *slog.Logger { return p.d.Log }
 
 // DefaultContextWindow is the model context window ContextThreshold is
 // given against.
@@ -124,16 +150,16 @@ func (p *ProjectSessions) threshold(window int64) int64 {
 
 // Decide implements SessionPolicy.
 func (p *ProjectSessions) Decide(ctx context.Context, task protocol.Task) SessionPlan {
-	w := p.w
-	now := w.now()
+	d := p.d
+	now := d.Now()
 	project := task.Project()
-	rec, err := w.rdb.ClaimSession(ctx, w.cfg.AgentType, project, w.cfg.WorkerID, now, now.Add(p.cfg.Affinity))
+	rec, err := d.Store.ClaimSession(ctx, d.AgentType, project, d.WorkerID, now, now.Add(p.cfg.Affinity))
 	if err != nil {
 		p.log().Warn("session store unreachable: new session", "err", err, "project_id", project)
 		return SessionPlan{Decision: protocol.SessionDecision{Action: protocol.SessionNew, Reason: protocol.SessionReasonNoSession}}
 	}
 	plan := SessionPlan{held: rec.Claimed}
-	plan.Context, _ = w.rdb.ProjectContext(ctx, project)
+	plan.Context, _ = d.Store.ProjectContext(ctx, project)
 	prev := rec.Fields[protocol.SessionFieldSessionID]
 	newPlan := func(reason string) SessionPlan {
 		plan.Decision = protocol.SessionDecision{Action: protocol.SessionNew, Reason: reason, PreviousSessionID: prev}
@@ -151,17 +177,20 @@ func (p *ProjectSessions) Decide(ctx context.Context, task protocol.Task) Sessio
 		return newPlan(protocol.SessionReasonForced)
 	case now.Sub(last) >= p.cfg.StaleAfter:
 		p.retire(ctx, project, prev)
-		plan.Context, _ = w.rdb.ProjectContext(ctx, project)
+		plan.Context, _ = d.Store.ProjectContext(ctx, project)
 		return newPlan(protocol.SessionReasonStale)
 	case tokens >= p.threshold(window):
 		p.retire(ctx, project, prev)
-		plan.Context, _ = w.rdb.ProjectContext(ctx, project)
+		plan.Context, _ = d.Store.ProjectContext(ctx, project)
 		return newPlan(protocol.SessionReasonOverflow)
 	}
 	plan.ResumeID = prev
 	plan.Decision = protocol.SessionDecision{Action: protocol.SessionResume, Reason: protocol.SessionReasonContinued, PreviousSessionID: prev}
 	return plan
 }
+
+// summaryTimeout bounds a retiring session's summary turn.
+const summaryTimeout = 5 * time.Minute
 
 // retire asks the old session, in one more turn, for a summary of the
 // project and stores it as the project's context. A summary that fails
@@ -170,11 +199,8 @@ func (p *ProjectSessions) retire(ctx context.Context, project, sessionID string)
 	if !p.cfg.Summarize {
 		return
 	}
-	w := p.w
 	task := protocol.Task{RequestID: "summary-" + sessionID, ProjectID: project, Prompt: SummaryPrompt}
-	spec := w.agentSpec(task, Invocation{Prompt: SummaryPrompt, ResumeID: sessionID}, &current{task: task, run: protocol.NewRun(task.RequestID, "", w.cfg.WorkerID, project, w.now())})
-	spec.Timeout = min(w.cfg.TaskTimeout, 5*time.Minute)
-	o := agent.Run(ctx, spec)
+	o := p.d.Run(ctx, task, Invocation{Prompt: SummaryPrompt, ResumeID: sessionID}, summaryTimeout)
 	if o.Result == nil || o.Result.IsError || strings.TrimSpace(o.Result.Text) == "" {
 		p.log().Warn("session summary failed; the project keeps its previous context", "project_id", project, "session_id", sessionID)
 		return
@@ -183,7 +209,7 @@ func (p *ProjectSessions) retire(ctx context.Context, project, sessionID string)
 	if i := strings.LastIndex(text, `{"status"`); i > 0 {
 		text = strings.TrimSpace(text[:i])
 	}
-	if err := w.rdb.SetProjectContext(ctx, project, text); err != nil {
+	if err := p.d.Store.SetProjectContext(ctx, project, text); err != nil {
 		p.log().Warn("store project context", "err", err)
 		return
 	}
@@ -218,11 +244,11 @@ func resumeFailed(plan SessionPlan, o agent.Outcome) (bool, string) {
 // Complete implements SessionPolicy.
 func (p *ProjectSessions) Complete(ctx context.Context, task protocol.Task, plan SessionPlan, o agent.Outcome,
 	rerun func(Invocation) agent.Outcome) (agent.Outcome, SessionPlan) {
-	w := p.w
+	d := p.d
 	if failed, msg := resumeFailed(plan, o); failed {
 		p.log().Warn("resume failed: running the task again in a new session", "session_id", plan.ResumeID, "request_id", task.RequestID)
 		plan.Decision = protocol.SessionDecision{Action: protocol.SessionNew, Reason: protocol.SessionReasonResumeFailed,
-			PreviousSessionID: plan.ResumeID, ResumeError: protocol.NewError(protocol.CodeResumeFailed, "%s", w.redact.Redact(truncate(msg, 2000)))}
+			PreviousSessionID: plan.ResumeID, ResumeError: protocol.NewError(protocol.CodeResumeFailed, "%s", truncate(msg, 2000))}
 		plan.ResumeID = ""
 		o = rerun(p.invocation(task, plan))
 	}
@@ -237,16 +263,13 @@ func (p *ProjectSessions) Complete(ctx context.Context, task protocol.Task, plan
 	if o.LastTurn != nil {
 		contextTokens = o.LastTurn.Usage.Context()
 	}
-	now := w.now()
-	if err := w.rdb.AddUsage(ctx, task.Project(), sid, w.cfg.WorkerID, o.Result.Usage, o.Result.CostUSD); err != nil {
-		p.log().Warn("usage not recorded", "err", err)
-	}
+	now := d.Now()
 	if !plan.held || sid == "" || o.Result.IsError {
 		return o, plan
 	}
 	fields := map[string]any{
 		protocol.SessionFieldSessionID:       sid,
-		protocol.SessionFieldAgentType:       string(w.cfg.AgentType),
+		protocol.SessionFieldAgentType:       string(d.AgentType),
 		protocol.SessionFieldProjectID:       task.Project(),
 		protocol.SessionFieldContextTokens:   contextTokens,
 		protocol.SessionFieldContextWindow:   o.Result.ContextWindow,
@@ -258,7 +281,7 @@ func (p *ProjectSessions) Complete(ctx context.Context, task protocol.Task, plan
 	if isNew {
 		fields[protocol.SessionFieldCreatedAt] = protocol.FormatTime(now)
 	}
-	if _, err := w.rdb.SaveSession(ctx, w.cfg.AgentType, task.Project(), w.cfg.WorkerID, isNew, o.Result.CostUSD, fields); err != nil {
+	if _, err := d.Store.SaveSession(ctx, d.AgentType, task.Project(), d.WorkerID, isNew, o.Result.CostUSD, fields); err != nil {
 		p.log().Warn("session not recorded", "err", err)
 	}
 	p.log().Info("session recorded", "project_id", task.Project(), "session_id", sid, "action", plan.Decision.Action,
@@ -270,7 +293,7 @@ func (p *ProjectSessions) Complete(ctx context.Context, task protocol.Task, plan
 // session carries the project's context (Claude: in the system prompt;
 // Droid: in the prompt).
 func (p *ProjectSessions) invocation(task protocol.Task, plan SessionPlan) Invocation {
-	return invocationFor(p.w.cfg.AgentType, task, plan)
+	return invocationFor(p.d.AgentType, task, plan)
 }
 
 func invocationFor(agentType protocol.AgentType, task protocol.Task, plan SessionPlan) Invocation {

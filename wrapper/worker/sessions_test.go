@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -9,9 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/stubmodel"
 	"github.com/agentvisor/agentvisor/wrapper/agent"
-	"github.com/agentvisor/agentvisor/wrapper/stubmodel"
+	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
 )
 
 // clock is an injected clock that tests move forward.
@@ -218,5 +224,42 @@ func TestThresholdScalesWithTheWindow(t *testing.T) {
 		if got := p.threshold(window); got != want {
 			t.Errorf("threshold(%d) = %d, want %d", window, got, want)
 		}
+	}
+}
+
+// The project policy works from its narrow dependencies alone: the Redis
+// store, a runner for its own turns and a clock. An overflowing session is
+// retired through the runner (one summary turn resuming it), the summary
+// becomes the project's context, and the task starts a new session.
+func TestProjectSessionsFromTheirDependencies(t *testing.T) {
+	r := testkit.StartRedis(t)
+	keys := protocol.Keys{}
+	store, err := rdb.Open(r.URL(), keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rc.Close()
+	var clk clock
+	var turns []Invocation
+	run := func(_ context.Context, task protocol.Task, inv Invocation, timeout time.Duration) agent.Outcome {
+		turns = append(turns, inv)
+		return agent.Outcome{Result: &agent.Result{Text: "## Architecture\nSUMMARY\n{\"status\": \"complete\"}"}}
+	}
+	p := NewProjectSessions(SessionDeps{Store: store, Run: run, Now: clk.now, Log: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		AgentType: protocol.AgentClaude, WorkerID: "w1"}, SessionConfig{ContextThreshold: 1000, Summarize: true})
+	ctx := context.Background()
+	rc.HSet(ctx, keys.Session(protocol.AgentClaude, "proj"), protocol.SessionFieldSessionID, "old-session",
+		protocol.SessionFieldContextTokens, 5000, protocol.SessionFieldLastActivity, protocol.FormatTime(clk.now()))
+	plan := p.Decide(ctx, protocol.Task{RequestID: "r1", ProjectID: "proj", Prompt: "go on"})
+	if plan.Decision.Action != protocol.SessionNew || plan.Decision.Reason != protocol.SessionReasonOverflow || plan.ResumeID != "" {
+		t.Fatalf("plan %+v", plan)
+	}
+	if len(turns) != 1 || turns[0].ResumeID != "old-session" || turns[0].Prompt != SummaryPrompt {
+		t.Fatalf("summary turns %+v", turns)
+	}
+	if plan.Context != "## Architecture\nSUMMARY" {
+		t.Fatalf("the new session's context %q", plan.Context)
 	}
 }

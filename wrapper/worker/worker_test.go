@@ -200,7 +200,8 @@ func TestTaskCompletesWithProgressStatusAndPauseRequest(t *testing.T) {
 			testkit.Eventually(e.t, "pause request and idle status", 5*time.Second, func() bool {
 				st, _ := e.rc.HGetAll(context.Background(), e.keys.Status(id)).Result()
 				n, _ := e.rc.XLen(context.Background(), e.keys.Control()).Result()
-				return st["status"] == "idle" && st["request_id"] == "" && st["tasks_completed"] == "1" && n == 1
+				return st["status"] == "idle" && st["request_id"] == "" && st["task_started_at"] == "" && st["attempt"] == "" &&
+					st["tasks_completed"] == "1" && n == 1
 			})
 			ctl, _ := e.rc.XRange(context.Background(), e.keys.Control(), "-", "+").Result()
 			data, _ := protocol.EntryData(ctl[0].Values)
@@ -297,6 +298,11 @@ func TestInvalidTaskIsAnsweredAndAcknowledged(t *testing.T) {
 	if outs[3].RequestID != "good" || outs[3].Status != protocol.StatusComplete {
 		t.Errorf("the loop did not go on: %+v", outs[3])
 	}
+	// Each answer, the rejections too, is followed by a pause request.
+	testkit.Eventually(t, "four pause requests", 5*time.Second, func() bool {
+		n, _ := e.rc.XLen(ctx, e.keys.Control()).Result()
+		return n == 4
+	})
 	if n, _ := e.rc.XPending(ctx, in, protocol.WorkerGroup).Result(); n.Count != 0 {
 		t.Errorf("%d entries left unacknowledged", n.Count)
 	}
@@ -319,12 +325,13 @@ func TestPendingEntriesFirstAndRedeliveryPublishesNothing(t *testing.T) {
 	outs := e.waitOutputs(out, 2, 10*time.Second)
 	time.Sleep(300 * time.Millisecond)
 	outs, _ = e.docs(out)
-	if len(outs) != 2 || outs[0].RequestID != "never-answered" || outs[1].RequestID != "new" {
+	// The redelivered entry is its second delivery.
+	if len(outs) != 2 || outs[0].RequestID != "never-answered" || outs[0].Attempt != 2 || outs[1].RequestID != "new" || outs[1].Attempt != 1 {
 		var ids []string
 		for _, o := range outs {
-			ids = append(ids, o.RequestID)
+			ids = append(ids, fmt.Sprintf("%s (attempt %d)", o.RequestID, o.Attempt))
 		}
-		t.Fatalf("outputs %v, want never-answered then new", ids)
+		t.Fatalf("outputs %v, want never-answered (attempt 2) then new (attempt 1)", ids)
 	}
 	if n, _ := e.rc.XPending(ctx, in, protocol.WorkerGroup).Result(); n.Count != 0 {
 		t.Errorf("%d entries left unacknowledged", n.Count)
@@ -397,27 +404,46 @@ func TestDeveloperWorkersShareTheQueue(t *testing.T) {
 	}
 }
 
+// Shutdown publishes stopping at once, lets the task in flight finish
+// within the grace, and keeps what the task leaves: its output, usage and
+// session record.
 func TestShutdownLetsTheTaskFinishWithinGrace(t *testing.T) {
 	e := newEnv(t, protocol.AgentClaude, protocol.KindLongLived)
 	stop, _ := e.start()
-	e.send(e.keys.Input(e.cfg.WorkerID), protocol.Task{RequestID: "slow", Prompt: "fake:sleep-800"})
+	ctx := context.Background()
+	id := e.cfg.WorkerID
+	e.send(e.keys.Input(id), protocol.Task{RequestID: "slow", ProjectID: "grace", Prompt: "fake:sleep-2000"})
 	testkit.Eventually(e.t, "task start", 5*time.Second, func() bool {
 		return strings.Contains(strings.Join(e.lifecycle(), ","), "task_started")
 	})
-	stop() // grace is not cut: the task finishes
-	outs, _ := e.docs(e.keys.Output(e.cfg.WorkerID))
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }() // grace is not cut: the task finishes
+	testkit.Eventually(e.t, "stopping published while the task runs", time.Second, func() bool {
+		st, _ := e.rc.HGet(ctx, e.keys.Status(id), "status").Result()
+		return strings.Contains(strings.Join(e.lifecycle(), ","), "stopping") && st == "stopping"
+	})
+	if outs, _ := e.docs(e.keys.Output(id)); len(outs) != 0 {
+		t.Fatalf("the task ended before stopping was seen: %+v", outs)
+	}
+	<-stopped
+	outs, _ := e.docs(e.keys.Output(id))
 	if len(outs) != 1 || outs[0].Status != protocol.StatusComplete {
 		t.Fatalf("outputs %+v", outs)
 	}
-	evs := e.lifecycle()
-	if evs[len(evs)-2] != "stopping" || evs[len(evs)-1] != "stopped" {
+	if evs := strings.Join(e.lifecycle(), ","); evs != "started,task_started,stopping,task_completed,stopped" {
 		t.Fatalf("lifecycle %v", evs)
 	}
-	if st, _ := e.rc.HGet(context.Background(), e.keys.Status(e.cfg.WorkerID), "status").Result(); st != "stopped" {
+	if st, _ := e.rc.HGet(ctx, e.keys.Status(id), "status").Result(); st != "stopped" {
 		t.Errorf("status %q", st)
 	}
-	if n, _ := e.rc.Exists(context.Background(), e.keys.Heartbeat(e.cfg.WorkerID)).Result(); n != 0 {
+	if n, _ := e.rc.Exists(ctx, e.keys.Heartbeat(id)).Result(); n != 0 {
 		t.Error("heartbeat key left after a clean stop")
+	}
+	if u, _ := e.rc.HGetAll(ctx, e.keys.UsageProject("grace")).Result(); u["tasks"] != "1" || u["input"] != "4000" {
+		t.Errorf("usage of the task that ended in the grace: %v", u)
+	}
+	if s, _ := e.rc.HGetAll(ctx, e.keys.Session(protocol.AgentClaude, "grace")).Result(); s[protocol.SessionFieldSessionID] != outs[0].SessionID {
+		t.Errorf("session record of the task that ended in the grace: %v", s)
 	}
 }
 

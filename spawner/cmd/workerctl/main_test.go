@@ -9,7 +9,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner/spawnertest"
-	"github.com/agentvisor/agentvisor/wrapper/stubmodel"
+	"github.com/agentvisor/agentvisor/stubmodel"
 )
 
 // ctlRun runs workerctl against the runtime and returns its exit code and

@@ -23,19 +23,20 @@ type RDB struct {
 	// Retention of what the spawner writes (zero values: the defaults).
 	StreamMaxLen int64         // approximate MAXLEN of the lifecycle stream and reply streams
 	ReplyTTL     time.Duration // a reply stream expires this long after its last reply
-	Retention    time.Duration // a retired worker's keys and a finished run's hash live this long
+	Retention    time.Duration // a retired worker's keys live this long
+	RunRetention time.Duration // a run the spawner answered lives this long
 }
 
 // Defaults of the retention settings.
 const (
-	DefaultStreamMaxLen = 100_000
-	DefaultReplyTTL     = time.Hour
-	DefaultRetention    = 24 * time.Hour
+	DefaultReplyTTL  = time.Hour
+	DefaultRetention = 24 * time.Hour
 )
 
 // New returns an RDB over c with the default retention.
 func New(c redis.Cmdable, keys protocol.Keys) *RDB {
-	return &RDB{C: c, Keys: keys, StreamMaxLen: DefaultStreamMaxLen, ReplyTTL: DefaultReplyTTL, Retention: DefaultRetention}
+	return &RDB{C: c, Keys: keys, StreamMaxLen: protocol.DefaultStreamMaxLen, ReplyTTL: DefaultReplyTTL, Retention: DefaultRetention,
+		RunRetention: protocol.DefaultRunRetention}
 }
 
 // Nil reports whether err is Redis's "no such key" answer.

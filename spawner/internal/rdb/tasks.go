@@ -163,7 +163,7 @@ func (r *RDB) Answer(ctx context.Context, o protocol.Output, output, input, grou
 		msg = string(o.Error.Code) + ": " + o.Error.Message
 	}
 	n, err := answerScript.Run(ctx, r.C, []string{r.Keys.Run(o.RequestID), output, input}, group, entryID, string(doc), msg,
-		protocol.FormatTime(now), int64(r.Retention.Seconds()), r.StreamMaxLen).Int()
+		protocol.FormatTime(now), int64(r.RunRetention.Seconds()), r.StreamMaxLen).Int()
 	return n == 1, err
 }
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/protocol/testkit"
-	"github.com/agentvisor/agentvisor/wrapper/stubmodel"
+	"github.com/agentvisor/agentvisor/stubmodel"
 )
 
 // Benchmarks of the wrapper binary, run by `make bench` with -benchtime=1x:

@@ -9,7 +9,8 @@
 // hang-after-result, child-holds-stdout, big-line, garbage, orphans,
 // ignore-sigterm, api-retry, progress, sleep-<ms>, schema, resume-missing,
 // leak-secret, stamp (start and exit times in the result), progress-burst,
-// hog (allocates memory until the OOM killer ends it).
+// hog (allocates memory until the OOM killer ends it), hang-after-turn (one
+// assistant message with its usage, then nothing).
 package main
 
 import (
@@ -211,6 +212,10 @@ func (a *agent) run(modes map[string]bool, sleepMS int, prompt, resume string) {
 			kept = append(kept, chunk)
 			time.Sleep(5 * time.Millisecond)
 		}
+	}
+	if modes["hang-after-turn"] { // one API call's usage, then no result
+		a.assistant("working", 1)
+		time.Sleep(time.Hour)
 	}
 	if modes["ignore-sigterm"] {
 		time.Sleep(time.Hour)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +33,8 @@ type RDB struct {
 	reader  *redis.Client // its own connection for blocking reads, closed to end one at once
 	Keys    protocol.Keys
 	Timeout time.Duration // per call; blocking reads add their block time
+	// StreamMaxLen is the approximate MAXLEN of every XADD (0: none).
+	StreamMaxLen int64
 }
 
 // Open parses a redis:// or rediss:// URL (with password) and returns an
@@ -49,7 +52,8 @@ func Open(url string, keys protocol.Keys) (*RDB, error) {
 	opt.ContextTimeoutEnabled = true
 	ropt := *opt
 	ropt.PoolSize, ropt.MinIdleConns = 1, 0
-	return &RDB{c: redis.NewClient(opt), reader: redis.NewClient(&ropt), Keys: keys, Timeout: 3 * time.Second}, nil
+	return &RDB{c: redis.NewClient(opt), reader: redis.NewClient(&ropt), Keys: keys, Timeout: 3 * time.Second,
+		StreamMaxLen: protocol.DefaultStreamMaxLen}, nil
 }
 
 // Close closes the connections.
@@ -123,15 +127,18 @@ func (r *RDB) ReadTask(ctx context.Context, stream, group, consumer string, pend
 	return nil, nil
 }
 
-// IsServerError reports whether err is Redis refusing a command (an error
-// reply such as WRONGTYPE), not a connection that failed.
+// IsServerError reports whether err is Redis refusing a command for good
+// (an error reply such as WRONGTYPE, NOPERM, or NOSCRIPT when the script
+// cannot be loaded again), not a connection that failed: retrying the same
+// call cannot succeed.
 func IsServerError(err error) bool {
 	var re redis.Error
 	if !errors.As(err, &re) || errors.Is(err, redis.ErrClosed) {
 		return false
 	}
-	// Replies of a server that is starting, busy or failing over pass.
-	for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "READONLY", "CLUSTERDOWN"} {
+	// Replies of a server that is starting, busy, failing over or out of
+	// memory (trimmed streams and expired keys free it) pass.
+	for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "OOM"} {
 		if strings.HasPrefix(re.Error(), p) {
 			return false
 		}
@@ -163,13 +170,74 @@ func (r *RDB) DeliveryCount(ctx context.Context, stream, group, id string) (int6
 
 // RunState returns the state of a run, or "" when the run is unknown.
 func (r *RDB) RunState(ctx context.Context, requestID string) (protocol.RunState, error) {
+	rec, err := r.RunRecord(ctx, requestID)
+	return rec.State, err
+}
+
+// RunRecord is what the wrapper reads of a run hash before it starts a task.
+type RunRecord struct {
+	State    protocol.RunState // "" when the run is unknown
+	Requeues int64             // protocol.RunFieldAttempts: hand-overs by the spawner
+}
+
+// RunRecord reads the state of a run and how often the spawner requeued it.
+func (r *RDB) RunRecord(ctx context.Context, requestID string) (RunRecord, error) {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
-	s, err := r.c.HGet(ctx, r.Keys.Run(requestID), protocol.RunFieldStatus).Result()
-	if errors.Is(err, redis.Nil) {
-		return "", nil
+	vals, err := r.c.HMGet(ctx, r.Keys.Run(requestID), protocol.RunFieldStatus, protocol.RunFieldAttempts).Result()
+	if err != nil {
+		return RunRecord{}, fmt.Errorf("rdb: read run %s: %w", requestID, err)
 	}
-	return protocol.RunState(s), err
+	var rec RunRecord
+	if s, ok := vals[0].(string); ok {
+		rec.State = protocol.RunState(s)
+	}
+	if s, ok := vals[1].(string); ok {
+		rec.Requeues, _ = strconv.ParseInt(s, 10, 64)
+	}
+	return rec, nil
+}
+
+// advanceRunScript writes fields of a run hash without ever moving its
+// state backward: a terminal run is left alone; a status older than the
+// stored one (a requeued task starting again at requested while the hash
+// says running) is not written, nor is the creation time of a run that
+// exists. The other fields are written.
+//
+// KEYS[1] run hash; ARGV[1] the status field, ARGV[2] the creation time
+// field, ARGV[3...] field/value pairs.
+var advanceRunScript = redis.NewScript(`
+local order = {requested = 1, queued = 2, running = 3, completed = 4, failed = 4}
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if cur and order[cur] == 4 then return 0 end
+local args = {}
+for i = 3, #ARGV, 2 do
+  local f, v = ARGV[i], ARGV[i + 1]
+  local keep = true
+  if f == ARGV[1] and cur and (order[v] or 0) < (order[cur] or 0) then keep = false end
+  if f == ARGV[2] and cur then keep = false end
+  if keep then
+    args[#args + 1] = f
+    args[#args + 1] = v
+  end
+end
+if #args > 0 then redis.call('HSET', KEYS[1], unpack(args)) end
+return 1
+`)
+
+// AdvanceRun writes fields of a run hash (with its status), never moving
+// the run backward nor changing a terminal one.
+func (r *RDB) AdvanceRun(ctx context.Context, requestID string, fields map[string]any) error {
+	ctx, cancel := r.ctx(ctx)
+	defer cancel()
+	args := []any{protocol.RunFieldStatus, protocol.RunFieldCreatedAt}
+	for k, v := range fields {
+		args = append(args, k, v)
+	}
+	if err := advanceRunScript.Run(ctx, r.c, []string{r.Keys.Run(requestID)}, args...).Err(); err != nil {
+		return fmt.Errorf("rdb: update run %s: %w", requestID, err)
+	}
+	return nil
 }
 
 // HSet sets fields of a hash.
@@ -179,11 +247,41 @@ func (r *RDB) HSet(ctx context.Context, key string, fields map[string]any) error
 	return r.c.HSet(ctx, key, fields).Err()
 }
 
-// XAdd appends a protocol document to a stream.
+// XAdd appends a protocol document to a stream, trimmed to about
+// StreamMaxLen entries.
 func (r *RDB) XAdd(ctx context.Context, stream string, doc []byte) error {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
-	return r.c.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: protocol.Values(doc)}).Err()
+	return r.c.XAdd(ctx, r.xaddArgs(stream, doc)).Err()
+}
+
+func (r *RDB) xaddArgs(stream string, doc []byte) *redis.XAddArgs {
+	return &redis.XAddArgs{Stream: stream, Values: protocol.Values(doc), MaxLen: r.StreamMaxLen, Approx: r.StreamMaxLen > 0}
+}
+
+// PublishOutput appends an output document to its stream and acknowledges
+// the task's entry, in one transaction, without the run hash: the way out
+// when Redis refuses the finish script (a run key of the wrong type, say).
+// Only the XADD's error counts: an acknowledgement refused (its group
+// deleted) leaves the entry pending, and the output is out.
+func (r *RDB) PublishOutput(ctx context.Context, stream string, doc []byte, input, group, entryID string) error {
+	ctx, cancel := r.ctx(ctx)
+	defer cancel()
+	var add *redis.StringCmd
+	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		add = p.XAdd(ctx, r.xaddArgs(stream, doc))
+		if entryID != "" {
+			p.XAck(ctx, input, group, entryID)
+		}
+		return nil
+	})
+	if add != nil && add.Err() == nil {
+		return nil
+	}
+	if err == nil {
+		err = add.Err()
+	}
+	return fmt.Errorf("rdb: publish output on %s: %w", stream, err)
 }
 
 // SetEx sets a key with a TTL.
@@ -200,20 +298,46 @@ func (r *RDB) Del(ctx context.Context, keys ...string) error {
 	return r.c.Del(ctx, keys...).Err()
 }
 
-// finishScript publishes a task's output, marks its run terminal and
-// acknowledges its entry, atomically, unless the run is already terminal
-// (then it only acknowledges). Running it twice publishes once.
+// finishScript publishes a task's output, marks its run terminal, counts
+// its usage and acknowledges its entry, atomically, unless the run is
+// already terminal (then it only acknowledges). Running it twice publishes
+// once and counts once. The run hash expires a retention after it became
+// terminal; the output stream is trimmed to about a maximum length.
 //
-// KEYS[1] run hash, KEYS[2] output stream, KEYS[3] input stream
+// KEYS[1] run hash, KEYS[2] output stream, KEYS[3] input stream,
+// KEYS[4...] usage hashes to add to.
 // ARGV[1] group, ARGV[2] entry id ("" for none), ARGV[3] output document,
-// ARGV[4...] run hash field/value pairs
+// ARGV[4] run retention in ms (0: none), ARGV[5] stream MAXLEN (0: none),
+// ARGV[6] number of run field/value arguments (r), ARGV[7] number of usage
+// field/value arguments (u), ARGV[8] the cost field, ARGV[9] the cost,
+// ARGV[10] the run's creation time field (kept when the run exists: a
+// requeued task's run was created by its first delivery); then r run
+// arguments, then u usage arguments (HINCRBY).
 var finishScript = redis.NewScript(`
 local st = redis.call('HGET', KEYS[1], 'status')
 local published = 0
 if st ~= 'completed' and st ~= 'failed' then
-  redis.call('XADD', KEYS[2], '*', 'data', ARGV[3])
-  if #ARGV > 3 then
-    redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+  if tonumber(ARGV[5]) > 0 then
+    redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', 'data', ARGV[3])
+  else
+    redis.call('XADD', KEYS[2], '*', 'data', ARGV[3])
+  end
+  local r, u = tonumber(ARGV[6]), tonumber(ARGV[7])
+  local created = redis.call('HGET', KEYS[1], ARGV[10])
+  if r > 0 then
+    redis.call('HSET', KEYS[1], unpack(ARGV, 11, 10 + r))
+  end
+  if created then
+    redis.call('HSET', KEYS[1], ARGV[10], created)
+  end
+  for k = 4, #KEYS do
+    for i = 11 + r, 10 + r + u, 2 do
+      redis.call('HINCRBY', KEYS[k], ARGV[i], ARGV[i + 1])
+    end
+    redis.call('HINCRBYFLOAT', KEYS[k], ARGV[8], ARGV[9])
+  end
+  if tonumber(ARGV[4]) > 0 then
+    redis.call('PEXPIRE', KEYS[1], ARGV[4])
   end
   published = 1
 end
@@ -232,6 +356,19 @@ type Finish struct {
 	InputStream  string
 	Group        string
 	EntryID      string // "" when there is no entry to acknowledge
+	// Usage, when set, is added to the usage counters with the output:
+	// the task is counted once, with the usage its output reports.
+	Usage *TaskUsage
+	// RunRetention is how long the run hash lives after this (0: for
+	// ever).
+	RunRetention time.Duration
+}
+
+// TaskUsage is one task's usage and whose counters it goes to.
+type TaskUsage struct {
+	Project, Session, Worker string // Session "" when unknown
+	Usage                    protocol.Usage
+	CostUSD                  float64
 }
 
 // FinishTask runs the finish script: it returns true when it published the
@@ -239,11 +376,26 @@ type Finish struct {
 func (r *RDB) FinishTask(ctx context.Context, f Finish) (bool, error) {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
-	args := []any{f.Group, f.EntryID, string(f.Output)}
+	keys := []string{r.Keys.Run(f.RequestID), f.OutputStream, f.InputStream}
+	var runArgs, usageArgs []any
 	for k, v := range f.Run {
-		args = append(args, k, v)
+		runArgs = append(runArgs, k, v)
 	}
-	n, err := finishScript.Run(ctx, r.c, []string{r.Keys.Run(f.RequestID), f.OutputStream, f.InputStream}, args...).Int()
+	cost := "0"
+	if u := f.Usage; u != nil {
+		keys = append(keys, r.Keys.UsageProject(u.Project), r.Keys.UsageWorker(u.Worker))
+		if u.Session != "" {
+			keys = append(keys, r.Keys.UsageSession(u.Session))
+		}
+		usageArgs = []any{protocol.UsageFieldInput, u.Usage.Input, protocol.UsageFieldOutput, u.Usage.Output,
+			protocol.UsageFieldCacheRead, u.Usage.CacheRead, protocol.UsageFieldCacheCreation, u.Usage.CacheCreation,
+			protocol.UsageFieldTasks, 1}
+		cost = strconv.FormatFloat(u.CostUSD, 'f', -1, 64)
+	}
+	args := []any{f.Group, f.EntryID, string(f.Output), f.RunRetention.Milliseconds(), r.StreamMaxLen,
+		len(runArgs), len(usageArgs), protocol.UsageFieldCostUSD, cost, protocol.RunFieldCreatedAt}
+	args = append(append(args, runArgs...), usageArgs...)
+	n, err := finishScript.Run(ctx, r.c, keys, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("rdb: finish task %s: %w", f.RequestID, err)
 	}

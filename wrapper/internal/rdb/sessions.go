@@ -115,29 +115,6 @@ func (r *RDB) SetProjectContext(ctx context.Context, project, text string) error
 	return r.c.Set(ctx, r.Keys.ProjectContext(project), text, 0).Err()
 }
 
-// AddUsage adds one task's usage to the cumulative counters of a project,
-// a session and a worker, in one transaction.
-func (r *RDB) AddUsage(ctx context.Context, project, session, worker string, u protocol.Usage, costUSD float64) error {
-	ctx, cancel := r.ctx(ctx)
-	defer cancel()
-	keys := []string{r.Keys.UsageProject(project), r.Keys.UsageWorker(worker)}
-	if session != "" {
-		keys = append(keys, r.Keys.UsageSession(session))
-	}
-	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for _, k := range keys {
-			p.HIncrBy(ctx, k, protocol.UsageFieldInput, u.Input)
-			p.HIncrBy(ctx, k, protocol.UsageFieldOutput, u.Output)
-			p.HIncrBy(ctx, k, protocol.UsageFieldCacheRead, u.CacheRead)
-			p.HIncrBy(ctx, k, protocol.UsageFieldCacheCreation, u.CacheCreation)
-			p.HIncrBy(ctx, k, protocol.UsageFieldTasks, 1)
-			p.HIncrByFloat(ctx, k, protocol.UsageFieldCostUSD, costUSD)
-		}
-		return nil
-	})
-	return err
-}
-
 // Int64Field reads an integer field of a record ("" or garbage: 0).
 func Int64Field(fields map[string]string, name string) int64 {
 	n, _ := strconv.ParseInt(fields[name], 10, 64)

@@ -1,0 +1,205 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// Run serves tasks until ctx ends, then shuts down. Shutdown order:
+//
+//  1. ctx ends: no new task starts; stopping is published at once (the
+//     status hash and the heartbeat say stopping while a task finishes);
+//  2. the task in flight gets the grace (Terminate cuts it short) and its
+//     output, usage and session record are stored;
+//  3. the persistent agent, if any, is closed;
+//  4. stopped is published, the events are flushed, the heartbeat key goes.
+func (w *Worker) Run(ctx context.Context) error {
+	apiKey, home := "", ""
+	for _, kv := range w.environ {
+		if v, ok := strings.CutPrefix(kv, "ANTHROPIC_API_KEY="); ok {
+			apiKey = v
+		}
+		if v, ok := strings.CutPrefix(kv, "HOME="); ok {
+			home = v
+		}
+	}
+	if err := w.cfg.PrepareWorkspace(home, apiKey); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	p, err := startProgressServer(w, w.cfg.ProgressAddr)
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	w.mu.Lock()
+	w.progress = p
+	w.mu.Unlock()
+	defer p.close()
+
+	bg, stopBG := context.WithCancel(context.Background())
+	var bgDone sync.WaitGroup
+	bgDone.Add(2)
+	go func() { defer bgDone.Done(); w.pub.out.Run(bg) }()
+	go func() { defer bgDone.Done(); w.heartbeat(bg) }()
+	defer func() { stopBG(); bgDone.Wait() }()
+
+	started := w.now()
+	w.transition(protocol.WorkerIdle, "started")
+	w.pushStatus(map[string]any{protocol.StatusFieldStartedAt: protocol.FormatTime(started),
+		protocol.StatusFieldAgentType: string(w.cfg.AgentType), protocol.StatusFieldKind: string(w.cfg.Kind),
+		protocol.StatusFieldRequestID: "", protocol.StatusFieldTaskID: "", protocol.StatusFieldError: ""})
+	w.pub.lifecycle(protocol.EventStarted, "", "", map[string]any{"agent_type": w.cfg.AgentType, "kind": w.cfg.Kind, "progress_url": p.url})
+	w.log.Info("worker started", "agent_type", w.cfg.AgentType, "kind", w.cfg.Kind,
+		"input", w.cfg.Keys.InputFor(w.cfg.Kind, w.cfg.WorkerID), "progress_url", p.url)
+
+	defer context.AfterFunc(ctx, w.beginShutdown)()
+	w.loop(ctx)
+	w.beginShutdown() // done already, or waits until done: stopping goes before stopped
+	w.persist.close()
+
+	w.transition(protocol.WorkerStopped, "shutdown complete")
+	w.pub.lifecycle(protocol.EventStopped, "", "", map[string]any{"tasks_completed": w.tasksCompleted()})
+	flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := w.pub.out.Flush(flushCtx); err != nil {
+		w.log.Warn("shutdown: events not written before the deadline", "pending", w.pub.out.Len())
+	}
+	_ = w.rdb.Del(flushCtx, w.cfg.Keys.Heartbeat(w.cfg.WorkerID))
+	w.log.Info("worker stopped", "tasks_completed", w.tasksCompleted(), "events_dropped", w.pub.out.Dropped())
+	return nil
+}
+
+// beginShutdown marks the worker stopping, so that no task starts any
+// more, and publishes it at once, while a task may still run its grace.
+// It runs once; a second caller waits until the first is done.
+func (w *Worker) beginShutdown() { w.shutdownOnce.Do(w.markStopping) }
+
+func (w *Worker) markStopping() {
+	w.mu.Lock()
+	w.stopping = true
+	_, err := w.machine.Transition(protocol.WorkerStopping, "shutdown", w.now())
+	reqID := ""
+	if w.cur != nil {
+		reqID = w.cur.task.RequestID
+	}
+	w.mu.Unlock()
+	if err != nil {
+		w.log.Error("worker state", "err", err)
+	}
+	w.pushStatus(map[string]any{})
+	w.pub.lifecycle(protocol.EventStopping, "", "", nil)
+	w.log.Info("stopping: no new tasks", "request_id_in_flight", reqID)
+}
+
+func (w *Worker) tasksCompleted() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.tasksDone
+}
+
+// Terminate ends the running agent now (SIGTERM to its group, SIGKILL
+// after KILL_GRACE); its task fails with TERMINATED. Safe to call twice.
+func (w *Worker) Terminate() { w.terminateOnce.Do(func() { close(w.terminateCh) }) }
+
+// terminable returns a context of parent that Terminate also ends: what
+// an agent runs under, so that shutdown gives it the grace and Terminate
+// stops it.
+func (w *Worker) terminable(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	go func() {
+		select {
+		case <-w.terminateCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// ForwardSignal sends sig to the running agent's process group, if any.
+func (w *Worker) ForwardSignal(sig syscall.Signal) {
+	w.mu.Lock()
+	pid := 0
+	if w.cur != nil {
+		pid = w.cur.agentPID
+	}
+	w.mu.Unlock()
+	if pid > 0 {
+		_ = syscall.Kill(-pid, sig)
+	}
+}
+
+// Fail records that the wrapper cannot work (status failed, a failed
+// lifecycle event), as far as Redis answers within timeout.
+func (w *Worker) Fail(cause error, exitCode int, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	now := w.now()
+	msg := w.redact.Redact(cause.Error())
+	_ = w.rdb.HSet(ctx, w.cfg.Keys.Status(w.cfg.WorkerID), map[string]any{
+		protocol.StatusFieldState: string(protocol.WorkerFailed), protocol.StatusFieldError: msg,
+		protocol.StatusFieldExitCode: exitCode, protocol.StatusFieldUpdatedAt: protocol.FormatTime(now)})
+	l := protocol.Lifecycle{WorkerID: w.cfg.WorkerID, Event: protocol.EventFailed, Source: protocol.SourceWrapper,
+		Timestamp: now, Detail: map[string]any{"error": msg, "exit_code": exitCode}}
+	if doc, err := l.Encode(); err == nil {
+		_ = w.rdb.XAdd(ctx, w.cfg.Keys.Lifecycle(), doc)
+	}
+}
+
+// transition moves the worker's state machine and writes the status hash.
+func (w *Worker) transition(to protocol.WorkerState, reason string) {
+	w.mu.Lock()
+	_, err := w.machine.Transition(to, reason, w.now())
+	w.mu.Unlock()
+	if err != nil {
+		w.log.Error("worker state", "err", err)
+		return
+	}
+	w.pushStatus(map[string]any{})
+}
+
+// pushStatus writes fields of the status hash, with the worker's state.
+func (w *Worker) pushStatus(fields map[string]any) {
+	w.mu.Lock()
+	fields[protocol.StatusFieldState] = string(w.machine.State)
+	w.mu.Unlock()
+	w.pub.status(fields)
+}
+
+// requestPause asks the spawner to pause this worker, now idle: the
+// wrapper never pauses itself. reason says what it just did.
+func (w *Worker) requestPause(reqID, taskID, reason string) {
+	if !w.cfg.PauseAfterOutput {
+		return
+	}
+	w.mu.Lock()
+	stopping := w.stopping
+	w.mu.Unlock()
+	if stopping {
+		return
+	}
+	c := protocol.Control{Action: protocol.ControlPause, WorkerID: w.cfg.WorkerID,
+		Reason: reason, RequestID: reqID, Timestamp: w.now()}
+	doc, err := c.Encode()
+	if err != nil {
+		return
+	}
+	w.pub.entry("control pause", w.cfg.Keys.Control(), doc)
+	w.pub.lifecycle(protocol.EventPauseRequested, reqID, taskID, map[string]any{"reason": c.Reason})
+}
+
+func (w *Worker) healthReport() map[string]any {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h := map[string]any{"worker_id": w.cfg.WorkerID, "state": w.machine.State, "tasks_completed": w.tasksDone,
+		"events_pending": w.pub.out.Len(), "events_dropped": w.pub.out.Dropped()}
+	if w.cur != nil {
+		h["request_id"] = w.cur.task.RequestID
+	}
+	return h
+}

@@ -1,0 +1,68 @@
+package worker
+
+import (
+	"math"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/wrapper/agent"
+)
+
+// output builds the Output event of a task.
+func (w *Worker) output(task protocol.Task, oc agent.Outcome, v agent.Verdict, plan SessionPlan, attempt int) protocol.Output {
+	o := protocol.Output{
+		RequestID: task.RequestID, TaskID: task.TaskID, ProjectID: task.Project(), WorkerID: w.cfg.WorkerID,
+		AgentType: w.cfg.AgentType, Status: v.Status, Response: w.redact.Redact(v.Response), Result: v.Result,
+		Question: v.Question, DurationMS: oc.Duration.Milliseconds(), Metadata: task.Metadata, Timestamp: w.now(),
+		Attempt: attempt,
+	}
+	if d := plan.Decision; d.Action != "" {
+		if d.ResumeError != nil {
+			e := *d.ResumeError
+			e.Message = w.redact.Redact(e.Message)
+			d.ResumeError = &e
+		}
+		o.Session = &d
+	}
+	if v.Error != nil {
+		e := *v.Error
+		e.Message = w.redact.Redact(e.Message)
+		o.Error = &e
+	}
+	o.Usage, o.CostUSD = taskUsage(oc)
+	if r := oc.Result; r != nil {
+		o.SessionID = r.SessionID
+		// The context is what the LAST API call used; the result's usage
+		// sums every call of the run. Droid reports no per-call usage: its
+		// summed figure is an upper bound.
+		o.ContextTokens = r.Usage.Context()
+	}
+	if oc.LastTurn != nil {
+		o.ContextTokens = oc.LastTurn.Usage.Context()
+	}
+	if o.SessionID == "" && oc.Init != nil {
+		o.SessionID = oc.Init.SessionID
+	}
+	return o
+}
+
+// taskUsage is what a task used, as its output reports it and the usage
+// counters count it: the result's figures; when the agent gave no result
+// (it timed out, crashed or was stopped), the sum of the API calls it
+// reported, at no known cost.
+func taskUsage(oc agent.Outcome) (protocol.Usage, float64) {
+	if oc.Result == nil {
+		return oc.TurnsUsage(), 0
+	}
+	cost := oc.Result.CostUSD
+	if cost < 0 || math.IsNaN(cost) || math.IsInf(cost, 0) {
+		cost = 0
+	}
+	return oc.Result.Usage, cost
+}
+
+func errCode(e *protocol.Error) string {
+	if e == nil {
+		return ""
+	}
+	return string(e.Code)
+}

@@ -1,0 +1,103 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/agentvisor/agentvisor/wrapper/agent"
+)
+
+// persistentAgent is the one Claude process a long-lived worker keeps
+// across its tasks (AGENT_PERSISTENT): a follow-up in the same session
+// needs no new process and no resume. A process that dies is replaced
+// (resuming the session); after two deaths the worker runs one process per
+// task. The task loop's goroutine owns it and all its fields.
+type persistentAgent struct {
+	log  *slog.Logger
+	argv func(Invocation) []string // the persistent command line of an invocation
+
+	proc    *agent.Persistent // nil when none runs
+	session string            // the session proc holds
+	token   string            // the progress token in proc's environment
+	deaths  int
+	off     bool // it died too often: one process per task from now on
+}
+
+// persistentTask is one task for the persistent agent.
+type persistentTask struct {
+	prompt   string
+	plan     SessionPlan
+	inv      Invocation // how a new process starts for this task
+	spec     agent.Spec // the task's one-process spec: timeout, events, the fallback
+	env      func(token string) []string
+	useToken func(token string) // the progress token the task's reports must carry
+}
+
+// usable reports whether tasks go to the persistent agent.
+func (p *persistentAgent) usable() bool { return p != nil && !p.off }
+
+// run runs a task in the persistent process, starting one (for the plan's
+// session) when none serves that session.
+func (p *persistentAgent) run(ctx context.Context, t persistentTask) agent.Outcome {
+	o, reused := p.send(ctx, t)
+	notRun := o.Events == 0 || (o.Result != nil && o.Result.IsError && o.Result.Turns == 0)
+	if reused && notRun && !o.TimedOut && !o.Cancelled && p.proc == nil {
+		// The process had died before it took up the message (between
+		// tasks; a part of it that outlived the rest answers with an error
+		// of no turns): the message was not run, so run it in a new process.
+		p.log.Warn("the persistent agent had died: starting another for this task")
+		o, _ = p.send(ctx, t)
+	}
+	return o
+}
+
+func (p *persistentAgent) send(ctx context.Context, t persistentTask) (agent.Outcome, bool) {
+	if p.proc != nil && (!p.proc.Alive() || t.plan.ResumeID == "" || t.plan.ResumeID != p.session) {
+		p.proc.Close()
+		p.proc = nil
+	}
+	reused := false
+	if p.proc == nil {
+		token := newToken()
+		pspec := t.spec
+		pspec.Argv = p.argv(t.inv)
+		pspec.Env = t.env(token)
+		proc, err := agent.StartPersistent(pspec)
+		if err != nil {
+			p.log.Warn("persistent agent did not start: one process for this task", "err", err)
+			return agent.Run(ctx, t.spec), false
+		}
+		p.proc, p.token, p.session = proc, token, t.plan.ResumeID
+		p.log.Info("persistent agent started", "pid", proc.Pid(), "resume", t.plan.ResumeID)
+	} else {
+		reused = true
+		if t.spec.OnStart != nil {
+			t.spec.OnStart(p.proc.Pid())
+		}
+	}
+	t.useToken(p.token)
+	o := p.proc.Send(ctx, agent.ClaudeUserMessage(t.prompt), t.spec.Timeout, t.spec.OnEvent)
+	if o.Result != nil && o.Result.SessionID != "" {
+		p.session = o.Result.SessionID
+	}
+	if !p.proc.Alive() {
+		p.proc.Close()
+		p.proc = nil
+		if o.Result == nil && !o.TimedOut && !o.Cancelled {
+			p.deaths++
+			if p.deaths >= 2 {
+				p.off = true
+				p.log.Warn("the persistent agent died twice: one process per task from now on")
+			}
+		}
+	}
+	return o, reused
+}
+
+// close ends the process, if any.
+func (p *persistentAgent) close() {
+	if p != nil && p.proc != nil {
+		p.proc.Close()
+		p.proc = nil
+	}
+}

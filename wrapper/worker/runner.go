@@ -1,0 +1,370 @@
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/wrapper/agent"
+	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
+)
+
+// taskSource is where a task came from and where its output goes.
+type taskSource struct {
+	stream, group, entryID string // its input entry
+	output                 string // its output stream; "" for a run of the wrapper's own
+}
+
+// current is the task in flight.
+type current struct {
+	task     protocol.Task
+	run      *protocol.Run
+	attempt  int
+	token    string
+	src      taskSource
+	agentPID int
+}
+
+// runFields returns the fields of the run hash; the caller holds w.mu.
+func (c *current) runFields() map[string]any {
+	f := c.run.Hash()
+	f[protocol.RunFieldAttempt] = c.attempt
+	return f
+}
+
+// handle runs one task entry to its output.
+func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry) {
+	src := taskSource{stream: stream, group: group, entryID: e.ID, output: w.cfg.Keys.OutputFor(w.cfg.Kind, w.cfg.WorkerID)}
+	data, err := protocol.EntryData(e.Values)
+	var task protocol.Task
+	if err == nil {
+		task, err = protocol.DecodeTask(data)
+	}
+	if err != nil {
+		w.reject(src, data, err)
+		return
+	}
+	log := w.log.With("request_id", task.RequestID, "task_id", task.TaskID, "project_id", task.Project())
+	// Once read, a task's own Redis work outlives shutdown: a task that
+	// ends in the grace keeps its output, usage and session record.
+	taskCtx := context.WithoutCancel(ctx)
+
+	// A task whose run is already terminal was answered before (the
+	// wrapper died between storing the output and acknowledging, or the
+	// producer sent a request id twice): acknowledge, publish nothing, and
+	// ask to be paused again, as after any task.
+	rec, err := store(w.pub, "read run "+task.RequestID, func(c context.Context) (rdb.RunRecord, error) {
+		return w.rdb.RunRecord(c, task.RequestID)
+	})
+	if err != nil {
+		o := w.unrunOutput(task, protocol.NewError(protocol.CodeInternalError, "redis refused to read the run: %v", err))
+		w.storeOutput(log, src, o, nil, nil)
+		w.pub.lifecycle(protocol.EventTaskFailed, task.RequestID, task.TaskID, map[string]any{"code": protocol.CodeInternalError})
+		w.requestPause(task.RequestID, task.TaskID, "stop_output:"+string(o.Status))
+		return
+	}
+	if rec.State.Terminal() {
+		log.Info("task already finished, acknowledging it again", "run_status", rec.State)
+		_, _ = store(w.pub, "ack "+e.ID, func(c context.Context) (struct{}, error) { return struct{}{}, w.rdb.Ack(c, stream, group, e.ID) })
+		w.requestPause(task.RequestID, task.TaskID, "duplicate_task:"+string(rec.State))
+		return
+	}
+	// Every delivery counts: of this entry (a redelivery after a restart
+	// or a lost reply), and the entries the spawner requeued before it.
+	deliveries, _ := w.rdb.DeliveryCount(taskCtx, stream, group, e.ID)
+	attempt := int(rec.Requeues + max(deliveries, 1))
+
+	now := w.now()
+	cur := &current{task: task, run: protocol.NewRun(task.RequestID, task.TaskID, w.cfg.WorkerID, task.Project(), now),
+		attempt: attempt, token: newToken(), src: src}
+	if !w.startTask(cur) {
+		log.Info("shutdown began: the task stays pending")
+		return
+	}
+	w.pushRun(cur)
+	w.mu.Lock()
+	_ = cur.run.Transition(protocol.RunQueued, now)
+	w.mu.Unlock()
+	w.pushRun(cur)
+	w.pushStatus(map[string]any{protocol.StatusFieldRequestID: task.RequestID, protocol.StatusFieldTaskID: task.TaskID,
+		protocol.StatusFieldOutputStream: src.output, protocol.StatusFieldTaskStarted: protocol.FormatTime(now),
+		protocol.StatusFieldAttempt: attempt})
+
+	plan := w.sessions.Decide(taskCtx, task)
+	spec := w.agentSpec(task, invocationFor(w.cfg.AgentType, task, plan), cur)
+	spec.OnStart = func(pid int) {
+		w.mu.Lock()
+		cur.agentPID = pid
+		_ = cur.run.Transition(protocol.RunRunning, w.now())
+		w.mu.Unlock()
+		w.pushRun(cur)
+		w.pub.lifecycle(protocol.EventTaskStarted, task.RequestID, task.TaskID, map[string]any{"pid": pid, "attempt": attempt})
+	}
+	log.Info("task started", "resume", plan.ResumeID != "", "session_reason", plan.Decision.Reason, "attempt", attempt)
+
+	oomBefore := oomKills()
+	agentCtx, cancel := w.terminable(taskCtx)
+	outcome := w.runAgent(agentCtx, task, plan, cur, spec)
+	cancel()
+	outcome, plan = w.sessions.Complete(taskCtx, task, plan, outcome, func(inv Invocation) agent.Outcome {
+		spec.Argv = w.cfg.Argv(inv)
+		rerunCtx, cancel := w.terminable(taskCtx)
+		defer cancel()
+		return agent.Run(rerunCtx, spec)
+	})
+	verdict := agent.Judge(outcome, w.cfg.JSONSchema)
+	// A crash while the OOM killer fired in this container is an OOM: the
+	// container lives on (its PID 1 is the wrapper), so only the cgroup's
+	// counter tells.
+	if verdict.Error != nil && verdict.Error.Code == protocol.CodeAgentCrashed && oomBefore >= 0 && oomKills() > oomBefore {
+		verdict.Error = protocol.NewError(protocol.CodeOOMKilled, "the OOM killer ended the agent (%s); raise the worker's memory limit", outcome.Exit)
+	}
+	o := w.output(task, outcome, verdict, plan, attempt)
+	var usage *rdb.TaskUsage
+	if outcome.StartErr == nil { // the agent ran: its task counts, once, with its output's usage
+		usage = &rdb.TaskUsage{Project: task.Project(), Session: o.SessionID, Worker: w.cfg.WorkerID, Usage: o.Usage, CostUSD: o.CostUSD}
+	}
+	w.finish(log, cur, o, usage)
+}
+
+// startTask makes cur the task in flight and the worker busy, unless
+// shutdown began (then it returns false).
+func (w *Worker) startTask(cur *current) bool {
+	w.mu.Lock()
+	if w.stopping {
+		w.mu.Unlock()
+		return false
+	}
+	w.cur = cur
+	_, err := w.machine.Transition(protocol.WorkerBusy, "task "+cur.task.RequestID, w.now())
+	w.mu.Unlock()
+	if err != nil {
+		w.log.Error("worker state", "err", err)
+	}
+	return true
+}
+
+// runAgent runs the task's agent: in the persistent process when there is
+// one, in a process of its own otherwise.
+func (w *Worker) runAgent(ctx context.Context, task protocol.Task, plan SessionPlan, cur *current, spec agent.Spec) agent.Outcome {
+	if !w.persist.usable() {
+		return agent.Run(ctx, spec)
+	}
+	env := func(token string) []string { return w.cfg.AgentEnv(w.environ, w.ProgressURL(), token, task) }
+	useToken := func(token string) {
+		w.mu.Lock()
+		cur.token = token
+		w.mu.Unlock()
+	}
+	return w.persist.run(ctx, persistentTask{prompt: task.Prompt, plan: plan, inv: invocationFor(w.cfg.AgentType, task, plan),
+		spec: spec, env: env, useToken: useToken})
+}
+
+// runOwnTurn runs a turn of the wrapper's own in the agent (a retiring
+// session's summary): no output stream, no progress; Terminate stops it.
+func (w *Worker) runOwnTurn(ctx context.Context, task protocol.Task, inv Invocation, timeout time.Duration) agent.Outcome {
+	cur := &current{task: task, run: protocol.NewRun(task.RequestID, "", w.cfg.WorkerID, task.Project(), w.now())}
+	spec := w.agentSpec(task, inv, cur)
+	spec.Timeout = min(timeout, w.cfg.TaskTimeout)
+	ctx, cancel := w.terminable(ctx)
+	defer cancel()
+	return agent.Run(ctx, spec)
+}
+
+// agentSpec is how to run the agent for a task of the run cur.
+func (w *Worker) agentSpec(task protocol.Task, inv Invocation, cur *current) agent.Spec {
+	return agent.Spec{
+		Argv: w.cfg.Argv(inv), Env: w.cfg.AgentEnv(w.environ, w.ProgressURL(), cur.token, task),
+		Dir: w.cfg.Workspace, Parser: w.cfg.Parser(), PTY: w.cfg.PTY, Timeout: task.Timeout(w.cfg.TaskTimeout),
+		ResultGrace: w.cfg.ResultGrace, KillGrace: w.cfg.KillGrace, Starter: w.starter,
+		OnEvent: func(ev agent.Event) {
+			if ev.Retry != nil {
+				r := ev.Retry
+				w.pushProgress(cur, fmt.Sprintf("model API retry %d/%d (HTTP %d, %s), next in %d ms", r.Attempt, r.MaxRetries, r.Status, r.Error, int(math.Round(r.DelayMS))), nil, "", protocol.LevelWarning)
+			}
+		},
+	}
+}
+
+// finish stores a task's output (see storeOutput), then makes the worker
+// idle (or leaves it stopping) and asks to be paused.
+func (w *Worker) finish(log *slog.Logger, cur *current, o protocol.Output, usage *rdb.TaskUsage) {
+	now := w.now()
+	w.mu.Lock()
+	run := cur.run
+	if run.State == protocol.RunQueued { // the agent never started
+		_ = run.Transition(protocol.RunRunning, now)
+	}
+	if o.Status == protocol.StatusFailed {
+		_ = run.Fail(o.Error.Code, o.Error.Message, now)
+	} else {
+		_ = run.Transition(protocol.RunCompleted, now)
+	}
+	runFields := cur.runFields()
+	w.mu.Unlock()
+	// Progress and status events of the task go first.
+	_ = w.pub.out.Flush(context.Background())
+	published := w.storeOutput(log, cur.src, o, runFields, usage)
+
+	w.mu.Lock()
+	w.cur = nil
+	w.tasksDone++
+	done := w.tasksDone
+	var stateErr error
+	if !w.stopping { // a stopping worker stays stopping
+		_, stateErr = w.machine.Transition(protocol.WorkerIdle, "task "+o.RequestID+" "+string(o.Status), now)
+	}
+	w.mu.Unlock()
+	if stateErr != nil {
+		log.Error("worker state", "err", stateErr)
+	}
+	ev := protocol.EventTaskCompleted
+	var errText string
+	if o.Status == protocol.StatusFailed {
+		ev, errText = protocol.EventTaskFailed, string(o.Error.Code)+": "+o.Error.Message
+	}
+	// Idle: no field of the task stays behind.
+	w.pushStatus(map[string]any{protocol.StatusFieldRequestID: "", protocol.StatusFieldTaskID: "",
+		protocol.StatusFieldOutputStream: "", protocol.StatusFieldTaskStarted: "", protocol.StatusFieldAttempt: "",
+		protocol.StatusFieldTasksDone: done, protocol.StatusFieldError: errText})
+	detail := map[string]any{"status": o.Status, "duration_ms": o.DurationMS, "published": published}
+	if o.Error != nil {
+		detail["code"] = o.Error.Code
+	}
+	w.pub.lifecycle(ev, o.RequestID, o.TaskID, detail)
+	log.Info("task finished", "status", o.Status, "duration_ms", o.DurationMS, "published", published,
+		"input_tokens", o.Usage.Input, "output_tokens", o.Usage.Output, "context_tokens", o.ContextTokens, "cost_usd", o.CostUSD,
+		"error_code", errCode(o.Error))
+	w.requestPause(o.RequestID, o.TaskID, "stop_output:"+string(o.Status))
+}
+
+// storeOutput stores a task's output with its run's terminal fields and
+// its usage, and acknowledges its entry, in one atomic step
+// (rdb.FinishTask), retried while Redis is unreachable: the output is
+// never lost, and never published twice. When Redis refuses that step for
+// good (a run key of the wrong type, a missing permission), the output
+// still goes out, failed with INTERNAL_ERROR and saying why, without the
+// run hash; when Redis refuses that too, the entry is acknowledged and the
+// loss logged: a task Redis will not take must not wedge the loop. It
+// reports whether an output was published.
+func (w *Worker) storeOutput(log *slog.Logger, src taskSource, o protocol.Output, run map[string]any, usage *rdb.TaskUsage) bool {
+	doc, err := o.Encode()
+	if err != nil {
+		log.Error("encode output", "err", err)
+		return false
+	}
+	published, err := store(w.pub, "output "+o.RequestID, func(c context.Context) (bool, error) {
+		return w.rdb.FinishTask(c, rdb.Finish{RequestID: o.RequestID, OutputStream: src.output, Output: doc, Run: run,
+			InputStream: src.stream, Group: src.group, EntryID: src.entryID, Usage: usage, RunRetention: w.cfg.RunRetention})
+	})
+	if err == nil {
+		return published
+	}
+	fo := o
+	fo.Status, fo.Result, fo.Question = protocol.StatusFailed, nil, ""
+	fo.Error = protocol.NewError(protocol.CodeInternalError, "redis refused to store the task's output: %s", w.redact.Redact(err.Error()))
+	if doc, err = fo.Encode(); err == nil {
+		_, err = store(w.pub, "failed output "+o.RequestID, func(c context.Context) (struct{}, error) {
+			return struct{}{}, w.rdb.PublishOutput(c, src.output, doc, src.stream, src.group, src.entryID)
+		})
+	}
+	if err == nil {
+		log.Error("output stored without its run hash, as failed", "code", protocol.CodeInternalError)
+		return true
+	}
+	log.Error("task output lost: redis refused it", "err", err)
+	if src.entryID != "" {
+		_, _ = store(w.pub, "ack "+src.entryID, func(c context.Context) (struct{}, error) {
+			return struct{}{}, w.rdb.Ack(c, src.stream, src.group, src.entryID)
+		})
+	}
+	return false
+}
+
+// unrunOutput is the failed output of a task whose agent never ran.
+func (w *Worker) unrunOutput(task protocol.Task, e *protocol.Error) protocol.Output {
+	return protocol.Output{RequestID: task.RequestID, TaskID: task.TaskID, ProjectID: task.ProjectID, WorkerID: w.cfg.WorkerID,
+		AgentType: w.cfg.AgentType, Status: protocol.StatusFailed, Error: e, Metadata: task.Metadata, Timestamp: w.now()}
+}
+
+// reject answers a task entry that could not be decoded: a failed output
+// with INVALID_TASK, and the entry is acknowledged.
+func (w *Worker) reject(src taskSource, data []byte, cause error) {
+	reqID := gjson.GetBytes(data, "request_id").String()
+	if reqID == "" || checkID(reqID) != nil || len(reqID) > protocol.MaxIDLen {
+		reqID = "invalid-" + src.entryID
+	}
+	task := protocol.Task{RequestID: reqID}
+	if t := gjson.GetBytes(data, "task_id").String(); checkID(t) == nil && len(t) <= protocol.MaxIDLen {
+		task.TaskID = t
+	}
+	o := w.unrunOutput(task, protocol.NewError(protocol.CodeInvalidTask, "%v", cause))
+	log := w.log.With("request_id", reqID)
+	log.Warn("invalid task", "entry", src.entryID, "err", cause)
+	now := w.now()
+	run := protocol.NewRun(reqID, o.TaskID, w.cfg.WorkerID, "", now)
+	_ = run.Fail(protocol.CodeInvalidTask, cause.Error(), now)
+	w.storeOutput(log, src, o, run.Hash(), nil)
+	w.pub.lifecycle(protocol.EventTaskFailed, reqID, o.TaskID, map[string]any{"code": protocol.CodeInvalidTask})
+	w.requestPause(reqID, o.TaskID, "stop_output:"+string(o.Status))
+}
+
+// reportProgress records a progress report of the run that token belongs
+// to: one more step on the run, and a Progress event on its output stream.
+func (w *Worker) reportProgress(token string, rep protocol.ProgressReport) (int, error) {
+	if !w.cfg.AllowedCommands.Allows(protocol.ProgressCommand) {
+		return 0, errForbidden
+	}
+	w.mu.Lock()
+	cur := w.cur
+	if cur == nil || !tokenEqual(token, cur.token) {
+		w.mu.Unlock()
+		return 0, errNoRun
+	}
+	if err := cur.run.Step(rep.Step, w.now()); err != nil {
+		w.mu.Unlock()
+		return 0, errNoRun
+	}
+	n := cur.run.StepsCompleted
+	w.mu.Unlock()
+	w.pushRun(cur)
+	w.pushProgress(cur, rep.Step, rep.ProgressPct, rep.Output, "")
+	return n, nil
+}
+
+func (w *Worker) pushProgress(cur *current, step string, pct *int, output, level string) {
+	if cur.src.output == "" { // a run of the wrapper's own (a session summary)
+		return
+	}
+	w.mu.Lock()
+	n := cur.run.StepsCompleted
+	w.mu.Unlock()
+	p := protocol.Progress{WorkerID: w.cfg.WorkerID, RequestID: cur.task.RequestID, TaskID: cur.task.TaskID,
+		Step: step, ProgressPct: pct, Output: w.redact.Redact(output), Level: level, StepsCompleted: n, Timestamp: w.now()}
+	doc, err := p.Encode()
+	if err != nil {
+		return
+	}
+	w.pub.entry("progress", cur.src.output, doc)
+}
+
+// pushRun writes the run hash of cur as it stands.
+func (w *Worker) pushRun(cur *current) {
+	w.mu.Lock()
+	fields := cur.runFields()
+	w.mu.Unlock()
+	w.pub.run(cur.task.RequestID, fields)
+}
+
+func newToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
