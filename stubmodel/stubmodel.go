@@ -79,6 +79,9 @@ type Request struct {
 	Header   http.Header       // without credentials
 	Step     int               // index of the step that answered; -1 for the fallback
 	Body     json.RawMessage
+	// KeyOK says the request carried the key of SetAPIKey (as x-api-key
+	// or a bearer token); false when no key is set.
+	KeyOK bool
 }
 
 // Text returns every text of the request's messages (user and assistant
@@ -121,7 +124,8 @@ type Server struct {
 	next     int // index into the expanded steps
 	steps    []Step
 	requests []Request
-	other    []string // requests to other paths
+	other    []string // requests to other paths, and refused ones
+	apiKey   string   // SetAPIKey; "" takes any credential
 	srv      *http.Server
 	ln       net.Listener
 }
@@ -181,6 +185,16 @@ func (s *Server) OtherRequests() []string {
 	return append([]string(nil), s.other...)
 }
 
+// SetAPIKey makes the server answer 401 (authentication_error), as the
+// real API does, to a request to /v1/messages that does not carry key as
+// x-api-key or as a bearer token; "" takes any credential again. Refused
+// requests go to OtherRequests as "401 METHOD /path".
+func (s *Server) SetAPIKey(key string) {
+	s.mu.Lock()
+	s.apiKey = key
+	s.mu.Unlock()
+}
+
 // Reset forgets the recorded requests.
 func (s *Server) Reset() {
 	s.mu.Lock()
@@ -197,6 +211,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.other = append(s.other, r.Method+" "+r.URL.Path)
 		s.mu.Unlock()
 		http.Error(w, `{"type":"error","error":{"type":"not_found_error","message":"the stub serves /v1/messages only"}}`, http.StatusNotFound)
+		return
+	}
+	s.mu.Lock()
+	key := s.apiKey
+	s.mu.Unlock()
+	got := r.Header.Get("X-Api-Key")
+	if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && got == "" {
+		got = bearer
+	}
+	keyOK := key != "" && got == key
+	if key != "" && !keyOK {
+		s.mu.Lock()
+		s.other = append(s.other, "401 "+r.Method+" "+r.URL.Path)
+		s.mu.Unlock()
+		writeError(w, HTTPError{Status: 401, Message: "invalid x-api-key"})
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
@@ -223,7 +252,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec := Request{At: time.Now(), Path: r.URL.Path, Model: req.Model, Stream: req.Stream,
-		System: systemText(req.System), Messages: req.Messages, Header: cleanHeader(r.Header), Body: body}
+		System: systemText(req.System), Messages: req.Messages, Header: cleanHeader(r.Header), Body: body, KeyOK: keyOK}
 	for _, t := range req.Tools {
 		rec.Tools = append(rec.Tools, t.Name)
 	}

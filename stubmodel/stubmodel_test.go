@@ -105,3 +105,31 @@ func TestLoadScriptAndLoopbackOnly(t *testing.T) {
 		t.Error("a non-loopback address was accepted")
 	}
 }
+
+func TestSetAPIKeyRefusesOtherKeys(t *testing.T) {
+	s, err := Start(Script{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.SetAPIKey("secret")
+	if resp := post(t, s.URL, `{"model":"m","messages":[]}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the right key: %s", resp.Status)
+	}
+	req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/messages", strings.NewReader(`{"model":"m","messages":[]}`))
+	req.Header.Set("Authorization", "Bearer wrong")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a wrong key: %s, want 401", resp.Status)
+	}
+	if reqs := s.Requests(); len(reqs) != 1 || !reqs[0].KeyOK {
+		t.Fatalf("recorded %+v, want one request with KeyOK", reqs)
+	}
+	if other := s.OtherRequests(); len(other) != 1 || other[0] != "401 POST /v1/messages" {
+		t.Fatalf("other requests %q", other)
+	}
+}

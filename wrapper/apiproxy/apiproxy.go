@@ -1,0 +1,170 @@
+// Package apiproxy is the wrapper's loopback reverse proxy for the model
+// API. The agent never holds the real API key: it gets the proxy's URL and
+// a random token that only this proxy takes. The proxy checks the token,
+// replaces it with the real credential and forwards the request to the
+// configured upstream; answers, server-sent events included, stream back
+// unbuffered.
+package apiproxy
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// DefaultUpstream is the Anthropic API, where requests go when no
+// ANTHROPIC_BASE_URL is configured.
+const DefaultUpstream = "https://api.anthropic.com"
+
+// Config is what the proxy forwards to and with which credential. At most
+// one of APIKey and AuthToken is used: APIKey when both are set.
+type Config struct {
+	Upstream  string // base URL of the model API, e.g. https://api.anthropic.com
+	APIKey    string // sent upstream as x-api-key (ANTHROPIC_API_KEY)
+	AuthToken string // sent upstream as Authorization: Bearer (ANTHROPIC_AUTH_TOKEN)
+	Logger    *slog.Logger
+}
+
+// Proxy is a running proxy.
+type Proxy struct {
+	// URL is the proxy's base URL (http://127.0.0.1:port), what the agent
+	// gets as its API base URL.
+	URL string
+	// Token is the only credential the proxy accepts, as x-api-key or as
+	// Authorization: Bearer; what the agent gets as its API key.
+	Token string
+
+	upstream *url.URL
+	cfg      Config
+	rp       *httputil.ReverseProxy
+	srv      *http.Server
+	log      *slog.Logger
+}
+
+// Start listens on addr (a loopback address; "127.0.0.1:0" picks a free
+// port) and serves until Close.
+func Start(addr string, cfg Config) (*Proxy, error) {
+	if cfg.Upstream == "" {
+		cfg.Upstream = DefaultUpstream
+	}
+	up, err := url.Parse(cfg.Upstream)
+	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
+		return nil, fmt.Errorf("apiproxy: upstream %q is not an http(s) URL", redactURL(cfg.Upstream))
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("apiproxy: address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return nil, fmt.Errorf("apiproxy: address %q is not a loopback address", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("apiproxy: listen: %w", err)
+	}
+	p := &Proxy{URL: "http://" + ln.Addr().String(), Token: NewToken(), upstream: up, cfg: cfg, log: cfg.Logger}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:       p.rewrite,
+		FlushInterval: -1, // server-sent events reach the agent as the upstream writes them
+		Transport:     newTransport(),
+		ErrorHandler:  p.upstreamError,
+	}
+	// No write timeout: an answer streams as long as the model writes.
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	go func() { _ = p.srv.Serve(ln) }()
+	return p, nil
+}
+
+// Close stops the proxy; requests in flight are cut.
+func (p *Proxy) Close() error { return p.srv.Close() }
+
+// NewToken returns a random token for the agent: 32 bytes in hex, with a
+// prefix that says what it is when it turns up somewhere.
+func NewToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return "agentvisor-proxy-" + hex.EncodeToString(b)
+}
+
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !p.authorized(r) {
+		p.log.Warn("model API proxy: request without the agent's token refused", "method", r.Method, "path", r.URL.Path)
+		writeError(w, http.StatusUnauthorized, "authentication_error", "agentvisor model API proxy: invalid or missing token")
+		return
+	}
+	p.rp.ServeHTTP(w, r)
+}
+
+// authorized says whether r carries the proxy's token, as x-api-key or as
+// a bearer token.
+func (p *Proxy) authorized(r *http.Request) bool {
+	got := r.Header.Get("X-Api-Key")
+	if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && got == "" {
+		got = bearer
+	}
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(p.Token)) == 1
+}
+
+// rewrite sends the request to the upstream with the real credential in
+// place of the agent's token.
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	pr.SetURL(p.upstream)
+	pr.Out.Header.Del("X-Api-Key")
+	pr.Out.Header.Del("Authorization")
+	switch {
+	case p.cfg.APIKey != "":
+		pr.Out.Header.Set("X-Api-Key", p.cfg.APIKey)
+	case p.cfg.AuthToken != "":
+		pr.Out.Header.Set("Authorization", "Bearer "+p.cfg.AuthToken)
+	}
+}
+
+func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) { // the agent went away
+		return
+	}
+	p.log.Warn("model API proxy: upstream unreachable", "path", r.URL.Path, "err", err)
+	writeError(w, http.StatusBadGateway, "api_error", "agentvisor model API proxy: upstream unreachable")
+}
+
+// newTransport is http.DefaultTransport's settings, with more idle
+// connections kept per host: every request goes to the one upstream.
+func newTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 16
+	return t
+}
+
+// writeError answers in the Messages API's error shape, which the agents
+// parse.
+func writeError(w http.ResponseWriter, status int, typ, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": msg}})
+}
+
+// redactURL drops the user information of a URL for an error message.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	if u.User != nil {
+		u.User = url.User("REDACTED")
+	}
+	return u.String()
+}
