@@ -111,19 +111,17 @@ func (c *Config) Parser() agent.Parser {
 	return agent.ClaudeParser{}
 }
 
-// hiddenFromAgent are variables of the wrapper the agent must not see.
-var hiddenFromAgent = map[string]bool{"REDIS_URL": true, "INSTRUCTIONS": true}
-
 // AgentEnv builds the agent's environment from the wrapper's: everything
-// but the wrapper's own secrets, plus the progress endpoint and the run's
-// ids.
+// but the wrapper's own variables (wrapperOnly: its secrets and
+// configuration), plus the model API proxy's URL and token, the progress
+// endpoint and the run's ids.
 func (c *Config) AgentEnv(base []string, progressURL, token string, task protocol.Task) []string {
 	env := make([]string, 0, len(base)+12)
 	path := ""
 	for _, kv := range base {
 		name, value, _ := strings.Cut(kv, "=")
 		switch {
-		case hiddenFromAgent[name]:
+		case wrapperOnly[name]:
 		case name == "PATH":
 			path = value
 		default:
@@ -133,6 +131,7 @@ func (c *Config) AgentEnv(base []string, progressURL, token string, task protoco
 	if c.SelfPath != "" {
 		path = filepath.Dir(c.SelfPath) + string(os.PathListSeparator) + path
 	}
+	env = append(env, c.modelEnv()...)
 	env = append(env,
 		"PATH="+path,
 		"WORKER_ID="+c.WorkerID,
@@ -158,7 +157,9 @@ func (c *Config) AgentEnv(base []string, progressURL, token string, task protoco
 
 // PrepareWorkspace creates the workspace, writes the instructions file the
 // agent reads (CLAUDE.md or AGENTS.md), and, for Droid with DROID_BASE_URL,
-// declares the custom model in ~/.factory/settings.json.
+// declares the custom model in ~/.factory/settings.json: at the model API
+// proxy with its token once Run started the proxy, else at DROID_BASE_URL
+// with apiKey.
 func (c *Config) PrepareWorkspace(home, apiKey string) error {
 	if err := os.MkdirAll(c.Workspace, 0o755); err != nil {
 		return fmt.Errorf("workspace %s: %w", c.Workspace, err)
@@ -176,11 +177,15 @@ func (c *Config) PrepareWorkspace(home, apiKey string) error {
 		if home == "" {
 			return fmt.Errorf("droid settings: HOME is not set")
 		}
+		baseURL := c.DroidBaseURL
+		if c.model.url != "" {
+			baseURL, apiKey = c.model.url, c.model.token
+		}
 		if apiKey == "" {
 			apiKey = "unused"
 		}
 		settings := map[string]any{"customModels": []map[string]any{{
-			"model": c.droidCustomID(), "displayName": "agentvisor", "baseUrl": c.DroidBaseURL,
+			"model": c.droidCustomID(), "displayName": "agentvisor", "baseUrl": baseURL,
 			"apiKey": apiKey, "provider": "anthropic", "maxOutputTokens": 8192,
 		}}}
 		b, _ := json.MarshalIndent(settings, "", "  ")

@@ -76,6 +76,8 @@ type Config struct {
 	// SelfPath is the wrapper's own executable, put on the agent's PATH so
 	// that `worker-wrapper progress` works from its shell tool.
 	SelfPath string
+
+	model modelAPI // the model API proxy, as the agent sees it (secrets.go)
 }
 
 // FromEnv reads the configuration from getenv (os.Getenv in production).

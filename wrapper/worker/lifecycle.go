@@ -20,16 +20,20 @@ import (
 //  3. the persistent agent, if any, is closed;
 //  4. stopped is published, the events are flushed, the heartbeat key goes.
 func (w *Worker) Run(ctx context.Context) error {
-	apiKey, home := "", ""
+	home := ""
 	for _, kv := range w.environ {
-		if v, ok := strings.CutPrefix(kv, "ANTHROPIC_API_KEY="); ok {
-			apiKey = v
-		}
 		if v, ok := strings.CutPrefix(kv, "HOME="); ok {
 			home = v
 		}
 	}
-	if err := w.cfg.PrepareWorkspace(home, apiKey); err != nil {
+	proxy, err := w.startModelProxy()
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	if proxy != nil {
+		defer proxy.Close()
+	}
+	if err := w.cfg.PrepareWorkspace(home, ""); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	p, err := startProgressServer(w, w.cfg.ProgressAddr)

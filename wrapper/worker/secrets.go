@@ -1,0 +1,82 @@
+package worker
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/wrapper/apiproxy"
+)
+
+// The agent is untrusted (issue 12): it never holds the wrapper's
+// configuration or a model API key. It gets the model API through the
+// wrapper's loopback proxy (package apiproxy), with the proxy's URL and a
+// token that only that proxy takes.
+
+// wrapperOnly are variables of the wrapper's environment that the agent
+// does not get: its secrets (the Redis URL, the model API credentials and
+// base URLs, replaced by the proxy's), and its own configuration, which the
+// agent has no use for. Whatever else is in the environment (such as a
+// spec's variables meant for the agent's tools) passes on.
+var wrapperOnly = map[string]bool{
+	"REDIS_URL": true, "INSTRUCTIONS": true,
+	"ANTHROPIC_API_KEY": true, "ANTHROPIC_AUTH_TOKEN": true, "ANTHROPIC_BASE_URL": true,
+	"OPENAI_API_KEY": true, "DROID_BASE_URL": true,
+	"WORKER_KIND": true, "WORKER_KEY_PREFIX": true, "AGENT_TYPE": true, "AGENT_BIN": true, "AGENT_ARGS": true,
+	"AGENT_MODEL": true, "AGENT_SKIP_PERMISSIONS": true, "AGENT_JSON_SCHEMA": true, "AGENT_PERSISTENT": true,
+	"AGENT_PTY": true, "ALLOWED_COMMANDS": true, "TASK_TIMEOUT": true, "HEARTBEAT_INTERVAL": true,
+	"SHUTDOWN_GRACE": true, "RESULT_GRACE": true, "KILL_GRACE": true, "PROGRESS_ADDR": true, "EVENT_BUFFER": true,
+	"PAUSE_AFTER_OUTPUT": true, protocol.EnvStreamMaxLen: true, protocol.EnvRunRetention: true,
+	"SESSION_POLICY": true, "SESSION_CONTEXT_THRESHOLD": true, "SESSION_STALE_AFTER": true,
+	"SESSION_AFFINITY": true, "SESSION_SUMMARIZE": true, "LOG_LEVEL": true,
+}
+
+// modelAPI is the model API as the agent sees it: the proxy's base URL and
+// token; empty when the agent talks to its vendor itself (Droid without
+// DROID_BASE_URL). Set by Run before the first agent starts.
+type modelAPI struct{ url, token string }
+
+// startModelProxy starts the proxy between the agent and the model API,
+// for Claude (upstream ANTHROPIC_BASE_URL, default the Anthropic API) and
+// for Droid's custom model (upstream DROID_BASE_URL), with the real
+// credential of the wrapper's environment (ANTHROPIC_API_KEY, or
+// ANTHROPIC_AUTH_TOKEN as a bearer token). It returns nil for Droid
+// without DROID_BASE_URL: Droid then talks to Factory with its own
+// FACTORY_API_KEY.
+func (w *Worker) startModelProxy() (*apiproxy.Proxy, error) {
+	get := func(name string) string {
+		for _, kv := range w.environ {
+			if v, ok := strings.CutPrefix(kv, name+"="); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	cfg := apiproxy.Config{APIKey: get("ANTHROPIC_API_KEY"), AuthToken: get("ANTHROPIC_AUTH_TOKEN"), Logger: w.log}
+	switch {
+	case w.cfg.AgentType == protocol.AgentClaude:
+		cfg.Upstream = get("ANTHROPIC_BASE_URL")
+	case w.cfg.DroidBaseURL != "":
+		cfg.Upstream = w.cfg.DroidBaseURL
+	default:
+		return nil, nil
+	}
+	p, err := apiproxy.Start("127.0.0.1:0", cfg)
+	if err != nil {
+		return nil, fmt.Errorf("model API proxy: %w", err)
+	}
+	w.cfg.model = modelAPI{url: p.URL, token: p.Token}
+	return p, nil
+}
+
+// modelEnv is what the agent's environment holds of the model API.
+func (c *Config) modelEnv() []string {
+	switch {
+	case c.model.url == "":
+		return nil
+	case c.AgentType == protocol.AgentClaude:
+		return []string{"ANTHROPIC_BASE_URL=" + c.model.url, "ANTHROPIC_API_KEY=" + c.model.token}
+	default: // Droid reads its custom model's URL and key from settings.json
+		return nil
+	}
+}

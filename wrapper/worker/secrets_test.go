@@ -1,0 +1,70 @@
+package worker
+
+import (
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/stubmodel"
+)
+
+// TestModelAPIOnlyThroughTheProxy runs the real CLIs against a stub model
+// that takes only the real key: every call of the agent arrives with the
+// real key, added by the wrapper's proxy, and the agent, asked by a
+// scripted shell tool call to print its environment and Droid's settings,
+// holds neither the key nor the Redis URL, only the proxy's URL and token.
+func TestModelAPIOnlyThroughTheProxy(t *testing.T) {
+	for _, agentType := range protocol.AgentTypes {
+		t.Run(string(agentType), func(t *testing.T) {
+			t.Parallel()
+			e, stub, environ := realAgentEnv(t, agentType)
+			const realKey = "sk-stub-key-0123456789" // realAgentEnv's ANTHROPIC_API_KEY
+			stub.SetAPIKey(realKey)
+			e.start(environ...)
+			stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
+				{ToolUse: shellTool(agentType, `env; cat "$HOME/.factory/settings.json" 2>&1`)},
+				{Text: "Done.\n{\"status\": \"complete\", \"result\": {}}"},
+			}})
+			e.send(e.keys.Input(e.cfg.WorkerID), protocol.Task{RequestID: "snoop", Prompt: "Print your environment."})
+			if o := e.waitOutputs(e.keys.Output(e.cfg.WorkerID), 1, 60*time.Second)[0]; o.Status != protocol.StatusComplete {
+				t.Fatalf("output %+v (error %+v)", o, o.Error)
+			}
+			if refused := stub.OtherRequests(); len(refused) != 0 {
+				t.Errorf("the stub refused or did not serve: %q", refused)
+			}
+			reqs := stub.Requests()
+			if len(reqs) < 2 {
+				t.Fatalf("%d requests reached the stub", len(reqs))
+			}
+			for i, r := range reqs {
+				if !r.KeyOK {
+					t.Errorf("request %d arrived without the real key", i)
+				}
+			}
+			seen := reqs[len(reqs)-1].Text() // the tool's output, as the model got it
+			if !strings.Contains(seen, "WORKER_PROGRESS_URL=") {
+				t.Fatalf("the tool's output did not reach the model:\n%s", seen)
+			}
+			redisURL, _ := url.Parse(e.cfg.RedisURL)
+			for _, secret := range []string{realKey, "REDIS_URL", redisURL.Host, stub.URL} {
+				if strings.Contains(seen, secret) {
+					t.Errorf("the agent saw %q:\n%s", secret, seen)
+				}
+			}
+			if !strings.Contains(seen, "agentvisor-proxy-") {
+				t.Errorf("the agent did not get the proxy's token:\n%s", seen)
+			}
+			for i, r := range reqs {
+				for name, values := range r.Header {
+					for _, v := range values {
+						if strings.Contains(v, "agentvisor-proxy-") {
+							t.Errorf("request %d: the proxy's token reached the upstream in %s", i, name)
+						}
+					}
+				}
+			}
+		})
+	}
+}
