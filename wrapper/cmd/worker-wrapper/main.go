@@ -31,6 +31,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
 	"github.com/agentvisor/agentvisor/wrapper/reaper"
+	"github.com/agentvisor/agentvisor/wrapper/seal"
 	"github.com/agentvisor/agentvisor/wrapper/worker"
 )
 
@@ -56,7 +57,16 @@ func run() int {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	rdb.SetLogger(log)
 
-	cfg, err := worker.FromEnv(os.Getenv)
+	// Before anything else: the agent, under the same uid, must find no
+	// secret in this process (its environ, memory, descriptors). Seal
+	// re-executes the wrapper with a scrubbed environment and returns the
+	// whole one; the configuration comes from it, never from os.Getenv.
+	environ, err := seal.Seal()
+	if err != nil {
+		log.Error("cannot hide the configuration from the agent", "err", err)
+		return 1
+	}
+	cfg, err := worker.FromEnv(seal.Getenv(environ))
 	if err != nil {
 		log.Error("invalid configuration", "err", err)
 		return 2
@@ -77,7 +87,7 @@ func run() int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 
-	w, err := worker.New(cfg, worker.Options{Logger: log, Starter: r})
+	w, err := worker.New(cfg, worker.Options{Logger: log, Starter: r, Environ: environ})
 	if err != nil {
 		log.Error("invalid configuration", "err", err)
 		return 2

@@ -10,7 +10,9 @@
 // ignore-sigterm, api-retry, progress, sleep-<ms>, schema, resume-missing,
 // leak-secret, stamp (start and exit times in the result), progress-burst,
 // hog (allocates memory until the OOM killer ends it), hang-after-turn (one
-// assistant message with its usage, then nothing).
+// assistant message with its usage, then nothing), snoop (tries to read the
+// wrapper's secrets from /proc and the home directory as an attacker
+// would, and writes what it got to snoop.txt in its working directory).
 package main
 
 import (
@@ -167,6 +169,9 @@ func (a *agent) run(modes map[string]bool, sleepMS int, prompt, resume string) {
 		fmt.Fprintf(os.Stderr, "auth failed with key %s\n", os.Getenv("ANTHROPIC_API_KEY"))
 		os.Exit(4)
 	}
+	if modes["snoop"] {
+		snoop("snoop.txt")
+	}
 	if modes["crash-after-init"] {
 		fmt.Fprintln(os.Stderr, "panic: something broke after init")
 		os.Exit(3)
@@ -275,4 +280,75 @@ func (a *agent) run(modes map[string]bool, sleepMS int, prompt, resume string) {
 		c.Stdout = os.Stdout
 		_ = c.Start()
 	}
+}
+
+// snoop tries what a hostile agent under the wrapper's uid would try to
+// get the wrapper's secrets, and writes every attempt and its outcome
+// (the bytes read, or the error) to path, for the test to search.
+func snoop(path string) {
+	var b strings.Builder
+	try := func(what string, read func() ([]byte, error)) {
+		data, err := read()
+		if err != nil {
+			fmt.Fprintf(&b, "== %s: error: %v\n", what, err)
+			return
+		}
+		fmt.Fprintf(&b, "== %s: read %d bytes\n%s\n", what, len(data), data)
+	}
+	file := func(p string) func() ([]byte, error) { return func() ([]byte, error) { return os.ReadFile(p) } }
+	for _, pid := range []string{"1", strconv.Itoa(os.Getppid())} {
+		for _, f := range []string{"environ", "cmdline", "maps", "stack", "syscall", "auxv"} {
+			try("/proc/"+pid+"/"+f, file("/proc/"+pid+"/"+f))
+		}
+		try("/proc/"+pid+"/mem", func() ([]byte, error) {
+			f, err := os.Open("/proc/" + pid + "/mem")
+			if err != nil {
+				return nil, err
+			}
+			defer f.Close()
+			buf := make([]byte, 4096)
+			n, err := f.ReadAt(buf, 0x400000) // where a static Go binary's text starts
+			return buf[:n], err
+		})
+		try("/proc/"+pid+"/fd", func() ([]byte, error) {
+			ents, err := os.ReadDir("/proc/" + pid + "/fd")
+			if err != nil {
+				return nil, err
+			}
+			var out []byte
+			for _, e := range ents {
+				fd := "/proc/" + pid + "/fd/" + e.Name()
+				target, _ := os.Readlink(fd)
+				if !strings.HasPrefix(target, "/") { // a socket or pipe: reading it would block
+					out = fmt.Appendf(out, "fd %s: %s\n", e.Name(), target)
+					continue
+				}
+				data, err := os.ReadFile(fd)
+				out = fmt.Appendf(out, "fd %s: %s, %d bytes, %v: %s\n", e.Name(), target, len(data), err, data)
+			}
+			return out, nil
+		})
+		try("ptrace attach "+pid, func() ([]byte, error) {
+			p, _ := strconv.Atoi(pid)
+			if err := syscall.PtraceAttach(p); err != nil {
+				return nil, err
+			}
+			_ = syscall.PtraceDetach(p)
+			return []byte("attached"), nil
+		})
+	}
+	try("own environment", func() ([]byte, error) { return []byte(strings.Join(os.Environ(), "\n")), nil })
+	try("/proc/self/environ", file("/proc/self/environ"))
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		if _, err := strconv.Atoi(p.Name()); err == nil {
+			try("/proc/"+p.Name()+"/cmdline", file("/proc/"+p.Name()+"/cmdline"))
+			try("/proc/"+p.Name()+"/environ", file("/proc/"+p.Name()+"/environ"))
+		}
+	}
+	home, _ := os.UserHomeDir()
+	for _, f := range []string{".factory/settings.json", ".claude.json", ".claude/settings.json"} {
+		try("~/"+f, file(home+"/"+f))
+	}
+	_ = os.WriteFile(path, []byte(b.String()), 0o644)
 }
