@@ -37,6 +37,9 @@ type row struct {
 
 func atMost(x float64) func(v, base float64) bool { return func(v, _ float64) bool { return v <= x } }
 func below(x float64) func(v, base float64) bool  { return func(v, _ float64) bool { return v < x } }
+func addedAtMost(x float64) func(v, base float64) bool {
+	return func(v, base float64) bool { return base > 0 && v-base <= x }
+}
 func ratioAtMost(x float64) func(v, base float64) bool {
 	return func(v, base float64) bool { return base > 0 && v/base <= x }
 }
@@ -48,6 +51,8 @@ var rows = []row{
 		[]string{"baseline-redis-hop-p99-ms", "baseline-bare-exec-p99-ms"}, "one Redis hop + a bare fork/exec"},
 	{"Agent exit → Output in Redis, p99", "agent-exit-to-output-p99-ms", "ms", "< 5 ms", below(5), []string{"baseline-redis-hop-p99-ms"}, "one Redis hop"},
 	{"Progress call → Progress entry, p99", "progress-to-entry-p99-ms", "ms", "< 5 ms", below(5), []string{"baseline-redis-hop-p99-ms"}, "one Redis hop"},
+	{"Model API call through the wrapper's proxy, p99", "model-api-via-proxy-p99-ms", "ms", "≤ baseline + 1 ms", addedAtMost(1),
+		[]string{"model-api-direct-p99-ms"}, "the same streaming call straight to the stub model"},
 	{"Real claude task through the wrapper, median", "via-wrapper-median-ms", "ms", "ratio ≤ 1.05", ratioAtMost(1.05),
 		[]string{"direct-claude-median-ms"}, "the same claude -p run directly"},
 	{"Follow-up task, persistent Claude process, median", "follow-up-persistent-median-ms", "ms", "ratio < 1", ratioAtMost(0.99),

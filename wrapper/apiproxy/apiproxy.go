@@ -20,6 +20,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -82,6 +83,7 @@ func Start(addr string, cfg Config) (*Proxy, error) {
 		FlushInterval: -1, // server-sent events reach the agent as the upstream writes them
 		Transport:     newTransport(),
 		ErrorHandler:  p.upstreamError,
+		BufferPool:    &bufferPool{},
 	}
 	// No write timeout: an answer streams as long as the model writes.
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
@@ -140,6 +142,19 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 	p.log.Warn("model API proxy: upstream unreachable", "path", r.URL.Path, "err", err)
 	writeError(w, http.StatusBadGateway, "api_error", "agentvisor model API proxy: upstream unreachable")
 }
+
+// bufferPool reuses the proxy's copy buffers (32 KiB each, one per
+// answer otherwise), sparing the garbage collector on every call.
+type bufferPool struct{ pool sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if buf, ok := b.pool.Get().(*[]byte); ok {
+		return *buf
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.pool.Put(&buf) }
 
 // newTransport is http.DefaultTransport's settings, with more idle
 // connections kept per host: every request goes to the one upstream.

@@ -15,7 +15,7 @@ import (
 
 const realKey = "sk-ant-real-key-0123456789"
 
-func startStub(t *testing.T) *stubmodel.Server {
+func startStub(t testing.TB) *stubmodel.Server {
 	t.Helper()
 	stub, err := stubmodel.Start(stubmodel.Script{})
 	if err != nil {
