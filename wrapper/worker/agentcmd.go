@@ -112,7 +112,7 @@ func (c *Config) Parser() agent.Parser {
 }
 
 // AgentEnv builds the agent's environment from the wrapper's: everything
-// but the wrapper's own variables (wrapperOnly: its secrets and
+// but the wrapper's own variables (hiddenFromAgent: its secrets and
 // configuration), plus the model API proxy's URL and token, the progress
 // endpoint and the run's ids.
 func (c *Config) AgentEnv(base []string, progressURL, token string, task protocol.Task) []string {
@@ -121,7 +121,7 @@ func (c *Config) AgentEnv(base []string, progressURL, token string, task protoco
 	for _, kv := range base {
 		name, value, _ := strings.Cut(kv, "=")
 		switch {
-		case wrapperOnly[name]:
+		case c.hiddenFromAgent(name):
 		case name == "PATH":
 			path = value
 		default:

@@ -31,6 +31,17 @@ var wrapperOnly = map[string]bool{
 	"SESSION_AFFINITY": true, "SESSION_SUMMARIZE": true, "LOG_LEVEL": true,
 }
 
+// hiddenFromAgent says whether the agent's environment goes without the
+// wrapper's variable name. FACTORY_API_KEY reaches only a Droid that
+// talks to Factory's own service (no DROID_BASE_URL): that key is its
+// login, which no proxy of ours stands in for.
+func (c *Config) hiddenFromAgent(name string) bool {
+	if name == "FACTORY_API_KEY" {
+		return c.AgentType != protocol.AgentDroid || c.DroidBaseURL != ""
+	}
+	return wrapperOnly[name]
+}
+
 // modelAPI is the model API as the agent sees it: the proxy's base URL and
 // token; empty when the agent talks to its vendor itself (Droid without
 // DROID_BASE_URL). Set by Run before the first agent starts.

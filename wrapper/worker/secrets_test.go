@@ -68,3 +68,42 @@ func TestModelAPIOnlyThroughTheProxy(t *testing.T) {
 		})
 	}
 }
+
+func TestAgentEnvHoldsNoSecret(t *testing.T) {
+	base := []string{"PATH=/bin", "HOME=/home/worker", "REDIS_URL=redis://:pw@h:1/0", "INSTRUCTIONS=x",
+		"ANTHROPIC_API_KEY=sk-real", "ANTHROPIC_AUTH_TOKEN=tok-real", "ANTHROPIC_BASE_URL=https://api.anthropic.com",
+		"OPENAI_API_KEY=sk-openai", "FACTORY_API_KEY=fk-real", "DROID_BASE_URL=http://model", "ALLOWED_COMMANDS=*",
+		"AGENT_ARGS=--x", "GITHUB_TOKEN=gh-for-the-agent"}
+	tests := []struct {
+		name         string
+		agent        protocol.AgentType
+		droidURL     string
+		want, absent []string
+	}{
+		{"claude", protocol.AgentClaude, "", []string{"ANTHROPIC_BASE_URL=http://127.0.0.1:9", "ANTHROPIC_API_KEY=agentvisor-proxy-t", "GITHUB_TOKEN=gh-for-the-agent", "HOME=/home/worker"},
+			[]string{"sk-real", "tok-real", "api.anthropic.com", "sk-openai", "fk-real", "redis://", "ALLOWED_COMMANDS", "AGENT_ARGS", "INSTRUCTIONS", "http://model"}},
+		{"droid with a custom model", protocol.AgentDroid, "http://model", []string{"GITHUB_TOKEN=gh-for-the-agent"},
+			[]string{"sk-real", "tok-real", "sk-openai", "fk-real", "redis://", "http://model", "ANTHROPIC_"}},
+		{"droid on Factory's service", protocol.AgentDroid, "", []string{"FACTORY_API_KEY=fk-real"},
+			[]string{"sk-real", "tok-real", "sk-openai", "redis://", "ANTHROPIC_"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Config{WorkerID: "w1", AgentType: tt.agent, DroidBaseURL: tt.droidURL}
+			if tt.agent == protocol.AgentClaude || tt.droidURL != "" {
+				c.model = modelAPI{url: "http://127.0.0.1:9", token: "agentvisor-proxy-t"}
+			}
+			env := strings.Join(c.AgentEnv(base, "http://127.0.0.1:8/progress", "ptok", protocol.Task{RequestID: "r1"}), "\n")
+			for _, w := range tt.want {
+				if !strings.Contains(env, w) {
+					t.Errorf("the agent's environment lacks %q:\n%s", w, env)
+				}
+			}
+			for _, a := range tt.absent {
+				if strings.Contains(env, a) {
+					t.Errorf("the agent's environment holds %q:\n%s", a, env)
+				}
+			}
+		})
+	}
+}
