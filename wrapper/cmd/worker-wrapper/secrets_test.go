@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +18,24 @@ import (
 	"github.com/agentvisor/agentvisor/stubmodel"
 )
 
+// The secrets the escape tests plant: a Redis password and a model API key.
+const password, apiKey = "redis-pass-5f0c9a7e", "sk-ant-api-secret-4b1d7c2e"
+
+// secretServices starts a Redis that takes only password, a client of it,
+// and a stub model.
+func secretServices(t *testing.T) (*testkit.Redis, *redis.Client, *stubmodel.Server) {
+	t.Helper()
+	r := testkit.StartRedisWith(t, testkit.RedisOptions{Password: password})
+	rc := redis.NewClient(&redis.Options{Addr: r.Addr, Password: password})
+	t.Cleanup(func() { rc.Close() })
+	stub, err := stubmodel.Start(stubmodel.Script{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stub.Close() })
+	return r, rc, stub
+}
+
 // TestAgentFindsNoSecret runs the wrapper as PID 1 of a container with the
 // spawner's settings (uid 1000, no capabilities, no-new-privileges) and a
 // Redis password and a model API key in its environment. The agent, the
@@ -23,15 +44,7 @@ import (
 // environment and its home directory: it finds neither secret.
 func TestAgentFindsNoSecret(t *testing.T) {
 	image := buildTestImage(t)
-	const password, apiKey = "redis-pass-5f0c9a7e", "sk-ant-api-secret-4b1d7c2e"
-	r := testkit.StartRedisWith(t, testkit.RedisOptions{Password: password})
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr, Password: password})
-	defer rc.Close()
-	stub, err := stubmodel.Start(stubmodel.Script{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stub.Close()
+	r, rc, stub := secretServices(t)
 
 	workspace := t.TempDir()
 	if err := os.Chmod(workspace, 0o777); err != nil { // writable by the container's uid 1000
@@ -99,5 +112,88 @@ func TestAgentFindsNoSecret(t *testing.T) {
 	st, _ := rc.HGet(context.Background(), keys.Status(name), "status").Result()
 	if st != "stopped" {
 		t.Errorf("status %q after SIGTERM", st)
+	}
+}
+
+// TestRealClaudeFindsNoSecret runs the wrapper binary as a process under
+// uid 1000 (the test runs as root, as `make test` does) with the real
+// claude, whose scripted Bash tool call tries the wrapper's /proc files,
+// its own environment and its home: the tool's output, as the stub model
+// gets it, holds neither the Redis password nor the API key, and every
+// model call arrived with the real key, added by the wrapper's proxy.
+func TestRealClaudeFindsNoSecret(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test runs the wrapper under uid 1000 and needs root for that (make test runs as root)")
+	}
+	claude, err := exec.LookPath("claude")
+	if err != nil {
+		t.Fatalf("the real claude CLI is not installed (run `make setup`): %v", err)
+	}
+	r, rc, stub := secretServices(t)
+	stub.SetAPIKey(apiKey)
+
+	// Everything uid 1000 needs: its own copy of the wrapper, a home and
+	// a workspace.
+	dir, err := os.MkdirTemp("", "agentvisor-uid1000-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	wrapper, home, workspace := filepath.Join(dir, "worker-wrapper"), filepath.Join(dir, "home"), filepath.Join(dir, "workspace")
+	b, err := os.ReadFile(bins.wrapper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range []error{os.Chmod(dir, 0o755), os.WriteFile(wrapper, b, 0o755), os.Mkdir(home, 0o700), os.Mkdir(workspace, 0o755),
+		os.Chown(home, 1000, 1000), os.Chown(workspace, 1000, 1000)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(wrapper)
+	cmd.Env = []string{"WORKER_ID=snoop-claude", "REDIS_URL=" + r.URL(), "AGENT_TYPE=claude", "AGENT_BIN=" + claude,
+		"WORKSPACE=" + workspace, "HOME=" + home, "PATH=/usr/local/bin:/usr/bin:/bin",
+		"ANTHROPIC_API_KEY=" + apiKey, "ANTHROPIC_BASE_URL=" + stub.URL, "RESULT_GRACE=2"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1000, Gid: 1000}}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pid := strconv.Itoa(cmd.Process.Pid)
+
+	snoop := "for f in environ cmdline maps mem; do echo \"== $f\"; head -c 4096 /proc/" + pid + "/$f 2>&1 | tr '\\0' '\\n'; done; " +
+		"echo '== fd'; ls -l /proc/" + pid + "/fd 2>&1; echo '== env'; env; echo '== home'; cat ~/.claude.json ~/.claude/settings.json 2>&1"
+	stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
+		{ToolUse: &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": snoop, "description": "look around"}}},
+		{Text: "Done.\n{\"status\": \"complete\", \"result\": {}}"},
+	}})
+	keys := protocol.Keys{}
+	sendTask(t, rc, keys.Input("snoop-claude"), protocol.Task{RequestID: "snoop", Prompt: "Look around."})
+	testkit.Eventually(t, "the output", 60*time.Second, func() bool { return len(outputs(t, rc, keys.Output("snoop-claude"))) == 1 })
+	if o := outputs(t, rc, keys.Output("snoop-claude"))[0]; o.Status != protocol.StatusComplete {
+		t.Fatalf("output %+v (error %+v)\n%s", o, o.Error, out.String())
+	}
+	reqs := stub.Requests()
+	if len(reqs) < 2 || len(stub.OtherRequests()) != 0 {
+		t.Fatalf("%d requests, refused or other: %q", len(reqs), stub.OtherRequests())
+	}
+	for i, req := range reqs {
+		if !req.KeyOK {
+			t.Errorf("request %d arrived without the real key", i)
+		}
+	}
+	seen := reqs[len(reqs)-1].Text()
+	for _, secret := range []string{password, apiKey, "REDIS_URL"} {
+		if strings.Contains(seen, secret) {
+			t.Errorf("the agent found %q:\n%s", secret, seen)
+		}
+	}
+	for _, want := range []string{"== environ\nhead: cannot open", "== mem\nhead: cannot open", "== maps\nhead: cannot open",
+		"Permission denied", "== env\n", "ANTHROPIC_API_KEY=agentvisor-proxy-"} {
+		if !strings.Contains(seen, want) {
+			t.Errorf("the tool's output lacks %q:\n%s", want, seen)
+		}
 	}
 }
