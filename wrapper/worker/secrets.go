@@ -77,6 +77,9 @@ func (w *Worker) startModelProxy() (*apiproxy.Proxy, error) {
 		return nil, fmt.Errorf("model API proxy: %w", err)
 	}
 	w.cfg.model = modelAPI{url: p.URL, token: p.Token}
+	// The token is good for this proxy only, but for anyone who can reach
+	// its port: it is redacted like the secrets it stands for.
+	w.redact.secrets = append(w.redact.secrets, p.Token)
 	return p, nil
 }
 
