@@ -8,6 +8,8 @@
 //   - runner.go: one task from its entry to its stored output;
 //   - output.go: the Output document of a task;
 //   - agentcmd.go: the agents' command lines and environment;
+//   - secrets.go: what the agent may not see, and the model API proxy it
+//     gets instead of the key;
 //   - persistent.go: the Claude process kept across tasks;
 //   - sessions.go: which agent session a task runs in;
 //   - publisher.go: events to Redis, and the retry policy of writes;
