@@ -39,8 +39,13 @@ type WorkerSpec struct {
 	Capabilities    []Capability      `json:"capabilities,omitempty"`
 	ProjectID       string            `json:"project_id,omitempty"`
 	UserID          string            `json:"user_id,omitempty"`
-	Env             map[string]string `json:"env,omitempty"`
-	Limits          Limits            `json:"limits,omitempty"`
+	// Model is the model the agent uses (Claude --model, Droid's custom
+	// model id); empty: the agent's default.
+	Model string `json:"model,omitempty"`
+	// Env holds extra variables for the agent; the runtime's own
+	// (ReservedEnv) are refused.
+	Env    map[string]string `json:"env,omitempty"`
+	Limits Limits            `json:"limits,omitempty"`
 }
 
 var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -69,9 +74,15 @@ func (s *WorkerSpec) validate(path string) error {
 	if err := checkID(path+".user_id", s.UserID, false); err != nil {
 		return err
 	}
+	if err := checkID(path+".model", s.Model, false); err != nil {
+		return err
+	}
 	for k := range s.Env {
 		if !envNameRe.MatchString(k) {
 			return fieldErr(path+".env", "%q is not a valid environment variable name", k)
+		}
+		if ReservedEnv(k) {
+			return fieldErr(path+".env", "%s is set by the runtime, not by a spec", k)
 		}
 	}
 	if s.Limits.Memory != "" && !memoryRe.MatchString(s.Limits.Memory) {

@@ -211,3 +211,16 @@ func TestCommandAgentTypeSpellings(t *testing.T) {
 		t.Error("unknown agent type accepted")
 	}
 }
+
+func TestSpecEnvCannotSetReservedVariables(t *testing.T) {
+	for _, name := range []string{"WORKER_ID", "ALLOWED_COMMANDS", "AGENT_BIN", "AGENT_ARGS", "HEARTBEAT_INTERVAL", "REDIS_URL",
+		"ANTHROPIC_API_KEY", "LD_PRELOAD", "PATH", "worker_id", "STREAM_MAXLEN"} {
+		err := WorkerSpec{AgentType: AgentClaude, Env: map[string]string{name: "x"}}.Validate()
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("env %s: %v, want an error naming it", name, err)
+		}
+	}
+	if err := (WorkerSpec{AgentType: AgentClaude, Env: map[string]string{"GIT_AUTHOR_NAME": "bot", "NODE_OPTIONS": "x"}}).Validate(); err != nil {
+		t.Errorf("ordinary variables refused: %v", err)
+	}
+}

@@ -57,6 +57,10 @@ type Spawner struct {
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when the manager begins to shut down
+
+	aclOnce sync.Once // decides acl and aclErr, once
+	acl     bool      // workers get Redis users of their own
+	aclErr  error
 }
 
 // New returns a Spawner. images builds the worker images (its Docker and
@@ -186,8 +190,12 @@ func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.Wo
 	info, err := s.build(ctx, id, commandID, spec, member)
 	if err != nil && !member {
 		// The slot goes back now; had this process died instead, its
-		// lease would have run out.
+		// lease would have run out (and the reconciler would delete the
+		// user).
 		_ = s.rdb.Leave(context.WithoutCancel(ctx), id)
+		if _, ferr := s.find(ctx, id); IsNotFound(ferr) {
+			_ = s.dropWorkerUser(context.WithoutCancel(ctx), id)
+		}
 	}
 	return info, err
 }
@@ -220,7 +228,11 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 				protocol.StatusFieldCreatedAt: protocol.FormatTime(now), protocol.StatusFieldHealth: string(protocol.HealthHealthy),
 				protocol.StatusFieldSpec: specJSON(spec), protocol.StatusFieldManagerID: s.cfg.ManagerID})
 		}
-		cfg, hc := s.containerConfig(id, commandID, spec, img.Tag, now)
+		redisURL, err := s.workerRedisURL(cctx, id, spec.Kind)
+		if err != nil {
+			return protocol.WorkerInfo{}, err
+		}
+		cfg, hc := s.containerConfig(id, commandID, spec, img.Tag, redisURL, now)
 		resp, err := s.docker.ContainerCreate(cctx, cfg, hc, nil, nil, ContainerName(id))
 		if err != nil && !isConflict(err) {
 			return protocol.WorkerInfo{}, engineError(err, "create container of %s", id)
@@ -265,7 +277,7 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 
 // containerConfig is a worker's container: labels, environment, limits
 // and the hardening every worker gets.
-func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec, image string, now time.Time) (*container.Config, *container.HostConfig) {
+func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec, image, redisURL string, now time.Time) (*container.Config, *container.HostConfig) {
 	caps, _ := protocol.NormalizeCapabilities(spec.Capabilities)
 	capNames := make([]string, len(caps))
 	for i, c := range caps {
@@ -280,7 +292,7 @@ func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec
 	if commandID != "" {
 		labels[protocol.LabelCommandID] = commandID
 	}
-	env := s.workerEnv(id, spec)
+	env := s.workerEnv(id, spec, redisURL)
 	stop := int(s.cfg.StopTimeout.Seconds())
 	hc := &container.HostConfig{
 		NetworkMode: container.NetworkMode(s.cfg.NetworkMode),
@@ -303,9 +315,9 @@ func specJSON(spec protocol.WorkerSpec) string {
 	return string(b)
 }
 
-func (s *Spawner) workerEnv(id string, spec protocol.WorkerSpec) []string {
+func (s *Spawner) workerEnv(id string, spec protocol.WorkerSpec, redisURL string) []string {
 	env := []string{
-		"WORKER_ID=" + id, "REDIS_URL=" + s.cfg.RedisURLForWorkers, "WORKER_KEY_PREFIX=" + s.keys.Prefix,
+		"WORKER_ID=" + id, "REDIS_URL=" + redisURL, "WORKER_KEY_PREFIX=" + s.keys.Prefix,
 		"AGENT_TYPE=" + string(spec.AgentType), "WORKER_KIND=" + string(spec.Kind),
 		"SHUTDOWN_GRACE=" + (s.cfg.StopTimeout - 10*time.Second).String(),
 		"HEARTBEAT_INTERVAL=" + s.cfg.HeartbeatInterval.String(),
@@ -321,6 +333,9 @@ func (s *Spawner) workerEnv(id string, spec protocol.WorkerSpec) []string {
 	if spec.UserID != "" {
 		env = append(env, "USER_ID="+spec.UserID)
 	}
+	if spec.Model != "" {
+		env = append(env, "AGENT_MODEL="+spec.Model)
+	}
 	if s.cfg.APIURL != "" {
 		env = append(env, "API_URL="+s.cfg.APIURL)
 	}
@@ -329,8 +344,13 @@ func (s *Spawner) workerEnv(id string, spec protocol.WorkerSpec) []string {
 			env = append(env, name+"="+v)
 		}
 	}
-	for k, v := range spec.Env {
+	for k, v := range s.cfg.WorkerEnv {
 		env = append(env, k+"="+v)
+	}
+	for k, v := range spec.Env {
+		if !protocol.ReservedEnv(k) { // refused at create; never taken
+			env = append(env, k+"="+v)
+		}
 	}
 	return env
 }

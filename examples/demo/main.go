@@ -405,7 +405,7 @@ func (d *demo) droidWorker(ctx context.Context) error {
 	if d.stub == nil {
 		// Droid reaches the real API through a custom model: name one the
 		// API serves.
-		spec.Env = map[string]string{"AGENT_MODEL": envOr("DEMO_DROID_MODEL", "claude-sonnet-4-5")}
+		spec.Model = envOr("DEMO_DROID_MODEL", "claude-sonnet-4-5")
 	}
 	id, err := d.create(ctx, "droid-1", spec)
 	if err != nil {

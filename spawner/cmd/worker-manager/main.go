@@ -35,7 +35,8 @@ func run() int {
 	}
 	opt, err := redis.ParseURL(cfg.RedisURL)
 	if err != nil {
-		log.Error("invalid configuration", "err", "config: REDIS_URL: "+err.Error())
+		// The parser's error may quote the URL, password and all.
+		log.Error("invalid configuration", "err", "config: REDIS_URL: not a valid redis:// or rediss:// URL", "url", spawner.RedactURL(cfg.RedisURL))
 		return 2
 	}
 	rdb := redis.NewClient(opt)
