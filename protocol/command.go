@@ -34,11 +34,11 @@ type WorkerSpec struct {
 	Kind      Kind      `json:"kind,omitempty"` // default long_lived
 	// Instructions become CLAUDE.md (claude) or AGENTS.md (droid) in the
 	// worker's workspace.
-	Instructions    string            `json:"instructions,omitempty"`
-	AllowedCommands []string          `json:"allowed_commands,omitempty"`
-	Capabilities    []Capability      `json:"capabilities,omitempty"`
-	ProjectID       string            `json:"project_id,omitempty"`
-	UserID          string            `json:"user_id,omitempty"`
+	Instructions    string       `json:"instructions,omitempty"`
+	AllowedCommands []string     `json:"allowed_commands,omitempty"`
+	Capabilities    []Capability `json:"capabilities,omitempty"`
+	ProjectID       string       `json:"project_id,omitempty"`
+	UserID          string       `json:"user_id,omitempty"`
 	// Model is the model the agent uses (Claude --model, Droid's custom
 	// model id); empty: the agent's default.
 	Model string `json:"model,omitempty"`

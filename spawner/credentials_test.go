@@ -55,15 +55,17 @@ func TestWorkerRedisUserIsConfinedAndGoesWithTheWorker(t *testing.T) {
 			return wc.XAdd(ctx, &redis.XAddArgs{Stream: f.keys.Input(b.WorkerID), Values: map[string]any{"data": "{}"}}).Err()
 		},
 		"read another worker's status": func() error { return wc.HGetAll(ctx, f.keys.Status(b.WorkerID)).Err() },
-		"send a command":               func() error { return wc.XAdd(ctx, &redis.XAddArgs{Stream: f.keys.Commands(), Values: map[string]any{"data": "{}"}}).Err() },
-		"read the lifecycle stream":    func() error { return wc.XRange(ctx, f.keys.Lifecycle(), "-", "+").Err() },
-		"list every key":               func() error { return wc.Keys(ctx, "*").Err() },
-		"scan":                         func() error { return wc.Scan(ctx, 0, "*", 10).Err() },
-		"read the workers set":         func() error { return wc.SMembers(ctx, f.keys.Workers()).Err() },
-		"list clients":                 func() error { return wc.ClientList(ctx).Err() },
-		"acl":                          func() error { return wc.ACLList(ctx).Err() },
-		"flushall":                     func() error { return wc.FlushAll(ctx).Err() },
-		"config":                       func() error { return wc.ConfigGet(ctx, "*").Err() },
+		"send a command": func() error {
+			return wc.XAdd(ctx, &redis.XAddArgs{Stream: f.keys.Commands(), Values: map[string]any{"data": "{}"}}).Err()
+		},
+		"read the lifecycle stream": func() error { return wc.XRange(ctx, f.keys.Lifecycle(), "-", "+").Err() },
+		"list every key":            func() error { return wc.Keys(ctx, "*").Err() },
+		"scan":                      func() error { return wc.Scan(ctx, 0, "*", 10).Err() },
+		"read the workers set":      func() error { return wc.SMembers(ctx, f.keys.Workers()).Err() },
+		"list clients":              func() error { return wc.ClientList(ctx).Err() },
+		"acl":                       func() error { return wc.ACLList(ctx).Err() },
+		"flushall":                  func() error { return wc.FlushAll(ctx).Err() },
+		"config":                    func() error { return wc.ConfigGet(ctx, "*").Err() },
 	} {
 		if err := cmd(); err == nil || !strings.Contains(strings.ToUpper(err.Error()), "NOPERM") {
 			t.Errorf("%s: %v, want NOPERM", name, err)
