@@ -2,6 +2,8 @@ package protocol
 
 import (
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -27,6 +29,33 @@ type Limits struct {
 }
 
 var memoryRe = regexp.MustCompile(`^[0-9]+[bkmgBKMG]?$`)
+
+// MinMemoryBytes is the smallest memory limit a worker may have (Docker's
+// own minimum).
+const MinMemoryBytes = 6 << 20
+
+// MemoryBytes returns the bytes of a size such as 512m (b, k, m, g:
+// powers of 1024), or -1 when it is not one.
+func MemoryBytes(size string) int64 {
+	if !memoryRe.MatchString(size) {
+		return -1
+	}
+	unit := int64(1)
+	switch size[len(size)-1] {
+	case 'k', 'K':
+		unit = 1 << 10
+	case 'm', 'M':
+		unit = 1 << 20
+	case 'g', 'G':
+		unit = 1 << 30
+	}
+	digits := strings.TrimRight(size, "bkmgBKMG")
+	n, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || n > (1<<62)/unit {
+		return -1
+	}
+	return n * unit
+}
 
 // WorkerSpec describes the worker a create command asks for.
 type WorkerSpec struct {
@@ -87,6 +116,9 @@ func (s *WorkerSpec) validate(path string) error {
 	}
 	if s.Limits.Memory != "" && !memoryRe.MatchString(s.Limits.Memory) {
 		return fieldErr(path+".limits.memory", "is %q, want a size such as 512m", s.Limits.Memory)
+	}
+	if s.Limits.Memory != "" && MemoryBytes(s.Limits.Memory) < MinMemoryBytes {
+		return fieldErr(path+".limits.memory", "is %q, want at least 6m (Docker's minimum; 0 would remove the limit)", s.Limits.Memory)
 	}
 	if s.Limits.CPUs < 0 {
 		return fieldErr(path+".limits.cpus", "negative")

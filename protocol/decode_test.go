@@ -224,3 +224,16 @@ func TestSpecEnvCannotSetReservedVariables(t *testing.T) {
 		t.Errorf("ordinary variables refused: %v", err)
 	}
 }
+
+func TestSpecMemoryLimitHasAFloor(t *testing.T) {
+	for _, m := range []string{"0", "5m", "1k", "6000000"} {
+		if err := (WorkerSpec{AgentType: AgentClaude, Limits: Limits{Memory: m}}).Validate(); err == nil {
+			t.Errorf("memory %s accepted", m)
+		}
+	}
+	for _, m := range []string{"6m", "512m", "1g", "7000000"} {
+		if err := (WorkerSpec{AgentType: AgentClaude, Limits: Limits{Memory: m}}).Validate(); err != nil {
+			t.Errorf("memory %s refused: %v", m, err)
+		}
+	}
+}

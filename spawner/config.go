@@ -49,6 +49,12 @@ type Config struct {
 	ReplaceDead    bool
 	BaseImage      string // WORKER_BASE_IMAGE (agentvisor/worker-base:latest)
 	ProjectVolumes bool   // WORKER_PROJECT_VOLUMES (true): a per-project volume for the agent's home
+	// VolumeRetention (VOLUME_RETENTION, 30 days): a project volume no
+	// worker used this long is removed by the leader.
+	VolumeRetention time.Duration
+	// PruneBuildCache (GC_PRUNE_BUILD_CACHE, false): the image GC also
+	// prunes the engine's whole build cache (it carries no owner).
+	PruneBuildCache bool
 	ManagerID      string // MANAGER_ID (hostname): the consumer name in the managers group
 	// HeartbeatInterval (HEARTBEAT_INTERVAL, 10s) is given to the workers;
 	// a running worker whose heartbeat key expired (3 intervals) is dead.
@@ -179,6 +185,10 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	vol := getenv("WORKER_PROJECT_VOLUMES")
 	c.ProjectVolumes = vol == "" || vol == "true" || vol == "1"
+	if c.VolumeRetention, err = durVar(getenv("VOLUME_RETENTION"), 30*24*time.Hour); err != nil {
+		return fail("VOLUME_RETENTION", err)
+	}
+	c.PruneBuildCache = getenv("GC_PRUNE_BUILD_CACHE") == "true"
 	if c.HeartbeatInterval, err = durVar(getenv("HEARTBEAT_INTERVAL"), 10*time.Second); err != nil {
 		return fail("HEARTBEAT_INTERVAL", err)
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +16,8 @@ import (
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/system"
+	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/redis/go-redis/v9"
@@ -37,6 +38,10 @@ type ContainerClient interface {
 	ContainerInspect(ctx context.Context, containerID string) (container.InspectResponse, error)
 	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
 	Events(ctx context.Context, options events.ListOptions) (<-chan events.Message, <-chan error)
+	VolumeCreate(ctx context.Context, options volume.CreateOptions) (volume.Volume, error)
+	VolumeList(ctx context.Context, options volume.ListOptions) (volume.ListResponse, error)
+	VolumeRemove(ctx context.Context, volumeID string, force bool) error
+	Info(ctx context.Context) (system.Info, error)
 }
 
 var _ ContainerClient = (*client.Client)(nil)
@@ -57,6 +62,9 @@ type Spawner struct {
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when the manager begins to shut down
+
+	cpuOnce    sync.Once // reads engineCPUs, once
+	engineCPUs int
 
 	aclOnce sync.Once // decides acl and aclErr, once
 	acl     bool      // workers get Redis users of their own
@@ -98,6 +106,9 @@ func withDefaults(c *Config) {
 	if c.ReplyTTL == 0 {
 		c.ReplyTTL = rdb.DefaultReplyTTL
 	}
+	if c.VolumeRetention == 0 {
+		c.VolumeRetention = 30 * 24 * time.Hour
+	}
 	if c.ReplaceBackoff == 0 {
 		c.ReplaceBackoff = time.Second
 	}
@@ -121,14 +132,6 @@ func newWorkerID() string {
 
 // ContainerName is the name of a worker's container.
 func ContainerName(workerID string) string { return "agentvisor-" + workerID }
-
-var volumeSafe = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
-
-// ProjectVolume is the volume that holds the agent's home (its sessions)
-// and the workspace of a project, so that a replacement container resumes.
-func ProjectVolume(agent protocol.AgentType, project string) string {
-	return "agentvisor-" + string(agent) + "-" + volumeSafe.ReplaceAllString(project, "_")
-}
 
 // managedFilter selects the containers of this spawner's key prefix.
 func (s *Spawner) managedFilter() filters.Args {
@@ -163,6 +166,9 @@ func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.Wo
 	}
 	if spec.Kind == "" {
 		spec.Kind = protocol.KindLongLived
+	}
+	if err := s.checkLimits(ctx, spec); err != nil {
+		return protocol.WorkerInfo{}, err
 	}
 	id := newWorkerID()
 	if commandID != "" {
@@ -227,6 +233,9 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 				protocol.StatusFieldProjectID: spec.ProjectID, protocol.StatusFieldImage: img.Tag,
 				protocol.StatusFieldCreatedAt: protocol.FormatTime(now), protocol.StatusFieldHealth: string(protocol.HealthHealthy),
 				protocol.StatusFieldSpec: specJSON(spec), protocol.StatusFieldManagerID: s.cfg.ManagerID})
+		}
+		if err := s.ensureVolume(cctx, spec); err != nil {
+			return protocol.WorkerInfo{}, err
 		}
 		redisURL, err := s.workerRedisURL(cctx, id, spec.Kind)
 		if err != nil {
@@ -302,7 +311,7 @@ func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec
 		Init:        ptr(false), // the wrapper is PID 1
 	}
 	if s.cfg.ProjectVolumes && spec.ProjectID != "" {
-		hc.Mounts = projectMounts(spec)
+		hc.Mounts = projectMounts(s.keys.Prefix, spec)
 		env = append(env, "WORKSPACE=/home/worker/workspace")
 	}
 	return &container.Config{Image: image, Env: env, Labels: labels, User: "1000:1000", StopTimeout: &stop}, hc

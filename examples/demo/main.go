@@ -458,7 +458,7 @@ func (d *demo) cleanUp(ctx context.Context) (int, error) {
 		a protocol.AgentType
 		p string
 	}{{protocol.AgentClaude, projectShop}, {protocol.AgentDroid, projectDocs}} {
-		if err := dc.VolumeRemove(ctx, spawner.ProjectVolume(p.a, p.p), true); err != nil && !client.IsErrNotFound(err) {
+		if err := dc.VolumeRemove(ctx, spawner.ProjectVolume(d.keys.Prefix, p.a, p.p), true); err != nil && !client.IsErrNotFound(err) {
 			return len(cs), err
 		}
 	}
