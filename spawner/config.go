@@ -55,7 +55,7 @@ type Config struct {
 	// PruneBuildCache (GC_PRUNE_BUILD_CACHE, false): the image GC also
 	// prunes the engine's whole build cache (it carries no owner).
 	PruneBuildCache bool
-	ManagerID      string // MANAGER_ID (hostname): the consumer name in the managers group
+	ManagerID       string // MANAGER_ID (hostname): the consumer name in the managers group
 	// HeartbeatInterval (HEARTBEAT_INTERVAL, 10s) is given to the workers;
 	// a running worker whose heartbeat key expired (3 intervals) is dead.
 	HeartbeatInterval time.Duration

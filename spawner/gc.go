@@ -49,8 +49,8 @@ type ImageGC struct {
 	// whole build cache after a collection: the cache carries no owner, so
 	// only an operator who owns the engine turns it on.
 	PruneBuildCache bool
-	Now    func() time.Time
-	Log    *slog.Logger
+	Now             func() time.Time
+	Log             *slog.Logger
 }
 
 // GCReport says what one collection did.
