@@ -2,6 +2,8 @@ package protocol
 
 import (
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -28,19 +30,51 @@ type Limits struct {
 
 var memoryRe = regexp.MustCompile(`^[0-9]+[bkmgBKMG]?$`)
 
+// MinMemoryBytes is the smallest memory limit a worker may have (Docker's
+// own minimum).
+const MinMemoryBytes = 6 << 20
+
+// MemoryBytes returns the bytes of a size such as 512m (b, k, m, g:
+// powers of 1024), or -1 when it is not one.
+func MemoryBytes(size string) int64 {
+	if !memoryRe.MatchString(size) {
+		return -1
+	}
+	unit := int64(1)
+	switch size[len(size)-1] {
+	case 'k', 'K':
+		unit = 1 << 10
+	case 'm', 'M':
+		unit = 1 << 20
+	case 'g', 'G':
+		unit = 1 << 30
+	}
+	digits := strings.TrimRight(size, "bkmgBKMG")
+	n, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || n > (1<<62)/unit {
+		return -1
+	}
+	return n * unit
+}
+
 // WorkerSpec describes the worker a create command asks for.
 type WorkerSpec struct {
 	AgentType AgentType `json:"agent_type"`
 	Kind      Kind      `json:"kind,omitempty"` // default long_lived
 	// Instructions become CLAUDE.md (claude) or AGENTS.md (droid) in the
 	// worker's workspace.
-	Instructions    string            `json:"instructions,omitempty"`
-	AllowedCommands []string          `json:"allowed_commands,omitempty"`
-	Capabilities    []Capability      `json:"capabilities,omitempty"`
-	ProjectID       string            `json:"project_id,omitempty"`
-	UserID          string            `json:"user_id,omitempty"`
-	Env             map[string]string `json:"env,omitempty"`
-	Limits          Limits            `json:"limits,omitempty"`
+	Instructions    string       `json:"instructions,omitempty"`
+	AllowedCommands []string     `json:"allowed_commands,omitempty"`
+	Capabilities    []Capability `json:"capabilities,omitempty"`
+	ProjectID       string       `json:"project_id,omitempty"`
+	UserID          string       `json:"user_id,omitempty"`
+	// Model is the model the agent uses (Claude --model, Droid's custom
+	// model id); empty: the agent's default.
+	Model string `json:"model,omitempty"`
+	// Env holds extra variables for the agent; the runtime's own
+	// (ReservedEnv) are refused.
+	Env    map[string]string `json:"env,omitempty"`
+	Limits Limits            `json:"limits,omitempty"`
 }
 
 var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -69,13 +103,22 @@ func (s *WorkerSpec) validate(path string) error {
 	if err := checkID(path+".user_id", s.UserID, false); err != nil {
 		return err
 	}
+	if err := checkID(path+".model", s.Model, false); err != nil {
+		return err
+	}
 	for k := range s.Env {
 		if !envNameRe.MatchString(k) {
 			return fieldErr(path+".env", "%q is not a valid environment variable name", k)
 		}
+		if ReservedEnv(k) {
+			return fieldErr(path+".env", "%s is set by the runtime, not by a spec", k)
+		}
 	}
 	if s.Limits.Memory != "" && !memoryRe.MatchString(s.Limits.Memory) {
 		return fieldErr(path+".limits.memory", "is %q, want a size such as 512m", s.Limits.Memory)
+	}
+	if s.Limits.Memory != "" && MemoryBytes(s.Limits.Memory) < MinMemoryBytes {
+		return fieldErr(path+".limits.memory", "is %q, want at least 6m (Docker's minimum; 0 would remove the limit)", s.Limits.Memory)
 	}
 	if s.Limits.CPUs < 0 {
 		return fieldErr(path+".limits.cpus", "negative")

@@ -57,3 +57,8 @@ const (
 	// LabelImage is the worker image tag the container was made from.
 	LabelImage = LabelPrefix + "image"
 )
+
+// VolumesLastUsed is the sorted set of a key prefix's project volumes
+// scored by the Unix time (seconds) of their last use; the leader removes
+// those unused for VOLUME_RETENTION.
+func (k Keys) VolumesLastUsed() string { return k.join("volumes", "last_used") }

@@ -211,3 +211,29 @@ func TestCommandAgentTypeSpellings(t *testing.T) {
 		t.Error("unknown agent type accepted")
 	}
 }
+
+func TestSpecEnvCannotSetReservedVariables(t *testing.T) {
+	for _, name := range []string{"WORKER_ID", "ALLOWED_COMMANDS", "AGENT_BIN", "AGENT_ARGS", "HEARTBEAT_INTERVAL", "REDIS_URL",
+		"ANTHROPIC_API_KEY", "LD_PRELOAD", "PATH", "worker_id", "STREAM_MAXLEN"} {
+		err := WorkerSpec{AgentType: AgentClaude, Env: map[string]string{name: "x"}}.Validate()
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("env %s: %v, want an error naming it", name, err)
+		}
+	}
+	if err := (WorkerSpec{AgentType: AgentClaude, Env: map[string]string{"GIT_AUTHOR_NAME": "bot", "NODE_OPTIONS": "x"}}).Validate(); err != nil {
+		t.Errorf("ordinary variables refused: %v", err)
+	}
+}
+
+func TestSpecMemoryLimitHasAFloor(t *testing.T) {
+	for _, m := range []string{"0", "5m", "1k", "6000000"} {
+		if err := (WorkerSpec{AgentType: AgentClaude, Limits: Limits{Memory: m}}).Validate(); err == nil {
+			t.Errorf("memory %s accepted", m)
+		}
+	}
+	for _, m := range []string{"6m", "512m", "1g", "7000000"} {
+		if err := (WorkerSpec{AgentType: AgentClaude, Limits: Limits{Memory: m}}).Validate(); err != nil {
+			t.Errorf("memory %s refused: %v", m, err)
+		}
+	}
+}

@@ -1,7 +1,9 @@
 package spawner
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -29,7 +31,11 @@ type Config struct {
 	// PassEnv names host variables passed to every worker (secrets from the
 	// host's environment only): WORKER_PASS_ENV, default
 	// ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,FACTORY_API_KEY,OPENAI_API_KEY,DROID_BASE_URL.
-	PassEnv      []string
+	PassEnv []string
+	// WorkerEnv (WORKER_ENV, a JSON object of names and values) is set in
+	// every worker's environment by the operator: unlike a spec's env it
+	// may set the runtime's own variables (AGENT_BIN, AGENT_ARGS, ...).
+	WorkerEnv    map[string]string
 	IdleTimeout  time.Duration // IDLE_TIMEOUT_SECONDS (600): an idle worker is paused
 	PauseTimeout time.Duration // PAUSE_TIMEOUT (30m): a paused worker is terminated
 	// EvictPaused (EVICT_PAUSED_AFTER set, off by default): at the limit, a
@@ -43,7 +49,13 @@ type Config struct {
 	ReplaceDead    bool
 	BaseImage      string // WORKER_BASE_IMAGE (agentvisor/worker-base:latest)
 	ProjectVolumes bool   // WORKER_PROJECT_VOLUMES (true): a per-project volume for the agent's home
-	ManagerID      string // MANAGER_ID (hostname): the consumer name in the managers group
+	// VolumeRetention (VOLUME_RETENTION, 30 days): a project volume no
+	// worker used this long is removed by the leader.
+	VolumeRetention time.Duration
+	// PruneBuildCache (GC_PRUNE_BUILD_CACHE, false): the image GC also
+	// prunes the engine's whole build cache (it carries no owner).
+	PruneBuildCache bool
+	ManagerID       string // MANAGER_ID (hostname): the consumer name in the managers group
 	// HeartbeatInterval (HEARTBEAT_INTERVAL, 10s) is given to the workers;
 	// a running worker whose heartbeat key expired (3 intervals) is dead.
 	HeartbeatInterval time.Duration
@@ -53,6 +65,10 @@ type Config struct {
 	// CreationGrace (CREATION_GRACE, 30s): a labelled container younger
 	// than this is not an orphan yet (its create may be in flight).
 	CreationGrace time.Duration
+	// WorkerACL (WORKER_REDIS_ACL: auto, on, off; auto): whether each
+	// worker connects to Redis as a user of its own (Redis 6+ ACL). auto
+	// uses ACLs when the Redis offers them and says once when it does not.
+	WorkerACL string
 	// LeaseTTL (LEASE_TTL, 15s): how long a lease lasts unless renewed:
 	// a queued or admitted create, a retirement, the leader's lease, and
 	// the idle time after which another manager claims a dead manager's
@@ -131,6 +147,16 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 			c.PassEnv = append(c.PassEnv, n)
 		}
 	}
+	if v := getenv("WORKER_ENV"); v != "" {
+		if err := json.Unmarshal([]byte(v), &c.WorkerEnv); err != nil {
+			return fail("WORKER_ENV", fmt.Errorf("want a JSON object of names and string values such as {\"AGENT_MODEL\":\"x\"}"))
+		}
+		for k := range c.WorkerEnv {
+			if k == "WORKER_ID" || k == "REDIS_URL" || k == "WORKER_KEY_PREFIX" {
+				return fail("WORKER_ENV", fmt.Errorf("%s is the manager's to set", k))
+			}
+		}
+	}
 	idle, err := intVar(getenv("IDLE_TIMEOUT_SECONDS"), 600)
 	if err != nil || idle < 1 {
 		return fail("IDLE_TIMEOUT_SECONDS", fmt.Errorf("want a positive whole number of seconds"))
@@ -159,6 +185,10 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	vol := getenv("WORKER_PROJECT_VOLUMES")
 	c.ProjectVolumes = vol == "" || vol == "true" || vol == "1"
+	if c.VolumeRetention, err = durVar(getenv("VOLUME_RETENTION"), 30*24*time.Hour); err != nil {
+		return fail("VOLUME_RETENTION", err)
+	}
+	c.PruneBuildCache = getenv("GC_PRUNE_BUILD_CACHE") == "true"
 	if c.HeartbeatInterval, err = durVar(getenv("HEARTBEAT_INTERVAL"), 10*time.Second); err != nil {
 		return fail("HEARTBEAT_INTERVAL", err)
 	}
@@ -167,6 +197,16 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.CreationGrace, err = durVar(getenv("CREATION_GRACE"), 30*time.Second); err != nil {
 		return fail("CREATION_GRACE", err)
+	}
+	switch c.WorkerACL = getenv("WORKER_REDIS_ACL"); c.WorkerACL {
+	case "":
+		c.WorkerACL = "auto"
+	case "auto", "on", "off":
+	default:
+		return fail("WORKER_REDIS_ACL", fmt.Errorf("want auto, on or off, got %q", c.WorkerACL))
+	}
+	if _, err := url.Parse(c.RedisURLForWorkers); err != nil || !strings.HasPrefix(c.RedisURLForWorkers, "redis") {
+		return fail("WORKER_REDIS_URL", fmt.Errorf("want a redis:// or rediss:// URL"))
 	}
 	if c.LeaseTTL, err = durVar(getenv("LEASE_TTL"), protocol.DefaultLeaseTTLSeconds*time.Second); err != nil || c.LeaseTTL < 300*time.Millisecond {
 		return fail("LEASE_TTL", fmt.Errorf("want a duration of at least 300ms such as 15s"))

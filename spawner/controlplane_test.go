@@ -17,7 +17,7 @@ import (
 // WORKER_BUSY, and the task completes.
 func TestPauseCommandOnABusyWorkerIsRefused(t *testing.T) {
 	buildBenchBase(t)
-	f := newFixture(t, func(c *Config) { c.BaseImage = benchBase })
+	f := newFixture(t, func(c *Config) { useFakeAgent(c) })
 	c := f.startManager(t)
 	ctx := context.Background()
 	info, err := f.s.Create(ctx, fakeSpec)
@@ -41,7 +41,7 @@ func TestPauseCommandOnABusyWorkerIsRefused(t *testing.T) {
 // slot at once with SHUTTING_DOWN instead of waiting out the queue.
 func TestShutdownAnswersQueuedCreates(t *testing.T) {
 	buildBenchBase(t)
-	f := newFixture(t, func(c *Config) { c.BaseImage = benchBase; c.MaxWorkers = 1; c.CreationTimeout = 5 * time.Minute })
+	f := newFixture(t, func(c *Config) { useFakeAgent(c); c.MaxWorkers = 1; c.CreationTimeout = 5 * time.Minute })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = (&Manager{S: f.s}).Run(ctx) }()
@@ -81,7 +81,7 @@ func TestShutdownAnswersQueuedCreates(t *testing.T) {
 // replacement is made, and the workers set ends empty.
 func TestParallelDeletesMakeNoReplacement(t *testing.T) {
 	buildBenchBase(t)
-	f := newFixture(t, func(c *Config) { c.BaseImage = benchBase; c.HeartbeatInterval = time.Second })
+	f := newFixture(t, func(c *Config) { useFakeAgent(c); c.HeartbeatInterval = time.Second })
 	c := f.startManager(t)
 	ctx := context.Background()
 	ids := make([]string, 6)

@@ -208,3 +208,16 @@ func TestAWorkerShuttingDownIsNotJudgedDead(t *testing.T) {
 		t.Fatal("a worker stuck in stopping past the stop timeout was not judged")
 	}
 }
+
+func TestLimitsAreChecked(t *testing.T) {
+	u := newUnit(t, nil)
+	ctx := context.Background()
+	_, err := u.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, Limits: protocol.Limits{CPUs: 64}})
+	if ProtocolError(err).Code != protocol.CodeInvalidCommand {
+		t.Fatalf("64 cores on a 2-core engine: %v, want INVALID_COMMAND", err)
+	}
+	_, err = u.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, Limits: protocol.Limits{Memory: "0"}})
+	if ProtocolError(err).Code != protocol.CodeInvalidCommand {
+		t.Fatalf("memory 0: %v, want INVALID_COMMAND", err)
+	}
+}

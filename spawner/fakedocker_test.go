@@ -12,6 +12,8 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/system"
+	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/errdefs"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/redis/go-redis/v9"
@@ -246,3 +248,15 @@ func (u *unit) outputs(t *testing.T, id string) map[string]protocol.Output {
 func redisZ(at time.Time, member string) redis.Z {
 	return redis.Z{Score: float64(at.UnixMilli()), Member: member}
 }
+
+func (d *fakeDocker) VolumeCreate(_ context.Context, o volume.CreateOptions) (volume.Volume, error) {
+	return volume.Volume{Name: o.Name, Labels: o.Labels}, nil
+}
+
+func (d *fakeDocker) VolumeList(context.Context, volume.ListOptions) (volume.ListResponse, error) {
+	return volume.ListResponse{}, nil
+}
+
+func (d *fakeDocker) VolumeRemove(context.Context, string, bool) error { return nil }
+
+func (d *fakeDocker) Info(context.Context) (system.Info, error) { return system.Info{NCPU: 2}, nil }

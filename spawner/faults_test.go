@@ -20,7 +20,7 @@ func TestMemoryHogIsOOMKilled(t *testing.T) {
 	// anonymous, millions of refaults, no OOM kill in 90 s at 32 MB; the
 	// same at 16 and 256 MB), which only the task timeout ends.
 	buildBenchBase(t)
-	f := newFixture(t, func(c *Config) { c.BaseImage = benchBase })
+	f := newFixture(t, func(c *Config) { useFakeAgent(c) })
 	f.startManager(t)
 	ctx := context.Background()
 	spec := fakeSpec

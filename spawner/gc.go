@@ -29,9 +29,11 @@ type GCClient interface {
 
 var _ GCClient = (*client.Client)(nil)
 
-// ImageGC removes worker images nobody used for Retention and no container
-// uses (running, paused or stopped), then prunes the build cache (seed 001
-// §4.1). Its knowledge is in Redis (last use) and in image labels, not in
+// ImageGC removes the worker images of its key prefix (those whose use it
+// recorded, Keys.ImagesLastUsed) that nobody used for Retention and no
+// container uses (running, paused or stopped); images only other prefixes
+// or other tools used are never touched. With PruneBuildCache it then
+// prunes the build cache (seed 001 §4.1). Its knowledge is in Redis (last use) and in image labels, not in
 // memory, so it is right after a restart.
 type ImageGC struct {
 	Docker    GCClient
@@ -43,8 +45,12 @@ type ImageGC struct {
 	// Labels narrows the images considered to those that also carry these
 	// labels (key=value), beyond io.agentvisor.managed=true.
 	Labels []string
-	Now    func() time.Time
-	Log    *slog.Logger
+	// PruneBuildCache (GC_PRUNE_BUILD_CACHE, off) also prunes the engine's
+	// whole build cache after a collection: the cache carries no owner, so
+	// only an operator who owns the engine turns it on.
+	PruneBuildCache bool
+	Now             func() time.Time
+	Log             *slog.Logger
 }
 
 // GCReport says what one collection did.
@@ -52,6 +58,7 @@ type GCReport struct {
 	Removed    []string // tags removed (or, in a dry run, that would be)
 	KeptInUse  []string // stale, but a container uses them
 	Kept       int      // recent enough
+	NotOurs    int      // worker images this prefix never used: left alone
 	CacheBytes uint64   // build cache reclaimed
 	DryRun     bool
 }
@@ -94,11 +101,13 @@ func (g *ImageGC) Collect(ctx context.Context) (GCReport, error) {
 			if !strings.HasPrefix(tag, protocol.ImageRepository+":") {
 				continue
 			}
-			last := time.Unix(img.Created, 0)
-			if used, err := rdb.New(g.Redis, g.Keys).ImageLastUsed(lctx, tag); err != nil {
+			last, err := rdb.New(g.Redis, g.Keys).ImageLastUsed(lctx, tag)
+			if err != nil {
 				return rep, fmt.Errorf("spawner: gc: last use of %s: %w", tag, err)
-			} else if !used.IsZero() {
-				last = used
+			}
+			if last.IsZero() {
+				rep.NotOurs++
+				continue
 			}
 			switch {
 			case now.Sub(last) < retention:
@@ -120,14 +129,14 @@ func (g *ImageGC) Collect(ctx context.Context) (GCReport, error) {
 			}
 		}
 	}
-	if !g.DryRun {
+	if !g.DryRun && g.PruneBuildCache {
 		if r, err := g.Docker.BuildCachePrune(lctx, build.CachePruneOptions{All: true}); err == nil && r != nil {
 			rep.CacheBytes = r.SpaceReclaimed
 		} else if err != nil {
 			g.log().Warn("gc: build cache not pruned", "err", err)
 		}
 	}
-	g.log().Info("image gc", "removed", rep.Removed, "kept_in_use", rep.KeptInUse, "kept", rep.Kept,
+	g.log().Info("image gc", "removed", rep.Removed, "kept_in_use", rep.KeptInUse, "kept", rep.Kept, "not_ours", rep.NotOurs,
 		"cache_bytes", rep.CacheBytes, "dry_run", g.DryRun)
 	return rep, nil
 }

@@ -31,10 +31,11 @@ func TestImageGC(t *testing.T) {
 	ctx := context.Background()
 	scope := fmt.Sprintf("io.agentvisor.test.gc=%d", time.Now().UnixNano())
 
-	// Three worker images of this test only: a and b unused for ten days,
-	// c used now; b runs in a paused container.
+	// Four worker images of this test only: a and b unused for ten days,
+	// c used now; b runs in a paused container; d was never used by this
+	// prefix (another prefix's, or another tool's).
 	tags := map[string]string{}
-	for _, name := range []string{"a", "b", "c"} {
+	for _, name := range []string{"a", "b", "c", "d"} {
 		tag := fmt.Sprintf("worker:gctest-%s-%d", name, time.Now().UnixNano())
 		run(t, nil, "bash", "-c", fmt.Sprintf(`printf 'FROM agentvisor/worker-base:latest\nLABEL %s=true %s x=%s\n' | DOCKER_BUILDKIT=0 docker build -q -t %s - >/dev/null`,
 			protocol.LabelManaged, scope, tag, tag))
@@ -55,7 +56,7 @@ func TestImageGC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(rep.Removed, []string{tags["a"]}) || !slices.Equal(rep.KeptInUse, []string{tags["b"]}) || rep.Kept != 1 {
+	if !slices.Equal(rep.Removed, []string{tags["a"]}) || !slices.Equal(rep.KeptInUse, []string{tags["b"]}) || rep.Kept != 1 || rep.NotOurs != 1 {
 		t.Fatalf("dry run: %+v", rep)
 	}
 	if _, err := dc.ImageInspect(ctx, tags["a"]); err != nil {
@@ -72,7 +73,7 @@ func TestImageGC(t *testing.T) {
 	if _, err := dc.ImageInspect(ctx, tags["a"]); err == nil {
 		t.Fatal("the stale unused image is still there")
 	}
-	for _, keep := range []string{"b", "c"} {
+	for _, keep := range []string{"b", "c", "d"} {
 		if _, err := dc.ImageInspect(ctx, tags[keep]); err != nil {
 			t.Fatalf("image %s was removed: %v", keep, err)
 		}

@@ -1,7 +1,8 @@
 package spawner
 
 import (
-	"github.com/docker/docker/api/types/mount"
+	"context"
+
 	"github.com/docker/docker/errdefs"
 	"github.com/docker/go-units"
 
@@ -33,9 +34,21 @@ func (s *Spawner) pids(spec protocol.WorkerSpec) int64 {
 	return s.cfg.PidsLimit
 }
 
-// projectMounts gives the worker its project's volume as the agent's home.
-func projectMounts(spec protocol.WorkerSpec) []mount.Mount {
-	return []mount.Mount{{Type: mount.TypeVolume, Source: ProjectVolume(spec.AgentType, spec.ProjectID), Target: "/home/worker"}}
-}
-
 func isConflict(err error) bool { return errdefs.IsConflict(err) }
+
+// checkLimits refuses (INVALID_COMMAND) a spec that asks for more cores
+// than the engine has. The memory floor is the protocol's own check.
+func (s *Spawner) checkLimits(ctx context.Context, spec protocol.WorkerSpec) error {
+	if spec.Limits.CPUs == 0 {
+		return nil
+	}
+	s.cpuOnce.Do(func() {
+		if info, err := s.docker.Info(ctx); err == nil {
+			s.engineCPUs = info.NCPU
+		}
+	})
+	if s.engineCPUs > 0 && spec.Limits.CPUs > float64(s.engineCPUs) {
+		return errorf(protocol.CodeInvalidCommand, "spec.limits.cpus: %g, but the engine has %d cores", spec.Limits.CPUs, s.engineCPUs)
+	}
+	return nil
+}

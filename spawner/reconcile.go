@@ -17,6 +17,7 @@ type ReconcileReport struct {
 	Started        int // workers left in "created" by a create cut short, started
 	Exited         int // workers whose container exited unseen, retired
 	TakenOver      int // retirements whose manager died, finished
+	UsersDeleted   int // Redis users of workers that are gone (a create cut short)
 	ContainersSeen int
 	WorkersKnown   int
 }
@@ -87,6 +88,7 @@ func (s *Spawner) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		}
 	}
 	rep.TakenOver = s.finishRetirements(ctx)
+	rep.UsersDeleted = s.dropStrayUsers(ctx)
 	s.log.Info("reconciled", "orphans_removed", rep.OrphansRemoved, "missing_retired", rep.MissingMarked,
 		"states_fixed", rep.StatesFixed, "started", rep.Started, "exited", rep.Exited, "taken_over", rep.TakenOver, "containers", rep.ContainersSeen)
 	return rep, nil
@@ -123,6 +125,39 @@ func (s *Spawner) reconcileMember(ctx context.Context, id string, c container.Su
 			rep.StatesFixed++
 		}
 	}
+}
+
+// dropStrayUsers deletes the Redis users of this prefix that belong to no
+// worker, create or retirement: a create cut short before its worker
+// joined. The users are listed before the records are read, so a user
+// made meanwhile belongs to a create already recorded.
+func (s *Spawner) dropStrayUsers(ctx context.Context) int {
+	if !s.aclMode(ctx) {
+		return 0
+	}
+	ids, err := s.rdb.WorkerUsers(ctx)
+	if err != nil {
+		s.log.Warn("list worker users", "err", err)
+		return 0
+	}
+	workers, creating, retiring, err := s.rdb.Slots(ctx)
+	if err != nil {
+		return 0
+	}
+	known := map[string]bool{}
+	for _, id := range append(append(workers, creating...), retiring...) {
+		known[id] = true
+	}
+	n := 0
+	for _, id := range ids {
+		if known[id] {
+			continue
+		}
+		if err := s.dropWorkerUser(ctx, id); err == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // finishRetirements takes over the retirements whose lease ran out (their

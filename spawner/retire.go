@@ -104,6 +104,9 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 			return true, err
 		}
 	}
+	if err := s.dropWorkerUser(ctx, id); err != nil {
+		return true, err
+	}
 	s.lifecycle(ctx, id, protocol.EventRemoved, detail)
 	if err := s.rdb.EndRetire(ctx, id, kind, protocol.AgentType(h[protocol.StatusFieldAgentType]), h[protocol.StatusFieldProjectID]); err != nil {
 		return true, redisError(err, "end retirement of %s", id)

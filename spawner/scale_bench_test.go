@@ -53,7 +53,16 @@ func buildBenchBase(b testing.TB) {
 	}
 }
 
-var fakeSpec = protocol.WorkerSpec{AgentType: protocol.AgentClaude, Env: map[string]string{"AGENT_BIN": "/usr/local/bin/fake-agent"}}
+// fakeSpec is a worker of a fixture that uses the fake agent (useFakeAgent).
+var fakeSpec = protocol.WorkerSpec{AgentType: protocol.AgentClaude}
+
+// useFakeAgent makes a fixture's workers run the fake agent: the bench
+// base image has it, and the manager's operator-owned worker environment
+// (WORKER_ENV) points AGENT_BIN at it (a spec may not set AGENT_BIN).
+func useFakeAgent(c *Config) {
+	c.BaseImage = benchBase
+	c.WorkerEnv = map[string]string{"AGENT_BIN": "/usr/local/bin/fake-agent"}
+}
 
 // cgroupMemory is a container's memory use as its cgroup counts it.
 func cgroupMemory(b *testing.B, containerID string) float64 {
@@ -77,7 +86,8 @@ func BenchmarkScaleHundred(b *testing.B) {
 	const n = 100
 	buildBenchBase(b)
 	f := newFixture(b, func(c *Config) {
-		c.MaxWorkers, c.HeartbeatInterval, c.IdleTimeout, c.BaseImage = n, 2*time.Second, time.Hour, benchBase
+		c.MaxWorkers, c.HeartbeatInterval, c.IdleTimeout = n, 2*time.Second, time.Hour
+		useFakeAgent(c)
 	})
 	ctx := context.Background()
 	opt, _ := redis.ParseURL(f.s.cfg.RedisURL)
@@ -203,7 +213,7 @@ func BenchmarkScaleHundred(b *testing.B) {
 func BenchmarkShutdownTwenty(b *testing.B) {
 	const n = 20
 	buildBenchBase(b)
-	f := newFixture(b, func(c *Config) { c.MaxWorkers, c.BaseImage = n, benchBase })
+	f := newFixture(b, func(c *Config) { c.MaxWorkers = n; useFakeAgent(c) })
 	ctx := context.Background()
 	workers := make([]protocol.WorkerInfo, n)
 	runConcurrently(b, n, func(i int) error {

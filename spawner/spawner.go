@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +16,8 @@ import (
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/system"
+	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/redis/go-redis/v9"
@@ -37,6 +38,10 @@ type ContainerClient interface {
 	ContainerInspect(ctx context.Context, containerID string) (container.InspectResponse, error)
 	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
 	Events(ctx context.Context, options events.ListOptions) (<-chan events.Message, <-chan error)
+	VolumeCreate(ctx context.Context, options volume.CreateOptions) (volume.Volume, error)
+	VolumeList(ctx context.Context, options volume.ListOptions) (volume.ListResponse, error)
+	VolumeRemove(ctx context.Context, volumeID string, force bool) error
+	Info(ctx context.Context) (system.Info, error)
 }
 
 var _ ContainerClient = (*client.Client)(nil)
@@ -57,6 +62,13 @@ type Spawner struct {
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when the manager begins to shut down
+
+	cpuOnce    sync.Once // reads engineCPUs, once
+	engineCPUs int
+
+	aclOnce sync.Once // decides acl and aclErr, once
+	acl     bool      // workers get Redis users of their own
+	aclErr  error
 }
 
 // New returns a Spawner. images builds the worker images (its Docker and
@@ -94,6 +106,9 @@ func withDefaults(c *Config) {
 	if c.ReplyTTL == 0 {
 		c.ReplyTTL = rdb.DefaultReplyTTL
 	}
+	if c.VolumeRetention == 0 {
+		c.VolumeRetention = 30 * 24 * time.Hour
+	}
 	if c.ReplaceBackoff == 0 {
 		c.ReplaceBackoff = time.Second
 	}
@@ -117,14 +132,6 @@ func newWorkerID() string {
 
 // ContainerName is the name of a worker's container.
 func ContainerName(workerID string) string { return "agentvisor-" + workerID }
-
-var volumeSafe = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
-
-// ProjectVolume is the volume that holds the agent's home (its sessions)
-// and the workspace of a project, so that a replacement container resumes.
-func ProjectVolume(agent protocol.AgentType, project string) string {
-	return "agentvisor-" + string(agent) + "-" + volumeSafe.ReplaceAllString(project, "_")
-}
 
 // managedFilter selects the containers of this spawner's key prefix.
 func (s *Spawner) managedFilter() filters.Args {
@@ -160,6 +167,9 @@ func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.Wo
 	if spec.Kind == "" {
 		spec.Kind = protocol.KindLongLived
 	}
+	if err := s.checkLimits(ctx, spec); err != nil {
+		return protocol.WorkerInfo{}, err
+	}
 	id := newWorkerID()
 	if commandID != "" {
 		var err error
@@ -186,8 +196,12 @@ func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.Wo
 	info, err := s.build(ctx, id, commandID, spec, member)
 	if err != nil && !member {
 		// The slot goes back now; had this process died instead, its
-		// lease would have run out.
+		// lease would have run out (and the reconciler would delete the
+		// user).
 		_ = s.rdb.Leave(context.WithoutCancel(ctx), id)
+		if _, ferr := s.find(ctx, id); IsNotFound(ferr) {
+			_ = s.dropWorkerUser(context.WithoutCancel(ctx), id)
+		}
 	}
 	return info, err
 }
@@ -220,7 +234,14 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 				protocol.StatusFieldCreatedAt: protocol.FormatTime(now), protocol.StatusFieldHealth: string(protocol.HealthHealthy),
 				protocol.StatusFieldSpec: specJSON(spec), protocol.StatusFieldManagerID: s.cfg.ManagerID})
 		}
-		cfg, hc := s.containerConfig(id, commandID, spec, img.Tag, now)
+		if err := s.ensureVolume(cctx, spec); err != nil {
+			return protocol.WorkerInfo{}, err
+		}
+		redisURL, err := s.workerRedisURL(cctx, id, spec.Kind)
+		if err != nil {
+			return protocol.WorkerInfo{}, err
+		}
+		cfg, hc := s.containerConfig(id, commandID, spec, img.Tag, redisURL, now)
 		resp, err := s.docker.ContainerCreate(cctx, cfg, hc, nil, nil, ContainerName(id))
 		if err != nil && !isConflict(err) {
 			return protocol.WorkerInfo{}, engineError(err, "create container of %s", id)
@@ -265,7 +286,7 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 
 // containerConfig is a worker's container: labels, environment, limits
 // and the hardening every worker gets.
-func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec, image string, now time.Time) (*container.Config, *container.HostConfig) {
+func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec, image, redisURL string, now time.Time) (*container.Config, *container.HostConfig) {
 	caps, _ := protocol.NormalizeCapabilities(spec.Capabilities)
 	capNames := make([]string, len(caps))
 	for i, c := range caps {
@@ -280,7 +301,7 @@ func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec
 	if commandID != "" {
 		labels[protocol.LabelCommandID] = commandID
 	}
-	env := s.workerEnv(id, spec)
+	env := s.workerEnv(id, spec, redisURL)
 	stop := int(s.cfg.StopTimeout.Seconds())
 	hc := &container.HostConfig{
 		NetworkMode: container.NetworkMode(s.cfg.NetworkMode),
@@ -290,7 +311,7 @@ func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec
 		Init:        ptr(false), // the wrapper is PID 1
 	}
 	if s.cfg.ProjectVolumes && spec.ProjectID != "" {
-		hc.Mounts = projectMounts(spec)
+		hc.Mounts = projectMounts(s.keys.Prefix, spec)
 		env = append(env, "WORKSPACE=/home/worker/workspace")
 	}
 	return &container.Config{Image: image, Env: env, Labels: labels, User: "1000:1000", StopTimeout: &stop}, hc
@@ -303,9 +324,9 @@ func specJSON(spec protocol.WorkerSpec) string {
 	return string(b)
 }
 
-func (s *Spawner) workerEnv(id string, spec protocol.WorkerSpec) []string {
+func (s *Spawner) workerEnv(id string, spec protocol.WorkerSpec, redisURL string) []string {
 	env := []string{
-		"WORKER_ID=" + id, "REDIS_URL=" + s.cfg.RedisURLForWorkers, "WORKER_KEY_PREFIX=" + s.keys.Prefix,
+		"WORKER_ID=" + id, "REDIS_URL=" + redisURL, "WORKER_KEY_PREFIX=" + s.keys.Prefix,
 		"AGENT_TYPE=" + string(spec.AgentType), "WORKER_KIND=" + string(spec.Kind),
 		"SHUTDOWN_GRACE=" + (s.cfg.StopTimeout - 10*time.Second).String(),
 		"HEARTBEAT_INTERVAL=" + s.cfg.HeartbeatInterval.String(),
@@ -321,6 +342,9 @@ func (s *Spawner) workerEnv(id string, spec protocol.WorkerSpec) []string {
 	if spec.UserID != "" {
 		env = append(env, "USER_ID="+spec.UserID)
 	}
+	if spec.Model != "" {
+		env = append(env, "AGENT_MODEL="+spec.Model)
+	}
 	if s.cfg.APIURL != "" {
 		env = append(env, "API_URL="+s.cfg.APIURL)
 	}
@@ -329,8 +353,13 @@ func (s *Spawner) workerEnv(id string, spec protocol.WorkerSpec) []string {
 			env = append(env, name+"="+v)
 		}
 	}
-	for k, v := range spec.Env {
+	for k, v := range s.cfg.WorkerEnv {
 		env = append(env, k+"="+v)
+	}
+	for k, v := range spec.Env {
+		if !protocol.ReservedEnv(k) { // refused at create; never taken
+			env = append(env, k+"="+v)
+		}
 	}
 	return env
 }

@@ -139,7 +139,7 @@ func TestWorkerLifecycle(t *testing.T) {
 		ProjectID: fmt.Sprintf("proj-%d", time.Now().UnixNano()), Instructions: "You are a test worker.",
 		AllowedCommands: []string{"worker.progress"}}
 	t.Cleanup(func() {
-		exec.Command("docker", "volume", "rm", "-f", ProjectVolume(spec.AgentType, spec.ProjectID)).Run()
+		exec.Command("docker", "volume", "rm", "-f", ProjectVolume(f.keys.Prefix, spec.AgentType, spec.ProjectID)).Run()
 	})
 	info, err := f.s.Create(ctx, spec)
 	if err != nil {
@@ -158,7 +158,7 @@ func TestWorkerLifecycle(t *testing.T) {
 		t.Fatalf("container config: user %q mem %d cpu %d pids %v capdrop %v secopt %v labels %v",
 			c.Config.User, hc.Memory, hc.NanoCPUs, hc.PidsLimit, hc.CapDrop, hc.SecurityOpt, c.Config.Labels)
 	}
-	if len(c.Mounts) != 1 || c.Mounts[0].Name != ProjectVolume(spec.AgentType, spec.ProjectID) {
+	if len(c.Mounts) != 1 || c.Mounts[0].Name != ProjectVolume(f.keys.Prefix, spec.AgentType, spec.ProjectID) {
 		t.Fatalf("mounts %+v", c.Mounts)
 	}
 

@@ -405,7 +405,7 @@ func (d *demo) droidWorker(ctx context.Context) error {
 	if d.stub == nil {
 		// Droid reaches the real API through a custom model: name one the
 		// API serves.
-		spec.Env = map[string]string{"AGENT_MODEL": envOr("DEMO_DROID_MODEL", "claude-sonnet-4-5")}
+		spec.Model = envOr("DEMO_DROID_MODEL", "claude-sonnet-4-5")
 	}
 	id, err := d.create(ctx, "droid-1", spec)
 	if err != nil {
@@ -458,7 +458,7 @@ func (d *demo) cleanUp(ctx context.Context) (int, error) {
 		a protocol.AgentType
 		p string
 	}{{protocol.AgentClaude, projectShop}, {protocol.AgentDroid, projectDocs}} {
-		if err := dc.VolumeRemove(ctx, spawner.ProjectVolume(p.a, p.p), true); err != nil && !client.IsErrNotFound(err) {
+		if err := dc.VolumeRemove(ctx, spawner.ProjectVolume(d.keys.Prefix, p.a, p.p), true); err != nil && !client.IsErrNotFound(err) {
 			return len(cs), err
 		}
 	}

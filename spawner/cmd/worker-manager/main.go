@@ -35,7 +35,8 @@ func run() int {
 	}
 	opt, err := redis.ParseURL(cfg.RedisURL)
 	if err != nil {
-		log.Error("invalid configuration", "err", "config: REDIS_URL: "+err.Error())
+		// The parser's error may quote the URL, password and all.
+		log.Error("invalid configuration", "err", "config: REDIS_URL: not a valid redis:// or rediss:// URL", "url", spawner.RedactURL(cfg.RedisURL))
 		return 2
 	}
 	rdb := redis.NewClient(opt)
@@ -51,7 +52,7 @@ func run() int {
 	defer dc.Close()
 	images := &spawner.Images{Docker: dc, Redis: rdb, Keys: cfg.Keys, BaseImage: cfg.BaseImage}
 	s := spawner.New(cfg, dc, rdb, images, log)
-	gc := &spawner.ImageGC{Docker: dc, Redis: rdb, Keys: cfg.Keys, Log: log}
+	gc := &spawner.ImageGC{Docker: dc, Redis: rdb, Keys: cfg.Keys, Log: log, PruneBuildCache: cfg.PruneBuildCache}
 	m := &spawner.Manager{S: s, GC: gc}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

@@ -77,6 +77,7 @@ commands:
   send WORKER PROMPT [-project P] [-id REQUEST_ID] [-new-session] [-wait] [-timeout 10m]
   pause WORKER | resume WORKER | kill WORKER
   usage [-project P]...             tokens and cost per project
+  volumes [-rm NAME]                project volumes of this prefix (needs the Docker engine); -rm removes an unused one
 
 WORKER is a worker id or a unique prefix of one. REDIS_URL (default
 redis://127.0.0.1:6379/0) and WORKER_KEY_PREFIX (default worker) set the
@@ -123,7 +124,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	opt, err := redis.ParseURL(*redisURL)
 	if err != nil {
-		fmt.Fprintln(stderr, "workerctl: -redis:", err)
+		fmt.Fprintln(stderr, "workerctl: -redis: not a valid redis:// or rediss:// URL:", spawner.RedactURL(*redisURL))
 		return exitUsage
 	}
 	c := &ctl{rdb: redis.NewClient(opt), keys: keys, json: *asJSON, out: stdout}
@@ -132,7 +133,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	handlers := map[string]func(context.Context, []string) error{
 		"list": c.list, "status": c.status, "events": c.events, "spawn": c.spawn, "send": c.send,
 		"pause": c.action(protocol.ActionPause), "resume": c.action(protocol.ActionUnpause),
-		"kill": c.action(protocol.ActionDelete), "usage": c.usage,
+		"kill": c.action(protocol.ActionDelete), "usage": c.usage, "volumes": c.volumes,
 	}
 	h, ok := handlers[cmd]
 	if !ok {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/spawner/spawnertest"
 	"github.com/agentvisor/agentvisor/stubmodel"
 )
@@ -95,6 +96,15 @@ func TestWorkerctl(t *testing.T) {
 	var usage []usageRow
 	if err := json.Unmarshal([]byte(must(exitOK, "-json", "usage")), &usage); err != nil || len(usage) != 1 || usage[0].ProjectID != "shop" || usage[0].Tasks != 3 {
 		t.Errorf("usage: %+v (%v)", usage, err)
+	}
+
+	// volumes: the project's volume, labelled with its owner.
+	var vols []spawner.Volume
+	if err := json.Unmarshal([]byte(must(exitOK, "-json", "volumes")), &vols); err != nil || len(vols) != 1 || vols[0].ProjectID != "shop" {
+		t.Errorf("volumes: %+v (%v)", vols, err)
+	}
+	if out := must(exitOK, "volumes"); !strings.HasPrefix(out, "VOLUME") || !strings.Contains(out, "shop") {
+		t.Errorf("volumes:\n%s", out)
 	}
 
 	// pause, resume and kill go through the manager.

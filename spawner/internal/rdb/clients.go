@@ -61,3 +61,26 @@ func (r *RDB) ImageLastUsed(ctx context.Context, tag string) (time.Time, error) 
 func (r *RDB) ForgetImage(ctx context.Context, tag string) error {
 	return r.C.ZRem(ctx, r.Keys.ImagesLastUsed(), tag).Err()
 }
+
+// TouchVolume records the use of a project volume now.
+func (r *RDB) TouchVolume(ctx context.Context, name string, now time.Time) error {
+	return r.C.ZAdd(ctx, r.Keys.VolumesLastUsed(), redis.Z{Score: float64(now.Unix()), Member: name}).Err()
+}
+
+// VolumeLastUsed returns when a project volume was last used (zero when
+// never recorded).
+func (r *RDB) VolumeLastUsed(ctx context.Context, name string) (time.Time, error) {
+	score, err := r.C.ZScore(ctx, r.Keys.VolumesLastUsed(), name).Result()
+	if Nil(err) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.Unix(int64(score), 0), nil
+}
+
+// ForgetVolume drops a removed volume's record.
+func (r *RDB) ForgetVolume(ctx context.Context, name string) error {
+	return r.C.ZRem(ctx, r.Keys.VolumesLastUsed(), name).Err()
+}

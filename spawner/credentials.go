@@ -1,0 +1,88 @@
+package spawner
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// Worker credentials. With ACLs (Redis 6+, WORKER_REDIS_ACL auto or on),
+// each worker connects as a Redis user of its own, made at create and
+// deleted at retirement, whose rules (rdb.WorkerACL) allow only the
+// commands the wrapper runs on its own keys and the shared ones its kind
+// needs: the manager's credentials never enter a container. Without ACLs
+// (an old Redis, or WORKER_REDIS_ACL=off) every worker gets
+// WORKER_REDIS_URL as it is: the less safe mode, logged once at start.
+
+// aclMode says whether workers get users of their own; decided once.
+func (s *Spawner) aclMode(ctx context.Context) bool {
+	s.aclOnce.Do(func() {
+		switch s.cfg.WorkerACL {
+		case "off":
+			s.log.Warn("WORKER_REDIS_ACL=off: every worker connects with WORKER_REDIS_URL's credentials (less safe: an agent could reach every key)")
+			return
+		}
+		ok, err := s.rdb.ACLSupported(ctx)
+		switch {
+		case ok:
+			s.acl = true
+			s.log.Info("workers connect to Redis as users of their own (ACL)")
+		case s.cfg.WorkerACL == "on":
+			s.aclErr = fmt.Errorf("WORKER_REDIS_ACL=on but this Redis has no usable ACL: %v", err)
+		default:
+			s.log.Warn("this Redis has no ACL the manager may use: every worker connects with WORKER_REDIS_URL's credentials (less safe: an agent could reach every key)", "err", err)
+		}
+	})
+	return s.acl
+}
+
+// workerRedisURL makes a worker's Redis user (in ACL mode) and returns
+// the URL its wrapper connects with.
+func (s *Spawner) workerRedisURL(ctx context.Context, id string, kind protocol.Kind) (string, error) {
+	acl := s.aclMode(ctx)
+	if s.aclErr != nil {
+		return "", &Error{protocol.CodeUpstreamUnavailable, s.aclErr}
+	}
+	if !acl {
+		return s.cfg.RedisURLForWorkers, nil
+	}
+	u, err := url.Parse(s.cfg.RedisURLForWorkers)
+	if err != nil {
+		return "", errorf(protocol.CodeInternalError, "WORKER_REDIS_URL does not parse")
+	}
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	password := hex.EncodeToString(b)
+	if err := s.rdb.SetWorkerUser(ctx, id, password, kind); err != nil {
+		return "", redisError(err, "Redis user of %s", id)
+	}
+	u.User = url.UserPassword(s.rdb.WorkerUser(id), password)
+	return u.String(), nil
+}
+
+// dropWorkerUser deletes a worker's Redis user (ACL mode).
+func (s *Spawner) dropWorkerUser(ctx context.Context, id string) error {
+	if !s.acl {
+		return nil
+	}
+	if err := s.rdb.DeleteWorkerUser(ctx, id); err != nil {
+		return redisError(err, "delete the Redis user of %s", id)
+	}
+	return nil
+}
+
+// RedactURL returns a URL with its password replaced, for logs.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(a URL that does not parse)"
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}

@@ -1,0 +1,85 @@
+package spawner
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// A worker's Redis credentials reach only its own keys and the shared ones
+// its kind needs, and die with the worker; the manager's never enter the
+// container.
+func TestWorkerRedisUserIsConfinedAndGoesWithTheWorker(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	a, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.dc.ContainerInspect(ctx, ContainerName(a.WorkerID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw string
+	for _, e := range c.Config.Env {
+		if v, ok := strings.CutPrefix(e, "REDIS_URL="); ok {
+			raw = v
+		}
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.User.Username() != f.s.rdb.WorkerUser(a.WorkerID) {
+		t.Fatalf("the worker's REDIS_URL %q names no user of its own", raw)
+	}
+	opt, _ := redis.ParseURL(raw)
+	wc := redis.NewClient(opt)
+	defer wc.Close()
+	// Its own keys: yes.
+	if err := wc.HSet(ctx, f.keys.Status(a.WorkerID), "probe", "1").Err(); err != nil {
+		t.Fatalf("write its own status: %v", err)
+	}
+	if err := wc.XAdd(ctx, &redis.XAddArgs{Stream: f.keys.Lifecycle(), Values: map[string]any{"data": "{}"}}).Err(); err != nil {
+		t.Fatalf("publish a lifecycle event: %v", err)
+	}
+	// Another worker's keys, the manager's, every key name, admin: no.
+	for name, cmd := range map[string]func() error{
+		"xadd into another worker's input": func() error {
+			return wc.XAdd(ctx, &redis.XAddArgs{Stream: f.keys.Input(b.WorkerID), Values: map[string]any{"data": "{}"}}).Err()
+		},
+		"read another worker's status": func() error { return wc.HGetAll(ctx, f.keys.Status(b.WorkerID)).Err() },
+		"send a command": func() error {
+			return wc.XAdd(ctx, &redis.XAddArgs{Stream: f.keys.Commands(), Values: map[string]any{"data": "{}"}}).Err()
+		},
+		"read the lifecycle stream": func() error { return wc.XRange(ctx, f.keys.Lifecycle(), "-", "+").Err() },
+		"list every key":            func() error { return wc.Keys(ctx, "*").Err() },
+		"scan":                      func() error { return wc.Scan(ctx, 0, "*", 10).Err() },
+		"read the workers set":      func() error { return wc.SMembers(ctx, f.keys.Workers()).Err() },
+		"list clients":              func() error { return wc.ClientList(ctx).Err() },
+		"acl":                       func() error { return wc.ACLList(ctx).Err() },
+		"flushall":                  func() error { return wc.FlushAll(ctx).Err() },
+		"config":                    func() error { return wc.ConfigGet(ctx, "*").Err() },
+	} {
+		if err := cmd(); err == nil || !strings.Contains(strings.ToUpper(err.Error()), "NOPERM") {
+			t.Errorf("%s: %v, want NOPERM", name, err)
+		}
+	}
+	if err := f.s.Delete(ctx, a.WorkerID); err != nil {
+		t.Fatal(err)
+	}
+	if users, _ := f.s.rdb.WorkerUsers(ctx); len(users) != 1 || users[0] != b.WorkerID {
+		t.Fatalf("worker users after deleting one: %v", users)
+	}
+	gone := redis.NewClient(opt)
+	defer gone.Close()
+	if err := gone.Ping(ctx).Err(); err == nil {
+		t.Fatal("a deleted worker's credentials still open a connection")
+	}
+}

@@ -1,0 +1,136 @@
+package spawner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"regexp"
+	"time"
+
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/errdefs"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// Project volumes hold the agent's home (its sessions) and the workspace
+// of a project, so that a replacement container resumes. A volume belongs
+// to one key prefix, agent and project: its name carries a readable part
+// and a hash of all three (no two projects share one, whatever their
+// spelling), and its labels say whose it is. A volume no container used
+// for VolumeRetention is removed by the leader.
+
+var volumeSafe = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
+
+// ProjectVolume is the name of the volume of a project's agent under a
+// key prefix.
+func ProjectVolume(prefix string, agent protocol.AgentType, project string) string {
+	readable := volumeSafe.ReplaceAllString(project, "_")
+	if len(readable) > 40 {
+		readable = readable[:40]
+	}
+	sum := sha256.Sum256([]byte(prefix + "\x00" + string(agent) + "\x00" + project))
+	return "agentvisor-" + string(agent) + "-" + readable + "-" + hex.EncodeToString(sum[:5])
+}
+
+// projectMounts gives the worker its project's volume as the agent's home.
+func projectMounts(prefix string, spec protocol.WorkerSpec) []mount.Mount {
+	return []mount.Mount{{Type: mount.TypeVolume, Source: ProjectVolume(prefix, spec.AgentType, spec.ProjectID), Target: "/home/worker"}}
+}
+
+// ensureVolume creates a project's volume with its labels (creating an
+// existing volume returns it) and records its use.
+func (s *Spawner) ensureVolume(ctx context.Context, spec protocol.WorkerSpec) error {
+	if !s.cfg.ProjectVolumes || spec.ProjectID == "" {
+		return nil
+	}
+	name := ProjectVolume(s.keys.Prefix, spec.AgentType, spec.ProjectID)
+	_, err := s.docker.VolumeCreate(ctx, volume.CreateOptions{Name: name, Labels: map[string]string{
+		protocol.LabelManaged: "true", protocol.LabelKeyPrefix: s.keys.Prefix,
+		protocol.LabelAgentType: string(spec.AgentType), protocol.LabelProjectID: spec.ProjectID,
+	}})
+	if err != nil {
+		return engineError(err, "volume %s", name)
+	}
+	if err := s.rdb.TouchVolume(ctx, name, s.now()); err != nil {
+		return redisError(err, "record the use of volume %s", name)
+	}
+	return nil
+}
+
+// Volume is a project volume of this key prefix.
+type Volume struct {
+	Name      string             `json:"name"`
+	AgentType protocol.AgentType `json:"agent_type"`
+	ProjectID string             `json:"project_id"`
+	LastUsed  time.Time          `json:"last_used"`
+}
+
+// Volumes lists the project volumes of this key prefix.
+func (s *Spawner) Volumes(ctx context.Context) ([]Volume, error) {
+	resp, err := s.docker.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(
+		filters.Arg("label", protocol.LabelManaged+"=true"), filters.Arg("label", protocol.LabelKeyPrefix+"="+s.keys.Prefix))})
+	if err != nil {
+		return nil, engineError(err, "list volumes")
+	}
+	out := make([]Volume, 0, len(resp.Volumes))
+	for _, v := range resp.Volumes {
+		last, err := s.rdb.VolumeLastUsed(ctx, v.Name)
+		if err != nil {
+			return nil, redisError(err, "last use of volume %s", v.Name)
+		}
+		out = append(out, Volume{Name: v.Name, AgentType: protocol.AgentType(v.Labels[protocol.LabelAgentType]),
+			ProjectID: v.Labels[protocol.LabelProjectID], LastUsed: last})
+	}
+	return out, nil
+}
+
+// RemoveVolume removes a project volume of this key prefix that no
+// container uses (CONFLICT when one does).
+func (s *Spawner) RemoveVolume(ctx context.Context, name string) error {
+	if err := s.docker.VolumeRemove(ctx, name, false); err != nil && !errdefs.IsNotFound(err) {
+		return engineError(err, "remove volume %s", name)
+	}
+	return s.rdb.ForgetVolume(ctx, name)
+}
+
+// VolumeGC removes, every hour, the project volumes of this key prefix
+// that no container used for VolumeRetention (a volume in use is never
+// removed). It runs on the leader.
+type VolumeGC struct {
+	job
+	s *Spawner
+}
+
+// Start collects until Stop.
+func (g *VolumeGC) Start(ctx context.Context) { g.start(ctx, g.run) }
+
+func (g *VolumeGC) run(ctx context.Context) {
+	every(ctx, time.Hour, func(ctx context.Context) { g.s.collectVolumes(ctx) })
+}
+
+// collectVolumes removes the stale volumes and returns their names.
+func (s *Spawner) collectVolumes(ctx context.Context) []string {
+	vs, err := s.Volumes(ctx)
+	if err != nil {
+		s.log.Warn("volume gc", "err", err)
+		return nil
+	}
+	var removed []string
+	for _, v := range vs {
+		if v.LastUsed.IsZero() || s.now().Sub(v.LastUsed) < s.cfg.VolumeRetention {
+			continue
+		}
+		if err := s.RemoveVolume(ctx, v.Name); err != nil {
+			s.log.Info("volume gc: kept", "volume", v.Name, "why", err)
+			continue
+		}
+		removed = append(removed, v.Name)
+	}
+	if len(removed) > 0 {
+		s.log.Info("volume gc: removed", "volumes", removed)
+	}
+	return removed
+}
