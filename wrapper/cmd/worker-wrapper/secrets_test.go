@@ -115,31 +115,107 @@ func TestAgentFindsNoSecret(t *testing.T) {
 	}
 }
 
-// TestRealClaudeFindsNoSecret runs the wrapper binary as a process under
+// TestRealAgentsFindNoSecret runs the wrapper binary as a process under
 // uid 1000 (the test runs as root, as `make test` does) with the real
-// claude, whose scripted Bash tool call tries the wrapper's /proc files,
-// its own environment and its home: the tool's output, as the stub model
-// gets it, holds neither the Redis password nor the API key, and every
-// model call arrived with the real key, added by the wrapper's proxy.
-func TestRealClaudeFindsNoSecret(t *testing.T) {
+// claude and droid, whose scripted shell tool call tries the wrapper's
+// /proc files, its own environment and its home: the tool's output, as the
+// stub model gets it, holds neither the Redis password nor the API key, and
+// every model call arrived with the real key, added by the wrapper's proxy.
+func TestRealAgentsFindNoSecret(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("this test runs the wrapper under uid 1000 and needs root for that (make test runs as root)")
 	}
-	claude, err := exec.LookPath("claude")
-	if err != nil {
-		t.Fatalf("the real claude CLI is not installed (run `make setup`): %v", err)
+	tests := []struct {
+		agent protocol.AgentType
+		env   func(stubURL string) []string
+		tool  func(command string) *stubmodel.ToolUse
+		home  string // the agent's own settings
+		token string // how the proxy's token shows in its environment or settings
+	}{
+		{protocol.AgentClaude,
+			func(u string) []string { return []string{"ANTHROPIC_BASE_URL=" + u} },
+			func(c string) *stubmodel.ToolUse {
+				return &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": c, "description": "look around"}}
+			},
+			"~/.claude.json ~/.claude/settings.json", "ANTHROPIC_API_KEY=agentvisor-proxy-"},
+		{protocol.AgentDroid,
+			func(u string) []string { return []string{"DROID_BASE_URL=" + u} },
+			func(c string) *stubmodel.ToolUse {
+				return &stubmodel.ToolUse{Name: "Execute", Input: map[string]any{"command": c, "riskLevel": "low", "riskLevelReason": "reads files"}}
+			},
+			"~/.factory/settings.json", `"apiKey": "agentvisor-proxy-`},
 	}
-	r, rc, stub := secretServices(t)
-	stub.SetAPIKey(apiKey)
+	for _, tt := range tests {
+		t.Run(string(tt.agent), func(t *testing.T) {
+			bin, err := exec.LookPath(string(tt.agent))
+			if err != nil {
+				t.Fatalf("the real %s CLI is not installed (run `make setup`): %v", tt.agent, err)
+			}
+			r, rc, stub := secretServices(t)
+			stub.SetAPIKey(apiKey)
+			wrapper, home, workspace := uid1000Dirs(t)
+			workerID := "snoop-" + string(tt.agent)
+			cmd := exec.Command(wrapper)
+			cmd.Env = append([]string{"WORKER_ID=" + workerID, "REDIS_URL=" + r.URL(), "AGENT_TYPE=" + string(tt.agent),
+				"AGENT_BIN=" + bin, "WORKSPACE=" + workspace, "HOME=" + home, "PATH=/usr/local/bin:/usr/bin:/bin",
+				"ANTHROPIC_API_KEY=" + apiKey, "RESULT_GRACE=2"}, tt.env(stub.URL)...)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1000, Gid: 1000}}
+			var out strings.Builder
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+			pid := strconv.Itoa(cmd.Process.Pid)
 
-	// Everything uid 1000 needs: its own copy of the wrapper, a home and
-	// a workspace.
+			snoop := "for f in environ cmdline maps mem; do echo \"== $f\"; head -c 4096 /proc/" + pid + "/$f 2>&1 | tr '\\0' '\\n'; done; " +
+				"echo '== fd'; ls -l /proc/" + pid + "/fd 2>&1; echo '== env'; env; echo '== home'; cat " + tt.home + " 2>&1"
+			stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
+				{ToolUse: tt.tool(snoop)},
+				{Text: "Done.\n{\"status\": \"complete\", \"result\": {}}"},
+			}})
+			keys := protocol.Keys{}
+			sendTask(t, rc, keys.Input(workerID), protocol.Task{RequestID: "snoop", Prompt: "Look around."})
+			testkit.Eventually(t, "the output", 90*time.Second, func() bool { return len(outputs(t, rc, keys.Output(workerID))) == 1 })
+			if o := outputs(t, rc, keys.Output(workerID))[0]; o.Status != protocol.StatusComplete {
+				t.Fatalf("output %+v (error %+v)\n%s", o, o.Error, out.String())
+			}
+			reqs := stub.Requests()
+			if len(reqs) < 2 || len(stub.OtherRequests()) != 0 {
+				t.Fatalf("%d requests, refused or other: %q", len(reqs), stub.OtherRequests())
+			}
+			for i, req := range reqs {
+				if !req.KeyOK {
+					t.Errorf("request %d arrived without the real key", i)
+				}
+			}
+			seen := reqs[len(reqs)-1].Text()
+			for _, secret := range []string{password, apiKey, "REDIS_URL", stub.URL} {
+				if strings.Contains(seen, secret) {
+					t.Errorf("the agent found %q:\n%s", secret, seen)
+				}
+			}
+			for _, want := range []string{"== environ\nhead: cannot open", "== mem\nhead: cannot open", "== maps\nhead: cannot open",
+				"Permission denied", "== env\n", tt.token} {
+				if !strings.Contains(seen, want) {
+					t.Errorf("the tool's output lacks %q:\n%s", want, seen)
+				}
+			}
+		})
+	}
+}
+
+// uid1000Dirs makes what a wrapper run under uid 1000 needs: its own copy
+// of the wrapper binary (the test binaries' directory is root's), a home
+// and a workspace.
+func uid1000Dirs(t *testing.T) (wrapper, home, workspace string) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "agentvisor-uid1000-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
-	wrapper, home, workspace := filepath.Join(dir, "worker-wrapper"), filepath.Join(dir, "home"), filepath.Join(dir, "workspace")
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	wrapper, home, workspace = filepath.Join(dir, "worker-wrapper"), filepath.Join(dir, "home"), filepath.Join(dir, "workspace")
 	b, err := os.ReadFile(bins.wrapper)
 	if err != nil {
 		t.Fatal(err)
@@ -150,50 +226,5 @@ func TestRealClaudeFindsNoSecret(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(wrapper)
-	cmd.Env = []string{"WORKER_ID=snoop-claude", "REDIS_URL=" + r.URL(), "AGENT_TYPE=claude", "AGENT_BIN=" + claude,
-		"WORKSPACE=" + workspace, "HOME=" + home, "PATH=/usr/local/bin:/usr/bin:/bin",
-		"ANTHROPIC_API_KEY=" + apiKey, "ANTHROPIC_BASE_URL=" + stub.URL, "RESULT_GRACE=2"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1000, Gid: 1000}}
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	pid := strconv.Itoa(cmd.Process.Pid)
-
-	snoop := "for f in environ cmdline maps mem; do echo \"== $f\"; head -c 4096 /proc/" + pid + "/$f 2>&1 | tr '\\0' '\\n'; done; " +
-		"echo '== fd'; ls -l /proc/" + pid + "/fd 2>&1; echo '== env'; env; echo '== home'; cat ~/.claude.json ~/.claude/settings.json 2>&1"
-	stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
-		{ToolUse: &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": snoop, "description": "look around"}}},
-		{Text: "Done.\n{\"status\": \"complete\", \"result\": {}}"},
-	}})
-	keys := protocol.Keys{}
-	sendTask(t, rc, keys.Input("snoop-claude"), protocol.Task{RequestID: "snoop", Prompt: "Look around."})
-	testkit.Eventually(t, "the output", 60*time.Second, func() bool { return len(outputs(t, rc, keys.Output("snoop-claude"))) == 1 })
-	if o := outputs(t, rc, keys.Output("snoop-claude"))[0]; o.Status != protocol.StatusComplete {
-		t.Fatalf("output %+v (error %+v)\n%s", o, o.Error, out.String())
-	}
-	reqs := stub.Requests()
-	if len(reqs) < 2 || len(stub.OtherRequests()) != 0 {
-		t.Fatalf("%d requests, refused or other: %q", len(reqs), stub.OtherRequests())
-	}
-	for i, req := range reqs {
-		if !req.KeyOK {
-			t.Errorf("request %d arrived without the real key", i)
-		}
-	}
-	seen := reqs[len(reqs)-1].Text()
-	for _, secret := range []string{password, apiKey, "REDIS_URL"} {
-		if strings.Contains(seen, secret) {
-			t.Errorf("the agent found %q:\n%s", secret, seen)
-		}
-	}
-	for _, want := range []string{"== environ\nhead: cannot open", "== mem\nhead: cannot open", "== maps\nhead: cannot open",
-		"Permission denied", "== env\n", "ANTHROPIC_API_KEY=agentvisor-proxy-"} {
-		if !strings.Contains(seen, want) {
-			t.Errorf("the tool's output lacks %q:\n%s", want, seen)
-		}
-	}
+	return wrapper, home, workspace
 }
