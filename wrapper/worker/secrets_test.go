@@ -22,6 +22,10 @@ func TestModelAPIOnlyThroughTheProxy(t *testing.T) {
 			e, stub, environ := realAgentEnv(t, agentType)
 			const realKey = "sk-stub-key-0123456789" // realAgentEnv's ANTHROPIC_API_KEY
 			stub.SetAPIKey(realKey)
+			var err error // the worst case: the agent may run anything
+			if e.cfg.AllowedCommands, err = protocol.ParseAllowedCommandsEnv("*"); err != nil {
+				t.Fatal(err)
+			}
 			e.start(environ...)
 			stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
 				{ToolUse: shellTool(agentType, `env; cat "$HOME/.factory/settings.json" 2>&1`)},

@@ -158,7 +158,8 @@ func TestRealAgentsFindNoSecret(t *testing.T) {
 			cmd := exec.Command(wrapper)
 			cmd.Env = append([]string{"WORKER_ID=" + workerID, "REDIS_URL=" + r.URL(), "AGENT_TYPE=" + string(tt.agent),
 				"AGENT_BIN=" + bin, "WORKSPACE=" + workspace, "HOME=" + home, "PATH=/usr/local/bin:/usr/bin:/bin",
-				"ANTHROPIC_API_KEY=" + apiKey, "RESULT_GRACE=2"}, tt.env(stub.URL)...)
+				"ANTHROPIC_API_KEY=" + apiKey, "RESULT_GRACE=2",
+				"ALLOWED_COMMANDS=*"}, tt.env(stub.URL)...) // the worst case: the agent may run anything
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1000, Gid: 1000}}
 			var out strings.Builder
 			cmd.Stdout, cmd.Stderr = &out, &out
