@@ -140,6 +140,10 @@ func TestBusySeesEveryTaskInFlight(t *testing.T) {
 		}
 		return b
 	}
+	if b := busy(); b != BusyEnding {
+		t.Fatalf("not in the workers set: %q", b)
+	}
+	r.C.SAdd(ctx, r.Keys.Workers(), "w", "d1", "d2")
 	if b := busy(); b != NotBusy {
 		t.Fatalf("no stream: %q", b)
 	}
@@ -166,6 +170,10 @@ func TestBusySeesEveryTaskInFlight(t *testing.T) {
 	r.C.HSet(ctx, r.Keys.Status("w"), protocol.StatusFieldState, string(protocol.WorkerIdle), protocol.StatusFieldRequestID, "r1")
 	if b := busy(); b != BusyTask {
 		t.Fatalf("request in flight: %q", b)
+	}
+	r.C.HSet(ctx, r.Keys.Status("w"), protocol.StatusFieldState, string(protocol.WorkerStopping), protocol.StatusFieldRequestID, "")
+	if b := busy(); b != BusyEnding {
+		t.Fatalf("shutting down: %q", b)
 	}
 	// Developer workers: the shared queue's held entries count per consumer.
 	dev := r.Keys.DeveloperInput()
