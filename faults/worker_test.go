@@ -1,0 +1,160 @@
+package faults
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+func TestDockerKillWithTasksQueued(t *testing.T) {
+	c := NewCase(t, Options{
+		Name:  "docker kill of a long-lived worker, two tasks queued behind its task in flight",
+		Fault: "A long-lived worker runs a 4 s task with two more tasks waiting on its input; its container gets `docker kill -s KILL` mid-task.",
+		Recovered: "all three tasks answered (the one in flight may fail KILLED; the two queued ones may be answered or served by a replacement), " +
+			"within 3 heartbeat intervals + one lease + 10 s of the kill; at most one replacement.",
+	})
+	c.StartManager("m1", nil)
+	w := c.Create(protocol.KindLongLived, 30*time.Second)
+	creates := c.WatchCreations()
+	inFlight := c.Task(w, "long fake:sleep-4000", AnyAnswer)
+	queued := []string{c.Task(w, "queued one", AnyAnswer), c.Task(w, "queued two", AnyAnswer)}
+	if _, ok := c.WaitEvent(w, protocol.EventTaskStarted, inFlight, 20*time.Second); !ok {
+		t.Fatal("the first task did not start within 20 s")
+	}
+	time.Sleep(500 * time.Millisecond)
+	c.Docker("kill", "-s", "KILL", c.ContainerOf(w))
+	killed := time.Now()
+
+	bound := 3*c.Opt.Heartbeat + c.Lease + 10*time.Second
+	ids := append([]string{inFlight}, queued...)
+	if last, ok := c.WaitAnswered(ids, bound); ok {
+		c.Recovered(last.Sub(killed))
+	} else {
+		c.NotRecovered(bound, "tasks of the killed worker unanswered")
+	}
+	c.Settle()
+	c.Unwanted(len(creates.Since(killed))-1, "more than one replacement for the killed worker")
+}
+
+func TestParallelDeletes(t *testing.T) {
+	const n = 10
+	c := NewCase(t, Options{
+		Name:      "10 parallel deletes",
+		Fault:     "10 idle workers (2 s heartbeats) are deleted by 10 delete commands sent at once.",
+		Recovered: "every delete answered ok within the stop timeout + 15 s, and no worker created in the 3 heartbeat intervals + 6 s after (a replacement of a deleted worker is unwanted).",
+		Heartbeat: 2 * time.Second,
+	})
+	c.StartManager("m1", nil)
+	workers := c.CreateMany(n, protocol.KindLongLived, 90*time.Second)
+	for _, w := range workers {
+		if _, ok := c.WaitEvent(w, protocol.EventStarted, "", 30*time.Second); !ok {
+			t.Fatalf("worker %s did not start within 30 s", w)
+		}
+	}
+	time.Sleep(2 * c.Opt.Heartbeat) // every worker beating
+	creates := c.WatchCreations()
+	t0 := time.Now()
+	var ids []string
+	for _, w := range workers {
+		ids = append(ids, c.Send(protocol.Command{Action: protocol.ActionDelete, WorkerID: w}, ReplyOK, "delete "+short(w)))
+	}
+	bound := StopTimeout + 15*time.Second
+	last, ok := c.WaitAnswered(ids, bound)
+	time.Sleep(3*c.Opt.Heartbeat + 6*time.Second)
+	c.Settle()
+	made := creates.Since(t0)
+	c.Unwanted(len(made), "workers created after the deletes (replacements nobody asked for)")
+	switch {
+	case !ok:
+		c.NotRecovered(bound, "deletes unanswered")
+	case len(made) > 0:
+		c.NotRecovered(bound, fmt.Sprintf("%d replacements made for deleted workers", len(made)))
+	default:
+		c.Recovered(last.Sub(t0))
+	}
+}
+
+func TestWorkerCannotHeartbeat(t *testing.T) {
+	const window = 45 * time.Second
+	const quiet = 15 * time.Second
+	c := NewCase(t, Options{
+		Name: "a worker that cannot heartbeat (bad WORKER_REDIS_URL)",
+		Fault: "The manager gives its workers a Redis URL that nothing answers (WORKER_REDIS_URL=redis://127.0.0.1:1/0): " +
+			"the worker starts but never beats. Watched for 45 s.",
+		Recovered: "the create answered; the worker replaced at most 3 times (so at most 4 containers made), then left alone: " +
+			"no container made in the last 15 s of the window. Recovery time: from the create to the last container made.",
+		Env: map[string]string{"WORKER_REDIS_URL": "redis://127.0.0.1:1/0"},
+	})
+	c.StartManager("m1", nil)
+	creates := c.WatchCreations()
+	t0 := time.Now()
+	id := c.SendCreate(protocol.KindLongLived, AnyAnswer)
+	if _, err := c.WaitOne(id, 30*time.Second); err != nil {
+		c.Note("the create was not answered within 30 s")
+	}
+	time.Sleep(time.Until(t0.Add(window)))
+	c.Settle()
+	made := creates.Since(t0)
+	c.Note("%d containers made in %s for one create", len(made), roundDur(window))
+	c.Unwanted(len(made)-4, "containers made beyond the worker and 3 replacements")
+	if len(made) == 0 {
+		c.NotRecovered(window, "no container made at all")
+		return
+	}
+	lastMade := made[len(made)-1].At
+	if time.Since(lastMade) < quiet {
+		c.NotRecovered(window, fmt.Sprintf("still re-created %s before the window ended", roundDur(time.Since(lastMade))))
+		return
+	}
+	c.Recovered(lastMade.Sub(t0))
+}
+
+func TestDeveloperBursts(t *testing.T) {
+	const bursts, perBurst, workers = 20, 7, 3
+	const burstBound = 8 * time.Second
+	c := NewCase(t, Options{
+		Name: "20 bursts of 7 tasks on 3 developer workers",
+		Fault: "Three developer workers share the developer queue; 20 bursts of 7 tasks (fake agent, 200 ms each) are sent, each burst once the " +
+			"last is answered or its bound passed. Workers ask to be paused after each output, so a pause races the next task (issue 11: a worker paused with its task in flight).",
+		Recovered: "every task of a burst answered complete within 8 s of the burst (a task answered later, when an unrelated task woke the pool, is lost). " +
+			"Recovery time: the slowest burst.",
+		MaxWorkers: workers,
+	})
+	c.StartManager("m1", nil)
+	c.CreateMany(workers, protocol.KindDeveloper, 60*time.Second)
+	var slowest time.Duration
+	stuck := 0
+	for b := 0; b < bursts; b++ {
+		t0 := time.Now()
+		var ids []string
+		for i := 0; i < perBurst; i++ {
+			ids = append(ids, c.Task("", fmt.Sprintf("burst %d task %d fake:sleep-200", b+1, i+1), Complete))
+		}
+		last, ok := c.WaitAnswered(ids, burstBound)
+		if !ok {
+			stuck++
+			as := c.answers()
+			var missing []string
+			for _, id := range ids {
+				if len(as[id]) == 0 {
+					missing = append(missing, id)
+				}
+			}
+			t.Logf("burst %d: %s unanswered after %s", b+1, strings.Join(missing, ", "), burstBound)
+			continue
+		}
+		slowest = max(slowest, last.Sub(t0))
+		time.Sleep(time.Duration(b%4) * 150 * time.Millisecond) // vary where the next burst meets the pauses
+	}
+	// A last look: a task frozen in a paused worker stays frozen.
+	time.Sleep(2 * time.Second)
+	c.Settle()
+	if stuck > 0 {
+		c.NotRecovered(burstBound, fmt.Sprintf("%d of %d bursts not fully answered within %s", stuck, bursts, roundDur(burstBound)))
+		return
+	}
+	c.Recovered(slowest)
+}
