@@ -358,6 +358,11 @@ func (c *Case) WaitAnswered(ids []string, bound time.Duration) (time.Time, bool)
 // WaitEvent waits for a lifecycle event of worker (any worker when "")
 // about request req (any when "") and returns when Redis stored it.
 func (c *Case) WaitEvent(worker string, ev protocol.Event, req string, bound time.Duration) (time.Time, bool) {
+	return c.WaitEventSince(time.Time{}, worker, ev, req, bound)
+}
+
+// WaitEventSince is WaitEvent for an event stored at or after since.
+func (c *Case) WaitEventSince(since time.Time, worker string, ev protocol.Event, req string, bound time.Duration) (time.Time, bool) {
 	var at time.Time
 	ok := c.waitFor(bound, func() bool {
 		msgs, err := c.RC.XRange(context.Background(), c.Keys.Lifecycle(), "-", "+").Result()
@@ -370,7 +375,7 @@ func (c *Case) WaitEvent(worker string, ev protocol.Event, req string, bound tim
 			if json.Unmarshal(data, &l) != nil {
 				continue
 			}
-			if l.Event == ev && (worker == "" || l.WorkerID == worker) && (req == "" || l.RequestID == req) {
+			if l.Event == ev && (worker == "" || l.WorkerID == worker) && (req == "" || l.RequestID == req) && !entryTime(m.ID).Before(since.Truncate(time.Millisecond)) {
 				at = entryTime(m.ID)
 				return true
 			}
@@ -500,8 +505,9 @@ func (c *Case) finish() {
 	managers := append([]*Manager(nil), c.managers...)
 	c.mu.Unlock()
 	// The final shutdown: what a supervisor does, SIGTERM, then SIGKILL
-	// past the stop timeout and a margin.
-	bound := StopTimeout + 15*time.Second
+	// past the stop timeout and a margin (a wrapper's shutdown grace is 10 s
+	// shorter than the stop timeout, so every worker is gone by then).
+	bound := StopTimeout + 5*time.Second
 	for _, m := range managers {
 		if !m.Running() {
 			continue
@@ -556,7 +562,7 @@ func (c *Case) finish() {
 		t.Errorf("%s: %s of %d requests (goal 0 lost, 0 duplicated, 0 orphans, recovery within the bound)",
 			c.Opt.Name, strings.Join(failures, ", "), row.Tasks)
 	}
-	if !row.Pass {
+	if !row.Pass || os.Getenv("FAULTS_DEBUG") != "" {
 		for _, m := range managers {
 			t.Logf("manager %s (pid %d), last lines of its log:\n%s", m.ID, m.Pid(), m.LogTail(20))
 		}

@@ -75,7 +75,7 @@ func WriteFile(path string, rs []Row, took time.Duration) error {
 	b.WriteString("- **tasks**: the requests it sent, tasks and commands alike, each of which must be answered exactly once (a task by one Output on its worker's output stream, a command by one Reply);\n")
 	b.WriteString("- **lost**: requests without an answer within the case's bound, or whose answer is not what the case demands (a task of a healthy worker answered `failed KILLED`, a create refused while a slot is free);\n")
 	b.WriteString("- **duplicated**: requests answered more than once;\n")
-	b.WriteString("- **orphans**: containers of the case's key prefix left after a final shutdown of its managers (SIGTERM, SIGKILL past the stop timeout + 15 s), plus workers that should not exist (an unrequested replacement, a worker re-created without end);\n")
+	b.WriteString("- **orphans**: containers of the case's key prefix left after a final shutdown of its managers (SIGTERM, SIGKILL past the stop timeout + 5 s), plus workers that should not exist (an unrequested replacement, a worker re-created without end);\n")
 	b.WriteString("- **recovery time**: from the fault to the moment the case counts as recovered (defined per case below).\n\n")
 	b.WriteString("Goal: 0 lost, 0 duplicated, 0 orphans in every row, and every case recovered within its bound. A case that misses it fails its test.\n\n")
 	b.WriteString(Table(rs))

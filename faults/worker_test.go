@@ -42,19 +42,27 @@ func TestDockerKillWithTasksQueued(t *testing.T) {
 func TestParallelDeletes(t *testing.T) {
 	const n = 10
 	c := NewCase(t, Options{
-		Name:      "10 parallel deletes",
-		Fault:     "10 idle workers (2 s heartbeats) are deleted by 10 delete commands sent at once.",
+		Name: "10 parallel deletes",
+		Fault: "10 workers (2 s heartbeats) each serve a task and are paused, as the wrapper asks after each output; " +
+			"once paused longer than their heartbeat's life, 10 delete commands are sent at once.",
 		Recovered: "every delete answered ok within the stop timeout + 15 s, and no worker created in the 3 heartbeat intervals + 6 s after (a replacement of a deleted worker is unwanted).",
 		Heartbeat: 2 * time.Second,
 	})
 	c.StartManager("m1", nil)
 	workers := c.CreateMany(n, protocol.KindLongLived, 90*time.Second)
+	var tasks []string
 	for _, w := range workers {
-		if _, ok := c.WaitEvent(w, protocol.EventStarted, "", 30*time.Second); !ok {
-			t.Fatalf("worker %s did not start within 30 s", w)
+		tasks = append(tasks, c.Task(w, "one task", Complete))
+	}
+	if _, ok := c.WaitAnswered(tasks, 30*time.Second); !ok {
+		t.Fatal("set-up: the tasks were not answered within 30 s")
+	}
+	for _, w := range workers {
+		if _, ok := c.WaitEvent(w, protocol.EventPaused, "", 20*time.Second); !ok {
+			t.Fatalf("set-up: worker %s was not paused after its output within 20 s", w)
 		}
 	}
-	time.Sleep(2 * c.Opt.Heartbeat) // every worker beating
+	time.Sleep(3*c.Opt.Heartbeat + time.Second) // their heartbeat keys expire while paused
 	creates := c.WatchCreations()
 	t0 := time.Now()
 	var ids []string

@@ -1,0 +1,269 @@
+package faults
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+func TestManagerKilledWithCreateQueued(t *testing.T) {
+	c := NewCase(t, Options{
+		Name: "manager SIGKILL with a create queued (at the limit)",
+		Fault: "At MAX_CONCURRENT_WORKERS=2 with 2 workers, a third create queues; the manager is SIGKILLed and restarted " +
+			"(same MANAGER_ID, as a supervisor does); a delete frees a slot, then a second delete and a fourth create follow.",
+		Recovered: "the queued create answered ok within one lease + 15 s of the kill (its slot freed meanwhile), the fourth create served too " +
+			"(no slot held by the dead manager), and a task on each new worker answered complete.",
+		MaxWorkers: 2,
+	})
+	m := c.StartManager("m1", nil)
+	w := c.CreateMany(2, protocol.KindLongLived, 60*time.Second)
+	sent := time.Now()
+	queued := c.SendCreate(protocol.KindLongLived, ReplyOK)
+	if _, ok := c.WaitEventSince(sent, "", protocol.EventQueued, "", 15*time.Second); !ok {
+		t.Fatal("the third create did not queue within 15 s")
+	}
+	m.Kill()
+	killed := time.Now()
+	c.StartManager("m1", nil)
+	c.Send(protocol.Command{Action: protocol.ActionDelete, WorkerID: w[0]}, ReplyOK, "delete "+short(w[0]))
+
+	bound := c.Lease + 15*time.Second
+	var served []string
+	a, err := c.WaitOne(queued, bound)
+	if err == nil && a.OK {
+		served = append(served, a.Worker)
+	}
+	c.Send(protocol.Command{Action: protocol.ActionDelete, WorkerID: w[1]}, ReplyOK, "delete "+short(w[1]))
+	fourth := c.SendCreate(protocol.KindLongLived, ReplyOK)
+	b, err4 := c.WaitOne(fourth, 15*time.Second)
+	if err4 == nil && b.OK {
+		served = append(served, b.Worker)
+	}
+	var tasks []string
+	for _, id := range served {
+		tasks = append(tasks, c.Task(id, "after the crash", Complete))
+	}
+	last, ok := c.WaitAnswered(tasks, 20*time.Second)
+	c.Settle()
+	switch {
+	case err != nil || !a.OK:
+		c.NotRecovered(bound, "the queued create was not served after its manager's crash")
+	case err4 != nil || !b.OK:
+		c.NotRecovered(bound, "a later create was not served (a slot held by the dead manager)")
+	case !ok:
+		c.NotRecovered(bound, "the new workers did not answer their tasks")
+	default:
+		c.Recovered(last.Sub(killed))
+	}
+}
+
+func TestManagerKilledDuringColdBuild(t *testing.T) {
+	c := NewCase(t, Options{
+		Name: "manager SIGKILL during a cold image build",
+		Fault: "At MAX_CONCURRENT_WORKERS=1, a create needs a worker image never built (a base image of its own); 2 s into the build " +
+			"(the manager's POST /build seen through a Docker API proxy) the manager is SIGKILLed and restarted (same MANAGER_ID).",
+		Recovered: "the create answered ok within 90 s of the kill (a cold build, and one lease), a task on its worker answered complete, " +
+			"exactly one container made for it; no slot held by the dead manager's build.",
+		MaxWorkers: 1,
+	})
+	base := ColdBase(t)
+	proxy := NewDockerProxy(t)
+	building := make(chan struct{})
+	var once sync.Once
+	proxy.On("POST", `^/build$`, func() bool { once.Do(func() { close(building) }); return false })
+	m := c.StartManager("m1", map[string]string{"DOCKER_HOST": proxy.Host(), "WORKER_BASE_IMAGE": base})
+	creates := c.WatchCreations()
+	create := c.SendCreate(protocol.KindLongLived, ReplyOK)
+	select {
+	case <-building:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the manager did not start a build within 30 s")
+	}
+	time.Sleep(2 * time.Second)
+	m.Kill()
+	killed := time.Now()
+	c.StartManager("m1", map[string]string{"WORKER_BASE_IMAGE": base})
+
+	bound := 90 * time.Second
+	a, err := c.WaitOne(create, bound)
+	var task string
+	if err == nil && a.OK {
+		task = c.Task(a.Worker, "after the crash", Complete)
+	}
+	var last time.Time
+	ok := false
+	if task != "" {
+		last, ok = c.WaitAnswered([]string{task}, 20*time.Second)
+	}
+	c.Settle()
+	c.Unwanted(len(creates.Workers(time.Time{}))-1, "more than one worker made for one create")
+	switch {
+	case err != nil || !a.OK:
+		c.NotRecovered(bound, fmt.Sprintf("the create was not served after the crash (answer: %s)", describe(a, err)))
+	case !ok:
+		c.NotRecovered(bound, "its worker did not answer its task")
+	default:
+		c.Recovered(last.Sub(killed))
+	}
+}
+
+func describe(a Answer, err error) string {
+	if err != nil {
+		return "none"
+	}
+	return a.Desc
+}
+
+func TestManagerKilledBetweenCreateAndStart(t *testing.T) {
+	c := NewCase(t, Options{
+		Name: "manager SIGKILL between container create and start",
+		Fault: "A Docker API proxy SIGKILLs the manager when it calls ContainerStart of a new worker (the call never reaches the engine): " +
+			"the container is left `created`. The manager is restarted (same MANAGER_ID).",
+		Recovered: "the create answered within the creation grace + one lease + 15 s of the kill; if ok, its worker runs and answers a task complete; " +
+			"no container left in `created`. Then a second create is served (no slot leaked).",
+		MaxWorkers: 2,
+	})
+	proxy := NewDockerProxy(t)
+	var m *Manager
+	var mu sync.Mutex
+	killedAt := make(chan time.Time, 1)
+	var once sync.Once
+	proxy.On("POST", `^/containers/[^/]+/start$`, func() bool {
+		hit := false
+		once.Do(func() {
+			hit = true
+			mu.Lock()
+			mm := m
+			mu.Unlock()
+			mm.Kill()
+			killedAt <- time.Now()
+		})
+		return hit
+	})
+	mu.Lock()
+	m = c.StartManager("m1", map[string]string{"DOCKER_HOST": proxy.Host()})
+	mu.Unlock()
+	create := c.SendCreate(protocol.KindLongLived, AnyAnswer)
+	var killed time.Time
+	select {
+	case killed = <-killedAt:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the manager did not start a container within 30 s")
+	}
+	var states []string
+	for _, x := range c.Containers() {
+		states = append(states, x.State)
+	}
+	if len(states) != 1 || states[0] != "created" {
+		t.Fatalf("after the kill: containers %v, want one created", states)
+	}
+	c.StartManager("m1", nil)
+
+	bound := CreationGrace + c.Lease + 15*time.Second
+	a, err := c.WaitOne(create, bound)
+	var task string
+	if err == nil && a.OK {
+		task = c.Task(a.Worker, "after the crash", Complete)
+	}
+	ok := task == ""
+	var last time.Time
+	if task != "" {
+		last, ok = c.WaitAnswered([]string{task}, 20*time.Second)
+	}
+	second := c.SendCreate(protocol.KindLongLived, ReplyOK)
+	b, err2 := c.WaitOne(second, 30*time.Second)
+	c.Settle()
+	stuck := 0
+	for _, x := range c.Containers() {
+		if x.State == "created" {
+			stuck++
+		}
+	}
+	c.Unwanted(stuck, "containers still `created` (never started)")
+	switch {
+	case err != nil:
+		c.NotRecovered(bound, "the create was never answered")
+	case !ok:
+		c.NotRecovered(bound, "the create was answered ok but its worker never served its task")
+	case err2 != nil || !b.OK:
+		c.NotRecovered(bound, fmt.Sprintf("a second create was not served (answer: %s)", describe(b, err2)))
+	case stuck > 0:
+		c.NotRecovered(bound, "a container stayed `created`")
+	default:
+		if last.IsZero() {
+			last = a.At
+		}
+		c.Recovered(last.Sub(killed))
+	}
+}
+
+func TestManagerRestartedUnderAnotherID(t *testing.T) {
+	c := NewCase(t, Options{
+		Name: "manager restarted under another MANAGER_ID with commands pending",
+		Fault: "The manager reads a create, a status and a list command while its Docker calls hang (a Docker API proxy holds them), so the three " +
+			"stay pending in its name; it is SIGKILLed and a manager with another MANAGER_ID (a new container's hostname) takes over.",
+		Recovered: "the three commands answered once each within one lease + 15 s of the kill, and a task on the created worker answered complete.",
+		MaxWorkers: 3,
+	})
+	proxy := NewDockerProxy(t)
+	old := c.StartManager("m-old", map[string]string{"DOCKER_HOST": proxy.Host()})
+	w := c.Create(protocol.KindLongLived, 30*time.Second)
+	proxy.Stall()
+	ids := []string{
+		c.SendCreate(protocol.KindLongLived, ReplyOK),
+		c.Send(protocol.Command{Action: protocol.ActionStatus, WorkerID: w}, ReplyOK, "status "+short(w)),
+		c.Send(protocol.Command{Action: protocol.ActionList}, ReplyOK, "list"),
+	}
+	if !c.waitFor(15*time.Second, func() bool { return c.PendingAt("m-old") >= 3 }) {
+		t.Fatalf("the three commands were not delivered to m-old within 15 s (pending %d)", c.PendingAt("m-old"))
+	}
+	old.Kill()
+	killed := time.Now()
+	proxy.Release()
+	c.StartManager("m-new", nil)
+
+	bound := c.Lease + 15*time.Second
+	last, ok := c.WaitAnswered(ids, bound)
+	if ok {
+		if a := c.First(ids[0]); a.OK {
+			task := c.Task(a.Worker, "after the takeover", Complete)
+			last, ok = c.WaitAnswered([]string{task}, 20*time.Second)
+		}
+	}
+	c.Settle()
+	if ok {
+		c.Recovered(last.Sub(killed))
+	} else {
+		c.NotRecovered(bound, "commands left pending by the dead manager were not answered")
+	}
+}
+
+func TestSigtermWithCreateQueued(t *testing.T) {
+	c := NewCase(t, Options{
+		Name: "SIGTERM with a create queued",
+		Fault: "At MAX_CONCURRENT_WORKERS=1 with one worker, a second create queues (WORKER_CREATION_TIMEOUT=60s); the manager gets SIGTERM, " +
+			"as a supervisor stops it, and is SIGKILLed if it has not exited within the stop timeout + 10 s.",
+		Recovered: "the manager exits by itself within the stop timeout + 10 s, the queued create answered (with an error code: nobody serves it), " +
+			"its worker removed. Recovery time: SIGTERM to exit.",
+		MaxWorkers: 1,
+	})
+	m := c.StartManager("m1", nil)
+	c.Create(protocol.KindLongLived, 30*time.Second)
+	sent := time.Now()
+	queued := c.SendCreate(protocol.KindLongLived, AnyAnswer)
+	if _, ok := c.WaitEventSince(sent, "", protocol.EventQueued, "", 15*time.Second); !ok {
+		t.Fatal("the second create did not queue within 15 s")
+	}
+	bound := StopTimeout + 10*time.Second
+	c.L.SetDeadline([]string{queued}, time.Now().Add(bound))
+	exited, took := m.Terminate(bound)
+	c.Settle()
+	if exited {
+		c.Recovered(took)
+	} else {
+		c.NotRecovered(bound, "the manager did not exit within the stop timeout + 10 s of SIGTERM (SIGKILLed)")
+	}
+}
