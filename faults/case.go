@@ -291,10 +291,19 @@ func (c *Case) CreateMany(n int, kind protocol.Kind, bound time.Duration) []stri
 // agent reads its prompt: "fake:sleep-3000" runs 3 s.
 func (c *Case) Task(worker, prompt string, expect Expect) string {
 	c.T.Helper()
-	req := c.next("task")
-	stream, what := c.Keys.DeveloperInput(), "task on the developer queue"
+	return c.TaskAs(c.next("task"), worker, prompt, expect, "")
+}
+
+// TaskAs is Task with the request id given, and what the task is for the
+// notes ("" says where it went).
+func (c *Case) TaskAs(req, worker, prompt string, expect Expect, what string) string {
+	c.T.Helper()
+	stream, where := c.Keys.DeveloperInput(), "task on the developer queue"
 	if worker != "" {
-		stream, what = c.Keys.Input(worker), "task on "+short(worker)
+		stream, where = c.Keys.Input(worker), "task on "+short(worker)
+	}
+	if what == "" {
+		what = where
 	}
 	doc, err := protocol.NewTask(req, prompt).Encode()
 	if err != nil {
@@ -335,24 +344,34 @@ func (c *Case) First(id string) Answer {
 
 // WaitAnswered waits until every request of ids has an answer, or bound
 // passes; the bound becomes their deadline (a later answer is late). It
-// returns when the last first answer came.
+// returns when the last first answer came, and whether every request was
+// answered in time with what it expects (a task of a healthy worker
+// answered failed is answered, and not served).
 func (c *Case) WaitAnswered(ids []string, bound time.Duration) (time.Time, bool) {
 	c.L.SetDeadline(ids, time.Now().Add(bound))
 	var last time.Time
-	ok := c.waitFor(bound, func() bool {
+	served := true
+	answered := c.waitFor(bound, func() bool {
 		as := c.answers()
-		last = time.Time{}
+		if as == nil {
+			return false
+		}
+		last, served = time.Time{}, true
 		for _, id := range ids {
 			if len(as[id]) == 0 {
 				return false
 			}
-			if at := as[id][0].At; at.After(last) {
-				last = at
+			a := as[id][0]
+			if a.At.After(last) {
+				last = a.At
+			}
+			if r := c.L.Get(id); r != nil && r.Expect != AnyAnswer && !a.OK {
+				served = false
 			}
 		}
-		return as != nil
+		return true
 	})
-	return last, ok
+	return last, answered && served
 }
 
 // WaitEvent waits for a lifecycle event of worker (any worker when "")
@@ -573,10 +592,11 @@ func (c *Case) finish() {
 // ErrNoAnswer is returned by WaitOne when no answer came within the bound.
 var ErrNoAnswer = errors.New("faults: no answer within the bound")
 
-// WaitOne waits for the answer to one request.
+// WaitOne waits for the answer to one request (whatever it says).
 func (c *Case) WaitOne(id string, bound time.Duration) (Answer, error) {
-	if _, ok := c.WaitAnswered([]string{id}, bound); !ok {
-		return Answer{}, ErrNoAnswer
+	c.WaitAnswered([]string{id}, bound)
+	if as := c.answers()[id]; len(as) > 0 {
+		return as[0], nil
 	}
-	return c.First(id), nil
+	return Answer{}, ErrNoAnswer
 }

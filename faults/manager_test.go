@@ -205,7 +205,7 @@ func TestManagerRestartedUnderAnotherID(t *testing.T) {
 		Name: "manager restarted under another MANAGER_ID with commands pending",
 		Fault: "The manager reads a create, a status and a list command while its Docker calls hang (a Docker API proxy holds them), so the three " +
 			"stay pending in its name; it is SIGKILLed and a manager with another MANAGER_ID (a new container's hostname) takes over.",
-		Recovered: "the three commands answered once each within one lease + 15 s of the kill, and a task on the created worker answered complete.",
+		Recovered:  "the three commands answered once each within one lease + 15 s of the kill, and a task on the created worker answered complete.",
 		MaxWorkers: 3,
 	})
 	proxy := NewDockerProxy(t)
