@@ -267,3 +267,73 @@ func TestSigtermWithCreateQueued(t *testing.T) {
 		c.NotRecovered(bound, "the manager did not exit within the stop timeout + 10 s of SIGTERM (SIGKILLed)")
 	}
 }
+
+func TestTwoManagersOneKilled(t *testing.T) {
+	c := NewCase(t, Options{
+		Name: "two managers on one Redis, one SIGKILLed",
+		Fault: "Managers m-a and m-b share one Redis and key prefix. (1) Both alive, a worker's wrapper is frozen (SIGSTOP) with a task in flight " +
+			"and one queued: both managers judge it. (2) m-a's Docker calls hang (a Docker API proxy holds them) while status commands arrive, " +
+			"so some stay pending in m-a's name; m-a is SIGKILLed. (3) Then another worker is frozen with a task in flight: m-b alone must find it.",
+		Recovered: "(1) both tasks answered, at most one replacement made; (2) every command answered within one lease + 15 s of the kill; " +
+			"(3) the task answered within 3 heartbeat intervals + one lease + 10 s. Recovery time: (2), kill to the last command's answer.",
+		MaxWorkers: 6,
+	})
+	proxy := NewDockerProxy(t)
+	a := c.StartManager("m-a", map[string]string{"DOCKER_HOST": proxy.Host()})
+	c.StartManager("m-b", nil)
+	w := c.CreateMany(2, protocol.KindLongLived, 60*time.Second)
+	creates := c.WatchCreations()
+	judged := 3*c.Opt.Heartbeat + c.Lease + 10*time.Second
+
+	// (1) Every background loop runs in both managers today.
+	inFlight := c.Task(w[0], "long fake:sleep-20000", AnyAnswer)
+	queued := c.Task(w[0], "queued behind it", AnyAnswer)
+	if _, ok := c.WaitEvent(w[0], protocol.EventTaskStarted, inFlight, 20*time.Second); !ok {
+		t.Fatal("set-up: the task did not start within 20 s")
+	}
+	frozen := time.Now()
+	c.Docker("kill", "-s", "STOP", c.ContainerOf(w[0]))
+	_, ok1 := c.WaitAnswered([]string{inFlight, queued}, judged)
+	time.Sleep(2 * time.Second) // a second replacement, if any, is on its way
+	made := creates.Since(frozen)
+	c.Unwanted(len(made)-1, "more than one replacement for one frozen worker (both managers replaced it)")
+	if !ok1 {
+		c.Note("(1) the frozen worker's tasks were not answered within %s", roundDur(judged))
+	}
+
+	// (2) m-a dies holding commands.
+	proxy.Stall()
+	var ids []string
+	for i := 0; i < 20 && c.PendingAt("m-a") < 2; i++ {
+		ids = append(ids, c.Send(protocol.Command{Action: protocol.ActionStatus, WorkerID: w[1]}, ReplyOK, "status "+short(w[1])))
+		time.Sleep(200 * time.Millisecond)
+	}
+	if c.PendingAt("m-a") < 2 {
+		t.Fatalf("set-up: m-a holds %d commands after %d were sent, want 2", c.PendingAt("m-a"), len(ids))
+	}
+	a.Kill()
+	killed := time.Now()
+	proxy.Release()
+	bound := c.Lease + 15*time.Second
+	last, ok2 := c.WaitAnswered(ids, bound)
+
+	// (3) m-b alone judges the workers now.
+	t3 := c.Task(w[1], "long fake:sleep-20000", AnyAnswer)
+	if _, ok := c.WaitEvent(w[1], protocol.EventTaskStarted, t3, 20*time.Second); !ok {
+		t.Fatal("set-up: the task did not start within 20 s")
+	}
+	c.Docker("kill", "-s", "STOP", c.ContainerOf(w[1]))
+	_, ok3 := c.WaitAnswered([]string{t3}, judged)
+	if !ok3 {
+		c.Note("(3) the task of a worker frozen after m-a's death was not answered within %s", roundDur(judged))
+	}
+	c.Settle()
+	switch {
+	case !ok2:
+		c.NotRecovered(bound, "commands held by the dead manager were not answered")
+	case !ok1 || !ok3:
+		c.NotRecovered(judged, "a frozen worker's task was not answered")
+	default:
+		c.Recovered(last.Sub(killed))
+	}
+}
