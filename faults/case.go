@@ -553,7 +553,11 @@ func (c *Case) finish() {
 	if row.Recovery == "" {
 		row.Recovery = "—"
 	}
-	notes := append(tally.Notes, c.notes...)
+	notes := tally.Notes
+	if len(notes) > 6 {
+		notes = append(notes[:6:6], fmt.Sprintf("and %d more such", len(notes)-6))
+	}
+	notes = append(notes, c.notes...)
 	c.mu.Unlock()
 	var failures []string
 	if row.Lost > 0 {

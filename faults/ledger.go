@@ -202,7 +202,8 @@ func (l *Ledger) Tally(lostBy, dupBy map[string][]Answer) Tally {
 			t.Notes = append(t.Notes, fmt.Sprintf("%s (%s): no answer", r.ID, r.What))
 		case !r.Deadline.IsZero() && as[0].At.After(r.Deadline):
 			t.Lost++
-			t.Notes = append(t.Notes, fmt.Sprintf("%s (%s): answered %s late", r.ID, r.What, roundDur(as[0].At.Sub(r.Deadline))))
+			t.Notes = append(t.Notes, fmt.Sprintf("%s (%s): answered only after %s (bound %s)", r.ID, r.What,
+				roundDur(as[0].At.Sub(r.Sent)), roundDur(r.Deadline.Sub(r.Sent))))
 		case r.Expect != AnyAnswer && !as[0].OK:
 			t.Lost++
 			t.Notes = append(t.Notes, fmt.Sprintf("%s (%s): answered %s", r.ID, r.What, as[0].Desc))

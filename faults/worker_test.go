@@ -122,12 +122,12 @@ func TestWorkerCannotHeartbeat(t *testing.T) {
 
 func TestDeveloperBursts(t *testing.T) {
 	const bursts, perBurst, workers = 20, 7, 3
-	const burstBound = 8 * time.Second
+	const burstBound = 4 * time.Second
 	c := NewCase(t, Options{
 		Name: "20 bursts of 7 tasks on 3 developer workers",
 		Fault: "Three developer workers share the developer queue; 20 bursts of 7 tasks (fake agent, 200 ms each) are sent, each burst once the " +
 			"last is answered or its bound passed. Workers ask to be paused after each output, so a pause races the next task (issue 11: a worker paused with its task in flight).",
-		Recovered: "every task of a burst answered complete within 8 s of the burst (a task answered later, when an unrelated task woke the pool, is lost). " +
+		Recovered: "every task of a burst answered complete within 4 s of the burst (a task answered later, when an unrelated task woke the pool, is lost). " +
 			"Recovery time: the slowest burst.",
 		MaxWorkers: workers,
 	})
