@@ -90,7 +90,8 @@ type Case struct {
 	unwanted  int
 	notes     []string
 	settled   map[string][]Answer // the answers when the checks ended
-	stops     []func()
+	stops     []func()            // run before the final shutdown
+	afters    []func()            // run after it (what the managers need until they stop)
 }
 
 var slugRe = regexp.MustCompile(`[^a-z0-9]+`)
@@ -172,8 +173,11 @@ func (c *Case) StartManager(id string, extra map[string]string) *Manager {
 	c.mu.Lock()
 	c.managers = append(c.managers, m)
 	c.mu.Unlock()
+	// Ready: it reads the command stream under its MANAGER_ID (the
+	// consumer name the README documents).
 	if !c.waitFor(15*time.Second, func() bool { return !m.Running() || c.consumerSeen(id) }) || !m.Running() {
-		c.T.Fatalf("manager %s did not start reading commands within 15 s; its log:\n%s", id, m.LogTail(30))
+		c.T.Fatalf("manager %s did not start reading commands (no consumer %q in group %s) within 15 s; its log:\n%s",
+			id, id, protocol.ManagerGroup, m.LogTail(30))
 	}
 	return m
 }
@@ -504,13 +508,26 @@ func (c *Case) OnFinish(f func()) {
 	c.stops = append(c.stops, f)
 }
 
+// AfterFinish runs f when the case ends, after the final shutdown and the
+// count of what was left.
+func (c *Case) AfterFinish(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.afters = append(c.afters, f)
+}
+
 // finish is the case's end: the final shutdown of its managers, orphans
 // counted and removed, the row recorded, and the verdict.
 func (c *Case) finish() {
 	t := c.T
 	c.mu.Lock()
-	stops := c.stops
+	stops, afters := c.stops, c.afters
 	c.mu.Unlock()
+	defer func() {
+		for i := len(afters) - 1; i >= 0; i-- {
+			afters[i]()
+		}
+	}()
 	for i := len(stops) - 1; i >= 0; i-- {
 		stops[i]()
 	}

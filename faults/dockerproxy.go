@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol/testkit"
@@ -41,9 +40,11 @@ type dockerHook struct {
 
 var apiVersion = regexp.MustCompile(`^/v[0-9.]+`)
 
-// NewDockerProxy starts a proxy to the engine's socket; it stops when the
-// test ends.
-func NewDockerProxy(t testing.TB) *DockerProxy {
+// DockerProxy starts a proxy to the engine's socket for the case; it
+// stops when the case has ended (after its final shutdown, which a manager
+// behind the proxy makes through it).
+func (c *Case) DockerProxy() *DockerProxy {
+	t := c.T
 	t.Helper()
 	dir, err := os.MkdirTemp("", "faults-docker-") // short: a socket path has at most 107 bytes
 	if err != nil {
@@ -74,7 +75,7 @@ func NewDockerProxy(t testing.TB) *DockerProxy {
 		rp.ServeHTTP(w, r)
 	})}
 	go func() { _ = p.srv.Serve(ln) }()
-	t.Cleanup(func() {
+	c.AfterFinish(func() {
 		p.Release()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()

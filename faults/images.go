@@ -106,8 +106,9 @@ func dockerBuild(dir, tag string) error {
 // label no other image has, so that its image ID, hence every worker
 // recipe on it, is new and the manager's first create builds its worker
 // image cold (no layer of the builder's cache applies). The base and the
-// worker images built on it are removed when the test ends.
-func ColdBase(t testing.TB) string {
+// worker images built on it are removed when the case has ended.
+func (c *Case) ColdBase() string {
+	t := c.T
 	t.Helper()
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
@@ -126,7 +127,7 @@ func ColdBase(t testing.TB) string {
 		t.Fatalf("inspect %s: %v", tag, err)
 	}
 	baseID := strings.TrimSpace(string(id))
-	t.Cleanup(func() {
+	c.AfterFinish(func() {
 		// Worker images name their base's ID in their recipe label.
 		ids, _ := exec.Command("docker", "images", "-q", "--no-trunc", "--filter", "label=io.agentvisor.managed=true").Output()
 		for _, imgID := range strings.Fields(string(ids)) {

@@ -68,9 +68,12 @@ func TestManagerKilledDuringColdBuild(t *testing.T) {
 		Recovered: "the create answered ok within 90 s of the kill (a cold build, and one lease), a task on its worker answered complete, " +
 			"exactly one container made for it; no slot held by the dead manager's build.",
 		MaxWorkers: 1,
+		// Nothing else holds the one slot: a create that queues at all
+		// queues behind the dead manager's build.
+		Env: map[string]string{"WORKER_CREATION_TIMEOUT": "30s"},
 	})
-	base := ColdBase(t)
-	proxy := NewDockerProxy(t)
+	base := c.ColdBase()
+	proxy := c.DockerProxy()
 	building := make(chan struct{})
 	var once sync.Once
 	proxy.On("POST", `^/build$`, func() bool { once.Do(func() { close(building) }); return false })
@@ -126,7 +129,7 @@ func TestManagerKilledBetweenCreateAndStart(t *testing.T) {
 			"no container left in `created`. Then a second create is served (no slot leaked).",
 		MaxWorkers: 2,
 	})
-	proxy := NewDockerProxy(t)
+	proxy := c.DockerProxy()
 	var m *Manager
 	var mu sync.Mutex
 	killedAt := make(chan time.Time, 1)
@@ -208,7 +211,7 @@ func TestManagerRestartedUnderAnotherID(t *testing.T) {
 		Recovered:  "the three commands answered once each within one lease + 15 s of the kill, and a task on the created worker answered complete.",
 		MaxWorkers: 3,
 	})
-	proxy := NewDockerProxy(t)
+	proxy := c.DockerProxy()
 	old := c.StartManager("m-old", map[string]string{"DOCKER_HOST": proxy.Host()})
 	w := c.Create(protocol.KindLongLived, 30*time.Second)
 	proxy.Stall()
@@ -278,7 +281,7 @@ func TestTwoManagersOneKilled(t *testing.T) {
 			"(3) the task answered within 3 heartbeat intervals + one lease + 10 s. Recovery time: (2), kill to the last command's answer.",
 		MaxWorkers: 6,
 	})
-	proxy := NewDockerProxy(t)
+	proxy := c.DockerProxy()
 	a := c.StartManager("m-a", map[string]string{"DOCKER_HOST": proxy.Host()})
 	c.StartManager("m-b", nil)
 	w := c.CreateMany(2, protocol.KindLongLived, 60*time.Second)
