@@ -369,7 +369,7 @@ func (c *Case) WaitAnswered(ids []string, bound time.Duration) (time.Time, bool)
 			if a.At.After(last) {
 				last = a.At
 			}
-			if r := c.L.Get(id); r != nil && r.Expect != AnyAnswer && !a.OK {
+			if r := c.L.Get(id); r != nil && !r.Expect.Met(a) {
 				served = false
 			}
 		}
@@ -386,7 +386,14 @@ func (c *Case) WaitEvent(worker string, ev protocol.Event, req string, bound tim
 
 // WaitEventSince is WaitEvent for an event stored at or after since.
 func (c *Case) WaitEventSince(since time.Time, worker string, ev protocol.Event, req string, bound time.Duration) (time.Time, bool) {
-	var at time.Time
+	l, ok := c.Event(since, worker, ev, req, bound)
+	return l.Timestamp, ok
+}
+
+// Event waits for a lifecycle event as WaitEventSince does and returns
+// it, its Timestamp set to when Redis stored it.
+func (c *Case) Event(since time.Time, worker string, ev protocol.Event, req string, bound time.Duration) (protocol.Lifecycle, bool) {
+	var found protocol.Lifecycle
 	ok := c.waitFor(bound, func() bool {
 		msgs, err := c.RC.XRange(context.Background(), c.Keys.Lifecycle(), "-", "+").Result()
 		if err != nil {
@@ -398,14 +405,15 @@ func (c *Case) WaitEventSince(since time.Time, worker string, ev protocol.Event,
 			if json.Unmarshal(data, &l) != nil {
 				continue
 			}
-			if l.Event == ev && (worker == "" || l.WorkerID == worker) && (req == "" || l.RequestID == req) && !entryTime(m.ID).Before(since.Truncate(time.Millisecond)) {
-				at = entryTime(m.ID)
+			at := entryTime(m.ID)
+			if l.Event == ev && (worker == "" || l.WorkerID == worker) && (req == "" || l.RequestID == req) && !at.Before(since.Truncate(time.Millisecond)) {
+				found, found.Timestamp = l, at
 				return true
 			}
 		}
 		return false
 	})
-	return at, ok
+	return found, ok
 }
 
 // Container is a labelled container of the case.

@@ -27,7 +27,20 @@ const (
 	Complete
 	// ReplyOK: a command's reply must be ok.
 	ReplyOK
+	// Refused: a command's reply must refuse it (a pause of a busy worker).
+	Refused
 )
+
+// Met reports whether a (a request's first answer) is what e expects.
+func (e Expect) Met(a Answer) bool {
+	switch e {
+	case Complete, ReplyOK:
+		return a.OK
+	case Refused:
+		return !a.OK
+	}
+	return true
+}
 
 // Request is one task or command a case sent, which must be answered
 // exactly once: a task by one Output on its worker's output stream, a
@@ -204,7 +217,7 @@ func (l *Ledger) Tally(lostBy, dupBy map[string][]Answer) Tally {
 			t.Lost++
 			t.Notes = append(t.Notes, fmt.Sprintf("%s (%s): answered only after %s (bound %s)", r.ID, r.What,
 				roundDur(as[0].At.Sub(r.Sent)), roundDur(r.Deadline.Sub(r.Sent))))
-		case r.Expect != AnyAnswer && !as[0].OK:
+		case !r.Expect.Met(as[0]):
 			t.Lost++
 			t.Notes = append(t.Notes, fmt.Sprintf("%s (%s): answered %s", r.ID, r.What, as[0].Desc))
 		}

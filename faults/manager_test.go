@@ -340,3 +340,106 @@ func TestTwoManagersOneKilled(t *testing.T) {
 		c.Recovered(last.Sub(killed))
 	}
 }
+
+func TestSlowContainerStart(t *testing.T) {
+	const hang = 8 * time.Second
+	c := NewCase(t, Options{
+		Name: "ContainerStart hangs 8 s (longer than the creation grace)",
+		Fault: "A Docker API proxy holds the manager's first ContainerStart for 8 s, past CREATION_GRACE (5 s) and several reconciliations " +
+			"(every 2 s): the new container is old enough to look like an orphan while its create is still in flight.",
+		Recovered:  "the create answered ok, exactly one container made, and a task on the worker answered complete, within 8 s + 20 s of the create.",
+		MaxWorkers: 2,
+	})
+	proxy := c.DockerProxy()
+	var once sync.Once
+	proxy.On("POST", `^/containers/[^/]+/start$`, func() bool {
+		once.Do(func() { time.Sleep(hang) })
+		return false
+	})
+	c.StartManager("m1", map[string]string{"DOCKER_HOST": proxy.Host()})
+	creates := c.WatchCreations()
+	t0 := time.Now()
+	create := c.SendCreate(protocol.KindLongLived, ReplyOK)
+	bound := hang + 20*time.Second
+	a, err := c.WaitOne(create, bound)
+	ok := false
+	var last time.Time
+	if err == nil && a.OK {
+		task := c.Task(a.Worker, "after the slow start", Complete)
+		last, ok = c.WaitAnswered([]string{task}, time.Until(t0.Add(bound)))
+	}
+	c.Settle()
+	c.Unwanted(len(creates.Since(t0))-1, "more than one container made for one create")
+	if !ok {
+		c.NotRecovered(bound, fmt.Sprintf("the slowly started worker did not serve its task (create answered: %s)", describe(a, err)))
+		return
+	}
+	c.Recovered(last.Sub(t0))
+}
+
+func TestManagerKilledMidDelete(t *testing.T) {
+	c := NewCase(t, Options{
+		Name: "manager SIGKILL in the middle of a delete",
+		Fault: "A Docker API proxy SIGKILLs the manager at its first stop or removal of a container, on a delete command; " +
+			"the manager is restarted (same MANAGER_ID).",
+		Recovered: "the delete answered ok within one lease + 15 s of the kill, the deleted worker's container gone, no replacement made for it, " +
+			"and the other worker answers a task complete.",
+		MaxWorkers: 3,
+	})
+	proxy := c.DockerProxy()
+	var m *Manager
+	var mu sync.Mutex
+	armed := make(chan struct{})
+	killedAt := make(chan time.Time, 1)
+	var once sync.Once
+	kill := func() bool {
+		select {
+		case <-armed:
+		default:
+			return false
+		}
+		hit := false
+		once.Do(func() {
+			hit = true
+			mu.Lock()
+			mm := m
+			mu.Unlock()
+			mm.Kill()
+			killedAt <- time.Now()
+		})
+		return hit
+	}
+	proxy.On("POST", `^/containers/[^/]+/stop$`, kill)
+	proxy.On("POST", `^/containers/[^/]+/kill$`, kill)
+	proxy.On("DELETE", `^/containers/[^/]+$`, kill)
+	mu.Lock()
+	m = c.StartManager("m1", map[string]string{"DOCKER_HOST": proxy.Host()})
+	mu.Unlock()
+	w := c.CreateMany(2, protocol.KindLongLived, 60*time.Second)
+	creates := c.WatchCreations()
+	close(armed)
+	del := c.Send(protocol.Command{Action: protocol.ActionDelete, WorkerID: w[0]}, ReplyOK, "delete "+short(w[0]))
+	var killed time.Time
+	select {
+	case killed = <-killedAt:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the manager did not stop or remove a container within 30 s of the delete")
+	}
+	c.StartManager("m1", nil)
+	bound := c.Lease + 15*time.Second
+	last, ok := c.WaitAnswered([]string{del}, bound)
+	if !c.waitFor(time.Until(killed.Add(bound)), func() bool { return c.ContainerOf(w[0]) == "" }) {
+		c.Unwanted(1, "the deleted worker's container is still there")
+		ok = false
+	}
+	task := c.Task(w[1], "after the crash", Complete)
+	_, ok2 := c.WaitAnswered([]string{task}, 15*time.Second)
+	time.Sleep(3 * c.Opt.Heartbeat)
+	c.Settle()
+	c.Unwanted(len(creates.Since(killed)), "workers made after the delete (a replacement of a deleted worker)")
+	if !ok || !ok2 {
+		c.NotRecovered(bound, "the delete was not carried out after the crash")
+		return
+	}
+	c.Recovered(last.Sub(killed))
+}

@@ -181,3 +181,66 @@ func TestDeveloperBursts(t *testing.T) {
 	}
 	c.Recovered(slowest)
 }
+
+func TestPauseCommandOnBusyWorker(t *testing.T) {
+	c := NewCase(t, Options{
+		Name:  "a pause command on a busy long-lived worker",
+		Fault: "A client sends `pause` for a long-lived worker while it runs a 4 s task.",
+		Recovered: "the pause refused (a reply that is not ok), the task answered complete within its run time + 10 s, and the worker never paused " +
+			"while the task ran (no `paused` event between its task_started and its output). Recovery time: pause sent to the task's answer.",
+	})
+	c.StartManager("m1", nil)
+	w := c.Create(protocol.KindLongLived, 30*time.Second)
+	task := c.Task(w, "long fake:sleep-4000", Complete)
+	started, ok := c.WaitEvent(w, protocol.EventTaskStarted, task, 20*time.Second)
+	if !ok {
+		t.Fatal("set-up: the task did not start within 20 s")
+	}
+	time.Sleep(300 * time.Millisecond)
+	t0 := time.Now()
+	pause := c.Send(protocol.Command{Action: protocol.ActionPause, WorkerID: w}, Refused, "pause of a busy worker")
+	bound := 4*time.Second + 10*time.Second
+	last, ok := c.WaitAnswered([]string{pause, task}, bound)
+	c.Settle()
+	if at, paused := c.WaitEventSince(started, w, protocol.EventPaused, "", 0); paused && at.Before(c.First(task).At) {
+		c.NotRecovered(bound, "the worker was paused with its task in flight")
+		return
+	}
+	if !ok {
+		c.NotRecovered(bound, "the pause was not refused, or the task not answered complete")
+		return
+	}
+	c.Recovered(last.Sub(t0))
+}
+
+func TestDockerKillOfDeveloperWorkerMidTask(t *testing.T) {
+	c := NewCase(t, Options{
+		Name: "docker kill of a developer worker mid-task",
+		Fault: "Three developer workers share the queue; the one running a 3 s task gets `docker kill -s KILL`. A second task follows. " +
+			"A developer task goes back to the queue for another worker (up to 3 deliveries).",
+		Recovered:  "both tasks answered complete, once each (the first by another worker), within 3 heartbeat intervals + one lease + 3 s + 10 s of the kill.",
+		MaxWorkers: 3,
+	})
+	c.StartManager("m1", nil)
+	c.CreateMany(3, protocol.KindDeveloper, 60*time.Second)
+	task := c.Task("", "long fake:sleep-3000", Complete)
+	ev, ok := c.Event(time.Time{}, "", protocol.EventTaskStarted, task, 20*time.Second)
+	if !ok {
+		t.Fatal("set-up: the task did not start within 20 s")
+	}
+	time.Sleep(500 * time.Millisecond)
+	c.Docker("kill", "-s", "KILL", c.ContainerOf(ev.WorkerID))
+	killed := time.Now()
+	next := c.Task("", "after the kill", Complete)
+	bound := 3*c.Opt.Heartbeat + c.Lease + 13*time.Second
+	last, ok := c.WaitAnswered([]string{task, next}, bound)
+	c.Settle()
+	if !ok {
+		c.NotRecovered(bound, "the killed worker's task was not served by another worker")
+		return
+	}
+	if w := c.First(task).Worker; w == ev.WorkerID {
+		c.Note("the task was answered complete by the worker that was killed")
+	}
+	c.Recovered(last.Sub(killed))
+}
