@@ -14,9 +14,14 @@
 // with the names and documents of the protocol package. Containers of a
 // case are found by their key-prefix label, unique per case.
 //
-// The harness (this package's non-test files) holds no case: Case sets up
-// one case (its Redis, key prefix, managers and ledger) and tears it down
-// even when the test fails; Ledger counts answers per request; Manager is
-// one worker-manager process; DockerProxy stands between a manager and the
-// Docker engine to hold or act on its calls.
+// The harness (this package's non-test files) holds no case: Case
+// (case.go) sets up one case (its Redis, key prefix, managers) and tears
+// it down even when the test fails, recording its row (table.go); the
+// requests it sends and waits for are in requests.go, counted by the
+// Ledger (ledger.go: answers per request); Manager (manager.go) is one
+// worker-manager process; DockerProxy (dockerproxy.go) stands between a
+// manager and the Docker engine to hold or act on its calls; Creations
+// (events.go) counts the containers the engine makes; images.go builds
+// the manager and the images. The cases are the _test.go files: manager
+// crashes, Redis faults, worker faults.
 package faults

@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // BaseImage is the worker base the suite's managers build worker images
@@ -92,9 +94,11 @@ func build() error {
 }
 
 // dockerBuild builds the context dir as tag with the legacy builder (no
-// buildx plugin needed) on the host network.
+// buildx plugin needed) on the host network, in 10 minutes at most.
 func dockerBuild(dir, tag string) error {
-	cmd := exec.Command("docker", "build", "-q", "--network", "host", "-t", tag, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "docker", "build", "-q", "--network", "host", "-t", tag, dir)
 	cmd.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("docker build %s: %v\n%s", tag, err, out)
@@ -122,21 +126,21 @@ func (c *Case) ColdBase() string {
 	if err := dockerBuild(dir, tag); err != nil {
 		t.Fatal(err)
 	}
-	id, err := exec.Command("docker", "image", "inspect", "-f", "{{.Id}}", tag).Output()
+	id, err := docker("image", "inspect", "-f", "{{.Id}}", tag)
 	if err != nil {
 		t.Fatalf("inspect %s: %v", tag, err)
 	}
 	baseID := strings.TrimSpace(string(id))
 	c.AfterFinish(func() {
 		// Worker images name their base's ID in their recipe label.
-		ids, _ := exec.Command("docker", "images", "-q", "--no-trunc", "--filter", "label=io.agentvisor.managed=true").Output()
+		ids, _ := docker("images", "-q", "--no-trunc", "--filter", "label=io.agentvisor.managed=true")
 		for _, imgID := range strings.Fields(string(ids)) {
-			recipe, _ := exec.Command("docker", "image", "inspect", "-f", `{{index .Config.Labels "io.agentvisor.recipe"}}`, imgID).Output()
+			recipe, _ := docker("image", "inspect", "-f", `{{index .Config.Labels "io.agentvisor.recipe"}}`, imgID)
 			if strings.Contains(string(recipe), baseID) {
-				_ = exec.Command("docker", "rmi", "-f", imgID).Run()
+				_, _ = docker("rmi", "-f", imgID)
 			}
 		}
-		_ = exec.Command("docker", "rmi", "-f", tag).Run()
+		_, _ = docker("rmi", "-f", tag)
 	})
 	return tag
 }

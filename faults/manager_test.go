@@ -279,6 +279,7 @@ func TestTwoManagersOneKilled(t *testing.T) {
 			"so some stay pending in m-a's name; m-a is SIGKILLed. (3) Then another worker is frozen with a task in flight: m-b alone must find it.",
 		Recovered: "(1) both tasks answered, at most one replacement made; (2) every command answered within one lease + 15 s of the kill; " +
 			"(3) the task answered within 3 heartbeat intervals + one lease + 10 s. Recovery time: (2), kill to the last command's answer.",
+		Detected:   "(1), the freeze to the answer of the frozen worker's task in flight.",
 		MaxWorkers: 6,
 	})
 	proxy := c.DockerProxy()
@@ -297,6 +298,9 @@ func TestTwoManagersOneKilled(t *testing.T) {
 	frozen := time.Now()
 	c.Docker("kill", "-s", "STOP", c.ContainerOf(w[0]))
 	_, ok1 := c.WaitAnswered([]string{inFlight, queued}, judged)
+	if a := c.First(inFlight); !a.At.IsZero() {
+		c.Detection(a.At.Sub(frozen))
+	}
 	time.Sleep(2 * time.Second) // a second replacement, if any, is on its way
 	made := creates.Since(frozen)
 	c.Unwanted(len(made)-1, "more than one replacement for one frozen worker (both managers replaced it)")

@@ -34,6 +34,7 @@ func redisOutage(t *testing.T, outage time.Duration) {
 			work.Seconds(), outage.Seconds()),
 		Recovered: "the six tasks answered complete (no healthy worker declared dead, none replaced) within their run time + 10 s, and the killed worker's task " +
 			"answered within 3 heartbeat intervals + 5 s of Redis's return. Recovery time: Redis back to the last answer.",
+		Detected: "Redis back to the answer of the task of the worker killed during the outage.",
 	})
 	c.StartManager("m1", nil)
 	workers := c.CreateMany(busy+1, protocol.KindLongLived, 60*time.Second)
@@ -64,6 +65,9 @@ func redisOutage(t *testing.T, outage time.Duration) {
 
 	deadBound := 3*c.Opt.Heartbeat + 5*time.Second
 	_, deadOK := c.WaitAnswered([]string{doomed}, deadBound)
+	if a := c.First(doomed); !a.At.IsZero() {
+		c.Detection(a.At.Sub(up))
+	}
 	workBound := time.Until(started.Add(work + 10*time.Second))
 	last, ok := c.WaitAnswered(tasks, workBound)
 	c.Settle()

@@ -15,10 +15,12 @@ type Row struct {
 	Case           string
 	Fault          string // what is injected
 	RecoveredMeans string // what "recovered" means in the case
+	DetectedMeans  string // what the detection time measures, if the case has one
 	Tasks          int    // requests sent: tasks and commands, each to be answered once
 	Lost           int
 	Duplicated     int
 	Orphans        int
+	Detection      string // time to the runtime's first answer to the fault, where the case can see one
 	Recovery       string
 	Pass           bool
 	Notes          string
@@ -50,15 +52,15 @@ func cell(s string) string {
 // Table is the markdown table of rows.
 func Table(rs []Row) string {
 	var b strings.Builder
-	b.WriteString("| Case | Tasks | Lost | Duplicated | Orphans | Recovery time | Result | What went wrong |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---|:---:|---|\n")
+	b.WriteString("| Case | Tasks | Lost | Duplicated | Orphans | Detection | Recovery time | Result | What went wrong |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---|---|:---:|---|\n")
 	for _, r := range rs {
 		result := "✓"
 		if !r.Pass {
 			result = "FAIL"
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %s | %s | %s |\n", cell(r.Case), r.Tasks, r.Lost, r.Duplicated, r.Orphans,
-			cell(r.Recovery), result, cell(r.Notes))
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %s | %s | %s | %s |\n", cell(r.Case), r.Tasks, r.Lost, r.Duplicated, r.Orphans,
+			cell(r.Detection), cell(r.Recovery), result, cell(r.Notes))
 	}
 	return b.String()
 }
@@ -76,12 +78,17 @@ func WriteFile(path string, rs []Row, took time.Duration) error {
 	b.WriteString("- **lost**: requests without an answer within the case's bound, or whose answer is not what the case demands (a task of a healthy worker answered `failed KILLED`, a create refused while a slot is free);\n")
 	b.WriteString("- **duplicated**: requests answered more than once;\n")
 	b.WriteString("- **orphans**: containers of the case's key prefix left after a final shutdown of its managers (SIGTERM, SIGKILL past the stop timeout + 5 s), plus workers that should not exist (an unrequested replacement, a worker re-created without end);\n")
+	b.WriteString("- **detection**: from the fault to the runtime's first visible answer to it (a failed Output, a replacement, a refusal), where the case has one (defined per case below);\n")
 	b.WriteString("- **recovery time**: from the fault to the moment the case counts as recovered (defined per case below).\n\n")
 	b.WriteString("Goal: 0 lost, 0 duplicated, 0 orphans in every row, and every case recovered within its bound. A case that misses it fails its test.\n\n")
 	b.WriteString(Table(rs))
 	b.WriteString("\n## The cases\n\n")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "- **%s** (%s). %s *Recovered:* %s\n", r.Case, r.Took.Round(time.Second), r.Fault, r.RecoveredMeans)
+		fmt.Fprintf(&b, "- **%s** (%s). %s *Recovered:* %s", r.Case, r.Took.Round(time.Second), r.Fault, r.RecoveredMeans)
+		if r.DetectedMeans != "" {
+			fmt.Fprintf(&b, " *Detection:* %s", r.DetectedMeans)
+		}
+		b.WriteString("\n")
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
@@ -94,7 +101,7 @@ func longNote() string {
 }
 
 func dockerVersion() string {
-	out, err := exec.Command("docker", "version", "-f", "{{.Server.Version}} (API {{.Server.APIVersion}})").Output()
+	out, err := docker("version", "-f", "{{.Server.Version}} (API {{.Server.APIVersion}})")
 	if err != nil {
 		return "?"
 	}

@@ -15,6 +15,7 @@ func TestDockerKillWithTasksQueued(t *testing.T) {
 		Fault: "A long-lived worker runs a 4 s task with two more tasks waiting on its input; its container gets `docker kill -s KILL` mid-task.",
 		Recovered: "all three tasks answered (the one in flight may fail KILLED; the two queued ones may be answered or served by a replacement), " +
 			"within 3 heartbeat intervals + one lease + 10 s of the kill; at most one replacement.",
+		Detected: "kill to the answer of the task in flight.",
 	})
 	c.StartManager("m1", nil)
 	w := c.Create(protocol.KindLongLived, 30*time.Second)
@@ -30,7 +31,11 @@ func TestDockerKillWithTasksQueued(t *testing.T) {
 
 	bound := 3*c.Opt.Heartbeat + c.Lease + 10*time.Second
 	ids := append([]string{inFlight}, queued...)
-	if last, ok := c.WaitAnswered(ids, bound); ok {
+	last, ok := c.WaitAnswered(ids, bound)
+	if a := c.First(inFlight); !a.At.IsZero() {
+		c.Detection(a.At.Sub(killed))
+	}
+	if ok {
 		c.Recovered(last.Sub(killed))
 	} else {
 		c.NotRecovered(bound, "tasks of the killed worker unanswered")
@@ -98,7 +103,8 @@ func TestWorkerCannotHeartbeat(t *testing.T) {
 			"the worker starts but never beats. Containers made are counted for 30 s once past the cap of 4, else until 15 s pass without one (90 s at most).",
 		Recovered: "the create answered; the worker replaced at most 3 times (at most 4 containers made), then left alone for 15 s. " +
 			"Recovery time: from the create to the last container made.",
-		Env: map[string]string{"WORKER_REDIS_URL": "redis://127.0.0.1:1/0"},
+		Detected: "the first container made to the second (the worker judged dead and replaced).",
+		Env:      map[string]string{"WORKER_REDIS_URL": "redis://127.0.0.1:1/0"},
 	})
 	c.StartManager("m1", nil)
 	creates := c.WatchCreations()
@@ -121,6 +127,9 @@ func TestWorkerCannotHeartbeat(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	c.Settle()
+	if len(made) > 1 {
+		c.Detection(made[1].At.Sub(made[0].At))
+	}
 	c.Note("%d containers made in %s for one create", len(made), roundDur(time.Since(t0)))
 	c.Unwanted(len(made)-allowed, "containers made beyond the worker and 3 replacements")
 	switch {
@@ -188,6 +197,7 @@ func TestPauseCommandOnBusyWorker(t *testing.T) {
 		Fault: "A client sends `pause` for a long-lived worker while it runs a 4 s task.",
 		Recovered: "the pause refused (a reply that is not ok), the task answered complete within its run time + 10 s, and the worker never paused " +
 			"while the task ran (no `paused` event between its task_started and its output). Recovery time: pause sent to the task's answer.",
+		Detected: "pause sent to its reply.",
 	})
 	c.StartManager("m1", nil)
 	w := c.Create(protocol.KindLongLived, 30*time.Second)
@@ -202,6 +212,9 @@ func TestPauseCommandOnBusyWorker(t *testing.T) {
 	bound := 4*time.Second + 10*time.Second
 	last, ok := c.WaitAnswered([]string{pause, task}, bound)
 	c.Settle()
+	if a := c.First(pause); !a.At.IsZero() {
+		c.Detection(a.At.Sub(t0))
+	}
 	if at, paused := c.WaitEventSince(started, w, protocol.EventPaused, "", 0); paused && at.Before(c.First(task).At) {
 		c.NotRecovered(bound, "the worker was paused with its task in flight")
 		return
@@ -219,6 +232,7 @@ func TestDockerKillOfDeveloperWorkerMidTask(t *testing.T) {
 		Fault: "Three developer workers share the queue; the one running a 3 s task gets `docker kill -s KILL`. A second task follows. " +
 			"A developer task goes back to the queue for another worker (up to 3 deliveries).",
 		Recovered:  "both tasks answered complete, once each (the first by another worker), within 3 heartbeat intervals + one lease + 3 s + 10 s of the kill.",
+		Detected:   "kill to the task's start on another worker.",
 		MaxWorkers: 3,
 	})
 	c.StartManager("m1", nil)
@@ -235,6 +249,9 @@ func TestDockerKillOfDeveloperWorkerMidTask(t *testing.T) {
 	bound := 3*c.Opt.Heartbeat + c.Lease + 13*time.Second
 	last, ok := c.WaitAnswered([]string{task, next}, bound)
 	c.Settle()
+	if again, ok := c.Event(killed, "", protocol.EventTaskStarted, task, 0); ok && again.WorkerID != ev.WorkerID {
+		c.Detection(again.Timestamp.Sub(killed))
+	}
 	if !ok {
 		c.NotRecovered(bound, "the killed worker's task was not served by another worker")
 		return
