@@ -151,6 +151,7 @@ func (c *Case) ManagerEnv(id string) map[string]string {
 		"WORKER_BASE_IMAGE":       BaseImage,
 		"WORKER_MEMORY_LIMIT":     "256m",
 		"LEASE_TTL":               c.Lease.String(),
+		"WORKER_ENV":              `{"AGENT_BIN":"` + FakeAgent + `","SESSION_POLICY":"new"}`,
 	}
 	if h := os.Getenv("DOCKER_HOST"); h != "" {
 		env["DOCKER_HOST"] = h

@@ -11,10 +11,10 @@ import (
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
-// Spec is the spec of a worker whose agent is the fake one.
+// Spec is the spec of a worker of the case: its agent is the fake one,
+// which the managers' WORKER_ENV sets (a spec may not set AGENT_BIN).
 func (c *Case) Spec(kind protocol.Kind) protocol.WorkerSpec {
-	return protocol.WorkerSpec{AgentType: protocol.AgentClaude, Kind: kind,
-		Env: map[string]string{"AGENT_BIN": FakeAgent, "SESSION_POLICY": "new"}}
+	return protocol.WorkerSpec{AgentType: protocol.AgentClaude, Kind: kind}
 }
 
 // Send adds a command to the command stream (its id, reply stream and
