@@ -42,6 +42,9 @@ type Spec struct {
 	MaxLine int
 	// StderrTail is how many bytes of stderr the outcome keeps (0: 8 KiB).
 	StderrTail int
+	// Stdin is what the agent reads on its standard input (the prompt), from
+	// an unlinked temporary file; nil gives it /dev/null. Ignored on a pty.
+	Stdin []byte
 	// OnEvent, when set, is called for every event in order, from Run's
 	// goroutine. It must not block.
 	OnEvent func(Event)
@@ -92,6 +95,19 @@ func Run(ctx context.Context, spec Spec) (out Outcome) {
 	cmd.Env = spec.Env
 	cmd.Dir = spec.Dir
 	stdout, stderr, childEnds, err := wireOutput(cmd, spec.PTY)
+	if err == nil && !spec.PTY && spec.Stdin != nil {
+		var in *os.File
+		if in, err = stdinFile(spec.Stdin); err == nil {
+			cmd.Stdin = in
+			childEnds = append(childEnds, in)
+		} else {
+			stdout.Close()
+			stderr.Close()
+			for _, f := range childEnds {
+				f.Close()
+			}
+		}
+	}
 	if err != nil {
 		out.StartErr = fmt.Errorf("agent: set up output of %s: %w", spec.Argv[0], err)
 		out.Exit = ExitStatus{Code: 126}
@@ -329,6 +345,26 @@ func wireOutput(cmd *exec.Cmd, usePTY bool) (stdout, stderr *os.File, childEnds 
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	return outR, errR, []*os.File{outW, errW}, nil
+}
+
+// stdinFile returns a read-only file holding b, already unlinked: the
+// agent reads it to its end like any stdin, no goroutine has to feed a
+// pipe, and nothing stays on disk.
+func stdinFile(b []byte) (*os.File, error) {
+	f, err := os.CreateTemp("", "agent-stdin-*")
+	if err != nil {
+		return nil, fmt.Errorf("agent: stdin file: %w", err)
+	}
+	_ = os.Remove(f.Name())
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("agent: stdin file: %w", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("agent: stdin file: %w", err)
+	}
+	return f, nil
 }
 
 func looksLikeJSON(b []byte) bool {

@@ -37,6 +37,7 @@ func startProgressServer(w *Worker, addr string) (*progressServer, error) {
 	p := &progressServer{w: w, ln: ln, url: "http://" + ln.Addr().String() + "/progress"}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /progress", p.progress)
+	mux.HandleFunc("POST /guard", p.guard)
 	mux.HandleFunc("GET /healthz", p.health)
 	p.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = p.srv.Serve(ln) }()
@@ -64,13 +65,12 @@ func (p *progressServer) progress(rw http.ResponseWriter, r *http.Request) {
 	}
 	rep, err := protocol.DecodeProgressReport(body)
 	if err != nil {
+		p.w.progressRefused(r.Header.Get(ProgressTokenHeader), body, err)
 		writeJSON(rw, http.StatusBadRequest, apiError{protocol.CodeInvalidTask, err.Error()})
 		return
 	}
 	n, err := p.w.reportProgress(r.Header.Get(ProgressTokenHeader), rep)
 	switch {
-	case errors.Is(err, errForbidden):
-		writeJSON(rw, http.StatusForbidden, apiError{protocol.CodeForbidden, err.Error()})
 	case errors.Is(err, errNoRun):
 		writeJSON(rw, http.StatusConflict, apiError{protocol.CodeNotFound, err.Error()})
 	case err != nil:
@@ -84,10 +84,7 @@ func (p *progressServer) health(rw http.ResponseWriter, _ *http.Request) {
 	writeJSON(rw, http.StatusOK, p.w.healthReport())
 }
 
-var (
-	errForbidden = errors.New("progress calls (worker.progress) are not in ALLOWED_COMMANDS")
-	errNoRun     = errors.New("no task is running, or the token belongs to another run")
-)
+var errNoRun = errors.New("no task is running, or the token belongs to another run")
 
 func tokenEqual(a, b string) bool {
 	return a != "" && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
