@@ -51,6 +51,11 @@ func TestAllowedCommandsEnforcedByRealAgents(t *testing.T) {
 			for _, c := range refused {
 				steps = append(steps, stubmodel.Step{ToolUse: shellTool(agentType, c)})
 			}
+			written := filepath.Join(e.cfg.Workspace, "notes.md")
+			if agentType == protocol.AgentClaude { // editing files stays allowed
+				steps = append(steps, stubmodel.Step{ToolUse: &stubmodel.ToolUse{Name: "Write",
+					Input: map[string]any{"file_path": written, "content": "deployed\n"}}})
+			}
 			steps = append(steps, stubmodel.Step{Text: "Deployed.\n{\"status\": \"complete\", \"result\": {\"deployed\": true}}"})
 			stub.SetScript(stubmodel.Script{Steps: steps})
 			e.send(in, protocol.Task{RequestID: "deploy", Prompt: "Deploy to prod."})
@@ -63,6 +68,9 @@ func TestAllowedCommandsEnforcedByRealAgents(t *testing.T) {
 			}
 			if b, err := os.ReadFile(filepath.Join(ranDir, "rogue.ran")); err == nil {
 				t.Errorf("a refused command ran: %q", b)
+			}
+			if b, err := os.ReadFile(written); agentType == protocol.AgentClaude && string(b) != "deployed\n" {
+				t.Errorf("Claude's Write tool wrote %q (%v)", b, err)
 			}
 			_, prog := e.docs(out)
 			var steps2, refusedCmds []string
@@ -129,5 +137,41 @@ func TestPermissionArgs(t *testing.T) {
 				t.Errorf("args %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// A progress call that goes wrong (no step, a percentage that is not a
+// number, one out of range) is refused, and the consumer sees each as a
+// warning of the task; a good one still counts.
+func TestRefusedProgressCallsAreWarnings(t *testing.T) {
+	e, stub, environ := realAgentEnv(t, protocol.AgentClaude)
+	e.start(environ...)
+	in, out := e.keys.Input(e.cfg.WorkerID), e.keys.Output(e.cfg.WorkerID)
+	bad := []string{`worker-wrapper progress --pct 50`, `worker-wrapper progress --step "Tests" --pct abc`, `worker-wrapper progress --step "Tests" --pct 400`}
+	var steps []stubmodel.Step
+	for _, c := range bad {
+		steps = append(steps, stubmodel.Step{ToolUse: shellTool(protocol.AgentClaude, c)})
+	}
+	steps = append(steps, stubmodel.Step{ToolUse: shellTool(protocol.AgentClaude, `worker-wrapper progress --step "Tests" --pct 60`)},
+		stubmodel.Step{Text: "{\"status\": \"complete\", \"result\": {}}"})
+	stub.SetScript(stubmodel.Script{Steps: steps})
+	e.send(in, protocol.Task{RequestID: "bad-progress", Prompt: "Report."})
+	if o := e.waitOutputs(out, 1, 60*time.Second)[0]; o.Status != protocol.StatusComplete {
+		t.Fatalf("output %+v (error %+v)", o, o.Error)
+	}
+	_, prog := e.docs(out)
+	var warnings, good int
+	for _, p := range prog {
+		switch {
+		case p.Refused != nil && p.Refused.Tool == "progress" && p.Level == protocol.LevelWarning && p.Refused.Reason != "":
+			warnings++
+		case p.Step == "Tests" && p.Refused == nil:
+			good++
+		default:
+			t.Errorf("unexpected progress event %+v", p)
+		}
+	}
+	if warnings != len(bad) || good != 1 {
+		t.Errorf("%d refusal warnings and %d good steps, want %d and 1: %+v", warnings, good, len(bad), prog)
 	}
 }

@@ -95,6 +95,32 @@ func tokenEqual(a, b string) bool {
 // It returns the process exit code: 0 accepted, 1 refused or failed, 2 bad
 // usage.
 func ProgressCommand(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	code := progressCommand(args, getenv, stdout, stderr)
+	if code == 2 {
+		reportBadUsage(args, getenv)
+	}
+	return code
+}
+
+// reportBadUsage tells the wrapper about a progress call that went wrong
+// before it could be sent, so that the consumer sees it (the wrapper
+// refuses the document and publishes a warning). Best effort.
+func reportBadUsage(args []string, getenv func(string) string) {
+	url := getenv("WORKER_PROGRESS_URL")
+	if url == "" {
+		return
+	}
+	body, _ := json.Marshal(map[string]any{"bad_usage": args})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	req.Header.Set(ProgressTokenHeader, getenv("WORKER_PROGRESS_TOKEN"))
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+	}
+}
+
+func progressCommand(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	var rep protocol.ProgressReport
 	for i := 0; i < len(args); i++ {
 		flag := args[i]

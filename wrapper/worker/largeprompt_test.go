@@ -1,0 +1,45 @@
+package worker
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/stubmodel"
+)
+
+// A prompt of the protocol's largest size (1 MiB; one argument of a
+// command line may hold 128 KiB) reaches the real agents whole: the
+// wrapper hands it over on stdin, not in argv.
+func TestLargestPromptReachesRealAgents(t *testing.T) {
+	for _, agentType := range protocol.AgentTypes {
+		t.Run(string(agentType), func(t *testing.T) {
+			t.Parallel()
+			e, stub, environ := realAgentEnv(t, agentType)
+			e.start(environ...)
+			in, out := e.keys.Input(e.cfg.WorkerID), e.keys.Output(e.cfg.WorkerID)
+			head, tail := "Summarise this log. BEGIN ", " END-OF-PROMPT"
+			prompt := head + strings.Repeat("log line x\n", (protocol.MaxPromptBytes-len(head)-len(tail))/11)
+			prompt += strings.Repeat("y", protocol.MaxPromptBytes-len(prompt)-len(tail)) + tail
+			if len(prompt) != protocol.MaxPromptBytes {
+				t.Fatalf("prompt of %d bytes", len(prompt))
+			}
+			stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{{Text: "Read it.\n{\"status\": \"complete\", \"result\": {\"ok\": true}}"}}})
+			e.send(in, protocol.Task{RequestID: "big", Prompt: prompt})
+			o := e.waitOutputs(out, 1, 90*time.Second)[0]
+			if o.Status != protocol.StatusComplete {
+				t.Fatalf("output %+v (error %+v)", o, o.Error)
+			}
+			reqs := stub.Requests()
+			if len(reqs) == 0 {
+				t.Fatal("the model got no request")
+			}
+			got := reqs[len(reqs)-1].Text()
+			if !strings.Contains(got, head) || !strings.Contains(got, tail) || len(got) < protocol.MaxPromptBytes {
+				t.Fatalf("the model got %d bytes of text (has head %v, tail %v), want the whole %d-byte prompt",
+					len(got), strings.Contains(got, head), strings.Contains(got, tail), protocol.MaxPromptBytes)
+			}
+		})
+	}
+}
