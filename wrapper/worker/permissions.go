@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,8 +48,10 @@ func (c *Config) permissionArgs() []string {
 		return []string{"--auto", "high"}
 	case rules.All && c.AgentType == protocol.AgentDroid:
 		return []string{"--skip-permissions-unsafe"}
-	case rules.All:
+	case rules.All && c.SkipPermissions:
 		return []string{"--dangerously-skip-permissions"}
+	case rules.All:
+		return []string{"--permission-mode", "dontAsk", "--allowedTools=" + strings.Join(append(slices.Clone(claudeFileTools), "Bash"), ",")}
 	case c.AgentType == protocol.AgentDroid:
 		return []string{"--skip-permissions-unsafe", "--settings", c.droidGuardSettingsPath()}
 	}

@@ -110,6 +110,8 @@ func TestPermissionArgs(t *testing.T) {
 		{"claude list", protocol.AgentClaude, []string{"engineering.*", "project.get"}, true,
 			[]string{"--permission-mode", "dontAsk", "--allowedTools=Edit,Write,NotebookEdit,Bash(worker-wrapper progress:*),Bash(project get:*),Bash(engineering:*)"}, false},
 		{"claude star", protocol.AgentClaude, []string{"*"}, true, []string{"--dangerously-skip-permissions"}, false},
+		{"claude star, no skip", protocol.AgentClaude, []string{"*"}, false,
+			[]string{"--permission-mode", "dontAsk", "--allowedTools=Edit,Write,NotebookEdit,Bash"}, false},
 		{"droid list", protocol.AgentDroid, []string{"git.push"}, true, []string{"--skip-permissions-unsafe", "--settings"}, true},
 		{"droid star", protocol.AgentDroid, []string{"*"}, true, []string{"--skip-permissions-unsafe"}, false},
 		{"droid star, no skip", protocol.AgentDroid, []string{"*"}, false, []string{"--auto", "high"}, false},
