@@ -100,3 +100,38 @@ func TestSpecInstructionsLimit(t *testing.T) {
 		t.Fatalf("instructions over the limit: %v", err)
 	}
 }
+
+// FuzzAllowsShell: a command line from the agent never panics the
+// matcher, and one it allows under a list (not "*") holds no shell syntax
+// that would run or redirect anything (outside quotes, or expanding inside
+// double quotes): nothing can ride behind an allowed prefix.
+func FuzzAllowsShell(f *testing.F) {
+	for _, s := range []string{`engineering deploy --env 'prod'`, `worker-wrapper progress --step "a b" --pct 5`,
+		`engineering deploy; id`, `engineering deploy "$(id)"`, `engineering deploy 'a;b'`, `engineering deploy "x`, "FOO=1 engineering deploy"} {
+		f.Add(s)
+	}
+	a, err := ParseAllowedCommands([]string{"engineering.deploy", "git.*"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		if !a.AllowsShell(line) {
+			return
+		}
+		quote := rune(0)
+		for _, c := range line {
+			switch {
+			case quote == 0 && (c == '\'' || c == '"'):
+				quote = c
+			case quote != 0 && c == quote:
+				quote = 0
+			case quote == 0 && strings.ContainsRune(";&|<>$`\\\n\r()", c),
+				quote == '"' && strings.ContainsRune("$`\\", c):
+				t.Fatalf("allowed %q, which holds shell syntax (%q)", line, c)
+			}
+		}
+		if quote != 0 {
+			t.Fatalf("allowed %q, whose quote is not closed", line)
+		}
+	})
+}
