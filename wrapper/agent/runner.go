@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 
 	"github.com/agentvisor/agentvisor/protocol"
 )
@@ -347,15 +348,18 @@ func wireOutput(cmd *exec.Cmd, usePTY bool) (stdout, stderr *os.File, childEnds 
 	return outR, errR, []*os.File{outW, errW}, nil
 }
 
-// stdinFile returns a read-only file holding b, already unlinked: the
-// agent reads it to its end like any stdin, no goroutine has to feed a
-// pipe, and nothing stays on disk.
+// stdinFile returns a read-only file holding b that exists nowhere on
+// disk: a memfd, or else an unlinked temporary file. The agent reads it
+// to its end like any stdin, and no goroutine has to feed a pipe.
 func stdinFile(b []byte) (*os.File, error) {
-	f, err := os.CreateTemp("", "agent-stdin-*")
-	if err != nil {
+	var f *os.File
+	if fd, err := unix.MemfdCreate("agent-stdin", unix.MFD_CLOEXEC); err == nil {
+		f = os.NewFile(uintptr(fd), "agent-stdin")
+	} else if f, err = os.CreateTemp("", "agent-stdin-*"); err == nil {
+		_ = os.Remove(f.Name())
+	} else {
 		return nil, fmt.Errorf("agent: stdin file: %w", err)
 	}
-	_ = os.Remove(f.Name())
 	if _, err := f.Write(b); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("agent: stdin file: %w", err)
