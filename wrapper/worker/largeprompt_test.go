@@ -43,3 +43,37 @@ func TestLargestPromptReachesRealAgents(t *testing.T) {
 		})
 	}
 }
+
+// Instructions of the largest size a spec may give (64 KiB) reach the real
+// agents whole, through CLAUDE.md or AGENTS.md.
+func TestLargestInstructionsReachRealAgents(t *testing.T) {
+	for _, agentType := range protocol.AgentTypes {
+		t.Run(string(agentType), func(t *testing.T) {
+			t.Parallel()
+			e, stub, environ := realAgentEnv(t, agentType)
+			head, tail := "Standing instructions. BEGIN ", " END-OF-INSTRUCTIONS"
+			body := strings.Repeat("Keep the build green.\n", (protocol.MaxInstructionsBytes-len(head)-len(tail))/22)
+			e.cfg.Instructions = head + body + strings.Repeat("z", protocol.MaxInstructionsBytes-len(head)-len(body)-len(tail)) + tail
+			if len(e.cfg.Instructions) != protocol.MaxInstructionsBytes {
+				t.Fatalf("instructions of %d bytes", len(e.cfg.Instructions))
+			}
+			e.start(environ...)
+			in, out := e.keys.Input(e.cfg.WorkerID), e.keys.Output(e.cfg.WorkerID)
+			stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{{Text: "{\"status\": \"complete\", \"result\": {}}"}}})
+			e.send(in, protocol.Task{RequestID: "instructed", Prompt: "Follow your instructions."})
+			if o := e.waitOutputs(out, 1, 90*time.Second)[0]; o.Status != protocol.StatusComplete {
+				t.Fatalf("output %+v (error %+v)", o, o.Error)
+			}
+			reqs := stub.Requests()
+			if len(reqs) == 0 {
+				t.Fatal("the model got no request")
+			}
+			r := reqs[len(reqs)-1]
+			got := r.System + r.Text()
+			if !strings.Contains(got, head) || !strings.Contains(got, tail) {
+				t.Fatalf("the model did not get the whole instructions (head %v, tail %v, %d bytes of system and text)",
+					strings.Contains(got, head), strings.Contains(got, tail), len(got))
+			}
+		})
+	}
+}
