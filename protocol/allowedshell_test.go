@@ -8,12 +8,7 @@ import (
 )
 
 func TestAllowsShell(t *testing.T) {
-	tests := []struct {
-		name     string
-		patterns []string
-		allow    []string
-		deny     []string
-	}{
+	runAllowCases(t, []allowCase{
 		{"empty allows only progress", nil,
 			[]string{`worker-wrapper progress --step "Running tests" --pct 50`, "worker-wrapper progress"},
 			[]string{"ls", "git status", "worker-wrapper", "worker-wrapper progressx", "worker-wrapper progress; rm -rf x"}},
@@ -26,25 +21,7 @@ func TestAllowsShell(t *testing.T) {
 			[]string{"git push origin main", "git", "git status"},
 			[]string{"gitx status", "go test ./..."}},
 		{"star", []string{"*"}, []string{"anything; at all | really"}, nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			a, err := ParseAllowedCommands(tt.patterns)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, c := range tt.allow {
-				if !a.AllowsShell(c) {
-					t.Errorf("%q refused", c)
-				}
-			}
-			for _, c := range tt.deny {
-				if a.AllowsShell(c) {
-					t.Errorf("%q allowed", c)
-				}
-			}
-		})
-	}
+	}, AllowedCommands.AllowsShell)
 }
 
 func TestShellRules(t *testing.T) {
