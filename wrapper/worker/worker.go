@@ -8,14 +8,14 @@
 //   - runner.go: one task from its entry to its stored output;
 //   - output.go: the Output document of a task;
 //   - agentcmd.go: the agents' command lines and environment;
-//   - permissions.go: ALLOWED_COMMANDS as each CLI's permission flags, the
-//     guard of Droid's shell calls, refusals published as warnings;
-//   - redact.go: redaction of the structured fields of an output;
 //   - persistent.go: the Claude process kept across tasks;
 //   - sessions.go: which agent session a task runs in;
 //   - publisher.go: events to Redis, and the retry policy of writes;
 //   - heartbeat.go, progress.go: the heartbeat, and the progress and
-//     health endpoint.
+//     health endpoint;
+//   - permissions.go: ALLOWED_COMMANDS as each CLI's permission flags, the
+//     guard of Droid's shell calls, refusals published as warnings;
+//   - redact.go: redaction of the structured fields of an output.
 package worker
 
 import (
