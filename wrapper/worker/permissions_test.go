@@ -173,3 +173,25 @@ func TestRefusedProgressCallsAreWarnings(t *testing.T) {
 		t.Errorf("%d refusal warnings and %d good steps, want %d and 1: %+v", warnings, good, len(bad), prog)
 	}
 }
+
+// The guard fails closed: whatever keeps it from the wrapper's answer
+// refuses the command (exit 2, the reason on stderr for the model).
+func TestGuardFailsClosed(t *testing.T) {
+	hook := `{"tool_name":"Execute","tool_input":{"command":"ls"}}`
+	tests := []struct {
+		name, stdin string
+		env         map[string]string
+	}{
+		{"no endpoint", hook, nil},
+		{"endpoint down", hook, map[string]string{"WORKER_PROGRESS_URL": "http://127.0.0.1:1/progress", "WORKER_PROGRESS_TOKEN": "t"}},
+		{"not json", "ls", map[string]string{"WORKER_PROGRESS_URL": "http://127.0.0.1:1/progress"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var errb strings.Builder
+			if code := GuardCommand(strings.NewReader(tt.stdin), mapEnv(tt.env), &errb); code != 2 || !strings.Contains(errb.String(), "refused by agentvisor") {
+				t.Errorf("exit %d, stderr %q", code, errb.String())
+			}
+		})
+	}
+}
