@@ -14,6 +14,7 @@ require (
 	github.com/creack/pty v1.1.24
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/tidwall/gjson v1.20.0
+	golang.org/x/sys v0.48.0
 )
 
 require (
@@ -21,5 +22,4 @@ require (
 	github.com/tidwall/match v1.1.1 // indirect
 	github.com/tidwall/pretty v1.2.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
 )

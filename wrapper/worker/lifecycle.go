@@ -32,6 +32,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.cfg.PrepareWorkspace(home, apiKey); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
+	if err := w.cfg.writeDroidGuard(); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
 	p, err := startProgressServer(w, w.cfg.ProgressAddr)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
