@@ -2,9 +2,9 @@ package spawner
 
 import (
 	"context"
-	"sync"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
