@@ -3,6 +3,7 @@
 #   make demo    run the main job end to end (does its own set-up)
 #   make test    run every test (does its own set-up)
 #   make bench   run the benchmarks
+#   make faults  run the fault suite (long cases too) and write FAULTS.md
 #   make setup   install and start what the project needs (idempotent)
 #   make images  build the OS base and worker-base images
 
@@ -12,7 +13,7 @@ MODULES    := protocol stubmodel wrapper spawner examples
 FUZZTIME   ?= 3s
 # Every fuzz target of the protocol decoders runs for FUZZTIME in `make test`.
 
-.PHONY: all setup build vet test test-unit fuzz bench demo images clean
+.PHONY: all setup build vet test test-unit fuzz faults test-faults bench demo images clean
 
 all: build
 
@@ -49,6 +50,21 @@ test: setup
 	@bash scripts/test-setup.sh
 	@$(MAKE) --no-print-directory test-unit
 	@$(MAKE) --no-print-directory fuzz
+	@$(MAKE) --no-print-directory test-faults
+
+# The fault suite (faults/, issue 11): one Go test per fault case against
+# real worker-manager processes, Redis servers, containers and the fake
+# agent; each case fails unless 0 tasks are lost or duplicated and 0
+# containers orphaned. `make faults` runs the long cases too (FAULTS_LONG=1)
+# and writes FAULTS.md; `make test` runs the others and prints the table.
+faults: setup
+	@bad=$$(gofmt -l faults); if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
+	@cd faults && $(GO) vet ./... && FAULTS_LONG=1 FAULTS_OUT=$(CURDIR)/FAULTS.md $(GO) test -count=1 -v -timeout 60m ./...
+
+test-faults:
+	@bad=$$(gofmt -l faults); if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
+	@echo "== go test faults (the fault suite; make faults also runs the long cases and writes FAULTS.md)"
+	@cd faults && $(GO) vet ./... && $(GO) test -count=1 -v -timeout 30m ./...
 
 # Every benchmark of the project, then BENCHMARKS.md (figure, goal,
 # baseline of the same run, ratio) from their output.

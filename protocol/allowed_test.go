@@ -2,20 +2,17 @@ package protocol
 
 import "testing"
 
-func TestAllowedCommands(t *testing.T) {
-	tests := []struct {
-		name     string
-		patterns []string
-		allow    []string
-		deny     []string
-	}{
-		{"empty denies all", nil, nil, []string{"project.get", "worker.progress", "x"}},
-		{"exact", []string{"project.get"}, []string{"project.get"}, []string{"project.list", "project", "project.get.x"}},
-		{"prefix", []string{"engineering.*"}, []string{"engineering.deploy", "engineering.a.b"}, []string{"engineering", "engineeringx.a", "eng.deploy"}},
-		{"star", []string{"*"}, []string{"a", "project.get", "x.y.z"}, []string{"", "A.b", "a..b", "a b"}},
-		{"mixed", []string{"project.get", "project.list", "engineering.*"},
-			[]string{"project.get", "project.list", "engineering.test"}, []string{"project.delete", "worker.progress"}},
-	}
+// allowCase is a table row of what a list of patterns allows and denies.
+type allowCase struct {
+	name     string
+	patterns []string
+	allow    []string
+	deny     []string
+}
+
+// runAllowCases checks each row with allows (Allows, AllowsShell).
+func runAllowCases(t *testing.T, tests []allowCase, allows func(AllowedCommands, string) bool) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a, err := ParseAllowedCommands(tt.patterns)
@@ -23,17 +20,28 @@ func TestAllowedCommands(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, c := range tt.allow {
-				if !a.Allows(c) {
+				if !allows(a, c) {
 					t.Errorf("%q denied", c)
 				}
 			}
 			for _, c := range tt.deny {
-				if a.Allows(c) {
+				if allows(a, c) {
 					t.Errorf("%q allowed", c)
 				}
 			}
 		})
 	}
+}
+
+func TestAllowedCommands(t *testing.T) {
+	runAllowCases(t, []allowCase{
+		{"empty denies all", nil, nil, []string{"project.get", "worker.progress", "x"}},
+		{"exact", []string{"project.get"}, []string{"project.get"}, []string{"project.list", "project", "project.get.x"}},
+		{"prefix", []string{"engineering.*"}, []string{"engineering.deploy", "engineering.a.b"}, []string{"engineering", "engineeringx.a", "eng.deploy"}},
+		{"star", []string{"*"}, []string{"a", "project.get", "x.y.z"}, []string{"", "A.b", "a..b", "a b"}},
+		{"mixed", []string{"project.get", "project.list", "engineering.*"},
+			[]string{"project.get", "project.list", "engineering.test"}, []string{"project.delete", "worker.progress"}},
+	}, AllowedCommands.Allows)
 }
 
 func TestAllowedCommandsMalformed(t *testing.T) {

@@ -89,6 +89,9 @@ func (s *WorkerSpec) validate(path string) error {
 	if s.Kind != "" && !s.Kind.Valid() {
 		return fieldErr(path+".kind", "is %q, want long_lived or developer", s.Kind)
 	}
+	if len(s.Instructions) > MaxInstructionsBytes {
+		return fieldErr(path+".instructions", "is %d bytes, at most %d", len(s.Instructions), MaxInstructionsBytes)
+	}
 	if _, err := ParseAllowedCommands(s.AllowedCommands); err != nil {
 		return fieldErr(path+".allowed_commands", "%v", err)
 	}

@@ -62,3 +62,9 @@ const (
 // scored by the Unix time (seconds) of their last use; the leader removes
 // those unused for VOLUME_RETENTION.
 func (k Keys) VolumesLastUsed() string { return k.join("volumes", "last_used") }
+
+// WorkerUsers is the hash of the Redis users the manager made for its
+// workers: worker id → "<kind> <SHA-256 of the password>", so that the
+// users can be made again after a Redis restart (ACL users are not in the
+// append-only file). It never holds a password.
+func (k Keys) WorkerUsers() string { return k.join("worker_users") }

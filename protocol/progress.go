@@ -5,6 +5,21 @@ import "time"
 // MaxProgressOutputBytes bounds the output text of one progress event.
 const MaxProgressOutputBytes = 64 << 10
 
+// MaxRefusedCommandBytes bounds the command a refusal echoes (longer ones
+// are cut).
+const MaxRefusedCommandBytes = 4096
+
+// Refusal says which call of the agent was refused and why.
+type Refusal struct {
+	// Tool is the agent's tool (Bash for Claude, Execute for Droid), or
+	// "progress" for a call of the progress endpoint.
+	Tool string `json:"tool"`
+	// Command is the shell command or the progress step, cut to
+	// MaxRefusedCommandBytes and with secrets redacted.
+	Command string `json:"command,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+}
+
 // Progress levels. Warnings carry what the agent did not ask to report,
 // such as the model API being retried.
 const (
@@ -25,6 +40,11 @@ type Progress struct {
 	ProgressPct *int   `json:"progress_pct,omitempty"`
 	Output      string `json:"output,omitempty"`
 	Level       string `json:"level,omitempty"` // info (default) or warning
+	// Refused is set on the warning the wrapper publishes when a call of
+	// the agent was refused (a shell command outside ALLOWED_COMMANDS, a
+	// progress call the endpoint turned down): nothing the agent tries is
+	// refused without the consumer seeing it.
+	Refused *Refusal `json:"refused,omitempty"`
 	// StepsCompleted is the run's count of progress steps so far,
 	// this one included.
 	StepsCompleted int       `json:"steps_completed,omitempty"`
@@ -63,6 +83,20 @@ func (p Progress) validateReport() error {
 	}
 	if p.Level != "" && p.Level != LevelInfo && p.Level != LevelWarning {
 		return fieldErr("level", "is %q, want info or warning", p.Level)
+	}
+	if r := p.Refused; r != nil {
+		if p.Level != LevelWarning {
+			return fieldErr("level", "is %q, want warning with refused", p.Level)
+		}
+		if r.Tool == "" || len(r.Tool) > 200 {
+			return fieldErr("refused.tool", "want 1 to 200 bytes")
+		}
+		if len(r.Command) > MaxRefusedCommandBytes {
+			return fieldErr("refused.command", "is %d bytes, at most %d", len(r.Command), MaxRefusedCommandBytes)
+		}
+		if len(r.Reason) > 1024 {
+			return fieldErr("refused.reason", "is %d bytes, at most 1024", len(r.Reason))
+		}
 	}
 	if p.StepsCompleted < 0 {
 		return fieldErr("steps_completed", "negative")

@@ -12,6 +12,12 @@ const (
 	MaxIDLen          = 200
 	MaxPromptBytes    = 1 << 20 // 1 MiB
 	MaxTimeoutSeconds = 24 * 60 * 60
+	// MaxInstructionsBytes bounds a worker spec's instructions. They reach
+	// the wrapper in its INSTRUCTIONS variable, and Linux refuses to
+	// start a process with one environment string over 128 KiB
+	// (MAX_ARG_STRLEN); 64 KiB keeps well below that, and below what a
+	// model should read as standing instructions on every turn.
+	MaxInstructionsBytes = 64 << 10
 )
 
 // Task is one request to a worker: the entry a producer adds to a worker's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -21,11 +22,18 @@ import (
 // who handles a death.
 type Crashes struct {
 	job
-	s *Spawner
+	s       *Spawner
+	retires sync.WaitGroup
 }
 
 // Start follows events until Stop.
 func (c *Crashes) Start(ctx context.Context) { c.start(ctx, c.run) }
+
+// Stop stops following events and waits for the retirements it began.
+func (c *Crashes) Stop() {
+	c.job.Stop()
+	c.retires.Wait()
+}
 
 func (c *Crashes) run(ctx context.Context) {
 	s := c.s
@@ -60,7 +68,8 @@ func (c *Crashes) run(ctx context.Context) {
 					s.lifecycle(ctx, id, protocol.EventOOM, nil)
 				case events.ActionDie:
 					code, _ := strconv.Atoi(m.Actor.Attributes["exitCode"])
-					go s.died(ctx, id, code, oom[id])
+					c.retires.Add(1)
+					go func(oom bool) { defer c.retires.Done(); s.died(ctx, id, code, oom) }(oom[id])
 					delete(oom, id)
 				case events.ActionPause:
 					s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerPaused)})

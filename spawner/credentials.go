@@ -86,3 +86,11 @@ func RedactURL(raw string) string {
 	}
 	return u.String()
 }
+
+// restoreWorkerUsers makes again the worker users Redis lost (ACL mode).
+func (s *Spawner) restoreWorkerUsers(ctx context.Context) (int, error) {
+	if !s.aclMode(ctx) {
+		return 0, nil
+	}
+	return s.rdb.RestoreWorkerUsers(ctx)
+}

@@ -2,6 +2,7 @@ package spawner
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
@@ -34,6 +35,8 @@ type Health struct {
 	probes  map[string]*healthState
 	judged  map[string]bool // found dead, retirement under way
 	upSince time.Time       // since when every read of the loop succeeded; zero while failing
+	users   time.Time       // when the worker users were last checked
+	retires sync.WaitGroup  // retirements begun by dead
 }
 
 // healthState is one worker's probe record.
@@ -45,6 +48,12 @@ type healthState struct {
 // Start checks until Stop.
 func (h *Health) Start(ctx context.Context) { h.start(ctx, h.run) }
 
+// Stop stops checking and waits for the retirements it began.
+func (h *Health) Stop() {
+	h.job.Stop()
+	h.retires.Wait()
+}
+
 func (h *Health) run(ctx context.Context) {
 	s := h.s
 	h.probes, h.judged, h.upSince = map[string]*healthState{}, map[string]bool{}, time.Time{}
@@ -55,6 +64,14 @@ func (h *Health) run(ctx context.Context) {
 		}
 		if h.upSince.IsZero() {
 			h.upSince = s.now()
+		}
+		if s.now().Sub(h.users) >= s.cfg.HeartbeatInterval/2 {
+			// A Redis that restarted lost the worker users (they are not in
+			// its append-only file): they come back before anyone is judged.
+			h.users = s.now()
+			if n, err := s.restoreWorkerUsers(ctx); err == nil && n > 0 {
+				s.log.Warn("worker Redis users made again (Redis lost them: a restart?)", "users", n)
+			}
 		}
 		seen := map[string]bool{}
 		err := s.eachWorker(ctx, func(ctx context.Context, id string) {
@@ -159,7 +176,9 @@ func (h *Health) dead(ctx context.Context, id string) {
 	s := h.s
 	s.log.Warn("heartbeat expired: the worker is dead", "worker_id", id)
 	s.lifecycle(ctx, id, protocol.EventDead, map[string]any{"heartbeat_interval": s.cfg.HeartbeatInterval.String()})
+	h.retires.Add(1)
 	go func() {
+		defer h.retires.Done()
 		// A replacement waits its backoff: the loop goes on meanwhile.
 		if _, err := s.retire(ctx, id, retirement{reason: "dead", died: true, exitCode: 137, code: protocol.CodeKilled,
 			msg: "the worker's heartbeat expired: it was killed", replace: true}); err != nil {

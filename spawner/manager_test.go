@@ -14,7 +14,7 @@ import (
 	"github.com/agentvisor/agentvisor/stubmodel"
 )
 
-func (f *fixture) startManager(t *testing.T) *Client {
+func (f *fixture) startManager(t testing.TB) *Client {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

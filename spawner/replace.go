@@ -38,6 +38,10 @@ func (s *Spawner) replace(ctx context.Context, oldID string, h map[string]string
 	select {
 	case <-ctx.Done():
 		return "", 0, ctx.Err()
+	case <-s.stopping:
+		// The manager is shutting down (and removes its workers): no new
+		// one; the caller answers the waiting tasks.
+		return "", 0, nil
 	case <-time.After(wait):
 	}
 	info, err := s.create(ctx, "replace-"+oldID, spec, true)

@@ -74,21 +74,35 @@ When a task asks you to report progress, run the command it gives in your shell.
 // Prompts that a real model can follow too (with ANTHROPIC_API_KEY).
 const (
 	promptCommit = `Create a git repository here, add a file hello.txt containing "hello from agentvisor", commit it, ` +
-		`then report progress by running: worker-wrapper progress --step "Committed hello.txt" --pct 100 --output "$(git log --oneline -1)". ` +
+		`then report progress by running: worker-wrapper progress --step "Committed hello.txt" --pct 100 --output "<the commit's subject>". ` +
+		`Run each command on its own: the worker allows git commands and the progress call, one simple command at a time. ` +
 		`Finish with the JSON {"status": "complete", "result": {"file": "hello.txt"}}.`
 	promptRecall = `Which file did you commit in the previous task? Finish with the JSON {"status": "complete", "result": {"file": "<its name>"}}.`
-	promptDroid  = `Count the files in your current directory, report it by running: worker-wrapper progress --step "Counted files" --pct 100 --output "<count> files". ` +
+	promptDroid  = `Count the files in your current directory with ls -A, report it by running: worker-wrapper progress --step "Counted files" --pct 100 --output "<count> files". ` +
 		`Finish with the JSON {"status": "complete", "result": {"files": <count>}}.`
 )
+
+// The workers' ALLOWED_COMMANDS: the agent CLIs refuse every other shell
+// command, and a compound one (&&, ;, |, $(...)); the progress call is
+// always allowed.
+var (
+	allowClaude = []string{"git.*"}
+	allowDroid  = []string{"ls"}
+)
+
+// bash is a call of Claude's shell tool.
+func bash(description, command string) *stubmodel.ToolUse {
+	return &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"description": description, "command": command}}
+}
 
 // What the stub model answers to each task, in the agents' tool formats.
 var (
 	scriptCommit = stubmodel.Script{Steps: []stubmodel.Step{
-		{Text: "I will create the repository, commit the file and report progress.", ToolUse: &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{
-			"description": "commit hello.txt and report progress",
-			"command": `git init -q . && echo "hello from agentvisor, $(date -u +%T)" > hello.txt && git add hello.txt && ` +
-				`git -c user.name=demo -c user.email=demo@localhost commit -qm "Add hello.txt" && ` +
-				`worker-wrapper progress --step "Committed hello.txt" --pct 100 --output "$(git log --oneline -1)"`}}},
+		{Text: "I will create the repository, commit the file and report progress.", ToolUse: bash("create the repository", "git init -q .")},
+		{ToolUse: &stubmodel.ToolUse{Name: "Write", Input: map[string]any{"file_path": "hello.txt", "content": "hello from agentvisor\n"}}},
+		{ToolUse: bash("stage hello.txt", "git add hello.txt")},
+		{ToolUse: bash("commit hello.txt", `git -c user.name=demo -c user.email=demo@localhost commit -qm "Add hello.txt"`)},
+		{ToolUse: bash("report progress", `worker-wrapper progress --step "Committed hello.txt" --pct 100 --output "Add hello.txt"`)},
 		{Text: "hello.txt is committed.\n{\"status\": \"complete\", \"result\": {\"file\": \"hello.txt\"}}"},
 	}}
 	scriptRecall = stubmodel.Script{Steps: []stubmodel.Step{
@@ -96,8 +110,10 @@ var (
 	}}
 	scriptDroid = stubmodel.Script{Steps: []stubmodel.Step{
 		{ToolUse: &stubmodel.ToolUse{Name: "Execute", Input: map[string]any{
-			"command":   `n=$(ls -A | wc -l); worker-wrapper progress --step "Counted files" --pct 100 --output "$n files"`,
-			"riskLevel": "low", "riskLevelReason": "reads the directory and reports progress"}}},
+			"command": "ls -A", "riskLevel": "low", "riskLevelReason": "reads the directory"}}},
+		{ToolUse: &stubmodel.ToolUse{Name: "Execute", Input: map[string]any{
+			"command":   `worker-wrapper progress --step "Counted files" --pct 100 --output "1 files"`,
+			"riskLevel": "low", "riskLevelReason": "reports progress"}}},
 		{Text: "Counted.\n{\"status\": \"complete\", \"result\": {\"files\": 1}}"},
 	}}
 )
@@ -358,7 +374,7 @@ func (d *demo) claudeWorker(ctx context.Context) error {
 	d.section("a Claude worker with the GIT capability")
 	id, err := d.create(ctx, "claude-1", protocol.WorkerSpec{AgentType: protocol.AgentClaude, ProjectID: projectShop,
 		Capabilities: []protocol.Capability{protocol.CapGit}, Instructions: instructions,
-		AllowedCommands: []string{protocol.ProgressCommand}})
+		AllowedCommands: allowClaude})
 	if err != nil {
 		return err
 	}
@@ -401,7 +417,7 @@ func (d *demo) claudeWorker(ctx context.Context) error {
 func (d *demo) droidWorker(ctx context.Context) error {
 	d.section("a Droid worker")
 	spec := protocol.WorkerSpec{AgentType: protocol.AgentDroid, ProjectID: projectDocs, Instructions: instructions,
-		AllowedCommands: []string{protocol.ProgressCommand}}
+		AllowedCommands: allowDroid}
 	if d.stub == nil {
 		// Droid reaches the real API through a custom model: name one the
 		// API serves.

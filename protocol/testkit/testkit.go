@@ -33,6 +33,10 @@ type Redis struct {
 	Port     int
 	Dir      string
 	Password string
+	// Persist: every write is in the append-only file, fsynced before the
+	// reply (appendonly yes, appendfsync always), so that a server killed
+	// with SIGKILL and started again on the same port keeps its data.
+	Persist bool
 
 	t   testing.TB
 	mu  sync.Mutex
@@ -42,6 +46,9 @@ type Redis struct {
 // RedisOptions adjusts StartRedis.
 type RedisOptions struct {
 	Password string // requirepass; empty means none
+	// Persist turns the append-only file on with appendfsync always (see
+	// Redis.Persist): what a crash-and-restart test needs.
+	Persist bool
 }
 
 // URL returns a redis:// URL for the server, with the password if any.
@@ -61,7 +68,7 @@ func StartRedisWith(t testing.TB, opts RedisOptions) *Redis {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("testkit: redis-server is not installed (run `make setup`): %v", err)
 	}
-	r := &Redis{Dir: t.TempDir(), Password: opts.Password, t: t}
+	r := &Redis{Dir: t.TempDir(), Password: opts.Password, Persist: opts.Persist, t: t}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port, err := FreePort()
@@ -86,10 +93,17 @@ func (r *Redis) Start() error {
 	if r.cmd != nil {
 		return errors.New("testkit: redis-server already runs")
 	}
+	aof := "no"
+	if r.Persist {
+		aof = "yes"
+	}
 	args := []string{
 		"--port", strconv.Itoa(r.Port), "--bind", "127.0.0.1",
-		"--dir", r.Dir, "--save", "", "--appendonly", "no",
+		"--dir", r.Dir, "--save", "", "--appendonly", aof,
 		"--daemonize", "no", "--logfile", filepath.Join(r.Dir, "redis.log"),
+	}
+	if r.Persist {
+		args = append(args, "--appendfsync", "always")
 	}
 	if r.Password != "" {
 		args = append(args, "--requirepass", r.Password)
@@ -151,6 +165,11 @@ func (r *Redis) Stop() error {
 	}
 	return fmt.Errorf("testkit: redis-server on %s still accepts connections after kill", r.Addr)
 }
+
+// Kill is Stop, named for what it does: the server gets SIGKILL, as in a
+// crash, with no chance to write anything more. With Persist, Start brings
+// back every write it acknowledged.
+func (r *Redis) Kill() error { return r.Stop() }
 
 // Running reports whether the server process runs.
 func (r *Redis) Running() bool {

@@ -91,7 +91,12 @@ func (ClaudeParser) ParseLine(line []byte) []Event {
 			}
 			return true
 		})
-		return []Event{{Result: r}}
+		evs := []Event{{Result: r}}
+		v.Get("permission_denials").ForEach(func(_, d gjson.Result) bool {
+			evs = append(evs, Event{Denied: &Denial{Tool: d.Get("tool_name").String(), Input: json.RawMessage(d.Get("tool_input").Raw)}})
+			return true
+		})
+		return evs
 	}
 	return nil
 }

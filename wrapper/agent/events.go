@@ -21,6 +21,14 @@ type Event struct {
 	Retry    *APIRetry
 	APIError *APIError
 	Result   *Result
+	Denied   *Denial
+}
+
+// Denial is a tool call the agent CLI refused by its permission rules
+// (Claude's permission_denials).
+type Denial struct {
+	Tool  string
+	Input json.RawMessage
 }
 
 // Init is the agent's first line: its session and model.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 
 	"github.com/agentvisor/agentvisor/protocol"
 )
@@ -42,6 +43,9 @@ type Spec struct {
 	MaxLine int
 	// StderrTail is how many bytes of stderr the outcome keeps (0: 8 KiB).
 	StderrTail int
+	// Stdin is what the agent reads on its standard input (the prompt), from
+	// an unlinked temporary file; nil gives it /dev/null. Ignored on a pty.
+	Stdin []byte
 	// OnEvent, when set, is called for every event in order, from Run's
 	// goroutine. It must not block.
 	OnEvent func(Event)
@@ -92,6 +96,19 @@ func Run(ctx context.Context, spec Spec) (out Outcome) {
 	cmd.Env = spec.Env
 	cmd.Dir = spec.Dir
 	stdout, stderr, childEnds, err := wireOutput(cmd, spec.PTY)
+	if err == nil && !spec.PTY && spec.Stdin != nil {
+		var in *os.File
+		if in, err = stdinFile(spec.Stdin); err == nil {
+			cmd.Stdin = in
+			childEnds = append(childEnds, in)
+		} else {
+			stdout.Close()
+			stderr.Close()
+			for _, f := range childEnds {
+				f.Close()
+			}
+		}
+	}
 	if err != nil {
 		out.StartErr = fmt.Errorf("agent: set up output of %s: %w", spec.Argv[0], err)
 		out.Exit = ExitStatus{Code: 126}
@@ -329,6 +346,29 @@ func wireOutput(cmd *exec.Cmd, usePTY bool) (stdout, stderr *os.File, childEnds 
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	return outR, errR, []*os.File{outW, errW}, nil
+}
+
+// stdinFile returns a read-only file holding b that exists nowhere on
+// disk: a memfd, or else an unlinked temporary file. The agent reads it
+// to its end like any stdin, and no goroutine has to feed a pipe.
+func stdinFile(b []byte) (*os.File, error) {
+	var f *os.File
+	if fd, err := unix.MemfdCreate("agent-stdin", unix.MFD_CLOEXEC); err == nil {
+		f = os.NewFile(uintptr(fd), "agent-stdin")
+	} else if f, err = os.CreateTemp("", "agent-stdin-*"); err == nil {
+		_ = os.Remove(f.Name())
+	} else {
+		return nil, fmt.Errorf("agent: stdin file: %w", err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("agent: stdin file: %w", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("agent: stdin file: %w", err)
+	}
+	return f, nil
 }
 
 func looksLikeJSON(b []byte) bool {

@@ -45,11 +45,7 @@ func (c *Config) Argv(inv Invocation) []string {
 	switch c.AgentType {
 	case protocol.AgentDroid:
 		argv := []string{c.AgentBin, "exec", "-o", "stream-json", "--cwd", c.Workspace}
-		if c.SkipPermissions {
-			argv = append(argv, "--skip-permissions-unsafe")
-		} else {
-			argv = append(argv, "--auto", "high")
-		}
+		argv = append(argv, c.permissionArgs()...)
 		if inv.ResumeID != "" {
 			argv = append(argv, "--session-id", inv.ResumeID)
 		}
@@ -58,12 +54,17 @@ func (c *Config) Argv(inv Invocation) []string {
 		}
 		argv = append(argv, "--append-system-prompt", system)
 		argv = append(argv, c.AgentArgs...)
-		return append(argv, inv.Prompt)
-	default:
-		argv := []string{c.AgentBin, "-p", inv.Prompt, "--output-format", "stream-json", "--verbose"}
-		if c.SkipPermissions {
-			argv = append(argv, "--dangerously-skip-permissions")
+		if c.PTY {
+			return append(argv, inv.Prompt)
 		}
+		return append(argv, "-f", "/dev/stdin") // the prompt: see PromptStdin
+	default:
+		argv := []string{c.AgentBin, "-p"}
+		if c.PTY {
+			argv = append(argv, inv.Prompt)
+		}
+		argv = append(argv, "--output-format", "stream-json", "--verbose")
+		argv = append(argv, c.permissionArgs()...)
 		if inv.ResumeID != "" {
 			argv = append(argv, "--resume", inv.ResumeID)
 		}
@@ -78,12 +79,24 @@ func (c *Config) Argv(inv Invocation) []string {
 	}
 }
 
+// PromptStdin is what the agent reads on its stdin: the prompt, which
+// never goes on the command line (one argument is limited to 128 KiB, a
+// prompt may be protocol.MaxPromptBytes). Claude -p reads it from stdin,
+// Droid from -f /dev/stdin. On a pty (AGENT_PTY) stdin is the terminal:
+// the prompt stays in argv, so a prompt there is limited to 128 KiB.
+func (c *Config) PromptStdin(inv Invocation) []byte {
+	if c.PTY {
+		return nil
+	}
+	return []byte(inv.Prompt)
+}
+
 // PersistentArgv is the command line of a Claude process that reads its
-// messages from stdin (AGENT_PERSISTENT): Argv without the prompt.
+// messages from stdin (AGENT_PERSISTENT): Argv with stream-json input.
 func (c *Config) PersistentArgv(inv Invocation) []string {
 	argv := c.Argv(inv)
 	out := []string{argv[0], "-p", "--input-format", "stream-json"}
-	return append(out, argv[3:]...) // argv[1:3] is -p PROMPT
+	return append(out, argv[2:]...) // argv[1] is -p (never on a pty)
 }
 
 func (c *Config) droidModel() string {

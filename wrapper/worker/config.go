@@ -25,9 +25,10 @@ type Config struct {
 	AgentArgs  []string // AGENT_ARGS: extra flags, a JSON array or words separated by spaces
 	AgentModel string   // AGENT_MODEL: --model (claude) or -m (droid)
 	PTY        bool     // AGENT_PTY: run the agent on a pseudo-terminal
-	// SkipPermissions (AGENT_SKIP_PERMISSIONS, default true) runs Claude
-	// with --dangerously-skip-permissions and Droid with
-	// --skip-permissions-unsafe; false runs Droid with --auto high.
+	// SkipPermissions (AGENT_SKIP_PERMISSIONS, default true) matters only
+	// with ALLOWED_COMMANDS=*: Claude --dangerously-skip-permissions and
+	// Droid --skip-permissions-unsafe; false: Claude dontAsk with every
+	// Bash command allowed, Droid --auto high (permissions.go).
 	SkipPermissions bool
 	// Persistent (AGENT_PERSISTENT, default false) keeps one Claude process
 	// alive across the tasks of a long-lived worker (stream-json input), so

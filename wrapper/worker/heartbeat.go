@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
 )
 
 // heartbeat rewrites the heartbeat key every interval, with a TTL of
@@ -22,8 +23,15 @@ func (w *Worker) heartbeat(ctx context.Context) {
 		hb := w.heartbeatDoc(&cpu)
 		if doc, err := hb.Encode(); err == nil {
 			ttl := time.Duration(protocol.HeartbeatTTLIntervals) * w.cfg.HeartbeatInterval
-			if err := w.rdb.SetEx(ctx, w.cfg.Keys.Heartbeat(w.cfg.WorkerID), doc, ttl); err != nil && ctx.Err() == nil {
-				w.log.Debug("heartbeat not written", "err", err)
+			// After Redis comes back, the pool's idle connections are dead:
+			// each failed write drops one, so a few tries in a row reach a
+			// fresh connection within this beat instead of one per beat.
+			for try := 0; try < 3; try++ {
+				err := w.rdb.SetEx(ctx, w.cfg.Keys.Heartbeat(w.cfg.WorkerID), doc, ttl)
+				if err == nil || ctx.Err() != nil || rdb.IsServerError(err) {
+					break
+				}
+				w.log.Debug("heartbeat not written", "err", err, "try", try+1)
 			}
 		}
 		select {

@@ -36,6 +36,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.cfg.PrepareWorkspace(home, ""); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
+	if err := w.cfg.writeDroidGuard(); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
 	p, err := startProgressServer(w, w.cfg.ProgressAddr)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)

@@ -11,8 +11,8 @@ import (
 func (w *Worker) output(task protocol.Task, oc agent.Outcome, v agent.Verdict, plan SessionPlan, attempt int) protocol.Output {
 	o := protocol.Output{
 		RequestID: task.RequestID, TaskID: task.TaskID, ProjectID: task.Project(), WorkerID: w.cfg.WorkerID,
-		AgentType: w.cfg.AgentType, Status: v.Status, Response: w.redact.Redact(v.Response), Result: v.Result,
-		Question: v.Question, DurationMS: oc.Duration.Milliseconds(), Metadata: task.Metadata, Timestamp: w.now(),
+		AgentType: w.cfg.AgentType, Status: v.Status, Response: w.redact.Redact(v.Response), Result: w.redact.RedactJSON(v.Result),
+		Question: w.redact.Redact(v.Question), DurationMS: oc.Duration.Milliseconds(), Metadata: w.redact.RedactMap(task.Metadata), Timestamp: w.now(),
 		Attempt: attempt,
 	}
 	if d := plan.Decision; d.Action != "" {

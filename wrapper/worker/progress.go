@@ -37,6 +37,7 @@ func startProgressServer(w *Worker, addr string) (*progressServer, error) {
 	p := &progressServer{w: w, ln: ln, url: "http://" + ln.Addr().String() + "/progress"}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /progress", p.progress)
+	mux.HandleFunc("POST /guard", p.guard)
 	mux.HandleFunc("GET /healthz", p.health)
 	p.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = p.srv.Serve(ln) }()
@@ -64,13 +65,12 @@ func (p *progressServer) progress(rw http.ResponseWriter, r *http.Request) {
 	}
 	rep, err := protocol.DecodeProgressReport(body)
 	if err != nil {
+		p.w.progressRefused(r.Header.Get(ProgressTokenHeader), body, err)
 		writeJSON(rw, http.StatusBadRequest, apiError{protocol.CodeInvalidTask, err.Error()})
 		return
 	}
 	n, err := p.w.reportProgress(r.Header.Get(ProgressTokenHeader), rep)
 	switch {
-	case errors.Is(err, errForbidden):
-		writeJSON(rw, http.StatusForbidden, apiError{protocol.CodeForbidden, err.Error()})
 	case errors.Is(err, errNoRun):
 		writeJSON(rw, http.StatusConflict, apiError{protocol.CodeNotFound, err.Error()})
 	case err != nil:
@@ -84,10 +84,7 @@ func (p *progressServer) health(rw http.ResponseWriter, _ *http.Request) {
 	writeJSON(rw, http.StatusOK, p.w.healthReport())
 }
 
-var (
-	errForbidden = errors.New("progress calls (worker.progress) are not in ALLOWED_COMMANDS")
-	errNoRun     = errors.New("no task is running, or the token belongs to another run")
-)
+var errNoRun = errors.New("no task is running, or the token belongs to another run")
 
 func tokenEqual(a, b string) bool {
 	return a != "" && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
@@ -98,6 +95,32 @@ func tokenEqual(a, b string) bool {
 // It returns the process exit code: 0 accepted, 1 refused or failed, 2 bad
 // usage.
 func ProgressCommand(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	code := progressCommand(args, getenv, stdout, stderr)
+	if code == 2 {
+		reportBadUsage(args, getenv)
+	}
+	return code
+}
+
+// reportBadUsage tells the wrapper about a progress call that went wrong
+// before it could be sent, so that the consumer sees it (the wrapper
+// refuses the document and publishes a warning). Best effort.
+func reportBadUsage(args []string, getenv func(string) string) {
+	url := getenv("WORKER_PROGRESS_URL")
+	if url == "" {
+		return
+	}
+	body, _ := json.Marshal(map[string]any{"bad_usage": args})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	req.Header.Set(ProgressTokenHeader, getenv("WORKER_PROGRESS_TOKEN"))
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+	}
+}
+
+func progressCommand(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	var rep protocol.ProgressReport
 	for i := 0; i < len(args); i++ {
 		flag := args[i]

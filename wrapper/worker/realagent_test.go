@@ -43,6 +43,18 @@ func shellTool(agentType protocol.AgentType, command string) *stubmodel.ToolUse 
 	return &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": command, "description": "report progress"}}
 }
 
+// eachRealAgent runs fn, in parallel, for each agent type with its real
+// CLI, a stub model and a worker configured for them (not started yet).
+func eachRealAgent(t *testing.T, fn func(t *testing.T, agentType protocol.AgentType, e *env, stub *stubmodel.Server, environ []string)) {
+	for _, agentType := range protocol.AgentTypes {
+		t.Run(string(agentType), func(t *testing.T) {
+			t.Parallel()
+			e, stub, environ := realAgentEnv(t, agentType)
+			fn(t, agentType, e, stub, environ)
+		})
+	}
+}
+
 func TestRealAgents(t *testing.T) {
 	for _, agentType := range protocol.AgentTypes {
 		t.Run(string(agentType), func(t *testing.T) {

@@ -114,7 +114,7 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 	outcome := w.runAgent(agentCtx, task, plan, cur, spec)
 	cancel()
 	outcome, plan = w.sessions.Complete(taskCtx, task, plan, outcome, func(inv Invocation) agent.Outcome {
-		spec.Argv = w.cfg.Argv(inv)
+		spec.Argv, spec.Stdin = w.cfg.Argv(inv), w.cfg.PromptStdin(inv)
 		rerunCtx, cancel := w.terminable(taskCtx)
 		defer cancel()
 		return agent.Run(rerunCtx, spec)
@@ -181,10 +181,13 @@ func (w *Worker) runOwnTurn(ctx context.Context, task protocol.Task, inv Invocat
 // agentSpec is how to run the agent for a task of the run cur.
 func (w *Worker) agentSpec(task protocol.Task, inv Invocation, cur *current) agent.Spec {
 	return agent.Spec{
-		Argv: w.cfg.Argv(inv), Env: w.cfg.AgentEnv(w.environ, w.ProgressURL(), cur.token, task),
+		Argv: w.cfg.Argv(inv), Stdin: w.cfg.PromptStdin(inv), Env: w.cfg.AgentEnv(w.environ, w.ProgressURL(), cur.token, task),
 		Dir: w.cfg.Workspace, Parser: w.cfg.Parser(), PTY: w.cfg.PTY, Timeout: task.Timeout(w.cfg.TaskTimeout),
 		ResultGrace: w.cfg.ResultGrace, KillGrace: w.cfg.KillGrace, Starter: w.starter,
 		OnEvent: func(ev agent.Event) {
+			if ev.Denied != nil {
+				w.onDenial(cur, ev.Denied)
+			}
 			if ev.Retry != nil {
 				r := ev.Retry
 				w.pushProgress(cur, fmt.Sprintf("model API retry %d/%d (HTTP %d, %s), next in %d ms", r.Attempt, r.MaxRetries, r.Status, r.Error, int(math.Round(r.DelayMS))), nil, "", protocol.LevelWarning)
@@ -291,26 +294,28 @@ func (w *Worker) storeOutput(log *slog.Logger, src taskSource, o protocol.Output
 // unrunOutput is the failed output of a task whose agent never ran.
 func (w *Worker) unrunOutput(task protocol.Task, e *protocol.Error) protocol.Output {
 	return protocol.Output{RequestID: task.RequestID, TaskID: task.TaskID, ProjectID: task.ProjectID, WorkerID: w.cfg.WorkerID,
-		AgentType: w.cfg.AgentType, Status: protocol.StatusFailed, Error: e, Metadata: task.Metadata, Timestamp: w.now()}
+		AgentType: w.cfg.AgentType, Status: protocol.StatusFailed, Error: e, Metadata: w.redact.RedactMap(task.Metadata), Timestamp: w.now()}
 }
 
 // reject answers a task entry that could not be decoded: a failed output
-// with INVALID_TASK, and the entry is acknowledged.
+// with INVALID_TASK under the request id invalid-<entry id>, and the entry
+// is acknowledged. A document that failed validation proves no request id:
+// the one it claims is only echoed in the message, so that it can neither
+// publish nor suppress the output of the run that really has that id
+// (which may be running on another worker).
 func (w *Worker) reject(src taskSource, data []byte, cause error) {
-	reqID := gjson.GetBytes(data, "request_id").String()
-	if reqID == "" || checkID(reqID) != nil || len(reqID) > protocol.MaxIDLen {
-		reqID = "invalid-" + src.entryID
+	reqID := "invalid-" + src.entryID
+	msg := w.redact.Redact(cause.Error())
+	if claimed := gjson.GetBytes(data, "request_id").String(); claimed != "" {
+		msg += "; the entry's request_id was " + cutUTF8(w.redact.Redact(claimed), 256)
 	}
 	task := protocol.Task{RequestID: reqID}
-	if t := gjson.GetBytes(data, "task_id").String(); checkID(t) == nil && len(t) <= protocol.MaxIDLen {
-		task.TaskID = t
-	}
-	o := w.unrunOutput(task, protocol.NewError(protocol.CodeInvalidTask, "%v", cause))
+	o := w.unrunOutput(task, protocol.NewError(protocol.CodeInvalidTask, "%s", msg))
 	log := w.log.With("request_id", reqID)
-	log.Warn("invalid task", "entry", src.entryID, "err", cause)
+	log.Warn("invalid task", "entry", src.entryID, "err", msg)
 	now := w.now()
 	run := protocol.NewRun(reqID, o.TaskID, w.cfg.WorkerID, "", now)
-	_ = run.Fail(protocol.CodeInvalidTask, cause.Error(), now)
+	_ = run.Fail(protocol.CodeInvalidTask, msg, now)
 	w.storeOutput(log, src, o, run.Hash(), nil)
 	w.pub.lifecycle(protocol.EventTaskFailed, reqID, o.TaskID, map[string]any{"code": protocol.CodeInvalidTask})
 	w.requestPause(reqID, o.TaskID, "stop_output:"+string(o.Status))
@@ -318,18 +323,23 @@ func (w *Worker) reject(src taskSource, data []byte, cause error) {
 
 // reportProgress records a progress report of the run that token belongs
 // to: one more step on the run, and a Progress event on its output stream.
+// Progress calls are the runtime's own channel: ALLOWED_COMMANDS does not
+// govern them. A call that is refused is published as a warning of the
+// running task, if any.
 func (w *Worker) reportProgress(token string, rep protocol.ProgressReport) (int, error) {
-	if !w.cfg.AllowedCommands.Allows(protocol.ProgressCommand) {
-		return 0, errForbidden
-	}
+	rep.Step, rep.Output = w.redact.Redact(rep.Step), w.redact.Redact(rep.Output)
 	w.mu.Lock()
 	cur := w.cur
 	if cur == nil || !tokenEqual(token, cur.token) {
 		w.mu.Unlock()
+		if cur != nil {
+			w.pushRefusal(cur, "progress", rep.Step, errNoRun.Error())
+		}
 		return 0, errNoRun
 	}
 	if err := cur.run.Step(rep.Step, w.now()); err != nil {
 		w.mu.Unlock()
+		w.pushRefusal(cur, "progress", rep.Step, err.Error())
 		return 0, errNoRun
 	}
 	n := cur.run.StepsCompleted
@@ -340,14 +350,32 @@ func (w *Worker) reportProgress(token string, rep protocol.ProgressReport) (int,
 }
 
 func (w *Worker) pushProgress(cur *current, step string, pct *int, output, level string) {
+	w.pushEvent(cur, protocol.Progress{Step: step, ProgressPct: pct, Output: output, Level: level})
+}
+
+// progressRefused publishes a progress call the endpoint could not take
+// (a malformed report) as a warning of the run its token belongs to.
+func (w *Worker) progressRefused(token string, body []byte, cause error) {
+	w.mu.Lock()
+	cur := w.cur
+	own := cur != nil && tokenEqual(token, cur.token)
+	w.mu.Unlock()
+	if own {
+		w.pushRefusal(cur, "progress", string(body), cause.Error())
+	}
+}
+
+// pushEvent publishes a progress event of cur, with the ids, the run's
+// step count and the time filled in, and its text redacted.
+func (w *Worker) pushEvent(cur *current, p protocol.Progress) {
 	if cur.src.output == "" { // a run of the wrapper's own (a session summary)
 		return
 	}
 	w.mu.Lock()
 	n := cur.run.StepsCompleted
 	w.mu.Unlock()
-	p := protocol.Progress{WorkerID: w.cfg.WorkerID, RequestID: cur.task.RequestID, TaskID: cur.task.TaskID,
-		Step: step, ProgressPct: pct, Output: w.redact.Redact(output), Level: level, StepsCompleted: n, Timestamp: w.now()}
+	p.WorkerID, p.RequestID, p.TaskID, p.StepsCompleted, p.Timestamp = w.cfg.WorkerID, cur.task.RequestID, cur.task.TaskID, n, w.now()
+	p.Step, p.Output = w.redact.Redact(p.Step), w.redact.Redact(p.Output)
 	doc, err := p.Encode()
 	if err != nil {
 		return

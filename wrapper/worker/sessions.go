@@ -125,6 +125,8 @@ type SessionDeps struct {
 	Log       *slog.Logger
 	AgentType protocol.AgentType
 	WorkerID  string
+	// Redact, when set, cleans a summary of secrets before it is stored.
+	Redact func(string) string
 }
 
 // NewProjectSessions returns the project policy.
@@ -208,6 +210,9 @@ func (p *ProjectSessions) retire(ctx context.Context, project, sessionID string)
 	text := o.Result.Text
 	if i := strings.LastIndex(text, `{"status"`); i > 0 {
 		text = strings.TrimSpace(text[:i])
+	}
+	if p.d.Redact != nil {
+		text = p.d.Redact(text)
 	}
 	if err := p.d.Store.SetProjectContext(ctx, project, text); err != nil {
 		p.log().Warn("store project context", "err", err)

@@ -230,7 +230,8 @@ func TestThresholdScalesWithTheWindow(t *testing.T) {
 // The project policy works from its narrow dependencies alone: the Redis
 // store, a runner for its own turns and a clock. An overflowing session is
 // retired through the runner (one summary turn resuming it), the summary
-// becomes the project's context, and the task starts a new session.
+// becomes the project's context (with its secrets redacted), and the task
+// starts a new session.
 func TestProjectSessionsFromTheirDependencies(t *testing.T) {
 	r := testkit.StartRedis(t)
 	keys := protocol.Keys{}
@@ -245,10 +246,11 @@ func TestProjectSessionsFromTheirDependencies(t *testing.T) {
 	var turns []Invocation
 	run := func(_ context.Context, task protocol.Task, inv Invocation, timeout time.Duration) agent.Outcome {
 		turns = append(turns, inv)
-		return agent.Outcome{Result: &agent.Result{Text: "## Architecture\nSUMMARY\n{\"status\": \"complete\"}"}}
+		return agent.Outcome{Result: &agent.Result{Text: "## Architecture\nSUMMARY key=sk-planted-77\n{\"status\": \"complete\"}"}}
 	}
 	p := NewProjectSessions(SessionDeps{Store: store, Run: run, Now: clk.now, Log: slog.New(slog.NewJSONHandler(io.Discard, nil)),
-		AgentType: protocol.AgentClaude, WorkerID: "w1"}, SessionConfig{ContextThreshold: 1000, Summarize: true})
+		AgentType: protocol.AgentClaude, WorkerID: "w1", Redact: NewRedactor([]string{"X_API_KEY=sk-planted-77"}, "").Redact},
+		SessionConfig{ContextThreshold: 1000, Summarize: true})
 	ctx := context.Background()
 	rc.HSet(ctx, keys.Session(protocol.AgentClaude, "proj"), protocol.SessionFieldSessionID, "old-session",
 		protocol.SessionFieldContextTokens, 5000, protocol.SessionFieldLastActivity, protocol.FormatTime(clk.now()))
@@ -259,7 +261,7 @@ func TestProjectSessionsFromTheirDependencies(t *testing.T) {
 	if len(turns) != 1 || turns[0].ResumeID != "old-session" || turns[0].Prompt != SummaryPrompt {
 		t.Fatalf("summary turns %+v", turns)
 	}
-	if plan.Context != "## Architecture\nSUMMARY" {
+	if plan.Context != "## Architecture\nSUMMARY key=[REDACTED]" { // stored redacted
 		t.Fatalf("the new session's context %q", plan.Context)
 	}
 }

@@ -14,7 +14,10 @@
 //   - sessions.go: which agent session a task runs in;
 //   - publisher.go: events to Redis, and the retry policy of writes;
 //   - heartbeat.go, progress.go: the heartbeat, and the progress and
-//     health endpoint.
+//     health endpoint;
+//   - permissions.go: ALLOWED_COMMANDS as each CLI's permission flags, the
+//     guard of Droid's shell calls, refusals published as warnings;
+//   - redact.go: redaction of the structured fields of an output.
 package worker
 
 import (
@@ -91,18 +94,18 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	if w.environ == nil {
 		w.environ = os.Environ()
 	}
+	w.redact = NewRedactor(w.environ, cfg.RedisURL)
 	if w.sessions == nil {
 		if cfg.SessionPolicy == "new" {
 			w.sessions = NewSessions{}
 		} else {
 			w.sessions = NewProjectSessions(SessionDeps{Store: r, Run: w.runOwnTurn, Now: w.now, Log: w.log,
-				AgentType: cfg.AgentType, WorkerID: cfg.WorkerID}, cfg.Sessions)
+				AgentType: cfg.AgentType, WorkerID: cfg.WorkerID, Redact: w.redact.Redact}, cfg.Sessions)
 		}
 	}
 	if cfg.Persistent {
 		w.persist = &persistentAgent{log: w.log, argv: cfg.PersistentArgv}
 	}
-	w.redact = NewRedactor(w.environ, cfg.RedisURL)
 	w.pub = newPublisher(r, cfg, w.log, w.now)
 	w.machine = protocol.NewWorkerMachine(cfg.WorkerID, w.now())
 	return w, nil

@@ -287,7 +287,8 @@ func TestInvalidTaskIsAnsweredAndAcknowledged(t *testing.T) {
 	e.rc.XAdd(ctx, &redis.XAddArgs{Stream: in, Values: map[string]any{"payload": `x`}})
 	e.send(in, protocol.Task{RequestID: "good", Prompt: "fake:complete"})
 	outs := e.waitOutputs(out, 4, 10*time.Second)
-	if outs[0].RequestID != "bad-1" || outs[0].Error.Code != protocol.CodeInvalidTask || !strings.Contains(outs[0].Error.Message, "field prompt") {
+	if !strings.HasPrefix(outs[0].RequestID, "invalid-") || outs[0].Error.Code != protocol.CodeInvalidTask ||
+		!strings.Contains(outs[0].Error.Message, "field prompt") || !strings.Contains(outs[0].Error.Message, "request_id was bad-1") {
 		t.Errorf("first %+v %+v", outs[0], outs[0].Error)
 	}
 	for _, o := range outs[1:3] {
@@ -358,9 +359,12 @@ func TestProgressEndpointRefusesWhatItMust(t *testing.T) {
 		return resp.StatusCode
 	}
 	testkit.Eventually(e.t, "progress endpoints", 5*time.Second, func() bool { return denied.ProgressURL() != "" && w.ProgressURL() != "" })
+	// Progress is the runtime's own channel: a worker whose ALLOWED_COMMANDS
+	// lacks worker.progress takes progress calls too (this one belongs to
+	// no run).
 	url = denied.ProgressURL()
-	if c := post("x", `{"step":"s"}`); c != http.StatusForbidden {
-		t.Errorf("not allowed: %d", c)
+	if c := post("x", `{"step":"s"}`); c != http.StatusConflict {
+		t.Errorf("without worker.progress in ALLOWED_COMMANDS: %d, want 409 (no run)", c)
 	}
 	url = w.ProgressURL()
 	if c := post("x", `{"step":"s"}`); c != http.StatusConflict {
@@ -492,4 +496,40 @@ func TestRedisRestartMidTaskGivesExactlyOneOutput(t *testing.T) {
 		n, _ := e.rc.Exists(context.Background(), e.keys.Heartbeat(id)).Result()
 		return n == 1
 	})
+}
+
+// A malformed entry that claims the request id of a run another worker is
+// doing is answered under invalid-<entry id>: it neither publishes for that
+// run nor keeps the real worker's output from being published.
+func TestInvalidTaskCannotSpeakForAnotherRun(t *testing.T) {
+	a := newEnv(t, protocol.AgentClaude, protocol.KindLongLived)
+	a.start()
+	b := *a
+	b.cfg.WorkerID += "-b"
+	b.start()
+	ctx := context.Background()
+	inA, outA := a.keys.Input(a.cfg.WorkerID), a.keys.Output(a.cfg.WorkerID)
+	inB, outB := b.keys.Input(b.cfg.WorkerID), b.keys.Output(b.cfg.WorkerID)
+	a.send(inA, protocol.Task{RequestID: "shared-r", Prompt: "fake:sleep-1500 fake:complete"})
+	testkit.Eventually(t, "A running shared-r", 10*time.Second, func() bool {
+		s, _ := a.rc.HGet(ctx, a.keys.Run("shared-r"), protocol.RunFieldStatus).Result()
+		return s == string(protocol.RunRunning)
+	})
+	id, err := a.rc.XAdd(ctx, &redis.XAddArgs{Stream: inB, Values: map[string]any{"data": `{"v":1,"type":"task","request_id":"shared-r","prompt":""}`}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bOut := b.waitOutputs(outB, 1, 10*time.Second)[0]
+	if bOut.RequestID != "invalid-"+id || bOut.Error == nil || bOut.Error.Code != protocol.CodeInvalidTask ||
+		!strings.Contains(bOut.Error.Message, "shared-r") {
+		t.Fatalf("B answered %+v (error %+v), want invalid-%s echoing shared-r in the message", bOut, bOut.Error, id)
+	}
+	aOut := a.waitOutputs(outA, 1, 20*time.Second)[0]
+	if aOut.RequestID != "shared-r" || aOut.Status != protocol.StatusComplete {
+		t.Fatalf("A's output %+v (error %+v)", aOut, aOut.Error)
+	}
+	run, _ := a.rc.HGetAll(ctx, a.keys.Run("shared-r")).Result()
+	if run[protocol.RunFieldStatus] != string(protocol.RunCompleted) || run[protocol.RunFieldWorkerID] != a.cfg.WorkerID {
+		t.Errorf("run hash of shared-r: %v", run)
+	}
 }

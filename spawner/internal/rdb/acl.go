@@ -2,6 +2,8 @@ package rdb
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 
 	"github.com/agentvisor/agentvisor/protocol"
@@ -66,19 +68,88 @@ func (r *RDB) ACLSupported(ctx context.Context) (bool, error) {
 }
 
 // SetWorkerUser creates (or resets) a worker's user with its password and
-// rules. Safe to retry: it resets the user first.
+// rules, and records the password's SHA-256 (never the password) so that
+// the user can be made again after a Redis restart: ACL users live in
+// memory, not in the append-only file. Safe to retry: it resets the user
+// first.
 func (r *RDB) SetWorkerUser(ctx context.Context, id, password string, kind protocol.Kind) error {
-	rules := append([]string{"reset", "on", ">" + password}, r.WorkerACL(id, kind)...)
+	sum := sha256.Sum256([]byte(password))
+	hash := hex.EncodeToString(sum[:])
+	if err := r.C.HSet(ctx, r.Keys.WorkerUsers(), id, string(kind)+" "+hash).Err(); err != nil {
+		return err
+	}
+	return r.setUser(ctx, id, hash, kind)
+}
+
+func (r *RDB) setUser(ctx context.Context, id, hash string, kind protocol.Kind) error {
+	rules := append([]string{"reset", "on", "#" + hash}, r.WorkerACL(id, kind)...)
 	return r.C.ACLSetUser(ctx, r.WorkerUser(id), rules...).Err()
 }
 
-// DeleteWorkerUser deletes a worker's user (no error when it is gone).
-func (r *RDB) DeleteWorkerUser(ctx context.Context, id string) error {
-	return r.C.ACLDelUser(ctx, r.WorkerUser(id)).Err()
+// RestoreWorkerUsers makes again the recorded worker users that Redis
+// lost (a restart), and returns how many.
+func (r *RDB) RestoreWorkerUsers(ctx context.Context) (int, error) {
+	recorded, err := r.C.HGetAll(ctx, r.Keys.WorkerUsers()).Result()
+	if err != nil || len(recorded) == 0 {
+		return 0, err
+	}
+	have, err := r.liveWorkerUsers(ctx)
+	if err != nil {
+		return 0, err
+	}
+	exists := map[string]bool{}
+	for _, id := range have {
+		exists[id] = true
+	}
+	n := 0
+	for id, v := range recorded {
+		kind, hash, ok := strings.Cut(v, " ")
+		if exists[id] || !ok {
+			continue
+		}
+		if err := r.setUser(ctx, id, hash, protocol.Kind(kind)); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
-// WorkerUsers returns the ids of the worker users of this key prefix.
+// DeleteWorkerUser deletes a worker's user and its record (no error when
+// it is gone).
+func (r *RDB) DeleteWorkerUser(ctx context.Context, id string) error {
+	if err := r.C.ACLDelUser(ctx, r.WorkerUser(id)).Err(); err != nil {
+		return err
+	}
+	return r.C.HDel(ctx, r.Keys.WorkerUsers(), id).Err()
+}
+
+// WorkerUsers returns the ids of the worker users of this key prefix, as
+// Redis has them and as recorded.
 func (r *RDB) WorkerUsers(ctx context.Context) ([]string, error) {
+	ids, err := r.liveWorkerUsers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for _, id := range ids {
+		seen[id] = true
+	}
+	recorded, err := r.C.HKeys(ctx, r.Keys.WorkerUsers()).Result()
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range recorded {
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// liveWorkerUsers returns the ids of the worker users Redis has now.
+func (r *RDB) liveWorkerUsers(ctx context.Context) ([]string, error) {
 	users, err := r.C.ACLUsers(ctx).Result()
 	if err != nil {
 		return nil, err

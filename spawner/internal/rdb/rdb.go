@@ -149,6 +149,8 @@ var names = strings.NewReplacer(
 	"$WORKER_STATE", protocol.StatusFieldState,
 	"$WORKER_REQUEST", protocol.StatusFieldRequestID,
 	"$BUSY", string(protocol.WorkerBusy),
+	"$STOPPING", string(protocol.WorkerStopping),
+	"$STOPPED", string(protocol.WorkerStopped),
 	"$SESSION_WORKER_EXPIRES_MS", protocol.SessionFieldWorkerExpiresMS,
 	"$SESSION_WORKER_EXPIRES", protocol.SessionFieldWorkerExpires,
 	"$SESSION_WORKER", protocol.SessionFieldWorkerID,

@@ -3,6 +3,7 @@ package rdb
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,6 +141,10 @@ func TestBusySeesEveryTaskInFlight(t *testing.T) {
 		}
 		return b
 	}
+	if b := busy(); b != BusyEnding {
+		t.Fatalf("not in the workers set: %q", b)
+	}
+	r.C.SAdd(ctx, r.Keys.Workers(), "w", "d1", "d2")
 	if b := busy(); b != NotBusy {
 		t.Fatalf("no stream: %q", b)
 	}
@@ -166,6 +171,10 @@ func TestBusySeesEveryTaskInFlight(t *testing.T) {
 	r.C.HSet(ctx, r.Keys.Status("w"), protocol.StatusFieldState, string(protocol.WorkerIdle), protocol.StatusFieldRequestID, "r1")
 	if b := busy(); b != BusyTask {
 		t.Fatalf("request in flight: %q", b)
+	}
+	r.C.HSet(ctx, r.Keys.Status("w"), protocol.StatusFieldState, string(protocol.WorkerStopping), protocol.StatusFieldRequestID, "")
+	if b := busy(); b != BusyEnding {
+		t.Fatalf("shutting down: %q", b)
 	}
 	// Developer workers: the shared queue's held entries count per consumer.
 	dev := r.Keys.DeveloperInput()
@@ -270,5 +279,37 @@ func TestTrimKeepsEveryTaskNotYetDone(t *testing.T) {
 	}
 	if l := r.C.XLen(ctx, in).Val(); l != 3 {
 		t.Fatalf("%d entries left, want the last delivered and two unread", l)
+	}
+}
+
+// Worker users come back after Redis loses them (a restart: ACL users are
+// not in the append-only file), with the same password, which Redis never
+// stores in clear.
+func TestWorkerUsersAreRestored(t *testing.T) {
+	r, ctx := newRDB(t)
+	if err := r.SetWorkerUser(ctx, "w1", "s3cret-pass", protocol.KindLongLived); err != nil {
+		t.Fatal(err)
+	}
+	if v := r.C.HGet(ctx, r.Keys.WorkerUsers(), "w1").Val(); strings.Contains(v, "s3cret") {
+		t.Fatalf("the password is recorded in clear: %q", v)
+	}
+	r.C.ACLDelUser(ctx, r.WorkerUser("w1")) // lost, as in a restart
+	if n, err := r.RestoreWorkerUsers(ctx); err != nil || n != 1 {
+		t.Fatalf("restored %d (%v), want 1", n, err)
+	}
+	if n, _ := r.RestoreWorkerUsers(ctx); n != 0 {
+		t.Fatalf("restored %d users that exist", n)
+	}
+	opt := r.C.(*redis.Client).Options()
+	wc := redis.NewClient(&redis.Options{Addr: opt.Addr, Username: r.WorkerUser("w1"), Password: "s3cret-pass"})
+	defer wc.Close()
+	if err := wc.HSet(ctx, r.Keys.Status("w1"), "x", "1").Err(); err != nil {
+		t.Fatalf("the restored user: %v", err)
+	}
+	if err := r.DeleteWorkerUser(ctx, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := r.RestoreWorkerUsers(ctx); n != 0 || r.C.HLen(ctx, r.Keys.WorkerUsers()).Val() != 0 {
+		t.Fatal("a deleted user came back")
 	}
 }

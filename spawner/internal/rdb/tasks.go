@@ -21,9 +21,14 @@ const (
 	BusyTask    Busy = "task_in_flight"
 	BusyHeld    Busy = "task_held"
 	BusyWaiting Busy = "task_waiting"
+	// BusyEnding: the worker is being retired (it left the workers set)
+	// or its wrapper is shutting down: freezing it would only stall its
+	// end.
+	BusyEnding Busy = "ending"
 )
 
-// busyScript: KEYS status hash, input stream; ARGV group, consumer.
+// busyScript: KEYS status hash, input stream, workers set; ARGV group,
+// consumer (the worker id).
 // One read of everything that says a task is in flight, atomic with the
 // entries' delivery, so that no task can slip between the checks.
 var busyScript = script(`
@@ -34,7 +39,9 @@ local function less(a, b)
   if am ~= bm then return am < bm end
   return as < bs
 end
+if redis.call('SISMEMBER', KEYS[3], ARGV[2]) == 0 then return 'ending' end
 local h = redis.call('HMGET', KEYS[1], '$WORKER_STATE', '$WORKER_REQUEST')
+if h[1] == '$STOPPING' or h[1] == '$STOPPED' then return 'ending' end
 if h[1] == '$BUSY' or (h[2] and h[2] ~= '') then return 'task_in_flight' end
 if redis.call('EXISTS', KEYS[2]) == 0 then return '' end
 local ok, p = pcall(redis.call, 'XPENDING', KEYS[2], ARGV[1], '-', '+', 1, ARGV[2])
@@ -61,7 +68,7 @@ return 'task_waiting'
 // and group are its input stream and consumer group; the consumer is its
 // id.
 func (r *RDB) Busy(ctx context.Context, id, input, group string) (Busy, error) {
-	s, err := busyScript.Run(ctx, r.C, []string{r.Keys.Status(id), input}, group, id).Text()
+	s, err := busyScript.Run(ctx, r.C, []string{r.Keys.Status(id), input, r.Keys.Workers()}, group, id).Text()
 	return Busy(s), err
 }
 

@@ -42,8 +42,10 @@ func run() int {
 		switch os.Args[1] {
 		case "progress":
 			return worker.ProgressCommand(os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
+		case "guard": // Droid's PreToolUse hook: may this command run?
+			return worker.GuardCommand(os.Stdin, os.Getenv, os.Stderr)
 		case "-h", "--help", "help":
-			fmt.Println("usage: worker-wrapper            (serve tasks; configuration from the environment)\n       worker-wrapper progress --step TEXT [--pct N] [--output TEXT]")
+			fmt.Println("usage: worker-wrapper            (serve tasks; configuration from the environment)\n       worker-wrapper progress --step TEXT [--pct N] [--output TEXT]\n       worker-wrapper guard           (Droid's PreToolUse hook; reads the hook's JSON on stdin)")
 			return 0
 		default:
 			fmt.Fprintf(os.Stderr, "worker-wrapper: unknown command %q\n", os.Args[1])

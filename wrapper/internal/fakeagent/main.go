@@ -18,6 +18,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -76,12 +77,25 @@ func parseArgs(args []string) (droid bool, prompt, resume string) {
 	}
 	takesValue := map[string]bool{"-p": false, "--output-format": true, "-o": true, "--resume": true, "-s": true,
 		"--session-id": true, "--append-system-prompt": true, "--json-schema": true, "-m": true, "--model": true,
-		"--auto": true, "--permission-mode": true, "--input-format": true, "--cwd": true}
+		"--auto": true, "--permission-mode": true, "--input-format": true, "--cwd": true, "--settings": true}
+	fromStdin, streamInput := false, false
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		switch {
-		case a == "-p" && !droid && i+1 < len(args):
-			prompt = args[i+1]
+		case a == "-p" && !droid:
+			// claude -p PROMPT, or -p with the prompt on stdin
+			if i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+				prompt = args[i+1]
+				i++
+			} else {
+				fromStdin = true
+			}
+		case a == "-f" && droid && i+1 < len(args): // droid exec -f FILE (the wrapper: /dev/stdin)
+			b, _ := os.ReadFile(args[i+1])
+			prompt = string(b)
+			i++
+		case a == "--input-format": // persistent: stdin carries messages, not one prompt
+			streamInput = true
 			i++
 		case a == "--resume" || a == "-s" || a == "--session-id":
 			if i+1 < len(args) {
@@ -94,6 +108,10 @@ func parseArgs(args []string) (droid bool, prompt, resume string) {
 		default:
 			prompt = a
 		}
+	}
+	if fromStdin && !streamInput && prompt == "" {
+		b, _ := io.ReadAll(os.Stdin)
+		prompt = string(b)
 	}
 	return droid, prompt, resume
 }

@@ -305,7 +305,8 @@ func (r *RDB) Del(ctx context.Context, keys ...string) error {
 // terminal; the output stream is trimmed to about a maximum length.
 //
 // KEYS[1] run hash, KEYS[2] output stream, KEYS[3] input stream,
-// KEYS[4...] usage hashes to add to.
+// KEYS[4...] usage hashes to add to: project, worker, and the session's
+// (KEYS[6], which expires with the run retention after its last task).
 // ARGV[1] group, ARGV[2] entry id ("" for none), ARGV[3] output document,
 // ARGV[4] run retention in ms (0: none), ARGV[5] stream MAXLEN (0: none),
 // ARGV[6] number of run field/value arguments (r), ARGV[7] number of usage
@@ -338,6 +339,11 @@ if st ~= 'completed' and st ~= 'failed' then
   end
   if tonumber(ARGV[4]) > 0 then
     redis.call('PEXPIRE', KEYS[1], ARGV[4])
+    if #KEYS >= 6 then
+      -- A session's counters live as long as a run after its last task
+      -- (a session per task would otherwise leave a hash per task).
+      redis.call('PEXPIRE', KEYS[6], ARGV[4])
+    end
   end
   published = 1
 end

@@ -147,6 +147,12 @@ func TestFinishTaskCountsUsageOnceWithRetention(t *testing.T) {
 	if ttl, _ := db.c.PTTL(ctx, db.Keys.Run("r1")).Result(); ttl <= 0 || ttl > time.Hour {
 		t.Errorf("run hash TTL %v, want up to the retention", ttl)
 	}
+	if ttl, _ := db.c.PTTL(ctx, db.Keys.UsageSession("s")).Result(); ttl <= 0 || ttl > time.Hour {
+		t.Errorf("session usage TTL %v, want the run retention after its last task", ttl)
+	}
+	if ttl, _ := db.c.PTTL(ctx, db.Keys.UsageProject("p")).Result(); ttl != -1 {
+		t.Errorf("project usage TTL %v, want none (it is the project's bill)", ttl)
+	}
 	if n, _ := db.c.XLen(ctx, out).Result(); n > 8 {
 		t.Errorf("output stream holds %d entries, want about 4", n)
 	}

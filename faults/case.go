@@ -1,0 +1,410 @@
+package faults
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/protocol/testkit"
+)
+
+// Options describe a case.
+type Options struct {
+	Name      string // its row in FAULTS.md
+	Fault     string // what is injected, for FAULTS.md
+	Recovered string // what "recovered" means in this case, and its bound
+	// Detected says what the case's detection time measures (none when
+	// the case sees no single moment the runtime noticed the fault).
+	Detected string
+	// MaxWorkers is MAX_CONCURRENT_WORKERS (10 when 0).
+	MaxWorkers int
+	// Heartbeat is HEARTBEAT_INTERVAL (1 s when 0): short, so that a case
+	// judges liveness in seconds.
+	Heartbeat time.Duration
+	// Env is more environment for every manager of the case; it overrides
+	// the case's defaults.
+	Env map[string]string
+}
+
+// StopTimeout is WORKER_STOP_TIMEOUT for every case: the least the
+// manager takes (the wrapper's shutdown grace is 10 s shorter).
+const StopTimeout = 12 * time.Second
+
+// CreationGrace is CREATION_GRACE for every case.
+const CreationGrace = 5 * time.Second
+
+// Lease returns the lease the suite gives its managers as LEASE_TTL (the
+// suite's own LEASE_TTL, 3 s by default, instead of the managers' 15 s):
+// a queued or admitted create, a retirement, the leader's lease and the
+// idle time after which a dead manager's commands are claimed each cost
+// at most one lease after a crash (issue 11), and the cases' bounds count
+// in leases.
+func Lease() time.Duration {
+	v := os.Getenv("LEASE_TTL")
+	if n, err := strconv.ParseFloat(v, 64); err == nil && n > 0 { // seconds, as the manager reads it too
+		return time.Duration(n * float64(time.Second))
+	}
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return d
+	}
+	return 3 * time.Second
+}
+
+// Long reports whether the long cases run too (FAULTS_LONG=1, which `make
+// faults` sets).
+func Long() bool { v := os.Getenv("FAULTS_LONG"); return v == "1" || v == "true" }
+
+// Case is one fault case: its own Redis (append-only file fsynced on every
+// write, so that a SIGKILLed Redis restarted on its port keeps its data),
+// its own key prefix (so its containers carry a label no other case's do),
+// its managers, and the ledger of what it sent. When the test ends, even
+// on failure, it stops its managers (SIGTERM, as a supervisor would: the
+// final shutdown), counts the containers left, removes them, and records
+// the case's row.
+type Case struct {
+	T      *testing.T
+	Opt    Options
+	Prefix string
+	Keys   protocol.Keys
+	Redis  *testkit.Redis
+	RC     *redis.Client
+	L      *Ledger
+	Lease  time.Duration
+
+	replies string
+	begun   time.Time
+
+	mu        sync.Mutex
+	managers  []*Manager
+	seq       int
+	recovery  string
+	recovered *bool
+	detection string
+	unwanted  int
+	notes     []string
+	settled   map[string][]Answer // the answers when the checks ended
+	stops     []func()            // run before the final shutdown
+	afters    []func()            // run after it (what the managers need until they stop)
+}
+
+var slugRe = regexp.MustCompile(`[^a-z0-9]+`)
+
+// NewCase sets a case up; the test fails at once when Docker or Redis is
+// missing (nothing is skipped).
+func NewCase(t *testing.T, opt Options) *Case {
+	t.Helper()
+	testkit.RequireDocker(t)
+	ensureBuilt(t)
+	if opt.MaxWorkers == 0 {
+		opt.MaxWorkers = 10
+	}
+	if opt.Heartbeat == 0 {
+		opt.Heartbeat = time.Second
+	}
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	slug := slugRe.ReplaceAllString(strings.ToLower(strings.TrimPrefix(t.Name(), "Test")), "-")
+	if len(slug) > 30 {
+		slug = slug[:30]
+	}
+	prefix := "faults-" + strings.Trim(slug, "-") + "-" + hex.EncodeToString(b)
+	keys, err := protocol.NewKeys(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := testkit.StartRedisWith(t, testkit.RedisOptions{Persist: true})
+	rc := redis.NewClient(&redis.Options{Addr: r.Addr, DialTimeout: time.Second, ReadTimeout: 2 * time.Second, MaxRetries: -1})
+	c := &Case{T: t, Opt: opt, Prefix: prefix, Keys: keys, Redis: r, RC: rc, Lease: Lease(),
+		replies: keys.Replies("faults"), begun: time.Now()}
+	c.L = newLedger(rc, keys, c.replies)
+	// Registered after Redis's own cleanup, so it runs first.
+	t.Cleanup(c.finish)
+	t.Logf("case %q: key prefix %s, redis %s", opt.Name, prefix, r.Addr)
+	return c
+}
+
+// ManagerEnv is the environment of a manager of the case: short
+// intervals, so that a case takes seconds.
+func (c *Case) ManagerEnv(id string) map[string]string {
+	env := map[string]string{
+		"REDIS_URL":               c.Redis.URL(),
+		"WORKER_KEY_PREFIX":       c.Prefix,
+		"MANAGER_ID":              id,
+		"MAX_CONCURRENT_WORKERS":  strconv.Itoa(c.Opt.MaxWorkers),
+		"HEARTBEAT_INTERVAL":      c.Opt.Heartbeat.String(),
+		"RECONCILE_INTERVAL":      "2s",
+		"CREATION_GRACE":          CreationGrace.String(),
+		"WORKER_STOP_TIMEOUT":     StopTimeout.String(),
+		"WORKER_CREATION_TIMEOUT": "60s",
+		"WORKER_PROJECT_VOLUMES":  "false",
+		"WORKER_BASE_IMAGE":       BaseImage,
+		"WORKER_MEMORY_LIMIT":     "256m",
+		"LEASE_TTL":               c.Lease.String(),
+		"WORKER_ENV":              `{"AGENT_BIN":"` + FakeAgent + `","SESSION_POLICY":"new"}`,
+	}
+	if h := os.Getenv("DOCKER_HOST"); h != "" {
+		env["DOCKER_HOST"] = h
+	}
+	for k, v := range c.Opt.Env {
+		env[k] = v
+	}
+	return env
+}
+
+// StartManager starts a worker-manager with MANAGER_ID id and the case's
+// environment, changed by extra; it waits until the manager reads the
+// command stream.
+func (c *Case) StartManager(id string, extra map[string]string) *Manager {
+	c.T.Helper()
+	env := c.ManagerEnv(id)
+	for k, v := range extra {
+		env[k] = v
+	}
+	m, err := startManager(c.T.TempDir(), id, env)
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	c.mu.Lock()
+	c.managers = append(c.managers, m)
+	c.mu.Unlock()
+	// Ready: it reads the command stream under its MANAGER_ID (the
+	// consumer name the README documents).
+	if !c.waitFor(15*time.Second, func() bool { return !m.Running() || c.consumerSeen(id) }) || !m.Running() {
+		c.T.Fatalf("manager %s did not start reading commands (no consumer %q in group %s) within 15 s; its log:\n%s",
+			id, id, protocol.ManagerGroup, m.LogTail(30))
+	}
+	return m
+}
+
+// consumerSeen reports whether id is a consumer of the managers group on
+// the command stream: it has read commands at least once.
+func (c *Case) consumerSeen(id string) bool {
+	cs, err := c.RC.XInfoConsumers(context.Background(), c.Keys.Commands(), protocol.ManagerGroup).Result()
+	if err != nil {
+		return false
+	}
+	for _, x := range cs {
+		if x.Name == id {
+			return true
+		}
+	}
+	return false
+}
+
+// PendingAt returns how many commands consumer id holds delivered and not
+// acknowledged.
+func (c *Case) PendingAt(id string) int64 {
+	cs, err := c.RC.XInfoConsumers(context.Background(), c.Keys.Commands(), protocol.ManagerGroup).Result()
+	if err != nil {
+		return 0
+	}
+	for _, x := range cs {
+		if x.Name == id {
+			return x.Pending
+		}
+	}
+	return 0
+}
+
+// waitFor polls f every 50 ms until it holds or bound passes.
+func (c *Case) waitFor(bound time.Duration, f func() bool) bool {
+	deadline := time.Now().Add(bound)
+	for {
+		if f() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (c *Case) next(kind string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	return fmt.Sprintf("%s-%d", kind, c.seq)
+}
+
+// Unwanted counts workers that should not exist (an unrequested
+// replacement, a second container for one create) as orphans.
+func (c *Case) Unwanted(n int, why string) {
+	if n <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.unwanted += n
+	c.notes = append(c.notes, fmt.Sprintf("%d unwanted: %s", n, why))
+}
+
+// Note adds a line to the case's row.
+func (c *Case) Note(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.notes = append(c.notes, fmt.Sprintf(format, args...))
+	c.T.Logf(format, args...)
+}
+
+// Recovered records the time the case took to recover from its fault.
+func (c *Case) Recovered(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ok := true
+	c.recovery, c.recovered = roundDur(d), &ok
+	c.T.Logf("recovered in %s", c.recovery)
+}
+
+// Detection records the time from the fault to the runtime's first
+// answer to it (Options.Detected says which).
+func (c *Case) Detection(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.detection = roundDur(d)
+}
+
+// NotRecovered records that the case did not recover within its bound.
+func (c *Case) NotRecovered(bound time.Duration, why string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ok := false
+	c.recovery, c.recovered = "not within "+roundDur(bound), &ok
+	c.notes = append(c.notes, why)
+	c.T.Logf("not recovered within %s: %s", roundDur(bound), why)
+}
+
+// Settle marks the end of the case's checks: answers that come after
+// (with the final shutdown) do not save a request.
+func (c *Case) Settle() {
+	a := c.answers()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.settled == nil {
+		c.settled = a
+	}
+}
+
+// OnFinish runs f when the case ends, before the final shutdown.
+func (c *Case) OnFinish(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stops = append(c.stops, f)
+}
+
+// AfterFinish runs f when the case ends, after the final shutdown and the
+// count of what was left.
+func (c *Case) AfterFinish(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.afters = append(c.afters, f)
+}
+
+// finish is the case's end: the final shutdown of its managers, orphans
+// counted and removed, the row recorded, and the verdict.
+func (c *Case) finish() {
+	t := c.T
+	c.mu.Lock()
+	stops, afters := c.stops, c.afters
+	c.mu.Unlock()
+	defer func() {
+		for i := len(afters) - 1; i >= 0; i-- {
+			afters[i]()
+		}
+	}()
+	for i := len(stops) - 1; i >= 0; i-- {
+		stops[i]()
+	}
+	if !c.Redis.Running() {
+		if err := c.Redis.Start(); err != nil {
+			t.Errorf("restart redis for the final count: %v", err)
+		}
+	}
+	c.Settle()
+	c.mu.Lock()
+	managers := append([]*Manager(nil), c.managers...)
+	c.mu.Unlock()
+	// The final shutdown: what a supervisor does, SIGTERM, then SIGKILL
+	// past the stop timeout and a margin (a wrapper's shutdown grace is 10 s
+	// shorter than the stop timeout, so every worker is gone by then).
+	bound := StopTimeout + 5*time.Second
+	for _, m := range managers {
+		if !m.Running() {
+			continue
+		}
+		if exited, took := m.Terminate(bound); !exited {
+			c.Note("final shutdown: manager %s did not exit within %s of SIGTERM (SIGKILLed)", m.ID, roundDur(took))
+		}
+	}
+	left := c.Containers()
+	if len(left) > 0 {
+		var states []string
+		for _, x := range left {
+			states = append(states, short(x.WorkerID)+" "+x.State)
+			_, _ = docker("rm", "-f", x.ID)
+		}
+		c.Note("%d containers left after the final shutdown (%s)", len(left), strings.Join(states, ", "))
+	}
+	tally := c.L.Tally(c.settled, c.answers())
+	c.mu.Lock()
+	row := Row{Case: c.Opt.Name, Fault: c.Opt.Fault, RecoveredMeans: c.Opt.Recovered, DetectedMeans: c.Opt.Detected, Tasks: tally.Sent,
+		Lost: tally.Lost, Duplicated: tally.Duplicated, Orphans: len(left) + c.unwanted, Recovery: c.recovery,
+		Took: time.Since(c.begun)}
+	notRecovered := c.recovered != nil && !*c.recovered
+	if row.Recovery == "" {
+		row.Recovery = "—"
+	}
+	row.Detection = c.detection
+	if row.Detection == "" {
+		row.Detection = "—"
+	}
+	notes := tally.Notes
+	if len(notes) > 6 {
+		notes = append(notes[:6:6], fmt.Sprintf("and %d more such", len(notes)-6))
+	}
+	notes = append(notes, c.notes...)
+	c.mu.Unlock()
+	var failures []string
+	if row.Lost > 0 {
+		failures = append(failures, fmt.Sprintf("%d lost", row.Lost))
+	}
+	if row.Duplicated > 0 {
+		failures = append(failures, fmt.Sprintf("%d duplicated", row.Duplicated))
+	}
+	if row.Orphans > 0 {
+		failures = append(failures, fmt.Sprintf("%d orphans", row.Orphans))
+	}
+	if notRecovered {
+		failures = append(failures, "not recovered within its bound")
+	}
+	if t.Failed() && len(failures) == 0 {
+		notes = append(notes, "the case itself failed (see the test log)")
+	}
+	row.Pass = len(failures) == 0 && !t.Failed()
+	row.Notes = strings.Join(notes, "; ")
+	record(row)
+	for _, n := range tally.Notes {
+		t.Log(n)
+	}
+	if len(failures) > 0 {
+		t.Errorf("%s: %s of %d requests (goal 0 lost, 0 duplicated, 0 orphans, recovery within the bound)",
+			c.Opt.Name, strings.Join(failures, ", "), row.Tasks)
+	}
+	if !row.Pass || os.Getenv("FAULTS_DEBUG") != "" {
+		for _, m := range managers {
+			t.Logf("manager %s (pid %d), last lines of its log:\n%s", m.ID, m.Pid(), m.LogTail(20))
+		}
+	}
+	c.RC.Close()
+}

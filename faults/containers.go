@@ -1,0 +1,65 @@
+package faults
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// DockerTimeout bounds every docker CLI call of the harness but builds and
+// the events stream.
+const DockerTimeout = 60 * time.Second
+
+// docker runs the docker CLI with a timeout and returns its combined
+// output.
+func docker(args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), DockerTimeout)
+	defer cancel()
+	return exec.CommandContext(ctx, "docker", args...).CombinedOutput()
+}
+
+// Container is a labelled container of the case.
+type Container struct {
+	ID, State, WorkerID string
+}
+
+// Containers lists the containers labelled with the case's key prefix,
+// whatever their state.
+func (c *Case) Containers() []Container {
+	out, err := docker("ps", "-a", "--no-trunc", "--filter", "label="+protocol.LabelKeyPrefix+"="+c.Prefix,
+		"--format", `{{.ID}}	{{.State}}	{{.Label "`+protocol.LabelWorkerID+`"}}`)
+	if err != nil {
+		c.T.Errorf("docker ps: %v", err)
+		return nil
+	}
+	var cs []Container
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if f := strings.Split(line, "\t"); len(f) == 3 {
+			cs = append(cs, Container{ID: f[0], State: f[1], WorkerID: f[2]})
+		}
+	}
+	return cs
+}
+
+// ContainerOf returns the container of a worker ("" when none).
+func (c *Case) ContainerOf(worker string) string {
+	for _, x := range c.Containers() {
+		if x.WorkerID == worker {
+			return x.ID
+		}
+	}
+	return ""
+}
+
+// Docker runs a docker command and fails the test when it fails.
+func (c *Case) Docker(args ...string) string {
+	c.T.Helper()
+	out, err := docker(args...)
+	if err != nil {
+		c.T.Fatalf("docker %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}

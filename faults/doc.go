@@ -1,0 +1,27 @@
+// Package faults is the fault suite of the runtime (`make faults`): each
+// case is one Go test that injects a fault an operator meets (a manager
+// SIGKILLed mid-create, a Redis outage, a worker killed with tasks queued,
+// a reply lost on the wire...) into real worker-manager processes, a real
+// Redis and real worker containers whose agent is the wrapper's fake one,
+// and counts what users rely on: every request (task or command) answered
+// exactly once, no container left behind or made unasked, and a bounded
+// recovery. Each case writes a row of FAULTS.md.
+//
+// The suite is black-box on purpose, so that it outlives rewrites of the
+// control plane: it builds bin/worker-manager from spawner/cmd/worker-manager
+// and runs it as separate processes (so they can be SIGKILLed or frozen),
+// configured by the environment only, and talks to them through Redis only,
+// with the names and documents of the protocol package. Containers of a
+// case are found by their key-prefix label, unique per case.
+//
+// The harness (this package's non-test files) holds no case: Case
+// (case.go) sets up one case (its Redis, key prefix, managers) and tears
+// it down even when the test fails, recording its row (table.go); the
+// requests it sends and waits for are in requests.go, counted by the
+// Ledger (ledger.go: answers per request); Manager (manager.go) is one
+// worker-manager process; DockerProxy (dockerproxy.go) stands between a
+// manager and the Docker engine to hold or act on its calls; Creations
+// (events.go) counts the containers the engine makes; images.go builds
+// the manager and the images. The cases are the _test.go files: manager
+// crashes, Redis faults, worker faults.
+package faults

@@ -1,0 +1,146 @@
+package faults
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// BaseImage is the worker base the suite's managers build worker images
+// on: worker-base as images/worker-base/Dockerfile makes it, with this
+// checkout's wrapper, plus the wrapper's fake agent at FakeAgent. Its own
+// tag, so that the suite never retags the agentvisor/worker-base:latest
+// other tests and sessions use.
+const BaseImage = "agentvisor/worker-base-faults:latest"
+
+// FakeAgent is where the fake agent sits in BaseImage; a spec's AGENT_BIN
+// points there.
+const FakeAgent = "/usr/local/bin/fake-agent"
+
+// Root returns the repository's top directory (the parent of faults/).
+func Root() string {
+	dir, err := filepath.Abs("..")
+	if err != nil {
+		panic(err)
+	}
+	return dir
+}
+
+// ManagerBin is where the suite builds the worker-manager.
+func ManagerBin() string { return filepath.Join(Root(), "bin", "worker-manager") }
+
+var (
+	buildOnce sync.Once
+	buildErr  error
+)
+
+// ensureBuilt builds, once per test binary, the OS base (when missing),
+// BaseImage and bin/worker-manager. A build that fails fails the test: a
+// case never runs against a stale binary or image.
+func ensureBuilt(t testing.TB) {
+	t.Helper()
+	buildOnce.Do(func() { buildErr = build() })
+	if buildErr != nil {
+		t.Fatalf("faults: build: %v", buildErr)
+	}
+}
+
+func build() error {
+	root := Root()
+	if out, err := exec.Command("bash", filepath.Join(root, "images", "build-base.sh")).CombinedOutput(); err != nil {
+		return fmt.Errorf("images/build-base.sh: %v\n%s", err, out)
+	}
+	ctx, err := os.MkdirTemp("", "faults-base-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(ctx)
+	static := append(os.Environ(), "CGO_ENABLED=0")
+	for _, b := range []struct{ pkg, out string }{
+		{"./cmd/worker-wrapper", "worker-wrapper"},
+		{"./internal/fakeagent", "fake-agent"},
+	} {
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(ctx, b.out), b.pkg)
+		cmd.Dir, cmd.Env = filepath.Join(root, "wrapper"), static
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+		}
+	}
+	df, err := os.ReadFile(filepath.Join(root, "images", "worker-base", "Dockerfile"))
+	if err != nil {
+		return err
+	}
+	df = append(df, []byte("\nCOPY fake-agent "+FakeAgent+"\nLABEL io.agentvisor.image=worker-base-faults\n")...)
+	if err := os.WriteFile(filepath.Join(ctx, "Dockerfile"), df, 0o644); err != nil {
+		return err
+	}
+	if err := dockerBuild(ctx, BaseImage); err != nil {
+		return err
+	}
+	cmd := exec.Command("go", "build", "-o", ManagerBin(), "./cmd/worker-manager")
+	cmd.Dir = filepath.Join(root, "spawner")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build worker-manager: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// dockerBuild builds the context dir as tag with the legacy builder (no
+// buildx plugin needed) on the host network, in 10 minutes at most.
+func dockerBuild(dir, tag string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "docker", "build", "-q", "--network", "host", "-t", tag, dir)
+	cmd.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("docker build %s: %v\n%s", tag, err, out)
+	}
+	return nil
+}
+
+// ColdBase returns a base image of its own for the case: BaseImage with a
+// label no other image has, so that its image ID, hence every worker
+// recipe on it, is new and the manager's first create builds its worker
+// image cold (no layer of the builder's cache applies). The base and the
+// worker images built on it are removed when the case has ended.
+func (c *Case) ColdBase() string {
+	t := c.T
+	t.Helper()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	nonce := hex.EncodeToString(b)
+	tag := "agentvisor/worker-base-faults:cold-" + nonce
+	dir := t.TempDir()
+	df := "FROM " + BaseImage + "\nLABEL io.agentvisor.faults.nonce=" + nonce + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := dockerBuild(dir, tag); err != nil {
+		t.Fatal(err)
+	}
+	id, err := docker("image", "inspect", "-f", "{{.Id}}", tag)
+	if err != nil {
+		t.Fatalf("inspect %s: %v", tag, err)
+	}
+	baseID := strings.TrimSpace(string(id))
+	c.AfterFinish(func() {
+		// Worker images name their base's ID in their recipe label.
+		ids, _ := docker("images", "-q", "--no-trunc", "--filter", "label=io.agentvisor.managed=true")
+		for _, imgID := range strings.Fields(string(ids)) {
+			recipe, _ := docker("image", "inspect", "-f", `{{index .Config.Labels "io.agentvisor.recipe"}}`, imgID)
+			if strings.Contains(string(recipe), baseID) {
+				_, _ = docker("rmi", "-f", imgID)
+			}
+		}
+		_, _ = docker("rmi", "-f", tag)
+	})
+	return tag
+}

@@ -1,0 +1,139 @@
+package faults
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Manager is one worker-manager process of a case. Its log (JSON lines on
+// stderr) goes to a file the case shows when it fails.
+type Manager struct {
+	ID  string // its MANAGER_ID
+	Log string // path of its log file
+
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when the process has exited
+	mu      sync.Mutex
+	frozen  bool
+	started time.Time
+}
+
+// startManager starts bin/worker-manager with exactly env (plus PATH, HOME
+// and TMPDIR of the suite): nothing of the developer's shell leaks in.
+func startManager(dir, id string, env map[string]string) (*Manager, error) {
+	m := &Manager{ID: id, Log: filepath.Join(dir, fmt.Sprintf("manager-%s-%d.log", id, time.Now().UnixNano())), done: make(chan struct{})}
+	f, err := os.Create(m.Log)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(ManagerBin())
+	for _, k := range []string{"PATH", "HOME", "TMPDIR"} {
+		if v, ok := os.LookupEnv(k); ok {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		cmd.Env = append(cmd.Env, k+"="+env[k])
+	}
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start worker-manager %s: %w", id, err)
+	}
+	m.cmd, m.started = cmd, time.Now()
+	go func() {
+		_ = cmd.Wait()
+		f.Close()
+		close(m.done)
+	}()
+	return m, nil
+}
+
+// Pid returns the process id.
+func (m *Manager) Pid() int { return m.cmd.Process.Pid }
+
+// Running reports whether the process has not exited.
+func (m *Manager) Running() bool {
+	select {
+	case <-m.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Exited returns a channel closed when the process has exited.
+func (m *Manager) Exited() <-chan struct{} { return m.done }
+
+// Kill sends SIGKILL (a crash: no defer, no cleanup) and waits for the
+// process to be gone.
+func (m *Manager) Kill() {
+	_ = m.cmd.Process.Signal(syscall.SIGKILL)
+	<-m.done
+}
+
+// Freeze stops the process (SIGSTOP): it holds its connections and does
+// nothing, as a manager stuck in a long GC pause or on a frozen host.
+func (m *Manager) Freeze() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_ = m.cmd.Process.Signal(syscall.SIGSTOP)
+	m.frozen = true
+}
+
+// Thaw resumes a frozen process (SIGCONT).
+func (m *Manager) Thaw() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_ = m.cmd.Process.Signal(syscall.SIGCONT)
+	m.frozen = false
+}
+
+// Terminate sends SIGTERM (a supervisor's stop) and waits up to bound for
+// the process to exit; past the bound it gets SIGKILL, as a supervisor
+// would. It returns whether it exited by itself, and how long it took.
+func (m *Manager) Terminate(bound time.Duration) (bool, time.Duration) {
+	m.mu.Lock()
+	if m.frozen {
+		_ = m.cmd.Process.Signal(syscall.SIGCONT)
+		m.frozen = false
+	}
+	m.mu.Unlock()
+	t0 := time.Now()
+	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.done:
+		return true, time.Since(t0)
+	case <-time.After(bound):
+		m.Kill()
+		return false, time.Since(t0)
+	}
+}
+
+// LogTail returns the last n lines of the manager's log.
+func (m *Manager) LogTail(n int) string {
+	b, _ := os.ReadFile(m.Log)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// LogContains reports whether the manager's log holds s.
+func (m *Manager) LogContains(s string) bool {
+	b, _ := os.ReadFile(m.Log)
+	return strings.Contains(string(b), s)
+}

@@ -1,0 +1,128 @@
+package protocol
+
+import (
+	"slices"
+	"strings"
+)
+
+// The shell commands that command names stand for. A worker's agent runs
+// an orchestrator command from its shell tool: the command name's dotted
+// segments are the first words of the shell command ("engineering.deploy"
+// is `engineering deploy --env prod`, "git.push" is `git push`). The one
+// exception is the runtime's own progress call, worker.progress, which is
+// `worker-wrapper progress ...`. The wrapper hands these prefixes to the
+// agent CLI's permission controls (wrapper/README.md says how for each).
+
+// ProgressShellWords are the first words of the progress call.
+var ProgressShellWords = []string{"worker-wrapper", "progress"}
+
+// ShellWords returns the first words of the shell command that command
+// stands for.
+func ShellWords(command string) []string {
+	if command == ProgressCommand {
+		return slices.Clone(ProgressShellWords)
+	}
+	return strings.Split(command, ".")
+}
+
+// ShellRules is what a set of patterns allows, as shell command prefixes.
+type ShellRules struct {
+	// All: every shell command ("*").
+	All bool
+	// Prefixes: a command whose words begin with one of these runs. A
+	// pattern "a.b" gives ["a" "b"], "a.*" gives ["a"] (which also admits
+	// the bare word a: no agent CLI can say "a and at least one word").
+	Prefixes [][]string
+}
+
+// ShellRules returns the shell prefixes a allows. The progress call is
+// always among them: it is the runtime's own channel, never governed by
+// ALLOWED_COMMANDS.
+func (a AllowedCommands) ShellRules() ShellRules {
+	r := ShellRules{All: a.all, Prefixes: [][]string{slices.Clone(ProgressShellWords)}}
+	names := make([]string, 0, len(a.exact))
+	for n := range a.exact {
+		if n != ProgressCommand {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		r.Prefixes = append(r.Prefixes, ShellWords(n))
+	}
+	for _, p := range a.prefixes {
+		r.Prefixes = append(r.Prefixes, strings.Split(strings.TrimSuffix(p, "."), "."))
+	}
+	return r
+}
+
+// AllowsShell reports whether the shell command line may run under a (the
+// progress call always may). Only a simple command is judged: plain words,
+// single or double quotes; any other shell syntax (;, &, |, redirections,
+// $, backquotes, parentheses, newlines, a backslash) is refused unless a
+// allows everything, since no prefix can vouch for what follows it.
+func (a AllowedCommands) AllowsShell(line string) bool {
+	if a.all {
+		return true
+	}
+	words, ok := SimpleCommandWords(line)
+	if !ok || len(words) == 0 {
+		return false
+	}
+	for _, p := range a.ShellRules().Prefixes {
+		if len(words) >= len(p) && slices.Equal(words[:len(p)], p) {
+			return true
+		}
+	}
+	return false
+}
+
+// SimpleCommandWords splits a simple shell command into its words; ok is
+// false when the line has anything but words and quotes.
+func SimpleCommandWords(line string) (words []string, ok bool) {
+	var cur strings.Builder
+	inWord := false
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case c == ' ' || c == '\t':
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		case c == '\'':
+			j := strings.IndexByte(line[i+1:], '\'')
+			if j < 0 {
+				return nil, false
+			}
+			cur.WriteString(line[i+1 : i+1+j])
+			i += j + 1
+			inWord = true
+		case c == '"':
+			j := strings.IndexByte(line[i+1:], '"')
+			if j < 0 {
+				return nil, false
+			}
+			s := line[i+1 : i+1+j]
+			if strings.ContainsAny(s, "$`\\") {
+				return nil, false
+			}
+			cur.WriteString(s)
+			i += j + 1
+			inWord = true
+		case strings.IndexByte(";&|<>()$`\\\n\r", c) >= 0:
+			return nil, false
+		default:
+			cur.WriteByte(c)
+			inWord = true
+		}
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	if len(words) > 0 && strings.Contains(words[0], "=") { // FOO=1 cmd: an assignment first
+		return nil, false
+	}
+	return words, true
+}

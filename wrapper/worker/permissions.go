@@ -1,0 +1,238 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/wrapper/agent"
+)
+
+// How ALLOWED_COMMANDS reaches the agent CLIs (wrapper/README.md,
+// "ALLOWED_COMMANDS"). Each pattern stands for shell command prefixes
+// (protocol.ShellRules); "*" keeps the CLIs' skip-permissions modes.
+//
+//   - Claude Code: --permission-mode dontAsk (what no rule allows is
+//     denied, never asked) and --allowedTools with Edit, Write and one
+//     Bash(<words>:*) rule per prefix. Claude splits compound commands
+//     and checks each part, refuses command substitution, and reports
+//     what it refused in its result line (permission_denials), which the
+//     wrapper publishes as warnings.
+//   - Droid: its autonomy levels trust the risk the model itself declares
+//     for a command, and its commandDenylist cannot say "everything else",
+//     so neither can enforce a list. Droid runs with
+//     --skip-permissions-unsafe and a PreToolUse hook on Execute
+//     (--settings) that runs `worker-wrapper guard`: the wrapper decides
+//     each command (protocol.AllowedCommands.AllowsShell), publishes a
+//     refusal as a warning, and the hook's exit 2 refuses the call.
+
+// claudeFileTools are the Claude tools a worker may always use: editing
+// files is its job (reading needs no permission).
+var claudeFileTools = []string{"Edit", "Write", "NotebookEdit"}
+
+// permissionArgs returns the agent's permission flags for ALLOWED_COMMANDS.
+func (c *Config) permissionArgs() []string {
+	rules := c.AllowedCommands.ShellRules()
+	switch {
+	case rules.All && c.AgentType == protocol.AgentDroid && !c.SkipPermissions:
+		return []string{"--auto", "high"}
+	case rules.All && c.AgentType == protocol.AgentDroid:
+		return []string{"--skip-permissions-unsafe"}
+	case rules.All && c.SkipPermissions:
+		return []string{"--dangerously-skip-permissions"}
+	case rules.All:
+		return []string{"--permission-mode", "dontAsk", "--allowedTools=" + strings.Join(append(slices.Clone(claudeFileTools), "Bash"), ",")}
+	case c.AgentType == protocol.AgentDroid:
+		return []string{"--skip-permissions-unsafe", "--settings", c.droidGuardSettingsPath()}
+	}
+	return []string{"--permission-mode", "dontAsk", "--allowedTools=" + strings.Join(ClaudeAllowedTools(rules), ",")}
+}
+
+// ClaudeAllowedTools is Claude's --allowedTools list for rules.
+func ClaudeAllowedTools(rules protocol.ShellRules) []string {
+	tools := append([]string(nil), claudeFileTools...)
+	for _, p := range rules.Prefixes {
+		tools = append(tools, "Bash("+strings.Join(p, " ")+":*)")
+	}
+	return tools
+}
+
+// droidGuardSettingsPath is the runtime settings file that gives Droid its
+// PreToolUse hook.
+func (c *Config) droidGuardSettingsPath() string {
+	return filepath.Join(os.TempDir(), "agentvisor-"+c.WorkerID, "droid-guard.json")
+}
+
+// writeDroidGuard writes Droid's runtime settings with the guard hook, when
+// ALLOWED_COMMANDS needs it. The file is read-only; an agent running as
+// the wrapper's uid could still replace it, which only a separate uid for
+// the agent prevents.
+func (c *Config) writeDroidGuard() error {
+	if c.AgentType != protocol.AgentDroid || c.AllowedCommands.ShellRules().All {
+		return nil
+	}
+	self := c.SelfPath
+	if self == "" {
+		return fmt.Errorf("droid guard: the wrapper's own path is unknown, so ALLOWED_COMMANDS cannot be enforced (set ALLOWED_COMMANDS=* to run without it)")
+	}
+	settings := map[string]any{"hooks": map[string]any{"PreToolUse": []any{map[string]any{
+		"matcher": "Execute",
+		"hooks":   []any{map[string]any{"type": "command", "command": shellQuote(self) + " guard"}},
+	}}}}
+	b, _ := json.MarshalIndent(settings, "", "  ")
+	p := c.droidGuardSettingsPath()
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return fmt.Errorf("droid guard: %w", err)
+	}
+	_ = os.Remove(p)
+	if err := os.WriteFile(p, b, 0o400); err != nil {
+		return fmt.Errorf("droid guard: %w", err)
+	}
+	return nil
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// guardRequest is what `worker-wrapper guard` asks the wrapper (POST
+// /guard): may this tool call run?
+type guardRequest struct {
+	Tool    string `json:"tool"`
+	Command string `json:"command"`
+}
+
+type guardAnswer struct {
+	Allow  bool   `json:"allow"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// checkCommand decides a shell command of the run that token belongs to,
+// and publishes a refusal as a warning of that run.
+func (w *Worker) checkCommand(token string, req guardRequest) guardAnswer {
+	w.mu.Lock()
+	cur := w.cur
+	own := cur != nil && tokenEqual(token, cur.token)
+	w.mu.Unlock()
+	ans := guardAnswer{Allow: true}
+	switch {
+	case !own:
+		ans = guardAnswer{Reason: "refused by agentvisor: the call does not belong to the running task"}
+	case !w.cfg.AllowedCommands.AllowsShell(req.Command):
+		ans = guardAnswer{Reason: "refused by agentvisor: not in this worker's ALLOWED_COMMANDS (a simple command whose first words name an allowed command; no ;, &, |, redirections or $)"}
+	}
+	if !ans.Allow && cur != nil {
+		w.pushRefusal(cur, req.Tool, req.Command, ans.Reason)
+	}
+	return ans
+}
+
+// pushRefusal publishes a refused call of the agent as a warning of cur.
+func (w *Worker) pushRefusal(cur *current, tool, command, reason string) {
+	command = w.redact.Redact(command)
+	if len(command) > protocol.MaxRefusedCommandBytes {
+		command = cutUTF8(command, protocol.MaxRefusedCommandBytes)
+	}
+	step := cutUTF8("refused: "+tool+" "+command, 1024)
+	w.pushEvent(cur, protocol.Progress{Step: step, Level: protocol.LevelWarning,
+		Refused: &protocol.Refusal{Tool: tool, Command: command, Reason: cutUTF8(w.redact.Redact(reason), 1024)}})
+}
+
+// onDenials publishes the calls the agent CLI itself denied (Claude's
+// permission_denials).
+func (w *Worker) onDenial(cur *current, d *agent.Denial) {
+	var in struct {
+		Command string `json:"command"`
+	}
+	cmd := ""
+	if json.Unmarshal(d.Input, &in) == nil && in.Command != "" {
+		cmd = in.Command
+	} else {
+		cmd = string(d.Input)
+	}
+	w.pushRefusal(cur, d.Tool, cmd, "denied by the agent CLI's permission rules (ALLOWED_COMMANDS)")
+}
+
+// cutUTF8 cuts s to at most n bytes without splitting a character.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 && s[len(s)-1]&0xC0 == 0x80 {
+		s = s[:len(s)-1]
+	}
+	if len(s) > 0 && s[len(s)-1] >= 0xC0 {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// GuardCommand is `worker-wrapper guard`, Droid's PreToolUse hook: it
+// reads the hook's JSON on stdin and asks the wrapper whether the command
+// may run. Exit 0 lets it run; exit 2 refuses it, with the reason on
+// stderr (which Droid hands to the model). Anything that goes wrong
+// refuses: the guard fails closed.
+func GuardCommand(stdin io.Reader, getenv func(string) string, stderr io.Writer) int {
+	refuse := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, format+"\n", a...)
+		return 2
+	}
+	b, err := io.ReadAll(io.LimitReader(stdin, 4<<20))
+	if err != nil {
+		return refuse("refused by agentvisor: read the hook input: %v", err)
+	}
+	var hook struct {
+		ToolName  string `json:"tool_name"`
+		ToolInput struct {
+			Command string `json:"command"`
+		} `json:"tool_input"`
+	}
+	if err := json.Unmarshal(b, &hook); err != nil {
+		return refuse("refused by agentvisor: the hook input is not JSON: %v", err)
+	}
+	url, ok := strings.CutSuffix(getenv("WORKER_PROGRESS_URL"), "/progress")
+	if !ok {
+		return refuse("refused by agentvisor: WORKER_PROGRESS_URL is not set")
+	}
+	body, _ := json.Marshal(guardRequest{Tool: hook.ToolName, Command: hook.ToolInput.Command})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/guard", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(ProgressTokenHeader, getenv("WORKER_PROGRESS_TOKEN"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return refuse("refused by agentvisor: the wrapper did not answer: %v", err)
+	}
+	defer resp.Body.Close()
+	var ans guardAnswer
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 8192)).Decode(&ans); err != nil || resp.StatusCode != http.StatusOK {
+		return refuse("refused by agentvisor: the wrapper answered %s", resp.Status)
+	}
+	if !ans.Allow {
+		return refuse("%s", ans.Reason)
+	}
+	return 0
+}
+
+var errGuardBody = errors.New("guard: want {\"tool\":...,\"command\":...}")
+
+func (p *progressServer) guard(rw http.ResponseWriter, r *http.Request) {
+	var req guardRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, 4<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeJSON(rw, http.StatusBadRequest, apiError{protocol.CodeInvalidTask, errGuardBody.Error()})
+		return
+	}
+	writeJSON(rw, http.StatusOK, p.w.checkCommand(r.Header.Get(ProgressTokenHeader), req))
+}
