@@ -83,3 +83,12 @@ func TestWorkerRedisUserIsConfinedAndGoesWithTheWorker(t *testing.T) {
 		t.Fatal("a deleted worker's credentials still open a connection")
 	}
 }
+
+func TestRedactURL(t *testing.T) {
+	if got := RedactURL("redis://agentvisor:w:1:s3cret@127.0.0.1:6379/0"); strings.Contains(got, "s3cret") {
+		t.Fatalf("redacted %q", got)
+	}
+	if got := RedactURL("redis://:s3cret@127.0.0.1:bad/0"); strings.Contains(got, "s3cret") {
+		t.Fatalf("redacted %q", got)
+	}
+}

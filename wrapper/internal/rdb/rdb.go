@@ -42,7 +42,9 @@ type RDB struct {
 func Open(url string, keys protocol.Keys) (*RDB, error) {
 	opt, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("rdb: REDIS_URL: %w", err)
+		// The parser's error quotes the URL, password and all: never
+		// pass it on.
+		return nil, fmt.Errorf("rdb: REDIS_URL is not a valid redis:// or rediss:// URL")
 	}
 	opt.MaxRetries = -1 // the wrapper retries with its own backoff, and knows what is idempotent
 	opt.DialTimeout = 2 * time.Second

@@ -2,6 +2,7 @@ package rdb
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,5 +173,12 @@ func TestServerErrorsArePermanent(t *testing.T) {
 	db.Close()
 	if err := db.Ping(ctx); err == nil || IsServerError(err) {
 		t.Fatalf("a closed client: %v is not a refusal", err)
+	}
+}
+
+func TestMalformedURLErrorHasNoPassword(t *testing.T) {
+	_, err := Open("redis://:supersecret@127.0.0.1:notaport/0", protocol.Keys{})
+	if err == nil || strings.Contains(err.Error(), "supersecret") {
+		t.Fatalf("error %v", err)
 	}
 }
