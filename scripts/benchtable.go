@@ -70,6 +70,10 @@ var rows = []row{
 		[]string{"task-single-median-ms"}, "the same task on one worker alone, median"},
 	{"Manager shutdown of 20 workers", "shutdown-20-s", "s", "≤ 30 s", atMost(30), []string{"bare-docker-rm-20-s"}, "docker rm -f of 20 bare containers"},
 	{"Containers left after that shutdown", "containers-left", "", "0", atMost(0), nil, ""},
+	{"Warm pool allocation (create → worker ready), p99", "pool-allocation-p99-ms", "ms", "< 30 ms", below(30),
+		[]string{"cold-create-p99-ms"}, "a cold create of the same worker, p99"},
+	{"First task from a warm pool (create + first Output, real claude), median", "first-task-warm-median-ms", "ms", "ratio ≤ 0.3", ratioAtMost(0.3),
+		[]string{"first-task-cold-median-ms"}, "the same from a cold create"},
 	{"Redis memory after 10 000 tasks (retention bounds set short)", "redis-memory-after-MB", "MB", "ratio ≤ 1.1", ratioAtMost(1.1),
 		[]string{"redis-memory-before-MB"}, "Redis memory after a warm-up that filled every capped stream"},
 }
