@@ -95,7 +95,8 @@ type Case struct {
 	notes     []string
 	settled   map[string][]Answer // the answers when the checks ended
 	stops     []func()            // run before the final shutdown
-	afters    []func()            // run after it (what the managers need until they stop)
+	counts    []func()            // run after it, before the containers left are counted
+	afters    []func()            // run at the very end (what the managers need until they stop)
 }
 
 var slugRe = regexp.MustCompile(`[^a-z0-9]+`)
@@ -303,6 +304,14 @@ func (c *Case) OnFinish(f func()) {
 	c.stops = append(c.stops, f)
 }
 
+// BeforeCount runs f when the case ends, after the final shutdown and
+// before the containers left are counted.
+func (c *Case) BeforeCount(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counts = append(c.counts, f)
+}
+
 // AfterFinish runs f when the case ends, after the final shutdown and the
 // count of what was left.
 func (c *Case) AfterFinish(f func()) {
@@ -346,6 +355,12 @@ func (c *Case) finish() {
 		if exited, took := m.Terminate(bound); !exited {
 			c.Note("final shutdown: manager %s did not exit within %s of SIGTERM (SIGKILLed)", m.ID, roundDur(took))
 		}
+	}
+	c.mu.Lock()
+	counts := c.counts
+	c.mu.Unlock()
+	for _, f := range counts {
+		f()
 	}
 	left := c.Containers()
 	if len(left) > 0 {
