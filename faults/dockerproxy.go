@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log"
@@ -84,8 +85,16 @@ func (c *Case) DockerProxy() *DockerProxy {
 			// manager gave up on it meanwhile.
 			p.late.Add(1)
 			defer p.late.Done()
+			// The whole call is read now: the manager may be gone by the
+			// time it is forwarded.
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				return
+			}
+			r = r.WithContext(context.WithoutCancel(r.Context()))
+			r.Body = io.NopCloser(bytes.NewReader(body))
 			time.Sleep(d)
-			rp.ServeHTTP(w, r.WithContext(context.WithoutCancel(r.Context())))
+			rp.ServeHTTP(w, r)
 			return
 		}
 		if p.hold(r) {
