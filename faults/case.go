@@ -264,7 +264,7 @@ func (c *Case) Recovered(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ok := true
-	c.recovery, c.recovered = roundDur(d), &ok
+	c.recovery, c.recovered = roundDur(max(0, d)), &ok
 	c.T.Logf("recovered in %s", c.recovery)
 }
 
@@ -273,7 +273,7 @@ func (c *Case) Recovered(d time.Duration) {
 func (c *Case) Detection(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.detection = roundDur(d)
+	c.detection = roundDur(max(0, d)) // Redis's clock counts in milliseconds
 }
 
 // NotRecovered records that the case did not recover within its bound.
