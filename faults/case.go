@@ -331,6 +331,12 @@ func (c *Case) finish() {
 		for i := len(afters) - 1; i >= 0; i-- {
 			afters[i]()
 		}
+		// Cleanup only: a container the engine made after the count (a
+		// call it finished for a manager long gone) is removed too.
+		for _, x := range c.Containers() {
+			t.Logf("removing container %s (%s), made after the count", short(x.ID), x.State)
+			_, _ = docker("rm", "-f", x.ID)
+		}
 	}()
 	for i := len(stops) - 1; i >= 0; i-- {
 		stops[i]()
