@@ -18,16 +18,8 @@ import (
 // moves on (see rdb.Admit). With EvictPaused, a create at the head of a
 // full queue retires the worker paused longest instead of waiting.
 
-// slotLease is an admitted create's slot, renewed until stop.
-type slotLease struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-func (l *slotLease) stop() { l.cancel(); <-l.done }
-
 // admit waits for a slot for the create id and returns its lease.
-func (s *Spawner) admit(ctx context.Context, id string, replacement bool) (*slotLease, error) {
+func (s *Spawner) admit(ctx context.Context, id string, replacement bool) (*renewal, error) {
 	deadline := s.now().Add(s.cfg.CreationTimeout)
 	queued := false
 	for {
@@ -68,7 +60,7 @@ func (s *Spawner) admit(ctx context.Context, id string, replacement bool) (*slot
 
 // tryAdmit admits the create id at once, or fails RESOURCE_EXHAUSTED when
 // a create waits or no slot is free: pools give way to explicit creates.
-func (s *Spawner) tryAdmit(ctx context.Context, id string) (*slotLease, error) {
+func (s *Spawner) tryAdmit(ctx context.Context, id string) (*renewal, error) {
 	ok, err := s.rdb.TryAdmit(ctx, id, s.now(), s.cfg.LeaseTTL, s.cfg.MaxWorkers)
 	if err != nil {
 		return nil, redisError(err, "creation queue")
@@ -80,26 +72,13 @@ func (s *Spawner) tryAdmit(ctx context.Context, id string) (*slotLease, error) {
 }
 
 // keepSlot renews the slot lease of an admitted create every third of the
-// lease, until stopped.
-func (s *Spawner) keepSlot(id string) *slotLease {
-	ctx, cancel := context.WithCancel(context.Background())
-	l := &slotLease{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(l.done)
-		t := time.NewTicker(s.cfg.LeaseTTL / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if ok, err := s.rdb.RenewCreating(ctx, id, s.now(), s.cfg.LeaseTTL); err == nil && !ok {
-					return // joined the workers set, or the lease is lost
-				}
-			}
-		}
-	}()
-	return l
+// lease, until stopped (or until the create joined the workers set or lost
+// its lease).
+func (s *Spawner) keepSlot(id string) *renewal {
+	return s.renew(context.Background(), func(ctx context.Context) bool {
+		ok, err := s.rdb.RenewCreating(ctx, id, s.now(), s.cfg.LeaseTTL)
+		return err != nil || ok
+	})
 }
 
 // evictOldestPaused retires the worker paused longest (at least

@@ -69,3 +69,34 @@ func (s *Spawner) eachWorker(ctx context.Context, fn func(ctx context.Context, i
 	}
 	return nil
 }
+
+// renewal renews a lease every third of LeaseTTL in a goroutine of its
+// own, until stop, or until renew says the lease is no more to renew.
+type renewal struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (s *Spawner) renew(ctx context.Context, renew func(ctx context.Context) bool) *renewal {
+	ctx, cancel := context.WithCancel(ctx)
+	r := &renewal{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		t := time.NewTicker(s.cfg.LeaseTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if !renew(ctx) {
+					return
+				}
+			}
+		}
+	}()
+	return r
+}
+
+// stop ends the renewals and waits for their goroutine.
+func (r *renewal) stop() { r.cancel(); <-r.done }

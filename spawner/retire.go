@@ -58,8 +58,8 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 	// timeout): it runs to its end, bounded by the stop timeout.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StopTimeout+time.Minute)
 	defer cancel()
-	stop := s.keepRetiring(ctx, id)
-	defer stop()
+	lease := s.keepRetiring(ctx, id)
+	defer lease.stop()
 	if takeover {
 		s.log.Warn("taking over a retirement whose manager died", "worker_id", id, "reason", r.reason)
 	}
@@ -120,24 +120,12 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 	return true, nil
 }
 
-// keepRetiring renews a retirement's lease until the returned stop.
-func (s *Spawner) keepRetiring(ctx context.Context, id string) func() {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(s.cfg.LeaseTTL / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				_ = s.rdb.RenewRetire(ctx, id, s.now(), s.cfg.LeaseTTL)
-			}
-		}
-	}()
-	return func() { cancel(); <-done }
+// keepRetiring renews a retirement's lease until stopped.
+func (s *Spawner) keepRetiring(ctx context.Context, id string) *renewal {
+	return s.renew(ctx, func(ctx context.Context) bool {
+		_ = s.rdb.RenewRetire(ctx, id, s.now(), s.cfg.LeaseTTL)
+		return true
+	})
 }
 
 // removeContainer stops (graceful: SIGTERM, then the stop timeout) or

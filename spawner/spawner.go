@@ -202,7 +202,7 @@ func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.Wo
 		if _, err := s.find(ctx, id); err != nil && !IsNotFound(err) {
 			return protocol.WorkerInfo{}, err
 		}
-		var lease *slotLease
+		var lease *renewal
 		if o.tryOnly {
 			lease, err = s.tryAdmit(ctx, id)
 		} else {

@@ -156,6 +156,19 @@ var names = strings.NewReplacer(
 	"$SESSION_WORKER", protocol.SessionFieldWorkerID,
 )
 
-func script(src string) *redis.Script { return redis.NewScript(names.Replace(src)) }
+func script(src string) *redis.Script {
+	return redis.NewScript(strings.ReplaceAll(names.Replace(src), "$LESS\n", luaLess))
+}
+
+// luaLess is the Lua function less(a, b) that orders two stream entry
+// ids, for the scripts that compare them ($LESS in their source).
+const luaLess = `local function less(a, b)
+  local am, as = string.match(a, '(%d+)-(%d+)')
+  local bm, bs = string.match(b, '(%d+)-(%d+)')
+  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
+  if am ~= bm then return am < bm end
+  return as < bs
+end
+`
 
 func formatInt(n int64) string { return strconv.FormatInt(n, 10) }

@@ -32,13 +32,7 @@ const (
 // One read of everything that says a task is in flight, atomic with the
 // entries' delivery, so that no task can slip between the checks.
 var busyScript = script(`
-local function less(a, b)
-  local am, as = string.match(a, '(%d+)-(%d+)')
-  local bm, bs = string.match(b, '(%d+)-(%d+)')
-  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
-  if am ~= bm then return am < bm end
-  return as < bs
-end
+$LESS
 if redis.call('SISMEMBER', KEYS[3], ARGV[2]) == 0 then return 'ending' end
 local h = redis.call('HMGET', KEYS[1], '$WORKER_STATE', '$WORKER_REQUEST')
 if h[1] == '$STOPPING' or h[1] == '$STOPPED' then return 'ending' end
@@ -230,13 +224,7 @@ func (r *RDB) Move(ctx context.Context, from, to string, m redis.XMessage, ackGr
 // group's last delivered entry. KEYS stream; ARGV group. Returns how many
 // entries went.
 var trimScript = script(`
-local function less(a, b)
-  local am, as = string.match(a, '(%d+)-(%d+)')
-  local bm, bs = string.match(b, '(%d+)-(%d+)')
-  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
-  if am ~= bm then return am < bm end
-  return as < bs
-end
+$LESS
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[1])
 if not ok then return 0 end
