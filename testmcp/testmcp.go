@@ -17,8 +17,13 @@ import (
 // mcp__<server>__echo, where <server> is the name the spec gives.
 const ToolName = "echo"
 
-// TagEnv is the variable whose value the tool's answer carries.
-const TagEnv = "TESTMCP_TAG"
+// TagEnv is the variable whose value the tool's answer carries; over
+// HTTP, the header TagHeader takes its place when a request has it, so
+// that a test can see the headers a client was told to send.
+const (
+	TagEnv    = "TESTMCP_TAG"
+	TagHeader = "X-Testmcp-Tag"
+)
 
 // EchoArgs is the tool's input.
 type EchoArgs struct {
@@ -32,8 +37,12 @@ func Answer(text, tag string) string { return "testmcp echo: " + text + " (tag "
 func NewServer() *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "agentvisor-testmcp", Version: "v1.0.0"}, nil)
 	mcp.AddTool(s, &mcp.Tool{Name: ToolName, Description: "Echo a text back, for tests."},
-		func(_ context.Context, _ *mcp.CallToolRequest, in EchoArgs) (*mcp.CallToolResult, any, error) {
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: Answer(in.Text, os.Getenv(TagEnv))}}}, nil, nil
+		func(_ context.Context, req *mcp.CallToolRequest, in EchoArgs) (*mcp.CallToolResult, any, error) {
+			tag := os.Getenv(TagEnv)
+			if req.Extra != nil && req.Extra.Header.Get(TagHeader) != "" {
+				tag = req.Extra.Header.Get(TagHeader)
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: Answer(in.Text, tag)}}}, nil, nil
 		})
 	return s
 }

@@ -2,6 +2,8 @@ package testmcp
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -32,4 +34,34 @@ func TestEchoTool(t *testing.T) {
 	if txt, ok := res.Content[0].(*mcp.TextContent); !ok || txt.Text != Answer("hi", "t1") {
 		t.Fatalf("answer %+v", res.Content[0])
 	}
+}
+
+// Over streamable HTTP, the tag comes from the request's header.
+func TestEchoOverHTTPTakesTheHeader(t *testing.T) {
+	t.Setenv(TagEnv, "env")
+	srv := httptest.NewServer(HTTPHandler())
+	defer srv.Close()
+	ctx := context.Background()
+	tr := &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: &http.Client{Transport: headerRT{TagHeader, "hdr"}}}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx, tr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: ToolName, Arguments: map[string]any{"text": "hi"}})
+	if err != nil || len(res.Content) != 1 {
+		t.Fatalf("call: %+v, %v", res, err)
+	}
+	if txt, ok := res.Content[0].(*mcp.TextContent); !ok || txt.Text != Answer("hi", "hdr") {
+		t.Fatalf("answer %+v", res.Content[0])
+	}
+}
+
+// headerRT adds one header to every request.
+type headerRT struct{ name, value string }
+
+func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(h.name, h.value)
+	return http.DefaultTransport.RoundTrip(r)
 }

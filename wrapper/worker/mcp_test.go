@@ -119,12 +119,11 @@ func TestBrokenMCPServerFailsFast(t *testing.T) {
 	})
 }
 
-// An HTTP MCP server (testmcp -http, streamable HTTP) works as a stdio one
-// does, for Claude.
+// An HTTP MCP server (testmcp -http, streamable HTTP) works as a stdio
+// one does, and gets the spec's headers (its answer carries one).
 func TestMCPServerOverHTTP(t *testing.T) {
 	bin := buildTestMCP(t)
 	srv := exec.Command(bin, "-http", "127.0.0.1:0")
-	srv.Env = append(os.Environ(), "TESTMCP_TAG=http")
 	stdout, err := srv.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -137,21 +136,23 @@ func TestMCPServerOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatalf("testmcp -http printed no URL: %v", err)
 	}
-	e, stub, environ := realAgentEnv(t, protocol.AgentClaude)
-	e.cfg.MCPServers = []protocol.MCPServer{{Name: "web", URL: strings.TrimSpace(url), Headers: map[string]string{"X-Test": "1"}}}
-	e.cfg.MCPTimeout = 20 * time.Second
-	e.start(environ...)
-	in, out := e.keys.Input(e.cfg.WorkerID), e.keys.Output(e.cfg.WorkerID)
-	stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
-		{ToolUse: &stubmodel.ToolUse{Name: "mcp__web__echo", Input: map[string]any{"text": "over HTTP"}}},
-		{Text: "{\"status\": \"complete\", \"result\": {\"echo\": \"" + stubmodel.ToolResultPlaceholder + "\"}}"},
-	}})
-	e.send(in, protocol.Task{RequestID: "mcp-http", Prompt: "Call the echo tool."})
-	o := e.waitOutputs(out, 1, 60*time.Second)[0]
-	var result struct{ Echo string }
-	if o.Status != protocol.StatusComplete || json.Unmarshal(o.Result, &result) != nil || result.Echo != echoAnswer("over HTTP", "http") {
-		t.Fatalf("output %+v (result %s, error %+v)", o, o.Result, o.Error)
-	}
+	eachRealAgent(t, func(t *testing.T, agentType protocol.AgentType, e *env, stub *stubmodel.Server, environ []string) {
+		tag := "hdr-" + string(agentType) // the header testmcp answers with (testmcp.TagHeader)
+		e.cfg.MCPServers = []protocol.MCPServer{{Name: "web", URL: strings.TrimSpace(url), Headers: map[string]string{"X-Testmcp-Tag": tag}}}
+		e.cfg.MCPTimeout = 20 * time.Second
+		e.start(environ...)
+		in, out := e.keys.Input(e.cfg.WorkerID), e.keys.Output(e.cfg.WorkerID)
+		stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
+			{ToolUse: &stubmodel.ToolUse{Name: mcpToolName(agentType, "web", "echo"), Input: map[string]any{"text": "over HTTP"}}},
+			{Text: "{\"status\": \"complete\", \"result\": {\"echo\": \"" + stubmodel.ToolResultPlaceholder + "\"}}"},
+		}})
+		e.send(in, protocol.Task{RequestID: "mcp-http-" + string(agentType), Prompt: "Call the echo tool."})
+		o := e.waitOutputs(out, 1, 60*time.Second)[0]
+		var result struct{ Echo string }
+		if o.Status != protocol.StatusComplete || json.Unmarshal(o.Result, &result) != nil || result.Echo != echoAnswer("over HTTP", tag) {
+			t.Fatalf("output %+v (result %s, error %+v)", o, o.Result, o.Error)
+		}
+	})
 }
 
 // The configuration each CLI gets, and the check of the init line.
