@@ -119,6 +119,17 @@ func (s *Spawner) poolFor(spec protocol.WorkerSpec) *PoolTemplate {
 	return nil
 }
 
+// poolEnv is what a warm worker's wrapper gets beyond a worker's usual
+// environment: a Claude worker keeps one agent process (AGENT_PERSISTENT)
+// and starts it before any task (AGENT_PREWARM), so that the create that
+// takes it finds its agent up.
+func poolEnv(spec protocol.WorkerSpec, o createOpts) []string {
+	if o.poolState != protocol.PoolWarm || spec.AgentType != protocol.AgentClaude || spec.Kind == protocol.KindDeveloper {
+		return nil
+	}
+	return []string{"AGENT_PERSISTENT=true", "AGENT_PREWARM=true"}
+}
+
 // allocate gives a create a warm worker of pool p: it reports false when
 // none is ready. The command's id is bound to the worker first, so a
 // command delivered again gets the same one.
