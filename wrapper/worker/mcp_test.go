@@ -249,23 +249,28 @@ func TestMCPConfigAndInitCheck(t *testing.T) {
 	}
 }
 
-// A persistent Claude process (AGENT_PERSISTENT, as warm pools run it)
-// has the spec's servers too: its tools work across tasks, and a broken
+// A persistent Claude process (AGENT_PERSISTENT, and AGENT_PREWARM, as
+// warm pools run it) has the spec's servers too: its tools work across tasks, and a broken
 // server fails every task with MCP_UNAVAILABLE (an abort is no death of
 // the process that would turn persistence off).
 func TestMCPWithPersistentClaude(t *testing.T) {
 	bin := buildTestMCP(t)
+	working := []protocol.MCPServer{{Name: "tm", Command: bin, Env: map[string]string{"TESTMCP_TAG": "p"}}}
+	broken := []protocol.MCPServer{{Name: "tm", Command: bin}, {Name: "broken", Command: "false"}}
 	for _, tc := range []struct {
 		name    string
 		servers []protocol.MCPServer
+		prewarm bool // AGENT_PREWARM: the process starts before the first task
 	}{
-		{"working", []protocol.MCPServer{{Name: "tm", Command: bin, Env: map[string]string{"TESTMCP_TAG": "p"}}}},
-		{"broken", []protocol.MCPServer{{Name: "tm", Command: bin}, {Name: "broken", Command: "false"}}},
+		{"working", working, false},
+		{"broken", broken, false},
+		{"working prewarmed", working, true},
+		{"broken prewarmed", broken, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e, stub, environ := realAgentEnv(t, protocol.AgentClaude)
-			e.cfg.Persistent = true
+			e.cfg.Persistent, e.cfg.Prewarm = true, tc.prewarm
 			e.cfg.MCPServers, e.cfg.MCPTimeout = tc.servers, 20*time.Second
 			e.start(environ...)
 			in, out := e.keys.Input(e.cfg.WorkerID), e.keys.Output(e.cfg.WorkerID)
@@ -274,13 +279,13 @@ func TestMCPWithPersistentClaude(t *testing.T) {
 					{ToolUse: &stubmodel.ToolUse{Name: "mcp__tm__echo", Input: map[string]any{"text": text}}},
 					{Text: "{\"status\": \"complete\", \"result\": {\"echo\": \"" + stubmodel.ToolResultPlaceholder + "\"}}"},
 				}})
-				e.send(in, protocol.Task{RequestID: tc.name + "-" + text, ProjectID: "p", Prompt: "Call the echo tool."})
+				e.send(in, protocol.Task{RequestID: strings.ReplaceAll(tc.name, " ", "-") + "-" + text, ProjectID: "p", Prompt: "Call the echo tool."})
 				o := e.waitOutputs(out, i+1, 60*time.Second)[i]
 				var result struct{ Echo string }
 				switch {
-				case tc.name == "broken" && (o.Error == nil || o.Error.Code != protocol.CodeMCPUnavailable):
+				case strings.HasPrefix(tc.name, "broken") && (o.Error == nil || o.Error.Code != protocol.CodeMCPUnavailable):
 					t.Fatalf("task %d: %+v (error %+v), want MCP_UNAVAILABLE", i, o, o.Error)
-				case tc.name == "working" && (o.Status != protocol.StatusComplete || json.Unmarshal(o.Result, &result) != nil || result.Echo != echoAnswer(text, "p")):
+				case strings.HasPrefix(tc.name, "working") && (o.Status != protocol.StatusComplete || json.Unmarshal(o.Result, &result) != nil || result.Echo != echoAnswer(text, "p")):
 					t.Fatalf("task %d: %+v (result %s, error %+v)", i, o, o.Result, o.Error)
 				}
 			}
