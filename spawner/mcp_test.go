@@ -59,3 +59,31 @@ func TestMCPServersReachTheWorker(t *testing.T) {
 	}
 	t.Logf("image %s; %s", info.Image, o.Error.Message)
 }
+
+// A warm pool's template names its MCP servers: a create is served from
+// it only when it asks for the same servers (a warm worker's agent runs
+// with the servers it was made with).
+func TestPoolTemplateCoversMCPServers(t *testing.T) {
+	ps, err := ParsePools([]byte(`[{"name":"tickets","spec":{"agent_type":"claude","mcp_servers":[{"name":"t","command":"tickets-mcp"}]},"min_warm":1}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Spawner{cfg: Config{Pools: ps}}
+	for _, tc := range []struct {
+		name    string
+		servers []protocol.MCPServer
+		match   bool
+	}{
+		{"same servers", []protocol.MCPServer{{Name: "t", Command: "tickets-mcp"}}, true},
+		{"no servers", nil, false},
+		{"other args", []protocol.MCPServer{{Name: "t", Command: "tickets-mcp", Args: []string{"-v"}}}, false},
+	} {
+		p := s.poolFor(protocol.WorkerSpec{AgentType: protocol.AgentClaude, MCPServers: tc.servers})
+		if (p != nil) != tc.match {
+			t.Errorf("%s: pool %+v, want a match %v", tc.name, p, tc.match)
+		}
+	}
+	if _, err := ParsePools([]byte(`[{"name":"x","spec":{"agent_type":"claude","mcp_servers":[{"name":"t"}]},"min_warm":1}]`)); err == nil {
+		t.Error("a template with an invalid server accepted")
+	}
+}

@@ -203,6 +203,23 @@ func (c *Config) checkMCP(ev agent.Event) *protocol.Error {
 		strings.Join(missing, ", "), c.MCPTimeout)
 }
 
+// mcpSecrets are the MCP servers' settings that the redactor treats as
+// the wrapper's own variables: each env entry under its name (redacted
+// when the name says KEY, TOKEN, SECRET or PASSWORD, as the spec's env
+// is), and every header value, which is most often a credential.
+func (c *Config) mcpSecrets() []string {
+	var kv []string
+	for _, s := range c.MCPServers {
+		for k, v := range s.Env {
+			kv = append(kv, k+"="+v)
+		}
+		for _, v := range s.Headers {
+			kv = append(kv, "MCP_HEADER_TOKEN="+v)
+		}
+	}
+	return kv
+}
+
 // readMCP fills the MCP settings from getenv: AGENT_MCP_SERVERS (the
 // spec's servers, set by the spawner) and AGENT_MCP_TIMEOUT (default 30s).
 func (c *Config) readMCP(getenv func(string) string) error {

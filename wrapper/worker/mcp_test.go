@@ -243,6 +243,14 @@ func TestMCPConfigAndInitCheck(t *testing.T) {
 	if e := claude.checkMCP(agent.Event{Turn: &agent.Turn{}}); e != nil {
 		t.Errorf("a turn checked: %v", e)
 	}
+	secret := &Config{MCPServers: []protocol.MCPServer{
+		{Name: "a", Command: "a", Env: map[string]string{"TICKETS_TOKEN": "tok-123456", "MODE": "readonly-mode"}},
+		{Name: "b", URL: "https://b/mcp", Headers: map[string]string{"Authorization": "Bearer hdr-123456"}},
+	}}
+	r := NewRedactor(secret.mcpSecrets(), "")
+	if got := r.Redact("tok-123456 / Bearer hdr-123456 / readonly-mode"); got != "[REDACTED] / [REDACTED] / readonly-mode" {
+		t.Errorf("MCP secrets: %q", got)
+	}
 	none := &Config{AgentType: protocol.AgentClaude}
 	if e := none.checkMCP(agent.Event{Init: &agent.Init{}}); e != nil || none.mcpArgs() != nil || none.mcpEnv() != nil {
 		t.Errorf("no servers: %v %v %v", e, none.mcpArgs(), none.mcpEnv())
