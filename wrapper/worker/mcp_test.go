@@ -41,6 +41,23 @@ func mcpToolName(agentType protocol.AgentType, server, tool string) string {
 // echoAnswer is what testmcp's echo tool answers (testmcp.Answer).
 func echoAnswer(text, tag string) string { return "testmcp echo: " + text + " (tag " + tag + ")" }
 
+// echoTask sends the worker its n-th task (counting from 1), in which the
+// stub model calls the echo tool of server with text and quotes the
+// tool's answer in its stop output. It returns the task's output and the
+// echo that output carries ("" when none).
+func (e *env) echoTask(stub *stubmodel.Server, agentType protocol.AgentType, server, text, requestID string, n int) (protocol.Output, string) {
+	e.t.Helper()
+	stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
+		{ToolUse: &stubmodel.ToolUse{Name: mcpToolName(agentType, server, "echo"), Input: map[string]any{"text": text}}},
+		{Text: "The tool answered.\n{\"status\": \"complete\", \"result\": {\"echo\": \"" + stubmodel.ToolResultPlaceholder + "\"}}"},
+	}})
+	e.send(e.keys.Input(e.cfg.WorkerID), protocol.Task{RequestID: requestID, ProjectID: "p", Prompt: "Call the echo tool."})
+	o := e.waitOutputs(e.keys.Output(e.cfg.WorkerID), n, 60*time.Second)[n-1]
+	var result struct{ Echo string }
+	_ = json.Unmarshal(o.Result, &result)
+	return o, result.Echo
+}
+
 // The real CLI, scripted by the stub model, calls the echo tool of the
 // spec's stdio MCP server (with the env the spec gives it); the tool's
 // answer reaches the model, which quotes it in its stop output, and so the
@@ -53,17 +70,10 @@ func TestMCPServerToolReachesTheOutput(t *testing.T) {
 		e.cfg.MCPServers = []protocol.MCPServer{{Name: "tm", Command: bin, Env: map[string]string{"TESTMCP_TAG": tag}}}
 		e.cfg.MCPTimeout = 20 * time.Second
 		e.start(environ...)
-		in, out := e.keys.Input(e.cfg.WorkerID), e.keys.Output(e.cfg.WorkerID)
 		tool := mcpToolName(agentType, "tm", "echo")
-		stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
-			{ToolUse: &stubmodel.ToolUse{Name: tool, Input: map[string]any{"text": "hello over MCP"}}},
-			{Text: "The tool answered.\n{\"status\": \"complete\", \"result\": {\"echo\": \"" + stubmodel.ToolResultPlaceholder + "\"}}"},
-		}})
-		e.send(in, protocol.Task{RequestID: "mcp-" + string(agentType), Prompt: "Call the echo tool."})
-		o := e.waitOutputs(out, 1, 60*time.Second)[0]
+		o, echo := e.echoTask(stub, agentType, "tm", "hello over MCP", "mcp-"+string(agentType), 1)
 		want := echoAnswer("hello over MCP", tag)
-		var result struct{ Echo string }
-		if o.Status != protocol.StatusComplete || json.Unmarshal(o.Result, &result) != nil || result.Echo != want {
+		if o.Status != protocol.StatusComplete || echo != want {
 			t.Fatalf("output %+v (result %s, error %+v), want the echo %q", o, o.Result, o.Error, want)
 		}
 		reqs := stub.Requests()
@@ -120,7 +130,8 @@ func TestBrokenMCPServerFailsFast(t *testing.T) {
 }
 
 // An HTTP MCP server (testmcp -http, streamable HTTP) works as a stdio
-// one does, and gets the spec's headers (its answer carries one).
+// one does, and gets the spec's headers (its answer carries one, which
+// the output has redacted).
 func TestMCPServerOverHTTP(t *testing.T) {
 	bin := buildTestMCP(t)
 	srv := exec.Command(bin, "-http", "127.0.0.1:0")
@@ -141,16 +152,14 @@ func TestMCPServerOverHTTP(t *testing.T) {
 		e.cfg.MCPServers = []protocol.MCPServer{{Name: "web", URL: strings.TrimSpace(url), Headers: map[string]string{"X-Testmcp-Tag": tag}}}
 		e.cfg.MCPTimeout = 20 * time.Second
 		e.start(environ...)
-		in, out := e.keys.Input(e.cfg.WorkerID), e.keys.Output(e.cfg.WorkerID)
-		stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
-			{ToolUse: &stubmodel.ToolUse{Name: mcpToolName(agentType, "web", "echo"), Input: map[string]any{"text": "over HTTP"}}},
-			{Text: "{\"status\": \"complete\", \"result\": {\"echo\": \"" + stubmodel.ToolResultPlaceholder + "\"}}"},
-		}})
-		e.send(in, protocol.Task{RequestID: "mcp-http-" + string(agentType), Prompt: "Call the echo tool."})
-		o := e.waitOutputs(out, 1, 60*time.Second)[0]
-		var result struct{ Echo string }
-		if o.Status != protocol.StatusComplete || json.Unmarshal(o.Result, &result) != nil || result.Echo != echoAnswer("over HTTP", tag) {
+		// The server answered with the header's value, which the model
+		// saw; the output has it redacted, as a header is a credential.
+		o, echo := e.echoTask(stub, agentType, "web", "over HTTP", "mcp-http-"+string(agentType), 1)
+		if o.Status != protocol.StatusComplete || echo != echoAnswer("over HTTP", "[REDACTED]") {
 			t.Fatalf("output %+v (result %s, error %+v)", o, o.Result, o.Error)
+		}
+		if reqs := stub.Requests(); len(reqs) < 2 || !strings.Contains(reqs[1].Text(), echoAnswer("over HTTP", tag)) {
+			t.Fatalf("the header's value did not come back from the server (%d requests)", len(reqs))
 		}
 	})
 }
@@ -281,22 +290,50 @@ func TestMCPWithPersistentClaude(t *testing.T) {
 			e.cfg.Persistent, e.cfg.Prewarm = true, tc.prewarm
 			e.cfg.MCPServers, e.cfg.MCPTimeout = tc.servers, 20*time.Second
 			e.start(environ...)
-			in, out := e.keys.Input(e.cfg.WorkerID), e.keys.Output(e.cfg.WorkerID)
 			for i, text := range []string{"first", "second"} {
-				stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
-					{ToolUse: &stubmodel.ToolUse{Name: "mcp__tm__echo", Input: map[string]any{"text": text}}},
-					{Text: "{\"status\": \"complete\", \"result\": {\"echo\": \"" + stubmodel.ToolResultPlaceholder + "\"}}"},
-				}})
-				e.send(in, protocol.Task{RequestID: strings.ReplaceAll(tc.name, " ", "-") + "-" + text, ProjectID: "p", Prompt: "Call the echo tool."})
-				o := e.waitOutputs(out, i+1, 60*time.Second)[i]
-				var result struct{ Echo string }
+				o, echo := e.echoTask(stub, protocol.AgentClaude, "tm", text, strings.ReplaceAll(tc.name, " ", "-")+"-"+text, i+1)
 				switch {
 				case strings.HasPrefix(tc.name, "broken") && (o.Error == nil || o.Error.Code != protocol.CodeMCPUnavailable):
 					t.Fatalf("task %d: %+v (error %+v), want MCP_UNAVAILABLE", i, o, o.Error)
-				case strings.HasPrefix(tc.name, "working") && (o.Status != protocol.StatusComplete || json.Unmarshal(o.Result, &result) != nil || result.Echo != echoAnswer(text, "p")):
+				case strings.HasPrefix(tc.name, "working") && (o.Status != protocol.StatusComplete || echo != echoAnswer(text, "p")):
 					t.Fatalf("task %d: %+v (result %s, error %+v)", i, o, o.Result, o.Error)
 				}
 			}
 		})
 	}
+}
+
+// The agent waits for a server that takes a while to start (2 s here):
+// both CLIs would otherwise begin without it. A server that never answers
+// fails the task when AGENT_MCP_TIMEOUT (3 s here) runs out (Claude; Droid
+// gives up by its own limit, about 30 s).
+func TestSlowAndHungMCPServers(t *testing.T) {
+	bin := buildTestMCP(t)
+	eachRealAgent(t, func(t *testing.T, agentType protocol.AgentType, e *env, stub *stubmodel.Server, environ []string) {
+		e.cfg.MCPServers = []protocol.MCPServer{{Name: "slow", Command: "sh", Args: []string{"-c", "sleep 2; exec " + bin}}}
+		e.cfg.MCPTimeout = 20 * time.Second
+		e.start(environ...)
+		if o, echo := e.echoTask(stub, agentType, "slow", "late", "slow-"+string(agentType), 1); o.Status != protocol.StatusComplete || echo != echoAnswer("late", "") {
+			t.Fatalf("slow server: %+v (result %s, error %+v)", o, o.Result, o.Error)
+		}
+	})
+	t.Run("claude hung", func(t *testing.T) {
+		t.Parallel()
+		e, _, environ := realAgentEnv(t, protocol.AgentClaude)
+		e.cfg.MCPServers = []protocol.MCPServer{{Name: "hung", Command: "sleep", Args: []string{"600"}}}
+		e.cfg.MCPTimeout = 3 * time.Second
+		e.start(environ...)
+		in, out := e.keys.Input(e.cfg.WorkerID), e.keys.Output(e.cfg.WorkerID)
+		start := time.Now()
+		e.send(in, protocol.Task{RequestID: "hung", Prompt: "Call the echo tool."})
+		o := e.waitOutputs(out, 1, 60*time.Second)[0]
+		took := time.Since(start)
+		if o.Error == nil || o.Error.Code != protocol.CodeMCPUnavailable || !strings.Contains(o.Error.Message, "hung") {
+			t.Fatalf("hung server: %+v (error %+v), want MCP_UNAVAILABLE", o, o.Error)
+		}
+		if took < 3*time.Second || took > 20*time.Second {
+			t.Errorf("MCP_UNAVAILABLE after %s, want about AGENT_MCP_TIMEOUT (3s)", took)
+		}
+		t.Logf("after %s: %s", took.Round(time.Millisecond), o.Error.Message)
+	})
 }
