@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"strings"
 )
 
 // MCPServer is an MCP server a worker's agent gets: a local program that
@@ -69,7 +70,8 @@ func validateMCPServers(path string, servers []MCPServer) error {
 		}
 		if s.URL != "" {
 			u, err := url.Parse(s.URL)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			lower := strings.HasPrefix(s.URL, "http://") || strings.HasPrefix(s.URL, "https://") // as the schema's pattern says
+			if err != nil || !lower || u.Host == "" {
 				return fieldErr(p+".url", "is %q, want an http:// or https:// URL", s.URL)
 			}
 		}

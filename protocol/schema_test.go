@@ -87,6 +87,7 @@ func TestSchemasRefuseWhatDecodersRefuse(t *testing.T) {
 		{"command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"create","spec":{"agent_type":"claude","mcp_servers":[{"name":"a"}]}}`},
 		{"command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"create","spec":{"agent_type":"claude","mcp_servers":[{"name":"a","command":"x","url":"http://h/mcp"}]}}`},
 		{"command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"create","spec":{"agent_type":"claude","mcp_servers":[{"name":"a","url":"ftp://h"}]}}`},
+		{"command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"create","spec":{"agent_type":"claude","mcp_servers":[{"name":"a","url":"HTTP://h/mcp"}]}}`},
 		{"command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"create","spec":{"agent_type":"claude","mcp_servers":[{"name":"a","url":"http://h","env":{"A":"1"}}]}}`},
 		{"command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"create","spec":{"agent_type":"claude","mcp_servers":[{"name":"a","command":"x","headers":{"A":"1"}}]}}`},
 		{"command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"create","spec":{"agent_type":"claude","mcp_servers":[{"name":"a","command":"x","type":"stdio"}]}}`},
