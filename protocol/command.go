@@ -75,6 +75,10 @@ type WorkerSpec struct {
 	// (ReservedEnv) are refused.
 	Env    map[string]string `json:"env,omitempty"`
 	Limits Limits            `json:"limits,omitempty"`
+	// MCPServers are the MCP servers the agent gets (mcp.go). They are
+	// the worker's configuration, not its image's: no image hash covers
+	// them.
+	MCPServers []MCPServer `json:"mcp_servers,omitempty"`
 }
 
 var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -129,7 +133,7 @@ func (s *WorkerSpec) validate(path string) error {
 	if s.Limits.Pids < 0 {
 		return fieldErr(path+".limits.pids", "negative")
 	}
-	return nil
+	return validateMCPServers(path+".mcp_servers", s.MCPServers)
 }
 
 // Command is one entry of the command stream.

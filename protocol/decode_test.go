@@ -3,6 +3,7 @@ package protocol
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -119,6 +120,9 @@ func TestDecodeOtherErrorsNameTheField(t *testing.T) {
 		{"command bad pattern", "command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"create","spec":{"agent_type":"claude","allowed_commands":["eng*"]}}`, "spec.allowed_commands"},
 		{"command bad env name", "command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"create","spec":{"agent_type":"claude","env":{"A-B":"x"}}}`, "spec.env"},
 		{"command bad memory", "command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"create","spec":{"agent_type":"claude","limits":{"memory":"lots"}}}`, "spec.limits.memory"},
+		{"command mcp server without command or url", "command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"create","spec":{"agent_type":"claude","mcp_servers":[{"name":"a"}]}}`, "spec.mcp_servers[0]"},
+		{"command mcp server bad name", "command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"create","spec":{"agent_type":"claude","mcp_servers":[{"name":"x","command":"y"},{"name":"a.b","command":"y"}]}}`, "spec.mcp_servers[1].name"},
+		{"command mcp server bad url", "command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"create","spec":{"agent_type":"claude","mcp_servers":[{"name":"a","url":"file:///x"}]}}`, "spec.mcp_servers[0].url"},
 		{"command spec on delete", "command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"delete","worker_id":"w","spec":{"agent_type":"claude"}}`, "spec"},
 		{"command reset without agent", "command.schema.json", `{"v":1,"type":"command","command_id":"c","action":"reset_context","project_id":"p"}`, "agent_type"},
 		{"reply not ok without error", "reply.schema.json", `{"v":1,"type":"reply","command_id":"c","action":"list","ok":false,"timestamp":"2026-01-01T00:00:00Z"}`, "error"},
@@ -235,5 +239,32 @@ func TestSpecMemoryLimitHasAFloor(t *testing.T) {
 		if err := (WorkerSpec{AgentType: AgentClaude, Limits: Limits{Memory: m}}).Validate(); err != nil {
 			t.Errorf("memory %s refused: %v", m, err)
 		}
+	}
+}
+
+func TestMCPServersEnvRoundTrip(t *testing.T) {
+	servers := []MCPServer{{Name: "t", Command: "testmcp", Args: []string{"-v"}, Env: map[string]string{"TAG": "x"}}, {Name: "h", URL: "http://127.0.0.1:1/mcp"}}
+	v, err := EncodeMCPServers(servers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseMCPServersEnv(v)
+	if err != nil || len(got) != 2 || got[0].Env["TAG"] != "x" || got[1].URL != servers[1].URL {
+		t.Fatalf("ParseMCPServersEnv(%s) = %+v, %v", v, got, err)
+	}
+	if got, err := ParseMCPServersEnv(""); err != nil || got != nil {
+		t.Fatalf("empty: %v, %v", got, err)
+	}
+	for _, bad := range []string{"{", `[{"name":"a"}]`, `[{"name":"a","command":"x"},{"name":"a","command":"y"}]`} {
+		if _, err := ParseMCPServersEnv(bad); err == nil {
+			t.Errorf("ParseMCPServersEnv(%s) accepted", bad)
+		}
+	}
+	many := make([]MCPServer, MaxMCPServers+1)
+	for i := range many {
+		many[i] = MCPServer{Name: fmt.Sprintf("s%d", i), Command: "x"}
+	}
+	if _, err := EncodeMCPServers(many); err == nil {
+		t.Error("too many servers accepted")
 	}
 }

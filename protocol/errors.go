@@ -54,6 +54,10 @@ const (
 	// CodeReplaceLimit: a worker that kept dying was replaced as often as
 	// allowed; its spec is marked failed.
 	CodeReplaceLimit Code = "REPLACE_LIMIT"
+	// CodeMCPUnavailable: an MCP server of the worker's spec did not
+	// start or connect when the agent began; the agent was stopped rather
+	// than left to work without it.
+	CodeMCPUnavailable Code = "MCP_UNAVAILABLE"
 )
 
 // codeInfo holds whether retrying the same request may succeed.
@@ -78,6 +82,7 @@ var codeInfo = map[Code]bool{
 	CodeConflict:            true,
 	CodeShuttingDown:        true, // another manager serves it
 	CodeReplaceLimit:        false,
+	CodeMCPUnavailable:      true, // a server may start the next time
 }
 
 // Codes lists every code, in a stable order.
@@ -86,7 +91,7 @@ var Codes = []Code{
 	CodeOOMKilled, CodeKilled, CodeTerminated, CodeResumeFailed,
 	CodeInvalidTask, CodeInvalidCommand, CodeNotFound, CodeForbidden,
 	CodeUpstreamUnavailable, CodeResourceExhausted, CodeInternalError,
-	CodeWorkerBusy, CodeConflict, CodeShuttingDown, CodeReplaceLimit,
+	CodeWorkerBusy, CodeConflict, CodeShuttingDown, CodeReplaceLimit, CodeMCPUnavailable,
 }
 
 // Valid reports whether c is a known code.

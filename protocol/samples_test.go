@@ -53,7 +53,11 @@ func samples() map[string][]encoder {
 				AgentType: AgentClaude, Kind: KindLongLived, Instructions: "You are the PO.",
 				AllowedCommands: []string{"project.get", "engineering.*"}, Capabilities: []Capability{CapGit},
 				ProjectID: "proj-a", UserID: "tg-1", Env: map[string]string{"LOG_LEVEL": "debug"},
-				Limits: Limits{Memory: "512m", CPUs: 0.5, Pids: 256}}},
+				Limits: Limits{Memory: "512m", CPUs: 0.5, Pids: 256},
+				MCPServers: []MCPServer{
+					{Name: "tickets", Command: "tickets-mcp", Args: []string{"--read-only"}, Env: map[string]string{"TICKETS_URL": "http://t"}},
+					{Name: "docs", URL: "https://docs.example/mcp", Headers: map[string]string{"Authorization": "Bearer x"}},
+				}}},
 			Command{ID: "cmd-2", Action: ActionPause, WorkerID: "w-1"},
 			Command{ID: "cmd-3", Action: ActionList, ReplyTo: "worker:replies:ctl"},
 			Command{ID: "cmd-4", Action: ActionResetContext, ProjectID: "proj-a", AgentType: AgentDroid},

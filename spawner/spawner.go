@@ -373,6 +373,9 @@ func (s *Spawner) workerEnv(id string, spec protocol.WorkerSpec, redisURL string
 	if spec.Model != "" {
 		env = append(env, "AGENT_MODEL="+spec.Model)
 	}
+	if v, err := protocol.EncodeMCPServers(spec.MCPServers); err == nil && v != "null" {
+		env = append(env, protocol.EnvMCPServers+"="+v) // refused at create when invalid
+	}
 	if s.cfg.APIURL != "" {
 		env = append(env, "API_URL="+s.cfg.APIURL)
 	}

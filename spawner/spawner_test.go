@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -61,7 +62,10 @@ func newFixture(t testing.TB, mod func(*Config)) *fixture {
 	t.Setenv("ANTHROPIC_API_KEY", "sk-stub-0123456789")
 	prefix := fmt.Sprintf("t%d", time.Now().UnixNano())
 	cfg, err := ConfigFromEnv(func(k string) string {
-		return map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": prefix, "WORKER_STOP_TIMEOUT": "12s"}[k]
+		// WORKER_BASE_IMAGE (read by images/build-worker-base.sh too) keeps
+		// a checkout's wrapper apart from another's on a shared engine.
+		return map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": prefix, "WORKER_STOP_TIMEOUT": "12s",
+			"WORKER_BASE_IMAGE": os.Getenv("WORKER_BASE_IMAGE")}[k]
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +74,7 @@ func newFixture(t testing.TB, mod func(*Config)) *fixture {
 		mod(&cfg)
 	}
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	s := New(cfg, dc, rc, &Images{Docker: dc, Redis: rc, Keys: cfg.Keys}, log)
+	s := New(cfg, dc, rc, &Images{Docker: dc, Redis: rc, Keys: cfg.Keys, BaseImage: cfg.BaseImage}, log)
 	t.Cleanup(func() {
 		// No container of this test survives it.
 		out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label="+protocol.LabelKeyPrefix+"="+prefix).Output()

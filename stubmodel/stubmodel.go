@@ -277,6 +277,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if step.Usage != nil {
 		usage = *step.Usage
 	}
+	step = withToolResult(step, req.Messages)
 	if model == "" {
 		model = req.Model
 	}

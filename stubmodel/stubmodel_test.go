@@ -133,3 +133,32 @@ func TestSetAPIKeyRefusesOtherKeys(t *testing.T) {
 		t.Fatalf("other requests %q", other)
 	}
 }
+
+func TestToolResultPlaceholderQuotesTheLastToolResult(t *testing.T) {
+	s, err := Start(Script{Steps: []Step{{Text: `{"status": "complete", "result": {"echo": "` + ToolResultPlaceholder + `"}}`, Repeat: 2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, tc := range []struct{ name, content, want string }{
+		{"text blocks", `[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"said \"hi\""}]}]`, `said "hi"`},
+		{"a string", `[{"type":"text","text":"x"},{"type":"tool_result","tool_use_id":"t1","content":"plain"}]`, "plain"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := post(t, s.URL, `{"model":"m","messages":[{"role":"user","content":"go"},{"role":"user","content":`+tc.content+`}]}`)
+			defer resp.Body.Close()
+			var msg struct {
+				Content []struct{ Text string } `json:"content"`
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&msg); err != nil || len(msg.Content) != 1 {
+				t.Fatalf("answer: %+v, %v", msg, err)
+			}
+			var stop struct {
+				Result struct{ Echo string } `json:"result"`
+			}
+			if err := json.Unmarshal([]byte(msg.Content[0].Text), &stop); err != nil || stop.Result.Echo != tc.want {
+				t.Fatalf("text %q: echo %q, want %q (%v)", msg.Content[0].Text, stop.Result.Echo, tc.want, err)
+			}
+		})
+	}
+}

@@ -46,7 +46,12 @@ func (ClaudeParser) ParseLine(line []byte) []Event {
 	case "system":
 		switch v.Get("subtype").String() {
 		case "init":
-			return []Event{{Init: &Init{SessionID: v.Get("session_id").String(), Model: v.Get("model").String()}}}
+			in := &Init{SessionID: v.Get("session_id").String(), Model: v.Get("model").String()}
+			v.Get("mcp_servers").ForEach(func(_, m gjson.Result) bool {
+				in.MCPServers = append(in.MCPServers, MCPServerStatus{Name: m.Get("name").String(), Status: m.Get("status").String()})
+				return true
+			})
+			return []Event{{Init: in}}
 		case "api_retry":
 			return []Event{{Retry: &APIRetry{
 				Attempt:    int(v.Get("attempt").Int()),

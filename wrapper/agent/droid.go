@@ -3,6 +3,8 @@ package agent
 import (
 	"encoding/json"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
@@ -25,7 +27,12 @@ func (DroidParser) ParseLine(line []byte) []Event {
 	switch v.Get("type").String() {
 	case "system":
 		if v.Get("subtype").String() == "init" {
-			return []Event{{Init: &Init{SessionID: v.Get("session_id").String(), Model: v.Get("model").String()}}}
+			in := &Init{SessionID: v.Get("session_id").String(), Model: v.Get("model").String()}
+			v.Get("tools").ForEach(func(_, t gjson.Result) bool {
+				in.Tools = append(in.Tools, t.String())
+				return true
+			})
+			return []Event{{Init: in}}
 		}
 	case "tool_call":
 		return []Event{{ToolCall: &ToolCall{Name: v.Get("toolName").String(), Input: json.RawMessage(v.Get("parameters").Raw)}}}

@@ -40,10 +40,24 @@ type Denial struct {
 	Input json.RawMessage
 }
 
-// Init is the agent's first line: its session and model.
+// Init is the agent's first line: its session and model, and what it
+// says of its MCP servers.
 type Init struct {
 	SessionID string
 	Model     string
+	// MCPServers is each MCP server's status (Claude's mcp_servers:
+	// connected, failed, pending, ...); nil when the agent reports none.
+	MCPServers []MCPServerStatus
+	// Tools are the tools the agent offers the model (Droid's list, from
+	// which its MCP servers' tools, <server>___<tool>, tell which of them
+	// connected); nil for Claude.
+	Tools []string
+}
+
+// MCPServerStatus is one MCP server as an agent's init line reports it.
+type MCPServerStatus struct {
+	Name   string
+	Status string
 }
 
 // Turn is one API call's usage, as reported on an assistant message. The

@@ -196,6 +196,11 @@ func (p *Persistent) Send(ctx context.Context, message []byte, timeout time.Dura
 				if ev.Init != nil {
 					p.init = ev.Init
 				}
+				if out.check(p.spec.Check, ev) {
+					p.stop()
+					out.Exit, out.Stderr = p.exit, p.stderr.String()
+					return out
+				}
 				if onEvent != nil {
 					onEvent(ev)
 				}

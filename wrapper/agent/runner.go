@@ -51,6 +51,11 @@ type Spec struct {
 	OnEvent func(Event)
 	// OnStart, when set, is called with the pid once the agent runs.
 	OnStart func(pid int)
+	// Check, when set, is called for every event in order, before
+	// OnEvent; an error it returns ends the run at once: the agent is
+	// stopped (SIGTERM, SIGKILL after KillGrace), Outcome.Aborted holds
+	// the error, and Judge fails the task with it. It must not block.
+	Check func(Event) *protocol.Error
 	// Starter starts the process (default DirectStarter).
 	Starter Starter
 }
@@ -70,6 +75,8 @@ type Outcome struct {
 
 	Exit     ExitStatus
 	StartErr error // the agent could not be started; Exit.Code is 127 or 126
+	// Aborted is the error of Spec.Check that ended the run; nil when none.
+	Aborted *protocol.Error
 
 	TimedOut          bool // Spec.Timeout passed before a result
 	Cancelled         bool // the context ended before a result
@@ -195,6 +202,9 @@ func Run(ctx context.Context, spec Spec) (out Outcome) {
 			}
 			for _, ev := range evs {
 				out.record(ev, time.Since(start))
+				if out.check(spec.Check, ev) && !exited {
+					stop()
+				}
 				if ev.Result != nil && resultGrace == nil && !exited {
 					resultGrace = time.After(spec.ResultGrace)
 				}
@@ -209,13 +219,13 @@ func Run(ctx context.Context, spec Spec) (out Outcome) {
 			}
 		case <-timeout:
 			timeout = nil
-			if out.Result == nil {
+			if out.Result == nil && out.Aborted == nil {
 				out.TimedOut = true
 				stop()
 			}
 		case <-cancelled:
 			cancelled = nil
-			if out.Result == nil && !out.TimedOut {
+			if out.Result == nil && !out.TimedOut && out.Aborted == nil {
 				out.Cancelled = true
 				stop()
 			}
@@ -251,6 +261,16 @@ func Run(ctx context.Context, spec Spec) (out Outcome) {
 	out.Lines, out.LongLines = readStats.lines, readStats.long
 	out.Stderr = tail.String()
 	return out
+}
+
+// check runs a Spec.Check on ev, once no earlier event aborted the run,
+// and reports whether it aborts the run now.
+func (o *Outcome) check(check func(Event) *protocol.Error, ev Event) bool {
+	if check == nil || o.Aborted != nil {
+		return false
+	}
+	o.Aborted = check(ev)
+	return o.Aborted != nil
 }
 
 // hardDrainGrace bounds the wait for stdout to end after the agent's group

@@ -27,17 +27,19 @@ const MaxStderrInError = 4 << 10
 //
 //  1. The agent could not be started: failed, AGENT_CRASHED (exit 127 when
 //     the program does not exist, 126 when it cannot be executed).
-//  2. The task's timeout passed before a result: failed, AGENT_TIMEOUT.
-//  3. The worker stopped (SIGTERM) before a result: failed, TERMINATED.
-//  4. A result line that is an error (is_error, Droid's error line):
+//  2. A check of the runner stopped the agent (Spec.Check: an MCP server
+//     that did not start): failed, with the check's error.
+//  3. The task's timeout passed before a result: failed, AGENT_TIMEOUT.
+//  4. The worker stopped (SIGTERM) before a result: failed, TERMINATED.
+//  5. A result line that is an error (is_error, Droid's error line):
 //     failed, AGENT_ERROR, whatever the exit code.
-//  5. A result line that is a success, whatever the exit code (a success
+//  6. A result line that is a success, whatever the exit code (a success
 //     with exit 1 counts; so does a result whose process had to be killed
 //     after it): the stop output decides. With a schema, Claude's
 //     structured_output must be a valid stop output; without, the last
 //     valid stop output in the final text. None: failed, NO_STOP_OUTPUT.
 //     A stop output that says failed: failed, TASK_FAILED.
-//  6. No result line: failed, AGENT_CRASHED, with the exit code or signal,
+//  7. No result line: failed, AGENT_CRASHED, with the exit code or signal,
 //     whether it died before or after its init line, and the stderr tail
 //     (an exit 0 without a result is a crash too).
 func Judge(o Outcome, schemaGiven bool) Verdict {
@@ -45,6 +47,8 @@ func Judge(o Outcome, schemaGiven bool) Verdict {
 	switch {
 	case o.StartErr != nil:
 		return failed("start", protocol.CodeAgentCrashed, "%v (exit %d)", o.StartErr, o.Exit.Code)
+	case o.Aborted != nil:
+		return Verdict{Status: protocol.StatusFailed, Error: o.Aborted, Rule: "aborted"}
 	case o.Result == nil && o.TimedOut:
 		return failed("timeout", protocol.CodeAgentTimeout, "the agent ran past its timeout after %s and was stopped%s", o.Duration.Round(1e6), stderr)
 	case o.Result == nil && o.Cancelled:

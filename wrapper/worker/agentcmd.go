@@ -46,6 +46,7 @@ func (c *Config) Argv(inv Invocation) []string {
 	case protocol.AgentDroid:
 		argv := []string{c.AgentBin, "exec", "-o", "stream-json", "--cwd", c.Workspace}
 		argv = append(argv, c.permissionArgs()...)
+		argv = append(argv, c.mcpArgs()...)
 		if inv.ResumeID != "" {
 			argv = append(argv, "--session-id", inv.ResumeID)
 		}
@@ -65,6 +66,7 @@ func (c *Config) Argv(inv Invocation) []string {
 		}
 		argv = append(argv, "--output-format", "stream-json", "--verbose")
 		argv = append(argv, c.permissionArgs()...)
+		argv = append(argv, c.mcpArgs()...)
 		if inv.ResumeID != "" {
 			argv = append(argv, "--resume", inv.ResumeID)
 		}
@@ -145,6 +147,7 @@ func (c *Config) AgentEnv(base []string, progressURL, token string, task protoco
 		path = filepath.Dir(c.SelfPath) + string(os.PathListSeparator) + path
 	}
 	env = append(env, c.modelEnv()...)
+	env = append(env, c.mcpEnv()...)
 	env = append(env,
 		"PATH="+path,
 		"WORKER_ID="+c.WorkerID,

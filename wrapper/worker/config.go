@@ -80,6 +80,11 @@ type Config struct {
 	// DroidBaseURL (DROID_BASE_URL) points Droid at an Anthropic-compatible
 	// API through a custom model in ~/.factory/settings.json.
 	DroidBaseURL string
+	// MCPServers (AGENT_MCP_SERVERS, set by the spawner from the spec) are
+	// the agent's MCP servers, and MCPTimeout (AGENT_MCP_TIMEOUT, default
+	// 30s) how long a server may take to start (mcp.go).
+	MCPServers []protocol.MCPServer
+	MCPTimeout time.Duration
 	// SelfPath is the wrapper's own executable, put on the agent's PATH so
 	// that `worker-wrapper progress` works from its shell tool.
 	SelfPath string
@@ -224,6 +229,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		if c.StreamMaxLen, err = strconv.ParseInt(v, 10, 64); err != nil || c.StreamMaxLen < 0 {
 			return fail(protocol.EnvStreamMaxLen, fmt.Errorf("want a whole number of entries (0: no trimming), got %q", v))
 		}
+	}
+	if err := c.readMCP(getenv); err != nil {
+		return Config{}, err
 	}
 	return c, nil
 }

@@ -39,6 +39,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.cfg.writeDroidGuard(); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
+	if err := w.cfg.writeMCPConfig(home); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
 	p, err := startProgressServer(w, w.cfg.ProgressAddr)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)

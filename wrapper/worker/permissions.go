@@ -51,11 +51,12 @@ func (c *Config) permissionArgs() []string {
 	case rules.All && c.SkipPermissions:
 		return []string{"--dangerously-skip-permissions"}
 	case rules.All:
-		return []string{"--permission-mode", "dontAsk", "--allowedTools=" + strings.Join(append(slices.Clone(claudeFileTools), "Bash"), ",")}
+		tools := append(slices.Clone(claudeFileTools), "Bash")
+		return []string{"--permission-mode", "dontAsk", "--allowedTools=" + strings.Join(append(tools, c.mcpAllowedTools()...), ",")}
 	case c.AgentType == protocol.AgentDroid:
 		return []string{"--skip-permissions-unsafe", "--settings", c.droidGuardSettingsPath()}
 	}
-	return []string{"--permission-mode", "dontAsk", "--allowedTools=" + strings.Join(ClaudeAllowedTools(rules), ",")}
+	return []string{"--permission-mode", "dontAsk", "--allowedTools=" + strings.Join(append(ClaudeAllowedTools(rules), c.mcpAllowedTools()...), ",")}
 }
 
 // ClaudeAllowedTools is Claude's --allowedTools list for rules.

@@ -111,7 +111,7 @@ func (p *persistentAgent) send(ctx context.Context, t persistentTask) (agent.Out
 	if !p.proc.Alive() {
 		p.proc.Close()
 		p.proc = nil
-		if o.Result == nil && !o.TimedOut && !o.Cancelled {
+		if o.Result == nil && !o.TimedOut && !o.Cancelled && o.Aborted == nil { // an abort stopped it
 			p.deaths++
 			if p.deaths >= 2 {
 				p.off = true

@@ -111,7 +111,7 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 
 	oomBefore := oomKills()
 	agentCtx, cancel := w.terminable(taskCtx)
-	outcome := w.runAgent(agentCtx, task, plan, cur, spec)
+	outcome := w.cfg.mcpOutcome(w.runAgent(agentCtx, task, plan, cur, spec))
 	cancel()
 	outcome, plan = w.sessions.Complete(taskCtx, task, plan, outcome, func(inv Invocation) agent.Outcome {
 		spec.Argv, spec.Stdin = w.cfg.Argv(inv), w.cfg.PromptStdin(inv)
@@ -193,7 +193,7 @@ func (w *Worker) agentSpec(task protocol.Task, inv Invocation, cur *current) age
 	return agent.Spec{
 		Argv: w.cfg.Argv(inv), Stdin: w.cfg.PromptStdin(inv), Env: w.cfg.AgentEnv(w.environ, w.ProgressURL(), cur.token, task),
 		Dir: w.cfg.Workspace, Parser: w.cfg.Parser(), PTY: w.cfg.PTY, Timeout: task.Timeout(w.cfg.TaskTimeout),
-		ResultGrace: w.cfg.ResultGrace, KillGrace: w.cfg.KillGrace, Starter: w.starter,
+		ResultGrace: w.cfg.ResultGrace, KillGrace: w.cfg.KillGrace, Starter: w.starter, Check: w.cfg.checkMCP,
 		OnEvent: func(ev agent.Event) {
 			if ev.Denied != nil {
 				w.onDenial(cur, ev.Denied)

@@ -228,7 +228,7 @@ func (p *ProjectSessions) retire(ctx context.Context, project, sessionID string)
 // vendor's cloud, exits 1 with nothing on stdout; a session file lost with
 // its container looks the same).
 func resumeFailed(plan SessionPlan, o agent.Outcome) (bool, string) {
-	if plan.ResumeID == "" || o.Init != nil || o.StartErr != nil || o.TimedOut || o.Cancelled {
+	if plan.ResumeID == "" || o.Init != nil || o.StartErr != nil || o.TimedOut || o.Cancelled || o.Aborted != nil {
 		return false, ""
 	}
 	if o.Result != nil && (!o.Result.IsError || o.Result.Turns > 0) {

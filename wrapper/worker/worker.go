@@ -23,6 +23,7 @@ package worker
 import (
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -94,7 +95,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	if w.environ == nil {
 		w.environ = os.Environ()
 	}
-	w.redact = NewRedactor(w.environ, cfg.RedisURL)
+	w.redact = NewRedactor(append(slices.Clone(w.environ), cfg.mcpSecrets()...), cfg.RedisURL)
 	if w.sessions == nil {
 		if cfg.SessionPolicy == "new" {
 			w.sessions = NewSessions{}
