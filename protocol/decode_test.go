@@ -11,6 +11,7 @@ import (
 // decoders maps a schema file to the Go decoder of its documents.
 var decoders = map[string]func([]byte) (any, error){
 	"task.schema.json":      func(b []byte) (any, error) { return DecodeTask(b) },
+	"cancel.schema.json":    func(b []byte) (any, error) { return DecodeCancel(b) },
 	"output.schema.json":    func(b []byte) (any, error) { return DecodeOutput(b) },
 	"progress.schema.json":  func(b []byte) (any, error) { return DecodeProgress(b) },
 	"lifecycle.schema.json": func(b []byte) (any, error) { return DecodeLifecycle(b) },

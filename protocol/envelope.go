@@ -31,6 +31,7 @@ const (
 	TypeCommand   Type = "command"
 	TypeReply     Type = "reply"
 	TypeControl   Type = "control"
+	TypeCancel    Type = "cancel" // on an input stream, beside tasks
 )
 
 // DecodeError says why a document was refused and which field is wrong.

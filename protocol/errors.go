@@ -54,6 +54,9 @@ const (
 	// CodeReplaceLimit: a worker that kept dying was replaced as often as
 	// allowed; its spec is marked failed.
 	CodeReplaceLimit Code = "REPLACE_LIMIT"
+	// CodeCancelled: a cancel document ended the task (the error of an
+	// output whose status is cancelled).
+	CodeCancelled Code = "CANCELLED"
 )
 
 // codeInfo holds whether retrying the same request may succeed.
@@ -78,6 +81,7 @@ var codeInfo = map[Code]bool{
 	CodeConflict:            true,
 	CodeShuttingDown:        true, // another manager serves it
 	CodeReplaceLimit:        false,
+	CodeCancelled:           false, // the producer asked for it
 }
 
 // Codes lists every code, in a stable order.
@@ -87,6 +91,7 @@ var Codes = []Code{
 	CodeInvalidTask, CodeInvalidCommand, CodeNotFound, CodeForbidden,
 	CodeUpstreamUnavailable, CodeResourceExhausted, CodeInternalError,
 	CodeWorkerBusy, CodeConflict, CodeShuttingDown, CodeReplaceLimit,
+	CodeCancelled,
 }
 
 // Valid reports whether c is a known code.

@@ -51,6 +51,8 @@ func FuzzDecodeTask(f *testing.F) {
 
 func FuzzDecodeOutput(f *testing.F) { fuzzRoundTrip(f, "output.schema.json", DecodeOutput) }
 
+func FuzzDecodeCancel(f *testing.F) { fuzzRoundTrip(f, "cancel.schema.json", DecodeCancel) }
+
 func FuzzDecodeProgress(f *testing.F) { fuzzRoundTrip(f, "progress.schema.json", DecodeProgress) }
 
 func FuzzDecodeLifecycle(f *testing.F) { fuzzRoundTrip(f, "lifecycle.schema.json", DecodeLifecycle) }

@@ -112,10 +112,10 @@ func (o Output) Validate() error {
 		return fieldErr("agent_type", "unknown agent type %q", o.AgentType)
 	}
 	if !o.Status.Valid() {
-		return fieldErr("status", "is %q, want complete, blocked or failed", o.Status)
+		return fieldErr("status", "is %q, want complete, blocked, failed or cancelled", o.Status)
 	}
-	if o.Status == StatusFailed && o.Error == nil {
-		return fieldErr("error", "required when status is failed")
+	if (o.Status == StatusFailed || o.Status == StatusCancelled) && o.Error == nil {
+		return fieldErr("error", "required when status is %s", o.Status)
 	}
 	if o.Status == StatusBlocked && o.Question == "" {
 		return fieldErr("question", "required when status is blocked")

@@ -22,6 +22,10 @@ func samples() map[string][]encoder {
 			Task{RequestID: "req-2", TaskID: "task-9", ProjectID: "proj-a", Prompt: "go on",
 				ForceNewSession: true, TimeoutSeconds: 900, Metadata: map[string]any{"chat_id": 42.0}},
 		},
+		"cancel.schema.json": {
+			NewCancel("req-1", ""),
+			Cancel{RequestID: "req-2", Reason: "the user changed their mind", Timestamp: &sampleTime},
+		},
 		"output.schema.json": {
 			Output{RequestID: "req-1", TaskID: "task-9", ProjectID: "proj-a", WorkerID: "w-1", AgentType: AgentClaude,
 				Status: StatusComplete, Response: "Done.", Result: json.RawMessage(`{"pr":42}`), SessionID: "5b71",
@@ -33,6 +37,8 @@ func samples() map[string][]encoder {
 					ResumeError: NewError(CodeResumeFailed, "No conversation found with session ID: x")}},
 			Output{RequestID: "req-3", WorkerID: "w-2", Status: StatusFailed, Attempt: 2, Timestamp: sampleTime,
 				Error: NewError(CodeOOMKilled, "container killed by the OOM killer (limit 64m)")},
+			Output{RequestID: "req-4", WorkerID: "w-2", Status: StatusCancelled, Timestamp: sampleTime,
+				Error: NewError(CodeCancelled, "cancelled while running: the user changed their mind")},
 		},
 		"progress.schema.json": {
 			Progress{WorkerID: "w-1", RequestID: "req-1", TaskID: "task-9", Step: "Running tests", ProgressPct: pct(50),

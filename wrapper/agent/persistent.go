@@ -109,10 +109,29 @@ func (p *Persistent) Alive() bool {
 	return !p.dead
 }
 
+// ClaudeInterrupt is the control request that ends Claude's turn in
+// progress in stream-json input mode; the process stays for the next
+// message. Claude answers with a control_response line, then the turn's
+// error result (subtype error_during_execution).
+func ClaudeInterrupt(id string) []byte {
+	b, _ := json.Marshal(map[string]any{"type": "control_request", "request_id": id,
+		"request": map[string]any{"subtype": "interrupt"}})
+	return append(b, '\n')
+}
+
 // Send writes one message and waits for its result line. The outcome is
 // that of the one message; when the process died, timed out or was
 // cancelled meanwhile, it is no longer Alive and the outcome says why.
-func (p *Persistent) Send(ctx context.Context, message []byte, timeout time.Duration, onEvent func(Event)) (out Outcome) {
+func (p *Persistent) Send(ctx context.Context, message []byte, timeout time.Duration, onEvent func(Event)) Outcome {
+	return p.SendInterruptible(ctx, message, timeout, nil, onEvent)
+}
+
+// SendInterruptible is Send whose turn ends early when interrupt closes:
+// the process gets ClaudeInterrupt on its stdin and stays alive when it
+// answers with a result within the spec's InterruptGrace (doubled: the
+// interrupt rides on the same pipe as the messages); otherwise it is
+// stopped. The outcome is then Interrupted.
+func (p *Persistent) SendInterruptible(ctx context.Context, message []byte, timeout time.Duration, interrupt <-chan struct{}, onEvent func(Event)) (out Outcome) {
 	out.Init = p.init
 	start := time.Now()
 	defer func() { out.Duration = time.Since(start) }()
@@ -151,8 +170,18 @@ func (p *Persistent) Send(ctx context.Context, message []byte, timeout time.Dura
 		out.Exit, out.Stderr = p.exit, p.stderr.String()
 		return out
 	}
+	var interruptGrace <-chan time.Time
 	for {
 		select {
+		case <-interrupt:
+			interrupt = nil
+			out.Interrupted = true
+			interruptGrace = time.After(2 * p.spec.InterruptGrace)
+			go func() { _, _ = p.stdin.Write(ClaudeInterrupt(fmt.Sprintf("interrupt-%d", time.Now().UnixNano()))) }()
+		case <-interruptGrace:
+			p.stop()
+			out.Exit, out.Stderr = p.exit, p.stderr.String()
+			return out
 		case evs, ok := <-p.events:
 			if !ok { // stdout ended: the process is gone
 				p.dead = true

@@ -49,6 +49,14 @@ type Spec struct {
 	// OnEvent, when set, is called for every event in order, from Run's
 	// goroutine. It must not block.
 	OnEvent func(Event)
+	// Interrupt, when it closes, cancels the run: SIGINT to the agent's
+	// group (Claude then ends its turn, keeps the turn in its session and
+	// prints an error result), SIGTERM once it printed that result or
+	// after InterruptGrace, SIGKILL KillGrace later. The outcome is
+	// Interrupted unless a result came first.
+	Interrupt <-chan struct{}
+	// InterruptGrace is the time between SIGINT and SIGTERM (default 1 s).
+	InterruptGrace time.Duration
 	// OnStart, when set, is called with the pid once the agent runs.
 	OnStart func(pid int)
 	// Starter starts the process (default DirectStarter).
@@ -71,8 +79,11 @@ type Outcome struct {
 	Exit     ExitStatus
 	StartErr error // the agent could not be started; Exit.Code is 127 or 126
 
-	TimedOut          bool // Spec.Timeout passed before a result
-	Cancelled         bool // the context ended before a result
+	TimedOut  bool // Spec.Timeout passed before a result
+	Cancelled bool // the context ended before a result
+	// Interrupted: Spec.Interrupt closed before a result of the agent's
+	// own (the result line it prints when interrupted is kept in Result).
+	Interrupted       bool
 	KilledAfterResult bool // it did not exit within ResultGrace of its result
 	KilledDraining    bool // a child held stdout past DrainGrace after the exit
 
@@ -176,6 +187,8 @@ func Run(ctx context.Context, spec Spec) (out Outcome) {
 		hardDrain                         <-chan time.Time
 		exited, stdoutDone                bool
 		cancelled                         = ctx.Done()
+		interrupt                         = spec.Interrupt
+		interruptGrace                    <-chan time.Time
 	)
 	if spec.Timeout > 0 {
 		t := time.NewTimer(spec.Timeout)
@@ -195,6 +208,11 @@ func Run(ctx context.Context, spec Spec) (out Outcome) {
 			}
 			for _, ev := range evs {
 				out.record(ev, time.Since(start))
+				if ev.Result != nil && out.Interrupted && kill == nil && !exited {
+					// Interrupted, it has saved its turn: no need to wait
+					// for its own slow exit.
+					stop()
+				}
 				if ev.Result != nil && resultGrace == nil && !exited {
 					resultGrace = time.After(spec.ResultGrace)
 				}
@@ -217,6 +235,18 @@ func Run(ctx context.Context, spec Spec) (out Outcome) {
 			cancelled = nil
 			if out.Result == nil && !out.TimedOut {
 				out.Cancelled = true
+				stop()
+			}
+		case <-interrupt:
+			interrupt = nil
+			if out.Result == nil && !out.TimedOut && !out.Cancelled {
+				out.Interrupted = true
+				signalGroup(pgid, syscall.SIGINT)
+				interruptGrace = time.After(spec.InterruptGrace)
+			}
+		case <-interruptGrace:
+			interruptGrace = nil
+			if !exited && kill == nil {
 				stop()
 			}
 		case <-resultGrace:
@@ -309,6 +339,9 @@ func withDefaults(s Spec) Spec {
 	}
 	if s.KillGrace <= 0 {
 		s.KillGrace = 5 * time.Second
+	}
+	if s.InterruptGrace <= 0 {
+		s.InterruptGrace = time.Second
 	}
 	if s.StderrTail <= 0 {
 		s.StderrTail = 8 << 10

@@ -41,7 +41,7 @@ func (p *persistentAgent) usable() bool { return p != nil && !p.off }
 func (p *persistentAgent) run(ctx context.Context, t persistentTask) agent.Outcome {
 	o, reused := p.send(ctx, t)
 	notRun := o.Events == 0 || (o.Result != nil && o.Result.IsError && o.Result.Turns == 0)
-	if reused && notRun && !o.TimedOut && !o.Cancelled && p.proc == nil {
+	if reused && notRun && !o.TimedOut && !o.Cancelled && !o.Interrupted && p.proc == nil {
 		// The process had died before it took up the message (between
 		// tasks; a part of it that outlived the rest answers with an error
 		// of no turns): the message was not run, so run it in a new process.
@@ -76,14 +76,14 @@ func (p *persistentAgent) send(ctx context.Context, t persistentTask) (agent.Out
 		}
 	}
 	t.useToken(p.token)
-	o := p.proc.Send(ctx, agent.ClaudeUserMessage(t.prompt), t.spec.Timeout, t.spec.OnEvent)
+	o := p.proc.SendInterruptible(ctx, agent.ClaudeUserMessage(t.prompt), t.spec.Timeout, t.spec.Interrupt, t.spec.OnEvent)
 	if o.Result != nil && o.Result.SessionID != "" {
 		p.session = o.Result.SessionID
 	}
 	if !p.proc.Alive() {
 		p.proc.Close()
 		p.proc = nil
-		if o.Result == nil && !o.TimedOut && !o.Cancelled {
+		if o.Result == nil && !o.TimedOut && !o.Cancelled && !o.Interrupted {
 			p.deaths++
 			if p.deaths >= 2 {
 				p.off = true

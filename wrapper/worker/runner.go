@@ -30,6 +30,7 @@ type current struct {
 	token    string
 	src      taskSource
 	agentPID int
+	cancel   interruptible // guarded by Worker.mu
 }
 
 // runFields returns the fields of the run hash; the caller holds w.mu.
@@ -45,6 +46,10 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 	data, err := protocol.EntryData(e.Values)
 	var task protocol.Task
 	if err == nil {
+		if _, typ, _ := protocol.PeekType(data); typ == protocol.TypeCancel {
+			w.handleCancelEntry(src, e, data)
+			return
+		}
 		task, err = protocol.DecodeTask(data)
 	}
 	if err != nil {
@@ -83,11 +88,12 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 
 	now := w.now()
 	cur := &current{task: task, run: protocol.NewRun(task.RequestID, task.TaskID, w.cfg.WorkerID, task.Project(), now),
-		attempt: attempt, token: newToken(), src: src}
+		attempt: attempt, token: newToken(), src: src, cancel: newInterruptible()}
 	if !w.startTask(cur) {
 		log.Info("shutdown began: the task stays pending")
 		return
 	}
+	w.lookAhead(taskCtx, log, stream, e.ID)
 	w.pushRun(cur)
 	w.mu.Lock()
 	_ = cur.run.Transition(protocol.RunQueued, now)
@@ -97,8 +103,15 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 		protocol.StatusFieldOutputStream: src.output, protocol.StatusFieldTaskStarted: protocol.FormatTime(now),
 		protocol.StatusFieldAttempt: attempt})
 
+	if cancelled, reason := w.cancelled(cur); cancelled {
+		o := w.cancelledOutput(w.unrunOutput(task, nil), reason, false)
+		o.ProjectID, o.Attempt = task.Project(), attempt
+		w.finish(log, cur, o, nil)
+		return
+	}
 	plan := w.sessions.Decide(taskCtx, task)
 	spec := w.agentSpec(task, invocationFor(w.cfg.AgentType, task, plan), cur)
+	spec.Interrupt = cur.cancel.interrupt
 	spec.OnStart = func(pid int) {
 		w.mu.Lock()
 		cur.agentPID = pid
@@ -127,6 +140,10 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 		verdict.Error = protocol.NewError(protocol.CodeOOMKilled, "the OOM killer ended the agent (%s); raise the worker's memory limit", outcome.Exit)
 	}
 	o := w.output(task, outcome, verdict, plan, attempt)
+	if outcome.Interrupted {
+		_, reason := w.cancelled(cur)
+		o = w.cancelledOutput(o, reason, true)
+	}
 	var usage *rdb.TaskUsage
 	if outcome.StartErr == nil { // the agent ran: its task counts, once, with its output's usage
 		usage = &rdb.TaskUsage{Project: task.Project(), Session: o.SessionID, Worker: w.cfg.WorkerID, Usage: o.Usage, CostUSD: o.CostUSD}
@@ -143,12 +160,20 @@ func (w *Worker) startTask(cur *current) bool {
 		return false
 	}
 	w.cur = cur
+	w.takeCancelLocked(cur)
 	_, err := w.machine.Transition(protocol.WorkerBusy, "task "+cur.task.RequestID, w.now())
 	w.mu.Unlock()
 	if err != nil {
 		w.log.Error("worker state", "err", err)
 	}
 	return true
+}
+
+// cancelled reports whether a cancel named cur, and its reason.
+func (w *Worker) cancelled(cur *current) (bool, string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return cur.cancel.cancelled, cur.cancel.reason
 }
 
 // runAgent runs the task's agent: in the persistent process when there is
@@ -205,7 +230,7 @@ func (w *Worker) finish(log *slog.Logger, cur *current, o protocol.Output, usage
 	if run.State == protocol.RunQueued { // the agent never started
 		_ = run.Transition(protocol.RunRunning, now)
 	}
-	if o.Status == protocol.StatusFailed {
+	if o.Status == protocol.StatusFailed || o.Status == protocol.StatusCancelled {
 		_ = run.Fail(o.Error.Code, o.Error.Message, now)
 	} else {
 		_ = run.Transition(protocol.RunCompleted, now)
@@ -230,8 +255,11 @@ func (w *Worker) finish(log *slog.Logger, cur *current, o protocol.Output, usage
 	}
 	ev := protocol.EventTaskCompleted
 	var errText string
-	if o.Status == protocol.StatusFailed {
+	switch o.Status {
+	case protocol.StatusFailed:
 		ev, errText = protocol.EventTaskFailed, string(o.Error.Code)+": "+o.Error.Message
+	case protocol.StatusCancelled:
+		ev = protocol.EventTaskCancelled
 	}
 	// Idle: no field of the task stays behind.
 	w.pushStatus(map[string]any{protocol.StatusFieldRequestID: "", protocol.StatusFieldTaskID: "",

@@ -10,6 +10,8 @@
 //   - agentcmd.go: the agents' command lines and environment;
 //   - secrets.go: what the agent may not see, and the model API proxy it
 //     gets instead of the key;
+//   - cancel.go: cancel documents, seen on the input by the task loop, by a
+//     follower outside the group and by a look-ahead;
 //   - persistent.go: the Claude process kept across tasks;
 //   - sessions.go: which agent session a task runs in;
 //   - publisher.go: events to Redis, and the retry policy of writes;
@@ -60,7 +62,8 @@ type Worker struct {
 	machine   *protocol.WorkerMachine
 	cur       *current // the task in flight; nil when idle
 	tasksDone int64
-	stopping  bool // shutdown began: no new task starts
+	stopping  bool                  // shutdown began: no new task starts
+	cancels   map[string]cancelNote // cancels seen, by request id (cancel.go)
 }
 
 // Options are the Worker's collaborators; zero values take defaults.
