@@ -57,6 +57,15 @@ const (
 	// CodeCancelled: a cancel document ended the task (the error of an
 	// output whose status is cancelled).
 	CodeCancelled Code = "CANCELLED"
+	// CodeAuthFailed: the model API refused the credential (HTTP 401 or
+	// 403). The wrapper stops the agent at the first refusal: retrying with
+	// the same key cannot succeed.
+	CodeAuthFailed Code = "AUTH_FAILED"
+	// CodeRateLimited: the model API kept answering 429 or 529 past what
+	// the task could wait.
+	CodeRateLimited Code = "RATE_LIMITED"
+	// CodeAgentStalled: a live agent printed nothing for STALL_TIMEOUT.
+	CodeAgentStalled Code = "AGENT_STALLED"
 )
 
 // codeInfo holds whether retrying the same request may succeed.
@@ -82,6 +91,9 @@ var codeInfo = map[Code]bool{
 	CodeShuttingDown:        true, // another manager serves it
 	CodeReplaceLimit:        false,
 	CodeCancelled:           false, // the producer asked for it
+	CodeAuthFailed:          false, // not with the same credential
+	CodeRateLimited:         true,  // after the limit resets
+	CodeAgentStalled:        true,
 }
 
 // Codes lists every code, in a stable order.
@@ -91,7 +103,7 @@ var Codes = []Code{
 	CodeInvalidTask, CodeInvalidCommand, CodeNotFound, CodeForbidden,
 	CodeUpstreamUnavailable, CodeResourceExhausted, CodeInternalError,
 	CodeWorkerBusy, CodeConflict, CodeShuttingDown, CodeReplaceLimit,
-	CodeCancelled,
+	CodeCancelled, CodeAuthFailed, CodeRateLimited, CodeAgentStalled,
 }
 
 // Valid reports whether c is a known code.

@@ -170,9 +170,24 @@ func (p *Persistent) SendInterruptible(ctx context.Context, message []byte, time
 		out.Exit, out.Stderr = p.exit, p.stderr.String()
 		return out
 	}
-	var interruptGrace <-chan time.Time
+	var interruptGrace, stall <-chan time.Time
+	var stallTimer *time.Timer
+	if p.spec.StallTimeout > 0 {
+		stallTimer = time.NewTimer(p.spec.StallTimeout)
+		defer stallTimer.Stop()
+		stall = stallTimer.C
+	}
 	for {
 		select {
+		case <-stall:
+			if p.spec.StallExempt != nil && p.spec.StallExempt() {
+				stallTimer.Reset(p.spec.StallTimeout)
+				continue
+			}
+			out.Stalled = true
+			p.stop()
+			out.Exit, out.Stderr = p.exit, p.stderr.String()
+			return out
 		case <-interrupt:
 			interrupt = nil
 			out.Interrupted = true
@@ -187,6 +202,9 @@ func (p *Persistent) SendInterruptible(ctx context.Context, message []byte, time
 				p.dead = true
 				out.Exit, out.Stderr = p.waitExit(), p.stderr.String()
 				return out
+			}
+			if stallTimer != nil {
+				stallTimer.Reset(p.spec.StallTimeout)
 			}
 			for _, ev := range evs {
 				out.record(ev, time.Since(start))

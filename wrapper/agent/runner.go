@@ -49,6 +49,13 @@ type Spec struct {
 	// OnEvent, when set, is called for every event in order, from Run's
 	// goroutine. It must not block.
 	OnEvent func(Event)
+	// StallTimeout ends an agent that printed no line this long (its
+	// group gets SIGTERM, then SIGKILL): the outcome is Stalled. 0: none.
+	StallTimeout time.Duration
+	// StallExempt, when set, is asked when the stall timeout passes: true
+	// means the silence is known and not the agent's (its model call is
+	// parked by the wrapper), and the watch starts again.
+	StallExempt func() bool
 	// Interrupt, when it closes, cancels the run: SIGINT to the agent's
 	// group (Claude then ends its turn, keeps the turn in its session and
 	// prints an error result), SIGTERM once it printed that result or
@@ -84,6 +91,7 @@ type Outcome struct {
 	// Interrupted: Spec.Interrupt closed before a result of the agent's
 	// own (the result line it prints when interrupted is kept in Result).
 	Interrupted       bool
+	Stalled           bool // no line for Spec.StallTimeout before a result
 	KilledAfterResult bool // it did not exit within ResultGrace of its result
 	KilledDraining    bool // a child held stdout past DrainGrace after the exit
 
@@ -189,7 +197,14 @@ func Run(ctx context.Context, spec Spec) (out Outcome) {
 		cancelled                         = ctx.Done()
 		interrupt                         = spec.Interrupt
 		interruptGrace                    <-chan time.Time
+		stall                             <-chan time.Time
+		stallTimer                        *time.Timer
 	)
+	if spec.StallTimeout > 0 {
+		stallTimer = time.NewTimer(spec.StallTimeout)
+		defer stallTimer.Stop()
+		stall = stallTimer.C
+	}
 	if spec.Timeout > 0 {
 		t := time.NewTimer(spec.Timeout)
 		defer t.Stop()
@@ -205,6 +220,9 @@ func Run(ctx context.Context, spec Spec) (out Outcome) {
 			if !ok {
 				stdoutDone, lines = true, nil
 				continue
+			}
+			if stallTimer != nil {
+				stallTimer.Reset(spec.StallTimeout)
 			}
 			for _, ev := range evs {
 				out.record(ev, time.Since(start))
@@ -235,6 +253,16 @@ func Run(ctx context.Context, spec Spec) (out Outcome) {
 			cancelled = nil
 			if out.Result == nil && !out.TimedOut {
 				out.Cancelled = true
+				stop()
+			}
+		case <-stall:
+			if spec.StallExempt != nil && spec.StallExempt() {
+				stallTimer.Reset(spec.StallTimeout)
+				continue
+			}
+			stall = nil
+			if out.Result == nil && !exited && kill == nil {
+				out.Stalled = true
 				stop()
 			}
 		case <-interrupt:

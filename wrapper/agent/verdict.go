@@ -28,7 +28,9 @@ const MaxStderrInError = 4 << 10
 //  1. The agent could not be started: failed, AGENT_CRASHED (exit 127 when
 //     the program does not exist, 126 when it cannot be executed).
 //  2. The task's timeout passed before a result: failed, AGENT_TIMEOUT.
-//  3. The worker stopped (SIGTERM) before a result: failed, TERMINATED.
+//  3. The agent printed no line for its stall timeout: failed,
+//     AGENT_STALLED; the worker stopped (SIGTERM) before a result: failed,
+//     TERMINATED.
 //  4. A result line that is an error (is_error, Droid's error line):
 //     failed, AGENT_ERROR, whatever the exit code.
 //  5. A result line that is a success, whatever the exit code (a success
@@ -47,6 +49,8 @@ func Judge(o Outcome, schemaGiven bool) Verdict {
 		return failed("start", protocol.CodeAgentCrashed, "%v (exit %d)", o.StartErr, o.Exit.Code)
 	case o.Result == nil && o.TimedOut:
 		return failed("timeout", protocol.CodeAgentTimeout, "the agent ran past its timeout after %s and was stopped%s", o.Duration.Round(1e6), stderr)
+	case o.Result == nil && o.Stalled:
+		return failed("stalled", protocol.CodeAgentStalled, "the agent printed nothing for its stall timeout (STALL_TIMEOUT) and was stopped after %s%s", o.Duration.Round(1e6), stderr)
 	case o.Result == nil && o.Cancelled:
 		return failed("terminated", protocol.CodeTerminated, "the worker was stopped while the agent ran%s", stderr)
 	case o.Result != nil && o.Result.IsError:

@@ -36,9 +36,12 @@ type cancelNote struct {
 // interruptible is what a cancel needs of the task in flight; its fields
 // are guarded by Worker.mu.
 type interruptible struct {
-	interrupt chan struct{} // closed by a cancel; the agent's Spec.Interrupt
+	interrupt chan struct{} // closed by a cancel or an abort; the agent's Spec.Interrupt
 	cancelled bool
 	reason    string
+	// abort is why the wrapper itself interrupted the task (AUTH_FAILED):
+	// the task fails with it.
+	abort *protocol.Error
 }
 
 func newInterruptible() interruptible { return interruptible{interrupt: make(chan struct{})} }
@@ -46,11 +49,22 @@ func newInterruptible() interruptible { return interruptible{interrupt: make(cha
 // cancelLocked marks the task cancelled and interrupts its agent, once.
 // The caller holds Worker.mu.
 func (c *interruptible) cancelLocked(reason string) {
-	if c.cancelled {
+	if c.cancelled || c.abort != nil {
 		return
 	}
 	c.cancelled, c.reason = true, reason
 	close(c.interrupt)
+}
+
+// abortLocked interrupts the agent for a failure the wrapper saw, once,
+// unless a cancel came first. The caller holds Worker.mu.
+func (c *interruptible) abortLocked(e *protocol.Error) bool {
+	if c.cancelled || c.abort != nil {
+		return false
+	}
+	c.abort = e
+	close(c.interrupt)
+	return true
 }
 
 // noteCancel records a cancel and, when it names the task in flight,

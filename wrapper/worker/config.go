@@ -45,7 +45,14 @@ type Config struct {
 	APIURL          string                   // API_URL, passed to the agent
 	UserID          string                   // USER_ID, passed to the agent
 
-	TaskTimeout       time.Duration // TASK_TIMEOUT (default 600s)
+	TaskTimeout  time.Duration // TASK_TIMEOUT (default 600s)
+	StallTimeout time.Duration // STALL_TIMEOUT (default 5m): no line from a live agent this long ends its task
+	// RecycleTasks and RecycleRSS recycle the persistent agent process
+	// after that many tasks, or once its group's RSS passed that many
+	// bytes (AGENT_RECYCLE_TASKS, default 100; AGENT_RECYCLE_RSS in MiB,
+	// default 1024); 0 turns either off.
+	RecycleTasks      int
+	RecycleRSS        int64
 	HeartbeatInterval time.Duration // HEARTBEAT_INTERVAL (default 10s)
 	ShutdownGrace     time.Duration // SHUTDOWN_GRACE (default 20s): time a running task gets after SIGTERM
 	ResultGrace       time.Duration // RESULT_GRACE (default 3s)
@@ -165,6 +172,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		def  time.Duration
 	}{
 		{"TASK_TIMEOUT", &c.TaskTimeout, 600 * time.Second},
+		{"STALL_TIMEOUT", &c.StallTimeout, 5 * time.Minute},
 		{"HEARTBEAT_INTERVAL", &c.HeartbeatInterval, 10 * time.Second},
 		{"SHUTDOWN_GRACE", &c.ShutdownGrace, 20 * time.Second},
 		{"RESULT_GRACE", &c.ResultGrace, 3 * time.Second},
@@ -209,6 +217,19 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			return fail("EVENT_BUFFER", fmt.Errorf("want a positive whole number, got %q", v))
 		}
 	}
+	c.RecycleTasks = 100
+	if v := getenv("AGENT_RECYCLE_TASKS"); v != "" {
+		if c.RecycleTasks, err = strconv.Atoi(v); err != nil || c.RecycleTasks < 0 {
+			return fail("AGENT_RECYCLE_TASKS", fmt.Errorf("want a whole number of tasks (0: never), got %q", v))
+		}
+	}
+	rssMiB := int64(1024)
+	if v := getenv("AGENT_RECYCLE_RSS"); v != "" {
+		if rssMiB, err = strconv.ParseInt(v, 10, 64); err != nil || rssMiB < 0 {
+			return fail("AGENT_RECYCLE_RSS", fmt.Errorf("want a whole number of MiB (0: never), got %q", v))
+		}
+	}
+	c.RecycleRSS = rssMiB << 20
 	c.StreamMaxLen = protocol.DefaultStreamMaxLen
 	if v := getenv(protocol.EnvStreamMaxLen); v != "" {
 		if c.StreamMaxLen, err = strconv.ParseInt(v, 10, 64); err != nil || c.StreamMaxLen < 0 {

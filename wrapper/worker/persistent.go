@@ -21,6 +21,10 @@ type persistentAgent struct {
 	token   string            // the progress token in proc's environment
 	deaths  int
 	off     bool // it died too often: one process per task from now on
+	tasks   int  // tasks proc served
+
+	recycleTasks int   // recycle proc after this many tasks (0: never)
+	recycleRSS   int64 // recycle proc once its group's RSS passed this (bytes; 0: never)
 }
 
 // persistentTask is one task for the persistent agent.
@@ -67,7 +71,7 @@ func (p *persistentAgent) send(ctx context.Context, t persistentTask) (agent.Out
 			p.log.Warn("persistent agent did not start: one process for this task", "err", err)
 			return agent.Run(ctx, t.spec), false
 		}
-		p.proc, p.token, p.session = proc, token, t.plan.ResumeID
+		p.proc, p.token, p.session, p.tasks = proc, token, t.plan.ResumeID, 0
 		p.log.Info("persistent agent started", "pid", proc.Pid(), "resume", t.plan.ResumeID)
 	} else {
 		reused = true
@@ -80,10 +84,11 @@ func (p *persistentAgent) send(ctx context.Context, t persistentTask) (agent.Out
 	if o.Result != nil && o.Result.SessionID != "" {
 		p.session = o.Result.SessionID
 	}
+	p.tasks++
 	if !p.proc.Alive() {
 		p.proc.Close()
 		p.proc = nil
-		if o.Result == nil && !o.TimedOut && !o.Cancelled && !o.Interrupted {
+		if o.Result == nil && !o.TimedOut && !o.Cancelled && !o.Interrupted && !o.Stalled {
 			p.deaths++
 			if p.deaths >= 2 {
 				p.off = true
@@ -91,6 +96,7 @@ func (p *persistentAgent) send(ctx context.Context, t persistentTask) (agent.Out
 			}
 		}
 	}
+	p.recycle()
 	return o, reused
 }
 

@@ -31,6 +31,10 @@ type current struct {
 	src      taskSource
 	agentPID int
 	cancel   interruptible // guarded by Worker.mu
+	deadline time.Time     // when the task's timeout ends
+	// parkedUntil is when the model call the proxy parked (rate limit)
+	// goes out again; guarded by Worker.mu.
+	parkedUntil time.Time
 }
 
 // runFields returns the fields of the run hash; the caller holds w.mu.
@@ -88,7 +92,7 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 
 	now := w.now()
 	cur := &current{task: task, run: protocol.NewRun(task.RequestID, task.TaskID, w.cfg.WorkerID, task.Project(), now),
-		attempt: attempt, token: newToken(), src: src, cancel: newInterruptible()}
+		attempt: attempt, token: newToken(), src: src, cancel: newInterruptible(), deadline: now.Add(task.Timeout(w.cfg.TaskTimeout))}
 	if !w.startTask(cur) {
 		log.Info("shutdown began: the task stays pending")
 		return
@@ -141,8 +145,12 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 	}
 	o := w.output(task, outcome, verdict, plan, attempt)
 	if outcome.Interrupted {
-		_, reason := w.cancelled(cur)
-		o = w.cancelledOutput(o, reason, true)
+		if abort := w.aborted(cur); abort != nil {
+			o.Status, o.Result, o.Question, o.Error = protocol.StatusFailed, nil, "", abort
+		} else {
+			_, reason := w.cancelled(cur)
+			o = w.cancelledOutput(o, reason, true)
+		}
 	}
 	var usage *rdb.TaskUsage
 	if outcome.StartErr == nil { // the agent ran: its task counts, once, with its output's usage
@@ -208,7 +216,8 @@ func (w *Worker) agentSpec(task protocol.Task, inv Invocation, cur *current) age
 	return agent.Spec{
 		Argv: w.cfg.Argv(inv), Stdin: w.cfg.PromptStdin(inv), Env: w.cfg.AgentEnv(w.environ, w.ProgressURL(), cur.token, task),
 		Dir: w.cfg.Workspace, Parser: w.cfg.Parser(), PTY: w.cfg.PTY, Timeout: task.Timeout(w.cfg.TaskTimeout),
-		ResultGrace: w.cfg.ResultGrace, KillGrace: w.cfg.KillGrace, Starter: w.starter,
+		ResultGrace: w.cfg.ResultGrace, KillGrace: w.cfg.KillGrace, Starter: w.starter, StallTimeout: w.cfg.StallTimeout,
+		StallExempt: w.parked,
 		OnEvent: func(ev agent.Event) {
 			if ev.Denied != nil {
 				w.onDenial(cur, ev.Denied)

@@ -107,7 +107,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 		}
 	}
 	if cfg.Persistent {
-		w.persist = &persistentAgent{log: w.log, argv: cfg.PersistentArgv}
+		w.persist = &persistentAgent{log: w.log, argv: cfg.PersistentArgv, recycleTasks: cfg.RecycleTasks, recycleRSS: cfg.RecycleRSS}
 	}
 	w.pub = newPublisher(r, cfg, w.log, w.now)
 	w.machine = protocol.NewWorkerMachine(cfg.WorkerID, w.now())
