@@ -12,6 +12,7 @@ import (
 var decoders = map[string]func([]byte) (any, error){
 	"task.schema.json":      func(b []byte) (any, error) { return DecodeTask(b) },
 	"cancel.schema.json":    func(b []byte) (any, error) { return DecodeCancel(b) },
+	"message.schema.json":   func(b []byte) (any, error) { return DecodeMessage(b) },
 	"output.schema.json":    func(b []byte) (any, error) { return DecodeOutput(b) },
 	"progress.schema.json":  func(b []byte) (any, error) { return DecodeProgress(b) },
 	"lifecycle.schema.json": func(b []byte) (any, error) { return DecodeLifecycle(b) },

@@ -31,7 +31,8 @@ const (
 	TypeCommand   Type = "command"
 	TypeReply     Type = "reply"
 	TypeControl   Type = "control"
-	TypeCancel    Type = "cancel" // on an input stream, beside tasks
+	TypeCancel    Type = "cancel"  // on an input stream, beside tasks
+	TypeMessage   Type = "message" // on an input stream: steers a running task
 )
 
 // DecodeError says why a document was refused and which field is wrong.

@@ -53,6 +53,8 @@ func FuzzDecodeOutput(f *testing.F) { fuzzRoundTrip(f, "output.schema.json", Dec
 
 func FuzzDecodeCancel(f *testing.F) { fuzzRoundTrip(f, "cancel.schema.json", DecodeCancel) }
 
+func FuzzDecodeMessage(f *testing.F) { fuzzRoundTrip(f, "message.schema.json", DecodeMessage) }
+
 func FuzzDecodeProgress(f *testing.F) { fuzzRoundTrip(f, "progress.schema.json", DecodeProgress) }
 
 func FuzzDecodeLifecycle(f *testing.F) { fuzzRoundTrip(f, "lifecycle.schema.json", DecodeLifecycle) }

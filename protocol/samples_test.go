@@ -26,6 +26,9 @@ func samples() map[string][]encoder {
 			NewCancel("req-1", ""),
 			Cancel{RequestID: "req-2", Reason: "the user changed their mind", Timestamp: &sampleTime},
 		},
+		"message.schema.json": {
+			NewMessage("req-1", "Use the staging database, not production."),
+		},
 		"output.schema.json": {
 			Output{RequestID: "req-1", TaskID: "task-9", ProjectID: "proj-a", WorkerID: "w-1", AgentType: AgentClaude,
 				Status: StatusComplete, Response: "Done.", Result: json.RawMessage(`{"pr":42}`), SessionID: "5b71",

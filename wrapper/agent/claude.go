@@ -52,6 +52,10 @@ func (ClaudeParser) ParseLine(line []byte) []Event {
 				Error:      v.Get("error").String(),
 			}}}
 		}
+	case "user":
+		if v.Get("isReplay").Bool() {
+			return []Event{{Replay: true}}
+		}
 	case "assistant":
 		msg := v.Get("message")
 		var evs []Event

@@ -22,6 +22,10 @@ type Event struct {
 	APIError *APIError
 	Result   *Result
 	Denied   *Denial
+	// Replay is Claude's echo of a user message it took from its
+	// stream-json input (--replay-user-messages): a persistent process's
+	// task prompt, or a steering message.
+	Replay bool
 }
 
 // Denial is a tool call the agent CLI refused by its permission rules

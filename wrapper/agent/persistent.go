@@ -8,9 +8,13 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
 )
 
 // Persistent is one agent process kept alive across the messages of a
@@ -26,6 +30,15 @@ type Persistent struct {
 	exitCh <-chan ExitStatus
 	stderr *tail
 	rel    func() error
+
+	// writeMu serialises writes to stdin: the task loop's messages and
+	// interrupts, and Inject from other goroutines.
+	writeMu sync.Mutex
+	// replay: the process echoes the user messages it takes
+	// (--replay-user-messages), so a steering message that came too late
+	// for a turn is seen starting the next one.
+	replay   bool
+	injected atomic.Int64 // messages injected into the current Send
 
 	dead bool
 	exit ExitStatus
@@ -69,7 +82,7 @@ func StartPersistent(spec Spec) (*Persistent, error) {
 		return nil, fmt.Errorf("agent: start %s: %w", spec.Argv[0], err)
 	}
 	p := &Persistent{spec: spec, pgid: cmd.Process.Pid, stdin: inW, stdout: stdout, events: make(chan []Event, 64),
-		exitCh: exitCh, stderr: newTail(spec.StderrTail), rel: cmd.Process.Release}
+		exitCh: exitCh, stderr: newTail(spec.StderrTail), rel: cmd.Process.Release, replay: slices.Contains(spec.Argv, "--replay-user-messages")}
 	go func() { _, _ = io.Copy(p.stderr, stderr); stderr.Close() }()
 	go func() {
 		defer close(p.events)
@@ -107,6 +120,23 @@ func (p *Persistent) Alive() bool {
 		}
 	}
 	return !p.dead
+}
+
+// Inject writes a user message into the running turn (a steering
+// message): Claude adds it to its next model call of the turn, or, when
+// the turn is in its last call, answers it in a turn of its own right
+// after, which the Send in progress waits for too (when the process echoes
+// what it takes). Safe from any goroutine.
+func (p *Persistent) Inject(text string) error {
+	p.injected.Add(1)
+	return p.write(ClaudeUserMessage(text))
+}
+
+func (p *Persistent) write(b []byte) error {
+	p.writeMu.Lock()
+	defer p.writeMu.Unlock()
+	_, err := p.stdin.Write(b)
+	return err
 }
 
 // ClaudeInterrupt is the control request that ends Claude's turn in
@@ -147,11 +177,9 @@ func (p *Persistent) SendInterruptible(ctx context.Context, message []byte, time
 	}
 	// The write blocks while the process does not read (a full pipe): the
 	// timeout and ctx bound it as they bound the wait for the result.
+	p.injected.Store(0)
 	written := make(chan error, 1)
-	go func() {
-		_, err := p.stdin.Write(message)
-		written <- err
-	}()
+	go func() { written <- p.write(message) }()
 	select {
 	case err := <-written:
 		if err != nil {
@@ -170,6 +198,11 @@ func (p *Persistent) SendInterruptible(ctx context.Context, message []byte, time
 		out.Exit, out.Stderr = p.exit, p.stderr.String()
 		return out
 	}
+	var (
+		echoed      int64          // user messages the process echoed (replay)
+		carried     protocol.Usage // of the turns before the last, when a steering message made another
+		carriedCost float64
+	)
 	var interruptGrace, stall <-chan time.Time
 	var stallTimer *time.Timer
 	if p.spec.StallTimeout > 0 {
@@ -192,7 +225,7 @@ func (p *Persistent) SendInterruptible(ctx context.Context, message []byte, time
 			interrupt = nil
 			out.Interrupted = true
 			interruptGrace = time.After(2 * p.spec.InterruptGrace)
-			go func() { _, _ = p.stdin.Write(ClaudeInterrupt(fmt.Sprintf("interrupt-%d", time.Now().UnixNano()))) }()
+			go func() { _ = p.write(ClaudeInterrupt(fmt.Sprintf("interrupt-%d", time.Now().UnixNano()))) }()
 		case <-interruptGrace:
 			p.stop()
 			out.Exit, out.Stderr = p.exit, p.stderr.String()
@@ -211,12 +244,28 @@ func (p *Persistent) SendInterruptible(ctx context.Context, message []byte, time
 				if ev.Init != nil {
 					p.init = ev.Init
 				}
+				if ev.Replay {
+					echoed++
+				}
 				if onEvent != nil {
 					onEvent(ev)
 				}
-				if ev.Result != nil {
-					return out
+				if ev.Result == nil {
+					continue
 				}
+				if p.replay && !out.Interrupted && echoed < 1+p.injected.Load() {
+					// A steering message came too late for this turn:
+					// Claude answers it in the next, part of this task.
+					carried = carried.Add(ev.Result.Usage)
+					carriedCost += ev.Result.CostUSD
+					continue
+				}
+				if out.Result != nil && (carried != protocol.Usage{} || carriedCost > 0) {
+					r := *out.Result
+					r.Usage, r.CostUSD = r.Usage.Add(carried), r.CostUSD+carriedCost
+					out.Result = &r
+				}
+				return out
 			}
 		case st := <-p.exitCh:
 			p.exitCh = nil

@@ -95,7 +95,9 @@ func (c *Config) PromptStdin(inv Invocation) []byte {
 // messages from stdin (AGENT_PERSISTENT): Argv with stream-json input.
 func (c *Config) PersistentArgv(inv Invocation) []string {
 	argv := c.Argv(inv)
-	out := []string{argv[0], "-p", "--input-format", "stream-json"}
+	// --replay-user-messages: Claude echoes each message it takes, so that
+	// a steering message answered in a turn of its own is waited for.
+	out := []string{argv[0], "-p", "--input-format", "stream-json", "--replay-user-messages"}
 	return append(out, argv[2:]...) // argv[1] is -p (never on a pty)
 }
 

@@ -121,17 +121,22 @@ func (w *Worker) takeCancelLocked(cur *current) {
 	}
 }
 
-// controlDoc notes the cancel an input entry carries, if it is one.
-func (w *Worker) controlDoc(values map[string]any) {
+// controlDoc notes the cancel or steering message an input entry
+// carries, if it is one.
+func (w *Worker) controlDoc(entryID string, values map[string]any) {
 	data, err := protocol.EntryData(values)
 	if err != nil {
 		return
 	}
-	if _, typ, _ := protocol.PeekType(data); typ != protocol.TypeCancel {
-		return
-	}
-	if c, err := protocol.DecodeCancel(data); err == nil {
-		w.noteCancel(c)
+	switch _, typ, _ := protocol.PeekType(data); typ {
+	case protocol.TypeCancel:
+		if c, err := protocol.DecodeCancel(data); err == nil {
+			w.noteCancel(c)
+		}
+	case protocol.TypeMessage:
+		if m, err := protocol.DecodeMessage(data); err == nil {
+			w.noteMessage(entryID, m)
+		}
 	}
 }
 
@@ -145,7 +150,7 @@ func (w *Worker) lookAhead(ctx context.Context, log *slog.Logger, stream, entryI
 		return
 	}
 	for _, e := range entries {
-		w.controlDoc(e.Values)
+		w.controlDoc(e.ID, e.Values)
 	}
 }
 
@@ -180,7 +185,7 @@ func (w *Worker) followInput(ctx context.Context) {
 		backoff.reset()
 		for _, e := range entries {
 			last = e.ID
-			w.controlDoc(e.Values)
+			w.controlDoc(e.ID, e.Values)
 		}
 	}
 }

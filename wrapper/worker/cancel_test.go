@@ -17,12 +17,20 @@ import (
 // sendCancel adds a cancel document to stream.
 func (e *env) sendCancel(stream, requestID, reason string) {
 	e.t.Helper()
-	doc, err := protocol.NewCancel(requestID, reason).Encode()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if err := e.rc.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: protocol.Values(doc)}).Err(); err != nil {
-		e.t.Fatal(err)
+	e.sendDoc(stream)(protocol.NewCancel(requestID, reason).Encode())
+}
+
+// sendDoc returns a function that adds an encoded document to stream:
+// e.sendDoc(stream)(doc.Encode()).
+func (e *env) sendDoc(stream string) func(doc []byte, err error) {
+	return func(doc []byte, err error) {
+		e.t.Helper()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if err := e.rc.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: protocol.Values(doc)}).Err(); err != nil {
+			e.t.Fatal(err)
+		}
 	}
 }
 

@@ -34,7 +34,8 @@ type persistentTask struct {
 	inv      Invocation // how a new process starts for this task
 	spec     agent.Spec // the task's one-process spec: timeout, events, the fallback
 	env      func(token string) []string
-	useToken func(token string) // the progress token the task's reports must carry
+	useToken func(token string)      // the progress token the task's reports must carry
+	onProc   func(*agent.Persistent) // the process the task's message goes to, before it is sent
 }
 
 // usable reports whether tasks go to the persistent agent.
@@ -80,6 +81,9 @@ func (p *persistentAgent) send(ctx context.Context, t persistentTask) (agent.Out
 		}
 	}
 	t.useToken(p.token)
+	if t.onProc != nil {
+		t.onProc(p.proc)
+	}
 	o := p.proc.SendInterruptible(ctx, agent.ClaudeUserMessage(t.prompt), t.spec.Timeout, t.spec.Interrupt, t.spec.OnEvent)
 	if o.Result != nil && o.Result.SessionID != "" {
 		p.session = o.Result.SessionID

@@ -35,6 +35,7 @@ type current struct {
 	// parkedUntil is when the model call the proxy parked (rate limit)
 	// goes out again; guarded by Worker.mu.
 	parkedUntil time.Time
+	steer       steering // guarded by Worker.mu
 }
 
 // runFields returns the fields of the run hash; the caller holds w.mu.
@@ -50,8 +51,12 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 	data, err := protocol.EntryData(e.Values)
 	var task protocol.Task
 	if err == nil {
-		if _, typ, _ := protocol.PeekType(data); typ == protocol.TypeCancel {
+		switch _, typ, _ := protocol.PeekType(data); typ {
+		case protocol.TypeCancel:
 			w.handleCancelEntry(src, e, data)
+			return
+		case protocol.TypeMessage:
+			w.handleMessageEntry(src, e, data)
 			return
 		}
 		task, err = protocol.DecodeTask(data)
@@ -129,6 +134,7 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 	oomBefore := oomKills()
 	agentCtx, cancel := w.terminable(taskCtx)
 	outcome := w.runAgent(agentCtx, task, plan, cur, spec)
+	outcome = w.steerTurns(agentCtx, task, plan, cur, spec, outcome)
 	cancel()
 	outcome, plan = w.sessions.Complete(taskCtx, task, plan, outcome, func(inv Invocation) agent.Outcome {
 		spec.Argv, spec.Stdin = w.cfg.Argv(inv), w.cfg.PromptStdin(inv)
@@ -169,6 +175,7 @@ func (w *Worker) startTask(cur *current) bool {
 	}
 	w.cur = cur
 	w.takeCancelLocked(cur)
+	w.takeMessagesLocked(cur)
 	_, err := w.machine.Transition(protocol.WorkerBusy, "task "+cur.task.RequestID, w.now())
 	w.mu.Unlock()
 	if err != nil {
@@ -196,8 +203,18 @@ func (w *Worker) runAgent(ctx context.Context, task protocol.Task, plan SessionP
 		cur.token = token
 		w.mu.Unlock()
 	}
+	onProc := func(proc *agent.Persistent) {
+		w.mu.Lock()
+		cur.steer.inject = proc.Inject
+		w.mu.Unlock()
+	}
+	defer func() {
+		w.mu.Lock()
+		cur.steer.inject = nil
+		w.mu.Unlock()
+	}()
 	return w.persist.run(ctx, persistentTask{prompt: task.Prompt, plan: plan, inv: invocationFor(w.cfg.AgentType, task, plan),
-		spec: spec, env: env, useToken: useToken})
+		spec: spec, env: env, useToken: useToken, onProc: onProc})
 }
 
 // runOwnTurn runs a turn of the wrapper's own in the agent (a retiring

@@ -64,6 +64,10 @@ type Worker struct {
 	tasksDone int64
 	stopping  bool                  // shutdown began: no new task starts
 	cancels   map[string]cancelNote // cancels seen, by request id (cancel.go)
+	// seenMessages: steering message entries taken (request id in
+	// reason); messages: those for tasks not started yet (steer.go).
+	seenMessages map[string]cancelNote
+	messages     map[string][]string
 }
 
 // Options are the Worker's collaborators; zero values take defaults.
