@@ -56,6 +56,7 @@ const (
 	SessionReasonResumeFailed = "resume_failed"        // the resume failed; a new session ran the task
 	SessionReasonReset        = "reset_context"        // a reset_context command cleared it
 	SessionReasonHeld         = "held_by_other_worker" // another worker holds the project's session
+	SessionReasonAnswers      = "answers"              // the task answers a run: its session, whatever the policy says
 )
 
 // SessionDecision records how the wrapper chose the session of a task.
@@ -93,6 +94,8 @@ type Output struct {
 	CostUSD       float64          `json:"cost_usd"`
 	DurationMS    int64            `json:"duration_ms"`
 	Error         *Error           `json:"error,omitempty"`
+	// Answers is the task's answers: the request whose session it continued.
+	Answers string `json:"answers,omitempty"`
 	// Attempt counts deliveries of a developer-queue task (1 for the first).
 	Attempt   int            `json:"attempt,omitempty"`
 	Metadata  map[string]any `json:"metadata,omitempty"` // the task's metadata, echoed
@@ -106,6 +109,9 @@ func (o Output) Validate() error {
 		return err
 	}
 	if err := checkID("worker_id", o.WorkerID, true); err != nil {
+		return err
+	}
+	if err := checkID("answers", o.Answers, false); err != nil {
 		return err
 	}
 	if o.AgentType != "" && !o.AgentType.Valid() {

@@ -21,6 +21,7 @@ func samples() map[string][]encoder {
 			NewTask("req-1", "Fix the failing test in pkg/foo"),
 			Task{RequestID: "req-2", TaskID: "task-9", ProjectID: "proj-a", Prompt: "go on",
 				ForceNewSession: true, TimeoutSeconds: 900, Metadata: map[string]any{"chat_id": 42.0}},
+			Task{RequestID: "req-3", Prompt: "Use Postgres.", Answers: "req-2"},
 		},
 		"cancel.schema.json": {
 			NewCancel("req-1", ""),

@@ -33,8 +33,12 @@ type Task struct {
 	// session could be continued.
 	ForceNewSession bool `json:"force_new_session,omitempty"`
 	// TimeoutSeconds overrides the worker's task timeout; 0 keeps it.
-	TimeoutSeconds int            `json:"timeout_seconds,omitempty"`
-	Metadata       map[string]any `json:"metadata,omitempty"` // echoed back on the Output
+	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
+	// Answers names the request this task answers (a blocked task's
+	// question): the task continues that run's session and project,
+	// whatever the session policy would choose.
+	Answers  string         `json:"answers,omitempty"`
+	Metadata map[string]any `json:"metadata,omitempty"` // echoed back on the Output
 }
 
 // DefaultProject is the project of a task that names none.
@@ -71,6 +75,12 @@ func (t Task) Validate() error {
 	}
 	if err := checkID("project_id", t.ProjectID, false); err != nil {
 		return err
+	}
+	if err := checkID("answers", t.Answers, false); err != nil {
+		return err
+	}
+	if t.Answers != "" && t.Answers == t.RequestID {
+		return fieldErr("answers", "names the task itself")
 	}
 	if t.Prompt == "" {
 		return fieldErr("prompt", "required")

@@ -94,6 +94,14 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 	// or a lost reply), and the entries the spawner requeued before it.
 	deliveries, _ := w.rdb.DeliveryCount(taskCtx, stream, group, e.ID)
 	attempt := int(rec.Requeues + max(deliveries, 1))
+	var (
+		answered  rdb.AnsweredRun
+		answerErr *protocol.Error
+	)
+	if task.Answers != "" {
+		task, answered, answerErr = w.answeredRun(taskCtx, task)
+		log = log.With("project_id", task.Project(), "answers", task.Answers)
+	}
 
 	now := w.now()
 	cur := &current{task: task, run: protocol.NewRun(task.RequestID, task.TaskID, w.cfg.WorkerID, task.Project(), now),
@@ -112,6 +120,12 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 		protocol.StatusFieldOutputStream: src.output, protocol.StatusFieldTaskStarted: protocol.FormatTime(now),
 		protocol.StatusFieldAttempt: attempt})
 
+	if answerErr != nil {
+		o := w.unrunOutput(task, answerErr)
+		o.Answers, o.Attempt = task.Answers, attempt
+		w.finish(log, cur, o, nil)
+		return
+	}
 	if cancelled, reason := w.cancelled(cur); cancelled {
 		o := w.cancelledOutput(w.unrunOutput(task, nil), reason, false)
 		o.ProjectID, o.Attempt = task.Project(), attempt
@@ -119,6 +133,9 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 		return
 	}
 	plan := w.sessions.Decide(taskCtx, task)
+	if task.Answers != "" {
+		plan = answerPlan(plan, answered)
+	}
 	spec := w.agentSpec(task, invocationFor(w.cfg.AgentType, task, plan), cur)
 	spec.Interrupt = cur.cancel.interrupt
 	spec.OnStart = func(pid int) {
@@ -150,6 +167,7 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 		verdict.Error = protocol.NewError(protocol.CodeOOMKilled, "the OOM killer ended the agent (%s); raise the worker's memory limit", outcome.Exit)
 	}
 	o := w.output(task, outcome, verdict, plan, attempt)
+	o.Answers = task.Answers
 	if outcome.Interrupted {
 		if abort := w.aborted(cur); abort != nil {
 			o.Status, o.Result, o.Question, o.Error = protocol.StatusFailed, nil, "", abort
@@ -263,6 +281,9 @@ func (w *Worker) finish(log *slog.Logger, cur *current, o protocol.Output, usage
 	}
 	runFields := cur.runFields()
 	w.mu.Unlock()
+	if o.SessionID != "" {
+		runFields[protocol.RunFieldSessionID] = o.SessionID // a task that answers this run continues it
+	}
 	// Progress and status events of the task go first.
 	_ = w.pub.out.Flush(context.Background())
 	published := w.storeOutput(log, cur.src, o, runFields, usage)
