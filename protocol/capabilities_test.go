@@ -129,7 +129,7 @@ func TestCodesRetryable(t *testing.T) {
 		CodeInvalidTask: false, CodeInvalidCommand: false, CodeNotFound: false, CodeForbidden: false,
 		CodeUpstreamUnavailable: true, CodeResourceExhausted: true, CodeInternalError: false,
 		CodeWorkerBusy: true, CodeConflict: true, CodeShuttingDown: true, CodeReplaceLimit: false,
-		CodeCancelled: false, CodeAuthFailed: false, CodeRateLimited: true, CodeAgentStalled: true,
+		CodeCancelled: false, CodeAuthFailed: false, CodeRateLimited: true, CodeAgentStalled: true, CodeBudgetExceeded: false,
 	}
 	if len(Codes) != len(want) {
 		t.Fatalf("%d codes, the test knows %d", len(Codes), len(want))

@@ -66,6 +66,10 @@ const (
 	CodeRateLimited Code = "RATE_LIMITED"
 	// CodeAgentStalled: a live agent printed nothing for STALL_TIMEOUT.
 	CodeAgentStalled Code = "AGENT_STALLED"
+	// CodeBudgetExceeded: the task's max_budget_usd or its project's budget
+	// is spent; a task of a project over its limit is refused before any
+	// model call.
+	CodeBudgetExceeded Code = "BUDGET_EXCEEDED"
 )
 
 // codeInfo holds whether retrying the same request may succeed.
@@ -94,6 +98,7 @@ var codeInfo = map[Code]bool{
 	CodeAuthFailed:          false, // not with the same credential
 	CodeRateLimited:         true,  // after the limit resets
 	CodeAgentStalled:        true,
+	CodeBudgetExceeded:      false, // not until the budget is raised
 }
 
 // Codes lists every code, in a stable order.
@@ -103,7 +108,7 @@ var Codes = []Code{
 	CodeInvalidTask, CodeInvalidCommand, CodeNotFound, CodeForbidden,
 	CodeUpstreamUnavailable, CodeResourceExhausted, CodeInternalError,
 	CodeWorkerBusy, CodeConflict, CodeShuttingDown, CodeReplaceLimit,
-	CodeCancelled, CodeAuthFailed, CodeRateLimited, CodeAgentStalled,
+	CodeCancelled, CodeAuthFailed, CodeRateLimited, CodeAgentStalled, CodeBudgetExceeded,
 }
 
 // Valid reports whether c is a known code.

@@ -21,7 +21,7 @@ func samples() map[string][]encoder {
 			NewTask("req-1", "Fix the failing test in pkg/foo"),
 			Task{RequestID: "req-2", TaskID: "task-9", ProjectID: "proj-a", Prompt: "go on",
 				ForceNewSession: true, TimeoutSeconds: 900, Metadata: map[string]any{"chat_id": 42.0}},
-			Task{RequestID: "req-3", Prompt: "Use Postgres.", Answers: "req-2"},
+			Task{RequestID: "req-3", Prompt: "Use Postgres.", Answers: "req-2", MaxBudgetUSD: 0.5},
 		},
 		"cancel.schema.json": {
 			NewCancel("req-1", ""),
@@ -65,6 +65,7 @@ func samples() map[string][]encoder {
 				ProjectID: "proj-a", UserID: "tg-1", Env: map[string]string{"LOG_LEVEL": "debug"},
 				Limits: Limits{Memory: "512m", CPUs: 0.5, Pids: 256}}},
 			Command{ID: "cmd-2", Action: ActionPause, WorkerID: "w-1"},
+			Command{ID: "cmd-3", Action: ActionSetBudget, ProjectID: "proj-a", Budget: &Budget{LimitUSD: 50, WarnUSD: 40}},
 			Command{ID: "cmd-3", Action: ActionList, ReplyTo: "worker:replies:ctl"},
 			Command{ID: "cmd-4", Action: ActionResetContext, ProjectID: "proj-a", AgentType: AgentDroid},
 		},

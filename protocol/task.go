@@ -37,8 +37,11 @@ type Task struct {
 	// Answers names the request this task answers (a blocked task's
 	// question): the task continues that run's session and project,
 	// whatever the session policy would choose.
-	Answers  string         `json:"answers,omitempty"`
-	Metadata map[string]any `json:"metadata,omitempty"` // echoed back on the Output
+	Answers string `json:"answers,omitempty"`
+	// MaxBudgetUSD bounds what the task may spend on model calls (Claude's
+	// --max-budget-usd); 0: no bound but the project's budget.
+	MaxBudgetUSD float64        `json:"max_budget_usd,omitempty"`
+	Metadata     map[string]any `json:"metadata,omitempty"` // echoed back on the Output
 }
 
 // DefaultProject is the project of a task that names none.
@@ -90,6 +93,9 @@ func (t Task) Validate() error {
 	}
 	if !utf8.ValidString(t.Prompt) {
 		return fieldErr("prompt", "is not valid UTF-8")
+	}
+	if err := checkBudget("max_budget_usd", t.MaxBudgetUSD); err != nil {
+		return err
 	}
 	if t.TimeoutSeconds < 0 || t.TimeoutSeconds > MaxTimeoutSeconds {
 		return fieldErr("timeout_seconds", "is %d, want 0 to %d", t.TimeoutSeconds, MaxTimeoutSeconds)

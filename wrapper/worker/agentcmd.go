@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/agentvisor/agentvisor/protocol"
@@ -34,6 +35,8 @@ type Invocation struct {
 	Prompt   string
 	ResumeID string // continue this session; "" for a new one
 	Extra    string // appended to the system prompt after SystemPromptSection
+	// MaxBudgetUSD: Claude's --max-budget-usd (the task's max_budget_usd).
+	MaxBudgetUSD float64
 }
 
 // Argv builds the agent's command line.
@@ -70,6 +73,9 @@ func (c *Config) Argv(inv Invocation) []string {
 		}
 		if c.AgentModel != "" {
 			argv = append(argv, "--model", c.AgentModel)
+		}
+		if inv.MaxBudgetUSD > 0 {
+			argv = append(argv, "--max-budget-usd", strconv.FormatFloat(inv.MaxBudgetUSD, 'f', -1, 64))
 		}
 		argv = append(argv, "--append-system-prompt", system)
 		if c.JSONSchema {

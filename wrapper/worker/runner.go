@@ -126,6 +126,13 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 		w.finish(log, cur, o, nil)
 		return
 	}
+	budget, budgetErr := w.checkBudget(taskCtx, task)
+	if budgetErr != nil {
+		o := w.unrunOutput(task, budgetErr)
+		o.ProjectID, o.Answers, o.Attempt = task.Project(), task.Answers, attempt
+		w.finish(log, cur, o, nil)
+		return
+	}
 	if cancelled, reason := w.cancelled(cur); cancelled {
 		o := w.cancelledOutput(w.unrunOutput(task, nil), reason, false)
 		o.ProjectID, o.Attempt = task.Project(), attempt
@@ -168,6 +175,9 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 	}
 	o := w.output(task, outcome, verdict, plan, attempt)
 	o.Answers = task.Answers
+	if r := outcome.Result; r != nil && r.Subtype == "error_max_budget_usd" && o.Error != nil {
+		o.Error = protocol.NewError(protocol.CodeBudgetExceeded, "the task spent its max_budget_usd (%g): %s", task.MaxBudgetUSD, o.Error.Message)
+	}
 	if outcome.Interrupted {
 		if abort := w.aborted(cur); abort != nil {
 			o.Status, o.Result, o.Question, o.Error = protocol.StatusFailed, nil, "", abort
@@ -181,6 +191,7 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 		usage = &rdb.TaskUsage{Project: task.Project(), Session: o.SessionID, Worker: w.cfg.WorkerID, Usage: o.Usage, CostUSD: o.CostUSD}
 	}
 	w.finish(log, cur, o, usage)
+	w.budgetWarning(task, budget, o.CostUSD)
 }
 
 // startTask makes cur the task in flight and the worker busy, unless
@@ -212,7 +223,9 @@ func (w *Worker) cancelled(cur *current) (bool, string) {
 // runAgent runs the task's agent: in the persistent process when there is
 // one, in a process of its own otherwise.
 func (w *Worker) runAgent(ctx context.Context, task protocol.Task, plan SessionPlan, cur *current, spec agent.Spec) agent.Outcome {
-	if !w.persist.usable() {
+	// A task with its own budget runs in a process of its own: Claude's
+	// --max-budget-usd is a flag of the process.
+	if !w.persist.usable() || task.MaxBudgetUSD > 0 {
 		return agent.Run(ctx, spec)
 	}
 	env := func(token string) []string { return w.cfg.AgentEnv(w.environ, w.ProgressURL(), token, task) }

@@ -312,7 +312,7 @@ func (p *ProjectSessions) invocation(task protocol.Task, plan SessionPlan) Invoc
 }
 
 func invocationFor(agentType protocol.AgentType, task protocol.Task, plan SessionPlan) Invocation {
-	inv := Invocation{Prompt: task.Prompt, ResumeID: plan.ResumeID}
+	inv := Invocation{Prompt: task.Prompt, ResumeID: plan.ResumeID, MaxBudgetUSD: task.MaxBudgetUSD}
 	if plan.ResumeID != "" || strings.TrimSpace(plan.Context) == "" {
 		return inv
 	}
