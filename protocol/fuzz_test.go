@@ -55,6 +55,10 @@ func FuzzDecodeCancel(f *testing.F) { fuzzRoundTrip(f, "cancel.schema.json", Dec
 
 func FuzzDecodeMessage(f *testing.F) { fuzzRoundTrip(f, "message.schema.json", DecodeMessage) }
 
+func FuzzDecodePermissionReply(f *testing.F) {
+	fuzzRoundTrip(f, "permission_reply.schema.json", DecodePermissionReply)
+}
+
 func FuzzDecodeProgress(f *testing.F) { fuzzRoundTrip(f, "progress.schema.json", DecodeProgress) }
 
 func FuzzDecodeLifecycle(f *testing.F) { fuzzRoundTrip(f, "lifecycle.schema.json", DecodeLifecycle) }

@@ -27,6 +27,14 @@ func samples() map[string][]encoder {
 			NewCancel("req-1", ""),
 			Cancel{RequestID: "req-2", Reason: "the user changed their mind", Timestamp: &sampleTime},
 		},
+		"permission_request.schema.json": {
+			PermissionRequest{WorkerID: "w-1", RequestID: "req-1", PermissionID: "perm-1", Tool: "Bash",
+				Input: json.RawMessage(`{"command":"rm -rf build","description":"clean"}`), TimeoutMS: 300000, Timestamp: sampleTime},
+		},
+		"permission_reply.schema.json": {
+			NewPermissionReply("req-1", "perm-1", true, ""),
+			NewPermissionReply("req-1", "perm-2", false, "not on production"),
+		},
 		"message.schema.json": {
 			NewMessage("req-1", "Use the staging database, not production."),
 		},

@@ -26,6 +26,17 @@ type Event struct {
 	// stream-json input (--replay-user-messages): a persistent process's
 	// task prompt, or a steering message.
 	Replay bool
+	// Permission is Claude asking, on its control channel
+	// (--permission-prompt-tool stdio), whether it may make a tool call.
+	Permission *PermissionAsk
+}
+
+// PermissionAsk is a can_use_tool control request of Claude: answer it with
+// Persistent.AnswerPermission.
+type PermissionAsk struct {
+	ID    string // the control request's id
+	Tool  string
+	Input json.RawMessage
 }
 
 // Denial is a tool call the agent CLI refused by its permission rules

@@ -139,6 +139,28 @@ func (p *Persistent) write(b []byte) error {
 	return err
 }
 
+// AnswerPermission answers a can_use_tool control request: allow (with
+// the tool call's input unchanged) or deny (with a message the model
+// reads). Safe from any goroutine.
+func (p *Persistent) AnswerPermission(ask PermissionAsk, allow bool, message string) error {
+	var decision map[string]any
+	if allow {
+		input := ask.Input
+		if len(input) == 0 {
+			input = json.RawMessage(`{}`)
+		}
+		decision = map[string]any{"behavior": "allow", "updatedInput": input}
+	} else {
+		decision = map[string]any{"behavior": "deny", "message": message}
+	}
+	b, err := json.Marshal(map[string]any{"type": "control_response", "response": map[string]any{
+		"subtype": "success", "request_id": ask.ID, "response": decision}})
+	if err != nil {
+		return err
+	}
+	return p.write(append(b, '\n'))
+}
+
 // ClaudeInterrupt is the control request that ends Claude's turn in
 // progress in stream-json input mode; the process stays for the next
 // message. Claude answers with a control_response line, then the turn's

@@ -104,7 +104,7 @@ func (c *Config) PersistentArgv(inv Invocation) []string {
 	// --replay-user-messages: Claude echoes each message it takes, so that
 	// a steering message answered in a turn of its own is waited for.
 	out := []string{argv[0], "-p", "--input-format", "stream-json", "--replay-user-messages"}
-	return append(out, argv[2:]...) // argv[1] is -p (never on a pty)
+	return c.approvalArgs(append(out, argv[2:]...)) // argv[1] is -p (never on a pty)
 }
 
 func (c *Config) droidModel() string {

@@ -137,6 +137,10 @@ func (w *Worker) controlDoc(entryID string, values map[string]any) {
 		if m, err := protocol.DecodeMessage(data); err == nil {
 			w.noteMessage(entryID, m)
 		}
+	case protocol.TypePermissionReply:
+		if r, err := protocol.DecodePermissionReply(data); err == nil {
+			w.resolvePermission(r.RequestID, r.PermissionID, r.Allow, r.Message)
+		}
 	}
 }
 

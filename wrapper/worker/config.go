@@ -51,8 +51,14 @@ type Config struct {
 	// after that many tasks, or once its group's RSS passed that many
 	// bytes (AGENT_RECYCLE_TASKS, default 100; AGENT_RECYCLE_RSS in MiB,
 	// default 1024); 0 turns either off.
-	RecycleTasks      int
-	RecycleRSS        int64
+	RecycleTasks int
+	RecycleRSS   int64
+	// Approval (AGENT_APPROVAL, default false): the persistent Claude asks,
+	// on its control channel, before each tool call ALLOWED_COMMANDS does
+	// not allow; the task's owner answers within ApprovalTimeout
+	// (APPROVAL_TIMEOUT, default 5m), or it is denied.
+	Approval          bool
+	ApprovalTimeout   time.Duration
 	HeartbeatInterval time.Duration // HEARTBEAT_INTERVAL (default 10s)
 	ShutdownGrace     time.Duration // SHUTDOWN_GRACE (default 20s): time a running task gets after SIGTERM
 	ResultGrace       time.Duration // RESULT_GRACE (default 3s)
@@ -147,6 +153,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		{"AGENT_SKIP_PERMISSIONS", &c.SkipPermissions, true},
 		{"AGENT_JSON_SCHEMA", &c.JSONSchema, false},
 		{"AGENT_PERSISTENT", &c.Persistent, false},
+		{"AGENT_APPROVAL", &c.Approval, false},
 		{"PAUSE_AFTER_OUTPUT", &c.PauseAfterOutput, true},
 	}
 	for _, b := range bools {
@@ -159,6 +166,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.Persistent && (c.AgentType != protocol.AgentClaude || c.Kind != protocol.KindLongLived || c.PTY) {
 		return fail("AGENT_PERSISTENT", fmt.Errorf("only for Claude on a long-lived worker without a pty (Droid's stream-json input did not answer messages in our tests)"))
+	}
+	if c.Approval && !c.Persistent {
+		return fail("AGENT_APPROVAL", fmt.Errorf("needs AGENT_PERSISTENT=true: Claude asks on the persistent process's control channel"))
 	}
 	if c.Workspace == "" {
 		c.Workspace = "/workspace"
@@ -173,6 +183,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}{
 		{"TASK_TIMEOUT", &c.TaskTimeout, 600 * time.Second},
 		{"STALL_TIMEOUT", &c.StallTimeout, 5 * time.Minute},
+		{"APPROVAL_TIMEOUT", &c.ApprovalTimeout, 5 * time.Minute},
 		{"HEARTBEAT_INTERVAL", &c.HeartbeatInterval, 10 * time.Second},
 		{"SHUTDOWN_GRACE", &c.ShutdownGrace, 20 * time.Second},
 		{"RESULT_GRACE", &c.ResultGrace, 3 * time.Second},

@@ -58,6 +58,9 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 		case protocol.TypeMessage:
 			w.handleMessageEntry(src, e, data)
 			return
+		case protocol.TypePermissionReply:
+			w.handlePermissionReplyEntry(src, e, data)
+			return
 		}
 		task, err = protocol.DecodeTask(data)
 	}
@@ -236,12 +239,12 @@ func (w *Worker) runAgent(ctx context.Context, task protocol.Task, plan SessionP
 	}
 	onProc := func(proc *agent.Persistent) {
 		w.mu.Lock()
-		cur.steer.inject = proc.Inject
+		cur.steer.inject, cur.steer.answer = proc.Inject, proc.AnswerPermission
 		w.mu.Unlock()
 	}
 	defer func() {
 		w.mu.Lock()
-		cur.steer.inject = nil
+		cur.steer.inject, cur.steer.answer = nil, nil
 		w.mu.Unlock()
 	}()
 	return w.persist.run(ctx, persistentTask{prompt: task.Prompt, plan: plan, inv: invocationFor(w.cfg.AgentType, task, plan),
@@ -269,6 +272,9 @@ func (w *Worker) agentSpec(task protocol.Task, inv Invocation, cur *current) age
 		OnEvent: func(ev agent.Event) {
 			if ev.Denied != nil {
 				w.onDenial(cur, ev.Denied)
+			}
+			if ev.Permission != nil {
+				w.onPermission(cur, *ev.Permission)
 			}
 			if ev.Retry != nil {
 				r := ev.Retry

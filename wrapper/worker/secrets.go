@@ -25,7 +25,7 @@ var wrapperOnly = map[string]bool{
 	"WORKER_KIND": true, "WORKER_KEY_PREFIX": true, "AGENT_TYPE": true, "AGENT_BIN": true, "AGENT_ARGS": true,
 	"AGENT_MODEL": true, "AGENT_SKIP_PERMISSIONS": true, "AGENT_JSON_SCHEMA": true, "AGENT_PERSISTENT": true,
 	"AGENT_PTY": true, "ALLOWED_COMMANDS": true, "TASK_TIMEOUT": true, "STALL_TIMEOUT": true,
-	"AGENT_RECYCLE_TASKS": true, "AGENT_RECYCLE_RSS": true, "HEARTBEAT_INTERVAL": true,
+	"AGENT_RECYCLE_TASKS": true, "AGENT_RECYCLE_RSS": true, "APPROVAL_TIMEOUT": true, "HEARTBEAT_INTERVAL": true,
 	"SHUTDOWN_GRACE": true, "RESULT_GRACE": true, "KILL_GRACE": true, "PROGRESS_ADDR": true, "EVENT_BUFFER": true,
 	"PAUSE_AFTER_OUTPUT": true, protocol.EnvStreamMaxLen: true, protocol.EnvRunRetention: true,
 	"SESSION_POLICY": true, "SESSION_CONTEXT_THRESHOLD": true, "SESSION_STALE_AFTER": true,

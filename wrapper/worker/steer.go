@@ -20,7 +20,10 @@ import (
 // steering is the task in flight's messages; guarded by Worker.mu.
 type steering struct {
 	inject func(text string) error // the persistent process's Inject while the task's turn runs; nil otherwise
-	queue  []string                // messages for the next turn
+	// answer is the persistent process's AnswerPermission while the
+	// task's turn runs (approve.go).
+	answer func(ask agent.PermissionAsk, allow bool, message string) error
+	queue  []string // messages for the next turn
 }
 
 // noteMessage takes a steering message, once per entry.

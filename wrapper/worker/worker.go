@@ -68,6 +68,7 @@ type Worker struct {
 	// reason); messages: those for tasks not started yet (steer.go).
 	seenMessages map[string]cancelNote
 	messages     map[string][]string
+	permissions  map[string]*pendingPermission // asked, not answered yet, by permission id (approve.go)
 }
 
 // Options are the Worker's collaborators; zero values take defaults.
