@@ -130,6 +130,7 @@ func TestCodesRetryable(t *testing.T) {
 		CodeUpstreamUnavailable: true, CodeResourceExhausted: true, CodeInternalError: false,
 		CodeWorkerBusy: true, CodeConflict: true, CodeShuttingDown: true, CodeReplaceLimit: false,
 		CodeMCPUnavailable: true,
+		CodeCancelled:      false, CodeAuthFailed: false, CodeRateLimited: true, CodeAgentStalled: true, CodeBudgetExceeded: false,
 	}
 	if len(Codes) != len(want) {
 		t.Fatalf("%d codes, the test knows %d", len(Codes), len(want))

@@ -18,6 +18,7 @@ const (
 	ActionUnpause      Action = "unpause"
 	ActionList         Action = "list"
 	ActionResetContext Action = "reset_context" // forget a project's session and stored context
+	ActionSetBudget    Action = "set_budget"    // set (or, with limit 0, remove) a project's budget
 )
 
 // Limits are a worker container's resource limits; zero values take the
@@ -149,6 +150,8 @@ type Command struct {
 	Spec      *WorkerSpec `json:"spec,omitempty"`
 	ProjectID string      `json:"project_id,omitempty"`
 	AgentType AgentType   `json:"agent_type,omitempty"`
+	// Budget is set_budget's budget for ProjectID.
+	Budget *Budget `json:"budget,omitempty"`
 	// ReplyTo is the stream the reply goes to; no reply when empty.
 	ReplyTo   string    `json:"reply_to,omitempty"`
 	Timestamp time.Time `json:"timestamp,omitempty"`
@@ -171,6 +174,9 @@ func (c Command) Validate() error {
 	if c.AgentType != "" && !c.AgentType.Valid() {
 		return fieldErr("agent_type", "is %q, want claude or droid", c.AgentType)
 	}
+	if c.Budget != nil && c.Action != ActionSetBudget {
+		return fieldErr("budget", "only for set_budget")
+	}
 	switch c.Action {
 	case ActionCreate:
 		if c.Spec == nil {
@@ -182,6 +188,14 @@ func (c Command) Validate() error {
 			return fieldErr("worker_id", "required for %s", c.Action)
 		}
 	case ActionList:
+	case ActionSetBudget:
+		if c.ProjectID == "" {
+			return fieldErr("project_id", "required for set_budget")
+		}
+		if c.Budget == nil {
+			return fieldErr("budget", "required for set_budget")
+		}
+		return c.Budget.validate("budget")
 	case ActionResetContext:
 		if c.ProjectID == "" {
 			return fieldErr("project_id", "required for reset_context")

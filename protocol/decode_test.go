@@ -11,14 +11,18 @@ import (
 
 // decoders maps a schema file to the Go decoder of its documents.
 var decoders = map[string]func([]byte) (any, error){
-	"task.schema.json":      func(b []byte) (any, error) { return DecodeTask(b) },
-	"output.schema.json":    func(b []byte) (any, error) { return DecodeOutput(b) },
-	"progress.schema.json":  func(b []byte) (any, error) { return DecodeProgress(b) },
-	"lifecycle.schema.json": func(b []byte) (any, error) { return DecodeLifecycle(b) },
-	"heartbeat.schema.json": func(b []byte) (any, error) { return DecodeHeartbeat(b) },
-	"command.schema.json":   func(b []byte) (any, error) { return DecodeCommand(b) },
-	"reply.schema.json":     func(b []byte) (any, error) { return DecodeReply(b) },
-	"control.schema.json":   func(b []byte) (any, error) { return DecodeControl(b) },
+	"task.schema.json":               func(b []byte) (any, error) { return DecodeTask(b) },
+	"cancel.schema.json":             func(b []byte) (any, error) { return DecodeCancel(b) },
+	"message.schema.json":            func(b []byte) (any, error) { return DecodeMessage(b) },
+	"permission_request.schema.json": func(b []byte) (any, error) { return DecodePermissionRequest(b) },
+	"permission_reply.schema.json":   func(b []byte) (any, error) { return DecodePermissionReply(b) },
+	"output.schema.json":             func(b []byte) (any, error) { return DecodeOutput(b) },
+	"progress.schema.json":           func(b []byte) (any, error) { return DecodeProgress(b) },
+	"lifecycle.schema.json":          func(b []byte) (any, error) { return DecodeLifecycle(b) },
+	"heartbeat.schema.json":          func(b []byte) (any, error) { return DecodeHeartbeat(b) },
+	"command.schema.json":            func(b []byte) (any, error) { return DecodeCommand(b) },
+	"reply.schema.json":              func(b []byte) (any, error) { return DecodeReply(b) },
+	"control.schema.json":            func(b []byte) (any, error) { return DecodeControl(b) },
 	"stop_output.schema.json": func(b []byte) (any, error) {
 		return DecodeStopOutput(b)
 	},

@@ -66,9 +66,12 @@ const (
 	StatusComplete OutputStatus = "complete"
 	StatusBlocked  OutputStatus = "blocked"
 	StatusFailed   OutputStatus = "failed"
+	// StatusCancelled: a cancel document ended the task before it ended
+	// by itself.
+	StatusCancelled OutputStatus = "cancelled"
 )
 
-// Valid reports whether s is one of complete, blocked, failed.
+// Valid reports whether s is one of complete, blocked, failed, cancelled.
 func (s OutputStatus) Valid() bool {
-	return s == StatusComplete || s == StatusBlocked || s == StatusFailed
+	return s == StatusComplete || s == StatusBlocked || s == StatusFailed || s == StatusCancelled
 }

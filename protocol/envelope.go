@@ -31,6 +31,12 @@ const (
 	TypeCommand   Type = "command"
 	TypeReply     Type = "reply"
 	TypeControl   Type = "control"
+	TypeCancel    Type = "cancel"  // on an input stream, beside tasks
+	TypeMessage   Type = "message" // on an input stream: steers a running task
+	// TypePermissionRequest (output stream) and TypePermissionReply (input
+	// stream): a tool call outside ALLOWED_COMMANDS, asked and answered.
+	TypePermissionRequest Type = "permission_request"
+	TypePermissionReply   Type = "permission_reply"
 )
 
 // DecodeError says why a document was refused and which field is wrong.

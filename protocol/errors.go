@@ -58,6 +58,22 @@ const (
 	// start or connect when the agent began; the agent was stopped rather
 	// than left to work without it.
 	CodeMCPUnavailable Code = "MCP_UNAVAILABLE"
+	// CodeCancelled: a cancel document ended the task (the error of an
+	// output whose status is cancelled).
+	CodeCancelled Code = "CANCELLED"
+	// CodeAuthFailed: the model API refused the credential (HTTP 401 or
+	// 403). The wrapper stops the agent at the first refusal: retrying with
+	// the same key cannot succeed.
+	CodeAuthFailed Code = "AUTH_FAILED"
+	// CodeRateLimited: the model API kept answering 429 or 529 past what
+	// the task could wait.
+	CodeRateLimited Code = "RATE_LIMITED"
+	// CodeAgentStalled: a live agent printed nothing for STALL_TIMEOUT.
+	CodeAgentStalled Code = "AGENT_STALLED"
+	// CodeBudgetExceeded: the task's max_budget_usd or its project's budget
+	// is spent; a task of a project over its limit is refused before any
+	// model call.
+	CodeBudgetExceeded Code = "BUDGET_EXCEEDED"
 )
 
 // codeInfo holds whether retrying the same request may succeed.
@@ -82,7 +98,12 @@ var codeInfo = map[Code]bool{
 	CodeConflict:            true,
 	CodeShuttingDown:        true, // another manager serves it
 	CodeReplaceLimit:        false,
-	CodeMCPUnavailable:      true, // a server may start the next time
+	CodeMCPUnavailable:      true,  // a server may start the next time
+	CodeCancelled:           false, // the producer asked for it
+	CodeAuthFailed:          false, // not with the same credential
+	CodeRateLimited:         true,  // after the limit resets
+	CodeAgentStalled:        true,
+	CodeBudgetExceeded:      false, // not until the budget is raised
 }
 
 // Codes lists every code, in a stable order.
@@ -92,6 +113,7 @@ var Codes = []Code{
 	CodeInvalidTask, CodeInvalidCommand, CodeNotFound, CodeForbidden,
 	CodeUpstreamUnavailable, CodeResourceExhausted, CodeInternalError,
 	CodeWorkerBusy, CodeConflict, CodeShuttingDown, CodeReplaceLimit, CodeMCPUnavailable,
+	CodeCancelled, CodeAuthFailed, CodeRateLimited, CodeAgentStalled, CodeBudgetExceeded,
 }
 
 // Valid reports whether c is a known code.

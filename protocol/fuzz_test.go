@@ -51,6 +51,14 @@ func FuzzDecodeTask(f *testing.F) {
 
 func FuzzDecodeOutput(f *testing.F) { fuzzRoundTrip(f, "output.schema.json", DecodeOutput) }
 
+func FuzzDecodeCancel(f *testing.F) { fuzzRoundTrip(f, "cancel.schema.json", DecodeCancel) }
+
+func FuzzDecodeMessage(f *testing.F) { fuzzRoundTrip(f, "message.schema.json", DecodeMessage) }
+
+func FuzzDecodePermissionReply(f *testing.F) {
+	fuzzRoundTrip(f, "permission_reply.schema.json", DecodePermissionReply)
+}
+
 func FuzzDecodeProgress(f *testing.F) { fuzzRoundTrip(f, "progress.schema.json", DecodeProgress) }
 
 func FuzzDecodeLifecycle(f *testing.F) { fuzzRoundTrip(f, "lifecycle.schema.json", DecodeLifecycle) }

@@ -48,6 +48,9 @@ const (
 	RunFieldStartedAt      = "started_at"
 	RunFieldFinishedAt     = "finished_at"
 	RunFieldUpdatedAt      = "updated_at"
+	// RunFieldSessionID is the agent session the run ran in, written with
+	// its terminal state: a task that answers this run continues it.
+	RunFieldSessionID = "session_id"
 )
 
 // Fields of the usage hashes (Keys.UsageProject, UsageSession, UsageWorker),

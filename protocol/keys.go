@@ -134,6 +134,9 @@ func (k Keys) ProjectContext(projectID string) string { return k.join("project",
 // and cost counters (see the Usage* field constants).
 func (k Keys) UsageProject(projectID string) string { return k.join("usage", "project", projectID) }
 
+// ProjectBudget is the hash of a project's Budget (set_budget).
+func (k Keys) ProjectBudget(projectID string) string { return k.join("budget", "project", projectID) }
+
 // UsageSession: see UsageProject.
 func (k Keys) UsageSession(sessionID string) string { return k.join("usage", "session", sessionID) }
 

@@ -11,6 +11,8 @@ const (
 	EventTaskStarted    Event = "task_started"    // a task's agent process started
 	EventTaskCompleted  Event = "task_completed"  // a task ended complete or blocked
 	EventTaskFailed     Event = "task_failed"     // a task ended failed
+	EventTaskCancelled  Event = "task_cancelled"  // a cancel ended a task (queued or running)
+	EventBudgetWarning  Event = "budget_warning"  // a task made its project's spending cross the budget's warning threshold
 	EventPauseRequested Event = "pause_requested" // the wrapper asked the spawner to pause it
 	EventStopping       Event = "stopping"        // shutdown began (SIGTERM)
 	EventStopped        Event = "stopped"         // clean shutdown finished
@@ -42,7 +44,7 @@ const (
 )
 
 var events = map[Event]bool{
-	EventStarted: true, EventTaskStarted: true, EventTaskCompleted: true, EventTaskFailed: true,
+	EventStarted: true, EventTaskStarted: true, EventTaskCompleted: true, EventTaskFailed: true, EventTaskCancelled: true, EventBudgetWarning: true,
 	EventPauseRequested: true, EventStopping: true, EventStopped: true, EventFailed: true,
 	EventCreated: true, EventQueued: true, EventPaused: true, EventUnpaused: true, EventDied: true,
 	EventOOM: true, EventDead: true, EventDegraded: true, EventRecovered: true, EventRemoved: true, EventReplaceFailed: true, EventAllocated: true, EventRecycled: true,

@@ -56,6 +56,7 @@ const (
 	SessionReasonResumeFailed = "resume_failed"        // the resume failed; a new session ran the task
 	SessionReasonReset        = "reset_context"        // a reset_context command cleared it
 	SessionReasonHeld         = "held_by_other_worker" // another worker holds the project's session
+	SessionReasonAnswers      = "answers"              // the task answers a run: its session, whatever the policy says
 )
 
 // SessionDecision records how the wrapper chose the session of a task.
@@ -93,6 +94,8 @@ type Output struct {
 	CostUSD       float64          `json:"cost_usd"`
 	DurationMS    int64            `json:"duration_ms"`
 	Error         *Error           `json:"error,omitempty"`
+	// Answers is the task's answers: the request whose session it continued.
+	Answers string `json:"answers,omitempty"`
 	// Attempt counts deliveries of a developer-queue task (1 for the first).
 	Attempt   int            `json:"attempt,omitempty"`
 	Metadata  map[string]any `json:"metadata,omitempty"` // the task's metadata, echoed
@@ -108,14 +111,17 @@ func (o Output) Validate() error {
 	if err := checkID("worker_id", o.WorkerID, true); err != nil {
 		return err
 	}
+	if err := checkID("answers", o.Answers, false); err != nil {
+		return err
+	}
 	if o.AgentType != "" && !o.AgentType.Valid() {
 		return fieldErr("agent_type", "unknown agent type %q", o.AgentType)
 	}
 	if !o.Status.Valid() {
-		return fieldErr("status", "is %q, want complete, blocked or failed", o.Status)
+		return fieldErr("status", "is %q, want complete, blocked, failed or cancelled", o.Status)
 	}
-	if o.Status == StatusFailed && o.Error == nil {
-		return fieldErr("error", "required when status is failed")
+	if (o.Status == StatusFailed || o.Status == StatusCancelled) && o.Error == nil {
+		return fieldErr("error", "required when status is %s", o.Status)
 	}
 	if o.Status == StatusBlocked && o.Question == "" {
 		return fieldErr("question", "required when status is blocked")

@@ -11,7 +11,7 @@ var (
 	reservedEnvPrefixes = []string{"WORKER_", "AGENT_", "REDIS", "SESSION_", "ANTHROPIC_", "FACTORY_", "OPENAI_", "DROID_", "API_", "LD_"}
 	reservedEnvNames    = map[string]bool{
 		"ALLOWED_COMMANDS": true, "HEARTBEAT_INTERVAL": true, "SHUTDOWN_GRACE": true, "PROGRESS_ADDR": true,
-		"INSTRUCTIONS": true, "USER_ID": true, "TASK_TIMEOUT": true, "RESULT_GRACE": true, "KILL_GRACE": true,
+		"INSTRUCTIONS": true, "USER_ID": true, "TASK_TIMEOUT": true, "STALL_TIMEOUT": true, "APPROVAL_TIMEOUT": true, "RESULT_GRACE": true, "KILL_GRACE": true,
 		"EVENT_BUFFER": true, "PAUSE_AFTER_OUTPUT": true, "WORKSPACE": true,
 		EnvStreamMaxLen: true, EnvRunRetention: true, "PATH": true, "HOME": true, "USER": true, "SHELL": true,
 	}

@@ -21,6 +21,22 @@ func samples() map[string][]encoder {
 			NewTask("req-1", "Fix the failing test in pkg/foo"),
 			Task{RequestID: "req-2", TaskID: "task-9", ProjectID: "proj-a", Prompt: "go on",
 				ForceNewSession: true, TimeoutSeconds: 900, Metadata: map[string]any{"chat_id": 42.0}},
+			Task{RequestID: "req-3", Prompt: "Use Postgres.", Answers: "req-2", MaxBudgetUSD: 0.5},
+		},
+		"cancel.schema.json": {
+			NewCancel("req-1", ""),
+			Cancel{RequestID: "req-2", Reason: "the user changed their mind", Timestamp: &sampleTime},
+		},
+		"permission_request.schema.json": {
+			PermissionRequest{WorkerID: "w-1", RequestID: "req-1", PermissionID: "perm-1", Tool: "Bash",
+				Input: json.RawMessage(`{"command":"rm -rf build","description":"clean"}`), TimeoutMS: 300000, Timestamp: sampleTime},
+		},
+		"permission_reply.schema.json": {
+			NewPermissionReply("req-1", "perm-1", true, ""),
+			NewPermissionReply("req-1", "perm-2", false, "not on production"),
+		},
+		"message.schema.json": {
+			NewMessage("req-1", "Use the staging database, not production."),
 		},
 		"output.schema.json": {
 			Output{RequestID: "req-1", TaskID: "task-9", ProjectID: "proj-a", WorkerID: "w-1", AgentType: AgentClaude,
@@ -33,6 +49,8 @@ func samples() map[string][]encoder {
 					ResumeError: NewError(CodeResumeFailed, "No conversation found with session ID: x")}},
 			Output{RequestID: "req-3", WorkerID: "w-2", Status: StatusFailed, Attempt: 2, Timestamp: sampleTime,
 				Error: NewError(CodeOOMKilled, "container killed by the OOM killer (limit 64m)")},
+			Output{RequestID: "req-4", WorkerID: "w-2", Status: StatusCancelled, Timestamp: sampleTime,
+				Error: NewError(CodeCancelled, "cancelled while running: the user changed their mind")},
 		},
 		"progress.schema.json": {
 			Progress{WorkerID: "w-1", RequestID: "req-1", TaskID: "task-9", Step: "Running tests", ProgressPct: pct(50),
@@ -59,6 +77,7 @@ func samples() map[string][]encoder {
 					{Name: "docs", URL: "https://docs.example/mcp", Headers: map[string]string{"Authorization": "Bearer x"}},
 				}}},
 			Command{ID: "cmd-2", Action: ActionPause, WorkerID: "w-1"},
+			Command{ID: "cmd-3", Action: ActionSetBudget, ProjectID: "proj-a", Budget: &Budget{LimitUSD: 50, WarnUSD: 40}},
 			Command{ID: "cmd-3", Action: ActionList, ReplyTo: "worker:replies:ctl"},
 			Command{ID: "cmd-4", Action: ActionResetContext, ProjectID: "proj-a", AgentType: AgentDroid},
 		},

@@ -69,6 +69,11 @@ func TestSchemasRefuseWhatDecodersRefuse(t *testing.T) {
 	schemas := compileSchemas(t)
 	refused := []struct{ schema, doc string }{
 		{"task.schema.json", `{"v":1,"type":"task","prompt":"p"}`},
+		{"cancel.schema.json", `{"v":1,"type":"cancel"}`},
+		{"message.schema.json", `{"v":1,"type":"message","request_id":"r"}`},
+		{"message.schema.json", `{"v":1,"type":"message","request_id":"r","text":""}`},
+		{"cancel.schema.json", `{"v":1,"type":"cancel","request_id":"r","prompt":"p"}`},
+		{"output.schema.json", `{"v":1,"type":"output","request_id":"r","worker_id":"w","status":"cancelled","usage":{"input":0,"output":0,"cache_read":0,"cache_creation":0},"context_tokens":0,"cost_usd":0,"duration_ms":0,"timestamp":"2026-01-01T00:00:00Z"}`},
 		{"task.schema.json", `{"v":2,"type":"task","request_id":"r","prompt":"p"}`},
 		{"task.schema.json", `{"v":1,"type":"task","request_id":"r","prompt":"p","x":1}`},
 		{"task.schema.json", `{"v":1,"type":"task","request_id":"a b","prompt":"p"}`},

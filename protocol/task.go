@@ -33,8 +33,15 @@ type Task struct {
 	// session could be continued.
 	ForceNewSession bool `json:"force_new_session,omitempty"`
 	// TimeoutSeconds overrides the worker's task timeout; 0 keeps it.
-	TimeoutSeconds int            `json:"timeout_seconds,omitempty"`
-	Metadata       map[string]any `json:"metadata,omitempty"` // echoed back on the Output
+	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
+	// Answers names the request this task answers (a blocked task's
+	// question): the task continues that run's session and project,
+	// whatever the session policy would choose.
+	Answers string `json:"answers,omitempty"`
+	// MaxBudgetUSD bounds what the task may spend on model calls (Claude's
+	// --max-budget-usd); 0: no bound but the project's budget.
+	MaxBudgetUSD float64        `json:"max_budget_usd,omitempty"`
+	Metadata     map[string]any `json:"metadata,omitempty"` // echoed back on the Output
 }
 
 // DefaultProject is the project of a task that names none.
@@ -72,6 +79,12 @@ func (t Task) Validate() error {
 	if err := checkID("project_id", t.ProjectID, false); err != nil {
 		return err
 	}
+	if err := checkID("answers", t.Answers, false); err != nil {
+		return err
+	}
+	if t.Answers != "" && t.Answers == t.RequestID {
+		return fieldErr("answers", "names the task itself")
+	}
 	if t.Prompt == "" {
 		return fieldErr("prompt", "required")
 	}
@@ -80,6 +93,9 @@ func (t Task) Validate() error {
 	}
 	if !utf8.ValidString(t.Prompt) {
 		return fieldErr("prompt", "is not valid UTF-8")
+	}
+	if err := checkBudget("max_budget_usd", t.MaxBudgetUSD); err != nil {
+		return err
 	}
 	if t.TimeoutSeconds < 0 || t.TimeoutSeconds > MaxTimeoutSeconds {
 		return fieldErr("timeout_seconds", "is %d, want 0 to %d", t.TimeoutSeconds, MaxTimeoutSeconds)

@@ -57,6 +57,8 @@ var rows = []row{
 		[]string{"direct-claude-median-ms"}, "the same claude -p run directly"},
 	{"Follow-up task, persistent Claude process, median", "follow-up-persistent-median-ms", "ms", "ratio < 1", ratioAtMost(0.99),
 		[]string{"follow-up-per-task-median-ms"}, "a claude process per task"},
+	{"Cancel of a running task → cancelled Output, claude per task, max of 10", "cancel-per-task-max-ms", "ms", "< 2000 ms", below(2000), nil, ""},
+	{"Cancel of a running task → cancelled Output, persistent claude, max of 10", "cancel-persistent-max-ms", "ms", "< 200 ms", below(200), nil, ""},
 	{"EnsureImage of an existing image, p99", "ensure-hit-p99-ms", "ms", "< 20 ms", below(20), []string{"bare-inspect-p99-ms"}, "a bare ImageInspect"},
 	{"Create → wrapper's started event, median", "create-to-started-median-ms", "ms", "ratio ≤ 1.3", ratioAtMost(1.3),
 		[]string{"bare-docker-run-first-line-median-ms"}, "bare docker run of the same image, to its first line"},

@@ -190,6 +190,8 @@ func (c *Commands) runCommand(ctx context.Context, cmd protocol.Command, reply *
 		reply.Workers, err = s.List(ctx)
 	case protocol.ActionResetContext:
 		err = s.ResetContext(ctx, cmd.AgentType, cmd.ProjectID)
+	case protocol.ActionSetBudget:
+		err = s.SetBudget(ctx, cmd.ProjectID, *cmd.Budget)
 	}
 	if err != nil {
 		reply.OK, reply.Error, reply.Worker, reply.Workers = false, ProtocolError(err), nil, nil

@@ -22,8 +22,11 @@ type Event struct {
 	Lifecycle *protocol.Lifecycle
 	Progress  *protocol.Progress
 	Output    *protocol.Output
-	Data      []byte
-	Err       error
+	// Permission is a worker asking whether its agent may make a tool
+	// call (AGENT_APPROVAL).
+	Permission *protocol.PermissionRequest
+	Data       []byte
+	Err        error
 }
 
 // WorkerID is the worker the event is about.
@@ -35,6 +38,8 @@ func (e Event) WorkerID() string {
 		return e.Progress.WorkerID
 	case e.Output != nil:
 		return e.Output.WorkerID
+	case e.Permission != nil:
+		return e.Permission.WorkerID
 	}
 	return ""
 }
@@ -182,11 +187,14 @@ func DecodeEvent(stream string, m redis.XMessage) Event {
 	case protocol.TypeOutput:
 		o, err := protocol.DecodeOutput(data)
 		ev.Output, ev.Err = &o, err
+	case protocol.TypePermissionRequest:
+		p, err := protocol.DecodePermissionRequest(data)
+		ev.Permission, ev.Err = &p, err
 	default:
 		ev.Err = errors.New("spawner: unexpected entry type " + string(typ) + " on " + stream)
 	}
 	if ev.Err != nil {
-		ev.Lifecycle, ev.Progress, ev.Output = nil, nil, nil
+		ev.Lifecycle, ev.Progress, ev.Output, ev.Permission = nil, nil, nil, nil
 	}
 	return ev
 }

@@ -37,6 +37,9 @@ type HTTPError struct {
 	Status  int    `json:"status"`            // e.g. 401, 429, 500, 529
 	Type    string `json:"type,omitempty"`    // e.g. overloaded_error
 	Message string `json:"message,omitempty"` // human text
+	// Header holds headers of the answer, such as retry-after or
+	// anthropic-ratelimit-requests-reset.
+	Header map[string]string `json:"header,omitempty"`
 }
 
 // Step is one answer of the script. Exactly one of Text, ToolUse and Error
@@ -341,6 +344,9 @@ func writeError(w http.ResponseWriter, e HTTPError) {
 	}
 	if e.Message == "" {
 		e.Message = http.StatusText(e.Status)
+	}
+	for k, v := range e.Header {
+		w.Header().Set(k, v)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.Status)

@@ -173,6 +173,12 @@ func describe(data []byte) (line, newWorker string, err error) {
 			return "", "", err
 		}
 		return fmt.Sprintf("%s output    %s %s %s %s", o.Timestamp.Format(time.TimeOnly), o.WorkerID, o.RequestID, o.Status, o.Result), "", nil
+	case protocol.TypePermissionRequest:
+		p, err := protocol.DecodePermissionRequest(data)
+		if err != nil {
+			return "", "", err
+		}
+		return fmt.Sprintf("%s asks      %s %s %s %s %s", p.Timestamp.Format(time.TimeOnly), p.WorkerID, p.RequestID, p.PermissionID, p.Tool, p.Input), "", nil
 	}
 	return "", "", fmt.Errorf("unexpected entry type %q", typ)
 }

@@ -35,7 +35,7 @@ function loadValidators() {
     ajv.addSchema(JSON.parse(fs.readFileSync(path.join(schemaDir, f), 'utf8')), f);
   }
   const byType = {};
-  for (const type of ['lifecycle', 'progress', 'output']) {
+  for (const type of ['lifecycle', 'progress', 'output', 'permission_request']) {
     byType[type] = ajv.getSchema(`${type}.schema.json`);
     if (!byType[type]) throw new Error(`no schema for ${type} in ${schemaDir}`);
   }

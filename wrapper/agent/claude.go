@@ -61,6 +61,15 @@ func (ClaudeParser) ParseLine(line []byte) []Event {
 				Error:      v.Get("error").String(),
 			}}}
 		}
+	case "control_request":
+		if r := v.Get("request"); r.Get("subtype").String() == "can_use_tool" {
+			return []Event{{Permission: &PermissionAsk{ID: v.Get("request_id").String(), Tool: r.Get("tool_name").String(),
+				Input: json.RawMessage(r.Get("input").Raw)}}}
+		}
+	case "user":
+		if v.Get("isReplay").Bool() {
+			return []Event{{Replay: true}}
+		}
 	case "assistant":
 		msg := v.Get("message")
 		var evs []Event

@@ -23,6 +23,13 @@ type Event struct {
 	Result   *Result
 	Denied   *Denial
 	Control  *ControlResponse
+	// Replay is Claude's echo of a user message it took from its
+	// stream-json input (--replay-user-messages): a persistent process's
+	// task prompt, or a steering message.
+	Replay bool
+	// Permission is Claude asking, on its control channel
+	// (--permission-prompt-tool stdio), whether it may make a tool call.
+	Permission *PermissionAsk
 }
 
 // ControlResponse is Claude's answer to a control request written on its
@@ -31,6 +38,14 @@ type ControlResponse struct {
 	RequestID string
 	Subtype   string // success or error
 	Error     string
+}
+
+// PermissionAsk is a can_use_tool control request of Claude: answer it with
+// Persistent.AnswerPermission.
+type PermissionAsk struct {
+	ID    string // the control request's id
+	Tool  string
+	Input json.RawMessage
 }
 
 // Denial is a tool call the agent CLI refused by its permission rules

@@ -8,9 +8,13 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
 )
 
 // Persistent is one agent process kept alive across the messages of a
@@ -26,6 +30,15 @@ type Persistent struct {
 	exitCh <-chan ExitStatus
 	stderr *tail
 	rel    func() error
+
+	// writeMu serialises writes to stdin: the task loop's messages and
+	// interrupts, and Inject from other goroutines.
+	writeMu sync.Mutex
+	// replay: the process echoes the user messages it takes
+	// (--replay-user-messages), so a steering message that came too late
+	// for a turn is seen starting the next one.
+	replay   bool
+	injected atomic.Int64 // messages injected into the current Send
 
 	dead bool
 	exit ExitStatus
@@ -69,7 +82,7 @@ func StartPersistent(spec Spec) (*Persistent, error) {
 		return nil, fmt.Errorf("agent: start %s: %w", spec.Argv[0], err)
 	}
 	p := &Persistent{spec: spec, pgid: cmd.Process.Pid, stdin: inW, stdout: stdout, events: make(chan []Event, 64),
-		exitCh: exitCh, stderr: newTail(spec.StderrTail), rel: cmd.Process.Release}
+		exitCh: exitCh, stderr: newTail(spec.StderrTail), rel: cmd.Process.Release, replay: slices.Contains(spec.Argv, "--replay-user-messages")}
 	go func() { _, _ = io.Copy(p.stderr, stderr); stderr.Close() }()
 	go func() {
 		defer close(p.events)
@@ -141,10 +154,68 @@ func (p *Persistent) Alive() bool {
 	return !p.dead
 }
 
+// Inject writes a user message into the running turn (a steering
+// message): Claude adds it to its next model call of the turn, or, when
+// the turn is in its last call, answers it in a turn of its own right
+// after, which the Send in progress waits for too (when the process echoes
+// what it takes). Safe from any goroutine.
+func (p *Persistent) Inject(text string) error {
+	p.injected.Add(1)
+	return p.write(ClaudeUserMessage(text))
+}
+
+func (p *Persistent) write(b []byte) error {
+	p.writeMu.Lock()
+	defer p.writeMu.Unlock()
+	_, err := p.stdin.Write(b)
+	return err
+}
+
+// AnswerPermission answers a can_use_tool control request: allow (with
+// the tool call's input unchanged) or deny (with a message the model
+// reads). Safe from any goroutine.
+func (p *Persistent) AnswerPermission(ask PermissionAsk, allow bool, message string) error {
+	var decision map[string]any
+	if allow {
+		input := ask.Input
+		if len(input) == 0 {
+			input = json.RawMessage(`{}`)
+		}
+		decision = map[string]any{"behavior": "allow", "updatedInput": input}
+	} else {
+		decision = map[string]any{"behavior": "deny", "message": message}
+	}
+	b, err := json.Marshal(map[string]any{"type": "control_response", "response": map[string]any{
+		"subtype": "success", "request_id": ask.ID, "response": decision}})
+	if err != nil {
+		return err
+	}
+	return p.write(append(b, '\n'))
+}
+
+// ClaudeInterrupt is the control request that ends Claude's turn in
+// progress in stream-json input mode; the process stays for the next
+// message. Claude answers with a control_response line, then the turn's
+// error result (subtype error_during_execution).
+func ClaudeInterrupt(id string) []byte {
+	b, _ := json.Marshal(map[string]any{"type": "control_request", "request_id": id,
+		"request": map[string]any{"subtype": "interrupt"}})
+	return append(b, '\n')
+}
+
 // Send writes one message and waits for its result line. The outcome is
 // that of the one message; when the process died, timed out or was
 // cancelled meanwhile, it is no longer Alive and the outcome says why.
-func (p *Persistent) Send(ctx context.Context, message []byte, timeout time.Duration, onEvent func(Event)) (out Outcome) {
+func (p *Persistent) Send(ctx context.Context, message []byte, timeout time.Duration, onEvent func(Event)) Outcome {
+	return p.SendInterruptible(ctx, message, timeout, nil, onEvent)
+}
+
+// SendInterruptible is Send whose turn ends early when interrupt closes:
+// the process gets ClaudeInterrupt on its stdin and stays alive when it
+// answers with a result within the spec's InterruptGrace (doubled: the
+// interrupt rides on the same pipe as the messages); otherwise it is
+// stopped. The outcome is then Interrupted.
+func (p *Persistent) SendInterruptible(ctx context.Context, message []byte, timeout time.Duration, interrupt <-chan struct{}, onEvent func(Event)) (out Outcome) {
 	out.Init = p.init
 	start := time.Now()
 	defer func() { out.Duration = time.Since(start) }()
@@ -160,11 +231,9 @@ func (p *Persistent) Send(ctx context.Context, message []byte, timeout time.Dura
 	}
 	// The write blocks while the process does not read (a full pipe): the
 	// timeout and ctx bound it as they bound the wait for the result.
+	p.injected.Store(0)
 	written := make(chan error, 1)
-	go func() {
-		_, err := p.stdin.Write(message)
-		written <- err
-	}()
+	go func() { written <- p.write(message) }()
 	select {
 	case err := <-written:
 		if err != nil {
@@ -183,13 +252,46 @@ func (p *Persistent) Send(ctx context.Context, message []byte, timeout time.Dura
 		out.Exit, out.Stderr = p.exit, p.stderr.String()
 		return out
 	}
+	var (
+		echoed      int64          // user messages the process echoed (replay)
+		carried     protocol.Usage // of the turns before the last, when a steering message made another
+		carriedCost float64
+	)
+	var interruptGrace, stall <-chan time.Time
+	var stallTimer *time.Timer
+	if p.spec.StallTimeout > 0 {
+		stallTimer = time.NewTimer(p.spec.StallTimeout)
+		defer stallTimer.Stop()
+		stall = stallTimer.C
+	}
 	for {
 		select {
+		case <-stall:
+			if p.spec.StallExempt != nil && p.spec.StallExempt() {
+				stallTimer.Reset(p.spec.StallTimeout)
+				continue
+			}
+			out.Stalled = true
+			p.stop()
+			out.Exit, out.Stderr = p.exit, p.stderr.String()
+			return out
+		case <-interrupt:
+			interrupt = nil
+			out.Interrupted = true
+			interruptGrace = time.After(2 * p.spec.InterruptGrace)
+			go func() { _ = p.write(ClaudeInterrupt(fmt.Sprintf("interrupt-%d", time.Now().UnixNano()))) }()
+		case <-interruptGrace:
+			p.stop()
+			out.Exit, out.Stderr = p.exit, p.stderr.String()
+			return out
 		case evs, ok := <-p.events:
 			if !ok { // stdout ended: the process is gone
 				p.dead = true
 				out.Exit, out.Stderr = p.waitExit(), p.stderr.String()
 				return out
+			}
+			if stallTimer != nil {
+				stallTimer.Reset(p.spec.StallTimeout)
 			}
 			for _, ev := range evs {
 				out.record(ev, time.Since(start))
@@ -201,12 +303,28 @@ func (p *Persistent) Send(ctx context.Context, message []byte, timeout time.Dura
 					out.Exit, out.Stderr = p.exit, p.stderr.String()
 					return out
 				}
+				if ev.Replay {
+					echoed++
+				}
 				if onEvent != nil {
 					onEvent(ev)
 				}
-				if ev.Result != nil {
-					return out
+				if ev.Result == nil {
+					continue
 				}
+				if p.replay && !out.Interrupted && echoed < 1+p.injected.Load() {
+					// A steering message came too late for this turn:
+					// Claude answers it in the next, part of this task.
+					carried = carried.Add(ev.Result.Usage)
+					carriedCost += ev.Result.CostUSD
+					continue
+				}
+				if out.Result != nil && (carried != protocol.Usage{} || carriedCost > 0) {
+					r := *out.Result
+					r.Usage, r.CostUSD = r.Usage.Add(carried), r.CostUSD+carriedCost
+					out.Result = &r
+				}
+				return out
 			}
 		case st := <-p.exitCh:
 			p.exitCh = nil

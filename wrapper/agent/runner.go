@@ -49,6 +49,21 @@ type Spec struct {
 	// OnEvent, when set, is called for every event in order, from Run's
 	// goroutine. It must not block.
 	OnEvent func(Event)
+	// StallTimeout ends an agent that printed no line this long (its
+	// group gets SIGTERM, then SIGKILL): the outcome is Stalled. 0: none.
+	StallTimeout time.Duration
+	// StallExempt, when set, is asked when the stall timeout passes: true
+	// means the silence is known and not the agent's (its model call is
+	// parked by the wrapper), and the watch starts again.
+	StallExempt func() bool
+	// Interrupt, when it closes, cancels the run: SIGINT to the agent's
+	// group (Claude then ends its turn, keeps the turn in its session and
+	// prints an error result), SIGTERM once it printed that result or
+	// after InterruptGrace, SIGKILL KillGrace later. The outcome is
+	// Interrupted unless a result came first.
+	Interrupt <-chan struct{}
+	// InterruptGrace is the time between SIGINT and SIGTERM (default 1 s).
+	InterruptGrace time.Duration
 	// OnStart, when set, is called with the pid once the agent runs.
 	OnStart func(pid int)
 	// Check, when set, is called for every event in order, before
@@ -78,8 +93,12 @@ type Outcome struct {
 	// Aborted is the error of Spec.Check that ended the run; nil when none.
 	Aborted *protocol.Error
 
-	TimedOut          bool // Spec.Timeout passed before a result
-	Cancelled         bool // the context ended before a result
+	TimedOut  bool // Spec.Timeout passed before a result
+	Cancelled bool // the context ended before a result
+	// Interrupted: Spec.Interrupt closed before a result of the agent's
+	// own (the result line it prints when interrupted is kept in Result).
+	Interrupted       bool
+	Stalled           bool // no line for Spec.StallTimeout before a result
 	KilledAfterResult bool // it did not exit within ResultGrace of its result
 	KilledDraining    bool // a child held stdout past DrainGrace after the exit
 
@@ -183,7 +202,16 @@ func Run(ctx context.Context, spec Spec) (out Outcome) {
 		hardDrain                         <-chan time.Time
 		exited, stdoutDone                bool
 		cancelled                         = ctx.Done()
+		interrupt                         = spec.Interrupt
+		interruptGrace                    <-chan time.Time
+		stall                             <-chan time.Time
+		stallTimer                        *time.Timer
 	)
+	if spec.StallTimeout > 0 {
+		stallTimer = time.NewTimer(spec.StallTimeout)
+		defer stallTimer.Stop()
+		stall = stallTimer.C
+	}
 	if spec.Timeout > 0 {
 		t := time.NewTimer(spec.Timeout)
 		defer t.Stop()
@@ -200,9 +228,17 @@ func Run(ctx context.Context, spec Spec) (out Outcome) {
 				stdoutDone, lines = true, nil
 				continue
 			}
+			if stallTimer != nil {
+				stallTimer.Reset(spec.StallTimeout)
+			}
 			for _, ev := range evs {
 				out.record(ev, time.Since(start))
 				if out.check(spec.Check, ev) && !exited {
+					stop()
+				}
+				if ev.Result != nil && out.Interrupted && kill == nil && !exited {
+					// Interrupted, it has saved its turn: no need to wait
+					// for its own slow exit.
 					stop()
 				}
 				if ev.Result != nil && resultGrace == nil && !exited {
@@ -227,6 +263,28 @@ func Run(ctx context.Context, spec Spec) (out Outcome) {
 			cancelled = nil
 			if out.Result == nil && !out.TimedOut && out.Aborted == nil {
 				out.Cancelled = true
+				stop()
+			}
+		case <-stall:
+			if spec.StallExempt != nil && spec.StallExempt() {
+				stallTimer.Reset(spec.StallTimeout)
+				continue
+			}
+			stall = nil
+			if out.Result == nil && !exited && kill == nil {
+				out.Stalled = true
+				stop()
+			}
+		case <-interrupt:
+			interrupt = nil
+			if out.Result == nil && !out.TimedOut && !out.Cancelled {
+				out.Interrupted = true
+				signalGroup(pgid, syscall.SIGINT)
+				interruptGrace = time.After(spec.InterruptGrace)
+			}
+		case <-interruptGrace:
+			interruptGrace = nil
+			if !exited && kill == nil {
 				stop()
 			}
 		case <-resultGrace:
@@ -329,6 +387,9 @@ func withDefaults(s Spec) Spec {
 	}
 	if s.KillGrace <= 0 {
 		s.KillGrace = 5 * time.Second
+	}
+	if s.InterruptGrace <= 0 {
+		s.InterruptGrace = time.Second
 	}
 	if s.StderrTail <= 0 {
 		s.StderrTail = 8 << 10

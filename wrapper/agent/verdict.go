@@ -30,7 +30,9 @@ const MaxStderrInError = 4 << 10
 //  2. A check of the runner stopped the agent (Spec.Check: an MCP server
 //     that did not start): failed, with the check's error.
 //  3. The task's timeout passed before a result: failed, AGENT_TIMEOUT.
-//  4. The worker stopped (SIGTERM) before a result: failed, TERMINATED.
+//  4. The agent printed no line for its stall timeout: failed,
+//     AGENT_STALLED; the worker stopped (SIGTERM) before a result: failed,
+//     TERMINATED.
 //  5. A result line that is an error (is_error, Droid's error line):
 //     failed, AGENT_ERROR, whatever the exit code.
 //  6. A result line that is a success, whatever the exit code (a success
@@ -51,6 +53,8 @@ func Judge(o Outcome, schemaGiven bool) Verdict {
 		return Verdict{Status: protocol.StatusFailed, Error: o.Aborted, Rule: "aborted"}
 	case o.Result == nil && o.TimedOut:
 		return failed("timeout", protocol.CodeAgentTimeout, "the agent ran past its timeout after %s and was stopped%s", o.Duration.Round(1e6), stderr)
+	case o.Result == nil && o.Stalled:
+		return failed("stalled", protocol.CodeAgentStalled, "the agent printed nothing for its stall timeout (STALL_TIMEOUT) and was stopped after %s%s", o.Duration.Round(1e6), stderr)
 	case o.Result == nil && o.Cancelled:
 		return failed("terminated", protocol.CodeTerminated, "the worker was stopped while the agent ran%s", stderr)
 	case o.Result != nil && o.Result.IsError:

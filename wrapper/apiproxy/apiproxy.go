@@ -35,6 +35,17 @@ type Config struct {
 	APIKey    string // sent upstream as x-api-key (ANTHROPIC_API_KEY)
 	AuthToken string // sent upstream as Authorization: Bearer (ANTHROPIC_AUTH_TOKEN)
 	Logger    *slog.Logger
+	// OnUpstreamError, when set, sees the status and headers of every
+	// error answer (4xx, 5xx) of the upstream, before the agent does: the
+	// wrapper stops a task at the first 401 or 403 (the proxy's own
+	// refusals of a wrong token are not the upstream's and do not count).
+	// It must not block.
+	OnUpstreamError func(status int, header http.Header)
+	// OnRateLimit, when set, decides whether a rate-limited answer (429,
+	// 529) parks its request until the reset time the upstream gave
+	// (RetryAt) and sends it again, instead of passing it on. It may block
+	// only briefly.
+	OnRateLimit RateLimitFunc
 }
 
 // Proxy is a running proxy.
@@ -81,9 +92,15 @@ func Start(addr string, cfg Config) (*Proxy, error) {
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:       p.rewrite,
 		FlushInterval: -1, // server-sent events reach the agent as the upstream writes them
-		Transport:     newTransport(),
+		Transport:     &parkingTransport{next: newTransport(), limited: cfg.OnRateLimit, now: time.Now},
 		ErrorHandler:  p.upstreamError,
-		BufferPool:    &bufferPool{},
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.StatusCode >= 400 && cfg.OnUpstreamError != nil {
+				cfg.OnUpstreamError(resp.StatusCode, resp.Header)
+			}
+			return nil
+		},
+		BufferPool: &bufferPool{},
 	}
 	// No write timeout: an answer streams as long as the model writes.
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}

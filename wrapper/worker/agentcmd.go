@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/agentvisor/agentvisor/protocol"
@@ -34,6 +35,8 @@ type Invocation struct {
 	Prompt   string
 	ResumeID string // continue this session; "" for a new one
 	Extra    string // appended to the system prompt after SystemPromptSection
+	// MaxBudgetUSD: Claude's --max-budget-usd (the task's max_budget_usd).
+	MaxBudgetUSD float64
 }
 
 // Argv builds the agent's command line.
@@ -73,6 +76,9 @@ func (c *Config) Argv(inv Invocation) []string {
 		if c.AgentModel != "" {
 			argv = append(argv, "--model", c.AgentModel)
 		}
+		if inv.MaxBudgetUSD > 0 {
+			argv = append(argv, "--max-budget-usd", strconv.FormatFloat(inv.MaxBudgetUSD, 'f', -1, 64))
+		}
 		argv = append(argv, "--append-system-prompt", system)
 		if c.JSONSchema {
 			argv = append(argv, "--json-schema", protocol.StopOutputSchema())
@@ -97,8 +103,10 @@ func (c *Config) PromptStdin(inv Invocation) []byte {
 // messages from stdin (AGENT_PERSISTENT): Argv with stream-json input.
 func (c *Config) PersistentArgv(inv Invocation) []string {
 	argv := c.Argv(inv)
-	out := []string{argv[0], "-p", "--input-format", "stream-json"}
-	return append(out, argv[2:]...) // argv[1] is -p (never on a pty)
+	// --replay-user-messages: Claude echoes each message it takes, so that
+	// a steering message answered in a turn of its own is waited for.
+	out := []string{argv[0], "-p", "--input-format", "stream-json", "--replay-user-messages"}
+	return c.approvalArgs(append(out, argv[2:]...)) // argv[1] is -p (never on a pty)
 }
 
 func (c *Config) droidModel() string {

@@ -51,7 +51,20 @@ type Config struct {
 	APIURL          string                   // API_URL, passed to the agent
 	UserID          string                   // USER_ID, passed to the agent
 
-	TaskTimeout       time.Duration // TASK_TIMEOUT (default 600s)
+	TaskTimeout  time.Duration // TASK_TIMEOUT (default 600s)
+	StallTimeout time.Duration // STALL_TIMEOUT (default 5m): no line from a live agent this long ends its task
+	// RecycleTasks and RecycleRSS recycle the persistent agent process
+	// after that many tasks, or once its group's RSS passed that many
+	// bytes (AGENT_RECYCLE_TASKS, default 100; AGENT_RECYCLE_RSS in MiB,
+	// default 1024); 0 turns either off.
+	RecycleTasks int
+	RecycleRSS   int64
+	// Approval (AGENT_APPROVAL, default false): the persistent Claude asks,
+	// on its control channel, before each tool call ALLOWED_COMMANDS does
+	// not allow; the task's owner answers within ApprovalTimeout
+	// (APPROVAL_TIMEOUT, default 5m), or it is denied.
+	Approval          bool
+	ApprovalTimeout   time.Duration
 	HeartbeatInterval time.Duration // HEARTBEAT_INTERVAL (default 10s)
 	ShutdownGrace     time.Duration // SHUTDOWN_GRACE (default 20s): time a running task gets after SIGTERM
 	ResultGrace       time.Duration // RESULT_GRACE (default 3s)
@@ -152,6 +165,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		{"AGENT_JSON_SCHEMA", &c.JSONSchema, false},
 		{"AGENT_PERSISTENT", &c.Persistent, false},
 		{"AGENT_PREWARM", &c.Prewarm, false},
+		{"AGENT_APPROVAL", &c.Approval, false},
 		{"PAUSE_AFTER_OUTPUT", &c.PauseAfterOutput, true},
 	}
 	for _, b := range bools {
@@ -168,6 +182,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if c.Persistent && (c.AgentType != protocol.AgentClaude || c.Kind != protocol.KindLongLived || c.PTY) {
 		return fail("AGENT_PERSISTENT", fmt.Errorf("only for Claude on a long-lived worker without a pty (Droid's stream-json input did not answer messages in our tests)"))
 	}
+	if c.Approval && !c.Persistent {
+		return fail("AGENT_APPROVAL", fmt.Errorf("needs AGENT_PERSISTENT=true: Claude asks on the persistent process's control channel"))
+	}
 	if c.Workspace == "" {
 		c.Workspace = "/workspace"
 	}
@@ -180,6 +197,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		def  time.Duration
 	}{
 		{"TASK_TIMEOUT", &c.TaskTimeout, 600 * time.Second},
+		{"STALL_TIMEOUT", &c.StallTimeout, 5 * time.Minute},
+		{"APPROVAL_TIMEOUT", &c.ApprovalTimeout, 5 * time.Minute},
 		{"HEARTBEAT_INTERVAL", &c.HeartbeatInterval, 10 * time.Second},
 		{"SHUTDOWN_GRACE", &c.ShutdownGrace, 20 * time.Second},
 		{"RESULT_GRACE", &c.ResultGrace, 3 * time.Second},
@@ -224,6 +243,19 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			return fail("EVENT_BUFFER", fmt.Errorf("want a positive whole number, got %q", v))
 		}
 	}
+	c.RecycleTasks = 100
+	if v := getenv("AGENT_RECYCLE_TASKS"); v != "" {
+		if c.RecycleTasks, err = strconv.Atoi(v); err != nil || c.RecycleTasks < 0 {
+			return fail("AGENT_RECYCLE_TASKS", fmt.Errorf("want a whole number of tasks (0: never), got %q", v))
+		}
+	}
+	rssMiB := int64(1024)
+	if v := getenv("AGENT_RECYCLE_RSS"); v != "" {
+		if rssMiB, err = strconv.ParseInt(v, 10, 64); err != nil || rssMiB < 0 {
+			return fail("AGENT_RECYCLE_RSS", fmt.Errorf("want a whole number of MiB (0: never), got %q", v))
+		}
+	}
+	c.RecycleRSS = rssMiB << 20
 	c.StreamMaxLen = protocol.DefaultStreamMaxLen
 	if v := getenv(protocol.EnvStreamMaxLen); v != "" {
 		if c.StreamMaxLen, err = strconv.ParseInt(v, 10, 64); err != nil || c.StreamMaxLen < 0 {

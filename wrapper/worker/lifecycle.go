@@ -53,9 +53,10 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	bg, stopBG := context.WithCancel(context.Background())
 	var bgDone sync.WaitGroup
-	bgDone.Add(2)
+	bgDone.Add(3)
 	go func() { defer bgDone.Done(); w.pub.out.Run(bg) }()
 	go func() { defer bgDone.Done(); w.heartbeat(bg) }()
+	go func() { defer bgDone.Done(); w.followInput(bg) }()
 	defer func() { stopBG(); bgDone.Wait() }()
 
 	if w.cfg.Prewarm {

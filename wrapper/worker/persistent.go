@@ -23,6 +23,10 @@ type persistentAgent struct {
 	deaths  int
 	off     bool // it died too often: one process per task from now on
 	fresh   bool // proc was started ahead (prewarm) for a new session and has run nothing yet
+	tasks   int  // tasks proc served
+
+	recycleTasks int   // recycle proc after this many tasks (0: never)
+	recycleRSS   int64 // recycle proc once its group's RSS passed this (bytes; 0: never)
 }
 
 // prestart starts the process ahead of any task, for a new session with
@@ -56,7 +60,8 @@ type persistentTask struct {
 	inv      Invocation // how a new process starts for this task
 	spec     agent.Spec // the task's one-process spec: timeout, events, the fallback
 	env      func(token string) []string
-	useToken func(token string) // the progress token the task's reports must carry
+	useToken func(token string)      // the progress token the task's reports must carry
+	onProc   func(*agent.Persistent) // the process the task's message goes to, before it is sent
 }
 
 // usable reports whether tasks go to the persistent agent.
@@ -67,7 +72,7 @@ func (p *persistentAgent) usable() bool { return p != nil && !p.off }
 func (p *persistentAgent) run(ctx context.Context, t persistentTask) agent.Outcome {
 	o, reused := p.send(ctx, t)
 	notRun := o.Events == 0 || (o.Result != nil && o.Result.IsError && o.Result.Turns == 0)
-	if reused && notRun && !o.TimedOut && !o.Cancelled && p.proc == nil {
+	if reused && notRun && !o.TimedOut && !o.Cancelled && !o.Interrupted && p.proc == nil {
 		// The process had died before it took up the message (between
 		// tasks; a part of it that outlived the rest answers with an error
 		// of no turns): the message was not run, so run it in a new process.
@@ -95,7 +100,7 @@ func (p *persistentAgent) send(ctx context.Context, t persistentTask) (agent.Out
 			p.log.Warn("persistent agent did not start: one process for this task", "err", err)
 			return agent.Run(ctx, t.spec), false
 		}
-		p.proc, p.token, p.session = proc, token, t.plan.ResumeID
+		p.proc, p.token, p.session, p.tasks = proc, token, t.plan.ResumeID, 0
 		p.log.Info("persistent agent started", "pid", proc.Pid(), "resume", t.plan.ResumeID)
 	} else {
 		reused = true
@@ -104,14 +109,18 @@ func (p *persistentAgent) send(ctx context.Context, t persistentTask) (agent.Out
 		}
 	}
 	t.useToken(p.token)
-	o := p.proc.Send(ctx, agent.ClaudeUserMessage(t.prompt), t.spec.Timeout, t.spec.OnEvent)
+	if t.onProc != nil {
+		t.onProc(p.proc)
+	}
+	o := p.proc.SendInterruptible(ctx, agent.ClaudeUserMessage(t.prompt), t.spec.Timeout, t.spec.Interrupt, t.spec.OnEvent)
 	if o.Result != nil && o.Result.SessionID != "" {
 		p.session = o.Result.SessionID
 	}
+	p.tasks++
 	if !p.proc.Alive() {
 		p.proc.Close()
 		p.proc = nil
-		if o.Result == nil && !o.TimedOut && !o.Cancelled && o.Aborted == nil { // an abort stopped it
+		if o.Result == nil && !o.TimedOut && !o.Cancelled && !o.Interrupted && !o.Stalled && o.Aborted == nil { // an abort stopped it
 			p.deaths++
 			if p.deaths >= 2 {
 				p.off = true
@@ -119,6 +128,7 @@ func (p *persistentAgent) send(ctx context.Context, t persistentTask) (agent.Out
 			}
 		}
 	}
+	p.recycle()
 	return o, reused
 }
 

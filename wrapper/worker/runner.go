@@ -30,6 +30,12 @@ type current struct {
 	token    string
 	src      taskSource
 	agentPID int
+	cancel   interruptible // guarded by Worker.mu
+	deadline time.Time     // when the task's timeout ends
+	// parkedUntil is when the model call the proxy parked (rate limit)
+	// goes out again; guarded by Worker.mu.
+	parkedUntil time.Time
+	steer       steering // guarded by Worker.mu
 }
 
 // runFields returns the fields of the run hash; the caller holds w.mu.
@@ -45,6 +51,17 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 	data, err := protocol.EntryData(e.Values)
 	var task protocol.Task
 	if err == nil {
+		switch _, typ, _ := protocol.PeekType(data); typ {
+		case protocol.TypeCancel:
+			w.handleCancelEntry(src, e, data)
+			return
+		case protocol.TypeMessage:
+			w.handleMessageEntry(src, e, data)
+			return
+		case protocol.TypePermissionReply:
+			w.handlePermissionReplyEntry(src, e, data)
+			return
+		}
 		task, err = protocol.DecodeTask(data)
 	}
 	if err != nil {
@@ -80,14 +97,23 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 	// or a lost reply), and the entries the spawner requeued before it.
 	deliveries, _ := w.rdb.DeliveryCount(taskCtx, stream, group, e.ID)
 	attempt := int(rec.Requeues + max(deliveries, 1))
+	var (
+		answered  rdb.AnsweredRun
+		answerErr *protocol.Error
+	)
+	if task.Answers != "" {
+		task, answered, answerErr = w.answeredRun(taskCtx, task)
+		log = log.With("project_id", task.Project(), "answers", task.Answers)
+	}
 
 	now := w.now()
 	cur := &current{task: task, run: protocol.NewRun(task.RequestID, task.TaskID, w.cfg.WorkerID, task.Project(), now),
-		attempt: attempt, token: newToken(), src: src}
+		attempt: attempt, token: newToken(), src: src, cancel: newInterruptible(), deadline: now.Add(task.Timeout(w.cfg.TaskTimeout))}
 	if !w.startTask(cur) {
 		log.Info("shutdown began: the task stays pending")
 		return
 	}
+	w.lookAhead(taskCtx, log, stream, e.ID)
 	w.pushRun(cur)
 	w.mu.Lock()
 	_ = cur.run.Transition(protocol.RunQueued, now)
@@ -97,8 +123,31 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 		protocol.StatusFieldOutputStream: src.output, protocol.StatusFieldTaskStarted: protocol.FormatTime(now),
 		protocol.StatusFieldAttempt: attempt})
 
+	if answerErr != nil {
+		o := w.unrunOutput(task, answerErr)
+		o.Answers, o.Attempt = task.Answers, attempt
+		w.finish(log, cur, o, nil)
+		return
+	}
+	budget, budgetErr := w.checkBudget(taskCtx, task)
+	if budgetErr != nil {
+		o := w.unrunOutput(task, budgetErr)
+		o.ProjectID, o.Answers, o.Attempt = task.Project(), task.Answers, attempt
+		w.finish(log, cur, o, nil)
+		return
+	}
+	if cancelled, reason := w.cancelled(cur); cancelled {
+		o := w.cancelledOutput(w.unrunOutput(task, nil), reason, false)
+		o.ProjectID, o.Attempt = task.Project(), attempt
+		w.finish(log, cur, o, nil)
+		return
+	}
 	plan := w.sessions.Decide(taskCtx, task)
+	if task.Answers != "" {
+		plan = answerPlan(plan, answered)
+	}
 	spec := w.agentSpec(task, invocationFor(w.cfg.AgentType, task, plan), cur)
+	spec.Interrupt = cur.cancel.interrupt
 	spec.OnStart = func(pid int) {
 		w.mu.Lock()
 		cur.agentPID = pid
@@ -112,6 +161,7 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 	oomBefore := oomKills()
 	agentCtx, cancel := w.terminable(taskCtx)
 	outcome := w.cfg.mcpOutcome(w.runAgent(agentCtx, task, plan, cur, spec))
+	outcome = w.steerTurns(agentCtx, task, plan, cur, spec, outcome)
 	cancel()
 	outcome, plan = w.sessions.Complete(taskCtx, task, plan, outcome, func(inv Invocation) agent.Outcome {
 		spec.Argv, spec.Stdin = w.cfg.Argv(inv), w.cfg.PromptStdin(inv)
@@ -127,11 +177,24 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 		verdict.Error = protocol.NewError(protocol.CodeOOMKilled, "the OOM killer ended the agent (%s); raise the worker's memory limit", outcome.Exit)
 	}
 	o := w.output(task, outcome, verdict, plan, attempt)
+	o.Answers = task.Answers
+	if r := outcome.Result; r != nil && r.Subtype == "error_max_budget_usd" && o.Error != nil {
+		o.Error = protocol.NewError(protocol.CodeBudgetExceeded, "the task spent its max_budget_usd (%g): %s", task.MaxBudgetUSD, o.Error.Message)
+	}
+	if outcome.Interrupted {
+		if abort := w.aborted(cur); abort != nil {
+			o.Status, o.Result, o.Question, o.Error = protocol.StatusFailed, nil, "", abort
+		} else {
+			_, reason := w.cancelled(cur)
+			o = w.cancelledOutput(o, reason, true)
+		}
+	}
 	var usage *rdb.TaskUsage
 	if outcome.StartErr == nil { // the agent ran: its task counts, once, with its output's usage
 		usage = &rdb.TaskUsage{Project: task.Project(), Session: o.SessionID, Worker: w.cfg.WorkerID, Usage: o.Usage, CostUSD: o.CostUSD}
 	}
 	w.finish(log, cur, o, usage)
+	w.budgetWarning(task, budget, o.CostUSD)
 }
 
 // startTask makes cur the task in flight and the worker busy, unless
@@ -143,6 +206,8 @@ func (w *Worker) startTask(cur *current) bool {
 		return false
 	}
 	w.cur = cur
+	w.takeCancelLocked(cur)
+	w.takeMessagesLocked(cur)
 	_, err := w.machine.Transition(protocol.WorkerBusy, "task "+cur.task.RequestID, w.now())
 	w.mu.Unlock()
 	if err != nil {
@@ -151,10 +216,19 @@ func (w *Worker) startTask(cur *current) bool {
 	return true
 }
 
+// cancelled reports whether a cancel named cur, and its reason.
+func (w *Worker) cancelled(cur *current) (bool, string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return cur.cancel.cancelled, cur.cancel.reason
+}
+
 // runAgent runs the task's agent: in the persistent process when there is
 // one, in a process of its own otherwise.
 func (w *Worker) runAgent(ctx context.Context, task protocol.Task, plan SessionPlan, cur *current, spec agent.Spec) agent.Outcome {
-	if !w.persist.usable() {
+	// A task with its own budget runs in a process of its own: Claude's
+	// --max-budget-usd is a flag of the process.
+	if !w.persist.usable() || task.MaxBudgetUSD > 0 {
 		return agent.Run(ctx, spec)
 	}
 	env := func(token string) []string { return w.cfg.AgentEnv(w.environ, w.ProgressURL(), token, task) }
@@ -163,8 +237,18 @@ func (w *Worker) runAgent(ctx context.Context, task protocol.Task, plan SessionP
 		cur.token = token
 		w.mu.Unlock()
 	}
+	onProc := func(proc *agent.Persistent) {
+		w.mu.Lock()
+		cur.steer.inject, cur.steer.answer = proc.Inject, proc.AnswerPermission
+		w.mu.Unlock()
+	}
+	defer func() {
+		w.mu.Lock()
+		cur.steer.inject, cur.steer.answer = nil, nil
+		w.mu.Unlock()
+	}()
 	return w.persist.run(ctx, persistentTask{prompt: task.Prompt, plan: plan, inv: invocationFor(w.cfg.AgentType, task, plan),
-		spec: spec, env: env, useToken: useToken})
+		spec: spec, env: env, useToken: useToken, onProc: onProc})
 }
 
 // prewarm starts the persistent agent ahead of the first task (a warm
@@ -194,9 +278,13 @@ func (w *Worker) agentSpec(task protocol.Task, inv Invocation, cur *current) age
 		Argv: w.cfg.Argv(inv), Stdin: w.cfg.PromptStdin(inv), Env: w.cfg.AgentEnv(w.environ, w.ProgressURL(), cur.token, task),
 		Dir: w.cfg.Workspace, Parser: w.cfg.Parser(), PTY: w.cfg.PTY, Timeout: task.Timeout(w.cfg.TaskTimeout),
 		ResultGrace: w.cfg.ResultGrace, KillGrace: w.cfg.KillGrace, Starter: w.starter, Check: w.cfg.checkMCP,
+		StallTimeout: w.cfg.StallTimeout, StallExempt: w.parked,
 		OnEvent: func(ev agent.Event) {
 			if ev.Denied != nil {
 				w.onDenial(cur, ev.Denied)
+			}
+			if ev.Permission != nil {
+				w.onPermission(cur, *ev.Permission)
 			}
 			if ev.Retry != nil {
 				r := ev.Retry
@@ -215,13 +303,16 @@ func (w *Worker) finish(log *slog.Logger, cur *current, o protocol.Output, usage
 	if run.State == protocol.RunQueued { // the agent never started
 		_ = run.Transition(protocol.RunRunning, now)
 	}
-	if o.Status == protocol.StatusFailed {
+	if o.Status == protocol.StatusFailed || o.Status == protocol.StatusCancelled {
 		_ = run.Fail(o.Error.Code, o.Error.Message, now)
 	} else {
 		_ = run.Transition(protocol.RunCompleted, now)
 	}
 	runFields := cur.runFields()
 	w.mu.Unlock()
+	if o.SessionID != "" {
+		runFields[protocol.RunFieldSessionID] = o.SessionID // a task that answers this run continues it
+	}
 	// Progress and status events of the task go first.
 	_ = w.pub.out.Flush(context.Background())
 	published := w.storeOutput(log, cur.src, o, runFields, usage)
@@ -240,8 +331,11 @@ func (w *Worker) finish(log *slog.Logger, cur *current, o protocol.Output, usage
 	}
 	ev := protocol.EventTaskCompleted
 	var errText string
-	if o.Status == protocol.StatusFailed {
+	switch o.Status {
+	case protocol.StatusFailed:
 		ev, errText = protocol.EventTaskFailed, string(o.Error.Code)+": "+o.Error.Message
+	case protocol.StatusCancelled:
+		ev = protocol.EventTaskCancelled
 	}
 	// Idle: no field of the task stays behind.
 	w.pushStatus(map[string]any{protocol.StatusFieldRequestID: "", protocol.StatusFieldTaskID: "",

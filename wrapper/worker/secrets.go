@@ -24,7 +24,8 @@ var wrapperOnly = map[string]bool{
 	"OPENAI_API_KEY": true, "DROID_BASE_URL": true,
 	"WORKER_KIND": true, "WORKER_KEY_PREFIX": true, "AGENT_TYPE": true, "AGENT_BIN": true, "AGENT_ARGS": true,
 	"AGENT_MODEL": true, "AGENT_SKIP_PERMISSIONS": true, "AGENT_JSON_SCHEMA": true, "AGENT_PERSISTENT": true,
-	"AGENT_PTY": true, "ALLOWED_COMMANDS": true, "TASK_TIMEOUT": true, "HEARTBEAT_INTERVAL": true,
+	"AGENT_PTY": true, "ALLOWED_COMMANDS": true, "TASK_TIMEOUT": true, "STALL_TIMEOUT": true,
+	"AGENT_RECYCLE_TASKS": true, "AGENT_RECYCLE_RSS": true, "APPROVAL_TIMEOUT": true, "HEARTBEAT_INTERVAL": true,
 	"SHUTDOWN_GRACE": true, "RESULT_GRACE": true, "KILL_GRACE": true, "PROGRESS_ADDR": true, "EVENT_BUFFER": true,
 	"PAUSE_AFTER_OUTPUT": true, protocol.EnvStreamMaxLen: true, protocol.EnvRunRetention: true,
 	"SESSION_POLICY": true, "SESSION_CONTEXT_THRESHOLD": true, "SESSION_STALE_AFTER": true,
@@ -64,7 +65,8 @@ func (w *Worker) startModelProxy() (*apiproxy.Proxy, error) {
 		}
 		return ""
 	}
-	cfg := apiproxy.Config{APIKey: get("ANTHROPIC_API_KEY"), AuthToken: get("ANTHROPIC_AUTH_TOKEN"), Logger: w.log}
+	cfg := apiproxy.Config{APIKey: get("ANTHROPIC_API_KEY"), AuthToken: get("ANTHROPIC_AUTH_TOKEN"), Logger: w.log,
+		OnUpstreamError: w.onUpstreamError, OnRateLimit: w.onRateLimit}
 	switch {
 	case w.cfg.AgentType == protocol.AgentClaude:
 		cfg.Upstream = get("ANTHROPIC_BASE_URL")

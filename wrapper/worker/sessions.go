@@ -250,26 +250,36 @@ func resumeFailed(plan SessionPlan, o agent.Outcome) (bool, string) {
 func (p *ProjectSessions) Complete(ctx context.Context, task protocol.Task, plan SessionPlan, o agent.Outcome,
 	rerun func(Invocation) agent.Outcome) (agent.Outcome, SessionPlan) {
 	d := p.d
-	if failed, msg := resumeFailed(plan, o); failed {
+	if failed, msg := resumeFailed(plan, o); failed && !o.Interrupted {
 		p.log().Warn("resume failed: running the task again in a new session", "session_id", plan.ResumeID, "request_id", task.RequestID)
 		plan.Decision = protocol.SessionDecision{Action: protocol.SessionNew, Reason: protocol.SessionReasonResumeFailed,
 			PreviousSessionID: plan.ResumeID, ResumeError: protocol.NewError(protocol.CodeResumeFailed, "%s", truncate(msg, 2000))}
 		plan.ResumeID = ""
 		o = rerun(p.invocation(task, plan))
 	}
-	if o.Result == nil {
+	// An interrupted turn (a cancel) ends in an error result, or in none
+	// (Claude -p exits on SIGINT without one when its telemetry is off),
+	// but its session holds the turns so far and stays the project's.
+	if o.Result == nil && !(o.Interrupted && o.Init != nil) {
 		return o, plan
 	}
-	sid := o.Result.SessionID
+	var (
+		sid           string
+		contextTokens int64
+		window        int64
+		cost          float64
+	)
+	if r := o.Result; r != nil {
+		sid, contextTokens, window, cost = r.SessionID, r.Usage.Context(), r.ContextWindow, r.CostUSD
+	}
 	if sid == "" && o.Init != nil {
 		sid = o.Init.SessionID
 	}
-	contextTokens := o.Result.Usage.Context()
 	if o.LastTurn != nil {
 		contextTokens = o.LastTurn.Usage.Context()
 	}
 	now := d.Now()
-	if !plan.held || sid == "" || o.Result.IsError {
+	if !plan.held || sid == "" || (o.Result != nil && o.Result.IsError && !o.Interrupted) {
 		return o, plan
 	}
 	fields := map[string]any{
@@ -277,7 +287,7 @@ func (p *ProjectSessions) Complete(ctx context.Context, task protocol.Task, plan
 		protocol.SessionFieldAgentType:       string(d.AgentType),
 		protocol.SessionFieldProjectID:       task.Project(),
 		protocol.SessionFieldContextTokens:   contextTokens,
-		protocol.SessionFieldContextWindow:   o.Result.ContextWindow,
+		protocol.SessionFieldContextWindow:   window,
 		protocol.SessionFieldLastActivity:    protocol.FormatTime(now),
 		protocol.SessionFieldWorkerExpires:   protocol.FormatTime(now.Add(p.cfg.Affinity)),
 		protocol.SessionFieldWorkerExpiresMS: strconv.FormatInt(now.Add(p.cfg.Affinity).UnixMilli(), 10),
@@ -286,11 +296,11 @@ func (p *ProjectSessions) Complete(ctx context.Context, task protocol.Task, plan
 	if isNew {
 		fields[protocol.SessionFieldCreatedAt] = protocol.FormatTime(now)
 	}
-	if _, err := d.Store.SaveSession(ctx, d.AgentType, task.Project(), d.WorkerID, isNew, o.Result.CostUSD, fields); err != nil {
+	if _, err := d.Store.SaveSession(ctx, d.AgentType, task.Project(), d.WorkerID, isNew, cost, fields); err != nil {
 		p.log().Warn("session not recorded", "err", err)
 	}
 	p.log().Info("session recorded", "project_id", task.Project(), "session_id", sid, "action", plan.Decision.Action,
-		"reason", plan.Decision.Reason, "context_tokens", contextTokens, "threshold", p.threshold(o.Result.ContextWindow))
+		"reason", plan.Decision.Reason, "context_tokens", contextTokens, "threshold", p.threshold(window))
 	return o, plan
 }
 
@@ -302,7 +312,7 @@ func (p *ProjectSessions) invocation(task protocol.Task, plan SessionPlan) Invoc
 }
 
 func invocationFor(agentType protocol.AgentType, task protocol.Task, plan SessionPlan) Invocation {
-	inv := Invocation{Prompt: task.Prompt, ResumeID: plan.ResumeID}
+	inv := Invocation{Prompt: task.Prompt, ResumeID: plan.ResumeID, MaxBudgetUSD: task.MaxBudgetUSD}
 	if plan.ResumeID != "" || strings.TrimSpace(plan.Context) == "" {
 		return inv
 	}

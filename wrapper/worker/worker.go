@@ -10,6 +10,8 @@
 //   - agentcmd.go: the agents' command lines and environment;
 //   - secrets.go: what the agent may not see, and the model API proxy it
 //     gets instead of the key;
+//   - cancel.go: cancel documents, seen on the input by the task loop, by a
+//     follower outside the group and by a look-ahead;
 //   - persistent.go: the Claude process kept across tasks;
 //   - sessions.go: which agent session a task runs in;
 //   - publisher.go: events to Redis, and the retry policy of writes;
@@ -61,7 +63,13 @@ type Worker struct {
 	machine   *protocol.WorkerMachine
 	cur       *current // the task in flight; nil when idle
 	tasksDone int64
-	stopping  bool // shutdown began: no new task starts
+	stopping  bool                  // shutdown began: no new task starts
+	cancels   map[string]cancelNote // cancels seen, by request id (cancel.go)
+	// seenMessages: steering message entries taken (request id in
+	// reason); messages: those for tasks not started yet (steer.go).
+	seenMessages map[string]cancelNote
+	messages     map[string][]string
+	permissions  map[string]*pendingPermission // asked, not answered yet, by permission id (approve.go)
 }
 
 // Options are the Worker's collaborators; zero values take defaults.
@@ -105,7 +113,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 		}
 	}
 	if cfg.Persistent {
-		w.persist = &persistentAgent{log: w.log, argv: cfg.PersistentArgv}
+		w.persist = &persistentAgent{log: w.log, argv: cfg.PersistentArgv, recycleTasks: cfg.RecycleTasks, recycleRSS: cfg.RecycleRSS}
 	}
 	w.pub = newPublisher(r, cfg, w.log, w.now)
 	w.machine = protocol.NewWorkerMachine(cfg.WorkerID, w.now())

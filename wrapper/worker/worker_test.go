@@ -113,6 +113,10 @@ func (e *env) docs(stream string) (outputs []protocol.Output, progress []protoco
 				e.t.Fatalf("output entry does not decode: %v\n%s", err, data)
 			}
 			outputs = append(outputs, o)
+		case protocol.TypePermissionRequest:
+			if _, err := protocol.DecodePermissionRequest(data); err != nil {
+				e.t.Fatalf("permission request entry does not decode: %v", err)
+			}
 		case protocol.TypeProgress:
 			p, err := protocol.DecodeProgress(data)
 			if err != nil {

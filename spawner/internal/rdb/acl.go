@@ -35,8 +35,9 @@ var workerCommands = []string{
 // its keys (read and write unless marked): its status hash and heartbeat,
 // its input and output streams (the developer queue's for a developer
 // worker), run hashes, sessions, project contexts and usage counters
-// (keyed by request and project, which no worker owns alone), and write
-// only to the lifecycle and control streams.
+// (keyed by request and project, which no worker owns alone), write
+// only to the lifecycle and control streams, and read only the project
+// budgets.
 func (r *RDB) WorkerACL(id string, kind protocol.Kind) []string {
 	k := r.Keys
 	keys := []string{k.Status(id), k.Heartbeat(id), k.Run("*"), k.Session("*", "*"), k.ProjectContext("*"), k.UsageProject("*"),
@@ -46,7 +47,7 @@ func (r *RDB) WorkerACL(id string, kind protocol.Kind) []string {
 	for _, key := range keys {
 		rules = append(rules, "~"+key)
 	}
-	rules = append(rules, "%W~"+k.Lifecycle(), "%W~"+k.Control())
+	rules = append(rules, "%W~"+k.Lifecycle(), "%W~"+k.Control(), "%R~"+k.ProjectBudget("*"))
 	return rules
 }
 

@@ -29,10 +29,13 @@ func (a slogAdapter) Printf(ctx context.Context, format string, v ...any) {
 
 // RDB is the wrapper's view of Redis.
 type RDB struct {
-	c       *redis.Client
-	reader  *redis.Client // its own connection for blocking reads, closed to end one at once
-	Keys    protocol.Keys
-	Timeout time.Duration // per call; blocking reads add their block time
+	c      *redis.Client
+	reader *redis.Client // its own connection for blocking reads, closed to end one at once
+	// followOpt are the options of a Follower's client: a copy taken at
+	// Open (a client writes to its own while it connects).
+	followOpt redis.Options
+	Keys      protocol.Keys
+	Timeout   time.Duration // per call; blocking reads add their block time
 	// StreamMaxLen is the approximate MAXLEN of every XADD (0: none).
 	StreamMaxLen int64
 }
@@ -54,7 +57,7 @@ func Open(url string, keys protocol.Keys) (*RDB, error) {
 	opt.ContextTimeoutEnabled = true
 	ropt := *opt
 	ropt.PoolSize, ropt.MinIdleConns = 1, 0
-	return &RDB{c: redis.NewClient(opt), reader: redis.NewClient(&ropt), Keys: keys, Timeout: 3 * time.Second,
+	return &RDB{c: redis.NewClient(opt), reader: redis.NewClient(&ropt), followOpt: ropt, Keys: keys, Timeout: 3 * time.Second,
 		StreamMaxLen: protocol.DefaultStreamMaxLen}, nil
 }
 

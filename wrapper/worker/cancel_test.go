@@ -1,0 +1,216 @@
+package worker
+
+import (
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/stubmodel"
+)
+
+// sendCancel adds a cancel document to stream.
+func (e *env) sendCancel(stream, requestID, reason string) {
+	e.t.Helper()
+	e.sendDoc(stream)(protocol.NewCancel(requestID, reason).Encode())
+}
+
+// sendDoc returns a function that adds an encoded document to stream:
+// e.sendDoc(stream)(doc.Encode()).
+func (e *env) sendDoc(stream string) func(doc []byte, err error) {
+	return func(doc []byte, err error) {
+		e.t.Helper()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if err := e.rc.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: protocol.Values(doc)}).Err(); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// outputOf waits for the output of requestID on the worker's stream.
+func (e *env) outputOf(requestID string, timeout time.Duration) protocol.Output {
+	e.t.Helper()
+	var found protocol.Output
+	testkit.Eventually(e.t, "the output of "+requestID, timeout, func() bool {
+		outs, _ := e.docs(e.keys.Output(e.cfg.WorkerID))
+		for _, o := range outs {
+			if o.RequestID == requestID {
+				found = o
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+// modelAsked waits until the stub model got a request whose turns hold
+// marker: the agent is mid-task.
+func modelAsked(t *testing.T, stub *stubmodel.Server, marker string) {
+	t.Helper()
+	testkit.Eventually(t, "a model request with "+marker, 60*time.Second, func() bool {
+		for _, r := range stub.Requests() {
+			if strings.Contains(r.Text(), marker) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// A running task is cancelled: exactly one output, cancelled with
+// CANCELLED, long before the model's answer would have come; the agent's
+// process group is gone (per task) or the process lives on (persistent);
+// and the project's next task resumes the session, its model request
+// carrying the cancelled task's prompt (Claude).
+func TestCancelRunningTask(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		agent      protocol.AgentType
+		persistent bool
+	}{
+		{"claude-per-task", protocol.AgentClaude, false},
+		{"claude-persistent", protocol.AgentClaude, true},
+		{"droid-per-task", protocol.AgentDroid, false},
+	} {
+		persistent := tt.persistent
+		t.Run(tt.name, func(t *testing.T) {
+			e, stub, environ := realAgentEnv(t, tt.agent)
+			e.cfg.Persistent = persistent
+			e.start(environ...)
+			if persistent {
+				// A first task starts the process and the session.
+				stub.SetScript(stubmodel.Script{Fallback: &stubmodel.Step{Text: finalText}})
+				if o := e.runTask(protocol.Task{RequestID: "c0", ProjectID: "gamma", Prompt: "warm up"}); o.Status != protocol.StatusComplete {
+					t.Fatalf("warm-up: %+v", o)
+				}
+			}
+			// The next answer takes 60 s: only a cancel ends the task sooner.
+			stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{{Text: finalText, DelayMS: 60_000}},
+				Fallback: &stubmodel.Step{Text: finalText}})
+			input := e.keys.Input(e.cfg.WorkerID)
+			e.send(input, protocol.Task{RequestID: "c1", ProjectID: "gamma", Prompt: "CANCEL-MARKER long job"})
+			modelAsked(t, stub, "CANCEL-MARKER")
+			sent := time.Now()
+			e.sendCancel(input, "c1", "the user changed their mind")
+			o1 := e.outputOf("c1", 30*time.Second)
+			took := time.Since(sent)
+			t.Logf("cancel → output: %v", took)
+			if o1.Status != protocol.StatusCancelled || o1.Error == nil || o1.Error.Code != protocol.CodeCancelled ||
+				!strings.Contains(o1.Error.Message, "while running: the user changed their mind") || o1.Error.Retryable {
+				t.Fatalf("cancelled output: %+v (error %+v)", o1, o1.Error)
+			}
+			if took > 30*time.Second {
+				t.Fatalf("the cancel took %v: the model's answer came first", took)
+			}
+			pids := e.taskPIDs()
+			agentPID := pids[len(pids)-1]
+			alive := syscall.Kill(agentPID, 0) == nil
+			if alive != persistent {
+				t.Fatalf("agent process %d alive after the cancel: %v (persistent %v)", agentPID, alive, persistent)
+			}
+			run, _ := e.rc.HGetAll(context.Background(), e.keys.Run("c1")).Result()
+			if run[protocol.RunFieldStatus] != string(protocol.RunFailed) || !strings.HasPrefix(run[protocol.RunFieldError], "CANCELLED: ") {
+				t.Fatalf("run hash %v", run)
+			}
+
+			if tt.agent == protocol.AgentDroid {
+				// Droid resumes through its vendor's cloud, unreachable
+				// here: its next task falls back to a new session (see
+				// TestDroidResumeWithoutCloudFallsBack); the cancel is
+				// what this case shows.
+				return
+			}
+			// The session goes on.
+			o2 := e.runTask(protocol.Task{RequestID: "c2", ProjectID: "gamma", Prompt: "next job"})
+			if o2.Status != protocol.StatusComplete || decision(o2) != "resume/continued" || o2.SessionID != o1.SessionID {
+				t.Fatalf("next task: %s %+v (cancelled one's session %s)", decision(o2), o2, o1.SessionID)
+			}
+			reqs := stub.Requests()
+			if !strings.Contains(reqs[len(reqs)-1].Text(), "CANCEL-MARKER") {
+				t.Fatal("the next task's model request lacks the cancelled task's turn")
+			}
+			if persistent {
+				if pids := e.taskPIDs(); pids[len(pids)-1] != agentPID {
+					t.Fatalf("task pids %v: the persistent process was replaced after the cancel", pids)
+				}
+			}
+			// Exactly one output per task; the cancel entry was read and
+			// acknowledged in its turn.
+			outs, _ := e.docs(e.keys.Output(e.cfg.WorkerID))
+			seen := map[string]int{}
+			for _, o := range outs {
+				seen[o.RequestID]++
+			}
+			if seen["c1"] != 1 || seen["c2"] != 1 {
+				t.Fatalf("outputs per request %v", seen)
+			}
+			testkit.Eventually(t, "every input entry acknowledged", 5*time.Second, func() bool {
+				p, err := e.rc.XPending(context.Background(), input, protocol.GroupFor(protocol.KindLongLived)).Result()
+				return err == nil && p.Count == 0
+			})
+			cancelledEvents := 0
+			for _, l := range e.lifecycleEvents() {
+				if l.Event == protocol.EventTaskCancelled && l.RequestID == "c1" {
+					cancelledEvents++
+				}
+			}
+			if cancelledEvents != 1 {
+				t.Fatalf("%d task_cancelled events for c1, want 1", cancelledEvents)
+			}
+		})
+	}
+}
+
+// A queued task is cancelled: behind a running task, and before the
+// worker ever started (a paused worker's input). Neither runs: no
+// task_started, no model request with its prompt; each gets one
+// cancelled output.
+func TestCancelQueuedTask(t *testing.T) {
+	e, stub, environ := realAgentEnv(t, protocol.AgentClaude)
+	input := e.keys.Input(e.cfg.WorkerID)
+	// Before the worker starts: a task, then its cancel.
+	e.send(input, protocol.Task{RequestID: "q0", Prompt: "NEVER-RUN-0"})
+	e.sendCancel(input, "q0", "")
+	stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{{Text: finalText, DelayMS: 60_000}},
+		Fallback: &stubmodel.Step{Text: finalText}})
+	e.start(environ...)
+	if o := e.outputOf("q0", 30*time.Second); o.Status != protocol.StatusCancelled || o.Error.Message != "cancelled before it ran" {
+		t.Fatalf("q0: %+v (error %+v)", o, o.Error)
+	}
+
+	e.send(input, protocol.Task{RequestID: "q1", Prompt: "LONG-RUNNING"})
+	modelAsked(t, stub, "LONG-RUNNING")
+	e.send(input, protocol.Task{RequestID: "q2", Prompt: "NEVER-RUN-2"})
+	e.sendCancel(input, "q2", "not needed")
+	e.sendCancel(input, "nobody", "") // names no task: nothing to answer
+	e.sendCancel(input, "q1", "")
+	if o := e.outputOf("q1", 30*time.Second); o.Status != protocol.StatusCancelled {
+		t.Fatalf("q1: %+v", o)
+	}
+	if o := e.outputOf("q2", 30*time.Second); o.Status != protocol.StatusCancelled || o.Error.Message != "cancelled before it ran: not needed" {
+		t.Fatalf("q2: %+v (error %+v)", o, o.Error)
+	}
+	e.pubFlushed()
+	for _, l := range e.lifecycleEvents() {
+		if l.Event == protocol.EventTaskStarted && (l.RequestID == "q0" || l.RequestID == "q2") {
+			t.Fatalf("cancelled queued task %s started its agent", l.RequestID)
+		}
+	}
+	for _, r := range stub.Requests() {
+		if strings.Contains(r.Text(), "NEVER-RUN") {
+			t.Fatal("the model saw a task cancelled while queued")
+		}
+	}
+	outs, _ := e.docs(e.keys.Output(e.cfg.WorkerID))
+	if len(outs) != 3 {
+		t.Fatalf("%d outputs, want 3 (q0, q1, q2; none for the cancel of an unknown task)", len(outs))
+	}
+}
