@@ -69,6 +69,8 @@ type Spawner struct {
 	aclOnce sync.Once // decides acl and aclErr, once
 	acl     bool      // workers get Redis users of their own
 	aclErr  error
+
+	obs observer // metrics and manager state (metrics.go); zero: none
 }
 
 // New returns a Spawner. images builds the worker images (its Docker and
@@ -156,7 +158,10 @@ const LabelCommandID = protocol.LabelCommandID
 // manager died at any point of the create) continues that worker: it
 // never makes a second container.
 func (s *Spawner) CreateFor(ctx context.Context, commandID string, spec protocol.WorkerSpec) (protocol.WorkerInfo, error) {
-	return s.create(ctx, commandID, spec, false)
+	start := time.Now()
+	info, err := s.create(ctx, commandID, spec, false)
+	s.obs.createDone(start, err)
+	return info, err
 }
 
 // create is CreateFor; a replacement takes its predecessor's slot.

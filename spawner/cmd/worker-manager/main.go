@@ -33,6 +33,11 @@ func run() int {
 		log.Error("invalid configuration", "err", err)
 		return 2
 	}
+	ops, err := spawner.OpsConfigFromEnv(os.Getenv)
+	if err != nil {
+		log.Error("invalid configuration", "err", err)
+		return 2
+	}
 	opt, err := redis.ParseURL(cfg.RedisURL)
 	if err != nil {
 		// The parser's error may quote the URL, password and all.
@@ -52,11 +57,25 @@ func run() int {
 	defer dc.Close()
 	images := &spawner.Images{Docker: dc, Redis: rdb, Keys: cfg.Keys, BaseImage: cfg.BaseImage}
 	s := spawner.New(cfg, dc, rdb, images, log)
-	gc := &spawner.ImageGC{Docker: dc, Redis: rdb, Keys: cfg.Keys, Log: log, PruneBuildCache: cfg.PruneBuildCache}
+	gc := &spawner.ImageGC{Docker: dc, Redis: rdb, Keys: cfg.Keys, Log: log, PruneBuildCache: cfg.PruneBuildCache,
+		Retention: ops.GCRetention, Interval: ops.GCInterval, DryRun: ops.GCDryRun}
 	m := &spawner.Manager{S: s, GC: gc}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if ops.MetricsAddr != "" {
+		metrics := spawner.NewMetrics(rdb, cfg.Keys, ops.MetricsMaxProjects)
+		rdb.AddHook(metrics.RedisHook())
+		images.OnBuild = metrics.ImageBuilt
+		srv, addr, err := spawner.ServeOps(ops.MetricsAddr, metrics, rdb, cfg.Keys, log)
+		if err != nil {
+			log.Error("metrics endpoint", "err", err, "addr", ops.MetricsAddr)
+			return 1
+		}
+		defer srv.Close()
+		s.UseMetrics(metrics, addr)
+		log.Info("metrics and dashboard", "url", "http://"+addr+"/")
+	}
 	log.Info("worker-manager started", "manager_id", cfg.ManagerID, "max_workers", cfg.MaxWorkers)
 	if err := m.Run(ctx); err != nil {
 		log.Error("manager failed", "err", err)
