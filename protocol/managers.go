@@ -30,6 +30,5 @@ const (
 	ManagerFieldUpdatedAt       = "updated_at"        // the last refresh, RFC 3339
 	ManagerFieldLastReconcileAt = "last_reconcile_at" // this manager's last reconciliation ("" when none)
 	ManagerFieldLeases          = "leases"            // the named leases it holds, comma-separated (e.g. leader)
-	ManagerFieldInFlight        = "commands_in_flight"
-	ManagerFieldMetricsAddr     = "metrics_addr" // where its /metrics and dashboard listen ("" when off)
+	ManagerFieldMetricsAddr     = "metrics_addr"      // where its /metrics and dashboard listen ("" when off)
 )

@@ -28,15 +28,16 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	creates       *prometheus.CounterVec   // outcome
-	createSeconds *prometheus.HistogramVec // outcome
-	wakeSeconds   prometheus.Histogram
-	wakeFailures  prometheus.Counter
-	gcRemoved     prometheus.Counter
-	gcRuns        *prometheus.CounterVec // outcome
-	redisErrors   *prometheus.CounterVec // command
-	leases        *prometheus.GaugeVec   // lease
-	reconciles    prometheus.Counter
+	creates        *prometheus.CounterVec   // outcome
+	createSeconds  *prometheus.HistogramVec // outcome
+	wakeSeconds    prometheus.Histogram
+	wakeFailures   prometheus.Counter
+	gcRemoved      prometheus.Counter
+	gcRuns         *prometheus.CounterVec // outcome
+	redisErrors    *prometheus.CounterVec // command
+	leases         *prometheus.GaugeVec   // lease
+	reconciles     prometheus.Counter
+	reconcileFixes *prometheus.CounterVec // fix
 
 	tasks          *prometheus.CounterVec   // agent, status, code
 	taskSeconds    *prometheus.HistogramVec // agent, status
@@ -82,6 +83,9 @@ func NewMetrics(rc redis.Cmdable, keys protocol.Keys, maxProjects int) *Metrics 
 		Help: "1 for each named lease this manager holds (leader)."}, []string{"lease"})).(*prometheus.GaugeVec)
 	m.reconciles = f(prometheus.NewCounter(prometheus.CounterOpts{Name: "agentvisor_reconciles_total",
 		Help: "Reconciliation passes completed by this manager."})).(prometheus.Counter)
+	m.reconcileFixes = f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentvisor_reconcile_fixes_total",
+		Help: "What reconciliation fixed, by fix: orphan_removed (a container without a worker: a leak), missing_retired, state_fixed, started, exited_retired, retirement_taken_over."},
+		[]string{"fix"})).(*prometheus.CounterVec)
 	m.tasks = f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentvisor_tasks_total",
 		Help: "Task outputs, by agent, status (complete, blocked, failed) and error code (\"\" unless failed)."},
 		[]string{"agent", "status", "code"})).(*prometheus.CounterVec)
@@ -187,11 +191,12 @@ var (
 	queueDesc    = prometheus.NewDesc("agentvisor_creation_queue_depth", "Creates waiting for a slot.", nil, nil)
 	creatingDesc = prometheus.NewDesc("agentvisor_creates_admitted", "Creates holding a slot whose worker has not joined yet.", nil, nil)
 	retiringDesc = prometheus.NewDesc("agentvisor_workers_retiring", "Workers being retired (their slot not yet free).", nil, nil)
+	oldestDesc   = prometheus.NewDesc("agentvisor_oldest_task_running_seconds", "How long the oldest task in flight has run (0 when none).", nil, nil)
 	scrapeDesc   = prometheus.NewDesc("agentvisor_state_scrape_errors", "1 when this scrape could not read the state from Redis.", nil, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{workersDesc, queueDesc, creatingDesc, retiringDesc, scrapeDesc} {
+	for _, d := range []*prometheus.Desc{workersDesc, queueDesc, creatingDesc, retiringDesc, oldestDesc, scrapeDesc} {
 		ch <- d
 	}
 }
@@ -210,7 +215,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	hashes := make([]*redis.SliceCmd, len(ids))
 	for i, id := range ids {
 		hashes[i] = pipe.HMGet(ctx, c.r.Keys.Status(id), protocol.StatusFieldState, protocol.StatusFieldHealth,
-			protocol.StatusFieldAgentType, protocol.StatusFieldManagerID, protocol.StatusFieldContainer)
+			protocol.StatusFieldAgentType, protocol.StatusFieldManagerID, protocol.StatusFieldContainer,
+			protocol.StatusFieldRequestID, protocol.StatusFieldTaskStarted)
 	}
 	queue := pipe.LLen(ctx, c.r.Keys.CreationQueue())
 	creating := pipe.ZCard(ctx, c.r.Keys.Creating())
@@ -221,9 +227,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	type key struct{ state, health, agent, host string }
 	counts := map[key]int{}
+	oldest := 0.0
 	for _, h := range hashes {
 		v := h.Val()
 		s := func(i int) string { x, _ := v[i].(string); return x }
+		if started, err := protocol.ParseTime(s(6)); err == nil && s(5) != "" {
+			oldest = max(oldest, time.Since(started).Seconds())
+		}
 		state := s(0)
 		if s(4) == string(protocol.ContainerPaused) {
 			state = string(protocol.WorkerPaused)
@@ -247,6 +257,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, float64(queue.Val()))
 	ch <- prometheus.MustNewConstMetric(creatingDesc, prometheus.GaugeValue, float64(creating.Val()))
 	ch <- prometheus.MustNewConstMetric(retiringDesc, prometheus.GaugeValue, float64(retiring.Val()))
+	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, oldest)
 }
 
 // observer is the Spawner's link to its Metrics and to the manager state:
@@ -291,10 +302,15 @@ func (o *observer) woken(start time.Time, err error) {
 	o.m.wakeSeconds.Observe(time.Since(start).Seconds())
 }
 
-func (o *observer) reconciled(now time.Time) {
+func (o *observer) reconciled(now time.Time, rep ReconcileReport) {
 	o.lastReconcile.Store(now.UnixMilli())
-	if o.m != nil {
-		o.m.reconciles.Inc()
+	if o.m == nil {
+		return
+	}
+	o.m.reconciles.Inc()
+	for fix, n := range map[string]int{"orphan_removed": rep.OrphansRemoved, "missing_retired": rep.MissingMarked,
+		"state_fixed": rep.StatesFixed, "started": rep.Started, "exited_retired": rep.Exited, "retirement_taken_over": rep.TakenOver} {
+		o.m.reconcileFixes.WithLabelValues(fix).Add(float64(n))
 	}
 }
 

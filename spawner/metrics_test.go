@@ -57,7 +57,7 @@ func TestPresence(t *testing.T) {
 	if ok, err := s.rdb.TakeLease(ctx, protocol.LeaderLease, s.instance, time.Minute); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	s.obs.reconciled(time.Now())
+	s.obs.reconciled(time.Now(), ReconcileReport{})
 	p := &Presence{s: s}
 	p.Start(ctx)
 	var ms []ManagerState
@@ -159,7 +159,7 @@ func TestMetricsFromStreams(t *testing.T) {
 		}
 	}
 
-	srv, addr, err := ServeOps("127.0.0.1:0", m, rc, keys, log)
+	srv, addr, err := ServeOps("127.0.0.1:0", m, nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}

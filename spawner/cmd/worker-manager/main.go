@@ -22,18 +22,25 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/spawner"
+	"github.com/agentvisor/agentvisor/spawner/dashboard"
 )
 
-func main() { os.Exit(run()) }
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := run(ctx, os.Getenv, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
+	stop()
+	os.Exit(code)
+}
 
-func run() int {
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	cfg, err := spawner.ConfigFromEnv(os.Getenv)
+// run serves until ctx ends, configured by getenv, and returns the exit
+// code.
+func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int {
+	cfg, err := spawner.ConfigFromEnv(getenv)
 	if err != nil {
 		log.Error("invalid configuration", "err", err)
 		return 2
 	}
-	ops, err := spawner.OpsConfigFromEnv(os.Getenv)
+	ops, err := spawner.OpsConfigFromEnv(getenv)
 	if err != nil {
 		log.Error("invalid configuration", "err", err)
 		return 2
@@ -61,13 +68,12 @@ func run() int {
 		Retention: ops.GCRetention, Interval: ops.GCInterval, DryRun: ops.GCDryRun}
 	m := &spawner.Manager{S: s, GC: gc}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	if ops.MetricsAddr != "" {
 		metrics := spawner.NewMetrics(rdb, cfg.Keys, ops.MetricsMaxProjects)
 		rdb.AddHook(metrics.RedisHook())
 		images.OnBuild = metrics.ImageBuilt
-		srv, addr, err := spawner.ServeOps(ops.MetricsAddr, metrics, rdb, cfg.Keys, log)
+		page := (&dashboard.Dashboard{Redis: rdb, Keys: cfg.Keys, Log: log}).Handler()
+		srv, addr, err := spawner.ServeOps(ops.MetricsAddr, metrics, page, log)
 		if err != nil {
 			log.Error("metrics endpoint", "err", err, "addr", ops.MetricsAddr)
 			return 1
@@ -81,7 +87,7 @@ func run() int {
 		log.Error("manager failed", "err", err)
 		return 1
 	}
-	if os.Getenv("KEEP_WORKERS") != "true" {
+	if getenv("KEEP_WORKERS") != "true" {
 		sctx, cancel := context.WithTimeout(context.Background(), cfg.StopTimeout+30*time.Second)
 		defer cancel()
 		start := time.Now()
