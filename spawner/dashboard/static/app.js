@@ -40,7 +40,7 @@ function describe(doc) {
     case "lifecycle":
       return [doc.event, `${doc.source || ""} ${doc.request_id || ""}`];
     case "progress":
-      return ["progress", `${doc.request_id} ${doc.step}${doc.progress_pct != null ? ` ${doc.progress_pct}%` : ""} ${doc.output || ""}`];
+      return [doc.step, `${doc.request_id}${doc.progress_pct != null ? ` ${doc.progress_pct}%` : ""} ${doc.output || ""}`];
     case "output": {
       const detail = doc.error ? `${doc.error.code}: ${doc.error.message}` : doc.question ? doc.question : JSON.stringify(doc.result ?? "");
       return [doc.status, `${doc.request_id} ${detail} $${(doc.cost_usd || 0).toFixed(4)}`];
