@@ -70,6 +70,10 @@ var rows = []row{
 		[]string{"task-single-median-ms"}, "the same task on one worker alone, median"},
 	{"Manager shutdown of 20 workers", "shutdown-20-s", "s", "≤ 30 s", atMost(30), []string{"bare-docker-rm-20-s"}, "docker rm -f of 20 bare containers"},
 	{"Containers left after that shutdown", "containers-left", "", "0", atMost(0), nil, ""},
+	{"Task send → agent start in a worker container, metrics on, p99", "xadd-to-agent-start-metrics-p99-ms", "ms", "ratio ≤ 1.05", ratioAtMost(1.05),
+		[]string{"xadd-to-agent-start-no-metrics-p99-ms"}, "the same, metrics off (alternating blocks, one worker)"},
+	{"Manager RSS, 100 workers, dashboard open", "manager-rss-dashboard-MB", "MB", "", nil,
+		[]string{"manager-rss-before-dashboard-MB"}, "the same process before the dashboard opened"},
 	{"Redis memory after 10 000 tasks (retention bounds set short)", "redis-memory-after-MB", "MB", "ratio ≤ 1.1", ratioAtMost(1.1),
 		[]string{"redis-memory-before-MB"}, "Redis memory after a warm-up that filled every capped stream"},
 }

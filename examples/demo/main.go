@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -131,6 +132,8 @@ type demo struct {
 	cli   *spawner.Client
 	tasks *spawner.Tasks
 
+	metricsAddr string // where the manager serves /metrics and the dashboard
+
 	mu     sync.Mutex
 	names  map[string]string              // worker id → display name
 	events map[string]chan protocol.Event // worker id → its lifecycle events
@@ -176,7 +179,7 @@ func (d *demo) run(ctx context.Context) error {
 
 	d.section("set-up")
 	env := []string{"REDIS_URL=" + d.redisURL, "WORKER_KEY_PREFIX=" + d.keys.Prefix, "MANAGER_ID=demo", "HEARTBEAT_INTERVAL=2s",
-		"WORKER_STOP_TIMEOUT=12s", "WORKER_NETWORK_MODE=host"}
+		"WORKER_STOP_TIMEOUT=12s", "WORKER_NETWORK_MODE=host", "METRICS_ADDR=" + envOr("DEMO_METRICS_ADDR", "127.0.0.1:0")}
 	if key := os.Getenv("ANTHROPIC_API_KEY"); key != "" && os.Getenv("DEMO_STUB") != "true" {
 		d.say("ANTHROPIC_API_KEY is set: the agents use the real Anthropic API")
 		env = append(env, "DROID_BASE_URL=https://api.anthropic.com")
@@ -217,6 +220,9 @@ func (d *demo) run(ctx context.Context) error {
 		}
 	}()
 
+	if err := d.dashboard(ctx); err != nil {
+		return err
+	}
 	if err := d.claudeWorker(ctx); err != nil {
 		return err
 	}
@@ -224,6 +230,10 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	if err := d.usage(ctx); err != nil {
+		return err
+	}
+
+	if err := d.metrics(ctx); err != nil {
 		return err
 	}
 
@@ -546,4 +556,61 @@ func compact(raw json.RawMessage) string {
 	}
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// dashboard prints where the manager's dashboard and metrics are, as its
+// state in Redis says.
+func (d *demo) dashboard(ctx context.Context) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ms, err := spawner.ListManagers(ctx, d.rdb, d.keys)
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			if m.ID == "demo" && m.MetricsAddr != "" {
+				d.metricsAddr = m.MetricsAddr
+				d.say("dashboard: http://%s/ (live while the demo runs; Prometheus metrics at /metrics)", m.MetricsAddr)
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the manager wrote no state with its metrics address (manager log: %s)", d.logPath())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// metrics prints what the manager's /metrics says about this run.
+func (d *demo) metrics(ctx context.Context) error {
+	d.section("metrics the manager saw (" + d.metricsAddr + "/metrics, agentvisor_*)")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.metricsAddr+"/metrics", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	shown := 0
+	for _, line := range strings.Split(string(body), "\n") {
+		for _, name := range []string{"agentvisor_workers{", "agentvisor_tasks_total", "agentvisor_creates_total", "agentvisor_tokens_total",
+			"agentvisor_cost_usd_total", "agentvisor_wake_duration_seconds_count", "agentvisor_lifecycle_events_total{event=\"paused\"}"} {
+			if strings.HasPrefix(line, name) {
+				fmt.Fprintf(d.out, "  %s\n", line)
+				shown++
+			}
+		}
+	}
+	if shown == 0 {
+		return fmt.Errorf("metrics: no agentvisor_ series in %d bytes", len(body))
+	}
+	return nil
 }
