@@ -46,7 +46,25 @@ const (
 	StatusFieldReplacements = "replacements" // how many dead workers this one's chain replaced
 	StatusFieldRetiredAt    = "retired_at"   // when it left Workers
 	StatusFieldRetireReason = "retire_reason"
+	StatusFieldPool         = "pool"       // the warm pool the worker belongs to ("" for none)
+	StatusFieldPoolState    = "pool_state" // PoolWarm, PoolAllocated or PoolMember
 )
+
+// States of a pool worker (StatusFieldPoolState).
+const (
+	PoolWarm      = "warm"      // made ahead, paused, waiting for a create
+	PoolAllocated = "allocated" // given to a create
+	PoolMember    = "member"    // one of a pool's fixed size, running
+)
+
+// PoolWarmSet is the set of the warm workers of a pool ready to be given
+// to a create (made, started, paused). Taking one is an SPOP: one create
+// gets it.
+func (k Keys) PoolWarmSet(pool string) string { return k.join("pool", pool, "warm") }
+
+// PoolStats is the hash of a pool's counters: allocations,
+// allocation_wait_ms (their sum), refills, recycles.
+func (k Keys) PoolStats(pool string) string { return k.join("pool", pool, "stats") }
 
 // Labels the spawner puts on a worker's container beyond the Label*
 // constants of every container.

@@ -33,13 +33,19 @@ const (
 	// (detail: code REPLACE_LIMIT, replacements) or its replacement could
 	// not be made (detail: code, error).
 	EventReplaceFailed Event = "replace_failed"
+	// EventAllocated: a warm pool worker was given to a create (detail:
+	// pool, wait_ms).
+	EventAllocated Event = "allocated"
+	// EventRecycled: a pool worker that served recycle_after tasks is
+	// retired and replaced (detail: pool, tasks).
+	EventRecycled Event = "recycled"
 )
 
 var events = map[Event]bool{
 	EventStarted: true, EventTaskStarted: true, EventTaskCompleted: true, EventTaskFailed: true,
 	EventPauseRequested: true, EventStopping: true, EventStopped: true, EventFailed: true,
 	EventCreated: true, EventQueued: true, EventPaused: true, EventUnpaused: true, EventDied: true,
-	EventOOM: true, EventDead: true, EventDegraded: true, EventRecovered: true, EventRemoved: true, EventReplaceFailed: true,
+	EventOOM: true, EventDead: true, EventDegraded: true, EventRecovered: true, EventRemoved: true, EventReplaceFailed: true, EventAllocated: true, EventRecycled: true,
 }
 
 // Valid reports whether e is a known event.

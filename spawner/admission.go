@@ -38,6 +38,9 @@ func (s *Spawner) admit(ctx context.Context, id string, replacement bool) (*slot
 		if ok {
 			return s.keepSlot(id), nil
 		}
+		if pos == 0 && used >= s.cfg.MaxWorkers && s.evictWarm(ctx, id) {
+			continue // a warm pool worker gave way: count again at once
+		}
 		if pos == 0 && used >= s.cfg.MaxWorkers && s.cfg.EvictPaused && s.evictOldestPaused(ctx, id) {
 			continue // count again at once
 		}
@@ -61,6 +64,19 @@ func (s *Spawner) admit(ctx context.Context, id string, replacement bool) (*slot
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// tryAdmit admits the create id at once, or fails RESOURCE_EXHAUSTED when
+// a create waits or no slot is free: pools give way to explicit creates.
+func (s *Spawner) tryAdmit(ctx context.Context, id string) (*slotLease, error) {
+	ok, err := s.rdb.TryAdmit(ctx, id, s.now(), s.cfg.LeaseTTL, s.cfg.MaxWorkers)
+	if err != nil {
+		return nil, redisError(err, "creation queue")
+	}
+	if !ok {
+		return nil, errorf(protocol.CodeResourceExhausted, "no free slot without taking one a queued create waits for")
+	}
+	return s.keepSlot(id), nil
 }
 
 // keepSlot renews the slot lease of an admitted create every third of the

@@ -65,6 +65,9 @@ type Config struct {
 	// CreationGrace (CREATION_GRACE, 30s): a labelled container younger
 	// than this is not an orphan yet (its create may be in flight).
 	CreationGrace time.Duration
+	// Pools (POOLS: a JSON array of pool templates, or POOLS_FILE: a path
+	// to one): warm pools and pool sizes (pools.go).
+	Pools []PoolTemplate
 	// WorkerACL (WORKER_REDIS_ACL: auto, on, off; auto): whether each
 	// worker connects to Redis as a user of its own (Redis 6+ ACL). auto
 	// uses ACLs when the Redis offers them and says once when it does not.
@@ -207,6 +210,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	if _, err := url.Parse(c.RedisURLForWorkers); err != nil || !strings.HasPrefix(c.RedisURLForWorkers, "redis") {
 		return fail("WORKER_REDIS_URL", fmt.Errorf("want a redis:// or rediss:// URL"))
+	}
+	if c.Pools, err = poolsFromEnv(getenv); err != nil {
+		return fail("POOLS", err)
 	}
 	if c.LeaseTTL, err = durVar(getenv("LEASE_TTL"), protocol.DefaultLeaseTTLSeconds*time.Second); err != nil || c.LeaseTTL < 300*time.Millisecond {
 		return fail("LEASE_TTL", fmt.Errorf("want a duration of at least 300ms such as 15s"))

@@ -1,6 +1,7 @@
 package spawner
 
 import (
+	"bytes"
 	"context"
 
 	"github.com/docker/docker/errdefs"
@@ -52,3 +53,5 @@ func (s *Spawner) checkLimits(ctx context.Context, spec protocol.WorkerSpec) err
 	}
 	return nil
 }
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

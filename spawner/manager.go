@@ -39,7 +39,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			return fmt.Errorf("spawner: create group on %s: %w", stream, err)
 		}
 	}
-	leaderJobs := []component{&Health{s: s}, &Wake{s: s}, &Timeouts{s: s}, &Reconciler{s: s}, &Retention{s: s}, &VolumeGC{s: s}}
+	leaderJobs := []component{&Health{s: s}, &Wake{s: s}, &Timeouts{s: s}, &Reconciler{s: s}, &Retention{s: s}, &VolumeGC{s: s}, &Pools{s: s}}
 	if m.GC != nil {
 		leaderJobs = append(leaderJobs, &gcJob{gc: m.GC, s: s})
 	}

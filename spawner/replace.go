@@ -44,7 +44,7 @@ func (s *Spawner) replace(ctx context.Context, oldID string, h map[string]string
 		return "", 0, nil
 	case <-time.After(wait):
 	}
-	info, err := s.create(ctx, "replace-"+oldID, spec, true)
+	info, err := s.create(ctx, "replace-"+oldID, spec, createOpts{replacement: true, pool: h[protocol.StatusFieldPool], poolState: h[protocol.StatusFieldPoolState]})
 	if err != nil {
 		s.log.Warn("replace a dead worker", "worker_id", oldID, "err", err)
 		s.lifecycle(ctx, oldID, protocol.EventReplaceFailed, map[string]any{"code": ProtocolError(err).Code, "error": err.Error()})

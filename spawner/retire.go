@@ -67,6 +67,11 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 	if err != nil {
 		return true, redisError(err, "status of %s", id)
 	}
+	if pool := h[protocol.StatusFieldPool]; pool != "" {
+		if _, err := s.rdb.DropWarm(ctx, pool, id); err != nil {
+			return true, redisError(err, "pool %s", pool)
+		}
+	}
 	if err := s.removeContainer(ctx, id, r.graceful); err != nil {
 		return true, err // the retirement stays leased: the leader finishes it
 	}

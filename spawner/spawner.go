@@ -157,15 +157,37 @@ const LabelCommandID = protocol.LabelCommandID
 // one worker id in Redis, so the same command delivered again (its
 // manager died at any point of the create) continues that worker: it
 // never makes a second container.
+//
+// A spec that matches a warm pool's template takes one of its warm
+// workers when one is ready (see pools.go); otherwise it is made cold.
 func (s *Spawner) CreateFor(ctx context.Context, commandID string, spec protocol.WorkerSpec) (protocol.WorkerInfo, error) {
 	start := time.Now()
-	info, err := s.create(ctx, commandID, spec, false)
+	info, err := s.createFor(ctx, commandID, spec)
 	s.obs.createDone(start, err)
 	return info, err
 }
 
-// create is CreateFor; a replacement takes its predecessor's slot.
-func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.WorkerSpec, replacement bool) (protocol.WorkerInfo, error) {
+// createFor is CreateFor without the metrics.
+func (s *Spawner) createFor(ctx context.Context, commandID string, spec protocol.WorkerSpec) (protocol.WorkerInfo, error) {
+	if p := s.poolFor(spec); p != nil {
+		if info, ok, err := s.allocate(ctx, commandID, p); ok || err != nil {
+			return info, err
+		}
+		return s.create(ctx, commandID, spec, createOpts{pool: p.Name, poolState: protocol.PoolAllocated})
+	}
+	return s.create(ctx, commandID, spec, createOpts{})
+}
+
+// createOpts are how a create differs from a command's.
+type createOpts struct {
+	replacement bool   // it takes the slot its dead predecessor gives back
+	tryOnly     bool   // admitted at once or not at all (a pool refill gives way to queued creates)
+	pool        string // the pool it belongs to
+	poolState   string // protocol.PoolWarm, PoolAllocated, PoolMember
+}
+
+// create is CreateFor without the pools.
+func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.WorkerSpec, o createOpts) (protocol.WorkerInfo, error) {
 	if err := spec.Validate(); err != nil {
 		return protocol.WorkerInfo{}, &Error{protocol.CodeInvalidCommand, err}
 	}
@@ -190,7 +212,12 @@ func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.Wo
 		if _, err := s.find(ctx, id); err != nil && !IsNotFound(err) {
 			return protocol.WorkerInfo{}, err
 		}
-		lease, err := s.admit(ctx, id, replacement)
+		var lease *slotLease
+		if o.tryOnly {
+			lease, err = s.tryAdmit(ctx, id)
+		} else {
+			lease, err = s.admit(ctx, id, o.replacement)
+		}
 		if err != nil {
 			s.writeStatus(context.WithoutCancel(ctx), id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerFailed),
 				protocol.StatusFieldState: string(protocol.WorkerFailed), protocol.StatusFieldError: err.Error()})
@@ -198,7 +225,7 @@ func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.Wo
 		}
 		defer lease.stop()
 	}
-	info, err := s.build(ctx, id, commandID, spec, member)
+	info, err := s.build(ctx, id, commandID, spec, member, o)
 	if err != nil && !member {
 		// The slot goes back now; had this process died instead, its
 		// lease would have run out (and the reconciler would delete the
@@ -213,7 +240,7 @@ func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.Wo
 
 // build makes and starts the container of an admitted create (or of a
 // member whose create was cut short), each step idempotent.
-func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol.WorkerSpec, member bool) (protocol.WorkerInfo, error) {
+func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol.WorkerSpec, member bool, o createOpts) (protocol.WorkerInfo, error) {
 	img, err := s.images.EnsureImage(ctx, spec.AgentType, spec.Capabilities)
 	if err != nil {
 		return protocol.WorkerInfo{}, &Error{protocol.CodeInternalError, err}
@@ -237,7 +264,8 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 				protocol.StatusFieldAgentType: string(spec.AgentType), protocol.StatusFieldKind: string(spec.Kind),
 				protocol.StatusFieldProjectID: spec.ProjectID, protocol.StatusFieldImage: img.Tag,
 				protocol.StatusFieldCreatedAt: protocol.FormatTime(now), protocol.StatusFieldHealth: string(protocol.HealthHealthy),
-				protocol.StatusFieldSpec: specJSON(spec), protocol.StatusFieldManagerID: s.cfg.ManagerID})
+				protocol.StatusFieldSpec: specJSON(spec), protocol.StatusFieldManagerID: s.cfg.ManagerID,
+				protocol.StatusFieldPool: o.pool, protocol.StatusFieldPoolState: o.poolState})
 		}
 		if err := s.ensureVolume(cctx, spec); err != nil {
 			return protocol.WorkerInfo{}, err
@@ -284,7 +312,11 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 	}
 	s.writeStatus(cctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerRunning),
 		protocol.StatusFieldContainerID: cid})
-	s.lifecycle(cctx, id, protocol.EventCreated, map[string]any{"container_id": cid, "image": img.Tag})
+	detail := map[string]any{"container_id": cid, "image": img.Tag}
+	if o.pool != "" {
+		detail["pool"], detail["pool_state"] = o.pool, o.poolState
+	}
+	s.lifecycle(cctx, id, protocol.EventCreated, detail)
 	s.log.Info("worker created", "worker_id", id, "agent_type", spec.AgentType, "kind", spec.Kind, "image", img.Tag)
 	return s.Status(ctx, id)
 }

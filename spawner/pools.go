@@ -1,0 +1,337 @@
+package spawner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// Pools. A pool template (POOLS, or POOLS_FILE) names a worker spec and
+// how many workers of it to keep ahead:
+//
+//   - min_warm: workers made ahead, started, then paused (the warm set). A
+//     create whose spec is the template's takes one (an SPOP, then an
+//     unpause: no container is made) and the pool refills in the
+//     background; with no warm worker ready the create is made cold.
+//   - max_total: the pool's workers, warm and allocated, never exceed it.
+//   - recycle_after: an allocated worker that served this many tasks is
+//     retired when idle and replaced (its waiting tasks move), like a dead
+//     one.
+//   - size: workers of the spec kept running from the manager's start,
+//     replaced when they die (PRD-018's pool size; for developer workers,
+//     which share a queue).
+//
+// Pools count against MAX_CONCURRENT_WORKERS and give way to explicit
+// creates: a refill never takes a slot while a create waits for one, and a
+// create at the limit retires a warm worker before it queues.
+
+var poolName = regexp.MustCompile(`^[a-zA-Z0-9_.-]{1,64}$`)
+
+// PoolTemplate is one pool of the configuration.
+type PoolTemplate struct {
+	Name         string              `json:"name"`
+	Spec         protocol.WorkerSpec `json:"spec"`
+	MinWarm      int                 `json:"min_warm"`
+	MaxTotal     int                 `json:"max_total"`
+	RecycleAfter int                 `json:"recycle_after"`
+	Size         int                 `json:"size"`
+
+	key string // the spec's canonical form, for matching
+}
+
+// ParsePools reads pool templates from JSON (an array) and checks them.
+func ParsePools(data []byte) ([]PoolTemplate, error) {
+	var ps []PoolTemplate
+	dec := json.NewDecoder(bytesReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&ps); err != nil {
+		return nil, fmt.Errorf("want a JSON array of pool templates: %w", err)
+	}
+	seen := map[string]bool{}
+	for i := range ps {
+		p := &ps[i]
+		if !poolName.MatchString(p.Name) || seen[p.Name] {
+			return nil, fmt.Errorf("pool %d: name %q: want a unique name of letters, digits, '_', '.', '-'", i, p.Name)
+		}
+		seen[p.Name] = true
+		if err := p.Spec.Validate(); err != nil {
+			return nil, fmt.Errorf("pool %s: %w", p.Name, err)
+		}
+		if p.MinWarm < 0 || p.MaxTotal < 0 || p.RecycleAfter < 0 || p.Size < 0 {
+			return nil, fmt.Errorf("pool %s: counts must not be negative", p.Name)
+		}
+		if p.MaxTotal == 0 {
+			p.MaxTotal = max(p.MinWarm, p.Size)
+		}
+		if p.MinWarm > p.MaxTotal || p.Size > p.MaxTotal {
+			return nil, fmt.Errorf("pool %s: min_warm and size must not pass max_total", p.Name)
+		}
+		if p.MinWarm > 0 && p.Spec.Kind == protocol.KindDeveloper {
+			return nil, fmt.Errorf("pool %s: developer workers share a queue: give them a size, not min_warm", p.Name)
+		}
+		p.key = specKey(p.Spec)
+	}
+	return ps, nil
+}
+
+// poolsFromEnv reads POOLS (JSON) or POOLS_FILE (a path to it).
+func poolsFromEnv(getenv func(string) string) ([]PoolTemplate, error) {
+	data := []byte(getenv("POOLS"))
+	if path := getenv("POOLS_FILE"); path != "" {
+		var err error
+		if data, err = os.ReadFile(path); err != nil {
+			return nil, err
+		}
+	}
+	if len(data) == 0 {
+		return nil, nil
+	}
+	return ParsePools(data)
+}
+
+// specKey is a spec in canonical form: two specs that make the same
+// worker have the same key.
+func specKey(spec protocol.WorkerSpec) string {
+	if spec.Kind == "" {
+		spec.Kind = protocol.KindLongLived
+	}
+	spec.Capabilities, _ = protocol.NormalizeCapabilities(spec.Capabilities)
+	if len(spec.Capabilities) == 0 {
+		spec.Capabilities = nil
+	}
+	return specJSON(spec)
+}
+
+// poolFor returns the warm pool whose template a create's spec is, or nil.
+func (s *Spawner) poolFor(spec protocol.WorkerSpec) *PoolTemplate {
+	key := specKey(spec)
+	for i := range s.cfg.Pools {
+		if p := &s.cfg.Pools[i]; p.MinWarm > 0 && p.key == key {
+			return p
+		}
+	}
+	return nil
+}
+
+// allocate gives a create a warm worker of pool p: it reports false when
+// none is ready. The command's id is bound to the worker first, so a
+// command delivered again gets the same one.
+func (s *Spawner) allocate(ctx context.Context, commandID string, p *PoolTemplate) (protocol.WorkerInfo, bool, error) {
+	start := s.now()
+	if commandID != "" {
+		if id, err := s.rdb.CommandWorkerOf(ctx, commandID); err != nil || id != "" {
+			return protocol.WorkerInfo{}, false, err // the command made or took one: create continues it
+		}
+	}
+	for {
+		id, err := s.rdb.TakeWarm(ctx, p.Name)
+		if err != nil {
+			return protocol.WorkerInfo{}, false, redisError(err, "pool %s", p.Name)
+		}
+		if id == "" {
+			return protocol.WorkerInfo{}, false, nil
+		}
+		if commandID != "" {
+			if got, err := s.rdb.CommandWorker(ctx, commandID, id); err != nil {
+				return protocol.WorkerInfo{}, false, redisError(err, "command %s", commandID)
+			} else if got != id {
+				_ = s.rdb.AddWarm(ctx, p.Name, id) // another delivery of the command won
+				return protocol.WorkerInfo{}, false, nil
+			}
+		}
+		s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldPoolState: protocol.PoolAllocated})
+		if err := s.Unpause(ctx, id); err != nil {
+			// Gone meanwhile (died, retired): the next one.
+			s.log.Warn("a warm worker could not be woken", "pool", p.Name, "worker_id", id, "err", err)
+			continue
+		}
+		wait := s.now().Sub(start)
+		s.lifecycle(ctx, id, protocol.EventAllocated, map[string]any{"pool": p.Name, "wait_ms": wait.Milliseconds()})
+		_ = s.rdb.CountPool(ctx, p.Name, map[string]int64{"allocations": 1, "allocation_wait_us": wait.Microseconds()})
+		info, err := s.Status(ctx, id)
+		return info, true, err
+	}
+}
+
+// evictWarm retires a warm worker of any pool so that the create forID,
+// at the head of a full queue, gets its slot; it says whether it did.
+func (s *Spawner) evictWarm(ctx context.Context, forID string) bool {
+	for _, p := range s.cfg.Pools {
+		id, err := s.rdb.TakeWarm(ctx, p.Name)
+		if err != nil || id == "" {
+			continue
+		}
+		s.log.Info("at the worker limit: a warm pool worker gives way", "pool", p.Name, "worker_id", id, "for", forID)
+		if ok, err := s.retire(ctx, id, retirement{reason: "gave_way", graceful: true, code: protocol.CodeTerminated,
+			msg: "the warm worker gave way to a create"}); err == nil && ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Pools keeps every pool filled: warm workers made and paused, the pool
+// size kept, allocated workers recycled. It runs on the leader.
+type Pools struct {
+	job
+	s *Spawner
+}
+
+// Start fills pools until Stop.
+func (p *Pools) Start(ctx context.Context) { p.start(ctx, p.run) }
+
+func (p *Pools) run(ctx context.Context) {
+	s := p.s
+	every(ctx, 250*time.Millisecond, func(ctx context.Context) {
+		for i := range s.cfg.Pools {
+			s.tendPool(ctx, &s.cfg.Pools[i])
+		}
+	})
+}
+
+// poolMember is one worker of a pool as its status hash says.
+type poolMember struct {
+	id, state, container, workerState string
+	tasks                             int
+}
+
+// tendPool brings one pool to its counts.
+func (s *Spawner) tendPool(ctx context.Context, p *PoolTemplate) {
+	var members []poolMember
+	err := s.eachWorker(ctx, func(ctx context.Context, id string) {
+		h, err := s.rdb.Status(ctx, id)
+		if err != nil || h[protocol.StatusFieldPool] != p.Name {
+			return
+		}
+		members = append(members, poolMember{id: id, state: h[protocol.StatusFieldPoolState], container: h[protocol.StatusFieldContainer],
+			workerState: h[protocol.StatusFieldState], tasks: atoi(h[protocol.StatusFieldTasksDone])})
+	})
+	if err != nil {
+		return
+	}
+	warm, _ := s.rdb.Warm(ctx, p.Name)
+	ready := map[string]bool{}
+	for _, id := range warm {
+		ready[id] = true
+	}
+	warmCount, sized := 0, 0
+	for _, m := range members {
+		switch m.state {
+		case protocol.PoolWarm:
+			warmCount++
+			if !ready[m.id] && m.container == string(protocol.ContainerRunning) && m.workerState == string(protocol.WorkerIdle) {
+				// Started and idle: freeze it and offer it.
+				if err := s.Pause(ctx, m.id); err == nil {
+					_ = s.rdb.AddWarm(ctx, p.Name, m.id)
+				}
+			}
+		case protocol.PoolMember:
+			sized++
+		case protocol.PoolAllocated:
+			idle := m.workerState == string(protocol.WorkerIdle) || m.workerState == string(protocol.WorkerPaused)
+			if p.RecycleAfter > 0 && m.tasks >= p.RecycleAfter && idle {
+				s.recycle(ctx, p, m)
+			}
+		}
+	}
+	total := len(members)
+	for ; warmCount < p.MinWarm && total < p.MaxTotal; warmCount, total = warmCount+1, total+1 {
+		if !s.refill(ctx, p, protocol.PoolWarm) {
+			return
+		}
+	}
+	for ; sized < p.Size && total < p.MaxTotal; sized, total = sized+1, total+1 {
+		if !s.refill(ctx, p, protocol.PoolMember) {
+			return
+		}
+	}
+}
+
+// refill makes one worker of a pool, if a slot is free with no create
+// waiting for it, and says whether it did.
+func (s *Spawner) refill(ctx context.Context, p *PoolTemplate, state string) bool {
+	info, err := s.create(ctx, "", p.Spec, createOpts{tryOnly: true, pool: p.Name, poolState: state})
+	if err != nil {
+		if !IsResourceExhausted(err) {
+			s.log.Warn("pool refill", "pool", p.Name, "err", err)
+		}
+		return false
+	}
+	_ = s.rdb.CountPool(ctx, p.Name, map[string]int64{"refills": 1})
+	s.log.Info("pool refilled", "pool", p.Name, "worker_id", info.WorkerID, "pool_state", state)
+	return true
+}
+
+// recycle retires an allocated worker that served recycle_after tasks and
+// replaces it (its waiting tasks move to the replacement).
+func (s *Spawner) recycle(ctx context.Context, p *PoolTemplate, m poolMember) {
+	s.lifecycle(ctx, m.id, protocol.EventRecycled, map[string]any{"pool": p.Name, "tasks": m.tasks})
+	_ = s.rdb.CountPool(ctx, p.Name, map[string]int64{"recycles": 1})
+	if _, err := s.retire(ctx, m.id, retirement{reason: "recycled", graceful: true, code: protocol.CodeTerminated,
+		msg: "the worker was recycled", replace: true}); err != nil {
+		s.log.Warn("recycle a pool worker", "worker_id", m.id, "err", err)
+	}
+}
+
+// PoolStatus is what `workerctl pools` shows of one pool.
+type PoolStatus struct {
+	Name        string  `json:"name"`
+	Warm        int     `json:"warm"`      // ready to allocate
+	Allocated   int     `json:"allocated"` // given to creates, alive
+	Members     int     `json:"members"`   // of its fixed size, alive
+	MinWarm     int     `json:"min_warm"`
+	MaxTotal    int     `json:"max_total"`
+	Utilization float64 `json:"utilization"` // allocated / (warm + allocated)
+	Allocations int64   `json:"allocations"`
+	WaitMeanMS  float64 `json:"allocation_wait_mean_ms"`
+	Refills     int64   `json:"refills"`
+	Recycles    int64   `json:"recycles"`
+}
+
+// Pools returns the figures of every configured pool.
+func (s *Spawner) Pools(ctx context.Context) ([]PoolStatus, error) {
+	out := make([]PoolStatus, 0, len(s.cfg.Pools))
+	for _, p := range s.cfg.Pools {
+		st := PoolStatus{Name: p.Name, MinWarm: p.MinWarm, MaxTotal: p.MaxTotal}
+		err := s.eachWorker(ctx, func(ctx context.Context, id string) {
+			h, err := s.rdb.Status(ctx, id)
+			if err != nil || h[protocol.StatusFieldPool] != p.Name {
+				return
+			}
+			switch h[protocol.StatusFieldPoolState] {
+			case protocol.PoolAllocated:
+				st.Allocated++
+			case protocol.PoolMember:
+				st.Members++
+			}
+		})
+		if err != nil {
+			return nil, redisError(err, "pools")
+		}
+		warm, err := s.rdb.Warm(ctx, p.Name)
+		if err != nil {
+			return nil, redisError(err, "pool %s", p.Name)
+		}
+		st.Warm = len(warm)
+		if st.Warm+st.Allocated > 0 {
+			st.Utilization = float64(st.Allocated) / float64(st.Warm+st.Allocated)
+		}
+		stats, err := s.rdb.PoolStats(ctx, p.Name)
+		if err != nil {
+			return nil, redisError(err, "pool %s", p.Name)
+		}
+		n := func(f string) int64 { v, _ := strconv.ParseInt(stats[f], 10, 64); return v }
+		st.Allocations, st.Refills, st.Recycles = n("allocations"), n("refills"), n("recycles")
+		if st.Allocations > 0 {
+			st.WaitMeanMS = float64(n("allocation_wait_us")) / 1000 / float64(st.Allocations)
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
