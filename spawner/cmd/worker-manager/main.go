@@ -5,6 +5,10 @@
 // crashes, and collects stale worker images daily. Configuration comes
 // from the environment (see spawner/README.md).
 //
+// It serves Prometheus metrics at /metrics and the live dashboard at / on
+// METRICS_ADDR (127.0.0.1:9464; off to disable), and keeps its state in
+// Redis for `workerctl managers`.
+//
 // SIGTERM or SIGINT: stop reading commands, finish those in flight, and
 // remove every worker of its key prefix (set KEEP_WORKERS=true to leave
 // them running).
