@@ -77,14 +77,17 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int 
 		rdb.AddHook(metrics.RedisHook())
 		images.OnBuild = metrics.ImageBuilt
 		page := (&dashboard.Dashboard{Redis: rdb, Keys: cfg.Keys, Log: log}).Handler()
-		srv, addr, err := spawner.ServeOps(ops.MetricsAddr, metrics, page, log)
-		if err != nil {
-			log.Error("metrics endpoint", "err", err, "addr", ops.MetricsAddr)
-			return 1
+		// An address in use (a second manager on this host with the
+		// default) costs the metrics, not the workers: the manager runs on
+		// and says so.
+		if srv, addr, err := spawner.ServeOps(ops.MetricsAddr, metrics, page, log); err != nil {
+			log.Error("metrics endpoint not served: this manager runs without /metrics and the dashboard (set METRICS_ADDR)",
+				"err", err, "addr", ops.MetricsAddr)
+		} else {
+			defer srv.Close()
+			s.UseMetrics(metrics, addr)
+			log.Info("metrics and dashboard", "url", "http://"+addr+"/")
 		}
-		defer srv.Close()
-		s.UseMetrics(metrics, addr)
-		log.Info("metrics and dashboard", "url", "http://"+addr+"/")
 	}
 	log.Info("worker-manager started", "manager_id", cfg.ManagerID, "max_workers", cfg.MaxWorkers)
 	if err := m.Run(ctx); err != nil {

@@ -181,6 +181,40 @@ func TestPrometheusScrapesManager(t *testing.T) {
 	}
 }
 
+// A METRICS_ADDR in use (a second manager on the host with the default)
+// costs the metrics, not the manager: it runs, says so in its state (no
+// metrics address), and exits cleanly.
+func TestMetricsAddrInUse(t *testing.T) {
+	r := testkit.StartRedis(t)
+	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rc.Close()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	keys := protocol.Keys{Prefix: fmt.Sprintf("busy%d", time.Now().UnixNano())}
+	env := map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": keys.Prefix, "MANAGER_ID": "second", "METRICS_ADDR": busy.Addr().String()}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, func(k string) string { return env[k] }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}()
+	var ms []spawner.ManagerState
+	for deadline := time.Now().Add(15 * time.Second); len(ms) == 0; time.Sleep(50 * time.Millisecond) {
+		if ms, err = spawner.ListManagers(ctx, rc, keys); err != nil || time.Now().After(deadline) {
+			t.Fatalf("no manager state: %v", err)
+		}
+	}
+	if ms[0].ID != "second" || ms[0].MetricsAddr != "" {
+		t.Errorf("manager state %+v", ms[0])
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}
+
 func freeAddr(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
