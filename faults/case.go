@@ -95,7 +95,8 @@ type Case struct {
 	notes     []string
 	settled   map[string][]Answer // the answers when the checks ended
 	stops     []func()            // run before the final shutdown
-	afters    []func()            // run after it (what the managers need until they stop)
+	counts    []func()            // run after it, before the containers left are counted
+	afters    []func()            // run at the very end (what the managers need until they stop)
 }
 
 var slugRe = regexp.MustCompile(`[^a-z0-9]+`)
@@ -263,7 +264,7 @@ func (c *Case) Recovered(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ok := true
-	c.recovery, c.recovered = roundDur(d), &ok
+	c.recovery, c.recovered = roundDur(max(0, d)), &ok
 	c.T.Logf("recovered in %s", c.recovery)
 }
 
@@ -272,7 +273,7 @@ func (c *Case) Recovered(d time.Duration) {
 func (c *Case) Detection(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.detection = roundDur(d)
+	c.detection = roundDur(max(0, d)) // Redis's clock counts in milliseconds
 }
 
 // NotRecovered records that the case did not recover within its bound.
@@ -303,6 +304,14 @@ func (c *Case) OnFinish(f func()) {
 	c.stops = append(c.stops, f)
 }
 
+// BeforeCount runs f when the case ends, after the final shutdown and
+// before the containers left are counted.
+func (c *Case) BeforeCount(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counts = append(c.counts, f)
+}
+
 // AfterFinish runs f when the case ends, after the final shutdown and the
 // count of what was left.
 func (c *Case) AfterFinish(f func()) {
@@ -321,6 +330,12 @@ func (c *Case) finish() {
 	defer func() {
 		for i := len(afters) - 1; i >= 0; i-- {
 			afters[i]()
+		}
+		// Cleanup only: a container the engine made after the count (a
+		// call it finished for a manager long gone) is removed too.
+		for _, x := range c.Containers() {
+			t.Logf("removing container %s (%s), made after the count", short(x.ID), x.State)
+			_, _ = docker("rm", "-f", x.ID)
 		}
 	}()
 	for i := len(stops) - 1; i >= 0; i-- {
@@ -346,6 +361,12 @@ func (c *Case) finish() {
 		if exited, took := m.Terminate(bound); !exited {
 			c.Note("final shutdown: manager %s did not exit within %s of SIGTERM (SIGKILLed)", m.ID, roundDur(took))
 		}
+	}
+	c.mu.Lock()
+	counts := c.counts
+	c.mu.Unlock()
+	for _, f := range counts {
+		f()
 	}
 	left := c.Containers()
 	if len(left) > 0 {

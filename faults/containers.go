@@ -63,3 +63,24 @@ func (c *Case) Docker(args ...string) string {
 	}
 	return strings.TrimSpace(string(out))
 }
+
+// SweepStale removes the containers of fault cases (key prefix "faults-")
+// created more than an hour ago: what a test binary killed by its timeout
+// left behind. A younger one may belong to a suite running right now in
+// another checkout, and is left alone.
+func SweepStale() {
+	out, err := docker("ps", "-a", "--no-trunc", "--filter", "label="+protocol.LabelManaged+"=true",
+		"--format", `{{.ID}}	{{.Label "`+protocol.LabelKeyPrefix+`"}}	{{.Label "`+protocol.LabelCreatedAt+`"}}`)
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) != 3 || !strings.HasPrefix(f[1], "faults-") {
+			continue
+		}
+		if at, err := protocol.ParseTime(f[2]); err == nil && time.Since(at) > time.Hour {
+			_, _ = docker("rm", "-f", f[0])
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log"
@@ -28,6 +29,15 @@ type DockerProxy struct {
 	mu      sync.Mutex
 	stalled chan struct{} // non-nil while every call is held; closed by Release
 	hooks   []dockerHook
+	delays  []dockerDelay
+	lates   []dockerDelay
+	late    sync.WaitGroup // calls forwarded late, in flight
+}
+
+type dockerDelay struct {
+	method string
+	path   *regexp.Regexp
+	fn     func() time.Duration
 }
 
 type dockerHook struct {
@@ -64,17 +74,47 @@ func (c *Case) DockerProxy() *DockerProxy {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", engine)
 		}},
-		FlushInterval: -1, // events and build output stream
+		ModifyResponse: p.delayResponse,
+		FlushInterval:  -1, // events and build output stream
 		// A held call ends when its manager is killed: not worth a line.
 		ErrorLog: log.New(io.Discard, "", 0),
 	}
 	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d := p.lateBy(r); d > 0 {
+			// The engine gets the call late, and acts on it even if the
+			// manager gave up on it meanwhile.
+			p.late.Add(1)
+			defer p.late.Done()
+			// The whole call is read now: the manager may be gone by the
+			// time it is forwarded.
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				return
+			}
+			r = r.WithContext(context.WithoutCancel(r.Context()))
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			time.Sleep(d)
+			// Only the ResponseWriter's own methods: the proxy would cancel
+			// the call when the manager has gone (CloseNotifier).
+			rp.ServeHTTP(struct{ http.ResponseWriter }{w}, r)
+			return
+		}
 		if p.hold(r) {
 			return
 		}
 		rp.ServeHTTP(w, r)
 	})}
 	go func() { _ = p.srv.Serve(ln) }()
+	// What the engine does late counts: the case counts containers once
+	// the calls forwarded late are done.
+	c.BeforeCount(func() {
+		done := make(chan struct{})
+		go func() { p.late.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+		}
+	})
 	c.AfterFinish(func() {
 		p.Release()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -96,6 +136,59 @@ func (p *DockerProxy) On(method, pathRe string, fn func() bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.hooks = append(p.hooks, dockerHook{method: method, path: regexp.MustCompile(pathRe), fn: fn})
+}
+
+// DelayResponse holds the engine's answer to a call of method whose path
+// matches pathRe for the time fn returns, before passing it on: the engine
+// has done what the manager asked (created the container, say), the
+// manager does not know it yet.
+func (p *DockerProxy) DelayResponse(method, pathRe string, fn func() time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.delays = append(p.delays, dockerDelay{method: method, path: regexp.MustCompile(pathRe), fn: fn})
+}
+
+// DelayRequest passes a call of method whose path matches pathRe to the
+// engine only after the time fn returns, and then whether or not the
+// manager still waits for it: a slow engine that completes a call (creates
+// a container) its caller cancelled.
+func (p *DockerProxy) DelayRequest(method, pathRe string, fn func() time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lates = append(p.lates, dockerDelay{method: method, path: regexp.MustCompile(pathRe), fn: fn})
+}
+
+func (p *DockerProxy) lateBy(r *http.Request) time.Duration {
+	path := apiVersion.ReplaceAllString(r.URL.Path, "")
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var d time.Duration
+	for _, h := range p.lates {
+		if h.method == r.Method && h.path.MatchString(path) {
+			d += h.fn()
+		}
+	}
+	return d
+}
+
+func (p *DockerProxy) delayResponse(resp *http.Response) error {
+	r := resp.Request
+	path := apiVersion.ReplaceAllString(r.URL.Path, "")
+	p.mu.Lock()
+	var d time.Duration
+	for _, h := range p.delays {
+		if h.method == r.Method && h.path.MatchString(path) {
+			d += h.fn()
+		}
+	}
+	p.mu.Unlock()
+	if d > 0 {
+		select {
+		case <-time.After(d):
+		case <-r.Context().Done():
+		}
+	}
+	return nil
 }
 
 // Stall holds every call from now on until Release: the manager finds the

@@ -12,6 +12,7 @@ import (
 // too. A case's row is recorded whether it passed or not.
 func TestMain(m *testing.M) {
 	t0 := time.Now()
+	SweepStale()
 	code := m.Run()
 	rs := Rows()
 	if len(rs) > 0 {

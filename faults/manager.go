@@ -48,6 +48,8 @@ func startManager(dir, id string, env map[string]string) (*Manager, error) {
 		cmd.Env = append(cmd.Env, k+"="+env[k])
 	}
 	cmd.Stdout, cmd.Stderr = f, f
+	// A test binary killed by its timeout leaves no manager behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("start worker-manager %s: %w", id, err)

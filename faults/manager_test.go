@@ -447,3 +447,134 @@ func TestManagerKilledMidDelete(t *testing.T) {
 	}
 	c.Recovered(last.Sub(killed))
 }
+
+func TestSigtermDuringCreate(t *testing.T) {
+	for _, replacement := range []bool{false, true} {
+		stages := []string{"create-late", "create", "start"}
+		kind := "create command"
+		if replacement {
+			kind, stages = "replacement", append(stages, "backoff")
+		}
+		for _, stage := range stages {
+			t.Run(kind+"/"+stage, func(t *testing.T) { sigtermDuringCreate(t, replacement, stage) })
+		}
+	}
+}
+
+// sigtermDuringCreate: the manager gets SIGTERM while a new worker's
+// container is being made: the engine's answer to its ContainerCreate is
+// held (stage "create": the container exists, the manager does not know
+// it), or the ContainerCreate reaches the engine only 2 s late, acted on
+// whether or not the manager still waits (stage "create-late"), or its
+// ContainerStart is held (stage "start"), or (stage "backoff", a
+// replacement) the replacement waits out its backoff (REPLACE_BACKOFF=3s).
+// The worker is asked for by a create command, or replaces a dead worker.
+func sigtermDuringCreate(t *testing.T, replacement bool, stage string) {
+	const hold = 2 * time.Second
+	what, call := "a create", "ContainerStart"
+	if replacement {
+		what = "a replacement"
+	}
+	switch stage {
+	case "create":
+		call = "the engine's answer to ContainerCreate"
+	case "create-late":
+		call = "ContainerCreate (the engine then acts on it, whether the manager still waits or not)"
+	}
+	fault := fmt.Sprintf("A Docker API proxy holds %s of a new worker for 2 s; the manager gets SIGTERM meanwhile, as a supervisor stops it.", call)
+	env := map[string]string{}
+	if stage == "backoff" {
+		fault = "The manager gets SIGTERM 500 ms after the dead worker's task was answered, while the replacement waits out its backoff (REPLACE_BACKOFF=3s)."
+		env["REPLACE_BACKOFF"] = "3s"
+	}
+	if replacement {
+		fault = "A worker's wrapper is frozen (SIGSTOP) with a task in flight and the manager replaces it. " + fault
+	}
+	c := NewCase(t, Options{Name: fmt.Sprintf("SIGTERM during %s's %s", what,
+		map[string]string{"create": "ContainerCreate (answer held)", "create-late": "ContainerCreate (reaching the engine late)",
+			"start": "ContainerStart", "backoff": "backoff"}[stage]),
+		Fault: fault, Env: env,
+		Recovered: "the manager exits by itself within the stop timeout + 10 s, every request answered (the create ok or with an error code; the frozen worker's task), " +
+			"and no container left (one made for the new worker is removed with the rest). Recovery time: SIGTERM to exit.",
+	})
+	proxy := c.DockerProxy()
+	armed := make(chan struct{})
+	holding := make(chan struct{})
+	var once sync.Once
+	first := func() bool {
+		select {
+		case <-armed:
+		default:
+			return false
+		}
+		hit := false
+		once.Do(func() { hit = true; close(holding) })
+		return hit
+	}
+	switch stage {
+	case "create":
+		proxy.DelayResponse("POST", `^/containers/create$`, func() time.Duration {
+			if first() {
+				return hold
+			}
+			return 0
+		})
+	case "create-late":
+		proxy.DelayRequest("POST", `^/containers/create$`, func() time.Duration {
+			if first() {
+				return hold
+			}
+			return 0
+		})
+	default:
+		proxy.On("POST", `^/containers/[^/]+/start$`, func() bool {
+			if first() {
+				time.Sleep(hold)
+			}
+			return false
+		})
+	}
+	m := c.StartManager("m1", map[string]string{"DOCKER_HOST": proxy.Host()})
+	if replacement {
+		w := c.Create(protocol.KindLongLived, 30*time.Second)
+		task := c.Task(w, "long fake:sleep-20000", AnyAnswer)
+		if _, ok := c.WaitEvent(w, protocol.EventTaskStarted, task, 20*time.Second); !ok {
+			t.Fatal("set-up: the task did not start within 20 s")
+		}
+		if stage != "backoff" {
+			close(armed)
+		}
+		c.Docker("kill", "-s", "STOP", c.ContainerOf(w))
+		if stage == "backoff" {
+			if _, ok := c.WaitAnswered([]string{task}, 3*c.Opt.Heartbeat+c.Lease+10*time.Second); !ok {
+				t.Fatal("the frozen worker's task was not answered")
+			}
+			close(holding)
+		}
+	} else {
+		close(armed)
+		c.SendCreate(protocol.KindLongLived, AnyAnswer)
+	}
+	select {
+	case <-holding:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the manager did not make a container within 30 s")
+	}
+	time.Sleep(200 * time.Millisecond)
+	if stage == "backoff" {
+		time.Sleep(300 * time.Millisecond)
+	}
+	bound := StopTimeout + 10*time.Second
+	var ids []string
+	for _, r := range c.L.Requests() {
+		ids = append(ids, r.ID)
+	}
+	c.L.SetDeadline(ids, time.Now().Add(bound))
+	exited, took := m.Terminate(bound)
+	c.Settle()
+	if !exited {
+		c.NotRecovered(bound, "the manager did not exit within the stop timeout + 10 s of SIGTERM (SIGKILLed)")
+		return
+	}
+	c.Recovered(took)
+}

@@ -26,8 +26,8 @@ func TestDockerKillWithTasksQueued(t *testing.T) {
 		t.Fatal("the first task did not start within 20 s")
 	}
 	time.Sleep(500 * time.Millisecond)
-	c.Docker("kill", "-s", "KILL", c.ContainerOf(w))
 	killed := time.Now()
+	c.Docker("kill", "-s", "KILL", c.ContainerOf(w))
 
 	bound := 3*c.Opt.Heartbeat + c.Lease + 10*time.Second
 	ids := append([]string{inFlight}, queued...)
@@ -243,8 +243,8 @@ func TestDockerKillOfDeveloperWorkerMidTask(t *testing.T) {
 		t.Fatal("set-up: the task did not start within 20 s")
 	}
 	time.Sleep(500 * time.Millisecond)
-	c.Docker("kill", "-s", "KILL", c.ContainerOf(ev.WorkerID))
 	killed := time.Now()
+	c.Docker("kill", "-s", "KILL", c.ContainerOf(ev.WorkerID))
 	next := c.Task("", "after the kill", Complete)
 	bound := 3*c.Opt.Heartbeat + c.Lease + 13*time.Second
 	last, ok := c.WaitAnswered([]string{task, next}, bound)

@@ -119,6 +119,17 @@ func (s *Spawner) poolFor(spec protocol.WorkerSpec) *PoolTemplate {
 	return nil
 }
 
+// poolEnv is what a warm worker's wrapper gets beyond a worker's usual
+// environment: a Claude worker keeps one agent process (AGENT_PERSISTENT)
+// and starts it before any task (AGENT_PREWARM), so that the create that
+// takes it finds its agent up.
+func poolEnv(spec protocol.WorkerSpec, o createOpts) []string {
+	if o.poolState != protocol.PoolWarm || spec.AgentType != protocol.AgentClaude || spec.Kind == protocol.KindDeveloper {
+		return nil
+	}
+	return []string{"AGENT_PERSISTENT=true", "AGENT_PREWARM=true"}
+}
+
 // allocate gives a create a warm worker of pool p: it reports false when
 // none is ready. The command's id is bound to the worker first, so a
 // command delivered again gets the same one.
@@ -145,17 +156,24 @@ func (s *Spawner) allocate(ctx context.Context, commandID string, p *PoolTemplat
 				return protocol.WorkerInfo{}, false, nil
 			}
 		}
-		s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldPoolState: protocol.PoolAllocated})
-		if err := s.Unpause(ctx, id); err != nil {
-			// Gone meanwhile (died, retired): the next one.
+		// The hot path: one engine call (the unpause, by name: no inspect)
+		// and a few Redis writes; the reply is built from the status hash.
+		if err := s.docker.ContainerUnpause(ctx, ContainerName(id)); err != nil {
+			// Gone meanwhile (died, retired), or not paused: the next one.
 			s.log.Warn("a warm worker could not be woken", "pool", p.Name, "worker_id", id, "err", err)
 			continue
 		}
+		s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldPoolState: protocol.PoolAllocated,
+			protocol.StatusFieldContainer: string(protocol.ContainerRunning), protocol.StatusFieldState: string(protocol.WorkerIdle)})
 		wait := s.now().Sub(start)
+		s.lifecycle(ctx, id, protocol.EventUnpaused, nil)
 		s.lifecycle(ctx, id, protocol.EventAllocated, map[string]any{"pool": p.Name, "wait_ms": wait.Milliseconds()})
 		_ = s.rdb.CountPool(ctx, p.Name, map[string]int64{"allocations": 1, "allocation_wait_us": wait.Microseconds()})
-		info, err := s.Status(ctx, id)
-		return info, true, err
+		h, err := s.rdb.Status(ctx, id)
+		if err != nil {
+			return protocol.WorkerInfo{}, true, redisError(err, "status of %s", id)
+		}
+		return InfoFromHash(id, h), true, nil
 	}
 }
 

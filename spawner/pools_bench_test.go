@@ -20,6 +20,9 @@ func BenchmarkPoolAllocation(b *testing.B) {
 	f := newFixture(b, func(c *Config) {
 		c.MaxWorkers = 8
 		c.IdleTimeout = time.Hour
+		// A new session per task, cold or warm alike: the first task of a
+		// worker never resumes another worker's session of the project.
+		c.WorkerEnv = map[string]string{"SESSION_POLICY": "new"}
 		c.Pools = []PoolTemplate{{Name: "bench", Spec: warmSpec, MinWarm: 3, MaxTotal: 6, key: specKey(warmSpec)}}
 	})
 	f.startManager(b)

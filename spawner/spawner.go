@@ -275,6 +275,7 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 			return protocol.WorkerInfo{}, err
 		}
 		cfg, hc := s.containerConfig(id, commandID, spec, img.Tag, redisURL, now)
+		cfg.Env = append(cfg.Env, poolEnv(spec, o)...)
 		resp, err := s.docker.ContainerCreate(cctx, cfg, hc, nil, nil, ContainerName(id))
 		if err != nil && !isConflict(err) {
 			return protocol.WorkerInfo{}, engineError(err, "create container of %s", id)

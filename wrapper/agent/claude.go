@@ -39,6 +39,10 @@ func (ClaudeParser) ParseLine(line []byte) []Event {
 		return nil
 	}
 	switch v.Get("type").String() {
+	case "control_response":
+		r := v.Get("response")
+		return []Event{{Control: &ControlResponse{RequestID: r.Get("request_id").String(), Subtype: r.Get("subtype").String(),
+			Error: r.Get("error").String()}}}
 	case "system":
 		switch v.Get("subtype").String() {
 		case "init":

@@ -22,6 +22,15 @@ type Event struct {
 	APIError *APIError
 	Result   *Result
 	Denied   *Denial
+	Control  *ControlResponse
+}
+
+// ControlResponse is Claude's answer to a control request written on its
+// stream-json input (such as initialize).
+type ControlResponse struct {
+	RequestID string
+	Subtype   string // success or error
+	Error     string
 }
 
 // Denial is a tool call the agent CLI refused by its permission rules

@@ -93,6 +93,38 @@ func StartPersistent(spec Spec) (*Persistent, error) {
 	return p, nil
 }
 
+// Initialize sends Claude's initialize control request and waits for its
+// answer: Claude then has loaded what it loads before its first turn, so
+// a process started ahead of its first message (prewarm) can be frozen
+// ready. Events other than the answer are dropped (none come before a
+// first message).
+func (p *Persistent) Initialize(timeout time.Duration) error {
+	b, _ := json.Marshal(map[string]any{"type": "control_request", "request_id": "initialize",
+		"request": map[string]any{"subtype": "initialize"}})
+	if _, err := p.stdin.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("agent: initialize: %w", err)
+	}
+	deadline := time.After(timeout)
+	for {
+		select {
+		case evs, ok := <-p.events:
+			if !ok {
+				return fmt.Errorf("agent: initialize: the process ended")
+			}
+			for _, ev := range evs {
+				if c := ev.Control; c != nil && c.RequestID == "initialize" {
+					if c.Subtype != "success" {
+						return fmt.Errorf("agent: initialize: %s", c.Error)
+					}
+					return nil
+				}
+			}
+		case <-deadline:
+			return fmt.Errorf("agent: initialize: no answer within %s", timeout)
+		}
+	}
+}
+
 // Pid returns the agent's pid (the leader of its process group).
 func (p *Persistent) Pid() int { return p.pgid }
 

@@ -35,6 +35,12 @@ type Config struct {
 	// that a follow-up in the same session needs no new process and no
 	// resume. The worker falls back to a process per task when it dies.
 	Persistent bool
+	// Prewarm (AGENT_PREWARM, default false; needs AGENT_PERSISTENT) starts
+	// the persistent process for a new session when the worker starts,
+	// before any task: the first task that wants a new session (no
+	// project context to add) finds its agent up. The manager sets it for
+	// warm pool workers.
+	Prewarm bool
 	// JSONSchema (AGENT_JSON_SCHEMA, default false) hands Claude the stop
 	// output schema (--json-schema) and takes its structured_output.
 	JSONSchema bool
@@ -140,12 +146,16 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		{"AGENT_SKIP_PERMISSIONS", &c.SkipPermissions, true},
 		{"AGENT_JSON_SCHEMA", &c.JSONSchema, false},
 		{"AGENT_PERSISTENT", &c.Persistent, false},
+		{"AGENT_PREWARM", &c.Prewarm, false},
 		{"PAUSE_AFTER_OUTPUT", &c.PauseAfterOutput, true},
 	}
 	for _, b := range bools {
 		if *b.dst, err = parseBool(getenv(b.name), b.def); err != nil {
 			return fail(b.name, err)
 		}
+	}
+	if c.Prewarm && !c.Persistent {
+		return fail("AGENT_PREWARM", fmt.Errorf("needs AGENT_PERSISTENT=true"))
 	}
 	if c.JSONSchema && c.AgentType != protocol.AgentClaude {
 		return fail("AGENT_JSON_SCHEMA", fmt.Errorf("only Claude takes a JSON schema"))

@@ -55,12 +55,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { defer bgDone.Done(); w.heartbeat(bg) }()
 	defer func() { stopBG(); bgDone.Wait() }()
 
+	if w.cfg.Prewarm {
+		// Before the worker says it is idle: a warm pool pauses it then,
+		// and its agent must be up by then.
+		w.prewarm()
+	}
 	started := w.now()
 	w.transition(protocol.WorkerIdle, "started")
 	w.pushStatus(map[string]any{protocol.StatusFieldStartedAt: protocol.FormatTime(started),
 		protocol.StatusFieldAgentType: string(w.cfg.AgentType), protocol.StatusFieldKind: string(w.cfg.Kind),
 		protocol.StatusFieldRequestID: "", protocol.StatusFieldTaskID: "", protocol.StatusFieldError: ""})
-	w.pub.lifecycle(protocol.EventStarted, "", "", map[string]any{"agent_type": w.cfg.AgentType, "kind": w.cfg.Kind, "progress_url": p.url})
+	detail := map[string]any{"agent_type": w.cfg.AgentType, "kind": w.cfg.Kind, "progress_url": p.url}
+	if pid := w.persist.pid(); pid > 0 {
+		detail["agent_pid"] = pid // started ahead (AGENT_PREWARM)
+	}
+	w.pub.lifecycle(protocol.EventStarted, "", "", detail)
 	w.log.Info("worker started", "agent_type", w.cfg.AgentType, "kind", w.cfg.Kind,
 		"input", w.cfg.Keys.InputFor(w.cfg.Kind, w.cfg.WorkerID), "progress_url", p.url)
 

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/agentvisor/agentvisor/wrapper/agent"
 )
@@ -21,6 +22,31 @@ type persistentAgent struct {
 	token   string            // the progress token in proc's environment
 	deaths  int
 	off     bool // it died too often: one process per task from now on
+	fresh   bool // proc was started ahead (prewarm) for a new session and has run nothing yet
+}
+
+// prestart starts the process ahead of any task, for a new session with
+// no system prompt extra: the first task that wants exactly that takes it
+// up (see send); any other starts its own.
+func (p *persistentAgent) prestart(spec agent.Spec, env func(token string) []string) {
+	if !p.usable() || p.proc != nil {
+		return
+	}
+	token := newToken()
+	spec.Argv = p.argv(Invocation{})
+	spec.Env = env(token)
+	proc, err := agent.StartPersistent(spec)
+	if err != nil {
+		p.log.Warn("persistent agent not started ahead", "err", err)
+		return
+	}
+	p.proc, p.token, p.session, p.fresh = proc, token, "", true
+	// Frozen before it has loaded, it would load after the unpause: wait
+	// for its answer to initialize first.
+	if err := proc.Initialize(30 * time.Second); err != nil {
+		p.log.Warn("persistent agent started ahead did not initialize", "err", err)
+	}
+	p.log.Info("persistent agent started ahead of the first task", "pid", proc.Pid())
 }
 
 // persistentTask is one task for the persistent agent.
@@ -52,10 +78,12 @@ func (p *persistentAgent) run(ctx context.Context, t persistentTask) agent.Outco
 }
 
 func (p *persistentAgent) send(ctx context.Context, t persistentTask) (agent.Outcome, bool) {
-	if p.proc != nil && (!p.proc.Alive() || t.plan.ResumeID == "" || t.plan.ResumeID != p.session) {
+	prestarted := p.proc != nil && p.fresh && p.proc.Alive() && t.plan.ResumeID == "" && t.inv.Extra == ""
+	if p.proc != nil && !prestarted && (!p.proc.Alive() || t.plan.ResumeID == "" || t.plan.ResumeID != p.session) {
 		p.proc.Close()
 		p.proc = nil
 	}
+	p.fresh = false
 	reused := false
 	if p.proc == nil {
 		token := newToken()
@@ -92,6 +120,14 @@ func (p *persistentAgent) send(ctx context.Context, t persistentTask) (agent.Out
 		}
 	}
 	return o, reused
+}
+
+// pid is the running process's pid (0 when none).
+func (p *persistentAgent) pid() int {
+	if p == nil || p.proc == nil {
+		return 0
+	}
+	return p.proc.Pid()
 }
 
 // close ends the process, if any.

@@ -4,8 +4,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/stubmodel"
 )
 
@@ -60,5 +62,33 @@ func TestPersistentClaude(t *testing.T) {
 	pids = e.taskPIDs()
 	if len(pids) < 4 || pids[len(pids)-1] == pids[0] {
 		t.Fatalf("task pids %v: want a new process after each death", pids)
+	}
+}
+
+// A prewarmed worker starts its Claude process, initialized, before any
+// task; the first task that wants a new session runs in it.
+func TestPrewarmedClaudeServesTheFirstTask(t *testing.T) {
+	e, stub, environ := realAgentEnv(t, protocol.AgentClaude)
+	e.cfg.Persistent, e.cfg.Prewarm = true, true
+	e.start(environ...)
+	stub.SetScript(stubmodel.Script{Fallback: &stubmodel.Step{Text: finalText}})
+	pid := 0
+	testkit.Eventually(t, "the agent started ahead", 30*time.Second, func() bool {
+		for _, l := range e.lifecycleEvents() {
+			if p, ok := l.Detail["agent_pid"].(float64); ok && l.Event == protocol.EventStarted {
+				pid = int(p)
+			}
+		}
+		return pid > 0
+	})
+	if n := len(stub.Requests()); n != 0 {
+		t.Fatalf("%d model calls before any task: starting ahead must cost no tokens", n)
+	}
+	o := e.runTask(protocol.Task{RequestID: "w1", ProjectID: "fresh", Prompt: "first"})
+	if o.Status != protocol.StatusComplete {
+		t.Fatalf("output %+v", o)
+	}
+	if pids := e.taskPIDs(); len(pids) != 1 || pids[0] != pid {
+		t.Fatalf("task pids %v, want the process started ahead (%d)", pids, pid)
 	}
 }

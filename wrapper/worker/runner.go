@@ -167,6 +167,16 @@ func (w *Worker) runAgent(ctx context.Context, task protocol.Task, plan SessionP
 		spec: spec, env: env, useToken: useToken})
 }
 
+// prewarm starts the persistent agent ahead of the first task (a warm
+// pool worker): the process is up, waiting on its input, before a create
+// takes the worker.
+func (w *Worker) prewarm() {
+	task := protocol.Task{RequestID: "prewarm"}
+	cur := &current{task: task, run: protocol.NewRun(task.RequestID, "", w.cfg.WorkerID, task.Project(), w.now())}
+	spec := w.agentSpec(task, Invocation{}, cur)
+	w.persist.prestart(spec, func(token string) []string { return w.cfg.AgentEnv(w.environ, w.ProgressURL(), token, task) })
+}
+
 // runOwnTurn runs a turn of the wrapper's own in the agent (a retiring
 // session's summary): no output stream, no progress; Terminate stops it.
 func (w *Worker) runOwnTurn(ctx context.Context, task protocol.Task, inv Invocation, timeout time.Duration) agent.Outcome {
