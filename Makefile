@@ -13,7 +13,7 @@ MODULES    := protocol stubmodel testmcp wrapper spawner examples
 FUZZTIME   ?= 3s
 # Every fuzz target of the protocol decoders runs for FUZZTIME in `make test`.
 
-.PHONY: all setup build vet test test-unit fuzz faults test-faults bench demo images clean
+.PHONY: all setup build vet test test-unit test-rules fuzz faults test-faults bench demo images clean
 
 all: build
 
@@ -43,11 +43,19 @@ test-unit: vet
 	  (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; \
 	done
 
+# The Prometheus alert rules (ops/prometheus): checked, and each alert
+# made to fire by its unit tests. promtool comes with Debian's prometheus
+# (make setup installs it); a missing promtool fails the run.
+test-rules:
+	@echo "== promtool check rules, test rules (ops/prometheus)"
+	@cd ops/prometheus && promtool check rules alerts.yml && promtool test rules alerts_test.yml
+
 fuzz:
 	@FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh protocol
 
 test: setup
 	@bash scripts/test-setup.sh
+	@$(MAKE) --no-print-directory test-rules
 	@$(MAKE) --no-print-directory test-unit
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory test-faults

@@ -128,6 +128,8 @@ func TestDemo(t *testing.T) {
 		"claude-1 progress  \"Committed hello.txt\" 100%", "claude-1 lifecycle paused", "claude-1 lifecycle unpaused",
 		"resume session", "droid-1  progress  \"Counted files\" 100%", "droid-1  output    docs-1",
 		"demo-shop      2", "demo-docs      1", "0 worker containers left", "demo complete",
+		"dashboard: http://127.0.0.1:", `agentvisor_tasks_total{agent="claude",code="",status="complete"} 2`,
+		`agentvisor_cost_usd_total{project="demo-shop"}`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the demo's timeline lacks %q:\n%s", want, got)

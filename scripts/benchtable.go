@@ -76,6 +76,10 @@ var rows = []row{
 		[]string{"cold-create-p99-ms"}, "a cold create of the same worker, p99"},
 	{"First task from a warm pool (create + first Output, real claude), median", "first-task-warm-median-ms", "ms", "ratio ≤ 0.3", ratioAtMost(0.3),
 		[]string{"first-task-cold-median-ms"}, "the same from a cold create"},
+	{"Task send → agent start in a worker container, metrics on, p99", "xadd-to-agent-start-metrics-p99-ms", "ms", "ratio ≤ 1.05", ratioAtMost(1.05),
+		[]string{"xadd-to-agent-start-no-metrics-p99-ms"}, "the same, metrics off (alternating blocks, one worker)"},
+	{"Manager RSS, 100 workers, dashboard open", "manager-rss-dashboard-MB", "MB", "", nil,
+		[]string{"manager-rss-before-dashboard-MB"}, "the same process before the dashboard opened"},
 	{"Redis memory after 10 000 tasks (retention bounds set short)", "redis-memory-after-MB", "MB", "ratio ≤ 1.1", ratioAtMost(1.1),
 		[]string{"redis-memory-before-MB"}, "Redis memory after a warm-up that filled every capped stream"},
 }

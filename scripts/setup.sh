@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One-command set-up for a fresh Debian bookworm machine (run as root).
 #
-# Installs what is missing (redis-server, docker.io, debootstrap, nodejs/npm)
+# Installs what is missing (redis-server, docker.io, debootstrap, nodejs/npm,
+# prometheus with promtool for the alert rules' tests, chromium for the
+# dashboard's)
 # and starts a Docker engine when none answers. It is idempotent: a second run
 # changes nothing and says so. Every step it takes is printed, so that the
 # first run on a fresh machine tells what it installs.
@@ -27,10 +29,15 @@ declare -A want=(
   [debootstrap]=debootstrap
   [node]=nodejs
   [npm]=npm
+  [prometheus]=prometheus
+  [promtool]=prometheus
+  [chromium]=chromium
 )
 missing=()
-for cmd in redis-server dockerd debootstrap node npm; do
-  command -v "$cmd" >/dev/null 2>&1 || missing+=("${want[$cmd]}")
+for cmd in redis-server dockerd debootstrap node npm prometheus promtool chromium; do
+  if ! command -v "$cmd" >/dev/null 2>&1 && [[ " ${missing[*]} " != *" ${want[$cmd]} "* ]]; then
+    missing+=("${want[$cmd]}")
+  fi
 done
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing with apt-get: ${missing[*]}"
@@ -122,5 +129,5 @@ for link in "claude:$AGENTS_DIR/node_modules/$CLAUDE_PKG/claude" "droid:$AGENTS_
 done
 
 if [ $changed = 0 ]; then
-  log "nothing to do: redis-server, docker.io, debootstrap, node, npm, claude $CLAUDE_VERSION and droid $DROID_VERSION are installed and the Docker engine answers"
+  log "nothing to do: redis-server, docker.io, debootstrap, node, npm, prometheus, promtool, chromium, claude $CLAUDE_VERSION and droid $DROID_VERSION are installed and the Docker engine answers"
 fi

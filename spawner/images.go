@@ -52,6 +52,8 @@ type Images struct {
 	// stage trusts (default /usr/local/share/ca-certificates, the build
 	// machine's own additions); they do not reach the final image.
 	ExtraCACerts string
+	// OnBuild, when set, is told of every build (Metrics.ImageBuilt).
+	OnBuild func(agent protocol.AgentType, took time.Duration, err error)
 
 	group singleflight.Group // concurrent EnsureImage calls of one recipe build once
 }
@@ -137,7 +139,12 @@ func (im *Images) EnsureImage(ctx context.Context, agent protocol.AgentType, cap
 		if !errdefs.IsNotFound(err) {
 			return nil, fmt.Errorf("spawner: inspect %s: %w", tag, err)
 		}
-		return im.build(ctx, r, tag, hash)
+		start := time.Now()
+		img, err := im.build(ctx, r, tag, hash)
+		if im.OnBuild != nil {
+			im.OnBuild(agent, time.Since(start), err)
+		}
+		return img, err
 	})
 	if err != nil {
 		return Image{}, err

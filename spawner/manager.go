@@ -41,8 +41,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	leaderJobs := []component{&Health{s: s}, &Wake{s: s}, &Timeouts{s: s}, &Reconciler{s: s}, &Retention{s: s}, &VolumeGC{s: s}, &Pools{s: s}}
 	if m.GC != nil {
-		leaderJobs = append(leaderJobs, &gcJob{gc: m.GC})
+		leaderJobs = append(leaderJobs, &gcJob{gc: m.GC, s: s})
 	}
+	leaderJobs = append(leaderJobs, s.obs.leaderJobs(s)...) // metrics from the streams (metrics.go)
 	commands := newCommands(s, m.MaxInFlight)
 	controls := &Controls{s: s}
 	crashes := &Crashes{s: s}
@@ -50,6 +51,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	// Each component's loop gets a context that Run cancels only through
 	// its Stop, in the order above.
 	base := context.WithoutCancel(ctx)
+	presence := &Presence{s: s}
+	presence.Start(base)
+	defer presence.Stop()
 	for _, c := range []component{crashes, leader, controls, commands} {
 		c.Start(base)
 	}
@@ -64,9 +68,10 @@ func (m *Manager) Run(ctx context.Context) error {
 type gcJob struct {
 	job
 	gc *ImageGC
+	s  *Spawner
 }
 
-func (g *gcJob) Start(ctx context.Context) { g.start(ctx, g.gc.Run) }
+func (g *gcJob) Start(ctx context.Context) { g.start(ctx, g.run) }
 
 // Shutdown retires every worker of this key prefix, in parallel: the
 // manager, stopping, leaves no container behind. Every worker is tried;

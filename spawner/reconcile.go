@@ -91,6 +91,7 @@ func (s *Spawner) Reconcile(ctx context.Context) (ReconcileReport, error) {
 	rep.UsersDeleted = s.dropStrayUsers(ctx)
 	s.log.Info("reconciled", "orphans_removed", rep.OrphansRemoved, "missing_retired", rep.MissingMarked,
 		"states_fixed", rep.StatesFixed, "started", rep.Started, "exited", rep.Exited, "taken_over", rep.TakenOver, "containers", rep.ContainersSeen)
+	s.obs.reconciled(s.now(), rep)
 	return rep, nil
 }
 

@@ -69,6 +69,8 @@ type Spawner struct {
 	aclOnce sync.Once // decides acl and aclErr, once
 	acl     bool      // workers get Redis users of their own
 	aclErr  error
+
+	obs observer // metrics and manager state (metrics.go); zero: none
 }
 
 // New returns a Spawner. images builds the worker images (its Docker and
@@ -159,6 +161,14 @@ const LabelCommandID = protocol.LabelCommandID
 // A spec that matches a warm pool's template takes one of its warm
 // workers when one is ready (see pools.go); otherwise it is made cold.
 func (s *Spawner) CreateFor(ctx context.Context, commandID string, spec protocol.WorkerSpec) (protocol.WorkerInfo, error) {
+	start := time.Now()
+	info, err := s.createFor(ctx, commandID, spec)
+	s.obs.createDone(start, err)
+	return info, err
+}
+
+// createFor is CreateFor without the metrics.
+func (s *Spawner) createFor(ctx context.Context, commandID string, spec protocol.WorkerSpec) (protocol.WorkerInfo, error) {
 	if p := s.poolFor(spec); p != nil {
 		if info, ok, err := s.allocate(ctx, commandID, p); ok || err != nil {
 			return info, err

@@ -30,7 +30,10 @@ func (w *Wake) run(ctx context.Context) {
 			if b, err := s.busy(ctx, id); err != nil || b == rdb.NotBusy {
 				return
 			}
-			if err := s.Unpause(ctx, id); err != nil && !IsNotFound(err) {
+			start := time.Now()
+			err := s.Unpause(ctx, id)
+			s.obs.woken(start, err)
+			if err != nil && !IsNotFound(err) {
 				s.log.Warn("wake on input", "worker_id", id, "err", err)
 			}
 		})

@@ -49,7 +49,7 @@ func (e Event) WorkerID() string {
 // created while it runs, and the developer queue's output stream. It reads
 // without a consumer group: any number of watchers see every entry.
 type Watcher struct {
-	Redis *redis.Client
+	Redis redis.Cmdable
 	Keys  protocol.Keys
 	// FromStart replays what the streams hold before following them;
 	// otherwise only entries added after Run starts are delivered.

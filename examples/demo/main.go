@@ -15,9 +15,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -124,15 +126,17 @@ type demo struct {
 	start                        time.Time
 	runID                        string // makes this run's request ids unique
 
-	rdb  *redis.Client
-	keys protocol.Keys
-	stub *stubmodel.Server // nil with the real API
-	cli  *spawner.Client
+	rdb   *redis.Client
+	keys  protocol.Keys
+	stub  *stubmodel.Server // nil with the real API
+	cli   *spawner.Client
+	tasks *spawner.Tasks
 
-	mu      sync.Mutex
-	names   map[string]string // worker id → display name
-	outputs map[string]chan protocol.Output
-	events  map[string]chan protocol.Event // worker id → its lifecycle events
+	metricsAddr string // where the manager serves /metrics and the dashboard
+
+	mu     sync.Mutex
+	names  map[string]string              // worker id → display name
+	events map[string]chan protocol.Event // worker id → its lifecycle events
 }
 
 func (d *demo) say(format string, args ...any) {
@@ -157,7 +161,7 @@ func (d *demo) name(id string) string {
 }
 
 func (d *demo) run(ctx context.Context) error {
-	d.names, d.outputs, d.events = map[string]string{}, map[string]chan protocol.Output{}, map[string]chan protocol.Event{}
+	d.names, d.events = map[string]string{}, map[string]chan protocol.Event{}
 	opt, err := redis.ParseURL(d.redisURL)
 	if err != nil {
 		return fmt.Errorf("redis url: %w", err)
@@ -171,10 +175,11 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	d.cli = &spawner.Client{Redis: d.rdb, Keys: d.keys, Name: "demo", Timeout: 5 * time.Minute}
+	d.tasks = &spawner.Tasks{Redis: d.rdb, Keys: d.keys}
 
 	d.section("set-up")
 	env := []string{"REDIS_URL=" + d.redisURL, "WORKER_KEY_PREFIX=" + d.keys.Prefix, "MANAGER_ID=demo", "HEARTBEAT_INTERVAL=2s",
-		"WORKER_STOP_TIMEOUT=12s", "WORKER_NETWORK_MODE=host"}
+		"WORKER_STOP_TIMEOUT=12s", "WORKER_NETWORK_MODE=host", "METRICS_ADDR=" + envOr("DEMO_METRICS_ADDR", "127.0.0.1:0")}
 	if key := os.Getenv("ANTHROPIC_API_KEY"); key != "" && os.Getenv("DEMO_STUB") != "true" {
 		d.say("ANTHROPIC_API_KEY is set: the agents use the real Anthropic API")
 		env = append(env, "DROID_BASE_URL=https://api.anthropic.com")
@@ -215,6 +220,9 @@ func (d *demo) run(ctx context.Context) error {
 		}
 	}()
 
+	if err := d.dashboard(ctx); err != nil {
+		return err
+	}
 	if err := d.claudeWorker(ctx); err != nil {
 		return err
 	}
@@ -222,6 +230,10 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	if err := d.usage(ctx); err != nil {
+		return err
+	}
+
+	if err := d.metrics(ctx); err != nil {
 		return err
 	}
 
@@ -294,14 +306,13 @@ func (d *demo) create(ctx context.Context, name string, spec protocol.WorkerSpec
 	return w.WorkerID, nil
 }
 
-func (d *demo) channels(id string) (chan protocol.Output, chan protocol.Event) {
+func (d *demo) channels(id string) chan protocol.Event {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, ok := d.outputs[id]; !ok {
-		d.outputs[id] = make(chan protocol.Output, 16)
+	if _, ok := d.events[id]; !ok {
 		d.events[id] = make(chan protocol.Event, 64)
 	}
-	return d.outputs[id], d.events[id]
+	return d.events[id]
 }
 
 // send puts a task on the worker's input stream and waits for its output.
@@ -311,11 +322,8 @@ func (d *demo) send(ctx context.Context, id, project, requestID, prompt string, 
 	}
 	// Request ids are unique per request: a run's status outlives it.
 	requestID += "-" + d.runID
-	doc, err := protocol.Task{RequestID: requestID, ProjectID: project, Prompt: prompt, TimeoutSeconds: 240}.Encode()
+	sent, err := d.tasks.Send(ctx, id, protocol.Task{RequestID: requestID, ProjectID: project, Prompt: prompt, TimeoutSeconds: 240})
 	if err != nil {
-		return protocol.Output{}, err
-	}
-	if err := d.rdb.XAdd(ctx, &redis.XAddArgs{Stream: d.keys.Input(id), Values: protocol.Values(doc)}).Err(); err != nil {
 		return protocol.Output{}, err
 	}
 	short := prompt
@@ -323,18 +331,20 @@ func (d *demo) send(ctx context.Context, id, project, requestID, prompt string, 
 		short = short[:67] + "..."
 	}
 	d.say("task %s → %s: %q", requestID, d.keys.Input(id), short)
-	outs, _ := d.channels(id)
-	select {
-	case o := <-outs:
-		if o.Status != protocol.StatusComplete {
-			return o, fmt.Errorf("task %s ended %s: %+v", requestID, o.Status, o.Error)
-		}
-		return o, nil
-	case <-ctx.Done():
-		return protocol.Output{}, ctx.Err()
-	case <-time.After(4 * time.Minute):
-		return protocol.Output{}, fmt.Errorf("no output for task %s within 4 min (manager log: %s)", requestID, d.logPath())
+	// The timeline (print) shows the progress and the output as the
+	// watcher reads them; Await only waits for the output.
+	wctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	defer cancel()
+	o, err := d.tasks.Await(wctx, sent, nil)
+	switch {
+	case errors.Is(err, spawner.ErrAwaitTimeout):
+		return o, fmt.Errorf("no output for task %s within 4 min (manager log: %s)", requestID, d.logPath())
+	case err != nil:
+		return o, err
+	case o.Status != protocol.StatusComplete:
+		return o, fmt.Errorf("task %s ended %s: %+v", requestID, o.Status, o.Error)
 	}
+	return o, nil
 }
 
 // checkToolResult makes sure, with the stub, that the agent's shell tool
@@ -356,7 +366,7 @@ func (d *demo) checkToolResult(requestID string) error {
 
 // waitEvent waits for a lifecycle event of the worker.
 func (d *demo) waitEvent(id string, want protocol.Event, timeout time.Duration) error {
-	_, evs := d.channels(id)
+	evs := d.channels(id)
 	deadline := time.After(timeout)
 	for {
 		select {
@@ -490,7 +500,7 @@ func (d *demo) print(ev spawner.Event) {
 		return
 	}
 	id := ev.WorkerID()
-	outs, evs := d.channels(id)
+	evs := d.channels(id)
 	n := d.name(id)
 	switch {
 	case ev.Lifecycle != nil:
@@ -533,7 +543,6 @@ func (d *demo) print(ev spawner.Event) {
 		d.say("%-8s output    %s %s result %s, session %s%s", n, o.RequestID, o.Status, compact(o.Result), short(o.SessionID), sess)
 		d.say("%-8s           tokens in %d out %d cache %d/%d, context %d, $%.4f, %d ms", n, o.Usage.Input, o.Usage.Output,
 			o.Usage.CacheRead, o.Usage.CacheCreation, o.ContextTokens, o.CostUSD, o.DurationMS)
-		outs <- *o
 	}
 }
 
@@ -547,4 +556,61 @@ func compact(raw json.RawMessage) string {
 	}
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// dashboard prints where the manager's dashboard and metrics are, as its
+// state in Redis says.
+func (d *demo) dashboard(ctx context.Context) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ms, err := spawner.ListManagers(ctx, d.rdb, d.keys)
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			if m.ID == "demo" && m.MetricsAddr != "" {
+				d.metricsAddr = m.MetricsAddr
+				d.say("dashboard: http://%s/ (live while the demo runs; Prometheus metrics at /metrics)", m.MetricsAddr)
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the manager wrote no state with its metrics address (manager log: %s)", d.logPath())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// metrics prints what the manager's /metrics says about this run.
+func (d *demo) metrics(ctx context.Context) error {
+	d.section("metrics the manager saw (" + d.metricsAddr + "/metrics, agentvisor_*)")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.metricsAddr+"/metrics", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	shown := 0
+	for _, line := range strings.Split(string(body), "\n") {
+		for _, name := range []string{"agentvisor_workers{", "agentvisor_tasks_total", "agentvisor_creates_total", "agentvisor_tokens_total",
+			"agentvisor_cost_usd_total", "agentvisor_wake_duration_seconds_count", "agentvisor_lifecycle_events_total{event=\"paused\"}"} {
+			if strings.HasPrefix(line, name) {
+				fmt.Fprintf(d.out, "  %s\n", line)
+				shown++
+			}
+		}
+	}
+	if shown == 0 {
+		return fmt.Errorf("metrics: no agentvisor_ series in %d bytes", len(body))
+	}
+	return nil
 }

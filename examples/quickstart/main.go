@@ -13,7 +13,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -75,47 +74,24 @@ func run(ctx context.Context, prompt string) error {
 	defer s.Delete(context.WithoutCancel(ctx), w.WorkerID)
 	fmt.Printf("worker %s created (image %s)\n", w.WorkerID, w.Image)
 
-	// 3. A task on the worker's input stream.
+	// 3. A task on the worker's input stream, and 4. its output from the
+	// worker's output stream (progress events arrive there first).
+	tasks := &spawner.Tasks{Redis: rdb, Keys: cfg.Keys}
 	task := protocol.Task{RequestID: fmt.Sprintf("quickstart-%d", time.Now().UnixNano()), ProjectID: "quickstart", Prompt: prompt}
-	doc, err := task.Encode()
+	sent, err := tasks.Send(ctx, w.WorkerID, task)
 	if err != nil {
 		return err
 	}
-	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: cfg.Keys.Input(w.WorkerID), Values: protocol.Values(doc)}).Err(); err != nil {
+	fmt.Printf("task %s sent\n", sent.RequestID)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	o, err := tasks.Await(wctx, sent, func(p protocol.Progress) { fmt.Printf("progress: %s\n", p.Step) })
+	if err != nil {
 		return err
 	}
-	fmt.Printf("task %s sent\n", task.RequestID)
-
-	// 4. Its output, from the worker's output stream (progress events
-	// arrive there too).
-	out, last := cfg.Keys.Output(w.WorkerID), "0-0"
-	for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); {
-		res, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{out, last}, Block: time.Second}).Result()
-		if errors.Is(err, redis.Nil) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		for _, m := range res[0].Messages {
-			last = m.ID
-			data, _ := protocol.EntryData(m.Values)
-			if _, typ, _ := protocol.PeekType(data); typ != protocol.TypeOutput {
-				continue
-			}
-			o, err := protocol.DecodeOutput(data)
-			if err != nil {
-				return err
-			}
-			if o.RequestID != task.RequestID {
-				continue
-			}
-			fmt.Printf("output: %s, result %s, %d input and %d output tokens, $%.4f\n", o.Status, o.Result, o.Usage.Input, o.Usage.Output, o.CostUSD)
-			if o.Status != protocol.StatusComplete {
-				return fmt.Errorf("the task ended %s: %+v", o.Status, o.Error)
-			}
-			return nil
-		}
+	fmt.Printf("output: %s, result %s, %d input and %d output tokens, $%.4f\n", o.Status, o.Result, o.Usage.Input, o.Usage.Output, o.CostUSD)
+	if o.Status != protocol.StatusComplete {
+		return fmt.Errorf("the task ended %s: %+v", o.Status, o.Error)
 	}
-	return fmt.Errorf("no output within 5 minutes")
+	return nil
 }

@@ -5,6 +5,10 @@
 // crashes, and collects stale worker images daily. Configuration comes
 // from the environment (see spawner/README.md).
 //
+// It serves Prometheus metrics at /metrics and the live dashboard at / on
+// METRICS_ADDR (127.0.0.1:9464; off to disable), and keeps its state in
+// Redis for `workerctl managers`.
+//
 // SIGTERM or SIGINT: stop reading commands, finish those in flight, and
 // remove every worker of its key prefix (set KEEP_WORKERS=true to leave
 // them running).
@@ -22,13 +26,25 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/spawner"
+	"github.com/agentvisor/agentvisor/spawner/dashboard"
 )
 
-func main() { os.Exit(run()) }
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := run(ctx, os.Getenv, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
+	stop()
+	os.Exit(code)
+}
 
-func run() int {
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	cfg, err := spawner.ConfigFromEnv(os.Getenv)
+// run serves until ctx ends, configured by getenv, and returns the exit
+// code.
+func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int {
+	cfg, err := spawner.ConfigFromEnv(getenv)
+	if err != nil {
+		log.Error("invalid configuration", "err", err)
+		return 2
+	}
+	ops, err := spawner.OpsConfigFromEnv(getenv)
 	if err != nil {
 		log.Error("invalid configuration", "err", err)
 		return 2
@@ -52,17 +68,33 @@ func run() int {
 	defer dc.Close()
 	images := &spawner.Images{Docker: dc, Redis: rdb, Keys: cfg.Keys, BaseImage: cfg.BaseImage}
 	s := spawner.New(cfg, dc, rdb, images, log)
-	gc := &spawner.ImageGC{Docker: dc, Redis: rdb, Keys: cfg.Keys, Log: log, PruneBuildCache: cfg.PruneBuildCache}
+	gc := &spawner.ImageGC{Docker: dc, Redis: rdb, Keys: cfg.Keys, Log: log, PruneBuildCache: cfg.PruneBuildCache,
+		Retention: ops.GCRetention, Interval: ops.GCInterval, DryRun: ops.GCDryRun}
 	m := &spawner.Manager{S: s, GC: gc}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
+	if ops.MetricsAddr != "" {
+		metrics := spawner.NewMetrics(rdb, cfg.Keys, ops.MetricsMaxProjects)
+		rdb.AddHook(metrics.RedisHook())
+		images.OnBuild = metrics.ImageBuilt
+		page := (&dashboard.Dashboard{Redis: rdb, Keys: cfg.Keys, Log: log}).Handler()
+		// An address in use (a second manager on this host with the
+		// default) costs the metrics, not the workers: the manager runs on
+		// and says so.
+		if srv, addr, err := spawner.ServeOps(ops.MetricsAddr, metrics, page, log); err != nil {
+			log.Error("metrics endpoint not served: this manager runs without /metrics and the dashboard (set METRICS_ADDR)",
+				"err", err, "addr", ops.MetricsAddr)
+		} else {
+			defer srv.Close()
+			s.UseMetrics(metrics, addr)
+			log.Info("metrics and dashboard", "url", "http://"+addr+"/")
+		}
+	}
 	log.Info("worker-manager started", "manager_id", cfg.ManagerID, "max_workers", cfg.MaxWorkers)
 	if err := m.Run(ctx); err != nil {
 		log.Error("manager failed", "err", err)
 		return 1
 	}
-	if os.Getenv("KEEP_WORKERS") != "true" {
+	if getenv("KEEP_WORKERS") != "true" {
 		sctx, cancel := context.WithTimeout(context.Background(), cfg.StopTimeout+30*time.Second)
 		defer cancel()
 		start := time.Now()

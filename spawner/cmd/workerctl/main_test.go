@@ -22,9 +22,10 @@ func ctlRun(rt *spawnertest.Runtime, args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
-func TestWorkerctl(t *testing.T) {
-	rt := spawnertest.Start(t, nil)
-	must := func(want int, args ...string) string {
+// mustRun returns a runner of workerctl that fails the test on an exit
+// code other than the one wanted, and returns the standard output.
+func mustRun(t *testing.T, rt *spawnertest.Runtime) func(want int, args ...string) string {
+	return func(want int, args ...string) string {
 		t.Helper()
 		code, out, errs := ctlRun(rt, args...)
 		if code != want {
@@ -32,6 +33,11 @@ func TestWorkerctl(t *testing.T) {
 		}
 		return out
 	}
+}
+
+func TestWorkerctl(t *testing.T) {
+	rt := spawnertest.Start(t, nil)
+	must := mustRun(t, rt)
 
 	// Bad usage and unknown workers have their own exit codes.
 	must(exitUsage)

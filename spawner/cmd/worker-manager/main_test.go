@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/spawner"
+	"github.com/agentvisor/agentvisor/spawner/spawnertest"
+	"github.com/agentvisor/agentvisor/stubmodel"
+)
+
+// A real Prometheus server (Debian's prometheus) scrapes a live
+// worker-manager, found through the manager state it writes in Redis,
+// after a worker ran a task; it sees the manager's metrics and loads the
+// project's alert rules.
+func TestPrometheusScrapesManager(t *testing.T) {
+	promBin, err := exec.LookPath("prometheus")
+	if err != nil {
+		t.Fatal("prometheus is not installed (make setup installs Debian's): ", err)
+	}
+	spawnertest.BuildImages(t)
+	r := testkit.StartRedis(t)
+	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rc.Close()
+	stub, err := stubmodel.Start(stubmodel.Script{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stub.Close()
+	t.Setenv("ANTHROPIC_BASE_URL", stub.URL)
+	t.Setenv("ANTHROPIC_API_KEY", "sk-stub-0123456789")
+	keys := protocol.Keys{Prefix: fmt.Sprintf("prom%d", time.Now().UnixNano())}
+	env := map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": keys.Prefix, "MANAGER_ID": "prom-test",
+		"METRICS_ADDR": "127.0.0.1:0", "WORKER_STOP_TIMEOUT": "12s", "HEARTBEAT_INTERVAL": "2s"}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, func(k string) string { return env[k] }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("worker-manager exited %d", code)
+		}
+	}()
+
+	// The manager says where its metrics are.
+	var addr string
+	for deadline := time.Now().Add(15 * time.Second); addr == ""; {
+		ms, err := spawner.ListManagers(ctx, rc, keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) == 1 {
+			addr = ms[0].MetricsAddr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no manager state with a metrics address: %+v", ms)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// A worker that completes a task.
+	cli := &spawner.Client{Redis: rc, Keys: keys, Timeout: 3 * time.Minute}
+	reply, err := cli.Do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &protocol.WorkerSpec{AgentType: protocol.AgentClaude, ProjectID: "shop"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{{Text: `{"status": "complete", "result": {"ok": true}}`}}})
+	tctx, tcancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer tcancel()
+	o, err := (&spawner.Tasks{Redis: rc, Keys: keys}).Run(tctx, reply.Worker.WorkerID, protocol.Task{ProjectID: "shop", Prompt: "Do it."}, nil)
+	if err != nil || o.Status != protocol.StatusComplete {
+		t.Fatalf("task: %+v %v", o, err)
+	}
+
+	// Prometheus, scraping every 250 ms, with the alert rules.
+	_, file, _, _ := runtime.Caller(0)
+	rules := filepath.Join(filepath.Dir(file), "..", "..", "..", "ops", "prometheus", "alerts.yml")
+	dir := t.TempDir()
+	cfg := fmt.Sprintf("global: {scrape_interval: 250ms, evaluation_interval: 1s}\nrule_files: [%q]\n"+
+		"scrape_configs:\n  - job_name: agentvisor\n    static_configs: [{targets: [%q]}]\n", rules, addr)
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	web := freeAddr(t)
+	prom := exec.Command(promBin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+web)
+	var promLog strings.Builder
+	prom.Stdout, prom.Stderr = &promLog, &promLog
+	if err := prom.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = prom.Process.Kill()
+		_ = prom.Wait()
+		if t.Failed() {
+			t.Logf("prometheus log:\n%s", promLog.String())
+		}
+	}()
+
+	query := func(q string) []struct {
+		Metric map[string]string `json:"metric"`
+		Value  [2]any            `json:"value"`
+	} {
+		resp, err := http.Get("http://" + web + "/api/v1/query?query=" + url.QueryEscape(q))
+		if err != nil {
+			return nil
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Data struct {
+				Result []struct {
+					Metric map[string]string `json:"metric"`
+					Value  [2]any            `json:"value"`
+				} `json:"result"`
+			} `json:"data"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		return body.Data.Result
+	}
+	for _, q := range []string{
+		`up{job="agentvisor"} == 1`,
+		`sum(agentvisor_workers{agent="claude",host="prom-test"}) == 1`,
+		`agentvisor_tasks_total{agent="claude",status="complete"} == 1`,
+		`agentvisor_creates_total{outcome="ok"} == 1`,
+		`agentvisor_create_duration_seconds_count{outcome="ok"} == 1`,
+		`agentvisor_tokens_total{project="shop",type="input"} > 0`,
+		`agentvisor_leases_held{lease="leader"} == 1`,
+		`agentvisor_creation_queue_depth == 0`,
+	} {
+		deadline := time.Now().Add(30 * time.Second)
+		for len(query(q)) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("Prometheus never saw %s", q)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	// The alert rules are loaded and evaluated (none fires here).
+	resp, err := http.Get("http://" + web + "/api/v1/rules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var rulesBody struct {
+		Data struct {
+			Groups []struct {
+				Rules []struct {
+					Name   string `json:"name"`
+					State  string `json:"state"`
+					Health string `json:"health"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&rulesBody); err != nil || len(rulesBody.Data.Groups) != 1 || len(rulesBody.Data.Groups[0].Rules) < 9 {
+		t.Fatalf("rules: %+v %v", rulesBody, err)
+	}
+	for _, rule := range rulesBody.Data.Groups[0].Rules {
+		if rule.Health == "err" || rule.State == "firing" {
+			t.Errorf("rule %s: health %s, state %s", rule.Name, rule.Health, rule.State)
+		}
+	}
+}
+
+// A METRICS_ADDR in use (a second manager on the host with the default)
+// costs the metrics, not the manager: it runs, says so in its state (no
+// metrics address), and exits cleanly.
+func TestMetricsAddrInUse(t *testing.T) {
+	r := testkit.StartRedis(t)
+	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rc.Close()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	keys := protocol.Keys{Prefix: fmt.Sprintf("busy%d", time.Now().UnixNano())}
+	env := map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": keys.Prefix, "MANAGER_ID": "second", "METRICS_ADDR": busy.Addr().String()}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, func(k string) string { return env[k] }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}()
+	var ms []spawner.ManagerState
+	for deadline := time.Now().Add(15 * time.Second); len(ms) == 0; time.Sleep(50 * time.Millisecond) {
+		if ms, err = spawner.ListManagers(ctx, rc, keys); err != nil || time.Now().After(deadline) {
+			t.Fatalf("no manager state: %v", err)
+		}
+	}
+	if ms[0].ID != "second" || ms[0].MetricsAddr != "" {
+		t.Errorf("manager state %+v", ms[0])
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}

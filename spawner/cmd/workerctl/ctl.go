@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner"
+)
+
+// ctl is what every command shares: the global flags and the Redis
+// client made from them.
+type ctl struct {
+	redisURL, prefix string
+	json             bool
+	out              io.Writer
+
+	rdb  *redis.Client
+	keys protocol.Keys
+}
+
+// open checks the global flags and makes the Redis client (it connects
+// on first use).
+func (c *ctl) open() error {
+	keys, err := protocol.NewKeys(c.prefix)
+	if err != nil {
+		return fail(exitUsage, "--prefix: %v", err)
+	}
+	opt, err := redis.ParseURL(c.redisURL)
+	if err != nil {
+		// The parser's error may quote the URL, password and all.
+		return fail(exitUsage, "--redis: not a valid redis:// or rediss:// URL: %s", spawner.RedactURL(c.redisURL))
+	}
+	c.keys, c.rdb = keys, redis.NewClient(opt)
+	return nil
+}
+
+func (c *ctl) close() {
+	if c.rdb != nil {
+		c.rdb.Close()
+	}
+}
+
+// resolve turns a worker id or unique prefix into the worker id.
+func (c *ctl) resolve(ctx context.Context, arg string) (string, error) {
+	ids, err := c.rdb.SMembers(ctx, c.keys.Workers()).Result()
+	if err != nil {
+		return "", fmt.Errorf("redis: %w", err)
+	}
+	var found []string
+	for _, id := range ids {
+		if id == arg {
+			return id, nil
+		}
+		if strings.HasPrefix(id, arg) {
+			found = append(found, id)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", fail(exitNotFound, "no worker %q", arg)
+	case 1:
+		return found[0], nil
+	}
+	return "", fail(exitUsage, "%q names %d workers; give more of the id", arg, len(found))
+}
+
+// workerRow is a worker as list and status show it.
+type workerRow struct {
+	protocol.WorkerInfo
+	CreatedAt time.Time           `json:"created_at,omitzero"`
+	Heartbeat *protocol.Heartbeat `json:"heartbeat,omitempty"`
+}
+
+// read reads a worker's status hash and heartbeat.
+func (c *ctl) read(ctx context.Context, id string) (workerRow, error) {
+	h, err := c.rdb.HGetAll(ctx, c.keys.Status(id)).Result()
+	if err != nil {
+		return workerRow{}, fmt.Errorf("redis: %w", err)
+	}
+	if len(h) == 0 {
+		return workerRow{}, fail(exitNotFound, "no worker %q", id)
+	}
+	row := workerRow{WorkerInfo: spawner.InfoFromHash(id, h)}
+	row.CreatedAt, _ = protocol.ParseTime(h[protocol.StatusFieldCreatedAt])
+	if doc, err := c.rdb.Get(ctx, c.keys.Heartbeat(id)).Bytes(); err == nil {
+		if hb, err := protocol.DecodeHeartbeat(doc); err == nil {
+			row.Heartbeat = &hb
+		}
+	}
+	return row, nil
+}
+
+// do sends a command to the worker-managers; no answer within the timeout
+// means no manager runs (exit 6).
+func (c *ctl) do(ctx context.Context, cmd protocol.Command, timeout time.Duration) (protocol.Reply, error) {
+	cl := &spawner.Client{Redis: c.rdb, Keys: c.keys, Timeout: timeout}
+	r, err := cl.Do(ctx, cmd)
+	var se *spawner.Error
+	if errors.As(err, &se) && se.Code == protocol.CodeUpstreamUnavailable && strings.Contains(err.Error(), "no reply") {
+		return r, fail(exitTimeout, "no worker-manager answered within %v (is one running on this Redis and prefix?)", timeout)
+	}
+	return r, err
+}
+
+// completeWorkers completes a WORKER argument from the workers set.
+func completeWorkers(c *ctl) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 || c.open() != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
+		defer cancel()
+		ids, err := c.rdb.SMembers(ctx, c.keys.Workers()).Result()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveError
+		}
+		var out []cobra.Completion
+		for _, id := range ids {
+			if strings.HasPrefix(id, toComplete) {
+				out = append(out, id)
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// fixed completes a flag from a fixed list.
+func fixed(values ...string) cobra.CompletionFunc {
+	return cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp)
+}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/docker/docker/client"
+
+	"github.com/agentvisor/agentvisor/spawner"
+)
+
+// engine is a spawner over this host's Docker engine, for the commands
+// that act on containers, images and volumes themselves (volumes, gc,
+// reconcile). Its configuration is the worker-manager's (the environment,
+// spawner.ConfigFromEnv), with --redis and --prefix.
+type engine struct {
+	cfg spawner.Config
+	ops spawner.OpsConfig
+	dc  *client.Client
+	s   *spawner.Spawner
+}
+
+func (c *ctl) engine(ctx context.Context) (*engine, error) {
+	cfg, err := spawner.ConfigFromEnv(func(name string) string {
+		switch name {
+		case "REDIS_URL":
+			return c.redisURL
+		case "WORKER_KEY_PREFIX":
+			return c.keys.Prefix
+		}
+		return os.Getenv(name)
+	})
+	if err != nil {
+		return nil, fail(exitUsage, "%v", err)
+	}
+	ops, err := spawner.OpsConfigFromEnv(os.Getenv)
+	if err != nil {
+		return nil, fail(exitUsage, "%v", err)
+	}
+	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, fmt.Errorf("docker: %w", err)
+	}
+	dc.NegotiateAPIVersion(ctx)
+	s := spawner.New(cfg, dc, c.rdb, nil, quiet)
+	return &engine{cfg: cfg, ops: ops, dc: dc, s: s}, nil
+}
+
+func (e *engine) close() { e.dc.Close() }
+
+// withEngine runs fn with an engine and closes it after.
+func (c *ctl) withEngine(ctx context.Context, fn func(e *engine) error) error {
+	e, err := c.engine(ctx)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	return fn(e)
+}
+
+// quiet is the library's logger here: workerctl reports what it did
+// itself.
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner"
+	"github.com/agentvisor/agentvisor/spawner/spawnertest"
+)
+
+// Help, completion and flag spelling need no Redis.
+func TestWorkerctlHelpAndCompletion(t *testing.T) {
+	runCtl := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), args, &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	code, out, _ := runCtl("--help")
+	if code != exitOK {
+		t.Fatalf("--help: exit %d", code)
+	}
+	for _, cmd := range []string{"list", "status", "events", "spawn", "send", "pause", "resume", "kill", "usage",
+		"managers", "reconcile", "reset-context", "gc", "volumes", "completion"} {
+		if !strings.Contains(out, "\n  "+cmd+" ") {
+			t.Errorf("--help does not list %s:\n%s", cmd, out)
+		}
+	}
+	// Every flag of every command has its help text.
+	root := newRoot(&ctl{})
+	for _, c := range root.Commands() {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if strings.TrimSpace(f.Usage) == "" {
+				t.Errorf("%s --%s has no help", c.Name(), f.Name)
+			}
+		})
+	}
+	root.PersistentFlags().VisitAll(func(f *pflag.Flag) {
+		if strings.TrimSpace(f.Usage) == "" {
+			t.Errorf("--%s has no help", f.Name)
+		}
+	})
+	if code, out, _ := runCtl("-h"); code != exitOK || !strings.Contains(out, "Exit codes") {
+		t.Errorf("-h: exit %d\n%s", code, out)
+	}
+	if code, out, _ := runCtl("send", "-help"); code != exitOK || !strings.Contains(out, "--wait") || !strings.Contains(out, "--timeout") {
+		t.Errorf("send -help: exit %d\n%s", code, out)
+	}
+	for _, shell := range []string{"bash", "zsh", "fish", "powershell"} {
+		if code, out, _ := runCtl("completion", shell); code != exitOK || !strings.Contains(out, "workerctl") {
+			t.Errorf("completion %s: exit %d", shell, code)
+		}
+	}
+	if _, out, _ := runCtl("__complete", "spawn", "--agent", ""); !strings.Contains(out, "claude\ndroid\n") {
+		t.Errorf("completion of --agent:\n%s", out)
+	}
+	if _, out, _ := runCtl("__complete", "spawn", "--cap", ""); !strings.Contains(out, "GIT\n") {
+		t.Errorf("completion of --cap:\n%s", out)
+	}
+	if code, _, errs := runCtl("reset-context", "shop", "--agent", "gpt"); code != exitUsage {
+		t.Errorf("reset-context --agent gpt: exit %d %s", code, errs)
+	}
+	if code, _, errs := runCtl("--redis", "http://nope", "list"); code != exitUsage || !strings.Contains(errs, "--redis") {
+		t.Errorf("a bad --redis: exit %d %s", code, errs)
+	}
+}
+
+// The operator commands against a live runtime: managers, reconcile
+// (which removes an orphan container), gc --dry-run (which removes
+// nothing), reset-context, and worker id completion.
+func TestWorkerctlOperators(t *testing.T) {
+	rt := spawnertest.Start(t, nil)
+	must := mustRun(t, rt)
+	id := strings.TrimSpace(must(exitOK, "spawn", "--agent", "claude", "--project", "ops"))
+
+	// managers: the runtime's manager, holding the leader lease.
+	var ms []spawner.ManagerState
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ms = nil
+		if err := json.Unmarshal([]byte(must(exitOK, "--json", "managers")), &ms); err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) == 1 && len(ms[0].Leases) == 1 && !ms[0].LastReconcileAt.IsZero() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("managers: %+v", ms)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if ms[0].PID == 0 || ms[0].Host == "" || ms[0].Leases[0] != protocol.LeaderLease {
+		t.Errorf("manager state %+v", ms[0])
+	}
+	if out := must(exitOK, "managers"); !strings.HasPrefix(out, "MANAGER") || !strings.Contains(out, ms[0].ID) || !strings.Contains(out, "leader") {
+		t.Errorf("managers:\n%s", out)
+	}
+
+	// reconcile: an unknown labelled container of this prefix is removed,
+	// the worker is left alone.
+	orphan, err := exec.Command("docker", "create", "--label", protocol.LabelManaged+"=true", "--label", protocol.LabelKeyPrefix+"="+rt.Keys.Prefix,
+		"--label", protocol.LabelWorkerID+"=orphan-1", spawner.DefaultBaseImage).Output()
+	if err != nil {
+		t.Fatalf("docker create: %v", err)
+	}
+	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", strings.TrimSpace(string(orphan))).Run() })
+	t.Setenv("CREATION_GRACE", "1ms")
+	var rep spawner.ReconcileReport
+	if err := json.Unmarshal([]byte(must(exitOK, "--json", "reconcile")), &rep); err != nil || rep.OrphansRemoved != 1 || rep.WorkersKnown != 1 {
+		t.Errorf("reconcile: %+v %v", rep, err)
+	}
+	if out, _ := exec.Command("docker", "ps", "-aq", "--filter", "id="+strings.TrimSpace(string(orphan))).Output(); len(bytes.TrimSpace(out)) != 0 {
+		t.Error("the orphan container is still there")
+	}
+	if out := must(exitOK, "reconcile"); !strings.Contains(out, "orphans removed") {
+		t.Errorf("reconcile:\n%s", out)
+	}
+	must(exitOK, "status", id[:8])
+
+	// gc --dry-run: the worker's image is stale at a 1ns retention but in
+	// use; nothing is removed.
+	var gc spawner.GCReport
+	if err := json.Unmarshal([]byte(must(exitOK, "--json", "gc", "--dry-run", "--retention", "1ns")), &gc); err != nil || !gc.DryRun || len(gc.Removed) != 0 || len(gc.KeptInUse) != 1 {
+		t.Errorf("gc --dry-run: %+v %v", gc, err)
+	}
+	if out := must(exitOK, "gc", "-dry-run"); !strings.Contains(out, "would remove") {
+		t.Errorf("gc -dry-run:\n%s", out)
+	}
+
+	// reset-context goes through the manager.
+	rt.RC.HSet(context.Background(), rt.Keys.Session(protocol.AgentClaude, "ops"), "session_id", "s1")
+	must(exitOK, "reset-context", "ops", "--agent", "claude")
+	if n := rt.RC.Exists(context.Background(), rt.Keys.Session(protocol.AgentClaude, "ops")).Val(); n != 0 {
+		t.Error("reset-context left the session")
+	}
+
+	// Worker ids complete from Redis.
+	if _, out, _ := ctlRun(rt, "__complete", "status", id[:4]); !strings.Contains(out, id+"\n") {
+		t.Errorf("completion of a worker id:\n%s", out)
+	}
+}

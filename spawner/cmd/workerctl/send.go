@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner"
+)
+
+func sendCmd(c *ctl) *cobra.Command {
+	var project, reqID string
+	var newSession, wait bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "send WORKER PROMPT",
+		Short: "Put a task on a worker's input; with --wait, print its progress and output",
+		Long: `send puts a task on the worker's input stream and prints its request id.
+With --wait it prints the task's progress and then its output, and exits
+0 complete, 4 blocked, 5 failed, 6 no output within --timeout.`,
+		Example:           `  workerctl send 1a2b "Fix the build" --wait`,
+		Args:              args(2, "WORKER and PROMPT"),
+		ValidArgsFunction: completeWorkers(c),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			ctx := cmd.Context()
+			id, err := c.resolve(ctx, a[0])
+			if err != nil {
+				return err
+			}
+			row, err := c.read(ctx, id)
+			if err != nil {
+				return err
+			}
+			if reqID == "" {
+				reqID = fmt.Sprintf("cli-%d", time.Now().UnixNano())
+			}
+			if project == "" {
+				project = row.ProjectID
+			}
+			tasks := &spawner.Tasks{Redis: c.rdb, Keys: c.keys}
+			sent, err := tasks.Send(ctx, id, protocol.Task{RequestID: reqID, ProjectID: project, Prompt: a[1], ForceNewSession: newSession})
+			var se *spawner.Error
+			if errors.As(err, &se) && se.Code == protocol.CodeInvalidTask {
+				return fail(exitUsage, "send: %v", err)
+			}
+			if err != nil {
+				return err
+			}
+			if !wait {
+				if c.json {
+					return printJSON(c.out, map[string]string{"request_id": reqID, "worker_id": id})
+				}
+				fmt.Fprintln(c.out, reqID)
+				return nil
+			}
+			wctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			var out *protocol.Output
+			err = tasks.Watch(wctx, sent, func(ev spawner.Event) {
+				if ev.Output != nil {
+					out = ev.Output
+				} else if !c.json {
+					renderEvent(c.out, false, ev)
+				}
+			})
+			switch {
+			case errors.Is(err, spawner.ErrAwaitTimeout):
+				return fail(exitTimeout, "no output for %s within %v", reqID, timeout)
+			case ctx.Err() != nil:
+				return fail(exitFailed, "interrupted")
+			case err != nil:
+				return err
+			}
+			return result(c, *out)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&project, "project", "", "the task's project (default: the worker's)")
+	f.StringVar(&reqID, "id", "", "the request id (default: cli-<nanoseconds>)")
+	f.BoolVar(&newSession, "new-session", false, "start a new agent session instead of continuing the project's")
+	f.BoolVar(&wait, "wait", false, "wait for the task's output; the exit code says how it ended")
+	f.DurationVar(&timeout, "timeout", 10*time.Minute, "with --wait: how long to wait for the output")
+	return cmd
+}
+
+// result prints a task's output and turns its status into the exit code.
+func result(c *ctl, o protocol.Output) error {
+	var err error
+	if c.json {
+		err = printJSON(c.out, o)
+	} else {
+		err = renderOutput(c.out, o)
+	}
+	if err != nil {
+		return err
+	}
+	switch o.Status {
+	case protocol.StatusBlocked:
+		return &exitError{exitBlocked, fmt.Errorf("task %s is blocked: %s", o.RequestID, o.Question)}
+	case protocol.StatusFailed:
+		msg := "failed"
+		if o.Error != nil {
+			msg = string(o.Error.Code) + ": " + o.Error.Message
+		}
+		return &exitError{exitTaskFail, fmt.Errorf("task %s failed: %s", o.RequestID, msg)}
+	}
+	return nil
+}

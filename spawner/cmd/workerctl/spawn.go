@@ -1,0 +1,81 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+func spawnCmd(c *ctl) *cobra.Command {
+	var agent, kind, project, instructions, memory string
+	var cpus float64
+	var timeout time.Duration
+	var caps, allow, env []string
+	cmd := &cobra.Command{
+		Use:     "spawn --agent claude|droid [flags]",
+		Short:   "Ask a worker-manager for a worker; prints its id",
+		Example: `  workerctl spawn --agent claude --project shop --cap GIT --allow 'git.*'`,
+		Args:    args(0, "no argument"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			spec := protocol.WorkerSpec{AgentType: protocol.AgentType(agent), Kind: protocol.Kind(kind), ProjectID: project,
+				AllowedCommands: allow, Limits: protocol.Limits{Memory: memory, CPUs: cpus}}
+			for _, cp := range caps {
+				spec.Capabilities = append(spec.Capabilities, protocol.Capability(strings.ToUpper(cp)))
+			}
+			spec.Instructions = instructions
+			if strings.HasPrefix(instructions, "@") {
+				b, err := os.ReadFile(instructions[1:])
+				if err != nil {
+					return fail(exitUsage, "spawn: --instructions: %v", err)
+				}
+				spec.Instructions = string(b)
+			}
+			for _, kv := range env {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok {
+					return fail(exitUsage, "spawn: --env %q: want NAME=VALUE", kv)
+				}
+				if spec.Env == nil {
+					spec.Env = map[string]string{}
+				}
+				spec.Env[k] = v
+			}
+			if err := spec.Validate(); err != nil {
+				return fail(exitUsage, "spawn: %v", err)
+			}
+			r, err := c.do(cmd.Context(), protocol.Command{Action: protocol.ActionCreate, Spec: &spec}, timeout)
+			if err != nil {
+				return err
+			}
+			if c.json {
+				return printJSON(c.out, r.Worker)
+			}
+			fmt.Fprintln(c.out, r.Worker.WorkerID)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&agent, "agent", "", "the agent: claude or droid (required)")
+	f.StringVar(&kind, "kind", "", "long_lived (reads its own input; the default) or developer (the shared developer queue)")
+	f.StringVar(&project, "project", "", "the project the worker's sessions and volume belong to")
+	f.StringArrayVar(&caps, "cap", nil, "a capability of the image: GIT, GITHUB_CLI, CURL, DOCKER (repeatable)")
+	f.StringArrayVar(&allow, "allow", nil, "a pattern of shell commands the agent may run, e.g. 'git.*' (repeatable)")
+	f.StringVar(&instructions, "instructions", "", "the agent's instructions (CLAUDE.md / AGENTS.md), or @FILE to read them from a file")
+	f.StringVar(&memory, "memory", "", "memory limit such as 512m (default: the manager's WORKER_MEMORY_LIMIT)")
+	f.Float64Var(&cpus, "cpus", 0, "CPU limit in cores such as 0.5 (default: the manager's WORKER_CPU_LIMIT)")
+	f.StringArrayVar(&env, "env", nil, "NAME=VALUE set in the worker's environment (repeatable)")
+	f.DurationVar(&timeout, "timeout", 6*time.Minute, "how long to wait for the manager's reply (a create may queue for a slot)")
+	_ = cmd.RegisterFlagCompletionFunc("agent", fixed(string(protocol.AgentClaude), string(protocol.AgentDroid)))
+	_ = cmd.RegisterFlagCompletionFunc("kind", fixed(string(protocol.KindLongLived), string(protocol.KindDeveloper)))
+	capNames := make([]string, len(protocol.Capabilities))
+	for i, cp := range protocol.Capabilities {
+		capNames[i] = string(cp)
+	}
+	_ = cmd.RegisterFlagCompletionFunc("cap", fixed(capNames...))
+	return cmd
+}

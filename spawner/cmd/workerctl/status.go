@@ -1,0 +1,26 @@
+package main
+
+import "github.com/spf13/cobra"
+
+func statusCmd(c *ctl) *cobra.Command {
+	return &cobra.Command{
+		Use:               "status WORKER",
+		Short:             "One worker, with its heartbeat",
+		Args:              args(1, "WORKER"),
+		ValidArgsFunction: completeWorkers(c),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			id, err := c.resolve(cmd.Context(), a[0])
+			if err != nil {
+				return err
+			}
+			r, err := c.read(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			if c.json {
+				return printJSON(c.out, r)
+			}
+			return renderWorker(c.out, r)
+		},
+	}
+}

@@ -1,0 +1,142 @@
+package spawner
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// ManagerState is what a worker-manager says about itself in Redis
+// (Keys.ManagerState), for operators: `workerctl managers`.
+type ManagerState struct {
+	ID              string    `json:"id"`
+	Instance        string    `json:"instance"`
+	Host            string    `json:"host"`
+	PID             int       `json:"pid"`
+	Version         string    `json:"version"`
+	StartedAt       time.Time `json:"started_at"`
+	UpdatedAt       time.Time `json:"updated_at"`
+	LastReconcileAt time.Time `json:"last_reconcile_at,omitzero"`
+	Leases          []string  `json:"leases"`
+	MetricsAddr     string    `json:"metrics_addr,omitempty"`
+}
+
+// Presence refreshes this manager's state hash every third of its TTL,
+// on every manager, and deletes it when stopped: a manager that stops
+// cleanly leaves the list at once, one that dies when its hash expires.
+type Presence struct {
+	job
+	s       *Spawner
+	started time.Time // set by Start, read by the loop
+}
+
+// Start refreshes until Stop.
+func (p *Presence) Start(ctx context.Context) {
+	p.started = time.Now()
+	p.start(ctx, p.run)
+}
+
+func (p *Presence) run(ctx context.Context) {
+	s := p.s
+	key := s.keys.ManagerState(s.cfg.ManagerID)
+	ttl := protocol.ManagerStateTTLSeconds * time.Second
+	host, _ := os.Hostname()
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		// Only our own hash: a manager restarted under the same id has
+		// already written its own instance.
+		if inst, _ := s.rdb.C.HGet(dctx, key, protocol.ManagerFieldInstance).Result(); inst == s.instance {
+			s.rdb.C.Del(dctx, key)
+			s.rdb.C.SRem(dctx, s.keys.Managers(), s.cfg.ManagerID)
+		}
+	}()
+	every(ctx, ttl/3, func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		var leases []string
+		if holder, err := s.rdb.LeaseHolder(ctx, protocol.LeaderLease); err == nil && holder == s.instance {
+			leases = append(leases, protocol.LeaderLease)
+		}
+		s.obs.setLeases(leases)
+		last := ""
+		if ms := s.obs.lastReconcile.Load(); ms > 0 {
+			last = protocol.FormatTime(time.UnixMilli(ms))
+		}
+		fields := map[string]any{
+			protocol.ManagerFieldID: s.cfg.ManagerID, protocol.ManagerFieldInstance: s.instance,
+			protocol.ManagerFieldHost: host, protocol.ManagerFieldPID: os.Getpid(), protocol.ManagerFieldVersion: Version(),
+			protocol.ManagerFieldStartedAt: protocol.FormatTime(p.started), protocol.ManagerFieldUpdatedAt: protocol.FormatTime(time.Now()),
+			protocol.ManagerFieldLastReconcileAt: last, protocol.ManagerFieldLeases: strings.Join(leases, ","),
+			protocol.ManagerFieldMetricsAddr: s.obs.addr,
+		}
+		_, err := s.rdb.C.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			pipe.HSet(ctx, key, fields)
+			pipe.Expire(ctx, key, ttl)
+			pipe.SAdd(ctx, s.keys.Managers(), s.cfg.ManagerID)
+			return nil
+		})
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("manager state not refreshed", "err", err)
+		}
+	})
+}
+
+// ListManagers reads the state of every manager of the key prefix,
+// sorted by id; members whose state expired are dropped from the set.
+func ListManagers(ctx context.Context, rc redis.Cmdable, keys protocol.Keys) ([]ManagerState, error) {
+	ids, err := rc.SMembers(ctx, keys.Managers()).Result()
+	if err != nil {
+		return nil, redisError(err, "list managers")
+	}
+	out := []ManagerState{}
+	for _, id := range ids {
+		h, err := rc.HGetAll(ctx, keys.ManagerState(id)).Result()
+		if err != nil {
+			return nil, redisError(err, "manager %s", id)
+		}
+		if len(h) == 0 {
+			rc.SRem(ctx, keys.Managers(), id)
+			continue
+		}
+		m := ManagerState{ID: h[protocol.ManagerFieldID], Instance: h[protocol.ManagerFieldInstance], Host: h[protocol.ManagerFieldHost],
+			Version: h[protocol.ManagerFieldVersion], MetricsAddr: h[protocol.ManagerFieldMetricsAddr], Leases: []string{}}
+		m.PID, _ = strconv.Atoi(h[protocol.ManagerFieldPID])
+		m.StartedAt, _ = protocol.ParseTime(h[protocol.ManagerFieldStartedAt])
+		m.UpdatedAt, _ = protocol.ParseTime(h[protocol.ManagerFieldUpdatedAt])
+		m.LastReconcileAt, _ = protocol.ParseTime(h[protocol.ManagerFieldLastReconcileAt])
+		if l := h[protocol.ManagerFieldLeases]; l != "" {
+			m.Leases = strings.Split(l, ",")
+		}
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// Version is the running build's version: its module version, or its
+// VCS revision, or "devel".
+func Version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" {
+			return fmt.Sprintf("devel-%.12s", s.Value)
+		}
+	}
+	return "devel"
+}

@@ -1,0 +1,190 @@
+package spawner
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+func TestOpsConfigFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want OpsConfig
+		err  string
+	}{
+		{name: "defaults", want: OpsConfig{MetricsAddr: "127.0.0.1:9464", MetricsMaxProjects: 50, GCRetention: 7 * 24 * time.Hour, GCInterval: 24 * time.Hour}},
+		{name: "set", env: map[string]string{"METRICS_ADDR": "0.0.0.0:9000", "METRICS_MAX_PROJECTS": "3", "GC_RETENTION": "48h", "GC_INTERVAL": "1h", "GC_DRY_RUN": "true"},
+			want: OpsConfig{MetricsAddr: "0.0.0.0:9000", MetricsMaxProjects: 3, GCRetention: 48 * time.Hour, GCInterval: time.Hour, GCDryRun: true}},
+		{name: "off", env: map[string]string{"METRICS_ADDR": "off"}, want: OpsConfig{MetricsMaxProjects: 50, GCRetention: 7 * 24 * time.Hour, GCInterval: 24 * time.Hour}},
+		{name: "bad addr", env: map[string]string{"METRICS_ADDR": "9464"}, err: "METRICS_ADDR"},
+		{name: "bad retention", env: map[string]string{"GC_RETENTION": "soon"}, err: "GC_RETENTION"},
+		{name: "bad dry run", env: map[string]string{"GC_DRY_RUN": "maybe"}, err: "GC_DRY_RUN"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := OpsConfigFromEnv(func(k string) string { return tc.env[k] })
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want one naming %s", err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %+v %v, want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// The manager state on a real Redis: listed with its host, pid, version,
+// start, last reconciliation and leases while it runs; gone at once when
+// it stops cleanly.
+func TestPresence(t *testing.T) {
+	rc := newRedis(t)
+	keys := protocol.Keys{Prefix: "presencetest"}
+	ctx := context.Background()
+	s := New(Config{Keys: keys, ManagerID: "m1"}, nil, rc, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s.obs.addr = "127.0.0.1:9999"
+	if ok, err := s.rdb.TakeLease(ctx, protocol.LeaderLease, s.instance, time.Minute); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	s.obs.reconciled(time.Now(), ReconcileReport{})
+	p := &Presence{s: s}
+	p.Start(ctx)
+	var ms []ManagerState
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		var err error
+		if ms, err = ListManagers(ctx, rc, keys); err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) == 1 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	host, _ := os.Hostname()
+	if len(ms) != 1 {
+		t.Fatalf("managers: %+v", ms)
+	}
+	m := ms[0]
+	if m.ID != "m1" || m.Host != host || m.PID != os.Getpid() || m.Version == "" || m.StartedAt.IsZero() || m.LastReconcileAt.IsZero() ||
+		len(m.Leases) != 1 || m.Leases[0] != protocol.LeaderLease || m.MetricsAddr != "127.0.0.1:9999" {
+		t.Fatalf("manager state %+v", m)
+	}
+	if ttl := rc.TTL(ctx, keys.ManagerState("m1")).Val(); ttl <= 0 || ttl > protocol.ManagerStateTTLSeconds*time.Second {
+		t.Fatalf("state TTL %v", ttl)
+	}
+	p.Stop()
+	if ms, _ := ListManagers(ctx, rc, keys); len(ms) != 0 {
+		t.Fatalf("after stop: %+v", ms)
+	}
+	// A member whose hash expired (its manager died) is dropped.
+	rc.SAdd(ctx, keys.Managers(), "dead")
+	if ms, _ := ListManagers(ctx, rc, keys); len(ms) != 0 || rc.SIsMember(ctx, keys.Managers(), "dead").Val() {
+		t.Fatalf("a dead manager is listed: %+v", ms)
+	}
+}
+
+// Worker-side metrics come from the streams: tasks by status and code,
+// tokens and cost per project (bounded), crash-to-output, heartbeats
+// missed; the workers and the queue are read at the scrape; /metrics
+// serves them.
+func TestMetricsFromStreams(t *testing.T) {
+	rc := newRedis(t)
+	keys := protocol.Keys{Prefix: "metricstest"}
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s := New(Config{Keys: keys, ManagerID: "m1"}, nil, rc, nil, log)
+	m := NewMetrics(rc, keys, 1)
+	s.UseMetrics(m, "")
+	rc.SAdd(ctx, keys.Workers(), "w1", "w2")
+	rc.HSet(ctx, keys.Status("w1"), protocol.StatusFieldState, string(protocol.WorkerIdle), protocol.StatusFieldHealth, string(protocol.HealthHealthy),
+		protocol.StatusFieldAgentType, "claude", protocol.StatusFieldManagerID, "m1", protocol.StatusFieldKind, "long_lived")
+	rc.HSet(ctx, keys.Status("w2"), protocol.StatusFieldState, string(protocol.WorkerIdle), protocol.StatusFieldHealth, string(protocol.HealthHealthy),
+		protocol.StatusFieldAgentType, "claude", protocol.StatusFieldManagerID, "m1", protocol.StatusFieldContainer, string(protocol.ContainerPaused))
+	rc.RPush(ctx, keys.CreationQueue(), "c1", "c2")
+
+	jobs := s.obs.leaderJobs(s)
+	for _, j := range jobs {
+		j.Start(ctx)
+	}
+	defer func() {
+		for _, j := range jobs {
+			j.Stop()
+		}
+	}()
+	time.Sleep(300 * time.Millisecond) // the reader starts after what the streams hold
+
+	now := time.Now()
+	xadd(t, rc, keys.Lifecycle(), docOf(protocol.Lifecycle{WorkerID: "w1", Event: protocol.EventDegraded, Source: "spawner", Timestamp: now}))
+	xadd(t, rc, keys.Lifecycle(), docOf(protocol.Lifecycle{WorkerID: "w1", Event: protocol.EventDied, Source: "spawner", Timestamp: now}))
+	time.Sleep(20 * time.Millisecond)
+	xadd(t, rc, keys.Output("w1"), docOf(protocol.Output{Timestamp: now, RequestID: "r1", WorkerID: "w1", AgentType: "claude", ProjectID: "shop",
+		Status: protocol.StatusFailed, Error: &protocol.Error{Code: protocol.CodeKilled, Message: "killed"}, DurationMS: 1500}))
+	xadd(t, rc, keys.Output("w2"), docOf(protocol.Output{Timestamp: now, RequestID: "r2", WorkerID: "w2", AgentType: "claude", ProjectID: "shop",
+		Status: protocol.StatusComplete, Usage: protocol.Usage{Input: 100, Output: 20}, CostUSD: 0.5, DurationMS: 800}))
+	xadd(t, rc, keys.Output("w2"), docOf(protocol.Output{Timestamp: now, RequestID: "r3", WorkerID: "w2", AgentType: "claude", ProjectID: "docs",
+		Status: protocol.StatusFailed, Error: &protocol.Error{Code: protocol.CodeResumeFailed, Message: "x"}, Usage: protocol.Usage{Input: 7}, CostUSD: 0.25}))
+
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && testutil.ToFloat64(m.tasks.WithLabelValues("claude", "failed", "RESUME_FAILED")) < 1 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, c := range []struct {
+		name string
+		got  float64
+		want float64
+	}{
+		{"tasks complete", testutil.ToFloat64(m.tasks.WithLabelValues("claude", "complete", "")), 1},
+		{"tasks killed", testutil.ToFloat64(m.tasks.WithLabelValues("claude", "failed", "KILLED")), 1},
+		{"resume failures", testutil.ToFloat64(m.resumeFailures), 1},
+		{"shop input tokens", testutil.ToFloat64(m.tokens.WithLabelValues("shop", "input")), 100},
+		{"shop cost", testutil.ToFloat64(m.cost.WithLabelValues("shop")), 0.5},
+		{"second project is _other", testutil.ToFloat64(m.cost.WithLabelValues("_other")), 0.25},
+		{"degraded", testutil.ToFloat64(m.heartbeatsMiss.WithLabelValues("degraded")), 1},
+		{"crash to output observed", float64(testutil.CollectAndCount(m.crashToOutput)), 1},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+
+	srv, addr, err := ServeOps("127.0.0.1:0", m, nil, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`agentvisor_workers{agent="claude",health="healthy",host="m1",state="idle"} 1`,
+		`agentvisor_workers{agent="claude",health="healthy",host="m1",state="paused"} 1`,
+		`agentvisor_creation_queue_depth 2`,
+		`agentvisor_tasks_total{agent="claude",code="KILLED",status="failed"} 1`,
+		`agentvisor_cost_usd_total{project="shop"} 0.5`,
+		`agentvisor_crash_to_output_seconds_count 1`,
+		`agentvisor_task_duration_seconds_count{agent="claude",status="failed"} 2`,
+		`process_resident_memory_bytes`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", body)
+	}
+}

@@ -1,0 +1,144 @@
+package spawner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
+)
+
+// Tasks puts tasks on workers' input streams and follows them to their
+// output: the send-and-wait loop of every client (workerctl send -wait,
+// the quickstart, the demo) written once. It talks to Redis only, so it
+// works with no worker-manager in the process, and reads without a
+// consumer group: any number of clients may await the same task.
+type Tasks struct {
+	Redis redis.Cmdable
+	Keys  protocol.Keys
+}
+
+// Sent is a task on its way: where its output will appear, and the entry
+// of that stream after which to look for it.
+type Sent struct {
+	RequestID string
+	WorkerID  string
+	Output    string // the output stream the worker answers on
+	After     string // the output stream's last entry id before the send
+}
+
+// ErrAwaitTimeout is returned by Await and Watch when their context's
+// deadline passes before the task's output arrives.
+var ErrAwaitTimeout = errors.New("spawner: no output before the deadline")
+
+// Send checks task (a request id is made when it has none), and adds it
+// to the input stream of the worker (or to the developer queue for a
+// developer worker). The worker's kind comes from its status hash: a
+// worker without one is NOT_FOUND.
+func (t *Tasks) Send(ctx context.Context, workerID string, task protocol.Task) (Sent, error) {
+	kind, err := t.Redis.HGet(ctx, t.Keys.Status(workerID), protocol.StatusFieldKind).Result()
+	if errors.Is(err, redis.Nil) {
+		return Sent{}, errorf(protocol.CodeNotFound, "no worker %s", workerID)
+	}
+	if err != nil {
+		return Sent{}, redisError(err, "send: read worker %s", workerID)
+	}
+	k := protocol.Kind(kind)
+	if k == "" {
+		k = protocol.KindLongLived
+	}
+	if task.RequestID == "" {
+		task.RequestID = fmt.Sprintf("task-%d", time.Now().UnixNano())
+	}
+	doc, err := task.Encode()
+	if err != nil {
+		return Sent{}, errorf(protocol.CodeInvalidTask, "send: %v", err)
+	}
+	if _, err := protocol.DecodeTask(doc); err != nil {
+		return Sent{}, errorf(protocol.CodeInvalidTask, "send: %v", err)
+	}
+	r := rdb.New(t.Redis, t.Keys)
+	sent := Sent{RequestID: task.RequestID, WorkerID: workerID, Output: t.Keys.OutputFor(k, workerID)}
+	// Outputs after this entry are the task's: "$" would miss an output
+	// written between the XADD and the first XREAD.
+	if sent.After, err = r.LastID(ctx, sent.Output); err != nil {
+		return Sent{}, redisError(err, "send: output stream of %s", workerID)
+	}
+	if err := r.Send(ctx, t.Keys.InputFor(k, workerID), doc); err != nil {
+		return Sent{}, redisError(err, "send: task %s to %s", task.RequestID, workerID)
+	}
+	return sent, nil
+}
+
+// Watch calls fn with each progress event of the task and then with its
+// output, and returns nil after the output. It returns ErrAwaitTimeout
+// when ctx's deadline passes first, ctx.Err() when ctx is cancelled, and
+// a Redis error as such.
+func (t *Tasks) Watch(ctx context.Context, s Sent, fn func(Event)) error {
+	r := rdb.New(t.Redis, t.Keys)
+	last := s.After
+	if last == "" {
+		last = "0-0"
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("task %s: %w", s.RequestID, ErrAwaitTimeout)
+			}
+			return err
+		}
+		block := time.Second
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < block {
+			block = max(time.Until(d), time.Millisecond)
+		}
+		// The read's own context outlives ctx's deadline by a little, so
+		// that a read blocking until then ends on its BLOCK, not as an
+		// error of the connection.
+		res, err := r.Read(context.WithoutCancel(ctx), []string{s.Output, last}, block, 100)
+		if err != nil {
+			return redisError(err, "await %s", s.RequestID)
+		}
+		for _, st := range res {
+			for _, m := range st.Messages {
+				last = m.ID
+				ev := DecodeEvent(s.Output, m)
+				switch {
+				case ev.Progress != nil && ev.Progress.RequestID == s.RequestID:
+					fn(ev)
+				case ev.Output != nil && ev.Output.RequestID == s.RequestID:
+					fn(ev)
+					return nil
+				}
+			}
+		}
+	}
+}
+
+// Await returns the task's output (whatever its status: complete, blocked
+// or failed), calling onProgress, when not nil, with each progress event
+// before it. Errors are Watch's.
+func (t *Tasks) Await(ctx context.Context, s Sent, onProgress func(protocol.Progress)) (protocol.Output, error) {
+	var out protocol.Output
+	err := t.Watch(ctx, s, func(ev Event) {
+		switch {
+		case ev.Output != nil:
+			out = *ev.Output
+		case ev.Progress != nil && onProgress != nil:
+			onProgress(*ev.Progress)
+		}
+	})
+	return out, err
+}
+
+// Run sends the task and awaits its output.
+func (t *Tasks) Run(ctx context.Context, workerID string, task protocol.Task, onProgress func(protocol.Progress)) (protocol.Output, error) {
+	s, err := t.Send(ctx, workerID, task)
+	if err != nil {
+		return protocol.Output{}, err
+	}
+	return t.Await(ctx, s, onProgress)
+}

@@ -1,0 +1,106 @@
+package spawner
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/protocol/testkit"
+)
+
+func newRedis(t *testing.T) *redis.Client {
+	t.Helper()
+	srv := testkit.StartRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func xadd(t *testing.T, rc *redis.Client, stream string, doc []byte) {
+	t.Helper()
+	if err := rc.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: protocol.Values(doc)}).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Tasks on a real Redis, with the worker's side played by hand: the task
+// lands on the input stream, progress and then the output of this task
+// are delivered (an older output and another task's are not), and a
+// deadline gives ErrAwaitTimeout.
+func TestTasksSendWatchAwait(t *testing.T) {
+	rc := newRedis(t)
+	keys := protocol.Keys{Prefix: "taskstest"}
+	ctx := context.Background()
+	tasks := &Tasks{Redis: rc, Keys: keys}
+
+	if _, err := tasks.Send(ctx, "w1", protocol.Task{Prompt: "x", ProjectID: "p"}); !IsNotFound(err) {
+		t.Fatalf("send to a worker with no status: %v, want NOT_FOUND", err)
+	}
+	rc.HSet(ctx, keys.Status("w1"), protocol.StatusFieldKind, string(protocol.KindLongLived))
+	if _, err := tasks.Send(ctx, "w1", protocol.Task{ProjectID: "p"}); ProtocolError(err) == nil || ProtocolError(err).Code != protocol.CodeInvalidTask {
+		t.Fatalf("send without a prompt: %v, want INVALID_TASK", err)
+	}
+	// An output of an earlier task with the same id is history, not ours.
+	xadd(t, rc, keys.Output("w1"), docOf(protocol.Output{Timestamp: time.Now(), RequestID: "r1", WorkerID: "w1", Status: protocol.StatusFailed,
+		Error: &protocol.Error{Code: protocol.CodeKilled, Message: "old"}}))
+	sent, err := tasks.Send(ctx, "w1", protocol.Task{RequestID: "r1", ProjectID: "p", Prompt: "Do it."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := rc.XRange(ctx, keys.Input("w1"), "-", "+").Result()
+	if err != nil || len(in) != 1 {
+		t.Fatalf("input stream: %v %v", in, err)
+	}
+	if data, _ := protocol.EntryData(in[0].Values); data == nil {
+		t.Fatal("input entry has no data")
+	} else if task, err := protocol.DecodeTask(data); err != nil || task.Prompt != "Do it." {
+		t.Fatalf("task on the input: %+v %v", task, err)
+	}
+
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		pct := 50
+		xadd(t, rc, keys.Output("w1"), docOf(protocol.Progress{Timestamp: time.Now(), WorkerID: "w1", RequestID: "other", Step: "not ours"}))
+		xadd(t, rc, keys.Output("w1"), docOf(protocol.Progress{Timestamp: time.Now(), WorkerID: "w1", RequestID: "r1", Step: "half", ProgressPct: &pct}))
+		xadd(t, rc, keys.Output("w1"), docOf(protocol.Output{Timestamp: time.Now(), RequestID: "r1", WorkerID: "w1", Status: protocol.StatusComplete,
+			Result: []byte(`{"ok":true}`)}))
+	}()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var steps []string
+	o, err := tasks.Await(wctx, sent, func(p protocol.Progress) { steps = append(steps, p.Step) })
+	if err != nil || o.Status != protocol.StatusComplete || string(o.Result) != `{"ok":true}` {
+		t.Fatalf("await: %+v %v", o, err)
+	}
+	if len(steps) != 1 || steps[0] != "half" {
+		t.Fatalf("progress seen: %v", steps)
+	}
+
+	// No output: the deadline ends the wait with ErrAwaitTimeout.
+	sent2, err := tasks.Send(ctx, "w1", protocol.Task{RequestID: "r2", ProjectID: "p", Prompt: "Again."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tctx, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel2()
+	start := time.Now()
+	if _, err := tasks.Await(tctx, sent2, nil); !errors.Is(err, ErrAwaitTimeout) {
+		t.Fatalf("await with no output: %v", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("the deadline was kept late: %v", took)
+	}
+}
+
+// docOf encodes a protocol document a test writes.
+func docOf(v interface{ Encode() ([]byte, error) }) []byte {
+	doc, err := v.Encode()
+	if err != nil {
+		panic(err)
+	}
+	return doc
+}
