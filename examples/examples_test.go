@@ -124,7 +124,8 @@ func TestDemo(t *testing.T) {
 	}
 	got := string(out)
 	for _, want := range []string{
-		"stub model server", "worker-manager started",
+		"stub model server", "worker-manager started", "warm pool claude-shop: a worker of this spec was made ahead",
+		"from the warm pool",
 		"claude-1 progress  \"Committed hello.txt\" 100%", "claude-1 lifecycle paused", "claude-1 lifecycle unpaused",
 		"resume session", "droid-1  progress  \"Counted files\" 100%", "droid-1  output    docs-1",
 		"demo-shop      2", "demo-docs      1", "0 worker containers left", "demo complete",

@@ -86,3 +86,8 @@ func (k Keys) VolumesLastUsed() string { return k.join("volumes", "last_used") }
 // users can be made again after a Redis restart (ACL users are not in the
 // append-only file). It never holds a password.
 func (k Keys) WorkerUsers() string { return k.join("worker_users") }
+
+// Pools is the hash of the pool templates the managers serve: pool name →
+// the template as JSON (name, spec, min_warm, max_total, recycle_after,
+// size), refreshed by the leader, for `workerctl pools` and dashboards.
+func (k Keys) Pools() string { return k.join("pools") }

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"sort"
 	"strconv"
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
+	"github.com/redis/go-redis/v9"
 )
 
 // Pools. A pool template (POOLS, or POOLS_FILE) names a worker spec and
@@ -206,7 +209,19 @@ func (p *Pools) Start(ctx context.Context) { p.start(ctx, p.run) }
 
 func (p *Pools) run(ctx context.Context) {
 	s := p.s
+	published := time.Time{}
 	every(ctx, 250*time.Millisecond, func(ctx context.Context) {
+		if time.Since(published) > 5*time.Second {
+			published = time.Now()
+			templates := map[string]string{}
+			for _, t := range s.cfg.Pools {
+				b, _ := json.Marshal(t)
+				templates[t.Name] = string(b)
+			}
+			if err := s.rdb.PublishPools(ctx, templates); err != nil {
+				s.log.Warn("publish the pool templates", "err", err)
+			}
+		}
 		for i := range s.cfg.Pools {
 			s.tendPool(ctx, &s.cfg.Pools[i])
 		}
@@ -314,13 +329,40 @@ type PoolStatus struct {
 
 // Pools returns the figures of every configured pool.
 func (s *Spawner) Pools(ctx context.Context) ([]PoolStatus, error) {
-	out := make([]PoolStatus, 0, len(s.cfg.Pools))
-	for _, p := range s.cfg.Pools {
+	return poolFigures(ctx, s.rdb, s.cfg.Pools)
+}
+
+// ListPools returns the figures of the pools the managers of this key
+// prefix serve, from Redis alone (what `workerctl pools` shows).
+func ListPools(ctx context.Context, rc redis.Cmdable, keys protocol.Keys) ([]PoolStatus, error) {
+	r := rdb.New(rc, keys)
+	raw, err := r.PoolTemplates(ctx)
+	if err != nil {
+		return nil, redisError(err, "pools")
+	}
+	var ts []PoolTemplate
+	for _, v := range raw {
+		var t PoolTemplate
+		if json.Unmarshal([]byte(v), &t) == nil {
+			ts = append(ts, t)
+		}
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
+	return poolFigures(ctx, r, ts)
+}
+
+func poolFigures(ctx context.Context, r *rdb.RDB, pools []PoolTemplate) ([]PoolStatus, error) {
+	out := make([]PoolStatus, 0, len(pools))
+	ids, err := r.Workers(ctx)
+	if err != nil {
+		return nil, redisError(err, "pools")
+	}
+	for _, p := range pools {
 		st := PoolStatus{Name: p.Name, MinWarm: p.MinWarm, MaxTotal: p.MaxTotal}
-		err := s.eachWorker(ctx, func(ctx context.Context, id string) {
-			h, err := s.rdb.Status(ctx, id)
+		for _, id := range ids {
+			h, err := r.Status(ctx, id)
 			if err != nil || h[protocol.StatusFieldPool] != p.Name {
-				return
+				continue
 			}
 			switch h[protocol.StatusFieldPoolState] {
 			case protocol.PoolAllocated:
@@ -328,11 +370,8 @@ func (s *Spawner) Pools(ctx context.Context) ([]PoolStatus, error) {
 			case protocol.PoolMember:
 				st.Members++
 			}
-		})
-		if err != nil {
-			return nil, redisError(err, "pools")
 		}
-		warm, err := s.rdb.Warm(ctx, p.Name)
+		warm, err := r.Warm(ctx, p.Name)
 		if err != nil {
 			return nil, redisError(err, "pool %s", p.Name)
 		}
@@ -340,7 +379,7 @@ func (s *Spawner) Pools(ctx context.Context) ([]PoolStatus, error) {
 		if st.Warm+st.Allocated > 0 {
 			st.Utilization = float64(st.Allocated) / float64(st.Warm+st.Allocated)
 		}
-		stats, err := s.rdb.PoolStats(ctx, p.Name)
+		stats, err := r.PoolStats(ctx, p.Name)
 		if err != nil {
 			return nil, redisError(err, "pool %s", p.Name)
 		}

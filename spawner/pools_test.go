@@ -72,6 +72,11 @@ func TestWarmPoolAndPoolSize(t *testing.T) {
 	}
 	testkit.Eventually(t, "two warm workers", time.Minute, func() bool { return pool("warm").Warm == 2 })
 	testkit.Eventually(t, "two developers", time.Minute, func() bool { return pool("devs").Members == 2 })
+	// What workerctl pools shows, from Redis alone.
+	testkit.Eventually(t, "the pools published", 10*time.Second, func() bool {
+		ps, err := ListPools(ctx, f.rc, f.keys)
+		return err == nil && len(ps) == 2 && ps[1].Name == "warm" && ps[1].Warm == 2 && ps[1].MinWarm == 2 && ps[0].Members == 2
+	})
 	warm, _ := f.s.rdb.Warm(ctx, "warm")
 
 	r, err := c.Do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &warmSpec})

@@ -178,7 +178,7 @@ func (d *demo) run(ctx context.Context) error {
 	d.tasks = &spawner.Tasks{Redis: d.rdb, Keys: d.keys}
 
 	d.section("set-up")
-	env := []string{"REDIS_URL=" + d.redisURL, "WORKER_KEY_PREFIX=" + d.keys.Prefix, "MANAGER_ID=demo", "HEARTBEAT_INTERVAL=2s",
+	env := []string{"REDIS_URL=" + d.redisURL, "WORKER_KEY_PREFIX=" + d.keys.Prefix, "MANAGER_ID=demo", "HEARTBEAT_INTERVAL=2s", poolsEnv(),
 		"WORKER_STOP_TIMEOUT=12s", "WORKER_NETWORK_MODE=host", "METRICS_ADDR=" + envOr("DEMO_METRICS_ADDR", "127.0.0.1:0")}
 	if key := os.Getenv("ANTHROPIC_API_KEY"); key != "" && os.Getenv("DEMO_STUB") != "true" {
 		d.say("ANTHROPIC_API_KEY is set: the agents use the real Anthropic API")
@@ -302,6 +302,10 @@ func (d *demo) create(ctx context.Context, name string, spec protocol.WorkerSpec
 	d.names[w.WorkerID] = name
 	d.mu.Unlock()
 	d.channels(w.WorkerID)
+	if d.rdb.HGet(ctx, d.keys.Status(w.WorkerID), protocol.StatusFieldPoolState).Val() == protocol.PoolAllocated {
+		d.say("reply: %s = worker %s from the warm pool (%.0f ms: an unpause, no container made); the pool makes another", name, w.WorkerID, float64(time.Since(t0).Microseconds())/1000)
+		return w.WorkerID, nil
+	}
 	d.say("reply: %s = worker %s, image %s (%.1fs; a missing image is built first)", name, w.WorkerID, w.Image, time.Since(t0).Seconds())
 	return w.WorkerID, nil
 }
@@ -380,11 +384,41 @@ func (d *demo) waitEvent(id string, want protocol.Event, timeout time.Duration) 
 	}
 }
 
+// claudeSpec is the Claude worker of the demo, and the template of its
+// warm pool: a create of exactly this spec takes the warm worker.
+func claudeSpec() protocol.WorkerSpec {
+	return protocol.WorkerSpec{AgentType: protocol.AgentClaude, ProjectID: projectShop,
+		Capabilities: []protocol.Capability{protocol.CapGit}, Instructions: instructions, AllowedCommands: allowClaude}
+}
+
+// poolsEnv is the manager's POOLS: one warm Claude worker of the demo's
+// spec, made ahead with its Claude process up, then paused.
+func poolsEnv() string {
+	b, _ := json.Marshal([]map[string]any{{"name": "claude-shop", "spec": claudeSpec(), "min_warm": 1, "max_total": 2}})
+	return "POOLS=" + string(b)
+}
+
+// awaitWarm waits until the warm pool holds its worker (the first run
+// builds the image first).
+func (d *demo) awaitWarm(ctx context.Context) error {
+	t0 := time.Now()
+	for time.Since(t0) < 5*time.Minute {
+		ps, err := spawner.ListPools(ctx, d.rdb, d.keys)
+		if err == nil && len(ps) == 1 && ps[0].Warm >= 1 {
+			d.say("warm pool claude-shop: a worker of this spec was made ahead, its Claude process started, then paused (%.1fs)", time.Since(t0).Seconds())
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("the warm pool did not fill within 5 min (manager log: %s)", d.logPath())
+}
+
 func (d *demo) claudeWorker(ctx context.Context) error {
 	d.section("a Claude worker with the GIT capability")
-	id, err := d.create(ctx, "claude-1", protocol.WorkerSpec{AgentType: protocol.AgentClaude, ProjectID: projectShop,
-		Capabilities: []protocol.Capability{protocol.CapGit}, Instructions: instructions,
-		AllowedCommands: allowClaude})
+	if err := d.awaitWarm(ctx); err != nil {
+		return err
+	}
+	id, err := d.create(ctx, "claude-1", claudeSpec())
 	if err != nil {
 		return err
 	}

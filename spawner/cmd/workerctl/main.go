@@ -133,7 +133,7 @@ Exit codes: 0 done, 1 failed, 2 bad usage, 3 no such worker,
 		cmd.GroupID = "workers"
 		root.AddCommand(cmd)
 	}
-	for _, cmd := range []*cobra.Command{managersCmd(c), reconcileCmd(c), resetContextCmd(c), gcCmd(c), volumesCmd(c)} {
+	for _, cmd := range []*cobra.Command{managersCmd(c), reconcileCmd(c), resetContextCmd(c), gcCmd(c), volumesCmd(c), poolsCmd(c)} {
 		cmd.GroupID = "ops"
 		root.AddCommand(cmd)
 	}

@@ -213,3 +213,13 @@ func renderManagers(w io.Writer, ms []spawner.ManagerState) error {
 	}
 	return tw.Flush()
 }
+
+func renderPools(w io.Writer, ps []spawner.PoolStatus) error {
+	tw := table(w)
+	fmt.Fprintln(tw, "POOL\tWARM\tALLOCATED\tMEMBERS\tMIN WARM\tMAX\tUTILIZATION\tALLOCATIONS\tWAIT (MEAN)\tREFILLS\tRECYCLES")
+	for _, p := range ps {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%.0f%%\t%d\t%.1f ms\t%d\t%d\n", p.Name, p.Warm, p.Allocated, p.Members, p.MinWarm,
+			p.MaxTotal, 100*p.Utilization, p.Allocations, p.WaitMeanMS, p.Refills, p.Recycles)
+	}
+	return tw.Flush()
+}

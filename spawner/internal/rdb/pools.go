@@ -89,3 +89,16 @@ func (r *RDB) CommandWorkerOf(ctx context.Context, commandID string) (string, er
 	}
 	return id, err
 }
+
+// PublishPools records the pool templates (name → JSON).
+func (r *RDB) PublishPools(ctx context.Context, templates map[string]string) error {
+	if len(templates) == 0 {
+		return nil
+	}
+	return r.C.HSet(ctx, r.Keys.Pools(), templates).Err()
+}
+
+// PoolTemplates returns the recorded pool templates (name → JSON).
+func (r *RDB) PoolTemplates(ctx context.Context) (map[string]string, error) {
+	return r.C.HGetAll(ctx, r.Keys.Pools()).Result()
+}
