@@ -303,7 +303,13 @@ func (d *demo) create(ctx context.Context, name string, spec protocol.WorkerSpec
 	d.mu.Unlock()
 	d.channels(w.WorkerID)
 	if d.rdb.HGet(ctx, d.keys.Status(w.WorkerID), protocol.StatusFieldPoolState).Val() == protocol.PoolAllocated {
-		d.say("reply: %s = worker %s from the warm pool (%.0f ms: an unpause, no container made); the pool makes another", name, w.WorkerID, float64(time.Since(t0).Microseconds())/1000)
+		took := time.Since(t0)
+		// What the worker did in the pool (its paused event) is behind us:
+		// the timeline of this worker starts at its allocation.
+		if err := d.waitEvent(w.WorkerID, protocol.EventAllocated, 30*time.Second); err != nil {
+			return "", err
+		}
+		d.say("reply: %s = worker %s from the warm pool (%.0f ms: an unpause, no container made); the pool makes another", name, w.WorkerID, float64(took.Microseconds())/1000)
 		return w.WorkerID, nil
 	}
 	d.say("reply: %s = worker %s, image %s (%.1fs; a missing image is built first)", name, w.WorkerID, w.Image, time.Since(t0).Seconds())
