@@ -28,6 +28,11 @@ type Commands struct {
 	mu       sync.Mutex
 	inFlight map[string]bool // entry ids being executed; guarded by mu
 	wg       sync.WaitGroup
+
+	// The claims on the entries in flight are renewed until those
+	// commands end, after the reading stopped: their own context.
+	claims     context.Context
+	stopClaims context.CancelFunc
 }
 
 func newCommands(s *Spawner, maxInFlight int) *Commands {
@@ -38,7 +43,10 @@ func newCommands(s *Spawner, maxInFlight int) *Commands {
 }
 
 // Start reads and executes commands until Stop.
-func (c *Commands) Start(ctx context.Context) { c.start(ctx, c.run) }
+func (c *Commands) Start(ctx context.Context) {
+	c.claims, c.stopClaims = context.WithCancel(context.WithoutCancel(ctx))
+	c.start(ctx, c.run)
+}
 
 // Stop stops reading, makes queued creates give up (SHUTTING_DOWN) and
 // waits for the commands in flight, each answered and acknowledged, for
@@ -53,6 +61,9 @@ func (c *Commands) Stop() {
 	case <-done:
 	case <-time.After(c.s.cfg.StopTimeout):
 		c.s.log.Warn("commands still in flight at the stop timeout: left to another manager")
+	}
+	if c.stopClaims != nil {
+		c.stopClaims()
 	}
 }
 
@@ -84,7 +95,7 @@ func (c *Commands) run(ctx context.Context) {
 		}
 		return true
 	}
-	go c.keepClaimed(ctx)
+	go c.keepClaimed(c.claims)
 	s.consume(ctx, s.keys.Commands(), dispatch)
 }
 

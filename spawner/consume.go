@@ -39,6 +39,9 @@ func (s *Spawner) consume(ctx context.Context, stream string, handle func([]redi
 		if time.Since(lastClaim) > s.cfg.LeaseTTL/3 {
 			lastClaim = time.Now()
 			msgs, err := s.rdb.Claim(ctx, stream, group, me, s.cfg.LeaseTTL, 16)
+			if err != nil && ctx.Err() == nil {
+				s.log.Warn("claim entries of dead managers", "stream", stream, "err", err)
+			}
 			if err == nil && len(msgs) > 0 {
 				s.log.Info("claimed entries a dead manager left pending", "stream", stream, "count", len(msgs))
 				if !handle(msgs) {

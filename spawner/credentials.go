@@ -66,7 +66,7 @@ func (s *Spawner) workerRedisURL(ctx context.Context, id string, kind protocol.K
 
 // dropWorkerUser deletes a worker's Redis user (ACL mode).
 func (s *Spawner) dropWorkerUser(ctx context.Context, id string) error {
-	if !s.acl {
+	if !s.aclMode(ctx) {
 		return nil
 	}
 	if err := s.rdb.DeleteWorkerUser(ctx, id); err != nil {

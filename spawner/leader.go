@@ -26,9 +26,8 @@ type Leader struct {
 	jobs []component
 
 	// Owned by the loop's goroutine.
-	leading  bool
-	renewed  time.Time
-	onChange func(leading bool) // for tests; nil in production
+	leading bool
+	renewed time.Time // when the last successful renewal was sent
 }
 
 // Start campaigns until Stop.
@@ -49,18 +48,21 @@ func (l *Leader) run(ctx context.Context) {
 		}
 	}()
 	every(ctx, s.cfg.LeaseTTL/3, func(ctx context.Context) {
-		ok, err := s.rdb.TakeLease(ctx, protocol.LeaderLease, s.instance, s.cfg.LeaseTTL)
-		now := time.Now()
+		// The lease runs from when the call was sent, not from its answer;
+		// and a call that hangs must not hold the next tick.
+		sent := time.Now()
+		tctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseTTL/3)
+		ok, err := s.rdb.TakeLease(tctx, protocol.LeaderLease, s.instance, s.cfg.LeaseTTL)
+		cancel()
 		switch {
 		case err == nil && ok:
-			l.renewed = now
+			l.renewed = sent
 			if !l.leading {
 				l.leading = true
 				s.log.Info("leader: this manager runs health, wake-up, timeouts, reconciliation and GC", "instance", s.instance)
 				for _, j := range l.jobs {
 					j.Start(ctx)
 				}
-				l.changed(true)
 			}
 		case err == nil && !ok:
 			if l.leading {
@@ -68,7 +70,7 @@ func (l *Leader) run(ctx context.Context) {
 				l.stepDown()
 			}
 		default:
-			if l.leading && now.Sub(l.renewed) > s.cfg.LeaseTTL*2/3 {
+			if l.leading && time.Since(l.renewed) >= s.cfg.LeaseTTL*2/3 {
 				s.log.Warn("leader lease cannot be renewed: stepping down", "err", err)
 				l.stepDown()
 			}
@@ -81,11 +83,4 @@ func (l *Leader) stepDown() {
 		l.jobs[i].Stop()
 	}
 	l.leading = false
-	l.changed(false)
-}
-
-func (l *Leader) changed(leading bool) {
-	if l.onChange != nil {
-		l.onChange(leading)
-	}
 }

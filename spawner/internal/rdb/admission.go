@@ -79,12 +79,13 @@ func (r *RDB) Leave(ctx context.Context, id string) error {
 // RenewCreating extends the lease of an admitted create; false when the
 // lease was lost (it ran out and the slot went to another create).
 func (r *RDB) RenewCreating(ctx context.Context, id string, now time.Time, lease time.Duration) (bool, error) {
-	n, err := r.C.ZAddXX(ctx, r.Keys.Creating(), redis.Z{Score: float64(ms(now.Add(lease))), Member: id}).Result()
+	n, err := r.C.ZAddArgs(ctx, r.Keys.Creating(), redis.ZAddArgs{XX: true, Ch: true,
+		Members: []redis.Z{{Score: float64(ms(now.Add(lease))), Member: id}}}).Result()
 	if err != nil {
 		return false, err
 	}
 	if n == 0 {
-		// ZADD XX counts only new members: check membership.
+		// Not changed: gone, or renewed to the same expiry: check.
 		_, err := r.C.ZScore(ctx, r.Keys.Creating(), id).Result()
 		if Nil(err) {
 			return false, nil
