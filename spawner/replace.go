@@ -3,6 +3,7 @@ package spawner
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
@@ -31,7 +32,7 @@ func (s *Spawner) replace(ctx context.Context, oldID string, h map[string]string
 	if chain >= s.cfg.MaxReplacements {
 		s.log.Warn("a worker that keeps dying is not replaced again", "worker_id", oldID, "replacements", chain)
 		s.lifecycle(ctx, oldID, protocol.EventReplaceFailed, map[string]any{"code": protocol.CodeReplaceLimit, "replacements": chain})
-		s.writeStatus(ctx, oldID, map[string]any{protocol.StatusFieldError: string(protocol.CodeReplaceLimit) + ": died before completing a task after " + itoa(chain) + " replacements"})
+		s.writeStatus(ctx, oldID, map[string]any{protocol.StatusFieldError: string(protocol.CodeReplaceLimit) + ": died before completing a task after " + strconv.Itoa(chain) + " replacements"})
 		return "", 0, nil
 	}
 	wait := s.cfg.ReplaceBackoff << chain
@@ -69,5 +70,3 @@ func (s *Spawner) replace(ctx context.Context, oldID string, h map[string]string
 	s.log.Info("dead worker replaced", "worker_id", oldID, "replacement", info.WorkerID, "tasks_moved", moved, "after", wait.String())
 	return info.WorkerID, moved, nil
 }
-
-func itoa(n int) string { return formatInt(int64(n)) }

@@ -368,7 +368,7 @@ func (s *Spawner) workerEnv(id string, spec protocol.WorkerSpec, redisURL string
 		"AGENT_TYPE=" + string(spec.AgentType), "WORKER_KIND=" + string(spec.Kind),
 		"SHUTDOWN_GRACE=" + (s.cfg.StopTimeout - 10*time.Second).String(),
 		"HEARTBEAT_INTERVAL=" + s.cfg.HeartbeatInterval.String(),
-		protocol.EnvStreamMaxLen + "=" + formatInt(s.cfg.StreamMaxLen),
+		protocol.EnvStreamMaxLen + "=" + strconv.FormatInt(s.cfg.StreamMaxLen, 10),
 		protocol.EnvRunRetention + "=" + s.cfg.RunRetention.String(),
 	}
 	if len(spec.AllowedCommands) > 0 {
@@ -434,4 +434,3 @@ func (s *Spawner) ResetContext(ctx context.Context, agent protocol.AgentType, pr
 
 func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
 
-func formatInt(n int64) string { return strconv.FormatInt(n, 10) }

@@ -41,20 +41,13 @@ func (r *RDB) Read(ctx context.Context, streamsThenIDs []string, block time.Dura
 
 // TouchImage records the use of a worker image now.
 func (r *RDB) TouchImage(ctx context.Context, tag string, now time.Time) error {
-	return r.C.ZAdd(ctx, r.Keys.ImagesLastUsed(), redis.Z{Score: float64(now.Unix()), Member: tag}).Err()
+	return r.touch(ctx, r.Keys.ImagesLastUsed(), tag, now)
 }
 
 // ImageLastUsed returns when a worker image was last used (zero when never
 // recorded).
 func (r *RDB) ImageLastUsed(ctx context.Context, tag string) (time.Time, error) {
-	score, err := r.C.ZScore(ctx, r.Keys.ImagesLastUsed(), tag).Result()
-	if Nil(err) {
-		return time.Time{}, nil
-	}
-	if err != nil {
-		return time.Time{}, err
-	}
-	return time.Unix(int64(score), 0), nil
+	return r.lastUsed(ctx, r.Keys.ImagesLastUsed(), tag)
 }
 
 // ForgetImage drops a removed image's record.
@@ -64,13 +57,28 @@ func (r *RDB) ForgetImage(ctx context.Context, tag string) error {
 
 // TouchVolume records the use of a project volume now.
 func (r *RDB) TouchVolume(ctx context.Context, name string, now time.Time) error {
-	return r.C.ZAdd(ctx, r.Keys.VolumesLastUsed(), redis.Z{Score: float64(now.Unix()), Member: name}).Err()
+	return r.touch(ctx, r.Keys.VolumesLastUsed(), name, now)
 }
 
 // VolumeLastUsed returns when a project volume was last used (zero when
 // never recorded).
 func (r *RDB) VolumeLastUsed(ctx context.Context, name string) (time.Time, error) {
-	score, err := r.C.ZScore(ctx, r.Keys.VolumesLastUsed(), name).Result()
+	return r.lastUsed(ctx, r.Keys.VolumesLastUsed(), name)
+}
+
+// ForgetVolume drops a removed volume's record.
+func (r *RDB) ForgetVolume(ctx context.Context, name string) error {
+	return r.C.ZRem(ctx, r.Keys.VolumesLastUsed(), name).Err()
+}
+
+// touch scores member of a last-use sorted set with now (Unix seconds).
+func (r *RDB) touch(ctx context.Context, key, member string, now time.Time) error {
+	return r.C.ZAdd(ctx, key, redis.Z{Score: float64(now.Unix()), Member: member}).Err()
+}
+
+// lastUsed reads member's score in a last-use sorted set (zero when none).
+func (r *RDB) lastUsed(ctx context.Context, key, member string) (time.Time, error) {
+	score, err := r.C.ZScore(ctx, key, member).Result()
 	if Nil(err) {
 		return time.Time{}, nil
 	}
@@ -78,9 +86,4 @@ func (r *RDB) VolumeLastUsed(ctx context.Context, name string) (time.Time, error
 		return time.Time{}, err
 	}
 	return time.Unix(int64(score), 0), nil
-}
-
-// ForgetVolume drops a removed volume's record.
-func (r *RDB) ForgetVolume(ctx context.Context, name string) error {
-	return r.C.ZRem(ctx, r.Keys.VolumesLastUsed(), name).Err()
 }

@@ -7,7 +7,6 @@ package rdb
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 	"time"
 
@@ -170,5 +169,3 @@ const luaLess = `local function less(a, b)
   return as < bs
 end
 `
-
-func formatInt(n int64) string { return strconv.FormatInt(n, 10) }

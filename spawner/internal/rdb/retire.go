@@ -2,6 +2,7 @@ package rdb
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -49,7 +50,7 @@ func (r *RDB) RenewRetire(ctx context.Context, id string, now time.Time, lease t
 
 // StaleRetirements returns the retirements whose lease ran out.
 func (r *RDB) StaleRetirements(ctx context.Context, now time.Time) ([]string, error) {
-	return r.C.ZRangeByScore(ctx, r.Keys.Retiring(), &redis.ZRangeBy{Min: "-inf", Max: itoa(ms(now))}).Result()
+	return r.C.ZRangeByScore(ctx, r.Keys.Retiring(), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(ms(now), 10)}).Result()
 }
 
 // releaseHoldScript: KEYS session hash; ARGV worker id. A project's
@@ -86,5 +87,3 @@ func (r *RDB) EndRetire(ctx context.Context, id string, kind protocol.Kind, agen
 	_, err := pipe.Exec(ctx)
 	return err
 }
-
-func itoa(n int64) string { return formatInt(n) }
