@@ -433,4 +433,3 @@ func (s *Spawner) ResetContext(ctx context.Context, agent protocol.AgentType, pr
 }
 
 func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
-
