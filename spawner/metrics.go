@@ -318,6 +318,7 @@ func (o *observer) setLeases(held []string) {
 	if o.m == nil {
 		return
 	}
+	o.m.leases.Reset()
 	o.m.leases.WithLabelValues(protocol.LeaderLease).Set(0)
 	for _, l := range held {
 		o.m.leases.WithLabelValues(l).Set(1)
