@@ -129,7 +129,7 @@ func NewCase(t *testing.T, opt Options) *Case {
 	rc := redis.NewClient(&redis.Options{Addr: r.Addr, DialTimeout: time.Second, ReadTimeout: 2 * time.Second, MaxRetries: -1})
 	c := &Case{T: t, Opt: opt, Prefix: prefix, Keys: keys, Redis: r, RC: rc, Lease: Lease(),
 		replies: keys.Replies("faults"), begun: time.Now()}
-	c.L = newLedger(rc, keys, c.replies)
+	c.L = NewLedger(rc, keys, c.replies)
 	// Registered after Redis's own cleanup, so it runs first.
 	t.Cleanup(c.finish)
 	t.Logf("case %q: key prefix %s, redis %s", opt.Name, prefix, r.Addr)

@@ -27,7 +27,7 @@ func (c *Case) Send(cmd protocol.Command, expect Expect, what string) string {
 	if err != nil {
 		c.T.Fatal(err)
 	}
-	c.L.add(&Request{ID: cmd.ID, Command: true, What: what, Expect: expect, Sent: time.Now()})
+	c.L.Add(&Request{ID: cmd.ID, Command: true, What: what, Expect: expect, Sent: time.Now()})
 	if err := c.RC.XAdd(context.Background(), &redis.XAddArgs{Stream: c.Keys.Commands(), Values: protocol.Values(doc)}).Err(); err != nil {
 		c.T.Fatalf("send %s: %v", cmd.ID, err)
 	}
@@ -91,7 +91,7 @@ func (c *Case) TaskAs(req, worker, prompt string, expect Expect, what string) st
 	if err != nil {
 		c.T.Fatal(err)
 	}
-	c.L.add(&Request{ID: req, What: what, Expect: expect, Sent: time.Now()})
+	c.L.Add(&Request{ID: req, What: what, Expect: expect, Sent: time.Now()})
 	if err := c.RC.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: protocol.Values(doc)}).Err(); err != nil {
 		c.T.Fatalf("send %s: %v", req, err)
 	}
