@@ -161,7 +161,8 @@ func (p *HostPresence) run(ctx context.Context) {
 // retires its workers that are dead: paused ones (no manager can wake
 // them) and those whose heartbeat is older than one and a half intervals.
 // A worker still beating on a host whose managers are gone is left to run
-// until its managers return or its heartbeat stops.
+// until its managers return or its heartbeat stops. A manager judges no
+// host in its first HOST_TTL (a fleet restarting whole loses nothing).
 type HostWatch struct {
 	job
 	s *Spawner
@@ -185,7 +186,14 @@ func (w *HostWatch) Stop() {
 
 func (w *HostWatch) run(ctx context.Context) {
 	s := w.s
+	// A manager judges no host before it has watched for one HOST_TTL:
+	// when a whole fleet restarts, the others have renewed their hosts by
+	// then.
+	since := s.now()
 	every(ctx, max(s.cfg.HostTTL/4, 50*time.Millisecond), func(ctx context.Context) {
+		if s.now().Sub(since) < s.cfg.HostTTL {
+			return
+		}
 		hosts, err := s.rdb.Hosts(ctx)
 		if err != nil {
 			return
