@@ -118,7 +118,8 @@ func scaleTable(metrics map[string]float64) string {
 	sort.Ints(sizes)
 	var b strings.Builder
 	b.WriteString("\nScale curve: a fleet of 3 hosts (each a Docker engine with its worker-manager, one Redis), workers with the fake agent, " +
-		"figures over a 30 s window with every worker idle (BenchmarkFleetScaleCurve in faults/; create and wake: 20 one at a time).\n\n| Workers |")
+		"CPU, RSS and Redis over a 30 s window with every worker idle; create and wake one at a time, over the last 20 creates of the size " +
+		"and 20 workers paused then sent a task (10 of each at 10 workers) (BenchmarkFleetScaleCurve in faults/).\n\n| Workers |")
 	for _, c := range curve {
 		b.WriteString(" " + c.head + " |")
 	}

@@ -128,18 +128,8 @@ func (r *RDB) Forward(ctx context.Context, from, to, group, id string, doc []byt
 // only deleted, so that nothing is served twice. Returns how many went.
 var drainScript = script(`
 $LESS
-local last = '0-0'
-local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[1])
-if ok then
-  for _, g in ipairs(groups) do
-    local name, delivered
-    for i = 1, #g, 2 do
-      if g[i] == 'name' then name = g[i + 1] end
-      if g[i] == 'last-delivered-id' then delivered = g[i + 1] end
-    end
-    if name == ARGV[1] then last = delivered end
-  end
-end
+$DELIVERED
+local last = delivered(KEYS[1], ARGV[1]) or '0-0'
 local held = {}
 local pok, pending = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1], '-', '+', tonumber(ARGV[2]))
 if pok then
