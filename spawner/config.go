@@ -3,7 +3,6 @@ package spawner
 import (
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -27,7 +26,12 @@ type Config struct {
 	StopTimeout        time.Duration // WORKER_STOP_TIMEOUT (30s); the wrapper's grace is 10 s shorter
 	NetworkMode        string        // WORKER_NETWORK_MODE (host)
 	RedisURLForWorkers string        // WORKER_REDIS_URL: the Redis URL as workers see it (default REDIS_URL)
-	APIURL             string        // API_URL, passed to workers
+	// RedisWait is REDIS_WAIT_REPLICAS and REDIS_WAIT_TIMEOUT as given
+	// ("" when unset), passed to the workers: WAIT's policy for their
+	// writes that matter (protocol.ParseWaitPolicy; its default follows
+	// each URL's kind).
+	RedisWait struct{ Replicas, Timeout string }
+	APIURL    string // API_URL, passed to workers
 	// PassEnv names host variables passed to every worker (secrets from the
 	// host's environment only): WORKER_PASS_ENV, default
 	// ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,FACTORY_API_KEY,OPENAI_API_KEY,DROID_BASE_URL.
@@ -104,6 +108,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	var err error
 	if c.RedisURL == "" {
 		return fail("REDIS_URL", fmt.Errorf("required"))
+	}
+	if _, err := protocol.ParseRedisURL(c.RedisURL); err != nil {
+		return fail("REDIS_URL", err) // the parser's errors never quote the URL
 	}
 	if c.Keys, err = protocol.NewKeys(getenv("WORKER_KEY_PREFIX")); err != nil {
 		return fail("WORKER_KEY_PREFIX", err)
@@ -208,8 +215,13 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	default:
 		return fail("WORKER_REDIS_ACL", fmt.Errorf("want auto, on or off, got %q", c.WorkerACL))
 	}
-	if _, err := url.Parse(c.RedisURLForWorkers); err != nil || !strings.HasPrefix(c.RedisURLForWorkers, "redis") {
-		return fail("WORKER_REDIS_URL", fmt.Errorf("want a redis:// or rediss:// URL"))
+	wu, err := protocol.ParseRedisURL(c.RedisURLForWorkers)
+	if err != nil {
+		return fail("WORKER_REDIS_URL", err)
+	}
+	c.RedisWait.Replicas, c.RedisWait.Timeout = getenv(protocol.EnvRedisWaitReplicas), getenv(protocol.EnvRedisWaitTimeout)
+	if _, err := protocol.ParseWaitPolicy(c.RedisWait.Replicas, c.RedisWait.Timeout, wu); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
 	}
 	if c.Pools, err = poolsFromEnv(getenv); err != nil {
 		return fail("POOLS", err)
