@@ -152,6 +152,9 @@ func pipeWait(ctx context.Context, pipe redis.Pipeliner, p protocol.WaitPolicy) 
 // answer of a primary that still has the entry is a *NotReplicatedError,
 // with the entry's id: the caller may go on (the write is on the primary).
 func XAdd(ctx context.Context, c redis.Cmdable, p protocol.WaitPolicy, args *redis.XAddArgs) (string, error) {
+	if !p.On() {
+		return c.XAdd(ctx, args).Result() // exactly the XADD of a client that knows no WAIT
+	}
 	var add *redis.StringCmd
 	err := PipelineWait(ctx, c, p, func(pipe redis.Pipeliner) { add = pipe.XAdd(ctx, args) })
 	id := add.Val()

@@ -413,6 +413,13 @@ func (r *RDB) FinishTask(ctx context.Context, f Finish) (bool, error) {
 	args := []any{f.Group, f.EntryID, string(f.Output), f.RunRetention.Milliseconds(), r.StreamMaxLen,
 		len(runArgs), len(usageArgs), protocol.UsageFieldCostUSD, cost, protocol.RunFieldCreatedAt}
 	args = append(append(args, runArgs...), usageArgs...)
+	if !r.Wait.On() {
+		n, err := finishScript.Run(ctx, r.c, keys, args...).Int()
+		if err != nil {
+			return false, fmt.Errorf("rdb: finish task %s: %w", f.RequestID, err)
+		}
+		return n == 1, nil
+	}
 	// EVALSHA, then EVAL when the server does not know the script (a new
 	// primary after a failover, a restart), each followed by its WAIT.
 	var run *redis.Cmd
