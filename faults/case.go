@@ -107,6 +107,7 @@ type Case struct {
 	unwanted  int
 	notes     []string
 	settled   map[string][]Answer // the answers when the checks ended
+	fleet     *Fleet              // the case's simulated hosts, if any
 	stops     []func()            // run before the final shutdown
 	counts    []func()            // run after it, before the containers left are counted
 	afters    []func()            // run at the very end (what the managers need until they stop)
@@ -159,8 +160,7 @@ func NewCase(t *testing.T, opt Options) *Case {
 	if sentinel != nil {
 		c.Wait = protocol.WaitPolicy{Replicas: 1, Timeout: protocol.DefaultRedisWaitTimeout}
 	}
-	rc := c.RC
-	c.L = newLedger(rc, keys, c.replies)
+	c.L = NewLedger(c.RC, keys, c.replies)
 	// Registered after Redis's own cleanup, so it runs first.
 	t.Cleanup(c.finish)
 	t.Logf("case %q: key prefix %s, redis %s", opt.Name, prefix, protocol.RedactRedisURL(c.URL()))
@@ -208,11 +208,18 @@ func (c *Case) ManagerEnv(id string) map[string]string {
 // command stream.
 func (c *Case) StartManager(id string, extra map[string]string) *Manager {
 	c.T.Helper()
+	return c.launch(id, extra, func(dir string, env map[string]string) (*Manager, error) { return startManager(dir, id, env) })
+}
+
+// launch starts a manager with the case's environment changed by extra,
+// through start, and waits until it reads the command stream.
+func (c *Case) launch(id string, extra map[string]string, start func(dir string, env map[string]string) (*Manager, error)) *Manager {
+	c.T.Helper()
 	env := c.ManagerEnv(id)
 	for k, v := range extra {
 		env[k] = v
 	}
-	m, err := startManager(c.T.TempDir(), id, env)
+	m, err := start(c.T.TempDir(), env)
 	if err != nil {
 		c.T.Fatal(err)
 	}
@@ -375,7 +382,7 @@ func (c *Case) finish() {
 		// call it finished for a manager long gone) is removed too.
 		for _, x := range c.Containers() {
 			t.Logf("removing container %s (%s), made after the count", short(x.ID), x.State)
-			_, _ = docker("rm", "-f", x.ID)
+			c.RemoveContainer(x)
 		}
 	}()
 	for i := len(stops) - 1; i >= 0; i-- {
@@ -412,8 +419,8 @@ func (c *Case) finish() {
 	if len(left) > 0 {
 		var states []string
 		for _, x := range left {
-			states = append(states, short(x.WorkerID)+" "+x.State)
-			_, _ = docker("rm", "-f", x.ID)
+			states = append(states, short(x.WorkerID)+" "+x.State+hostNote(x.Host))
+			c.RemoveContainer(x)
 		}
 		c.Note("%d containers left after the final shutdown (%s)", len(left), strings.Join(states, ", "))
 	}

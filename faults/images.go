@@ -33,13 +33,22 @@ func envOr(k, def string) string {
 // points there.
 const FakeAgent = "/usr/local/bin/fake-agent"
 
-// Root returns the repository's top directory (the parent of faults/).
+// Root returns the repository's top directory: the nearest directory at
+// or above the working directory that holds faults/go.mod (the tests run
+// in faults/, cmd/fleet at the top).
 func Root() string {
-	dir, err := filepath.Abs("..")
+	dir, err := os.Getwd()
 	if err != nil {
 		panic(err)
 	}
-	return dir
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "faults", "go.mod")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			panic("faults: no faults/go.mod at or above " + dir)
+		}
+	}
 }
 
 // ManagerBin is where the suite builds the worker-manager.
@@ -55,10 +64,16 @@ var (
 // case never runs against a stale binary or image.
 func ensureBuilt(t testing.TB) {
 	t.Helper()
-	buildOnce.Do(func() { buildErr = build() })
-	if buildErr != nil {
-		t.Fatalf("faults: build: %v", buildErr)
+	if err := Build(); err != nil {
+		t.Fatalf("faults: build: %v", err)
 	}
+}
+
+// Build builds, once per process, the OS base (when missing), BaseImage
+// and bin/worker-manager (ensureBuilt for programs: cmd/fleet).
+func Build() error {
+	buildOnce.Do(func() { buildErr = build() })
+	return buildErr
 }
 
 func build() error {

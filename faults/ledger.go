@@ -79,11 +79,14 @@ type Ledger struct {
 	byID map[string]*Request
 }
 
-func newLedger(rc *redis.Client, keys protocol.Keys, replies string) *Ledger {
+// NewLedger returns the ledger of the requests sent on keys' streams,
+// whose commands are answered on the stream replies.
+func NewLedger(rc *redis.Client, keys protocol.Keys, replies string) *Ledger {
 	return &Ledger{rc: rc, keys: keys, replies: replies, byID: map[string]*Request{}}
 }
 
-func (l *Ledger) add(r *Request) {
+// Add records a request sent.
+func (l *Ledger) Add(r *Request) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.reqs = append(l.reqs, r)

@@ -28,7 +28,7 @@ func (c *Case) Send(cmd protocol.Command, expect Expect, what string) string {
 	if err != nil {
 		c.T.Fatal(err)
 	}
-	c.L.add(&Request{ID: cmd.ID, Command: true, What: what, Expect: expect, Sent: time.Now()})
+	c.L.Add(&Request{ID: cmd.ID, Command: true, What: what, Expect: expect, Sent: time.Now()})
 	if err := c.add(c.Keys.Commands(), doc); err != nil {
 		c.T.Fatalf("send %s: %v", cmd.ID, err)
 	}
@@ -92,7 +92,7 @@ func (c *Case) TaskAs(req, worker, prompt string, expect Expect, what string) st
 	if err != nil {
 		c.T.Fatal(err)
 	}
-	c.L.add(&Request{ID: req, What: what, Expect: expect, Sent: time.Now()})
+	c.L.Add(&Request{ID: req, What: what, Expect: expect, Sent: time.Now()})
 	if err := c.add(stream, doc); err != nil {
 		c.T.Fatalf("send %s: %v", req, err)
 	}

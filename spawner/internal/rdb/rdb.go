@@ -54,6 +54,11 @@ func (r *RDB) xadd(ctx context.Context, stream string, doc []byte) error {
 	return r.C.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: r.StreamMaxLen, Approx: true, Values: protocol.Values(doc)}).Err()
 }
 
+// AddEntry appends a document to a stream (MAXLEN ~ StreamMaxLen).
+func (r *RDB) AddEntry(ctx context.Context, stream string, doc []byte) error {
+	return r.xadd(ctx, stream, doc)
+}
+
 // Lifecycle publishes a lifecycle event.
 func (r *RDB) Lifecycle(ctx context.Context, l protocol.Lifecycle) error {
 	doc, err := l.Encode()
@@ -159,8 +164,27 @@ var names = strings.NewReplacer(
 )
 
 func script(src string) *redis.Script {
-	return redis.NewScript(strings.ReplaceAll(names.Replace(src), "$LESS\n", luaLess))
+	src = strings.ReplaceAll(names.Replace(src), "$LESS\n", luaLess)
+	return redis.NewScript(strings.ReplaceAll(src, "$DELIVERED\n", luaDelivered))
 }
+
+// luaDelivered is the Lua function delivered(key, group): the
+// last-delivered-id of a consumer group of a stream, nil when the stream
+// or the group does not exist ($DELIVERED in a script's source).
+const luaDelivered = `local function delivered(key, group)
+  local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', key)
+  if not ok then return nil end
+  for _, g in ipairs(groups) do
+    local name, last
+    for i = 1, #g, 2 do
+      if g[i] == 'name' then name = g[i + 1] end
+      if g[i] == 'last-delivered-id' then last = g[i + 1] end
+    end
+    if name == group then return last end
+  end
+  return nil
+end
+`
 
 // luaLess is the Lua function less(a, b) that orders two stream entry
 // ids, for the scripts that compare them ($LESS in their source).
