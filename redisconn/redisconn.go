@@ -178,7 +178,10 @@ func XAdd(ctx context.Context, c redis.Cmdable, p protocol.WaitPolicy, args *red
 			continue
 		}
 		if len(found) > 0 {
-			return id, err // nil after a failed WAIT; the short answer otherwise
+			if short {
+				return id, err // a live primary that has it, without enough replicas
+			}
+			return id, nil // on the primary the client reaches after the failover
 		}
 		// The primary the client reaches now has not got it: add it
 		// again, under a new id.
