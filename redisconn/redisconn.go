@@ -158,8 +158,11 @@ func XAdd(ctx context.Context, c redis.Cmdable, p protocol.WaitPolicy, args *red
 	var add *redis.StringCmd
 	err := PipelineWait(ctx, c, p, func(pipe redis.Pipeliner) { add = pipe.XAdd(ctx, args) })
 	id := add.Val()
-	if err == nil || add.Err() != nil {
-		return id, err // done, or the add itself failed: the caller's to retry
+	if err == nil || id == "" {
+		// Done, or the add itself failed (no id came back): the caller's
+		// to retry. (go-redis gives a pipeline's error to every command of
+		// it, so an add whose id came back counts as made.)
+		return id, err
 	}
 	short := IsNotReplicated(err) // the primary answered: look at once
 	back := 100 * time.Millisecond
@@ -188,7 +191,7 @@ func XAdd(ctx context.Context, c redis.Cmdable, p protocol.WaitPolicy, args *red
 		a := *args
 		a.ID = ""
 		err = PipelineWait(ctx, c, p, func(pipe redis.Pipeliner) { add = pipe.XAdd(ctx, &a) })
-		if add.Err() == nil {
+		if add.Val() != "" {
 			id = add.Val()
 			if err == nil || IsNotReplicated(err) {
 				return id, err

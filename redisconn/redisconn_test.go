@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,5 +132,37 @@ func TestSentinelClientFollowsFailover(t *testing.T) {
 		len(ids), short, nw.Addr, got)
 	if n != int64(len(ids)) {
 		t.Fatalf("the stream has %d entries, %d were confirmed", n, len(ids))
+	}
+}
+
+// A WAIT whose connection breaks (the primary gone, as far as the client
+// can tell) is followed by a look for the entry: found, it is confirmed
+// and not added again.
+func TestXAddConfirmsAfterALostWait(t *testing.T) {
+	r := testkit.StartRedis(t)
+	proxy := testkit.StartProxy(t, r.Addr)
+	o, err := Options(proxy.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.MaxRetries = -1 // go-redis would send the pipeline again itself
+	c := NewClient(o)
+	defer c.Close()
+	var armed atomic.Bool
+	armed.Store(true)
+	proxy.SetCut(func(rep testkit.Reply) testkit.Cut {
+		if rep.Name() == "WAIT" && armed.CompareAndSwap(true, false) {
+			return testkit.DropReply
+		}
+		return testkit.Forward
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	id, err := XAdd(ctx, c, protocol.WaitPolicy{Replicas: 1, Timeout: 200 * time.Millisecond}, &redis.XAddArgs{Stream: "s", Values: []any{"data", "{}"}})
+	if err != nil || id == "" || armed.Load() {
+		t.Fatalf("XAdd after a lost WAIT reply: %q, %v (cut made: %v)", id, err, !armed.Load())
+	}
+	if n, _ := c.XLen(ctx, "s").Result(); n != 1 {
+		t.Fatalf("%d entries, want 1", n)
 	}
 }
