@@ -316,8 +316,10 @@ const (
 	// EnvRedisWaitTimeout names the variable that sets WAIT's timeout
 	// (a duration, or milliseconds).
 	EnvRedisWaitTimeout = "REDIS_WAIT_TIMEOUT"
-	// DefaultRedisWaitTimeout is REDIS_WAIT_TIMEOUT's default.
-	DefaultRedisWaitTimeout = time.Second
+	// DefaultRedisWaitTimeout is REDIS_WAIT_TIMEOUT's default: a replica
+	// in sync answers WAIT within a millisecond or two (the primary asks it
+	// at once); the timeout is what a write pays while none is.
+	DefaultRedisWaitTimeout = 500 * time.Millisecond
 )
 
 // WaitPolicy is how many replicas a write that matters waits for, and how

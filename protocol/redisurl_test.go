@@ -124,9 +124,9 @@ func TestParseWaitPolicy(t *testing.T) {
 		want              WaitPolicy
 		bad               bool
 	}{
-		{"plain: off", "", "", plain, WaitPolicy{0, time.Second}, false},
-		{"sentinel: one replica", "", "", sentinel, WaitPolicy{1, time.Second}, false},
-		{"sentinel turned off", "0", "", sentinel, WaitPolicy{0, time.Second}, false},
+		{"plain: off", "", "", plain, WaitPolicy{0, DefaultRedisWaitTimeout}, false},
+		{"sentinel: one replica", "", "", sentinel, WaitPolicy{1, DefaultRedisWaitTimeout}, false},
+		{"sentinel turned off", "0", "", sentinel, WaitPolicy{0, DefaultRedisWaitTimeout}, false},
 		{"plain turned on", "2", "250ms", plain, WaitPolicy{2, 250 * time.Millisecond}, false},
 		{"milliseconds", "1", "1500", plain, WaitPolicy{1, 1500 * time.Millisecond}, false},
 		{"bad replicas", "-1", "", plain, WaitPolicy{}, true},

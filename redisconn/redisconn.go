@@ -164,15 +164,24 @@ func XAdd(ctx context.Context, c redis.Cmdable, p protocol.WaitPolicy, args *red
 		// it, so an add whose id came back counts as made.)
 		return id, err
 	}
-	short := IsNotReplicated(err) // the primary answered: look at once
+	short := IsNotReplicated(err)
 	back := 100 * time.Millisecond
 	for {
+		// Before a look: a backoff while the primary is unreachable; after
+		// a short answer, one WAIT timeout more. A primary that answered
+		// short may be the old one in the moment between a replica's
+		// promotion and the client's switch (+switch-master), which then
+		// drops what it took: the look must reach the new one.
+		wait := back
+		if short {
+			wait = p.Timeout
+		}
+		select {
+		case <-ctx.Done():
+			return id, fmt.Errorf("redisconn: confirm entry %s of %s: %w (last: %v)", id, args.Stream, ctx.Err(), err)
+		case <-time.After(wait):
+		}
 		if !short {
-			select {
-			case <-ctx.Done():
-				return id, fmt.Errorf("redisconn: confirm entry %s of %s: %w (last: %v)", id, args.Stream, ctx.Err(), err)
-			case <-time.After(back):
-			}
 			back = min(2*back, 2*time.Second)
 		}
 		found, xerr := c.XRange(ctx, args.Stream, id, id).Result()

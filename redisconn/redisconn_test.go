@@ -39,8 +39,8 @@ func TestPolicy(t *testing.T) {
 	if p, err := Policy("redis://h:1/0"); err != nil || p.On() {
 		t.Fatalf("plain URL: %+v, %v; want WAIT off", p, err)
 	}
-	if p, err := Policy("redis+sentinel://h:1/m"); err != nil || p.Replicas != 1 || p.Timeout != time.Second {
-		t.Fatalf("sentinel URL: %+v, %v; want 1 replica, 1 s", p, err)
+	if p, err := Policy("redis+sentinel://h:1/m"); err != nil || p.Replicas != 1 || p.Timeout != protocol.DefaultRedisWaitTimeout {
+		t.Fatalf("sentinel URL: %+v, %v; want 1 replica, 500 ms", p, err)
 	}
 	t.Setenv(protocol.EnvRedisWaitReplicas, "0")
 	if p, _ := Policy("redis+sentinel://h:1/m"); p.On() {
@@ -85,7 +85,7 @@ func TestSentinelClientFollowsFailover(t *testing.T) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	p := protocol.WaitPolicy{Replicas: 1, Timeout: time.Second}
+	p := protocol.WaitPolicy{Replicas: 1, Timeout: protocol.DefaultRedisWaitTimeout}
 	var ids []string
 	short := 0
 	add := func() error {

@@ -18,11 +18,11 @@ func TestConfigRedisURL(t *testing.T) {
 		want                         protocol.WaitPolicy
 		bad                          string
 	}{
-		{name: "plain", url: "redis://:pw@127.0.0.1:6379/0", want: protocol.WaitPolicy{Timeout: time.Second}},
-		{name: "TLS", url: "rediss://u:pw@redis.example:6380/1", want: protocol.WaitPolicy{Timeout: time.Second}},
+		{name: "plain", url: "redis://:pw@127.0.0.1:6379/0", want: protocol.WaitPolicy{Timeout: protocol.DefaultRedisWaitTimeout}},
+		{name: "TLS", url: "rediss://u:pw@redis.example:6380/1", want: protocol.WaitPolicy{Timeout: protocol.DefaultRedisWaitTimeout}},
 		{name: "sentinel", url: "redis+sentinel://agentvisor%3Aworker%3Aw-1:pw@127.0.0.1:26379,127.0.0.1:26380/main/0?sentinel_password=sp",
-			want: protocol.WaitPolicy{Replicas: 1, Timeout: time.Second}},
-		{name: "sentinel, WAIT off", url: "rediss+sentinel://h:1/main", replicas: "0", want: protocol.WaitPolicy{Timeout: time.Second}},
+			want: protocol.WaitPolicy{Replicas: 1, Timeout: protocol.DefaultRedisWaitTimeout}},
+		{name: "sentinel, WAIT off", url: "rediss+sentinel://h:1/main", replicas: "0", want: protocol.WaitPolicy{Timeout: protocol.DefaultRedisWaitTimeout}},
 		{name: "sentinel, WAIT tuned", url: "redis+sentinel://h:1/main", replicas: "2", timeout: "300ms", want: protocol.WaitPolicy{Replicas: 2, Timeout: 300 * time.Millisecond}},
 		{name: "missing", url: "", bad: "config: REDIS_URL: required"},
 		{name: "other scheme", url: "http://:s3cret@h:1/0", bad: "config: REDIS_URL: protocol: bad redis URL: unknown scheme"},

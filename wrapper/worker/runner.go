@@ -369,10 +369,11 @@ func (w *Worker) storeOutput(log *slog.Logger, src taskSource, o protocol.Output
 		return false
 	}
 	// With WAIT on (a sentinel URL), a write no replica acknowledged is
-	// made again once, after a backoff: a failover that promoted a
-	// replica the output had not reached has a new primary by then, and
-	// the idempotent script publishes the output there. A second short
-	// answer leaves it on the primary alone (no replica in sync).
+	// made again once, one WAIT timeout later: a failover that promoted a
+	// replica the output had not reached has a new primary by then, which
+	// the client has switched to, and the idempotent script publishes the
+	// output there. A second short answer leaves it on the primary alone
+	// (no replica in sync).
 	var published bool
 	short := 0
 	_, err = store(w.pub, "output "+o.RequestID, func(c context.Context) (struct{}, error) {
@@ -381,6 +382,7 @@ func (w *Worker) storeOutput(log *slog.Logger, src taskSource, o protocol.Output
 		published = published || p
 		if redisconn.IsNotReplicated(err) {
 			if short++; short < 2 {
+				time.Sleep(w.cfg.RedisWait.Timeout)
 				return struct{}{}, err
 			}
 			log.Warn("task output stored on the primary alone: no replica acknowledged it", "err", err)
