@@ -145,11 +145,14 @@ func (h *Host) HostEnv() map[string]string {
 	return map[string]string{"DOCKER_HOST": h.Engine.Host(), "HOST_ID": h.ID}
 }
 
-// StartManager starts a worker-manager for the host (env plus HostEnv)
-// and moves it into the host's cgroups: it dies with the host. Its log
-// goes under dir.
+// StartManager starts a worker-manager for the host (env plus HostEnv;
+// MANAGER_ID id unless env sets it) and moves it into the host's cgroups:
+// it dies with the host. Its log goes under dir.
 func (h *Host) StartManager(dir, id string, env map[string]string) (*Manager, error) {
-	all := map[string]string{}
+	// The managers of the simulated hosts share this machine's hostname,
+	// the default MANAGER_ID: the same consumer name in the managers'
+	// group would have each take the others' commands for its own.
+	all := map[string]string{"MANAGER_ID": id}
 	for k, v := range env {
 		all[k] = v
 	}

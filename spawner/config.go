@@ -59,7 +59,7 @@ type Config struct {
 	// PruneBuildCache (GC_PRUNE_BUILD_CACHE, false): the image GC also
 	// prunes the engine's whole build cache (it carries no owner).
 	PruneBuildCache bool
-	ManagerID       string // MANAGER_ID (hostname): the consumer name in the managers group
+	ManagerID       string // MANAGER_ID (hostname, with "-HOST_ID" when HOST_ID is set): the consumer name in the managers group
 	// HeartbeatInterval (HEARTBEAT_INTERVAL, 10s) is given to the workers;
 	// a running worker whose heartbeat key expired (3 intervals) is dead.
 	HeartbeatInterval time.Duration
@@ -260,11 +260,17 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	if c.ReplyTTL, err = durVar(getenv("REPLY_TTL"), time.Hour); err != nil {
 		return fail("REPLY_TTL", err)
 	}
-	if c.ManagerID == "" {
-		c.ManagerID, _ = os.Hostname()
-	}
 	if c.HostID = getenv("HOST_ID"); c.HostID != "" && !protocol.ValidHostID(c.HostID) {
 		return fail("HOST_ID", fmt.Errorf("want [A-Za-z0-9_.-]{1,64}, got %q", c.HostID))
+	}
+	if c.ManagerID == "" {
+		// Managers of several engines on one machine (HOST_ID told apart)
+		// get consumer names of their own: one name shared would have each
+		// serve the others' pending commands.
+		c.ManagerID, _ = os.Hostname()
+		if c.HostID != "" && c.HostID != c.ManagerID {
+			c.ManagerID += "-" + c.HostID
+		}
 	}
 	if c.HostLabels, err = protocol.ParseHostLabels(getenv("HOST_LABELS")); err != nil {
 		return fail("HOST_LABELS", err)
