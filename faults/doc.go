@@ -30,8 +30,10 @@
 // fleet`) runs a fleet as a timeline.
 //
 // The cases are the _test.go files: manager crashes (manager_test.go),
-// Redis faults (redis_test.go), worker faults (worker_test.go), and a
-// host lost mid-load in a fleet of three (fleet_test.go);
+// Redis faults (redis_test.go), a Redis Sentinel failover mid-load
+// (sentinel_test.go: Options.Sentinel gives a case a primary, a replica
+// and three sentinels), worker faults (worker_test.go), and a host lost
+// mid-load in a fleet of three (fleet_test.go);
 // engines_test.go checks the harness's own promise (nothing of a killed
 // host survives, its engine boots again, nothing is left after it), and
 // fleet_bench_test.go is the fleet's scale curve of `make bench`.

@@ -18,8 +18,16 @@ import (
 // on: worker-base as images/worker-base/Dockerfile makes it, with this
 // checkout's wrapper, plus the wrapper's fake agent at FakeAgent. Its own
 // tag, so that the suite never retags the agentvisor/worker-base:latest
-// other tests and sessions use.
-const BaseImage = "agentvisor/worker-base-faults:latest"
+// other tests and sessions use; FAULTS_BASE_IMAGE names another, so that
+// two checkouts running the suite on one engine keep their wrappers apart.
+var BaseImage = envOr("FAULTS_BASE_IMAGE", "agentvisor/worker-base-faults:latest")
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
 
 // FakeAgent is where the fake agent sits in BaseImage; a spec's AGENT_BIN
 // points there.

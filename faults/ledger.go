@@ -200,6 +200,7 @@ type Tally struct {
 	Sent       int
 	Lost       int // no answer, a late one, or one that is not what the request expects
 	Duplicated int // more than one answer
+	MaxAnswers int // the most answers one request got
 	Notes      []string
 }
 
@@ -224,6 +225,7 @@ func (l *Ledger) Tally(lostBy, dupBy map[string][]Answer) Tally {
 			t.Lost++
 			t.Notes = append(t.Notes, fmt.Sprintf("%s (%s): answered %s", r.ID, r.What, as[0].Desc))
 		}
+		t.MaxAnswers = max(t.MaxAnswers, len(dupBy[r.ID]))
 		if n := len(dupBy[r.ID]); n > 1 {
 			t.Duplicated++
 			var descs []string

@@ -3,7 +3,9 @@
 #
 # Installs what is missing (redis-server, docker.io, debootstrap, nodejs/npm,
 # prometheus with promtool for the alert rules' tests, chromium for the
-# dashboard's)
+# dashboard's; Debian's redis-server also runs Redis Sentinel, as
+# `redis-server sentinel.conf --sentinel`, which is how the Sentinel tests
+# start theirs: no redis-sentinel package is needed)
 # and starts a Docker engine when none answers. It is idempotent: a second run
 # changes nothing and says so. Every step it takes is printed, so that the
 # first run on a fresh machine tells what it installs.

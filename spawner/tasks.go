@@ -20,6 +20,10 @@ import (
 type Tasks struct {
 	Redis redis.Cmdable
 	Keys  protocol.Keys
+	// Wait is WAIT's policy for Send (zero: no WAIT); redisconn.Policy
+	// gives the environment's for a Redis URL (one replica for a sentinel
+	// URL), so that a failover does not lose a task once Send returned.
+	Wait protocol.WaitPolicy
 }
 
 // Sent is a task on its way: where its output will appear, and the entry
@@ -62,6 +66,7 @@ func (t *Tasks) Send(ctx context.Context, workerID string, task protocol.Task) (
 		return Sent{}, errorf(protocol.CodeInvalidTask, "send: %v", err)
 	}
 	r := rdb.New(t.Redis, t.Keys)
+	r.Wait = t.Wait
 	sent := Sent{RequestID: task.RequestID, WorkerID: workerID, Output: t.Keys.OutputFor(k, workerID)}
 	// Outputs after this entry are the task's: "$" would miss an output
 	// written between the XADD and the first XREAD.

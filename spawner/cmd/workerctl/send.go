@@ -41,7 +41,7 @@ With --wait it prints the task's progress and then its output, and exits
 			if project == "" {
 				project = row.ProjectID
 			}
-			tasks := &spawner.Tasks{Redis: c.rdb, Keys: c.keys}
+			tasks := &spawner.Tasks{Redis: c.rdb, Keys: c.keys, Wait: c.wait}
 			sent, err := tasks.Send(ctx, id, protocol.Task{RequestID: reqID, ProjectID: project, Prompt: a[1], ForceNewSession: newSession})
 			var se *spawner.Error
 			if errors.As(err, &se) && se.Code == protocol.CodeInvalidTask {

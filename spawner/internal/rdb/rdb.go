@@ -24,6 +24,9 @@ type RDB struct {
 	ReplyTTL     time.Duration // a reply stream expires this long after its last reply
 	Retention    time.Duration // a retired worker's keys live this long
 	RunRetention time.Duration // a run the spawner answered lives this long
+	// Wait is WAIT's policy for the entries a client must not lose to a
+	// failover (Send: a task, a command); off when zero.
+	Wait protocol.WaitPolicy
 }
 
 // Defaults of the retention settings.
