@@ -75,15 +75,19 @@ test-faults:
 	@cd faults && $(GO) vet ./... && $(GO) test -count=1 -v -timeout 30m ./...
 
 # Every benchmark of the project, then BENCHMARKS.md (figure, goal,
-# baseline of the same run, ratio) from their output.
+# baseline of the same run, ratio) from their output. BENCH=<regexp>
+# runs only the benchmarks it matches and keeps the other figures of the
+# previous run (.cache/bench.txt), saying so in BENCHMARKS.md.
+BENCH ?= .
 bench: setup
-	@mkdir -p .cache && rm -f .cache/bench.txt
-	@set -o pipefail; status=0; \
+	@mkdir -p .cache
+	@if [ '$(BENCH)' = . ]; then rm -f .cache/bench.txt; else touch .cache/bench.txt; fi
+	@set -o pipefail; status=0; partial=; [ '$(BENCH)' = . ] || partial='$(BENCH)'; \
 	for m in $(MODULES); do \
-	  echo "== go test -bench $$m"; \
-	  (cd $$m && $(GO) test -run='^$$' -bench=. -benchtime=1x -timeout 60m ./...) 2>&1 | tee -a .cache/bench.txt || status=1; \
+	  echo "== go test -bench '$(BENCH)' $$m"; \
+	  (cd $$m && $(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=1x -timeout 60m ./...) 2>&1 | tee -a .cache/bench.txt || status=1; \
 	done; \
-	$(GO) run scripts/benchtable.go -o BENCHMARKS.md -readme README.md .cache/bench.txt || status=1; \
+	$(GO) run scripts/benchtable.go -o BENCHMARKS.md -readme README.md -partial "$$partial" .cache/bench.txt || status=1; \
 	exit $$status
 
 # The end-to-end demo (examples/demo): a Redis on 127.0.0.1:6379 (started
