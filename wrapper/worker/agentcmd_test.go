@@ -36,7 +36,7 @@ func TestDroidCustomModel(t *testing.T) {
 }
 
 // AGENT_PERSISTENT takes both agents on a long-lived worker; AGENT_APPROVAL
-// is Claude's only. A persistent Droid runs in its JSON-RPC mode, its
+// is Claude's only (a Droid worker ignores it). A persistent Droid runs in its JSON-RPC mode, its
 // session and prompts on stdin.
 func TestPersistentConfig(t *testing.T) {
 	for _, tc := range []struct {
@@ -48,8 +48,9 @@ func TestPersistentConfig(t *testing.T) {
 		{"droid", map[string]string{"AGENT_TYPE": "droid", "AGENT_PERSISTENT": "true", "AGENT_PREWARM": "true"}, ""},
 		{"developer worker", map[string]string{"AGENT_TYPE": "droid", "AGENT_PERSISTENT": "true", "WORKER_KIND": "developer"}, "AGENT_PERSISTENT"},
 		{"on a pty", map[string]string{"AGENT_TYPE": "claude", "AGENT_PERSISTENT": "true", "AGENT_PTY": "true"}, "AGENT_PERSISTENT"},
-		{"droid approval", map[string]string{"AGENT_TYPE": "droid", "AGENT_PERSISTENT": "true", "AGENT_APPROVAL": "true"}, "AGENT_APPROVAL"},
+		{"droid approval, ignored", map[string]string{"AGENT_TYPE": "droid", "AGENT_APPROVAL": "true"}, ""},
 		{"claude approval", map[string]string{"AGENT_TYPE": "claude", "AGENT_PERSISTENT": "true", "AGENT_APPROVAL": "true"}, ""},
+		{"claude approval, per task", map[string]string{"AGENT_TYPE": "claude", "AGENT_APPROVAL": "true"}, "AGENT_APPROVAL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := map[string]string{"WORKER_ID": "w1", "REDIS_URL": "redis://127.0.0.1:6379/0"}

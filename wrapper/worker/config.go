@@ -64,7 +64,9 @@ type Config struct {
 	// Approval (AGENT_APPROVAL, default false): the persistent Claude asks,
 	// on its control channel, before each tool call ALLOWED_COMMANDS does
 	// not allow; the task's owner answers within ApprovalTimeout
-	// (APPROVAL_TIMEOUT, default 5m), or it is denied.
+	// (APPROVAL_TIMEOUT, default 5m), or it is denied. A Droid worker
+	// ignores it (logged at start): its calls outside the list are
+	// refused, as without it.
 	Approval          bool
 	ApprovalTimeout   time.Duration
 	HeartbeatInterval time.Duration // HEARTBEAT_INTERVAL (default 10s)
@@ -184,8 +186,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if c.Persistent && (c.Kind != protocol.KindLongLived || c.PTY) {
 		return fail("AGENT_PERSISTENT", fmt.Errorf("only for a long-lived worker without a pty"))
 	}
-	if c.Approval && (!c.Persistent || c.AgentType != protocol.AgentClaude) {
-		return fail("AGENT_APPROVAL", fmt.Errorf("needs Claude and AGENT_PERSISTENT=true: Claude asks on the persistent process's control channel"))
+	if c.Approval && !c.Persistent && c.AgentType == protocol.AgentClaude {
+		return fail("AGENT_APPROVAL", fmt.Errorf("needs AGENT_PERSISTENT=true: Claude asks on the persistent process's control channel"))
 	}
 	if c.Workspace == "" {
 		c.Workspace = "/workspace"
