@@ -65,32 +65,34 @@ func TestPersistentClaude(t *testing.T) {
 	}
 }
 
-// A prewarmed worker starts its Claude process, initialized, before any
-// task; the first task that wants a new session runs in it.
-func TestPrewarmedClaudeServesTheFirstTask(t *testing.T) {
-	e, stub, environ := realAgentEnv(t, protocol.AgentClaude)
-	e.cfg.Persistent, e.cfg.Prewarm = true, true
-	e.start(environ...)
-	stub.SetScript(stubmodel.Script{Fallback: &stubmodel.Step{Text: finalText}})
-	pid := 0
-	testkit.Eventually(t, "the agent started ahead", 30*time.Second, func() bool {
-		for _, l := range e.lifecycleEvents() {
-			if p, ok := l.Detail["agent_pid"].(float64); ok && l.Event == protocol.EventStarted {
-				pid = int(p)
+// A prewarmed worker starts its agent process, ready (Claude initialized,
+// Droid's new session open), before any task; the first task that wants
+// a new session runs in it.
+func TestPrewarmedAgentServesTheFirstTask(t *testing.T) {
+	eachRealAgent(t, func(t *testing.T, agentType protocol.AgentType, e *env, stub *stubmodel.Server, environ []string) {
+		e.cfg.Persistent, e.cfg.Prewarm = true, true
+		e.start(environ...)
+		stub.SetScript(stubmodel.Script{Fallback: &stubmodel.Step{Text: finalText}})
+		pid := 0
+		testkit.Eventually(t, "the agent started ahead", 30*time.Second, func() bool {
+			for _, l := range e.lifecycleEvents() {
+				if p, ok := l.Detail["agent_pid"].(float64); ok && l.Event == protocol.EventStarted {
+					pid = int(p)
+				}
 			}
+			return pid > 0
+		})
+		if n := len(stub.Requests()); n != 0 {
+			t.Fatalf("%d model calls before any task: starting ahead must cost no tokens", n)
 		}
-		return pid > 0
+		o := e.runTask(protocol.Task{RequestID: "w1", ProjectID: "fresh", Prompt: "first"})
+		if o.Status != protocol.StatusComplete {
+			t.Fatalf("output %+v", o)
+		}
+		if pids := e.taskPIDs(); len(pids) != 1 || pids[0] != pid {
+			t.Fatalf("task pids %v, want the process started ahead (%d)", pids, pid)
+		}
 	})
-	if n := len(stub.Requests()); n != 0 {
-		t.Fatalf("%d model calls before any task: starting ahead must cost no tokens", n)
-	}
-	o := e.runTask(protocol.Task{RequestID: "w1", ProjectID: "fresh", Prompt: "first"})
-	if o.Status != protocol.StatusComplete {
-		t.Fatalf("output %+v", o)
-	}
-	if pids := e.taskPIDs(); len(pids) != 1 || pids[0] != pid {
-		t.Fatalf("task pids %v, want the process started ahead (%d)", pids, pid)
-	}
 }
 
 // A persistent Droid (its JSON-RPC mode) serves a project's follow-up in
