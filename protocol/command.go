@@ -80,6 +80,9 @@ type WorkerSpec struct {
 	// the worker's configuration, not its image's: no image hash covers
 	// them.
 	MCPServers []MCPServer `json:"mcp_servers,omitempty"`
+	// Placement constrains the hosts of a fleet the worker may run on
+	// (fleet.go); none: any host with room.
+	Placement *Placement `json:"placement,omitempty"`
 }
 
 var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -133,6 +136,9 @@ func (s *WorkerSpec) validate(path string) error {
 	}
 	if s.Limits.Pids < 0 {
 		return fieldErr(path+".limits.pids", "negative")
+	}
+	if err := s.Placement.validate(path + ".placement"); err != nil {
+		return err
 	}
 	return validateMCPServers(path+".mcp_servers", s.MCPServers)
 }
@@ -275,6 +281,7 @@ type WorkerInfo struct {
 	Error       string          `json:"error,omitempty"`
 	StartedAt   time.Time       `json:"started_at,omitzero"`
 	UpdatedAt   time.Time       `json:"updated_at,omitzero"`
+	Host        string          `json:"host,omitempty"` // the host whose engine runs it
 }
 
 // Reply answers one command on the stream the command named.

@@ -74,6 +74,12 @@ const (
 	// is spent; a task of a project over its limit is refused before any
 	// model call.
 	CodeBudgetExceeded Code = "BUDGET_EXCEEDED"
+	// CodeHostLost: the worker's host (its engine and managers) stopped
+	// answering; the worker was retired by another host's manager.
+	CodeHostLost Code = "HOST_LOST"
+	// CodeNoHost: no live host of the fleet matches the create's
+	// placement, or the worker's host is not live to act on it.
+	CodeNoHost Code = "NO_HOST"
 )
 
 // codeInfo holds whether retrying the same request may succeed.
@@ -104,6 +110,8 @@ var codeInfo = map[Code]bool{
 	CodeRateLimited:         true,  // after the limit resets
 	CodeAgentStalled:        true,
 	CodeBudgetExceeded:      false, // not until the budget is raised
+	CodeHostLost:            true,  // on another host
+	CodeNoHost:              true,  // once a matching host is live
 }
 
 // Codes lists every code, in a stable order.
@@ -114,6 +122,7 @@ var Codes = []Code{
 	CodeUpstreamUnavailable, CodeResourceExhausted, CodeInternalError,
 	CodeWorkerBusy, CodeConflict, CodeShuttingDown, CodeReplaceLimit, CodeMCPUnavailable,
 	CodeCancelled, CodeAuthFailed, CodeRateLimited, CodeAgentStalled, CodeBudgetExceeded,
+	CodeHostLost, CodeNoHost,
 }
 
 // Valid reports whether c is a known code.

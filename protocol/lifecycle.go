@@ -47,7 +47,7 @@ var events = map[Event]bool{
 	EventStarted: true, EventTaskStarted: true, EventTaskCompleted: true, EventTaskFailed: true, EventTaskCancelled: true, EventBudgetWarning: true,
 	EventPauseRequested: true, EventStopping: true, EventStopped: true, EventFailed: true,
 	EventCreated: true, EventQueued: true, EventPaused: true, EventUnpaused: true, EventDied: true,
-	EventOOM: true, EventDead: true, EventDegraded: true, EventRecovered: true, EventRemoved: true, EventReplaceFailed: true, EventAllocated: true, EventRecycled: true,
+	EventOOM: true, EventDead: true, EventDegraded: true, EventRecovered: true, EventRemoved: true, EventReplaceFailed: true, EventAllocated: true, EventRecycled: true, EventHostLost: true,
 }
 
 // Valid reports whether e is a known event.
@@ -71,6 +71,8 @@ type Lifecycle struct {
 	TaskID    string    `json:"task_id,omitempty"`
 	// Detail carries event-specific facts (exit_code, error, reason, ...).
 	Detail map[string]any `json:"detail,omitempty"`
+	// Host is the host whose engine runs the worker (fleet.go).
+	Host string `json:"host,omitempty"`
 }
 
 // Validate checks every field of l.

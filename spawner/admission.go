@@ -2,12 +2,14 @@ package spawner
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
 // Admission: a create waits in the creation queue, a Redis FIFO, until it
@@ -18,57 +20,84 @@ import (
 // moves on (see rdb.Admit). With EvictPaused, a create at the head of a
 // full queue retires the worker paused longest instead of waiting.
 
-// admit waits for a slot for the create id and returns its lease.
-func (s *Spawner) admit(ctx context.Context, id string, replacement bool) (*renewal, error) {
+// admit waits for a slot for the create id on a host its placement
+// allows (only this one when the create cannot be forwarded) and returns
+// the host. On this host it returns the slot's lease, renewed until
+// stopped; on another it returns no lease: the caller forwards the create,
+// and that host's manager admits it again (renewing the same slot).
+func (s *Spawner) admit(ctx context.Context, id string, p *protocol.Placement, o createOpts) (*renewal, string, error) {
+	me := s.Host()
 	deadline := s.now().Add(s.cfg.CreationTimeout)
 	queued := false
+	mode := rdb.AdmitQueue
+	switch {
+	case o.tryOnly:
+		mode = rdb.AdmitTry
+	case o.replacement && !o.hostLost:
+		mode = rdb.AdmitReplace
+	}
+	leave := func() { _ = s.rdb.Leave(context.WithoutCancel(ctx), id) }
 	for {
-		ok, used, pos, err := s.rdb.Admit(ctx, id, s.now(), s.cfg.LeaseTTL, s.cfg.MaxWorkers, replacement)
+		cands, err := s.candidates(ctx, p, o.forward == nil)
 		if err != nil {
-			return nil, redisError(err, "creation queue")
+			return nil, "", redisError(err, "fleet hosts")
 		}
-		if ok {
-			return s.keepSlot(id), nil
+		if len(cands) == 0 && mode != rdb.AdmitReplace {
+			leave()
+			return nil, "", errorf(protocol.CodeNoHost, "no live host matches the placement %s", placementString(p))
 		}
-		if pos == 0 && used >= s.cfg.MaxWorkers && s.evictWarm(ctx, id) {
+		adm, err := s.rdb.Admit(ctx, id, s.now(), s.cfg.LeaseTTL, mode, me, cands)
+		if err != nil {
+			return nil, "", redisError(err, "creation queue")
+		}
+		if adm.OK {
+			if adm.Host == me {
+				return s.keepSlot(id), me, nil
+			}
+			if live, err := s.hostLive(ctx, adm.Host); err == nil && live {
+				return nil, adm.Host, nil
+			}
+			leave() // placed on a host lost since: placed again
+			continue
+		}
+		if mode == rdb.AdmitTry {
+			return nil, "", errorf(protocol.CodeResourceExhausted, "no free slot without taking one a queued create waits for")
+		}
+		if adm.Pos == 0 && adm.Full && s.evictWarm(ctx, id) {
 			continue // a warm pool worker gave way: count again at once
 		}
-		if pos == 0 && used >= s.cfg.MaxWorkers && s.cfg.EvictPaused && s.evictOldestPaused(ctx, id) {
+		if adm.Pos == 0 && adm.Full && s.cfg.EvictPaused && s.evictOldestPaused(ctx, id) {
 			continue // count again at once
 		}
 		if !queued {
 			queued = true
 			s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerQueued),
 				protocol.StatusFieldState: string(protocol.WorkerStarting)})
-			s.lifecycle(ctx, id, protocol.EventQueued, map[string]any{"max_workers": s.cfg.MaxWorkers, "position": pos})
+			s.lifecycle(ctx, id, protocol.EventQueued, map[string]any{"max_workers": s.cfg.MaxWorkers, "position": adm.Pos, "hosts": len(cands)})
 		}
 		if s.now().After(deadline) {
-			_ = s.rdb.Leave(context.WithoutCancel(ctx), id)
-			return nil, errorf(protocol.CodeResourceExhausted, "no worker slot freed within %s (MAX_CONCURRENT_WORKERS=%d)", s.cfg.CreationTimeout, s.cfg.MaxWorkers)
+			leave()
+			return nil, "", errorf(protocol.CodeResourceExhausted, "no worker slot freed within %s on %d host(s) (MAX_CONCURRENT_WORKERS=%d here)", s.cfg.CreationTimeout, len(cands), s.cfg.MaxWorkers)
 		}
 		select {
 		case <-ctx.Done():
-			_ = s.rdb.Leave(context.WithoutCancel(ctx), id)
-			return nil, &Error{protocol.CodeResourceExhausted, ctx.Err()}
+			leave()
+			return nil, "", &Error{protocol.CodeResourceExhausted, ctx.Err()}
 		case <-s.stopping:
-			_ = s.rdb.Leave(context.WithoutCancel(ctx), id)
-			return nil, errorf(protocol.CodeShuttingDown, "the worker-manager is shutting down: send the create again")
+			leave()
+			return nil, "", errorf(protocol.CodeShuttingDown, "the worker-manager is shutting down: send the create again")
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
 
-// tryAdmit admits the create id at once, or fails RESOURCE_EXHAUSTED when
-// a create waits or no slot is free: pools give way to explicit creates.
-func (s *Spawner) tryAdmit(ctx context.Context, id string) (*renewal, error) {
-	ok, err := s.rdb.TryAdmit(ctx, id, s.now(), s.cfg.LeaseTTL, s.cfg.MaxWorkers)
-	if err != nil {
-		return nil, redisError(err, "creation queue")
+// placementString shows a placement in an error.
+func placementString(p *protocol.Placement) string {
+	if p == nil {
+		return "(any host)"
 	}
-	if !ok {
-		return nil, errorf(protocol.CodeResourceExhausted, "no free slot without taking one a queued create waits for")
-	}
-	return s.keepSlot(id), nil
+	b, _ := json.Marshal(p)
+	return string(b)
 }
 
 // keepSlot renews the slot lease of an admitted create every third of the

@@ -2,6 +2,7 @@ package spawner
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -26,7 +27,7 @@ type Commands struct {
 	maxInFlight int
 
 	mu       sync.Mutex
-	inFlight map[string]bool // entry ids being executed; guarded by mu
+	inFlight map[entryRef]bool // entries being executed; guarded by mu
 	wg       sync.WaitGroup
 
 	// The claims on the entries in flight are renewed until those
@@ -39,7 +40,7 @@ func newCommands(s *Spawner, maxInFlight int) *Commands {
 	if maxInFlight <= 0 {
 		maxInFlight = 16
 	}
-	return &Commands{s: s, maxInFlight: maxInFlight, inFlight: map[string]bool{}}
+	return &Commands{s: s, maxInFlight: maxInFlight, inFlight: map[entryRef]bool{}}
 }
 
 // Start reads and executes commands until Stop.
@@ -67,41 +68,57 @@ func (c *Commands) Stop() {
 	}
 }
 
+// entryRef names an entry of one of the streams a manager reads.
+type entryRef struct{ stream, id string }
+
+// run reads the fleet's shared command stream and this host's own (the
+// commands other managers forwarded here) and executes what they bring.
 func (c *Commands) run(ctx context.Context) {
 	s := c.s
 	sem := make(chan struct{}, c.maxInFlight)
-	dispatch := func(msgs []redis.XMessage) bool {
-		for _, msg := range msgs {
-			c.mu.Lock()
-			busy := c.inFlight[msg.ID]
-			c.inFlight[msg.ID] = true
-			c.mu.Unlock()
-			if busy {
-				continue
+	dispatch := func(stream string) func(msgs []redis.XMessage) bool {
+		return func(msgs []redis.XMessage) bool {
+			for _, msg := range msgs {
+				ref := entryRef{stream, msg.ID}
+				c.mu.Lock()
+				busy := c.inFlight[ref]
+				c.inFlight[ref] = true
+				c.mu.Unlock()
+				if busy {
+					continue
+				}
+				select {
+				case sem <- struct{}{}:
+				case <-ctx.Done():
+					c.forget(ref)
+					return false
+				}
+				c.wg.Add(1)
+				go func() {
+					defer c.wg.Done()
+					defer func() { <-sem }()
+					defer c.forget(ref)
+					c.execute(stream, msg)
+				}()
 			}
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				c.forget(msg.ID)
-				return false
-			}
-			c.wg.Add(1)
-			go func() {
-				defer c.wg.Done()
-				defer func() { <-sem }()
-				defer c.forget(msg.ID)
-				c.execute(msg)
-			}()
+			return true
 		}
-		return true
 	}
 	go c.keepClaimed(c.claims)
-	s.consume(ctx, s.keys.Commands(), dispatch)
+	own := s.keys.HostCommands(s.Host())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.consume(ctx, own, dispatch(own))
+	}()
+	s.consume(ctx, s.keys.Commands(), dispatch(s.keys.Commands()))
+	wg.Wait()
 }
 
-func (c *Commands) forget(id string) {
+func (c *Commands) forget(ref entryRef) {
 	c.mu.Lock()
-	delete(c.inFlight, id)
+	delete(c.inFlight, ref)
 	c.mu.Unlock()
 }
 
@@ -119,13 +136,15 @@ func (c *Commands) keepClaimed(ctx context.Context) {
 			return
 		}
 		c.mu.Lock()
-		ids := make([]string, 0, len(c.inFlight))
-		for id := range c.inFlight {
-			ids = append(ids, id)
+		ids := map[string][]string{}
+		for ref := range c.inFlight {
+			ids[ref.stream] = append(ids[ref.stream], ref.id)
 		}
 		c.mu.Unlock()
-		if err := s.rdb.Touch(ctx, s.keys.Commands(), protocol.ManagerGroup, s.cfg.ManagerID, ids); err != nil && ctx.Err() == nil {
-			s.log.Warn("renew the claim on commands in flight", "err", err)
+		for stream, ids := range ids {
+			if err := s.rdb.Touch(ctx, stream, protocol.ManagerGroup, s.cfg.ManagerID, ids); err != nil && ctx.Err() == nil {
+				s.log.Warn("renew the claim on commands in flight", "err", err)
+			}
 		}
 	}
 }
@@ -133,7 +152,7 @@ func (c *Commands) keepClaimed(ctx context.Context) {
 // execute runs one command, replies, and acknowledges it. It does not
 // end with the manager's reading loop: a command in flight is finished
 // (a queued create answers SHUTTING_DOWN at once).
-func (c *Commands) execute(msg redis.XMessage) {
+func (c *Commands) execute(stream string, msg redis.XMessage) {
 	s := c.s
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CreationTimeout+s.cfg.StopTimeout+5*time.Minute)
 	defer cancel()
@@ -160,7 +179,15 @@ func (c *Commands) execute(msg redis.XMessage) {
 		s.log.Warn("command refused: reply_to is not a reply stream", "command_id", cmd.ID, "reply_to_prefix", s.keys.Replies(""))
 		replyTo = ""
 	} else {
-		c.runCommand(ctx, cmd, &reply)
+		forward := func(ctx context.Context, host string) error {
+			if err := s.rdb.Forward(ctx, stream, s.keys.HostCommands(host), protocol.ManagerGroup, msg.ID, data); err != nil {
+				return redisError(err, "forward command %s to host %s", cmd.ID, host)
+			}
+			return nil
+		}
+		if c.runCommand(ctx, cmd, &reply, forward) {
+			return // on the stream of the host that serves it, which replies
+		}
 	}
 	reply.Timestamp = s.now()
 	if replyTo != "" {
@@ -171,18 +198,32 @@ func (c *Commands) execute(msg redis.XMessage) {
 			}
 		}
 	}
-	if err := s.rdb.Ack(ctx, s.keys.Commands(), protocol.ManagerGroup, msg.ID); err != nil {
+	if err := s.rdb.Ack(ctx, stream, protocol.ManagerGroup, msg.ID); err != nil {
 		s.log.Warn("command not acknowledged", "command_id", reply.CommandID, "err", err)
 	}
 }
 
-func (c *Commands) runCommand(ctx context.Context, cmd protocol.Command, reply *protocol.Reply) {
+// runCommand executes one command and fills its reply; it reports true
+// when it forwarded the command to the host that serves it instead.
+func (c *Commands) runCommand(ctx context.Context, cmd protocol.Command, reply *protocol.Reply, forward func(ctx context.Context, host string) error) bool {
 	s := c.s
 	var err error
 	var info protocol.WorkerInfo
 	switch cmd.Action {
+	case protocol.ActionDelete, protocol.ActionPause, protocol.ActionUnpause:
+		if done, ferr := c.route(ctx, cmd, forward); done || ferr != nil {
+			if ferr != nil {
+				reply.OK, reply.Error = false, ProtocolError(ferr)
+			}
+			return done
+		}
+	}
+	switch cmd.Action {
 	case protocol.ActionCreate:
-		info, err = s.CreateFor(ctx, cmd.ID, *cmd.Spec)
+		info, err = s.createCommand(ctx, cmd.ID, *cmd.Spec, forward)
+		if errors.Is(err, errForwarded) {
+			return true
+		}
 		reply.WorkerID = info.WorkerID
 	case protocol.ActionDelete:
 		err = s.Delete(ctx, cmd.WorkerID)
@@ -206,11 +247,38 @@ func (c *Commands) runCommand(ctx context.Context, cmd protocol.Command, reply *
 	}
 	if err != nil {
 		reply.OK, reply.Error, reply.Worker, reply.Workers = false, ProtocolError(err), nil, nil
-		return
+		return false
 	}
 	if info.WorkerID != "" {
 		reply.Worker = &info
 	}
+	return false
+}
+
+// route sends an action on a worker of another live host to that host
+// (done: true). A worker of a host that is not live is deleted from here
+// (its container is out of reach; a returning host removes it), and
+// cannot be paused or woken (NO_HOST). A worker of this host: done false.
+func (c *Commands) route(ctx context.Context, cmd protocol.Command, forward func(ctx context.Context, host string) error) (bool, error) {
+	s := c.s
+	host, mine, err := s.owner(ctx, cmd.WorkerID)
+	if err != nil || mine {
+		return false, err
+	}
+	live, err := s.hostLive(ctx, host)
+	if err != nil {
+		return false, redisError(err, "fleet hosts")
+	}
+	if live {
+		if err := forward(ctx, host); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	if cmd.Action == protocol.ActionDelete {
+		return false, nil
+	}
+	return false, errorf(protocol.CodeNoHost, "worker %s runs on host %s, which is not live", cmd.WorkerID, host)
 }
 
 // newRetry is the backoff of every loop that retries a failed read.

@@ -94,6 +94,17 @@ type Config struct {
 	// ReplyTTL (REPLY_TTL, 1h): a reply stream expires this long after its
 	// last reply.
 	ReplyTTL time.Duration
+	// HostID (HOST_ID, the engine's name): the host this manager's engine
+	// is, in a fleet of hosts sharing one Redis (hosts.go). Managers of one
+	// engine share it.
+	HostID string
+	// HostLabels (HOST_LABELS, "k=v,k=v"): what a spec's placement may ask
+	// of this host.
+	HostLabels map[string]string
+	// HostTTL (HOST_TTL, 2 heartbeat intervals): a host whose managers
+	// renewed it no longer for this long is lost, and its dead workers
+	// are retired by another host's manager.
+	HostTTL time.Duration
 }
 
 // ConfigFromEnv reads the configuration; errors name the variable.
@@ -239,6 +250,17 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.ManagerID == "" {
 		c.ManagerID, _ = os.Hostname()
+	}
+	if c.HostID = getenv("HOST_ID"); c.HostID != "" && !protocol.ValidHostID(c.HostID) {
+		return fail("HOST_ID", fmt.Errorf("want [A-Za-z0-9_.-]{1,64}, got %q", c.HostID))
+	}
+	if c.HostLabels, err = protocol.ParseHostLabels(getenv("HOST_LABELS")); err != nil {
+		return fail("HOST_LABELS", err)
+	}
+	if v := getenv("HOST_TTL"); v != "" {
+		if c.HostTTL, err = durVar(v, 0); err != nil {
+			return fail("HOST_TTL", err)
+		}
 	}
 	return c, nil
 }

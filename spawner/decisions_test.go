@@ -60,11 +60,11 @@ func TestRetirementTakeover(t *testing.T) {
 	if owns, _, _ := u.s.rdb.BeginRetire(ctx, "w", "deleted", u.now(), u.s.cfg.LeaseTTL); !owns {
 		t.Fatal("could not begin")
 	}
-	if n := u.s.finishRetirements(ctx); n != 0 {
+	if n := u.s.finishRetirements(ctx, nil); n != 0 {
 		t.Fatalf("a live retirement was taken over (%d)", n)
 	}
 	u.advance(u.s.cfg.LeaseTTL + time.Second)
-	if n := u.s.finishRetirements(ctx); n != 1 {
+	if n := u.s.finishRetirements(ctx, nil); n != 1 {
 		t.Fatalf("taken over %d retirements, want 1", n)
 	}
 	outs := u.outputs(t, "w")

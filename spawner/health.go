@@ -74,7 +74,7 @@ func (h *Health) run(ctx context.Context) {
 			}
 		}
 		seen := map[string]bool{}
-		err := s.eachWorker(ctx, func(ctx context.Context, id string) {
+		err := s.eachOwnWorker(ctx, func(ctx context.Context, id string) {
 			seen[id] = true
 			if err := h.check(ctx, id); err != nil {
 				h.upSince = time.Time{}

@@ -70,6 +70,20 @@ func (s *Spawner) eachWorker(ctx context.Context, fn func(ctx context.Context, i
 	return nil
 }
 
+// eachOwnWorker calls fn for every member of the workers set placed on
+// this host (or placed before placement existed).
+func (s *Spawner) eachOwnWorker(ctx context.Context, fn func(ctx context.Context, id string)) error {
+	placed, err := s.rdb.Placements(ctx)
+	if err != nil {
+		return err
+	}
+	return s.eachWorker(ctx, func(ctx context.Context, id string) {
+		if s.mine(placed[id]) {
+			fn(ctx, id)
+		}
+	})
+}
+
 // renewal renews a lease every third of LeaseTTL in a goroutine of its
 // own, until stop, or until renew says the lease is no more to renew.
 type renewal struct {

@@ -3,8 +3,6 @@ package spawner
 import (
 	"context"
 	"time"
-
-	"github.com/agentvisor/agentvisor/protocol"
 )
 
 // component is a background job of the manager.
@@ -13,17 +11,20 @@ type component interface {
 	Stop()
 }
 
-// Leader holds the leader lease for this manager and, while it holds it,
-// runs the components that must run once per key prefix (health,
-// wake-on-input, timeouts, reconciliation, image GC). The lease is taken
+// Leader holds a leader lease for this manager and, while it holds it,
+// runs the components that must run once: once per host (health,
+// wake-on-input, timeouts, reconciliation, volume and image GC: they act
+// on its engine) under the host's lease, once per fleet (retention, warm
+// pools, the metrics read from the streams) under LeaderLease. The lease is taken
 // or renewed every third of LeaseTTL; a manager that cannot renew it
 // stops its leader components before the lease can have passed to another
 // (two thirds of a lease after its last renewal), and a dead leader's
 // lease passes to another manager within one lease.
 type Leader struct {
 	job
-	s    *Spawner
-	jobs []component
+	s     *Spawner
+	lease string // protocol.LeaderLease, or a host's HostLeaderLease
+	jobs  []component
 
 	// Owned by the loop's goroutine.
 	leading bool
@@ -44,7 +45,7 @@ func (l *Leader) run(ctx context.Context) {
 			l.stepDown()
 			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
-			_ = s.rdb.ReleaseLease(rctx, protocol.LeaderLease, s.instance)
+			_ = s.rdb.ReleaseLease(rctx, l.lease, s.instance)
 		}
 	}()
 	every(ctx, s.cfg.LeaseTTL/3, func(ctx context.Context) {
@@ -52,26 +53,26 @@ func (l *Leader) run(ctx context.Context) {
 		// and a call that hangs must not hold the next tick.
 		sent := time.Now()
 		tctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseTTL/3)
-		ok, err := s.rdb.TakeLease(tctx, protocol.LeaderLease, s.instance, s.cfg.LeaseTTL)
+		ok, err := s.rdb.TakeLease(tctx, l.lease, s.instance, s.cfg.LeaseTTL)
 		cancel()
 		switch {
 		case err == nil && ok:
 			l.renewed = sent
 			if !l.leading {
 				l.leading = true
-				s.log.Info("leader: this manager runs health, wake-up, timeouts, reconciliation and GC", "instance", s.instance)
+				s.log.Info("leader: this manager runs the components of a lease", "lease", l.lease, "instance", s.instance)
 				for _, j := range l.jobs {
 					j.Start(ctx)
 				}
 			}
 		case err == nil && !ok:
 			if l.leading {
-				s.log.Warn("leader lease lost to another manager")
+				s.log.Warn("leader lease lost to another manager", "lease", l.lease)
 				l.stepDown()
 			}
 		default:
 			if l.leading && time.Since(l.renewed) >= s.cfg.LeaseTTL*2/3 {
-				s.log.Warn("leader lease cannot be renewed: stepping down", "err", err)
+				s.log.Warn("leader lease cannot be renewed: stepping down", "lease", l.lease, "err", err)
 				l.stepDown()
 			}
 		}

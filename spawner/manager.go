@@ -15,9 +15,10 @@ import (
 // a dead manager left), follows its engine's events, and the one holding
 // the leader lease runs what must run once.
 //
-// Components (one file each): Commands, Controls and Crashes on every
-// manager; under the Leader: Health, Wake, Timeouts, Reconciler and the
-// image GC.
+// Components (one file each): Commands, Controls, Crashes, HostPresence
+// and HostWatch on every manager; under the host's leader lease: Health,
+// Wake, Timeouts, Reconciler, VolumeGC and the image GC; under the
+// fleet's: Retention, Pools and the metrics read from the streams.
 type Manager struct {
 	S *Spawner
 	// MaxInFlight bounds the commands executed at once (a create may wait
@@ -34,31 +35,43 @@ type Manager struct {
 // caller decides whether to Shutdown the workers.
 func (m *Manager) Run(ctx context.Context) error {
 	s := m.S
-	for _, stream := range []string{s.keys.Commands(), s.keys.Control()} {
+	me := s.Host()
+	for _, stream := range []string{s.keys.Commands(), s.keys.Control(), s.keys.HostCommands(me), s.keys.HostControl(me)} {
 		if err := s.rdb.EnsureGroup(ctx, stream, protocol.ManagerGroup); err != nil {
 			return fmt.Errorf("spawner: create group on %s: %w", stream, err)
 		}
 	}
-	leaderJobs := []component{&Health{s: s}, &Wake{s: s}, &Timeouts{s: s}, &Reconciler{s: s}, &Retention{s: s}, &VolumeGC{s: s}, &Pools{s: s}}
+	hostJobs := []component{&Health{s: s}, &Wake{s: s}, &Timeouts{s: s}, &Reconciler{s: s}, &VolumeGC{s: s}}
 	if m.GC != nil {
-		leaderJobs = append(leaderJobs, &gcJob{gc: m.GC, s: s})
+		hostJobs = append(hostJobs, &gcJob{gc: m.GC, s: s})
 	}
-	leaderJobs = append(leaderJobs, s.obs.leaderJobs(s)...) // metrics from the streams (metrics.go)
+	fleetJobs := []component{&Retention{s: s}, &Pools{s: s}}
+	fleetJobs = append(fleetJobs, s.obs.leaderJobs(s)...) // metrics from the streams (metrics.go)
 	commands := newCommands(s, m.MaxInFlight)
 	controls := &Controls{s: s}
 	crashes := &Crashes{s: s}
-	leader := &Leader{s: s, jobs: leaderJobs}
+	hostLeader := &Leader{s: s, lease: protocol.HostLeaderLease(me), jobs: hostJobs}
+	leader := &Leader{s: s, lease: protocol.LeaderLease, jobs: fleetJobs}
+	// A host that comes back settles its engine before it takes creates:
+	// the containers of workers retired while it was lost go first.
+	if _, err := s.Reconcile(ctx); err != nil {
+		s.log.Warn("reconcile before joining the fleet", "err", err)
+	}
 	// Each component's loop gets a context that Run cancels only through
 	// its Stop, in the order above.
 	base := context.WithoutCancel(ctx)
 	presence := &Presence{s: s}
 	presence.Start(base)
 	defer presence.Stop()
-	for _, c := range []component{crashes, leader, controls, commands} {
+	hosts := &HostPresence{s: s}
+	hosts.Start(base)
+	defer hosts.Stop()
+	watch := &HostWatch{s: s}
+	for _, c := range []component{crashes, hostLeader, leader, watch, controls, commands} {
 		c.Start(base)
 	}
 	<-ctx.Done()
-	for _, c := range []component{commands, controls, leader, crashes} {
+	for _, c := range []component{commands, controls, watch, leader, hostLeader, crashes} {
 		c.Stop()
 	}
 	return nil
@@ -73,13 +86,19 @@ type gcJob struct {
 
 func (g *gcJob) Start(ctx context.Context) { g.start(ctx, g.run) }
 
-// Shutdown retires every worker of this key prefix, in parallel: the
-// manager, stopping, leaves no container behind. Every worker is tried;
-// the first error is returned.
+// Shutdown retires every worker of this key prefix on this host, in
+// parallel: the manager, stopping, leaves no container behind. Every
+// worker is tried; the first error is returned.
 func (s *Spawner) Shutdown(ctx context.Context) error {
-	ws, err := s.List(ctx)
+	all, err := s.List(ctx)
 	if err != nil {
 		return err
+	}
+	var ws []protocol.WorkerInfo
+	for _, w := range all {
+		if s.mine(w.Host) {
+			ws = append(ws, w)
+		}
 	}
 	var g errgroup.Group
 	g.SetLimit(32)

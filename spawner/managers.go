@@ -49,7 +49,7 @@ func (p *Presence) run(ctx context.Context) {
 	s := p.s
 	key := s.keys.ManagerState(s.cfg.ManagerID)
 	ttl := protocol.ManagerStateTTLSeconds * time.Second
-	host, _ := os.Hostname()
+	host := s.Host()
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -64,8 +64,10 @@ func (p *Presence) run(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		var leases []string
-		if holder, err := s.rdb.LeaseHolder(ctx, protocol.LeaderLease); err == nil && holder == s.instance {
-			leases = append(leases, protocol.LeaderLease)
+		for _, name := range []string{protocol.LeaderLease, protocol.HostLeaderLease(s.Host())} {
+			if holder, err := s.rdb.LeaseHolder(ctx, name); err == nil && holder == s.instance {
+				leases = append(leases, name)
+			}
 		}
 		s.obs.setLeases(leases)
 		last := ""

@@ -215,7 +215,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	hashes := make([]*redis.SliceCmd, len(ids))
 	for i, id := range ids {
 		hashes[i] = pipe.HMGet(ctx, c.r.Keys.Status(id), protocol.StatusFieldState, protocol.StatusFieldHealth,
-			protocol.StatusFieldAgentType, protocol.StatusFieldManagerID, protocol.StatusFieldContainer,
+			protocol.StatusFieldAgentType, protocol.StatusFieldHost, protocol.StatusFieldContainer,
 			protocol.StatusFieldRequestID, protocol.StatusFieldTaskStarted)
 	}
 	queue := pipe.LLen(ctx, c.r.Keys.CreationQueue())
@@ -318,6 +318,7 @@ func (o *observer) setLeases(held []string) {
 	if o.m == nil {
 		return
 	}
+	o.m.leases.Reset()
 	o.m.leases.WithLabelValues(protocol.LeaderLease).Set(0)
 	for _, l := range held {
 		o.m.leases.WithLabelValues(l).Set(1)

@@ -109,9 +109,9 @@ func TestMetricsFromStreams(t *testing.T) {
 	s.UseMetrics(m, "")
 	rc.SAdd(ctx, keys.Workers(), "w1", "w2")
 	rc.HSet(ctx, keys.Status("w1"), protocol.StatusFieldState, string(protocol.WorkerIdle), protocol.StatusFieldHealth, string(protocol.HealthHealthy),
-		protocol.StatusFieldAgentType, "claude", protocol.StatusFieldManagerID, "m1", protocol.StatusFieldKind, "long_lived")
+		protocol.StatusFieldAgentType, "claude", protocol.StatusFieldHost, "m1", protocol.StatusFieldKind, "long_lived")
 	rc.HSet(ctx, keys.Status("w2"), protocol.StatusFieldState, string(protocol.WorkerIdle), protocol.StatusFieldHealth, string(protocol.HealthHealthy),
-		protocol.StatusFieldAgentType, "claude", protocol.StatusFieldManagerID, "m1", protocol.StatusFieldContainer, string(protocol.ContainerPaused))
+		protocol.StatusFieldAgentType, "claude", protocol.StatusFieldHost, "m1", protocol.StatusFieldContainer, string(protocol.ContainerPaused))
 	rc.RPush(ctx, keys.CreationQueue(), "c1", "c2")
 
 	jobs := s.obs.leaderJobs(s)

@@ -136,7 +136,7 @@ func poolEnv(spec protocol.WorkerSpec, o createOpts) []string {
 // allocate gives a create a warm worker of pool p: it reports false when
 // none is ready. The command's id is bound to the worker first, so a
 // command delivered again gets the same one.
-func (s *Spawner) allocate(ctx context.Context, commandID string, p *PoolTemplate) (protocol.WorkerInfo, bool, error) {
+func (s *Spawner) allocate(ctx context.Context, commandID string, p *PoolTemplate, forward func(ctx context.Context, host string) error) (protocol.WorkerInfo, bool, error) {
 	start := s.now()
 	if commandID != "" {
 		if id, err := s.rdb.CommandWorkerOf(ctx, commandID); err != nil || id != "" {
@@ -150,6 +150,17 @@ func (s *Spawner) allocate(ctx context.Context, commandID string, p *PoolTemplat
 		}
 		if id == "" {
 			return protocol.WorkerInfo{}, false, nil
+		}
+		if host, err := s.rdb.PlacementOf(ctx, id); err == nil && !s.mine(host) {
+			// Another host's warm worker: only its managers can wake it.
+			_ = s.rdb.AddWarm(ctx, p.Name, id)
+			if live, err := s.hostLive(ctx, host); err == nil && live && forward != nil && commandID != "" {
+				if err := forward(ctx, host); err != nil {
+					return protocol.WorkerInfo{}, false, err
+				}
+				return protocol.WorkerInfo{Status: protocol.ContainerQueued, Host: host}, true, errForwarded
+			}
+			return protocol.WorkerInfo{}, false, nil // made cold here
 		}
 		if commandID != "" {
 			if got, err := s.rdb.CommandWorker(ctx, commandID, id); err != nil {

@@ -38,6 +38,10 @@ func (s *Spawner) Reconcile(ctx context.Context) (ReconcileReport, error) {
 	if err != nil {
 		return rep, redisError(err, "reconcile")
 	}
+	placed, err := s.rdb.Placements(ctx)
+	if err != nil {
+		return rep, redisError(err, "reconcile")
+	}
 	cs, err := s.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: s.managedFilter()})
 	if err != nil {
 		return rep, engineError(err, "reconcile: list containers")
@@ -74,8 +78,8 @@ func (s *Spawner) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		}
 	}
 	for _, id := range workers {
-		if withContainer[id] {
-			continue
+		if withContainer[id] || !s.mine(placed[id]) {
+			continue // another host's worker: its containers are on its engine
 		}
 		// A create joins the workers set only once its container exists,
 		// and the set was read before the list: the container is gone,
@@ -87,7 +91,7 @@ func (s *Spawner) Reconcile(ctx context.Context) (ReconcileReport, error) {
 			rep.MissingMarked++
 		}
 	}
-	rep.TakenOver = s.finishRetirements(ctx)
+	rep.TakenOver = s.finishRetirements(ctx, placed)
 	rep.UsersDeleted = s.dropStrayUsers(ctx)
 	s.log.Info("reconciled", "orphans_removed", rep.OrphansRemoved, "missing_retired", rep.MissingMarked,
 		"states_fixed", rep.StatesFixed, "started", rep.Started, "exited", rep.Exited, "taken_over", rep.TakenOver, "containers", rep.ContainersSeen)
@@ -161,15 +165,24 @@ func (s *Spawner) dropStrayUsers(ctx context.Context) int {
 	return n
 }
 
-// finishRetirements takes over the retirements whose lease ran out (their
-// manager died) and returns how many it finished.
-func (s *Spawner) finishRetirements(ctx context.Context) int {
+// finishRetirements takes over the retirements of this host's workers
+// whose lease ran out (their manager died) and returns how many it
+// finished; placed is the placement hash (nil: read it).
+func (s *Spawner) finishRetirements(ctx context.Context, placed map[string]string) int {
 	stale, err := s.rdb.StaleRetirements(ctx, s.now())
-	if err != nil {
+	if err != nil || len(stale) == 0 {
 		return 0
+	}
+	if placed == nil {
+		if placed, err = s.rdb.Placements(ctx); err != nil {
+			return 0
+		}
 	}
 	n := 0
 	for _, id := range stale {
+		if !s.mine(placed[id]) {
+			continue // its host finishes it, or HostWatch if that host is lost
+		}
 		if ok, err := s.retire(ctx, id, retirement{reason: "takeover", died: true, exitCode: -1, code: protocol.CodeKilled,
 			msg: "the worker was retired by a manager that died"}); err != nil {
 			s.log.Warn("finish a retirement", "worker_id", id, "err", err)
@@ -203,7 +216,7 @@ func (r *Reconciler) run(ctx context.Context) {
 	last := time.Time{}
 	every(ctx, min(s.cfg.ReconcileInterval, s.cfg.LeaseTTL/3), func(ctx context.Context) {
 		if time.Since(last) < s.cfg.ReconcileInterval {
-			s.finishRetirements(ctx)
+			s.finishRetirements(ctx, nil)
 			return
 		}
 		last = time.Now()

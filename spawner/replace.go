@@ -3,6 +3,7 @@ package spawner
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 // caller answers the waiting tasks. The replacement's command id makes a
 // second attempt (a takeover of this retirement) find it instead of
 // making another.
-func (s *Spawner) replace(ctx context.Context, oldID string, h map[string]string) (string, int, error) {
+func (s *Spawner) replace(ctx context.Context, oldID string, h map[string]string, hostLost bool) (string, int, error) {
 	var spec protocol.WorkerSpec
 	if err := json.Unmarshal([]byte(h[protocol.StatusFieldSpec]), &spec); err != nil {
 		s.log.Warn("replace a dead worker: unreadable spec", "worker_id", oldID, "err", err)
@@ -45,7 +46,16 @@ func (s *Spawner) replace(ctx context.Context, oldID string, h map[string]string
 		return "", 0, nil
 	case <-time.After(wait):
 	}
-	info, err := s.create(ctx, "replace-"+oldID, spec, createOpts{replacement: true, pool: h[protocol.StatusFieldPool], poolState: h[protocol.StatusFieldPoolState]})
+	// The replacement takes its predecessor's slot on this host; one of a
+	// lost host's worker is placed anew, on any host with room, and
+	// forwarded there.
+	commandID := "replace-" + oldID
+	forward := func(ctx context.Context, host string) error { return s.forwardCreate(ctx, host, commandID, spec) }
+	info, err := s.create(ctx, commandID, spec, createOpts{replacement: true, hostLost: hostLost, forward: forward,
+		pool: h[protocol.StatusFieldPool], poolState: h[protocol.StatusFieldPoolState]})
+	if errors.Is(err, errForwarded) {
+		err = nil
+	}
 	if err != nil {
 		s.log.Warn("replace a dead worker", "worker_id", oldID, "err", err)
 		s.lifecycle(ctx, oldID, protocol.EventReplaceFailed, map[string]any{"code": ProtocolError(err).Code, "error": err.Error()})

@@ -29,6 +29,7 @@ type retirement struct {
 	exitCode int
 	oom      bool
 	replace  bool // a long-lived worker with a spec gets a replacement (REPLACE_DEAD_WORKERS)
+	hostLost bool // its host was lost: its container is out of reach, a replacement is placed anew
 }
 
 // retire is the one path by which a worker ends, whatever the cause
@@ -81,7 +82,7 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 		state, container = protocol.WorkerFailed, protocol.ContainerFailed
 		fields[protocol.StatusFieldExitCode] = r.exitCode
 		fields[protocol.StatusFieldError] = string(r.code) + ": " + r.msg
-		s.lifecycle(ctx, id, protocol.EventDied, map[string]any{"exit_code": r.exitCode, "oom": r.oom, "code": r.code})
+		s.lifecycleOn(ctx, hostOf(h, s), id, protocol.EventDied, map[string]any{"exit_code": r.exitCode, "oom": r.oom, "code": r.code})
 		s.log.Warn("worker died", "worker_id", id, "exit_code", r.exitCode, "oom", r.oom, "code", r.code, "request_id", h[protocol.StatusFieldRequestID])
 	}
 	fields[protocol.StatusFieldState], fields[protocol.StatusFieldContainer] = string(state), string(container)
@@ -94,7 +95,7 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 	}
 	detail := map[string]any{"reason": r.reason}
 	if replacing {
-		newID, moved, err := s.replace(ctx, id, h)
+		newID, moved, err := s.replace(ctx, id, h, r.hostLost)
 		if err != nil {
 			return true, err
 		}
@@ -112,12 +113,20 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 	if err := s.dropWorkerUser(ctx, id); err != nil {
 		return true, err
 	}
-	s.lifecycle(ctx, id, protocol.EventRemoved, detail)
+	s.lifecycleOn(ctx, hostOf(h, s), id, protocol.EventRemoved, detail)
 	if err := s.rdb.EndRetire(ctx, id, kind, protocol.AgentType(h[protocol.StatusFieldAgentType]), h[protocol.StatusFieldProjectID]); err != nil {
 		return true, redisError(err, "end retirement of %s", id)
 	}
 	s.log.Info("worker retired", "worker_id", id, "reason", r.reason)
 	return true, nil
+}
+
+// hostOf is the host a worker's status hash names, or this one.
+func hostOf(h map[string]string, s *Spawner) string {
+	if v := h[protocol.StatusFieldHost]; v != "" {
+		return v
+	}
+	return s.Host()
 }
 
 // keepRetiring renews a retirement's lease until stopped.

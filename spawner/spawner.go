@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -66,6 +67,9 @@ type Spawner struct {
 	cpuOnce    sync.Once // reads engineCPUs, once
 	engineCPUs int
 
+	hostOnce sync.Once // resolves host, once
+	host     string    // this manager's host id (Host)
+
 	aclOnce sync.Once // decides acl and aclErr, once
 	acl     bool      // workers get Redis users of their own
 	aclErr  error
@@ -117,6 +121,12 @@ func withDefaults(c *Config) {
 	if c.ManagerID == "" {
 		c.ManagerID, _ = os.Hostname()
 	}
+	if c.HostTTL == 0 {
+		c.HostTTL = protocol.DefaultHostTTLIntervals * c.HeartbeatInterval
+		if c.HostTTL == 0 {
+			c.HostTTL = protocol.DefaultHostTTLIntervals * 10 * time.Second
+		}
+	}
 }
 
 // BeginShutdown makes every create still waiting for a slot give up at
@@ -161,29 +171,43 @@ const LabelCommandID = protocol.LabelCommandID
 // A spec that matches a warm pool's template takes one of its warm
 // workers when one is ready (see pools.go); otherwise it is made cold.
 func (s *Spawner) CreateFor(ctx context.Context, commandID string, spec protocol.WorkerSpec) (protocol.WorkerInfo, error) {
+	return s.createCommand(ctx, commandID, spec, nil)
+}
+
+// createCommand is CreateFor with a way to forward the command to
+// another host of the fleet (nil: the create is made on this host). It
+// returns errForwarded when the create went to another host, which
+// replies.
+func (s *Spawner) createCommand(ctx context.Context, commandID string, spec protocol.WorkerSpec, forward func(ctx context.Context, host string) error) (protocol.WorkerInfo, error) {
 	start := time.Now()
-	info, err := s.createFor(ctx, commandID, spec)
-	s.obs.createDone(start, err)
+	info, err := s.createFor(ctx, commandID, spec, forward)
+	if !errors.Is(err, errForwarded) {
+		s.obs.createDone(start, err)
+	}
 	return info, err
 }
 
-// createFor is CreateFor without the metrics.
-func (s *Spawner) createFor(ctx context.Context, commandID string, spec protocol.WorkerSpec) (protocol.WorkerInfo, error) {
+// createFor is createCommand without the metrics.
+func (s *Spawner) createFor(ctx context.Context, commandID string, spec protocol.WorkerSpec, forward func(ctx context.Context, host string) error) (protocol.WorkerInfo, error) {
 	if p := s.poolFor(spec); p != nil {
-		if info, ok, err := s.allocate(ctx, commandID, p); ok || err != nil {
+		if info, ok, err := s.allocate(ctx, commandID, p, forward); ok || err != nil {
 			return info, err
 		}
-		return s.create(ctx, commandID, spec, createOpts{pool: p.Name, poolState: protocol.PoolAllocated})
+		return s.create(ctx, commandID, spec, createOpts{pool: p.Name, poolState: protocol.PoolAllocated, forward: forward})
 	}
-	return s.create(ctx, commandID, spec, createOpts{})
+	return s.create(ctx, commandID, spec, createOpts{forward: forward})
 }
 
 // createOpts are how a create differs from a command's.
 type createOpts struct {
 	replacement bool   // it takes the slot its dead predecessor gives back
+	hostLost    bool   // a replacement of a worker of a lost host: placed anew
 	tryOnly     bool   // admitted at once or not at all (a pool refill gives way to queued creates)
 	pool        string // the pool it belongs to
 	poolState   string // protocol.PoolWarm, PoolAllocated, PoolMember
+	// forward sends the create to another host of the fleet (nil: the
+	// create is made on this host only).
+	forward func(ctx context.Context, host string) error
 }
 
 // create is CreateFor without the pools.
@@ -208,20 +232,37 @@ func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.Wo
 	if err != nil {
 		return protocol.WorkerInfo{}, redisError(err, "workers set")
 	}
+	// A create delivered again whose worker another host makes or runs
+	// goes there; a worker of a lost host is answered as Redis knows it
+	// (HostWatch retires it).
+	if host, err := s.rdb.PlacementOf(ctx, id); err != nil {
+		return protocol.WorkerInfo{}, redisError(err, "placement of %s", id)
+	} else if !s.mine(host) {
+		live, err := s.hostLive(ctx, host)
+		if err != nil {
+			return protocol.WorkerInfo{}, redisError(err, "fleet hosts")
+		}
+		switch {
+		case live && o.forward != nil:
+			return s.forwarded(ctx, id, host, o)
+		case member:
+			return s.Status(ctx, id)
+		case !live:
+			_ = s.rdb.Leave(ctx, id) // its slot was on a lost host: placed anew
+		}
+	}
 	if !member {
 		if _, err := s.find(ctx, id); err != nil && !IsNotFound(err) {
 			return protocol.WorkerInfo{}, err
 		}
-		var lease *renewal
-		if o.tryOnly {
-			lease, err = s.tryAdmit(ctx, id)
-		} else {
-			lease, err = s.admit(ctx, id, o.replacement)
-		}
+		lease, host, err := s.admit(ctx, id, spec.Placement, o)
 		if err != nil {
 			s.writeStatus(context.WithoutCancel(ctx), id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerFailed),
 				protocol.StatusFieldState: string(protocol.WorkerFailed), protocol.StatusFieldError: err.Error()})
 			return protocol.WorkerInfo{}, err
+		}
+		if host != s.Host() {
+			return s.forwarded(ctx, id, host, o)
 		}
 		defer lease.stop()
 	}
@@ -236,6 +277,21 @@ func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.Wo
 		}
 	}
 	return info, err
+}
+
+// forwarded sends a create placed on another host there and returns
+// errForwarded with what is known of the worker. The slot's lease stays
+// with the create until that host's manager renews it.
+func (s *Spawner) forwarded(ctx context.Context, id, host string, o createOpts) (protocol.WorkerInfo, error) {
+	if o.forward == nil {
+		_ = s.rdb.Leave(context.WithoutCancel(ctx), id)
+		return protocol.WorkerInfo{}, errorf(protocol.CodeConflict, "worker %s is placed on host %s", id, host)
+	}
+	if err := o.forward(ctx, host); err != nil {
+		return protocol.WorkerInfo{}, err
+	}
+	s.log.Info("create forwarded to the host it was placed on", "worker_id", id, "host", host)
+	return protocol.WorkerInfo{WorkerID: id, Status: protocol.ContainerQueued, Host: host}, errForwarded
 }
 
 // build makes and starts the container of an admitted create (or of a
@@ -264,7 +320,7 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 				protocol.StatusFieldAgentType: string(spec.AgentType), protocol.StatusFieldKind: string(spec.Kind),
 				protocol.StatusFieldProjectID: spec.ProjectID, protocol.StatusFieldImage: img.Tag,
 				protocol.StatusFieldCreatedAt: protocol.FormatTime(now), protocol.StatusFieldHealth: string(protocol.HealthHealthy),
-				protocol.StatusFieldSpec: specJSON(spec), protocol.StatusFieldManagerID: s.cfg.ManagerID,
+				protocol.StatusFieldSpec: specJSON(spec), protocol.StatusFieldManagerID: s.cfg.ManagerID, protocol.StatusFieldHost: s.Host(),
 				protocol.StatusFieldPool: o.pool, protocol.StatusFieldPoolState: o.poolState})
 		}
 		if err := s.ensureVolume(cctx, spec); err != nil {
@@ -334,7 +390,7 @@ func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec
 		protocol.LabelManaged: "true", protocol.LabelWorkerID: id, protocol.LabelAgentType: string(spec.AgentType),
 		protocol.LabelKind: string(spec.Kind), protocol.LabelProjectID: spec.ProjectID,
 		protocol.LabelCreatedAt: protocol.FormatTime(now), protocol.LabelKeyPrefix: s.keys.Prefix,
-		protocol.LabelCapabilities: strings.Join(capNames, ","), protocol.LabelImage: image,
+		protocol.LabelCapabilities: strings.Join(capNames, ","), protocol.LabelImage: image, protocol.LabelHost: s.Host(),
 	}
 	if commandID != "" {
 		labels[protocol.LabelCommandID] = commandID
@@ -364,7 +420,7 @@ func specJSON(spec protocol.WorkerSpec) string {
 
 func (s *Spawner) workerEnv(id string, spec protocol.WorkerSpec, redisURL string) []string {
 	env := []string{
-		"WORKER_ID=" + id, "REDIS_URL=" + redisURL, "WORKER_KEY_PREFIX=" + s.keys.Prefix,
+		"WORKER_ID=" + id, "REDIS_URL=" + redisURL, "WORKER_KEY_PREFIX=" + s.keys.Prefix, protocol.EnvWorkerHost + "=" + s.Host(),
 		"AGENT_TYPE=" + string(spec.AgentType), "WORKER_KIND=" + string(spec.Kind),
 		"SHUTDOWN_GRACE=" + (s.cfg.StopTimeout - 10*time.Second).String(),
 		"HEARTBEAT_INTERVAL=" + s.cfg.HeartbeatInterval.String(),
@@ -416,8 +472,14 @@ func (s *Spawner) writeStatus(ctx context.Context, id string, fields map[string]
 	}
 }
 
+// lifecycle publishes an event of a worker of this host.
 func (s *Spawner) lifecycle(ctx context.Context, id string, ev protocol.Event, detail map[string]any) {
-	l := protocol.Lifecycle{WorkerID: id, Event: ev, Source: protocol.SourceSpawner, Timestamp: s.now(), Detail: detail}
+	s.lifecycleOn(ctx, s.Host(), id, ev, detail)
+}
+
+// lifecycleOn publishes an event of a worker of the given host.
+func (s *Spawner) lifecycleOn(ctx context.Context, host, id string, ev protocol.Event, detail map[string]any) {
+	l := protocol.Lifecycle{WorkerID: id, Event: ev, Source: protocol.SourceSpawner, Timestamp: s.now(), Detail: detail, Host: host}
 	if err := s.rdb.Lifecycle(ctx, l); err != nil {
 		s.log.Warn("lifecycle event not written", "worker_id", id, "event", ev, "err", err)
 	}

@@ -21,7 +21,7 @@ func (t *Timeouts) Start(ctx context.Context) { t.start(ctx, t.run) }
 func (t *Timeouts) run(ctx context.Context) {
 	s := t.s
 	every(ctx, max(s.cfg.HeartbeatInterval/4, 100*time.Millisecond), func(ctx context.Context) {
-		_ = s.eachWorker(ctx, t.check)
+		_ = s.eachOwnWorker(ctx, t.check)
 	})
 }
 

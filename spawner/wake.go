@@ -23,7 +23,7 @@ func (w *Wake) Start(ctx context.Context) { w.start(ctx, w.run) }
 func (w *Wake) run(ctx context.Context) {
 	s := w.s
 	every(ctx, 50*time.Millisecond, func(ctx context.Context) {
-		_ = s.eachWorker(ctx, func(ctx context.Context, id string) {
+		_ = s.eachOwnWorker(ctx, func(ctx context.Context, id string) {
 			if st, _ := s.rdb.StatusField(ctx, id, protocol.StatusFieldContainer); st != string(protocol.ContainerPaused) {
 				return
 			}

@@ -52,6 +52,12 @@ func (s *Spawner) Status(ctx context.Context, id string) (protocol.WorkerInfo, e
 		return protocol.WorkerInfo{}, redisError(err, "status of %s", id)
 	}
 	info := InfoFromHash(id, h)
+	if !s.mine(info.Host) {
+		if len(h) == 0 {
+			return protocol.WorkerInfo{}, errorf(protocol.CodeNotFound, "no worker %s", id)
+		}
+		return info, nil // another host's: as Redis knows it
+	}
 	c, err := s.find(ctx, id)
 	if err != nil {
 		if len(h) == 0 {
@@ -91,7 +97,8 @@ func InfoFromHash(id string, h map[string]string) protocol.WorkerInfo {
 		State: protocol.WorkerState(h[protocol.StatusFieldState]), Health: protocol.Health(h[protocol.StatusFieldHealth]),
 		AgentType: protocol.AgentType(h[protocol.StatusFieldAgentType]), Kind: protocol.Kind(h[protocol.StatusFieldKind]),
 		ProjectID: h[protocol.StatusFieldProjectID], ContainerID: h[protocol.StatusFieldContainerID], Image: h[protocol.StatusFieldImage],
-		RequestID: h[protocol.StatusFieldRequestID], TaskID: h[protocol.StatusFieldTaskID], Error: h[protocol.StatusFieldError]}
+		RequestID: h[protocol.StatusFieldRequestID], TaskID: h[protocol.StatusFieldTaskID], Error: h[protocol.StatusFieldError],
+		Host: h[protocol.StatusFieldHost]}
 	if v := h[protocol.StatusFieldExitCode]; v != "" {
 		if n, err := strconv.Atoi(v); err == nil {
 			info.ExitCode = &n
@@ -108,23 +115,39 @@ func InfoFromHash(id string, h map[string]string) protocol.WorkerInfo {
 	return info
 }
 
-// List returns every worker of this key prefix that has a container.
+// List returns every worker of this key prefix: those with a container
+// on this host's engine (as the engine says), and the members of other
+// hosts (as Redis says).
 func (s *Spawner) List(ctx context.Context) ([]protocol.WorkerInfo, error) {
 	cs, err := s.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: s.managedFilter()})
 	if err != nil {
 		return nil, engineError(err, "list containers")
 	}
+	placed, err := s.rdb.Placements(ctx)
+	if err != nil {
+		return nil, redisError(err, "placements")
+	}
 	out := make([]protocol.WorkerInfo, 0, len(cs))
+	seen := map[string]bool{}
 	for _, c := range cs {
 		id := c.Labels[protocol.LabelWorkerID]
 		if id == "" {
 			continue
 		}
+		seen[id] = true
 		info, err := s.Status(ctx, id)
 		if err != nil {
 			continue
 		}
 		out = append(out, info)
+	}
+	for id, host := range placed {
+		if seen[id] || s.mine(host) {
+			continue
+		}
+		if info, err := s.Status(ctx, id); err == nil {
+			out = append(out, info)
+		}
 	}
 	return out, nil
 }

@@ -16,6 +16,7 @@ import (
 // one place (FromEnv) and validated at start.
 type Config struct {
 	WorkerID  string             // WORKER_ID (required)
+	Host      string             // WORKER_HOST: the fleet host whose engine runs the worker (on its lifecycle events)
 	RedisURL  string             // REDIS_URL (required): redis:// or rediss://, with password
 	Keys      protocol.Keys      // WORKER_KEY_PREFIX (default "worker")
 	AgentType protocol.AgentType // AGENT_TYPE (required): claude or droid
@@ -114,6 +115,7 @@ type Config struct {
 func FromEnv(getenv func(string) string) (Config, error) {
 	c := Config{
 		WorkerID:     getenv("WORKER_ID"),
+		Host:         getenv(protocol.EnvWorkerHost),
 		RedisURL:     getenv("REDIS_URL"),
 		AgentBin:     getenv("AGENT_BIN"),
 		AgentModel:   getenv("AGENT_MODEL"),

@@ -168,7 +168,7 @@ func (w *Worker) Fail(cause error, exitCode int, timeout time.Duration) {
 		protocol.StatusFieldState: string(protocol.WorkerFailed), protocol.StatusFieldError: msg,
 		protocol.StatusFieldExitCode: exitCode, protocol.StatusFieldUpdatedAt: protocol.FormatTime(now)})
 	l := protocol.Lifecycle{WorkerID: w.cfg.WorkerID, Event: protocol.EventFailed, Source: protocol.SourceWrapper,
-		Timestamp: now, Detail: map[string]any{"error": msg, "exit_code": exitCode}}
+		Timestamp: now, Detail: map[string]any{"error": msg, "exit_code": exitCode}, Host: w.cfg.Host}
 	if doc, err := l.Encode(); err == nil {
 		_ = w.rdb.XAdd(ctx, w.cfg.Keys.Lifecycle(), doc)
 	}

@@ -23,6 +23,7 @@ type publisher struct {
 	rdb      *rdb.RDB
 	keys     protocol.Keys
 	workerID string
+	host     string
 	log      *slog.Logger
 	now      func() time.Time
 	out      *Outbox
@@ -31,13 +32,13 @@ type publisher struct {
 func newPublisher(r *rdb.RDB, cfg Config, log *slog.Logger, now func() time.Time) *publisher {
 	out := NewOutbox(cfg.EventBuffer, log)
 	out.Permanent = rdb.IsServerError
-	return &publisher{rdb: r, keys: cfg.Keys, workerID: cfg.WorkerID, log: log, now: now, out: out}
+	return &publisher{rdb: r, keys: cfg.Keys, workerID: cfg.WorkerID, host: cfg.Host, log: log, now: now, out: out}
 }
 
 // lifecycle queues a lifecycle event of this worker.
 func (p *publisher) lifecycle(ev protocol.Event, reqID, taskID string, detail map[string]any) {
 	l := protocol.Lifecycle{WorkerID: p.workerID, Event: ev, Source: protocol.SourceWrapper,
-		Timestamp: p.now(), RequestID: reqID, TaskID: taskID, Detail: detail}
+		Timestamp: p.now(), RequestID: reqID, TaskID: taskID, Detail: detail, Host: p.host}
 	doc, err := l.Encode()
 	if err != nil {
 		p.log.Error("encode lifecycle event", "event", ev, "err", err)

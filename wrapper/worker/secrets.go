@@ -30,7 +30,7 @@ var wrapperOnly = map[string]bool{
 	"PAUSE_AFTER_OUTPUT": true, protocol.EnvStreamMaxLen: true, protocol.EnvRunRetention: true,
 	"SESSION_POLICY": true, "SESSION_CONTEXT_THRESHOLD": true, "SESSION_STALE_AFTER": true,
 	"SESSION_AFFINITY": true, "SESSION_SUMMARIZE": true, "LOG_LEVEL": true,
-	protocol.EnvMCPServers: true, envMCPTimeout: true,
+	protocol.EnvMCPServers: true, envMCPTimeout: true, protocol.EnvWorkerHost: true,
 }
 
 // hiddenFromAgent says whether the agent's environment goes without the

@@ -78,6 +78,10 @@ func TestWorkerctl(t *testing.T) {
 	if err := json.Unmarshal([]byte(must(exitOK, "-json", "list")), &rows); err != nil || len(rows) != 1 || rows[0].WorkerID != id {
 		t.Fatalf("list -json: %+v (%v)", rows, err)
 	}
+	// The worker's host: the engine's name (no HOST_ID), in the HOST column.
+	if out := must(exitOK, "list"); rows[0].Host == "" || !strings.Contains(out, "HOST") || !strings.Contains(out, rows[0].Host) {
+		t.Errorf("list without the worker's host %q:\n%s", rows[0].Host, out)
+	}
 	var row workerRow
 	if err := json.Unmarshal([]byte(must(exitOK, "-json", "status", short)), &row); err != nil || row.AgentType != protocol.AgentClaude || row.ProjectID != "shop" {
 		t.Errorf("status -json: %+v (%v)", row, err)

@@ -99,7 +99,7 @@ func TestWorkerctlOperators(t *testing.T) {
 		if err := json.Unmarshal([]byte(must(exitOK, "--json", "managers")), &ms); err != nil {
 			t.Fatal(err)
 		}
-		if len(ms) == 1 && len(ms[0].Leases) == 1 && !ms[0].LastReconcileAt.IsZero() {
+		if len(ms) == 1 && len(ms[0].Leases) == 2 && !ms[0].LastReconcileAt.IsZero() {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -107,7 +107,8 @@ func TestWorkerctlOperators(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if ms[0].PID == 0 || ms[0].Host == "" || ms[0].Leases[0] != protocol.LeaderLease {
+	// The only manager holds the fleet's lease and its host's.
+	if ms[0].PID == 0 || ms[0].Host == "" || ms[0].Leases[0] != protocol.LeaderLease || ms[0].Leases[1] != protocol.HostLeaderLease(ms[0].Host) {
 		t.Errorf("manager state %+v", ms[0])
 	}
 	if out := must(exitOK, "managers"); !strings.HasPrefix(out, "MANAGER") || !strings.Contains(out, ms[0].ID) || !strings.Contains(out, "leader") {

@@ -51,9 +51,9 @@ func heartbeatAge(hb *protocol.Heartbeat) string {
 
 func renderWorkers(w io.Writer, rows []workerRow) error {
 	tw := table(w)
-	fmt.Fprintln(tw, "WORKER\tAGENT\tKIND\tSTATUS\tSTATE\tHEALTH\tPROJECT\tTASK\tAGE\tHEARTBEAT")
+	fmt.Fprintln(tw, "WORKER\tHOST\tAGENT\tKIND\tSTATUS\tSTATE\tHEALTH\tPROJECT\tTASK\tAGE\tHEARTBEAT")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortID(r.WorkerID), r.AgentType, r.Kind,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", shortID(r.WorkerID), dash(r.Host), r.AgentType, r.Kind,
 			r.Status, dash(string(r.State)), dash(string(r.Health)), dash(r.ProjectID), dash(r.RequestID), age(r.CreatedAt), heartbeatAge(r.Heartbeat))
 	}
 	return tw.Flush()
@@ -63,6 +63,7 @@ func renderWorker(w io.Writer, r workerRow) error {
 	tw := table(w)
 	line := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, dash(v)) }
 	line("worker", r.WorkerID)
+	line("host", r.Host)
 	line("agent", string(r.AgentType))
 	line("kind", string(r.Kind))
 	line("status", string(r.Status))

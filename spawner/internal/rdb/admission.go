@@ -2,6 +2,7 @@ package rdb
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,58 +15,130 @@ import (
 // (its manager died) drops the create from the queue or frees its slot;
 // no cleanup waits on a defer.
 
-// admitScript: KEYS queue, queue leases, creating, workers, retiring;
-// ARGV id, now ms, lease ms, max, "1" for a replacement (it takes the
-// slot its dead predecessor, still in Retiring, is giving back: no queue,
-// no limit). Returns {admitted 0|1, slots used,
-// position in the queue (0 = head)}.
+// admitScript: KEYS queue, queue leases, creating, workers, retiring,
+// placement; ARGV id, now ms, lease ms, mode, the caller's host, then
+// candidate hosts as pairs (host, max) in order of preference. Modes:
+//   - "queue": the create waits its turn in the FIFO; at the head it is
+//     admitted to the candidate with the most free slots (the first one
+//     on a tie);
+//   - "try": admitted at once to a candidate with room when no create
+//     waits, else not at all (a pool refill gives way);
+//   - "replace": admitted on the caller's host with no queue and no
+//     limit (it takes the slot its dead predecessor, still in Retiring,
+//     is giving back there).
+//
+// A create already admitted renews its slot where it was placed. The
+// slots used on a host are the workers, admitted creates and workers
+// being retired placed on it (the caller's host for a record from before
+// placement). Returns {admitted 0|1, host, position (0 = head), 1 when
+// no candidate had room}.
 var admitScript = redis.NewScript(`
 local now = tonumber(ARGV[2])
 local exp = now + tonumber(ARGV[3])
+local mode, me = ARGV[4], ARGV[5]
 for _, d in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
   redis.call('LREM', KEYS[1], 0, d)
   redis.call('ZREM', KEYS[2], d)
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-local used = redis.call('SCARD', KEYS[4]) + redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[5])
-if redis.call('ZSCORE', KEYS[3], ARGV[1]) or ARGV[5] == '1' then
-  redis.call('ZADD', KEYS[3], exp, ARGV[1])
-  return {1, used, 0}
+for _, d in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
+  redis.call('ZREM', KEYS[3], d)
+  if redis.call('SISMEMBER', KEYS[4], d) == 0 and not redis.call('ZSCORE', KEYS[5], d) then
+    redis.call('HDEL', KEYS[6], d)
+  end
 end
-if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then redis.call('RPUSH', KEYS[1], ARGV[1]) end
-redis.call('ZADD', KEYS[2], exp, ARGV[1])
-local pos = redis.call('LPOS', KEYS[1], ARGV[1])
-if pos == 0 and used < tonumber(ARGV[4]) then
+if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+  redis.call('ZADD', KEYS[3], exp, ARGV[1])
+  return {1, redis.call('HGET', KEYS[6], ARGV[1]) or me, 0, 0}
+end
+if mode == 'replace' then
+  redis.call('ZADD', KEYS[3], exp, ARGV[1])
+  redis.call('HSET', KEYS[6], ARGV[1], me)
+  return {1, me, 0, 0}
+end
+local used = {}
+local function count(ids)
+  for _, id in ipairs(ids) do
+    local h = redis.call('HGET', KEYS[6], id) or me
+    used[h] = (used[h] or 0) + 1
+  end
+end
+count(redis.call('SMEMBERS', KEYS[4]))
+count(redis.call('ZRANGE', KEYS[3], 0, -1))
+count(redis.call('ZRANGE', KEYS[5], 0, -1))
+local best, room = false, 0
+for i = 6, #ARGV, 2 do
+  local free = tonumber(ARGV[i + 1]) - (used[ARGV[i]] or 0)
+  if free > room then best, room = ARGV[i], free end
+end
+local full = 1
+if best then full = 0 end
+local pos = 0
+if mode == 'try' then
+  if redis.call('LLEN', KEYS[1]) > 0 or not best then return {0, '', 0, full} end
+else
+  if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then redis.call('RPUSH', KEYS[1], ARGV[1]) end
+  redis.call('ZADD', KEYS[2], exp, ARGV[1])
+  pos = redis.call('LPOS', KEYS[1], ARGV[1])
+  if pos ~= 0 or not best then return {0, '', pos, full} end
   redis.call('LPOP', KEYS[1])
   redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('ZADD', KEYS[3], exp, ARGV[1])
-  return {1, used + 1, 0}
 end
-return {0, used, pos}
+redis.call('ZADD', KEYS[3], exp, ARGV[1])
+redis.call('HSET', KEYS[6], ARGV[1], best)
+return {1, best, 0, 0}
 `)
 
-// Admit queues the create id (or renews its place) and admits it when it
-// is at the head of the queue and fewer than max slots are used. It
-// returns whether it was admitted, the slots used and its queue position.
-func (r *RDB) Admit(ctx context.Context, id string, now time.Time, lease time.Duration, max int, replacement bool) (bool, int, int, error) {
-	repl := "0"
-	if replacement {
-		repl = "1"
-	}
-	k := r.Keys
-	res, err := admitScript.Run(ctx, r.C, []string{k.CreationQueue(), k.CreationLeases(), k.Creating(), k.Workers(), k.Retiring()},
-		id, ms(now), lease.Milliseconds(), max, repl).Int64Slice()
-	if err != nil {
-		return false, 0, 0, err
-	}
-	return res[0] == 1, int(res[1]), int(res[2]), nil
+// Admission modes (see admitScript).
+const (
+	AdmitQueue   = "queue"
+	AdmitTry     = "try"
+	AdmitReplace = "replace"
+)
+
+// HostSlots is a host a create may be placed on, and its limit.
+type HostSlots struct {
+	Host string
+	Max  int
 }
 
-// leaveScript: KEYS queue, queue leases, creating; ARGV id.
+// Admission is the outcome of one admission attempt.
+type Admission struct {
+	OK   bool   // admitted: the create holds a slot on Host
+	Host string // where it is placed
+	Pos  int    // its place in the queue (0: the head)
+	Full bool   // no candidate host had a free slot
+}
+
+// Admit queues the create id (or renews its place) and admits it, per
+// mode, to one of the candidate hosts (see admitScript); me is the
+// caller's host.
+func (r *RDB) Admit(ctx context.Context, id string, now time.Time, lease time.Duration, mode, me string, candidates []HostSlots) (Admission, error) {
+	k := r.Keys
+	args := []any{id, ms(now), lease.Milliseconds(), mode, me}
+	for _, c := range candidates {
+		args = append(args, c.Host, c.Max)
+	}
+	res, err := admitScript.Run(ctx, r.C, []string{k.CreationQueue(), k.CreationLeases(), k.Creating(), k.Workers(), k.Retiring(), k.Placement()},
+		args...).Slice()
+	if err != nil {
+		return Admission{}, err
+	}
+	if len(res) != 4 {
+		return Admission{}, fmt.Errorf("rdb: admission answered %v", res)
+	}
+	ok, _ := res[0].(int64)
+	host, _ := res[1].(string)
+	pos, _ := res[2].(int64)
+	full, _ := res[3].(int64)
+	return Admission{OK: ok == 1, Host: host, Pos: int(pos), Full: full == 1}, nil
+}
+
+// leaveScript: KEYS queue, queue leases, creating, placement; ARGV id.
 var leaveScript = redis.NewScript(`
 redis.call('LREM', KEYS[1], 0, ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
 return 1
 `)
 
@@ -73,7 +146,7 @@ return 1
 // (a create that gave up or failed before its worker joined Workers).
 func (r *RDB) Leave(ctx context.Context, id string) error {
 	k := r.Keys
-	return leaveScript.Run(ctx, r.C, []string{k.CreationQueue(), k.CreationLeases(), k.Creating()}, id).Err()
+	return leaveScript.Run(ctx, r.C, []string{k.CreationQueue(), k.CreationLeases(), k.Creating(), k.Placement()}, id).Err()
 }
 
 // RenewCreating extends the lease of an admitted create; false when the

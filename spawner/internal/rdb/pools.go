@@ -2,37 +2,7 @@ package rdb
 
 import (
 	"context"
-	"time"
-
-	"github.com/redis/go-redis/v9"
 )
-
-// tryAdmitScript admits a create at once or not at all: only when no
-// create waits in the queue and a slot is free. A pool refill uses it, so
-// that pools never take a slot an explicit create is waiting for. KEYS
-// queue, queue leases, creating, workers, retiring; ARGV id, now ms, lease
-// ms, max.
-var tryAdmitScript = redis.NewScript(`
-local now = tonumber(ARGV[2])
-for _, d in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
-  redis.call('LREM', KEYS[1], 0, d)
-  redis.call('ZREM', KEYS[2], d)
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-if redis.call('LLEN', KEYS[1]) > 0 then return 0 end
-local used = redis.call('SCARD', KEYS[4]) + redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[5])
-if used >= tonumber(ARGV[4]) then return 0 end
-redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1])
-return 1
-`)
-
-// TryAdmit admits the create id only if nothing waits and a slot is free.
-func (r *RDB) TryAdmit(ctx context.Context, id string, now time.Time, lease time.Duration, max int) (bool, error) {
-	k := r.Keys
-	n, err := tryAdmitScript.Run(ctx, r.C, []string{k.CreationQueue(), k.CreationLeases(), k.Creating(), k.Workers(), k.Retiring()},
-		id, ms(now), lease.Milliseconds(), max).Int()
-	return n == 1, err
-}
 
 // QueueLength returns how many creates wait for a slot.
 func (r *RDB) QueueLength(ctx context.Context) (int64, error) {

@@ -51,6 +51,11 @@ func (r *RDB) xadd(ctx context.Context, stream string, doc []byte) error {
 	return r.C.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: r.StreamMaxLen, Approx: true, Values: protocol.Values(doc)}).Err()
 }
 
+// AddEntry appends a document to a stream (MAXLEN ~ StreamMaxLen).
+func (r *RDB) AddEntry(ctx context.Context, stream string, doc []byte) error {
+	return r.xadd(ctx, stream, doc)
+}
+
 // Lifecycle publishes a lifecycle event.
 func (r *RDB) Lifecycle(ctx context.Context, l protocol.Lifecycle) error {
 	doc, err := l.Encode()

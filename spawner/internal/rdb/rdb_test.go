@@ -23,33 +23,44 @@ func newRDB(t *testing.T) (*RDB, context.Context) {
 
 var t0 = time.UnixMilli(1_800_000_000_000)
 
+// admit1 admits on a fleet of one host, h1, with max slots (queue mode,
+// or replace mode for a replacement).
+func admit1(r *RDB, ctx context.Context, id string, now time.Time, lease time.Duration, max int, replacement bool) (bool, int, error) {
+	mode := AdmitQueue
+	if replacement {
+		mode = AdmitReplace
+	}
+	a, err := r.Admit(ctx, id, now, lease, mode, "h1", []HostSlots{{"h1", max}})
+	return a.OK, a.Pos, err
+}
+
 func TestAdmissionIsFIFOWithinTheLimit(t *testing.T) {
 	r, ctx := newRDB(t)
 	lease := 15 * time.Second
 	// Two slots; three creates queue in order.
 	for i, want := range []bool{true, true, false} {
-		ok, _, _, err := r.Admit(ctx, fmt.Sprintf("c%d", i), t0, lease, 2, false)
+		ok, _, err := admit1(r, ctx, fmt.Sprintf("c%d", i), t0, lease, 2, false)
 		if err != nil || ok != want {
 			t.Fatalf("create %d admitted=%v err=%v, want %v", i, ok, err, want)
 		}
 	}
 	// A fourth queues behind the third, even once a slot frees: FIFO.
-	if ok, _, pos, _ := r.Admit(ctx, "c3", t0, lease, 2, false); ok || pos != 1 {
+	if ok, pos, _ := admit1(r, ctx, "c3", t0, lease, 2, false); ok || pos != 1 {
 		t.Fatalf("c3 admitted=%v pos=%d", ok, pos)
 	}
 	if ok, _ := r.Join(ctx, "c0"); !ok {
 		t.Fatal("c0 could not join")
 	}
 	r.C.SRem(ctx, r.Keys.Workers(), "c0") // c0 retired: a slot frees
-	if ok, _, _, _ := r.Admit(ctx, "c3", t0, lease, 2, false); ok {
+	if ok, _, _ := admit1(r, ctx, "c3", t0, lease, 2, false); ok {
 		t.Fatal("c3 overtook c2")
 	}
-	if ok, _, _, _ := r.Admit(ctx, "c2", t0, lease, 2, false); !ok {
+	if ok, _, _ := admit1(r, ctx, "c2", t0, lease, 2, false); !ok {
 		t.Fatal("c2 at the head with a free slot was not admitted")
 	}
 	// Admitting again (a retried script) keeps one slot.
-	if ok, used, _, _ := r.Admit(ctx, "c2", t0, lease, 2, false); !ok || used != 2 {
-		t.Fatalf("re-admit: ok=%v used=%d", ok, used)
+	if ok, _, _ := admit1(r, ctx, "c2", t0, lease, 2, false); !ok || r.C.ZCard(ctx, r.Keys.Creating()).Val() != 2 {
+		t.Fatalf("re-admit: ok=%v creating=%d", ok, r.C.ZCard(ctx, r.Keys.Creating()).Val())
 	}
 }
 
@@ -58,15 +69,18 @@ func TestAdmissionIsFIFOWithinTheLimit(t *testing.T) {
 func TestAdmissionLeasesRunOut(t *testing.T) {
 	r, ctx := newRDB(t)
 	lease := 15 * time.Second
-	r.Admit(ctx, "admitted-then-dead", t0, lease, 1, false)
-	if ok, _, pos, _ := r.Admit(ctx, "queued-then-dead", t0, lease, 1, false); ok || pos != 0 {
+	admit1(r, ctx, "admitted-then-dead", t0, lease, 1, false)
+	if ok, pos, _ := admit1(r, ctx, "queued-then-dead", t0, lease, 1, false); ok || pos != 0 {
 		t.Fatalf("second create: admitted=%v pos=%d", ok, pos)
 	}
-	r.Admit(ctx, "live", t0, lease, 1, false)
+	admit1(r, ctx, "live", t0, lease, 1, false)
 	later := t0.Add(lease + time.Millisecond)
-	ok, used, _, err := r.Admit(ctx, "live", later, lease, 1, false)
-	if err != nil || !ok || used != 1 {
-		t.Fatalf("after both leases ran out: admitted=%v used=%d err=%v", ok, used, err)
+	ok, _, err := admit1(r, ctx, "live", later, lease, 1, false)
+	if err != nil || !ok {
+		t.Fatalf("after both leases ran out: admitted=%v err=%v", ok, err)
+	}
+	if got := r.C.HKeys(ctx, r.Keys.Placement()).Val(); len(got) != 1 || got[0] != "live" {
+		t.Errorf("placements after the leases ran out: %v, want only live", got)
 	}
 	if n := r.C.LLen(ctx, r.Keys.CreationQueue()).Val(); n != 0 {
 		t.Errorf("%d creates left in the queue", n)
@@ -86,13 +100,13 @@ func TestAdmissionLeasesRunOut(t *testing.T) {
 
 func TestReplacementTakesItsPredecessorsSlot(t *testing.T) {
 	r, ctx := newRDB(t)
-	r.Admit(ctx, "a", t0, time.Minute, 1, false)
+	admit1(r, ctx, "a", t0, time.Minute, 1, false)
 	r.Join(ctx, "a")
 	r.BeginRetire(ctx, "a", "dead", t0, time.Minute)
-	if ok, _, _, _ := r.Admit(ctx, "b", t0, time.Minute, 1, false); ok {
+	if ok, _, _ := admit1(r, ctx, "b", t0, time.Minute, 1, false); ok {
 		t.Fatal("a plain create took the retiring worker's slot")
 	}
-	if ok, _, _, _ := r.Admit(ctx, "a-repl", t0, time.Minute, 1, true); !ok {
+	if ok, _, _ := admit1(r, ctx, "a-repl", t0, time.Minute, 1, true); !ok {
 		t.Fatal("the replacement was not admitted")
 	}
 }

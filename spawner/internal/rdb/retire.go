@@ -84,6 +84,7 @@ func (r *RDB) EndRetire(ctx context.Context, id string, kind protocol.Kind, agen
 	}
 	pipe.Del(ctx, k.Heartbeat(id))
 	pipe.ZRem(ctx, k.Retiring(), id)
+	pipe.HDel(ctx, k.Placement(), id)
 	_, err := pipe.Exec(ctx)
 	return err
 }

@@ -1,0 +1,312 @@
+package spawner
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
+)
+
+// A fleet is several hosts (Docker engines), each with its managers, on
+// one Redis. A worker belongs to the host its create was admitted to
+// (Keys.Placement); only a manager of that host touches its container.
+// Creates are placed on the live host with the most free slots that
+// matches the spec's placement; commands and control requests for a
+// worker of another live host are forwarded to that host's own streams;
+// a host whose managers stop renewing it for HostTTL is lost, and another
+// host's manager retires its dead workers (HostWatch).
+
+// errForwarded: the command went to the host that serves it, which
+// replies; this manager neither replies nor executes it.
+var errForwarded = errors.New("spawner: forwarded to the worker's host")
+
+// Host returns this manager's host id: HOST_ID, else the engine's name,
+// else the machine's.
+func (s *Spawner) Host() string {
+	s.hostOnce.Do(func() {
+		s.host = s.cfg.HostID
+		if s.host == "" && s.docker != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if info, err := s.docker.Info(ctx); err == nil && protocol.ValidHostID(info.Name) {
+				s.host = info.Name
+			}
+			cancel()
+		}
+		if s.host == "" {
+			s.host, _ = os.Hostname()
+		}
+		if !protocol.ValidHostID(s.host) {
+			s.host = "host"
+		}
+	})
+	return s.host
+}
+
+// candidates returns the hosts a create may be placed on, this host first
+// (it wins a tie: no forwarding): the live hosts that match the spec's
+// placement, or only this host when pinned (a create with no command to
+// forward).
+func (s *Spawner) candidates(ctx context.Context, p *protocol.Placement, pinned bool) ([]rdb.HostSlots, error) {
+	me := s.Host()
+	var out []rdb.HostSlots
+	if p.Matches(me, s.cfg.HostLabels) {
+		out = append(out, rdb.HostSlots{Host: me, Max: s.cfg.MaxWorkers})
+	}
+	if pinned {
+		return out, nil
+	}
+	hosts, err := s.rdb.Hosts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	for _, h := range hosts {
+		if h.ID != me && h.Live(now) && h.MaxWorkers > 0 && p.Matches(h.ID, h.Labels) {
+			out = append(out, rdb.HostSlots{Host: h.ID, Max: h.MaxWorkers})
+		}
+	}
+	return out, nil
+}
+
+// hostLive reports whether a host is live (this one always is).
+func (s *Spawner) hostLive(ctx context.Context, host string) (bool, error) {
+	if host == s.Host() {
+		return true, nil
+	}
+	score, err := s.rdb.C.ZScore(ctx, s.keys.Hosts(), host).Result()
+	if rdb.Nil(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return s.now().UnixMilli() < int64(score), nil
+}
+
+// owner returns the host of a worker (this one for a worker placed
+// before placement existed) and whether it is this one.
+func (s *Spawner) owner(ctx context.Context, id string) (string, bool, error) {
+	h, err := s.rdb.PlacementOf(ctx, id)
+	if err != nil {
+		return "", false, redisError(err, "placement of %s", id)
+	}
+	if h == "" {
+		h = s.Host()
+	}
+	return h, h == s.Host(), nil
+}
+
+// mine reports whether a worker placed on host (per the placement hash;
+// "" for a record from before placement) is this host's.
+func (s *Spawner) mine(host string) bool { return host == "" || host == s.Host() }
+
+// forwardCreate puts a create command for the worker a create placed on
+// another host (a replacement: no command entry to move) on that host's
+// command stream.
+func (s *Spawner) forwardCreate(ctx context.Context, host, commandID string, spec protocol.WorkerSpec) error {
+	doc, err := protocol.Command{ID: commandID, Action: protocol.ActionCreate, Spec: &spec, Timestamp: s.now()}.Encode()
+	if err != nil {
+		return &Error{protocol.CodeInternalError, err}
+	}
+	if err := s.rdb.AddEntry(ctx, s.keys.HostCommands(host), doc); err != nil {
+		return redisError(err, "forward a create to %s", host)
+	}
+	return nil
+}
+
+// HostPresence keeps this host live in the fleet's registry, every
+// quarter of HostTTL, on every manager; a manager that stops cleanly
+// takes its host out of placement (another manager of the same host puts
+// it back within a quarter of HostTTL).
+type HostPresence struct {
+	job
+	s *Spawner
+}
+
+// Start renews until Stop.
+func (p *HostPresence) Start(ctx context.Context) { p.start(ctx, p.run) }
+
+func (p *HostPresence) run(ctx context.Context) {
+	s := p.s
+	me := s.Host()
+	engine := ""
+	if s.docker != nil {
+		if info, err := s.docker.Info(ctx); err == nil {
+			engine = info.Name
+		}
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = s.rdb.LeaveHosts(dctx, me)
+	}()
+	every(ctx, max(s.cfg.HostTTL/4, 50*time.Millisecond), func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, s.cfg.HostTTL/4+time.Second)
+		defer cancel()
+		if err := s.rdb.RenewHost(ctx, me, s.now(), s.cfg.HostTTL, s.cfg.MaxWorkers, s.cfg.HostLabels, engine); err != nil && ctx.Err() == nil {
+			s.log.Warn("host not renewed in the fleet's registry", "host", me, "err", err)
+		}
+	})
+}
+
+// HostWatch finds lost hosts, on every manager, every quarter of HostTTL:
+// a host whose managers stopped renewing it. The manager that takes the
+// host's loss lease moves the commands and control requests forwarded to
+// it back to the shared streams (where they are served again: a create
+// placed elsewhere, an action on a worker of a lost host answered), and
+// retires its workers that are dead: paused ones (no manager can wake
+// them) and those whose heartbeat is older than one and a half intervals.
+// A worker still beating on a host whose managers are gone is left to run
+// until its managers return or its heartbeat stops. A manager judges no
+// host in its first HOST_TTL (a fleet restarting whole loses nothing).
+type HostWatch struct {
+	job
+	s *Spawner
+
+	mu      sync.Mutex
+	judged  map[string]bool // retirements under way; guarded by mu
+	retires sync.WaitGroup
+}
+
+// Start watches until Stop.
+func (w *HostWatch) Start(ctx context.Context) {
+	w.judged = map[string]bool{}
+	w.start(ctx, w.run)
+}
+
+// Stop stops watching and waits for the retirements it began.
+func (w *HostWatch) Stop() {
+	w.job.Stop()
+	w.retires.Wait()
+}
+
+func (w *HostWatch) run(ctx context.Context) {
+	s := w.s
+	// A manager judges no host before it has watched for one HOST_TTL:
+	// when a whole fleet restarts, the others have renewed their hosts by
+	// then.
+	since := s.now()
+	every(ctx, max(s.cfg.HostTTL/4, 50*time.Millisecond), func(ctx context.Context) {
+		if s.now().Sub(since) < s.cfg.HostTTL {
+			return
+		}
+		hosts, err := s.rdb.Hosts(ctx)
+		if err != nil {
+			return
+		}
+		now := s.now()
+		for _, h := range hosts {
+			if h.ID == s.Host() || h.Live(now) {
+				continue
+			}
+			ok, err := s.rdb.TakeLease(ctx, protocol.HostLossLease(h.ID), s.instance, s.cfg.LeaseTTL)
+			if err != nil || !ok {
+				continue
+			}
+			w.lost(ctx, h)
+		}
+	})
+}
+
+// lost handles one lost host (see HostWatch).
+func (w *HostWatch) lost(ctx context.Context, h rdb.HostInfo) {
+	s := w.s
+	if h.LostAt.IsZero() {
+		s.log.Warn("host lost: its managers stopped renewing it", "host", h.ID, "live_until", h.LiveUntil)
+		_ = s.rdb.MarkHostLost(ctx, h.ID, s.now())
+	}
+	for _, pair := range [][2]string{{s.keys.HostCommands(h.ID), s.keys.Commands()}, {s.keys.HostControl(h.ID), s.keys.Control()}} {
+		if n, err := s.rdb.Drain(ctx, pair[0], pair[1], protocol.ManagerGroup); err != nil {
+			s.log.Warn("move a lost host's entries back", "host", h.ID, "stream", pair[0], "err", err)
+		} else if n > 0 {
+			s.log.Info("entries of a lost host moved back to the shared stream", "host", h.ID, "stream", pair[1], "count", n)
+		}
+	}
+	placed, err := s.rdb.Placements(ctx)
+	if err != nil {
+		return
+	}
+	workers, _, _, err := s.rdb.Slots(ctx)
+	if err != nil {
+		return
+	}
+	member := map[string]bool{}
+	for _, id := range workers {
+		member[id] = true
+	}
+	stale, _ := s.rdb.StaleRetirements(ctx, s.now())
+	staleSet := map[string]bool{}
+	for _, id := range stale {
+		staleSet[id] = true
+	}
+	left := 0
+	for id, host := range placed {
+		if host != h.ID {
+			continue
+		}
+		left++
+		switch {
+		case member[id]:
+			if w.dead(ctx, id) {
+				w.retire(ctx, id, h.ID, retirement{reason: "host_lost", died: true, exitCode: -1, code: protocol.CodeHostLost,
+					msg: "the worker's host " + h.ID + " was lost", replace: true, hostLost: true})
+			}
+		case staleSet[id]:
+			// A retirement its host's manager began and never finished.
+			w.retire(ctx, id, h.ID, retirement{reason: "takeover", died: true, exitCode: -1, code: protocol.CodeHostLost,
+				msg: "the worker's host " + h.ID + " was lost", hostLost: true})
+		}
+	}
+	if left == 0 {
+		_ = s.rdb.ForgetHost(ctx, h.ID) // nothing of it left: it rejoins when its managers return
+	}
+}
+
+// dead reports whether a worker of a lost host is dead: paused (nothing
+// can wake it) or not beating.
+func (w *HostWatch) dead(ctx context.Context, id string) bool {
+	s := w.s
+	st, err := s.rdb.Status(ctx, id)
+	if err != nil {
+		return false
+	}
+	if st[protocol.StatusFieldContainer] == string(protocol.ContainerPaused) {
+		return true
+	}
+	doc, err := s.rdb.Heartbeat(ctx, id)
+	if err != nil {
+		return false
+	}
+	if doc == nil {
+		return true
+	}
+	hb, err := protocol.DecodeHeartbeat(doc)
+	return err != nil || s.now().Sub(hb.Timestamp) > s.cfg.HeartbeatInterval*3/2
+}
+
+// retire retires a worker of a lost host in the background, once.
+func (w *HostWatch) retire(ctx context.Context, id, host string, r retirement) {
+	w.mu.Lock()
+	if w.judged[id] {
+		w.mu.Unlock()
+		return
+	}
+	w.judged[id] = true
+	w.mu.Unlock()
+	s := w.s
+	if r.reason == "host_lost" {
+		s.lifecycleOn(ctx, host, id, protocol.EventHostLost, map[string]any{"host": host})
+	}
+	w.retires.Add(1)
+	go func() {
+		defer w.retires.Done()
+		defer func() { w.mu.Lock(); delete(w.judged, id); w.mu.Unlock() }()
+		if _, err := s.retire(ctx, id, r); err != nil {
+			s.log.Warn("retire a worker of a lost host", "worker_id", id, "host", host, "err", err)
+		}
+	}()
+}

@@ -1,0 +1,155 @@
+package rdb
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// Hosts: every host of a fleet renews its entry in Hosts (scored by the
+// time until which it is live) and its hash; a worker's host is its entry
+// in Placement. A command or control request for another host's worker
+// is moved, in one script, from the shared stream to that host's own.
+
+// HostInfo is one host as the registry knows it.
+type HostInfo struct {
+	ID         string
+	MaxWorkers int
+	Labels     map[string]string
+	Engine     string
+	LiveUntil  time.Time
+	LostAt     time.Time // zero unless another manager found it lost
+}
+
+// Live reports whether the host is live at now.
+func (h HostInfo) Live(now time.Time) bool { return now.Before(h.LiveUntil) }
+
+// RenewHost marks host live until now+ttl and writes its description;
+// the mark of a loss is cleared.
+func (r *RDB) RenewHost(ctx context.Context, host string, now time.Time, ttl time.Duration, max int, labels map[string]string, engine string) error {
+	lb, _ := json.Marshal(labels)
+	_, err := r.C.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZAdd(ctx, r.Keys.Hosts(), redis.Z{Score: float64(ms(now.Add(ttl))), Member: host})
+		p.HSet(ctx, r.Keys.Host(host), protocol.HostFieldMaxWorkers, max, protocol.HostFieldLabels, string(lb),
+			protocol.HostFieldEngine, engine, protocol.HostFieldUpdatedAt, protocol.FormatTime(now))
+		p.HDel(ctx, r.Keys.Host(host), protocol.HostFieldLostAt)
+		return nil
+	})
+	return err
+}
+
+// LeaveHosts takes host out of placement (its managers stopped cleanly).
+func (r *RDB) LeaveHosts(ctx context.Context, host string) error {
+	return r.C.ZRem(ctx, r.Keys.Hosts(), host).Err()
+}
+
+// ForgetHost removes a lost host that has nothing left.
+func (r *RDB) ForgetHost(ctx context.Context, host string) error {
+	_, err := r.C.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZRem(ctx, r.Keys.Hosts(), host)
+		p.Del(ctx, r.Keys.Host(host))
+		return nil
+	})
+	return err
+}
+
+// MarkHostLost records when a host was found lost.
+func (r *RDB) MarkHostLost(ctx context.Context, host string, now time.Time) error {
+	return r.C.HSetNX(ctx, r.Keys.Host(host), protocol.HostFieldLostAt, protocol.FormatTime(now)).Err()
+}
+
+// Hosts returns every host of the registry, live or not.
+func (r *RDB) Hosts(ctx context.Context) ([]HostInfo, error) {
+	zs, err := r.C.ZRangeWithScores(ctx, r.Keys.Hosts(), 0, -1).Result()
+	if err != nil {
+		return nil, err
+	}
+	pipe := r.C.Pipeline()
+	hs := make([]*redis.MapStringStringCmd, len(zs))
+	for i, z := range zs {
+		hs[i] = pipe.HGetAll(ctx, r.Keys.Host(z.Member.(string)))
+	}
+	if len(zs) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]HostInfo, len(zs))
+	for i, z := range zs {
+		h := hs[i].Val()
+		info := HostInfo{ID: z.Member.(string), LiveUntil: time.UnixMilli(int64(z.Score)), Engine: h[protocol.HostFieldEngine]}
+		info.MaxWorkers, _ = strconv.Atoi(h[protocol.HostFieldMaxWorkers])
+		_ = json.Unmarshal([]byte(h[protocol.HostFieldLabels]), &info.Labels)
+		info.LostAt, _ = protocol.ParseTime(h[protocol.HostFieldLostAt])
+		out[i] = info
+	}
+	return out, nil
+}
+
+// Placements returns worker id → host for every worker that holds a slot.
+func (r *RDB) Placements(ctx context.Context) (map[string]string, error) {
+	return r.C.HGetAll(ctx, r.Keys.Placement()).Result()
+}
+
+// PlacementOf returns the host of a worker ("" when it holds no slot).
+func (r *RDB) PlacementOf(ctx context.Context, id string) (string, error) {
+	h, err := r.C.HGet(ctx, r.Keys.Placement(), id).Result()
+	if Nil(err) {
+		return "", nil
+	}
+	return h, err
+}
+
+// forwardScript: KEYS from stream, to stream; ARGV group, entry id, the
+// entry's document, maxlen. The entry is added to the other stream and
+// acknowledged (and deleted) on its own, at once: it is in exactly one.
+var forwardScript = script(`
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', '$DATA', ARGV[3])
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
+return 1
+`)
+
+// Forward moves an entry read through group from one stream to another.
+func (r *RDB) Forward(ctx context.Context, from, to, group, id string, doc []byte) error {
+	return forwardScript.Run(ctx, r.C, []string{from, to}, group, id, doc, r.StreamMaxLen).Err()
+}
+
+// drainScript: KEYS host stream, shared stream; ARGV group, count,
+// maxlen. Up to count entries of a lost host's stream, delivered or not,
+// go back to the shared stream (acknowledged and deleted on the host's).
+// Returns how many moved.
+var drainScript = script(`
+local es = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', tonumber(ARGV[2]))
+for _, e in ipairs(es) do
+  local f = e[2]
+  for i = 1, #f, 2 do
+    if f[i] == '$DATA' then
+      redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', '$DATA', f[i + 1])
+    end
+  end
+  pcall(redis.call, 'XACK', KEYS[1], ARGV[1], e[1])
+  redis.call('XDEL', KEYS[1], e[1])
+end
+return #es
+`)
+
+// Drain moves every entry of a lost host's stream back to the shared one.
+func (r *RDB) Drain(ctx context.Context, hostStream, shared, group string) (int, error) {
+	total := 0
+	for {
+		n, err := drainScript.Run(ctx, r.C, []string{hostStream, shared}, group, 100, r.StreamMaxLen).Int()
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if n < 100 {
+			return total, nil
+		}
+	}
+}
