@@ -81,13 +81,13 @@ test-faults:
 BENCH ?= .
 bench: setup
 	@mkdir -p .cache
-	@if [ '$(BENCH)' = . ]; then rm -f .cache/bench.txt; else touch .cache/bench.txt; fi
-	@set -o pipefail; status=0; partial=; [ '$(BENCH)' = . ] || partial='$(BENCH)'; \
+	@if [ '$(BENCH)' = . ]; then rm -f .cache/bench.txt; else echo "# make bench BENCH=$(BENCH) $$(date -u +%FT%RZ)" >>.cache/bench.txt; fi
+	@set -o pipefail; status=0; \
 	for m in $(MODULES); do \
 	  echo "== go test -bench '$(BENCH)' $$m"; \
 	  (cd $$m && $(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=1x -timeout 60m ./...) 2>&1 | tee -a .cache/bench.txt || status=1; \
 	done; \
-	$(GO) run scripts/benchtable.go -o BENCHMARKS.md -readme README.md -partial "$$partial" .cache/bench.txt || status=1; \
+	$(GO) run scripts/benchtable.go -o BENCHMARKS.md -readme README.md .cache/bench.txt || status=1; \
 	exit $$status
 
 # The end-to-end demo (examples/demo): a Redis on 127.0.0.1:6379 (started

@@ -9,7 +9,8 @@
 //
 // It exits 1 when a figure is missing or misses its goal (the table is
 // written all the same). A figure given twice (a partial run appended to
-// an earlier run's output) counts as its last value.
+// an earlier run's output) counts as its last value, and BENCHMARKS.md
+// names the partial runs.
 package main
 
 import (
@@ -93,11 +94,11 @@ var rows = []row{
 func main() {
 	out := flag.String("o", "BENCHMARKS.md", "the markdown file to write")
 	readme := flag.String("readme", "", "also put the table between the bench markers of this file")
-	partial := flag.String("partial", "", "the -bench pattern of a partial run: the other figures come from an earlier run in the same files")
 	flag.Parse()
 	metrics := map[string]float64{}
+	var partial []string // the partial runs appended to the files, in order
 	for _, path := range flag.Args() {
-		if err := read(path, metrics); err != nil {
+		if err := read(path, metrics, &partial); err != nil {
 			fmt.Fprintln(os.Stderr, "benchtable:", err)
 			os.Exit(2)
 		}
@@ -105,8 +106,9 @@ func main() {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Benchmarks\n\nWritten by `make bench` (scripts/benchtable.go) on %s: %d cores, %s, Docker engine %s. ",
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), dockerVersion())
-	if *partial != "" {
-		fmt.Fprintf(&b, "Only the benchmarks matching `%s` ran then (`make bench BENCH=...`); the other figures are those of the earlier run they were merged with. ", *partial)
+	if len(partial) > 0 {
+		fmt.Fprintf(&b, "After the last full run, partial runs (`make bench BENCH=<regexp>`) replaced the figures of the benchmarks they matched: %s. ",
+			strings.Join(partial, ", then "))
 	}
 	b.WriteString("Each figure comes with the baseline measured in the same run and the ratio of the two; " +
 		"the benchmarks and what they run are described in wrapper/README.md and spawner/README.md.\n\n")
@@ -196,8 +198,13 @@ func splice(path, table string) error {
 	return os.WriteFile(path, []byte(text), 0o644)
 }
 
-// read collects "value unit" pairs from the Benchmark lines of a file.
-func read(path string, metrics map[string]float64) error {
+// partialMark starts the line `make bench BENCH=<regexp>` writes before
+// the output of a partial run: "# make bench BENCH=<regexp> <UTC time>".
+const partialMark = "# make bench BENCH="
+
+// read collects "value unit" pairs from the Benchmark lines of a file,
+// and the partial runs it holds, as "`<regexp>` (<time>)".
+func read(path string, metrics map[string]float64, partial *[]string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -206,6 +213,12 @@ func read(path string, metrics map[string]float64) error {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), partialMark); ok {
+			if i := strings.LastIndexByte(rest, ' '); i > 0 {
+				*partial = append(*partial, fmt.Sprintf("`%s` (%s)", rest[:i], rest[i+1:]))
+			}
+			continue
+		}
 		fields := strings.Fields(sc.Text())
 		if len(fields) < 4 || !strings.HasPrefix(fields[0], "Benchmark") {
 			continue
