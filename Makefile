@@ -4,16 +4,17 @@
 #   make test    run every test (does its own set-up)
 #   make bench   run the benchmarks
 #   make faults  run the fault suite (long cases too) and write FAULTS.md
+#   make fleet   three simulated hosts on one Redis, one killed mid-load
 #   make setup   install and start what the project needs (idempotent)
 #   make images  build the OS base and worker-base images
 
 SHELL      := /bin/bash
 GO         ?= go
-MODULES    := protocol stubmodel testmcp wrapper spawner examples
+MODULES    := protocol stubmodel testmcp redisconn wrapper spawner examples
 FUZZTIME   ?= 3s
 # Every fuzz target of the protocol decoders runs for FUZZTIME in `make test`.
 
-.PHONY: all setup build vet test test-unit test-rules fuzz faults test-faults bench demo images clean
+.PHONY: all setup build vet test test-unit test-rules fuzz faults test-faults bench demo fleet images clean
 
 all: build
 
@@ -75,15 +76,17 @@ test-faults:
 	@cd faults && $(GO) vet ./... && $(GO) test -count=1 -v -timeout 30m ./...
 
 # Every benchmark of the project, then BENCHMARKS.md (figure, goal,
-# baseline of the same run, ratio) from their output. BENCH=<regexp>
-# runs only the benchmarks it matches and keeps the other figures of the
-# previous run (.cache/bench.txt), saying so in BENCHMARKS.md.
+# baseline of the same run, ratio) from their output. The fault suite's
+# module holds the fleet's scale curve (three engines, up to 300 workers).
+# BENCH=<regexp> runs only the benchmarks it matches and keeps the other
+# figures of the previous run (.cache/bench.txt), saying so in
+# BENCHMARKS.md.
 BENCH ?= .
 bench: setup
 	@mkdir -p .cache
 	@if [ '$(BENCH)' = . ]; then rm -f .cache/bench.txt; else echo "# make bench BENCH=$(BENCH) $$(date -u +%FT%RZ)" >>.cache/bench.txt; fi
 	@set -o pipefail; status=0; \
-	for m in $(MODULES); do \
+	for m in $(MODULES) faults; do \
 	  echo "== go test -bench '$(BENCH)' $$m"; \
 	  (cd $$m && $(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=1x -timeout 60m ./...) 2>&1 | tee -a .cache/bench.txt || status=1; \
 	done; \
@@ -95,6 +98,15 @@ bench: setup
 # worker against the stub model (the real API with ANTHROPIC_API_KEY).
 demo: setup
 	@bash scripts/demo.sh
+
+# A fleet on this machine (faults/cmd/fleet): three Docker engines side
+# by side, a worker-manager each, one Redis; host-2 killed whole in the
+# middle of a load of tasks, then restarted. A timeline, and a summary
+# line: exit 1 unless 0 lost, 0 duplicated, 0 orphans.
+fleet: setup
+	@mkdir -p bin
+	@cd faults && $(GO) build -o ../bin/fleet ./cmd/fleet
+	@bin/fleet
 
 clean:
 	rm -rf bin

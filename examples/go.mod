@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/agentvisor/agentvisor/protocol v0.0.0
+	github.com/agentvisor/agentvisor/redisconn v0.0.0
 	github.com/agentvisor/agentvisor/spawner v0.0.0
 	github.com/agentvisor/agentvisor/stubmodel v0.0.0
 	github.com/docker/docker v28.5.2+incompatible
@@ -55,6 +56,7 @@ require (
 
 replace (
 	github.com/agentvisor/agentvisor/protocol => ../protocol
+	github.com/agentvisor/agentvisor/redisconn => ../redisconn
 	github.com/agentvisor/agentvisor/spawner => ../spawner
 	github.com/agentvisor/agentvisor/stubmodel => ../stubmodel
 )

@@ -24,24 +24,58 @@ func docker(args ...string) ([]byte, error) {
 // Container is a labelled container of the case.
 type Container struct {
 	ID, State, WorkerID string
+	// Host is the fleet host whose engine holds it ("" for the default
+	// engine).
+	Host string
 }
 
 // Containers lists the containers labelled with the case's key prefix,
-// whatever their state.
+// whatever their state, on the default engine and on every running
+// engine of the case's fleet.
 func (c *Case) Containers() []Container {
-	out, err := docker("ps", "-a", "--no-trunc", "--filter", "label="+protocol.LabelKeyPrefix+"="+c.Prefix,
-		"--format", `{{.ID}}	{{.State}}	{{.Label "`+protocol.LabelWorkerID+`"}}`)
+	args := []string{"ps", "-a", "--no-trunc", "--filter", "label=" + protocol.LabelKeyPrefix + "=" + c.Prefix,
+		"--format", `{{.ID}}	{{.State}}	{{.Label "` + protocol.LabelWorkerID + `"}}`}
+	out, err := docker(args...)
 	if err != nil {
 		c.T.Errorf("docker ps: %v", err)
 		return nil
 	}
+	cs := parseContainers(out, "")
+	for _, h := range c.fleetHosts() {
+		if !h.Engine.Running() {
+			continue
+		}
+		out, err := h.Engine.Docker(args...)
+		if err != nil {
+			c.T.Errorf("docker ps on %s: %v", h.ID, err)
+			continue
+		}
+		cs = append(cs, parseContainers(out, h.ID)...)
+	}
+	return cs
+}
+
+func parseContainers(out []byte, host string) []Container {
 	var cs []Container
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		if f := strings.Split(line, "\t"); len(f) == 3 {
-			cs = append(cs, Container{ID: f[0], State: f[1], WorkerID: f[2]})
+			cs = append(cs, Container{ID: f[0], State: f[1], WorkerID: f[2], Host: host})
 		}
 	}
 	return cs
+}
+
+// RemoveContainer removes a container of the case, on its engine.
+func (c *Case) RemoveContainer(x Container) {
+	if x.Host == "" {
+		_, _ = docker("rm", "-f", x.ID)
+		return
+	}
+	for _, h := range c.fleetHosts() {
+		if h.ID == x.Host {
+			_, _ = h.Engine.Docker("rm", "-f", x.ID)
+		}
+	}
 }
 
 // ContainerOf returns the container of a worker ("" when none).

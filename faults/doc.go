@@ -22,6 +22,19 @@
 // worker-manager process; DockerProxy (dockerproxy.go) stands between a
 // manager and the Docker engine to hold or act on its calls; Creations
 // (events.go) counts the containers the engine makes; images.go builds
-// the manager and the images. The cases are the _test.go files: manager
-// crashes, Redis faults, worker faults.
+// the manager and the images. Fleet (fleet.go) is several simulated hosts
+// on one Redis, each an Engine (engines.go): a dockerd of its own beside
+// the default engine, whose processes (dockerd, containerd, shims,
+// containers, the host's manager) live in one cgroup subtree, so that a
+// host dies whole at one instant and boots again; cmd/fleet (`make
+// fleet`) runs a fleet as a timeline.
+//
+// The cases are the _test.go files: manager crashes (manager_test.go),
+// Redis faults (redis_test.go), a Redis Sentinel failover mid-load
+// (sentinel_test.go: Options.Sentinel gives a case a primary, a replica
+// and three sentinels), worker faults (worker_test.go), and a host lost
+// mid-load in a fleet of three (fleet_test.go);
+// engines_test.go checks the harness's own promise (nothing of a killed
+// host survives, its engine boots again, nothing is left after it), and
+// fleet_bench_test.go is the fleet's scale curve of `make bench`.
 package faults

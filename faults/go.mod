@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/agentvisor/agentvisor/protocol v0.0.0
+	github.com/agentvisor/agentvisor/redisconn v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
@@ -14,3 +15,5 @@ require (
 )
 
 replace github.com/agentvisor/agentvisor/protocol => ../protocol
+
+replace github.com/agentvisor/agentvisor/redisconn => ../redisconn

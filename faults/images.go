@@ -18,20 +18,37 @@ import (
 // on: worker-base as images/worker-base/Dockerfile makes it, with this
 // checkout's wrapper, plus the wrapper's fake agent at FakeAgent. Its own
 // tag, so that the suite never retags the agentvisor/worker-base:latest
-// other tests and sessions use.
-const BaseImage = "agentvisor/worker-base-faults:latest"
+// other tests and sessions use; FAULTS_BASE_IMAGE names another, so that
+// two checkouts running the suite on one engine keep their wrappers apart.
+var BaseImage = envOr("FAULTS_BASE_IMAGE", "agentvisor/worker-base-faults:latest")
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
 
 // FakeAgent is where the fake agent sits in BaseImage; a spec's AGENT_BIN
 // points there.
 const FakeAgent = "/usr/local/bin/fake-agent"
 
-// Root returns the repository's top directory (the parent of faults/).
+// Root returns the repository's top directory: the nearest directory at
+// or above the working directory that holds faults/go.mod (the tests run
+// in faults/, cmd/fleet at the top).
 func Root() string {
-	dir, err := filepath.Abs("..")
+	dir, err := os.Getwd()
 	if err != nil {
 		panic(err)
 	}
-	return dir
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "faults", "go.mod")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			panic("faults: no faults/go.mod at or above " + dir)
+		}
+	}
 }
 
 // ManagerBin is where the suite builds the worker-manager.
@@ -47,10 +64,16 @@ var (
 // case never runs against a stale binary or image.
 func ensureBuilt(t testing.TB) {
 	t.Helper()
-	buildOnce.Do(func() { buildErr = build() })
-	if buildErr != nil {
-		t.Fatalf("faults: build: %v", buildErr)
+	if err := Build(); err != nil {
+		t.Fatalf("faults: build: %v", err)
 	}
+}
+
+// Build builds, once per process, the OS base (when missing), BaseImage
+// and bin/worker-manager (ensureBuilt for programs: cmd/fleet).
+func Build() error {
+	buildOnce.Do(func() { buildErr = build() })
+	return buildErr
 }
 
 func build() error {

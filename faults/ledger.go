@@ -79,11 +79,14 @@ type Ledger struct {
 	byID map[string]*Request
 }
 
-func newLedger(rc *redis.Client, keys protocol.Keys, replies string) *Ledger {
+// NewLedger returns the ledger of the requests sent on keys' streams,
+// whose commands are answered on the stream replies.
+func NewLedger(rc *redis.Client, keys protocol.Keys, replies string) *Ledger {
 	return &Ledger{rc: rc, keys: keys, replies: replies, byID: map[string]*Request{}}
 }
 
-func (l *Ledger) add(r *Request) {
+// Add records a request sent.
+func (l *Ledger) Add(r *Request) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.reqs = append(l.reqs, r)
@@ -197,6 +200,7 @@ type Tally struct {
 	Sent       int
 	Lost       int // no answer, a late one, or one that is not what the request expects
 	Duplicated int // more than one answer
+	MaxAnswers int // the most answers one request got
 	Notes      []string
 }
 
@@ -221,6 +225,7 @@ func (l *Ledger) Tally(lostBy, dupBy map[string][]Answer) Tally {
 			t.Lost++
 			t.Notes = append(t.Notes, fmt.Sprintf("%s (%s): answered %s", r.ID, r.What, as[0].Desc))
 		}
+		t.MaxAnswers = max(t.MaxAnswers, len(dupBy[r.ID]))
 		if n := len(dupBy[r.ID]); n > 1 {
 			t.Duplicated++
 			var descs []string

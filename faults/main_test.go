@@ -13,6 +13,7 @@ import (
 func TestMain(m *testing.M) {
 	t0 := time.Now()
 	SweepStale()
+	SweepStaleFleets()
 	code := m.Run()
 	rs := Rows()
 	if len(rs) > 0 {

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/redisconn"
 )
 
 // Spec is the spec of a worker of the case: its agent is the fake one,
@@ -27,8 +28,8 @@ func (c *Case) Send(cmd protocol.Command, expect Expect, what string) string {
 	if err != nil {
 		c.T.Fatal(err)
 	}
-	c.L.add(&Request{ID: cmd.ID, Command: true, What: what, Expect: expect, Sent: time.Now()})
-	if err := c.RC.XAdd(context.Background(), &redis.XAddArgs{Stream: c.Keys.Commands(), Values: protocol.Values(doc)}).Err(); err != nil {
+	c.L.Add(&Request{ID: cmd.ID, Command: true, What: what, Expect: expect, Sent: time.Now()})
+	if err := c.add(c.Keys.Commands(), doc); err != nil {
 		c.T.Fatalf("send %s: %v", cmd.ID, err)
 	}
 	return cmd.ID
@@ -91,11 +92,32 @@ func (c *Case) TaskAs(req, worker, prompt string, expect Expect, what string) st
 	if err != nil {
 		c.T.Fatal(err)
 	}
-	c.L.add(&Request{ID: req, What: what, Expect: expect, Sent: time.Now()})
-	if err := c.RC.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: protocol.Values(doc)}).Err(); err != nil {
+	c.L.Add(&Request{ID: req, What: what, Expect: expect, Sent: time.Now()})
+	if err := c.add(stream, doc); err != nil {
 		c.T.Fatalf("send %s: %v", req, err)
 	}
 	return req
+}
+
+// add adds a request's entry as a client does. On a Sentinel deployment
+// it waits for the replica (redisconn.XAdd: a failover loses no entry
+// once added), and retries for 30 s an add that failed (the primary gone
+// mid-failover; an add whose reply alone was lost is then made twice, as
+// by any client that retries: the runtime answers a request id once).
+func (c *Case) add(stream string, doc []byte) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		_, err := redisconn.XAdd(ctx, c.RC, c.Wait, &redis.XAddArgs{Stream: stream, Values: protocol.Values(doc)})
+		cancel()
+		if err == nil || redisconn.IsNotReplicated(err) {
+			return nil
+		}
+		if c.Sentinel == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func short(id string) string {

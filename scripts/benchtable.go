@@ -52,6 +52,10 @@ var rows = []row{
 	{"Task XADD → agent start, p99", "xadd-to-agent-start-p99-ms", "ms", "< 10 ms", below(10),
 		[]string{"baseline-redis-hop-p99-ms", "baseline-bare-exec-p99-ms"}, "one Redis hop + a bare fork/exec"},
 	{"Agent exit → Output in Redis, p99", "agent-exit-to-output-p99-ms", "ms", "< 5 ms", below(5), []string{"baseline-redis-hop-p99-ms"}, "one Redis hop"},
+	{"Task output stored with WAIT for 1 replica (real primary + replica through the sentinels), p99", "finish-wait-p99-ms", "ms", "≤ baseline + 1 ms", addedAtMost(1),
+		[]string{"finish-no-wait-p99-ms"}, "the same finish script without WAIT, alternating blocks"},
+	{"Task output stored with WAIT for 1 replica, median", "finish-wait-median-ms", "ms", "≤ baseline + 0.5 ms", addedAtMost(0.5),
+		[]string{"finish-no-wait-median-ms"}, "the same finish script without WAIT"},
 	{"Progress call → Progress entry, p99", "progress-to-entry-p99-ms", "ms", "< 5 ms", below(5), []string{"baseline-redis-hop-p99-ms"}, "one Redis hop"},
 	{"Model API call through the wrapper's proxy, p99", "model-api-via-proxy-p99-ms", "ms", "≤ baseline + 1 ms", addedAtMost(1),
 		[]string{"model-api-direct-p99-ms"}, "the same streaming call straight to the stub model"},
@@ -89,6 +93,65 @@ var rows = []row{
 		[]string{"manager-rss-before-dashboard-MB"}, "the same process before the dashboard opened"},
 	{"Redis memory after 10 000 tasks (retention bounds set short)", "redis-memory-after-MB", "MB", "ratio ≤ 1.1", ratioAtMost(1.1),
 		[]string{"redis-memory-before-MB"}, "Redis memory after a warm-up that filled every capped stream"},
+	{"Fleet of 3 hosts, 300 workers: manager RSS, largest of the 3", "fleet-300-manager-rss-max-MB", "MB", "< 50 MB", below(50),
+		[]string{"fleet-10-manager-rss-max-MB"}, "the same at 10 workers"},
+	{"Fleet of 3 hosts, 300 workers: create → reply (registration), p95", "fleet-300-create-p95-ms", "ms", "< 100 ms", below(100),
+		[]string{"fleet-10-create-p95-ms"}, "the same at 10 workers"},
+}
+
+// The scale curve (BenchmarkFleetScaleCurve, faults/): one line per fleet
+// size, from the metrics fleet-<N>-<figure>.
+var curve = []struct{ head, metric, format string }{
+	{"Managers' CPU, sum of 3 (% of a core)", "manager-cpu-%", "%s %%"},
+	{"Manager RSS, largest of 3", "manager-rss-max-MB", "%s MB"},
+	{"Managers' RSS, sum of 3", "manager-rss-sum-MB", "%s MB"},
+	{"Redis commands/s", "redis-ops/s", "%s"},
+	{"Redis memory", "redis-memory-MB", "%s MB"},
+	{"Create → reply p95", "create-p95-ms", "%s ms"},
+	{"Create → reply p99", "create-p99-ms", "%s ms"},
+	{"Wake p99 (task XADD → task started)", "wake-p99-ms", "%s ms"},
+}
+
+// scaleTable is the scale curve's table and its cost per added worker;
+// "" when the benchmark did not run.
+func scaleTable(metrics map[string]float64) string {
+	var sizes []int
+	for m := range metrics {
+		if rest, ok := strings.CutPrefix(m, "fleet-"); ok {
+			if n, err := strconv.Atoi(strings.TrimSuffix(rest, "-manager-cpu-%")); err == nil && strings.HasSuffix(rest, "-manager-cpu-%") {
+				sizes = append(sizes, n)
+			}
+		}
+	}
+	if len(sizes) == 0 {
+		return ""
+	}
+	sort.Ints(sizes)
+	var b strings.Builder
+	b.WriteString("\nScale curve: a fleet of 3 hosts (each a Docker engine with its worker-manager, one Redis), workers with the fake agent, " +
+		"CPU, RSS and Redis over a 30 s window with every worker idle; create and wake one at a time, over the last 20 creates of the size " +
+		"and 20 workers paused then sent a task (10 of each at 10 workers) (BenchmarkFleetScaleCurve in faults/).\n\n| Workers |")
+	for _, c := range curve {
+		b.WriteString(" " + c.head + " |")
+	}
+	b.WriteString("\n|---:|" + strings.Repeat("---:|", len(curve)) + "\n")
+	for _, n := range sizes {
+		fmt.Fprintf(&b, "| %d |", n)
+		for _, c := range curve {
+			v, ok := metrics[fmt.Sprintf("fleet-%d-%s", n, c.metric)]
+			cell := "—"
+			if ok {
+				cell = fmt.Sprintf(c.format, num(v))
+			}
+			b.WriteString(" " + cell + " |")
+		}
+		b.WriteString("\n")
+	}
+	if rss, ok := metrics["fleet-rss-per-worker-KB"]; ok {
+		fmt.Fprintf(&b, "\nCost per added worker (slope from %d to %d workers): managers' RSS %s KB, managers' CPU %s %% of a core, Redis memory %s KB.\n",
+			sizes[0], sizes[len(sizes)-1], num(rss), num(metrics["fleet-cpu-per-worker-%"]), num(metrics["fleet-redis-memory-per-worker-KB"]))
+	}
+	return b.String()
 }
 
 func main() {
@@ -162,6 +225,7 @@ func main() {
 			}
 		}
 	}
+	b.WriteString(scaleTable(metrics))
 	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "benchtable:", err)
 		os.Exit(2)

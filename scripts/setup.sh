@@ -3,7 +3,9 @@
 #
 # Installs what is missing (redis-server, docker.io, debootstrap, nodejs/npm,
 # prometheus with promtool for the alert rules' tests, chromium for the
-# dashboard's)
+# dashboard's; Debian's redis-server also runs Redis Sentinel, as
+# `redis-server sentinel.conf --sentinel`, which is how the Sentinel tests
+# start theirs: no redis-sentinel package is needed)
 # and starts a Docker engine when none answers. It is idempotent: a second run
 # changes nothing and says so. Every step it takes is printed, so that the
 # first run on a fresh machine tells what it installs.
@@ -56,15 +58,31 @@ fi
 # --- Docker engine -------------------------------------------------------
 engine_answers() { timeout 10 docker info >/dev/null 2>&1; }
 
-# A live dockerd process: a zombie left by a killed engine (whose parent
-# never reaped it) does not count.
+# A live dockerd process of the default engine: a zombie left by a killed
+# engine (whose parent never reaped it) does not count, and neither does an
+# engine with a pid file of its own (the fleet harness's simulated hosts,
+# faults/engines.go, run beside the default engine).
 dockerd_alive() {
   local pid state
   for pid in $(pgrep -x dockerd 2>/dev/null); do
     state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || continue
-    [ -n "$state" ] && [ "$state" != Z ] && return 0
+    [ -n "$state" ] && [ "$state" != Z ] || continue
+    default_engine "$pid" && return 0
   done
   return 1
+}
+
+# default_engine PID: the dockerd's --pidfile is ours (or it has none).
+default_engine() {
+  local args pf=""
+  mapfile -d '' args <"/proc/$1/cmdline" 2>/dev/null || return 1
+  for i in "${!args[@]}"; do
+    case "${args[$i]}" in
+      --pidfile) pf=${args[$((i+1))]:-} ;;
+      --pidfile=*) pf=${args[$i]#--pidfile=} ;;
+    esac
+  done
+  [ -z "$pf" ] || [ "$pf" = "$DOCKERD_PIDFILE" ]
 }
 
 if ! engine_answers; then

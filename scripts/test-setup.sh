@@ -20,9 +20,11 @@ else
   bad "second set-up run (rc=$rc) did something: $out"
 fi
 
+# The default engine only: the fleet harness's engines (faults/engines.go)
+# carry --bridge=none too, with pid files of their own.
 ours=""
 for pid in $(pgrep -x dockerd); do
-  if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "--bridge=none"; then ours=$pid; fi
+  if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "--bridge=none.*--pidfile /var/run/docker.pid"; then ours=$pid; fi
 done
 if [ -z "$ours" ]; then
   echo "skip - stale engine restart: the running engine was not started by this project's set-up"

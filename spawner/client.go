@@ -21,6 +21,9 @@ type Client struct {
 	Keys    protocol.Keys
 	Name    string        // names the reply stream (worker:replies:<name>); a random one when empty
 	Timeout time.Duration // how long Do waits for a reply (default 6 min: a create may wait for a slot)
+	// Wait is WAIT's policy for the command's XADD (zero: no WAIT), as
+	// Tasks.Wait: a failover does not lose a command once it is sent.
+	Wait protocol.WaitPolicy
 }
 
 // Do sends cmd (its id, reply_to and time are filled in) and returns the
@@ -52,6 +55,7 @@ func (c *Client) Do(ctx context.Context, cmd protocol.Command) (protocol.Reply, 
 	// would miss a reply written between the XADD and the first XREAD,
 	// which is how fast a pause is answered.
 	r := rdb.New(c.Redis, c.Keys)
+	r.Wait = c.Wait
 	last, err := r.LastID(ctx, stream)
 	if err != nil {
 		return protocol.Reply{}, fmt.Errorf("spawner: reply stream: %w", err)

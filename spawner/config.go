@@ -3,7 +3,6 @@ package spawner
 import (
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -27,7 +26,12 @@ type Config struct {
 	StopTimeout        time.Duration // WORKER_STOP_TIMEOUT (30s); the wrapper's grace is 10 s shorter
 	NetworkMode        string        // WORKER_NETWORK_MODE (host)
 	RedisURLForWorkers string        // WORKER_REDIS_URL: the Redis URL as workers see it (default REDIS_URL)
-	APIURL             string        // API_URL, passed to workers
+	// RedisWait is REDIS_WAIT_REPLICAS and REDIS_WAIT_TIMEOUT as given
+	// ("" when unset), passed to the workers: WAIT's policy for their
+	// writes that matter (protocol.ParseWaitPolicy; its default follows
+	// each URL's kind).
+	RedisWait struct{ Replicas, Timeout string }
+	APIURL    string // API_URL, passed to workers
 	// PassEnv names host variables passed to every worker (secrets from the
 	// host's environment only): WORKER_PASS_ENV, default
 	// ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,FACTORY_API_KEY,OPENAI_API_KEY,DROID_BASE_URL.
@@ -55,7 +59,7 @@ type Config struct {
 	// PruneBuildCache (GC_PRUNE_BUILD_CACHE, false): the image GC also
 	// prunes the engine's whole build cache (it carries no owner).
 	PruneBuildCache bool
-	ManagerID       string // MANAGER_ID (hostname): the consumer name in the managers group
+	ManagerID       string // MANAGER_ID (hostname, with "-HOST_ID" when HOST_ID is set): the consumer name in the managers group
 	// HeartbeatInterval (HEARTBEAT_INTERVAL, 10s) is given to the workers;
 	// a running worker whose heartbeat key expired (3 intervals) is dead.
 	HeartbeatInterval time.Duration
@@ -115,6 +119,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	var err error
 	if c.RedisURL == "" {
 		return fail("REDIS_URL", fmt.Errorf("required"))
+	}
+	if _, err := protocol.ParseRedisURL(c.RedisURL); err != nil {
+		return fail("REDIS_URL", err) // the parser's errors never quote the URL
 	}
 	if c.Keys, err = protocol.NewKeys(getenv("WORKER_KEY_PREFIX")); err != nil {
 		return fail("WORKER_KEY_PREFIX", err)
@@ -219,8 +226,13 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	default:
 		return fail("WORKER_REDIS_ACL", fmt.Errorf("want auto, on or off, got %q", c.WorkerACL))
 	}
-	if _, err := url.Parse(c.RedisURLForWorkers); err != nil || !strings.HasPrefix(c.RedisURLForWorkers, "redis") {
-		return fail("WORKER_REDIS_URL", fmt.Errorf("want a redis:// or rediss:// URL"))
+	wu, err := protocol.ParseRedisURL(c.RedisURLForWorkers)
+	if err != nil {
+		return fail("WORKER_REDIS_URL", err)
+	}
+	c.RedisWait.Replicas, c.RedisWait.Timeout = getenv(protocol.EnvRedisWaitReplicas), getenv(protocol.EnvRedisWaitTimeout)
+	if _, err := protocol.ParseWaitPolicy(c.RedisWait.Replicas, c.RedisWait.Timeout, wu); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
 	}
 	if c.Pools, err = poolsFromEnv(getenv); err != nil {
 		return fail("POOLS", err)
@@ -248,11 +260,17 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	if c.ReplyTTL, err = durVar(getenv("REPLY_TTL"), time.Hour); err != nil {
 		return fail("REPLY_TTL", err)
 	}
-	if c.ManagerID == "" {
-		c.ManagerID, _ = os.Hostname()
-	}
 	if c.HostID = getenv("HOST_ID"); c.HostID != "" && !protocol.ValidHostID(c.HostID) {
 		return fail("HOST_ID", fmt.Errorf("want [A-Za-z0-9_.-]{1,64}, got %q", c.HostID))
+	}
+	if c.ManagerID == "" {
+		// Managers of several engines on one machine (HOST_ID told apart)
+		// get consumer names of their own: one name shared would have each
+		// serve the others' pending commands.
+		c.ManagerID, _ = os.Hostname()
+		if c.HostID != "" && c.HostID != c.ManagerID {
+			c.ManagerID += "-" + c.HostID
+		}
 	}
 	if c.HostLabels, err = protocol.ParseHostLabels(getenv("HOST_LABELS")); err != nil {
 		return fail("HOST_LABELS", err)

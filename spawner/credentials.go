@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net/url"
 
 	"github.com/agentvisor/agentvisor/protocol"
 )
@@ -50,7 +49,7 @@ func (s *Spawner) workerRedisURL(ctx context.Context, id string, kind protocol.K
 	if !acl {
 		return s.cfg.RedisURLForWorkers, nil
 	}
-	u, err := url.Parse(s.cfg.RedisURLForWorkers)
+	u, err := protocol.ParseRedisURL(s.cfg.RedisURLForWorkers)
 	if err != nil {
 		return "", errorf(protocol.CodeInternalError, "WORKER_REDIS_URL does not parse")
 	}
@@ -60,8 +59,10 @@ func (s *Spawner) workerRedisURL(ctx context.Context, id string, kind protocol.K
 	if err := s.rdb.SetWorkerUser(ctx, id, password, kind); err != nil {
 		return "", redisError(err, "Redis user of %s", id)
 	}
-	u.User = url.UserPassword(s.rdb.WorkerUser(id), password)
-	return u.String(), nil
+	// The worker's user authenticates to the primary; a sentinel URL
+	// keeps the sentinels' own credentials (sentinel_password), which the
+	// deployment gives workers on purpose (SECURITY.md).
+	return u.WithUser(s.rdb.WorkerUser(id), password).String(), nil
 }
 
 // dropWorkerUser deletes a worker's Redis user (ACL mode).
@@ -75,16 +76,23 @@ func (s *Spawner) dropWorkerUser(ctx context.Context, id string) error {
 	return nil
 }
 
-// RedactURL returns a URL with its password replaced, for logs.
-func RedactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(a URL that does not parse)"
+// RedactURL returns a Redis URL with its passwords replaced, for logs
+// (protocol.RedactRedisURL: a URL that does not parse is not shown).
+func RedactURL(raw string) string { return protocol.RedactRedisURL(raw) }
+
+// RedisConnected tells the spawner that its Redis client opened a new
+// connection (go-redis's OnConnect; the worker-manager sets it). After a
+// failover or a restart the server it reaches may lack the worker users
+// (ACL users are neither replicated nor in the append-only file): the
+// leader makes them again at its next health check (a quarter of a
+// heartbeat interval) instead of at its periodic one, so that workers
+// authenticate again within a heartbeat interval. Signals coalesce; it
+// never blocks.
+func (s *Spawner) RedisConnected() {
+	select {
+	case s.connected <- struct{}{}:
+	default:
 	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
 }
 
 // restoreWorkerUsers makes again the worker users Redis lost (ACL mode).

@@ -2,6 +2,7 @@ package spawner
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -187,5 +188,41 @@ func TestReconcileLeavesOtherHostsWorkers(t *testing.T) {
 	}
 	if rep.MissingMarked != 1 || !u.rc.SIsMember(ctx, u.keys.Workers(), "wb").Val() || u.rc.SIsMember(ctx, u.keys.Workers(), "wa").Val() {
 		t.Fatalf("reconcile: %+v; wb member %v, wa member %v", rep, u.rc.SIsMember(ctx, u.keys.Workers(), "wb").Val(), u.rc.SIsMember(ctx, u.keys.Workers(), "wa").Val())
+	}
+}
+
+func TestFleetConfig(t *testing.T) {
+	env := func(m map[string]string) func(string) string {
+		return func(k string) string {
+			if k == "REDIS_URL" {
+				return "redis://127.0.0.1:1/0"
+			}
+			return m[k]
+		}
+	}
+	hostname, _ := os.Hostname()
+	c, err := ConfigFromEnv(env(map[string]string{"HOST_ID": "build-3", "HOST_LABELS": "docker=true,zone=b", "HOST_TTL": "7s"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HostID != "build-3" || c.HostLabels["docker"] != "true" || c.HostLabels["zone"] != "b" || c.HostTTL != 7*time.Second {
+		t.Fatalf("config %+v", c)
+	}
+	// Managers of several engines on one machine: consumer names of their own.
+	if c.ManagerID != hostname+"-build-3" {
+		t.Errorf("MANAGER_ID default with HOST_ID: %q", c.ManagerID)
+	}
+	if c, _ := ConfigFromEnv(env(nil)); c.ManagerID != hostname || c.HostID != "" {
+		t.Errorf("defaults: MANAGER_ID %q, HOST_ID %q", c.ManagerID, c.HostID)
+	}
+	for _, bad := range []map[string]string{{"HOST_ID": "a:b"}, {"HOST_LABELS": "Bad Label"}, {"HOST_TTL": "soon"}} {
+		if _, err := ConfigFromEnv(env(bad)); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+	// HOST_TTL defaults to two heartbeat intervals.
+	s := New(Config{HeartbeatInterval: 3 * time.Second, HostID: "h"}, nil, nil, nil, nil)
+	if s.cfg.HostTTL != 6*time.Second || s.Host() != "h" {
+		t.Errorf("HostTTL %s, host %q", s.cfg.HostTTL, s.Host())
 	}
 }

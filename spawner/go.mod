@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/agentvisor/agentvisor/protocol v0.0.0
+	github.com/agentvisor/agentvisor/redisconn v0.0.0
 	github.com/agentvisor/agentvisor/stubmodel v0.0.0
 	github.com/chromedp/chromedp v0.23.0
 	github.com/docker/docker v28.5.2+incompatible
@@ -64,5 +65,7 @@ require (
 )
 
 replace github.com/agentvisor/agentvisor/protocol => ../protocol
+
+replace github.com/agentvisor/agentvisor/redisconn => ../redisconn
 
 replace github.com/agentvisor/agentvisor/stubmodel => ../stubmodel

@@ -65,12 +65,22 @@ func (h *Health) run(ctx context.Context) {
 		if h.upSince.IsZero() {
 			h.upSince = s.now()
 		}
-		if s.now().Sub(h.users) >= s.cfg.HeartbeatInterval/2 {
-			// A Redis that restarted lost the worker users (they are not in
-			// its append-only file): they come back before anyone is judged.
+		reconnected := false
+		select {
+		case <-s.connected:
+			reconnected = true
+		default:
+		}
+		if reconnected || s.now().Sub(h.users) >= s.cfg.HeartbeatInterval/2 {
+			// A Redis that restarted, or a replica promoted by a failover,
+			// lacks the worker users (they are neither in the append-only
+			// file nor replicated): they come back before anyone is
+			// judged, and since the workers could not authenticate until
+			// now, judging waits as after an outage.
 			h.users = s.now()
 			if n, err := s.restoreWorkerUsers(ctx); err == nil && n > 0 {
-				s.log.Warn("worker Redis users made again (Redis lost them: a restart?)", "users", n)
+				h.upSince = s.now()
+				s.log.Warn("worker Redis users made again (Redis lost them: a restart or a failover)", "users", n, "on_new_connection", reconnected)
 			}
 		}
 		seen := map[string]bool{}

@@ -156,8 +156,9 @@ func (p *HostPresence) run(ctx context.Context) {
 // HostWatch finds lost hosts, on every manager, every quarter of HostTTL:
 // a host whose managers stopped renewing it. The manager that takes the
 // host's loss lease moves the commands and control requests forwarded to
-// it back to the shared streams (where they are served again: a create
-// placed elsewhere, an action on a worker of a lost host answered), and
+// it that its managers had not acknowledged back to the shared streams
+// (where they are served again: a create placed elsewhere, an action on a
+// worker of a lost host answered; one it had served is not), and
 // retires its workers that are dead: paused ones (no manager can wake
 // them) and those whose heartbeat is older than one and a half intervals.
 // A worker still beating on a host whose managers are gone is left to run

@@ -73,6 +73,9 @@ type Spawner struct {
 	aclOnce sync.Once // decides acl and aclErr, once
 	acl     bool      // workers get Redis users of their own
 	aclErr  error
+	// connected holds a signal when the Redis client made a new
+	// connection (RedisConnected); the leader's health loop takes it.
+	connected chan struct{}
 
 	obs observer // metrics and manager state (metrics.go); zero: none
 }
@@ -91,7 +94,7 @@ func New(cfg Config, docker ContainerClient, rc redis.UniversalClient, images *I
 	r := rdb.New(rc, cfg.Keys)
 	r.StreamMaxLen, r.ReplyTTL, r.Retention, r.RunRetention = cfg.StreamMaxLen, cfg.ReplyTTL, cfg.Retention, cfg.RunRetention
 	return &Spawner{cfg: cfg, docker: docker, rdb: r, images: images, log: log, now: time.Now, keys: cfg.Keys,
-		instance: cfg.ManagerID + "/" + newWorkerID()[:8], stopping: make(chan struct{})}
+		instance: cfg.ManagerID + "/" + newWorkerID()[:8], stopping: make(chan struct{}), connected: make(chan struct{}, 1)}
 }
 
 // withDefaults fills what a Config built by hand (not by ConfigFromEnv)
@@ -426,6 +429,12 @@ func (s *Spawner) workerEnv(id string, spec protocol.WorkerSpec, redisURL string
 		"HEARTBEAT_INTERVAL=" + s.cfg.HeartbeatInterval.String(),
 		protocol.EnvStreamMaxLen + "=" + strconv.FormatInt(s.cfg.StreamMaxLen, 10),
 		protocol.EnvRunRetention + "=" + s.cfg.RunRetention.String(),
+	}
+	if v := s.cfg.RedisWait.Replicas; v != "" {
+		env = append(env, protocol.EnvRedisWaitReplicas+"="+v)
+	}
+	if v := s.cfg.RedisWait.Timeout; v != "" {
+		env = append(env, protocol.EnvRedisWaitTimeout+"="+v)
 	}
 	if len(spec.AllowedCommands) > 0 {
 		env = append(env, "ALLOWED_COMMANDS="+strings.Join(spec.AllowedCommands, ","))

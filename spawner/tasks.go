@@ -20,6 +20,10 @@ import (
 type Tasks struct {
 	Redis redis.Cmdable
 	Keys  protocol.Keys
+	// Wait is WAIT's policy for Send, Cancel and Answer (zero: no WAIT); redisconn.Policy
+	// gives the environment's for a Redis URL (one replica for a sentinel
+	// URL), so that a failover does not lose a task once Send returned.
+	Wait protocol.WaitPolicy
 }
 
 // Sent is a task on its way: where its output will appear, and the entry
@@ -63,6 +67,7 @@ func (t *Tasks) Send(ctx context.Context, workerID string, task protocol.Task) (
 		return Sent{}, errorf(protocol.CodeInvalidTask, "send: %v", err)
 	}
 	r := rdb.New(t.Redis, t.Keys)
+	r.Wait = t.Wait
 	sent := Sent{RequestID: task.RequestID, WorkerID: workerID, Input: t.Keys.InputFor(k, workerID), Output: t.Keys.OutputFor(k, workerID)}
 	// Outputs after this entry are the task's: "$" would miss an output
 	// written between the XADD and the first XREAD.
@@ -82,7 +87,9 @@ func (t *Tasks) Cancel(ctx context.Context, s Sent, reason string) error {
 	if err != nil {
 		return errorf(protocol.CodeInvalidCommand, "cancel: %v", err)
 	}
-	if err := rdb.New(t.Redis, t.Keys).Send(ctx, s.Input, doc); err != nil {
+	r := rdb.New(t.Redis, t.Keys)
+	r.Wait = t.Wait
+	if err := r.Send(ctx, s.Input, doc); err != nil {
 		return redisError(err, "cancel %s", s.RequestID)
 	}
 	return nil
@@ -96,7 +103,9 @@ func (t *Tasks) Answer(ctx context.Context, s Sent, permissionID string, allow b
 	if err != nil {
 		return errorf(protocol.CodeInvalidCommand, "answer: %v", err)
 	}
-	if err := rdb.New(t.Redis, t.Keys).Send(ctx, s.Input, doc); err != nil {
+	r := rdb.New(t.Redis, t.Keys)
+	r.Wait = t.Wait
+	if err := r.Send(ctx, s.Input, doc); err != nil {
 		return redisError(err, "answer %s of %s", permissionID, s.RequestID)
 	}
 	return nil

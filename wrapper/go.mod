@@ -4,11 +4,13 @@ go 1.26.0
 
 replace (
 	github.com/agentvisor/agentvisor/protocol => ../protocol
+	github.com/agentvisor/agentvisor/redisconn => ../redisconn
 	github.com/agentvisor/agentvisor/stubmodel => ../stubmodel
 )
 
 require (
-	github.com/agentvisor/agentvisor/protocol v0.0.0-00010101000000-000000000000
+	github.com/agentvisor/agentvisor/protocol v0.0.0
+	github.com/agentvisor/agentvisor/redisconn v0.0.0
 	github.com/agentvisor/agentvisor/stubmodel v0.0.0
 	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/creack/pty v1.1.24

@@ -26,6 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/redisconn"
 )
 
 func main() {
@@ -49,11 +50,10 @@ func main() {
 }
 
 func tail(ctx context.Context, url string, keys protocol.Keys, fromStart bool, idleExit time.Duration, w io.Writer) error {
-	opt, err := redis.ParseURL(url)
+	rdb, err := redisconn.Open(url) // redis://, rediss:// or a sentinel URL
 	if err != nil {
 		return err
 	}
-	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 
 	// Where each stream is read from: "0-0" replays it; otherwise its

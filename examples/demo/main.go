@@ -38,6 +38,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/redisconn"
 	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/stubmodel"
 )
@@ -184,20 +185,23 @@ func (d *demo) name(id string) string {
 
 func (d *demo) run(ctx context.Context) error {
 	d.names, d.events = map[string]string{}, map[string]chan protocol.Event{}
-	opt, err := redis.ParseURL(d.redisURL)
-	if err != nil {
+	var err error
+	if d.rdb, err = redisconn.Open(d.redisURL); err != nil {
 		return fmt.Errorf("redis url: %w", err)
 	}
-	d.rdb = redis.NewClient(opt)
 	defer d.rdb.Close()
+	wait, err := redisconn.Policy(d.redisURL)
+	if err != nil {
+		return err
+	}
 	if err := d.rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis at %s does not answer: %w", d.redisURL, err)
+		return fmt.Errorf("redis at %s does not answer: %w", protocol.RedactRedisURL(d.redisURL), err)
 	}
 	if d.keys, err = protocol.NewKeys(os.Getenv("WORKER_KEY_PREFIX")); err != nil {
 		return err
 	}
-	d.cli = &spawner.Client{Redis: d.rdb, Keys: d.keys, Name: "demo", Timeout: 5 * time.Minute}
-	d.tasks = &spawner.Tasks{Redis: d.rdb, Keys: d.keys}
+	d.cli = &spawner.Client{Redis: d.rdb, Keys: d.keys, Name: "demo", Timeout: 5 * time.Minute, Wait: wait}
+	d.tasks = &spawner.Tasks{Redis: d.rdb, Keys: d.keys, Wait: wait}
 
 	d.section("set-up")
 	env := []string{"REDIS_URL=" + d.redisURL, "WORKER_KEY_PREFIX=" + d.keys.Prefix, "MANAGER_ID=demo", "HEARTBEAT_INTERVAL=2s", poolsEnv(), workerEnv,

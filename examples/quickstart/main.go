@@ -20,9 +20,9 @@ import (
 	"time"
 
 	"github.com/docker/docker/client"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/redisconn"
 	"github.com/agentvisor/agentvisor/spawner"
 )
 
@@ -48,12 +48,15 @@ func run(ctx context.Context, prompt string) error {
 	if err != nil {
 		return err
 	}
-	opt, err := redis.ParseURL(cfg.RedisURL)
+	rdb, err := redisconn.Open(cfg.RedisURL) // redis://, rediss:// or a sentinel URL
 	if err != nil {
 		return err
 	}
-	rdb := redis.NewClient(opt)
 	defer rdb.Close()
+	wait, err := redisconn.Policy(cfg.RedisURL) // WAIT for a replica on the task sent (a sentinel URL)
+	if err != nil {
+		return err
+	}
 	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		return err
@@ -76,7 +79,7 @@ func run(ctx context.Context, prompt string) error {
 
 	// 3. A task on the worker's input stream, and 4. its output from the
 	// worker's output stream (progress events arrive there first).
-	tasks := &spawner.Tasks{Redis: rdb, Keys: cfg.Keys}
+	tasks := &spawner.Tasks{Redis: rdb, Keys: cfg.Keys, Wait: wait}
 	task := protocol.Task{RequestID: fmt.Sprintf("quickstart-%d", time.Now().UnixNano()), ProjectID: "quickstart", Prompt: prompt}
 	sent, err := tasks.Send(ctx, w.WorkerID, task)
 	if err != nil {

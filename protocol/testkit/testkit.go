@@ -41,6 +41,10 @@ type Redis struct {
 	t   testing.TB
 	mu  sync.Mutex
 	cmd *exec.Cmd
+	// conf, when set, is a configuration file given first (a sentinel's,
+	// which it rewrites); args are more arguments (a replica's).
+	conf string
+	args []string
 }
 
 // RedisOptions adjusts StartRedis.
@@ -65,10 +69,16 @@ func StartRedis(t testing.TB) *Redis { return StartRedisWith(t, RedisOptions{}) 
 // StartRedisWith is StartRedis with options.
 func StartRedisWith(t testing.TB, opts RedisOptions) *Redis {
 	t.Helper()
+	return startOnFreePort(t, &Redis{Dir: t.TempDir(), Password: opts.Password, Persist: opts.Persist, t: t})
+}
+
+// startOnFreePort starts r on a free loopback port (another, up to five
+// times, when one was taken meanwhile) and registers its removal.
+func startOnFreePort(t testing.TB, r *Redis) *Redis {
+	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("testkit: redis-server is not installed (run `make setup`): %v", err)
 	}
-	r := &Redis{Dir: t.TempDir(), Password: opts.Password, Persist: opts.Persist, t: t}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port, err := FreePort()
@@ -107,6 +117,10 @@ func (r *Redis) Start() error {
 	}
 	if r.Password != "" {
 		args = append(args, "--requirepass", r.Password)
+	}
+	args = append(args, r.args...)
+	if r.conf != "" {
+		args = append([]string{r.conf}, args...)
 	}
 	cmd := exec.Command("redis-server", args...)
 	if err := cmd.Start(); err != nil {

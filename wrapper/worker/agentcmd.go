@@ -3,6 +3,7 @@ package worker
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -275,10 +276,19 @@ func NewRedactor(environ []string, redisURL string) *Redactor {
 			r.secrets = append(r.secrets, value)
 		}
 	}
+	// The Redis passwords (the server's, and a sentinel URL's
+	// sentinel_password), as they are and as the URL spells them.
 	if _, rest, ok := strings.Cut(redisURL, "://"); ok {
 		if userinfo, _, ok := strings.Cut(rest, "@"); ok {
 			if _, pw, ok := strings.Cut(userinfo, ":"); ok && len(pw) >= 4 {
 				r.secrets = append(r.secrets, pw)
+			}
+		}
+	}
+	if u, err := protocol.ParseRedisURL(redisURL); err == nil {
+		for _, pw := range []string{u.Password, u.SentinelPassword} {
+			if len(pw) >= 4 {
+				r.secrets = append(r.secrets, pw, url.QueryEscape(pw))
 			}
 		}
 	}

@@ -15,9 +15,13 @@ import (
 // Config is the wrapper's configuration, filled from the environment in
 // one place (FromEnv) and validated at start.
 type Config struct {
-	WorkerID  string             // WORKER_ID (required)
-	Host      string             // WORKER_HOST: the fleet host whose engine runs the worker (on its lifecycle events)
-	RedisURL  string             // REDIS_URL (required): redis:// or rediss://, with password
+	WorkerID string // WORKER_ID (required)
+	Host     string // WORKER_HOST: the fleet host whose engine runs the worker (on its lifecycle events)
+	RedisURL string // REDIS_URL (required): redis://, rediss://, redis+sentinel:// or rediss+sentinel:// (protocol.ParseRedisURL)
+	// RedisWait is WAIT's policy for the writes that matter (a task's
+	// output with its acknowledgement): REDIS_WAIT_REPLICAS (1 for a
+	// sentinel URL, 0 otherwise) and REDIS_WAIT_TIMEOUT.
+	RedisWait protocol.WaitPolicy
 	Keys      protocol.Keys      // WORKER_KEY_PREFIX (default "worker")
 	AgentType protocol.AgentType // AGENT_TYPE (required): claude or droid
 	Kind      protocol.Kind      // WORKER_KIND: long_lived (default) or developer
@@ -136,10 +140,14 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		return fail("WORKER_ID", e)
 	}
 	if c.RedisURL == "" {
-		return fail("REDIS_URL", fmt.Errorf("required (redis://[:password@]host:port/db)"))
+		return fail("REDIS_URL", fmt.Errorf("required (redis://[:password@]host:port/db, or redis+sentinel://host:port,.../master/db)"))
 	}
-	if !strings.HasPrefix(c.RedisURL, "redis://") && !strings.HasPrefix(c.RedisURL, "rediss://") {
-		return fail("REDIS_URL", fmt.Errorf("must start with redis:// or rediss://"))
+	u, err := protocol.ParseRedisURL(c.RedisURL)
+	if err != nil {
+		return fail("REDIS_URL", err) // the parser's errors never quote the URL
+	}
+	if c.RedisWait, err = protocol.ParseWaitPolicy(getenv(protocol.EnvRedisWaitReplicas), getenv(protocol.EnvRedisWaitTimeout), u); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
 	}
 	if c.Keys, err = protocol.NewKeys(getenv("WORKER_KEY_PREFIX")); err != nil {
 		return fail("WORKER_KEY_PREFIX", err)

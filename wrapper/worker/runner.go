@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/redisconn"
 	"github.com/agentvisor/agentvisor/wrapper/agent"
 	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
 )
@@ -368,9 +369,27 @@ func (w *Worker) storeOutput(log *slog.Logger, src taskSource, o protocol.Output
 		log.Error("encode output", "err", err)
 		return false
 	}
-	published, err := store(w.pub, "output "+o.RequestID, func(c context.Context) (bool, error) {
-		return w.rdb.FinishTask(c, rdb.Finish{RequestID: o.RequestID, OutputStream: src.output, Output: doc, Run: run,
+	// With WAIT on (a sentinel URL), a write no replica acknowledged is
+	// made again once, one WAIT timeout later: a failover that promoted a
+	// replica the output had not reached has a new primary by then, which
+	// the client has switched to, and the idempotent script publishes the
+	// output there. A second short answer leaves it on the primary alone
+	// (no replica in sync).
+	var published bool
+	short := 0
+	_, err = store(w.pub, "output "+o.RequestID, func(c context.Context) (struct{}, error) {
+		p, err := w.rdb.FinishTask(c, rdb.Finish{RequestID: o.RequestID, OutputStream: src.output, Output: doc, Run: run,
 			InputStream: src.stream, Group: src.group, EntryID: src.entryID, Usage: usage, RunRetention: w.cfg.RunRetention})
+		published = published || p
+		if redisconn.IsNotReplicated(err) {
+			if short++; short < 2 {
+				time.Sleep(w.cfg.RedisWait.Timeout)
+				return struct{}{}, err
+			}
+			log.Warn("task output stored on the primary alone: no replica acknowledged it", "err", err)
+			err = nil
+		}
+		return struct{}{}, err
 	})
 	if err == nil {
 		return published

@@ -87,7 +87,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.StreamMaxLen = cfg.StreamMaxLen
+	r.StreamMaxLen, r.Wait = cfg.StreamMaxLen, cfg.RedisWait
 	w := &Worker{cfg: cfg, rdb: r, log: opts.Logger, starter: opts.Starter, sessions: opts.Sessions,
 		now: opts.Now, environ: opts.Environ, terminateCh: make(chan struct{})}
 	if w.log == nil {

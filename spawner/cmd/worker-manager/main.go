@@ -16,15 +16,18 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/docker/docker/client"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agentvisor/agentvisor/redisconn"
 	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/spawner/dashboard"
 )
@@ -49,13 +52,22 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int 
 		log.Error("invalid configuration", "err", err)
 		return 2
 	}
-	opt, err := redis.ParseURL(cfg.RedisURL)
+	redisconn.SetLogger(log)
+	opt, err := redisconn.Options(cfg.RedisURL) // checked by ConfigFromEnv; a sentinel URL gives a failover client
 	if err != nil {
-		// The parser's error may quote the URL, password and all.
-		log.Error("invalid configuration", "err", "config: REDIS_URL: not a valid redis:// or rediss:// URL", "url", spawner.RedactURL(cfg.RedisURL))
+		log.Error("invalid configuration", "err", fmt.Errorf("config: REDIS_URL: %w", err))
 		return 2
 	}
-	rdb := redis.NewClient(opt)
+	// Every new connection (a failover, a restart) tells the spawner,
+	// whose leader then makes again the worker users the server lacks.
+	var sp atomic.Pointer[spawner.Spawner]
+	opt.OnConnect = func(context.Context, *redis.Conn) error {
+		if s := sp.Load(); s != nil {
+			s.RedisConnected()
+		}
+		return nil
+	}
+	rdb := redisconn.NewClient(opt)
 	defer rdb.Close()
 	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
@@ -68,6 +80,7 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int 
 	defer dc.Close()
 	images := &spawner.Images{Docker: dc, Redis: rdb, Keys: cfg.Keys, BaseImage: cfg.BaseImage}
 	s := spawner.New(cfg, dc, rdb, images, log)
+	sp.Store(s)
 	gc := &spawner.ImageGC{Docker: dc, Redis: rdb, Keys: cfg.Keys, Log: log, PruneBuildCache: cfg.PruneBuildCache,
 		Retention: ops.GCRetention, Interval: ops.GCInterval, DryRun: ops.GCDryRun}
 	m := &spawner.Manager{S: s, GC: gc}

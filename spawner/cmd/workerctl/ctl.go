@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/redisconn"
 	"github.com/agentvisor/agentvisor/spawner"
 )
 
@@ -24,6 +25,7 @@ type ctl struct {
 
 	rdb  *redis.Client
 	keys protocol.Keys
+	wait protocol.WaitPolicy // WAIT for what it sends (REDIS_WAIT_*; one replica for a sentinel URL)
 }
 
 // open checks the global flags and makes the Redis client (it connects
@@ -33,12 +35,15 @@ func (c *ctl) open() error {
 	if err != nil {
 		return fail(exitUsage, "--prefix: %v", err)
 	}
-	opt, err := redis.ParseURL(c.redisURL)
+	redisconn.SetLogger(nil) // go-redis's own lines (a sentinel's answer) are no output of the tool
+	opt, err := redisconn.Options(c.redisURL)
 	if err != nil {
-		// The parser's error may quote the URL, password and all.
-		return fail(exitUsage, "--redis: not a valid redis:// or rediss:// URL: %s", spawner.RedactURL(c.redisURL))
+		return fail(exitUsage, "--redis: %v", err) // the parser's errors never quote the URL
 	}
-	c.keys, c.rdb = keys, redis.NewClient(opt)
+	if c.wait, err = redisconn.Policy(c.redisURL); err != nil {
+		return fail(exitUsage, "%v", err)
+	}
+	c.keys, c.rdb = keys, redisconn.NewClient(opt)
 	return nil
 }
 
@@ -101,7 +106,7 @@ func (c *ctl) read(ctx context.Context, id string) (workerRow, error) {
 // do sends a command to the worker-managers; no answer within the timeout
 // means no manager runs (exit 6).
 func (c *ctl) do(ctx context.Context, cmd protocol.Command, timeout time.Duration) (protocol.Reply, error) {
-	cl := &spawner.Client{Redis: c.rdb, Keys: c.keys, Timeout: timeout}
+	cl := &spawner.Client{Redis: c.rdb, Keys: c.keys, Timeout: timeout, Wait: c.wait}
 	r, err := cl.Do(ctx, cmd)
 	var se *spawner.Error
 	if errors.As(err, &se) && se.Code == protocol.CodeUpstreamUnavailable && strings.Contains(err.Error(), "no reply") {

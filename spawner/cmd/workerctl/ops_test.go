@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/spawner/spawnertest"
 )
@@ -80,6 +81,40 @@ func TestWorkerctlHelpAndCompletion(t *testing.T) {
 	}
 	if code, _, errs := runCtl("--redis", "http://nope", "list"); code != exitUsage || !strings.Contains(errs, "--redis") {
 		t.Errorf("a bad --redis: exit %d %s", code, errs)
+	}
+	if code, _, errs := runCtl("--redis", "redis+sentinel://:s3cret@127.0.0.1:1", "list"); code != exitUsage ||
+		!strings.Contains(errs, "needs the master's name") || strings.Contains(errs, "s3cret") {
+		t.Errorf("a sentinel URL without its master: exit %d %s", code, errs)
+	}
+}
+
+// A sentinel URL reaches the primary through the sentinels: workerctl
+// lists (no worker yet) and sends a create command that waits for the
+// replica (no manager runs: it times out, exit 6, after the command was
+// added on both servers).
+func TestWorkerctlSentinelURL(t *testing.T) {
+	s := testkit.StartSentinel(t, testkit.SentinelOptions{Password: "pw"})
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"--redis", s.URL(), "list"}, &out, &errb); code != exitOK {
+		t.Fatalf("list through the sentinels: exit %d %s", code, errb.String())
+	}
+	out.Reset()
+	errb.Reset()
+	code := run(context.Background(), []string{"--redis", s.URL(), "--prefix", "sent", "spawn", "--agent", "claude", "--timeout", "1s"}, &out, &errb)
+	if code != exitTimeout || strings.Contains(errb.String(), "sentinel:") {
+		t.Fatalf("spawn with no manager: exit %d %s", code, errb.String())
+	}
+	p, err := s.Primary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := p.Do("XLEN", "sent:commands"); err != nil || n != ":1" {
+		t.Fatalf("the command stream on the primary: %q, %v", n, err)
+	}
+	for _, r := range s.Servers[1:] {
+		if n, err := r.Do("XLEN", "sent:commands"); err != nil || n != ":1" {
+			t.Fatalf("the command stream on the replica %s: %q, %v", r.Addr, n, err)
+		}
 	}
 }
 

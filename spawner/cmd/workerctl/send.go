@@ -42,7 +42,7 @@ owner asked), 4 blocked, 5 failed, 6 no output within --timeout.`,
 			if project == "" {
 				project = row.ProjectID
 			}
-			tasks := &spawner.Tasks{Redis: c.rdb, Keys: c.keys}
+			tasks := &spawner.Tasks{Redis: c.rdb, Keys: c.keys, Wait: c.wait}
 			sent, err := tasks.Send(ctx, id, protocol.Task{RequestID: reqID, ProjectID: project, Prompt: a[1], ForceNewSession: newSession})
 			var se *spawner.Error
 			if errors.As(err, &se) && se.Code == protocol.CodeInvalidTask {

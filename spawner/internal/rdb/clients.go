@@ -5,6 +5,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/redisconn"
 )
 
 // The calls of the spawner's client side (spawner.Client, spawner.Watcher)
@@ -23,9 +26,15 @@ func (r *RDB) LastID(ctx context.Context, stream string) (string, error) {
 	return "0-0", nil
 }
 
-// Send adds a command (any document) to a stream.
+// Send adds a command or a task (any document) to a stream, confirmed by
+// WAIT with r.Wait on: a failover neither loses it nor, as far as a look
+// at the new primary can tell, adds it twice (redisconn.XAdd).
 func (r *RDB) Send(ctx context.Context, stream string, doc []byte) error {
-	return r.xadd(ctx, stream, doc)
+	_, err := redisconn.XAdd(ctx, r.C, r.Wait, &redis.XAddArgs{Stream: stream, MaxLen: r.StreamMaxLen, Approx: true, Values: protocol.Values(doc)})
+	if redisconn.IsNotReplicated(err) {
+		return nil // on the primary, which has no replica in sync: nothing more to wait for
+	}
+	return err
 }
 
 // Read reads, after the given ids, the entries of several streams

@@ -121,25 +121,38 @@ func (r *RDB) Forward(ctx context.Context, from, to, group, id string, doc []byt
 }
 
 // drainScript: KEYS host stream, shared stream; ARGV group, count,
-// maxlen. Up to count entries of a lost host's stream, delivered or not,
-// go back to the shared stream (acknowledged and deleted on the host's).
-// Returns how many moved.
+// maxlen. Up to count entries of a lost host's stream go: those its
+// managers had not acknowledged (never delivered, or delivered and held)
+// back to the shared stream, to be served there; those they had (served,
+// answered: a command's reply is sent before its acknowledgement) are
+// only deleted, so that nothing is served twice. Returns how many went.
 var drainScript = script(`
+$LESS
+$DELIVERED
+local last = delivered(KEYS[1], ARGV[1]) or '0-0'
+local held = {}
+local pok, pending = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1], '-', '+', tonumber(ARGV[2]))
+if pok then
+  for _, p in ipairs(pending) do held[p[1]] = true end
+end
 local es = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', tonumber(ARGV[2]))
 for _, e in ipairs(es) do
-  local f = e[2]
-  for i = 1, #f, 2 do
-    if f[i] == '$DATA' then
-      redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', '$DATA', f[i + 1])
+  if held[e[1]] or less(last, e[1]) then
+    local f = e[2]
+    for i = 1, #f, 2 do
+      if f[i] == '$DATA' then
+        redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', '$DATA', f[i + 1])
+      end
     end
+    pcall(redis.call, 'XACK', KEYS[1], ARGV[1], e[1])
   end
-  pcall(redis.call, 'XACK', KEYS[1], ARGV[1], e[1])
   redis.call('XDEL', KEYS[1], e[1])
 end
 return #es
 `)
 
-// Drain moves every entry of a lost host's stream back to the shared one.
+// Drain empties a lost host's stream: the entries its managers had not
+// acknowledged go back to the shared one, the others are deleted.
 func (r *RDB) Drain(ctx context.Context, hostStream, shared, group string) (int, error) {
 	total := 0
 	for {

@@ -24,6 +24,9 @@ type RDB struct {
 	ReplyTTL     time.Duration // a reply stream expires this long after its last reply
 	Retention    time.Duration // a retired worker's keys live this long
 	RunRetention time.Duration // a run the spawner answered lives this long
+	// Wait is WAIT's policy for the entries a client must not lose to a
+	// failover (Send: a task, a command); off when zero.
+	Wait protocol.WaitPolicy
 }
 
 // Defaults of the retention settings.
@@ -161,8 +164,27 @@ var names = strings.NewReplacer(
 )
 
 func script(src string) *redis.Script {
-	return redis.NewScript(strings.ReplaceAll(names.Replace(src), "$LESS\n", luaLess))
+	src = strings.ReplaceAll(names.Replace(src), "$LESS\n", luaLess)
+	return redis.NewScript(strings.ReplaceAll(src, "$DELIVERED\n", luaDelivered))
 }
+
+// luaDelivered is the Lua function delivered(key, group): the
+// last-delivered-id of a consumer group of a stream, nil when the stream
+// or the group does not exist ($DELIVERED in a script's source).
+const luaDelivered = `local function delivered(key, group)
+  local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', key)
+  if not ok then return nil end
+  for _, g in ipairs(groups) do
+    local name, last
+    for i = 1, #g, 2 do
+      if g[i] == 'name' then name = g[i + 1] end
+      if g[i] == 'last-delivered-id' then last = g[i + 1] end
+    end
+    if name == group then return last end
+  end
+  return nil
+end
+`
 
 // luaLess is the Lua function less(a, b) that orders two stream entry
 // ids, for the scripts that compare them ($LESS in their source).

@@ -327,3 +327,35 @@ func TestWorkerUsersAreRestored(t *testing.T) {
 		t.Fatal("a deleted user came back")
 	}
 }
+
+func TestDrainMovesBackOnlyWhatTheLostHostHadNotServed(t *testing.T) {
+	r, ctx := newRDB(t)
+	host, shared, group := "rdbtest:commands:host:h2", "rdbtest:commands", protocol.ManagerGroup
+	r.C.XGroupCreateMkStream(ctx, host, group, "0")
+	for _, doc := range []string{`{"n":"served"}`, `{"n":"held"}`, `{"n":"unread"}`} {
+		if err := r.AddEntry(ctx, host, []byte(doc)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read, err := r.C.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: "m2", Streams: []string{host, ">"}, Count: 2}).Result()
+	if err != nil || len(read[0].Messages) != 2 {
+		t.Fatalf("read: %v %v", read, err)
+	}
+	r.Ack(ctx, host, group, read[0].Messages[0].ID) // served and answered; the second is held, the third never read
+	n, err := r.Drain(ctx, host, shared, group)
+	if err != nil || n != 3 {
+		t.Fatalf("Drain = %d, %v; want the 3 entries gone from the host's stream", n, err)
+	}
+	moved, _ := r.C.XRange(ctx, shared, "-", "+").Result()
+	var got []string
+	for _, m := range moved {
+		data, _ := protocol.EntryData(m.Values)
+		got = append(got, string(data))
+	}
+	if strings.Join(got, " ") != `{"n":"held"} {"n":"unread"}` {
+		t.Errorf("moved back to the shared stream: %v; want the held and the unread entries only", got)
+	}
+	if left := r.C.XLen(ctx, host).Val(); left != 0 {
+		t.Errorf("%d entries left on the lost host's stream", left)
+	}
+}

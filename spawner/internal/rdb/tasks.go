@@ -225,18 +225,9 @@ func (r *RDB) Move(ctx context.Context, from, to string, m redis.XMessage, ackGr
 // entries went.
 var trimScript = script(`
 $LESS
+$DELIVERED
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local ok, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[1])
-if not ok then return 0 end
-local bound
-for _, g in ipairs(groups) do
-  local name, delivered
-  for i = 1, #g, 2 do
-    if g[i] == 'name' then name = g[i+1] end
-    if g[i] == 'last-delivered-id' then delivered = g[i+1] end
-  end
-  if name == ARGV[1] then bound = delivered end
-end
+local bound = delivered(KEYS[1], ARGV[1])
 if bound == nil or bound == '0-0' then return 0 end
 local p = redis.call('XPENDING', KEYS[1], ARGV[1])
 if p[1] > 0 and less(p[2], bound) then bound = p[2] end

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/redisconn"
 )
 
 // Follower reads a stream outside any consumer group, on a connection of
@@ -21,7 +23,7 @@ type Follower struct {
 // NewFollower returns a Follower on the same server as r.
 func (r *RDB) NewFollower() *Follower {
 	opt := r.followOpt // one connection, as the reader's
-	return &Follower{c: redis.NewClient(&opt), timeout: r.Timeout}
+	return &Follower{c: redisconn.NewClient(&opt), timeout: r.Timeout}
 }
 
 // Close ends a blocking Next at once and every later one.

@@ -14,18 +14,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/redisconn"
 )
 
 // SetLogger sends go-redis's own messages (a failed dial while Redis is
-// down, say) to log at debug level, as JSON like every other line, instead
-// of its default plain-text logger on stderr.
-func SetLogger(log *slog.Logger) { redis.SetLogger(slogAdapter{log}) }
-
-type slogAdapter struct{ log *slog.Logger }
-
-func (a slogAdapter) Printf(ctx context.Context, format string, v ...any) {
-	a.log.DebugContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
-}
+// down, say) to log, as JSON like every other line, instead of its default
+// plain-text logger on stderr.
+func SetLogger(log *slog.Logger) { redisconn.SetLogger(log) }
 
 // RDB is the wrapper's view of Redis.
 type RDB struct {
@@ -33,21 +28,24 @@ type RDB struct {
 	reader *redis.Client // its own connection for blocking reads, closed to end one at once
 	// followOpt are the options of a Follower's client: a copy taken at
 	// Open (a client writes to its own while it connects).
-	followOpt redis.Options
+	followOpt redis.UniversalOptions
 	Keys      protocol.Keys
 	Timeout   time.Duration // per call; blocking reads add their block time
 	// StreamMaxLen is the approximate MAXLEN of every XADD (0: none).
 	StreamMaxLen int64
+	// Wait is WAIT's policy for the writes that matter (FinishTask):
+	// off (the zero value) without replicas.
+	Wait protocol.WaitPolicy
 }
 
-// Open parses a redis:// or rediss:// URL (with password) and returns an
-// RDB. It does not connect: the wrapper starts even when Redis is down.
+// Open parses a Redis URL (redis://, rediss://, or a sentinel URL:
+// protocol.ParseRedisURL) and returns an RDB. It does not connect: the
+// wrapper starts even when Redis is down. With a sentinel URL every client
+// asks the sentinels for the primary, and follows it when it fails over.
 func Open(url string, keys protocol.Keys) (*RDB, error) {
-	opt, err := redis.ParseURL(url)
+	opt, err := redisconn.Options(url)
 	if err != nil {
-		// The parser's error quotes the URL, password and all: never
-		// pass it on.
-		return nil, fmt.Errorf("rdb: REDIS_URL is not a valid redis:// or rediss:// URL")
+		return nil, fmt.Errorf("rdb: REDIS_URL: %w", err) // never quotes the URL
 	}
 	opt.MaxRetries = -1 // the wrapper retries with its own backoff, and knows what is idempotent
 	opt.DialTimeout = 2 * time.Second
@@ -57,7 +55,7 @@ func Open(url string, keys protocol.Keys) (*RDB, error) {
 	opt.ContextTimeoutEnabled = true
 	ropt := *opt
 	ropt.PoolSize, ropt.MinIdleConns = 1, 0
-	return &RDB{c: redis.NewClient(opt), reader: redis.NewClient(&ropt), followOpt: ropt, Keys: keys, Timeout: 3 * time.Second,
+	return &RDB{c: redisconn.NewClient(opt), reader: redisconn.NewClient(&ropt), followOpt: ropt, Keys: keys, Timeout: 3 * time.Second,
 		StreamMaxLen: protocol.DefaultStreamMaxLen}, nil
 }
 
@@ -142,8 +140,11 @@ func IsServerError(err error) bool {
 		return false
 	}
 	// Replies of a server that is starting, busy, failing over or out of
-	// memory (trimmed streams and expired keys free it) pass.
-	for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "OOM"} {
+	// memory (trimmed streams and expired keys free it) pass, and so does
+	// a refused login: a server that restarted, or a replica a failover
+	// promoted, lacks this worker's Redis user until its manager makes it
+	// again (within a heartbeat interval).
+	for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "OOM", "WRONGPASS", "NOAUTH"} {
 		if strings.HasPrefix(re.Error(), p) {
 			return false
 		}
@@ -383,9 +384,15 @@ type TaskUsage struct {
 }
 
 // FinishTask runs the finish script: it returns true when it published the
-// output, false when the run was already terminal.
+// output, false when the run was already terminal. With Wait on, WAIT
+// follows the script on its connection: a failover must not lose an
+// output once its input entry is acknowledged. The WAIT's error (the
+// primary gone) is returned as the call's, to be retried (the script is
+// idempotent: a retry on the new primary publishes the output only if the
+// failover lost it); too few replicas is a *redisconn.NotReplicatedError,
+// the output stored on the primary.
 func (r *RDB) FinishTask(ctx context.Context, f Finish) (bool, error) {
-	ctx, cancel := r.ctx(ctx)
+	ctx, cancel := context.WithTimeout(ctx, r.Timeout+r.Wait.Timeout)
 	defer cancel()
 	keys := []string{r.Keys.Run(f.RequestID), f.OutputStream, f.InputStream}
 	var runArgs, usageArgs []any
@@ -406,9 +413,30 @@ func (r *RDB) FinishTask(ctx context.Context, f Finish) (bool, error) {
 	args := []any{f.Group, f.EntryID, string(f.Output), f.RunRetention.Milliseconds(), r.StreamMaxLen,
 		len(runArgs), len(usageArgs), protocol.UsageFieldCostUSD, cost, protocol.RunFieldCreatedAt}
 	args = append(append(args, runArgs...), usageArgs...)
-	n, err := finishScript.Run(ctx, r.c, keys, args...).Int()
-	if err != nil {
-		return false, fmt.Errorf("rdb: finish task %s: %w", f.RequestID, err)
+	if !r.Wait.On() {
+		n, err := finishScript.Run(ctx, r.c, keys, args...).Int()
+		if err != nil {
+			return false, fmt.Errorf("rdb: finish task %s: %w", f.RequestID, err)
+		}
+		return n == 1, nil
 	}
-	return n == 1, nil
+	// EVALSHA, then EVAL when the server does not know the script (a new
+	// primary after a failover, a restart), each followed by its WAIT.
+	var run *redis.Cmd
+	err := redisconn.PipelineWait(ctx, r.c, r.Wait, func(p redis.Pipeliner) { run = finishScript.EvalSha(ctx, p, keys, args...) })
+	if run.Err() != nil && redis.HasErrorPrefix(run.Err(), "NOSCRIPT") {
+		err = redisconn.PipelineWait(ctx, r.c, r.Wait, func(p redis.Pipeliner) { run = finishScript.Eval(ctx, p, keys, args...) })
+	}
+	if run.Err() != nil {
+		return false, fmt.Errorf("rdb: finish task %s: %w", f.RequestID, run.Err())
+	}
+	n, nerr := run.Int()
+	switch {
+	case err == nil, redisconn.IsNotReplicated(err):
+	case nerr == nil:
+		err = fmt.Errorf("rdb: finish task %s: wait for replicas: %w", f.RequestID, err)
+	default: // the pipeline failed as a whole (a login refused, a connection lost)
+		err = fmt.Errorf("rdb: finish task %s: %w", f.RequestID, err)
+	}
+	return n == 1, err
 }

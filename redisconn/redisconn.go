@@ -1,0 +1,234 @@
+// Package redisconn turns a Redis URL into go-redis clients for every Go
+// component of the runtime (the wrapper, the worker-manager, workerctl,
+// the examples, the fault suite), and makes the writes that matter wait
+// for a replica. The URL is parsed by protocol.ParseRedisURL (redis://,
+// rediss://, redis+sentinel://, rediss+sentinel://): a sentinel URL gives
+// go-redis's failover client, which asks the sentinels for the primary and
+// follows it when they fail it over.
+//
+// It is a module of its own so that the wrapper and the spawner share it
+// without either importing the other, and so that the protocol module
+// stays standard library only.
+package redisconn
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// Options parses raw and returns go-redis options for it; callers set
+// their timeouts and pool sizes on them before NewClient. The error wraps
+// protocol.ErrBadRedisURL and never quotes the URL.
+func Options(raw string) (*redis.UniversalOptions, error) {
+	u, err := protocol.ParseRedisURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	return FromURL(u), nil
+}
+
+// FromURL returns go-redis options for a parsed URL.
+func FromURL(u protocol.RedisURL) *redis.UniversalOptions {
+	o := &redis.UniversalOptions{
+		Addrs:    append([]string(nil), u.Addrs...),
+		DB:       u.DB,
+		Username: u.Username,
+		Password: u.Password,
+	}
+	if u.Sentinel {
+		o.MasterName = u.Master
+		o.SentinelUsername, o.SentinelPassword = u.SentinelUsername, u.SentinelPassword
+	}
+	if u.TLS {
+		// No ServerName: the TLS dial takes it from the address dialled,
+		// which for a sentinel URL is whichever server is the primary.
+		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	return o
+}
+
+// NewClient returns a client for o: a failover client when o names a
+// master (a sentinel URL), a plain one otherwise. Both are *redis.Client,
+// so the rest of a program does not care which.
+func NewClient(o *redis.UniversalOptions) *redis.Client {
+	if o.MasterName != "" {
+		return redis.NewFailoverClient(o.Failover())
+	}
+	return redis.NewClient(o.Simple())
+}
+
+// Open is Options then NewClient, with go-redis's default settings.
+func Open(raw string) (*redis.Client, error) {
+	o, err := Options(raw)
+	if err != nil {
+		return nil, err
+	}
+	return NewClient(o), nil
+}
+
+// Policy returns the WAIT policy of a component whose Redis URL is raw,
+// from REDIS_WAIT_REPLICAS and REDIS_WAIT_TIMEOUT: one replica for a
+// sentinel URL, none otherwise, unless they say.
+func Policy(raw string) (protocol.WaitPolicy, error) {
+	u, err := protocol.ParseRedisURL(raw)
+	if err != nil {
+		return protocol.WaitPolicy{}, err
+	}
+	return protocol.ParseWaitPolicy(os.Getenv(protocol.EnvRedisWaitReplicas), os.Getenv(protocol.EnvRedisWaitTimeout), u)
+}
+
+// NotReplicatedError says that the primary took a write but fewer
+// replicas than the policy asks acknowledged it within its timeout: the
+// write stands on the primary alone (no replica in sync, or one slow).
+type NotReplicatedError struct {
+	Want, Got int64
+}
+
+func (e *NotReplicatedError) Error() string {
+	return fmt.Sprintf("redisconn: write acknowledged by %d of the %d replicas WAIT asked for", e.Got, e.Want)
+}
+
+// IsNotReplicated reports whether err is a *NotReplicatedError.
+func IsNotReplicated(err error) bool {
+	var e *NotReplicatedError
+	return errors.As(err, &e)
+}
+
+// PipelineWait runs the commands queue adds to a pipeline and then, when
+// p is on, WAIT p.Replicas p.Timeout, on one connection: WAIT counts the
+// writes of its own connection, so it must follow them there. It returns
+// the first error of the queued commands; when they all succeeded, WAIT's
+// error, or a *NotReplicatedError when too few replicas acknowledged.
+// The caller reads its commands' results from the commands it queued.
+func PipelineWait(ctx context.Context, c redis.Cmdable, p protocol.WaitPolicy, queue func(redis.Pipeliner)) error {
+	var wait *redis.IntCmd
+	_, err := c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		queue(pipe)
+		if p.On() {
+			wait = pipeWait(ctx, pipe, p)
+		}
+		return nil
+	})
+	if wait == nil || err != nil {
+		return err
+	}
+	if n := wait.Val(); n < int64(p.Replicas) {
+		return &NotReplicatedError{Want: int64(p.Replicas), Got: n}
+	}
+	return nil
+}
+
+// pipeWait queues WAIT. go-redis's Pipeliner interface lacks Wait, which
+// its pipelines have (it stretches the read timeout to WAIT's own).
+func pipeWait(ctx context.Context, pipe redis.Pipeliner, p protocol.WaitPolicy) *redis.IntCmd {
+	if w, ok := pipe.(interface {
+		Wait(context.Context, int, time.Duration) *redis.IntCmd
+	}); ok {
+		return w.Wait(ctx, p.Replicas, p.Timeout)
+	}
+	cmd := redis.NewIntCmd(ctx, "wait", p.Replicas, p.Timeout.Milliseconds())
+	_ = pipe.Process(ctx, cmd)
+	return cmd
+}
+
+// XAdd adds an entry that must not be lost (a task, a command) and, when
+// p is on, waits until p.Replicas replicas have it. When the WAIT fails
+// (the primary died: a failover under way) or comes back short, it looks
+// for the entry on whatever primary the client reaches now, with backoff
+// until ctx ends, and adds it again only when it is not there: a failover
+// costs no entry, and adds none twice as far as that look can tell. An
+// entry found there stands as it is (it is on the new primary; only a
+// second failover before that one has a replica could lose it). A short
+// answer of a primary that still has the entry is a *NotReplicatedError,
+// with the entry's id: the caller may go on (the write is on the primary).
+func XAdd(ctx context.Context, c redis.Cmdable, p protocol.WaitPolicy, args *redis.XAddArgs) (string, error) {
+	if !p.On() {
+		return c.XAdd(ctx, args).Result() // exactly the XADD of a client that knows no WAIT
+	}
+	var add *redis.StringCmd
+	err := PipelineWait(ctx, c, p, func(pipe redis.Pipeliner) { add = pipe.XAdd(ctx, args) })
+	id := add.Val()
+	if err == nil || id == "" {
+		// Done, or the add itself failed (no id came back): the caller's
+		// to retry. (go-redis gives a pipeline's error to every command of
+		// it, so an add whose id came back counts as made.)
+		return id, err
+	}
+	short := IsNotReplicated(err)
+	back := 100 * time.Millisecond
+	for {
+		// Before a look: a backoff while the primary is unreachable; after
+		// a short answer, one WAIT timeout more. A primary that answered
+		// short may be the old one in the moment between a replica's
+		// promotion and the client's switch (+switch-master), which then
+		// drops what it took: the look must reach the new one.
+		wait := back
+		if short {
+			wait = p.Timeout
+		}
+		select {
+		case <-ctx.Done():
+			return id, fmt.Errorf("redisconn: confirm entry %s of %s: %w (last: %v)", id, args.Stream, ctx.Err(), err)
+		case <-time.After(wait):
+		}
+		if !short {
+			back = min(2*back, 2*time.Second)
+		}
+		found, xerr := c.XRange(ctx, args.Stream, id, id).Result()
+		if xerr != nil {
+			short, err = false, xerr // the primary still unreachable
+			continue
+		}
+		if len(found) > 0 {
+			if short {
+				return id, err // a live primary that has it, without enough replicas
+			}
+			return id, nil // on the primary the client reaches after the failover
+		}
+		// The primary the client reaches now has not got it: add it
+		// again, under a new id.
+		a := *args
+		a.ID = ""
+		err = PipelineWait(ctx, c, p, func(pipe redis.Pipeliner) { add = pipe.XAdd(ctx, &a) })
+		if add.Val() != "" {
+			id = add.Val()
+			if err == nil || IsNotReplicated(err) {
+				return id, err
+			}
+		}
+		short = false
+	}
+}
+
+// SetLogger sends go-redis's own messages to log instead of its default
+// plain-text logger on stderr, as JSON like every other line of a
+// component: what the sentinels say (a new primary) at info level, the
+// rest (a failed dial while Redis is down, say) at debug level. Nil
+// silences them (a command-line tool).
+func SetLogger(log *slog.Logger) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	redis.SetLogger(slogAdapter{log})
+}
+
+type slogAdapter struct{ log *slog.Logger }
+
+func (a slogAdapter) Printf(ctx context.Context, format string, v ...any) {
+	msg := "redis client: " + fmt.Sprintf(format, v...)
+	if strings.HasPrefix(format, "sentinel:") {
+		a.log.InfoContext(ctx, msg)
+		return
+	}
+	a.log.DebugContext(ctx, msg)
+}

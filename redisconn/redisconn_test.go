@@ -1,0 +1,168 @@
+package redisconn
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/protocol/testkit"
+)
+
+func TestOptions(t *testing.T) {
+	o, err := Options("rediss+sentinel://agentvisor%3Aworker%3Aw1:pw@h1:1,h2:2/main/3?sentinel_password=sp&sentinel_username=su")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.MasterName != "main" || len(o.Addrs) != 2 || o.DB != 3 || o.Username != "agentvisor:worker:w1" || o.Password != "pw" ||
+		o.SentinelUsername != "su" || o.SentinelPassword != "sp" || o.TLSConfig == nil {
+		t.Fatalf("options %+v", o)
+	}
+	o, err = Options("redis://:pw@h:7/2")
+	if err != nil || o.MasterName != "" || o.Addrs[0] != "h:7" || o.DB != 2 || o.Password != "pw" || o.TLSConfig != nil {
+		t.Fatalf("options %+v, %v", o, err)
+	}
+	_, err = Options("redis+sentinel://:s3cret@h1:1")
+	if !errors.Is(err, protocol.ErrBadRedisURL) || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("a sentinel URL without master: %v", err)
+	}
+}
+
+func TestPolicy(t *testing.T) {
+	t.Setenv(protocol.EnvRedisWaitReplicas, "")
+	t.Setenv(protocol.EnvRedisWaitTimeout, "")
+	if p, err := Policy("redis://h:1/0"); err != nil || p.On() {
+		t.Fatalf("plain URL: %+v, %v; want WAIT off", p, err)
+	}
+	if p, err := Policy("redis+sentinel://h:1/m"); err != nil || p.Replicas != 1 || p.Timeout != protocol.DefaultRedisWaitTimeout {
+		t.Fatalf("sentinel URL: %+v, %v; want 1 replica, 500 ms", p, err)
+	}
+	t.Setenv(protocol.EnvRedisWaitReplicas, "0")
+	if p, _ := Policy("redis+sentinel://h:1/m"); p.On() {
+		t.Fatal("REDIS_WAIT_REPLICAS=0 left WAIT on")
+	}
+}
+
+// A plain Redis without replicas: WAIT off costs nothing, and WAIT on
+// comes back short after its timeout, the entry kept.
+func TestWaitWithoutReplicas(t *testing.T) {
+	r := testkit.StartRedis(t)
+	c, err := Open(r.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	args := &redis.XAddArgs{Stream: "s", Values: []any{"data", "{}"}}
+	t0 := time.Now()
+	if _, err := XAdd(ctx, c, protocol.WaitPolicy{}, args); err != nil || time.Since(t0) > time.Second {
+		t.Fatalf("WAIT off: %v after %s", err, time.Since(t0))
+	}
+	t0 = time.Now()
+	id, err := XAdd(ctx, c, protocol.WaitPolicy{Replicas: 1, Timeout: 100 * time.Millisecond}, args)
+	if !IsNotReplicated(err) || time.Since(t0) < 100*time.Millisecond {
+		t.Fatalf("WAIT 1 without a replica: %v after %s; want a NotReplicatedError after the timeout", err, time.Since(t0))
+	}
+	if n, _ := c.XLen(ctx, "s").Result(); n != 2 || id == "" {
+		t.Fatalf("%d entries, id %q; want 2 (nothing added twice)", n, id)
+	}
+}
+
+// Through the sentinels: the client finds the primary, WAIT sees the
+// replica, and after a forced failover the same client writes to the new
+// primary with nothing lost.
+func TestSentinelClientFollowsFailover(t *testing.T) {
+	s := testkit.StartSentinel(t, testkit.SentinelOptions{Password: "pw", SentinelPassword: "spw"})
+	c, err := Open(s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := protocol.WaitPolicy{Replicas: 1, Timeout: protocol.DefaultRedisWaitTimeout}
+	var ids []string
+	short := 0
+	add := func() error {
+		id, err := XAdd(ctx, c, p, &redis.XAddArgs{Stream: "s", Values: []any{"data", "{}"}})
+		if IsNotReplicated(err) {
+			short, err = short+1, nil // on the new primary before its replica is back
+		}
+		if err == nil {
+			ids = append(ids, id)
+		}
+		return err
+	}
+	if err := add(); err != nil {
+		t.Fatal(err)
+	}
+	old, _ := s.Primary()
+	if err := s.Failover(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		for ctx.Err() == nil && len(ids) < 200 {
+			if err := add(); err != nil {
+				done <- err
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		done <- nil
+	}()
+	nw, err := s.WaitNewPrimary(old, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("XAdd: %v", err)
+	}
+	n, err := c.XLen(ctx, "s").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := nw.Do("XLEN", "s")
+	t.Logf("%d entries added across the failover (%d not acknowledged by a replica: the new primary had none yet), the new primary %s has %s",
+		len(ids), short, nw.Addr, got)
+	if n != int64(len(ids)) {
+		t.Fatalf("the stream has %d entries, %d were confirmed", n, len(ids))
+	}
+}
+
+// A WAIT whose connection breaks (the primary gone, as far as the client
+// can tell) is followed by a look for the entry: found, it is confirmed
+// and not added again.
+func TestXAddConfirmsAfterALostWait(t *testing.T) {
+	r := testkit.StartRedis(t)
+	proxy := testkit.StartProxy(t, r.Addr)
+	o, err := Options(proxy.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.MaxRetries = -1 // go-redis would send the pipeline again itself
+	c := NewClient(o)
+	defer c.Close()
+	var armed atomic.Bool
+	armed.Store(true)
+	proxy.SetCut(func(rep testkit.Reply) testkit.Cut {
+		if rep.Name() == "WAIT" && armed.CompareAndSwap(true, false) {
+			return testkit.DropReply
+		}
+		return testkit.Forward
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	id, err := XAdd(ctx, c, protocol.WaitPolicy{Replicas: 1, Timeout: 200 * time.Millisecond}, &redis.XAddArgs{Stream: "s", Values: []any{"data", "{}"}})
+	if err != nil || id == "" || armed.Load() {
+		t.Fatalf("XAdd after a lost WAIT reply: %q, %v (cut made: %v)", id, err, !armed.Load())
+	}
+	if n, _ := c.XLen(ctx, "s").Result(); n != 1 {
+		t.Fatalf("%d entries, want 1", n)
+	}
+}
