@@ -78,12 +78,17 @@ test-faults:
 # Every benchmark of the project, then BENCHMARKS.md (figure, goal,
 # baseline of the same run, ratio) from their output. The fault suite's
 # module holds the fleet's scale curve (three engines, up to 300 workers).
+# BENCH=<regexp> runs only the benchmarks it matches and keeps the other
+# figures of the previous run (.cache/bench.txt), saying so in
+# BENCHMARKS.md.
+BENCH ?= .
 bench: setup
-	@mkdir -p .cache && rm -f .cache/bench.txt
+	@mkdir -p .cache
+	@if [ '$(BENCH)' = . ]; then rm -f .cache/bench.txt; else echo "# make bench BENCH=$(BENCH) $$(date -u +%FT%RZ)" >>.cache/bench.txt; fi
 	@set -o pipefail; status=0; \
 	for m in $(MODULES) faults; do \
-	  echo "== go test -bench $$m"; \
-	  (cd $$m && $(GO) test -run='^$$' -bench=. -benchtime=1x -timeout 60m ./...) 2>&1 | tee -a .cache/bench.txt || status=1; \
+	  echo "== go test -bench '$(BENCH)' $$m"; \
+	  (cd $$m && $(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=1x -timeout 60m ./...) 2>&1 | tee -a .cache/bench.txt || status=1; \
 	done; \
 	$(GO) run scripts/benchtable.go -o BENCHMARKS.md -readme README.md .cache/bench.txt || status=1; \
 	exit $$status

@@ -128,8 +128,11 @@ func TestDemo(t *testing.T) {
 		"from the warm pool",
 		"claude-1 progress  \"Committed hello.txt\" 100%", "claude-1 lifecycle paused", "claude-1 lifecycle unpaused",
 		"resume session", "droid-1  progress  \"Counted files\" 100%", "droid-1  output    docs-1",
-		"demo-shop      2", "demo-docs      1", "0 worker containers left", "demo complete",
-		"dashboard: http://127.0.0.1:", `agentvisor_tasks_total{agent="claude",code="",status="complete"} 2`,
+		"claude-1 permission_request perm-", "permission_reply → ", "claude-1 output    shop-3", "the allowed touch ran",
+		"droid-1  output    docs-2", " cancelled CANCELLED (cancelled while running", "droid-1  lifecycle task_cancelled",
+		"demo-shop      3", "demo-docs      2", "0 worker containers left", "demo complete",
+		"dashboard: http://127.0.0.1:", `agentvisor_tasks_total{agent="claude",code="",status="complete"} 3`,
+		`agentvisor_tasks_total{agent="droid",code="CANCELLED",status="cancelled"} 1`,
 		`agentvisor_cost_usd_total{project="demo-shop"}`,
 	} {
 		if !strings.Contains(got, want) {

@@ -8,7 +8,9 @@
 //	go run scripts/benchtable.go -o BENCHMARKS.md bench-output.txt...
 //
 // It exits 1 when a figure is missing or misses its goal (the table is
-// written all the same).
+// written all the same). A figure given twice (a partial run appended to
+// an earlier run's output) counts as its last value, and BENCHMARKS.md
+// names the partial runs.
 package main
 
 import (
@@ -57,10 +59,15 @@ var rows = []row{
 	{"Progress call → Progress entry, p99", "progress-to-entry-p99-ms", "ms", "< 5 ms", below(5), []string{"baseline-redis-hop-p99-ms"}, "one Redis hop"},
 	{"Model API call through the wrapper's proxy, p99", "model-api-via-proxy-p99-ms", "ms", "≤ baseline + 1 ms", addedAtMost(1),
 		[]string{"model-api-direct-p99-ms"}, "the same streaming call straight to the stub model"},
-	{"Real claude task through the wrapper, median", "via-wrapper-median-ms", "ms", "ratio ≤ 1.05", ratioAtMost(1.05),
+	{"Real claude task through the wrapper, no CPU limit (wrapper and claude as host processes), median", "via-wrapper-median-ms", "ms", "ratio ≤ 1.05", ratioAtMost(1.05),
 		[]string{"direct-claude-median-ms"}, "the same claude -p run directly"},
+	{"Real claude task through a worker container at the default CPU limit (0.5 CPU), median", "worker-cpu-0.5-median-ms", "ms", "", nil,
+		[]string{"direct-claude-host-median-ms"}, "the same claude -p run directly, no limit"},
+	{"The wrapper's own share of that task (wall time − the agent's run), median", "worker-cpu-0.5-wrapper-share-median-ms", "ms", "< 10 ms", below(10), nil, ""},
 	{"Follow-up task, persistent Claude process, median", "follow-up-persistent-median-ms", "ms", "ratio < 1", ratioAtMost(0.99),
 		[]string{"follow-up-per-task-median-ms"}, "a claude process per task"},
+	{"Follow-up task, persistent Droid process (JSON-RPC mode), median", "droid-follow-up-persistent-median-ms", "ms", "ratio ≤ 0.1", ratioAtMost(0.1),
+		[]string{"droid-follow-up-per-task-median-ms"}, "a droid exec per task"},
 	{"Cancel of a running task → cancelled Output, claude per task, max of 10", "cancel-per-task-max-ms", "ms", "< 2000 ms", below(2000), nil, ""},
 	{"Cancel of a running task → cancelled Output, persistent claude, max of 10", "cancel-persistent-max-ms", "ms", "< 200 ms", below(200), nil, ""},
 	{"EnsureImage of an existing image, p99", "ensure-hit-p99-ms", "ms", "< 20 ms", below(20), []string{"bare-inspect-p99-ms"}, "a bare ImageInspect"},
@@ -163,8 +170,9 @@ func main() {
 	readme := flag.String("readme", "", "also put the table between the bench markers of this file")
 	flag.Parse()
 	metrics := map[string]float64{}
+	var partial []string // the partial runs appended to the files, in order
 	for _, path := range flag.Args() {
-		if err := read(path, metrics); err != nil {
+		if err := read(path, metrics, &partial); err != nil {
 			fmt.Fprintln(os.Stderr, "benchtable:", err)
 			os.Exit(2)
 		}
@@ -172,6 +180,10 @@ func main() {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Benchmarks\n\nWritten by `make bench` (scripts/benchtable.go) on %s: %d cores, %s, Docker engine %s. ",
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), dockerVersion())
+	if len(partial) > 0 {
+		fmt.Fprintf(&b, "After the last full run, partial runs (`make bench BENCH=<regexp>`) replaced the figures of the benchmarks they matched: %s. ",
+			strings.Join(partial, ", then "))
+	}
 	b.WriteString("Each figure comes with the baseline measured in the same run and the ratio of the two; " +
 		"the benchmarks and what they run are described in wrapper/README.md and spawner/README.md.\n\n")
 	tableAt := b.Len()
@@ -261,8 +273,13 @@ func splice(path, table string) error {
 	return os.WriteFile(path, []byte(text), 0o644)
 }
 
-// read collects "value unit" pairs from the Benchmark lines of a file.
-func read(path string, metrics map[string]float64) error {
+// partialMark starts the line `make bench BENCH=<regexp>` writes before
+// the output of a partial run: "# make bench BENCH=<regexp> <UTC time>".
+const partialMark = "# make bench BENCH="
+
+// read collects "value unit" pairs from the Benchmark lines of a file,
+// and the partial runs it holds, as "`<regexp>` (<time>)".
+func read(path string, metrics map[string]float64, partial *[]string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -271,6 +288,12 @@ func read(path string, metrics map[string]float64) error {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), partialMark); ok {
+			if i := strings.LastIndexByte(rest, ' '); i > 0 {
+				*partial = append(*partial, fmt.Sprintf("`%s` (%s)", rest[:i], rest[i+1:]))
+			}
+			continue
+		}
 		fields := strings.Fields(sc.Text())
 		if len(fields) < 4 || !strings.HasPrefix(fields[0], "Benchmark") {
 			continue

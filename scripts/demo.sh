@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/redis.sh
 bash images/build-base.sh
-if ! docker image inspect agentvisor/worker-base:latest >/dev/null 2>&1 || [ -n "$(find wrapper protocol -name '*.go' -newer bin/.worker-base 2>/dev/null | head -1)" ] || [ ! -e bin/.worker-base ]; then
+if ! docker image inspect "${WORKER_BASE_IMAGE:-agentvisor/worker-base:latest}" >/dev/null 2>&1 || [ -n "$(find wrapper protocol -name '*.go' -newer bin/.worker-base 2>/dev/null | head -1)" ] || [ ! -e bin/.worker-base ]; then
   bash images/build-worker-base.sh
   mkdir -p bin && touch bin/.worker-base
 fi

@@ -2,6 +2,7 @@ package spawner
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"strings"
 	"testing"
@@ -49,6 +50,11 @@ func TestWorkerRedisUserIsConfinedAndGoesWithTheWorker(t *testing.T) {
 	if err := wc.XAdd(ctx, &redis.XAddArgs{Stream: f.keys.Lifecycle(), Values: map[string]any{"data": "{}"}}).Err(); err != nil {
 		t.Fatalf("publish a lifecycle event: %v", err)
 	}
+	// Follow its input outside the group (the wrapper's follower of
+	// cancels, messages and permission replies).
+	if err := wc.XRead(ctx, &redis.XReadArgs{Streams: []string{f.keys.Input(a.WorkerID), "0-0"}, Block: -1}).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatalf("follow its own input: %v", err)
+	}
 	// Another worker's keys, the manager's, every key name, admin: no.
 	for name, cmd := range map[string]func() error{
 		"xadd into another worker's input": func() error {
@@ -59,13 +65,16 @@ func TestWorkerRedisUserIsConfinedAndGoesWithTheWorker(t *testing.T) {
 			return wc.XAdd(ctx, &redis.XAddArgs{Stream: f.keys.Commands(), Values: map[string]any{"data": "{}"}}).Err()
 		},
 		"read the lifecycle stream": func() error { return wc.XRange(ctx, f.keys.Lifecycle(), "-", "+").Err() },
-		"list every key":            func() error { return wc.Keys(ctx, "*").Err() },
-		"scan":                      func() error { return wc.Scan(ctx, 0, "*", 10).Err() },
-		"read the workers set":      func() error { return wc.SMembers(ctx, f.keys.Workers()).Err() },
-		"list clients":              func() error { return wc.ClientList(ctx).Err() },
-		"acl":                       func() error { return wc.ACLList(ctx).Err() },
-		"flushall":                  func() error { return wc.FlushAll(ctx).Err() },
-		"config":                    func() error { return wc.ConfigGet(ctx, "*").Err() },
+		"follow another worker's input": func() error {
+			return wc.XRead(ctx, &redis.XReadArgs{Streams: []string{f.keys.Input(b.WorkerID), "0-0"}, Block: -1}).Err()
+		},
+		"list every key":       func() error { return wc.Keys(ctx, "*").Err() },
+		"scan":                 func() error { return wc.Scan(ctx, 0, "*", 10).Err() },
+		"read the workers set": func() error { return wc.SMembers(ctx, f.keys.Workers()).Err() },
+		"list clients":         func() error { return wc.ClientList(ctx).Err() },
+		"acl":                  func() error { return wc.ACLList(ctx).Err() },
+		"flushall":             func() error { return wc.FlushAll(ctx).Err() },
+		"config":               func() error { return wc.ConfigGet(ctx, "*").Err() },
 	} {
 		if err := cmd(); err == nil || !strings.Contains(strings.ToUpper(err.Error()), "NOPERM") {
 			t.Errorf("%s: %v, want NOPERM", name, err)

@@ -77,14 +77,11 @@ func (s *Spawner) hostLive(ctx context.Context, host string) (bool, error) {
 	if host == s.Host() {
 		return true, nil
 	}
-	score, err := s.rdb.C.ZScore(ctx, s.keys.Hosts(), host).Result()
-	if rdb.Nil(err) {
-		return false, nil
-	}
+	until, err := s.rdb.HostLiveUntil(ctx, host)
 	if err != nil {
 		return false, err
 	}
-	return s.now().UnixMilli() < int64(score), nil
+	return s.now().Before(until), nil
 }
 
 // owner returns the host of a worker (this one for a worker placed

@@ -20,7 +20,7 @@ import (
 type Tasks struct {
 	Redis redis.Cmdable
 	Keys  protocol.Keys
-	// Wait is WAIT's policy for Send (zero: no WAIT); redisconn.Policy
+	// Wait is WAIT's policy for Send, Cancel and Answer (zero: no WAIT); redisconn.Policy
 	// gives the environment's for a Redis URL (one replica for a sentinel
 	// URL), so that a failover does not lose a task once Send returned.
 	Wait protocol.WaitPolicy
@@ -31,6 +31,7 @@ type Tasks struct {
 type Sent struct {
 	RequestID string
 	WorkerID  string
+	Input     string // the input stream the task went to
 	Output    string // the output stream the worker answers on
 	After     string // the output stream's last entry id before the send
 }
@@ -67,20 +68,51 @@ func (t *Tasks) Send(ctx context.Context, workerID string, task protocol.Task) (
 	}
 	r := rdb.New(t.Redis, t.Keys)
 	r.Wait = t.Wait
-	sent := Sent{RequestID: task.RequestID, WorkerID: workerID, Output: t.Keys.OutputFor(k, workerID)}
+	sent := Sent{RequestID: task.RequestID, WorkerID: workerID, Input: t.Keys.InputFor(k, workerID), Output: t.Keys.OutputFor(k, workerID)}
 	// Outputs after this entry are the task's: "$" would miss an output
 	// written between the XADD and the first XREAD.
 	if sent.After, err = r.LastID(ctx, sent.Output); err != nil {
 		return Sent{}, redisError(err, "send: output stream of %s", workerID)
 	}
-	if err := r.Send(ctx, t.Keys.InputFor(k, workerID), doc); err != nil {
+	if err := r.Send(ctx, sent.Input, doc); err != nil {
 		return Sent{}, redisError(err, "send: task %s to %s", task.RequestID, workerID)
 	}
 	return sent, nil
 }
 
-// Watch calls fn with each progress event of the task and then with its
-// output, and returns nil after the output. It returns ErrAwaitTimeout
+// Cancel asks the worker to end the task, queued or running: its output
+// is then cancelled (PROTOCOL.md, "Cancel"), unless it ended before.
+func (t *Tasks) Cancel(ctx context.Context, s Sent, reason string) error {
+	doc, err := protocol.NewCancel(s.RequestID, reason).Encode()
+	if err != nil {
+		return errorf(protocol.CodeInvalidCommand, "cancel: %v", err)
+	}
+	r := rdb.New(t.Redis, t.Keys)
+	r.Wait = t.Wait
+	if err := r.Send(ctx, s.Input, doc); err != nil {
+		return redisError(err, "cancel %s", s.RequestID)
+	}
+	return nil
+}
+
+// Answer answers a permission request of the task (a worker with
+// AGENT_APPROVAL): allow or deny the tool call, with a message the model
+// reads when denied.
+func (t *Tasks) Answer(ctx context.Context, s Sent, permissionID string, allow bool, message string) error {
+	doc, err := protocol.NewPermissionReply(s.RequestID, permissionID, allow, message).Encode()
+	if err != nil {
+		return errorf(protocol.CodeInvalidCommand, "answer: %v", err)
+	}
+	r := rdb.New(t.Redis, t.Keys)
+	r.Wait = t.Wait
+	if err := r.Send(ctx, s.Input, doc); err != nil {
+		return redisError(err, "answer %s of %s", permissionID, s.RequestID)
+	}
+	return nil
+}
+
+// Watch calls fn with each progress event and permission request of the
+// task and then with its output, and returns nil after the output. It returns ErrAwaitTimeout
 // when ctx's deadline passes first, ctx.Err() when ctx is cancelled, and
 // a Redis error as such.
 func (t *Tasks) Watch(ctx context.Context, s Sent, fn func(Event)) error {
@@ -112,7 +144,8 @@ func (t *Tasks) Watch(ctx context.Context, s Sent, fn func(Event)) error {
 				last = m.ID
 				ev := DecodeEvent(s.Output, m)
 				switch {
-				case ev.Progress != nil && ev.Progress.RequestID == s.RequestID:
+				case ev.Progress != nil && ev.Progress.RequestID == s.RequestID,
+					ev.Permission != nil && ev.Permission.RequestID == s.RequestID:
 					fn(ev)
 				case ev.Output != nil && ev.Output.RequestID == s.RequestID:
 					fn(ev)

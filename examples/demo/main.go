@@ -2,8 +2,10 @@
 // timeline: a worker-manager, a Claude worker with the GIT capability that
 // commits a file and reports progress through its shell tool, stops with
 // its JSON output, is paused, is woken by a second task of the same project
-// and resumes its session; a Droid worker; the usage per project; and a
-// clean-up that leaves no container behind.
+// and resumes its session, and asks its task's owner before a command
+// outside its ALLOWED_COMMANDS (an approval); a Droid worker, whose second
+// task is cancelled while it runs; the usage per project; and a clean-up
+// that leaves no container behind.
 //
 // Without ANTHROPIC_API_KEY the agents talk to the project's stub model
 // server (started here, on loopback); with it, to the real API. `make demo`
@@ -80,18 +82,28 @@ const (
 		`then report progress by running: worker-wrapper progress --step "Committed hello.txt" --pct 100 --output "<the commit's subject>". ` +
 		`Run each command on its own: the worker allows git commands and the progress call, one simple command at a time. ` +
 		`Finish with the JSON {"status": "complete", "result": {"file": "hello.txt"}}.`
-	promptRecall = `Which file did you commit in the previous task? Finish with the JSON {"status": "complete", "result": {"file": "<its name>"}}.`
-	promptDroid  = `Count the files in your current directory with ls -A, report it by running: worker-wrapper progress --step "Counted files" --pct 100 --output "<count> files". ` +
+	promptRecall  = `Which file did you commit in the previous task? Finish with the JSON {"status": "complete", "result": {"file": "<its name>"}}.`
+	promptApprove = `Run the shell command touch approved.txt on its own, then run git status --short. ` +
+		`Finish with the JSON {"status": "complete", "result": {"file": "approved.txt"}}.`
+	promptLong  = `Run the shell command sleep 30, then finish with the JSON {"status": "complete", "result": {}}.`
+	promptDroid = `Count the files in your current directory with ls -A, report it by running: worker-wrapper progress --step "Counted files" --pct 100 --output "<count> files". ` +
 		`Finish with the JSON {"status": "complete", "result": {"files": <count>}}.`
 )
 
 // The workers' ALLOWED_COMMANDS: the agent CLIs refuse every other shell
 // command, and a compound one (&&, ;, |, $(...)); the progress call is
-// always allowed.
+// always allowed. The Claude worker asks its task's owner instead of
+// refusing (AGENT_APPROVAL, workerEnv).
 var (
 	allowClaude = []string{"git.*"}
-	allowDroid  = []string{"ls"}
+	allowDroid  = []string{"ls", "sleep"}
 )
+
+// workerEnv is the manager's WORKER_ENV: every worker keeps one agent
+// process across its tasks (Claude's stream-json input, Droid's JSON-RPC
+// mode), and a Claude worker asks its task's owner before a tool call
+// ALLOWED_COMMANDS does not allow (Droid ignores AGENT_APPROVAL).
+const workerEnv = `WORKER_ENV={"AGENT_PERSISTENT":"true","AGENT_APPROVAL":"true"}`
 
 // bash is a call of Claude's shell tool.
 func bash(description, command string) *stubmodel.ToolUse {
@@ -110,6 +122,16 @@ var (
 	}}
 	scriptRecall = stubmodel.Script{Steps: []stubmodel.Step{
 		{Text: "In the previous task I committed hello.txt.\n{\"status\": \"complete\", \"result\": {\"file\": \"hello.txt\"}}"},
+	}}
+	scriptApprove = stubmodel.Script{Steps: []stubmodel.Step{
+		{ToolUse: bash("create approved.txt", "touch approved.txt")},
+		{ToolUse: bash("show the new file", "git status --short")},
+		{Text: "approved.txt is there.\n{\"status\": \"complete\", \"result\": {\"file\": \"approved.txt\"}}"},
+	}}
+	scriptLong = stubmodel.Script{Steps: []stubmodel.Step{
+		{ToolUse: &stubmodel.ToolUse{Name: "Execute", Input: map[string]any{
+			"command": "sleep 30", "riskLevel": "low", "riskLevelReason": "waits"}}},
+		{Text: "Slept.\n{\"status\": \"complete\", \"result\": {}}"},
 	}}
 	scriptDroid = stubmodel.Script{Steps: []stubmodel.Step{
 		{ToolUse: &stubmodel.ToolUse{Name: "Execute", Input: map[string]any{
@@ -182,7 +204,7 @@ func (d *demo) run(ctx context.Context) error {
 	d.tasks = &spawner.Tasks{Redis: d.rdb, Keys: d.keys, Wait: wait}
 
 	d.section("set-up")
-	env := []string{"REDIS_URL=" + d.redisURL, "WORKER_KEY_PREFIX=" + d.keys.Prefix, "MANAGER_ID=demo", "HEARTBEAT_INTERVAL=2s", poolsEnv(),
+	env := []string{"REDIS_URL=" + d.redisURL, "WORKER_KEY_PREFIX=" + d.keys.Prefix, "MANAGER_ID=demo", "HEARTBEAT_INTERVAL=2s", poolsEnv(), workerEnv,
 		"WORKER_STOP_TIMEOUT=12s", "WORKER_NETWORK_MODE=host", "METRICS_ADDR=" + envOr("DEMO_METRICS_ADDR", "127.0.0.1:0")}
 	if key := os.Getenv("ANTHROPIC_API_KEY"); key != "" && os.Getenv("DEMO_STUB") != "true" {
 		d.say("ANTHROPIC_API_KEY is set: the agents use the real Anthropic API")
@@ -329,8 +351,18 @@ func (d *demo) channels(id string) chan protocol.Event {
 	return d.events[id]
 }
 
-// send puts a task on the worker's input stream and waits for its output.
+// send puts a task on the worker's input stream and waits for its
+// output, which must be complete.
 func (d *demo) send(ctx context.Context, id, project, requestID, prompt string, script stubmodel.Script) (protocol.Output, error) {
+	sent, err := d.put(ctx, id, project, requestID, prompt, script)
+	if err != nil {
+		return protocol.Output{}, err
+	}
+	return d.await(ctx, sent, protocol.StatusComplete, nil)
+}
+
+// put puts a task on the worker's input stream.
+func (d *demo) put(ctx context.Context, id, project, requestID, prompt string, script stubmodel.Script) (spawner.Sent, error) {
 	if d.stub != nil {
 		d.stub.SetScript(script)
 	}
@@ -338,25 +370,46 @@ func (d *demo) send(ctx context.Context, id, project, requestID, prompt string, 
 	requestID += "-" + d.runID
 	sent, err := d.tasks.Send(ctx, id, protocol.Task{RequestID: requestID, ProjectID: project, Prompt: prompt, TimeoutSeconds: 240})
 	if err != nil {
-		return protocol.Output{}, err
+		return sent, err
 	}
 	short := prompt
 	if len(short) > 70 {
 		short = short[:67] + "..."
 	}
-	d.say("task %s → %s: %q", requestID, d.keys.Input(id), short)
-	// The timeline (print) shows the progress and the output as the
-	// watcher reads them; Await only waits for the output.
+	d.say("task %s → %s: %q", requestID, sent.Input, short)
+	return sent, nil
+}
+
+// await waits for the task's output, which must have status want; each
+// permission request of the task goes to answer (nil: none expected).
+// The timeline (print) shows the progress and the output as the watcher
+// reads them.
+func (d *demo) await(ctx context.Context, sent spawner.Sent, want protocol.OutputStatus, answer func(protocol.PermissionRequest) error) (protocol.Output, error) {
 	wctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
 	defer cancel()
-	o, err := d.tasks.Await(wctx, sent, nil)
+	var (
+		o         protocol.Output
+		answerErr error
+	)
+	err := d.tasks.Watch(wctx, sent, func(ev spawner.Event) {
+		switch {
+		case ev.Output != nil:
+			o = *ev.Output
+		case ev.Permission != nil && answer == nil:
+			answerErr = fmt.Errorf("task %s asked for a permission nobody answers: %s", sent.RequestID, ev.Data)
+		case ev.Permission != nil && answerErr == nil:
+			answerErr = answer(*ev.Permission)
+		}
+	})
 	switch {
 	case errors.Is(err, spawner.ErrAwaitTimeout):
-		return o, fmt.Errorf("no output for task %s within 4 min (manager log: %s)", requestID, d.logPath())
+		return o, fmt.Errorf("no output for task %s within 4 min (manager log: %s)", sent.RequestID, d.logPath())
 	case err != nil:
 		return o, err
-	case o.Status != protocol.StatusComplete:
-		return o, fmt.Errorf("task %s ended %s: %+v", requestID, o.Status, o.Error)
+	case answerErr != nil:
+		return o, answerErr
+	case o.Status != want:
+		return o, fmt.Errorf("task %s ended %s, not %s: %+v", sent.RequestID, o.Status, want, o.Error)
 	}
 	return o, nil
 }
@@ -465,6 +518,42 @@ func (d *demo) claudeWorker(ctx context.Context) error {
 	} else {
 		d.say("session %s resumed", short(o2.SessionID))
 	}
+	if err := d.waitEvent(id, protocol.EventPaused, 30*time.Second); err != nil {
+		return err
+	}
+	return d.approval(ctx, id)
+}
+
+// approval gives the Claude worker a task whose command ALLOWED_COMMANDS
+// does not allow: the worker asks (a permission_request on its output),
+// the demo allows it (a permission_reply on its input), the command runs.
+func (d *demo) approval(ctx context.Context, id string) error {
+	d.section("an approval: a command outside ALLOWED_COMMANDS is asked of the task's owner")
+	sent, err := d.put(ctx, id, projectShop, "shop-3", promptApprove, scriptApprove)
+	if err != nil {
+		return err
+	}
+	asked := 0
+	_, err = d.await(ctx, sent, protocol.StatusComplete, func(p protocol.PermissionRequest) error {
+		asked++
+		d.say("%-8s permission_request %s: may the agent run %s %s? (denied after %v without an answer)", d.name(id), p.PermissionID, p.Tool, compact(p.Input),
+			time.Duration(p.TimeoutMS)*time.Millisecond)
+		d.say("permission_reply → %s: allow %s", sent.Input, p.PermissionID)
+		return d.tasks.Answer(ctx, sent, p.PermissionID, true, "")
+	})
+	if err != nil {
+		return err
+	}
+	if asked == 0 {
+		return fmt.Errorf("task %s: the worker asked no permission for a command outside its ALLOWED_COMMANDS", sent.RequestID)
+	}
+	if d.stub != nil {
+		reqs := d.stub.Requests()
+		if !strings.Contains(reqs[len(reqs)-1].Text(), "?? approved.txt") {
+			return fmt.Errorf("task %s: the allowed command did not run (git status does not show approved.txt)", sent.RequestID)
+		}
+		d.say("the allowed touch ran: git status shows approved.txt")
+	}
 	return d.waitEvent(id, protocol.EventPaused, 30*time.Second)
 }
 
@@ -487,6 +576,43 @@ func (d *demo) droidWorker(ctx context.Context) error {
 	if err := d.checkToolResult("docs-1"); err != nil {
 		return err
 	}
+	if err := d.waitEvent(id, protocol.EventPaused, 30*time.Second); err != nil {
+		return err
+	}
+	return d.cancel(ctx, id)
+}
+
+// cancel gives the Droid worker a long task and cancels it while it runs:
+// the persistent Droid gets an interrupt (its command is killed, the
+// process serves on) and the task's one output is cancelled.
+func (d *demo) cancel(ctx context.Context, id string) error {
+	d.section("a cancel: a running task is ended on request")
+	sent, err := d.put(ctx, id, projectDocs, "docs-2", promptLong, scriptLong)
+	if err != nil {
+		return err
+	}
+	if err := d.waitEvent(id, protocol.EventTaskStarted, time.Minute); err != nil {
+		return err
+	}
+	if d.stub != nil {
+		// The model asked for the sleep: the agent runs it.
+		for t0 := time.Now(); len(d.stub.Requests()) == 0 || !strings.Contains(d.stub.Requests()[len(d.stub.Requests())-1].Text(), "sleep 30"); {
+			if time.Since(t0) > time.Minute {
+				return fmt.Errorf("task %s: the agent did not start (no model request)", sent.RequestID)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	time.Sleep(time.Second)
+	d.say("cancel → %s: %s (\"not needed after all\")", sent.Input, sent.RequestID)
+	t0 := time.Now()
+	if err := d.tasks.Cancel(ctx, sent, "not needed after all"); err != nil {
+		return err
+	}
+	if _, err := d.await(ctx, sent, protocol.StatusCancelled, nil); err != nil {
+		return err
+	}
+	d.say("task %s cancelled %.0f ms after the cancel was sent; the Droid process serves on", sent.RequestID, float64(time.Since(t0).Microseconds())/1000)
 	return d.waitEvent(id, protocol.EventPaused, 30*time.Second)
 }
 
@@ -584,7 +710,11 @@ func (d *demo) print(ev spawner.Event) {
 		if o.Session != nil {
 			sess = fmt.Sprintf(", %s session (%s)", o.Session.Action, o.Session.Reason)
 		}
-		d.say("%-8s output    %s %s result %s, session %s%s", n, o.RequestID, o.Status, compact(o.Result), short(o.SessionID), sess)
+		what := "result " + compact(o.Result)
+		if o.Error != nil {
+			what = string(o.Error.Code) + " (" + o.Error.Message + ")"
+		}
+		d.say("%-8s output    %s %s %s, session %s%s", n, o.RequestID, o.Status, what, short(o.SessionID), sess)
 		d.say("%-8s           tokens in %d out %d cache %d/%d, context %d, $%.4f, %d ms", n, o.Usage.Input, o.Usage.Output,
 			o.Usage.CacheRead, o.Usage.CacheCreation, o.ContextTokens, o.CostUSD, o.DurationMS)
 	}

@@ -30,14 +30,26 @@ type Event struct {
 	// Permission is Claude asking, on its control channel
 	// (--permission-prompt-tool stdio), whether it may make a tool call.
 	Permission *PermissionAsk
+	// Request is a request the agent made of its client (Droid's
+	// JSON-RPC mode), which a persistent process answers with its
+	// Dialect's Refuse.
+	Request *AgentRequest
 }
 
-// ControlResponse is Claude's answer to a control request written on its
-// stream-json input (such as initialize).
+// AgentRequest is a JSON-RPC request of the agent to its client.
+type AgentRequest struct {
+	ID     string // the request's id, as JSON
+	Method string
+}
+
+// ControlResponse is the answer to a request written on a persistent
+// agent's input that opens it: Claude's initialize control request,
+// Droid's initialize_session or load_session.
 type ControlResponse struct {
 	RequestID string
 	Subtype   string // success or error
 	Error     string
+	Code      int // the JSON-RPC error code (Droid); 0 otherwise
 }
 
 // PermissionAsk is a can_use_tool control request of Claude: answer it with

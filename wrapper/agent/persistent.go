@@ -18,33 +18,98 @@ import (
 )
 
 // Persistent is one agent process kept alive across the messages of a
-// long-lived worker (`claude -p --input-format stream-json`): a follow-up
-// needs neither a new process nor a resume. Its methods are called from
-// one goroutine.
+// long-lived worker (`claude -p --input-format stream-json`, `droid exec
+// --input-format stream-jsonrpc`): a follow-up needs neither a new process
+// nor a resume. Its methods are called from one goroutine.
 type Persistent struct {
-	spec   Spec
-	pgid   int
-	stdin  *os.File
-	stdout *os.File
-	events chan []Event // from the reading goroutine; closed at the end of stdout
-	exitCh <-chan ExitStatus
-	stderr *tail
-	rel    func() error
+	spec    Spec
+	dialect Dialect
+	pgid    int
+	stdin   *os.File
+	stdout  *os.File
+	events  chan []Event // from the reading goroutine; closed at the end of stdout
+	exitCh  <-chan ExitStatus
+	stderr  *tail
+	rel     func() error
 
 	// writeMu serialises writes to stdin: the task loop's messages and
 	// interrupts, and Inject from other goroutines.
 	writeMu sync.Mutex
-	// replay: the process echoes the user messages it takes
-	// (--replay-user-messages), so a steering message that came too late
-	// for a turn is seen starting the next one.
+	// replay: the process echoes the user messages it takes (Claude with
+	// --replay-user-messages, Droid always), so a steering message that
+	// came too late for a turn is seen starting the next one.
 	replay   bool
 	injected atomic.Int64 // messages injected into the current Send
 
 	dead bool
 	exit ExitStatus
-	init *Init // the process's init line; Claude repeats it for every message
+	init *Init // the process's init line (Claude repeats it for every message) or its opened session (Droid)
 	once sync.Once
 }
+
+// Dialect is how a persistent agent process takes its input: Claude's
+// stream-json messages and control requests (ClaudeInput), or Droid's
+// JSON-RPC (DroidRPC).
+type Dialect interface {
+	// Open is the request that readies the process, and the id of its
+	// answer (an Event.Control): Claude's initialize, Droid's session.
+	Open() (line []byte, id string)
+	// Message is a user message: a task's prompt, or (steer) one for the
+	// turn in progress.
+	Message(text string, steer bool) []byte
+	// Interrupt ends the turn in progress; the process stays.
+	Interrupt() []byte
+	// Refuse answers a request the agent made of its client
+	// (Event.Request); nil when there is nothing to write.
+	Refuse(r AgentRequest) []byte
+	// Echoes reports whether the process echoes each user message it
+	// takes (Event.Replay).
+	Echoes() bool
+	// KillOnClose reports whether Close kills the process's group as soon
+	// as its stdin is closed, instead of giving it KillGrace to exit.
+	KillOnClose() bool
+}
+
+// ClaudeInput is Claude's stream-json input (`claude -p --input-format
+// stream-json`).
+type ClaudeInput struct {
+	// Replay: the process runs with --replay-user-messages.
+	Replay bool
+}
+
+var _ Dialect = ClaudeInput{}
+
+// Open implements Dialect: the initialize control request, which Claude
+// answers once it has loaded what it loads before its first turn.
+func (ClaudeInput) Open() ([]byte, string) {
+	b, _ := json.Marshal(map[string]any{"type": "control_request", "request_id": "initialize",
+		"request": map[string]any{"subtype": "initialize"}})
+	return append(b, '\n'), "initialize"
+}
+
+// Message implements Dialect: Claude takes a steering message like any
+// other, into the turn in progress.
+func (ClaudeInput) Message(text string, _ bool) []byte { return ClaudeUserMessage(text) }
+
+// Interrupt implements Dialect.
+func (ClaudeInput) Interrupt() []byte {
+	return ClaudeInterrupt(fmt.Sprintf("interrupt-%d", time.Now().UnixNano()))
+}
+
+// Refuse implements Dialect: Claude's requests (can_use_tool) are
+// answered by AnswerPermission.
+func (ClaudeInput) Refuse(AgentRequest) []byte { return nil }
+
+// Echoes implements Dialect.
+func (c ClaudeInput) Echoes() bool { return c.Replay }
+
+// KillOnClose implements Dialect: Claude exits at once when its stdin
+// closes, its session saved.
+func (ClaudeInput) KillOnClose() bool { return false }
+
+// ErrSessionNotFound is Open's error when the agent has no session of the
+// id it was to resume.
+var ErrSessionNotFound = errors.New("agent: session not found")
 
 // ClaudeUserMessage is one user message in Claude's stream-json input.
 func ClaudeUserMessage(prompt string) []byte {
@@ -81,8 +146,12 @@ func StartPersistent(spec Spec) (*Persistent, error) {
 		stderr.Close()
 		return nil, fmt.Errorf("agent: start %s: %w", spec.Argv[0], err)
 	}
-	p := &Persistent{spec: spec, pgid: cmd.Process.Pid, stdin: inW, stdout: stdout, events: make(chan []Event, 64),
-		exitCh: exitCh, stderr: newTail(spec.StderrTail), rel: cmd.Process.Release, replay: slices.Contains(spec.Argv, "--replay-user-messages")}
+	dialect := spec.Dialect
+	if dialect == nil {
+		dialect = ClaudeInput{Replay: slices.Contains(spec.Argv, "--replay-user-messages")}
+	}
+	p := &Persistent{spec: spec, dialect: dialect, pgid: cmd.Process.Pid, stdin: inW, stdout: stdout, events: make(chan []Event, 64),
+		exitCh: exitCh, stderr: newTail(spec.StderrTail), rel: cmd.Process.Release, replay: dialect.Echoes()}
 	go func() { _, _ = io.Copy(p.stderr, stderr); stderr.Close() }()
 	go func() {
 		defer close(p.events)
@@ -106,37 +175,48 @@ func StartPersistent(spec Spec) (*Persistent, error) {
 	return p, nil
 }
 
-// Initialize sends Claude's initialize control request and waits for its
-// answer: Claude then has loaded what it loads before its first turn, so
-// a process started ahead of its first message (prewarm) can be frozen
-// ready. Events other than the answer are dropped (none come before a
-// first message).
-func (p *Persistent) Initialize(timeout time.Duration) error {
-	b, _ := json.Marshal(map[string]any{"type": "control_request", "request_id": "initialize",
-		"request": map[string]any{"subtype": "initialize"}})
-	if _, err := p.stdin.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("agent: initialize: %w", err)
+// Open writes the dialect's opening request and waits for its answer:
+// Claude has then loaded what it loads before its first turn (so a process
+// started ahead of its first message can be frozen ready), Droid has its
+// session (it takes no message before). A Droid session to resume that
+// it does not have gives ErrSessionNotFound. Events other than the answer
+// and the init are dropped (none of a turn come before a first message).
+func (p *Persistent) Open(timeout time.Duration) error {
+	line, id := p.dialect.Open()
+	if _, err := p.stdin.Write(line); err != nil {
+		return fmt.Errorf("agent: open: %w", err)
 	}
 	deadline := time.After(timeout)
 	for {
 		select {
 		case evs, ok := <-p.events:
 			if !ok {
-				return fmt.Errorf("agent: initialize: the process ended")
+				return fmt.Errorf("agent: open: the process ended: %s", p.stderr.String())
 			}
 			for _, ev := range evs {
-				if c := ev.Control; c != nil && c.RequestID == "initialize" {
-					if c.Subtype != "success" {
-						return fmt.Errorf("agent: initialize: %s", c.Error)
-					}
-					return nil
+				if ev.Init != nil {
+					p.init = ev.Init
 				}
+				c := ev.Control
+				if c == nil || c.RequestID != id {
+					continue
+				}
+				switch {
+				case c.Subtype == "success":
+					return nil
+				case c.Code == droidSessionNotFound:
+					return fmt.Errorf("%w: %s", ErrSessionNotFound, c.Error)
+				}
+				return fmt.Errorf("agent: open: %s", c.Error)
 			}
 		case <-deadline:
-			return fmt.Errorf("agent: initialize: no answer within %s", timeout)
+			return fmt.Errorf("agent: open: no answer within %s", timeout)
 		}
 	}
 }
+
+// Message is a task's prompt as the process takes it.
+func (p *Persistent) Message(text string) []byte { return p.dialect.Message(text, false) }
 
 // Pid returns the agent's pid (the leader of its process group).
 func (p *Persistent) Pid() int { return p.pgid }
@@ -161,7 +241,7 @@ func (p *Persistent) Alive() bool {
 // what it takes). Safe from any goroutine.
 func (p *Persistent) Inject(text string) error {
 	p.injected.Add(1)
-	return p.write(ClaudeUserMessage(text))
+	return p.write(p.dialect.Message(text, true))
 }
 
 func (p *Persistent) write(b []byte) error {
@@ -211,10 +291,10 @@ func (p *Persistent) Send(ctx context.Context, message []byte, timeout time.Dura
 }
 
 // SendInterruptible is Send whose turn ends early when interrupt closes:
-// the process gets ClaudeInterrupt on its stdin and stays alive when it
-// answers with a result within the spec's InterruptGrace (doubled: the
-// interrupt rides on the same pipe as the messages); otherwise it is
-// stopped. The outcome is then Interrupted.
+// the process gets its dialect's Interrupt on its stdin and stays alive
+// when it answers with a result within the spec's InterruptGrace
+// (doubled: the interrupt rides on the same pipe as the messages);
+// otherwise it is stopped. The outcome is then Interrupted.
 func (p *Persistent) SendInterruptible(ctx context.Context, message []byte, timeout time.Duration, interrupt <-chan struct{}, onEvent func(Event)) (out Outcome) {
 	out.Init = p.init
 	start := time.Now()
@@ -279,7 +359,7 @@ func (p *Persistent) SendInterruptible(ctx context.Context, message []byte, time
 			interrupt = nil
 			out.Interrupted = true
 			interruptGrace = time.After(2 * p.spec.InterruptGrace)
-			go func() { _ = p.write(ClaudeInterrupt(fmt.Sprintf("interrupt-%d", time.Now().UnixNano()))) }()
+			go func() { _ = p.write(p.dialect.Interrupt()) }()
 		case <-interruptGrace:
 			p.stop()
 			out.Exit, out.Stderr = p.exit, p.stderr.String()
@@ -297,6 +377,11 @@ func (p *Persistent) SendInterruptible(ctx context.Context, message []byte, time
 				out.record(ev, time.Since(start))
 				if ev.Init != nil {
 					p.init = ev.Init
+				}
+				if ev.Request != nil {
+					if b := p.dialect.Refuse(*ev.Request); b != nil {
+						go func() { _ = p.write(b) }()
+					}
 				}
 				if out.check(p.spec.Check, ev) {
 					p.stop()
@@ -372,10 +457,14 @@ func (p *Persistent) abandonWrite(written <-chan error) {
 func (p *Persistent) closeStdin() { p.once.Do(func() { p.stdin.Close() }) }
 
 // Close ends the process: stdin closed, then SIGTERM and SIGKILL of its
-// group if it does not exit within KillGrace.
+// group if it does not exit within KillGrace (at once when the dialect
+// says so).
 func (p *Persistent) Close() {
 	p.closeStdin()
-	if !p.dead {
+	if !p.dead && p.dialect.KillOnClose() {
+		signalGroup(p.pgid, syscall.SIGKILL)
+		p.exit = p.waitExit()
+	} else if !p.dead {
 		select {
 		case st := <-p.exitCh:
 			p.exitCh, p.exit = nil, st

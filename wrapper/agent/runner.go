@@ -23,6 +23,10 @@ type Spec struct {
 	Env    []string // the whole environment of the agent
 	Dir    string
 	Parser Parser
+	// Dialect is how a persistent process (StartPersistent) takes its
+	// input; nil: Claude's stream-json (ClaudeInput, echoing its messages
+	// when Argv has --replay-user-messages). Run ignores it.
+	Dialect Dialect
 	// PTY runs the agent on a pseudo-terminal (for agents or modes that
 	// need one); its output is cleaned of escape sequences and CRs before
 	// parsing. Stderr then merges into the same stream.

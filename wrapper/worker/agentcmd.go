@@ -40,12 +40,17 @@ type Invocation struct {
 	MaxBudgetUSD float64
 }
 
+// systemPrompt is what the agent's system prompt gets appended.
+func systemPrompt(inv Invocation) string {
+	if inv.Extra != "" {
+		return SystemPromptSection + "\n" + inv.Extra
+	}
+	return SystemPromptSection
+}
+
 // Argv builds the agent's command line.
 func (c *Config) Argv(inv Invocation) []string {
-	system := SystemPromptSection
-	if inv.Extra != "" {
-		system += "\n" + inv.Extra
-	}
+	system := systemPrompt(inv)
 	switch c.AgentType {
 	case protocol.AgentDroid:
 		argv := []string{c.AgentBin, "exec", "-o", "stream-json", "--cwd", c.Workspace}
@@ -100,14 +105,44 @@ func (c *Config) PromptStdin(inv Invocation) []byte {
 	return []byte(inv.Prompt)
 }
 
-// PersistentArgv is the command line of a Claude process that reads its
-// messages from stdin (AGENT_PERSISTENT): Argv with stream-json input.
+// PersistentArgv is the command line of an agent process that reads its
+// messages from stdin (AGENT_PERSISTENT). Claude: Argv with stream-json
+// input. Droid: its JSON-RPC mode, whose session (inv's to resume, or a
+// new one) is opened on stdin (PersistentInput), and whose prompts come
+// as messages: neither --session-id nor -f. The session's model and
+// autonomy come in the opening request too (Droid's flags do not
+// configure it); -m is still checked by Droid at start.
 func (c *Config) PersistentArgv(inv Invocation) []string {
+	if c.AgentType == protocol.AgentDroid {
+		argv := []string{c.AgentBin, "exec", "--input-format", "stream-jsonrpc", "--output-format", "stream-jsonrpc", "--cwd", c.Workspace}
+		argv = append(argv, c.permissionArgs()...)
+		if m := c.droidModel(); m != "" {
+			argv = append(argv, "-m", m)
+		}
+		argv = append(argv, "--append-system-prompt", systemPrompt(inv))
+		return append(argv, c.AgentArgs...)
+	}
 	argv := c.Argv(inv)
 	// --replay-user-messages: Claude echoes each message it takes, so that
 	// a steering message answered in a turn of its own is waited for.
 	out := []string{argv[0], "-p", "--input-format", "stream-json", "--replay-user-messages"}
 	return c.approvalArgs(append(out, argv[2:]...)) // argv[1] is -p (never on a pty)
+}
+
+// PersistentInput is the dialect and the output parser of a persistent
+// agent process whose session is resumeID ("": a new one): nil and
+// Claude's parser for Claude (its session is on the command line), one
+// agent.DroidRPC for both for Droid.
+func (c *Config) PersistentInput(resumeID string) (agent.Dialect, agent.Parser) {
+	if c.AgentType != protocol.AgentDroid {
+		return nil, c.Parser()
+	}
+	s := agent.DroidSession{Cwd: c.Workspace, ModelID: c.droidModel(), SkipPermissions: true}
+	if c.AllowedCommands.ShellRules().All && !c.SkipPermissions {
+		s.SkipPermissions, s.AutonomyLevel = false, "high" // as --auto high
+	}
+	d := agent.NewDroidRPC(s, resumeID)
+	return d, d
 }
 
 func (c *Config) droidModel() string {

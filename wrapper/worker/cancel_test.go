@@ -79,6 +79,7 @@ func TestCancelRunningTask(t *testing.T) {
 		{"claude-per-task", protocol.AgentClaude, false},
 		{"claude-persistent", protocol.AgentClaude, true},
 		{"droid-per-task", protocol.AgentDroid, false},
+		{"droid-persistent", protocol.AgentDroid, true},
 	} {
 		persistent := tt.persistent
 		t.Run(tt.name, func(t *testing.T) {
@@ -121,11 +122,11 @@ func TestCancelRunningTask(t *testing.T) {
 				t.Fatalf("run hash %v", run)
 			}
 
-			if tt.agent == protocol.AgentDroid {
-				// Droid resumes through its vendor's cloud, unreachable
-				// here: its next task falls back to a new session (see
-				// TestDroidResumeWithoutCloudFallsBack); the cancel is
-				// what this case shows.
+			if tt.agent == protocol.AgentDroid && !persistent {
+				// Droid's one-shot run resumes through its vendor's cloud,
+				// unreachable here: its next task falls back to a new
+				// session (see TestDroidResumeWithoutCloudFallsBack); the
+				// cancel is what this case shows.
 				return
 			}
 			// The session goes on.

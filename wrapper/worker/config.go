@@ -35,10 +35,12 @@ type Config struct {
 	// Droid --skip-permissions-unsafe; false: Claude dontAsk with every
 	// Bash command allowed, Droid --auto high (permissions.go).
 	SkipPermissions bool
-	// Persistent (AGENT_PERSISTENT, default false) keeps one Claude process
-	// alive across the tasks of a long-lived worker (stream-json input), so
-	// that a follow-up in the same session needs no new process and no
-	// resume. The worker falls back to a process per task when it dies.
+	// Persistent (AGENT_PERSISTENT, default false) keeps one agent process
+	// alive across the tasks of a long-lived worker (Claude's stream-json
+	// input, Droid's JSON-RPC mode), so that a follow-up in the same
+	// session needs no new process and no resume. The worker falls back
+	// to a process per task when it dies. A Droid worker with MCP
+	// servers runs a process per task (persistent.go).
 	Persistent bool
 	// Prewarm (AGENT_PREWARM, default false; needs AGENT_PERSISTENT) starts
 	// the persistent process for a new session when the worker starts,
@@ -67,7 +69,9 @@ type Config struct {
 	// Approval (AGENT_APPROVAL, default false): the persistent Claude asks,
 	// on its control channel, before each tool call ALLOWED_COMMANDS does
 	// not allow; the task's owner answers within ApprovalTimeout
-	// (APPROVAL_TIMEOUT, default 5m), or it is denied.
+	// (APPROVAL_TIMEOUT, default 5m), or it is denied. A Droid worker
+	// ignores it (logged at start): its calls outside the list are
+	// refused, as without it.
 	Approval          bool
 	ApprovalTimeout   time.Duration
 	HeartbeatInterval time.Duration // HEARTBEAT_INTERVAL (default 10s)
@@ -189,10 +193,10 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if c.JSONSchema && c.AgentType != protocol.AgentClaude {
 		return fail("AGENT_JSON_SCHEMA", fmt.Errorf("only Claude takes a JSON schema"))
 	}
-	if c.Persistent && (c.AgentType != protocol.AgentClaude || c.Kind != protocol.KindLongLived || c.PTY) {
-		return fail("AGENT_PERSISTENT", fmt.Errorf("only for Claude on a long-lived worker without a pty (Droid's stream-json input did not answer messages in our tests)"))
+	if c.Persistent && (c.Kind != protocol.KindLongLived || c.PTY) {
+		return fail("AGENT_PERSISTENT", fmt.Errorf("only for a long-lived worker without a pty"))
 	}
-	if c.Approval && !c.Persistent {
+	if c.Approval && !c.Persistent && c.AgentType == protocol.AgentClaude {
 		return fail("AGENT_APPROVAL", fmt.Errorf("needs AGENT_PERSISTENT=true: Claude asks on the persistent process's control channel"))
 	}
 	if c.Workspace == "" {

@@ -74,6 +74,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		detail["agent_pid"] = pid // started ahead (AGENT_PREWARM)
 	}
 	w.pub.lifecycle(protocol.EventStarted, "", "", detail)
+	if w.cfg.Approval && w.cfg.AgentType == protocol.AgentDroid {
+		w.log.Warn("AGENT_APPROVAL is Claude's only: this Droid worker refuses what ALLOWED_COMMANDS does not allow, as without it")
+	}
 	w.log.Info("worker started", "agent_type", w.cfg.AgentType, "kind", w.cfg.Kind,
 		"input", w.cfg.Keys.InputFor(w.cfg.Kind, w.cfg.WorkerID), "progress_url", p.url)
 

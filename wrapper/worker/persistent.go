@@ -2,20 +2,29 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
 	"github.com/agentvisor/agentvisor/wrapper/agent"
 )
 
-// persistentAgent is the one Claude process a long-lived worker keeps
+// persistentAgent is the one agent process a long-lived worker keeps
 // across its tasks (AGENT_PERSISTENT): a follow-up in the same session
 // needs no new process and no resume. A process that dies is replaced
 // (resuming the session); after two deaths the worker runs one process per
-// task. The task loop's goroutine owns it and all its fields.
+// task. A process serves one session: a task of another session starts
+// another (Droid would carry the first session's turns into a second one
+// opened in the same process). The task loop's goroutine owns it and all
+// its fields.
 type persistentAgent struct {
 	log  *slog.Logger
 	argv func(Invocation) []string // the persistent command line of an invocation
+	// input is the dialect and parser of a process for a session to
+	// resume ("": a new one); opens: a process is opened (its session,
+	// for Droid) before its first message.
+	input func(resumeID string) (agent.Dialect, agent.Parser)
+	opens bool
 
 	proc    *agent.Persistent // nil when none runs
 	session string            // the session proc holds
@@ -39,6 +48,7 @@ func (p *persistentAgent) prestart(spec agent.Spec, env func(token string) []str
 	token := newToken()
 	spec.Argv = p.argv(Invocation{})
 	spec.Env = env(token)
+	spec.Dialect, spec.Parser = p.input("")
 	proc, err := agent.StartPersistent(spec)
 	if err != nil {
 		p.log.Warn("persistent agent not started ahead", "err", err)
@@ -46,16 +56,26 @@ func (p *persistentAgent) prestart(spec agent.Spec, env func(token string) []str
 	}
 	p.proc, p.token, p.session, p.fresh = proc, token, "", true
 	// Frozen before it has loaded, it would load after the unpause: wait
-	// for its answer to initialize first.
-	if err := proc.Initialize(30 * time.Second); err != nil {
+	// for its answer to the opening request first (Claude's initialize,
+	// Droid's new session).
+	if err := proc.Open(openTimeout); err != nil {
 		p.log.Warn("persistent agent started ahead did not initialize", "err", err)
+		if p.opens { // Droid takes no message before its session is open
+			proc.Close()
+			p.proc = nil
+			return
+		}
 	}
 	p.log.Info("persistent agent started ahead of the first task", "pid", proc.Pid())
 }
 
+// openTimeout bounds the wait for a new process's answer to its opening
+// request (Droid 0.225.2 opens a session in 0.6 to 2 s here).
+const openTimeout = 60 * time.Second
+
 // persistentTask is one task for the persistent agent.
 type persistentTask struct {
-	prompt   string
+	prompt   string // as the agent gets it (Droid's new session: with the project's context)
 	plan     SessionPlan
 	inv      Invocation // how a new process starts for this task
 	spec     agent.Spec // the task's one-process spec: timeout, events, the fallback
@@ -95,10 +115,16 @@ func (p *persistentAgent) send(ctx context.Context, t persistentTask) (agent.Out
 		pspec := t.spec
 		pspec.Argv = p.argv(t.inv)
 		pspec.Env = t.env(token)
+		pspec.Dialect, pspec.Parser = p.input(t.plan.ResumeID)
 		proc, err := agent.StartPersistent(pspec)
 		if err != nil {
 			p.log.Warn("persistent agent did not start: one process for this task", "err", err)
 			return agent.Run(ctx, t.spec), false
+		}
+		if p.opens {
+			if o, ok := p.open(ctx, proc, t); !ok {
+				return o, false
+			}
 		}
 		p.proc, p.token, p.session, p.tasks = proc, token, t.plan.ResumeID, 0
 		p.log.Info("persistent agent started", "pid", proc.Pid(), "resume", t.plan.ResumeID)
@@ -112,7 +138,7 @@ func (p *persistentAgent) send(ctx context.Context, t persistentTask) (agent.Out
 	if t.onProc != nil {
 		t.onProc(p.proc)
 	}
-	o := p.proc.SendInterruptible(ctx, agent.ClaudeUserMessage(t.prompt), t.spec.Timeout, t.spec.Interrupt, t.spec.OnEvent)
+	o := p.proc.SendInterruptible(ctx, p.proc.Message(t.prompt), t.spec.Timeout, t.spec.Interrupt, t.spec.OnEvent)
 	if o.Result != nil && o.Result.SessionID != "" {
 		p.session = o.Result.SessionID
 	}
@@ -130,6 +156,29 @@ func (p *persistentAgent) send(ctx context.Context, t persistentTask) (agent.Out
 	}
 	p.recycle()
 	return o, reused
+}
+
+// open opens a new process's session (Droid). A session to resume that
+// the agent does not have gives the outcome of a resume that failed
+// before the agent did anything (the session policy then runs the task
+// again in a new session); any other failure runs the task in a process
+// of its own and counts as a death of the persistent process.
+func (p *persistentAgent) open(ctx context.Context, proc *agent.Persistent, t persistentTask) (agent.Outcome, bool) {
+	err := proc.Open(min(openTimeout, max(t.spec.Timeout, time.Second)))
+	if err == nil {
+		return agent.Outcome{}, true
+	}
+	proc.Close()
+	if errors.Is(err, agent.ErrSessionNotFound) {
+		p.log.Warn("persistent agent: the session to resume is not there", "session_id", t.plan.ResumeID, "err", err)
+		return agent.Outcome{Result: &agent.Result{IsError: true, Subtype: "error", Text: err.Error()}}, false
+	}
+	p.deaths++
+	if p.deaths >= 2 {
+		p.off = true
+	}
+	p.log.Warn("persistent agent did not open its session: one process for this task", "err", err, "deaths", p.deaths)
+	return agent.Run(ctx, t.spec), false
 }
 
 // pid is the running process's pid (0 when none).

@@ -248,7 +248,8 @@ func (w *Worker) runAgent(ctx context.Context, task protocol.Task, plan SessionP
 		cur.steer.inject, cur.steer.answer = nil, nil
 		w.mu.Unlock()
 	}()
-	return w.persist.run(ctx, persistentTask{prompt: task.Prompt, plan: plan, inv: invocationFor(w.cfg.AgentType, task, plan),
+	inv := invocationFor(w.cfg.AgentType, task, plan)
+	return w.persist.run(ctx, persistentTask{prompt: inv.Prompt, plan: plan, inv: inv,
 		spec: spec, env: env, useToken: useToken, onProc: onProc})
 }
 

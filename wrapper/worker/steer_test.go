@@ -26,15 +26,18 @@ func stopText(s string) string { return s + "\n{\"status\": \"complete\", \"resu
 func TestSteerReachesTheModel(t *testing.T) {
 	for _, tt := range []struct {
 		name       string
+		agent      protocol.AgentType
 		persistent bool
 		inTurn     bool // the message comes while a tool runs, before the turn's last call
 	}{
-		{"persistent-into-the-turn", true, true},
-		{"persistent-next-turn", true, false},
-		{"per-task-next-turn", false, false},
+		{"persistent-into-the-turn", protocol.AgentClaude, true, true},
+		{"persistent-next-turn", protocol.AgentClaude, true, false},
+		{"per-task-next-turn", protocol.AgentClaude, false, false},
+		{"droid-persistent-into-the-turn", protocol.AgentDroid, true, true},
+		{"droid-persistent-next-turn", protocol.AgentDroid, true, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			e, stub, environ := realAgentEnv(t, protocol.AgentClaude)
+			e, stub, environ := realAgentEnv(t, tt.agent)
 			e.cfg.Persistent = tt.persistent
 			e.start(environ...)
 			if tt.persistent {
@@ -43,7 +46,7 @@ func TestSteerReachesTheModel(t *testing.T) {
 			}
 			steps := []stubmodel.Step{{Text: stopText("unsteered"), DelayMS: 2500}, {Text: stopText("STEERED-ANSWER")}}
 			if tt.inTurn {
-				steps = []stubmodel.Step{{ToolUse: shellTool(protocol.AgentClaude, `worker-wrapper progress --step "working"`), DelayMS: 2500},
+				steps = []stubmodel.Step{{ToolUse: shellTool(tt.agent, `worker-wrapper progress --step "working"`), DelayMS: 2500},
 					{Text: stopText("STEERED-ANSWER")}}
 			}
 			stub.SetScript(stubmodel.Script{Steps: steps, Fallback: &stubmodel.Step{Text: stopText("LATER-ANSWER")}})

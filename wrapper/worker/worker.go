@@ -112,8 +112,15 @@ func New(cfg Config, opts Options) (*Worker, error) {
 				AgentType: cfg.AgentType, WorkerID: cfg.WorkerID, Redact: w.redact.Redact}, cfg.Sessions)
 		}
 	}
-	if cfg.Persistent {
-		w.persist = &persistentAgent{log: w.log, argv: cfg.PersistentArgv, recycleTasks: cfg.RecycleTasks, recycleRSS: cfg.RecycleRSS}
+	switch {
+	case cfg.Persistent && cfg.AgentType == protocol.AgentDroid && len(cfg.MCPServers) > 0:
+		// The MCP check of a Droid reads its one-shot run (its refusal
+		// to start under --add-tools, its init line's tools); its
+		// JSON-RPC session is not checked that way (mcp.go).
+		w.log.Warn("AGENT_PERSISTENT: a Droid worker with MCP servers runs one process per task")
+	case cfg.Persistent:
+		w.persist = &persistentAgent{log: w.log, argv: cfg.PersistentArgv, input: cfg.PersistentInput,
+			opens: cfg.AgentType == protocol.AgentDroid, recycleTasks: cfg.RecycleTasks, recycleRSS: cfg.RecycleRSS}
 	}
 	w.pub = newPublisher(r, cfg, w.log, w.now)
 	w.machine = protocol.NewWorkerMachine(cfg.WorkerID, w.now())

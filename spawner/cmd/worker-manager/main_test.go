@@ -47,7 +47,7 @@ func TestPrometheusScrapesManager(t *testing.T) {
 	t.Setenv("ANTHROPIC_BASE_URL", stub.URL)
 	t.Setenv("ANTHROPIC_API_KEY", "sk-stub-0123456789")
 	keys := protocol.Keys{Prefix: fmt.Sprintf("prom%d", time.Now().UnixNano())}
-	env := map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": keys.Prefix, "MANAGER_ID": "prom-test",
+	env := map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": keys.Prefix, "MANAGER_ID": "prom-test", "HOST_ID": "prom-host",
 		"METRICS_ADDR": "127.0.0.1:0", "WORKER_STOP_TIMEOUT": "12s", "HEARTBEAT_INTERVAL": "2s"}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
@@ -138,7 +138,7 @@ func TestPrometheusScrapesManager(t *testing.T) {
 	}
 	for _, q := range []string{
 		`up{job="agentvisor"} == 1`,
-		`sum(agentvisor_workers{agent="claude",host="prom-test"}) == 1`,
+		`sum(agentvisor_workers{agent="claude",host="prom-host"}) == 1`,
 		`agentvisor_tasks_total{agent="claude",status="complete"} == 1`,
 		`agentvisor_creates_total{outcome="ok"} == 1`,
 		`agentvisor_create_duration_seconds_count{outcome="ok"} == 1`,

@@ -4,16 +4,18 @@
 //
 // Tables are for people; --json prints JSON for scripts (one document, or
 // one line per event). WORKER may be a unique prefix of a worker id.
-// list, status, events, send, usage and managers read Redis directly and
-// work with no manager running; spawn, pause, resume, kill and
-// reset-context are commands a worker-manager executes; volumes, gc and
-// reconcile also talk to this host's Docker engine.
+// list, status, events, send, usage, budget and managers read Redis
+// directly and work with no manager running; spawn, pause, resume, kill,
+// reset-context and budget --limit are commands a worker-manager
+// executes; volumes, gc and reconcile also talk to this host's Docker
+// engine.
 //
 // Flags may be written -flag or --flag (the single dash of earlier
 // releases still works). `workerctl completion bash|zsh|fish|powershell`
 // prints a shell completion script; worker ids complete from Redis.
 //
-// Exit codes: 0 done; 1 failed (an error reply, Redis unreachable); 2 bad
+// Exit codes: 0 done (a task complete, or cancelled: the task ended as
+// its owner asked); 1 failed (an error reply, Redis unreachable); 2 bad
 // usage; 3 no such worker; 4 the task ended blocked; 5 the task ended
 // failed; 6 timed out waiting.
 package main
@@ -102,8 +104,8 @@ WORKER is a worker id or a unique prefix of one. REDIS_URL (default
 redis://127.0.0.1:6379/0) and WORKER_KEY_PREFIX (default worker) set the
 defaults of --redis and --prefix. Flags may be written -flag or --flag.
 
-Exit codes: 0 done, 1 failed, 2 bad usage, 3 no such worker,
-4 task blocked, 5 task failed, 6 timed out.`,
+Exit codes: 0 done (a task complete or cancelled), 1 failed, 2 bad
+usage, 3 no such worker, 4 task blocked, 5 task failed, 6 timed out.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		// No command: the usage, and exit 2. An unknown one: exit 2 too.
@@ -129,7 +131,7 @@ Exit codes: 0 done, 1 failed, 2 bad usage, 3 no such worker,
 	})
 	root.AddGroup(&cobra.Group{ID: "workers", Title: "Workers:"}, &cobra.Group{ID: "ops", Title: "Operations:"})
 	for _, cmd := range []*cobra.Command{listCmd(c), statusCmd(c), eventsCmd(c), spawnCmd(c), sendCmd(c),
-		pauseCmd(c), resumeCmd(c), killCmd(c), usageCmd(c)} {
+		pauseCmd(c), resumeCmd(c), killCmd(c), usageCmd(c), budgetCmd(c)} {
 		cmd.GroupID = "workers"
 		root.AddCommand(cmd)
 	}

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/spawner/spawnertest"
 	"github.com/agentvisor/agentvisor/stubmodel"
@@ -107,6 +109,46 @@ func TestWorkerctl(t *testing.T) {
 	if err := json.Unmarshal([]byte(must(exitOK, "-json", "usage")), &usage); err != nil || len(usage) != 1 || usage[0].ProjectID != "shop" || usage[0].Tasks != 3 {
 		t.Errorf("usage: %+v (%v)", usage, err)
 	}
+
+	// Cancelled: a cancel ends the task send --wait waits for; it ended as
+	// its owner asked, so exit 0, the output saying cancelled.
+	rt.Stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{{Text: "late", DelayMS: 60_000}},
+		Fallback: &stubmodel.Step{Text: "Done.\n{\"status\": \"complete\", \"result\": {}}"}})
+	type ran struct {
+		code      int
+		out, errs string
+	}
+	done := make(chan ran, 1)
+	go func() {
+		code, out, errs := ctlRun(rt, "send", short, "CANCEL-ME long job", "--wait", "--id", "t-cancel")
+		done <- ran{code, out, errs}
+	}()
+	testkit.Eventually(t, "the model asked for the task to cancel", time.Minute, func() bool {
+		for _, r := range rt.Stub.Requests() {
+			if strings.Contains(r.Text(), "CANCEL-ME") {
+				return true
+			}
+		}
+		return false
+	})
+	tasks := &spawner.Tasks{Redis: rt.RC, Keys: rt.Keys}
+	if err := tasks.Cancel(context.Background(), spawner.Sent{RequestID: "t-cancel", WorkerID: id, Input: rt.Keys.Input(id)}, "changed my mind"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.code != exitOK || !strings.Contains(r.out, "cancelled") || !strings.Contains(r.out, "CANCELLED") {
+			t.Errorf("send --wait of a cancelled task: exit %d\nstdout: %s\nstderr: %s", r.code, r.out, r.errs)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("send --wait still waits after the cancel")
+	}
+	// The worker reads the cancel entry in its turn too: until then it
+	// has an entry waiting, and a pause would be refused WORKER_BUSY.
+	testkit.Eventually(t, "the cancel entry read", 30*time.Second, func() bool {
+		gs, err := rt.RC.XInfoGroups(context.Background(), rt.Keys.Input(id)).Result()
+		return err == nil && len(gs) == 1 && gs[0].Lag == 0 && gs[0].Pending == 0
+	})
 
 	// volumes: the project's volume, labelled with its owner.
 	var vols []spawner.Volume

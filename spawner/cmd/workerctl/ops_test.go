@@ -28,7 +28,7 @@ func TestWorkerctlHelpAndCompletion(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("--help: exit %d", code)
 	}
-	for _, cmd := range []string{"list", "status", "events", "spawn", "send", "pause", "resume", "kill", "usage",
+	for _, cmd := range []string{"list", "status", "events", "spawn", "send", "pause", "resume", "kill", "usage", "budget",
 		"managers", "reconcile", "reset-context", "gc", "volumes", "completion"} {
 		if !strings.Contains(out, "\n  "+cmd+" ") {
 			t.Errorf("--help does not list %s:\n%s", cmd, out)
@@ -67,6 +67,17 @@ func TestWorkerctlHelpAndCompletion(t *testing.T) {
 	}
 	if code, _, errs := runCtl("reset-context", "shop", "--agent", "gpt"); code != exitUsage {
 		t.Errorf("reset-context --agent gpt: exit %d %s", code, errs)
+	}
+	for _, args := range [][]string{
+		{"budget", "--limit", "5"},                        // no project
+		{"budget", "shop", "--warn", "1"},                 // --warn without --limit
+		{"budget", "shop", "--limit", "5", "--warn", "6"}, // warning above the limit
+		{"budget", "shop", "--limit", "-1"},
+		{"budget", "a", "b"},
+	} {
+		if code, _, errs := runCtl(args...); code != exitUsage {
+			t.Errorf("%s: exit %d, want %d (%s)", strings.Join(args, " "), code, exitUsage, errs)
+		}
 	}
 	if code, _, errs := runCtl("--redis", "http://nope", "list"); code != exitUsage || !strings.Contains(errs, "--redis") {
 		t.Errorf("a bad --redis: exit %d %s", code, errs)
@@ -175,6 +186,40 @@ func TestWorkerctlOperators(t *testing.T) {
 	must(exitOK, "reset-context", "ops", "--agent", "claude")
 	if n := rt.RC.Exists(context.Background(), rt.Keys.Session(protocol.AgentClaude, "ops")).Val(); n != 0 {
 		t.Error("reset-context left the session")
+	}
+
+	// budget: none yet; set through the manager (the set_budget command),
+	// shown with what the project spent (its usage counter), removed.
+	var budgets []budgetRow
+	if err := json.Unmarshal([]byte(must(exitOK, "--json", "budget")), &budgets); err != nil || len(budgets) != 0 {
+		t.Errorf("budget with none set: %+v (%v)", budgets, err)
+	}
+	must(exitOK, "budget", "ops", "--limit", "0.5", "--warn", "0.25")
+	rt.RC.HSet(context.Background(), rt.Keys.UsageProject("ops"), protocol.UsageFieldCostUSD, "0.3")
+	if err := json.Unmarshal([]byte(must(exitOK, "--json", "budget")), &budgets); err != nil || len(budgets) != 1 ||
+		budgets[0] != (budgetRow{ProjectID: "ops", LimitUSD: 0.5, WarnUSD: 0.25, SpentUSD: 0.3}) {
+		t.Errorf("budget after --limit: %+v (%v)", budgets, err)
+	}
+	if out := must(exitOK, "budget", "ops"); !strings.HasPrefix(strings.TrimSpace(out), "PROJECT") || !strings.Contains(out, "0.5000") ||
+		!strings.Contains(out, "0.3000") || !strings.Contains(out, "warning") {
+		t.Errorf("budget ops:\n%s", out)
+	}
+	if lim := rt.RC.HGet(context.Background(), rt.Keys.ProjectBudget("ops"), protocol.BudgetFieldLimitUSD).Val(); lim != "0.5" {
+		t.Errorf("the budget hash's limit is %q", lim)
+	}
+	rt.RC.HSet(context.Background(), rt.Keys.UsageProject("ops"), protocol.UsageFieldCostUSD, "0.5")
+	if out := must(exitOK, "budget", "ops"); !strings.Contains(out, "exceeded") {
+		t.Errorf("budget ops at its limit:\n%s", out)
+	}
+	must(exitOK, "budget", "ops", "--limit", "0")
+	if out := must(exitOK, "budget"); strings.Contains(out, "ops") {
+		t.Errorf("budget after its removal:\n%s", out)
+	}
+	if out := must(exitOK, "budget", "ops"); !strings.Contains(out, "none") {
+		t.Errorf("budget ops after its removal:\n%s", out)
+	}
+	if code, _, errs := ctlRun(rt, "-prefix", "nobody", "budget", "x", "--limit", "1", "--timeout", "1s"); code != exitTimeout {
+		t.Errorf("budget --limit with no manager: exit %d, %s", code, errs)
 	}
 
 	// Worker ids complete from Redis.

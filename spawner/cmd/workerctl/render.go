@@ -128,6 +128,9 @@ func renderEvent(w io.Writer, asJSON bool, ev spawner.Event) {
 			detail = strconv.Quote(o.Question)
 		}
 		fmt.Fprintf(w, "%s  %-8s  output    %s %s %s\n", when, id, o.RequestID, o.Status, detail)
+	case ev.Permission != nil:
+		p := ev.Permission
+		fmt.Fprintf(w, "%s  %-8s  permission %s %s %s %s\n", when, id, p.RequestID, p.PermissionID, p.Tool, p.Input)
 	}
 }
 
@@ -155,6 +158,21 @@ func renderUsage(w io.Writer, rows []usageRow) error {
 	fmt.Fprintln(tw, "PROJECT\tTASKS\tINPUT\tOUTPUT\tCACHE_READ\tCACHE_WRITE\tCOST_USD\t")
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%.4f\t\n", r.ProjectID, r.Tasks, r.Input, r.Output, r.CacheRead, r.CacheCreation, r.CostUSD)
+	}
+	return tw.Flush()
+}
+
+func renderBudgets(w io.Writer, rows []budgetRow) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "PROJECT\tLIMIT_USD\tWARN_USD\tSPENT_USD\tSTATE\t")
+	usd := func(v float64) string {
+		if v <= 0 {
+			return "-"
+		}
+		return strconv.FormatFloat(v, 'f', 4, 64)
+	}
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.4f\t%s\t\n", r.ProjectID, usd(r.LimitUSD), usd(r.WarnUSD), r.SpentUSD, r.State())
 	}
 	return tw.Flush()
 }

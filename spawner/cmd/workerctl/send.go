@@ -21,7 +21,8 @@ func sendCmd(c *ctl) *cobra.Command {
 		Short: "Put a task on a worker's input; with --wait, print its progress and output",
 		Long: `send puts a task on the worker's input stream and prints its request id.
 With --wait it prints the task's progress and then its output, and exits
-0 complete, 4 blocked, 5 failed, 6 no output within --timeout.`,
+0 complete or cancelled (a cancel document ended it: it ended as its
+owner asked), 4 blocked, 5 failed, 6 no output within --timeout.`,
 		Example:           `  workerctl send 1a2b "Fix the build" --wait`,
 		Args:              args(2, "WORKER and PROMPT"),
 		ValidArgsFunction: completeWorkers(c),
@@ -99,6 +100,9 @@ func result(c *ctl, o protocol.Output) error {
 		return err
 	}
 	switch o.Status {
+	case protocol.StatusCancelled:
+		// Ended as its owner asked: not a failure of the task.
+		return nil
 	case protocol.StatusBlocked:
 		return &exitError{exitBlocked, fmt.Errorf("task %s is blocked: %s", o.RequestID, o.Question)}
 	case protocol.StatusFailed:

@@ -22,10 +22,12 @@ func (r *RDB) WorkerUser(id string) string { return r.WorkerUserPrefix() + id }
 
 // workerCommands are the commands a wrapper runs (directly or in its Lua
 // scripts), and no other: no KEYS or SCAN (they list every key name), no
-// CLIENT LIST or KILL, no CONFIG, no ACL, no FLUSH.
+// CLIENT LIST or KILL, no CONFIG, no ACL, no FLUSH. XREAD is its follower
+// of its input outside the group (the cancels, steering messages and
+// permission replies of the task in flight).
 var workerCommands = []string{
 	"-@all", "+@connection", "-@dangerous", "+ping",
-	"+xadd", "+xreadgroup", "+xack", "+xgroup|create", "+xpending", "+xrange", "+xrevrange", "+xlen", "+xinfo|groups",
+	"+xadd", "+xreadgroup", "+xread", "+xack", "+xgroup|create", "+xpending", "+xrange", "+xrevrange", "+xlen", "+xinfo|groups",
 	"+hset", "+hget", "+hmget", "+hgetall", "+hdel", "+hincrby", "+hincrbyfloat", "+hexists",
 	"+set", "+get", "+setex", "+del", "+exists", "+expire", "+pexpire", "+ttl", "+pttl",
 	"+eval", "+evalsha", "+script|load", "+script|exists", "+multi", "+exec", "+discard",

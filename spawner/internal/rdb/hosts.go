@@ -43,6 +43,18 @@ func (r *RDB) RenewHost(ctx context.Context, host string, now time.Time, ttl tim
 	return err
 }
 
+// HostLiveUntil returns until when a host is live (zero: not registered).
+func (r *RDB) HostLiveUntil(ctx context.Context, host string) (time.Time, error) {
+	score, err := r.C.ZScore(ctx, r.Keys.Hosts(), host).Result()
+	if Nil(err) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.UnixMilli(int64(score)), nil
+}
+
 // LeaveHosts takes host out of placement (its managers stopped cleanly).
 func (r *RDB) LeaveHosts(ctx context.Context, host string) error {
 	return r.C.ZRem(ctx, r.Keys.Hosts(), host).Err()

@@ -259,34 +259,61 @@ func BenchmarkTaskOverhead(b *testing.B) {
 // (AGENT_PERSISTENT), against the same stub.
 func BenchmarkFollowUp(b *testing.B) {
 	claude, stub := claudeAndStub(b)
-	median := func(persistent bool) float64 {
-		r := testkit.StartRedis(b)
-		rc := redis.NewClient(&redis.Options{Addr: r.Addr})
-		defer rc.Close()
-		env := []string{"HOME=" + b.TempDir(), "PATH=/usr/local/bin:/usr/bin:/bin", "ANTHROPIC_BASE_URL=" + stub.URL,
-			"ANTHROPIC_API_KEY=x", "WORKER_ID=bb-1", "REDIS_URL=" + r.URL(), "AGENT_TYPE=claude", "AGENT_BIN=" + claude,
-			"WORKSPACE=" + b.TempDir(), "PAUSE_AFTER_OUTPUT=false", "AGENT_PERSISTENT=" + strconv.FormatBool(persistent)}
-		cmd, _ := startWrapper(b, env)
-		defer cmd.Process.Kill()
-		keys := protocol.Keys{}
-		last := "0-0" // the stream is new: "$" could miss an output written before the first XREAD
-		var ms []float64
-		for i := 0; i < 8; i++ {
-			t0 := time.Now()
-			sendTask(b, rc, keys.Input("bb-1"), protocol.Task{RequestID: "f-" + strconv.Itoa(i), ProjectID: "bench", Prompt: "next step"})
-			res, err := rc.XRead(context.Background(), &redis.XReadArgs{Streams: []string{keys.Output("bb-1"), last}, Block: time.Minute}).Result()
-			if err != nil {
-				b.Fatal(err)
-			}
-			last = res[0].Messages[0].ID
-			if i > 0 { // the first task starts the session
-				ms = append(ms, float64(time.Since(t0).Microseconds())/1000)
-			}
-		}
-		return percentile(ms, 0.5)
-	}
-	perTask, persistent := median(false), median(true)
+	env := []string{"ANTHROPIC_BASE_URL=" + stub.URL, "AGENT_TYPE=claude", "AGENT_BIN=" + claude}
+	perTask, persistent := followUpMedian(b, env, false), followUpMedian(b, env, true)
 	b.ReportMetric(perTask, "follow-up-per-task-median-ms")
 	b.ReportMetric(persistent, "follow-up-persistent-median-ms")
 	b.ReportMetric(persistent/perTask, "persistent-to-per-task-ratio")
+}
+
+// BenchmarkDroidFollowUp is BenchmarkFollowUp with the real droid: one
+// `droid exec` per task (whose resume goes through Factory's cloud,
+// unreachable here, so each follow-up also runs again in a new session:
+// what a Droid worker costs without AGENT_PERSISTENT) against the
+// persistent process in Droid's JSON-RPC mode.
+func BenchmarkDroidFollowUp(b *testing.B) {
+	droid, err := exec.LookPath("droid")
+	if err != nil {
+		b.Fatalf("the real droid CLI is not installed (run `make setup`): %v", err)
+	}
+	_, stub := claudeAndStub(b)
+	env := []string{"DROID_BASE_URL=" + stub.URL, "AGENT_TYPE=droid", "AGENT_BIN=" + droid}
+	perTask, persistent := followUpMedian(b, env, false), followUpMedian(b, env, true)
+	b.ReportMetric(perTask, "droid-follow-up-per-task-median-ms")
+	b.ReportMetric(persistent, "droid-follow-up-persistent-median-ms")
+	b.ReportMetric(persistent/perTask, "droid-persistent-to-per-task-ratio")
+}
+
+// followUpMedian runs a wrapper with agentEnv (the agent and its model)
+// and gives it 8 tasks of one project; it returns the median time from a
+// follow-up's XADD to its Output (the first task starts the session).
+func followUpMedian(b *testing.B, agentEnv []string, persistent bool) float64 {
+	r := testkit.StartRedis(b)
+	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rc.Close()
+	env := append([]string{"HOME=" + b.TempDir(), "PATH=/usr/local/bin:/usr/bin:/bin", "ANTHROPIC_API_KEY=x", "WORKER_ID=bb-1",
+		"REDIS_URL=" + r.URL(), "WORKSPACE=" + b.TempDir(), "PAUSE_AFTER_OUTPUT=false", "AGENT_PERSISTENT=" + strconv.FormatBool(persistent)},
+		agentEnv...)
+	cmd, _ := startWrapper(b, env)
+	defer cmd.Process.Kill()
+	keys := protocol.Keys{}
+	last := "0-0" // the stream is new: "$" could miss an output written before the first XREAD
+	var ms []float64
+	for i := 0; i < 8; i++ {
+		t0 := time.Now()
+		sendTask(b, rc, keys.Input("bb-1"), protocol.Task{RequestID: "f-" + strconv.Itoa(i), ProjectID: "bench", Prompt: "next step"})
+		res, err := rc.XRead(context.Background(), &redis.XReadArgs{Streams: []string{keys.Output("bb-1"), last}, Block: time.Minute}).Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		last = res[0].Messages[0].ID
+		data, _ := protocol.EntryData(res[0].Messages[0].Values)
+		if o, err := protocol.DecodeOutput(data); err != nil || o.Status != protocol.StatusComplete {
+			b.Fatalf("follow-up %d: %+v (%v)", i, o, err)
+		}
+		if i > 0 { // the first task starts the session
+			ms = append(ms, float64(time.Since(t0).Microseconds())/1000)
+		}
+	}
+	return percentile(ms, 0.5)
 }
