@@ -137,7 +137,10 @@ func scaleTable(metrics map[string]float64) string {
 		"CPU, RSS and Redis over a 30 s window with every worker idle; create and wake one at a time, over the last 20 creates of the size " +
 		"and 20 workers paused then sent a task (10 of each at 10 workers); the registration is each of those creates less the engine's " +
 		"container create + start for it, as a Docker API proxy in front of each engine timed them, and each create is followed by a bare " +
-		"container create + start of the same image on the next engine (BenchmarkFleetScaleCurve in faults/).\n\n| Workers |")
+		"container create + start of the same image on the next engine (BenchmarkFleetScaleCurve in faults/). " +
+		"The design's goal, registration under 100 ms p95, is the worker becoming known to the control plane: it is held against the " +
+		"manager's share. Create → reply also holds the engine's own container create and start (about 100 ms alone on this machine), " +
+		"so its row is held against a bare create + start measured alongside, ratio ≤ 1.3.\n\n| Workers |")
 	for _, c := range curve {
 		b.WriteString(" " + c.head + " |")
 	}

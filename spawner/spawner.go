@@ -260,11 +260,6 @@ func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.Wo
 				_ = s.rdb.Leave(ctx, id) // its slot was on a lost host: placed anew
 			}
 		}
-		if !member {
-			if _, err := s.find(ctx, id); err != nil && !IsNotFound(err) {
-				return protocol.WorkerInfo{}, err
-			}
-		}
 	}
 	if !member {
 		lease, host, err := s.admit(ctx, id, spec.Placement, o)
