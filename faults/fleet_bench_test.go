@@ -184,7 +184,9 @@ func BenchmarkFleetScaleCurve(b *testing.B) {
 			r.perHost[rc.HGet(ctx, keys.Status(w), protocol.StatusFieldHost).Val()]++
 		}
 		r.cpu, r.rssMax, r.rssSum, r.ops, r.redisMB = fb.steady(ctx, rs, window)
-		r.wake99 = percentile(fb.wakes(ctx, spreadPick(workers, probe)), 99)
+		wakes := fb.wakes(ctx, spreadPick(workers, probe))
+		r.wake99 = percentile(wakes, 99)
+		b.Logf("%d workers: wake %s (ms, in order)", len(workers), msList(wakes))
 		b.Logf("%d workers (%v): managers CPU %.2f %% of a core (sum of 3), RSS max %.1f MB (sum %.1f MB); Redis %.0f ops/s, %.1f MB; "+
 			"create p95 %.1f ms p99 %.1f ms (the manager's share p95 %.1f ms, the engine's create + start p95 %.1f ms; bare create + start p95 %.1f ms); wake p99 %.1f ms",
 			r.n, r.perHost, r.cpu, r.rssMax, r.rssSum, r.ops, r.redisMB, r.create95, r.create99, r.own95, r.engine95, r.bare95, r.wake99)
