@@ -175,7 +175,6 @@ func BenchmarkFleetScaleCurve(b *testing.B) {
 		created := time.Since(t0)
 		pr := fb.probeCreates(ctx, probe)
 		workers = append(workers, pr.ids...)
-		b.Logf("%d workers: %d made %d at a time in %s, %d one at a time", len(workers), grow, ramp, created.Round(time.Millisecond), probe)
 		time.Sleep(5 * time.Second) // every wrapper up and beating
 
 		r := row{n: len(workers), create95: percentile(pr.reply, 95), create99: percentile(pr.reply, 99), own95: percentile(pr.own, 95),
@@ -183,14 +182,18 @@ func BenchmarkFleetScaleCurve(b *testing.B) {
 		for _, w := range workers {
 			r.perHost[rc.HGet(ctx, keys.Status(w), protocol.StatusFieldHost).Val()]++
 		}
-		r.cpu, r.rssMax, r.rssSum, r.ops, r.redisMB = fb.steady(ctx, rs, window)
+		var top string
+		r.cpu, r.rssMax, r.rssSum, r.ops, r.redisMB, top = fb.steady(ctx, rs, window)
 		wakes := fb.wakes(ctx, spreadPick(workers, probe))
 		r.wake99 = percentile(wakes, 99)
-		b.Logf("%d workers: wake %s (ms, in order)", len(workers), msList(wakes))
-		b.Logf("%d workers (%v): managers CPU %.2f %% of a core (sum of 3), RSS max %.1f MB (sum %.1f MB); Redis %.0f ops/s, %.1f MB; "+
-			"create p95 %.1f ms p99 %.1f ms (the manager's share p95 %.1f ms, the engine's create + start p95 %.1f ms; bare create + start p95 %.1f ms); wake p99 %.1f ms",
-			r.n, r.perHost, r.cpu, r.rssMax, r.rssSum, r.ops, r.redisMB, r.create95, r.create99, r.own95, r.engine95, r.bare95, r.wake99)
-		b.Logf("%d workers: create → reply %s; the manager's share %s; bare create + start %s (ms, in order)", r.n, msList(pr.reply), msList(pr.own), msList(pr.bare))
+		// Two lines a size: a benchmark's log is cut after ten.
+		b.Logf("%d workers (%v; %d made %d at a time in %s, %d one at a time): managers CPU %.2f %% of a core (sum of 3), RSS max %.1f MB (sum %.1f MB); "+
+			"Redis %.0f ops/s (most called: %s), %.1f MB; create p95 %.1f ms p99 %.1f ms (the manager's share p95 %.1f ms, the engine's create + start p95 %.1f ms; "+
+			"bare create + start p95 %.1f ms); wake p99 %.1f ms",
+			r.n, r.perHost, grow, ramp, created.Round(time.Millisecond), probe, r.cpu, r.rssMax, r.rssSum, r.ops, top, r.redisMB,
+			r.create95, r.create99, r.own95, r.engine95, r.bare95, r.wake99)
+		b.Logf("%d workers, in ms and in order: create → reply %s; the manager's share %s; bare create + start %s; wake %s",
+			r.n, msList(pr.reply), msList(pr.own), msList(pr.bare), msList(wakes))
 		rows = append(rows, r)
 		p := fmt.Sprintf("fleet-%d-", n)
 		b.ReportMetric(r.cpu, p+"manager-cpu-%")
@@ -463,8 +466,9 @@ func bareCreateStart(ctx context.Context, socket, image, name string) (time.Dura
 
 // steady measures a window with every worker idle: the managers' CPU (%
 // of a core, summed), their RSS (the largest and the sum, sampled every
-// second, MB), Redis's commands per second and used memory (MB).
-func (fb *fleetBench) steady(ctx context.Context, rs *testkit.Redis, window time.Duration) (cpu, rssMax, rssSum, ops, redisMB float64) {
+// second, MB), Redis's commands per second and used memory (MB), and the
+// commands called most.
+func (fb *fleetBench) steady(ctx context.Context, rs *testkit.Redis, window time.Duration) (cpu, rssMax, rssSum, ops, redisMB float64, top string) {
 	cpu0 := 0.0
 	for _, m := range fb.managers {
 		cpu0 += procCPU(m.Pid())
@@ -488,9 +492,9 @@ func (fb *fleetBench) steady(ctx context.Context, rs *testkit.Redis, window time
 		cpu1 += procCPU(m.Pid())
 	}
 	cmds1 := redisInfo(ctx, fb.rc, "stats", "total_commands_processed")
-	fb.b.Logf("Redis commands over the window, most called: %s", topCommands(stats0, commandStats(ctx, fb.rc), took, 6))
+	top = topCommands(stats0, commandStats(ctx, fb.rc), took, 6)
 	// The window's own INFO calls are a handful: not worth subtracting.
-	return (cpu1 - cpu0) / took * 100, rssMax, rssSum, (cmds1 - cmds0) / took, redisInfo(ctx, fb.rc, "memory", "used_memory") / 1e6
+	return (cpu1 - cpu0) / took * 100, rssMax, rssSum, (cmds1 - cmds0) / took, redisInfo(ctx, fb.rc, "memory", "used_memory") / 1e6, top
 }
 
 // wakes pauses each worker (a pause command), then, one worker at a time,
