@@ -317,7 +317,7 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 	}
 	now := s.now()
 	cid := ""
-	err = &Error{protocol.CodeNotFound, fmt.Errorf("worker %s has no container", id)}
+	err = noContainer(id)
 	if !fresh {
 		var c container.InspectResponse
 		if c, err = s.find(cctx, id); err == nil {
