@@ -131,7 +131,7 @@ func TestDroidMaxBudgetStopsTheAgent(t *testing.T) {
 			}
 			crossed := reqs[3].At
 			took := o.Timestamp.Sub(crossed)
-			t.Logf("budget passed at the 4th call's answer → output %v later; output cost $%.4f, usage %+v", took, o.CostUSD, o.Usage)
+			t.Logf("persistent %v: budget passed at the 4th call's answer → output %v later; output cost $%.4f, usage %+v", persistent, took, o.CostUSD, o.Usage)
 			if o.Status != protocol.StatusFailed || o.Error.Code != protocol.CodeBudgetExceeded || o.Error.Retryable ||
 				!strings.Contains(o.Error.Message, "passed its max_budget_usd (0.05)") {
 				t.Fatalf("output %+v (error %+v)", o, o.Error)
