@@ -24,6 +24,7 @@ import (
 // Point the manager at it with DOCKER_HOST=Host().
 type DockerProxy struct {
 	sock string
+	dir  string
 	srv  *http.Server
 
 	mu      sync.Mutex
@@ -31,7 +32,14 @@ type DockerProxy struct {
 	hooks   []dockerHook
 	delays  []dockerDelay
 	lates   []dockerDelay
+	timers  []dockerTimer
 	late    sync.WaitGroup // calls forwarded late, in flight
+}
+
+type dockerTimer struct {
+	method string
+	path   *regexp.Regexp
+	fn     func(r *http.Request, took time.Duration)
 }
 
 type dockerDelay struct {
@@ -56,16 +64,37 @@ var apiVersion = regexp.MustCompile(`^/v[0-9.]+`)
 func (c *Case) DockerProxy() *DockerProxy {
 	t := c.T
 	t.Helper()
-	dir, err := os.MkdirTemp("", "faults-docker-") // short: a socket path has at most 107 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &DockerProxy{sock: filepath.Join(dir, "docker.sock")}
-	ln, err := net.Listen("unix", p.sock)
+	p, err := NewDockerProxy(testkit.DockerSocket())
 	if err != nil {
 		t.Fatalf("docker proxy: %v", err)
 	}
-	engine := testkit.DockerSocket()
+	// What the engine does late counts: the case counts containers once
+	// the calls forwarded late are done.
+	c.BeforeCount(func() {
+		done := make(chan struct{})
+		go func() { p.late.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+		}
+	})
+	c.AfterFinish(p.Close)
+	return p
+}
+
+// NewDockerProxy starts a proxy to the engine listening on the unix
+// socket engine (a path); Close stops it.
+func NewDockerProxy(engine string) (*DockerProxy, error) {
+	dir, err := os.MkdirTemp("", "faults-docker-") // short: a socket path has at most 107 bytes
+	if err != nil {
+		return nil, err
+	}
+	p := &DockerProxy{sock: filepath.Join(dir, "docker.sock"), dir: dir}
+	ln, err := net.Listen("unix", p.sock)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.Out.URL.Scheme, r.Out.URL.Host = "http", "docker"
@@ -80,6 +109,7 @@ func (c *Case) DockerProxy() *DockerProxy {
 		ErrorLog: log.New(io.Discard, "", 0),
 	}
 	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r = r.WithContext(context.WithValue(r.Context(), sentAt{}, time.Now()))
 		if d := p.lateBy(r); d > 0 {
 			// The engine gets the call late, and acts on it even if the
 			// manager gave up on it meanwhile.
@@ -105,26 +135,21 @@ func (c *Case) DockerProxy() *DockerProxy {
 		rp.ServeHTTP(w, r)
 	})}
 	go func() { _ = p.srv.Serve(ln) }()
-	// What the engine does late counts: the case counts containers once
-	// the calls forwarded late are done.
-	c.BeforeCount(func() {
-		done := make(chan struct{})
-		go func() { p.late.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-		}
-	})
-	c.AfterFinish(func() {
-		p.Release()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = p.srv.Shutdown(ctx)
-		_ = p.srv.Close()
-		os.RemoveAll(dir)
-	})
-	return p
+	return p, nil
 }
+
+// Close releases the held calls and stops the proxy.
+func (p *DockerProxy) Close() {
+	p.Release()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = p.srv.Shutdown(ctx)
+	_ = p.srv.Close()
+	os.RemoveAll(p.dir)
+}
+
+// sentAt is the context key of when the proxy received a call.
+type sentAt struct{}
 
 // Host is the DOCKER_HOST value that reaches the engine through the proxy.
 func (p *DockerProxy) Host() string { return "unix://" + p.sock }
@@ -171,6 +196,16 @@ func (p *DockerProxy) lateBy(r *http.Request) time.Duration {
 	return d
 }
 
+// Time calls fn with every call of method whose path matches pathRe and
+// how long the engine took to answer it (from the call's arrival at the
+// proxy to the engine's answer): the engine's share of what a manager
+// does, measured outside the manager.
+func (p *DockerProxy) Time(method, pathRe string, fn func(r *http.Request, took time.Duration)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.timers = append(p.timers, dockerTimer{method: method, path: regexp.MustCompile(pathRe), fn: fn})
+}
+
 func (p *DockerProxy) delayResponse(resp *http.Response) error {
 	r := resp.Request
 	path := apiVersion.ReplaceAllString(r.URL.Path, "")
@@ -181,7 +216,18 @@ func (p *DockerProxy) delayResponse(resp *http.Response) error {
 			d += h.fn()
 		}
 	}
+	var timers []func(*http.Request, time.Duration)
+	for _, h := range p.timers {
+		if h.method == r.Method && h.path.MatchString(path) {
+			timers = append(timers, h.fn)
+		}
+	}
 	p.mu.Unlock()
+	if at, ok := r.Context().Value(sentAt{}).(time.Time); ok {
+		for _, fn := range timers {
+			fn(r, time.Since(at))
+		}
+	}
 	if d > 0 {
 		select {
 		case <-time.After(d):

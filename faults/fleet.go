@@ -146,8 +146,10 @@ func (h *Host) HostEnv() map[string]string {
 }
 
 // StartManager starts a worker-manager for the host (env plus HostEnv;
-// MANAGER_ID id unless env sets it) and moves it into the host's cgroups:
-// it dies with the host. Its log goes under dir.
+// MANAGER_ID id unless env sets it; DOCKER_HOST the host's engine unless
+// env points it elsewhere, a DockerProxy in front of that engine) and
+// moves it into the host's cgroups: it dies with the host. Its log goes
+// under dir.
 func (h *Host) StartManager(dir, id string, env map[string]string) (*Manager, error) {
 	// The managers of the simulated hosts share this machine's hostname,
 	// the default MANAGER_ID: the same consumer name in the managers'
@@ -157,7 +159,9 @@ func (h *Host) StartManager(dir, id string, env map[string]string) (*Manager, er
 		all[k] = v
 	}
 	for k, v := range h.HostEnv() {
-		all[k] = v
+		if _, set := env[k]; !set || k != "DOCKER_HOST" {
+			all[k] = v
+		}
 	}
 	m, err := startManager(dir, id, all)
 	if err != nil {

@@ -1,8 +1,13 @@
 package faults
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"sort"
 	"strconv"
@@ -25,12 +30,17 @@ import (
 // summed over the three, over a steady window with every worker idle;
 // RSS, the largest of the three and their sum; for Redis (INFO): commands
 // per second over the window and used memory; create → reply p95 and p99
-// of creates sent one at a time (registration: the last min(20, N) creates
-// of the size, after the others were made 12 at a time); and wake p99:
-// a worker paused by a pause command, then a task XADDed to its input →
-// its task_started event (min(20, N) workers, one at a time). The cost of
-// an added worker is the slope of the managers' RSS and CPU from 10 to
-// 300 workers.
+// of creates sent one at a time (the last min(20, N) creates of the
+// size, after the others were made 12 at a time); the registration, each
+// of those creates' time less the engine's container create and start
+// for it (timed by a Docker API proxy in front of each engine: the
+// manager's own share, goal < 100 ms p95); a bare container create +
+// start of the same image, through the same engines' API, after each of
+// those creates (the baseline of the create → reply figure); and wake
+// p99: a worker paused by a pause command, then a task XADDed to its
+// input → its task_started event (min(20, N) workers, one at a time).
+// The cost of an added worker is the slope of the managers' RSS and CPU
+// and of Redis's memory and commands per second from 10 to 300 workers.
 func BenchmarkFleetScaleCurve(b *testing.B) {
 	const (
 		hosts   = 3
@@ -75,9 +85,33 @@ func BenchmarkFleetScaleCurve(b *testing.B) {
 		"WORKER_STOP_TIMEOUT": StopTimeout.String(), "METRICS_ADDR": "127.0.0.1:0", "IDLE_TIMEOUT_SECONDS": "3600",
 		"WORKER_ENV": `{"AGENT_BIN":"` + FakeAgent + `"}`,
 	}
+	// Each manager reaches its engine through a proxy that times the
+	// engine's container creates and starts.
+	engine := &engineTimes{at: map[string]time.Duration{}}
+	var proxies []*DockerProxy
+	b.Cleanup(func() {
+		for _, p := range proxies {
+			p.Close() // after the managers' shutdown, made through them
+		}
+	})
 	var managers []*Manager
 	for _, h := range f.Hosts {
-		m, err := h.StartManager(benchLogDir(b), h.ID, env)
+		p, err := NewDockerProxy(h.Engine.socket())
+		if err != nil {
+			b.Fatal(err)
+		}
+		proxies = append(proxies, p)
+		p.Time("POST", `^/containers/create$`, func(r *http.Request, took time.Duration) {
+			engine.add("create "+r.URL.Query().Get("name"), took)
+		})
+		p.Time("POST", `^/containers/[^/]+/start$`, func(r *http.Request, took time.Duration) {
+			engine.add("start "+strings.Split(apiVersion.ReplaceAllString(r.URL.Path, ""), "/")[2], took)
+		})
+		henv := map[string]string{"DOCKER_HOST": p.Host()}
+		for k, v := range env {
+			henv[k] = v
+		}
+		m, err := h.StartManager(benchLogDir(b), h.ID, henv)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -96,7 +130,10 @@ func BenchmarkFleetScaleCurve(b *testing.B) {
 	rc := redis.NewClient(&redis.Options{Addr: rs.Addr, PoolSize: 2*ramp + 10})
 	defer rc.Close()
 	ctx := context.Background()
-	fb := &fleetBench{b: b, rc: rc, keys: keys, replies: keys.Replies("bench"), managers: managers}
+	fb := &fleetBench{b: b, rc: rc, keys: keys, replies: keys.Replies("bench"), managers: managers, engine: engine, image: tag}
+	for _, h := range f.Hosts {
+		fb.engines = append(fb.engines, h.Engine.socket())
+	}
 	stopFollow := fb.follow(ctx)
 	defer stopFollow()
 	if !waitUntil(30*time.Second, func() bool {
@@ -125,6 +162,7 @@ func BenchmarkFleetScaleCurve(b *testing.B) {
 		cpu, rssMax, rssSum        float64
 		ops, redisMB               float64
 		create95, create99, wake99 float64
+		own95, engine95, bare95    float64
 		perHost                    map[string]int
 	}
 	var rows []row
@@ -132,22 +170,30 @@ func BenchmarkFleetScaleCurve(b *testing.B) {
 		probe := min(probes, n)
 		grow := n - len(workers) - probe
 		t0 := time.Now()
-		made, _ := fb.creates(ctx, grow, ramp)
+		made := fb.creates(ctx, grow, ramp)
 		workers = append(workers, made...)
 		created := time.Since(t0)
-		sequential, lat := fb.creates(ctx, probe, 1)
-		workers = append(workers, sequential...)
-		b.Logf("%d workers: %d made %d at a time in %s, %d one at a time", len(workers), grow, ramp, created.Round(time.Millisecond), probe)
+		pr := fb.probeCreates(ctx, probe)
+		workers = append(workers, pr.ids...)
 		time.Sleep(5 * time.Second) // every wrapper up and beating
 
-		r := row{n: len(workers), create95: percentile(lat, 95), create99: percentile(lat, 99), perHost: map[string]int{}}
+		r := row{n: len(workers), create95: percentile(pr.reply, 95), create99: percentile(pr.reply, 99), own95: percentile(pr.own, 95),
+			engine95: percentile(pr.engine, 95), bare95: percentile(pr.bare, 95), perHost: map[string]int{}}
 		for _, w := range workers {
 			r.perHost[rc.HGet(ctx, keys.Status(w), protocol.StatusFieldHost).Val()]++
 		}
-		r.cpu, r.rssMax, r.rssSum, r.ops, r.redisMB = fb.steady(ctx, rs, window)
-		r.wake99 = percentile(fb.wakes(ctx, spreadPick(workers, probe)), 99)
-		b.Logf("%d workers (%v): managers CPU %.2f %% of a core (sum of 3), RSS max %.1f MB (sum %.1f MB); Redis %.0f ops/s, %.1f MB; create p95 %.1f ms p99 %.1f ms; wake p99 %.1f ms",
-			r.n, r.perHost, r.cpu, r.rssMax, r.rssSum, r.ops, r.redisMB, r.create95, r.create99, r.wake99)
+		var top string
+		r.cpu, r.rssMax, r.rssSum, r.ops, r.redisMB, top = fb.steady(ctx, rs, window)
+		wakes := fb.wakes(ctx, spreadPick(workers, probe))
+		r.wake99 = percentile(wakes, 99)
+		// Two lines a size: a benchmark's log is cut after ten.
+		b.Logf("%d workers (%v; %d made %d at a time in %s, %d one at a time): managers CPU %.2f %% of a core (sum of 3), RSS max %.1f MB (sum %.1f MB); "+
+			"Redis %.0f ops/s (most called: %s), %.1f MB; create p95 %.1f ms p99 %.1f ms (the manager's share p95 %.1f ms, the engine's create + start p95 %.1f ms; "+
+			"bare create + start p95 %.1f ms); wake p99 %.1f ms",
+			r.n, r.perHost, grow, ramp, created.Round(time.Millisecond), probe, r.cpu, r.rssMax, r.rssSum, r.ops, top, r.redisMB,
+			r.create95, r.create99, r.own95, r.engine95, r.bare95, r.wake99)
+		b.Logf("%d workers, in ms and in order: create → reply %s; the manager's share %s; bare create + start %s; wake %s",
+			r.n, msList(pr.reply), msList(pr.own), msList(pr.bare), msList(wakes))
 		rows = append(rows, r)
 		p := fmt.Sprintf("fleet-%d-", n)
 		b.ReportMetric(r.cpu, p+"manager-cpu-%")
@@ -157,6 +203,9 @@ func BenchmarkFleetScaleCurve(b *testing.B) {
 		b.ReportMetric(r.redisMB, p+"redis-memory-MB")
 		b.ReportMetric(r.create95, p+"create-p95-ms")
 		b.ReportMetric(r.create99, p+"create-p99-ms")
+		b.ReportMetric(r.own95, p+"registration-p95-ms")
+		b.ReportMetric(r.engine95, p+"engine-create-start-p95-ms")
+		b.ReportMetric(r.bare95, p+"bare-create-start-p95-ms")
 		b.ReportMetric(r.wake99, p+"wake-p99-ms")
 	}
 	if len(rows) >= 2 {
@@ -165,6 +214,7 @@ func BenchmarkFleetScaleCurve(b *testing.B) {
 		b.ReportMetric((last.rssSum-first.rssSum)*1024/dn, "fleet-rss-per-worker-KB")
 		b.ReportMetric((last.cpu-first.cpu)/dn, "fleet-cpu-per-worker-%")
 		b.ReportMetric((last.redisMB-first.redisMB)*1024/dn, "fleet-redis-memory-per-worker-KB")
+		b.ReportMetric((last.ops-first.ops)/dn, "fleet-redis-ops-per-worker")
 	}
 }
 
@@ -176,6 +226,9 @@ type fleetBench struct {
 	keys     protocol.Keys
 	replies  string
 	managers []*Manager
+	engine   *engineTimes
+	engines  []string // the engines' sockets
+	image    string   // the worker image the managers run
 	seq      int
 
 	mu      sync.Mutex
@@ -262,11 +315,9 @@ func (fb *fleetBench) command(ctx context.Context, cmd protocol.Command) (protoc
 	return r, max(0, at.Sub(t0.Truncate(time.Millisecond))), nil
 }
 
-// creates makes n workers, inFlight at a time; it returns their ids and
-// each create's latency in ms.
-func (fb *fleetBench) creates(ctx context.Context, n, inFlight int) ([]string, []float64) {
+// creates makes n workers, inFlight at a time, and returns their ids.
+func (fb *fleetBench) creates(ctx context.Context, n, inFlight int) []string {
 	ids := make([]string, n)
-	lat := make([]float64, n)
 	errs := make([]error, n)
 	sem := make(chan struct{}, inFlight)
 	var wg sync.WaitGroup
@@ -275,9 +326,8 @@ func (fb *fleetBench) creates(ctx context.Context, n, inFlight int) ([]string, [
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude, Kind: protocol.KindLongLived}
-			r, d, err := fb.command(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &spec})
-			ids[i], lat[i], errs[i] = r.WorkerID, float64(d.Microseconds())/1000, err
+			r, _, err := fb.create(ctx)
+			ids[i], errs[i] = r.WorkerID, err
 		}()
 	}
 	wg.Wait()
@@ -286,13 +336,139 @@ func (fb *fleetBench) creates(ctx context.Context, n, inFlight int) ([]string, [
 			fb.b.Fatal(err)
 		}
 	}
-	return ids, lat
+	return ids
+}
+
+func (fb *fleetBench) create(ctx context.Context) (protocol.Reply, time.Duration, error) {
+	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude, Kind: protocol.KindLongLived}
+	return fb.command(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &spec})
+}
+
+// probes are creates made one at a time, in ms: create → reply, the
+// engine's container create + start for it (as the proxy timed them),
+// the difference (the manager's own share), and a bare create + start
+// made on the next engine in turn right after each.
+type probes struct {
+	ids                      []string
+	reply, engine, own, bare []float64
+}
+
+// probeCreates makes n workers one at a time, each followed by a bare
+// container create + start (removed after).
+func (fb *fleetBench) probeCreates(ctx context.Context, n int) probes {
+	var p probes
+	for i := 0; i < n; i++ {
+		r, d, err := fb.create(ctx)
+		if err != nil {
+			fb.b.Fatal(err)
+		}
+		if r.Worker == nil {
+			fb.b.Fatalf("create %s: the reply names no container", r.WorkerID)
+		}
+		e, ok := fb.engine.of(r.WorkerID, r.Worker.ContainerID)
+		if !ok {
+			fb.b.Fatalf("create %s: the proxy timed no container create and start for it", r.WorkerID)
+		}
+		p.ids = append(p.ids, r.WorkerID)
+		p.reply, p.engine, p.own = append(p.reply, ms(d)), append(p.engine, ms(e)), append(p.own, ms(max(0, d-e)))
+		took, err := bareCreateStart(ctx, fb.engines[i%len(fb.engines)], fb.image, fmt.Sprintf("bench-bare-%d-%d", time.Now().UnixNano(), i))
+		if err != nil {
+			fb.b.Fatal(err)
+		}
+		p.bare = append(p.bare, ms(took))
+	}
+	return p
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// msList shows figures in ms.
+func msList(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = strconv.FormatFloat(x, 'f', 0, 64)
+	}
+	return strings.Join(parts, " ")
+}
+
+// engineTimes are the engine's answers to the managers' container
+// creates and starts, as the proxies timed them: "create <name>" and
+// "start <container id>".
+type engineTimes struct {
+	mu sync.Mutex
+	at map[string]time.Duration
+}
+
+func (e *engineTimes) add(key string, took time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.at[key] += took
+}
+
+// of returns the engine's time for the container create and start of a
+// worker.
+func (e *engineTimes) of(workerID, containerID string) (time.Duration, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c, ok1 := e.at["create agentvisor-"+workerID] // spawner.ContainerName
+	s, ok2 := e.at["start "+containerID]
+	return c + s, ok1 && ok2
+}
+
+// bareCreateStart creates and starts a container of image through the
+// Engine API at socket, as a manager makes a worker's (host network, the
+// benchmark's limits, no privileges), without the manager, and returns the
+// time the two calls took; the container is removed after.
+func bareCreateStart(ctx context.Context, socket, image, name string) (time.Duration, error) {
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socket)
+	}}}
+	defer c.CloseIdleConnections()
+	call := func(method, path string, body any, want int) ([]byte, error) {
+		var rd io.Reader
+		if body != nil {
+			b, _ := json.Marshal(body)
+			rd = bytes.NewReader(b)
+		}
+		req, _ := http.NewRequestWithContext(ctx, method, "http://docker"+path, rd)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != want {
+			return nil, fmt.Errorf("%s %s: %s %s", method, path, resp.Status, out)
+		}
+		return out, nil
+	}
+	config := map[string]any{"Image": image, "User": "1000:1000", "HostConfig": map[string]any{
+		"NetworkMode": "host", "Memory": 256 << 20, "NanoCpus": 500_000_000, "PidsLimit": 512,
+		"CapDrop": []string{"ALL"}, "SecurityOpt": []string{"no-new-privileges"}, "Init": false}}
+	t0 := time.Now()
+	out, err := call("POST", "/containers/create?name="+name, config, http.StatusCreated)
+	if err != nil {
+		return 0, err
+	}
+	var created struct{ Id string }
+	if err := json.Unmarshal(out, &created); err != nil {
+		return 0, err
+	}
+	if _, err := call("POST", "/containers/"+created.Id+"/start", nil, http.StatusNoContent); err != nil {
+		return 0, err
+	}
+	took := time.Since(t0)
+	_, err = call("DELETE", "/containers/"+created.Id+"?force=1", nil, http.StatusNoContent)
+	return took, err
 }
 
 // steady measures a window with every worker idle: the managers' CPU (%
 // of a core, summed), their RSS (the largest and the sum, sampled every
-// second, MB), Redis's commands per second and used memory (MB).
-func (fb *fleetBench) steady(ctx context.Context, rs *testkit.Redis, window time.Duration) (cpu, rssMax, rssSum, ops, redisMB float64) {
+// second, MB), Redis's commands per second and used memory (MB), and the
+// commands called most.
+func (fb *fleetBench) steady(ctx context.Context, rs *testkit.Redis, window time.Duration) (cpu, rssMax, rssSum, ops, redisMB float64, top string) {
 	cpu0 := 0.0
 	for _, m := range fb.managers {
 		cpu0 += procCPU(m.Pid())
@@ -316,9 +492,9 @@ func (fb *fleetBench) steady(ctx context.Context, rs *testkit.Redis, window time
 		cpu1 += procCPU(m.Pid())
 	}
 	cmds1 := redisInfo(ctx, fb.rc, "stats", "total_commands_processed")
-	fb.b.Logf("Redis commands over the window, most called: %s", topCommands(stats0, commandStats(ctx, fb.rc), took, 6))
+	top = topCommands(stats0, commandStats(ctx, fb.rc), took, 6)
 	// The window's own INFO calls are a handful: not worth subtracting.
-	return (cpu1 - cpu0) / took * 100, rssMax, rssSum, (cmds1 - cmds0) / took, redisInfo(ctx, fb.rc, "memory", "used_memory") / 1e6
+	return (cpu1 - cpu0) / took * 100, rssMax, rssSum, (cmds1 - cmds0) / took, redisInfo(ctx, fb.rc, "memory", "used_memory") / 1e6, top
 }
 
 // wakes pauses each worker (a pause command), then, one worker at a time,

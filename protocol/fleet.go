@@ -43,6 +43,12 @@ func (k Keys) HostCommands(host string) string { return k.join("commands", "host
 // host, read by its managers through ManagerGroup.
 func (k Keys) HostControl(host string) string { return k.join("control", "host", host) }
 
+// HostPaused is the set of the workers of one host whose status hash
+// says their container is paused: the spawner writes it in the same
+// transaction as that field, and its reconciler repairs it. The host's
+// wake-up loop reads it instead of every worker's status.
+func (k Keys) HostPaused(host string) string { return k.join("paused", "host", host) }
+
 // HostLeaderLease names the lease of the manager that runs a host's own
 // loops (health, wake-up, timeouts, reconciliation, volume and image GC):
 // one per host, where LeaderLease is one per fleet.

@@ -95,8 +95,10 @@ var rows = []row{
 		[]string{"redis-memory-before-MB"}, "Redis memory after a warm-up that filled every capped stream"},
 	{"Fleet of 3 hosts, 300 workers: manager RSS, largest of the 3", "fleet-300-manager-rss-max-MB", "MB", "< 50 MB", below(50),
 		[]string{"fleet-10-manager-rss-max-MB"}, "the same at 10 workers"},
-	{"Fleet of 3 hosts, 300 workers: create → reply (registration), p95", "fleet-300-create-p95-ms", "ms", "< 100 ms", below(100),
-		[]string{"fleet-10-create-p95-ms"}, "the same at 10 workers"},
+	{"Fleet of 3 hosts, 300 workers: registration, the manager's share of a create (create → reply less the engine's container create + start, timed by an API proxy), p95",
+		"fleet-300-registration-p95-ms", "ms", "< 100 ms", below(100), []string{"fleet-10-registration-p95-ms"}, "the same at 10 workers"},
+	{"Fleet of 3 hosts, 300 workers: create → reply, p95", "fleet-300-create-p95-ms", "ms", "ratio ≤ 1.3", ratioAtMost(1.3),
+		[]string{"fleet-300-bare-create-start-p95-ms"}, "a bare container create + start of the same image on the same engines, p95"},
 }
 
 // The scale curve (BenchmarkFleetScaleCurve, faults/): one line per fleet
@@ -109,6 +111,9 @@ var curve = []struct{ head, metric, format string }{
 	{"Redis memory", "redis-memory-MB", "%s MB"},
 	{"Create → reply p95", "create-p95-ms", "%s ms"},
 	{"Create → reply p99", "create-p99-ms", "%s ms"},
+	{"Registration p95 (the manager's share)", "registration-p95-ms", "%s ms"},
+	{"Engine's create + start of those creates, p95", "engine-create-start-p95-ms", "%s ms"},
+	{"Bare create + start p95", "bare-create-start-p95-ms", "%s ms"},
 	{"Wake p99 (task XADD → task started)", "wake-p99-ms", "%s ms"},
 }
 
@@ -130,7 +135,12 @@ func scaleTable(metrics map[string]float64) string {
 	var b strings.Builder
 	b.WriteString("\nScale curve: a fleet of 3 hosts (each a Docker engine with its worker-manager, one Redis), workers with the fake agent, " +
 		"CPU, RSS and Redis over a 30 s window with every worker idle; create and wake one at a time, over the last 20 creates of the size " +
-		"and 20 workers paused then sent a task (10 of each at 10 workers) (BenchmarkFleetScaleCurve in faults/).\n\n| Workers |")
+		"and 20 workers paused then sent a task (10 of each at 10 workers); the registration is each of those creates less the engine's " +
+		"container create + start for it, as a Docker API proxy in front of each engine timed them, and each create is followed by a bare " +
+		"container create + start of the same image on the next engine (BenchmarkFleetScaleCurve in faults/). " +
+		"The design's goal, registration under 100 ms p95, is the worker becoming known to the control plane: it is held against the " +
+		"manager's share. Create → reply also holds the engine's own container create and start (about 100 ms alone on this machine), " +
+		"so its row is held against a bare create + start measured alongside, ratio ≤ 1.3.\n\n| Workers |")
 	for _, c := range curve {
 		b.WriteString(" " + c.head + " |")
 	}
@@ -148,8 +158,12 @@ func scaleTable(metrics map[string]float64) string {
 		b.WriteString("\n")
 	}
 	if rss, ok := metrics["fleet-rss-per-worker-KB"]; ok {
-		fmt.Fprintf(&b, "\nCost per added worker (slope from %d to %d workers): managers' RSS %s KB, managers' CPU %s %% of a core, Redis memory %s KB.\n",
+		fmt.Fprintf(&b, "\nCost per added worker (slope from %d to %d workers): managers' RSS %s KB, managers' CPU %s %% of a core, Redis memory %s KB",
 			sizes[0], sizes[len(sizes)-1], num(rss), num(metrics["fleet-cpu-per-worker-%"]), num(metrics["fleet-redis-memory-per-worker-KB"]))
+		if ops, ok := metrics["fleet-redis-ops-per-worker"]; ok {
+			fmt.Fprintf(&b, ", Redis %s commands/s while idle", num(ops))
+		}
+		b.WriteString(".\n")
 	}
 	return b.String()
 }

@@ -192,10 +192,12 @@ func (c *Commands) execute(stream string, msg redis.XMessage) {
 	reply.Timestamp = s.now()
 	if replyTo != "" {
 		if doc, err := reply.Encode(); err == nil {
-			if err := s.rdb.Reply(ctx, replyTo, doc); err != nil {
+			// Answered and acknowledged together, or neither: executed
+			// again (idempotently) and answered.
+			if err := s.rdb.Reply(ctx, replyTo, doc, stream, protocol.ManagerGroup, msg.ID); err != nil {
 				s.log.Warn("reply not written", "command_id", reply.CommandID, "err", err)
-				return // not acknowledged: executed again (idempotently) and answered
 			}
+			return
 		}
 	}
 	if err := s.rdb.Ack(ctx, stream, protocol.ManagerGroup, msg.ID); err != nil {

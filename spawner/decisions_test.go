@@ -120,25 +120,22 @@ func TestPauseEligibility(t *testing.T) {
 // killed; one still silent after that is.
 func TestLivenessWaitsForAConnectedJudge(t *testing.T) {
 	u := newUnit(t, func(c *Config) { c.ReplaceDead = false })
-	ctx := context.Background()
 	u.worker(t, "w", "running", u.now().Add(-time.Hour))
 	h := &Health{s: u.s, probes: map[string]*healthState{}, judged: map[string]bool{}}
 	h.upSince = u.now() // connected just now (after an outage)
-	if err := h.check(ctx, "w"); err != nil {
-		t.Fatal(err)
-	}
+	healthCheck(t, h, "w")
 	if !u.d.has(ContainerName("w")) || len(h.judged) != 0 {
 		t.Fatal("judged dead right after the judge reconnected")
 	}
 	u.advance(JudgeAfterIntervals * u.s.cfg.HeartbeatInterval)
-	h.check(ctx, "w")
+	healthCheck(t, h, "w")
 	if !h.judged["w"] {
 		t.Fatal("a worker silent for the whole judging window was not judged dead")
 	}
 	waitFor(t, func() bool { return !u.d.has(ContainerName("w")) })
 	// A paused worker is never judged.
 	u.worker(t, "p", "paused", u.now().Add(-time.Hour))
-	h.check(ctx, "p")
+	healthCheck(t, h, "p")
 	if h.judged["p"] {
 		t.Fatal("a paused worker was judged")
 	}
@@ -179,6 +176,18 @@ func countLifecycle(t *testing.T, u *unit, id string, ev protocol.Event) int {
 	return n
 }
 
+// healthCheck runs one health check of a worker, its status and
+// heartbeat read as the loop reads them.
+func healthCheck(t *testing.T, h *Health, id string) {
+	t.Helper()
+	ctx := context.Background()
+	sts, beats, err := h.s.rdb.StatusFields(ctx, []string{id}, healthFields, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.check(ctx, id, sts[0], beats[0])
+}
+
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
@@ -197,13 +206,13 @@ func TestAWorkerShuttingDownIsNotJudgedDead(t *testing.T) {
 	u.worker(t, "w", "running", u.now().Add(-time.Hour))
 	u.rc.HSet(ctx, u.keys.Status("w"), protocol.StatusFieldState, string(protocol.WorkerStopping), protocol.StatusFieldUpdatedAt, protocol.FormatTime(u.now()))
 	h := &Health{s: u.s, probes: map[string]*healthState{}, judged: map[string]bool{}, upSince: u.now().Add(-time.Hour)}
-	h.check(ctx, "w")
+	healthCheck(t, h, "w")
 	if h.judged["w"] {
 		t.Fatal("a worker shutting down was judged dead")
 	}
 	u.advance(u.s.cfg.StopTimeout + 10*time.Second) // stuck in stopping past the stop timeout
 	h.upSince = u.now().Add(-time.Hour)
-	h.check(ctx, "w")
+	healthCheck(t, h, "w")
 	if !h.judged["w"] {
 		t.Fatal("a worker stuck in stopping past the stop timeout was not judged")
 	}

@@ -83,16 +83,21 @@ func (h *Health) run(ctx context.Context) {
 				s.log.Warn("worker Redis users made again (Redis lost them: a restart or a failover)", "users", n, "on_new_connection", reconnected)
 			}
 		}
-		seen := map[string]bool{}
-		err := s.eachOwnWorker(ctx, func(ctx context.Context, id string) {
-			seen[id] = true
-			if err := h.check(ctx, id); err != nil {
-				h.upSince = time.Time{}
-			}
-		})
+		// One round trip for the members, one for what is read of each.
+		ids, err := s.ownWorkers(ctx)
 		if err != nil {
 			h.upSince = time.Time{}
 			return
+		}
+		sts, beats, err := s.rdb.StatusFields(ctx, ids, healthFields, true)
+		if err != nil {
+			h.upSince = time.Time{}
+			return
+		}
+		seen := map[string]bool{}
+		for i, id := range ids {
+			seen[id] = true
+			h.check(ctx, id, sts[i], beats[i])
 		}
 		for id := range h.probes {
 			if !seen[id] {
@@ -112,37 +117,33 @@ func (h *Health) canJudge() bool {
 	return !h.upSince.IsZero() && h.s.now().Sub(h.upSince) >= JudgeAfterIntervals*h.s.cfg.HeartbeatInterval
 }
 
-func (h *Health) check(ctx context.Context, id string) error {
+// healthFields are the fields of a worker's status hash that check reads.
+var healthFields = []string{protocol.StatusFieldContainer, protocol.StatusFieldState, protocol.StatusFieldUpdatedAt, protocol.StatusFieldCreatedAt}
+
+// check judges one worker from its status fields (healthFields) and its
+// heartbeat document (nil: expired), read together.
+func (h *Health) check(ctx context.Context, id string, st map[string]string, hb []byte) {
 	s := h.s
-	st, err := s.rdb.Status(ctx, id)
-	if err != nil {
-		return err
-	}
 	if st[protocol.StatusFieldContainer] != string(protocol.ContainerRunning) {
-		return nil // starting, paused or ended: not judged
+		return // starting, paused or ended: not judged
 	}
 	now := s.now()
-	hb, err := s.rdb.Heartbeat(ctx, id)
-	if err != nil {
-		return err
-	}
 	if hb == nil {
 		if ending(st, now, s.cfg.StopTimeout) {
-			return nil // shutting down: its exit is the crash watcher's
+			return // shutting down: its exit is the crash watcher's
 		}
 		created, _ := protocol.ParseTime(st[protocol.StatusFieldCreatedAt])
 		if created.IsZero() || now.Sub(created) < protocol.HeartbeatTTLIntervals*s.cfg.HeartbeatInterval || !h.canJudge() {
-			return nil // still starting, or this manager cannot tell yet
+			return // still starting, or this manager cannot tell yet
 		}
 		delete(h.probes, id)
 		if !h.judged[id] {
 			h.judged[id] = true
 			h.dead(ctx, id)
 		}
-		return nil
+		return
 	}
 	h.probe(ctx, id, hb, now)
-	return nil
 }
 
 // probe records one health probe of a running worker, through the

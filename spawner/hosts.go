@@ -121,33 +121,52 @@ func (s *Spawner) forwardCreate(ctx context.Context, host, commandID string, spe
 // it back within a quarter of HostTTL).
 type HostPresence struct {
 	job
-	s *Spawner
+	s      *Spawner
+	engine string // the engine's name, as the registry shows it
 }
 
-// Start renews until Stop.
-func (p *HostPresence) Start(ctx context.Context) { p.start(ctx, p.run) }
+// Start renews the host once before it returns (a manager is in
+// placement before it reads a create: one read by another host's manager
+// meanwhile would find no live host to place it on), then until Stop.
+func (p *HostPresence) Start(ctx context.Context) {
+	if p.s.docker != nil {
+		ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if info, err := p.s.docker.Info(ictx); err == nil {
+			p.engine = info.Name
+		}
+		cancel()
+	}
+	p.renew(ctx)
+	p.start(ctx, p.run)
+}
 
 func (p *HostPresence) run(ctx context.Context) {
 	s := p.s
-	me := s.Host()
-	engine := ""
-	if s.docker != nil {
-		if info, err := s.docker.Info(ctx); err == nil {
-			engine = info.Name
-		}
-	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_ = s.rdb.LeaveHosts(dctx, me)
+		_ = s.rdb.LeaveHosts(dctx, s.Host())
 	}()
-	every(ctx, max(s.cfg.HostTTL/4, 50*time.Millisecond), func(ctx context.Context) {
-		ctx, cancel := context.WithTimeout(ctx, s.cfg.HostTTL/4+time.Second)
-		defer cancel()
-		if err := s.rdb.RenewHost(ctx, me, s.now(), s.cfg.HostTTL, s.cfg.MaxWorkers, s.cfg.HostLabels, engine); err != nil && ctx.Err() == nil {
-			s.log.Warn("host not renewed in the fleet's registry", "host", me, "err", err)
+	t := time.NewTicker(max(s.cfg.HostTTL/4, 50*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			p.renew(ctx)
 		}
-	})
+	}
+}
+
+// renew marks this host live for HostTTL.
+func (p *HostPresence) renew(ctx context.Context) {
+	s := p.s
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.HostTTL/4+time.Second)
+	defer cancel()
+	if err := s.rdb.RenewHost(ctx, s.Host(), s.now(), s.cfg.HostTTL, s.cfg.MaxWorkers, s.cfg.HostLabels, p.engine); err != nil && ctx.Err() == nil {
+		s.log.Warn("host not renewed in the fleet's registry", "host", s.Host(), "err", err)
+	}
 }
 
 // HostWatch finds lost hosts, on every manager, every quarter of HostTTL:

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types/build"
@@ -54,9 +55,30 @@ type Images struct {
 	ExtraCACerts string
 	// OnBuild, when set, is told of every build (Metrics.ImageBuilt).
 	OnBuild func(agent protocol.AgentType, took time.Duration, err error)
+	// Fresh is how long an image EnsureImage found is taken as it is,
+	// without asking the engine again (default 10 s; negative: ask every
+	// time): a create pays no inspect of the base image and of its own,
+	// and a new base image (make images) is used within Fresh. An image
+	// removed meanwhile is made again by the create that misses it
+	// (Forget).
+	Fresh time.Duration
 
 	group singleflight.Group // concurrent EnsureImage calls of one recipe build once
+
+	mu      sync.Mutex
+	known   map[string]knownImage // recipe (base, agent, capabilities) → its image, while fresh; guarded by mu
+	touched map[string]time.Time  // tag → when its use was last recorded; guarded by mu
 }
+
+// knownImage is an image EnsureImage found, and when.
+type knownImage struct {
+	img Image
+	at  time.Time
+}
+
+// touchEvery is how often a use of one image is recorded in Redis: the
+// image GC counts retention in days.
+const touchEvery = time.Minute
 
 // Image is a worker image that exists.
 type Image struct {
@@ -120,6 +142,79 @@ func (im *Images) Recipe(ctx context.Context, agent protocol.AgentType, caps []p
 // building it when it does not exist. Concurrent calls for one recipe share
 // one build. Every call records the image's use in Redis.
 func (im *Images) EnsureImage(ctx context.Context, agent protocol.AgentType, caps []protocol.Capability) (Image, error) {
+	key := im.key(agent, caps)
+	if img, ok := im.lookup(key); ok {
+		im.touch(ctx, img.Tag)
+		return img, nil
+	}
+	img, err := im.ensure(ctx, agent, caps)
+	if err != nil {
+		return Image{}, err
+	}
+	im.remember(key, img)
+	im.touch(ctx, img.Tag)
+	return img, nil
+}
+
+// key names a recipe before its base image is resolved.
+func (im *Images) key(agent protocol.AgentType, caps []protocol.Capability) string {
+	norm, err := protocol.NormalizeCapabilities(caps)
+	if err != nil {
+		return "" // never known: the recipe's own error is returned
+	}
+	names := make([]string, len(norm))
+	for i, c := range norm {
+		names[i] = string(c)
+	}
+	return im.base() + "\x00" + string(agent) + "\x00" + strings.Join(names, ",")
+}
+
+func (im *Images) fresh() time.Duration {
+	if im.Fresh == 0 {
+		return 10 * time.Second
+	}
+	return im.Fresh
+}
+
+func (im *Images) lookup(key string) (Image, bool) {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	k, ok := im.known[key]
+	if !ok || key == "" || im.fresh() < 0 || time.Since(k.at) >= im.fresh() {
+		return Image{}, false
+	}
+	img := k.img
+	img.Built = false
+	return img, true
+}
+
+func (im *Images) remember(key string, img Image) {
+	if key == "" || im.fresh() < 0 {
+		return
+	}
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	if im.known == nil {
+		im.known = map[string]knownImage{}
+	}
+	im.known[key] = knownImage{img: img, at: time.Now()}
+}
+
+// Forget drops what EnsureImage knows of tag: its next call asks the
+// engine (a create whose image was removed meanwhile).
+func (im *Images) Forget(tag string) {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	for k, v := range im.known {
+		if v.img.Tag == tag {
+			delete(im.known, k)
+		}
+	}
+	delete(im.touched, tag)
+}
+
+// ensure is EnsureImage without what it knows: the engine is asked.
+func (im *Images) ensure(ctx context.Context, agent protocol.AgentType, caps []protocol.Capability) (Image, error) {
 	r, err := im.Recipe(ctx, agent, caps)
 	if err != nil {
 		return Image{}, err
@@ -149,20 +244,33 @@ func (im *Images) EnsureImage(ctx context.Context, agent protocol.AgentType, cap
 	if err != nil {
 		return Image{}, err
 	}
-	img := v.(Image)
-	im.touch(ctx, tag)
-	return img, nil
+	return v.(Image), nil
 }
 
-// touch records the image's last use (seed 001 "Touch"); the image garbage
-// collector reads it.
+// touch records the image's last use (seed 001 "Touch"), at most every
+// touchEvery; the image garbage collector reads it.
 func (im *Images) touch(ctx context.Context, tag string) {
 	if im.Redis == nil {
 		return
 	}
+	now := im.now()
+	im.mu.Lock()
+	if last, ok := im.touched[tag]; ok && now.Sub(last) < touchEvery && now.After(last) {
+		im.mu.Unlock()
+		return
+	}
+	if im.touched == nil {
+		im.touched = map[string]time.Time{}
+	}
+	im.touched[tag] = now
+	im.mu.Unlock()
 	tctx, cancel := context.WithTimeout(ctx, im.timeout())
 	defer cancel()
-	_ = rdb.New(im.Redis, im.Keys).TouchImage(tctx, tag, im.now())
+	if err := rdb.New(im.Redis, im.Keys).TouchImage(tctx, tag, now); err != nil {
+		im.mu.Lock()
+		delete(im.touched, tag) // recorded by the next call
+		im.mu.Unlock()
+	}
 }
 
 // build runs one image build. The build has its own context on purpose: a

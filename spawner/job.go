@@ -70,18 +70,20 @@ func (s *Spawner) eachWorker(ctx context.Context, fn func(ctx context.Context, i
 	return nil
 }
 
-// eachOwnWorker calls fn for every member of the workers set placed on
-// this host (or placed before placement existed).
-func (s *Spawner) eachOwnWorker(ctx context.Context, fn func(ctx context.Context, id string)) error {
-	placed, err := s.rdb.Placements(ctx)
+// ownWorkers returns the members of the workers set placed on this host
+// (or placed before placement existed).
+func (s *Spawner) ownWorkers(ctx context.Context) ([]string, error) {
+	ids, placed, err := s.rdb.WorkersPlaced(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return s.eachWorker(ctx, func(ctx context.Context, id string) {
+	own := ids[:0]
+	for _, id := range ids {
 		if s.mine(placed[id]) {
-			fn(ctx, id)
+			own = append(own, id)
 		}
-	})
+	}
+	return own, nil
 }
 
 // renewal renews a lease every third of LeaseTTL in a goroutine of its

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/errdefs"
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
@@ -88,17 +89,14 @@ func (s *Spawner) stateNow(ctx context.Context, id string) *container.State {
 	return c.State
 }
 
-// Unpause wakes a paused worker.
+// Unpause wakes a paused worker. The engine is asked to unpause it at
+// once (a wake-up makes one engine call); a worker that was not paused
+// (another caller woke it first) is no error.
 func (s *Spawner) Unpause(ctx context.Context, id string) error {
-	c, err := s.find(ctx, id)
-	if err != nil {
-		return err
-	}
-	if c.State == nil || !c.State.Paused {
-		return nil
-	}
-	if err := s.docker.ContainerUnpause(ctx, c.ID); err != nil {
-		// The input monitor may have woken it first.
+	if err := s.docker.ContainerUnpause(ctx, ContainerName(id)); err != nil {
+		if errdefs.IsNotFound(err) {
+			return noContainer(id)
+		}
 		if st := s.stateNow(ctx, id); st != nil && !st.Paused {
 			return nil
 		}

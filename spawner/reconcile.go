@@ -91,6 +91,7 @@ func (s *Spawner) Reconcile(ctx context.Context) (ReconcileReport, error) {
 			rep.MissingMarked++
 		}
 	}
+	s.syncPaused(ctx, workers, placed)
 	rep.TakenOver = s.finishRetirements(ctx, placed)
 	rep.UsersDeleted = s.dropStrayUsers(ctx)
 	s.log.Info("reconciled", "orphans_removed", rep.OrphansRemoved, "missing_retired", rep.MissingMarked,
@@ -129,6 +130,26 @@ func (s *Spawner) reconcileMember(ctx context.Context, id string, c container.Su
 			s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(want)})
 			rep.StatesFixed++
 		}
+	}
+}
+
+// syncPaused makes this host's paused set (Keys.HostPaused) say what its
+// workers' status hashes say. Every write of a status keeps the set with
+// it; this repairs what was written otherwise (a manager of an earlier
+// version, a hand), so that no paused worker is left out of wake-up.
+func (s *Spawner) syncPaused(ctx context.Context, workers []string, placed map[string]string) {
+	ids, err := s.rdb.Paused(ctx, s.Host())
+	if err != nil {
+		s.log.Warn("reconcile: read the paused set", "err", err)
+		return
+	}
+	for _, id := range workers {
+		if s.mine(placed[id]) {
+			ids = append(ids, id)
+		}
+	}
+	if err := s.rdb.SyncPaused(ctx, s.Host(), ids); err != nil {
+		s.log.Warn("reconcile: repair the paused set", "err", err)
 	}
 }
 

@@ -86,7 +86,7 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 		s.log.Warn("worker died", "worker_id", id, "exit_code", r.exitCode, "oom", r.oom, "code", r.code, "request_id", h[protocol.StatusFieldRequestID])
 	}
 	fields[protocol.StatusFieldState], fields[protocol.StatusFieldContainer] = string(state), string(container)
-	s.writeStatus(ctx, id, fields)
+	s.writeStatusOn(ctx, hostOf(h, s), id, fields)
 
 	kind, input, group := s.inputOf(id, protocol.Kind(h[protocol.StatusFieldKind]))
 	replacing := r.replace && s.cfg.ReplaceDead && kind == protocol.KindLongLived && h[protocol.StatusFieldSpec] != ""

@@ -20,6 +20,7 @@ import (
 	"github.com/docker/docker/api/types/system"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
+	"github.com/docker/docker/errdefs"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/redis/go-redis/v9"
 
@@ -39,7 +40,6 @@ type ContainerClient interface {
 	ContainerInspect(ctx context.Context, containerID string) (container.InspectResponse, error)
 	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
 	Events(ctx context.Context, options events.ListOptions) (<-chan events.Message, <-chan error)
-	VolumeCreate(ctx context.Context, options volume.CreateOptions) (volume.Volume, error)
 	VolumeList(ctx context.Context, options volume.ListOptions) (volume.ListResponse, error)
 	VolumeRemove(ctx context.Context, volumeID string, force bool) error
 	Info(ctx context.Context) (system.Info, error)
@@ -225,39 +225,43 @@ func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.Wo
 		return protocol.WorkerInfo{}, err
 	}
 	id := newWorkerID()
+	fresh := true // no earlier delivery of the command made this worker
 	if commandID != "" {
-		var err error
-		if id, err = s.rdb.CommandWorker(ctx, commandID, id); err != nil {
+		got, err := s.rdb.CommandWorker(ctx, commandID, id)
+		if err != nil {
 			return protocol.WorkerInfo{}, redisError(err, "command %s", commandID)
 		}
+		fresh, id = got == id, got
 	}
-	member, err := s.rdb.IsWorker(ctx, id)
-	if err != nil {
-		return protocol.WorkerInfo{}, redisError(err, "workers set")
-	}
-	// A create delivered again whose worker another host makes or runs
-	// goes there; a worker of a lost host is answered as Redis knows it
-	// (HostWatch retires it).
-	if host, err := s.rdb.PlacementOf(ctx, id); err != nil {
-		return protocol.WorkerInfo{}, redisError(err, "placement of %s", id)
-	} else if !s.mine(host) {
-		live, err := s.hostLive(ctx, host)
-		if err != nil {
-			return protocol.WorkerInfo{}, redisError(err, "fleet hosts")
+	member := false
+	if !fresh {
+		// The command delivered again: its worker may be made, placed on
+		// another host, or half made here.
+		var err error
+		if member, err = s.rdb.IsWorker(ctx, id); err != nil {
+			return protocol.WorkerInfo{}, redisError(err, "workers set")
 		}
-		switch {
-		case live && o.forward != nil:
-			return s.forwarded(ctx, id, host, o)
-		case member:
-			return s.Status(ctx, id)
-		case !live:
-			_ = s.rdb.Leave(ctx, id) // its slot was on a lost host: placed anew
+		// A create delivered again whose worker another host makes or runs
+		// goes there; a worker of a lost host is answered as Redis knows it
+		// (HostWatch retires it).
+		if host, err := s.rdb.PlacementOf(ctx, id); err != nil {
+			return protocol.WorkerInfo{}, redisError(err, "placement of %s", id)
+		} else if !s.mine(host) {
+			live, err := s.hostLive(ctx, host)
+			if err != nil {
+				return protocol.WorkerInfo{}, redisError(err, "fleet hosts")
+			}
+			switch {
+			case live && o.forward != nil:
+				return s.forwarded(ctx, id, host, o)
+			case member:
+				return s.Status(ctx, id)
+			case !live:
+				_ = s.rdb.Leave(ctx, id) // its slot was on a lost host: placed anew
+			}
 		}
 	}
 	if !member {
-		if _, err := s.find(ctx, id); err != nil && !IsNotFound(err) {
-			return protocol.WorkerInfo{}, err
-		}
 		lease, host, err := s.admit(ctx, id, spec.Placement, o)
 		if err != nil {
 			s.writeStatus(context.WithoutCancel(ctx), id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerFailed),
@@ -269,7 +273,7 @@ func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.Wo
 		}
 		defer lease.stop()
 	}
-	info, err := s.build(ctx, id, commandID, spec, member, o)
+	info, err := s.build(ctx, id, commandID, spec, member, fresh, o)
 	if err != nil && !member {
 		// The slot goes back now; had this process died instead, its
 		// lease would have run out (and the reconciler would delete the
@@ -298,8 +302,10 @@ func (s *Spawner) forwarded(ctx context.Context, id, host string, o createOpts) 
 }
 
 // build makes and starts the container of an admitted create (or of a
-// member whose create was cut short), each step idempotent.
-func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol.WorkerSpec, member bool, o createOpts) (protocol.WorkerInfo, error) {
+// member whose create was cut short), each step idempotent. A fresh
+// create (no earlier delivery of its command) has no container to look
+// for: it asks the engine only to create and start one.
+func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol.WorkerSpec, member, fresh bool, o createOpts) (protocol.WorkerInfo, error) {
 	img, err := s.images.EnsureImage(ctx, spec.AgentType, spec.Capabilities)
 	if err != nil {
 		return protocol.WorkerInfo{}, &Error{protocol.CodeInternalError, err}
@@ -311,9 +317,12 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 	}
 	now := s.now()
 	cid := ""
-	c, err := s.find(cctx, id)
-	if err == nil {
-		cid = c.ID
+	err = noContainer(id)
+	if !fresh {
+		var c container.InspectResponse
+		if c, err = s.find(cctx, id); err == nil {
+			cid = c.ID
+		}
 	}
 	switch {
 	case IsNotFound(err):
@@ -326,25 +335,15 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 				protocol.StatusFieldSpec: specJSON(spec), protocol.StatusFieldManagerID: s.cfg.ManagerID, protocol.StatusFieldHost: s.Host(),
 				protocol.StatusFieldPool: o.pool, protocol.StatusFieldPoolState: o.poolState})
 		}
-		if err := s.ensureVolume(cctx, spec); err != nil {
+		if err := s.touchVolume(cctx, spec); err != nil {
 			return protocol.WorkerInfo{}, err
 		}
 		redisURL, err := s.workerRedisURL(cctx, id, spec.Kind)
 		if err != nil {
 			return protocol.WorkerInfo{}, err
 		}
-		cfg, hc := s.containerConfig(id, commandID, spec, img.Tag, redisURL, now)
-		cfg.Env = append(cfg.Env, poolEnv(spec, o)...)
-		resp, err := s.docker.ContainerCreate(cctx, cfg, hc, nil, nil, ContainerName(id))
-		if err != nil && !isConflict(err) {
-			return protocol.WorkerInfo{}, engineError(err, "create container of %s", id)
-		}
-		if err == nil {
-			cid = resp.ID
-		} else if c, err = s.find(cctx, id); err != nil { // made meanwhile by the same command elsewhere
+		if cid, err = s.createContainer(cctx, id, commandID, spec, &img, redisURL, now, o); err != nil {
 			return protocol.WorkerInfo{}, err
-		} else {
-			cid = c.ID
 		}
 	case err != nil:
 		return protocol.WorkerInfo{}, err
@@ -370,15 +369,61 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 		}
 		return protocol.WorkerInfo{}, serr
 	}
-	s.writeStatus(cctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerRunning),
-		protocol.StatusFieldContainerID: cid})
 	detail := map[string]any{"container_id": cid, "image": img.Tag}
 	if o.pool != "" {
 		detail["pool"], detail["pool_state"] = o.pool, o.poolState
 	}
-	s.lifecycle(cctx, id, protocol.EventCreated, detail)
+	h, err := s.rdb.Started(cctx, id, s.Host(), s.now(), map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerRunning),
+		protocol.StatusFieldContainerID: cid}, protocol.Lifecycle{WorkerID: id, Event: protocol.EventCreated, Source: protocol.SourceSpawner,
+		Timestamp: s.now(), Detail: detail, Host: s.Host()})
+	if err != nil {
+		s.log.Warn("status and created event not written", "worker_id", id, "err", err)
+	}
 	s.log.Info("worker created", "worker_id", id, "agent_type", spec.AgentType, "kind", spec.Kind, "image", img.Tag)
-	return s.Status(ctx, id)
+	if err != nil || !s.hostNetwork() {
+		return s.Status(ctx, id) // the engine alone knows the address of a container on a network of its own
+	}
+	info := InfoFromHash(id, h)
+	info.Status, info.ContainerID, info.Image = protocol.ContainerRunning, cid, img.Tag
+	return info, nil
+}
+
+// createContainer makes a worker's container from img and returns its
+// id; a container the same command made meanwhile (a delivery of it on
+// another manager) is taken as it is. An image removed since EnsureImage
+// last saw it (an operator's docker rmi) is made again, once.
+func (s *Spawner) createContainer(ctx context.Context, id, commandID string, spec protocol.WorkerSpec, img *Image, redisURL string, now time.Time, o createOpts) (string, error) {
+	for attempt := 0; ; attempt++ {
+		cfg, hc := s.containerConfig(id, commandID, spec, img.Tag, redisURL, now)
+		cfg.Env = append(cfg.Env, poolEnv(spec, o)...)
+		resp, err := s.docker.ContainerCreate(ctx, cfg, hc, nil, nil, ContainerName(id))
+		switch {
+		case err == nil:
+			return resp.ID, nil
+		case isConflict(err): // made meanwhile by the same command elsewhere
+			c, err := s.find(ctx, id)
+			if err != nil {
+				return "", err
+			}
+			return c.ID, nil
+		case errdefs.IsNotFound(err) && attempt == 0:
+			s.images.Forget(img.Tag)
+			again, ierr := s.images.EnsureImage(ctx, spec.AgentType, spec.Capabilities)
+			if ierr != nil {
+				return "", &Error{protocol.CodeInternalError, ierr}
+			}
+			*img = again
+		default:
+			return "", engineError(err, "create container of %s", id)
+		}
+	}
+}
+
+// hostNetwork reports whether workers share the host's network
+// (WORKER_NETWORK_MODE's default) or have none: their containers have no
+// address of their own to look up.
+func (s *Spawner) hostNetwork() bool {
+	return s.cfg.NetworkMode == "host" || s.cfg.NetworkMode == "none"
 }
 
 // containerConfig is a worker's container: labels, environment, limits
@@ -475,11 +520,16 @@ func (s *Spawner) workerEnv(id string, spec protocol.WorkerSpec, redisURL string
 
 func ptr[T any](v T) *T { return &v }
 
-// writeStatus sets fields of a worker's status hash; a failure is logged,
-// not returned: the status hash is a view, the truth is in the engine and
-// the workers set.
+// writeStatus sets fields of a worker of this host's status hash; a
+// failure is logged, not returned: the status hash is a view, the truth
+// is in the engine and the workers set.
 func (s *Spawner) writeStatus(ctx context.Context, id string, fields map[string]any) {
-	if err := s.rdb.WriteStatus(ctx, id, s.now(), fields); err != nil {
+	s.writeStatusOn(ctx, s.Host(), id, fields)
+}
+
+// writeStatusOn is writeStatus for a worker of the given host.
+func (s *Spawner) writeStatusOn(ctx context.Context, host, id string, fields map[string]any) {
+	if err := s.rdb.WriteStatus(ctx, id, host, s.now(), fields); err != nil {
 		s.log.Warn("status not written", "worker_id", id, "err", err)
 	}
 }

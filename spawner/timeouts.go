@@ -21,16 +21,30 @@ func (t *Timeouts) Start(ctx context.Context) { t.start(ctx, t.run) }
 func (t *Timeouts) run(ctx context.Context) {
 	s := t.s
 	every(ctx, max(s.cfg.HeartbeatInterval/4, 100*time.Millisecond), func(ctx context.Context) {
-		_ = s.eachOwnWorker(ctx, t.check)
+		ids, err := s.ownWorkers(ctx)
+		if err != nil {
+			return
+		}
+		sts, _, err := s.rdb.StatusFields(ctx, ids, timeoutFields, false)
+		if err != nil {
+			return
+		}
+		for i, id := range ids {
+			if ctx.Err() != nil {
+				return
+			}
+			t.check(ctx, id, sts[i])
+		}
 	})
 }
 
-func (t *Timeouts) check(ctx context.Context, id string) {
+// timeoutFields are the fields of a worker's status hash that check reads.
+var timeoutFields = []string{protocol.StatusFieldContainer, protocol.StatusFieldState, protocol.StatusFieldUpdatedAt}
+
+// check pauses or retires one worker past its timeout, from its status
+// fields (timeoutFields).
+func (t *Timeouts) check(ctx context.Context, id string, h map[string]string) {
 	s := t.s
-	h, err := s.rdb.Status(ctx, id)
-	if err != nil || len(h) == 0 {
-		return
-	}
 	updated, err := protocol.ParseTime(h[protocol.StatusFieldUpdatedAt])
 	if err != nil || updated.IsZero() {
 		return

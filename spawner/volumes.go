@@ -35,25 +35,25 @@ func ProjectVolume(prefix string, agent protocol.AgentType, project string) stri
 	return "agentvisor-" + string(agent) + "-" + readable + "-" + hex.EncodeToString(sum[:5])
 }
 
-// projectMounts gives the worker its project's volume as the agent's home.
+// projectMounts gives the worker its project's volume as the agent's
+// home. The engine makes the volume, with its owner's labels, when the
+// container is created and it does not exist yet: a create asks the
+// engine nothing more for it.
 func projectMounts(prefix string, spec protocol.WorkerSpec) []mount.Mount {
-	return []mount.Mount{{Type: mount.TypeVolume, Source: ProjectVolume(prefix, spec.AgentType, spec.ProjectID), Target: "/home/worker"}}
+	return []mount.Mount{{Type: mount.TypeVolume, Source: ProjectVolume(prefix, spec.AgentType, spec.ProjectID), Target: "/home/worker",
+		VolumeOptions: &mount.VolumeOptions{Labels: map[string]string{
+			protocol.LabelManaged: "true", protocol.LabelKeyPrefix: prefix,
+			protocol.LabelAgentType: string(spec.AgentType), protocol.LabelProjectID: spec.ProjectID,
+		}}}}
 }
 
-// ensureVolume creates a project's volume with its labels (creating an
-// existing volume returns it) and records its use.
-func (s *Spawner) ensureVolume(ctx context.Context, spec protocol.WorkerSpec) error {
+// touchVolume records the use of a project's volume (the volume GC
+// removes one unused for VolumeRetention); projectMounts makes it.
+func (s *Spawner) touchVolume(ctx context.Context, spec protocol.WorkerSpec) error {
 	if !s.cfg.ProjectVolumes || spec.ProjectID == "" {
 		return nil
 	}
 	name := ProjectVolume(s.keys.Prefix, spec.AgentType, spec.ProjectID)
-	_, err := s.docker.VolumeCreate(ctx, volume.CreateOptions{Name: name, Labels: map[string]string{
-		protocol.LabelManaged: "true", protocol.LabelKeyPrefix: s.keys.Prefix,
-		protocol.LabelAgentType: string(spec.AgentType), protocol.LabelProjectID: spec.ProjectID,
-	}})
-	if err != nil {
-		return engineError(err, "volume %s", name)
-	}
 	if err := s.rdb.TouchVolume(ctx, name, s.now()); err != nil {
 		return redisError(err, "record the use of volume %s", name)
 	}

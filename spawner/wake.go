@@ -8,34 +8,173 @@ import (
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
-// Wake unpauses every paused worker that has a task waiting or held,
-// every 50 ms: a new task wakes its worker within milliseconds, and a
-// task that arrived while a pause was in flight is never stranded. It
-// runs on the leader.
+// Wake unpauses a paused worker of this host as soon as a task waits for
+// it. It reads the host's paused set (Keys.HostPaused, written with each
+// worker's status) and blocks on the inputs of those workers from the
+// last entry their group delivered (one XREAD): a task added to a paused
+// worker's input wakes it within milliseconds, and an idle host costs two
+// Redis commands every wakeInterval whatever its number of workers. A
+// worker is checked (rdb.BusyDelivered: a task in flight, held or
+// waiting) when it enters the set, which finds a task that arrived while
+// its pause was in flight, when its input gets an entry, and every
+// wakeRecheck. It runs on the host's leader.
 type Wake struct {
 	job
 	s *Spawner
+
+	// Owned by the loop's goroutine.
+	watched map[string]*pausedWorker
 }
+
+// pausedWorker is a worker of the paused set that Wake watches.
+type pausedWorker struct {
+	input   string    // its input stream
+	group   string    // and that stream's consumer group
+	after   string    // the last entry the group delivered: a later one is a task waiting
+	checked time.Time // when it was last checked
+	notTill time.Time // after a wake-up, no other before this
+}
+
+const (
+	// wakeInterval bounds how long a worker just paused goes unwatched,
+	// and the blocking read.
+	wakeInterval = 50 * time.Millisecond
+	// wakeRecheck is how often a watched worker is checked in full
+	// although its input got nothing.
+	wakeRecheck = 10 * time.Second
+	// wakeBackoff is how long a worker just woken is left alone: its
+	// unpause takes it out of the set, or failed and is tried again.
+	wakeBackoff = time.Second
+)
 
 // Start checks until Stop.
 func (w *Wake) Start(ctx context.Context) { w.start(ctx, w.run) }
 
 func (w *Wake) run(ctx context.Context) {
 	s := w.s
-	every(ctx, 50*time.Millisecond, func(ctx context.Context) {
-		_ = s.eachOwnWorker(ctx, func(ctx context.Context, id string) {
-			if st, _ := s.rdb.StatusField(ctx, id, protocol.StatusFieldContainer); st != string(protocol.ContainerPaused) {
-				return
+	w.watched = map[string]*pausedWorker{}
+	retry := newRetry()
+	for ctx.Err() == nil {
+		ids, err := s.rdb.Paused(ctx, s.Host())
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("wake on input: read the paused set", "err", err)
+				sleepCtx(ctx, retry.NextBackOff())
 			}
-			if b, err := s.busy(ctx, id); err != nil || b == rdb.NotBusy {
-				return
+			continue
+		}
+		retry.Reset()
+		streams := w.watch(ctx, ids)
+		if len(streams) == 0 {
+			sleepCtx(ctx, wakeInterval)
+			continue
+		}
+		names, after := make([]string, 0, len(streams)), make([]string, 0, len(streams))
+		for stream, from := range streams {
+			names, after = append(names, stream), append(after, from)
+		}
+		got, err := s.rdb.WaitInputs(ctx, names, after, wakeInterval)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("wake on input: read the inputs", "err", err)
+				sleepCtx(ctx, wakeInterval)
 			}
-			start := time.Now()
-			err := s.Unpause(ctx, id)
-			s.obs.woken(start, err)
-			if err != nil && !IsNotFound(err) {
-				s.log.Warn("wake on input", "worker_id", id, "err", err)
+			continue
+		}
+		for _, stream := range got {
+			for id, p := range w.watched {
+				if p.input == stream && time.Now().After(p.notTill) {
+					w.check(ctx, id, p)
+				}
 			}
-		})
-	})
+		}
+	}
+}
+
+// watch brings the watched workers in line with the paused set ids,
+// checks the new ones and those due, and returns the inputs to read: each
+// stream with the entry to read after (the earliest of its workers', for
+// the developer queue that several share).
+func (w *Wake) watch(ctx context.Context, ids []string) map[string]string {
+	s := w.s
+	paused := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		paused[id] = true
+	}
+	for id := range w.watched {
+		if !paused[id] {
+			delete(w.watched, id) // woken, or retired
+		}
+	}
+	now := time.Now()
+	streams := map[string]string{}
+	for _, id := range ids {
+		p := w.watched[id]
+		if p == nil {
+			kind, err := s.rdb.StatusField(ctx, id, protocol.StatusFieldKind)
+			if err != nil {
+				continue
+			}
+			_, input, group := s.inputOf(id, protocol.Kind(kind))
+			p = &pausedWorker{input: input, group: group}
+			w.watched[id] = p
+		}
+		if now.Before(p.notTill) {
+			continue
+		}
+		if now.Sub(p.checked) >= wakeRecheck {
+			w.check(ctx, id, p)
+		}
+		if p.after == "" || now.Before(p.notTill) {
+			continue
+		}
+		if from, ok := streams[p.input]; !ok || lessID(p.after, from) {
+			streams[p.input] = p.after
+		}
+	}
+	return streams
+}
+
+// check wakes a watched worker that has a task in flight, held or
+// waiting, and otherwise records what its group delivered.
+func (w *Wake) check(ctx context.Context, id string, p *pausedWorker) {
+	s := w.s
+	b, delivered, err := s.rdb.BusyDelivered(ctx, id, p.input, p.group)
+	if err != nil {
+		s.log.Warn("wake on input: is the worker busy", "worker_id", id, "err", err)
+		return
+	}
+	p.checked, p.after = time.Now(), delivered
+	if b == rdb.NotBusy {
+		return
+	}
+	p.notTill = time.Now().Add(wakeBackoff)
+	start := time.Now()
+	err = s.Unpause(ctx, id)
+	s.obs.woken(start, err)
+	if err != nil && !IsNotFound(err) {
+		s.log.Warn("wake on input", "worker_id", id, "err", err)
+	}
+}
+
+// lessID orders two stream entry ids ("ms-seq").
+func lessID(a, b string) bool {
+	am, as := splitID(a)
+	bm, bs := splitID(b)
+	if am != bm {
+		return am < bm
+	}
+	return as < bs
+}
+
+func splitID(id string) (uint64, uint64) {
+	var ms, seq uint64
+	i := 0
+	for ; i < len(id) && id[i] != '-'; i++ {
+		ms = ms*10 + uint64(id[i]-'0')
+	}
+	for i++; i < len(id); i++ {
+		seq = seq*10 + uint64(id[i]-'0')
+	}
+	return ms, seq
 }

@@ -15,12 +15,17 @@ import (
 func (s *Spawner) find(ctx context.Context, id string) (container.InspectResponse, error) {
 	c, err := s.docker.ContainerInspect(ctx, ContainerName(id))
 	if errdefs.IsNotFound(err) {
-		return c, &Error{protocol.CodeNotFound, fmt.Errorf("worker %s has no container", id)}
+		return c, noContainer(id)
 	}
 	if err != nil {
 		return c, engineError(err, "inspect worker %s", id)
 	}
 	return c, nil
+}
+
+// noContainer is the NOT_FOUND error of a worker without a container.
+func noContainer(id string) *Error {
+	return &Error{protocol.CodeNotFound, fmt.Errorf("worker %s has no container", id)}
 }
 
 // Delete retires a worker: it leaves the workers set first (nothing

@@ -68,20 +68,106 @@ func (r *RDB) Lifecycle(ctx context.Context, l protocol.Lifecycle) error {
 	return r.xadd(ctx, r.Keys.Lifecycle(), doc)
 }
 
-// Reply writes a command's reply on the stream the command named and
-// renews that stream's expiry.
-func (r *RDB) Reply(ctx context.Context, stream string, doc []byte) error {
-	pipe := r.C.TxPipeline()
-	pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: r.StreamMaxLen, Approx: true, Values: protocol.Values(doc)})
-	pipe.Expire(ctx, stream, r.ReplyTTL)
-	_, err := pipe.Exec(ctx)
+// Reply writes a command's reply on the stream the command named, renews
+// that stream's expiry and acknowledges the command's entry (stream,
+// group, id), in one transaction: a command is answered and acknowledged
+// together or not at all (then executed again, idempotently, and
+// answered).
+func (r *RDB) Reply(ctx context.Context, replyTo string, doc []byte, stream, group, id string) error {
+	_, err := r.C.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.XAdd(ctx, &redis.XAddArgs{Stream: replyTo, MaxLen: r.StreamMaxLen, Approx: true, Values: protocol.Values(doc)})
+		p.Expire(ctx, replyTo, r.ReplyTTL)
+		p.XAck(ctx, stream, group, id)
+		return nil
+	})
 	return err
 }
 
 // WriteStatus sets fields of a worker's status hash (updated_at included).
-func (r *RDB) WriteStatus(ctx context.Context, id string, now time.Time, fields map[string]any) error {
+// A write of the container's state keeps host's paused set
+// (Keys.HostPaused) in step, in the same transaction: the set holds the
+// workers of the host whose hash says paused. host is the worker's.
+func (r *RDB) WriteStatus(ctx context.Context, id, host string, now time.Time, fields map[string]any) error {
+	if _, ok := fields[protocol.StatusFieldContainer]; !ok {
+		fields[protocol.StatusFieldUpdatedAt] = protocol.FormatTime(now)
+		return r.C.HSet(ctx, r.Keys.Status(id), fields).Err()
+	}
+	_, err := r.C.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		r.queueStatus(ctx, p, id, host, now, fields)
+		return nil
+	})
+	return err
+}
+
+// queueStatus queues WriteStatus's commands on a transaction.
+func (r *RDB) queueStatus(ctx context.Context, p redis.Pipeliner, id, host string, now time.Time, fields map[string]any) {
 	fields[protocol.StatusFieldUpdatedAt] = protocol.FormatTime(now)
-	return r.C.HSet(ctx, r.Keys.Status(id), fields).Err()
+	p.HSet(ctx, r.Keys.Status(id), fields)
+	if c, ok := fields[protocol.StatusFieldContainer]; ok {
+		if c == string(protocol.ContainerPaused) {
+			p.SAdd(ctx, r.Keys.HostPaused(host), id)
+		} else {
+			p.SRem(ctx, r.Keys.HostPaused(host), id)
+		}
+	}
+}
+
+// Started records a worker whose container a create just started: its
+// status fields (WriteStatus), its lifecycle event, and returns its status
+// hash as it is then, in one round trip.
+func (r *RDB) Started(ctx context.Context, id, host string, now time.Time, fields map[string]any, l protocol.Lifecycle) (map[string]string, error) {
+	doc, err := l.Encode()
+	if err != nil {
+		return nil, err
+	}
+	var h *redis.MapStringStringCmd
+	_, err = r.C.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		r.queueStatus(ctx, p, id, host, now, fields)
+		p.XAdd(ctx, &redis.XAddArgs{Stream: r.Keys.Lifecycle(), MaxLen: r.StreamMaxLen, Approx: true, Values: protocol.Values(doc)})
+		h = p.HGetAll(ctx, r.Keys.Status(id))
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return h.Val(), nil
+}
+
+// Paused returns the workers of host whose status says paused
+// (Keys.HostPaused).
+func (r *RDB) Paused(ctx context.Context, host string) ([]string, error) {
+	return r.C.SMembers(ctx, r.Keys.HostPaused(host)).Result()
+}
+
+// syncPausedScript: KEYS host's paused set, workers set, then the status
+// hash of each id; ARGV the ids. Each id is put in the set or taken out
+// of it as its status hash says now, and is taken out when it is no
+// member of Workers: what WriteStatus keeps, made true again whatever
+// happened before (a manager of an older version, a hand-edited hash).
+var syncPausedScript = script(`
+for i, id in ipairs(ARGV) do
+  if redis.call('SISMEMBER', KEYS[2], id) == 1 and redis.call('HGET', KEYS[i + 2], '$CONTAINER') == '$PAUSED' then
+    redis.call('SADD', KEYS[1], id)
+  else
+    redis.call('SREM', KEYS[1], id)
+  end
+end
+return 1
+`)
+
+// SyncPaused repairs host's paused set for the given workers (its
+// reconciler passes the host's members and the set's own members).
+func (r *RDB) SyncPaused(ctx context.Context, host string, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	keys := []string{r.Keys.HostPaused(host), r.Keys.Workers()}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		keys = append(keys, r.Keys.Status(id))
+		args[i] = id
+	}
+	return syncPausedScript.Run(ctx, r.C, keys, args...).Err()
 }
 
 // Status returns a worker's status hash (empty when none).
@@ -105,6 +191,67 @@ func (r *RDB) Heartbeat(ctx context.Context, id string) ([]byte, error) {
 		return nil, nil
 	}
 	return b, err
+}
+
+// StatusFields returns, for each of ids, the given fields of its status
+// hash ("" for a missing one) and, with heartbeats, its heartbeat document
+// (nil when expired), in one round trip: what the host leader's loops
+// read of every worker each tick, without the spec and instructions that
+// a whole hash carries.
+func (r *RDB) StatusFields(ctx context.Context, ids, fields []string, heartbeats bool) ([]map[string]string, [][]byte, error) {
+	if len(ids) == 0 {
+		return nil, nil, nil
+	}
+	pipe := r.C.Pipeline()
+	hs := make([]*redis.SliceCmd, len(ids))
+	var bs []*redis.StringCmd
+	if heartbeats {
+		bs = make([]*redis.StringCmd, len(ids))
+	}
+	for i, id := range ids {
+		hs[i] = pipe.HMGet(ctx, r.Keys.Status(id), fields...)
+		if heartbeats {
+			bs[i] = pipe.Get(ctx, r.Keys.Heartbeat(id))
+		}
+	}
+	_, _ = pipe.Exec(ctx) // each command's error is its own: an expired heartbeat is redis.Nil
+	out := make([]map[string]string, len(ids))
+	var beats [][]byte
+	if heartbeats {
+		beats = make([][]byte, len(ids))
+	}
+	for i := range ids {
+		vals, err := hs[i].Result()
+		if err != nil {
+			return nil, nil, err
+		}
+		out[i] = make(map[string]string, len(fields))
+		for j, v := range vals {
+			if str, ok := v.(string); ok {
+				out[i][fields[j]] = str
+			}
+		}
+		if heartbeats {
+			b, err := bs[i].Bytes()
+			if err != nil && !Nil(err) {
+				return nil, nil, err
+			}
+			beats[i] = b
+		}
+	}
+	return out, beats, nil
+}
+
+// WorkersPlaced returns the ids of the workers set and the placement hash
+// (worker id → host), in one round trip.
+func (r *RDB) WorkersPlaced(ctx context.Context) ([]string, map[string]string, error) {
+	pipe := r.C.Pipeline()
+	w := pipe.SMembers(ctx, r.Keys.Workers())
+	p := pipe.HGetAll(ctx, r.Keys.Placement())
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, nil, err
+	}
+	return w.Val(), p.Val(), nil
 }
 
 // Workers returns the ids of the workers set: every worker made and not
@@ -154,6 +301,8 @@ var names = strings.NewReplacer(
 	"$COMPLETED", string(protocol.RunCompleted),
 	"$FAILED", string(protocol.RunFailed),
 	"$WORKER_STATE", protocol.StatusFieldState,
+	"$CONTAINER", protocol.StatusFieldContainer,
+	"$PAUSED", string(protocol.ContainerPaused),
 	"$WORKER_REQUEST", protocol.StatusFieldRequestID,
 	"$BUSY", string(protocol.WorkerBusy),
 	"$STOPPING", string(protocol.WorkerStopping),

@@ -359,3 +359,136 @@ func TestDrainMovesBackOnlyWhatTheLostHostHadNotServed(t *testing.T) {
 		t.Errorf("%d entries left on the lost host's stream", left)
 	}
 }
+
+// The paused set of a host follows every write of a worker's container
+// state, and SyncPaused makes it true again whatever was written around
+// it.
+func TestPausedSetFollowsTheStatus(t *testing.T) {
+	r, ctx := newRDB(t)
+	paused := func(host string) []string {
+		t.Helper()
+		ids, err := r.Paused(ctx, host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	r.C.SAdd(ctx, r.Keys.Workers(), "w1", "w2")
+	write := func(id, host string, c protocol.ContainerStatus) {
+		t.Helper()
+		if err := r.WriteStatus(ctx, id, host, t0, map[string]any{protocol.StatusFieldContainer: string(c)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("w1", "h1", protocol.ContainerPaused)
+	write("w2", "h1", protocol.ContainerRunning)
+	if got := paused("h1"); len(got) != 1 || got[0] != "w1" {
+		t.Fatalf("paused on h1: %v", got)
+	}
+	if got := paused("h2"); len(got) != 0 {
+		t.Fatalf("paused on h2: %v", got)
+	}
+	// A write without the container's state leaves the set alone.
+	if err := r.WriteStatus(ctx, "w1", "h1", t0, map[string]any{protocol.StatusFieldHealth: "healthy"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := paused("h1"); len(got) != 1 {
+		t.Fatalf("paused after a health write: %v", got)
+	}
+	write("w1", "h1", protocol.ContainerRunning)
+	if got := paused("h1"); len(got) != 0 {
+		t.Fatalf("paused after the unpause: %v", got)
+	}
+	if _, err := r.Started(ctx, "w2", "h1", t0, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerRunning)},
+		protocol.Lifecycle{WorkerID: "w2", Event: protocol.EventCreated, Source: protocol.SourceSpawner, Timestamp: t0}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Drift: a hash written by hand, a member retired with its id left.
+	r.C.HSet(ctx, r.Keys.Status("w2"), protocol.StatusFieldContainer, string(protocol.ContainerPaused))
+	r.C.SAdd(ctx, r.Keys.HostPaused("h1"), "gone")
+	if err := r.SyncPaused(ctx, "h1", append(paused("h1"), "w1", "w2")); err != nil {
+		t.Fatal(err)
+	}
+	if got := paused("h1"); len(got) != 1 || got[0] != "w2" {
+		t.Fatalf("paused after the repair: %v", got)
+	}
+	r.C.SRem(ctx, r.Keys.Workers(), "w2") // retired, its hash not yet rewritten
+	if err := r.SyncPaused(ctx, "h1", paused("h1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := paused("h1"); len(got) != 0 {
+		t.Fatalf("a worker no longer a member is still paused: %v", got)
+	}
+}
+
+// BusyDelivered gives the id from which a blocking read of the input
+// returns exactly when a task is waiting, and WaitInputs returns then.
+func TestWaitInputsReturnsWhenATaskArrives(t *testing.T) {
+	r, ctx := newRDB(t)
+	input := r.Keys.Input("w")
+	r.C.SAdd(ctx, r.Keys.Workers(), "w")
+	r.EnsureGroup(ctx, input, protocol.WorkerGroup)
+	r.C.XAdd(ctx, &redis.XAddArgs{Stream: input, Values: map[string]any{"data": "{}"}})
+	msgs, _ := r.ReadNew(ctx, input, protocol.WorkerGroup, "w", 1, -1)
+	r.Ack(ctx, input, protocol.WorkerGroup, msgs[0].ID)
+	b, after, err := r.BusyDelivered(ctx, "w", input, protocol.WorkerGroup)
+	if err != nil || b != NotBusy || after != msgs[0].ID {
+		t.Fatalf("busy %q after %q err %v, want not busy after %s", b, after, err, msgs[0].ID)
+	}
+	got, err := r.WaitInputs(ctx, []string{input}, []string{after}, 20*time.Millisecond)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("nothing waiting, but the read returned %v %v", got, err)
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		r.C.XAdd(context.Background(), &redis.XAddArgs{Stream: input, Values: map[string]any{"data": "{}"}})
+	}()
+	start := time.Now()
+	got, err = r.WaitInputs(ctx, []string{input}, []string{after}, 5*time.Second)
+	if err != nil || len(got) != 1 || got[0] != input || time.Since(start) > 2*time.Second {
+		t.Fatalf("read %v %v after %s", got, err, time.Since(start))
+	}
+	if b, _, _ := r.BusyDelivered(ctx, "w", input, protocol.WorkerGroup); b != BusyWaiting {
+		t.Fatalf("busy %q with a task waiting", b)
+	}
+}
+
+// A reply and the acknowledgement of its command are one transaction.
+func TestReplyAcknowledgesTheCommand(t *testing.T) {
+	r, ctx := newRDB(t)
+	stream := r.Keys.Commands()
+	r.EnsureGroup(ctx, stream, protocol.ManagerGroup)
+	r.C.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: map[string]any{"data": "{}"}})
+	msgs, _ := r.ReadNew(ctx, stream, protocol.ManagerGroup, "m", 1, -1)
+	if err := r.Reply(ctx, r.Keys.Replies("c"), []byte(`{"ok":true}`), stream, protocol.ManagerGroup, msgs[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.C.XLen(ctx, r.Keys.Replies("c")).Val(); n != 1 {
+		t.Fatalf("%d replies", n)
+	}
+	if p := r.C.XPending(ctx, stream, protocol.ManagerGroup).Val(); p.Count != 0 {
+		t.Fatalf("%d entries still pending after the reply", p.Count)
+	}
+	if ttl := r.C.TTL(ctx, r.Keys.Replies("c")).Val(); ttl <= 0 {
+		t.Fatalf("reply stream TTL %v", ttl)
+	}
+}
+
+// StatusFields reads the asked fields and heartbeats of many workers, a
+// missing field or heartbeat as empty.
+func TestStatusFieldsReadsManyWorkersAtOnce(t *testing.T) {
+	r, ctx := newRDB(t)
+	r.C.HSet(ctx, r.Keys.Status("a"), protocol.StatusFieldContainer, "running", protocol.StatusFieldSpec, "{}")
+	r.C.Set(ctx, r.Keys.Heartbeat("a"), "beat", time.Minute)
+	sts, beats, err := r.StatusFields(ctx, []string{"a", "b"}, []string{protocol.StatusFieldContainer, protocol.StatusFieldState}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sts[0][protocol.StatusFieldContainer] != "running" || sts[0][protocol.StatusFieldState] != "" || len(sts[0]) != 1 || len(sts[1]) != 0 {
+		t.Fatalf("fields %v", sts)
+	}
+	if string(beats[0]) != "beat" || beats[1] != nil {
+		t.Fatalf("heartbeats %q", beats)
+	}
+}

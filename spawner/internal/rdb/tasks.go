@@ -2,6 +2,7 @@ package rdb
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -30,40 +31,67 @@ const (
 // busyScript: KEYS status hash, input stream, workers set; ARGV group,
 // consumer (the worker id).
 // One read of everything that says a task is in flight, atomic with the
-// entries' delivery, so that no task can slip between the checks.
+// entries' delivery, so that no task can slip between the checks. It
+// answers {reason, the group's last-delivered id ("0-0" when none)}:
+// an entry added after that id is a task waiting.
 var busyScript = script(`
 $LESS
-if redis.call('SISMEMBER', KEYS[3], ARGV[2]) == 0 then return 'ending' end
+$DELIVERED
+if redis.call('SISMEMBER', KEYS[3], ARGV[2]) == 0 then return {'ending', '0-0'} end
 local h = redis.call('HMGET', KEYS[1], '$WORKER_STATE', '$WORKER_REQUEST')
-if h[1] == '$STOPPING' or h[1] == '$STOPPED' then return 'ending' end
-if h[1] == '$BUSY' or (h[2] and h[2] ~= '') then return 'task_in_flight' end
-if redis.call('EXISTS', KEYS[2]) == 0 then return '' end
+if h[1] == '$STOPPING' or h[1] == '$STOPPED' then return {'ending', '0-0'} end
+if h[1] == '$BUSY' or (h[2] and h[2] ~= '') then return {'task_in_flight', '0-0'} end
+if redis.call('EXISTS', KEYS[2]) == 0 then return {'', '0-0'} end
 local ok, p = pcall(redis.call, 'XPENDING', KEYS[2], ARGV[1], '-', '+', 1, ARGV[2])
-if ok and #p > 0 then return 'task_held' end
+if ok and #p > 0 then return {'task_held', '0-0'} end
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
-if #last == 0 then return '' end
-local ok2, groups = pcall(redis.call, 'XINFO', 'GROUPS', KEYS[2])
-if not ok2 then return '' end
-for _, g in ipairs(groups) do
-  local name, delivered
-  for i = 1, #g, 2 do
-    if g[i] == 'name' then name = g[i+1] end
-    if g[i] == 'last-delivered-id' then delivered = g[i+1] end
-  end
-  if name == ARGV[1] then
-    if less(delivered, last[1][1]) then return 'task_waiting' end
-    return ''
-  end
-end
-return 'task_waiting'
+local d = delivered(KEYS[2], ARGV[1])
+if #last == 0 then return {'', d or '0-0'} end
+if d == nil then return {'task_waiting', '0-0'} end
+if less(d, last[1][1]) then return {'task_waiting', d} end
+return {'', d}
 `)
 
 // Busy reports whether a worker has a task in flight or waiting. input
 // and group are its input stream and consumer group; the consumer is its
 // id.
 func (r *RDB) Busy(ctx context.Context, id, input, group string) (Busy, error) {
-	s, err := busyScript.Run(ctx, r.C, []string{r.Keys.Status(id), input, r.Keys.Workers()}, group, id).Text()
-	return Busy(s), err
+	b, _, err := r.BusyDelivered(ctx, id, input, group)
+	return b, err
+}
+
+// BusyDelivered is Busy, and the id of the last entry of input its group
+// delivered ("0-0" when none): an entry after it is a task waiting, so a
+// blocking read of input from it returns when one comes.
+func (r *RDB) BusyDelivered(ctx context.Context, id, input, group string) (Busy, string, error) {
+	res, err := busyScript.Run(ctx, r.C, []string{r.Keys.Status(id), input, r.Keys.Workers()}, group, id).StringSlice()
+	if err != nil {
+		return NotBusy, "", err
+	}
+	if len(res) != 2 {
+		return NotBusy, "", fmt.Errorf("rdb: busy answered %v", res)
+	}
+	return Busy(res[0]), res[1], nil
+}
+
+// WaitInputs blocks at most block for an entry added to any of streams
+// after its id in after (XREAD), and returns the streams that got one
+// (none when the time ran out).
+func (r *RDB) WaitInputs(ctx context.Context, streams, after []string, block time.Duration) ([]string, error) {
+	res, err := r.C.XRead(ctx, &redis.XReadArgs{Streams: append(append([]string{}, streams...), after...), Count: 1, Block: block}).Result()
+	if Nil(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(res))
+	for _, s := range res {
+		if len(s.Messages) > 0 {
+			out = append(out, s.Stream)
+		}
+	}
+	return out, nil
 }
 
 // Entry is a stream entry with its task (ok false when it does not decode
