@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -138,5 +139,10 @@ func TestDemo(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("the demo's timeline lacks %q:\n%s", want, got)
 		}
+	}
+	// Droid reports no cost: the demo's Droid project has the wrapper's
+	// estimate (MODEL_PRICES prices the stub's model).
+	if m := regexp.MustCompile(`(?m)^  demo-docs .* (\d+\.\d{4})$`).FindStringSubmatch(got); m == nil || m[1] == "0.0000" {
+		t.Errorf("the Droid project's cost in the usage table: %v", m)
 	}
 }

@@ -92,8 +92,12 @@ type Output struct {
 	Usage         Usage            `json:"usage"`
 	ContextTokens int64            `json:"context_tokens"`
 	CostUSD       float64          `json:"cost_usd"`
-	DurationMS    int64            `json:"duration_ms"`
-	Error         *Error           `json:"error,omitempty"`
+	// CostEstimated says CostUSD is the wrapper's estimate, the usage
+	// priced by its model price table, for an agent that reports no cost
+	// of its own (Droid).
+	CostEstimated bool   `json:"cost_estimated,omitempty"`
+	DurationMS    int64  `json:"duration_ms"`
+	Error         *Error `json:"error,omitempty"`
 	// Answers is the task's answers: the request whose session it continued.
 	Answers string `json:"answers,omitempty"`
 	// Attempt counts deliveries of a developer-queue task (1 for the first).

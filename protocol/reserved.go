@@ -5,7 +5,8 @@ import "strings"
 // Variables a worker spec's env may not set: those the manager or the
 // wrapper own (a spec that could set WORKER_ID would steal another
 // worker's tasks; ALLOWED_COMMANDS, AGENT_BIN or HEARTBEAT_INTERVAL would
-// undo what the manager decided), the credentials passed from the host,
+// undo what the manager decided; MODEL_PRICES would price the spec's own
+// budget), the credentials passed from the host,
 // and those that change how programs load or find each other.
 var (
 	reservedEnvPrefixes = []string{"WORKER_", "AGENT_", "REDIS", "SESSION_", "ANTHROPIC_", "FACTORY_", "OPENAI_", "DROID_", "API_", "LD_"}
@@ -13,7 +14,7 @@ var (
 		"ALLOWED_COMMANDS": true, "HEARTBEAT_INTERVAL": true, "SHUTDOWN_GRACE": true, "PROGRESS_ADDR": true,
 		"INSTRUCTIONS": true, "USER_ID": true, "TASK_TIMEOUT": true, "STALL_TIMEOUT": true, "APPROVAL_TIMEOUT": true, "RESULT_GRACE": true, "KILL_GRACE": true,
 		"EVENT_BUFFER": true, "PAUSE_AFTER_OUTPUT": true, "WORKSPACE": true,
-		EnvStreamMaxLen: true, EnvRunRetention: true, "PATH": true, "HOME": true, "USER": true, "SHELL": true,
+		EnvStreamMaxLen: true, EnvRunRetention: true, EnvModelPrices: true, "PATH": true, "HOME": true, "USER": true, "SHELL": true,
 	}
 )
 

@@ -51,6 +51,9 @@ func samples() map[string][]encoder {
 				Error: NewError(CodeOOMKilled, "container killed by the OOM killer (limit 64m)")},
 			Output{RequestID: "req-4", WorkerID: "w-2", Status: StatusCancelled, Timestamp: sampleTime,
 				Error: NewError(CodeCancelled, "cancelled while running: the user changed their mind")},
+			Output{RequestID: "req-5", WorkerID: "w-3", AgentType: AgentDroid, Status: StatusFailed, Timestamp: sampleTime,
+				Usage: Usage{Input: 40000, Output: 2000}, CostUSD: 0.15, CostEstimated: true,
+				Error: NewError(CodeBudgetExceeded, "the task's estimated cost $0.1500 passed its max_budget_usd 0.1")},
 		},
 		"progress.schema.json": {
 			Progress{WorkerID: "w-1", RequestID: "req-1", TaskID: "task-9", Step: "Running tests", ProgressPct: pct(50),

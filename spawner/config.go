@@ -32,6 +32,10 @@ type Config struct {
 	// each URL's kind).
 	RedisWait struct{ Replicas, Timeout string }
 	APIURL    string // API_URL, passed to workers
+	// ModelPrices (MODEL_PRICES, checked at start with
+	// protocol.ParseModelPrices) is passed to every worker as it is: the
+	// prices a Droid worker's cost estimate and budgets are made with.
+	ModelPrices string
 	// PassEnv names host variables passed to every worker (secrets from the
 	// host's environment only): WORKER_PASS_ENV, default
 	// ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,FACTORY_API_KEY,OPENAI_API_KEY,DROID_BASE_URL.
@@ -113,7 +117,7 @@ type Config struct {
 
 // ConfigFromEnv reads the configuration; errors name the variable.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
-	c := Config{RedisURL: getenv("REDIS_URL"), APIURL: getenv("API_URL"), BaseImage: getenv("WORKER_BASE_IMAGE"),
+	c := Config{RedisURL: getenv("REDIS_URL"), APIURL: getenv("API_URL"), ModelPrices: getenv(protocol.EnvModelPrices), BaseImage: getenv("WORKER_BASE_IMAGE"),
 		NetworkMode: getenv("WORKER_NETWORK_MODE"), RedisURLForWorkers: getenv("WORKER_REDIS_URL"), ManagerID: getenv("MANAGER_ID")}
 	fail := func(name string, err error) (Config, error) { return Config{}, fmt.Errorf("config: %s: %w", name, err) }
 	var err error
@@ -176,7 +180,13 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 			if k == "WORKER_ID" || k == "REDIS_URL" || k == "WORKER_KEY_PREFIX" {
 				return fail("WORKER_ENV", fmt.Errorf("%s is the manager's to set", k))
 			}
+			if k == protocol.EnvModelPrices {
+				return fail("WORKER_ENV", fmt.Errorf("%s is a variable of the manager's own environment: it is checked at start and passed to every worker", k))
+			}
 		}
+	}
+	if _, err := protocol.ParseModelPrices(c.ModelPrices); err != nil {
+		return fail(protocol.EnvModelPrices, err)
 	}
 	idle, err := intVar(getenv("IDLE_TIMEOUT_SECONDS"), 600)
 	if err != nil || idle < 1 {

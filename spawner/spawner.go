@@ -499,6 +499,9 @@ func (s *Spawner) workerEnv(id string, spec protocol.WorkerSpec, redisURL string
 	if s.cfg.APIURL != "" {
 		env = append(env, "API_URL="+s.cfg.APIURL)
 	}
+	if s.cfg.ModelPrices != "" {
+		env = append(env, protocol.EnvModelPrices+"="+s.cfg.ModelPrices)
+	}
 	for _, name := range s.cfg.PassEnv {
 		if v, ok := os.LookupEnv(name); ok {
 			env = append(env, name+"="+v)

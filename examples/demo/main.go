@@ -105,6 +105,13 @@ var (
 // ALLOWED_COMMANDS does not allow (Droid ignores AGENT_APPROVAL).
 const workerEnv = `WORKER_ENV={"AGENT_PERSISTENT":"true","AGENT_APPROVAL":"true"}`
 
+// stubPrices is the manager's MODEL_PRICES with the stub: Droid reports
+// tokens, not dollars, and the wrapper prices what its proxy metered;
+// the stub's Droid model (the wrapper's custom model, "agentvisor") gets
+// Sonnet's price. Against the real API the defaults price
+// claude-sonnet-4-5.
+const stubPrices = `MODEL_PRICES={"agentvisor": {"input": 3, "output": 15, "cache_read": 0.3, "cache_write": 3.75}}`
+
 // bash is a call of Claude's shell tool.
 func bash(description, command string) *stubmodel.ToolUse {
 	return &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"description": description, "command": command}}
@@ -216,7 +223,8 @@ func (d *demo) run(ctx context.Context) error {
 		}
 		defer d.stub.Close()
 		d.say("stub model server (Anthropic Messages API stand-in) listening on %s", d.stub.URL)
-		env = append(env, "ANTHROPIC_BASE_URL="+d.stub.URL, "DROID_BASE_URL="+d.stub.URL, "ANTHROPIC_API_KEY=sk-demo-stub-key")
+		env = append(env, "ANTHROPIC_BASE_URL="+d.stub.URL, "DROID_BASE_URL="+d.stub.URL, "ANTHROPIC_API_KEY=sk-demo-stub-key",
+			stubPrices)
 	}
 	// Forget what an earlier run of the demo left in these projects.
 	if _, err := d.cleanUp(ctx); err != nil {
@@ -618,7 +626,7 @@ func (d *demo) cancel(ctx context.Context, id string) error {
 
 // usage prints the cumulative usage per project, as the wrappers count it.
 func (d *demo) usage(ctx context.Context) error {
-	d.section("usage per project (worker:usage:project:<id>; Droid reports no cost)")
+	d.section("usage per project (worker:usage:project:<id>; Droid's cost is the wrapper's estimate from its usage)")
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	fmt.Fprintf(d.out, "  %-10s %5s %8s %8s %10s %10s %9s\n", "PROJECT", "TASKS", "INPUT", "OUTPUT", "CACHE_RD", "CACHE_WR", "COST_USD")

@@ -46,6 +46,12 @@ type Config struct {
 	// (RetryAt) and sends it again, instead of passing it on. It may block
 	// only briefly.
 	OnRateLimit RateLimitFunc
+	// OnUsage, when set, meters the model's answers: it sees the tokens of
+	// every successful model call as they stream to the agent (usage.go).
+	OnUsage UsageFunc
+	// Refuse, when set, may refuse a model call before it is forwarded
+	// (the task's budget is spent).
+	Refuse RefuseFunc
 }
 
 // Proxy is a running proxy.
@@ -98,6 +104,7 @@ func Start(addr string, cfg Config) (*Proxy, error) {
 			if resp.StatusCode >= 400 && cfg.OnUpstreamError != nil {
 				cfg.OnUpstreamError(resp.StatusCode, resp.Header)
 			}
+			p.meter(resp)
 			return nil
 		},
 		BufferPool: &bufferPool{},
@@ -125,6 +132,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "authentication_error", "agentvisor model API proxy: invalid or missing token")
 		return
 	}
+	if p.cfg.Refuse != nil && isModelCall(r) {
+		if msg := p.cfg.Refuse(); msg != "" {
+			writeError(w, http.StatusBadRequest, "invalid_request_error", "agentvisor model API proxy: "+msg)
+			return
+		}
+	}
 	p.rp.ServeHTTP(w, r)
 }
 
@@ -144,6 +157,11 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(p.upstream)
 	pr.Out.Header.Del("X-Api-Key")
 	pr.Out.Header.Del("Authorization")
+	if p.cfg.OnUsage != nil {
+		// The transport then asks for gzip itself and decodes the answer,
+		// so the meter reads it; the agent gets it plain, on loopback.
+		pr.Out.Header.Del("Accept-Encoding")
+	}
 	switch {
 	case p.cfg.APIKey != "":
 		pr.Out.Header.Set("X-Api-Key", p.cfg.APIKey)

@@ -107,6 +107,10 @@ type Config struct {
 	// 30s) how long a server may take to start (mcp.go).
 	MCPServers []protocol.MCPServer
 	MCPTimeout time.Duration
+	// Prices (MODEL_PRICES, a JSON object put over
+	// protocol.DefaultModelPrices) price the model calls of an agent that
+	// reports no cost of its own (cost.go).
+	Prices protocol.ModelPrices
 	// SelfPath is the wrapper's own executable, put on the agent's PATH so
 	// that `worker-wrapper progress` works from its shell tool.
 	SelfPath string
@@ -275,6 +279,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		if c.StreamMaxLen, err = strconv.ParseInt(v, 10, 64); err != nil || c.StreamMaxLen < 0 {
 			return fail(protocol.EnvStreamMaxLen, fmt.Errorf("want a whole number of entries (0: no trimming), got %q", v))
 		}
+	}
+	if c.Prices, err = protocol.ParseModelPrices(getenv(protocol.EnvModelPrices)); err != nil {
+		return fail(protocol.EnvModelPrices, err)
 	}
 	if err := c.readMCP(getenv); err != nil {
 		return Config{}, err

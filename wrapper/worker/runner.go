@@ -37,6 +37,7 @@ type current struct {
 	// goes out again; guarded by Worker.mu.
 	parkedUntil time.Time
 	steer       steering // guarded by Worker.mu
+	spend       spend    // what its model calls cost, as the proxy metered them; guarded by Worker.mu (cost.go)
 }
 
 // runFields returns the fields of the run hash; the caller holds w.mu.
@@ -143,6 +144,7 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 		w.finish(log, cur, o, nil)
 		return
 	}
+	w.budgetUnenforced(cur)
 	plan := w.sessions.Decide(taskCtx, task)
 	if task.Answers != "" {
 		plan = answerPlan(plan, answered)
@@ -162,13 +164,13 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 	oomBefore := oomKills()
 	agentCtx, cancel := w.terminable(taskCtx)
 	outcome := w.cfg.mcpOutcome(w.runAgent(agentCtx, task, plan, cur, spec))
-	outcome = w.steerTurns(agentCtx, task, plan, cur, spec, outcome)
+	outcome = w.withEstimate(cur, w.steerTurns(agentCtx, task, plan, cur, spec, outcome))
 	cancel()
 	outcome, plan = w.sessions.Complete(taskCtx, task, plan, outcome, func(inv Invocation) agent.Outcome {
 		spec.Argv, spec.Stdin = w.cfg.Argv(inv), w.cfg.PromptStdin(inv)
 		rerunCtx, cancel := w.terminable(taskCtx)
 		defer cancel()
-		return agent.Run(rerunCtx, spec)
+		return w.withEstimate(cur, agent.Run(rerunCtx, spec))
 	})
 	verdict := agent.Judge(outcome, w.cfg.JSONSchema)
 	// A crash while the OOM killer fired in this container is an OOM: the
@@ -178,6 +180,7 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 		verdict.Error = protocol.NewError(protocol.CodeOOMKilled, "the OOM killer ended the agent (%s); raise the worker's memory limit", outcome.Exit)
 	}
 	o := w.output(task, outcome, verdict, plan, attempt)
+	w.estimateCost(&o, cur, outcome)
 	o.Answers = task.Answers
 	if r := outcome.Result; r != nil && r.Subtype == "error_max_budget_usd" && o.Error != nil {
 		o.Error = protocol.NewError(protocol.CodeBudgetExceeded, "the task spent its max_budget_usd (%g): %s", task.MaxBudgetUSD, o.Error.Message)
@@ -227,9 +230,10 @@ func (w *Worker) cancelled(cur *current) (bool, string) {
 // runAgent runs the task's agent: in the persistent process when there is
 // one, in a process of its own otherwise.
 func (w *Worker) runAgent(ctx context.Context, task protocol.Task, plan SessionPlan, cur *current, spec agent.Spec) agent.Outcome {
-	// A task with its own budget runs in a process of its own: Claude's
-	// --max-budget-usd is a flag of the process.
-	if !w.persist.usable() || task.MaxBudgetUSD > 0 {
+	// A Claude task with its own budget runs in a process of its own:
+	// --max-budget-usd is a flag of the process. Droid's budget is the
+	// wrapper's (cost.go): the persistent process serves it.
+	if !w.persist.usable() || (task.MaxBudgetUSD > 0 && w.cfg.AgentType == protocol.AgentClaude) {
 		return agent.Run(ctx, spec)
 	}
 	env := func(token string) []string { return w.cfg.AgentEnv(w.environ, w.ProgressURL(), token, task) }
@@ -269,6 +273,14 @@ func (w *Worker) runOwnTurn(ctx context.Context, task protocol.Task, inv Invocat
 	cur := &current{task: task, run: protocol.NewRun(task.RequestID, "", w.cfg.WorkerID, task.Project(), w.now())}
 	spec := w.agentSpec(task, inv, cur)
 	spec.Timeout = min(timeout, w.cfg.TaskTimeout)
+	w.mu.Lock()
+	w.ownTurns++
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.ownTurns--
+		w.mu.Unlock()
+	}()
 	ctx, cancel := w.terminable(ctx)
 	defer cancel()
 	return agent.Run(ctx, spec)

@@ -30,7 +30,7 @@ var wrapperOnly = map[string]bool{
 	"PAUSE_AFTER_OUTPUT": true, protocol.EnvStreamMaxLen: true, protocol.EnvRunRetention: true,
 	"SESSION_POLICY": true, "SESSION_CONTEXT_THRESHOLD": true, "SESSION_STALE_AFTER": true,
 	"SESSION_AFFINITY": true, "SESSION_SUMMARIZE": true, "LOG_LEVEL": true,
-	protocol.EnvMCPServers: true, envMCPTimeout: true, protocol.EnvWorkerHost: true,
+	protocol.EnvMCPServers: true, envMCPTimeout: true, protocol.EnvWorkerHost: true, protocol.EnvModelPrices: true,
 }
 
 // hiddenFromAgent says whether the agent's environment goes without the
@@ -67,6 +67,9 @@ func (w *Worker) startModelProxy() (*apiproxy.Proxy, error) {
 	}
 	cfg := apiproxy.Config{APIKey: get("ANTHROPIC_API_KEY"), AuthToken: get("ANTHROPIC_AUTH_TOKEN"), Logger: w.log,
 		OnUpstreamError: w.onUpstreamError, OnRateLimit: w.onRateLimit}
+	if w.cfg.estimatesCost() { // the agent reports no cost: the wrapper meters its calls (cost.go)
+		cfg.OnUsage, cfg.Refuse = w.onModelUsage, w.refuseModelCall
+	}
 	switch {
 	case w.cfg.AgentType == protocol.AgentClaude:
 		cfg.Upstream = get("ANTHROPIC_BASE_URL")

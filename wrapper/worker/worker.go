@@ -10,6 +10,8 @@
 //   - agentcmd.go: the agents' command lines and environment;
 //   - secrets.go: what the agent may not see, and the model API proxy it
 //     gets instead of the key;
+//   - cost.go: the cost of an agent that reports none, priced from the
+//     proxy's meter, and the live guard of its max_budget_usd;
 //   - cancel.go: cancel documents, seen on the input by the task loop, by a
 //     follower outside the group and by a look-ahead;
 //   - persistent.go: the Claude process kept across tasks;
@@ -70,6 +72,11 @@ type Worker struct {
 	seenMessages map[string]cancelNote
 	messages     map[string][]string
 	permissions  map[string]*pendingPermission // asked, not answered yet, by permission id (approve.go)
+	// ownTurns counts the wrapper's own agent runs in progress (a
+	// retiring session's summary): their model calls are not the task's
+	// (cost.go). unpriced: the models logged as having no price.
+	ownTurns int
+	unpriced map[string]bool
 }
 
 // Options are the Worker's collaborators; zero values take defaults.

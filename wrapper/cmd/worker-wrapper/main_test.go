@@ -61,6 +61,9 @@ func TestExitCodes(t *testing.T) {
 		{"bad AGENT_TYPE", func(e []string) []string { return append(e, "AGENT_TYPE=cursor") }, 2, "AGENT_TYPE"},
 		{"bad ALLOWED_COMMANDS", func(e []string) []string { return append(e, "ALLOWED_COMMANDS=eng*") }, 2, "ALLOWED_COMMANDS"},
 		{"bad TASK_TIMEOUT", func(e []string) []string { return append(e, "TASK_TIMEOUT=soon") }, 2, "TASK_TIMEOUT"},
+		{"bad MODEL_PRICES", func(e []string) []string {
+			return append(e, `MODEL_PRICES={"agentvisor": {"input": 3, "output": 15, "cache_read": -1, "cache_write": 1}}`)
+		}, 2, `config: MODEL_PRICES: protocol: model prices: model \"agentvisor\": cache_read: is -1`},
 		{"agent missing", func(e []string) []string { return append(e, "AGENT_BIN=/nonexistent/claude") }, 127, "not found"},
 		{"agent not executable", func(e []string) []string { return append(e, "AGENT_BIN="+notExec) }, 126, "not executable"},
 	}
