@@ -17,6 +17,7 @@ import (
 	"bufio"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
@@ -158,8 +159,12 @@ func scaleTable(metrics map[string]float64) string {
 		b.WriteString("\n")
 	}
 	if rss, ok := metrics["fleet-rss-per-worker-KB"]; ok {
-		fmt.Fprintf(&b, "\nCost per added worker (slope from %d to %d workers): managers' RSS %s KB, managers' CPU %s %% of a core, Redis memory %s KB",
-			sizes[0], sizes[len(sizes)-1], num(rss), num(metrics["fleet-cpu-per-worker-%"]), num(metrics["fleet-redis-memory-per-worker-KB"]))
+		cpu := num(metrics["fleet-cpu-per-worker-%"]) + " %"
+		if math.Abs(metrics["fleet-cpu-per-worker-%"]) < 0.001 {
+			cpu = "under 0.001 %" // the window's noise: the managers' CPU does not grow with idle workers
+		}
+		fmt.Fprintf(&b, "\nCost per added worker (slope from %d to %d workers): managers' RSS %s KB, managers' CPU %s of a core, Redis memory %s KB",
+			sizes[0], sizes[len(sizes)-1], num(rss), cpu, num(metrics["fleet-redis-memory-per-worker-KB"]))
 		if ops, ok := metrics["fleet-redis-ops-per-worker"]; ok {
 			fmt.Fprintf(&b, ", Redis %s commands/s while idle", num(ops))
 		}

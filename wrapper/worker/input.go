@@ -3,6 +3,8 @@ package worker
 import (
 	"context"
 	"errors"
+	"net"
+	"os"
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
@@ -20,6 +22,7 @@ func (w *Worker) loop(ctx context.Context) {
 	defer context.AfterFunc(ctx, w.rdb.StopReading)()
 	backoff := newBackoff()
 	groupReady, pending := false, true
+	again := false // a timed-out read was just retried without waiting
 	for ctx.Err() == nil {
 		if !groupReady {
 			if err := w.rdb.EnsureGroup(ctx, stream, group); err != nil {
@@ -38,11 +41,22 @@ func (w *Worker) loop(ctx context.Context) {
 				groupReady = false
 			}
 			pending = true
+			if timedOut(err) && !again {
+				// The read used up its own deadline: the container was
+				// paused through it (the clock ran on), or Redis did not
+				// answer for that long. Read again at once, this worker's
+				// pending entries first (the task that woke it may be
+				// one); a second failure in a row waits its backoff.
+				w.log.Info("read input timed out (paused meanwhile?), reading again", "stream", stream, "err", err)
+				again = true
+				continue
+			}
 			w.log.Warn("read input failed, retrying with this worker's pending entries first", "stream", stream, "err", err)
 			backoff.wait(ctx)
 			continue
 		}
 		backoff.reset()
+		again = false
 		if e == nil {
 			pending = false // the backlog of this consumer is done
 			continue
@@ -54,4 +68,10 @@ func (w *Worker) loop(ctx context.Context) {
 		}
 		w.handle(ctx, stream, group, e)
 	}
+}
+
+// timedOut reports whether a read failed because its deadline passed.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
