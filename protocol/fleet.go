@@ -121,25 +121,19 @@ func (p *Placement) validate(path string) error {
 
 // ValidHostID reports whether id can name a host: [A-Za-z0-9_.-]{1,64}
 // (it is part of Redis key names and container labels).
-func ValidHostID(id string) bool {
-	if id == "" || len(id) > 64 {
-		return false
-	}
-	for _, r := range id {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-') {
-			return false
-		}
-	}
-	return true
-}
+func ValidHostID(id string) bool { return hostName(id, true) }
 
 // hostLabelRe reports whether s is a valid host label name.
-func hostLabelRe(s string) bool {
+func hostLabelRe(s string) bool { return hostName(s, false) }
+
+// hostName reports whether s is 1 to 64 of [a-z0-9_.-], and of A-Z too
+// when upper.
+func hostName(s string, upper bool) bool {
 	if s == "" || len(s) > 64 {
 		return false
 	}
 	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-') {
+		if !(r >= 'a' && r <= 'z' || upper && r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-') {
 			return false
 		}
 	}

@@ -157,7 +157,7 @@ func (h *Health) probe(ctx context.Context, id string, doc []byte, now time.Time
 		h.probes[id] = st
 	}
 	hb, err := protocol.DecodeHeartbeat(doc)
-	fresh := err == nil && now.Sub(hb.Timestamp) <= s.cfg.HeartbeatInterval*3/2
+	fresh := err == nil && s.beatFresh(hb, now)
 	if fresh {
 		st.failures = 0
 		if tr, changed, _ := st.machine.SetHealth(protocol.HealthHealthy, "heartbeat fresh again", now); changed {
@@ -208,4 +208,11 @@ func ending(st map[string]string, now time.Time, stopTimeout time.Duration) bool
 	}
 	at, err := protocol.ParseTime(st[protocol.StatusFieldUpdatedAt])
 	return err == nil && now.Sub(at) < stopTimeout+5*time.Second
+}
+
+// beatFresh reports whether a heartbeat is at most one and a half
+// intervals old at now: a probe that passes (Health), a worker of a lost
+// host still alive (HostWatch).
+func (s *Spawner) beatFresh(hb protocol.Heartbeat, now time.Time) bool {
+	return now.Sub(hb.Timestamp) <= s.cfg.HeartbeatInterval*3/2
 }

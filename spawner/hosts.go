@@ -302,7 +302,7 @@ func (w *HostWatch) dead(ctx context.Context, id string) bool {
 		return true
 	}
 	hb, err := protocol.DecodeHeartbeat(doc)
-	return err != nil || s.now().Sub(hb.Timestamp) > s.cfg.HeartbeatInterval*3/2
+	return err != nil || !s.beatFresh(hb, s.now())
 }
 
 // retire retires a worker of a lost host in the background, once.
