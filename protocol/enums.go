@@ -71,6 +71,13 @@ const (
 	StatusCancelled OutputStatus = "cancelled"
 )
 
+// ValidStop reports whether s may end a stop output: complete, blocked or
+// failed. cancelled is the runtime's word for a task a cancel ended, never
+// the agent's.
+func (s OutputStatus) ValidStop() bool {
+	return s == StatusComplete || s == StatusBlocked || s == StatusFailed
+}
+
 // Valid reports whether s is one of complete, blocked, failed, cancelled.
 func (s OutputStatus) Valid() bool {
 	return s == StatusComplete || s == StatusBlocked || s == StatusFailed || s == StatusCancelled

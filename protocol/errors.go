@@ -16,6 +16,11 @@ const (
 	CodeAgentError Code = "AGENT_ERROR"
 	// The agent ended well but gave no stop output (see PROTOCOL.md).
 	CodeNoStopOutput Code = "NO_STOP_OUTPUT"
+	// The agent ended with a stop output that is not one: a status other
+	// than complete, blocked or failed, a blocked without a question, a
+	// result that is not an object. What an agent prints cannot be
+	// trusted, so this is an answer, not a crash.
+	CodeInvalidStopOutput Code = "INVALID_STOP_OUTPUT"
 	// The agent's own stop output said failed: it could not do the task.
 	CodeTaskFailed Code = "TASK_FAILED"
 	// The kernel's OOM killer ended the container.
@@ -88,6 +93,7 @@ var codeInfo = map[Code]bool{
 	CodeAgentCrashed:        true,  // the crash may be transient
 	CodeAgentError:          true,  // API errors are often transient
 	CodeNoStopOutput:        false, // the agent did what it did
+	CodeInvalidStopOutput:   false, // the same task makes the same output
 	CodeTaskFailed:          false, // the agent judged it could not
 	CodeOOMKilled:           true,  // with more memory
 	CodeKilled:              true,
@@ -116,7 +122,7 @@ var codeInfo = map[Code]bool{
 
 // Codes lists every code, in a stable order.
 var Codes = []Code{
-	CodeAgentTimeout, CodeAgentCrashed, CodeAgentError, CodeNoStopOutput, CodeTaskFailed,
+	CodeAgentTimeout, CodeAgentCrashed, CodeAgentError, CodeNoStopOutput, CodeInvalidStopOutput, CodeTaskFailed,
 	CodeOOMKilled, CodeKilled, CodeTerminated, CodeResumeFailed,
 	CodeInvalidTask, CodeInvalidCommand, CodeNotFound, CodeForbidden,
 	CodeUpstreamUnavailable, CodeResourceExhausted, CodeInternalError,

@@ -45,7 +45,7 @@ type StopOutput struct {
 
 // Validate checks s against the stop output schema.
 func (s StopOutput) Validate() error {
-	if !s.Status.Valid() {
+	if !s.Status.ValidStop() {
 		return fieldErr("status", "is %q, want complete, blocked or failed", s.Status)
 	}
 	if s.Status == StatusBlocked && s.Question == "" {

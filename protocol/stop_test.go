@@ -74,3 +74,23 @@ func TestDecodeStopOutputNullResult(t *testing.T) {
 		t.Fatalf("%+v %v", s, err)
 	}
 }
+
+// Only complete, blocked and failed end a stop output: cancelled is the
+// runtime's status for a task a cancel ended, and an agent printing it
+// must not pass for one.
+func TestStopOutputRefusesRuntimeStatuses(t *testing.T) {
+	for _, in := range []string{
+		`{"status":"cancelled"}`, `{"status":"running"}`, `{"status":""}`, `{"status":"COMPLETE"}`,
+		`{"status":"blocked"}`, `{"status":"complete","result":[1]}`,
+	} {
+		if s, err := DecodeStopOutput([]byte(in)); err == nil {
+			t.Errorf("DecodeStopOutput(%s) = %+v, want an error", in, s)
+		}
+		if s, ok := FindStopOutput("done: " + in); ok {
+			t.Errorf("FindStopOutput(%s) = %+v, want none", in, s)
+		}
+	}
+	if s, ok := FindStopOutput(`{"status":"complete"} then {"status":"cancelled"}`); !ok || s.Status != StatusComplete {
+		t.Errorf("FindStopOutput skipped past an invalid one to %+v, %v", s, ok)
+	}
+}

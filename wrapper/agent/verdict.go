@@ -39,12 +39,31 @@ const MaxStderrInError = 4 << 10
 //     with exit 1 counts; so does a result whose process had to be killed
 //     after it): the stop output decides. With a schema, Claude's
 //     structured_output must be a valid stop output; without, the last
-//     valid stop output in the final text. None: failed, NO_STOP_OUTPUT.
+//     valid stop output in the final text. None: failed, NO_STOP_OUTPUT;
+//     a structured_output that is no valid stop output (a status other
+//     than complete, blocked, failed): failed, INVALID_STOP_OUTPUT.
 //     A stop output that says failed: failed, TASK_FAILED.
 //  7. No result line: failed, AGENT_CRASHED, with the exit code or signal,
 //     whether it died before or after its init line, and the stderr tail
 //     (an exit 0 without a result is a crash too).
 func Judge(o Outcome, schemaGiven bool) Verdict {
+	return complete(judge(o, schemaGiven))
+}
+
+// complete holds Judge to what an Output needs, whatever a rule returned:
+// a status an Output may carry, and an error on every failed one. What an
+// agent prints decides a verdict, so no rule may leave it half made.
+func complete(v Verdict) Verdict {
+	if !v.Status.ValidStop() {
+		v = failed(v.Rule, protocol.CodeInvalidStopOutput, "the agent ended with the status %q, which a stop output may not have", truncate(string(v.Status), 64))
+	}
+	if v.Status == protocol.StatusFailed && v.Error == nil {
+		v.Error = protocol.NewError(protocol.CodeInternalError, "a failed verdict (rule %s) carried no error", v.Rule)
+	}
+	return v
+}
+
+func judge(o Outcome, schemaGiven bool) Verdict {
 	stderr := stderrTail(o.Stderr)
 	switch {
 	case o.StartErr != nil:
@@ -83,8 +102,12 @@ func judgeResult(o Outcome, schemaGiven bool) Verdict {
 		rule = "structured-output"
 		if len(r.StructuredOutput) > 0 {
 			var err error
-			stop, err = protocol.DecodeStopOutput(r.StructuredOutput)
-			ok = err == nil
+			if stop, err = protocol.DecodeStopOutput(r.StructuredOutput); err != nil {
+				v := failed("invalid-stop-output", protocol.CodeInvalidStopOutput, "the agent's structured_output is not a valid stop output: %s", truncate(err.Error(), 500))
+				v.Response = r.Text
+				return v
+			}
+			ok = true
 		}
 	} else {
 		rule = "stop-json"
