@@ -344,7 +344,7 @@ func (im *Images) build(ctx context.Context, r protocol.Recipe, tag, hash string
 // readBuildOutput reads the engine's JSON message stream of a build and
 // returns the tail of its log, the image ID, and the build's error.
 func readBuildOutput(r io.Reader) (tail, id string, err error) {
-	var lines []string
+	var log buildLog
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
@@ -361,14 +361,7 @@ func readBuildOutput(r io.Reader) (tail, id string, err error) {
 		if json.Unmarshal(sc.Bytes(), &m) != nil {
 			continue
 		}
-		if m.Stream != "" {
-			for _, l := range strings.Split(strings.TrimRight(m.Stream, "\n"), "\n") {
-				lines = append(lines, l)
-			}
-			if len(lines) > 40 {
-				lines = lines[len(lines)-40:]
-			}
-		}
+		log.write(m.Stream)
 		if m.Aux.ID != "" {
 			id = m.Aux.ID
 		}
@@ -379,5 +372,61 @@ func readBuildOutput(r io.Reader) (tail, id string, err error) {
 	if scanErr := sc.Err(); scanErr != nil && err == nil {
 		err = fmt.Errorf("read build output: %w", scanErr)
 	}
-	return strings.Join(lines, "\n"), id, err
+	return log.String(), id, err
+}
+
+// buildLogLines is how many lines of a build's log a BuildError keeps.
+const buildLogLines = 40
+
+// buildLog keeps the last lines of a build's log. The engine sends a
+// step's output in chunks that need not end at a line's end (a program's
+// stderr may come a few bytes at a time, each chunk wrapped in colour
+// codes): chunks are joined and the colour codes dropped before the text
+// is cut into lines.
+type buildLog struct {
+	lines   []string
+	partial strings.Builder
+}
+
+func (b *buildLog) write(chunk string) {
+	for _, c := range []byte(stripANSI(chunk)) {
+		if c != '\n' {
+			b.partial.WriteByte(c)
+			continue
+		}
+		b.lines = append(b.lines, b.partial.String())
+		b.partial.Reset()
+		if len(b.lines) > buildLogLines {
+			b.lines = b.lines[len(b.lines)-buildLogLines:]
+		}
+	}
+}
+
+func (b *buildLog) String() string {
+	lines := b.lines
+	if b.partial.Len() > 0 {
+		lines = append(lines[:len(lines):len(lines)], b.partial.String())
+	}
+	return strings.Join(lines, "\n")
+}
+
+// stripANSI drops the terminal escape sequences (CSI: ESC [ ... final
+// byte) that colour a build's stderr.
+func stripANSI(s string) string {
+	if !strings.Contains(s, "\x1b[") {
+		return s
+	}
+	var out strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0x1b && i+1 < len(s) && s[i+1] == '[' {
+			j := i + 2
+			for j < len(s) && (s[j] < 0x40 || s[j] > 0x7e) {
+				j++
+			}
+			i = j
+			continue
+		}
+		out.WriteByte(s[i])
+	}
+	return out.String()
 }
