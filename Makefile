@@ -37,12 +37,15 @@ vet:
 	@$(GO) vet scripts/benchtable.go
 
 # The race detector is on for every module; -count=1 so that a cached pass
-# never stands in for a run against real services.
+# never stands in for a run against real services. One go test over every
+# module of the workspace: packages of different modules compile and run
+# side by side (-p $(TEST_P)); most of their time is spent waiting on
+# agents, containers and Redis, not on the CPU. Tests that need the Docker
+# engine to themselves take its lock (testkit.ExclusiveEngine).
+TEST_P     ?= 3
 test-unit: vet
-	@for m in $(MODULES); do \
-	  echo "== go test -race $$m"; \
-	  (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; \
-	done
+	@echo "== go test -race -p $(TEST_P) $(MODULES)"
+	@$(GO) test -race -count=1 -p $(TEST_P) $(foreach m,$(MODULES),./$(m)/...)
 
 # The Prometheus alert rules (ops/prometheus): checked, and each alert
 # made to fire by its unit tests. promtool comes with Debian's prometheus
