@@ -3,6 +3,7 @@ module github.com/agentvisor/agentvisor/examples
 go 1.26.0
 
 require (
+	github.com/agentvisor/agentvisor/client v0.0.0
 	github.com/agentvisor/agentvisor/protocol v0.0.0
 	github.com/agentvisor/agentvisor/redisconn v0.0.0
 	github.com/agentvisor/agentvisor/spawner v0.0.0
@@ -55,6 +56,7 @@ require (
 )
 
 replace (
+	github.com/agentvisor/agentvisor/client => ../client
 	github.com/agentvisor/agentvisor/protocol => ../protocol
 	github.com/agentvisor/agentvisor/redisconn => ../redisconn
 	github.com/agentvisor/agentvisor/spawner => ../spawner

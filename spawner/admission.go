@@ -82,7 +82,7 @@ func (s *Spawner) admit(ctx context.Context, id string, p *protocol.Placement, o
 		select {
 		case <-ctx.Done():
 			leave()
-			return nil, "", &Error{protocol.CodeResourceExhausted, ctx.Err()}
+			return nil, "", &Error{Code: protocol.CodeResourceExhausted, Err: ctx.Err()}
 		case <-s.stopping:
 			leave()
 			return nil, "", errorf(protocol.CodeShuttingDown, "the worker-manager is shutting down: send the create again")

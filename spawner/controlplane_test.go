@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/protocol/testkit"
 )
@@ -46,7 +47,7 @@ func TestShutdownAnswersQueuedCreates(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = (&Manager{S: f.s}).Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	c := &Client{Redis: f.rc, Keys: f.keys, Timeout: time.Minute}
+	c := &client.Commands{Redis: f.rc, Keys: f.keys, Timeout: time.Minute}
 	if _, err := c.Do(context.Background(), protocol.Command{Action: protocol.ActionCreate, Spec: &fakeSpec}); err != nil {
 		t.Fatal(err)
 	}

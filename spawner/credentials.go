@@ -44,7 +44,7 @@ func (s *Spawner) aclMode(ctx context.Context) bool {
 func (s *Spawner) workerRedisURL(ctx context.Context, id string, kind protocol.Kind) (string, error) {
 	acl := s.aclMode(ctx)
 	if s.aclErr != nil {
-		return "", &Error{protocol.CodeUpstreamUnavailable, s.aclErr}
+		return "", &Error{Code: protocol.CodeUpstreamUnavailable, Err: s.aclErr}
 	}
 	if !acl {
 		return s.cfg.RedisURLForWorkers, nil

@@ -6,20 +6,17 @@ import (
 
 	"github.com/docker/docker/errdefs"
 
+	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
-// Error is a spawner failure with a stable code.
-type Error struct {
-	Code protocol.Code
-	Err  error
-}
-
-func (e *Error) Error() string { return string(e.Code) + ": " + e.Err.Error() }
-func (e *Error) Unwrap() error { return e.Err }
+// Error is a failure with a stable code, the same type a consumer's
+// client returns (client.Error), so that a code survives the trip from
+// the manager to its caller unchanged.
+type Error = client.Error
 
 func errorf(code protocol.Code, format string, args ...any) *Error {
-	return &Error{code, fmt.Errorf(format, args...)}
+	return client.Errorf(code, format, args...)
 }
 
 // ProtocolError returns the error object of a Reply.
@@ -36,19 +33,16 @@ func ProtocolError(err error) *protocol.Error {
 }
 
 // IsResourceExhausted reports whether err is a create that found no slot.
-func IsResourceExhausted(err error) bool { return hasCode(err, protocol.CodeResourceExhausted) }
+func IsResourceExhausted(err error) bool { return client.IsResourceExhausted(err) }
 
 // IsNotFound reports whether err names a worker that does not exist.
-func IsNotFound(err error) bool { return hasCode(err, protocol.CodeNotFound) }
+func IsNotFound(err error) bool { return client.IsNotFound(err) }
 
 // IsBusy reports whether err is a pause refused because the worker has a
 // task in flight.
-func IsBusy(err error) bool { return hasCode(err, protocol.CodeWorkerBusy) }
+func IsBusy(err error) bool { return client.IsBusy(err) }
 
-func hasCode(err error, code protocol.Code) bool {
-	var se *Error
-	return errors.As(err, &se) && se.Code == code
-}
+func hasCode(err error, code protocol.Code) bool { return client.HasCode(err, code) }
 
 // engineError classifies an error of the Docker engine by its kind, not
 // its text: a parameter the engine refuses is the command's fault
@@ -59,18 +53,18 @@ func engineError(err error, format string, args ...any) *Error {
 	wrapped := fmt.Errorf(format+": %w", append(args, err)...)
 	switch {
 	case errdefs.IsInvalidParameter(err):
-		return &Error{protocol.CodeInvalidCommand, wrapped}
+		return &Error{Code: protocol.CodeInvalidCommand, Err: wrapped}
 	case errdefs.IsConflict(err):
-		return &Error{protocol.CodeConflict, wrapped}
+		return &Error{Code: protocol.CodeConflict, Err: wrapped}
 	case errdefs.IsNotFound(err):
-		return &Error{protocol.CodeNotFound, wrapped}
+		return &Error{Code: protocol.CodeNotFound, Err: wrapped}
 	case errdefs.IsForbidden(err), errdefs.IsUnauthorized(err):
-		return &Error{protocol.CodeForbidden, wrapped}
+		return &Error{Code: protocol.CodeForbidden, Err: wrapped}
 	}
-	return &Error{protocol.CodeUpstreamUnavailable, wrapped}
+	return &Error{Code: protocol.CodeUpstreamUnavailable, Err: wrapped}
 }
 
 // redisError is a failed Redis call.
 func redisError(err error, format string, args ...any) *Error {
-	return &Error{protocol.CodeUpstreamUnavailable, fmt.Errorf(format+": %w", append(args, err)...)}
+	return &Error{Code: protocol.CodeUpstreamUnavailable, Err: fmt.Errorf(format+": %w", append(args, err)...)}
 }

@@ -3,6 +3,7 @@ module github.com/agentvisor/agentvisor/spawner
 go 1.26.0
 
 require (
+	github.com/agentvisor/agentvisor/client v0.0.0
 	github.com/agentvisor/agentvisor/protocol v0.0.0
 	github.com/agentvisor/agentvisor/redisconn v0.0.0
 	github.com/agentvisor/agentvisor/stubmodel v0.0.0
@@ -69,3 +70,4 @@ replace github.com/agentvisor/agentvisor/protocol => ../protocol
 replace github.com/agentvisor/agentvisor/redisconn => ../redisconn
 
 replace github.com/agentvisor/agentvisor/stubmodel => ../stubmodel
+replace github.com/agentvisor/agentvisor/client => ../client

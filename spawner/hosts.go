@@ -107,7 +107,7 @@ func (s *Spawner) mine(host string) bool { return host == "" || host == s.Host()
 func (s *Spawner) forwardCreate(ctx context.Context, host, commandID string, spec protocol.WorkerSpec) error {
 	doc, err := protocol.Command{ID: commandID, Action: protocol.ActionCreate, Spec: &spec, Timestamp: s.now()}.Encode()
 	if err != nil {
-		return &Error{protocol.CodeInternalError, err}
+		return &Error{Code: protocol.CodeInternalError, Err: err}
 	}
 	if err := s.rdb.AddEntry(ctx, s.keys.HostCommands(host), doc); err != nil {
 		return redisError(err, "forward a create to %s", host)

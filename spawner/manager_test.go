@@ -9,18 +9,19 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/stubmodel"
 )
 
-func (f *fixture) startManager(t testing.TB) *Client {
+func (f *fixture) startManager(t testing.TB) *client.Commands {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = (&Manager{S: f.s}).Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return &Client{Redis: f.rc, Keys: f.keys, Timeout: 2 * time.Minute}
+	return &client.Commands{Redis: f.rc, Keys: f.keys, Timeout: 2 * time.Minute}
 }
 
 func TestManagerCommandsPauseWakeAndCrash(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
@@ -365,9 +366,9 @@ func (sm *streamMetrics) Start(ctx context.Context) { sm.start(ctx, sm.run) }
 
 func (sm *streamMetrics) run(ctx context.Context) {
 	died := map[string]time.Time{} // worker → its died/oom event; owned by this loop
-	w := &Watcher{Redis: sm.s.rdb.C, Keys: sm.s.keys}
+	w := &client.Watcher{Redis: sm.s.rdb.C, Keys: sm.s.keys}
 	for ctx.Err() == nil {
-		err := w.Run(ctx, func(ev Event) { sm.count(ev, died) })
+		err := w.Run(ctx, func(ev client.Event) { sm.count(ev, died) })
 		if err != nil && ctx.Err() == nil {
 			sm.s.log.Warn("metrics: reading the streams", "err", err)
 			select {
@@ -387,7 +388,7 @@ func entryTime(id string) time.Time {
 	return time.UnixMilli(n)
 }
 
-func (sm *streamMetrics) count(ev Event, died map[string]time.Time) {
+func (sm *streamMetrics) count(ev client.Event, died map[string]time.Time) {
 	m := sm.m
 	switch {
 	case ev.Lifecycle != nil:

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
@@ -32,7 +33,7 @@ func BenchmarkMetricsCost(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer f.s.Delete(context.Background(), w.WorkerID)
-	tasks := &Tasks{Redis: f.rc, Keys: f.keys}
+	tasks := &client.Tasks{Redis: f.rc, Keys: f.keys}
 	// run gives one task and returns XADD → agent start in ms.
 	run := func(req string) float64 {
 		t0 := time.Now().UnixNano()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/redis/go-redis/v9"
@@ -129,9 +130,9 @@ func TestTwoManagersDoEachCommandOnce(t *testing.T) {
 		go func() { defer close(done); _ = (&Manager{S: s}).Run(cctx) }()
 		t.Cleanup(func() { cancel(); <-done })
 	}
-	c := &Client{Redis: f.rc, Keys: f.keys, Timeout: 2 * time.Minute}
+	c := &client.Commands{Redis: f.rc, Keys: f.keys, Timeout: 2 * time.Minute}
 	runConcurrently(t, 4, func(i int) error {
-		cl := &Client{Redis: f.rc, Keys: f.keys, Name: fmt.Sprintf("c%d", i), Timeout: 2 * time.Minute}
+		cl := &client.Commands{Redis: f.rc, Keys: f.keys, Name: fmt.Sprintf("c%d", i), Timeout: 2 * time.Minute}
 		_, err := cl.Do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &protocol.WorkerSpec{AgentType: protocol.AgentClaude}})
 		return err
 	})

@@ -216,7 +216,7 @@ type createOpts struct {
 // create is CreateFor without the pools.
 func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.WorkerSpec, o createOpts) (protocol.WorkerInfo, error) {
 	if err := spec.Validate(); err != nil {
-		return protocol.WorkerInfo{}, &Error{protocol.CodeInvalidCommand, err}
+		return protocol.WorkerInfo{}, &Error{Code: protocol.CodeInvalidCommand, Err: err}
 	}
 	if spec.Kind == "" {
 		spec.Kind = protocol.KindLongLived
@@ -308,7 +308,7 @@ func (s *Spawner) forwarded(ctx context.Context, id, host string, o createOpts) 
 func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol.WorkerSpec, member, fresh bool, o createOpts) (protocol.WorkerInfo, error) {
 	img, err := s.images.EnsureImage(ctx, spec.AgentType, spec.Capabilities)
 	if err != nil {
-		return protocol.WorkerInfo{}, &Error{protocol.CodeInternalError, err}
+		return protocol.WorkerInfo{}, &Error{Code: protocol.CodeInternalError, Err: err}
 	}
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -410,7 +410,7 @@ func (s *Spawner) createContainer(ctx context.Context, id, commandID string, spe
 			s.images.Forget(img.Tag)
 			again, ierr := s.images.EnsureImage(ctx, spec.AgentType, spec.Capabilities)
 			if ierr != nil {
-				return "", &Error{protocol.CodeInternalError, ierr}
+				return "", &Error{Code: protocol.CodeInternalError, Err: ierr}
 			}
 			*img = again
 		default:

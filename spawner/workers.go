@@ -25,7 +25,7 @@ func (s *Spawner) find(ctx context.Context, id string) (container.InspectRespons
 
 // noContainer is the NOT_FOUND error of a worker without a container.
 func noContainer(id string) *Error {
-	return &Error{protocol.CodeNotFound, fmt.Errorf("worker %s has no container", id)}
+	return &Error{Code: protocol.CodeNotFound, Err: fmt.Errorf("worker %s has no container", id)}
 }
 
 // Delete retires a worker: it leaves the workers set first (nothing

@@ -8,7 +8,7 @@
 //
 // It reads without a consumer group, so it takes nothing from anyone: any
 // number of consumers see every entry. -idle-exit ends it once nothing has
-// arrived for that long. A Go service can use spawner.Watcher, which does
+// arrived for that long. A Go service can use client.Watcher, which does
 // the same; this program spells the protocol out with a plain Redis client,
 // as a service in any language would.
 package main

@@ -34,9 +34,10 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/client"
+	dockerclient "github.com/docker/docker/client"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/redisconn"
 	"github.com/agentvisor/agentvisor/spawner"
@@ -159,8 +160,8 @@ type demo struct {
 	rdb   *redis.Client
 	keys  protocol.Keys
 	stub  *stubmodel.Server // nil with the real API
-	cli   *spawner.Client
-	tasks *spawner.Tasks
+	cli   *client.Commands
+	tasks *client.Tasks
 
 	metricsAddr string // where the manager serves /metrics and the dashboard
 
@@ -207,8 +208,8 @@ func (d *demo) run(ctx context.Context) error {
 	if d.keys, err = protocol.NewKeys(os.Getenv("WORKER_KEY_PREFIX")); err != nil {
 		return err
 	}
-	d.cli = &spawner.Client{Redis: d.rdb, Keys: d.keys, Name: "demo", Timeout: 5 * time.Minute, Wait: wait}
-	d.tasks = &spawner.Tasks{Redis: d.rdb, Keys: d.keys, Wait: wait}
+	d.cli = &client.Commands{Redis: d.rdb, Keys: d.keys, Name: "demo", Timeout: 5 * time.Minute, Wait: wait}
+	d.tasks = &client.Tasks{Redis: d.rdb, Keys: d.keys, Wait: wait}
 
 	d.section("set-up")
 	env := []string{"REDIS_URL=" + d.redisURL, "WORKER_KEY_PREFIX=" + d.keys.Prefix, "MANAGER_ID=demo", "HEARTBEAT_INTERVAL=2s", poolsEnv(), workerEnv,
@@ -237,7 +238,7 @@ func (d *demo) run(ctx context.Context) error {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan error, 1)
 	go func() {
-		w := &spawner.Watcher{Redis: d.rdb, Keys: d.keys, Rescan: 100 * time.Millisecond}
+		w := &client.Watcher{Redis: d.rdb, Keys: d.keys, Rescan: 100 * time.Millisecond}
 		watchDone <- w.Run(watchCtx, d.print)
 	}()
 	defer func() { stopWatch(); <-watchDone }()
@@ -370,7 +371,7 @@ func (d *demo) send(ctx context.Context, id, project, requestID, prompt string, 
 }
 
 // put puts a task on the worker's input stream.
-func (d *demo) put(ctx context.Context, id, project, requestID, prompt string, script stubmodel.Script) (spawner.Sent, error) {
+func (d *demo) put(ctx context.Context, id, project, requestID, prompt string, script stubmodel.Script) (client.Sent, error) {
 	if d.stub != nil {
 		d.stub.SetScript(script)
 	}
@@ -392,14 +393,14 @@ func (d *demo) put(ctx context.Context, id, project, requestID, prompt string, s
 // permission request of the task goes to answer (nil: none expected).
 // The timeline (print) shows the progress and the output as the watcher
 // reads them.
-func (d *demo) await(ctx context.Context, sent spawner.Sent, want protocol.OutputStatus, answer func(protocol.PermissionRequest) error) (protocol.Output, error) {
+func (d *demo) await(ctx context.Context, sent client.Sent, want protocol.OutputStatus, answer func(protocol.PermissionRequest) error) (protocol.Output, error) {
 	wctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
 	defer cancel()
 	var (
 		o         protocol.Output
 		answerErr error
 	)
-	err := d.tasks.Watch(wctx, sent, func(ev spawner.Event) {
+	err := d.tasks.Watch(wctx, sent, func(ev client.Event) {
 		switch {
 		case ev.Output != nil:
 			o = *ev.Output
@@ -410,7 +411,7 @@ func (d *demo) await(ctx context.Context, sent spawner.Sent, want protocol.Outpu
 		}
 	})
 	switch {
-	case errors.Is(err, spawner.ErrAwaitTimeout):
+	case errors.Is(err, client.ErrAwaitTimeout):
 		return o, fmt.Errorf("no output for task %s within 4 min (manager log: %s)", sent.RequestID, d.logPath())
 	case err != nil:
 		return o, err
@@ -648,7 +649,7 @@ func (d *demo) usage(ctx context.Context) error {
 // cleanUp counts the demo's worker containers left and removes the
 // project volumes the workers kept their sessions in.
 func (d *demo) cleanUp(ctx context.Context) (int, error) {
-	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	dc, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
 	if err != nil {
 		return 0, err
 	}
@@ -662,7 +663,7 @@ func (d *demo) cleanUp(ctx context.Context) (int, error) {
 		a protocol.AgentType
 		p string
 	}{{protocol.AgentClaude, projectShop}, {protocol.AgentDroid, projectDocs}} {
-		if err := dc.VolumeRemove(ctx, spawner.ProjectVolume(d.keys.Prefix, p.a, p.p), true); err != nil && !client.IsErrNotFound(err) {
+		if err := dc.VolumeRemove(ctx, spawner.ProjectVolume(d.keys.Prefix, p.a, p.p), true); err != nil && !dockerclient.IsErrNotFound(err) {
 			return len(cs), err
 		}
 	}
@@ -672,7 +673,7 @@ func (d *demo) cleanUp(ctx context.Context) (int, error) {
 func short(s string) string { return s[:min(8, len(s))] }
 
 // print is the timeline: every lifecycle, progress and output entry.
-func (d *demo) print(ev spawner.Event) {
+func (d *demo) print(ev client.Event) {
 	if ev.Err != nil {
 		d.say("stream %s: entry %s refused: %v", ev.Stream, ev.ID, ev.Err)
 		return

@@ -19,8 +19,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/docker/docker/client"
+	dockerclient "github.com/docker/docker/client"
 
+	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/redisconn"
 	"github.com/agentvisor/agentvisor/spawner"
@@ -57,7 +58,7 @@ func run(ctx context.Context, prompt string) error {
 	if err != nil {
 		return err
 	}
-	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	dc, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
 	if err != nil {
 		return err
 	}
@@ -79,7 +80,7 @@ func run(ctx context.Context, prompt string) error {
 
 	// 3. A task on the worker's input stream, and 4. its output from the
 	// worker's output stream (progress events arrive there first).
-	tasks := &spawner.Tasks{Redis: rdb, Keys: cfg.Keys, Wait: wait}
+	tasks := &client.Tasks{Redis: rdb, Keys: cfg.Keys, Wait: wait}
 	task := protocol.Task{RequestID: fmt.Sprintf("quickstart-%d", time.Now().UnixNano()), ProjectID: "quickstart", Prompt: prompt}
 	sent, err := tasks.Send(ctx, w.WorkerID, task)
 	if err != nil {

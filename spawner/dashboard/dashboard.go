@@ -22,6 +22,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner"
 )
@@ -181,7 +182,7 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
 		fl.Flush()
 	}
-	sendEntry := func(ev spawner.Event) {
+	sendEntry := func(ev client.Event) {
 		e := entry{Stream: ev.Stream, ID: ev.ID, Doc: ev.Data}
 		if ev.Err != nil {
 			e.Error = ev.Err.Error()
@@ -194,7 +195,7 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 	}
 	if msgs, err := d.Redis.XRevRangeN(ctx, d.Keys.Lifecycle(), "+", "-", recent).Result(); err == nil {
 		for i := len(msgs) - 1; i >= 0; i-- {
-			sendEntry(spawner.DecodeEvent(d.Keys.Lifecycle(), msgs[i]))
+			sendEntry(client.DecodeEvent(d.Keys.Lifecycle(), msgs[i]))
 		}
 	}
 	pushState := func() {
@@ -208,7 +209,7 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		wt := &spawner.Watcher{Redis: d.Redis, Keys: d.Keys, Rescan: 500 * time.Millisecond}
+		wt := &client.Watcher{Redis: d.Redis, Keys: d.Keys, Rescan: 500 * time.Millisecond}
 		if err := wt.Run(ctx, sendEntry); err != nil && d.Log != nil {
 			d.Log.Warn("dashboard watcher", "err", err)
 		}

@@ -17,8 +17,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/spawner/dashboard"
 	"github.com/agentvisor/agentvisor/spawner/spawnertest"
 	"github.com/agentvisor/agentvisor/stubmodel"
@@ -35,7 +35,7 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	rt := spawnertest.Start(t, nil)
 	ctx := context.Background()
-	cli := &spawner.Client{Redis: rt.RC, Keys: rt.Keys, Timeout: 3 * time.Minute}
+	cli := &client.Commands{Redis: rt.RC, Keys: rt.Keys, Timeout: 3 * time.Minute}
 	var ids []string
 	for _, p := range []string{"shop", "docs"} {
 		r, err := cli.Do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &protocol.WorkerSpec{AgentType: protocol.AgentClaude, ProjectID: p,
@@ -52,7 +52,7 @@ func TestDashboardInChromium(t *testing.T) {
 	}})
 	tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if o, err := (&spawner.Tasks{Redis: rt.RC, Keys: rt.Keys}).Run(tctx, ids[0], protocol.Task{ProjectID: "shop", Prompt: "Fix it."}, nil); err != nil || o.Status != protocol.StatusComplete {
+	if o, err := (&client.Tasks{Redis: rt.RC, Keys: rt.Keys}).Run(tctx, ids[0], protocol.Task{ProjectID: "shop", Prompt: "Fix it."}, nil); err != nil || o.Status != protocol.StatusComplete {
 		t.Fatalf("task: %+v %v", o, err)
 	}
 

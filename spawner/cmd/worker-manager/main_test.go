@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/spawner"
@@ -78,7 +79,7 @@ func TestPrometheusScrapesManager(t *testing.T) {
 	}
 
 	// A worker that completes a task.
-	cli := &spawner.Client{Redis: rc, Keys: keys, Timeout: 3 * time.Minute}
+	cli := &client.Commands{Redis: rc, Keys: keys, Timeout: 3 * time.Minute}
 	reply, err := cli.Do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &protocol.WorkerSpec{AgentType: protocol.AgentClaude, ProjectID: "shop"}})
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +87,7 @@ func TestPrometheusScrapesManager(t *testing.T) {
 	stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{{Text: `{"status": "complete", "result": {"ok": true}}`}}})
 	tctx, tcancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer tcancel()
-	o, err := (&spawner.Tasks{Redis: rc, Keys: keys}).Run(tctx, reply.Worker.WorkerID, protocol.Task{ProjectID: "shop", Prompt: "Do it."}, nil)
+	o, err := (&client.Tasks{Redis: rc, Keys: keys}).Run(tctx, reply.Worker.WorkerID, protocol.Task{ProjectID: "shop", Prompt: "Do it."}, nil)
 	if err != nil || o.Status != protocol.StatusComplete {
 		t.Fatalf("task: %+v %v", o, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/redisconn"
 	"github.com/agentvisor/agentvisor/spawner"
@@ -106,7 +107,7 @@ func (c *ctl) read(ctx context.Context, id string) (workerRow, error) {
 // do sends a command to the worker-managers; no answer within the timeout
 // means no manager runs (exit 6).
 func (c *ctl) do(ctx context.Context, cmd protocol.Command, timeout time.Duration) (protocol.Reply, error) {
-	cl := &spawner.Client{Redis: c.rdb, Keys: c.keys, Timeout: timeout, Wait: c.wait}
+	cl := &client.Commands{Redis: c.rdb, Keys: c.keys, Timeout: timeout, Wait: c.wait}
 	r, err := cl.Do(ctx, cmd)
 	var se *spawner.Error
 	if errors.As(err, &se) && se.Code == protocol.CodeUpstreamUnavailable && strings.Contains(err.Error(), "no reply") {

@@ -6,9 +6,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/spf13/cobra"
+	"github.com/agentvisor/agentvisor/client"
 
-	"github.com/agentvisor/agentvisor/spawner"
+	"github.com/spf13/cobra"
 )
 
 func eventsCmd(c *ctl) *cobra.Command {
@@ -22,7 +22,7 @@ With -f it follows new entries instead (with --all, what the streams hold first)
 		Args: args(0, "no argument"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			w := &spawner.Watcher{Redis: c.rdb, Keys: c.keys, FromStart: fromStart}
+			w := &client.Watcher{Redis: c.rdb, Keys: c.keys, FromStart: fromStart}
 			if worker != "" {
 				id, err := c.resolve(ctx, worker)
 				if err != nil {
@@ -30,18 +30,18 @@ With -f it follows new entries instead (with --all, what the streams hold first)
 				}
 				w.Workers = []string{id}
 			}
-			print := func(ev spawner.Event) { renderEvent(c.out, c.json, ev) }
+			print := func(ev client.Event) { renderEvent(c.out, c.json, ev) }
 			if follow {
 				return w.Run(ctx, print)
 			}
-			var evs []spawner.Event
+			var evs []client.Event
 			for _, st := range c.streams(cmd, w.Workers) {
 				msgs, err := c.rdb.XRange(ctx, st, "-", "+").Result()
 				if err != nil {
 					return fmt.Errorf("redis: %w", err)
 				}
 				for _, m := range msgs {
-					ev := spawner.DecodeEvent(st, m)
+					ev := client.DecodeEvent(st, m)
 					if len(w.Workers) == 0 || ev.Err != nil || ev.WorkerID() == w.Workers[0] {
 						evs = append(evs, ev)
 					}

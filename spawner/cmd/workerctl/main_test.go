@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/spawner"
@@ -131,8 +132,8 @@ func TestWorkerctl(t *testing.T) {
 		}
 		return false
 	})
-	tasks := &spawner.Tasks{Redis: rt.RC, Keys: rt.Keys}
-	if err := tasks.Cancel(context.Background(), spawner.Sent{RequestID: "t-cancel", WorkerID: id, Input: rt.Keys.Input(id)}, "changed my mind"); err != nil {
+	tasks := &client.Tasks{Redis: rt.RC, Keys: rt.Keys}
+	if err := tasks.Cancel(context.Background(), client.Sent{RequestID: "t-cancel", WorkerID: id, Input: rt.Keys.Input(id)}, "changed my mind"); err != nil {
 		t.Fatal(err)
 	}
 	select {

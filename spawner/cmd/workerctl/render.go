@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner"
 )
@@ -89,7 +90,7 @@ func renderWorker(w io.Writer, r workerRow) error {
 
 // renderEvent prints one stream entry: a line of the timeline, or the
 // entry's document as one JSON line.
-func renderEvent(w io.Writer, asJSON bool, ev spawner.Event) {
+func renderEvent(w io.Writer, asJSON bool, ev client.Event) {
 	if asJSON {
 		if ev.Err != nil {
 			b, _ := json.Marshal(map[string]string{"stream": ev.Stream, "id": ev.ID, "error": ev.Err.Error()})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner"
 )
@@ -42,7 +43,7 @@ owner asked), 4 blocked, 5 failed, 6 no output within --timeout.`,
 			if project == "" {
 				project = row.ProjectID
 			}
-			tasks := &spawner.Tasks{Redis: c.rdb, Keys: c.keys, Wait: c.wait}
+			tasks := &client.Tasks{Redis: c.rdb, Keys: c.keys, Wait: c.wait}
 			sent, err := tasks.Send(ctx, id, protocol.Task{RequestID: reqID, ProjectID: project, Prompt: a[1], ForceNewSession: newSession})
 			var se *spawner.Error
 			if errors.As(err, &se) && se.Code == protocol.CodeInvalidTask {
@@ -61,7 +62,7 @@ owner asked), 4 blocked, 5 failed, 6 no output within --timeout.`,
 			wctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			var out *protocol.Output
-			err = tasks.Watch(wctx, sent, func(ev spawner.Event) {
+			err = tasks.Watch(wctx, sent, func(ev client.Event) {
 				if ev.Output != nil {
 					out = ev.Output
 				} else if !c.json {
@@ -69,7 +70,7 @@ owner asked), 4 blocked, 5 failed, 6 no output within --timeout.`,
 				}
 			})
 			switch {
-			case errors.Is(err, spawner.ErrAwaitTimeout):
+			case errors.Is(err, client.ErrAwaitTimeout):
 				return fail(exitTimeout, "no output for %s within %v", reqID, timeout)
 			case ctx.Err() != nil:
 				return fail(exitFailed, "interrupted")

@@ -1,4 +1,4 @@
-package spawner
+package client
 
 import (
 	"context"
@@ -11,12 +11,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
-// Client sends commands to the worker-managers and waits for their
+// Commands sends commands to the worker-managers and waits for their
 // replies, on a reply stream of its own.
-type Client struct {
+type Commands struct {
 	Redis   redis.Cmdable
 	Keys    protocol.Keys
 	Name    string        // names the reply stream (worker:replies:<name>); a random one when empty
@@ -28,9 +27,9 @@ type Client struct {
 
 // Do sends cmd (its id, reply_to and time are filled in) and returns the
 // reply. A reply that is not ok is returned with an error carrying its code.
-// Do is safe for concurrent use; a Client without a Name answers each call
+// Do is safe for concurrent use; a Commands without a Name answers each call
 // on a reply stream of its own (it expires after the manager's REPLY_TTL).
-func (c *Client) Do(ctx context.Context, cmd protocol.Command) (protocol.Reply, error) {
+func (c *Commands) Do(ctx context.Context, cmd protocol.Command) (protocol.Reply, error) {
 	name := c.Name
 	if name == "" {
 		b := make([]byte, 6)
@@ -54,14 +53,13 @@ func (c *Client) Do(ctx context.Context, cmd protocol.Command) (protocol.Reply, 
 	// Read replies after the stream's last entry before the command: "$"
 	// would miss a reply written between the XADD and the first XREAD,
 	// which is how fast a pause is answered.
-	r := rdb.New(c.Redis, c.Keys)
-	r.Wait = c.Wait
-	last, err := r.LastID(ctx, stream)
+	r := streams{c.Redis, c.Wait}
+	last, err := r.lastID(ctx, stream)
 	if err != nil {
-		return protocol.Reply{}, fmt.Errorf("spawner: reply stream: %w", err)
+		return protocol.Reply{}, redisError(err, "reply stream")
 	}
-	if err := r.Send(ctx, c.Keys.Commands(), doc); err != nil {
-		return protocol.Reply{}, fmt.Errorf("spawner: send command: %w", err)
+	if err := r.send(ctx, c.Keys.Commands(), doc); err != nil {
+		return protocol.Reply{}, redisError(err, "send command")
 	}
 	timeout := c.Timeout
 	if timeout <= 0 {
@@ -69,9 +67,9 @@ func (c *Client) Do(ctx context.Context, cmd protocol.Command) (protocol.Reply, 
 	}
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		res, err := r.Read(ctx, []string{stream, last}, time.Second, 0)
+		res, err := r.read(ctx, []string{stream, last}, time.Second, 0)
 		if err != nil {
-			return protocol.Reply{}, fmt.Errorf("spawner: read reply: %w", err)
+			return protocol.Reply{}, redisError(err, "read reply")
 		}
 		if len(res) == 0 {
 			continue

@@ -1,4 +1,4 @@
-package spawner
+package client
 
 import (
 	"context"
@@ -48,14 +48,14 @@ func (h answerOnSend) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 // A reply written before the client starts reading is still its reply: a
 // new client's reply stream does not exist when it sends its first command.
-func TestClientSeesAReplyFasterThanItsRead(t *testing.T) {
+func TestCommandsSeeAReplyFasterThanTheirRead(t *testing.T) {
 	r := testkit.StartRedis(t)
 	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
 	defer rc.Close()
 	keys := protocol.Keys{Prefix: "ct"}
 	rc.AddHook(answerOnSend{keys: keys})
 	for i := 0; i < 3; i++ { // the first on a new stream, then on one with replies
-		c := &Client{Redis: rc, Keys: keys, Name: "fast", Timeout: 3 * time.Second}
+		c := &Commands{Redis: rc, Keys: keys, Name: "fast", Timeout: 3 * time.Second}
 		if i == 2 {
 			c.Name = "" // a random, new stream again
 		}

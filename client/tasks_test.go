@@ -1,4 +1,4 @@
-package spawner
+package client
 
 import (
 	"context"
@@ -41,7 +41,7 @@ func TestTasksSendWatchAwait(t *testing.T) {
 		t.Fatalf("send to a worker with no status: %v, want NOT_FOUND", err)
 	}
 	rc.HSet(ctx, keys.Status("w1"), protocol.StatusFieldKind, string(protocol.KindLongLived))
-	if _, err := tasks.Send(ctx, "w1", protocol.Task{ProjectID: "p"}); ProtocolError(err) == nil || ProtocolError(err).Code != protocol.CodeInvalidTask {
+	if _, err := tasks.Send(ctx, "w1", protocol.Task{ProjectID: "p"}); !HasCode(err, protocol.CodeInvalidTask) {
 		t.Fatalf("send without a prompt: %v, want INVALID_TASK", err)
 	}
 	// An output of an earlier task with the same id is history, not ours.

@@ -1,4 +1,4 @@
-package spawner
+package client
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
 // Tasks puts tasks on workers' input streams and follows them to their
@@ -38,7 +37,7 @@ type Sent struct {
 
 // ErrAwaitTimeout is returned by Await and Watch when their context's
 // deadline passes before the task's output arrives.
-var ErrAwaitTimeout = errors.New("spawner: no output before the deadline")
+var ErrAwaitTimeout = errors.New("client: no output before the deadline")
 
 // Send checks task (a request id is made when it has none), and adds it
 // to the input stream of the worker (or to the developer queue for a
@@ -47,7 +46,7 @@ var ErrAwaitTimeout = errors.New("spawner: no output before the deadline")
 func (t *Tasks) Send(ctx context.Context, workerID string, task protocol.Task) (Sent, error) {
 	kind, err := t.Redis.HGet(ctx, t.Keys.Status(workerID), protocol.StatusFieldKind).Result()
 	if errors.Is(err, redis.Nil) {
-		return Sent{}, errorf(protocol.CodeNotFound, "no worker %s", workerID)
+		return Sent{}, Errorf(protocol.CodeNotFound, "no worker %s", workerID)
 	}
 	if err != nil {
 		return Sent{}, redisError(err, "send: read worker %s", workerID)
@@ -61,20 +60,19 @@ func (t *Tasks) Send(ctx context.Context, workerID string, task protocol.Task) (
 	}
 	doc, err := task.Encode()
 	if err != nil {
-		return Sent{}, errorf(protocol.CodeInvalidTask, "send: %v", err)
+		return Sent{}, Errorf(protocol.CodeInvalidTask, "send: %v", err)
 	}
 	if _, err := protocol.DecodeTask(doc); err != nil {
-		return Sent{}, errorf(protocol.CodeInvalidTask, "send: %v", err)
+		return Sent{}, Errorf(protocol.CodeInvalidTask, "send: %v", err)
 	}
-	r := rdb.New(t.Redis, t.Keys)
-	r.Wait = t.Wait
+	r := streams{t.Redis, t.Wait}
 	sent := Sent{RequestID: task.RequestID, WorkerID: workerID, Input: t.Keys.InputFor(k, workerID), Output: t.Keys.OutputFor(k, workerID)}
 	// Outputs after this entry are the task's: "$" would miss an output
 	// written between the XADD and the first XREAD.
-	if sent.After, err = r.LastID(ctx, sent.Output); err != nil {
+	if sent.After, err = r.lastID(ctx, sent.Output); err != nil {
 		return Sent{}, redisError(err, "send: output stream of %s", workerID)
 	}
-	if err := r.Send(ctx, sent.Input, doc); err != nil {
+	if err := r.send(ctx, sent.Input, doc); err != nil {
 		return Sent{}, redisError(err, "send: task %s to %s", task.RequestID, workerID)
 	}
 	return sent, nil
@@ -85,11 +83,10 @@ func (t *Tasks) Send(ctx context.Context, workerID string, task protocol.Task) (
 func (t *Tasks) Cancel(ctx context.Context, s Sent, reason string) error {
 	doc, err := protocol.NewCancel(s.RequestID, reason).Encode()
 	if err != nil {
-		return errorf(protocol.CodeInvalidCommand, "cancel: %v", err)
+		return Errorf(protocol.CodeInvalidCommand, "cancel: %v", err)
 	}
-	r := rdb.New(t.Redis, t.Keys)
-	r.Wait = t.Wait
-	if err := r.Send(ctx, s.Input, doc); err != nil {
+	r := streams{t.Redis, t.Wait}
+	if err := r.send(ctx, s.Input, doc); err != nil {
 		return redisError(err, "cancel %s", s.RequestID)
 	}
 	return nil
@@ -101,11 +98,10 @@ func (t *Tasks) Cancel(ctx context.Context, s Sent, reason string) error {
 func (t *Tasks) Answer(ctx context.Context, s Sent, permissionID string, allow bool, message string) error {
 	doc, err := protocol.NewPermissionReply(s.RequestID, permissionID, allow, message).Encode()
 	if err != nil {
-		return errorf(protocol.CodeInvalidCommand, "answer: %v", err)
+		return Errorf(protocol.CodeInvalidCommand, "answer: %v", err)
 	}
-	r := rdb.New(t.Redis, t.Keys)
-	r.Wait = t.Wait
-	if err := r.Send(ctx, s.Input, doc); err != nil {
+	r := streams{t.Redis, t.Wait}
+	if err := r.send(ctx, s.Input, doc); err != nil {
 		return redisError(err, "answer %s of %s", permissionID, s.RequestID)
 	}
 	return nil
@@ -116,7 +112,7 @@ func (t *Tasks) Answer(ctx context.Context, s Sent, permissionID string, allow b
 // when ctx's deadline passes first, ctx.Err() when ctx is cancelled, and
 // a Redis error as such.
 func (t *Tasks) Watch(ctx context.Context, s Sent, fn func(Event)) error {
-	r := rdb.New(t.Redis, t.Keys)
+	r := streams{c: t.Redis}
 	last := s.After
 	if last == "" {
 		last = "0-0"
@@ -135,7 +131,7 @@ func (t *Tasks) Watch(ctx context.Context, s Sent, fn func(Event)) error {
 		// The read's own context outlives ctx's deadline by a little, so
 		// that a read blocking until then ends on its BLOCK, not as an
 		// error of the connection.
-		res, err := r.Read(context.WithoutCancel(ctx), []string{s.Output, last}, block, 100)
+		res, err := r.read(context.WithoutCancel(ctx), []string{s.Output, last}, block, 100)
 		if err != nil {
 			return redisError(err, "await %s", s.RequestID)
 		}

@@ -1,4 +1,4 @@
-package spawner
+package client
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
 // Event is one decoded entry of the worker streams: a lifecycle event, a
@@ -69,7 +68,7 @@ func (w *Watcher) Run(ctx context.Context, fn func(Event)) error {
 	for _, id := range w.Workers {
 		only[id] = true
 	}
-	r := rdb.New(w.Redis, w.Keys)
+	r := streams{c: w.Redis}
 	cursor := map[string]string{} // stream → last id read
 	order := []string{}
 	add := func(stream string, fromStart bool) error {
@@ -79,7 +78,7 @@ func (w *Watcher) Run(ctx context.Context, fn func(Event)) error {
 		last := "0-0"
 		if !fromStart {
 			var err error
-			if last, err = r.LastID(ctx, stream); err != nil {
+			if last, err = r.lastID(ctx, stream); err != nil {
 				return err
 			}
 		}
@@ -91,7 +90,7 @@ func (w *Watcher) Run(ctx context.Context, fn func(Event)) error {
 		ids := w.Workers
 		if len(ids) == 0 {
 			var err error
-			if ids, err = r.Workers(ctx); err != nil {
+			if ids, err = w.Redis.SMembers(ctx, w.Keys.Workers()).Result(); err != nil {
 				return err
 			}
 		}
@@ -132,7 +131,7 @@ func (w *Watcher) Run(ctx context.Context, fn func(Event)) error {
 		for _, s := range order {
 			streams = append(streams, cursor[s])
 		}
-		res, err := r.Read(ctx, streams, 200*time.Millisecond, 100)
+		res, err := r.read(ctx, streams, 200*time.Millisecond, 100)
 		if err != nil {
 			return ignoreEnd(ctx, err)
 		}
@@ -191,7 +190,7 @@ func DecodeEvent(stream string, m redis.XMessage) Event {
 		p, err := protocol.DecodePermissionRequest(data)
 		ev.Permission, ev.Err = &p, err
 	default:
-		ev.Err = errors.New("spawner: unexpected entry type " + string(typ) + " on " + stream)
+		ev.Err = errors.New("client: unexpected entry type " + string(typ) + " on " + stream)
 	}
 	if ev.Err != nil {
 		ev.Lifecycle, ev.Progress, ev.Output, ev.Permission = nil, nil, nil, nil

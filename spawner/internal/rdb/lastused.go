@@ -5,48 +5,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/redisconn"
 )
 
-// The calls of the spawner's client side (spawner.Client, spawner.Watcher)
-// and of the image store and its collector.
-
-// LastID returns the id of a stream's last entry ("0-0" when it has none),
-// the point after which a reader sees only what comes next.
-func (r *RDB) LastID(ctx context.Context, stream string) (string, error) {
-	msgs, err := r.C.XRevRangeN(ctx, stream, "+", "-", 1).Result()
-	if err != nil {
-		return "", err
-	}
-	if len(msgs) == 1 {
-		return msgs[0].ID, nil
-	}
-	return "0-0", nil
-}
-
-// Send adds a command or a task (any document) to a stream, confirmed by
-// WAIT with r.Wait on: a failover neither loses it nor, as far as a look
-// at the new primary can tell, adds it twice (redisconn.XAdd).
-func (r *RDB) Send(ctx context.Context, stream string, doc []byte) error {
-	_, err := redisconn.XAdd(ctx, r.C, r.Wait, &redis.XAddArgs{Stream: stream, MaxLen: r.StreamMaxLen, Approx: true, Values: protocol.Values(doc)})
-	if redisconn.IsNotReplicated(err) {
-		return nil // on the primary, which has no replica in sync: nothing more to wait for
-	}
-	return err
-}
-
-// Read reads, after the given ids, the entries of several streams
-// (streams then ids, as XREAD takes them), blocking up to block; nil when
-// none came.
-func (r *RDB) Read(ctx context.Context, streamsThenIDs []string, block time.Duration, count int64) ([]redis.XStream, error) {
-	res, err := r.C.XRead(ctx, &redis.XReadArgs{Streams: streamsThenIDs, Block: block, Count: count}).Result()
-	if Nil(err) {
-		return nil, nil
-	}
-	return res, err
-}
+// The calls of the image store and its collector.
 
 // TouchImage records the use of a worker image now.
 func (r *RDB) TouchImage(ctx context.Context, tag string, now time.Time) error {
