@@ -64,7 +64,7 @@ test: setup
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory test-faults
 
-# The fault suite (faults/, issue 11): one Go test per fault case against
+# The fault suite (faults/): one Go test per fault case against
 # real worker-manager processes, Redis servers, containers and the fake
 # agent; each case fails unless 0 tasks are lost or duplicated and 0
 # containers orphaned. `make faults` runs the long cases too (FAULTS_LONG=1)
