@@ -48,7 +48,10 @@ func TestStalledAgent(t *testing.T) {
 		t.Run(map[bool]string{false: "per-task", true: "persistent"}[persistent], func(t *testing.T) {
 			e, stub, environ := realAgentEnv(t, protocol.AgentClaude)
 			e.cfg.Persistent = persistent
-			e.cfg.StallTimeout = 3 * time.Second
+			// Long enough for a real claude to start and print its first
+			// line on a busy machine (the second task's start is timed
+			// by it too), far shorter than the model's 60 s silence.
+			e.cfg.StallTimeout = 12 * time.Second
 			e.cfg.TaskTimeout = 120 * time.Second
 			stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{{Text: finalText, DelayMS: 60_000}},
 				Fallback: &stubmodel.Step{Text: finalText}})
