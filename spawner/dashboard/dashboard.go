@@ -14,9 +14,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -95,55 +92,38 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	st := State{Workers: []Worker{}, Usage: []Usage{}, At: time.Now().UTC()}
-	ids, err := d.Redis.SMembers(ctx, d.Keys.Workers()).Result()
+	f := &client.Fleet{Redis: d.Redis, Keys: d.Keys}
+	ids, err := f.Workers(ctx)
 	if err != nil {
-		return st, fmt.Errorf("dashboard: workers: %w", err)
+		return st, fmt.Errorf("dashboard: %w", err)
 	}
-	sort.Strings(ids)
-	pipe := d.Redis.Pipeline()
-	hashes := make([]*redis.MapStringStringCmd, len(ids))
-	beats := make([]*redis.StringCmd, len(ids))
-	for i, id := range ids {
-		hashes[i] = pipe.HGetAll(ctx, d.Keys.Status(id))
-		beats[i] = pipe.Get(ctx, d.Keys.Heartbeat(id))
+	statuses, err := f.Statuses(ctx, ids)
+	if err != nil {
+		return st, fmt.Errorf("dashboard: %w", err)
 	}
-	queue := pipe.LRange(ctx, d.Keys.CreationQueue(), 0, 99)
-	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-		return st, fmt.Errorf("dashboard: status: %w", err)
-	}
-	for i, id := range ids {
-		h := hashes[i].Val()
-		if len(h) == 0 {
-			continue
-		}
-		w := Worker{WorkerInfo: spawner.InfoFromHash(id, h), Host: h[protocol.StatusFieldManagerID], HeartbeatAgeSec: -1}
-		if doc, err := beats[i].Bytes(); err == nil {
-			if hb, err := protocol.DecodeHeartbeat(doc); err == nil {
-				w.HeartbeatAgeSec = time.Since(hb.Timestamp).Seconds()
-			}
+	for _, ws := range statuses {
+		w := Worker{WorkerInfo: spawner.InfoFromHash(ws.ID, ws.Hash), Host: ws.Hash[protocol.StatusFieldManagerID], HeartbeatAgeSec: -1}
+		if ws.Heartbeat != nil {
+			w.HeartbeatAgeSec = time.Since(ws.Heartbeat.Timestamp).Seconds()
 		}
 		st.Workers = append(st.Workers, w)
 	}
-	st.Queue = queue.Val()
+	if st.Queue, err = f.CreationQueue(ctx, 100); err != nil {
+		return st, fmt.Errorf("dashboard: %w", err)
+	}
 	if st.Queue == nil {
 		st.Queue = []string{}
 	}
-	prefix := d.Keys.UsageProject("")
-	var projects []string
-	iter := d.Redis.Scan(ctx, 0, prefix+"*", 200).Iterator()
-	for iter.Next(ctx) && len(projects) < 200 {
-		projects = append(projects, strings.TrimPrefix(iter.Val(), prefix))
+	projects, err := f.UsageProjects(ctx, 200)
+	if err != nil {
+		return st, fmt.Errorf("dashboard: %w", err)
 	}
-	sort.Strings(projects)
 	for _, p := range projects {
-		h, err := d.Redis.HGetAll(ctx, d.Keys.UsageProject(p)).Result()
+		u, err := f.Usage(ctx, p)
 		if err != nil {
-			return st, fmt.Errorf("dashboard: usage: %w", err)
+			return st, fmt.Errorf("dashboard: %w", err)
 		}
-		n := func(f string) int64 { v, _ := strconv.ParseInt(h[f], 10, 64); return v }
-		cost, _ := strconv.ParseFloat(h[protocol.UsageFieldCostUSD], 64)
-		st.Usage = append(st.Usage, Usage{ProjectID: p, Tasks: n(protocol.UsageFieldTasks), Input: n(protocol.UsageFieldInput),
-			Output: n(protocol.UsageFieldOutput), CostUSD: cost})
+		st.Usage = append(st.Usage, Usage{ProjectID: p, Tasks: u.Tasks, Input: u.Input, Output: u.Output, CostUSD: u.CostUSD})
 	}
 	if st.Managers, err = spawner.ListManagers(ctx, d.Redis, d.Keys); err != nil {
 		return st, err
@@ -193,9 +173,9 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 	if recent <= 0 {
 		recent = 50
 	}
-	if msgs, err := d.Redis.XRevRangeN(ctx, d.Keys.Lifecycle(), "+", "-", recent).Result(); err == nil {
-		for i := len(msgs) - 1; i >= 0; i-- {
-			sendEntry(client.DecodeEvent(d.Keys.Lifecycle(), msgs[i]))
+	if evs, err := (&client.Fleet{Redis: d.Redis, Keys: d.Keys}).Recent(ctx, d.Keys.Lifecycle(), recent); err == nil {
+		for _, ev := range evs {
+			sendEntry(ev)
 		}
 	}
 	pushState := func() {

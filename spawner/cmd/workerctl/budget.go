@@ -2,10 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -108,30 +104,11 @@ its spending cross --warn publishes a budget_warning lifecycle event.
 
 // budgetProjects lists the projects that have a budget, sorted.
 func (c *ctl) budgetProjects(ctx context.Context) ([]string, error) {
-	prefix := c.keys.ProjectBudget("")
-	var projects []string
-	iter := c.rdb.Scan(ctx, 0, prefix+"*", 200).Iterator()
-	for iter.Next(ctx) {
-		projects = append(projects, strings.TrimPrefix(iter.Val(), prefix))
-	}
-	if err := iter.Err(); err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
-	}
-	sort.Strings(projects)
-	return projects, nil
+	return c.fleet().BudgetProjects(ctx)
 }
 
 // readBudget reads a project's budget and spending.
 func (c *ctl) readBudget(ctx context.Context, project string) (budgetRow, error) {
-	pipe := c.rdb.Pipeline()
-	b := pipe.HMGet(ctx, c.keys.ProjectBudget(project), protocol.BudgetFieldLimitUSD, protocol.BudgetFieldWarnUSD)
-	spent := pipe.HGet(ctx, c.keys.UsageProject(project), protocol.UsageFieldCostUSD)
-	_, _ = pipe.Exec(ctx)
-	if err := b.Err(); err != nil {
-		return budgetRow{}, fmt.Errorf("redis: %w", err)
-	}
-	num := func(v any) float64 { s, _ := v.(string); f, _ := strconv.ParseFloat(s, 64); return f }
-	r := budgetRow{ProjectID: project, LimitUSD: num(b.Val()[0]), WarnUSD: num(b.Val()[1])}
-	r.SpentUSD, _ = strconv.ParseFloat(spent.Val(), 64) // none yet: 0
-	return r, nil
+	b, err := c.fleet().Budget(ctx, project)
+	return budgetRow(b), err
 }

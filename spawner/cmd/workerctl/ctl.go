@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"strings"
 	"time"
@@ -56,9 +55,9 @@ func (c *ctl) close() {
 
 // resolve turns a worker id or unique prefix into the worker id.
 func (c *ctl) resolve(ctx context.Context, arg string) (string, error) {
-	ids, err := c.rdb.SMembers(ctx, c.keys.Workers()).Result()
+	ids, err := c.fleet().Workers(ctx)
 	if err != nil {
-		return "", fmt.Errorf("redis: %w", err)
+		return "", err
 	}
 	var found []string
 	for _, id := range ids {
@@ -87,22 +86,20 @@ type workerRow struct {
 
 // read reads a worker's status hash and heartbeat.
 func (c *ctl) read(ctx context.Context, id string) (workerRow, error) {
-	h, err := c.rdb.HGetAll(ctx, c.keys.Status(id)).Result()
-	if err != nil {
-		return workerRow{}, fmt.Errorf("redis: %w", err)
-	}
-	if len(h) == 0 {
+	ws, err := c.fleet().Worker(ctx, id)
+	if client.IsNotFound(err) {
 		return workerRow{}, fail(exitNotFound, "no worker %q", id)
 	}
-	row := workerRow{WorkerInfo: spawner.InfoFromHash(id, h)}
-	row.CreatedAt, _ = protocol.ParseTime(h[protocol.StatusFieldCreatedAt])
-	if doc, err := c.rdb.Get(ctx, c.keys.Heartbeat(id)).Bytes(); err == nil {
-		if hb, err := protocol.DecodeHeartbeat(doc); err == nil {
-			row.Heartbeat = &hb
-		}
+	if err != nil {
+		return workerRow{}, err
 	}
+	row := workerRow{WorkerInfo: spawner.InfoFromHash(id, ws.Hash), Heartbeat: ws.Heartbeat}
+	row.CreatedAt, _ = protocol.ParseTime(ws.Hash[protocol.StatusFieldCreatedAt])
 	return row, nil
 }
+
+// fleet reads the runtime's state from the ctl's Redis.
+func (c *ctl) fleet() *client.Fleet { return &client.Fleet{Redis: c.rdb, Keys: c.keys} }
 
 // do sends a command to the worker-managers; no answer within the timeout
 // means no manager runs (exit 6).
@@ -124,7 +121,7 @@ func completeWorkers(c *ctl) cobra.CompletionFunc {
 		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
 		defer cancel()
-		ids, err := c.rdb.SMembers(ctx, c.keys.Workers()).Result()
+		ids, err := c.fleet().Workers(ctx)
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveError
 		}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -36,12 +35,11 @@ With -f it follows new entries instead (with --all, what the streams hold first)
 			}
 			var evs []client.Event
 			for _, st := range c.streams(cmd, w.Workers) {
-				msgs, err := c.rdb.XRange(ctx, st, "-", "+").Result()
+				entries, err := c.fleet().Entries(ctx, st)
 				if err != nil {
-					return fmt.Errorf("redis: %w", err)
+					return err
 				}
-				for _, m := range msgs {
-					ev := client.DecodeEvent(st, m)
+				for _, ev := range entries {
 					if len(w.Workers) == 0 || ev.Err != nil || ev.WorkerID() == w.Workers[0] {
 						evs = append(evs, ev)
 					}
@@ -80,7 +78,7 @@ func (c *ctl) streams(cmd *cobra.Command, only []string) []string {
 	ids := only
 	out := []string{c.keys.Lifecycle()}
 	if len(ids) == 0 {
-		ids, _ = c.rdb.SMembers(cmd.Context(), c.keys.Workers()).Result()
+		ids, _ = c.fleet().Workers(cmd.Context())
 		out = append(out, c.keys.DeveloperOutput())
 	}
 	for _, id := range ids {

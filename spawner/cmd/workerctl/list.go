@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"sort"
 
 	"github.com/spf13/cobra"
@@ -15,9 +14,9 @@ func listCmd(c *ctl) *cobra.Command {
 		Args:  args(0, "no argument"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			ids, err := c.rdb.SMembers(ctx, c.keys.Workers()).Result()
+			ids, err := c.fleet().Workers(ctx)
 			if err != nil {
-				return fmt.Errorf("redis: %w", err)
+				return err
 			}
 			rows := make([]workerRow, 0, len(ids))
 			for _, id := range ids {

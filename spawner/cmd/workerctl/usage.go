@@ -1,14 +1,7 @@
 package main
 
 import (
-	"fmt"
-	"sort"
-	"strconv"
-	"strings"
-
 	"github.com/spf13/cobra"
-
-	"github.com/agentvisor/agentvisor/protocol"
 )
 
 // usageRow is a project's cumulative usage.
@@ -30,28 +23,20 @@ func usageCmd(c *ctl) *cobra.Command {
 		Args:  args(0, "no argument"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			f := c.fleet()
 			if len(projects) == 0 {
-				prefix := c.keys.UsageProject("")
-				iter := c.rdb.Scan(ctx, 0, prefix+"*", 200).Iterator()
-				for iter.Next(ctx) {
-					projects = append(projects, strings.TrimPrefix(iter.Val(), prefix))
+				var err error
+				if projects, err = f.UsageProjects(ctx, 0); err != nil {
+					return err
 				}
-				if err := iter.Err(); err != nil {
-					return fmt.Errorf("redis: %w", err)
-				}
-				sort.Strings(projects)
 			}
 			rows := make([]usageRow, 0, len(projects))
 			for _, p := range projects {
-				h, err := c.rdb.HGetAll(ctx, c.keys.UsageProject(p)).Result()
+				u, err := f.Usage(ctx, p)
 				if err != nil {
-					return fmt.Errorf("redis: %w", err)
+					return err
 				}
-				n := func(f string) int64 { v, _ := strconv.ParseInt(h[f], 10, 64); return v }
-				cost, _ := strconv.ParseFloat(h[protocol.UsageFieldCostUSD], 64)
-				rows = append(rows, usageRow{ProjectID: p, Tasks: n(protocol.UsageFieldTasks), Input: n(protocol.UsageFieldInput),
-					Output: n(protocol.UsageFieldOutput), CacheRead: n(protocol.UsageFieldCacheRead),
-					CacheCreation: n(protocol.UsageFieldCacheCreation), CostUSD: cost})
+				rows = append(rows, usageRow(u))
 			}
 			if c.json {
 				return printJSON(c.out, rows)
