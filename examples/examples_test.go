@@ -117,11 +117,13 @@ func TestDemo(t *testing.T) {
 	demo := build(t, ".", "./demo")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, demo, "-manager", manager, "-redis", r.URL(), "-logs", t.TempDir())
+	logs := t.TempDir()
+	cmd := exec.CommandContext(ctx, demo, "-manager", manager, "-redis", r.URL(), "-logs", logs)
 	cmd.Env = append(os.Environ(), "WORKER_KEY_PREFIX=demotest", "ANTHROPIC_API_KEY=")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("demo: %v\n%s", err, out)
+		mlog, _ := os.ReadFile(filepath.Join(logs, "worker-manager.log"))
+		t.Fatalf("demo: %v\n%s\nthe manager's log:\n%s", err, out, mlog)
 	}
 	got := string(out)
 	for _, want := range []string{

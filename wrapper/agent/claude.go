@@ -15,11 +15,27 @@ var _ Parser = ClaudeParser{}
 
 func claudeUsage(u gjson.Result) protocol.Usage {
 	return protocol.Usage{
-		Input:         u.Get("input_tokens").Int(),
-		Output:        u.Get("output_tokens").Int(),
-		CacheRead:     u.Get("cache_read_input_tokens").Int(),
-		CacheCreation: u.Get("cache_creation_input_tokens").Int(),
+		Input:         tokens(u.Get("input_tokens")),
+		Output:        tokens(u.Get("output_tokens")),
+		CacheRead:     tokens(u.Get("cache_read_input_tokens")),
+		CacheCreation: tokens(u.Get("cache_creation_input_tokens")),
 	}
+}
+
+// maxTokens bounds a token count an agent reports: far above any real
+// count, low enough that the sums the wrapper makes of many cannot
+// overflow.
+const maxTokens = 1 << 40
+
+// tokens reads a token count an agent printed. The agent's output is not
+// trusted: a negative count is 0, a huge one maxTokens, so that no output
+// fails to validate for the agent's arithmetic.
+func tokens(v gjson.Result) int64 {
+	n := v.Int()
+	if v.Type == gjson.Number && v.Num > maxTokens {
+		n = maxTokens
+	}
+	return min(max(n, 0), maxTokens)
 }
 
 // jsonObject parses a line that is one JSON object; ok is false for

@@ -41,10 +41,10 @@ func (DroidParser) ParseLine(line []byte) []Event {
 		return []Event{{Result: &Result{
 			Text: v.Get("finalText").String(),
 			Usage: protocol.Usage{
-				Input:         u.Get("input_tokens").Int(),
-				Output:        u.Get("output_tokens").Int(),
-				CacheRead:     u.Get("cache_read_input_tokens").Int(),
-				CacheCreation: u.Get("cache_creation_input_tokens").Int(),
+				Input:         tokens(u.Get("input_tokens")),
+				Output:        tokens(u.Get("output_tokens")),
+				CacheRead:     tokens(u.Get("cache_read_input_tokens")),
+				CacheCreation: tokens(u.Get("cache_creation_input_tokens")),
 			},
 			Turns:      int(v.Get("numTurns").Int()),
 			SessionID:  v.Get("session_id").String(),

@@ -239,10 +239,10 @@ func (d *DroidRPC) notification(sessionID string, n gjson.Result) []Event {
 			Text: d.turnText, Subtype: reason, SessionID: sessionID, Turns: d.turnModels,
 			DurationMS: n.Get("durationMs").Int(),
 			Usage: protocol.Usage{
-				Input:         u.Get("inputTokens").Int(),
-				Output:        u.Get("outputTokens").Int(),
-				CacheRead:     u.Get("cacheReadTokens").Int(),
-				CacheCreation: u.Get("cacheCreationTokens").Int(),
+				Input:         tokens(u.Get("inputTokens")),
+				Output:        tokens(u.Get("outputTokens")),
+				CacheRead:     tokens(u.Get("cacheReadTokens")),
+				CacheCreation: tokens(u.Get("cacheCreationTokens")),
 			},
 		}
 		if reason != "completed" {

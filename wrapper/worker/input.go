@@ -66,7 +66,7 @@ func (w *Worker) loop(ctx context.Context) {
 			// start, or for the spawner to hand on.
 			return
 		}
-		w.handle(ctx, stream, group, e)
+		w.serve(ctx, stream, group, e)
 	}
 }
 

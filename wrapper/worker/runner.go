@@ -376,7 +376,7 @@ func (w *Worker) finish(log *slog.Logger, cur *current, o protocol.Output, usage
 // loss logged: a task Redis will not take must not wedge the loop. It
 // reports whether an output was published.
 func (w *Worker) storeOutput(log *slog.Logger, src taskSource, o protocol.Output, run map[string]any, usage *rdb.TaskUsage) bool {
-	doc, err := o.Encode()
+	o, doc, err := w.encodeOutput(log, o)
 	if err != nil {
 		log.Error("encode output", "err", err)
 		return false
@@ -425,6 +425,26 @@ func (w *Worker) storeOutput(log *slog.Logger, src taskSource, o protocol.Output
 		})
 	}
 	return false
+}
+
+// encodeOutput returns o and its document. An o that does not validate
+// (what the agent gave made a field no output may have) is replaced by a
+// failed output carrying none of it, with INTERNAL_ERROR: the task is
+// answered all the same.
+func (w *Worker) encodeOutput(log *slog.Logger, o protocol.Output) (protocol.Output, []byte, error) {
+	doc, err := o.Encode()
+	if err == nil {
+		return o, doc, nil
+	}
+	log.Error("the task's output does not validate; publishing it failed", "err", err)
+	o = protocol.Output{RequestID: o.RequestID, TaskID: o.TaskID, ProjectID: o.ProjectID, WorkerID: o.WorkerID,
+		AgentType: o.AgentType, Status: protocol.StatusFailed, Attempt: max(o.Attempt, 0), Timestamp: o.Timestamp,
+		Error: protocol.NewError(protocol.CodeInternalError, "the task's output did not validate: %s", w.redact.Redact(err.Error()))}
+	if o.Timestamp.IsZero() {
+		o.Timestamp = w.now()
+	}
+	doc, err = o.Encode()
+	return o, doc, err
 }
 
 // unrunOutput is the failed output of a task whose agent never ran.
