@@ -3,6 +3,7 @@ module github.com/agentvisor/agentvisor/spawner
 go 1.26.0
 
 require (
+	github.com/agentvisor/agentvisor/envconf v0.0.0
 	github.com/agentvisor/agentvisor/protocol v0.0.0
 	github.com/agentvisor/agentvisor/redisconn v0.0.0
 	github.com/agentvisor/agentvisor/stubmodel v0.0.0
@@ -63,6 +64,8 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	gotest.tools/v3 v3.5.2 // indirect
 )
+
+replace github.com/agentvisor/agentvisor/envconf => ../envconf
 
 replace github.com/agentvisor/agentvisor/protocol => ../protocol
 
