@@ -44,7 +44,7 @@ type Var struct {
 	// default the code derives (from another variable, the host, a
 	// constant of another package); "" when Default says it.
 	DefaultDoc string
-	// Required makes an unset variable an error.
+	// Required makes an unset variable an error, which quotes Doc.
 	Required bool
 	// ParseEmpty calls Value.Set("") for an unset variable without a
 	// default: for parsers whose empty value means something (the
@@ -97,7 +97,9 @@ func Load(getenv func(string) string, vars []Var) error {
 
 func (v Var) load(s string) error {
 	if s == "" {
-		if v.Required {
+		if v.Required && v.Doc != "" {
+			return fmt.Errorf("%w (%s)", ErrRequired, v.Doc)
+		} else if v.Required {
 			return ErrRequired
 		}
 		s = v.Default

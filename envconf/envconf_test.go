@@ -110,6 +110,10 @@ func TestLoad(t *testing.T) {
 	if err := Load(env(nil), vars); err == nil || err.Error() != "config: URL: required" || !errors.Is(err, ErrRequired) {
 		t.Fatal(err)
 	}
+	vars[0].Doc = "where it is"
+	if err := Load(env(nil), vars); err == nil || err.Error() != "config: URL: required (where it is)" || !errors.Is(err, ErrRequired) {
+		t.Fatal(err)
+	}
 	if err := Load(env(map[string]string{"URL": "u", "D": "5m"}), vars); err != nil || c.url != "u" || c.n != 10 || c.d != 5*time.Minute || c.calls != 1 {
 		t.Fatalf("%+v %v", c, err)
 	}

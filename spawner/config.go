@@ -151,7 +151,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 // (TestConfigTables).
 func configVars(c *Config) []envconf.Var {
 	return []envconf.Var{
-		{Name: "REDIS_URL", Required: true, Value: envconf.Func(c.setRedisURL), Doc: "the manager's Redis (protocol.ParseRedisURL)"},
+		{Name: "REDIS_URL", Required: true, Value: envconf.Func(c.setRedisURL), Doc: "the manager's Redis: redis://, rediss://, redis+sentinel:// or rediss+sentinel://"},
 		{Name: "WORKER_REDIS_URL", DefaultDoc: "`REDIS_URL`", Value: envconf.String(&c.RedisURLForWorkers), Doc: "Redis as the workers see it"},
 		{Name: protocol.EnvRedisWaitReplicas, DefaultDoc: "`1` for a sentinel URL, `0` otherwise", Value: envconf.String(&c.RedisWait.Replicas),
 			Doc: "WAIT for this many replicas after the writes that matter (passed to the workers when set)"},
