@@ -10,7 +10,7 @@
 
 SHELL      := /bin/bash
 GO         ?= go
-MODULES    := protocol stubmodel testmcp redisconn client wrapper spawner examples
+MODULES    := envconf protocol stubmodel testmcp redisconn client wrapper spawner examples
 FUZZTIME   ?= 3s
 # Every fuzz target of the protocol decoders runs for FUZZTIME in `make test`.
 

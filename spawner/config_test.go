@@ -2,10 +2,16 @@ package spawner
 
 import (
 	"errors"
+	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/docker/go-units"
+
+	"github.com/agentvisor/agentvisor/envconf"
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
@@ -44,5 +50,107 @@ func TestModelPricesConfig(t *testing.T) {
 	}
 	if !protocol.ReservedEnv("MODEL_PRICES") {
 		t.Fatal("a spec's env may set MODEL_PRICES")
+	}
+}
+
+// managerVars is the worker-manager's whole table: Config's and
+// OpsConfig's variables.
+func managerVars() []envconf.Var { return append(configVars(&Config{}), opsVars(&OpsConfig{})...) }
+
+// The READMEs' tables of the worker-manager's variables list every
+// variable of the code's table, and no other, with the code's default.
+func TestConfigTables(t *testing.T) {
+	for _, path := range []string{"../README.md", "README.md"} {
+		doc, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range envconf.CheckMarkdown(string(doc), "worker-manager", managerVars()) {
+			t.Errorf("%s: %s", path, p)
+		}
+	}
+}
+
+// Unset variables take the table's defaults; these are the values the
+// manager has always had.
+func TestConfigDefaults(t *testing.T) {
+	c, err := ConfigFromEnv(func(k string) string { return map[string]string{"REDIS_URL": "redis://127.0.0.1:1/0"}[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostname, _ := os.Hostname()
+	want := Config{RedisURL: "redis://127.0.0.1:1/0", Keys: protocol.Keys{Prefix: "worker"}, MaxWorkers: 10, CreationTimeout: 5 * time.Minute,
+		MemoryLimit: 512 << 20, CPULimit: 0.5, PidsLimit: 512, StopTimeout: 30 * time.Second, NetworkMode: "host", RedisURLForWorkers: "redis://127.0.0.1:1/0",
+		PassEnv:     []string{"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "FACTORY_API_KEY", "OPENAI_API_KEY", "DROID_BASE_URL"},
+		IdleTimeout: 600 * time.Second, PauseTimeout: 30 * time.Minute, ReplaceDead: true, BaseImage: DefaultBaseImage, ProjectVolumes: true,
+		VolumeRetention: 30 * 24 * time.Hour, ManagerID: hostname, HeartbeatInterval: 10 * time.Second, ReconcileInterval: time.Minute,
+		CreationGrace: 30 * time.Second, WorkerACL: "auto", LeaseTTL: 15 * time.Second, MaxReplacements: 3, ReplaceBackoff: time.Second,
+		Retention: 24 * time.Hour, RunRetention: 24 * time.Hour, StreamMaxLen: 10000, ReplyTTL: time.Hour, HostLabels: map[string]string{}}
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("defaults\n%+v\nwant\n%+v", c, want)
+	}
+	ops, err := OpsConfigFromEnv(func(string) string { return "" })
+	if err != nil || ops != (OpsConfig{MetricsAddr: "127.0.0.1:9464", MetricsMaxProjects: 50, GCRetention: 7 * 24 * time.Hour, GCInterval: 24 * time.Hour}) {
+		t.Fatalf("ops defaults %+v %v", ops, err)
+	}
+}
+
+// Every boolean of the manager takes the same spellings: GC_PRUNE_BUILD_CACHE=1
+// and WORKER_PROJECT_VOLUMES=no mean what they say, and a value that is
+// no boolean is an error naming its variable.
+func TestConfigBooleans(t *testing.T) {
+	read := func(env map[string]string) (Config, OpsConfig, error) {
+		get := func(k string) string {
+			if k == "REDIS_URL" {
+				return "redis://127.0.0.1:1/0"
+			}
+			return env[k]
+		}
+		c, err := ConfigFromEnv(get)
+		if err != nil {
+			return c, OpsConfig{}, err
+		}
+		o, err := OpsConfigFromEnv(get)
+		return c, o, err
+	}
+	flags := func(c Config, o OpsConfig) []bool {
+		return []bool{c.ProjectVolumes, c.PruneBuildCache, c.ReplaceDead, o.GCDryRun, o.KeepWorkers}
+	}
+	names := []string{"WORKER_PROJECT_VOLUMES", "GC_PRUNE_BUILD_CACHE", "REPLACE_DEAD_WORKERS", "GC_DRY_RUN", "KEEP_WORKERS"}
+	for _, spelling := range []struct {
+		s    string
+		want bool
+	}{{"1", true}, {"true", true}, {"TRUE", true}, {"yes", true}, {"On", true}, {"0", false}, {"false", false}, {"No", false}, {"off", false}} {
+		env := map[string]string{}
+		for _, n := range names {
+			env[n] = spelling.s
+		}
+		c, o, err := read(env)
+		if err != nil {
+			t.Fatalf("%q: %v", spelling.s, err)
+		}
+		for i, got := range flags(c, o) {
+			if got != spelling.want {
+				t.Errorf("%s=%s: %v", names[i], spelling.s, got)
+			}
+		}
+	}
+	for _, n := range names {
+		if _, _, err := read(map[string]string{n: "maybe"}); err == nil || !strings.HasPrefix(err.Error(), "config: "+n+": want a boolean") {
+			t.Errorf("%s=maybe: %v", n, err)
+		}
+	}
+}
+
+// WORKER_MEMORY_LIMIT's parser accepts what Docker's units.RAMInBytes,
+// which it replaced, accepts, with the same number of bytes.
+func TestConfigSizeAsDocker(t *testing.T) {
+	for _, s := range []string{"512m", "512M", "6m", "1g", "1G", "2GiB", "2gib", "1.5g", "100000000", "7 m", "1mb", "1MB", "1mib", "3k", "1t", "1p", "10b", "10B",
+		"x", "m", "-1m", "1mbb", "1 ", " 1m", "1.2.3m", "5x", "1e3", "1e3m", "0", ".5g", "1mi"} {
+		want, werr := units.RAMInBytes(s)
+		got, gerr := envconf.ParseSize(s)
+		if (werr == nil) != (gerr == nil) || werr == nil && got != want {
+			t.Errorf("%q: %d %v; Docker: %d %v", s, got, gerr, want, werr)
+		}
 	}
 }

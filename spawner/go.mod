@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/agentvisor/agentvisor/client v0.0.0
+	github.com/agentvisor/agentvisor/envconf v0.0.0
 	github.com/agentvisor/agentvisor/protocol v0.0.0
 	github.com/agentvisor/agentvisor/redisconn v0.0.0
 	github.com/agentvisor/agentvisor/stubmodel v0.0.0
@@ -65,9 +66,12 @@ require (
 	gotest.tools/v3 v3.5.2 // indirect
 )
 
+replace github.com/agentvisor/agentvisor/envconf => ../envconf
+
 replace github.com/agentvisor/agentvisor/protocol => ../protocol
 
 replace github.com/agentvisor/agentvisor/redisconn => ../redisconn
 
 replace github.com/agentvisor/agentvisor/stubmodel => ../stubmodel
+
 replace github.com/agentvisor/agentvisor/client => ../client

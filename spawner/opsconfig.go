@@ -4,61 +4,63 @@ import (
 	"fmt"
 	"net"
 	"time"
+
+	"github.com/agentvisor/agentvisor/envconf"
 )
 
 // OpsConfig is the operator-facing configuration of a worker-manager:
-// its metrics and dashboard endpoint and the image GC's schedule. It is
-// read from the environment apart from Config, by OpsConfigFromEnv.
+// its metrics and dashboard endpoint, the image GC's schedule and what
+// happens to the workers when it stops. It is read from the environment
+// apart from Config, by OpsConfigFromEnv; opsVars is its table.
 type OpsConfig struct {
-	// MetricsAddr (METRICS_ADDR, 127.0.0.1:9464) is where /metrics and the
-	// dashboard listen; "off" turns them off. Loopback by default: the
-	// dashboard shows prompts' request ids and projects.
+	// MetricsAddr (METRICS_ADDR) is where /metrics and the dashboard
+	// listen; "off" turns them off (MetricsAddr ""). Loopback by default:
+	// the dashboard shows prompts' request ids and projects.
 	MetricsAddr string
-	// MetricsMaxProjects (METRICS_MAX_PROJECTS, 50) bounds the project
-	// label: the first this many projects seen get a series of their own,
-	// the others are counted under project="_other".
+	// MetricsMaxProjects (METRICS_MAX_PROJECTS) bounds the project label:
+	// the first this many projects seen get a series of their own, the
+	// others are counted under project="_other".
 	MetricsMaxProjects int
-	// GCRetention (GC_RETENTION, 168h): a worker image unused this long
-	// is stale. GCInterval (GC_INTERVAL, 24h): how often the leader
-	// collects. GCDryRun (GC_DRY_RUN, false): log what would be removed,
-	// remove nothing.
+	// GCRetention (GC_RETENTION): a worker image unused this long is
+	// stale. GCInterval (GC_INTERVAL): how often the leader collects.
+	// GCDryRun (GC_DRY_RUN): log what would be removed, remove nothing.
 	GCRetention time.Duration
 	GCInterval  time.Duration
 	GCDryRun    bool
+	// KeepWorkers (KEEP_WORKERS): the workers keep running when the
+	// manager stops.
+	KeepWorkers bool
 }
 
 // OpsConfigFromEnv reads OpsConfig; an error names the variable.
 func OpsConfigFromEnv(getenv func(string) string) (OpsConfig, error) {
-	c := OpsConfig{MetricsAddr: getenv("METRICS_ADDR")}
-	fail := func(name string, err error) (OpsConfig, error) {
-		return OpsConfig{}, fmt.Errorf("config: %s: %w", name, err)
-	}
-	switch c.MetricsAddr {
-	case "":
-		c.MetricsAddr = "127.0.0.1:9464"
-	case "off":
-		c.MetricsAddr = ""
-	default:
-		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
-			return fail("METRICS_ADDR", fmt.Errorf("want host:port such as 127.0.0.1:9464, or off, got %q", c.MetricsAddr))
-		}
-	}
-	var err error
-	if c.MetricsMaxProjects, err = intVar(getenv("METRICS_MAX_PROJECTS"), 50); err != nil || c.MetricsMaxProjects < 0 {
-		return fail("METRICS_MAX_PROJECTS", fmt.Errorf("want a whole number of at least 0"))
-	}
-	if c.GCRetention, err = durVar(getenv("GC_RETENTION"), 7*24*time.Hour); err != nil {
-		return fail("GC_RETENTION", err)
-	}
-	if c.GCInterval, err = durVar(getenv("GC_INTERVAL"), 24*time.Hour); err != nil {
-		return fail("GC_INTERVAL", err)
-	}
-	switch v := getenv("GC_DRY_RUN"); v {
-	case "", "false", "0":
-	case "true", "1":
-		c.GCDryRun = true
-	default:
-		return fail("GC_DRY_RUN", fmt.Errorf("want true or false, got %q", v))
+	var c OpsConfig
+	if err := envconf.Load(getenv, opsVars(&c)); err != nil {
+		return OpsConfig{}, err
 	}
 	return c, nil
+}
+
+// opsVars is OpsConfig's table of variables (configVars has Config's).
+func opsVars(c *OpsConfig) []envconf.Var {
+	return []envconf.Var{
+		{Name: "METRICS_ADDR", Default: "127.0.0.1:9464", Value: envconf.Func(c.setMetricsAddr), Doc: "where /metrics and the dashboard listen; off: nowhere"},
+		{Name: "METRICS_MAX_PROJECTS", Default: "50", Value: envconf.Int(&c.MetricsMaxProjects, 0), Doc: "projects with token and cost series of their own"},
+		{Name: "GC_RETENTION", Default: "168h", Value: envconf.Duration(&c.GCRetention), Doc: "a worker image unused this long is removed by the leader's GC"},
+		{Name: "GC_INTERVAL", Default: "24h", Value: envconf.Duration(&c.GCInterval), Doc: "how often the leader collects images"},
+		{Name: "GC_DRY_RUN", Default: "false", Value: envconf.Bool(&c.GCDryRun), Doc: "the GC logs what it would remove, and removes nothing"},
+		{Name: "KEEP_WORKERS", Default: "false", Value: envconf.Bool(&c.KeepWorkers), Doc: "leave the workers running when the manager stops"},
+	}
+}
+
+func (c *OpsConfig) setMetricsAddr(s string) error {
+	if s == "off" {
+		c.MetricsAddr = ""
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(s); err != nil {
+		return fmt.Errorf("want host:port such as 127.0.0.1:9464, or off, got %q", s)
+	}
+	c.MetricsAddr = s
+	return nil
 }

@@ -97,41 +97,6 @@ func New(cfg Config, docker ContainerClient, rc redis.UniversalClient, images *I
 		instance: cfg.ManagerID + "/" + newWorkerID()[:8], stopping: make(chan struct{}), connected: make(chan struct{}, 1)}
 }
 
-// withDefaults fills what a Config built by hand (not by ConfigFromEnv)
-// leaves zero.
-func withDefaults(c *Config) {
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = protocol.DefaultLeaseTTLSeconds * time.Second
-	}
-	if c.Retention == 0 {
-		c.Retention = rdb.DefaultRetention
-	}
-	if c.StreamMaxLen == 0 {
-		c.StreamMaxLen = protocol.DefaultStreamMaxLen
-	}
-	if c.RunRetention == 0 {
-		c.RunRetention = protocol.DefaultRunRetention
-	}
-	if c.ReplyTTL == 0 {
-		c.ReplyTTL = rdb.DefaultReplyTTL
-	}
-	if c.VolumeRetention == 0 {
-		c.VolumeRetention = 30 * 24 * time.Hour
-	}
-	if c.ReplaceBackoff == 0 {
-		c.ReplaceBackoff = time.Second
-	}
-	if c.ManagerID == "" {
-		c.ManagerID, _ = os.Hostname()
-	}
-	if c.HostTTL == 0 {
-		c.HostTTL = protocol.DefaultHostTTLIntervals * c.HeartbeatInterval
-		if c.HostTTL == 0 {
-			c.HostTTL = protocol.DefaultHostTTLIntervals * 10 * time.Second
-		}
-	}
-}
-
 // BeginShutdown makes every create still waiting for a slot give up at
 // once with SHUTTING_DOWN: the manager's exit is bounded by the stop
 // timeout, not by the creation queue.

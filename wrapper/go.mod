@@ -3,12 +3,14 @@ module github.com/agentvisor/agentvisor/wrapper
 go 1.26.0
 
 replace (
+	github.com/agentvisor/agentvisor/envconf => ../envconf
 	github.com/agentvisor/agentvisor/protocol => ../protocol
 	github.com/agentvisor/agentvisor/redisconn => ../redisconn
 	github.com/agentvisor/agentvisor/stubmodel => ../stubmodel
 )
 
 require (
+	github.com/agentvisor/agentvisor/envconf v0.0.0
 	github.com/agentvisor/agentvisor/protocol v0.0.0
 	github.com/agentvisor/agentvisor/redisconn v0.0.0
 	github.com/agentvisor/agentvisor/stubmodel v0.0.0

@@ -5,15 +5,18 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/agentvisor/agentvisor/envconf"
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
 // Config is the wrapper's configuration, filled from the environment in
-// one place (FromEnv) and validated at start.
+// one place (FromEnv) and validated at start. Each field's variable,
+// default and parser are in configVars, the one table of them.
 type Config struct {
 	WorkerID string // WORKER_ID (required)
 	Host     string // WORKER_HOST: the fleet host whose engine runs the worker (on its lifecycle events)
@@ -22,89 +25,86 @@ type Config struct {
 	// output with its acknowledgement): REDIS_WAIT_REPLICAS (1 for a
 	// sentinel URL, 0 otherwise) and REDIS_WAIT_TIMEOUT.
 	RedisWait protocol.WaitPolicy
-	Keys      protocol.Keys      // WORKER_KEY_PREFIX (default "worker")
+	Keys      protocol.Keys      // WORKER_KEY_PREFIX
 	AgentType protocol.AgentType // AGENT_TYPE (required): claude or droid
-	Kind      protocol.Kind      // WORKER_KIND: long_lived (default) or developer
+	Kind      protocol.Kind      // WORKER_KIND: long_lived or developer
 
-	AgentBin   string   // AGENT_BIN: the agent's executable (default claude or droid on PATH)
+	AgentBin   string   // AGENT_BIN: the agent's executable (claude or droid on PATH)
 	AgentArgs  []string // AGENT_ARGS: extra flags, a JSON array or words separated by spaces
 	AgentModel string   // AGENT_MODEL: --model (claude) or -m (droid)
 	PTY        bool     // AGENT_PTY: run the agent on a pseudo-terminal
-	// SkipPermissions (AGENT_SKIP_PERMISSIONS, default true) matters only
+	// SkipPermissions (AGENT_SKIP_PERMISSIONS) matters only
 	// with ALLOWED_COMMANDS=*: Claude --dangerously-skip-permissions and
 	// Droid --skip-permissions-unsafe; false: Claude dontAsk with every
 	// Bash command allowed, Droid --auto high (permissions.go).
 	SkipPermissions bool
-	// Persistent (AGENT_PERSISTENT, default false) keeps one agent process
+	// Persistent (AGENT_PERSISTENT) keeps one agent process
 	// alive across the tasks of a long-lived worker (Claude's stream-json
 	// input, Droid's JSON-RPC mode), so that a follow-up in the same
 	// session needs no new process and no resume. The worker falls back
 	// to a process per task when it dies. A Droid worker with MCP
 	// servers runs a process per task (persistent.go).
 	Persistent bool
-	// Prewarm (AGENT_PREWARM, default false; needs AGENT_PERSISTENT) starts
+	// Prewarm (AGENT_PREWARM; needs AGENT_PERSISTENT) starts
 	// the persistent process for a new session when the worker starts,
 	// before any task: the first task that wants a new session (no
 	// project context to add) finds its agent up. The manager sets it for
 	// warm pool workers.
 	Prewarm bool
-	// JSONSchema (AGENT_JSON_SCHEMA, default false) hands Claude the stop
+	// JSONSchema (AGENT_JSON_SCHEMA) hands Claude the stop
 	// output schema (--json-schema) and takes its structured_output.
 	JSONSchema bool
 
-	Workspace       string                   // WORKSPACE (default /workspace)
+	Workspace       string                   // WORKSPACE
 	Instructions    string                   // INSTRUCTIONS: written to CLAUDE.md or AGENTS.md
 	AllowedCommands protocol.AllowedCommands // ALLOWED_COMMANDS
 	APIURL          string                   // API_URL, passed to the agent
 	UserID          string                   // USER_ID, passed to the agent
 
-	TaskTimeout  time.Duration // TASK_TIMEOUT (default 600s)
-	StallTimeout time.Duration // STALL_TIMEOUT (default 5m): no line from a live agent this long ends its task
+	TaskTimeout  time.Duration // TASK_TIMEOUT
+	StallTimeout time.Duration // STALL_TIMEOUT: no line from a live agent this long ends its task
 	// RecycleTasks and RecycleRSS recycle the persistent agent process
 	// after that many tasks, or once its group's RSS passed that many
-	// bytes (AGENT_RECYCLE_TASKS, default 100; AGENT_RECYCLE_RSS in MiB,
-	// default 1024); 0 turns either off.
+	// bytes (AGENT_RECYCLE_TASKS; AGENT_RECYCLE_RSS in MiB); 0 turns
+	// either off.
 	RecycleTasks int
 	RecycleRSS   int64
-	// Approval (AGENT_APPROVAL, default false): the persistent Claude asks,
+	// Approval (AGENT_APPROVAL): the persistent Claude asks,
 	// on its control channel, before each tool call ALLOWED_COMMANDS does
 	// not allow; the task's owner answers within ApprovalTimeout
-	// (APPROVAL_TIMEOUT, default 5m), or it is denied. A Droid worker
+	// (APPROVAL_TIMEOUT), or it is denied. A Droid worker
 	// ignores it (logged at start): its calls outside the list are
 	// refused, as without it.
 	Approval          bool
 	ApprovalTimeout   time.Duration
-	HeartbeatInterval time.Duration // HEARTBEAT_INTERVAL (default 10s)
-	ShutdownGrace     time.Duration // SHUTDOWN_GRACE (default 20s): time a running task gets after SIGTERM
-	ResultGrace       time.Duration // RESULT_GRACE (default 3s)
-	KillGrace         time.Duration // KILL_GRACE (default 5s): SIGTERM to SIGKILL
-	ProgressAddr      string        // PROGRESS_ADDR (default 127.0.0.1:0)
-	EventBuffer       int           // EVENT_BUFFER (default 1000): events kept while Redis is down
-	PauseAfterOutput  bool          // PAUSE_AFTER_OUTPUT (default true): ask the spawner to pause after each output
+	HeartbeatInterval time.Duration // HEARTBEAT_INTERVAL
+	ShutdownGrace     time.Duration // SHUTDOWN_GRACE: time a running task gets after SIGTERM
+	ResultGrace       time.Duration // RESULT_GRACE
+	KillGrace         time.Duration // KILL_GRACE: SIGTERM to SIGKILL
+	ProgressAddr      string        // PROGRESS_ADDR
+	EventBuffer       int           // EVENT_BUFFER: events kept while Redis is down
+	PauseAfterOutput  bool          // PAUSE_AFTER_OUTPUT: ask the spawner to pause after each output
 
-	// StreamMaxLen (STREAM_MAXLEN, default protocol.DefaultStreamMaxLen)
-	// is the approximate MAXLEN of every XADD the wrapper makes; 0 turns
-	// trimming off.
+	// StreamMaxLen (STREAM_MAXLEN) is the approximate MAXLEN of every
+	// XADD the wrapper makes; 0 turns trimming off.
 	StreamMaxLen int64
-	// RunRetention (RUN_RETENTION, default protocol.DefaultRunRetention)
-	// is how long a run hash lives after its terminal state.
+	// RunRetention (RUN_RETENTION) is how long a run hash lives after its
+	// terminal state.
 	RunRetention time.Duration
 
-	// SessionPolicy (SESSION_POLICY) is "project" (default: continue the
-	// project's session while it is small and recent) or "new" (a new
-	// session for every task).
+	// SessionPolicy (SESSION_POLICY) is "project" (continue the project's
+	// session while it is small and recent) or "new" (a new session for
+	// every task).
 	SessionPolicy string
-	// Sessions tunes the project policy: SESSION_CONTEXT_THRESHOLD
-	// (150000), SESSION_STALE_AFTER (24h), SESSION_AFFINITY (30m),
-	// SESSION_SUMMARIZE (true).
+	// Sessions tunes the project policy: SESSION_CONTEXT_THRESHOLD,
+	// SESSION_STALE_AFTER, SESSION_AFFINITY, SESSION_SUMMARIZE.
 	Sessions SessionConfig
 
 	// DroidBaseURL (DROID_BASE_URL) points Droid at an Anthropic-compatible
 	// API through a custom model in ~/.factory/settings.json.
 	DroidBaseURL string
 	// MCPServers (AGENT_MCP_SERVERS, set by the spawner from the spec) are
-	// the agent's MCP servers, and MCPTimeout (AGENT_MCP_TIMEOUT, default
-	// 30s) how long a server may take to start (mcp.go).
+	// the agent's MCP servers, and MCPTimeout (AGENT_MCP_TIMEOUT) how long a server may take to start (mcp.go).
 	MCPServers []protocol.MCPServer
 	MCPTimeout time.Duration
 	// Prices (MODEL_PRICES, a JSON object put over
@@ -121,172 +121,143 @@ type Config struct {
 // FromEnv reads the configuration from getenv (os.Getenv in production).
 // Every error names the variable.
 func FromEnv(getenv func(string) string) (Config, error) {
-	c := Config{
-		WorkerID:     getenv("WORKER_ID"),
-		Host:         getenv(protocol.EnvWorkerHost),
-		RedisURL:     getenv("REDIS_URL"),
-		AgentBin:     getenv("AGENT_BIN"),
-		AgentModel:   getenv("AGENT_MODEL"),
-		Workspace:    getenv("WORKSPACE"),
-		Instructions: getenv("INSTRUCTIONS"),
-		APIURL:       getenv("API_URL"),
-		UserID:       getenv("USER_ID"),
-		ProgressAddr: getenv("PROGRESS_ADDR"),
-		DroidBaseURL: getenv("DROID_BASE_URL"),
+	var c Config
+	var redisURL protocol.RedisURL
+	var wait struct{ replicas, timeout string }
+	if err := envconf.Load(getenv, configVars(&c, &redisURL, &wait.replicas, &wait.timeout)); err != nil {
+		return Config{}, err
 	}
 	var err error
-	fail := func(name string, e error) (Config, error) { return Config{}, fmt.Errorf("config: %s: %w", name, e) }
-
-	if c.WorkerID == "" {
-		return fail("WORKER_ID", fmt.Errorf("required"))
-	}
-	if e := checkID(c.WorkerID); e != nil {
-		return fail("WORKER_ID", e)
-	}
-	if c.RedisURL == "" {
-		return fail("REDIS_URL", fmt.Errorf("required (redis://[:password@]host:port/db, or redis+sentinel://host:port,.../master/db)"))
-	}
-	u, err := protocol.ParseRedisURL(c.RedisURL)
-	if err != nil {
-		return fail("REDIS_URL", err) // the parser's errors never quote the URL
-	}
-	if c.RedisWait, err = protocol.ParseWaitPolicy(getenv(protocol.EnvRedisWaitReplicas), getenv(protocol.EnvRedisWaitTimeout), u); err != nil {
+	if c.RedisWait, err = protocol.ParseWaitPolicy(wait.replicas, wait.timeout, redisURL); err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
-	}
-	if c.Keys, err = protocol.NewKeys(getenv("WORKER_KEY_PREFIX")); err != nil {
-		return fail("WORKER_KEY_PREFIX", err)
-	}
-	if v := getenv("AGENT_TYPE"); v == "" {
-		return fail("AGENT_TYPE", fmt.Errorf("required (claude or droid)"))
-	} else if c.AgentType, err = protocol.ParseAgentType(v); err != nil {
-		return fail("AGENT_TYPE", err)
-	}
-	c.Kind = protocol.KindLongLived
-	if v := getenv("WORKER_KIND"); v != "" {
-		if c.Kind, err = protocol.ParseKind(v); err != nil {
-			return fail("WORKER_KIND", err)
-		}
 	}
 	if c.AgentBin == "" {
 		c.AgentBin = string(c.AgentType)
 	}
-	if c.AgentArgs, err = parseArgs(getenv("AGENT_ARGS")); err != nil {
-		return fail("AGENT_ARGS", err)
-	}
-	bools := []struct {
-		name string
-		dst  *bool
-		def  bool
-	}{
-		{"AGENT_PTY", &c.PTY, false},
-		{"AGENT_SKIP_PERMISSIONS", &c.SkipPermissions, true},
-		{"AGENT_JSON_SCHEMA", &c.JSONSchema, false},
-		{"AGENT_PERSISTENT", &c.Persistent, false},
-		{"AGENT_PREWARM", &c.Prewarm, false},
-		{"AGENT_APPROVAL", &c.Approval, false},
-		{"PAUSE_AFTER_OUTPUT", &c.PauseAfterOutput, true},
-	}
-	for _, b := range bools {
-		if *b.dst, err = parseBool(getenv(b.name), b.def); err != nil {
-			return fail(b.name, err)
-		}
-	}
-	if c.Prewarm && !c.Persistent {
-		return fail("AGENT_PREWARM", fmt.Errorf("needs AGENT_PERSISTENT=true"))
-	}
-	if c.JSONSchema && c.AgentType != protocol.AgentClaude {
-		return fail("AGENT_JSON_SCHEMA", fmt.Errorf("only Claude takes a JSON schema"))
-	}
-	if c.Persistent && (c.Kind != protocol.KindLongLived || c.PTY) {
-		return fail("AGENT_PERSISTENT", fmt.Errorf("only for a long-lived worker without a pty"))
-	}
-	if c.Approval && !c.Persistent && c.AgentType == protocol.AgentClaude {
-		return fail("AGENT_APPROVAL", fmt.Errorf("needs AGENT_PERSISTENT=true: Claude asks on the persistent process's control channel"))
-	}
-	if c.Workspace == "" {
-		c.Workspace = "/workspace"
-	}
-	if c.AllowedCommands, err = protocol.ParseAllowedCommandsEnv(getenv("ALLOWED_COMMANDS")); err != nil {
-		return fail("ALLOWED_COMMANDS", err)
-	}
-	durations := []struct {
-		name string
-		dst  *time.Duration
-		def  time.Duration
-	}{
-		{"TASK_TIMEOUT", &c.TaskTimeout, 600 * time.Second},
-		{"STALL_TIMEOUT", &c.StallTimeout, 5 * time.Minute},
-		{"APPROVAL_TIMEOUT", &c.ApprovalTimeout, 5 * time.Minute},
-		{"HEARTBEAT_INTERVAL", &c.HeartbeatInterval, 10 * time.Second},
-		{"SHUTDOWN_GRACE", &c.ShutdownGrace, 20 * time.Second},
-		{"RESULT_GRACE", &c.ResultGrace, 3 * time.Second},
-		{"KILL_GRACE", &c.KillGrace, 5 * time.Second},
-		{protocol.EnvRunRetention, &c.RunRetention, protocol.DefaultRunRetention},
-	}
-	for _, d := range durations {
-		if *d.dst, err = parseDuration(getenv(d.name), d.def); err != nil {
-			return fail(d.name, err)
-		}
-	}
-	c.SessionPolicy = getenv("SESSION_POLICY")
-	switch c.SessionPolicy {
-	case "":
-		c.SessionPolicy = "project"
-	case "project", "new":
-	default:
-		return fail("SESSION_POLICY", fmt.Errorf("want project or new, got %q", c.SessionPolicy))
-	}
-	if v := getenv("SESSION_CONTEXT_THRESHOLD"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 {
-			return fail("SESSION_CONTEXT_THRESHOLD", fmt.Errorf("want a positive number of tokens, got %q", v))
-		}
-		c.Sessions.ContextThreshold = n
-	}
-	if c.Sessions.StaleAfter, err = parseDuration(getenv("SESSION_STALE_AFTER"), 24*time.Hour); err != nil {
-		return fail("SESSION_STALE_AFTER", err)
-	}
-	if c.Sessions.Affinity, err = parseDuration(getenv("SESSION_AFFINITY"), 30*time.Minute); err != nil {
-		return fail("SESSION_AFFINITY", err)
-	}
-	if c.Sessions.Summarize, err = parseBool(getenv("SESSION_SUMMARIZE"), true); err != nil {
-		return fail("SESSION_SUMMARIZE", err)
-	}
-	if c.ProgressAddr == "" {
-		c.ProgressAddr = "127.0.0.1:0"
-	}
-	c.EventBuffer = 1000
-	if v := getenv("EVENT_BUFFER"); v != "" {
-		if c.EventBuffer, err = strconv.Atoi(v); err != nil || c.EventBuffer < 1 {
-			return fail("EVENT_BUFFER", fmt.Errorf("want a positive whole number, got %q", v))
-		}
-	}
-	c.RecycleTasks = 100
-	if v := getenv("AGENT_RECYCLE_TASKS"); v != "" {
-		if c.RecycleTasks, err = strconv.Atoi(v); err != nil || c.RecycleTasks < 0 {
-			return fail("AGENT_RECYCLE_TASKS", fmt.Errorf("want a whole number of tasks (0: never), got %q", v))
-		}
-	}
-	rssMiB := int64(1024)
-	if v := getenv("AGENT_RECYCLE_RSS"); v != "" {
-		if rssMiB, err = strconv.ParseInt(v, 10, 64); err != nil || rssMiB < 0 {
-			return fail("AGENT_RECYCLE_RSS", fmt.Errorf("want a whole number of MiB (0: never), got %q", v))
-		}
-	}
-	c.RecycleRSS = rssMiB << 20
-	c.StreamMaxLen = protocol.DefaultStreamMaxLen
-	if v := getenv(protocol.EnvStreamMaxLen); v != "" {
-		if c.StreamMaxLen, err = strconv.ParseInt(v, 10, 64); err != nil || c.StreamMaxLen < 0 {
-			return fail(protocol.EnvStreamMaxLen, fmt.Errorf("want a whole number of entries (0: no trimming), got %q", v))
-		}
-	}
-	if c.Prices, err = protocol.ParseModelPrices(getenv(protocol.EnvModelPrices)); err != nil {
-		return fail(protocol.EnvModelPrices, err)
-	}
-	if err := c.readMCP(getenv); err != nil {
+	if err := c.checkAgentModes(); err != nil {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// checkAgentModes checks the rules across the agent's variables.
+func (c *Config) checkAgentModes() error {
+	switch {
+	case c.Prewarm && !c.Persistent:
+		return envconf.Errorf("AGENT_PREWARM", "needs AGENT_PERSISTENT=true")
+	case c.JSONSchema && c.AgentType != protocol.AgentClaude:
+		return envconf.Errorf("AGENT_JSON_SCHEMA", "only Claude takes a JSON schema")
+	case c.Persistent && (c.Kind != protocol.KindLongLived || c.PTY):
+		return envconf.Errorf("AGENT_PERSISTENT", "only for a long-lived worker without a pty")
+	case c.Approval && !c.Persistent && c.AgentType == protocol.AgentClaude:
+		return envconf.Errorf("AGENT_APPROVAL", "needs AGENT_PERSISTENT=true: Claude asks on the persistent process's control channel")
+	}
+	return nil
+}
+
+// configVars is the wrapper's table of variables: each one's name,
+// default, parser, documentation and the field of c it fills. The Redis
+// URL and WAIT's two variables go to u, replicas and timeout, which
+// FromEnv makes into c.RedisWait. The READMEs' tables are checked against
+// it (TestConfigTables).
+func configVars(c *Config, u *protocol.RedisURL, replicas, timeout *string) []envconf.Var {
+	return slices.Concat(identityVars(c, u, replicas, timeout), agentVars(c), runVars(c), elsewhereVars)
+}
+
+// identityVars: who the worker is and where its Redis is.
+func identityVars(c *Config, u *protocol.RedisURL, replicas, timeout *string) []envconf.Var {
+	return []envconf.Var{
+		{Name: "WORKER_ID", Required: true, Value: envconf.Func(c.setWorkerID), Doc: "the worker's id"},
+		{Name: protocol.EnvWorkerHost, Value: envconf.String(&c.Host), Doc: "the fleet host whose engine runs the worker (set by the manager)"},
+		{Name: "REDIS_URL", Required: true, Value: envconf.Func(func(s string) (err error) { c.RedisURL = s; *u, err = protocol.ParseRedisURL(s); return err }),
+			Doc: "redis://, rediss://, redis+sentinel:// or rediss+sentinel://"},
+		{Name: protocol.EnvRedisWaitReplicas, DefaultDoc: "`1` for a sentinel URL, else `0`", Value: envconf.String(replicas),
+			Doc: "WAIT for this many replicas after storing a task's output"},
+		{Name: protocol.EnvRedisWaitTimeout, DefaultDoc: "`" + envconf.FormatDuration(protocol.DefaultRedisWaitTimeout) + "`", Value: envconf.String(timeout),
+			Doc: "how long one such WAIT may take"},
+		{Name: "WORKER_KEY_PREFIX", Default: protocol.DefaultPrefix, Value: envconf.Func(func(s string) (err error) { c.Keys, err = protocol.NewKeys(s); return err }),
+			Doc: "first segment of every Redis name"},
+		{Name: "WORKER_KIND", Default: string(protocol.KindLongLived), Value: envconf.Func(func(s string) (err error) { c.Kind, err = protocol.ParseKind(s); return err }),
+			Doc: "long_lived (its own input) or developer (the shared developer input)"},
+	}
+}
+
+// agentVars: the agent CLI and how it runs.
+func agentVars(c *Config) []envconf.Var {
+	return []envconf.Var{
+		{Name: "AGENT_TYPE", Required: true, Value: envconf.Func(func(s string) (err error) { c.AgentType, err = protocol.ParseAgentType(s); return err }),
+			Doc: "claude or droid"},
+		{Name: "AGENT_BIN", DefaultDoc: "`claude` / `droid` on `PATH`", Value: envconf.String(&c.AgentBin), Doc: "the agent's executable"},
+		{Name: "AGENT_ARGS", Value: envconf.Func(func(s string) (err error) { c.AgentArgs, err = parseArgs(s); return err }),
+			Doc: "extra flags: a JSON array, or words separated by spaces"},
+		{Name: "AGENT_MODEL", Value: envconf.String(&c.AgentModel), Doc: "--model (Claude) or -m (Droid)"},
+		{Name: "AGENT_PTY", Default: "false", Value: envconf.Bool(&c.PTY), Doc: "run the agent on a pseudo-terminal"},
+		{Name: "AGENT_SKIP_PERMISSIONS", Default: "true", Value: envconf.Bool(&c.SkipPermissions), Doc: "with ALLOWED_COMMANDS=* only: the agents' skip-permissions flags"},
+		{Name: "AGENT_JSON_SCHEMA", Default: "false", Value: envconf.Bool(&c.JSONSchema), Doc: "give Claude the stop output schema"},
+		{Name: "AGENT_PERSISTENT", Default: "false", Value: envconf.Bool(&c.Persistent), Doc: "one agent process across a long-lived worker's tasks"},
+		{Name: "AGENT_PREWARM", Default: "false", Value: envconf.Bool(&c.Prewarm), Doc: "with AGENT_PERSISTENT: start that process before the first task"},
+		{Name: "AGENT_APPROVAL", Default: "false", Value: envconf.Bool(&c.Approval), Doc: "ask the task's owner about a tool call ALLOWED_COMMANDS does not allow"},
+		{Name: "APPROVAL_TIMEOUT", Default: "5m", Value: envconf.Duration(&c.ApprovalTimeout), Doc: "an unanswered permission request is denied after it"},
+		{Name: "AGENT_RECYCLE_TASKS", Default: "100", Value: envconf.Int(&c.RecycleTasks, 0), Doc: "the persistent process is replaced after this many tasks (0: never)"},
+		{Name: "AGENT_RECYCLE_RSS", Default: "1024", Value: envconf.IntOf(&c.RecycleRSS, 0, 1<<20), Doc: "MiB: the persistent process is replaced once its RSS passed this (0: never)"},
+		{Name: "WORKSPACE", Default: "/workspace", Value: envconf.String(&c.Workspace), Doc: "the agent's working directory"},
+		{Name: "INSTRUCTIONS", Value: envconf.String(&c.Instructions), Doc: "written to CLAUDE.md or AGENTS.md in the workspace"},
+		{Name: "ALLOWED_COMMANDS", DefaultDoc: "(none: no shell command but the progress call)", ParseEmpty: true,
+			Value: envconf.Func(func(s string) (err error) { c.AllowedCommands, err = protocol.ParseAllowedCommandsEnv(s); return err }),
+			Doc:   "patterns of the shell commands the agent may run"},
+		{Name: "API_URL", Value: envconf.String(&c.APIURL), Doc: "passed to the agent"},
+		{Name: "USER_ID", Value: envconf.String(&c.UserID), Doc: "passed to the agent"},
+		{Name: "DROID_BASE_URL", Value: envconf.String(&c.DroidBaseURL), Doc: "point Droid at an Anthropic-compatible API, through the proxy"},
+		{Name: protocol.EnvMCPServers, Value: envconf.Func(func(s string) (err error) { c.MCPServers, err = protocol.ParseMCPServersEnv(s); return err }),
+			Doc: "the spec's MCP servers, a JSON array; set by the spawner"},
+		{Name: envMCPTimeout, Default: "30", Value: envconf.Duration(&c.MCPTimeout), Doc: "how long an MCP server may take to start"},
+		{Name: protocol.EnvModelPrices, DefaultDoc: "built-in defaults", ParseEmpty: true,
+			Value: envconf.Func(func(s string) (err error) { c.Prices, err = protocol.ParseModelPrices(s); return err }),
+			Doc:   "the price table of an agent that reports no cost (Droid)"},
+	}
+}
+
+// runVars: timings, buffers, retention and sessions.
+func runVars(c *Config) []envconf.Var {
+	return []envconf.Var{
+		{Name: "TASK_TIMEOUT", Default: "600", Value: envconf.Duration(&c.TaskTimeout), Doc: "per-task timeout; a task's timeout_seconds overrides it"},
+		{Name: "STALL_TIMEOUT", Default: "5m", Value: envconf.Duration(&c.StallTimeout), Doc: "a live agent that prints nothing this long is stopped"},
+		{Name: "HEARTBEAT_INTERVAL", Default: "10", Value: envconf.Duration(&c.HeartbeatInterval), Doc: "the heartbeat key lives three intervals"},
+		{Name: "SHUTDOWN_GRACE", Default: "20", Value: envconf.Duration(&c.ShutdownGrace), Doc: "time a running task gets after SIGTERM"},
+		{Name: "RESULT_GRACE", Default: "3", Value: envconf.Duration(&c.ResultGrace), Doc: "time the agent may take to exit after its result line"},
+		{Name: "KILL_GRACE", Default: "5", Value: envconf.Duration(&c.KillGrace), Doc: "SIGTERM to SIGKILL"},
+		{Name: "PROGRESS_ADDR", Default: "127.0.0.1:0", Value: envconf.String(&c.ProgressAddr), Doc: "the progress and health endpoint"},
+		{Name: "EVENT_BUFFER", Default: "1000", Value: envconf.Int(&c.EventBuffer, 1), Doc: "events kept while Redis is unreachable"},
+		{Name: "PAUSE_AFTER_OUTPUT", Default: "true", Value: envconf.Bool(&c.PauseAfterOutput), Doc: "ask the manager to pause the worker after each output"},
+		{Name: protocol.EnvStreamMaxLen, Default: strconv.FormatInt(protocol.DefaultStreamMaxLen, 10), Value: envconf.Int(&c.StreamMaxLen, 0),
+			Doc: "approximate MAXLEN of every XADD the wrapper makes (0: no trimming)"},
+		{Name: protocol.EnvRunRetention, Default: envconf.FormatDuration(protocol.DefaultRunRetention), Value: envconf.Duration(&c.RunRetention),
+			Doc: "a run hash expires this long after its terminal state"},
+		{Name: "SESSION_POLICY", Default: "project", Value: envconf.Enum(&c.SessionPolicy, "project", "new"), Doc: "project: continue the project's session; new: one per task"},
+		{Name: "SESSION_CONTEXT_THRESHOLD", Default: "150000", Value: envconf.Int(&c.Sessions.ContextThreshold, 1), Doc: "context tokens at which a session is retired"},
+		{Name: "SESSION_STALE_AFTER", Default: "24h", Value: envconf.Duration(&c.Sessions.StaleAfter), Doc: "a session idle this long is retired"},
+		{Name: "SESSION_AFFINITY", Default: "30m", Value: envconf.Duration(&c.Sessions.Affinity), Doc: "how long a project's session stays bound to its worker"},
+		{Name: "SESSION_SUMMARIZE", Default: "true", Value: envconf.Bool(&c.Sessions.Summarize), Doc: "a retiring session summarises the project for the next one"},
+	}
+}
+
+// elsewhereVars are read by their users, not into Config: the model
+// credentials by the model proxy (secrets.go), which keeps them out of
+// Config, and LOG_LEVEL by main before anything else.
+var elsewhereVars = []envconf.Var{
+	{Name: "ANTHROPIC_API_KEY", Doc: "the model API key, held by the wrapper's proxy only"},
+	{Name: "ANTHROPIC_AUTH_TOKEN", Doc: "used instead of ANTHROPIC_API_KEY when that is unset, as a bearer token"},
+	{Name: "ANTHROPIC_BASE_URL", DefaultDoc: "`https://api.anthropic.com`", Doc: "where the proxy forwards Claude's calls"},
+	{Name: "FACTORY_API_KEY", Doc: "Droid's login to Factory, passed to Droid only without DROID_BASE_URL"},
+	{Name: "LOG_LEVEL", DefaultDoc: "`info`", Doc: "debug for more"},
+}
+
+func (c *Config) setWorkerID(s string) error {
+	if err := checkID(s); err != nil {
+		return err
+	}
+	c.WorkerID = s
+	return nil
 }
 
 // ResolveAgent finds the agent's executable. It returns an error whose
@@ -334,31 +305,11 @@ func parseArgs(s string) ([]string, error) {
 	return strings.Fields(s), nil
 }
 
-func parseBool(s string, def bool) (bool, error) {
-	if s == "" {
-		return def, nil
-	}
-	b, err := strconv.ParseBool(s)
-	if err != nil {
-		return false, fmt.Errorf("want true or false, got %q", s)
-	}
-	return b, nil
-}
-
-// parseDuration accepts Go durations ("90s", "10m") and plain seconds ("600").
+// parseDuration reads a duration outside the table (readMCP), with the
+// table's parser: "" is def.
 func parseDuration(s string, def time.Duration) (time.Duration, error) {
 	if s == "" {
 		return def, nil
 	}
-	if n, err := strconv.ParseFloat(s, 64); err == nil {
-		if n <= 0 {
-			return 0, fmt.Errorf("must be positive, got %q", s)
-		}
-		return time.Duration(n * float64(time.Second)), nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("want a positive duration such as 600 or 10m, got %q", s)
-	}
-	return d, nil
+	return envconf.ParseDuration(s)
 }

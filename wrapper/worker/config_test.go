@@ -1,10 +1,13 @@
 package worker
 
 import (
+	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/envconf"
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
@@ -59,6 +62,80 @@ func TestRedactorSentinelURL(t *testing.T) {
 	for _, s := range []string{"pa@ss123", "pa%40ss123", "sent&inel", "sent%26inel"} {
 		if got := r.Redact("x " + s + " y"); strings.Contains(got, s) {
 			t.Errorf("Redact kept %q: %q", s, got)
+		}
+	}
+}
+
+// wrapperVars is the wrapper's table of variables.
+func wrapperVars() []envconf.Var {
+	var s1, s2 string
+	return configVars(&Config{}, &protocol.RedisURL{}, &s1, &s2)
+}
+
+// The READMEs' tables of the wrapper's variables list every variable of
+// the code's table, and no other, with the code's default.
+func TestConfigTables(t *testing.T) {
+	for _, path := range []string{"../../README.md", "../README.md"} {
+		doc, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range envconf.CheckMarkdown(string(doc), "worker-wrapper", wrapperVars()) {
+			t.Errorf("%s: %s", path, p)
+		}
+	}
+}
+
+// Unset variables take the table's defaults; these are the values the
+// wrapper has always had.
+func TestConfigDefaults(t *testing.T) {
+	c, err := FromEnv(mapEnv(map[string]string{"WORKER_ID": "w1", "REDIS_URL": "redis://127.0.0.1:1/0", "AGENT_TYPE": "droid"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if allowed, _ := protocol.ParseAllowedCommandsEnv(""); !reflect.DeepEqual(c.AllowedCommands, allowed) || !reflect.DeepEqual(c.Prices, protocol.DefaultModelPrices()) {
+		t.Fatalf("ALLOWED_COMMANDS %+v, prices %v", c.AllowedCommands, c.Prices)
+	}
+	c.AllowedCommands, c.Prices = protocol.AllowedCommands{}, nil
+	want := Config{WorkerID: "w1", RedisURL: "redis://127.0.0.1:1/0", RedisWait: protocol.WaitPolicy{Timeout: protocol.DefaultRedisWaitTimeout},
+		Keys: protocol.Keys{Prefix: "worker"}, AgentType: protocol.AgentDroid, Kind: protocol.KindLongLived, AgentBin: "droid", SkipPermissions: true,
+		Workspace: "/workspace", TaskTimeout: 600 * time.Second, StallTimeout: 5 * time.Minute, RecycleTasks: 100, RecycleRSS: 1024 << 20,
+		ApprovalTimeout: 5 * time.Minute, HeartbeatInterval: 10 * time.Second, ShutdownGrace: 20 * time.Second, ResultGrace: 3 * time.Second,
+		KillGrace: 5 * time.Second, ProgressAddr: "127.0.0.1:0", EventBuffer: 1000, PauseAfterOutput: true, StreamMaxLen: 10000,
+		RunRetention: 24 * time.Hour, SessionPolicy: "project", MCPTimeout: 30 * time.Second,
+		Sessions: SessionConfig{ContextThreshold: 150000, StaleAfter: 24 * time.Hour, Affinity: 30 * time.Minute, Summarize: true}}
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("defaults\n%+v\nwant\n%+v", c, want)
+	}
+}
+
+// Every boolean of the wrapper takes the same spellings, those
+// strconv.ParseBool took (t, F, TRUE, ...) and yes/no, on/off; a value
+// that is no boolean is an error naming its variable.
+func TestConfigBooleans(t *testing.T) {
+	names := []string{"AGENT_SKIP_PERMISSIONS", "AGENT_APPROVAL", "PAUSE_AFTER_OUTPUT", "SESSION_SUMMARIZE"}
+	for _, spelling := range []struct {
+		s    string
+		want bool
+	}{{"1", true}, {"t", true}, {"TRUE", true}, {"yes", true}, {"On", true}, {"0", false}, {"F", false}, {"False", false}, {"no", false}, {"OFF", false}} {
+		env := map[string]string{"WORKER_ID": "w1", "REDIS_URL": "redis://127.0.0.1:1/0", "AGENT_TYPE": "droid"}
+		for _, n := range names {
+			env[n] = spelling.s
+		}
+		c, err := FromEnv(mapEnv(env))
+		if err != nil {
+			t.Fatalf("%q: %v", spelling.s, err)
+		}
+		for i, got := range []bool{c.SkipPermissions, c.Approval, c.PauseAfterOutput, c.Sessions.Summarize} {
+			if got != spelling.want {
+				t.Errorf("%s=%s: %v", names[i], spelling.s, got)
+			}
+		}
+	}
+	for _, n := range append(names, "AGENT_PTY", "AGENT_PERSISTENT", "AGENT_PREWARM", "AGENT_JSON_SCHEMA") {
+		env := map[string]string{"WORKER_ID": "w1", "REDIS_URL": "redis://127.0.0.1:1/0", "AGENT_TYPE": "claude", n: "maybe"}
+		if _, err := FromEnv(mapEnv(env)); err == nil || !strings.HasPrefix(err.Error(), "config: "+n+": want a boolean") {
+			t.Errorf("%s=maybe: %v", n, err)
 		}
 	}
 }

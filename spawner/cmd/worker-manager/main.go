@@ -107,7 +107,7 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int 
 		log.Error("manager failed", "err", err)
 		return 1
 	}
-	if getenv("KEEP_WORKERS") != "true" {
+	if !ops.KeepWorkers {
 		sctx, cancel := context.WithTimeout(context.Background(), cfg.StopTimeout+30*time.Second)
 		defer cancel()
 		start := time.Now()

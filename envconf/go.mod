@@ -1,0 +1,3 @@
+module github.com/agentvisor/agentvisor/envconf
+
+go 1.26
