@@ -305,11 +305,6 @@ func parseArgs(s string) ([]string, error) {
 	return strings.Fields(s), nil
 }
 
-// parseDuration reads a duration outside the table (readMCP), with the
-// table's parser: "" is def.
-func parseDuration(s string, def time.Duration) (time.Duration, error) {
-	if s == "" {
-		return def, nil
-	}
-	return envconf.ParseDuration(s)
-}
+// envMCPTimeout is how long an MCP server may take to start (Claude's own
+// default, 30 s).
+const envMCPTimeout = "AGENT_MCP_TIMEOUT"

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/wrapper/agent"
@@ -219,21 +218,3 @@ func (c *Config) mcpSecrets() []string {
 	}
 	return kv
 }
-
-// readMCP fills the MCP settings from getenv: AGENT_MCP_SERVERS (the
-// spec's servers, set by the spawner) and AGENT_MCP_TIMEOUT (default 30s).
-func (c *Config) readMCP(getenv func(string) string) error {
-	var err error
-	if c.MCPServers, err = protocol.ParseMCPServersEnv(getenv(protocol.EnvMCPServers)); err != nil {
-		return fmt.Errorf("config: %s: %w", protocol.EnvMCPServers, err)
-	}
-	if c.MCPTimeout, err = parseDuration(getenv(envMCPTimeout), defaultMCPTimeout); err != nil {
-		return fmt.Errorf("config: %s: %w", envMCPTimeout, err)
-	}
-	return nil
-}
-
-const (
-	envMCPTimeout     = "AGENT_MCP_TIMEOUT"
-	defaultMCPTimeout = 30 * time.Second // Claude's own default start timeout
-)
