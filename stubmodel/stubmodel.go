@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // Usage is what one answer reports, in the API's own field names.
@@ -437,7 +438,7 @@ func writeStream(w http.ResponseWriter, id, model string, step Step, u Usage) {
 		case "text":
 			send("content_block_start", map[string]any{"type": "content_block_start", "index": i,
 				"content_block": map[string]any{"type": "text", "text": ""}})
-			for _, chunk := range chunks(b.Text, 64) {
+			for _, chunk := range chunks(b.Text, deltaSize(len(b.Text))) {
 				send("content_block_delta", map[string]any{"type": "content_block_delta", "index": i,
 					"delta": map[string]any{"type": "text_delta", "text": chunk}})
 			}
@@ -459,14 +460,25 @@ func writeStream(w http.ResponseWriter, id, model string, step Step, u Usage) {
 	}
 }
 
+// deltaSize is how much text one text_delta carries: 64 bytes, as the
+// API's small deltas, but a text of megabytes goes in a thousand deltas
+// or fewer (an agent's time goes to each delta, not to each byte).
+func deltaSize(n int) int { return max(64, n/1000) }
+
+// chunks cuts s into pieces of n bytes (the last shorter). A piece ends
+// on a rune boundary, so that each is valid text in a JSON string.
 func chunks(s string, n int) []string {
 	if s == "" {
 		return []string{""}
 	}
 	var out []string
 	for len(s) > n {
-		out = append(out, s[:n])
-		s = s[n:]
+		k := n
+		for k > 1 && !utf8.RuneStart(s[k]) {
+			k--
+		}
+		out = append(out, s[:k])
+		s = s[k:]
 	}
 	return append(out, s)
 }

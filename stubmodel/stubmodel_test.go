@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func post(t *testing.T, url, body string) *http.Response {
@@ -160,5 +161,22 @@ func TestToolResultPlaceholderQuotesTheLastToolResult(t *testing.T) {
 				t.Fatalf("text %q: echo %q, want %q (%v)", msg.Content[0].Text, stop.Result.Echo, tc.want, err)
 			}
 		})
+	}
+}
+
+func TestChunksKeepRunesWhole(t *testing.T) {
+	s := strings.Repeat("é€x", 100)
+	var joined strings.Builder
+	for _, c := range chunks(s, 7) {
+		if !utf8.ValidString(c) || len(c) > 7 {
+			t.Fatalf("chunk %q", c)
+		}
+		joined.WriteString(c)
+	}
+	if joined.String() != s {
+		t.Fatal("chunks do not join back")
+	}
+	if n := len(chunks(strings.Repeat("x", 50<<20), deltaSize(50<<20))); n > 1001 {
+		t.Fatalf("50 MB in %d deltas", n)
 	}
 }

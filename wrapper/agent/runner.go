@@ -7,7 +7,10 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -176,9 +179,11 @@ func Run(ctx context.Context, spec Spec) (out Outcome) {
 
 	lines := make(chan []Event, 64)
 	var readStats struct{ lines, long int }
+	counted := &countingReader{r: stdout}
+	var drained int64 // bytes read when the hard drain was last armed
 	go func() {
 		defer close(lines)
-		lr := NewLineReader(stdout, spec.MaxLine)
+		lr := NewLineReader(counted, spec.MaxLine)
 		for {
 			line, err := lr.Next()
 			if errors.Is(err, ErrLineTooLong) {
@@ -304,8 +309,14 @@ func Run(ctx context.Context, spec Spec) (out Outcome) {
 			drain = nil
 			out.KilledDraining = true
 			signalGroup(pgid, syscall.SIGKILL)
-			hardDrain = time.After(hardDrainGrace)
+			hardDrain, drained = time.After(hardDrainGrace), counted.n.Load()
 		case <-hardDrain:
+			if n := counted.n.Load(); n != drained {
+				// Still reading what the agent wrote (a result line of
+				// many megabytes): not a pipe held open by a stray process.
+				hardDrain, drained = time.After(hardDrainGrace), n
+				continue
+			}
 			// A process outside the group (it called setsid) still holds
 			// the pipe: stop reading.
 			hardDrain = nil
@@ -333,6 +344,31 @@ func (o *Outcome) check(check func(Event) *protocol.Error, ev Event) bool {
 	}
 	o.Aborted = check(ev)
 	return o.Aborted != nil
+}
+
+// growPipe raises a pipe's capacity to the kernel's maximum for an
+// unprivileged process (fs.pipe-max-size), best effort.
+func growPipe(f *os.File) {
+	size := 1 << 20
+	if b, err := os.ReadFile("/proc/sys/fs/pipe-max-size"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 {
+			size = n
+		}
+	}
+	_, _ = unix.FcntlInt(f.Fd(), unix.F_SETPIPE_SZ, size)
+}
+
+// countingReader counts the bytes read through it, so that the run can
+// tell a pipe still delivering from one that went quiet.
+type countingReader struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 // hardDrainGrace bounds the wait for stdout to end after the agent's group
@@ -427,6 +463,10 @@ func wireOutput(cmd *exec.Cmd, usePTY bool) (stdout, stderr *os.File, childEnds 
 		outW.Close()
 		return nil, nil, nil, err
 	}
+	// The largest pipe the kernel gives (1 MiB by default, 64 KiB
+	// without it): Claude exits as soon as it has handed its result line
+	// to the pipe, and what the pipe could not take then is lost.
+	growPipe(outW)
 	cmd.Stdin = nil // /dev/null: Claude in -p mode can hang on an open stdin
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -1,0 +1,49 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// A result line of 50 MB (an agent told to end with a huge stop output)
+// is read and judged like any other: the stop output is searched for in
+// the text's last megabyte only, so one that begins before it is not
+// found, and the task is failed NO_STOP_OUTPUT, not retryable; a small
+// stop output at the end of the same huge text is found.
+func TestReplayOfAFiftyMegabyteStopOutput(t *testing.T) {
+	line := func(text string) []byte {
+		b, err := json.Marshal(map[string]any{"type": "result", "subtype": "success", "is_error": false, "result": text, "session_id": "s"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append(b, '\n')
+	}
+	blob := strings.Repeat("x", 50<<20)
+	for _, tt := range []struct {
+		name string
+		text string
+		code protocol.Code
+	}{
+		{"a stop output of 50 MB", `{"status": "complete", "result": {"blob": "` + blob + `"}}`, protocol.CodeNoStopOutput},
+		{"50 MB of text, then a stop output", blob + ` {"status": "complete", "result": {"n": 1}}`, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			in := append([]byte(`{"type":"system","subtype":"init","session_id":"s"}`+"\n"), line(tt.text)...)
+			o, err := Replay(bytes.NewReader(in), ClaudeParser{})
+			if err != nil || o.Result == nil {
+				t.Fatalf("replay: %v, result %v", err, o.Result != nil)
+			}
+			v := Judge(o, false)
+			switch {
+			case tt.code == "" && (v.Status != protocol.StatusComplete || string(v.Result) != `{"n": 1}`):
+				t.Fatalf("verdict %s %v %s", v.Status, v.Error, v.Result)
+			case tt.code != "" && (v.Error == nil || v.Error.Code != tt.code || v.Error.Retryable):
+				t.Fatalf("verdict %s %v, want %s", v.Status, v.Error, tt.code)
+			}
+		})
+	}
+}
