@@ -12,7 +12,8 @@ SHELL      := /bin/bash
 GO         ?= go
 MODULES    := envconf protocol stubmodel testmcp redisconn client wrapper spawner examples
 FUZZTIME   ?= 3s
-# Every fuzz target of the protocol decoders runs for FUZZTIME in `make test`.
+# Every fuzz target of the protocol decoders, and the one over the path from
+# an agent's output to the stored Output, runs for FUZZTIME in `make test`.
 
 .PHONY: all setup build vet test test-unit test-rules fuzz faults test-faults bench demo fleet images clean
 
@@ -56,6 +57,7 @@ test-rules:
 
 fuzz:
 	@FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh protocol
+	@FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh wrapper/worker
 
 test: setup
 	@bash scripts/test-setup.sh
