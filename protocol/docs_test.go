@@ -1,0 +1,90 @@
+package protocol
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// markdownDocs are the documents a reader opens first, relative to this
+// module: the README of the repository and of each part, and this
+// protocol.
+var markdownDocs = []string{
+	"../README.md", "../SECURITY.md", "../BENCHMARKS.md", "../FAULTS.md", "PROTOCOL.md",
+	"../spawner/README.md", "../wrapper/README.md", "../images/README.md", "../docs/kubernetes.md",
+}
+
+// Every code fence of the documents opens and closes: a closing fence is
+// alone on its line (text after it would make the rest of the document
+// render as code), and no fence is left open at the end.
+func TestMarkdownFencesClose(t *testing.T) {
+	for _, p := range markdownDocs {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Errorf("%s: %v", p, err)
+			continue
+		}
+		for _, problem := range fenceProblems(bufio.NewScanner(f)) {
+			t.Errorf("%s: %s", filepath.Clean(p), problem)
+		}
+		f.Close()
+	}
+}
+
+// fenceProblems reads a Markdown document and says where its fences
+// (``` or ~~~, three or more) do not pair.
+func fenceProblems(sc *bufio.Scanner) []string {
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var problems []string
+	open, openLine := "", 0
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimLeft(sc.Text(), " ")
+		marker := fenceMarker(line)
+		switch {
+		case marker == "":
+		case open == "":
+			open, openLine = marker, n
+		case strings.HasPrefix(marker, open[:3]) && len(marker) >= len(open):
+			if rest := strings.TrimSpace(line[len(marker):]); rest != "" {
+				problems = append(problems, "line "+strconv.Itoa(n)+": text after a closing fence: "+rest)
+			}
+			open = ""
+		}
+	}
+	if open != "" {
+		problems = append(problems, "the fence opened on line "+strconv.Itoa(openLine)+" never closes")
+	}
+	return problems
+}
+
+// fenceMarker returns the run of backticks or tildes a fence line starts
+// with ("" when the line is no fence).
+func fenceMarker(line string) string {
+	for _, c := range []string{"`", "~"} {
+		n := len(line) - len(strings.TrimLeft(line, c))
+		if n >= 3 {
+			return line[:n]
+		}
+	}
+	return ""
+}
+
+func TestFenceProblems(t *testing.T) {
+	for _, tt := range []struct {
+		doc  string
+		want int
+	}{
+		{"a\n```go\nx\n```\nb\n", 0},
+		{"```go\nx\n``` Runnable examples\ntext\n", 1},
+		{"```\nx\n", 1},
+		{"~~~~\n```\nnot a close\n~~~~\n", 0},
+		{"````\n```\n````\n", 0},
+	} {
+		if got := fenceProblems(bufio.NewScanner(strings.NewReader(tt.doc))); len(got) != tt.want {
+			t.Errorf("%q: %v, want %d problems", tt.doc, got, tt.want)
+		}
+	}
+}
