@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
 // ManagerState is what a worker-manager says about itself in Redis
@@ -47,7 +48,6 @@ func (p *Presence) Start(ctx context.Context) {
 
 func (p *Presence) run(ctx context.Context) {
 	s := p.s
-	key := s.keys.ManagerState(s.cfg.ManagerID)
 	ttl := protocol.ManagerStateTTLSeconds * time.Second
 	host := s.Host()
 	defer func() {
@@ -55,10 +55,7 @@ func (p *Presence) run(ctx context.Context) {
 		defer cancel()
 		// Only our own hash: a manager restarted under the same id has
 		// already written its own instance.
-		if inst, _ := s.rdb.C.HGet(dctx, key, protocol.ManagerFieldInstance).Result(); inst == s.instance {
-			s.rdb.C.Del(dctx, key)
-			s.rdb.C.SRem(dctx, s.keys.Managers(), s.cfg.ManagerID)
-		}
+		_ = s.rdb.LeaveManager(dctx, s.cfg.ManagerID, s.instance)
 	}()
 	every(ctx, ttl/3, func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -81,13 +78,7 @@ func (p *Presence) run(ctx context.Context) {
 			protocol.ManagerFieldLastReconcileAt: last, protocol.ManagerFieldLeases: strings.Join(leases, ","),
 			protocol.ManagerFieldMetricsAddr: s.obs.addr,
 		}
-		_, err := s.rdb.C.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-			pipe.HSet(ctx, key, fields)
-			pipe.Expire(ctx, key, ttl)
-			pipe.SAdd(ctx, s.keys.Managers(), s.cfg.ManagerID)
-			return nil
-		})
-		if err != nil && ctx.Err() == nil {
+		if err := s.rdb.RenewManager(ctx, s.cfg.ManagerID, fields, ttl); err != nil && ctx.Err() == nil {
 			s.log.Warn("manager state not refreshed", "err", err)
 		}
 	})
@@ -96,20 +87,12 @@ func (p *Presence) run(ctx context.Context) {
 // ListManagers reads the state of every manager of the key prefix,
 // sorted by id; members whose state expired are dropped from the set.
 func ListManagers(ctx context.Context, rc redis.Cmdable, keys protocol.Keys) ([]ManagerState, error) {
-	ids, err := rc.SMembers(ctx, keys.Managers()).Result()
+	states, err := rdb.New(rc, keys).ManagerStates(ctx)
 	if err != nil {
 		return nil, redisError(err, "list managers")
 	}
 	out := []ManagerState{}
-	for _, id := range ids {
-		h, err := rc.HGetAll(ctx, keys.ManagerState(id)).Result()
-		if err != nil {
-			return nil, redisError(err, "manager %s", id)
-		}
-		if len(h) == 0 {
-			rc.SRem(ctx, keys.Managers(), id)
-			continue
-		}
+	for _, h := range states {
 		m := ManagerState{ID: h[protocol.ManagerFieldID], Instance: h[protocol.ManagerFieldInstance], Host: h[protocol.ManagerFieldHost],
 			Version: h[protocol.ManagerFieldVersion], MetricsAddr: h[protocol.ManagerFieldMetricsAddr], Leases: []string{}}
 		m.PID, _ = strconv.Atoi(h[protocol.ManagerFieldPID])

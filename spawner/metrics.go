@@ -212,26 +212,18 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		failed = 1
 		return
 	}
-	pipe := c.r.C.Pipeline()
-	hashes := make([]*redis.SliceCmd, len(ids))
-	for i, id := range ids {
-		hashes[i] = pipe.HMGet(ctx, c.r.Keys.Status(id), protocol.StatusFieldState, protocol.StatusFieldHealth,
-			protocol.StatusFieldAgentType, protocol.StatusFieldHost, protocol.StatusFieldContainer,
-			protocol.StatusFieldRequestID, protocol.StatusFieldTaskStarted)
-	}
-	queue := pipe.LLen(ctx, c.r.Keys.CreationQueue())
-	creating := pipe.ZCard(ctx, c.r.Keys.Creating())
-	retiring := pipe.ZCard(ctx, c.r.Keys.Retiring())
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	st, err := c.r.ReadFleetState(ctx, ids, []string{protocol.StatusFieldState, protocol.StatusFieldHealth,
+		protocol.StatusFieldAgentType, protocol.StatusFieldHost, protocol.StatusFieldContainer,
+		protocol.StatusFieldRequestID, protocol.StatusFieldTaskStarted})
+	if err != nil {
 		failed = 1
 		return
 	}
 	type key struct{ state, health, agent, host string }
 	counts := map[key]int{}
 	oldest := 0.0
-	for _, h := range hashes {
-		v := h.Val()
-		s := func(i int) string { x, _ := v[i].(string); return x }
+	for _, v := range st.Workers {
+		s := func(i int) string { return v[i] }
 		if started, err := protocol.ParseTime(s(6)); err == nil && s(5) != "" {
 			oldest = max(oldest, time.Since(started).Seconds())
 		}
@@ -255,9 +247,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(n), k.state, k.health, k.agent, k.host)
 	}
-	ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, float64(queue.Val()))
-	ch <- prometheus.MustNewConstMetric(creatingDesc, prometheus.GaugeValue, float64(creating.Val()))
-	ch <- prometheus.MustNewConstMetric(retiringDesc, prometheus.GaugeValue, float64(retiring.Val()))
+	ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, float64(st.Queue))
+	ch <- prometheus.MustNewConstMetric(creatingDesc, prometheus.GaugeValue, float64(st.Creating))
+	ch <- prometheus.MustNewConstMetric(retiringDesc, prometheus.GaugeValue, float64(st.Retiring))
 	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, oldest)
 }
 
