@@ -4,16 +4,18 @@ import (
 	"bufio"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // markdownDocs are the documents a reader opens first, relative to this
 // module: the README of the repository and of each part, and this
 // protocol.
 var markdownDocs = []string{
-	"../README.md", "../SECURITY.md", "../BENCHMARKS.md", "../FAULTS.md", "PROTOCOL.md",
+	"../README.md", "../SECURITY.md", "../BENCHMARKS.md", "../FAULTS.md", "PROTOCOL.md", "../spawner/CONTROLPLANE.md",
 	"../spawner/README.md", "../wrapper/README.md", "../images/README.md", "../docs/kubernetes.md",
 }
 
@@ -87,4 +89,80 @@ func TestFenceProblems(t *testing.T) {
 			t.Errorf("%q: %v, want %d problems", tt.doc, got, tt.want)
 		}
 	}
+}
+
+// Every relative link of the documents leads somewhere: the file exists,
+// and an anchor into a Markdown file names one of its headings (as GitHub
+// makes them: lower case, punctuation dropped, spaces as hyphens).
+func TestMarkdownLinksResolve(t *testing.T) {
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	for _, p := range markdownDocs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Errorf("%s: %v", p, err)
+			continue
+		}
+		for _, m := range link.FindAllStringSubmatch(stripCode(string(b)), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, anchor, _ := strings.Cut(target, "#")
+			path := p
+			if file != "" {
+				path = filepath.Join(filepath.Dir(p), file)
+			}
+			if _, err := os.Stat(path); err != nil {
+				t.Errorf("%s: link %s: %v", filepath.Clean(p), target, err)
+				continue
+			}
+			if anchor != "" && strings.HasSuffix(path, ".md") && !headingAnchors(path)[anchor] {
+				t.Errorf("%s: link %s: no such heading in %s", filepath.Clean(p), target, filepath.Clean(path))
+			}
+		}
+	}
+}
+
+// stripCode drops fenced blocks and inline code, where brackets are code.
+func stripCode(doc string) string {
+	return regexp.MustCompile("`[^`\n]*`").ReplaceAllString(stripFences(doc), "")
+}
+
+// headingAnchors returns the anchors of a Markdown file's headings.
+func headingAnchors(path string) map[string]bool {
+	b, _ := os.ReadFile(path)
+	anchors := map[string]bool{}
+	for _, line := range strings.Split(stripFences(string(b)), "\n") {
+		if !strings.HasPrefix(line, "#") {
+			continue
+		}
+		h := strings.ToLower(strings.TrimSpace(strings.TrimLeft(line, "#")))
+		var a strings.Builder
+		for _, r := range h {
+			switch {
+			case r == ' ':
+				a.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				a.WriteRune(r)
+			}
+		}
+		anchors[a.String()] = true
+	}
+	return anchors
+}
+
+// stripFences drops the fenced blocks of a Markdown document.
+func stripFences(doc string) string {
+	var out strings.Builder
+	inFence := false
+	for _, line := range strings.Split(doc, "\n") {
+		if fenceMarker(strings.TrimLeft(line, " ")) != "" {
+			inFence = !inFence
+			continue
+		}
+		if !inFence {
+			out.WriteString(line + "\n")
+		}
+	}
+	return out.String()
 }
