@@ -46,7 +46,7 @@ vet:
 TEST_P     ?= 3
 test-unit: vet
 	@echo "== go test -race -p $(TEST_P) $(MODULES)"
-	@$(GO) test -race -count=1 -p $(TEST_P) $(foreach m,$(MODULES),./$(m)/...)
+	@$(GO) test -race -count=1 -p $(TEST_P) -timeout 30m $(foreach m,$(MODULES),./$(m)/...)
 
 # The Prometheus alert rules (ops/prometheus): checked, and each alert
 # made to fire by its unit tests. promtool comes with Debian's prometheus
