@@ -2,6 +2,11 @@ package agent
 
 import (
 	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/tidwall/gjson"
 
@@ -133,4 +138,207 @@ func (ClaudeParser) ParseLine(line []byte) []Event {
 		return evs
 	}
 	return nil
+}
+
+// Claude is the adapter of Claude Code (`claude -p`, stream-json).
+//
+// Permissions (ALLOWED_COMMANDS): --permission-mode dontAsk (what no rule
+// allows is denied, never asked) and --allowedTools with the file tools
+// and one Bash(<words>:*) rule per prefix; Claude splits compound
+// commands and checks each part, and reports what it refused in its
+// result line. "*" keeps --dangerously-skip-permissions (or dontAsk with
+// every Bash command). With approvals, the mode is default and Claude asks
+// on its control channel (--permission-prompt-tool stdio).
+//
+// MCP servers: a config file given with --mcp-config and
+// --strict-mcp-config; MCP_CONNECTION_NONBLOCKING=0 makes Claude wait for
+// them (up to the MCP timeout), so that its init line gives each
+// server's status.
+type Claude struct{ s Setup }
+
+var _ Adapter = Claude{}
+
+// claudeFileTools are the Claude tools a worker may always use: editing
+// files is its job (reading needs no permission).
+var claudeFileTools = []string{"Edit", "Write", "NotebookEdit"}
+
+func (Claude) Type() protocol.AgentType { return protocol.AgentClaude }
+
+func (Claude) Caps() Caps {
+	return Caps{BudgetFlag: true, ResumesLocally: true, Approvals: true, JSONSchema: true, PersistentMCP: true}
+}
+
+func (c Claude) TaskArgv(inv Invocation) []string {
+	s := c.s
+	argv := []string{s.Bin, "-p"}
+	if s.PTY {
+		argv = append(argv, inv.Prompt)
+	}
+	argv = append(argv, "--output-format", "stream-json", "--verbose")
+	argv = append(argv, c.permissionArgs()...)
+	argv = append(argv, c.mcpArgs()...)
+	if inv.ResumeID != "" {
+		argv = append(argv, "--resume", inv.ResumeID)
+	}
+	if s.Model != "" {
+		argv = append(argv, "--model", s.Model)
+	}
+	if inv.MaxBudgetUSD > 0 {
+		argv = append(argv, "--max-budget-usd", strconv.FormatFloat(inv.MaxBudgetUSD, 'f', -1, 64))
+	}
+	argv = append(argv, "--append-system-prompt", systemPrompt(inv))
+	if s.JSONSchema {
+		argv = append(argv, "--json-schema", protocol.StopOutputSchema())
+	}
+	return append(argv, s.Args...)
+}
+
+// PromptStdin: Claude -p reads the prompt on stdin, so that it never goes
+// on the command line (one argument is limited to 128 KiB). On a pty
+// stdin is the terminal: the prompt stays in argv.
+func (c Claude) PromptStdin(inv Invocation) []byte {
+	if c.s.PTY {
+		return nil
+	}
+	return []byte(inv.Prompt)
+}
+
+// PersistentArgv is TaskArgv with stream-json input; with
+// --replay-user-messages Claude echoes each message it takes, so that a
+// steering message answered in a turn of its own is waited for.
+func (c Claude) PersistentArgv(inv Invocation) []string {
+	argv := c.TaskArgv(inv)
+	out := []string{argv[0], "-p", "--input-format", "stream-json", "--replay-user-messages"}
+	return c.approvalArgs(append(out, argv[2:]...)) // argv[1] is -p (never on a pty)
+}
+
+// approvalArgs makes Claude ask, on its control channel, for what its
+// rules do not allow.
+func (c Claude) approvalArgs(argv []string) []string {
+	if !c.s.Approval {
+		return argv
+	}
+	if i := slices.Index(argv, "dontAsk"); i > 0 && argv[i-1] == "--permission-mode" {
+		argv[i] = "default"
+	}
+	return append(argv, "--permission-prompt-tool", "stdio")
+}
+
+// PersistentInput: Claude's session is on its command line; its input is
+// stream-json (a nil dialect).
+func (c Claude) PersistentInput(string) (Dialect, Parser) { return nil, ClaudeParser{} }
+
+func (Claude) Parser() Parser { return ClaudeParser{} }
+
+// WithContext puts a project's context in the system prompt.
+func (Claude) WithContext(inv Invocation, section string) Invocation {
+	inv.Extra = section
+	return inv
+}
+
+func (c Claude) Env(model ModelAPI) []string {
+	var env []string
+	if model.URL != "" {
+		env = append(env, "ANTHROPIC_BASE_URL="+model.URL, "ANTHROPIC_API_KEY="+model.Token)
+	}
+	if len(c.s.MCPServers) > 0 {
+		ms := strconv.FormatInt(c.s.MCPTimeout.Milliseconds(), 10)
+		env = append(env, "MCP_CONNECTION_NONBLOCKING=0", "MCP_CONNECT_TIMEOUT_MS="+ms, "MCP_TIMEOUT="+ms)
+	}
+	// Claude refuses to skip permissions as root outside a sandbox; a
+	// worker container is that sandbox.
+	if os.Geteuid() == 0 {
+		env = append(env, "IS_SANDBOX=1")
+	}
+	return append(env, "DISABLE_TELEMETRY=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1")
+}
+
+// Hidden: a Factory key is no credential of Claude's.
+func (Claude) Hidden(name string) (bool, bool) {
+	return name == "FACTORY_API_KEY", name == "FACTORY_API_KEY"
+}
+
+// Prepare writes Claude's --mcp-config file when the spec names servers.
+func (c Claude) Prepare(string, ModelAPI, string) error {
+	if len(c.s.MCPServers) == 0 {
+		return nil
+	}
+	if err := writeReadOnly(c.s.MCPConfigPath(), MCPDocument(c.s.MCPServers)); err != nil {
+		return fmt.Errorf("mcp servers: %w", err)
+	}
+	return nil
+}
+
+func (Claude) InstructionsFile() string { return "CLAUDE.md" }
+
+// ProxyUpstream: the model proxy always runs, forwarding to
+// ANTHROPIC_BASE_URL ("" is the proxy's default, the Anthropic API).
+func (Claude) ProxyUpstream(getenv func(string) string) (string, bool) {
+	return getenv("ANTHROPIC_BASE_URL"), true
+}
+
+func (c Claude) APIModel() string { return c.s.Model }
+
+// CheckInit: every server of the spec is on the init line, connected.
+func (c Claude) CheckInit(ev Event) *protocol.Error {
+	if ev.Init == nil || len(c.s.MCPServers) == 0 {
+		return nil
+	}
+	status := map[string]string{}
+	for _, m := range ev.Init.MCPServers {
+		status[m.Name] = m.Status
+	}
+	var missing []string
+	for _, s := range c.s.MCPServers {
+		switch st, ok := status[s.Name]; {
+		case !ok:
+			missing = append(missing, s.Name+" (not reported)")
+		case st != "connected":
+			missing = append(missing, s.Name+" ("+st+")")
+		}
+	}
+	return mcpUnavailable(missing, c.s.MCPTimeout)
+}
+
+func (Claude) Outcome(o Outcome) Outcome { return o }
+
+// permissionArgs are Claude's permission flags for the allowed commands.
+func (c Claude) permissionArgs() []string {
+	rules := c.s.Allowed.ShellRules()
+	switch {
+	case rules.All && c.s.SkipPermissions:
+		return []string{"--dangerously-skip-permissions"}
+	case rules.All:
+		tools := append(slices.Clone(claudeFileTools), "Bash")
+		return []string{"--permission-mode", "dontAsk", "--allowedTools=" + strings.Join(append(tools, c.mcpAllowedTools()...), ",")}
+	}
+	return []string{"--permission-mode", "dontAsk", "--allowedTools=" + strings.Join(append(ClaudeAllowedTools(rules), c.mcpAllowedTools()...), ",")}
+}
+
+// ClaudeAllowedTools is Claude's --allowedTools list for rules.
+func ClaudeAllowedTools(rules protocol.ShellRules) []string {
+	tools := append([]string(nil), claudeFileTools...)
+	for _, p := range rules.Prefixes {
+		tools = append(tools, "Bash("+strings.Join(p, " ")+":*)")
+	}
+	return tools
+}
+
+// mcpAllowedTools allow every tool of the spec's servers: a list in
+// ALLOWED_COMMANDS runs Claude in dontAsk mode, where a tool no rule
+// allows is denied. The spec's author chose the servers; ALLOWED_COMMANDS
+// governs shell commands.
+func (c Claude) mcpAllowedTools() []string {
+	var rules []string
+	for _, s := range c.s.MCPServers {
+		rules = append(rules, "mcp__"+s.Name)
+	}
+	return rules
+}
+
+func (c Claude) mcpArgs() []string {
+	if len(c.s.MCPServers) == 0 {
+		return nil
+	}
+	return []string{"--mcp-config", c.s.MCPConfigPath(), "--strict-mcp-config"}
 }

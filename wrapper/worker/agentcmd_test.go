@@ -18,8 +18,12 @@ func TestDroidCustomModel(t *testing.T) {
 		{"claude-sonnet-4-5", "claude-sonnet-4-5"},
 	} {
 		home := t.TempDir()
-		c := &Config{AgentType: protocol.AgentDroid, AgentBin: "droid", Workspace: filepath.Join(home, "ws"),
-			DroidBaseURL: "http://127.0.0.1:9", AgentModel: tc.agentModel}
+		// PrepareWorkspace writes every file the agent reads before it
+		// starts, the guard hook's settings too (which call the wrapper
+		// back at SelfPath).
+		c := &Config{WorkerID: "w-custom-" + filepath.Base(home), AgentType: protocol.AgentDroid, AgentBin: "droid", Workspace: filepath.Join(home, "ws"),
+			DroidBaseURL: "http://127.0.0.1:9", AgentModel: tc.agentModel, SelfPath: "/usr/local/bin/worker-wrapper"}
+		t.Cleanup(func() { os.RemoveAll(filepath.Dir(c.setup().GuardSettingsPath())) })
 		if err := c.PrepareWorkspace(home, "sk-test-key"); err != nil {
 			t.Fatal(err)
 		}

@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
@@ -25,19 +24,6 @@ type pendingPermission struct {
 	ask    agent.PermissionAsk
 	answer func(agent.PermissionAsk, bool, string) error
 	timer  *time.Timer
-}
-
-// approvalArgs makes a persistent Claude command line ask instead of
-// refuse: dontAsk becomes default, and the prompts come on the control
-// channel.
-func (c *Config) approvalArgs(argv []string) []string {
-	if !c.Approval {
-		return argv
-	}
-	if i := slices.Index(argv, "dontAsk"); i > 0 && argv[i-1] == "--permission-mode" {
-		argv[i] = "default"
-	}
-	return append(argv, "--permission-prompt-tool", "stdio")
 }
 
 // onPermission publishes Claude's question and arms its timeout; called

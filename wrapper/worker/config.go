@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/envconf"
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/wrapper/agent"
 )
 
 // Config is the wrapper's configuration, filled from the environment in
@@ -115,7 +116,7 @@ type Config struct {
 	// that `worker-wrapper progress` works from its shell tool.
 	SelfPath string
 
-	model modelAPI // the model API proxy, as the agent sees it (secrets.go)
+	model agent.ModelAPI // the model API proxy, as the agent sees it (secrets.go)
 }
 
 // FromEnv reads the configuration from getenv (os.Getenv in production).
@@ -145,11 +146,11 @@ func (c *Config) checkAgentModes() error {
 	switch {
 	case c.Prewarm && !c.Persistent:
 		return envconf.Errorf("AGENT_PREWARM", "needs AGENT_PERSISTENT=true")
-	case c.JSONSchema && c.AgentType != protocol.AgentClaude:
+	case c.JSONSchema && !c.caps().JSONSchema:
 		return envconf.Errorf("AGENT_JSON_SCHEMA", "only Claude takes a JSON schema")
 	case c.Persistent && (c.Kind != protocol.KindLongLived || c.PTY):
 		return envconf.Errorf("AGENT_PERSISTENT", "only for a long-lived worker without a pty")
-	case c.Approval && !c.Persistent && c.AgentType == protocol.AgentClaude:
+	case c.Approval && !c.Persistent && c.caps().Approvals:
 		return envconf.Errorf("AGENT_APPROVAL", "needs AGENT_PERSISTENT=true: Claude asks on the persistent process's control channel")
 	}
 	return nil

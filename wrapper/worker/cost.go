@@ -31,26 +31,13 @@ type spend struct {
 	unpriced bool // a model without a price was seen (the task was told)
 }
 
-// estimatesCost says whether the configured agent reports no cost of its
-// own, so that the wrapper estimates it.
-func (c *Config) estimatesCost() bool { return c.AgentType == protocol.AgentDroid }
-
-// apiModel is the model id the agent asks the model API for, as far as
-// the configuration tells: the model of an answer that names none.
-func (c *Config) apiModel() string {
-	if c.AgentType == protocol.AgentDroid && c.DroidBaseURL != "" {
-		return c.droidCustomID()
-	}
-	return c.AgentModel
-}
-
 // onModelUsage is the proxy's meter hook: it adds an answer's tokens to
 // the task in flight, priced, and stops the task once its estimated cost
 // passed its max_budget_usd. The wrapper's own turns (a retiring
 // session's summary) are not the task's and are not counted.
 func (w *Worker) onModelUsage(model string, delta protocol.Usage) {
 	if model == "" {
-		model = w.cfg.apiModel()
+		model = w.cfg.adapter().APIModel()
 	}
 	cost, priced := w.cfg.Prices.Cost(model, delta)
 	w.mu.Lock()
@@ -116,7 +103,7 @@ func (w *Worker) refuseModelCall() string {
 // its max_budget_usd cannot be guarded: a Droid on Factory's service (no
 // DROID_BASE_URL) has no proxy of ours to meter its calls.
 func (w *Worker) budgetUnenforced(cur *current) {
-	if cur.task.MaxBudgetUSD > 0 && w.cfg.estimatesCost() && w.cfg.model.url == "" {
+	if cur.task.MaxBudgetUSD > 0 && w.cfg.caps().EstimatesCost && w.cfg.model.URL == "" {
 		w.pushProgress(cur, "max_budget_usd is not enforced: this Droid talks to Factory's service (no DROID_BASE_URL), whose calls no proxy meters",
 			nil, "", protocol.LevelWarning)
 	}
@@ -137,7 +124,7 @@ func (w *Worker) estimate(cur *current, oc agent.Outcome) (cost float64, usage *
 	if oc.Result == nil {
 		return 0, nil, false
 	}
-	model := w.cfg.apiModel()
+	model := w.cfg.adapter().APIModel()
 	if oc.Init != nil && oc.Init.Model != "" {
 		model = strings.TrimPrefix(oc.Init.Model, "custom:")
 	}
@@ -148,7 +135,7 @@ func (w *Worker) estimate(cur *current, oc agent.Outcome) (cost float64, usage *
 // withEstimate puts the estimate in a run's result, as the cost the
 // agent would have reported: the session record counts it.
 func (w *Worker) withEstimate(cur *current, oc agent.Outcome) agent.Outcome {
-	if !w.cfg.estimatesCost() || oc.Result == nil {
+	if !w.cfg.caps().EstimatesCost || oc.Result == nil {
 		return oc
 	}
 	r := *oc.Result
@@ -160,7 +147,7 @@ func (w *Worker) withEstimate(cur *current, oc agent.Outcome) agent.Outcome {
 // estimateCost puts the estimate in a task's output, flagged: its cost,
 // and the metered usage.
 func (w *Worker) estimateCost(o *protocol.Output, cur *current, oc agent.Outcome) {
-	if !w.cfg.estimatesCost() {
+	if !w.cfg.caps().EstimatesCost {
 		return
 	}
 	cost, usage, estimated := w.estimate(cur, oc)

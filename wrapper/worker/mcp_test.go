@@ -173,7 +173,7 @@ func TestMCPConfigAndInitCheck(t *testing.T) {
 	var doc struct {
 		MCPServers map[string]map[string]any `json:"mcpServers"`
 	}
-	if err := json.Unmarshal(mcpDocument(servers), &doc); err != nil {
+	if err := json.Unmarshal(agent.MCPDocument(servers), &doc); err != nil {
 		t.Fatal(err)
 	}
 	if s := doc.MCPServers["tm"]; s["type"] != "stdio" || s["command"] != "/bin/testmcp" || s["env"].(map[string]any)["TAG"] != "x" {
@@ -190,35 +190,37 @@ func TestMCPConfigAndInitCheck(t *testing.T) {
 	}
 	claude := &Config{WorkerID: "w-mcp-" + filepath.Base(home), AgentType: protocol.AgentClaude, AgentBin: "claude", Workspace: home,
 		MCPServers: servers, MCPTimeout: 5 * time.Second, AllowedCommands: allowed}
-	if err := claude.writeMCPConfig(home); err != nil {
+	if err := claude.adapter().Prepare(home, agent.ModelAPI{}, ""); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(filepath.Dir(claude.mcpConfigPath())) })
+	t.Cleanup(func() { os.RemoveAll(filepath.Dir(claude.setup().MCPConfigPath())) })
 	argv := strings.Join(claude.Argv(Invocation{Prompt: "p"}), " ")
-	if !strings.Contains(argv, "--mcp-config "+claude.mcpConfigPath()+" --strict-mcp-config") || !strings.Contains(argv, ",mcp__tm,mcp__web") {
+	if !strings.Contains(argv, "--mcp-config "+claude.setup().MCPConfigPath()+" --strict-mcp-config") || !strings.Contains(argv, ",mcp__tm,mcp__web") {
 		t.Errorf("claude argv: %s", argv)
 	}
-	if b, err := os.ReadFile(claude.mcpConfigPath()); err != nil || !strings.Contains(string(b), "/bin/testmcp") {
+	if b, err := os.ReadFile(claude.setup().MCPConfigPath()); err != nil || !strings.Contains(string(b), "/bin/testmcp") {
 		t.Errorf("claude's config: %s, %v", b, err)
 	}
 	if env := claude.AgentEnv(nil, "", "", protocol.Task{}); !slices.Contains(env, "MCP_CONNECTION_NONBLOCKING=0") || !slices.Contains(env, "MCP_TIMEOUT=5000") {
 		t.Errorf("claude env: %q", env)
 	}
-	droid := &Config{WorkerID: "w", AgentType: protocol.AgentDroid, AgentBin: "droid", Workspace: home, MCPServers: servers, MCPTimeout: time.Second}
-	if err := droid.writeMCPConfig(home); err != nil {
+	droid := &Config{WorkerID: "w-mcp-droid-" + filepath.Base(home), AgentType: protocol.AgentDroid, AgentBin: "droid", Workspace: home, MCPServers: servers,
+		MCPTimeout: time.Second, SelfPath: "/usr/local/bin/worker-wrapper"}
+	if err := droid.adapter().Prepare(home, agent.ModelAPI{}, ""); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { os.RemoveAll(filepath.Dir(droid.setup().GuardSettingsPath())) })
 	if b, err := os.ReadFile(filepath.Join(home, ".factory", "mcp.json")); err != nil || !strings.Contains(string(b), "mcp.example") {
 		t.Errorf("droid's mcp.json: %s, %v", b, err)
 	}
 	if argv := strings.Join(droid.Argv(Invocation{Prompt: "p"}), " "); !strings.Contains(argv, "--add-tools MCP:tm,MCP:web") {
 		t.Errorf("droid argv: %s", argv)
 	}
-	refused := droid.mcpOutcome(agent.Outcome{Exit: agent.ExitStatus{Code: 1}, Stderr: "Unknown tool identifier(s)\n"})
+	refused := droid.adapter().Outcome(agent.Outcome{Exit: agent.ExitStatus{Code: 1}, Stderr: "Unknown tool identifier(s)\n"})
 	if v := agent.Judge(refused, false); v.Error == nil || v.Error.Code != protocol.CodeMCPUnavailable || v.Rule != "aborted" {
 		t.Errorf("droid's refusal judged %+v", v)
 	}
-	if o := droid.mcpOutcome(agent.Outcome{Exit: agent.ExitStatus{Code: 1}, Stderr: "boom"}); o.Aborted != nil {
+	if o := droid.adapter().Outcome(agent.Outcome{Exit: agent.ExitStatus{Code: 1}, Stderr: "boom"}); o.Aborted != nil {
 		t.Errorf("another crash taken for MCP: %v", o.Aborted)
 	}
 
@@ -237,7 +239,7 @@ func TestMCPConfigAndInitCheck(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := tc.init
-			e := tc.c.checkMCP(agent.Event{Init: &in})
+			e := tc.c.adapter().CheckInit(agent.Event{Init: &in})
 			if tc.missing == "" {
 				if e != nil {
 					t.Fatalf("error %v", e)
@@ -249,7 +251,7 @@ func TestMCPConfigAndInitCheck(t *testing.T) {
 			}
 		})
 	}
-	if e := claude.checkMCP(agent.Event{Turn: &agent.Turn{}}); e != nil {
+	if e := claude.adapter().CheckInit(agent.Event{Turn: &agent.Turn{}}); e != nil {
 		t.Errorf("a turn checked: %v", e)
 	}
 	secret := &Config{MCPServers: []protocol.MCPServer{
@@ -261,8 +263,9 @@ func TestMCPConfigAndInitCheck(t *testing.T) {
 		t.Errorf("MCP secrets: %q", got)
 	}
 	none := &Config{AgentType: protocol.AgentClaude}
-	if e := none.checkMCP(agent.Event{Init: &agent.Init{}}); e != nil || none.mcpArgs() != nil || none.mcpEnv() != nil {
-		t.Errorf("no servers: %v %v %v", e, none.mcpArgs(), none.mcpEnv())
+	argv, env := strings.Join(none.Argv(Invocation{Prompt: "p"}), " "), strings.Join(none.AgentEnv(nil, "", "", protocol.Task{}), " ")
+	if e := none.adapter().CheckInit(agent.Event{Init: &agent.Init{}}); e != nil || strings.Contains(argv, "mcp") || strings.Contains(env, "MCP_") {
+		t.Errorf("no servers: %v, argv %s, env %s", e, argv, env)
 	}
 }
 

@@ -149,7 +149,7 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 	if task.Answers != "" {
 		plan = answerPlan(plan, answered)
 	}
-	spec := w.agentSpec(task, invocationFor(w.cfg.AgentType, task, plan), cur)
+	spec := w.agentSpec(task, invocationFor(w.cfg.adapter(), task, plan), cur)
 	spec.Interrupt = cur.cancel.interrupt
 	spec.OnStart = func(pid int) {
 		w.mu.Lock()
@@ -163,7 +163,7 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 
 	oomBefore := oomKills()
 	agentCtx, cancel := w.terminable(taskCtx)
-	outcome := w.cfg.mcpOutcome(w.runAgent(agentCtx, task, plan, cur, spec))
+	outcome := w.cfg.adapter().Outcome(w.runAgent(agentCtx, task, plan, cur, spec))
 	outcome = w.withEstimate(cur, w.steerTurns(agentCtx, task, plan, cur, spec, outcome))
 	cancel()
 	outcome, plan = w.sessions.Complete(taskCtx, task, plan, outcome, func(inv Invocation) agent.Outcome {
@@ -230,10 +230,11 @@ func (w *Worker) cancelled(cur *current) (bool, string) {
 // runAgent runs the task's agent: in the persistent process when there is
 // one, in a process of its own otherwise.
 func (w *Worker) runAgent(ctx context.Context, task protocol.Task, plan SessionPlan, cur *current, spec agent.Spec) agent.Outcome {
-	// A Claude task with its own budget runs in a process of its own:
-	// --max-budget-usd is a flag of the process. Droid's budget is the
-	// wrapper's (cost.go): the persistent process serves it.
-	if !w.persist.usable() || (task.MaxBudgetUSD > 0 && w.cfg.AgentType == protocol.AgentClaude) {
+	// A task with its own budget, for an agent that enforces it as a flag
+	// of its process (Claude's --max-budget-usd), runs in a process of its
+	// own. Otherwise the budget is the wrapper's (cost.go): the persistent
+	// process serves it.
+	if !w.persist.usable() || (task.MaxBudgetUSD > 0 && w.cfg.caps().BudgetFlag) {
 		return agent.Run(ctx, spec)
 	}
 	env := func(token string) []string { return w.cfg.AgentEnv(w.environ, w.ProgressURL(), token, task) }
@@ -252,7 +253,7 @@ func (w *Worker) runAgent(ctx context.Context, task protocol.Task, plan SessionP
 		cur.steer.inject, cur.steer.answer = nil, nil
 		w.mu.Unlock()
 	}()
-	inv := invocationFor(w.cfg.AgentType, task, plan)
+	inv := invocationFor(w.cfg.adapter(), task, plan)
 	return w.persist.run(ctx, persistentTask{prompt: inv.Prompt, plan: plan, inv: inv,
 		spec: spec, env: env, useToken: useToken, onProc: onProc})
 }
@@ -291,7 +292,7 @@ func (w *Worker) agentSpec(task protocol.Task, inv Invocation, cur *current) age
 	return agent.Spec{
 		Argv: w.cfg.Argv(inv), Stdin: w.cfg.PromptStdin(inv), Env: w.cfg.AgentEnv(w.environ, w.ProgressURL(), cur.token, task),
 		Dir: w.cfg.Workspace, Parser: w.cfg.Parser(), PTY: w.cfg.PTY, Timeout: task.Timeout(w.cfg.TaskTimeout),
-		ResultGrace: w.cfg.ResultGrace, KillGrace: w.cfg.KillGrace, Starter: w.starter, Check: w.cfg.checkMCP,
+		ResultGrace: w.cfg.ResultGrace, KillGrace: w.cfg.KillGrace, Starter: w.starter, Check: w.cfg.adapter().CheckInit,
 		StallTimeout: w.cfg.StallTimeout, StallExempt: w.parked,
 		OnEvent: func(ev agent.Event) {
 			if ev.Denied != nil {

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/wrapper/agent"
 	"github.com/agentvisor/agentvisor/wrapper/apiproxy"
 )
 
@@ -38,16 +39,11 @@ var wrapperOnly = map[string]bool{
 // talks to Factory's own service (no DROID_BASE_URL): that key is its
 // login, which no proxy of ours stands in for.
 func (c *Config) hiddenFromAgent(name string) bool {
-	if name == "FACTORY_API_KEY" {
-		return c.AgentType != protocol.AgentDroid || c.DroidBaseURL != ""
+	if hidden, decides := c.adapter().Hidden(name); decides {
+		return hidden
 	}
 	return wrapperOnly[name]
 }
-
-// modelAPI is the model API as the agent sees it: the proxy's base URL and
-// token; empty when the agent talks to its vendor itself (Droid without
-// DROID_BASE_URL). Set by Run before the first agent starts.
-type modelAPI struct{ url, token string }
 
 // startModelProxy starts the proxy between the agent and the model API,
 // for Claude (upstream ANTHROPIC_BASE_URL, default the Anthropic API) and
@@ -67,36 +63,21 @@ func (w *Worker) startModelProxy() (*apiproxy.Proxy, error) {
 	}
 	cfg := apiproxy.Config{APIKey: get("ANTHROPIC_API_KEY"), AuthToken: get("ANTHROPIC_AUTH_TOKEN"), Logger: w.log,
 		OnUpstreamError: w.onUpstreamError, OnRateLimit: w.onRateLimit}
-	if w.cfg.estimatesCost() { // the agent reports no cost: the wrapper meters its calls (cost.go)
+	if w.cfg.caps().EstimatesCost { // the agent reports no cost: the wrapper meters its calls (cost.go)
 		cfg.OnUsage, cfg.Refuse = w.onModelUsage, w.refuseModelCall
 	}
-	switch {
-	case w.cfg.AgentType == protocol.AgentClaude:
-		cfg.Upstream = get("ANTHROPIC_BASE_URL")
-	case w.cfg.DroidBaseURL != "":
-		cfg.Upstream = w.cfg.DroidBaseURL
-	default:
+	upstream, ok := w.cfg.adapter().ProxyUpstream(get)
+	if !ok {
 		return nil, nil
 	}
+	cfg.Upstream = upstream
 	p, err := apiproxy.Start("127.0.0.1:0", cfg)
 	if err != nil {
 		return nil, fmt.Errorf("model API proxy: %w", err)
 	}
-	w.cfg.model = modelAPI{url: p.URL, token: p.Token}
+	w.cfg.model = agent.ModelAPI{URL: p.URL, Token: p.Token}
 	// The token is good for this proxy only, but for anyone who can reach
 	// its port: it is redacted like the secrets it stands for.
 	w.redact.secrets = append(w.redact.secrets, p.Token)
 	return p, nil
-}
-
-// modelEnv is what the agent's environment holds of the model API.
-func (c *Config) modelEnv() []string {
-	switch {
-	case c.model.url == "":
-		return nil
-	case c.AgentType == protocol.AgentClaude:
-		return []string{"ANTHROPIC_BASE_URL=" + c.model.url, "ANTHROPIC_API_KEY=" + c.model.token}
-	default: // Droid reads its custom model's URL and key from settings.json
-		return nil
-	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/wrapper/agent"
 )
 
 // TestModelAPIOnlyThroughTheProxy runs the real CLIs against a stub model
@@ -95,7 +96,7 @@ func TestAgentEnvHoldsNoSecret(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := Config{WorkerID: "w1", AgentType: tt.agent, DroidBaseURL: tt.droidURL}
 			if tt.agent == protocol.AgentClaude || tt.droidURL != "" {
-				c.model = modelAPI{url: "http://127.0.0.1:9", token: "agentvisor-proxy-t"}
+				c.model = agent.ModelAPI{URL: "http://127.0.0.1:9", Token: "agentvisor-proxy-t"}
 			}
 			env := strings.Join(c.AgentEnv(base, "http://127.0.0.1:8/progress", "ptok", protocol.Task{RequestID: "r1"}), "\n")
 			for _, w := range tt.want {

@@ -119,12 +119,12 @@ type TurnRunner func(ctx context.Context, task protocol.Task, inv Invocation, ti
 // SessionDeps are what ProjectSessions works with: the store, a runner for
 // its own turns, the clock, and whose sessions they are.
 type SessionDeps struct {
-	Store     SessionStore
-	Run       TurnRunner
-	Now       func() time.Time
-	Log       *slog.Logger
-	AgentType protocol.AgentType
-	WorkerID  string
+	Store    SessionStore
+	Run      TurnRunner
+	Now      func() time.Time
+	Log      *slog.Logger
+	Agent    agent.Adapter // whose sessions: its type keys them, it says where a project's context goes
+	WorkerID string
 	// Redact, when set, cleans a summary of secrets before it is stored.
 	Redact func(string) string
 }
@@ -155,7 +155,7 @@ func (p *ProjectSessions) Decide(ctx context.Context, task protocol.Task) Sessio
 	d := p.d
 	now := d.Now()
 	project := task.Project()
-	rec, err := d.Store.ClaimSession(ctx, d.AgentType, project, d.WorkerID, now, now.Add(p.cfg.Affinity))
+	rec, err := d.Store.ClaimSession(ctx, d.Agent.Type(), project, d.WorkerID, now, now.Add(p.cfg.Affinity))
 	if err != nil {
 		p.log().Warn("session store unreachable: new session", "err", err, "project_id", project)
 		return SessionPlan{Decision: protocol.SessionDecision{Action: protocol.SessionNew, Reason: protocol.SessionReasonNoSession}}
@@ -284,7 +284,7 @@ func (p *ProjectSessions) Complete(ctx context.Context, task protocol.Task, plan
 	}
 	fields := map[string]any{
 		protocol.SessionFieldSessionID:       sid,
-		protocol.SessionFieldAgentType:       string(d.AgentType),
+		protocol.SessionFieldAgentType:       string(d.Agent.Type()),
 		protocol.SessionFieldProjectID:       task.Project(),
 		protocol.SessionFieldContextTokens:   contextTokens,
 		protocol.SessionFieldContextWindow:   window,
@@ -296,7 +296,7 @@ func (p *ProjectSessions) Complete(ctx context.Context, task protocol.Task, plan
 	if isNew {
 		fields[protocol.SessionFieldCreatedAt] = protocol.FormatTime(now)
 	}
-	if _, err := d.Store.SaveSession(ctx, d.AgentType, task.Project(), d.WorkerID, isNew, cost, fields); err != nil {
+	if _, err := d.Store.SaveSession(ctx, d.Agent.Type(), task.Project(), d.WorkerID, isNew, cost, fields); err != nil {
 		p.log().Warn("session not recorded", "err", err)
 	}
 	p.log().Info("session recorded", "project_id", task.Project(), "session_id", sid, "action", plan.Decision.Action,
@@ -308,21 +308,7 @@ func (p *ProjectSessions) Complete(ctx context.Context, task protocol.Task, plan
 // session carries the project's context (Claude: in the system prompt;
 // Droid: in the prompt).
 func (p *ProjectSessions) invocation(task protocol.Task, plan SessionPlan) Invocation {
-	return invocationFor(p.d.AgentType, task, plan)
-}
-
-func invocationFor(agentType protocol.AgentType, task protocol.Task, plan SessionPlan) Invocation {
-	inv := Invocation{Prompt: task.Prompt, ResumeID: plan.ResumeID, MaxBudgetUSD: task.MaxBudgetUSD}
-	if plan.ResumeID != "" || strings.TrimSpace(plan.Context) == "" {
-		return inv
-	}
-	section := "# Project context (from earlier sessions of this project)\n" + plan.Context
-	if agentType == protocol.AgentDroid {
-		inv.Prompt = section + "\n\n# Task\n" + task.Prompt
-	} else {
-		inv.Extra = section
-	}
-	return inv
+	return invocationFor(p.d.Agent, task, plan)
 }
 
 func truncate(s string, n int) string {

@@ -1,27 +1,38 @@
 // Package worker is the worker-wrapper's core: it reads tasks from Redis,
 // runs the agent for each, and publishes what happens as the protocol says.
-// One file per stage of that pipeline:
+// What differs from one agent CLI to another is its adapter's
+// (agent.Adapter, picked in agentsetup.go); nothing here branches on the
+// agent type. The files, in the order a task meets them:
 //
 //   - config.go: the configuration, from the environment;
+//   - agentsetup.go: the agent's adapter, made from the configuration;
 //   - lifecycle.go: start, shutdown, the worker's state and status hash;
-//   - input.go: reading task entries (own pending entries first);
+//   - input.go: reading input entries (own pending entries first);
+//   - recover.go: a panic in one entry's handling ends that entry only;
 //   - runner.go: one task from its entry to its stored output;
-//   - output.go: the Output document of a task;
-//   - agentcmd.go: the agents' command lines and environment;
+//   - answers.go: a task that answers a blocked one continues its session;
+//   - budget.go: a project's budget, checked before a task;
+//   - sessions.go: which agent session a task runs in;
+//   - agentcmd.go: the agent's environment and workspace, the redactor;
+//   - persistent.go, recycle.go: the agent process kept across tasks, and
+//     when it is replaced;
+//   - cancel.go: cancel documents, seen on the input by the task loop, by a
+//     follower outside the group and by a look-ahead;
+//   - steer.go: messages into a running task, or its next turn;
+//   - approve.go: permission requests and their replies;
+//   - heal.go: the model API's refusals and rate limits, a stalled agent;
+//   - oom.go: an agent the OOM killer ended;
 //   - secrets.go: what the agent may not see, and the model API proxy it
 //     gets instead of the key;
 //   - cost.go: the cost of an agent that reports none, priced from the
 //     proxy's meter, and the live guard of its max_budget_usd;
-//   - cancel.go: cancel documents, seen on the input by the task loop, by a
-//     follower outside the group and by a look-ahead;
-//   - persistent.go: the Claude process kept across tasks;
-//   - sessions.go: which agent session a task runs in;
+//   - permissions.go: the guard the agent's permission hook calls back,
+//     refusals published as warnings;
+//   - mcp.go: the MCP servers' secrets kept out of what is published;
+//   - output.go, redact.go: the Output document of a task, redacted;
 //   - publisher.go: events to Redis, and the retry policy of writes;
 //   - heartbeat.go, progress.go: the heartbeat, and the progress and
-//     health endpoint;
-//   - permissions.go: ALLOWED_COMMANDS as each CLI's permission flags, the
-//     guard of Droid's shell calls, refusals published as warnings;
-//   - redact.go: redaction of the structured fields of an output.
+//     health endpoint.
 package worker
 
 import (
@@ -116,18 +127,18 @@ func New(cfg Config, opts Options) (*Worker, error) {
 			w.sessions = NewSessions{}
 		} else {
 			w.sessions = NewProjectSessions(SessionDeps{Store: r, Run: w.runOwnTurn, Now: w.now, Log: w.log,
-				AgentType: cfg.AgentType, WorkerID: cfg.WorkerID, Redact: w.redact.Redact}, cfg.Sessions)
+				Agent: cfg.adapter(), WorkerID: cfg.WorkerID, Redact: w.redact.Redact}, cfg.Sessions)
 		}
 	}
 	switch {
-	case cfg.Persistent && cfg.AgentType == protocol.AgentDroid && len(cfg.MCPServers) > 0:
-		// The MCP check of a Droid reads its one-shot run (its refusal
-		// to start under --add-tools, its init line's tools); its
-		// JSON-RPC session is not checked that way (mcp.go).
-		w.log.Warn("AGENT_PERSISTENT: a Droid worker with MCP servers runs one process per task")
+	case cfg.Persistent && !cfg.caps().PersistentMCP && len(cfg.MCPServers) > 0:
+		// Such an agent's MCP check reads a one-shot run (Droid: its
+		// refusal to start under --add-tools, its init line's tools);
+		// its persistent session is not checked that way.
+		w.log.Warn("AGENT_PERSISTENT: a worker of this agent with MCP servers runs one process per task", "agent_type", cfg.AgentType)
 	case cfg.Persistent:
 		w.persist = &persistentAgent{log: w.log, argv: cfg.PersistentArgv, input: cfg.PersistentInput,
-			opens: cfg.AgentType == protocol.AgentDroid, recycleTasks: cfg.RecycleTasks, recycleRSS: cfg.RecycleRSS}
+			opens: cfg.caps().OpensSession, recycleTasks: cfg.RecycleTasks, recycleRSS: cfg.RecycleRSS}
 	}
 	w.pub = newPublisher(r, cfg, w.log, w.now)
 	w.machine = protocol.NewWorkerMachine(cfg.WorkerID, w.now())
