@@ -112,7 +112,7 @@ func (p *Placement) validate(path string) error {
 		return fieldErr(path+".host", "is %q: a host id is [A-Za-z0-9_.-]{1,64}", p.Host)
 	}
 	for k, v := range p.Labels {
-		if !hostLabelRe(k) || len(v) > 256 {
+		if !ValidHostLabel(k) || len(v) > 256 {
 			return fieldErr(path+".labels", "has %q: a label is [a-z0-9_.-]{1,64}, its value at most 256 bytes", k)
 		}
 	}
@@ -123,8 +123,9 @@ func (p *Placement) validate(path string) error {
 // (it is part of Redis key names and container labels).
 func ValidHostID(id string) bool { return hostName(id, true) }
 
-// hostLabelRe reports whether s is a valid host label name.
-func hostLabelRe(s string) bool { return hostName(s, false) }
+// ValidHostLabel reports whether s can name a host label (a create's
+// placement labels, a host's HOST_LABELS): [a-z0-9_.-]{1,64}.
+func ValidHostLabel(s string) bool { return hostName(s, false) }
 
 // hostName reports whether s is 1 to 64 of [a-z0-9_.-], and of A-Z too
 // when upper.
@@ -153,7 +154,7 @@ func ParseHostLabels(s string) (map[string]string, error) {
 			v = "true"
 		}
 		k = strings.TrimSpace(k)
-		if !hostLabelRe(k) {
+		if !ValidHostLabel(k) {
 			return nil, fmt.Errorf("host label %q: a label is [a-z0-9_.-]{1,64}", k)
 		}
 		out[k] = strings.TrimSpace(v)
