@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
 // countingClient wraps the real Docker client and counts builds.
@@ -97,11 +98,11 @@ func TestEnsureImage(t *testing.T) {
 	}
 	r, _ := im.Recipe(ctx, protocol.AgentClaude, []protocol.Capability{protocol.CapGit})
 	canonical, _ := r.Canonical()
-	if info.Config.Labels[protocol.LabelRecipe] != canonical || info.Config.Labels[protocol.LabelRecipeHash] != again.Hash ||
-		info.Config.Labels[protocol.LabelCapabilities] != "GIT" || info.Config.Labels[protocol.LabelManaged] != "true" {
+	if info.Config.Labels[ctlplane.LabelRecipe] != canonical || info.Config.Labels[ctlplane.LabelRecipeHash] != again.Hash ||
+		info.Config.Labels[ctlplane.LabelCapabilities] != "GIT" || info.Config.Labels[protocol.LabelManaged] != "true" {
 		t.Fatalf("labels %v", info.Config.Labels)
 	}
-	if score, err := rc.ZScore(ctx, protocol.Keys{}.ImagesLastUsed(), again.Tag).Result(); err != nil || time.Since(time.Unix(int64(score), 0)) > time.Minute {
+	if score, err := rc.ZScore(ctx, ctlplane.ImagesLastUsedKey(protocol.Keys{}), again.Tag).Result(); err != nil || time.Since(time.Unix(int64(score), 0)) > time.Minute {
 		t.Fatalf("last use %v %v", score, err)
 	}
 

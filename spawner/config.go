@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/envconf"
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
@@ -180,9 +181,9 @@ func configVars(c *Config) []envconf.Var {
 		{Name: "MANAGER_ID", DefaultDoc: "hostname (`<hostname>-<HOST_ID>` when `HOST_ID` is set)", Value: envconf.String(&c.ManagerID), Doc: "this manager's consumer name"},
 		{Name: "HOST_ID", DefaultDoc: "the engine's name", Value: envconf.Func(c.setHostID), Doc: "the fleet host this manager's engine is"},
 		{Name: "HOST_LABELS", ParseEmpty: true, Value: envconf.Func(c.setHostLabels), Doc: "k=v,k=v: what a spec's placement may ask of this host"},
-		{Name: "HOST_TTL", DefaultDoc: fmt.Sprintf("%d × `HEARTBEAT_INTERVAL`", protocol.DefaultHostTTLIntervals), Value: envconf.Duration(&c.HostTTL),
+		{Name: "HOST_TTL", DefaultDoc: fmt.Sprintf("%d × `HEARTBEAT_INTERVAL`", ctlplane.DefaultHostTTLIntervals), Value: envconf.Duration(&c.HostTTL),
 			Doc: "a host not renewed this long is lost"},
-		{Name: "LEASE_TTL", Default: envconf.FormatDuration(protocol.DefaultLeaseTTLSeconds * time.Second), Value: envconf.DurationMin(&c.LeaseTTL, 300*time.Millisecond),
+		{Name: "LEASE_TTL", Default: envconf.FormatDuration(ctlplane.DefaultLeaseTTLSeconds * time.Second), Value: envconf.DurationMin(&c.LeaseTTL, 300*time.Millisecond),
 			Doc: "leases of creates, retirements and the leader; a dead manager's commands are claimed after it"},
 		{Name: "MAX_REPLACEMENTS", Default: "3", Value: envconf.Int(&c.MaxReplacements, 0), Doc: "replacements in a row of a worker that keeps dying"},
 		{Name: "REPLACE_BACKOFF", Default: "1s", Value: envconf.Duration(&c.ReplaceBackoff), Doc: "the wait before a replacement, doubled each time"},
@@ -243,7 +244,7 @@ func (c *Config) setHostID(s string) error {
 }
 
 func (c *Config) setHostLabels(s string) (err error) {
-	c.HostLabels, err = protocol.ParseHostLabels(s)
+	c.HostLabels, err = ctlplane.ParseHostLabels(s)
 	return err
 }
 
@@ -278,6 +279,6 @@ func withDefaults(c *Config) {
 		if hb == 0 {
 			hb, _ = envconf.ParseDuration(envconf.Lookup(vars, "HEARTBEAT_INTERVAL").Default)
 		}
-		c.HostTTL = protocol.DefaultHostTTLIntervals * hb
+		c.HostTTL = ctlplane.DefaultHostTTLIntervals * hb
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
 // The control plane's promises on the real engine with the fake agent.
@@ -57,7 +58,7 @@ func TestShutdownAnswersQueuedCreates(t *testing.T) {
 		errc <- err
 	}()
 	testkit.Eventually(t, "the second create queued", 10*time.Second, func() bool {
-		return f.rc.LLen(context.Background(), f.keys.CreationQueue()).Val() == 1
+		return f.rc.LLen(context.Background(), ctlplane.CreationQueueKey(f.keys)).Val() == 1
 	})
 	start := time.Now()
 	cancel()
@@ -73,7 +74,7 @@ func TestShutdownAnswersQueuedCreates(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("the manager took %v to stop", d)
 	}
-	if n := f.rc.LLen(context.Background(), f.keys.CreationQueue()).Val(); n != 0 {
+	if n := f.rc.LLen(context.Background(), ctlplane.CreationQueueKey(f.keys)).Val(); n != 0 {
 		t.Errorf("%d creates left in the queue", n)
 	}
 }
@@ -141,10 +142,10 @@ func TestLeaderLeaseMovesToTheSurvivor(t *testing.T) {
 	}
 	a := start("manager-a")
 	testkit.Eventually(t, "a leader", 5*time.Second, func() bool {
-		return f.rc.Get(ctx, f.keys.Lease(protocol.LeaderLease)).Val() != ""
+		return f.rc.Get(ctx, ctlplane.LeaseKey(f.keys, ctlplane.LeaderLease)).Val() != ""
 	})
 	b := start("manager-b")
-	holder := f.rc.Get(ctx, f.keys.Lease(protocol.LeaderLease)).Val()
+	holder := f.rc.Get(ctx, ctlplane.LeaseKey(f.keys, ctlplane.LeaderLease)).Val()
 	if holder != a.s.instance {
 		t.Fatalf("leader %q, want the first manager %q", holder, a.s.instance)
 	}
@@ -152,7 +153,7 @@ func TestLeaderLeaseMovesToTheSurvivor(t *testing.T) {
 	<-a.done
 	stopped := time.Now()
 	testkit.Eventually(t, "the survivor leads", 5*time.Second, func() bool {
-		return f.rc.Get(ctx, f.keys.Lease(protocol.LeaderLease)).Val() == b.s.instance
+		return f.rc.Get(ctx, ctlplane.LeaseKey(f.keys, ctlplane.LeaderLease)).Val() == b.s.instance
 	})
 	// A leader that stops releases its lease: the survivor takes it at its
 	// next try, within a third of a lease, and never later than one lease.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
 // The decision logic of the control plane, over the fake engine and a
@@ -17,7 +18,7 @@ func TestReconcileDiff(t *testing.T) {
 	old, young := u.now().Add(-time.Hour), u.now()
 	u.d.add("orphan-old", "running", u.labels("orphan-old", old), old)
 	u.d.add("orphan-young", "running", u.labels("orphan-young", young), young)
-	u.rc.ZAdd(ctx, u.keys.Creating(), redisZ(u.now().Add(time.Minute), "being-made"))
+	u.rc.ZAdd(ctx, ctlplane.CreatingKey(u.keys), redisZ(u.now().Add(time.Minute), "being-made"))
 	u.d.add(ContainerName("being-made"), "created", u.labels("being-made", old), old)
 	u.worker(t, "stuck", "created", old) // joined, never started
 	u.worker(t, "fine", "running", old)  // nothing to do
@@ -74,7 +75,7 @@ func TestRetirementTakeover(t *testing.T) {
 	if u.d.has(ContainerName("w")) {
 		t.Error("container left")
 	}
-	if n := u.rc.ZCard(ctx, u.keys.Retiring()).Val(); n != 0 {
+	if n := u.rc.ZCard(ctx, ctlplane.RetiringKey(u.keys)).Val(); n != 0 {
 		t.Error("still retiring")
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
 func TestImageGC(t *testing.T) {
@@ -44,7 +45,7 @@ func TestImageGC(t *testing.T) {
 	}
 	keys := protocol.Keys{}
 	old := float64(time.Now().Add(-10 * 24 * time.Hour).Unix())
-	rc.ZAdd(ctx, keys.ImagesLastUsed(), redis.Z{Score: old, Member: tags["a"]}, redis.Z{Score: old, Member: tags["b"]},
+	rc.ZAdd(ctx, ctlplane.ImagesLastUsedKey(keys), redis.Z{Score: old, Member: tags["a"]}, redis.Z{Score: old, Member: tags["b"]},
 		redis.Z{Score: float64(time.Now().Unix()), Member: tags["c"]})
 	name := fmt.Sprintf("gctest-%d", time.Now().UnixNano())
 	run(t, nil, "docker", "run", "-d", "--name", name, "--entrypoint", "/bin/sleep", tags["b"], "300")
@@ -78,7 +79,7 @@ func TestImageGC(t *testing.T) {
 			t.Fatalf("image %s was removed: %v", keep, err)
 		}
 	}
-	if n, _ := rc.ZScore(ctx, keys.ImagesLastUsed(), tags["a"]).Result(); n != 0 {
+	if n, _ := rc.ZScore(ctx, ctlplane.ImagesLastUsedKey(keys), tags["a"]).Result(); n != 0 {
 		t.Fatal("the removed image's last use is still recorded")
 	}
 }

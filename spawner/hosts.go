@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
@@ -220,7 +221,7 @@ func (w *HostWatch) run(ctx context.Context) {
 			if h.ID == s.Host() || h.Live(now) {
 				continue
 			}
-			ok, err := s.rdb.TakeLease(ctx, protocol.HostLossLease(h.ID), s.instance, s.cfg.LeaseTTL)
+			ok, err := s.rdb.TakeLease(ctx, ctlplane.HostLossLease(h.ID), s.instance, s.cfg.LeaseTTL)
 			if err != nil || !ok {
 				continue
 			}

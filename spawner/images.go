@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
@@ -318,10 +319,10 @@ func (im *Images) build(ctx context.Context, r protocol.Recipe, tag, hash string
 		Remove: true, ForceRemove: true, Version: build.BuilderV1,
 		Labels: map[string]string{
 			protocol.LabelManaged:      "true",
-			protocol.LabelRecipe:       canonical,
-			protocol.LabelRecipeHash:   hash,
-			protocol.LabelAgentType:    string(r.Agent),
-			protocol.LabelCapabilities: strings.Join(names, ","),
+			ctlplane.LabelRecipe:       canonical,
+			ctlplane.LabelRecipeHash:   hash,
+			ctlplane.LabelAgentType:    string(r.Agent),
+			ctlplane.LabelCapabilities: strings.Join(names, ","),
 		},
 	})
 	if err != nil {

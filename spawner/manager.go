@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
 // Manager is the worker-manager service over a Spawner. Several managers
@@ -50,8 +51,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	commands := newCommands(s, m.MaxInFlight)
 	controls := &Controls{s: s}
 	crashes := &Crashes{s: s}
-	hostLeader := &Leader{s: s, lease: protocol.HostLeaderLease(me), jobs: hostJobs}
-	leader := &Leader{s: s, lease: protocol.LeaderLease, jobs: fleetJobs}
+	hostLeader := &Leader{s: s, lease: ctlplane.HostLeaderLease(me), jobs: hostJobs}
+	leader := &Leader{s: s, lease: ctlplane.LeaderLease, jobs: fleetJobs}
 	// A host that comes back settles its engine before it takes creates:
 	// the containers of workers retired while it was lost go first.
 	if _, err := s.Reconcile(ctx); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
@@ -48,7 +49,7 @@ func (p *Presence) Start(ctx context.Context) {
 
 func (p *Presence) run(ctx context.Context) {
 	s := p.s
-	ttl := protocol.ManagerStateTTLSeconds * time.Second
+	ttl := ctlplane.ManagerStateTTLSeconds * time.Second
 	host := s.Host()
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -61,7 +62,7 @@ func (p *Presence) run(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		var leases []string
-		for _, name := range []string{protocol.LeaderLease, protocol.HostLeaderLease(s.Host())} {
+		for _, name := range []string{ctlplane.LeaderLease, ctlplane.HostLeaderLease(s.Host())} {
 			if holder, err := s.rdb.LeaseHolder(ctx, name); err == nil && holder == s.instance {
 				leases = append(leases, name)
 			}
@@ -72,11 +73,11 @@ func (p *Presence) run(ctx context.Context) {
 			last = protocol.FormatTime(time.UnixMilli(ms))
 		}
 		fields := map[string]any{
-			protocol.ManagerFieldID: s.cfg.ManagerID, protocol.ManagerFieldInstance: s.instance,
-			protocol.ManagerFieldHost: host, protocol.ManagerFieldPID: os.Getpid(), protocol.ManagerFieldVersion: Version(),
-			protocol.ManagerFieldStartedAt: protocol.FormatTime(p.started), protocol.ManagerFieldUpdatedAt: protocol.FormatTime(time.Now()),
-			protocol.ManagerFieldLastReconcileAt: last, protocol.ManagerFieldLeases: strings.Join(leases, ","),
-			protocol.ManagerFieldMetricsAddr: s.obs.addr,
+			ctlplane.ManagerFieldID: s.cfg.ManagerID, ctlplane.ManagerFieldInstance: s.instance,
+			ctlplane.ManagerFieldHost: host, ctlplane.ManagerFieldPID: os.Getpid(), ctlplane.ManagerFieldVersion: Version(),
+			ctlplane.ManagerFieldStartedAt: protocol.FormatTime(p.started), ctlplane.ManagerFieldUpdatedAt: protocol.FormatTime(time.Now()),
+			ctlplane.ManagerFieldLastReconcileAt: last, ctlplane.ManagerFieldLeases: strings.Join(leases, ","),
+			ctlplane.ManagerFieldMetricsAddr: s.obs.addr,
 		}
 		if err := s.rdb.RenewManager(ctx, s.cfg.ManagerID, fields, ttl); err != nil && ctx.Err() == nil {
 			s.log.Warn("manager state not refreshed", "err", err)
@@ -93,13 +94,13 @@ func ListManagers(ctx context.Context, rc redis.Cmdable, keys protocol.Keys) ([]
 	}
 	out := []ManagerState{}
 	for _, h := range states {
-		m := ManagerState{ID: h[protocol.ManagerFieldID], Instance: h[protocol.ManagerFieldInstance], Host: h[protocol.ManagerFieldHost],
-			Version: h[protocol.ManagerFieldVersion], MetricsAddr: h[protocol.ManagerFieldMetricsAddr], Leases: []string{}}
-		m.PID, _ = strconv.Atoi(h[protocol.ManagerFieldPID])
-		m.StartedAt, _ = protocol.ParseTime(h[protocol.ManagerFieldStartedAt])
-		m.UpdatedAt, _ = protocol.ParseTime(h[protocol.ManagerFieldUpdatedAt])
-		m.LastReconcileAt, _ = protocol.ParseTime(h[protocol.ManagerFieldLastReconcileAt])
-		if l := h[protocol.ManagerFieldLeases]; l != "" {
+		m := ManagerState{ID: h[ctlplane.ManagerFieldID], Instance: h[ctlplane.ManagerFieldInstance], Host: h[ctlplane.ManagerFieldHost],
+			Version: h[ctlplane.ManagerFieldVersion], MetricsAddr: h[ctlplane.ManagerFieldMetricsAddr], Leases: []string{}}
+		m.PID, _ = strconv.Atoi(h[ctlplane.ManagerFieldPID])
+		m.StartedAt, _ = protocol.ParseTime(h[ctlplane.ManagerFieldStartedAt])
+		m.UpdatedAt, _ = protocol.ParseTime(h[ctlplane.ManagerFieldUpdatedAt])
+		m.LastReconcileAt, _ = protocol.ParseTime(h[ctlplane.ManagerFieldLastReconcileAt])
+		if l := h[ctlplane.ManagerFieldLeases]; l != "" {
 			m.Leases = strings.Split(l, ",")
 		}
 		out = append(out, m)

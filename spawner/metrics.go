@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
@@ -312,7 +313,7 @@ func (o *observer) setLeases(held []string) {
 		return
 	}
 	o.m.leases.Reset()
-	o.m.leases.WithLabelValues(protocol.LeaderLease).Set(0)
+	o.m.leases.WithLabelValues(ctlplane.LeaderLease).Set(0)
 	for _, l := range held {
 		o.m.leases.WithLabelValues(l).Set(1)
 	}

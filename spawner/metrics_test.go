@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
 func TestOpsConfigFromEnv(t *testing.T) {
@@ -54,7 +55,7 @@ func TestPresence(t *testing.T) {
 	ctx := context.Background()
 	s := New(Config{Keys: keys, ManagerID: "m1"}, nil, rc, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	s.obs.addr = "127.0.0.1:9999"
-	if ok, err := s.rdb.TakeLease(ctx, protocol.LeaderLease, s.instance, time.Minute); !ok || err != nil {
+	if ok, err := s.rdb.TakeLease(ctx, ctlplane.LeaderLease, s.instance, time.Minute); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	s.obs.reconciled(time.Now(), ReconcileReport{})
@@ -78,10 +79,10 @@ func TestPresence(t *testing.T) {
 	}
 	m := ms[0]
 	if m.ID != "m1" || m.Host != host || m.PID != os.Getpid() || m.Version == "" || m.StartedAt.IsZero() || m.LastReconcileAt.IsZero() ||
-		len(m.Leases) != 1 || m.Leases[0] != protocol.LeaderLease || m.MetricsAddr != "127.0.0.1:9999" {
+		len(m.Leases) != 1 || m.Leases[0] != ctlplane.LeaderLease || m.MetricsAddr != "127.0.0.1:9999" {
 		t.Fatalf("manager state %+v", m)
 	}
-	if ttl := rc.TTL(ctx, keys.ManagerState("m1")).Val(); ttl <= 0 || ttl > protocol.ManagerStateTTLSeconds*time.Second {
+	if ttl := rc.TTL(ctx, ctlplane.ManagerStateKey(keys, "m1")).Val(); ttl <= 0 || ttl > ctlplane.ManagerStateTTLSeconds*time.Second {
 		t.Fatalf("state TTL %v", ttl)
 	}
 	p.Stop()
@@ -89,8 +90,8 @@ func TestPresence(t *testing.T) {
 		t.Fatalf("after stop: %+v", ms)
 	}
 	// A member whose hash expired (its manager died) is dropped.
-	rc.SAdd(ctx, keys.Managers(), "dead")
-	if ms, _ := ListManagers(ctx, rc, keys); len(ms) != 0 || rc.SIsMember(ctx, keys.Managers(), "dead").Val() {
+	rc.SAdd(ctx, ctlplane.ManagersKey(keys), "dead")
+	if ms, _ := ListManagers(ctx, rc, keys); len(ms) != 0 || rc.SIsMember(ctx, ctlplane.ManagersKey(keys), "dead").Val() {
 		t.Fatalf("a dead manager is listed: %+v", ms)
 	}
 }
@@ -112,7 +113,7 @@ func TestMetricsFromStreams(t *testing.T) {
 		protocol.StatusFieldAgentType, "claude", protocol.StatusFieldHost, "m1", protocol.StatusFieldKind, "long_lived")
 	rc.HSet(ctx, keys.Status("w2"), protocol.StatusFieldState, string(protocol.WorkerIdle), protocol.StatusFieldHealth, string(protocol.HealthHealthy),
 		protocol.StatusFieldAgentType, "claude", protocol.StatusFieldHost, "m1", protocol.StatusFieldContainer, string(protocol.ContainerPaused))
-	rc.RPush(ctx, keys.CreationQueue(), "c1", "c2")
+	rc.RPush(ctx, ctlplane.CreationQueueKey(keys), "c1", "c2")
 
 	jobs := s.obs.leaderJobs(s)
 	for _, j := range jobs {

@@ -10,6 +10,7 @@ import (
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -38,7 +39,7 @@ func TestTwelveCreatesWithLimitTen(t *testing.T) {
 		first = append(first, r)
 	}
 	testkit.Eventually(t, "two creates queued", 10*time.Second, func() bool {
-		n, _ := f.rc.LLen(ctx, f.keys.CreationQueue()).Result()
+		n, _ := f.rc.LLen(ctx, ctlplane.CreationQueueKey(f.keys)).Result()
 		return n == 2
 	})
 	select {

@@ -25,6 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
@@ -129,7 +130,7 @@ func (s *Spawner) Create(ctx context.Context, spec protocol.WorkerSpec) (protoco
 // LabelCommandID marks the container a create command made.
 //
 // Deprecated: use protocol.LabelCommandID.
-const LabelCommandID = protocol.LabelCommandID
+const LabelCommandID = ctlplane.LabelCommandID
 
 // CreateFor is Create on behalf of a command. The command's id maps to
 // one worker id in Redis, so the same command delivered again (its
@@ -400,13 +401,13 @@ func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec
 		capNames[i] = string(c)
 	}
 	labels := map[string]string{
-		protocol.LabelManaged: "true", protocol.LabelWorkerID: id, protocol.LabelAgentType: string(spec.AgentType),
-		protocol.LabelKind: string(spec.Kind), protocol.LabelProjectID: spec.ProjectID,
+		protocol.LabelManaged: "true", protocol.LabelWorkerID: id, ctlplane.LabelAgentType: string(spec.AgentType),
+		ctlplane.LabelKind: string(spec.Kind), ctlplane.LabelProjectID: spec.ProjectID,
 		protocol.LabelCreatedAt: protocol.FormatTime(now), protocol.LabelKeyPrefix: s.keys.Prefix,
-		protocol.LabelCapabilities: strings.Join(capNames, ","), protocol.LabelImage: image, protocol.LabelHost: s.Host(),
+		ctlplane.LabelCapabilities: strings.Join(capNames, ","), ctlplane.LabelImage: image, ctlplane.LabelHost: s.Host(),
 	}
 	if commandID != "" {
-		labels[protocol.LabelCommandID] = commandID
+		labels[ctlplane.LabelCommandID] = commandID
 	}
 	env := s.workerEnv(id, spec, redisURL)
 	stop := int(s.cfg.StopTimeout.Seconds())

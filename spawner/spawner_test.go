@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/stubmodel"
 )
 
@@ -259,7 +260,7 @@ func TestConcurrencyLimitQueues(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(700 * time.Millisecond)
-	if n, _ := f.rc.LLen(ctx, f.keys.CreationQueue()).Result(); n != 1 {
+	if n, _ := f.rc.LLen(ctx, ctlplane.CreationQueueKey(f.keys)).Result(); n != 1 {
 		t.Fatalf("creation queue holds %d, want the waiting create", n)
 	}
 	if err := f.s.Delete(ctx, first.WorkerID); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/docker/docker/errdefs"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
 // Project volumes hold the agent's home (its sessions) and the workspace
@@ -43,7 +44,7 @@ func projectMounts(prefix string, spec protocol.WorkerSpec) []mount.Mount {
 	return []mount.Mount{{Type: mount.TypeVolume, Source: ProjectVolume(prefix, spec.AgentType, spec.ProjectID), Target: "/home/worker",
 		VolumeOptions: &mount.VolumeOptions{Labels: map[string]string{
 			protocol.LabelManaged: "true", protocol.LabelKeyPrefix: prefix,
-			protocol.LabelAgentType: string(spec.AgentType), protocol.LabelProjectID: spec.ProjectID,
+			ctlplane.LabelAgentType: string(spec.AgentType), ctlplane.LabelProjectID: spec.ProjectID,
 		}}}}
 }
 
@@ -81,8 +82,8 @@ func (s *Spawner) Volumes(ctx context.Context) ([]Volume, error) {
 		if err != nil {
 			return nil, redisError(err, "last use of volume %s", v.Name)
 		}
-		out = append(out, Volume{Name: v.Name, AgentType: protocol.AgentType(v.Labels[protocol.LabelAgentType]),
-			ProjectID: v.Labels[protocol.LabelProjectID], LastUsed: last})
+		out = append(out, Volume{Name: v.Name, AgentType: protocol.AgentType(v.Labels[ctlplane.LabelAgentType]),
+			ProjectID: v.Labels[ctlplane.LabelProjectID], LastUsed: last})
 	}
 	return out, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/spawner"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/spawner/spawnertest"
 )
 
@@ -143,7 +144,7 @@ func TestWorkerctlOperators(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	// The only manager holds the fleet's lease and its host's.
-	if ms[0].PID == 0 || ms[0].Host == "" || ms[0].Leases[0] != protocol.LeaderLease || ms[0].Leases[1] != protocol.HostLeaderLease(ms[0].Host) {
+	if ms[0].PID == 0 || ms[0].Host == "" || ms[0].Leases[0] != ctlplane.LeaderLease || ms[0].Leases[1] != ctlplane.HostLeaderLease(ms[0].Host) {
 		t.Errorf("manager state %+v", ms[0])
 	}
 	if out := must(exitOK, "managers"); !strings.HasPrefix(out, "MANAGER") || !strings.Contains(out, ms[0].ID) || !strings.Contains(out, "leader") {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
 // Per-worker Redis users (Redis 6+ ACL). A worker connects as a user of
@@ -78,7 +79,7 @@ func (r *RDB) ACLSupported(ctx context.Context) (bool, error) {
 func (r *RDB) SetWorkerUser(ctx context.Context, id, password string, kind protocol.Kind) error {
 	sum := sha256.Sum256([]byte(password))
 	hash := hex.EncodeToString(sum[:])
-	if err := r.C.HSet(ctx, r.Keys.WorkerUsers(), id, string(kind)+" "+hash).Err(); err != nil {
+	if err := r.C.HSet(ctx, ctlplane.WorkerUsersKey(r.Keys), id, string(kind)+" "+hash).Err(); err != nil {
 		return err
 	}
 	return r.setUser(ctx, id, hash, kind)
@@ -92,7 +93,7 @@ func (r *RDB) setUser(ctx context.Context, id, hash string, kind protocol.Kind) 
 // RestoreWorkerUsers makes again the recorded worker users that Redis
 // lost (a restart), and returns how many.
 func (r *RDB) RestoreWorkerUsers(ctx context.Context) (int, error) {
-	recorded, err := r.C.HGetAll(ctx, r.Keys.WorkerUsers()).Result()
+	recorded, err := r.C.HGetAll(ctx, ctlplane.WorkerUsersKey(r.Keys)).Result()
 	if err != nil || len(recorded) == 0 {
 		return 0, err
 	}
@@ -124,7 +125,7 @@ func (r *RDB) DeleteWorkerUser(ctx context.Context, id string) error {
 	if err := r.C.ACLDelUser(ctx, r.WorkerUser(id)).Err(); err != nil {
 		return err
 	}
-	return r.C.HDel(ctx, r.Keys.WorkerUsers(), id).Err()
+	return r.C.HDel(ctx, ctlplane.WorkerUsersKey(r.Keys), id).Err()
 }
 
 // WorkerUsers returns the ids of the worker users of this key prefix, as
@@ -138,7 +139,7 @@ func (r *RDB) WorkerUsers(ctx context.Context) ([]string, error) {
 	for _, id := range ids {
 		seen[id] = true
 	}
-	recorded, err := r.C.HKeys(ctx, r.Keys.WorkerUsers()).Result()
+	recorded, err := r.C.HKeys(ctx, ctlplane.WorkerUsersKey(r.Keys)).Result()
 	if err != nil {
 		return nil, err
 	}

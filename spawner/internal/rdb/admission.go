@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
 // Admission: a create waits in the creation queue (a FIFO list, each
@@ -118,7 +120,7 @@ func (r *RDB) Admit(ctx context.Context, id string, now time.Time, lease time.Du
 	for _, c := range candidates {
 		args = append(args, c.Host, c.Max)
 	}
-	res, err := admitScript.Run(ctx, r.C, []string{k.CreationQueue(), k.CreationLeases(), k.Creating(), k.Workers(), k.Retiring(), k.Placement()},
+	res, err := admitScript.Run(ctx, r.C, []string{ctlplane.CreationQueueKey(k), ctlplane.CreationLeasesKey(k), ctlplane.CreatingKey(k), k.Workers(), ctlplane.RetiringKey(k), k.Placement()},
 		args...).Slice()
 	if err != nil {
 		return Admission{}, err
@@ -146,20 +148,20 @@ return 1
 // (a create that gave up or failed before its worker joined Workers).
 func (r *RDB) Leave(ctx context.Context, id string) error {
 	k := r.Keys
-	return leaveScript.Run(ctx, r.C, []string{k.CreationQueue(), k.CreationLeases(), k.Creating(), k.Placement()}, id).Err()
+	return leaveScript.Run(ctx, r.C, []string{ctlplane.CreationQueueKey(k), ctlplane.CreationLeasesKey(k), ctlplane.CreatingKey(k), k.Placement()}, id).Err()
 }
 
 // RenewCreating extends the lease of an admitted create; false when the
 // lease was lost (it ran out and the slot went to another create).
 func (r *RDB) RenewCreating(ctx context.Context, id string, now time.Time, lease time.Duration) (bool, error) {
-	n, err := r.C.ZAddArgs(ctx, r.Keys.Creating(), redis.ZAddArgs{XX: true, Ch: true,
+	n, err := r.C.ZAddArgs(ctx, ctlplane.CreatingKey(r.Keys), redis.ZAddArgs{XX: true, Ch: true,
 		Members: []redis.Z{{Score: float64(ms(now.Add(lease))), Member: id}}}).Result()
 	if err != nil {
 		return false, err
 	}
 	if n == 0 {
 		// Not changed: gone, or renewed to the same expiry: check.
-		_, err := r.C.ZScore(ctx, r.Keys.Creating(), id).Result()
+		_, err := r.C.ZScore(ctx, ctlplane.CreatingKey(r.Keys), id).Result()
 		if Nil(err) {
 			return false, nil
 		}
@@ -182,7 +184,7 @@ return 0
 // Join makes an admitted create's worker a member of Workers, in place of
 // its Creating lease; false when that lease was lost.
 func (r *RDB) Join(ctx context.Context, id string) (bool, error) {
-	n, err := joinScript.Run(ctx, r.C, []string{r.Keys.Creating(), r.Keys.Workers()}, id).Int()
+	n, err := joinScript.Run(ctx, r.C, []string{ctlplane.CreatingKey(r.Keys), r.Keys.Workers()}, id).Int()
 	return n == 1, err
 }
 
@@ -191,8 +193,8 @@ func (r *RDB) Join(ctx context.Context, id string) (bool, error) {
 func (r *RDB) Slots(ctx context.Context) (workers, creating, retiring []string, err error) {
 	pipe := r.C.Pipeline()
 	w := pipe.SMembers(ctx, r.Keys.Workers())
-	c := pipe.ZRange(ctx, r.Keys.Creating(), 0, -1)
-	t := pipe.ZRange(ctx, r.Keys.Retiring(), 0, -1)
+	c := pipe.ZRange(ctx, ctlplane.CreatingKey(r.Keys), 0, -1)
+	t := pipe.ZRange(ctx, ctlplane.RetiringKey(r.Keys), 0, -1)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, nil, nil, err
 	}
@@ -203,7 +205,7 @@ func (r *RDB) Slots(ctx context.Context) (workers, creating, retiring []string, 
 // for it when it made none yet (the command delivered again continues
 // the same worker).
 func (r *RDB) CommandWorker(ctx context.Context, commandID, id string) (string, error) {
-	key := r.Keys.CommandWorker(commandID)
+	key := ctlplane.CommandWorkerKey(r.Keys, commandID)
 	ok, err := r.C.SetNX(ctx, key, id, r.Retention).Result()
 	if err != nil || ok {
 		return id, err

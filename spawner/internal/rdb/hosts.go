@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
 // Hosts: every host of a fleet renews its entry in Hosts (scored by the
@@ -35,9 +36,9 @@ func (r *RDB) RenewHost(ctx context.Context, host string, now time.Time, ttl tim
 	lb, _ := json.Marshal(labels)
 	_, err := r.C.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.ZAdd(ctx, r.Keys.Hosts(), redis.Z{Score: float64(ms(now.Add(ttl))), Member: host})
-		p.HSet(ctx, r.Keys.Host(host), protocol.HostFieldMaxWorkers, max, protocol.HostFieldLabels, string(lb),
-			protocol.HostFieldEngine, engine, protocol.HostFieldUpdatedAt, protocol.FormatTime(now))
-		p.HDel(ctx, r.Keys.Host(host), protocol.HostFieldLostAt)
+		p.HSet(ctx, ctlplane.HostKey(r.Keys, host), ctlplane.HostFieldMaxWorkers, max, ctlplane.HostFieldLabels, string(lb),
+			ctlplane.HostFieldEngine, engine, ctlplane.HostFieldUpdatedAt, protocol.FormatTime(now))
+		p.HDel(ctx, ctlplane.HostKey(r.Keys, host), ctlplane.HostFieldLostAt)
 		return nil
 	})
 	return err
@@ -64,7 +65,7 @@ func (r *RDB) LeaveHosts(ctx context.Context, host string) error {
 func (r *RDB) ForgetHost(ctx context.Context, host string) error {
 	_, err := r.C.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.ZRem(ctx, r.Keys.Hosts(), host)
-		p.Del(ctx, r.Keys.Host(host))
+		p.Del(ctx, ctlplane.HostKey(r.Keys, host))
 		return nil
 	})
 	return err
@@ -72,7 +73,7 @@ func (r *RDB) ForgetHost(ctx context.Context, host string) error {
 
 // MarkHostLost records when a host was found lost.
 func (r *RDB) MarkHostLost(ctx context.Context, host string, now time.Time) error {
-	return r.C.HSetNX(ctx, r.Keys.Host(host), protocol.HostFieldLostAt, protocol.FormatTime(now)).Err()
+	return r.C.HSetNX(ctx, ctlplane.HostKey(r.Keys, host), ctlplane.HostFieldLostAt, protocol.FormatTime(now)).Err()
 }
 
 // Hosts returns every host of the registry, live or not.
@@ -84,7 +85,7 @@ func (r *RDB) Hosts(ctx context.Context) ([]HostInfo, error) {
 	pipe := r.C.Pipeline()
 	hs := make([]*redis.MapStringStringCmd, len(zs))
 	for i, z := range zs {
-		hs[i] = pipe.HGetAll(ctx, r.Keys.Host(z.Member.(string)))
+		hs[i] = pipe.HGetAll(ctx, ctlplane.HostKey(r.Keys, z.Member.(string)))
 	}
 	if len(zs) > 0 {
 		if _, err := pipe.Exec(ctx); err != nil {
@@ -94,10 +95,10 @@ func (r *RDB) Hosts(ctx context.Context) ([]HostInfo, error) {
 	out := make([]HostInfo, len(zs))
 	for i, z := range zs {
 		h := hs[i].Val()
-		info := HostInfo{ID: z.Member.(string), LiveUntil: time.UnixMilli(int64(z.Score)), Engine: h[protocol.HostFieldEngine]}
-		info.MaxWorkers, _ = strconv.Atoi(h[protocol.HostFieldMaxWorkers])
-		_ = json.Unmarshal([]byte(h[protocol.HostFieldLabels]), &info.Labels)
-		info.LostAt, _ = protocol.ParseTime(h[protocol.HostFieldLostAt])
+		info := HostInfo{ID: z.Member.(string), LiveUntil: time.UnixMilli(int64(z.Score)), Engine: h[ctlplane.HostFieldEngine]}
+		info.MaxWorkers, _ = strconv.Atoi(h[ctlplane.HostFieldMaxWorkers])
+		_ = json.Unmarshal([]byte(h[ctlplane.HostFieldLabels]), &info.Labels)
+		info.LostAt, _ = protocol.ParseTime(h[ctlplane.HostFieldLostAt])
 		out[i] = info
 	}
 	return out, nil

@@ -5,40 +5,42 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
 // The calls of the image store and its collector.
 
 // TouchImage records the use of a worker image now.
 func (r *RDB) TouchImage(ctx context.Context, tag string, now time.Time) error {
-	return r.touch(ctx, r.Keys.ImagesLastUsed(), tag, now)
+	return r.touch(ctx, ctlplane.ImagesLastUsedKey(r.Keys), tag, now)
 }
 
 // ImageLastUsed returns when a worker image was last used (zero when never
 // recorded).
 func (r *RDB) ImageLastUsed(ctx context.Context, tag string) (time.Time, error) {
-	return r.lastUsed(ctx, r.Keys.ImagesLastUsed(), tag)
+	return r.lastUsed(ctx, ctlplane.ImagesLastUsedKey(r.Keys), tag)
 }
 
 // ForgetImage drops a removed image's record.
 func (r *RDB) ForgetImage(ctx context.Context, tag string) error {
-	return r.C.ZRem(ctx, r.Keys.ImagesLastUsed(), tag).Err()
+	return r.C.ZRem(ctx, ctlplane.ImagesLastUsedKey(r.Keys), tag).Err()
 }
 
 // TouchVolume records the use of a project volume now.
 func (r *RDB) TouchVolume(ctx context.Context, name string, now time.Time) error {
-	return r.touch(ctx, r.Keys.VolumesLastUsed(), name, now)
+	return r.touch(ctx, ctlplane.VolumesLastUsedKey(r.Keys), name, now)
 }
 
 // VolumeLastUsed returns when a project volume was last used (zero when
 // never recorded).
 func (r *RDB) VolumeLastUsed(ctx context.Context, name string) (time.Time, error) {
-	return r.lastUsed(ctx, r.Keys.VolumesLastUsed(), name)
+	return r.lastUsed(ctx, ctlplane.VolumesLastUsedKey(r.Keys), name)
 }
 
 // ForgetVolume drops a removed volume's record.
 func (r *RDB) ForgetVolume(ctx context.Context, name string) error {
-	return r.C.ZRem(ctx, r.Keys.VolumesLastUsed(), name).Err()
+	return r.C.ZRem(ctx, ctlplane.VolumesLastUsedKey(r.Keys), name).Err()
 }
 
 // touch scores member of a last-use sorted set with now (Unix seconds).

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
 // Leases are string keys whose value is the holder's id and whose TTL is
@@ -32,18 +34,18 @@ return 0
 // TakeLease takes the named lease for owner, or renews it when owner
 // holds it already, and reports whether owner holds it now.
 func (r *RDB) TakeLease(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
-	n, err := takeScript.Run(ctx, r.C, []string{r.Keys.Lease(name)}, owner, ttl.Milliseconds()).Int()
+	n, err := takeScript.Run(ctx, r.C, []string{ctlplane.LeaseKey(r.Keys, name)}, owner, ttl.Milliseconds()).Int()
 	return n == 1, err
 }
 
 // ReleaseLease gives the named lease up if owner holds it.
 func (r *RDB) ReleaseLease(ctx context.Context, name, owner string) error {
-	return releaseScript.Run(ctx, r.C, []string{r.Keys.Lease(name)}, owner).Err()
+	return releaseScript.Run(ctx, r.C, []string{ctlplane.LeaseKey(r.Keys, name)}, owner).Err()
 }
 
 // LeaseHolder returns who holds the named lease ("" when nobody).
 func (r *RDB) LeaseHolder(ctx context.Context, name string) (string, error) {
-	v, err := r.C.Get(ctx, r.Keys.Lease(name)).Result()
+	v, err := r.C.Get(ctx, ctlplane.LeaseKey(r.Keys, name)).Result()
 	if Nil(err) {
 		return "", nil
 	}

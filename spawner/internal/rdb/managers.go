@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
 // The managers' own records (worker:managers, worker:manager:{id}), the
@@ -16,11 +17,11 @@ import (
 // RenewManager writes a manager's state hash with its TTL and keeps its id
 // in the managers set, in one transaction.
 func (r *RDB) RenewManager(ctx context.Context, id string, fields map[string]any, ttl time.Duration) error {
-	key := r.Keys.ManagerState(id)
+	key := ctlplane.ManagerStateKey(r.Keys, id)
 	_, err := r.C.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.HSet(ctx, key, fields)
 		pipe.Expire(ctx, key, ttl)
-		pipe.SAdd(ctx, r.Keys.Managers(), id)
+		pipe.SAdd(ctx, ctlplane.ManagersKey(r.Keys), id)
 		return nil
 	})
 	return err
@@ -30,32 +31,32 @@ func (r *RDB) RenewManager(ctx context.Context, id string, fields map[string]any
 // set, when the state is still this instance's (a manager restarted under
 // the same id has written its own).
 func (r *RDB) LeaveManager(ctx context.Context, id, instance string) error {
-	key := r.Keys.ManagerState(id)
-	inst, err := r.C.HGet(ctx, key, protocol.ManagerFieldInstance).Result()
+	key := ctlplane.ManagerStateKey(r.Keys, id)
+	inst, err := r.C.HGet(ctx, key, ctlplane.ManagerFieldInstance).Result()
 	if err != nil || inst != instance {
 		return err
 	}
 	if err := r.C.Del(ctx, key).Err(); err != nil {
 		return err
 	}
-	return r.C.SRem(ctx, r.Keys.Managers(), id).Err()
+	return r.C.SRem(ctx, ctlplane.ManagersKey(r.Keys), id).Err()
 }
 
 // ManagerStates returns the state hash of every manager in the managers
 // set; ids whose state expired are dropped from the set.
 func (r *RDB) ManagerStates(ctx context.Context) ([]map[string]string, error) {
-	ids, err := r.C.SMembers(ctx, r.Keys.Managers()).Result()
+	ids, err := r.C.SMembers(ctx, ctlplane.ManagersKey(r.Keys)).Result()
 	if err != nil {
 		return nil, err
 	}
 	out := make([]map[string]string, 0, len(ids))
 	for _, id := range ids {
-		h, err := r.C.HGetAll(ctx, r.Keys.ManagerState(id)).Result()
+		h, err := r.C.HGetAll(ctx, ctlplane.ManagerStateKey(r.Keys, id)).Result()
 		if err != nil {
 			return nil, err
 		}
 		if len(h) == 0 {
-			r.C.SRem(ctx, r.Keys.Managers(), id)
+			r.C.SRem(ctx, ctlplane.ManagersKey(r.Keys), id)
 			continue
 		}
 		out = append(out, h)
@@ -88,9 +89,9 @@ func (r *RDB) ReadFleetState(ctx context.Context, ids, fields []string) (FleetSt
 	for i, id := range ids {
 		hashes[i] = pipe.HMGet(ctx, r.Keys.Status(id), fields...)
 	}
-	queue := pipe.LLen(ctx, r.Keys.CreationQueue())
-	creating := pipe.ZCard(ctx, r.Keys.Creating())
-	retiring := pipe.ZCard(ctx, r.Keys.Retiring())
+	queue := pipe.LLen(ctx, ctlplane.CreationQueueKey(r.Keys))
+	creating := pipe.ZCard(ctx, ctlplane.CreatingKey(r.Keys))
+	retiring := pipe.ZCard(ctx, ctlplane.RetiringKey(r.Keys))
 	if _, err := pipe.Exec(ctx); err != nil && !Nil(err) {
 		return FleetState{}, err
 	}

@@ -2,21 +2,23 @@ package rdb
 
 import (
 	"context"
+
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
 // QueueLength returns how many creates wait for a slot.
 func (r *RDB) QueueLength(ctx context.Context) (int64, error) {
-	return r.C.LLen(ctx, r.Keys.CreationQueue()).Result()
+	return r.C.LLen(ctx, ctlplane.CreationQueueKey(r.Keys)).Result()
 }
 
 // AddWarm makes a warm worker ready for allocation.
 func (r *RDB) AddWarm(ctx context.Context, pool, id string) error {
-	return r.C.SAdd(ctx, r.Keys.PoolWarmSet(pool), id).Err()
+	return r.C.SAdd(ctx, ctlplane.PoolWarmSetKey(r.Keys, pool), id).Err()
 }
 
 // TakeWarm takes a warm worker of a pool for one create ("" when none).
 func (r *RDB) TakeWarm(ctx context.Context, pool string) (string, error) {
-	id, err := r.C.SPop(ctx, r.Keys.PoolWarmSet(pool)).Result()
+	id, err := r.C.SPop(ctx, ctlplane.PoolWarmSetKey(r.Keys, pool)).Result()
 	if Nil(err) {
 		return "", nil
 	}
@@ -26,20 +28,20 @@ func (r *RDB) TakeWarm(ctx context.Context, pool string) (string, error) {
 // DropWarm takes a worker out of a pool's warm set (it is being retired);
 // it reports whether it was there.
 func (r *RDB) DropWarm(ctx context.Context, pool, id string) (bool, error) {
-	n, err := r.C.SRem(ctx, r.Keys.PoolWarmSet(pool), id).Result()
+	n, err := r.C.SRem(ctx, ctlplane.PoolWarmSetKey(r.Keys, pool), id).Result()
 	return n == 1, err
 }
 
 // Warm returns a pool's warm workers.
 func (r *RDB) Warm(ctx context.Context, pool string) ([]string, error) {
-	return r.C.SMembers(ctx, r.Keys.PoolWarmSet(pool)).Result()
+	return r.C.SMembers(ctx, ctlplane.PoolWarmSetKey(r.Keys, pool)).Result()
 }
 
 // CountPool adds to a pool's counters.
 func (r *RDB) CountPool(ctx context.Context, pool string, counts map[string]int64) error {
 	pipe := r.C.Pipeline()
 	for f, n := range counts {
-		pipe.HIncrBy(ctx, r.Keys.PoolStats(pool), f, n)
+		pipe.HIncrBy(ctx, ctlplane.PoolStatsKey(r.Keys, pool), f, n)
 	}
 	_, err := pipe.Exec(ctx)
 	return err
@@ -47,13 +49,13 @@ func (r *RDB) CountPool(ctx context.Context, pool string, counts map[string]int6
 
 // PoolStats returns a pool's counters.
 func (r *RDB) PoolStats(ctx context.Context, pool string) (map[string]string, error) {
-	return r.C.HGetAll(ctx, r.Keys.PoolStats(pool)).Result()
+	return r.C.HGetAll(ctx, ctlplane.PoolStatsKey(r.Keys, pool)).Result()
 }
 
 // CommandWorkerOf returns the worker id a create command made, "" when
 // none yet.
 func (r *RDB) CommandWorkerOf(ctx context.Context, commandID string) (string, error) {
-	id, err := r.C.Get(ctx, r.Keys.CommandWorker(commandID)).Result()
+	id, err := r.C.Get(ctx, ctlplane.CommandWorkerKey(r.Keys, commandID)).Result()
 	if Nil(err) {
 		return "", nil
 	}
@@ -65,10 +67,10 @@ func (r *RDB) PublishPools(ctx context.Context, templates map[string]string) err
 	if len(templates) == 0 {
 		return nil
 	}
-	return r.C.HSet(ctx, r.Keys.Pools(), templates).Err()
+	return r.C.HSet(ctx, ctlplane.PoolsKey(r.Keys), templates).Err()
 }
 
 // PoolTemplates returns the recorded pool templates (name → JSON).
 func (r *RDB) PoolTemplates(ctx context.Context) (map[string]string, error) {
-	return r.C.HGetAll(ctx, r.Keys.Pools()).Result()
+	return r.C.HGetAll(ctx, ctlplane.PoolsKey(r.Keys)).Result()
 }

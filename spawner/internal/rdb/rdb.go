@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
 // RDB is the spawner's view of Redis.
@@ -105,9 +106,9 @@ func (r *RDB) queueStatus(ctx context.Context, p redis.Pipeliner, id, host strin
 	p.HSet(ctx, r.Keys.Status(id), fields)
 	if c, ok := fields[protocol.StatusFieldContainer]; ok {
 		if c == string(protocol.ContainerPaused) {
-			p.SAdd(ctx, r.Keys.HostPaused(host), id)
+			p.SAdd(ctx, ctlplane.HostPausedKey(r.Keys, host), id)
 		} else {
-			p.SRem(ctx, r.Keys.HostPaused(host), id)
+			p.SRem(ctx, ctlplane.HostPausedKey(r.Keys, host), id)
 		}
 	}
 }
@@ -136,7 +137,7 @@ func (r *RDB) Started(ctx context.Context, id, host string, now time.Time, field
 // Paused returns the workers of host whose status says paused
 // (Keys.HostPaused).
 func (r *RDB) Paused(ctx context.Context, host string) ([]string, error) {
-	return r.C.SMembers(ctx, r.Keys.HostPaused(host)).Result()
+	return r.C.SMembers(ctx, ctlplane.HostPausedKey(r.Keys, host)).Result()
 }
 
 // syncPausedScript: KEYS host's paused set, workers set, then the status
@@ -161,7 +162,7 @@ func (r *RDB) SyncPaused(ctx context.Context, host string, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	keys := []string{r.Keys.HostPaused(host), r.Keys.Workers()}
+	keys := []string{ctlplane.HostPausedKey(r.Keys, host), r.Keys.Workers()}
 	args := make([]any, len(ids))
 	for i, id := range ids {
 		keys = append(keys, r.Keys.Status(id))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
 func newRDB(t *testing.T) (*RDB, context.Context) {
@@ -59,8 +60,8 @@ func TestAdmissionIsFIFOWithinTheLimit(t *testing.T) {
 		t.Fatal("c2 at the head with a free slot was not admitted")
 	}
 	// Admitting again (a retried script) keeps one slot.
-	if ok, _, _ := admit1(r, ctx, "c2", t0, lease, 2, false); !ok || r.C.ZCard(ctx, r.Keys.Creating()).Val() != 2 {
-		t.Fatalf("re-admit: ok=%v creating=%d", ok, r.C.ZCard(ctx, r.Keys.Creating()).Val())
+	if ok, _, _ := admit1(r, ctx, "c2", t0, lease, 2, false); !ok || r.C.ZCard(ctx, ctlplane.CreatingKey(r.Keys)).Val() != 2 {
+		t.Fatalf("re-admit: ok=%v creating=%d", ok, r.C.ZCard(ctx, ctlplane.CreatingKey(r.Keys)).Val())
 	}
 }
 
@@ -82,7 +83,7 @@ func TestAdmissionLeasesRunOut(t *testing.T) {
 	if got := r.C.HKeys(ctx, r.Keys.Placement()).Val(); len(got) != 1 || got[0] != "live" {
 		t.Errorf("placements after the leases ran out: %v, want only live", got)
 	}
-	if n := r.C.LLen(ctx, r.Keys.CreationQueue()).Val(); n != 0 {
+	if n := r.C.LLen(ctx, ctlplane.CreationQueueKey(r.Keys)).Val(); n != 0 {
 		t.Errorf("%d creates left in the queue", n)
 	}
 	// A lost slot lease cannot join.
@@ -136,7 +137,7 @@ func TestRetirementHasOneOwnerAndIsTakenOverWhenItsLeaseRunsOut(t *testing.T) {
 	if h := r.C.HGetAll(ctx, r.Keys.Session(protocol.AgentClaude, "p")).Val(); h[protocol.SessionFieldWorkerID] != "" || h[protocol.SessionFieldSessionID] != "s1" {
 		t.Errorf("session after retirement %v", h)
 	}
-	if n := r.C.ZCard(ctx, r.Keys.Retiring()).Val(); n != 0 {
+	if n := r.C.ZCard(ctx, ctlplane.RetiringKey(r.Keys)).Val(); n != 0 {
 		t.Errorf("%d retirements left", n)
 	}
 	if ttl := r.C.TTL(ctx, r.Keys.Status("w")).Val(); ttl != -2 && (ttl <= 0 || ttl > DefaultRetention) {
@@ -246,21 +247,21 @@ func TestAnswerRequeueAndMoveAreIdempotent(t *testing.T) {
 
 func TestLeaseHasOneHolder(t *testing.T) {
 	r, ctx := newRDB(t)
-	if ok, _ := r.TakeLease(ctx, protocol.LeaderLease, "m1", time.Second); !ok {
+	if ok, _ := r.TakeLease(ctx, ctlplane.LeaderLease, "m1", time.Second); !ok {
 		t.Fatal("m1 could not take a free lease")
 	}
-	if ok, _ := r.TakeLease(ctx, protocol.LeaderLease, "m2", time.Second); ok {
+	if ok, _ := r.TakeLease(ctx, ctlplane.LeaderLease, "m2", time.Second); ok {
 		t.Fatal("m2 took m1's lease")
 	}
-	if ok, _ := r.TakeLease(ctx, protocol.LeaderLease, "m1", time.Second); !ok {
+	if ok, _ := r.TakeLease(ctx, ctlplane.LeaderLease, "m1", time.Second); !ok {
 		t.Fatal("m1 could not renew")
 	}
-	r.ReleaseLease(ctx, protocol.LeaderLease, "m2") // not the holder: no effect
-	if h, _ := r.LeaseHolder(ctx, protocol.LeaderLease); h != "m1" {
+	r.ReleaseLease(ctx, ctlplane.LeaderLease, "m2") // not the holder: no effect
+	if h, _ := r.LeaseHolder(ctx, ctlplane.LeaderLease); h != "m1" {
 		t.Fatalf("holder %q", h)
 	}
-	r.ReleaseLease(ctx, protocol.LeaderLease, "m1")
-	if ok, _ := r.TakeLease(ctx, protocol.LeaderLease, "m2", time.Second); !ok {
+	r.ReleaseLease(ctx, ctlplane.LeaderLease, "m1")
+	if ok, _ := r.TakeLease(ctx, ctlplane.LeaderLease, "m2", time.Second); !ok {
 		t.Fatal("m2 could not take a released lease")
 	}
 }
@@ -304,7 +305,7 @@ func TestWorkerUsersAreRestored(t *testing.T) {
 	if err := r.SetWorkerUser(ctx, "w1", "s3cret-pass", protocol.KindLongLived); err != nil {
 		t.Fatal(err)
 	}
-	if v := r.C.HGet(ctx, r.Keys.WorkerUsers(), "w1").Val(); strings.Contains(v, "s3cret") {
+	if v := r.C.HGet(ctx, ctlplane.WorkerUsersKey(r.Keys), "w1").Val(); strings.Contains(v, "s3cret") {
 		t.Fatalf("the password is recorded in clear: %q", v)
 	}
 	r.C.ACLDelUser(ctx, r.WorkerUser("w1")) // lost, as in a restart
@@ -323,7 +324,7 @@ func TestWorkerUsersAreRestored(t *testing.T) {
 	if err := r.DeleteWorkerUser(ctx, "w1"); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := r.RestoreWorkerUsers(ctx); n != 0 || r.C.HLen(ctx, r.Keys.WorkerUsers()).Val() != 0 {
+	if n, _ := r.RestoreWorkerUsers(ctx); n != 0 || r.C.HLen(ctx, ctlplane.WorkerUsersKey(r.Keys)).Val() != 0 {
 		t.Fatal("a deleted user came back")
 	}
 }
@@ -406,7 +407,7 @@ func TestPausedSetFollowsTheStatus(t *testing.T) {
 
 	// Drift: a hash written by hand, a member retired with its id left.
 	r.C.HSet(ctx, r.Keys.Status("w2"), protocol.StatusFieldContainer, string(protocol.ContainerPaused))
-	r.C.SAdd(ctx, r.Keys.HostPaused("h1"), "gone")
+	r.C.SAdd(ctx, ctlplane.HostPausedKey(r.Keys, "h1"), "gone")
 	if err := r.SyncPaused(ctx, "h1", append(paused("h1"), "w1", "w2")); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
 // Retirement: a worker leaves Workers for Retiring (leased) in one step,
@@ -38,19 +39,19 @@ return 0
 // whether the caller now owns the retirement and whether it takes over
 // one that a dead manager began.
 func (r *RDB) BeginRetire(ctx context.Context, id, reason string, now time.Time, lease time.Duration) (owns, takeover bool, err error) {
-	n, err := beginRetireScript.Run(ctx, r.C, []string{r.Keys.Workers(), r.Keys.Retiring(), r.Keys.Status(id)},
+	n, err := beginRetireScript.Run(ctx, r.C, []string{r.Keys.Workers(), ctlplane.RetiringKey(r.Keys), r.Keys.Status(id)},
 		id, ms(now.Add(lease)), ms(now), reason, protocol.FormatTime(now)).Int()
 	return n > 0, n == 2, err
 }
 
 // RenewRetire extends a retirement's lease.
 func (r *RDB) RenewRetire(ctx context.Context, id string, now time.Time, lease time.Duration) error {
-	return r.C.ZAddXX(ctx, r.Keys.Retiring(), redis.Z{Score: float64(ms(now.Add(lease))), Member: id}).Err()
+	return r.C.ZAddXX(ctx, ctlplane.RetiringKey(r.Keys), redis.Z{Score: float64(ms(now.Add(lease))), Member: id}).Err()
 }
 
 // StaleRetirements returns the retirements whose lease ran out.
 func (r *RDB) StaleRetirements(ctx context.Context, now time.Time) ([]string, error) {
-	return r.C.ZRangeByScore(ctx, r.Keys.Retiring(), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(ms(now), 10)}).Result()
+	return r.C.ZRangeByScore(ctx, ctlplane.RetiringKey(r.Keys), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(ms(now), 10)}).Result()
 }
 
 // releaseHoldScript: KEYS session hash; ARGV worker id. A project's
@@ -83,7 +84,7 @@ func (r *RDB) EndRetire(ctx context.Context, id string, kind protocol.Kind, agen
 		pipe.Expire(ctx, key, r.Retention)
 	}
 	pipe.Del(ctx, k.Heartbeat(id))
-	pipe.ZRem(ctx, k.Retiring(), id)
+	pipe.ZRem(ctx, ctlplane.RetiringKey(k), id)
 	pipe.HDel(ctx, k.Placement(), id)
 	_, err := pipe.Exec(ctx)
 	return err
