@@ -13,14 +13,14 @@ import (
 // `worker-wrapper progress ...`. The wrapper hands these prefixes to the
 // agent CLI's permission controls (wrapper/README.md says how for each).
 
-// ProgressShellWords are the first words of the progress call.
-var ProgressShellWords = []string{"worker-wrapper", "progress"}
+// progressShellWords are the first words of the progress call.
+var progressShellWords = []string{"worker-wrapper", "progress"}
 
-// ShellWords returns the first words of the shell command that command
+// shellWords returns the first words of the shell command that command
 // stands for.
-func ShellWords(command string) []string {
+func shellWords(command string) []string {
 	if command == ProgressCommand {
-		return slices.Clone(ProgressShellWords)
+		return slices.Clone(progressShellWords)
 	}
 	return strings.Split(command, ".")
 }
@@ -39,7 +39,7 @@ type ShellRules struct {
 // always among them: it is the runtime's own channel, never governed by
 // ALLOWED_COMMANDS.
 func (a AllowedCommands) ShellRules() ShellRules {
-	r := ShellRules{All: a.all, Prefixes: [][]string{slices.Clone(ProgressShellWords)}}
+	r := ShellRules{All: a.all, Prefixes: [][]string{slices.Clone(progressShellWords)}}
 	names := make([]string, 0, len(a.exact))
 	for n := range a.exact {
 		if n != ProgressCommand {
@@ -48,7 +48,7 @@ func (a AllowedCommands) ShellRules() ShellRules {
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		r.Prefixes = append(r.Prefixes, ShellWords(n))
+		r.Prefixes = append(r.Prefixes, shellWords(n))
 	}
 	for _, p := range a.prefixes {
 		r.Prefixes = append(r.Prefixes, strings.Split(strings.TrimSuffix(p, "."), "."))
@@ -65,7 +65,7 @@ func (a AllowedCommands) AllowsShell(line string) bool {
 	if a.all {
 		return true
 	}
-	words, ok := SimpleCommandWords(line)
+	words, ok := simpleCommandWords(line)
 	if !ok || len(words) == 0 {
 		return false
 	}
@@ -77,9 +77,9 @@ func (a AllowedCommands) AllowsShell(line string) bool {
 	return false
 }
 
-// SimpleCommandWords splits a simple shell command into its words; ok is
+// simpleCommandWords splits a simple shell command into its words; ok is
 // false when the line has anything but words and quotes.
-func SimpleCommandWords(line string) (words []string, ok bool) {
+func simpleCommandWords(line string) (words []string, ok bool) {
 	var cur strings.Builder
 	inWord := false
 	for i := 0; i < len(line); i++ {

@@ -38,7 +38,7 @@ func TestShellRules(t *testing.T) {
 	if r.All || !slices.Equal(got, want) {
 		t.Fatalf("rules %v (all %v), want %v", got, r.All, want)
 	}
-	if w := ShellWords("worker.progress"); !slices.Equal(w, []string{"worker-wrapper", "progress"}) {
+	if w := shellWords("worker.progress"); !slices.Equal(w, []string{"worker-wrapper", "progress"}) {
 		t.Errorf("progress words %v", w)
 	}
 }

@@ -1,32 +1,23 @@
 package protocol
 
-import (
-	"fmt"
-	"sort"
-	"strings"
-)
-
 // A fleet is several hosts (Docker engines), each with one or more
 // worker-managers, sharing one Redis and key prefix. Every worker belongs
 // to one host: the one whose engine runs its container. Only a manager of
 // that host touches the container; commands and control requests for the
-// worker are forwarded to the host's own streams. PROTOCOL.md, "Fleet:
-// hosts, placement and host loss", says what holds.
-
-// DefaultHostTTLIntervals is how long, in heartbeat intervals, a host
-// stays live after its managers last renewed it (HOST_TTL defaults to it):
-// a host unrenewed that long is lost, and its dead workers are retired
-// within 3 heartbeat intervals of its death.
-const DefaultHostTTLIntervals = 2
+// worker are forwarded to the host's own streams. The spawner's
+// CONTROLPLANE.md, "Fleet: hosts, placement and host loss", says what
+// holds.
+//
+// The four keys below are the control plane's own; they are named here,
+// not with the rest of its names in the spawner, because the fault suite
+// (a module apart from the spawner) watches them from outside to check
+// what a fleet does. The rest of this file is the contract: the host on a
+// worker's status hash, events and replies, and a create's placement.
 
 // Hosts is the sorted set of the fleet's hosts scored by the Unix
 // milliseconds until which each is live: its managers renew the score
 // every quarter of HOST_TTL.
 func (k Keys) Hosts() string { return k.join("hosts") }
-
-// Host is the hash describing one host (HostField*), written by its
-// managers.
-func (k Keys) Host(host string) string { return k.join("host", host) }
 
 // Placement is the hash worker id → host of every worker that holds a
 // slot (admitted create, member of Workers, worker being retired). It is
@@ -43,35 +34,9 @@ func (k Keys) HostCommands(host string) string { return k.join("commands", "host
 // host, read by its managers through ManagerGroup.
 func (k Keys) HostControl(host string) string { return k.join("control", "host", host) }
 
-// HostPaused is the set of the workers of one host whose status hash
-// says their container is paused: the spawner writes it in the same
-// transaction as that field, and its reconciler repairs it. The host's
-// wake-up loop reads it instead of every worker's status.
-func (k Keys) HostPaused(host string) string { return k.join("paused", "host", host) }
-
-// HostLeaderLease names the lease of the manager that runs a host's own
-// loops (health, wake-up, timeouts, reconciliation, volume and image GC):
-// one per host, where LeaderLease is one per fleet.
-func HostLeaderLease(host string) string { return "leader:host:" + host }
-
-// HostLossLease names the lease of the manager that handles a lost host.
-func HostLossLease(host string) string { return "host_lost:" + host }
-
-// Fields of a host hash (Keys.Host).
-const (
-	HostFieldMaxWorkers = "max_workers" // its MAX_CONCURRENT_WORKERS
-	HostFieldLabels     = "labels"      // its HOST_LABELS, as a JSON object
-	HostFieldEngine     = "engine"      // the engine's name (docker info)
-	HostFieldUpdatedAt  = "updated_at"  // the last renewal
-	HostFieldLostAt     = "lost_at"     // when another manager found it lost (cleared when it returns)
-)
-
 // StatusFieldHost is the worker status hash field naming the worker's
-// host; LabelHost the container label.
-const (
-	StatusFieldHost = "host"
-	LabelHost       = LabelPrefix + "host"
-)
+// host.
+const StatusFieldHost = "host"
 
 // EnvWorkerHost is the variable that tells the wrapper its host (it puts
 // it on its lifecycle events).
@@ -139,35 +104,4 @@ func hostName(s string, upper bool) bool {
 		}
 	}
 	return true
-}
-
-// ParseHostLabels reads HOST_LABELS: "k=v,k=v" (a bare "k" means k=true).
-func ParseHostLabels(s string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(part, "=")
-		if !ok {
-			v = "true"
-		}
-		k = strings.TrimSpace(k)
-		if !ValidHostLabel(k) {
-			return nil, fmt.Errorf("host label %q: a label is [a-z0-9_.-]{1,64}", k)
-		}
-		out[k] = strings.TrimSpace(v)
-	}
-	return out, nil
-}
-
-// FormatHostLabels writes labels as ParseHostLabels reads them, sorted.
-func FormatHostLabels(labels map[string]string) string {
-	parts := make([]string, 0, len(labels))
-	for k, v := range labels {
-		parts = append(parts, k+"="+v)
-	}
-	sort.Strings(parts)
-	return strings.Join(parts, ",")
 }

@@ -40,22 +40,3 @@ func TestPlacementIsValidated(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
-func TestHostLabelsParse(t *testing.T) {
-	got, err := ParseHostLabels(" docker , zone=a,tier=gold ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got["docker"] != "true" || got["zone"] != "a" || got["tier"] != "gold" || len(got) != 3 {
-		t.Fatalf("parsed %v", got)
-	}
-	if FormatHostLabels(got) != "docker=true,tier=gold,zone=a" {
-		t.Fatalf("formatted %q", FormatHostLabels(got))
-	}
-	if _, err := ParseHostLabels("Bad Label=1"); err == nil {
-		t.Fatal("a bad label name was accepted")
-	}
-	if m, err := ParseHostLabels(""); err != nil || len(m) != 0 {
-		t.Fatalf("empty: %v %v", m, err)
-	}
-}

@@ -33,6 +33,25 @@ const (
 	StatusFieldReplaces     = "replaces"     // spawner: the dead worker this one replaced
 )
 
+// Fields of the worker status hash written by the spawner about its own
+// bookkeeping: who made the worker, its replacements, its retirement, its
+// pool.
+const (
+	StatusFieldManagerID    = "manager_id"   // the manager that made the worker
+	StatusFieldReplacements = "replacements" // how many dead workers this one's chain replaced
+	StatusFieldRetiredAt    = "retired_at"   // when it left Workers
+	StatusFieldRetireReason = "retire_reason"
+	StatusFieldPool         = "pool"       // the warm pool the worker belongs to ("" for none)
+	StatusFieldPoolState    = "pool_state" // PoolWarm, PoolAllocated or PoolMember
+)
+
+// States of a pool worker (StatusFieldPoolState).
+const (
+	PoolWarm      = "warm"      // made ahead, paused, waiting for a create
+	PoolAllocated = "allocated" // given to a create
+	PoolMember    = "member"    // one of a pool's fixed size, running
+)
+
 // Fields of the run hash (Keys.Run).
 const (
 	RunFieldRequestID      = "request_id"

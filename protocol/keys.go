@@ -118,9 +118,6 @@ func (k Keys) Run(requestID string) string { return k.join("run", requestID) }
 // not yet removed.
 func (k Keys) Workers() string { return k.join("workers") }
 
-// CreationQueue is the FIFO list of create commands waiting for a slot.
-func (k Keys) CreationQueue() string { return k.join("creation_queue") }
-
 // Session is the hash that records a project's agent session.
 func (k Keys) Session(agent AgentType, projectID string) string {
 	return k.join("session", string(agent), projectID)
@@ -142,10 +139,6 @@ func (k Keys) UsageSession(sessionID string) string { return k.join("usage", "se
 
 // UsageWorker: see UsageProject.
 func (k Keys) UsageWorker(workerID string) string { return k.join("usage", "worker", workerID) }
-
-// ImagesLastUsed is the sorted set of worker image tags scored by the Unix
-// time (seconds) of their last use; the image garbage collector reads it.
-func (k Keys) ImagesLastUsed() string { return k.join("images", "last_used") }
 
 // Replies is a conventional reply stream for a client that names itself;
 // a command may name any stream in reply_to.

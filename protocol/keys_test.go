@@ -22,13 +22,11 @@ func TestKeyNames(t *testing.T) {
 		{"output for developer", k.OutputFor(KindDeveloper, "w1"), "worker:developer:output"},
 		{"run", k.Run("r1"), "worker:run:r1"},
 		{"workers", k.Workers(), "worker:workers"},
-		{"creation queue", k.CreationQueue(), "worker:creation_queue"},
 		{"session", k.Session(AgentClaude, "p1"), "worker:session:claude:p1"},
 		{"project context", k.ProjectContext("p1"), "worker:project:p1:context"},
 		{"usage project", k.UsageProject("p1"), "worker:usage:project:p1"},
 		{"usage session", k.UsageSession("s1"), "worker:usage:session:s1"},
 		{"usage worker", k.UsageWorker("w1"), "worker:usage:worker:w1"},
-		{"images", k.ImagesLastUsed(), "worker:images:last_used"},
 		{"replies", k.Replies("bot"), "worker:replies:bot"},
 	}
 	for _, tt := range tests {
