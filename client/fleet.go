@@ -13,9 +13,9 @@ import (
 )
 
 // Fleet reads the runtime's state as the managers and workers keep it in
-// Redis (PROTOCOL.md, "Keys"): the workers and their status, the creates
-// waiting for a slot, the projects' usage and budgets, the entries of a
-// stream. It only reads; what it returns is a snapshot.
+// Redis (PROTOCOL.md, "Keys"): the workers and their status, the
+// projects' usage and budgets, the entries of a stream. It only reads;
+// what it returns is a snapshot.
 type Fleet struct {
 	Redis redis.Cmdable
 	Keys  protocol.Keys
@@ -79,15 +79,6 @@ func (f *Fleet) Statuses(ctx context.Context, ids []string) ([]WorkerStatus, err
 		out = append(out, ws)
 	}
 	return out, nil
-}
-
-// CreationQueue returns up to n creates waiting for a slot, oldest first.
-func (f *Fleet) CreationQueue(ctx context.Context, n int64) ([]string, error) {
-	q, err := f.Redis.LRange(ctx, f.Keys.CreationQueue(), 0, n-1).Result()
-	if err != nil {
-		return nil, redisError(err, "creation queue")
-	}
-	return q, nil
 }
 
 // UsageProjects returns up to limit projects that have usage counters

@@ -22,6 +22,7 @@ import (
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner"
+	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
 //go:embed static
@@ -108,7 +109,7 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 		}
 		st.Workers = append(st.Workers, w)
 	}
-	if st.Queue, err = f.CreationQueue(ctx, 100); err != nil {
+	if st.Queue, err = rdb.New(d.Redis, d.Keys).QueuedCreates(ctx, 100); err != nil {
 		return st, fmt.Errorf("dashboard: %w", err)
 	}
 	if st.Queue == nil {

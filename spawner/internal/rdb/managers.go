@@ -105,3 +105,8 @@ func (r *RDB) ReadFleetState(ctx context.Context, ids, fields []string) (FleetSt
 	}
 	return st, nil
 }
+
+// QueuedCreates returns up to n creates waiting for a slot, oldest first.
+func (r *RDB) QueuedCreates(ctx context.Context, n int64) ([]string, error) {
+	return r.C.LRange(ctx, ctlplane.CreationQueueKey(r.Keys), 0, n-1).Result()
+}
