@@ -2,6 +2,11 @@ package agent
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/tidwall/gjson"
 
@@ -117,4 +122,203 @@ func (ClaudeParser) ParseLine(line []byte) []Event {
 		return evs
 	}
 	return nil
+}
+
+// Claude Code's adapter.
+//
+// ALLOWED_COMMANDS: --permission-mode dontAsk (what no rule allows is
+// denied, never asked) and --allowedTools with Edit, Write and one
+// Bash(<words>:*) rule per prefix; "*" keeps --dangerously-skip-permissions.
+// Claude splits compound commands and checks each part, refuses command
+// substitution, and reports what it refused in its result line
+// (permission_denials), which the wrapper publishes as warnings.
+//
+// MCP servers (Claude Code 2.1.197): a config file given with --mcp-config
+// and --strict-mcp-config (no other MCP configuration counts: not the
+// user's, not a .mcp.json in the workspace). By default Claude does not
+// wait for its servers before the first turn (a slow one shows "pending"
+// on the init line); MCP_CONNECTION_NONBLOCKING=0 makes it wait, up to
+// MCP_CONNECT_TIMEOUT_MS, and MCP_TIMEOUT bounds a server's start: both
+// are AGENT_MCP_TIMEOUT. Its init line then gives each server's status;
+// any but "connected" is a server the task would have to do without.
+type claude struct{ s Settings }
+
+func init() { register(protocol.AgentClaude, func(s Settings) Adapter { return claude{s} }) }
+
+// claudeFileTools are the Claude tools a worker may always use: editing
+// files is its job (reading needs no permission).
+var claudeFileTools = []string{"Edit", "Write", "NotebookEdit"}
+
+func (claude) Type() protocol.AgentType { return protocol.AgentClaude }
+func (claude) Name() string             { return "Claude" }
+
+func (claude) Caps() Capabilities {
+	return Capabilities{ReportsCost: true, BudgetFlag: true, Approvals: true}
+}
+
+// Argv is `claude -p` with the prompt on stdin (on a pty, in argv).
+func (c claude) Argv(inv Invocation) []string {
+	argv := []string{c.s.Bin, "-p"}
+	if c.s.PTY {
+		argv = append(argv, inv.Prompt)
+	}
+	argv = append(argv, "--output-format", "stream-json", "--verbose")
+	argv = append(argv, c.permissionArgs()...)
+	argv = append(argv, c.mcpArgs()...)
+	if inv.ResumeID != "" {
+		argv = append(argv, "--resume", inv.ResumeID)
+	}
+	if c.s.Model != "" {
+		argv = append(argv, "--model", c.s.Model)
+	}
+	if inv.MaxBudgetUSD > 0 {
+		argv = append(argv, "--max-budget-usd", strconv.FormatFloat(inv.MaxBudgetUSD, 'f', -1, 64))
+	}
+	argv = append(argv, "--append-system-prompt", c.s.systemPrompt(inv))
+	if c.s.JSONSchema {
+		argv = append(argv, "--json-schema", protocol.StopOutputSchema())
+	}
+	return append(argv, c.s.Args...)
+}
+
+func (c claude) Stdin(inv Invocation) []byte { return c.s.stdin(inv) }
+
+// PersistentArgv is Argv with stream-json input. --replay-user-messages:
+// Claude echoes each message it takes, so that a steering message answered
+// in a turn of its own is waited for. With AGENT_APPROVAL it asks instead
+// of refusing: dontAsk becomes default, and the prompts come on the
+// control channel.
+func (c claude) PersistentArgv(inv Invocation) []string {
+	argv := c.Argv(inv)
+	out := append([]string{argv[0], "-p", "--input-format", "stream-json", "--replay-user-messages"}, argv[2:]...) // argv[1] is -p (never on a pty)
+	if !c.s.Approval {
+		return out
+	}
+	if i := slices.Index(out, "dontAsk"); i > 0 && out[i-1] == "--permission-mode" {
+		out[i] = "default"
+	}
+	return append(out, "--permission-prompt-tool", "stdio")
+}
+
+func (claude) Parser() Parser { return ClaudeParser{} }
+
+// Input is Claude's stream-json input; its session is on the command line.
+func (claude) Input(string) (Dialect, Parser) { return ClaudeInput{Replay: true}, ClaudeParser{} }
+
+// WithContext puts the project's context in the system prompt.
+func (claude) WithContext(inv Invocation, section string) Invocation {
+	inv.Extra = section
+	return inv
+}
+
+// Route: Claude goes through the proxy, to ANTHROPIC_BASE_URL (default
+// the Anthropic API).
+func (claude) Route(getenv func(string) string) ModelRoute {
+	return ModelRoute{Proxied: true, Upstream: getenv("ANTHROPIC_BASE_URL")}
+}
+
+// Env gives Claude the proxy as its API, makes it wait for its MCP
+// servers (at most MCPTimeout, so that its init line says whether each
+// connected), and turns off what a worker has no use for. Claude refuses
+// to skip permissions as root outside a sandbox; a worker container is
+// that sandbox.
+func (c claude) Env(api ModelAPI) []string {
+	var env []string
+	if api.URL != "" {
+		env = append(env, "ANTHROPIC_BASE_URL="+api.URL, "ANTHROPIC_API_KEY="+api.Token)
+	}
+	if len(c.s.MCPServers) > 0 {
+		ms := strconv.FormatInt(c.s.MCPTimeout.Milliseconds(), 10)
+		env = append(env, "MCP_CONNECTION_NONBLOCKING=0", "MCP_CONNECT_TIMEOUT_MS="+ms, "MCP_TIMEOUT="+ms)
+	}
+	if os.Geteuid() == 0 {
+		env = append(env, "IS_SANDBOX=1")
+	}
+	return append(env, "DISABLE_TELEMETRY=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1")
+}
+
+func (claude) KeepsEnv(string) bool     { return false }
+func (claude) InstructionsFile() string { return "CLAUDE.md" }
+
+// Setup writes the --mcp-config file when the spec names servers.
+func (c claude) Setup(string, ModelAPI) error {
+	if len(c.s.MCPServers) == 0 {
+		return nil
+	}
+	return writeReadOnly(c.mcpConfigPath(), mcpDocument(c.s.MCPServers), "mcp servers")
+}
+
+// mcpConfigPath is the --mcp-config file.
+func (c claude) mcpConfigPath() string { return filepath.Join(c.s.RuntimeDir, "mcp.json") }
+
+// mcpArgs are Claude's MCP flags.
+func (c claude) mcpArgs() []string {
+	if len(c.s.MCPServers) == 0 {
+		return nil
+	}
+	return []string{"--mcp-config", c.mcpConfigPath(), "--strict-mcp-config"}
+}
+
+// permissionArgs are Claude's permission flags for ALLOWED_COMMANDS.
+func (c claude) permissionArgs() []string {
+	rules := c.s.AllowedCommands.ShellRules()
+	switch {
+	case rules.All && c.s.SkipPermissions:
+		return []string{"--dangerously-skip-permissions"}
+	case rules.All:
+		tools := append(slices.Clone(claudeFileTools), "Bash")
+		return []string{"--permission-mode", "dontAsk", "--allowedTools=" + strings.Join(append(tools, c.mcpAllowedTools()...), ",")}
+	}
+	return []string{"--permission-mode", "dontAsk", "--allowedTools=" + strings.Join(append(ClaudeAllowedTools(rules), c.mcpAllowedTools()...), ",")}
+}
+
+// ClaudeAllowedTools is Claude's --allowedTools list for rules.
+func ClaudeAllowedTools(rules protocol.ShellRules) []string {
+	tools := append([]string(nil), claudeFileTools...)
+	for _, p := range rules.Prefixes {
+		tools = append(tools, "Bash("+strings.Join(p, " ")+":*)")
+	}
+	return tools
+}
+
+// mcpAllowedTools are permission rules that allow every tool of the
+// spec's servers: a list in ALLOWED_COMMANDS runs Claude in dontAsk mode,
+// where a tool no rule allows is denied. The spec's author chose the
+// servers; ALLOWED_COMMANDS governs shell commands.
+func (c claude) mcpAllowedTools() []string {
+	var rules []string
+	for _, s := range c.s.MCPServers {
+		rules = append(rules, "mcp__"+s.Name)
+	}
+	return rules
+}
+
+// CheckInit: every server of the spec is on the init line, connected.
+func (c claude) CheckInit(ev Event) *protocol.Error {
+	if ev.Init == nil || len(c.s.MCPServers) == 0 {
+		return nil
+	}
+	status := map[string]string{}
+	for _, m := range ev.Init.MCPServers {
+		status[m.Name] = m.Status
+	}
+	var missing []string
+	for _, s := range c.s.MCPServers {
+		switch st, ok := status[s.Name]; {
+		case !ok:
+			missing = append(missing, s.Name+" (not reported)")
+		case st != "connected":
+			missing = append(missing, s.Name+" ("+st+")")
+		}
+	}
+	return mcpMissing(missing, c.s.MCPTimeout)
+}
+
+func (claude) CheckOutcome(o Outcome) Outcome { return o }
+
+func (c claude) Model(init *Init) string {
+	if init != nil && init.Model != "" {
+		return init.Model
+	}
+	return c.s.Model
 }

@@ -31,26 +31,13 @@ type spend struct {
 	unpriced bool // a model without a price was seen (the task was told)
 }
 
-// estimatesCost says whether the configured agent reports no cost of its
-// own, so that the wrapper estimates it.
-func (c *Config) estimatesCost() bool { return c.AgentType == protocol.AgentDroid }
-
-// apiModel is the model id the agent asks the model API for, as far as
-// the configuration tells: the model of an answer that names none.
-func (c *Config) apiModel() string {
-	if c.AgentType == protocol.AgentDroid && c.DroidBaseURL != "" {
-		return c.droidCustomID()
-	}
-	return c.AgentModel
-}
-
 // onModelUsage is the proxy's meter hook: it adds an answer's tokens to
 // the task in flight, priced, and stops the task once its estimated cost
 // passed its max_budget_usd. The wrapper's own turns (a retiring
 // session's summary) are not the task's and are not counted.
 func (w *Worker) onModelUsage(model string, delta protocol.Usage) {
 	if model == "" {
-		model = w.cfg.apiModel()
+		model = w.agent.Model(nil)
 	}
 	cost, priced := w.cfg.Prices.Cost(model, delta)
 	w.mu.Lock()
@@ -113,11 +100,11 @@ func (w *Worker) refuseModelCall() string {
 }
 
 // budgetUnenforced warns on the task's output stream, at its start, when
-// its max_budget_usd cannot be guarded: a Droid on Factory's service (no
-// DROID_BASE_URL) has no proxy of ours to meter its calls.
+// its max_budget_usd cannot be guarded: an agent that reports no cost and
+// talks to its vendor by itself has no proxy of ours to meter its calls.
 func (w *Worker) budgetUnenforced(cur *current) {
-	if cur.task.MaxBudgetUSD > 0 && w.cfg.estimatesCost() && w.cfg.model.url == "" {
-		w.pushProgress(cur, "max_budget_usd is not enforced: this Droid talks to Factory's service (no DROID_BASE_URL), whose calls no proxy meters",
+	if cur.task.MaxBudgetUSD > 0 && !w.agent.Caps().ReportsCost && w.cfg.model.url == "" {
+		w.pushProgress(cur, "max_budget_usd is not enforced: "+w.agent.Route(w.getenv).Direct+", whose calls no proxy meters",
 			nil, "", protocol.LevelWarning)
 	}
 }
@@ -137,18 +124,14 @@ func (w *Worker) estimate(cur *current, oc agent.Outcome) (cost float64, usage *
 	if oc.Result == nil {
 		return 0, nil, false
 	}
-	model := w.cfg.apiModel()
-	if oc.Init != nil && oc.Init.Model != "" {
-		model = strings.TrimPrefix(oc.Init.Model, "custom:")
-	}
-	cost, estimated = w.cfg.Prices.Cost(model, oc.Result.Usage)
+	cost, estimated = w.cfg.Prices.Cost(w.agent.Model(oc.Init), oc.Result.Usage)
 	return cost, nil, estimated
 }
 
 // withEstimate puts the estimate in a run's result, as the cost the
 // agent would have reported: the session record counts it.
 func (w *Worker) withEstimate(cur *current, oc agent.Outcome) agent.Outcome {
-	if !w.cfg.estimatesCost() || oc.Result == nil {
+	if w.agent.Caps().ReportsCost || oc.Result == nil {
 		return oc
 	}
 	r := *oc.Result
@@ -160,7 +143,7 @@ func (w *Worker) withEstimate(cur *current, oc agent.Outcome) agent.Outcome {
 // estimateCost puts the estimate in a task's output, flagged: its cost,
 // and the metered usage.
 func (w *Worker) estimateCost(o *protocol.Output, cur *current, oc agent.Outcome) {
-	if !w.cfg.estimatesCost() {
+	if w.agent.Caps().ReportsCost {
 		return
 	}
 	cost, usage, estimated := w.estimate(cur, oc)

@@ -33,13 +33,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if proxy != nil {
 		defer proxy.Close()
 	}
-	if err := w.cfg.PrepareWorkspace(home, ""); err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	if err := w.cfg.writeDroidGuard(); err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	if err := w.cfg.writeMCPConfig(home); err != nil {
+	if err := w.cfg.PrepareWorkspace(w.agent, home); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	p, err := startProgressServer(w, w.cfg.ProgressAddr)
@@ -74,8 +68,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		detail["agent_pid"] = pid // started ahead (AGENT_PREWARM)
 	}
 	w.pub.lifecycle(protocol.EventStarted, "", "", detail)
-	if w.cfg.Approval && w.cfg.AgentType == protocol.AgentDroid {
-		w.log.Warn("AGENT_APPROVAL is Claude's only: this Droid worker refuses what ALLOWED_COMMANDS does not allow, as without it")
+	if w.cfg.Approval && !w.agent.Caps().Approvals {
+		w.log.Warn("AGENT_APPROVAL: this " + w.agent.Name() + " worker asks for no approval; it refuses what ALLOWED_COMMANDS does not allow, as without it")
 	}
 	w.log.Info("worker started", "agent_type", w.cfg.AgentType, "kind", w.cfg.Kind,
 		"input", w.cfg.Keys.InputFor(w.cfg.Kind, w.cfg.WorkerID), "progress_url", p.url)

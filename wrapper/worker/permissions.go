@@ -8,9 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -18,91 +15,12 @@ import (
 	"github.com/agentvisor/agentvisor/wrapper/agent"
 )
 
-// How ALLOWED_COMMANDS reaches the agent CLIs (wrapper/README.md,
-// "ALLOWED_COMMANDS"). Each pattern stands for shell command prefixes
-// (protocol.ShellRules); "*" keeps the CLIs' skip-permissions modes.
-//
-//   - Claude Code: --permission-mode dontAsk (what no rule allows is
-//     denied, never asked) and --allowedTools with Edit, Write and one
-//     Bash(<words>:*) rule per prefix. Claude splits compound commands
-//     and checks each part, refuses command substitution, and reports
-//     what it refused in its result line (permission_denials), which the
-//     wrapper publishes as warnings.
-//   - Droid: its autonomy levels trust the risk the model itself declares
-//     for a command, and its commandDenylist cannot say "everything else",
-//     so neither can enforce a list. Droid runs with
-//     --skip-permissions-unsafe and a PreToolUse hook on Execute
-//     (--settings) that runs `worker-wrapper guard`: the wrapper decides
-//     each command (protocol.AllowedCommands.AllowsShell), publishes a
-//     refusal as a warning, and the hook's exit 2 refuses the call.
-
-// claudeFileTools are the Claude tools a worker may always use: editing
-// files is its job (reading needs no permission).
-var claudeFileTools = []string{"Edit", "Write", "NotebookEdit"}
-
-// permissionArgs returns the agent's permission flags for ALLOWED_COMMANDS.
-func (c *Config) permissionArgs() []string {
-	rules := c.AllowedCommands.ShellRules()
-	switch {
-	case rules.All && c.AgentType == protocol.AgentDroid && !c.SkipPermissions:
-		return []string{"--auto", "high"}
-	case rules.All && c.AgentType == protocol.AgentDroid:
-		return []string{"--skip-permissions-unsafe"}
-	case rules.All && c.SkipPermissions:
-		return []string{"--dangerously-skip-permissions"}
-	case rules.All:
-		tools := append(slices.Clone(claudeFileTools), "Bash")
-		return []string{"--permission-mode", "dontAsk", "--allowedTools=" + strings.Join(append(tools, c.mcpAllowedTools()...), ",")}
-	case c.AgentType == protocol.AgentDroid:
-		return []string{"--skip-permissions-unsafe", "--settings", c.droidGuardSettingsPath()}
-	}
-	return []string{"--permission-mode", "dontAsk", "--allowedTools=" + strings.Join(append(ClaudeAllowedTools(rules), c.mcpAllowedTools()...), ",")}
-}
-
-// ClaudeAllowedTools is Claude's --allowedTools list for rules.
-func ClaudeAllowedTools(rules protocol.ShellRules) []string {
-	tools := append([]string(nil), claudeFileTools...)
-	for _, p := range rules.Prefixes {
-		tools = append(tools, "Bash("+strings.Join(p, " ")+":*)")
-	}
-	return tools
-}
-
-// droidGuardSettingsPath is the runtime settings file that gives Droid its
-// PreToolUse hook.
-func (c *Config) droidGuardSettingsPath() string {
-	return filepath.Join(os.TempDir(), "agentvisor-"+c.WorkerID, "droid-guard.json")
-}
-
-// writeDroidGuard writes Droid's runtime settings with the guard hook, when
-// ALLOWED_COMMANDS needs it. The file is read-only; an agent running as
-// the wrapper's uid could still replace it, which only a separate uid for
-// the agent prevents.
-func (c *Config) writeDroidGuard() error {
-	if c.AgentType != protocol.AgentDroid || c.AllowedCommands.ShellRules().All {
-		return nil
-	}
-	self := c.SelfPath
-	if self == "" {
-		return fmt.Errorf("droid guard: the wrapper's own path is unknown, so ALLOWED_COMMANDS cannot be enforced (set ALLOWED_COMMANDS=* to run without it)")
-	}
-	settings := map[string]any{"hooks": map[string]any{"PreToolUse": []any{map[string]any{
-		"matcher": "Execute",
-		"hooks":   []any{map[string]any{"type": "command", "command": shellQuote(self) + " guard"}},
-	}}}}
-	b, _ := json.MarshalIndent(settings, "", "  ")
-	p := c.droidGuardSettingsPath()
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return fmt.Errorf("droid guard: %w", err)
-	}
-	_ = os.Remove(p)
-	if err := os.WriteFile(p, b, 0o400); err != nil {
-		return fmt.Errorf("droid guard: %w", err)
-	}
-	return nil
-}
-
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+// ALLOWED_COMMANDS (wrapper/README.md, "ALLOWED_COMMANDS") reaches each
+// CLI as its adapter says (package agent): Claude enforces it with its
+// own permission rules and reports what it denied (onDenial); Droid asks
+// the wrapper before each shell command, through a hook that runs
+// `worker-wrapper guard` (GuardCommand), which the wrapper decides here
+// (checkCommand). Every refusal is published as a warning of the task.
 
 // guardRequest is what `worker-wrapper guard` asks the wrapper (POST
 // /guard): may this tool call run?

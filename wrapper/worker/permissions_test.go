@@ -12,6 +12,8 @@ import (
 	"github.com/agentvisor/agentvisor/stubmodel"
 )
 
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
 // commandBin writes an executable that records each run of it in
 // dir/<name>.ran, and returns its directory.
 func commandBin(t *testing.T, names ...string) (binDir, ranDir string) {
@@ -90,52 +92,6 @@ func TestAllowedCommandsEnforcedByRealAgents(t *testing.T) {
 			t.Errorf("refusal warnings for %q, want %q", refusedCmds, want)
 		}
 	})
-}
-
-func TestPermissionArgs(t *testing.T) {
-	tests := []struct {
-		name      string
-		agent     protocol.AgentType
-		patterns  []string
-		skip      bool
-		want      []string
-		wantGuard bool
-	}{
-		{"claude deny all", protocol.AgentClaude, nil, true,
-			[]string{"--permission-mode", "dontAsk", "--allowedTools=Edit,Write,NotebookEdit,Bash(worker-wrapper progress:*)"}, false},
-		{"claude list", protocol.AgentClaude, []string{"engineering.*", "project.get"}, true,
-			[]string{"--permission-mode", "dontAsk", "--allowedTools=Edit,Write,NotebookEdit,Bash(worker-wrapper progress:*),Bash(project get:*),Bash(engineering:*)"}, false},
-		{"claude star", protocol.AgentClaude, []string{"*"}, true, []string{"--dangerously-skip-permissions"}, false},
-		{"claude star, no skip", protocol.AgentClaude, []string{"*"}, false,
-			[]string{"--permission-mode", "dontAsk", "--allowedTools=Edit,Write,NotebookEdit,Bash"}, false},
-		{"droid list", protocol.AgentDroid, []string{"git.push"}, true, []string{"--skip-permissions-unsafe", "--settings"}, true},
-		{"droid star", protocol.AgentDroid, []string{"*"}, true, []string{"--skip-permissions-unsafe"}, false},
-		{"droid star, no skip", protocol.AgentDroid, []string{"*"}, false, []string{"--auto", "high"}, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := Config{AgentType: tt.agent, WorkerID: "w-perm-" + strings.ReplaceAll(tt.name, " ", "-"), SkipPermissions: tt.skip, SelfPath: "/usr/local/bin/worker-wrapper"}
-			c.AllowedCommands, _ = protocol.ParseAllowedCommands(tt.patterns)
-			got := c.permissionArgs()
-			if tt.wantGuard {
-				if len(got) != 3 || got[2] != c.droidGuardSettingsPath() {
-					t.Fatalf("args %q", got)
-				}
-				got = got[:2]
-				if err := c.writeDroidGuard(); err != nil {
-					t.Fatal(err)
-				}
-				b, err := os.ReadFile(c.droidGuardSettingsPath())
-				if err != nil || !strings.Contains(string(b), `"command": "'/usr/local/bin/worker-wrapper' guard"`) || !strings.Contains(string(b), `"matcher": "Execute"`) {
-					t.Errorf("guard settings %s (%v)", b, err)
-				}
-				os.RemoveAll(filepath.Dir(c.droidGuardSettingsPath()))
-			}
-			if !slices.Equal(got, tt.want) {
-				t.Errorf("args %q, want %q", got, tt.want)
-			}
-		})
-	}
 }
 
 // A progress call that goes wrong (no step, a percentage that is not a

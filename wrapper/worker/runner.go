@@ -149,7 +149,7 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 	if task.Answers != "" {
 		plan = answerPlan(plan, answered)
 	}
-	spec := w.agentSpec(task, invocationFor(w.cfg.AgentType, task, plan), cur)
+	spec := w.agentSpec(task, invocationFor(w.agent, task, plan), cur)
 	spec.Interrupt = cur.cancel.interrupt
 	spec.OnStart = func(pid int) {
 		w.mu.Lock()
@@ -163,11 +163,11 @@ func (w *Worker) handle(ctx context.Context, stream, group string, e *rdb.Entry)
 
 	oomBefore := oomKills()
 	agentCtx, cancel := w.terminable(taskCtx)
-	outcome := w.cfg.mcpOutcome(w.runAgent(agentCtx, task, plan, cur, spec))
+	outcome := w.agent.CheckOutcome(w.runAgent(agentCtx, task, plan, cur, spec))
 	outcome = w.withEstimate(cur, w.steerTurns(agentCtx, task, plan, cur, spec, outcome))
 	cancel()
 	outcome, plan = w.sessions.Complete(taskCtx, task, plan, outcome, func(inv Invocation) agent.Outcome {
-		spec.Argv, spec.Stdin = w.cfg.Argv(inv), w.cfg.PromptStdin(inv)
+		spec.Argv, spec.Stdin = w.agent.Argv(inv), w.agent.Stdin(inv)
 		rerunCtx, cancel := w.terminable(taskCtx)
 		defer cancel()
 		return w.withEstimate(cur, agent.Run(rerunCtx, spec))
@@ -230,13 +230,14 @@ func (w *Worker) cancelled(cur *current) (bool, string) {
 // runAgent runs the task's agent: in the persistent process when there is
 // one, in a process of its own otherwise.
 func (w *Worker) runAgent(ctx context.Context, task protocol.Task, plan SessionPlan, cur *current, spec agent.Spec) agent.Outcome {
-	// A Claude task with its own budget runs in a process of its own:
-	// --max-budget-usd is a flag of the process. Droid's budget is the
-	// wrapper's (cost.go): the persistent process serves it.
-	if !w.persist.usable() || (task.MaxBudgetUSD > 0 && w.cfg.AgentType == protocol.AgentClaude) {
+	// A task with its own budget runs in a process of its own when the
+	// budget is a flag of the process (Claude's --max-budget-usd); a
+	// budget the wrapper guards (cost.go) lets the persistent process
+	// serve it.
+	if !w.persist.usable() || (task.MaxBudgetUSD > 0 && w.agent.Caps().BudgetFlag) {
 		return agent.Run(ctx, spec)
 	}
-	env := func(token string) []string { return w.cfg.AgentEnv(w.environ, w.ProgressURL(), token, task) }
+	env := func(token string) []string { return w.cfg.AgentEnv(w.agent, w.environ, w.ProgressURL(), token, task) }
 	useToken := func(token string) {
 		w.mu.Lock()
 		cur.token = token
@@ -252,7 +253,7 @@ func (w *Worker) runAgent(ctx context.Context, task protocol.Task, plan SessionP
 		cur.steer.inject, cur.steer.answer = nil, nil
 		w.mu.Unlock()
 	}()
-	inv := invocationFor(w.cfg.AgentType, task, plan)
+	inv := invocationFor(w.agent, task, plan)
 	return w.persist.run(ctx, persistentTask{prompt: inv.Prompt, plan: plan, inv: inv,
 		spec: spec, env: env, useToken: useToken, onProc: onProc})
 }
@@ -264,7 +265,7 @@ func (w *Worker) prewarm() {
 	task := protocol.Task{RequestID: "prewarm"}
 	cur := &current{task: task, run: protocol.NewRun(task.RequestID, "", w.cfg.WorkerID, task.Project(), w.now())}
 	spec := w.agentSpec(task, Invocation{}, cur)
-	w.persist.prestart(spec, func(token string) []string { return w.cfg.AgentEnv(w.environ, w.ProgressURL(), token, task) })
+	w.persist.prestart(spec, func(token string) []string { return w.cfg.AgentEnv(w.agent, w.environ, w.ProgressURL(), token, task) })
 }
 
 // runOwnTurn runs a turn of the wrapper's own in the agent (a retiring
@@ -289,9 +290,9 @@ func (w *Worker) runOwnTurn(ctx context.Context, task protocol.Task, inv Invocat
 // agentSpec is how to run the agent for a task of the run cur.
 func (w *Worker) agentSpec(task protocol.Task, inv Invocation, cur *current) agent.Spec {
 	return agent.Spec{
-		Argv: w.cfg.Argv(inv), Stdin: w.cfg.PromptStdin(inv), Env: w.cfg.AgentEnv(w.environ, w.ProgressURL(), cur.token, task),
-		Dir: w.cfg.Workspace, Parser: w.cfg.Parser(), PTY: w.cfg.PTY, Timeout: task.Timeout(w.cfg.TaskTimeout),
-		ResultGrace: w.cfg.ResultGrace, KillGrace: w.cfg.KillGrace, Starter: w.starter, Check: w.cfg.checkMCP,
+		Argv: w.agent.Argv(inv), Stdin: w.agent.Stdin(inv), Env: w.cfg.AgentEnv(w.agent, w.environ, w.ProgressURL(), cur.token, task),
+		Dir: w.cfg.Workspace, Parser: w.agent.Parser(), PTY: w.cfg.PTY, Timeout: task.Timeout(w.cfg.TaskTimeout),
+		ResultGrace: w.cfg.ResultGrace, KillGrace: w.cfg.KillGrace, Starter: w.starter, Check: w.agent.CheckInit,
 		StallTimeout: w.cfg.StallTimeout, StallExempt: w.parked,
 		OnEvent: func(ev agent.Event) {
 			if ev.Denied != nil {

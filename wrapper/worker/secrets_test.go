@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/wrapper/agent"
 )
 
 // TestModelAPIOnlyThroughTheProxy runs the real CLIs against a stub model
@@ -97,7 +98,11 @@ func TestAgentEnvHoldsNoSecret(t *testing.T) {
 			if tt.agent == protocol.AgentClaude || tt.droidURL != "" {
 				c.model = modelAPI{url: "http://127.0.0.1:9", token: "agentvisor-proxy-t"}
 			}
-			env := strings.Join(c.AgentEnv(base, "http://127.0.0.1:8/progress", "ptok", protocol.Task{RequestID: "r1"}), "\n")
+			ad, err := agent.New(c.AgentType, c.agentSettings())
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := strings.Join(c.AgentEnv(ad, base, "http://127.0.0.1:8/progress", "ptok", protocol.Task{RequestID: "r1"}), "\n")
 			for _, w := range tt.want {
 				if !strings.Contains(env, w) {
 					t.Errorf("the agent's environment lacks %q:\n%s", w, env)

@@ -124,7 +124,9 @@ type SessionDeps struct {
 	Now       func() time.Time
 	Log       *slog.Logger
 	AgentType protocol.AgentType
-	WorkerID  string
+	// Agent builds a new session's invocation (Adapter.WithContext).
+	Agent    agent.Adapter
+	WorkerID string
 	// Redact, when set, cleans a summary of secrets before it is stored.
 	Redact func(string) string
 }
@@ -304,25 +306,19 @@ func (p *ProjectSessions) Complete(ctx context.Context, task protocol.Task, plan
 	return o, plan
 }
 
-// invocation is the command line of a task in plan's session: a new
-// session carries the project's context (Claude: in the system prompt;
-// Droid: in the prompt).
+// invocation is the command line of a task in plan's session.
 func (p *ProjectSessions) invocation(task protocol.Task, plan SessionPlan) Invocation {
-	return invocationFor(p.d.AgentType, task, plan)
+	return invocationFor(p.d.Agent, task, plan)
 }
 
-func invocationFor(agentType protocol.AgentType, task protocol.Task, plan SessionPlan) Invocation {
+// invocationFor is the command line of a task in plan's session; a new
+// session carries the project's context where its agent takes it.
+func invocationFor(ad agent.Adapter, task protocol.Task, plan SessionPlan) Invocation {
 	inv := Invocation{Prompt: task.Prompt, ResumeID: plan.ResumeID, MaxBudgetUSD: task.MaxBudgetUSD}
 	if plan.ResumeID != "" || strings.TrimSpace(plan.Context) == "" {
 		return inv
 	}
-	section := "# Project context (from earlier sessions of this project)\n" + plan.Context
-	if agentType == protocol.AgentDroid {
-		inv.Prompt = section + "\n\n# Task\n" + task.Prompt
-	} else {
-		inv.Extra = section
-	}
-	return inv
+	return ad.WithContext(inv, "# Project context (from earlier sessions of this project)\n"+plan.Context)
 }
 
 func truncate(s string, n int) string {

@@ -69,8 +69,8 @@ func (w *Worker) noteMessage(entryID string, m protocol.Message) {
 			how = "delivered into the running turn"
 		}
 	}
-	if w.cfg.AgentType == protocol.AgentDroid && inject == nil {
-		how = "not delivered: Droid resumes sessions only through its vendor's cloud, so no next turn can carry it"
+	if why := w.agent.Caps().NoResume; why != "" && inject == nil {
+		how = "not delivered: " + why
 	}
 	w.log.Info("steering message", "request_id", m.RequestID, "how", how)
 	w.pushProgress(cur, "message "+how, nil, "", "")
@@ -103,9 +103,10 @@ func (w *Worker) handleMessageEntry(src taskSource, e *rdb.Entry, data []byte) {
 // steerTurns runs the messages that came while the task's turn ran (and
 // could not go into it) as further turns of its session, right after it,
 // while the turns end well and no cancel came. The outcome is the last
-// turn's, with the usage of all. Claude only (Droid cannot resume here).
+// turn's, with the usage of all. Only for an agent that can resume a
+// session here (Capabilities.NoResume).
 func (w *Worker) steerTurns(ctx context.Context, task protocol.Task, plan SessionPlan, cur *current, spec agent.Spec, o agent.Outcome) agent.Outcome {
-	if w.cfg.AgentType != protocol.AgentClaude {
+	if w.agent.Caps().NoResume != "" {
 		return o
 	}
 	for {
@@ -120,9 +121,9 @@ func (w *Worker) steerTurns(ctx context.Context, task protocol.Task, plan Sessio
 		next.Prompt = strings.Join(msgs, "\n\n")
 		p := plan
 		p.ResumeID = o.Result.SessionID
-		inv := invocationFor(w.cfg.AgentType, next, p)
+		inv := invocationFor(w.agent, next, p)
 		s := spec
-		s.Argv, s.Stdin, s.OnStart = w.cfg.Argv(inv), w.cfg.PromptStdin(inv), nil
+		s.Argv, s.Stdin, s.OnStart = w.agent.Argv(inv), w.agent.Stdin(inv), nil
 		w.pushProgress(cur, "message: running it as the next turn of the task's session", nil, "", "")
 		o = mergeTurns(o, w.runAgent(ctx, next, p, cur, s))
 	}

@@ -40,6 +40,7 @@ import (
 // the pipeline; each lives in its own file.
 type Worker struct {
 	cfg      Config
+	agent    agent.Adapter // the agent CLI's adapter: everything the wrapper knows of that CLI
 	rdb      *rdb.RDB
 	log      *slog.Logger
 	starter  agent.Starter
@@ -95,7 +96,11 @@ func New(cfg Config, opts Options) (*Worker, error) {
 		return nil, err
 	}
 	r.StreamMaxLen, r.Wait = cfg.StreamMaxLen, cfg.RedisWait
-	w := &Worker{cfg: cfg, rdb: r, log: opts.Logger, starter: opts.Starter, sessions: opts.Sessions,
+	ad, err := agent.New(cfg.AgentType, cfg.agentSettings())
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{cfg: cfg, agent: ad, rdb: r, log: opts.Logger, starter: opts.Starter, sessions: opts.Sessions,
 		now: opts.Now, environ: opts.Environ, terminateCh: make(chan struct{})}
 	if w.log == nil {
 		w.log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -116,18 +121,17 @@ func New(cfg Config, opts Options) (*Worker, error) {
 			w.sessions = NewSessions{}
 		} else {
 			w.sessions = NewProjectSessions(SessionDeps{Store: r, Run: w.runOwnTurn, Now: w.now, Log: w.log,
-				AgentType: cfg.AgentType, WorkerID: cfg.WorkerID, Redact: w.redact.Redact}, cfg.Sessions)
+				AgentType: cfg.AgentType, Agent: ad, WorkerID: cfg.WorkerID, Redact: w.redact.Redact}, cfg.Sessions)
 		}
 	}
 	switch {
-	case cfg.Persistent && cfg.AgentType == protocol.AgentDroid && len(cfg.MCPServers) > 0:
-		// The MCP check of a Droid reads its one-shot run (its refusal
-		// to start under --add-tools, its init line's tools); its
-		// JSON-RPC session is not checked that way (mcp.go).
-		w.log.Warn("AGENT_PERSISTENT: a Droid worker with MCP servers runs one process per task")
+	case cfg.Persistent && ad.Caps().OneShotMCP && len(cfg.MCPServers) > 0:
+		// The agent's MCP check reads its run for one task (Droid: its
+		// refusal to start under --add-tools, its init line's tools).
+		w.log.Warn("AGENT_PERSISTENT: a " + ad.Name() + " worker with MCP servers runs one process per task")
 	case cfg.Persistent:
-		w.persist = &persistentAgent{log: w.log, argv: cfg.PersistentArgv, input: cfg.PersistentInput,
-			opens: cfg.AgentType == protocol.AgentDroid, recycleTasks: cfg.RecycleTasks, recycleRSS: cfg.RecycleRSS}
+		w.persist = &persistentAgent{log: w.log, argv: ad.PersistentArgv, input: ad.Input,
+			opens: ad.Caps().OpensSession, recycleTasks: cfg.RecycleTasks, recycleRSS: cfg.RecycleRSS}
 	}
 	w.pub = newPublisher(r, cfg, w.log, w.now)
 	w.machine = protocol.NewWorkerMachine(cfg.WorkerID, w.now())
