@@ -47,9 +47,9 @@ type modelAPI struct{ url, token string }
 func (w *Worker) startModelProxy() (*apiproxy.Proxy, error) {
 	get := w.getenv
 	cfg := apiproxy.Config{APIKey: get("ANTHROPIC_API_KEY"), AuthToken: get("ANTHROPIC_AUTH_TOKEN"), Logger: w.log,
-		OnUpstreamError: w.onUpstreamError, OnRateLimit: w.onRateLimit}
+		OnUpstreamError: w.heal.upstreamError, OnRateLimit: w.heal.rateLimit}
 	if !w.agent.Caps().ReportsCost { // the wrapper meters the agent's calls (cost.go)
-		cfg.OnUsage, cfg.Refuse = w.onModelUsage, w.refuseModelCall
+		cfg.OnUsage, cfg.Refuse = w.spend.meter, w.spend.refuse
 	}
 	route := w.agent.Route(get)
 	if !route.Proxied {
@@ -75,4 +75,13 @@ func (w *Worker) getenv(name string) string {
 		}
 	}
 	return ""
+}
+
+// unmetered says which service the agent talks to by itself, whose calls
+// no proxy of ours meters; "" when the proxy carries them.
+func (w *Worker) unmetered() string {
+	if w.cfg.model.url != "" {
+		return ""
+	}
+	return w.agent.Route(w.getenv).Direct
 }
