@@ -2,194 +2,184 @@ package agent
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
-// Adapter is everything the wrapper knows of one agent CLI: its command
-// lines, its output parser and control dialect, how permissions, MCP
-// servers and the model API are given to it, the files it reads, and what
-// it can do (Caps). The rest of the wrapper asks an Adapter; it never
-// branches on the agent type. Adding an agent is one file with its
-// adapter and its parser, and one case in For.
+// Adapter is everything the wrapper knows of one agent CLI: how to run it
+// for a task and as a persistent process, how to read it, what it must be
+// given (permissions, MCP servers, the model API, its files), how its
+// cost is known, and what it supports. The wrapper asks its adapter and
+// never the agent's type. One file per CLI (claude.go, droid.go) holds
+// its adapter; New picks one.
 type Adapter interface {
-	// Type is the agent type the adapter serves.
+	// Type is the agent's type; Name its name in messages (Claude).
 	Type() protocol.AgentType
-	// Caps says what the CLI can do.
-	Caps() Caps
-	// TaskArgv is the command line of a process that runs one task.
-	TaskArgv(inv Invocation) []string
-	// PromptStdin is what that process reads on its stdin (nil: none).
-	PromptStdin(inv Invocation) []byte
-	// PersistentArgv is the command line of a process that serves many
-	// turns, read from its stdin (Caps.Persistent).
+	Name() string
+	// Caps is what the agent supports.
+	Caps() Capabilities
+
+	// Argv is the command line of a process for one task, and Stdin
+	// what that process reads on its stdin.
+	Argv(inv Invocation) []string
+	Stdin(inv Invocation) []byte
+	// PersistentArgv is the command line of a process that reads its
+	// messages from stdin, across tasks.
 	PersistentArgv(inv Invocation) []string
-	// PersistentInput is the control dialect and the output parser of a
-	// persistent process whose session is resumeID ("": a new one); a nil
-	// dialect is Claude's stream-json input.
-	PersistentInput(resumeID string) (Dialect, Parser)
-	// Parser reads the output of a process per task.
+	// Parser reads the output of a process for one task.
 	Parser() Parser
-	// WithContext puts a project's context (from its earlier sessions)
-	// where the CLI reads it: the system prompt or the prompt.
+	// Input is the control channel's dialect and the output parser of a
+	// persistent process for the session resumeID ("": a new one).
+	Input(resumeID string) (Dialect, Parser)
+	// WithContext is inv for a new session that carries the project's
+	// context section (in its system prompt, or in its prompt).
 	WithContext(inv Invocation, section string) Invocation
-	// Env is what the agent's environment gets of the adapter: the model
-	// API (through the wrapper's proxy at model, when it runs one), the
-	// MCP settings, the CLI's own switches.
-	Env(model ModelAPI) []string
-	// Hidden reports whether the wrapper's variable name stays out of the
-	// agent's environment for this CLI (a credential it must not hold),
-	// and whether the adapter decides it at all.
-	Hidden(name string) (hidden, decides bool)
-	// Prepare writes the files the CLI reads before it starts: its model
-	// settings, its MCP configuration, its permission hooks. home is the
-	// agent's HOME; apiKey the credential when no proxy stands for it.
-	Prepare(home string, model ModelAPI, apiKey string) error
-	// InstructionsFile is the name of the instructions file the CLI reads
-	// in its working directory.
+
+	// Route is how the agent reaches the model API: through the wrapper's
+	// proxy (upstream), or by itself. getenv reads the wrapper's
+	// environment.
+	Route(getenv func(string) string) ModelRoute
+	// Env is what the agent's environment gets from its adapter: the
+	// model API (api is the proxy, empty when there is none), the wait
+	// for its MCP servers, the CLI's own settings.
+	Env(api ModelAPI) []string
+	// KeepsEnv reports whether the agent gets the wrapper's variable
+	// name, which the wrapper otherwise keeps to itself (its login to its
+	// vendor's service).
+	KeepsEnv(name string) bool
+	// InstructionsFile is the file in the workspace the agent reads its
+	// instructions from (INSTRUCTIONS).
 	InstructionsFile() string
-	// ProxyUpstream is where the wrapper's model proxy forwards, read from
-	// the wrapper's environment; ok is false when the agent talks to its
-	// vendor itself and no proxy runs.
-	ProxyUpstream(getenv func(string) string) (upstream string, ok bool)
-	// APIModel is the model the agent asks the API for, as far as the
-	// configuration tells ("" when it does not).
-	APIModel() string
-	// CheckInit is the runner's check of the agent's init line: every MCP
-	// server of the spec must be there (MCP_UNAVAILABLE otherwise).
+	// Setup writes the agent's configuration files: its MCP servers, its
+	// permission hooks, its model settings. home is the agent's HOME.
+	Setup(home string, api ModelAPI) error
+
+	// CheckInit is the runner's check of the agent's init line (Spec.Check):
+	// MCP_UNAVAILABLE when an MCP server is missing, nil otherwise.
 	CheckInit(ev Event) *protocol.Error
-	// Outcome turns what only this CLI's output shows (Droid refusing to
-	// start without an MCP server) into the outcome's error.
-	Outcome(o Outcome) Outcome
+	// CheckOutcome turns the outcome of a run that the agent refused to
+	// start for a missing MCP server into an abort; any other outcome is
+	// returned as it is.
+	CheckOutcome(o Outcome) Outcome
+	// Model is the model the agent's calls are priced by: the model of
+	// its init line (nil: none seen), else the configured one.
+	Model(init *Init) string
 }
 
-// Caps is what an agent CLI can do, which the wrapper asks instead of
-// its type.
-type Caps struct {
-	// EstimatesCost: the CLI reports no cost of its own; the wrapper
-	// meters its model calls and prices them.
-	EstimatesCost bool
-	// BudgetFlag: the CLI enforces a task's max_budget_usd itself, as a
-	// flag of its process (so such a task runs in a process of its own).
+// Capabilities is what an agent supports: the wrapper asks these instead
+// of the agent's type.
+type Capabilities struct {
+	// ReportsCost: its result carries its cost. Otherwise the wrapper
+	// estimates the cost from the model calls its proxy meters, and
+	// guards the task's max_budget_usd live from that estimate.
+	ReportsCost bool
+	// BudgetFlag: a task's max_budget_usd is a flag of its process, so a
+	// task with one runs in a process of its own.
 	BudgetFlag bool
-	// ResumesLocally: the CLI resumes a session from local files with a
-	// new process, so a steering message that missed a turn can run as
-	// the session's next turn.
-	ResumesLocally bool
-	// Approvals: the CLI can ask for a tool call on its control channel
-	// (AGENT_APPROVAL, with a persistent process).
+	// Approvals: a persistent process asks on its control channel before
+	// a tool call its rules do not allow (AGENT_APPROVAL).
 	Approvals bool
+	// NoResume says why a session cannot be resumed here for a next turn
+	// (a steering message that came too late for its turn waits for
+	// one); "" when it can.
+	NoResume string
+	// OpensSession: a persistent process opens its session on its input
+	// before it takes a message.
+	OpensSession bool
+	// OneShotMCP: the check of the MCP servers reads a process for one
+	// task, so a worker with MCP servers runs one process per task.
+	OneShotMCP bool
 	// JSONSchema: the CLI takes the stop output's JSON schema.
 	JSONSchema bool
-	// OpensSession: a persistent process opens its session on its control
-	// channel before it takes a message.
-	OpensSession bool
-	// PersistentMCP: the MCP servers of a persistent process are checked
-	// (otherwise a worker with MCP servers runs a process per task).
-	PersistentMCP bool
-}
-
-// Setup is what an adapter needs of the worker's configuration.
-type Setup struct {
-	WorkerID  string
-	Bin       string   // the CLI's executable
-	Args      []string // AGENT_ARGS, after the adapter's own flags
-	Workspace string   // the agent's working directory
-	Model     string   // AGENT_MODEL
-	PTY       bool     // the agent runs on a pseudo-terminal
-	// JSONSchema hands the CLI the stop output's schema.
-	JSONSchema bool
-	// SkipPermissions: with every shell command allowed, the CLI's
-	// skip-permissions mode.
-	SkipPermissions bool
-	Allowed         protocol.AllowedCommands
-	// Approval: what Allowed does not allow is asked of the task's owner.
-	Approval   bool
-	MCPServers []protocol.MCPServer
-	MCPTimeout time.Duration
-	// SelfPath is the wrapper's executable (hooks call it back).
-	SelfPath string
-	// BaseURL is a custom model API for a CLI that otherwise talks to its
-	// vendor (Droid's DROID_BASE_URL).
-	BaseURL string
-}
-
-// ModelAPI is the model API as the agent sees it: the wrapper's proxy's
-// base URL and token; empty when no proxy runs.
-type ModelAPI struct{ URL, Token string }
-
-// For returns the adapter of agent type t: the one place that picks.
-func For(t protocol.AgentType, s Setup) (Adapter, error) {
-	switch t {
-	case protocol.AgentClaude:
-		return Claude{s}, nil
-	case protocol.AgentDroid:
-		return Droid{s}, nil
-	}
-	return nil, fmt.Errorf("agent: no adapter for agent type %q", t)
 }
 
 // Invocation is one agent run's command line.
 type Invocation struct {
 	Prompt   string
 	ResumeID string // continue this session; "" for a new one
-	Extra    string // appended to the system prompt after SystemPromptSection
-	// MaxBudgetUSD: the task's max_budget_usd, for a CLI with BudgetFlag.
+	Extra    string // appended to the system prompt after Settings.SystemPrompt
+	// MaxBudgetUSD is the task's max_budget_usd, for an agent that takes
+	// it as a flag (Capabilities.BudgetFlag).
 	MaxBudgetUSD float64
 }
 
-// SystemPromptSection is appended to the agent's system prompt: how to
-// report progress and how to stop.
-const SystemPromptSection = `# Working as an autonomous worker
-You run unattended: nobody reads your terminal. Two channels reach the people who gave you the task.
+// ModelAPI is the wrapper's model API proxy as the agent sees it: its
+// base URL and token.
+type ModelAPI struct{ URL, Token string }
 
-1. Progress ("I keep going"). At each major step, run this in your shell; it returns at once:
-   worker-wrapper progress --step "<what you are doing>" --pct <0-100>
+// ModelRoute is how the agent reaches the model API.
+type ModelRoute struct {
+	// Proxied: through the wrapper's proxy, which forwards to Upstream
+	// ("" for the proxy's default, the Anthropic API).
+	Proxied  bool
+	Upstream string
+	// Direct says which service the agent talks to by itself when it is
+	// not proxied.
+	Direct string
+}
 
-2. Stop output ("I stopped"). When you stop, for whatever reason, end your final message with exactly one JSON object:
-   {"status": "complete", "result": {...}}            the task is done; result says what you produced
-   {"status": "blocked", "question": "<question>"}   you need an answer to go on
-   {"status": "failed", "result": {"reason": "..."}} you cannot do it
-`
+// Settings are what an adapter is built from: the worker's configuration
+// of its agent.
+type Settings struct {
+	Bin       string   // the executable
+	Args      []string // extra flags, last on the command line
+	Model     string   // the model (AGENT_MODEL)
+	Workspace string
+	PTY       bool // the agent runs on a pseudo-terminal
+	// SystemPrompt is what every run appends to the agent's system
+	// prompt, before an invocation's Extra.
+	SystemPrompt    string
+	AllowedCommands protocol.AllowedCommands
+	// SkipPermissions: with every command allowed, the CLI's own mode
+	// that asks nothing.
+	SkipPermissions bool
+	JSONSchema      bool // hand the agent the stop output's schema
+	Approval        bool // AGENT_APPROVAL
+	MCPServers      []protocol.MCPServer
+	MCPTimeout      time.Duration
+	// BaseURL (DROID_BASE_URL) is an Anthropic-compatible API Droid's
+	// custom model points at.
+	BaseURL string
+	// RuntimeDir holds the files the wrapper writes for the agent at run
+	// time (an MCP configuration, a hook's settings).
+	RuntimeDir string
+	SelfPath   string // the wrapper's executable
+}
 
-// systemPrompt is what the agent's system prompt gets appended.
-func systemPrompt(inv Invocation) string {
+// systemPrompt is what inv's run appends to the agent's system prompt.
+func (s Settings) systemPrompt(inv Invocation) string {
 	if inv.Extra != "" {
-		return SystemPromptSection + "\n" + inv.Extra
+		return s.SystemPrompt + "\n" + inv.Extra
 	}
-	return SystemPromptSection
+	return s.SystemPrompt
 }
 
-// runtimeDir is the worker's own directory for the files it gives the
-// agent (MCP configuration, hook settings).
-func (s Setup) runtimeDir() string { return filepath.Join(os.TempDir(), "agentvisor-"+s.WorkerID) }
-
-// MCPConfigPath is Claude's --mcp-config file.
-func (s Setup) MCPConfigPath() string { return filepath.Join(s.runtimeDir(), "mcp.json") }
-
-// GuardSettingsPath is the settings file that gives Droid its PreToolUse
-// hook.
-func (s Setup) GuardSettingsPath() string { return filepath.Join(s.runtimeDir(), "droid-guard.json") }
-
-// writeReadOnly writes a file the agent must not change (read-only,
-// replacing one left by an earlier start).
-func writeReadOnly(p string, b []byte) error {
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return err
+// stdin is a run's stdin: the prompt, which never goes on the command
+// line (one argument is limited to 128 KiB, a prompt may be
+// protocol.MaxPromptBytes). On a pty stdin is the terminal: the prompt
+// stays in argv, so a prompt there is limited to 128 KiB.
+func (s Settings) stdin(inv Invocation) []byte {
+	if s.PTY {
+		return nil
 	}
-	_ = os.Remove(p)
-	return os.WriteFile(p, b, 0o400)
+	return []byte(inv.Prompt)
 }
 
-// serverNames lists the spec's MCP servers by name.
-func serverNames(servers []protocol.MCPServer) string {
-	names := make([]string, len(servers))
-	for i, s := range servers {
-		names[i] = s.Name
+// adapters are the agents' adapters, by type; each adapter's file adds
+// its own.
+var adapters = map[protocol.AgentType]func(Settings) Adapter{}
+
+func register(t protocol.AgentType, newAdapter func(Settings) Adapter) { adapters[t] = newAdapter }
+
+// New returns the adapter of the agent type t: the one place that picks
+// one.
+func New(t protocol.AgentType, s Settings) (Adapter, error) {
+	newAdapter, ok := adapters[t]
+	if !ok {
+		return nil, fmt.Errorf("agent: no adapter for agent type %q", t)
 	}
-	return strings.Join(names, ", ")
+	s.Args = slices.Clone(s.Args)
+	return newAdapter(s), nil
 }

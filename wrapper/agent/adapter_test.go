@@ -1,66 +1,64 @@
 package agent
 
 import (
-	"os"
+	"encoding/json"
 	"path/filepath"
-	"slices"
-	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
-func TestPermissionArgs(t *testing.T) {
-	tests := []struct {
-		name      string
-		agent     protocol.AgentType
-		patterns  []string
-		skip      bool
-		want      []string
-		wantGuard bool
-	}{
-		{"claude deny all", protocol.AgentClaude, nil, true,
-			[]string{"--permission-mode", "dontAsk", "--allowedTools=Edit,Write,NotebookEdit,Bash(worker-wrapper progress:*)"}, false},
-		{"claude list", protocol.AgentClaude, []string{"engineering.*", "project.get"}, true,
-			[]string{"--permission-mode", "dontAsk", "--allowedTools=Edit,Write,NotebookEdit,Bash(worker-wrapper progress:*),Bash(project get:*),Bash(engineering:*)"}, false},
-		{"claude star", protocol.AgentClaude, []string{"*"}, true, []string{"--dangerously-skip-permissions"}, false},
-		{"claude star, no skip", protocol.AgentClaude, []string{"*"}, false,
-			[]string{"--permission-mode", "dontAsk", "--allowedTools=Edit,Write,NotebookEdit,Bash"}, false},
-		{"droid list", protocol.AgentDroid, []string{"git.push"}, true, []string{"--skip-permissions-unsafe", "--settings"}, true},
-		{"droid star", protocol.AgentDroid, []string{"*"}, true, []string{"--skip-permissions-unsafe"}, false},
-		{"droid star, no skip", protocol.AgentDroid, []string{"*"}, false, []string{"--auto", "high"}, false},
+// adapterFor is the adapter of agent type t with settings s, for tests.
+func adapterFor(t *testing.T, typ protocol.AgentType, s Settings) Adapter {
+	t.Helper()
+	a, err := New(typ, s)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := Setup{WorkerID: "w-perm-" + strings.ReplaceAll(tt.name, " ", "-"), SkipPermissions: tt.skip, SelfPath: "/usr/local/bin/worker-wrapper"}
-			s.Allowed, _ = protocol.ParseAllowedCommands(tt.patterns)
-			var got []string
-			if tt.agent == protocol.AgentDroid {
-				got = Droid{s}.permissionArgs()
-			} else {
-				got = Claude{s}.permissionArgs()
-			}
-			if tt.wantGuard {
-				if len(got) != 3 || got[2] != s.GuardSettingsPath() {
-					t.Fatalf("args %q", got)
-				}
-				got = got[:2]
-				if err := (Droid{s}).writeGuard(); err != nil {
-					t.Fatal(err)
-				}
-				b, err := os.ReadFile(s.GuardSettingsPath())
-				if err != nil || !strings.Contains(string(b), `"command": "'/usr/local/bin/worker-wrapper' guard"`) || !strings.Contains(string(b), `"matcher": "Execute"`) {
-					t.Errorf("guard settings %s (%v)", b, err)
-				}
-				os.RemoveAll(filepath.Dir(s.GuardSettingsPath()))
-			}
-			if !slices.Equal(got, tt.want) {
-				t.Errorf("args %q, want %q", got, tt.want)
-			}
-		})
+	return a
+}
+
+// Every agent type of the protocol has its adapter; no other type has one.
+func TestEveryAgentTypeHasAnAdapter(t *testing.T) {
+	for _, typ := range protocol.AgentTypes {
+		if a := adapterFor(t, typ, Settings{}); a.Type() != typ || a.Name() == "" || a.InstructionsFile() == "" {
+			t.Errorf("%s: adapter %T of type %s, name %q", typ, a, a.Type(), a.Name())
+		}
+	}
+	if _, err := New("codex", Settings{}); err == nil {
+		t.Error("an adapter for an unknown agent type")
 	}
 }
 
-// A progress call that goes wrong (no step, a percentage that is not a
-// number, one out of range) is refused, and the consumer sees each as a
-// warning of the task; a good one still counts.
+// testServers are the MCP servers of the adapters' tests.
+var testServers = []protocol.MCPServer{
+	{Name: "tm", Command: "/bin/testmcp", Args: []string{"-v"}, Env: map[string]string{"TAG": "x"}},
+	{Name: "web", URL: "https://mcp.example/mcp", Headers: map[string]string{"Authorization": "Bearer t"}},
+}
+
+func mcpSettings(t *testing.T, timeout time.Duration) Settings {
+	home := t.TempDir()
+	allowed, err := protocol.ParseAllowedCommands([]string{"git.status"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Settings{Bin: "agent", Workspace: home, MCPServers: testServers, MCPTimeout: timeout, AllowedCommands: allowed,
+		RuntimeDir: filepath.Join(home, "runtime")}
+}
+
+// The servers in the mcpServers form both CLIs read.
+func TestMCPDocument(t *testing.T) {
+	var doc struct {
+		MCPServers map[string]map[string]any `json:"mcpServers"`
+	}
+	if err := json.Unmarshal(mcpDocument(testServers), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if s := doc.MCPServers["tm"]; s["type"] != "stdio" || s["command"] != "/bin/testmcp" || s["env"].(map[string]any)["TAG"] != "x" {
+		t.Errorf("stdio server: %v", s)
+	}
+	if s := doc.MCPServers["web"]; s["type"] != "http" || s["url"] != "https://mcp.example/mcp" || s["headers"] == nil {
+		t.Errorf("http server: %v", s)
+	}
+}

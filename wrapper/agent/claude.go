@@ -2,8 +2,8 @@ package agent
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,15 +17,6 @@ import (
 type ClaudeParser struct{}
 
 var _ Parser = ClaudeParser{}
-
-func claudeUsage(u gjson.Result) protocol.Usage {
-	return protocol.Usage{
-		Input:         tokens(u.Get("input_tokens")),
-		Output:        tokens(u.Get("output_tokens")),
-		CacheRead:     tokens(u.Get("cache_read_input_tokens")),
-		CacheCreation: tokens(u.Get("cache_creation_input_tokens")),
-	}
-}
 
 // maxTokens bounds a token count an agent reports: far above any real
 // count, low enough that the sums the wrapper makes of many cannot
@@ -41,6 +32,15 @@ func tokens(v gjson.Result) int64 {
 		n = maxTokens
 	}
 	return min(max(n, 0), maxTokens)
+}
+
+func claudeUsage(u gjson.Result) protocol.Usage {
+	return protocol.Usage{
+		Input:         tokens(u.Get("input_tokens")),
+		Output:        tokens(u.Get("output_tokens")),
+		CacheRead:     tokens(u.Get("cache_read_input_tokens")),
+		CacheCreation: tokens(u.Get("cache_creation_input_tokens")),
+	}
 }
 
 // jsonObject parses a line that is one JSON object; ok is false for
@@ -140,38 +140,42 @@ func (ClaudeParser) ParseLine(line []byte) []Event {
 	return nil
 }
 
-// Claude is the adapter of Claude Code (`claude -p`, stream-json).
+// Claude Code's adapter.
 //
-// Permissions (ALLOWED_COMMANDS): --permission-mode dontAsk (what no rule
-// allows is denied, never asked) and --allowedTools with the file tools
-// and one Bash(<words>:*) rule per prefix; Claude splits compound
-// commands and checks each part, and reports what it refused in its
-// result line. "*" keeps --dangerously-skip-permissions (or dontAsk with
-// every Bash command). With approvals, the mode is default and Claude asks
-// on its control channel (--permission-prompt-tool stdio).
+// ALLOWED_COMMANDS: --permission-mode dontAsk (what no rule allows is
+// denied, never asked) and --allowedTools with Edit, Write and one
+// Bash(<words>:*) rule per prefix; "*" keeps --dangerously-skip-permissions.
+// Claude splits compound commands and checks each part, refuses command
+// substitution, and reports what it refused in its result line
+// (permission_denials), which the wrapper publishes as warnings.
 //
-// MCP servers: a config file given with --mcp-config and
-// --strict-mcp-config; MCP_CONNECTION_NONBLOCKING=0 makes Claude wait for
-// them (up to the MCP timeout), so that its init line gives each
-// server's status.
-type Claude struct{ s Setup }
+// MCP servers (Claude Code 2.1.197): a config file given with --mcp-config
+// and --strict-mcp-config (no other MCP configuration counts: not the
+// user's, not a .mcp.json in the workspace). By default Claude does not
+// wait for its servers before the first turn (a slow one shows "pending"
+// on the init line); MCP_CONNECTION_NONBLOCKING=0 makes it wait, up to
+// MCP_CONNECT_TIMEOUT_MS, and MCP_TIMEOUT bounds a server's start: both
+// are AGENT_MCP_TIMEOUT. Its init line then gives each server's status;
+// any but "connected" is a server the task would have to do without.
+type claude struct{ s Settings }
 
-var _ Adapter = Claude{}
+func init() { register(protocol.AgentClaude, func(s Settings) Adapter { return claude{s} }) }
 
 // claudeFileTools are the Claude tools a worker may always use: editing
 // files is its job (reading needs no permission).
 var claudeFileTools = []string{"Edit", "Write", "NotebookEdit"}
 
-func (Claude) Type() protocol.AgentType { return protocol.AgentClaude }
+func (claude) Type() protocol.AgentType { return protocol.AgentClaude }
+func (claude) Name() string             { return "Claude" }
 
-func (Claude) Caps() Caps {
-	return Caps{BudgetFlag: true, ResumesLocally: true, Approvals: true, JSONSchema: true, PersistentMCP: true}
+func (claude) Caps() Capabilities {
+	return Capabilities{ReportsCost: true, BudgetFlag: true, Approvals: true, JSONSchema: true}
 }
 
-func (c Claude) TaskArgv(inv Invocation) []string {
-	s := c.s
-	argv := []string{s.Bin, "-p"}
-	if s.PTY {
+// Argv is `claude -p` with the prompt on stdin (on a pty, in argv).
+func (c claude) Argv(inv Invocation) []string {
+	argv := []string{c.s.Bin, "-p"}
+	if c.s.PTY {
 		argv = append(argv, inv.Prompt)
 	}
 	argv = append(argv, "--output-format", "stream-json", "--verbose")
@@ -180,131 +184,100 @@ func (c Claude) TaskArgv(inv Invocation) []string {
 	if inv.ResumeID != "" {
 		argv = append(argv, "--resume", inv.ResumeID)
 	}
-	if s.Model != "" {
-		argv = append(argv, "--model", s.Model)
+	if c.s.Model != "" {
+		argv = append(argv, "--model", c.s.Model)
 	}
 	if inv.MaxBudgetUSD > 0 {
 		argv = append(argv, "--max-budget-usd", strconv.FormatFloat(inv.MaxBudgetUSD, 'f', -1, 64))
 	}
-	argv = append(argv, "--append-system-prompt", systemPrompt(inv))
-	if s.JSONSchema {
+	argv = append(argv, "--append-system-prompt", c.s.systemPrompt(inv))
+	if c.s.JSONSchema {
 		argv = append(argv, "--json-schema", protocol.StopOutputSchema())
 	}
-	return append(argv, s.Args...)
+	return append(argv, c.s.Args...)
 }
 
-// PromptStdin: Claude -p reads the prompt on stdin, so that it never goes
-// on the command line (one argument is limited to 128 KiB). On a pty
-// stdin is the terminal: the prompt stays in argv.
-func (c Claude) PromptStdin(inv Invocation) []byte {
-	if c.s.PTY {
-		return nil
-	}
-	return []byte(inv.Prompt)
-}
+func (c claude) Stdin(inv Invocation) []byte { return c.s.stdin(inv) }
 
-// PersistentArgv is TaskArgv with stream-json input; with
-// --replay-user-messages Claude echoes each message it takes, so that a
-// steering message answered in a turn of its own is waited for.
-func (c Claude) PersistentArgv(inv Invocation) []string {
-	argv := c.TaskArgv(inv)
-	out := []string{argv[0], "-p", "--input-format", "stream-json", "--replay-user-messages"}
-	return c.approvalArgs(append(out, argv[2:]...)) // argv[1] is -p (never on a pty)
-}
-
-// approvalArgs makes Claude ask, on its control channel, for what its
-// rules do not allow.
-func (c Claude) approvalArgs(argv []string) []string {
+// PersistentArgv is Argv with stream-json input. --replay-user-messages:
+// Claude echoes each message it takes, so that a steering message answered
+// in a turn of its own is waited for. With AGENT_APPROVAL it asks instead
+// of refusing: dontAsk becomes default, and the prompts come on the
+// control channel.
+func (c claude) PersistentArgv(inv Invocation) []string {
+	argv := c.Argv(inv)
+	out := append([]string{argv[0], "-p", "--input-format", "stream-json", "--replay-user-messages"}, argv[2:]...) // argv[1] is -p (never on a pty)
 	if !c.s.Approval {
-		return argv
+		return out
 	}
-	if i := slices.Index(argv, "dontAsk"); i > 0 && argv[i-1] == "--permission-mode" {
-		argv[i] = "default"
+	if i := slices.Index(out, "dontAsk"); i > 0 && out[i-1] == "--permission-mode" {
+		out[i] = "default"
 	}
-	return append(argv, "--permission-prompt-tool", "stdio")
+	return append(out, "--permission-prompt-tool", "stdio")
 }
 
-// PersistentInput: Claude's session is on its command line; its input is
-// stream-json (a nil dialect).
-func (c Claude) PersistentInput(string) (Dialect, Parser) { return nil, ClaudeParser{} }
+func (claude) Parser() Parser { return ClaudeParser{} }
 
-func (Claude) Parser() Parser { return ClaudeParser{} }
+// Input is Claude's stream-json input; its session is on the command line.
+func (claude) Input(string) (Dialect, Parser) { return ClaudeInput{Replay: true}, ClaudeParser{} }
 
-// WithContext puts a project's context in the system prompt.
-func (Claude) WithContext(inv Invocation, section string) Invocation {
+// WithContext puts the project's context in the system prompt.
+func (claude) WithContext(inv Invocation, section string) Invocation {
 	inv.Extra = section
 	return inv
 }
 
-func (c Claude) Env(model ModelAPI) []string {
+// Route: Claude goes through the proxy, to ANTHROPIC_BASE_URL (default
+// the Anthropic API).
+func (claude) Route(getenv func(string) string) ModelRoute {
+	return ModelRoute{Proxied: true, Upstream: getenv("ANTHROPIC_BASE_URL")}
+}
+
+// Env gives Claude the proxy as its API, makes it wait for its MCP
+// servers (at most MCPTimeout, so that its init line says whether each
+// connected), and turns off what a worker has no use for. Claude refuses
+// to skip permissions as root outside a sandbox; a worker container is
+// that sandbox.
+func (c claude) Env(api ModelAPI) []string {
 	var env []string
-	if model.URL != "" {
-		env = append(env, "ANTHROPIC_BASE_URL="+model.URL, "ANTHROPIC_API_KEY="+model.Token)
+	if api.URL != "" {
+		env = append(env, "ANTHROPIC_BASE_URL="+api.URL, "ANTHROPIC_API_KEY="+api.Token)
 	}
 	if len(c.s.MCPServers) > 0 {
 		ms := strconv.FormatInt(c.s.MCPTimeout.Milliseconds(), 10)
 		env = append(env, "MCP_CONNECTION_NONBLOCKING=0", "MCP_CONNECT_TIMEOUT_MS="+ms, "MCP_TIMEOUT="+ms)
 	}
-	// Claude refuses to skip permissions as root outside a sandbox; a
-	// worker container is that sandbox.
 	if os.Geteuid() == 0 {
 		env = append(env, "IS_SANDBOX=1")
 	}
 	return append(env, "DISABLE_TELEMETRY=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1")
 }
 
-// Hidden: a Factory key is no credential of Claude's.
-func (Claude) Hidden(name string) (bool, bool) {
-	return name == "FACTORY_API_KEY", name == "FACTORY_API_KEY"
-}
+func (claude) KeepsEnv(string) bool     { return false }
+func (claude) InstructionsFile() string { return "CLAUDE.md" }
 
-// Prepare writes Claude's --mcp-config file when the spec names servers.
-func (c Claude) Prepare(string, ModelAPI, string) error {
+// Setup writes the --mcp-config file when the spec names servers.
+func (c claude) Setup(string, ModelAPI) error {
 	if len(c.s.MCPServers) == 0 {
 		return nil
 	}
-	if err := writeReadOnly(c.s.MCPConfigPath(), MCPDocument(c.s.MCPServers)); err != nil {
-		return fmt.Errorf("mcp servers: %w", err)
-	}
-	return nil
+	return writeReadOnly(c.mcpConfigPath(), mcpDocument(c.s.MCPServers), "mcp servers")
 }
 
-func (Claude) InstructionsFile() string { return "CLAUDE.md" }
+// mcpConfigPath is the --mcp-config file.
+func (c claude) mcpConfigPath() string { return filepath.Join(c.s.RuntimeDir, "mcp.json") }
 
-// ProxyUpstream: the model proxy always runs, forwarding to
-// ANTHROPIC_BASE_URL ("" is the proxy's default, the Anthropic API).
-func (Claude) ProxyUpstream(getenv func(string) string) (string, bool) {
-	return getenv("ANTHROPIC_BASE_URL"), true
-}
-
-func (c Claude) APIModel() string { return c.s.Model }
-
-// CheckInit: every server of the spec is on the init line, connected.
-func (c Claude) CheckInit(ev Event) *protocol.Error {
-	if ev.Init == nil || len(c.s.MCPServers) == 0 {
+// mcpArgs are Claude's MCP flags.
+func (c claude) mcpArgs() []string {
+	if len(c.s.MCPServers) == 0 {
 		return nil
 	}
-	status := map[string]string{}
-	for _, m := range ev.Init.MCPServers {
-		status[m.Name] = m.Status
-	}
-	var missing []string
-	for _, s := range c.s.MCPServers {
-		switch st, ok := status[s.Name]; {
-		case !ok:
-			missing = append(missing, s.Name+" (not reported)")
-		case st != "connected":
-			missing = append(missing, s.Name+" ("+st+")")
-		}
-	}
-	return mcpUnavailable(missing, c.s.MCPTimeout)
+	return []string{"--mcp-config", c.mcpConfigPath(), "--strict-mcp-config"}
 }
 
-func (Claude) Outcome(o Outcome) Outcome { return o }
-
-// permissionArgs are Claude's permission flags for the allowed commands.
-func (c Claude) permissionArgs() []string {
-	rules := c.s.Allowed.ShellRules()
+// permissionArgs are Claude's permission flags for ALLOWED_COMMANDS.
+func (c claude) permissionArgs() []string {
+	rules := c.s.AllowedCommands.ShellRules()
 	switch {
 	case rules.All && c.s.SkipPermissions:
 		return []string{"--dangerously-skip-permissions"}
@@ -324,11 +297,11 @@ func ClaudeAllowedTools(rules protocol.ShellRules) []string {
 	return tools
 }
 
-// mcpAllowedTools allow every tool of the spec's servers: a list in
-// ALLOWED_COMMANDS runs Claude in dontAsk mode, where a tool no rule
-// allows is denied. The spec's author chose the servers; ALLOWED_COMMANDS
-// governs shell commands.
-func (c Claude) mcpAllowedTools() []string {
+// mcpAllowedTools are permission rules that allow every tool of the
+// spec's servers: a list in ALLOWED_COMMANDS runs Claude in dontAsk mode,
+// where a tool no rule allows is denied. The spec's author chose the
+// servers; ALLOWED_COMMANDS governs shell commands.
+func (c claude) mcpAllowedTools() []string {
 	var rules []string
 	for _, s := range c.s.MCPServers {
 		rules = append(rules, "mcp__"+s.Name)
@@ -336,9 +309,32 @@ func (c Claude) mcpAllowedTools() []string {
 	return rules
 }
 
-func (c Claude) mcpArgs() []string {
-	if len(c.s.MCPServers) == 0 {
+// CheckInit: every server of the spec is on the init line, connected.
+func (c claude) CheckInit(ev Event) *protocol.Error {
+	if ev.Init == nil || len(c.s.MCPServers) == 0 {
 		return nil
 	}
-	return []string{"--mcp-config", c.s.MCPConfigPath(), "--strict-mcp-config"}
+	status := map[string]string{}
+	for _, m := range ev.Init.MCPServers {
+		status[m.Name] = m.Status
+	}
+	var missing []string
+	for _, s := range c.s.MCPServers {
+		switch st, ok := status[s.Name]; {
+		case !ok:
+			missing = append(missing, s.Name+" (not reported)")
+		case st != "connected":
+			missing = append(missing, s.Name+" ("+st+")")
+		}
+	}
+	return mcpMissing(missing, c.s.MCPTimeout)
+}
+
+func (claude) CheckOutcome(o Outcome) Outcome { return o }
+
+func (c claude) Model(init *Init) string {
+	if init != nil && init.Model != "" {
+		return init.Model
+	}
+	return c.s.Model
 }

@@ -85,46 +85,53 @@ func leadingStatus(msg string) int {
 	return n
 }
 
-// Droid is the adapter of Factory's Droid (`droid exec`, stream-json per
-// task; stream-jsonrpc for a persistent process).
+// Factory Droid's adapter.
 //
-// Permissions: Droid's autonomy levels trust the risk the model itself
-// declares for a command, and its commandDenylist cannot say "everything
-// else", so neither can enforce a list. Droid runs with
+// ALLOWED_COMMANDS: Droid's autonomy levels trust the risk the model
+// itself declares for a command, and its commandDenylist cannot say
+// "everything else", so neither can enforce a list. Droid runs with
 // --skip-permissions-unsafe and a PreToolUse hook on Execute (--settings)
-// that runs `worker-wrapper guard`: the wrapper decides each command, and
-// the hook's exit 2 refuses the call. "*" keeps --auto high (or
-// --skip-permissions-unsafe).
+// that runs `worker-wrapper guard`: the wrapper decides each command
+// (protocol.AllowedCommands.AllowsShell), publishes a refusal as a
+// warning, and the hook's exit 2 refuses the call. "*" keeps
+// --skip-permissions-unsafe, or --auto high without AGENT_SKIP_PERMISSIONS.
 //
-// MCP servers: ~/.factory/mcp.json and --add-tools MCP:<server>,...:
-// Droid then waits for every server, and one that offers no tool ends it
-// before its init line with "Unknown tool identifier(s)" on stderr.
+// MCP servers (Droid 0.225.2): ~/.factory/mcp.json (what `droid mcp add`
+// writes; a --settings file's mcpServers are ignored), and --add-tools
+// MCP:<server>,... By default Droid starts its servers in the background
+// and its first turn goes without those not yet connected; a tool
+// selector makes it wait until every server has connected or failed, and
+// a server that offers no tool then ends Droid before its init line, exit
+// 1, "Unknown tool identifier(s)" on stderr (it does not say which). Its
+// init line lists the tools it offers, a server's as <server>___<tool>; a
+// server none of whose tools is listed there is missing too.
 //
-// Model: with a base URL (DROID_BASE_URL) a custom model is declared in
-// ~/.factory/settings.json, at the wrapper's proxy; without, Droid talks
-// to Factory's service with its own FACTORY_API_KEY.
-type Droid struct{ s Setup }
+// Cost: Droid reports tokens, never dollars; the wrapper estimates its
+// cost from the calls its proxy meters.
+type droid struct{ s Settings }
 
-var _ Adapter = Droid{}
+func init() { register(protocol.AgentDroid, func(s Settings) Adapter { return droid{s} }) }
 
-// droidCustomModel is the name of the custom model declared for a base
-// URL when AGENT_MODEL names none.
+// droidCustomModel is the name of the custom model the wrapper declares in
+// Droid's settings when DROID_BASE_URL is set and AGENT_MODEL is not.
 const droidCustomModel = "agentvisor"
 
 // droidMCPRefusal is what Droid prints when a server named in --add-tools
 // offers no tool (it did not start or connect).
 const droidMCPRefusal = "Unknown tool identifier"
 
-func (Droid) Type() protocol.AgentType { return protocol.AgentDroid }
+func (droid) Type() protocol.AgentType { return protocol.AgentDroid }
+func (droid) Name() string             { return "Droid" }
 
-// Caps: Droid reports no cost; it resumes sessions only through its
-// vendor's cloud; it has no approval channel; its persistent process
-// opens its session first, and its MCP check reads a one-shot run.
-func (Droid) Caps() Caps { return Caps{EstimatesCost: true, OpensSession: true} }
+func (droid) Caps() Capabilities {
+	return Capabilities{OpensSession: true, OneShotMCP: true,
+		NoResume: "Droid resumes sessions only through its vendor's cloud, so no next turn can carry it"}
+}
 
-func (d Droid) TaskArgv(inv Invocation) []string {
-	s := d.s
-	argv := []string{s.Bin, "exec", "-o", "stream-json", "--cwd", s.Workspace}
+// Argv is `droid exec` with the prompt from -f /dev/stdin (on a pty, in
+// argv).
+func (d droid) Argv(inv Invocation) []string {
+	argv := []string{d.s.Bin, "exec", "-o", "stream-json", "--cwd", d.s.Workspace}
 	argv = append(argv, d.permissionArgs()...)
 	argv = append(argv, d.mcpArgs()...)
 	if inv.ResumeID != "" {
@@ -133,96 +140,95 @@ func (d Droid) TaskArgv(inv Invocation) []string {
 	if m := d.model(); m != "" {
 		argv = append(argv, "-m", m)
 	}
-	argv = append(argv, "--append-system-prompt", systemPrompt(inv))
-	argv = append(argv, s.Args...)
-	if s.PTY {
+	argv = append(argv, "--append-system-prompt", d.s.systemPrompt(inv))
+	argv = append(argv, d.s.Args...)
+	if d.s.PTY {
 		return append(argv, inv.Prompt)
 	}
-	return append(argv, "-f", "/dev/stdin") // the prompt: see PromptStdin
+	return append(argv, "-f", "/dev/stdin")
 }
 
-// PromptStdin: Droid reads the prompt from -f /dev/stdin (on a pty it
-// stays in argv).
-func (d Droid) PromptStdin(inv Invocation) []byte {
-	if d.s.PTY {
-		return nil
-	}
-	return []byte(inv.Prompt)
-}
+func (d droid) Stdin(inv Invocation) []byte { return d.s.stdin(inv) }
 
-// PersistentArgv is Droid's JSON-RPC mode: its session (new or resumed)
-// is opened on stdin (PersistentInput), its prompts come as messages, so
-// neither --session-id nor -f. The session's model and autonomy come in
-// the opening request (the flags do not configure it); -m is still
-// checked by Droid at start.
-func (d Droid) PersistentArgv(inv Invocation) []string {
+// PersistentArgv is Droid's JSON-RPC mode, whose session (inv's to resume,
+// or a new one) is opened on stdin (Input), and whose prompts come as
+// messages: neither --session-id nor -f. The session's model and autonomy
+// come in the opening request too (Droid's flags do not configure it); -m
+// is still checked by Droid at start.
+func (d droid) PersistentArgv(inv Invocation) []string {
 	argv := []string{d.s.Bin, "exec", "--input-format", "stream-jsonrpc", "--output-format", "stream-jsonrpc", "--cwd", d.s.Workspace}
 	argv = append(argv, d.permissionArgs()...)
 	if m := d.model(); m != "" {
 		argv = append(argv, "-m", m)
 	}
-	argv = append(argv, "--append-system-prompt", systemPrompt(inv))
+	argv = append(argv, "--append-system-prompt", d.s.systemPrompt(inv))
 	return append(argv, d.s.Args...)
 }
 
-// PersistentInput is one DroidRPC, the dialect and the parser both.
-func (d Droid) PersistentInput(resumeID string) (Dialect, Parser) {
+func (droid) Parser() Parser { return DroidParser{} }
+
+// Input is one DroidRPC, dialect and parser.
+func (d droid) Input(resumeID string) (Dialect, Parser) {
 	s := DroidSession{Cwd: d.s.Workspace, ModelID: d.model(), SkipPermissions: true}
-	if d.s.Allowed.ShellRules().All && !d.s.SkipPermissions {
+	if d.s.AllowedCommands.ShellRules().All && !d.s.SkipPermissions {
 		s.SkipPermissions, s.AutonomyLevel = false, "high" // as --auto high
 	}
 	rpc := NewDroidRPC(s, resumeID)
 	return rpc, rpc
 }
 
-func (Droid) Parser() Parser { return DroidParser{} }
-
-// WithContext puts a project's context in the prompt, ahead of the task.
-func (Droid) WithContext(inv Invocation, section string) Invocation {
+// WithContext puts the project's context in the prompt.
+func (droid) WithContext(inv Invocation, section string) Invocation {
 	inv.Prompt = section + "\n\n# Task\n" + inv.Prompt
 	return inv
 }
 
+// Route: Droid's custom model (DROID_BASE_URL) goes through the proxy;
+// without one Droid talks to Factory with its own FACTORY_API_KEY.
+func (d droid) Route(func(string) string) ModelRoute {
+	if d.s.BaseURL == "" {
+		return ModelRoute{Direct: "this Droid talks to Factory's service (no DROID_BASE_URL)"}
+	}
+	return ModelRoute{Proxied: true, Upstream: d.s.BaseURL}
+}
+
 // Env: Droid reads its custom model's URL and key from settings.json.
-func (Droid) Env(ModelAPI) []string { return nil }
+func (droid) Env(ModelAPI) []string { return nil }
 
-// Hidden: FACTORY_API_KEY reaches only a Droid that talks to Factory's own
-// service (no base URL): that key is its login, which no proxy of ours
-// stands in for.
-func (d Droid) Hidden(name string) (bool, bool) {
-	if name != "FACTORY_API_KEY" {
-		return false, false
-	}
-	return d.s.BaseURL != "", true
-}
+// KeepsEnv: FACTORY_API_KEY reaches a Droid that talks to Factory's own
+// service (no DROID_BASE_URL): that key is its login, which no proxy of
+// ours stands in for.
+func (d droid) KeepsEnv(name string) bool { return name == "FACTORY_API_KEY" && d.s.BaseURL == "" }
 
-// Prepare declares the custom model for a base URL in
-// ~/.factory/settings.json (at the proxy with its token once it runs,
-// else at the base URL with apiKey), writes the MCP servers to
-// ~/.factory/mcp.json and the guard hook's settings.
-func (d Droid) Prepare(home string, model ModelAPI, apiKey string) error {
-	if err := d.writeSettings(home, model, apiKey); err != nil {
+func (droid) InstructionsFile() string { return "AGENTS.md" }
+
+// Setup declares the custom model in ~/.factory/settings.json (with
+// DROID_BASE_URL: at the proxy, else at DROID_BASE_URL), writes the guard
+// hook's settings (ALLOWED_COMMANDS other than "*"), and the spec's MCP
+// servers in ~/.factory/mcp.json (replacing whatever an earlier worker on
+// the same HOME left there). Without servers it writes no mcp.json:
+// outside a container HOME is a person's, whose own Droid servers are not
+// ours to remove.
+func (d droid) Setup(home string, api ModelAPI) error {
+	if err := d.writeSettings(home, api); err != nil {
 		return err
 	}
-	if err := d.writeMCP(home); err != nil {
+	if err := d.writeGuard(); err != nil {
 		return err
 	}
-	return d.writeGuard()
+	return d.writeMCP(home)
 }
 
-func (d Droid) writeSettings(home string, model ModelAPI, apiKey string) error {
+func (d droid) writeSettings(home string, api ModelAPI) error {
 	if d.s.BaseURL == "" {
 		return nil
 	}
 	if home == "" {
 		return fmt.Errorf("droid settings: HOME is not set")
 	}
-	baseURL := d.s.BaseURL
-	if model.URL != "" {
-		baseURL, apiKey = model.URL, model.Token
-	}
-	if apiKey == "" {
-		apiKey = "unused"
+	baseURL, apiKey := d.s.BaseURL, "unused"
+	if api.URL != "" {
+		baseURL, apiKey = api.URL, api.Token
 	}
 	settings := map[string]any{"customModels": []map[string]any{{
 		"model": d.customID(), "displayName": "agentvisor", "baseUrl": baseURL,
@@ -239,33 +245,12 @@ func (d Droid) writeSettings(home string, model ModelAPI, apiKey string) error {
 	return nil
 }
 
-// writeMCP writes ~/.factory/mcp.json (replacing what an earlier worker on
-// the same HOME left there) when the spec names servers. Without servers
-// it writes nothing: outside a container HOME is a person's, whose own
-// Droid servers are not ours to remove.
-func (d Droid) writeMCP(home string) error {
-	switch {
-	case len(d.s.MCPServers) == 0:
-		return nil
-	case home == "":
-		return fmt.Errorf("mcp servers: HOME is not set, so Droid's ~/.factory/mcp.json cannot be written")
-	}
-	dir := filepath.Join(home, ".factory")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("mcp servers: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "mcp.json"), MCPDocument(d.s.MCPServers), 0o600); err != nil {
-		return fmt.Errorf("mcp servers: %w", err)
-	}
-	return nil
-}
-
-// writeGuard writes the settings with the guard hook when the allowed
-// commands need it. The file is read-only; an agent running as the
-// wrapper's uid could still replace it, which only a separate uid for the
-// agent prevents.
-func (d Droid) writeGuard() error {
-	if d.s.Allowed.ShellRules().All {
+// writeGuard writes Droid's runtime settings with the guard hook, when
+// ALLOWED_COMMANDS needs it. The file is read-only; an agent running as
+// the wrapper's uid could still replace it, which only a separate uid for
+// the agent prevents.
+func (d droid) writeGuard() error {
+	if d.s.AllowedCommands.ShellRules().All {
 		return nil
 	}
 	if d.s.SelfPath == "" {
@@ -276,33 +261,58 @@ func (d Droid) writeGuard() error {
 		"hooks":   []any{map[string]any{"type": "command", "command": shellQuote(d.s.SelfPath) + " guard"}},
 	}}}}
 	b, _ := json.MarshalIndent(settings, "", "  ")
-	if err := writeReadOnly(d.s.GuardSettingsPath(), b); err != nil {
-		return fmt.Errorf("droid guard: %w", err)
+	return writeReadOnly(d.guardSettingsPath(), b, "droid guard")
+}
+
+func (d droid) writeMCP(home string) error {
+	switch {
+	case len(d.s.MCPServers) == 0:
+		return nil
+	case home == "":
+		return fmt.Errorf("mcp servers: HOME is not set, so Droid's ~/.factory/mcp.json cannot be written")
+	}
+	dir := filepath.Join(home, ".factory")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("mcp servers: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "mcp.json"), mcpDocument(d.s.MCPServers), 0o600); err != nil {
+		return fmt.Errorf("mcp servers: %w", err)
 	}
 	return nil
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
-func (Droid) InstructionsFile() string { return "AGENTS.md" }
+// guardSettingsPath is the runtime settings file that gives Droid its
+// PreToolUse hook.
+func (d droid) guardSettingsPath() string { return filepath.Join(d.s.RuntimeDir, "droid-guard.json") }
 
-// ProxyUpstream: with a base URL the proxy forwards there; without, Droid
-// talks to Factory itself.
-func (d Droid) ProxyUpstream(func(string) string) (string, bool) {
-	return d.s.BaseURL, d.s.BaseURL != ""
-}
-
-// APIModel: the custom model's id with a base URL, else AGENT_MODEL.
-func (d Droid) APIModel() string {
-	if d.s.BaseURL != "" {
-		return d.customID()
+// permissionArgs are Droid's permission flags for ALLOWED_COMMANDS.
+func (d droid) permissionArgs() []string {
+	switch rules := d.s.AllowedCommands.ShellRules(); {
+	case rules.All && !d.s.SkipPermissions:
+		return []string{"--auto", "high"}
+	case rules.All:
+		return []string{"--skip-permissions-unsafe"}
 	}
-	return d.s.Model
+	return []string{"--skip-permissions-unsafe", "--settings", d.guardSettingsPath()}
 }
 
-// CheckInit: the init line lists the tools Droid offers, a server's as
-// <server>___<tool>; a server none of whose tools is there is missing.
-func (d Droid) CheckInit(ev Event) *protocol.Error {
+// mcpArgs select every tool of the spec's servers, so that Droid waits
+// for them.
+func (d droid) mcpArgs() []string {
+	if len(d.s.MCPServers) == 0 {
+		return nil
+	}
+	sel := make([]string, len(d.s.MCPServers))
+	for i, s := range d.s.MCPServers {
+		sel[i] = "MCP:" + s.Name
+	}
+	return []string{"--add-tools", strings.Join(sel, ",")}
+}
+
+// CheckInit: some tool of every server of the spec is on the init line.
+func (d droid) CheckInit(ev Event) *protocol.Error {
 	if ev.Init == nil || len(d.s.MCPServers) == 0 {
 		return nil
 	}
@@ -319,57 +329,53 @@ func (d Droid) CheckInit(ev Event) *protocol.Error {
 			missing = append(missing, s.Name+" (none of its tools offered at start)")
 		}
 	}
-	return mcpUnavailable(missing, d.s.MCPTimeout)
+	return mcpMissing(missing, d.s.MCPTimeout)
 }
 
-// Outcome turns Droid's refusal to start without a server of the spec (no
-// init line, no result, droidMCPRefusal on stderr) into an abort with
-// MCP_UNAVAILABLE.
-func (d Droid) Outcome(o Outcome) Outcome {
+// CheckOutcome turns Droid's refusal to start without a server of the
+// spec (no init line, no result, droidMCPRefusal on stderr) into an abort
+// with MCP_UNAVAILABLE.
+func (d droid) CheckOutcome(o Outcome) Outcome {
 	if len(d.s.MCPServers) == 0 || o.Aborted != nil || o.Init != nil ||
 		o.Result != nil || o.StartErr != nil || !strings.Contains(o.Stderr, droidMCPRefusal) {
 		return o
 	}
+	names := make([]string, len(d.s.MCPServers))
+	for i, s := range d.s.MCPServers {
+		names[i] = s.Name
+	}
 	o.Aborted = protocol.NewError(protocol.CodeMCPUnavailable, "MCP server not available: Droid would not start, as one of %s offered no tool (it did not start or connect): %s",
-		serverNames(d.s.MCPServers), strings.TrimSpace(o.Stderr))
+		strings.Join(names, ", "), strings.TrimSpace(o.Stderr))
 	return o
 }
 
-// model is the -m of Droid: the custom model with a base URL.
-func (d Droid) model() string {
+// Model: the model of the init line (a custom model's id without its
+// custom: prefix), else the one the API is asked for.
+func (d droid) Model(init *Init) string {
+	if init != nil && init.Model != "" {
+		return strings.TrimPrefix(init.Model, "custom:")
+	}
+	if d.s.BaseURL != "" {
+		return d.customID()
+	}
+	return d.s.Model
+}
+
+// model is Droid's -m: the custom model for DROID_BASE_URL, else
+// AGENT_MODEL.
+func (d droid) model() string {
 	if d.s.BaseURL != "" {
 		return "custom:" + d.customID()
 	}
 	return d.s.Model
 }
 
-// customID is the model id of the custom model declared for the base URL:
-// AGENT_MODEL (what the API there serves), or a name of our own.
-func (d Droid) customID() string {
+// customID is the model id of the custom model declared for
+// DROID_BASE_URL: AGENT_MODEL (what the API at that URL serves, such as a
+// real Anthropic model), or a name of our own for the stub.
+func (d droid) customID() string {
 	if d.s.Model != "" {
 		return d.s.Model
 	}
 	return droidCustomModel
-}
-
-// permissionArgs are Droid's permission flags for the allowed commands.
-func (d Droid) permissionArgs() []string {
-	switch all := d.s.Allowed.ShellRules().All; {
-	case all && !d.s.SkipPermissions:
-		return []string{"--auto", "high"}
-	case all:
-		return []string{"--skip-permissions-unsafe"}
-	}
-	return []string{"--skip-permissions-unsafe", "--settings", d.s.GuardSettingsPath()}
-}
-
-func (d Droid) mcpArgs() []string {
-	if len(d.s.MCPServers) == 0 {
-		return nil
-	}
-	sel := make([]string, len(d.s.MCPServers))
-	for i, s := range d.s.MCPServers {
-		sel[i] = "MCP:" + s.Name
-	}
-	return []string{"--add-tools", strings.Join(sel, ",")}
 }

@@ -116,7 +116,7 @@ type Config struct {
 	// that `worker-wrapper progress` works from its shell tool.
 	SelfPath string
 
-	model agent.ModelAPI // the model API proxy, as the agent sees it (secrets.go)
+	model modelAPI // the model API proxy, as the agent sees it (secrets.go)
 }
 
 // FromEnv reads the configuration from getenv (os.Getenv in production).
@@ -139,6 +139,16 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// caps is what the configured agent can do (its adapter's Caps); none
+// for an agent type without an adapter, which the table refused.
+func (c *Config) caps() agent.Capabilities {
+	ad, err := agent.New(c.AgentType, c.agentSettings())
+	if err != nil {
+		return agent.Capabilities{}
+	}
+	return ad.Caps()
 }
 
 // checkAgentModes checks the rules across the agent's variables.

@@ -2,7 +2,9 @@ package worker
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/wrapper/agent"
@@ -19,10 +21,32 @@ import (
 // interrupt and lives on) and fails BUDGET_EXCEEDED, and the proxy
 // refuses the agent's further model calls. Claude keeps its own figure
 // and its native --max-budget-usd.
+//
+// Which agent reports no cost is its adapter's to say
+// (Capabilities.ReportsCost).
 
-// spend is what the task in flight spent on model calls, as the proxy
-// metered it; guarded by Worker.mu.
-type spend struct {
+// spending meters the model calls of the task in flight for an agent
+// that reports no cost, and guards its max_budget_usd.
+type spending struct {
+	state  *workerState
+	agent  agent.Adapter
+	prices protocol.ModelPrices
+	pub    *publisher
+	log    *slog.Logger
+	// direct says which service the agent talks to by itself, whose calls
+	// no proxy of ours meters ("" when the proxy meters them).
+	direct func() string
+
+	mu sync.Mutex // guards the fields below
+	// ownTurns counts the wrapper's own agent runs in progress (a
+	// retiring session's summary): their model calls are not the task's.
+	ownTurns int
+	unpriced map[string]bool // the models logged as having no price
+}
+
+// taskSpend is what a task spent on model calls, as the proxy metered it.
+type taskSpend struct {
+	mu       sync.Mutex // guards the fields below
 	usage    protocol.Usage
 	costUSD  float64
 	metered  bool // the proxy saw answers of the task
@@ -31,38 +55,61 @@ type spend struct {
 	unpriced bool // a model without a price was seen (the task was told)
 }
 
-// onModelUsage is the proxy's meter hook: it adds an answer's tokens to
-// the task in flight, priced, and stops the task once its estimated cost
-// passed its max_budget_usd. The wrapper's own turns (a retiring
-// session's summary) are not the task's and are not counted.
-func (w *Worker) onModelUsage(model string, delta protocol.Usage) {
-	if model == "" {
-		model = w.cfg.adapter().APIModel()
+// ownTurn counts a turn of the wrapper's own until the function it
+// returns is called.
+func (s *spending) ownTurn() func() {
+	s.mu.Lock()
+	s.ownTurns++
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		s.ownTurns--
+		s.mu.Unlock()
 	}
-	cost, priced := w.cfg.Prices.Cost(model, delta)
-	w.mu.Lock()
-	cur := w.cur
-	if cur == nil || w.ownTurns > 0 {
-		w.mu.Unlock()
+}
+
+// task is the task in flight whose model calls count: none during a turn
+// of the wrapper's own.
+func (s *spending) task() *current {
+	s.mu.Lock()
+	own := s.ownTurns > 0
+	s.mu.Unlock()
+	if own {
+		return nil
+	}
+	return s.state.current()
+}
+
+// meter is the proxy's meter hook: it adds an answer's tokens to the task
+// in flight, priced, and stops the task once its estimated cost passed
+// its max_budget_usd.
+func (s *spending) meter(model string, delta protocol.Usage) {
+	if model == "" {
+		model = s.agent.Model(nil)
+	}
+	cost, priced := s.prices.Cost(model, delta)
+	cur := s.task()
+	if cur == nil {
 		return
 	}
-	s := &cur.spend
-	s.usage, s.costUSD, s.metered, s.priced = s.usage.Add(delta), s.costUSD+cost, true, s.priced || priced
-	limit, spent := cur.task.MaxBudgetUSD, s.costUSD
+	sp := cur.spend
+	sp.mu.Lock()
+	sp.usage, sp.costUSD, sp.metered, sp.priced = sp.usage.Add(delta), sp.costUSD+cost, true, sp.priced || priced
+	limit, spent := cur.task.MaxBudgetUSD, sp.costUSD
 	stopped := false
-	if limit > 0 && spent > limit && !s.over {
-		s.over = true
-		stopped = cur.cancel.abortLocked(protocol.NewError(protocol.CodeBudgetExceeded,
+	if limit > 0 && spent > limit && !sp.over {
+		sp.over = true
+		stopped = cur.cancel.abortWith(protocol.NewError(protocol.CodeBudgetExceeded,
 			"the task's estimated cost $%.4f passed its max_budget_usd (%g) on model %s; the agent was stopped", spent, limit, model))
 	}
-	tell := !priced && !s.unpriced
-	s.unpriced = s.unpriced || !priced
-	w.mu.Unlock()
+	tell := !priced && !sp.unpriced
+	sp.unpriced = sp.unpriced || !priced
+	sp.mu.Unlock()
 	if tell {
-		w.unpricedModel(cur, model)
+		s.unpricedModel(cur, model)
 	}
 	if stopped {
-		w.log.Warn("max_budget_usd passed: stopping the task", "request_id", cur.task.RequestID,
+		s.log.Warn("max_budget_usd passed: stopping the task", "request_id", cur.task.RequestID,
 			"cost_usd", spent, "max_budget_usd", limit, "model", model)
 	}
 }
@@ -70,42 +117,48 @@ func (w *Worker) onModelUsage(model string, delta protocol.Usage) {
 // unpricedModel says, once per model in the worker's log and once per
 // task on its output stream when it has a max_budget_usd, that a model
 // has no price: its calls cost nothing in the estimate.
-func (w *Worker) unpricedModel(cur *current, model string) {
-	w.mu.Lock()
-	first := !w.unpriced[model]
-	if w.unpriced == nil {
-		w.unpriced = map[string]bool{}
+func (s *spending) unpricedModel(cur *current, model string) {
+	s.mu.Lock()
+	first := !s.unpriced[model]
+	if s.unpriced == nil {
+		s.unpriced = map[string]bool{}
 	}
-	w.unpriced[model] = true
-	w.mu.Unlock()
+	s.unpriced[model] = true
+	s.mu.Unlock()
 	if first {
-		w.log.Warn("model has no price in MODEL_PRICES: its calls' cost is unknown, counted as 0", "model", model,
-			"priced_models", strings.Join(w.cfg.Prices.Models(), ","))
+		s.log.Warn("model has no price in MODEL_PRICES: its calls' cost is unknown, counted as 0", "model", model,
+			"priced_models", strings.Join(s.prices.Models(), ","))
 	}
 	if cur.task.MaxBudgetUSD > 0 {
-		w.pushProgress(cur, fmt.Sprintf("max_budget_usd is not enforced for the calls of model %q: it has no price in MODEL_PRICES", model),
-			nil, "", protocol.LevelWarning)
+		s.pub.progress(cur, fmt.Sprintf("max_budget_usd is not enforced for the calls of model %q: it has no price in MODEL_PRICES", model),
+			protocol.LevelWarning)
 	}
 }
 
-// refuseModelCall is the proxy's gate: a task past its max_budget_usd
-// makes no more model calls while its agent is being stopped.
-func (w *Worker) refuseModelCall() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.cur == nil || !w.cur.spend.over || w.ownTurns > 0 {
+// refuse is the proxy's gate: a task past its max_budget_usd makes no
+// more model calls while its agent is being stopped.
+func (s *spending) refuse() string {
+	cur := s.task()
+	if cur == nil {
 		return ""
 	}
-	return fmt.Sprintf("the task's max_budget_usd (%g) is spent", w.cur.task.MaxBudgetUSD)
+	cur.spend.mu.Lock()
+	defer cur.spend.mu.Unlock()
+	if !cur.spend.over {
+		return ""
+	}
+	return fmt.Sprintf("the task's max_budget_usd (%g) is spent", cur.task.MaxBudgetUSD)
 }
 
-// budgetUnenforced warns on the task's output stream, at its start, when
-// its max_budget_usd cannot be guarded: a Droid on Factory's service (no
-// DROID_BASE_URL) has no proxy of ours to meter its calls.
-func (w *Worker) budgetUnenforced(cur *current) {
-	if cur.task.MaxBudgetUSD > 0 && w.cfg.caps().EstimatesCost && w.cfg.model.URL == "" {
-		w.pushProgress(cur, "max_budget_usd is not enforced: this Droid talks to Factory's service (no DROID_BASE_URL), whose calls no proxy meters",
-			nil, "", protocol.LevelWarning)
+// unenforced warns on the task's output stream, at its start, when its
+// max_budget_usd cannot be guarded: an agent that reports no cost and
+// talks to its vendor by itself has no proxy of ours to meter its calls.
+func (s *spending) unenforced(cur *current) {
+	if cur.task.MaxBudgetUSD <= 0 || s.agent.Caps().ReportsCost {
+		return
+	}
+	if direct := s.direct(); direct != "" {
+		s.pub.progress(cur, "max_budget_usd is not enforced: "+direct+", whose calls no proxy meters", protocol.LevelWarning)
 	}
 }
 
@@ -114,43 +167,40 @@ func (w *Worker) budgetUnenforced(cur *current) {
 // usage (every model call that went through it: Droid's own figure
 // leaves out the call in flight when its turn is interrupted); else (no
 // proxy) the agent's reported usage priced by the model of its init line.
-func (w *Worker) estimate(cur *current, oc agent.Outcome) (cost float64, usage *protocol.Usage, estimated bool) {
-	w.mu.Lock()
-	s := cur.spend
-	w.mu.Unlock()
-	if s.metered {
-		return s.costUSD, &s.usage, s.priced
+func (s *spending) estimate(cur *current, oc agent.Outcome) (cost float64, usage *protocol.Usage, estimated bool) {
+	sp := cur.spend
+	sp.mu.Lock()
+	metered, costUSD, metUsage, priced := sp.metered, sp.costUSD, sp.usage, sp.priced
+	sp.mu.Unlock()
+	if metered {
+		return costUSD, &metUsage, priced
 	}
 	if oc.Result == nil {
 		return 0, nil, false
 	}
-	model := w.cfg.adapter().APIModel()
-	if oc.Init != nil && oc.Init.Model != "" {
-		model = strings.TrimPrefix(oc.Init.Model, "custom:")
-	}
-	cost, estimated = w.cfg.Prices.Cost(model, oc.Result.Usage)
+	cost, estimated = s.prices.Cost(s.agent.Model(oc.Init), oc.Result.Usage)
 	return cost, nil, estimated
 }
 
 // withEstimate puts the estimate in a run's result, as the cost the
 // agent would have reported: the session record counts it.
-func (w *Worker) withEstimate(cur *current, oc agent.Outcome) agent.Outcome {
-	if !w.cfg.caps().EstimatesCost || oc.Result == nil {
+func (s *spending) withEstimate(cur *current, oc agent.Outcome) agent.Outcome {
+	if s.agent.Caps().ReportsCost || oc.Result == nil {
 		return oc
 	}
 	r := *oc.Result
-	r.CostUSD, _, _ = w.estimate(cur, oc)
+	r.CostUSD, _, _ = s.estimate(cur, oc)
 	oc.Result = &r
 	return oc
 }
 
 // estimateCost puts the estimate in a task's output, flagged: its cost,
 // and the metered usage.
-func (w *Worker) estimateCost(o *protocol.Output, cur *current, oc agent.Outcome) {
-	if !w.cfg.caps().EstimatesCost {
+func (s *spending) estimateCost(o *protocol.Output, cur *current, oc agent.Outcome) {
+	if s.agent.Caps().ReportsCost {
 		return
 	}
-	cost, usage, estimated := w.estimate(cur, oc)
+	cost, usage, estimated := s.estimate(cur, oc)
 	if usage != nil {
 		o.Usage = *usage
 	}

@@ -43,21 +43,20 @@ func (w *Worker) heartbeat(ctx context.Context) {
 }
 
 func (w *Worker) heartbeatDoc(cpu *cpuSampler) protocol.Heartbeat {
-	w.mu.Lock()
+	s := w.state.snapshot()
 	status := protocol.HeartbeatIdle
 	var reqID, taskID string
 	agentPID := 0
-	if w.stopping {
+	if s.stopping {
 		status = protocol.HeartbeatStopping
 	}
-	if w.cur != nil {
-		if !w.stopping {
+	if s.cur != nil {
+		if !s.stopping {
 			status = protocol.HeartbeatBusy
 		}
-		reqID, taskID, agentPID = w.cur.task.RequestID, w.cur.task.TaskID, w.cur.agentPID
+		reqID, taskID, agentPID = s.cur.task.RequestID, s.cur.task.TaskID, s.cur.pid()
 	}
-	done := w.tasksDone
-	w.mu.Unlock()
+	done := s.done
 	rss := rssBytes("self")
 	if agentPID > 0 {
 		rss += rssBytes(strconv.Itoa(agentPID))

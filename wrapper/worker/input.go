@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"time"
@@ -66,7 +67,133 @@ func (w *Worker) loop(ctx context.Context) {
 			// start, or for the spawner to hand on.
 			return
 		}
-		w.serve(ctx, stream, group, e)
+		w.serve(ctx, taskSource{stream: stream, group: group, entryID: e.ID, output: w.cfg.Keys.OutputFor(w.cfg.Kind, w.cfg.WorkerID)}, e)
+	}
+}
+
+// route hands an entry read through the group to what its type is for:
+// a task runs (task.go); a cancel, a steering message or a permission
+// reply is noted (control) and acknowledged, and the worker, idle, asks to
+// be paused again (the entry kept it awake). An entry that cannot be
+// decoded is answered INVALID_TASK (reject).
+func (w *Worker) route(ctx context.Context, src taskSource, e *rdb.Entry) {
+	data, err := protocol.EntryData(e.Values)
+	if err != nil {
+		w.reject(src, data, err)
+		return
+	}
+	if _, typ, _ := protocol.PeekType(data); typ == protocol.TypeCancel || typ == protocol.TypeMessage || typ == protocol.TypePermissionReply {
+		requestID, err := w.control(e.ID, typ, data)
+		if err != nil {
+			w.reject(src, data, err)
+			return
+		}
+		w.pub.ack(src)
+		w.requestPause(requestID, "", pauseReasons[typ])
+		return
+	}
+	task, err := protocol.DecodeTask(data)
+	if err != nil {
+		w.reject(src, data, err)
+		return
+	}
+	w.runTask(ctx, src, e, task)
+}
+
+// pauseReasons are the reasons of the pause asked after a control entry.
+var pauseReasons = map[protocol.Type]string{protocol.TypeCancel: "cancel_read", protocol.TypeMessage: "message_read",
+	protocol.TypePermissionReply: "permission_reply_read"}
+
+// control notes the cancel, steering message or permission reply data
+// (of type typ), from the entry entryID: the cancel interrupts its task
+// or waits for it (cancel.go), the message goes to its task or waits
+// (steer.go), the reply answers its permission (approve.go). It returns
+// the request the document names.
+func (w *Worker) control(entryID string, typ protocol.Type, data []byte) (string, error) {
+	switch typ {
+	case protocol.TypeCancel:
+		c, err := protocol.DecodeCancel(data)
+		if err == nil {
+			w.cancels.note(c)
+		}
+		return c.RequestID, err
+	case protocol.TypeMessage:
+		m, err := protocol.DecodeMessage(data)
+		if err == nil {
+			w.steering.note(entryID, m)
+		}
+		return m.RequestID, err
+	default:
+		r, err := protocol.DecodePermissionReply(data)
+		if err == nil {
+			w.approvals.resolve(r.RequestID, r.PermissionID, r.Allow, r.Message)
+		}
+		return r.RequestID, err
+	}
+}
+
+// controlEntry notes the cancel, steering message or permission reply an
+// input entry seen outside the group carries, if it is one.
+func (w *Worker) controlEntry(e rdb.Entry) {
+	data, err := protocol.EntryData(e.Values)
+	if err != nil {
+		return
+	}
+	if _, typ, _ := protocol.PeekType(data); typ == protocol.TypeCancel || typ == protocol.TypeMessage || typ == protocol.TypePermissionReply {
+		_, _ = w.control(e.ID, typ, data)
+	}
+}
+
+// lookAheadCount bounds the entries read after a task for its cancel.
+const lookAheadCount = 1000
+
+// lookAhead notes the cancels that follow a task's entry on its input: a
+// task queued behind others (or while the worker was paused) and
+// cancelled meanwhile is answered without running.
+func (w *Worker) lookAhead(ctx context.Context, log *slog.Logger, stream, entryID string) {
+	entries, err := w.rdb.After(ctx, stream, entryID, lookAheadCount)
+	if err != nil {
+		log.Warn("cancel look-ahead failed; a cancel will still interrupt the task", "err", err)
+		return
+	}
+	for _, e := range entries {
+		w.controlEntry(e)
+	}
+}
+
+// followInput follows the input stream outside the consumer group, from
+// its newest entry at start, until ctx ends, noting every cancel as it
+// arrives: while a task runs, the task loop does not read.
+func (w *Worker) followInput(ctx context.Context) {
+	stream := w.cfg.Keys.InputFor(w.cfg.Kind, w.cfg.WorkerID)
+	f := w.rdb.NewFollower()
+	defer f.Close()
+	defer context.AfterFunc(ctx, func() { f.Close() })()
+	backoff := newBackoff()
+	last := ""
+	for ctx.Err() == nil {
+		if last == "" {
+			id, err := f.LastID(ctx, stream)
+			if err != nil {
+				w.log.Debug("follow input: not reachable, retrying", "err", err)
+				backoff.wait(ctx)
+				continue
+			}
+			last = id
+		}
+		entries, err := f.Next(ctx, stream, last, 100, 5*time.Second)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Debug("follow input failed, retrying", "err", err)
+				backoff.wait(ctx)
+			}
+			continue
+		}
+		backoff.reset()
+		for _, e := range entries {
+			last = e.ID
+			w.controlEntry(e)
+		}
 	}
 }
 

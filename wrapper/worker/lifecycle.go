@@ -20,12 +20,6 @@ import (
 //  3. the persistent agent, if any, is closed;
 //  4. stopped is published, the events are flushed, the heartbeat key goes.
 func (w *Worker) Run(ctx context.Context) error {
-	home := ""
-	for _, kv := range w.environ {
-		if v, ok := strings.CutPrefix(kv, "HOME="); ok {
-			home = v
-		}
-	}
 	proxy, err := w.startModelProxy()
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
@@ -33,16 +27,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	if proxy != nil {
 		defer proxy.Close()
 	}
-	if err := w.cfg.PrepareWorkspace(home, ""); err != nil {
+	if err := w.cfg.PrepareWorkspace(w.agent, w.home()); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	p, err := startProgressServer(w, w.cfg.ProgressAddr)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	w.mu.Lock()
-	w.progress = p
-	w.mu.Unlock()
+	w.progress.Store(p)
 	defer p.close()
 
 	bg, stopBG := context.WithCancel(context.Background())
@@ -53,6 +45,29 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { defer bgDone.Done(); w.followInput(bg) }()
 	defer func() { stopBG(); bgDone.Wait() }()
 
+	w.started(p.url)
+	defer context.AfterFunc(ctx, w.beginShutdown)()
+	w.loop(ctx)
+	w.beginShutdown() // done already, or waits until done: stopping goes before stopped
+	w.persist.close()
+	w.stopped()
+	return nil
+}
+
+// home is the agent's HOME, from the wrapper's environment.
+func (w *Worker) home() string {
+	home := ""
+	for _, kv := range w.environ {
+		if v, ok := strings.CutPrefix(kv, "HOME="); ok {
+			home = v
+		}
+	}
+	return home
+}
+
+// started makes the worker idle (its agent started ahead, with
+// AGENT_PREWARM) and publishes that it started.
+func (w *Worker) started(progressURL string) {
 	if w.cfg.Prewarm {
 		// Before the worker says it is idle: a warm pool pauses it then,
 		// and its agent must be up by then.
@@ -63,74 +78,70 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.pushStatus(map[string]any{protocol.StatusFieldStartedAt: protocol.FormatTime(started),
 		protocol.StatusFieldAgentType: string(w.cfg.AgentType), protocol.StatusFieldKind: string(w.cfg.Kind),
 		protocol.StatusFieldRequestID: "", protocol.StatusFieldTaskID: "", protocol.StatusFieldError: ""})
-	detail := map[string]any{"agent_type": w.cfg.AgentType, "kind": w.cfg.Kind, "progress_url": p.url}
+	detail := map[string]any{"agent_type": w.cfg.AgentType, "kind": w.cfg.Kind, "progress_url": progressURL}
 	if pid := w.persist.pid(); pid > 0 {
 		detail["agent_pid"] = pid // started ahead (AGENT_PREWARM)
 	}
 	w.pub.lifecycle(protocol.EventStarted, "", "", detail)
-	if w.cfg.Approval && !w.cfg.caps().Approvals {
-		w.log.Warn("AGENT_APPROVAL: this agent has no approval channel; the worker refuses what ALLOWED_COMMANDS does not allow, as without it", "agent_type", w.cfg.AgentType)
+	if w.cfg.Approval && !w.agent.Caps().Approvals {
+		w.log.Warn("AGENT_APPROVAL: this " + w.agent.Name() + " worker asks for no approval; it refuses what ALLOWED_COMMANDS does not allow, as without it")
 	}
 	w.log.Info("worker started", "agent_type", w.cfg.AgentType, "kind", w.cfg.Kind,
-		"input", w.cfg.Keys.InputFor(w.cfg.Kind, w.cfg.WorkerID), "progress_url", p.url)
+		"input", w.cfg.Keys.InputFor(w.cfg.Kind, w.cfg.WorkerID), "progress_url", progressURL)
+}
 
-	defer context.AfterFunc(ctx, w.beginShutdown)()
-	w.loop(ctx)
-	w.beginShutdown() // done already, or waits until done: stopping goes before stopped
-	w.persist.close()
-
+// stopped publishes that the worker stopped, flushes the events and
+// removes the heartbeat key.
+func (w *Worker) stopped() {
 	w.transition(protocol.WorkerStopped, "shutdown complete")
-	w.pub.lifecycle(protocol.EventStopped, "", "", map[string]any{"tasks_completed": w.tasksCompleted()})
+	done := w.state.snapshot().done
+	w.pub.lifecycle(protocol.EventStopped, "", "", map[string]any{"tasks_completed": done})
 	flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := w.pub.out.Flush(flushCtx); err != nil {
 		w.log.Warn("shutdown: events not written before the deadline", "pending", w.pub.out.Len())
 	}
 	_ = w.rdb.Del(flushCtx, w.cfg.Keys.Heartbeat(w.cfg.WorkerID))
-	w.log.Info("worker stopped", "tasks_completed", w.tasksCompleted(), "events_dropped", w.pub.out.Dropped())
-	return nil
+	w.log.Info("worker stopped", "tasks_completed", done, "events_dropped", w.pub.out.Dropped())
 }
 
 // beginShutdown marks the worker stopping, so that no task starts any
 // more, and publishes it at once, while a task may still run its grace.
 // It runs once; a second caller waits until the first is done.
-func (w *Worker) beginShutdown() { w.shutdownOnce.Do(w.markStopping) }
-
-func (w *Worker) markStopping() {
-	w.mu.Lock()
-	w.stopping = true
-	_, err := w.machine.Transition(protocol.WorkerStopping, "shutdown", w.now())
-	reqID := ""
-	if w.cur != nil {
-		reqID = w.cur.task.RequestID
-	}
-	w.mu.Unlock()
-	if err != nil {
-		w.log.Error("worker state", "err", err)
-	}
-	w.pushStatus(map[string]any{})
-	w.pub.lifecycle(protocol.EventStopping, "", "", nil)
-	w.log.Info("stopping: no new tasks", "request_id_in_flight", reqID)
-}
-
-func (w *Worker) tasksCompleted() int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.tasksDone
+func (w *Worker) beginShutdown() {
+	w.shutdownOnce.Do(func() {
+		reqID, err := w.state.stop()
+		if err != nil {
+			w.log.Error("worker state", "err", err)
+		}
+		w.pushStatus(map[string]any{})
+		w.pub.lifecycle(protocol.EventStopping, "", "", nil)
+		w.log.Info("stopping: no new tasks", "request_id_in_flight", reqID)
+	})
 }
 
 // Terminate ends the running agent now (SIGTERM to its group, SIGKILL
 // after KILL_GRACE); its task fails with TERMINATED. Safe to call twice.
-func (w *Worker) Terminate() { w.terminateOnce.Do(func() { close(w.terminateCh) }) }
+func (w *Worker) Terminate() { w.terminate.now() }
 
-// terminable returns a context of parent that Terminate also ends: what
-// an agent runs under, so that shutdown gives it the grace and Terminate
+// terminator ends what runs under its contexts, once.
+type terminator struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func newTerminator() *terminator { return &terminator{ch: make(chan struct{})} }
+
+func (t *terminator) now() { t.once.Do(func() { close(t.ch) }) }
+
+// context returns a context of parent that Terminate also ends: what an
+// agent runs under, so that shutdown gives it the grace and Terminate
 // stops it.
-func (w *Worker) terminable(parent context.Context) (context.Context, context.CancelFunc) {
+func (t *terminator) context(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(parent)
 	go func() {
 		select {
-		case <-w.terminateCh:
+		case <-t.ch:
 			cancel()
 		case <-ctx.Done():
 		}
@@ -140,14 +151,10 @@ func (w *Worker) terminable(parent context.Context) (context.Context, context.Ca
 
 // ForwardSignal sends sig to the running agent's process group, if any.
 func (w *Worker) ForwardSignal(sig syscall.Signal) {
-	w.mu.Lock()
-	pid := 0
-	if w.cur != nil {
-		pid = w.cur.agentPID
-	}
-	w.mu.Unlock()
-	if pid > 0 {
-		_ = syscall.Kill(-pid, sig)
+	if cur := w.state.current(); cur != nil {
+		if pid := cur.pid(); pid > 0 {
+			_ = syscall.Kill(-pid, sig)
+		}
 	}
 }
 
@@ -170,10 +177,7 @@ func (w *Worker) Fail(cause error, exitCode int, timeout time.Duration) {
 
 // transition moves the worker's state machine and writes the status hash.
 func (w *Worker) transition(to protocol.WorkerState, reason string) {
-	w.mu.Lock()
-	_, err := w.machine.Transition(to, reason, w.now())
-	w.mu.Unlock()
-	if err != nil {
+	if err := w.state.transition(to, reason); err != nil {
 		w.log.Error("worker state", "err", err)
 		return
 	}
@@ -182,22 +186,14 @@ func (w *Worker) transition(to protocol.WorkerState, reason string) {
 
 // pushStatus writes fields of the status hash, with the worker's state.
 func (w *Worker) pushStatus(fields map[string]any) {
-	w.mu.Lock()
-	fields[protocol.StatusFieldState] = string(w.machine.State)
-	w.mu.Unlock()
+	fields[protocol.StatusFieldState] = string(w.state.snapshot().state)
 	w.pub.status(fields)
 }
 
 // requestPause asks the spawner to pause this worker, now idle: the
 // wrapper never pauses itself. reason says what it just did.
 func (w *Worker) requestPause(reqID, taskID, reason string) {
-	if !w.cfg.PauseAfterOutput {
-		return
-	}
-	w.mu.Lock()
-	stopping := w.stopping
-	w.mu.Unlock()
-	if stopping {
+	if !w.cfg.PauseAfterOutput || w.state.snapshot().stopping {
 		return
 	}
 	c := protocol.Control{Action: protocol.ControlPause, WorkerID: w.cfg.WorkerID,
@@ -208,15 +204,4 @@ func (w *Worker) requestPause(reqID, taskID, reason string) {
 	}
 	w.pub.entry("control pause", w.cfg.Keys.Control(), doc)
 	w.pub.lifecycle(protocol.EventPauseRequested, reqID, taskID, map[string]any{"reason": c.Reason})
-}
-
-func (w *Worker) healthReport() map[string]any {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	h := map[string]any{"worker_id": w.cfg.WorkerID, "state": w.machine.State, "tasks_completed": w.tasksDone,
-		"events_pending": w.pub.out.Len(), "events_dropped": w.pub.out.Dropped()}
-	if w.cur != nil {
-		h["request_id"] = w.cur.task.RequestID
-	}
-	return h
 }

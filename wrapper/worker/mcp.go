@@ -1,8 +1,8 @@
 package worker
 
-// How a spec's MCP servers reach the agent and how their start is checked
-// is the agent's adapter's (agent/mcp.go). The wrapper keeps their
-// secrets out of what it publishes.
+// MCP servers (AGENT_MCP_SERVERS): how each CLI is given them, and how
+// the wrapper checks they are there, is its adapter's (package agent).
+// The wrapper reads them, and treats their settings as secrets.
 
 // mcpSecrets are the MCP servers' settings that the redactor treats as
 // the wrapper's own variables: each env entry under its name (redacted

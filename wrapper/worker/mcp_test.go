@@ -3,7 +3,6 @@ package worker
 import (
 	"bufio"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/stubmodel"
-	"github.com/agentvisor/agentvisor/wrapper/agent"
 )
 
 // buildTestMCP builds the repository's test MCP server (../../testmcp, on
@@ -164,96 +162,10 @@ func TestMCPServerOverHTTP(t *testing.T) {
 	})
 }
 
-// The configuration each CLI gets, and the check of the init line.
-func TestMCPConfigAndInitCheck(t *testing.T) {
-	servers := []protocol.MCPServer{
-		{Name: "tm", Command: "/bin/testmcp", Args: []string{"-v"}, Env: map[string]string{"TAG": "x"}},
-		{Name: "web", URL: "https://mcp.example/mcp", Headers: map[string]string{"Authorization": "Bearer t"}},
-	}
-	var doc struct {
-		MCPServers map[string]map[string]any `json:"mcpServers"`
-	}
-	if err := json.Unmarshal(agent.MCPDocument(servers), &doc); err != nil {
-		t.Fatal(err)
-	}
-	if s := doc.MCPServers["tm"]; s["type"] != "stdio" || s["command"] != "/bin/testmcp" || s["env"].(map[string]any)["TAG"] != "x" {
-		t.Errorf("stdio server: %v", s)
-	}
-	if s := doc.MCPServers["web"]; s["type"] != "http" || s["url"] != "https://mcp.example/mcp" || s["headers"] == nil {
-		t.Errorf("http server: %v", s)
-	}
-
-	home := t.TempDir()
-	allowed, err := protocol.ParseAllowedCommands([]string{"git.status"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	claude := &Config{WorkerID: "w-mcp-" + filepath.Base(home), AgentType: protocol.AgentClaude, AgentBin: "claude", Workspace: home,
-		MCPServers: servers, MCPTimeout: 5 * time.Second, AllowedCommands: allowed}
-	if err := claude.adapter().Prepare(home, agent.ModelAPI{}, ""); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(filepath.Dir(claude.setup().MCPConfigPath())) })
-	argv := strings.Join(claude.Argv(Invocation{Prompt: "p"}), " ")
-	if !strings.Contains(argv, "--mcp-config "+claude.setup().MCPConfigPath()+" --strict-mcp-config") || !strings.Contains(argv, ",mcp__tm,mcp__web") {
-		t.Errorf("claude argv: %s", argv)
-	}
-	if b, err := os.ReadFile(claude.setup().MCPConfigPath()); err != nil || !strings.Contains(string(b), "/bin/testmcp") {
-		t.Errorf("claude's config: %s, %v", b, err)
-	}
-	if env := claude.AgentEnv(nil, "", "", protocol.Task{}); !slices.Contains(env, "MCP_CONNECTION_NONBLOCKING=0") || !slices.Contains(env, "MCP_TIMEOUT=5000") {
-		t.Errorf("claude env: %q", env)
-	}
-	droid := &Config{WorkerID: "w-mcp-droid-" + filepath.Base(home), AgentType: protocol.AgentDroid, AgentBin: "droid", Workspace: home, MCPServers: servers,
-		MCPTimeout: time.Second, SelfPath: "/usr/local/bin/worker-wrapper"}
-	if err := droid.adapter().Prepare(home, agent.ModelAPI{}, ""); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(filepath.Dir(droid.setup().GuardSettingsPath())) })
-	if b, err := os.ReadFile(filepath.Join(home, ".factory", "mcp.json")); err != nil || !strings.Contains(string(b), "mcp.example") {
-		t.Errorf("droid's mcp.json: %s, %v", b, err)
-	}
-	if argv := strings.Join(droid.Argv(Invocation{Prompt: "p"}), " "); !strings.Contains(argv, "--add-tools MCP:tm,MCP:web") {
-		t.Errorf("droid argv: %s", argv)
-	}
-	refused := droid.adapter().Outcome(agent.Outcome{Exit: agent.ExitStatus{Code: 1}, Stderr: "Unknown tool identifier(s)\n"})
-	if v := agent.Judge(refused, false); v.Error == nil || v.Error.Code != protocol.CodeMCPUnavailable || v.Rule != "aborted" {
-		t.Errorf("droid's refusal judged %+v", v)
-	}
-	if o := droid.adapter().Outcome(agent.Outcome{Exit: agent.ExitStatus{Code: 1}, Stderr: "boom"}); o.Aborted != nil {
-		t.Errorf("another crash taken for MCP: %v", o.Aborted)
-	}
-
-	for _, tc := range []struct {
-		name    string
-		c       *Config
-		init    agent.Init
-		missing string // "" for none
-	}{
-		{"claude all connected", claude, agent.Init{MCPServers: []agent.MCPServerStatus{{Name: "tm", Status: "connected"}, {Name: "web", Status: "connected"}}}, ""},
-		{"claude failed", claude, agent.Init{MCPServers: []agent.MCPServerStatus{{Name: "tm", Status: "failed"}, {Name: "web", Status: "connected"}}}, "tm (failed)"},
-		{"claude pending", claude, agent.Init{MCPServers: []agent.MCPServerStatus{{Name: "tm", Status: "connected"}, {Name: "web", Status: "pending"}}}, "web (pending)"},
-		{"claude not reported", claude, agent.Init{}, "tm (not reported), web (not reported)"},
-		{"droid both", droid, agent.Init{Tools: []string{"Read", "tm___echo", "web___search"}}, ""},
-		{"droid one", droid, agent.Init{Tools: []string{"Read", "tm___echo"}}, "web (none of its tools offered at start)"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			in := tc.init
-			e := tc.c.adapter().CheckInit(agent.Event{Init: &in})
-			if tc.missing == "" {
-				if e != nil {
-					t.Fatalf("error %v", e)
-				}
-				return
-			}
-			if e == nil || e.Code != protocol.CodeMCPUnavailable || !strings.Contains(e.Message, tc.missing) {
-				t.Fatalf("error %v, want MCP_UNAVAILABLE naming %s", e, tc.missing)
-			}
-		})
-	}
-	if e := claude.adapter().CheckInit(agent.Event{Turn: &agent.Turn{}}); e != nil {
-		t.Errorf("a turn checked: %v", e)
-	}
+// The MCP servers' settings are redacted as secrets. The configuration
+// each CLI gets, and the check of its init line, are its adapter's
+// (package agent).
+func TestMCPSecrets(t *testing.T) {
 	secret := &Config{MCPServers: []protocol.MCPServer{
 		{Name: "a", Command: "a", Env: map[string]string{"TICKETS_TOKEN": "tok-123456", "MODE": "readonly-mode"}},
 		{Name: "b", URL: "https://b/mcp", Headers: map[string]string{"Authorization": "Bearer hdr-123456"}},
@@ -261,11 +173,6 @@ func TestMCPConfigAndInitCheck(t *testing.T) {
 	r := NewRedactor(secret.mcpSecrets(), "")
 	if got := r.Redact("tok-123456 / Bearer hdr-123456 / readonly-mode"); got != "[REDACTED] / [REDACTED] / readonly-mode" {
 		t.Errorf("MCP secrets: %q", got)
-	}
-	none := &Config{AgentType: protocol.AgentClaude}
-	argv, env := strings.Join(none.Argv(Invocation{Prompt: "p"}), " "), strings.Join(none.AgentEnv(nil, "", "", protocol.Task{}), " ")
-	if e := none.adapter().CheckInit(agent.Event{Init: &agent.Init{}}); e != nil || strings.Contains(argv, "mcp") || strings.Contains(env, "MCP_") {
-		t.Errorf("no servers: %v, argv %s, env %s", e, argv, env)
 	}
 }
 

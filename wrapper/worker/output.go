@@ -3,6 +3,8 @@ package worker
 import (
 	"math"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/wrapper/agent"
 )
@@ -65,4 +67,34 @@ func errCode(e *protocol.Error) string {
 		return ""
 	}
 	return string(e.Code)
+}
+
+// unrunOutput is the failed output of a task whose agent never ran.
+func (w *Worker) unrunOutput(task protocol.Task, e *protocol.Error) protocol.Output {
+	return protocol.Output{RequestID: task.RequestID, TaskID: task.TaskID, ProjectID: task.ProjectID, WorkerID: w.cfg.WorkerID,
+		AgentType: w.cfg.AgentType, Status: protocol.StatusFailed, Error: e, Metadata: w.redact.RedactMap(task.Metadata), Timestamp: w.now()}
+}
+
+// reject answers a task entry that could not be decoded: a failed output
+// with INVALID_TASK under the request id invalid-<entry id>, and the entry
+// is acknowledged. A document that failed validation proves no request id:
+// the one it claims is only echoed in the message, so that it can neither
+// publish nor suppress the output of the run that really has that id
+// (which may be running on another worker).
+func (w *Worker) reject(src taskSource, data []byte, cause error) {
+	reqID := "invalid-" + src.entryID
+	msg := w.redact.Redact(cause.Error())
+	if claimed := gjson.GetBytes(data, "request_id").String(); claimed != "" {
+		msg += "; the entry's request_id was " + cutUTF8(w.redact.Redact(claimed), 256)
+	}
+	task := protocol.Task{RequestID: reqID}
+	o := w.unrunOutput(task, protocol.NewError(protocol.CodeInvalidTask, "%s", msg))
+	log := w.log.With("request_id", reqID)
+	log.Warn("invalid task", "entry", src.entryID, "err", msg)
+	now := w.now()
+	run := protocol.NewRun(reqID, o.TaskID, w.cfg.WorkerID, "", now)
+	_ = run.Fail(protocol.CodeInvalidTask, msg, now)
+	w.pub.storeOutput(log, src, o, run.Hash(), nil)
+	w.pub.lifecycle(protocol.EventTaskFailed, reqID, o.TaskID, map[string]any{"code": protocol.CodeInvalidTask})
+	w.requestPause(reqID, o.TaskID, "stop_output:"+string(o.Status))
 }

@@ -57,7 +57,7 @@ func FuzzAgentOutputToStoredOutput(f *testing.F) {
 		w := fuzzWorker(agentType)
 		task := protocol.Task{RequestID: "fuzz-1", ProjectID: "p", Prompt: "x"}
 		v := agent.Judge(o, schema)
-		stored, doc, err := w.encodeOutput(slog.New(slog.NewTextHandler(io.Discard, nil)), w.output(task, o, v, SessionPlan{}, 1))
+		stored, doc, err := encodeOutput(slog.New(slog.NewTextHandler(io.Discard, nil)), w.redact, w.now, w.output(task, o, v, SessionPlan{}, 1))
 		if err != nil {
 			t.Fatalf("no output can be stored: %v", err)
 		}

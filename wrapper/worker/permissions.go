@@ -12,14 +12,14 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/wrapper/agent"
 )
 
-// How ALLOWED_COMMANDS reaches each agent CLI is its adapter's
-// (agent.Claude, agent.Droid). The wrapper's side is here: the guard that
-// Droid's hook calls back (`worker-wrapper guard`, POST /guard), which
-// decides each shell command (protocol.AllowedCommands.AllowsShell) and
-// publishes a refusal as a warning of the run.
+// ALLOWED_COMMANDS (wrapper/README.md, "ALLOWED_COMMANDS") reaches each
+// CLI as its adapter says (package agent): Claude enforces it with its
+// own permission rules and reports what it denied (publisher.denial); Droid asks
+// the wrapper before each shell command, through a hook that runs
+// `worker-wrapper guard` (GuardCommand), which the wrapper decides here
+// (checkCommand). Every refusal is published as a warning of the task.
 
 // guardRequest is what `worker-wrapper guard` asks the wrapper (POST
 // /guard): may this tool call run?
@@ -35,48 +35,19 @@ type guardAnswer struct {
 
 // checkCommand decides a shell command of the run that token belongs to,
 // and publishes a refusal as a warning of that run.
-func (w *Worker) checkCommand(token string, req guardRequest) guardAnswer {
-	w.mu.Lock()
-	cur := w.cur
-	own := cur != nil && tokenEqual(token, cur.token)
-	w.mu.Unlock()
+func (p *progressServer) checkCommand(token string, req guardRequest) guardAnswer {
+	cur, own := p.w.state.owner(token)
 	ans := guardAnswer{Allow: true}
 	switch {
 	case !own:
 		ans = guardAnswer{Reason: "refused by agentvisor: the call does not belong to the running task"}
-	case !w.cfg.AllowedCommands.AllowsShell(req.Command):
+	case !p.w.cfg.AllowedCommands.AllowsShell(req.Command):
 		ans = guardAnswer{Reason: "refused by agentvisor: not in this worker's ALLOWED_COMMANDS (a simple command whose first words name an allowed command; no ;, &, |, redirections or $)"}
 	}
 	if !ans.Allow && cur != nil {
-		w.pushRefusal(cur, req.Tool, req.Command, ans.Reason)
+		p.w.pub.refusal(cur, req.Tool, req.Command, ans.Reason)
 	}
 	return ans
-}
-
-// pushRefusal publishes a refused call of the agent as a warning of cur.
-func (w *Worker) pushRefusal(cur *current, tool, command, reason string) {
-	command = w.redact.Redact(command)
-	if len(command) > protocol.MaxRefusedCommandBytes {
-		command = cutUTF8(command, protocol.MaxRefusedCommandBytes)
-	}
-	step := cutUTF8("refused: "+tool+" "+command, 1024)
-	w.pushEvent(cur, protocol.Progress{Step: step, Level: protocol.LevelWarning,
-		Refused: &protocol.Refusal{Tool: tool, Command: command, Reason: cutUTF8(w.redact.Redact(reason), 1024)}})
-}
-
-// onDenials publishes the calls the agent CLI itself denied (Claude's
-// permission_denials).
-func (w *Worker) onDenial(cur *current, d *agent.Denial) {
-	var in struct {
-		Command string `json:"command"`
-	}
-	cmd := ""
-	if json.Unmarshal(d.Input, &in) == nil && in.Command != "" {
-		cmd = in.Command
-	} else {
-		cmd = string(d.Input)
-	}
-	w.pushRefusal(cur, d.Tool, cmd, "denied by the agent CLI's permission rules (ALLOWED_COMMANDS)")
 }
 
 // cutUTF8 cuts s to at most n bytes without splitting a character.
@@ -152,5 +123,5 @@ func (p *progressServer) guard(rw http.ResponseWriter, r *http.Request) {
 		writeJSON(rw, http.StatusBadRequest, apiError{protocol.CodeInvalidTask, errGuardBody.Error()})
 		return
 	}
-	writeJSON(rw, http.StatusOK, p.w.checkCommand(r.Header.Get(ProgressTokenHeader), req))
+	writeJSON(rw, http.StatusOK, p.checkCommand(r.Header.Get(ProgressTokenHeader), req))
 }

@@ -12,13 +12,15 @@ import (
 	"github.com/agentvisor/agentvisor/stubmodel"
 )
 
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
 // commandBin writes an executable that records each run of it in
 // dir/<name>.ran, and returns its directory.
 func commandBin(t *testing.T, names ...string) (binDir, ranDir string) {
 	t.Helper()
 	binDir, ranDir = t.TempDir(), t.TempDir()
 	for _, n := range names {
-		script := "#!/bin/sh\necho \"$@\" >> '" + filepath.Join(ranDir, n+".ran") + "'\necho " + n + " done\n"
+		script := "#!/bin/sh\necho \"$@\" >> " + shellQuote(filepath.Join(ranDir, n+".ran")) + "\necho " + n + " done\n"
 		if err := os.WriteFile(filepath.Join(binDir, n), []byte(script), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -92,6 +94,9 @@ func TestAllowedCommandsEnforcedByRealAgents(t *testing.T) {
 	})
 }
 
+// A progress call that goes wrong (no step, a percentage that is not a
+// number, one out of range) is refused, and the consumer sees each as a
+// warning of the task; a good one still counts.
 func TestRefusedProgressCallsAreWarnings(t *testing.T) {
 	e, stub, environ := realAgentEnv(t, protocol.AgentClaude)
 	e.start(environ...)

@@ -65,11 +65,11 @@ func (p *progressServer) progress(rw http.ResponseWriter, r *http.Request) {
 	}
 	rep, err := protocol.DecodeProgressReport(body)
 	if err != nil {
-		p.w.progressRefused(r.Header.Get(ProgressTokenHeader), body, err)
+		p.refused(r.Header.Get(ProgressTokenHeader), body, err)
 		writeJSON(rw, http.StatusBadRequest, apiError{protocol.CodeInvalidTask, err.Error()})
 		return
 	}
-	n, err := p.w.reportProgress(r.Header.Get(ProgressTokenHeader), rep)
+	n, err := p.report(r.Header.Get(ProgressTokenHeader), rep)
 	switch {
 	case errors.Is(err, errNoRun):
 		writeJSON(rw, http.StatusConflict, apiError{protocol.CodeNotFound, err.Error()})
@@ -81,7 +81,53 @@ func (p *progressServer) progress(rw http.ResponseWriter, r *http.Request) {
 }
 
 func (p *progressServer) health(rw http.ResponseWriter, _ *http.Request) {
-	writeJSON(rw, http.StatusOK, p.w.healthReport())
+	writeJSON(rw, http.StatusOK, p.healthReport())
+}
+
+func (p *progressServer) healthReport() map[string]any {
+	s, out := p.w.state.snapshot(), p.w.pub.out
+	h := map[string]any{"worker_id": p.w.cfg.WorkerID, "state": s.state, "tasks_completed": s.done,
+		"events_pending": out.Len(), "events_dropped": out.Dropped()}
+	if s.cur != nil {
+		h["request_id"] = s.cur.task.RequestID
+	}
+	return h
+}
+
+// report records a progress report of the run that token belongs to: one
+// more step on the run, and a Progress event on its output stream.
+// Progress calls are the runtime's own channel: ALLOWED_COMMANDS does not
+// govern them. A call that is refused is published as a warning of the
+// running task, if any.
+func (p *progressServer) report(token string, rep protocol.ProgressReport) (int, error) {
+	w := p.w
+	rep.Step, rep.Output = w.redact.Redact(rep.Step), w.redact.Redact(rep.Output)
+	cur, own := w.state.owner(token)
+	if !own {
+		if cur != nil {
+			w.pub.refusal(cur, "progress", rep.Step, errNoRun.Error())
+		}
+		return 0, errNoRun
+	}
+	cur.mu.Lock()
+	if err := cur.run.Step(rep.Step, w.now()); err != nil {
+		cur.mu.Unlock()
+		w.pub.refusal(cur, "progress", rep.Step, err.Error())
+		return 0, errNoRun
+	}
+	n := cur.run.StepsCompleted
+	cur.mu.Unlock()
+	w.pub.run(cur)
+	w.pub.event(cur, protocol.Progress{Step: rep.Step, ProgressPct: rep.ProgressPct, Output: rep.Output})
+	return n, nil
+}
+
+// refused publishes a progress call the endpoint could not take (a
+// malformed report) as a warning of the run its token belongs to.
+func (p *progressServer) refused(token string, body []byte, cause error) {
+	if cur, own := p.w.state.owner(token); own {
+		p.w.pub.refusal(cur, "progress", string(body), cause.Error())
+	}
 }
 
 var errNoRun = errors.New("no task is running, or the token belongs to another run")

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/redisconn"
+	"github.com/agentvisor/agentvisor/wrapper/agent"
 	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
 	"github.com/cenkalti/backoff/v5"
 )
@@ -20,19 +23,23 @@ import (
 // go through store, which retries until Redis takes them or refuses them
 // for good.
 type publisher struct {
-	rdb      *rdb.RDB
-	keys     protocol.Keys
-	workerID string
-	host     string
-	log      *slog.Logger
-	now      func() time.Time
-	out      *Outbox
+	rdb          *rdb.RDB
+	keys         protocol.Keys
+	workerID     string
+	host         string
+	log          *slog.Logger
+	now          func() time.Time
+	redact       *Redactor
+	runRetention time.Duration
+	waitTimeout  time.Duration // WAIT's, when a write must reach a replica
+	out          *Outbox
 }
 
-func newPublisher(r *rdb.RDB, cfg Config, log *slog.Logger, now func() time.Time) *publisher {
+func newPublisher(r *rdb.RDB, cfg Config, log *slog.Logger, now func() time.Time, redact *Redactor) *publisher {
 	out := NewOutbox(cfg.EventBuffer, log)
 	out.Permanent = rdb.IsServerError
-	return &publisher{rdb: r, keys: cfg.Keys, workerID: cfg.WorkerID, host: cfg.Host, log: log, now: now, out: out}
+	return &publisher{rdb: r, keys: cfg.Keys, workerID: cfg.WorkerID, host: cfg.Host, log: log, now: now, redact: redact,
+		runRetention: cfg.RunRetention, waitTimeout: cfg.RedisWait.Timeout, out: out}
 }
 
 // lifecycle queues a lifecycle event of this worker.
@@ -55,8 +62,11 @@ func (p *publisher) status(fields map[string]any) {
 	p.out.Push("status", func(ctx context.Context) error { return p.rdb.HSet(ctx, key, fields) })
 }
 
-// run queues fields of a run hash; the run never moves backward.
-func (p *publisher) run(requestID string, fields map[string]any) {
+// run queues the run hash of cur as it stands.
+func (p *publisher) run(cur *current) { p.runHash(cur.task.RequestID, cur.runFields()) }
+
+// runHash queues fields of a run hash; the run never moves backward.
+func (p *publisher) runHash(requestID string, fields map[string]any) {
 	p.out.Push("run "+fmt.Sprint(fields[protocol.RunFieldStatus]), func(ctx context.Context) error {
 		return p.rdb.AdvanceRun(ctx, requestID, fields)
 	})
@@ -66,6 +76,121 @@ func (p *publisher) run(requestID string, fields map[string]any) {
 // control request).
 func (p *publisher) entry(name, stream string, doc []byte) {
 	p.out.Push(name, func(ctx context.Context) error { return p.rdb.XAdd(ctx, stream, doc) })
+}
+
+// ack acknowledges a source's input entry, retried as store does.
+func (p *publisher) ack(src taskSource) {
+	_, _ = store(p, "ack "+src.entryID, func(c context.Context) (struct{}, error) {
+		return struct{}{}, p.rdb.Ack(c, src.stream, src.group, src.entryID)
+	})
+}
+
+// pushEvent publishes a progress event of cur, with the ids, the run's
+// step count and the time filled in, and its text redacted.
+func (p *publisher) event(cur *current, pr protocol.Progress) {
+	if cur.src.output == "" { // a run of the wrapper's own (a session summary)
+		return
+	}
+	cur.mu.Lock()
+	n := cur.run.StepsCompleted
+	cur.mu.Unlock()
+	pr.WorkerID, pr.RequestID, pr.TaskID, pr.StepsCompleted, pr.Timestamp = p.workerID, cur.task.RequestID, cur.task.TaskID, n, p.now()
+	pr.Step, pr.Output = p.redact.Redact(pr.Step), p.redact.Redact(pr.Output)
+	doc, err := pr.Encode()
+	if err != nil {
+		return
+	}
+	p.entry("progress", cur.src.output, doc)
+}
+
+// progress publishes a progress step of cur at level ("" for info).
+func (p *publisher) progress(cur *current, step, level string) {
+	p.event(cur, protocol.Progress{Step: step, Level: level})
+}
+
+// refusal publishes a refused call of the agent as a warning of cur.
+func (p *publisher) refusal(cur *current, tool, command, reason string) {
+	command = p.redact.Redact(command)
+	if len(command) > protocol.MaxRefusedCommandBytes {
+		command = cutUTF8(command, protocol.MaxRefusedCommandBytes)
+	}
+	step := cutUTF8("refused: "+tool+" "+command, 1024)
+	p.event(cur, protocol.Progress{Step: step, Level: protocol.LevelWarning,
+		Refused: &protocol.Refusal{Tool: tool, Command: command, Reason: cutUTF8(p.redact.Redact(reason), 1024)}})
+}
+
+// denial publishes a call the agent CLI itself denied (Claude's
+// permission_denials) as a refusal.
+func (p *publisher) denial(cur *current, d *agent.Denial) {
+	var in struct {
+		Command string `json:"command"`
+	}
+	cmd := ""
+	if json.Unmarshal(d.Input, &in) == nil && in.Command != "" {
+		cmd = in.Command
+	} else {
+		cmd = string(d.Input)
+	}
+	p.refusal(cur, d.Tool, cmd, "denied by the agent CLI's permission rules (ALLOWED_COMMANDS)")
+}
+
+// storeOutput stores a task's output with its run's terminal fields and
+// its usage, and acknowledges its entry, in one atomic step
+// (rdb.FinishTask), retried while Redis is unreachable: the output is
+// never lost, and never published twice. When Redis refuses that step for
+// good (a run key of the wrong type, a missing permission), the output
+// still goes out, failed with INTERNAL_ERROR and saying why, without the
+// run hash; when Redis refuses that too, the entry is acknowledged and the
+// loss logged: a task Redis will not take must not wedge the loop. It
+// reports whether an output was published.
+func (p *publisher) storeOutput(log *slog.Logger, src taskSource, o protocol.Output, run map[string]any, usage *rdb.TaskUsage) bool {
+	o, doc, err := encodeOutput(log, p.redact, p.now, o)
+	if err != nil {
+		log.Error("encode output", "err", err)
+		return false
+	}
+	// With WAIT on (a sentinel URL), a write no replica acknowledged is
+	// made again once, one WAIT timeout later: a failover that promoted a
+	// replica the output had not reached has a new primary by then, which
+	// the client has switched to, and the idempotent script publishes the
+	// output there. A second short answer leaves it on the primary alone
+	// (no replica in sync).
+	var published bool
+	short := 0
+	_, err = store(p, "output "+o.RequestID, func(c context.Context) (struct{}, error) {
+		ok, err := p.rdb.FinishTask(c, rdb.Finish{RequestID: o.RequestID, OutputStream: src.output, Output: doc, Run: run,
+			InputStream: src.stream, Group: src.group, EntryID: src.entryID, Usage: usage, RunRetention: p.runRetention})
+		published = published || ok
+		if redisconn.IsNotReplicated(err) {
+			if short++; short < 2 {
+				time.Sleep(p.waitTimeout)
+				return struct{}{}, err
+			}
+			log.Warn("task output stored on the primary alone: no replica acknowledged it", "err", err)
+			err = nil
+		}
+		return struct{}{}, err
+	})
+	if err == nil {
+		return published
+	}
+	fo := o
+	fo.Status, fo.Result, fo.Question = protocol.StatusFailed, nil, ""
+	fo.Error = protocol.NewError(protocol.CodeInternalError, "redis refused to store the task's output: %s", p.redact.Redact(err.Error()))
+	if doc, err = fo.Encode(); err == nil {
+		_, err = store(p, "failed output "+o.RequestID, func(c context.Context) (struct{}, error) {
+			return struct{}{}, p.rdb.PublishOutput(c, src.output, doc, src.stream, src.group, src.entryID)
+		})
+	}
+	if err == nil {
+		log.Error("output stored without its run hash, as failed", "code", protocol.CodeInternalError)
+		return true
+	}
+	log.Error("task output lost: redis refused it", "err", err)
+	if src.entryID != "" {
+		p.ack(src)
+	}
+	return false
 }
 
 // store calls f until Redis takes it, with backoff while Redis is

@@ -3,7 +3,9 @@ package worker
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
+	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
@@ -15,36 +17,33 @@ import (
 // entry instead: a task is answered failed with INTERNAL_ERROR (not
 // retryable: the same task would take the same path), its entry is
 // acknowledged, the worker becomes idle and serves the next entry.
-func (w *Worker) serve(ctx context.Context, stream, group string, e *rdb.Entry) {
+func (w *Worker) serve(ctx context.Context, src taskSource, e *rdb.Entry) {
 	defer func() {
 		if p := recover(); p != nil {
-			w.recoverEntry(stream, group, e, p, debug.Stack())
+			w.recoverEntry(src, e, p, debug.Stack())
 		}
 	}()
-	w.handle(ctx, stream, group, e)
+	w.route(ctx, src, e)
 }
 
 // recoverEntry answers the entry whose handling panicked with p. It is
 // guarded itself: a second panic while answering leaves the entry
 // acknowledged and the worker idle, and is logged.
-func (w *Worker) recoverEntry(stream, group string, e *rdb.Entry, p any, stack []byte) {
+func (w *Worker) recoverEntry(src taskSource, e *rdb.Entry, p any, stack []byte) {
 	log := w.log.With("entry", e.ID)
 	log.Error("the handling of an input entry panicked; answering it and serving on", "panic", fmt.Sprint(p), "stack", string(stack))
-	src := taskSource{stream: stream, group: group, entryID: e.ID, output: w.cfg.Keys.OutputFor(w.cfg.Kind, w.cfg.WorkerID)}
 	defer func() {
 		if p2 := recover(); p2 != nil {
 			log.Error("answering the panicked entry panicked too; acknowledging it", "panic", fmt.Sprint(p2), "stack", string(debug.Stack()))
 			w.endPanicked(src)
 		}
 	}()
-	w.mu.Lock()
-	cur := w.cur
-	w.mu.Unlock()
 	msg := fmt.Sprintf("the wrapper failed while handling the task (%v); the worker serves on", p)
-	if cur != nil && cur.src.entryID == e.ID {
+	if cur := w.state.current(); cur != nil && cur.src.entryID == e.ID {
 		o := w.unrunOutput(cur.task, protocol.NewError(protocol.CodeInternalError, "%s", msg))
 		o.ProjectID, o.Answers, o.Attempt = cur.task.Project(), cur.task.Answers, cur.attempt
-		w.finish(log, cur, o, nil)
+		t := &taskRun{w: w, ctx: context.Background(), log: log, src: src, entry: e, task: cur.task, cur: cur}
+		t.finish(o, nil)
 		return
 	}
 	data, _ := protocol.EntryData(e.Values)
@@ -56,20 +55,35 @@ func (w *Worker) recoverEntry(stream, group string, e *rdb.Entry, p any, stack [
 		return
 	}
 	o := w.unrunOutput(task, protocol.NewError(protocol.CodeInternalError, "%s", msg))
-	w.storeOutput(log, src, o, nil, nil)
+	w.pub.storeOutput(log, src, o, nil, nil)
 	w.requestPause(task.RequestID, task.TaskID, "stop_output:"+string(o.Status))
 }
 
 // endPanicked acknowledges a panicked entry and leaves the worker idle
 // (unless it is stopping), with no task in flight.
 func (w *Worker) endPanicked(src taskSource) {
-	_, _ = store(w.pub, "ack "+src.entryID, func(c context.Context) (struct{}, error) {
-		return struct{}{}, w.rdb.Ack(c, src.stream, src.group, src.entryID)
-	})
-	w.mu.Lock()
-	w.cur = nil
-	if !w.stopping && w.machine.State != protocol.WorkerIdle {
-		_, _ = w.machine.Transition(protocol.WorkerIdle, "panic recovered", w.now())
+	w.pub.ack(src)
+	if w.state.current() != nil {
+		_, _ = w.state.end("panic recovered")
 	}
-	w.mu.Unlock()
+}
+
+// encodeOutput returns o and its document. An o that does not validate
+// (what the agent gave made a field no output may have) is replaced by a
+// failed output carrying none of it, with INTERNAL_ERROR: the task is
+// answered all the same.
+func encodeOutput(log *slog.Logger, redact *Redactor, now func() time.Time, o protocol.Output) (protocol.Output, []byte, error) {
+	doc, err := o.Encode()
+	if err == nil {
+		return o, doc, nil
+	}
+	log.Error("the task's output does not validate; publishing it failed", "err", err)
+	o = protocol.Output{RequestID: o.RequestID, TaskID: o.TaskID, ProjectID: o.ProjectID, WorkerID: o.WorkerID,
+		AgentType: o.AgentType, Status: protocol.StatusFailed, Attempt: max(o.Attempt, 0), Timestamp: o.Timestamp,
+		Error: protocol.NewError(protocol.CodeInternalError, "the task's output did not validate: %s", redact.Redact(err.Error()))}
+	if o.Timestamp.IsZero() {
+		o.Timestamp = now()
+	}
+	doc, err = o.Encode()
+	return o, doc, err
 }

@@ -5,11 +5,10 @@ import (
 	"strings"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/wrapper/agent"
 	"github.com/agentvisor/agentvisor/wrapper/apiproxy"
 )
 
-// The agent is untrusted (issue 12): it never holds the wrapper's
+// The agent is untrusted: it never holds the wrapper's
 // configuration or a model API key. It gets the model API through the
 // wrapper's loopback proxy (package apiproxy), with the proxy's URL and a
 // token that only that proxy takes.
@@ -17,12 +16,13 @@ import (
 // wrapperOnly are variables of the wrapper's environment that the agent
 // does not get: its secrets (the Redis URL, the model API credentials and
 // base URLs, replaced by the proxy's), and its own configuration, which the
-// agent has no use for. Whatever else is in the environment (such as a
+// agent has no use for, unless its adapter keeps one (Adapter.KeepsEnv:
+// Droid's FACTORY_API_KEY, its login to Factory). Whatever else is in the environment (such as a
 // spec's variables meant for the agent's tools) passes on.
 var wrapperOnly = map[string]bool{
 	"REDIS_URL": true, "INSTRUCTIONS": true,
 	"ANTHROPIC_API_KEY": true, "ANTHROPIC_AUTH_TOKEN": true, "ANTHROPIC_BASE_URL": true,
-	"OPENAI_API_KEY": true, "DROID_BASE_URL": true,
+	"OPENAI_API_KEY": true, "DROID_BASE_URL": true, "FACTORY_API_KEY": true,
 	"WORKER_KIND": true, "WORKER_KEY_PREFIX": true, "AGENT_TYPE": true, "AGENT_BIN": true, "AGENT_ARGS": true,
 	"AGENT_MODEL": true, "AGENT_SKIP_PERMISSIONS": true, "AGENT_JSON_SCHEMA": true, "AGENT_PERSISTENT": true,
 	"AGENT_PTY": true, "ALLOWED_COMMANDS": true, "TASK_TIMEOUT": true, "STALL_TIMEOUT": true,
@@ -34,50 +34,54 @@ var wrapperOnly = map[string]bool{
 	protocol.EnvMCPServers: true, envMCPTimeout: true, protocol.EnvWorkerHost: true, protocol.EnvModelPrices: true,
 }
 
-// hiddenFromAgent says whether the agent's environment goes without the
-// wrapper's variable name. FACTORY_API_KEY reaches only a Droid that
-// talks to Factory's own service (no DROID_BASE_URL): that key is its
-// login, which no proxy of ours stands in for.
-func (c *Config) hiddenFromAgent(name string) bool {
-	if hidden, decides := c.adapter().Hidden(name); decides {
-		return hidden
-	}
-	return wrapperOnly[name]
-}
+// modelAPI is the model API as the agent sees it: the proxy's base URL and
+// token; empty when the agent talks to its vendor itself (Droid without
+// DROID_BASE_URL). Set by Run before the first agent starts.
+type modelAPI struct{ url, token string }
 
-// startModelProxy starts the proxy between the agent and the model API,
-// for Claude (upstream ANTHROPIC_BASE_URL, default the Anthropic API) and
-// for Droid's custom model (upstream DROID_BASE_URL), with the real
+// startModelProxy starts the proxy between the agent and the model API, to
+// the upstream its adapter routes it to (Adapter.Route), with the real
 // credential of the wrapper's environment (ANTHROPIC_API_KEY, or
-// ANTHROPIC_AUTH_TOKEN as a bearer token). It returns nil for Droid
-// without DROID_BASE_URL: Droid then talks to Factory with its own
-// FACTORY_API_KEY.
+// ANTHROPIC_AUTH_TOKEN as a bearer token). It returns nil for an agent
+// that talks to its vendor by itself.
 func (w *Worker) startModelProxy() (*apiproxy.Proxy, error) {
-	get := func(name string) string {
-		for _, kv := range w.environ {
-			if v, ok := strings.CutPrefix(kv, name+"="); ok {
-				return v
-			}
-		}
-		return ""
-	}
+	get := w.getenv
 	cfg := apiproxy.Config{APIKey: get("ANTHROPIC_API_KEY"), AuthToken: get("ANTHROPIC_AUTH_TOKEN"), Logger: w.log,
-		OnUpstreamError: w.onUpstreamError, OnRateLimit: w.onRateLimit}
-	if w.cfg.caps().EstimatesCost { // the agent reports no cost: the wrapper meters its calls (cost.go)
-		cfg.OnUsage, cfg.Refuse = w.onModelUsage, w.refuseModelCall
+		OnUpstreamError: w.heal.upstreamError, OnRateLimit: w.heal.rateLimit}
+	if !w.agent.Caps().ReportsCost { // the wrapper meters the agent's calls (cost.go)
+		cfg.OnUsage, cfg.Refuse = w.spend.meter, w.spend.refuse
 	}
-	upstream, ok := w.cfg.adapter().ProxyUpstream(get)
-	if !ok {
+	route := w.agent.Route(get)
+	if !route.Proxied {
 		return nil, nil
 	}
-	cfg.Upstream = upstream
+	cfg.Upstream = route.Upstream
 	p, err := apiproxy.Start("127.0.0.1:0", cfg)
 	if err != nil {
 		return nil, fmt.Errorf("model API proxy: %w", err)
 	}
-	w.cfg.model = agent.ModelAPI{URL: p.URL, Token: p.Token}
+	w.cfg.model = modelAPI{url: p.URL, token: p.Token}
 	// The token is good for this proxy only, but for anyone who can reach
 	// its port: it is redacted like the secrets it stands for.
 	w.redact.secrets = append(w.redact.secrets, p.Token)
 	return p, nil
+}
+
+// getenv reads a variable of the wrapper's environment.
+func (w *Worker) getenv(name string) string {
+	for _, kv := range w.environ {
+		if v, ok := strings.CutPrefix(kv, name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// unmetered says which service the agent talks to by itself, whose calls
+// no proxy of ours meters; "" when the proxy carries them.
+func (w *Worker) unmetered() string {
+	if w.cfg.model.url != "" {
+		return ""
+	}
+	return w.agent.Route(w.getenv).Direct
 }

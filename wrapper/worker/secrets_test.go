@@ -96,9 +96,13 @@ func TestAgentEnvHoldsNoSecret(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := Config{WorkerID: "w1", AgentType: tt.agent, DroidBaseURL: tt.droidURL}
 			if tt.agent == protocol.AgentClaude || tt.droidURL != "" {
-				c.model = agent.ModelAPI{URL: "http://127.0.0.1:9", Token: "agentvisor-proxy-t"}
+				c.model = modelAPI{url: "http://127.0.0.1:9", token: "agentvisor-proxy-t"}
 			}
-			env := strings.Join(c.AgentEnv(base, "http://127.0.0.1:8/progress", "ptok", protocol.Task{RequestID: "r1"}), "\n")
+			ad, err := agent.New(c.AgentType, c.agentSettings())
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := strings.Join(c.AgentEnv(ad, base, "http://127.0.0.1:8/progress", "ptok", protocol.Task{RequestID: "r1"}), "\n")
 			for _, w := range tt.want {
 				if !strings.Contains(env, w) {
 					t.Errorf("the agent's environment lacks %q:\n%s", w, env)

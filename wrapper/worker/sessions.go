@@ -119,11 +119,13 @@ type TurnRunner func(ctx context.Context, task protocol.Task, inv Invocation, ti
 // SessionDeps are what ProjectSessions works with: the store, a runner for
 // its own turns, the clock, and whose sessions they are.
 type SessionDeps struct {
-	Store    SessionStore
-	Run      TurnRunner
-	Now      func() time.Time
-	Log      *slog.Logger
-	Agent    agent.Adapter // whose sessions: its type keys them, it says where a project's context goes
+	Store     SessionStore
+	Run       TurnRunner
+	Now       func() time.Time
+	Log       *slog.Logger
+	AgentType protocol.AgentType
+	// Agent builds a new session's invocation (Adapter.WithContext).
+	Agent    agent.Adapter
 	WorkerID string
 	// Redact, when set, cleans a summary of secrets before it is stored.
 	Redact func(string) string
@@ -155,7 +157,7 @@ func (p *ProjectSessions) Decide(ctx context.Context, task protocol.Task) Sessio
 	d := p.d
 	now := d.Now()
 	project := task.Project()
-	rec, err := d.Store.ClaimSession(ctx, d.Agent.Type(), project, d.WorkerID, now, now.Add(p.cfg.Affinity))
+	rec, err := d.Store.ClaimSession(ctx, d.AgentType, project, d.WorkerID, now, now.Add(p.cfg.Affinity))
 	if err != nil {
 		p.log().Warn("session store unreachable: new session", "err", err, "project_id", project)
 		return SessionPlan{Decision: protocol.SessionDecision{Action: protocol.SessionNew, Reason: protocol.SessionReasonNoSession}}
@@ -284,7 +286,7 @@ func (p *ProjectSessions) Complete(ctx context.Context, task protocol.Task, plan
 	}
 	fields := map[string]any{
 		protocol.SessionFieldSessionID:       sid,
-		protocol.SessionFieldAgentType:       string(d.Agent.Type()),
+		protocol.SessionFieldAgentType:       string(d.AgentType),
 		protocol.SessionFieldProjectID:       task.Project(),
 		protocol.SessionFieldContextTokens:   contextTokens,
 		protocol.SessionFieldContextWindow:   window,
@@ -296,7 +298,7 @@ func (p *ProjectSessions) Complete(ctx context.Context, task protocol.Task, plan
 	if isNew {
 		fields[protocol.SessionFieldCreatedAt] = protocol.FormatTime(now)
 	}
-	if _, err := d.Store.SaveSession(ctx, d.Agent.Type(), task.Project(), d.WorkerID, isNew, cost, fields); err != nil {
+	if _, err := d.Store.SaveSession(ctx, d.AgentType, task.Project(), d.WorkerID, isNew, cost, fields); err != nil {
 		p.log().Warn("session not recorded", "err", err)
 	}
 	p.log().Info("session recorded", "project_id", task.Project(), "session_id", sid, "action", plan.Decision.Action,
@@ -304,11 +306,19 @@ func (p *ProjectSessions) Complete(ctx context.Context, task protocol.Task, plan
 	return o, plan
 }
 
-// invocation is the command line of a task in plan's session: a new
-// session carries the project's context (Claude: in the system prompt;
-// Droid: in the prompt).
+// invocation is the command line of a task in plan's session.
 func (p *ProjectSessions) invocation(task protocol.Task, plan SessionPlan) Invocation {
 	return invocationFor(p.d.Agent, task, plan)
+}
+
+// invocationFor is the command line of a task in plan's session; a new
+// session carries the project's context where its agent takes it.
+func invocationFor(ad agent.Adapter, task protocol.Task, plan SessionPlan) Invocation {
+	inv := Invocation{Prompt: task.Prompt, ResumeID: plan.ResumeID, MaxBudgetUSD: task.MaxBudgetUSD}
+	if plan.ResumeID != "" || strings.TrimSpace(plan.Context) == "" {
+		return inv
+	}
+	return ad.WithContext(inv, "# Project context (from earlier sessions of this project)\n"+plan.Context)
 }
 
 func truncate(s string, n int) string {

@@ -249,7 +249,7 @@ func TestProjectSessionsFromTheirDependencies(t *testing.T) {
 		return agent.Outcome{Result: &agent.Result{Text: "## Architecture\nSUMMARY key=sk-planted-77\n{\"status\": \"complete\"}"}}
 	}
 	p := NewProjectSessions(SessionDeps{Store: store, Run: run, Now: clk.now, Log: slog.New(slog.NewJSONHandler(io.Discard, nil)),
-		Agent: claudeAdapter(), WorkerID: "w1", Redact: NewRedactor([]string{"X_API_KEY=sk-planted-77"}, "").Redact},
+		AgentType: protocol.AgentClaude, WorkerID: "w1", Redact: NewRedactor([]string{"X_API_KEY=sk-planted-77"}, "").Redact},
 		SessionConfig{ContextThreshold: 1000, Summarize: true})
 	ctx := context.Background()
 	rc.HSet(ctx, keys.Session(protocol.AgentClaude, "proj"), protocol.SessionFieldSessionID, "old-session",
@@ -264,12 +264,4 @@ func TestProjectSessionsFromTheirDependencies(t *testing.T) {
 	if plan.Context != "## Architecture\nSUMMARY key=[REDACTED]" { // stored redacted
 		t.Fatalf("the new session's context %q", plan.Context)
 	}
-}
-
-func claudeAdapter() agent.Adapter {
-	a, err := agent.For(protocol.AgentClaude, agent.Setup{})
-	if err != nil {
-		panic(err)
-	}
-	return a
 }

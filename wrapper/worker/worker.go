@@ -1,38 +1,54 @@
 // Package worker is the worker-wrapper's core: it reads tasks from Redis,
 // runs the agent for each, and publishes what happens as the protocol says.
-// What differs from one agent CLI to another is its adapter's
-// (agent.Adapter, picked in agentsetup.go); nothing here branches on the
-// agent type. The files, in the order a task meets them:
+// Worker is the composition root: it builds the parts below and wires
+// them. A task entry's path, file by file:
+//
+//   - input.go: reading the input (own pending entries first), and routing
+//     each entry by its type: a task to task.go; a cancel, a steering
+//     message or a permission reply to its part; the input's follower and
+//     look-ahead, which see those before their turn;
+//   - recover.go: a panic in one entry's handling ends that entry, not
+//     the worker; an output that does not validate is still answered;
+//   - task.go: one task's run, admit → execute → finish (taskRun), and the
+//     task in flight (current);
+//   - agentrun.go: how the agent runs for a task (its spec, the persistent
+//     process or a process of its own, the turns of steering messages),
+//     and the wrapper's own turns;
+//   - output.go: the Output document of a task, and of an entry rejected;
+//   - publisher.go: everything told to Redis: events through the Outbox,
+//     a task's output stored with its run and usage, the retry policy.
+//
+// The parts a task's run asks, each owning its state (and its lock):
+//
+//   - state.go: the worker's state machine and the task in flight;
+//   - cancel.go: cancels seen, and a task's interrupt (cancels,
+//     interruptible);
+//   - steer.go: steering messages (steering, taskSteer);
+//   - approve.go: permissions asked of the task's owner (approvals);
+//   - cost.go: the cost of an agent that reports none, priced from the
+//     proxy's meter, and the live guard of its max_budget_usd (spending);
+//   - heal.go: the model API's refusals and rate limits (healer);
+//   - sessions.go: which agent session a task runs in; answers.go: a task
+//     that answers a run continues its session;
+//   - budget.go: the project's budget, before and after a task;
+//   - persistent.go, recycle.go: the agent process kept across tasks;
+//   - oom.go: the cgroup's OOM kill counter.
+//
+// The worker's frame:
 //
 //   - config.go: the configuration, from the environment;
-//   - agentsetup.go: the agent's adapter, made from the configuration;
-//   - lifecycle.go: start, shutdown, the worker's state and status hash;
-//   - input.go: reading input entries (own pending entries first);
-//   - recover.go: a panic in one entry's handling ends that entry only;
-//   - runner.go: one task from its entry to its stored output;
-//   - answers.go: a task that answers a blocked one continues its session;
-//   - budget.go: a project's budget, checked before a task;
-//   - sessions.go: which agent session a task runs in;
-//   - agentcmd.go: the agent's environment and workspace, the redactor;
-//   - persistent.go, recycle.go: the agent process kept across tasks, and
-//     when it is replaced;
-//   - cancel.go: cancel documents, seen on the input by the task loop, by a
-//     follower outside the group and by a look-ahead;
-//   - steer.go: messages into a running task, or its next turn;
-//   - approve.go: permission requests and their replies;
-//   - heal.go: the model API's refusals and rate limits, a stalled agent;
-//   - oom.go: an agent the OOM killer ended;
+//   - lifecycle.go: start, shutdown, Terminate and Fail;
+//   - agentcmd.go: the agent's adapter settings, environment and
+//     workspace (what differs between CLIs is their adapter's, package
+//     agent);
 //   - secrets.go: what the agent may not see, and the model API proxy it
 //     gets instead of the key;
-//   - cost.go: the cost of an agent that reports none, priced from the
-//     proxy's meter, and the live guard of its max_budget_usd;
-//   - permissions.go: the guard the agent's permission hook calls back,
-//     refusals published as warnings;
-//   - mcp.go: the MCP servers' secrets kept out of what is published;
-//   - output.go, redact.go: the Output document of a task, redacted;
-//   - publisher.go: events to Redis, and the retry policy of writes;
+//   - mcp.go: the MCP servers' settings, read and kept secret;
+//   - permissions.go: the guard of the agent's shell calls
+//     (ALLOWED_COMMANDS);
 //   - heartbeat.go, progress.go: the heartbeat, and the progress and
-//     health endpoint.
+//     health endpoint;
+//   - redact.go: redaction of what leaves the container.
 package worker
 
 import (
@@ -40,17 +56,18 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/wrapper/agent"
 	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
 )
 
-// Worker reads tasks and runs the agent for each. It wires the stages of
-// the pipeline; each lives in its own file.
+// Worker reads tasks and runs the agent for each. It builds the parts of
+// the pipeline and wires them; each owns its state.
 type Worker struct {
 	cfg      Config
+	agent    agent.Adapter // the agent CLI's adapter: everything the wrapper knows of that CLI
 	rdb      *rdb.RDB
 	log      *slog.Logger
 	starter  agent.Starter
@@ -60,34 +77,20 @@ type Worker struct {
 	now      func() time.Time
 	environ  []string
 
+	state     *workerState
+	cancels   *cancels
+	steering  *steering
+	approvals *approvals
+	spend     *spending
+	heal      *healer
+	terminate *terminator
+
 	// persist is the persistent agent (AGENT_PERSISTENT), nil otherwise;
 	// owned by the task loop's goroutine.
 	persist *persistentAgent
 
-	progress *progressServer // set once by Run, under mu
-
-	// terminate ends the running agent at once (the shutdown grace ran
-	// out, or a second signal came).
-	terminateOnce sync.Once
-	terminateCh   chan struct{}
-	shutdownOnce  sync.Once // beginShutdown
-
-	mu        sync.Mutex // guards the fields below
-	machine   *protocol.WorkerMachine
-	cur       *current // the task in flight; nil when idle
-	tasksDone int64
-	stopping  bool                  // shutdown began: no new task starts
-	cancels   map[string]cancelNote // cancels seen, by request id (cancel.go)
-	// seenMessages: steering message entries taken (request id in
-	// reason); messages: those for tasks not started yet (steer.go).
-	seenMessages map[string]cancelNote
-	messages     map[string][]string
-	permissions  map[string]*pendingPermission // asked, not answered yet, by permission id (approve.go)
-	// ownTurns counts the wrapper's own agent runs in progress (a
-	// retiring session's summary): their model calls are not the task's
-	// (cost.go). unpriced: the models logged as having no price.
-	ownTurns int
-	unpriced map[string]bool
+	progress     atomic.Pointer[progressServer] // set once by Run
+	shutdownOnce sync.Once                      // beginShutdown
 }
 
 // Options are the Worker's collaborators; zero values take defaults.
@@ -106,8 +109,12 @@ func New(cfg Config, opts Options) (*Worker, error) {
 		return nil, err
 	}
 	r.StreamMaxLen, r.Wait = cfg.StreamMaxLen, cfg.RedisWait
-	w := &Worker{cfg: cfg, rdb: r, log: opts.Logger, starter: opts.Starter, sessions: opts.Sessions,
-		now: opts.Now, environ: opts.Environ, terminateCh: make(chan struct{})}
+	ad, err := agent.New(cfg.AgentType, cfg.agentSettings())
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{cfg: cfg, agent: ad, rdb: r, log: opts.Logger, starter: opts.Starter, sessions: opts.Sessions,
+		now: opts.Now, environ: opts.Environ, terminate: newTerminator()}
 	if w.log == nil {
 		w.log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
@@ -127,33 +134,40 @@ func New(cfg Config, opts Options) (*Worker, error) {
 			w.sessions = NewSessions{}
 		} else {
 			w.sessions = NewProjectSessions(SessionDeps{Store: r, Run: w.runOwnTurn, Now: w.now, Log: w.log,
-				Agent: cfg.adapter(), WorkerID: cfg.WorkerID, Redact: w.redact.Redact}, cfg.Sessions)
+				AgentType: cfg.AgentType, Agent: ad, WorkerID: cfg.WorkerID, Redact: w.redact.Redact}, cfg.Sessions)
 		}
 	}
 	switch {
-	case cfg.Persistent && !cfg.caps().PersistentMCP && len(cfg.MCPServers) > 0:
-		// Such an agent's MCP check reads a one-shot run (Droid: its
-		// refusal to start under --add-tools, its init line's tools);
-		// its persistent session is not checked that way.
-		w.log.Warn("AGENT_PERSISTENT: a worker of this agent with MCP servers runs one process per task", "agent_type", cfg.AgentType)
+	case cfg.Persistent && ad.Caps().OneShotMCP && len(cfg.MCPServers) > 0:
+		// The agent's MCP check reads its run for one task (Droid: its
+		// refusal to start under --add-tools, its init line's tools).
+		w.log.Warn("AGENT_PERSISTENT: a " + ad.Name() + " worker with MCP servers runs one process per task")
 	case cfg.Persistent:
-		w.persist = &persistentAgent{log: w.log, argv: cfg.PersistentArgv, input: cfg.PersistentInput,
-			opens: cfg.caps().OpensSession, recycleTasks: cfg.RecycleTasks, recycleRSS: cfg.RecycleRSS}
+		w.persist = &persistentAgent{log: w.log, argv: ad.PersistentArgv, input: ad.Input,
+			opens: ad.Caps().OpensSession, recycleTasks: cfg.RecycleTasks, recycleRSS: cfg.RecycleRSS}
 	}
-	w.pub = newPublisher(r, cfg, w.log, w.now)
-	w.machine = protocol.NewWorkerMachine(cfg.WorkerID, w.now())
+	w.wire()
 	return w, nil
+}
+
+// wire builds the parts that own the worker's state.
+func (w *Worker) wire() {
+	w.pub = newPublisher(w.rdb, w.cfg, w.log, w.now, w.redact)
+	w.state = newWorkerState(w.cfg.WorkerID, w.now)
+	w.cancels = &cancels{state: w.state, log: w.log, now: w.now}
+	w.steering = &steering{state: w.state, pub: w.pub, log: w.log, now: w.now, noResume: w.agent.Caps().NoResume}
+	w.approvals = &approvals{pub: w.pub, log: w.log, redact: w.redact, now: w.now, workerID: w.cfg.WorkerID, timeout: w.cfg.ApprovalTimeout}
+	w.spend = &spending{state: w.state, agent: w.agent, prices: w.cfg.Prices, pub: w.pub, log: w.log, direct: w.unmetered}
+	w.heal = &healer{state: w.state, pub: w.pub, log: w.log, now: w.now}
 }
 
 // ProgressURL returns the URL of the progress endpoint, once Run has
 // started it.
 func (w *Worker) ProgressURL() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.progress == nil {
-		return ""
+	if p := w.progress.Load(); p != nil {
+		return p.url
 	}
-	return w.progress.url
+	return ""
 }
 
 // Close releases the Redis connections.

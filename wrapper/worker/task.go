@@ -1,0 +1,336 @@
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/wrapper/agent"
+	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
+)
+
+// A task entry's path, after input.go routed it here: admit (is it to
+// run at all, and on which attempt), execute (the agent, in its session),
+// finish (its output, stored with its run and usage). Each step is a
+// method of taskRun, in that order.
+
+// taskSource is where a task came from and where its output goes.
+type taskSource struct {
+	stream, group, entryID string // its input entry
+	output                 string // its output stream; "" for a run of the wrapper's own
+}
+
+// current is a task in flight. Its cancel, steering and spend own their
+// state; mu guards the run and what the agent's start sets.
+type current struct {
+	task     protocol.Task
+	attempt  int
+	src      taskSource
+	deadline time.Time // when the task's timeout ends
+	cancel   *interruptible
+	steer    *taskSteer
+	spend    *taskSpend // what its model calls cost, as the proxy metered them (cost.go)
+
+	mu       sync.Mutex // guards the fields below
+	run      *protocol.Run
+	token    string // the progress token its reports carry
+	agentPID int
+	// parkedUntil is when the model call the proxy parked (rate limit)
+	// goes out again (heal.go).
+	parkedUntil time.Time
+}
+
+func newCurrent(task protocol.Task, src taskSource, run *protocol.Run) *current {
+	return &current{task: task, src: src, run: run, cancel: newInterruptible(), steer: &taskSteer{}, spend: &taskSpend{}}
+}
+
+// runFields returns the fields of the run hash.
+func (c *current) runFields() map[string]any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := c.run.Hash()
+	f[protocol.RunFieldAttempt] = c.attempt
+	return f
+}
+
+func (c *current) progressToken() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.token
+}
+
+func (c *current) setToken(token string) {
+	c.mu.Lock()
+	c.token = token
+	c.mu.Unlock()
+}
+
+func (c *current) pid() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.agentPID
+}
+
+// transition moves the run, if it can.
+func (c *current) transition(to protocol.RunState, at time.Time) {
+	c.mu.Lock()
+	_ = c.run.Transition(to, at)
+	c.mu.Unlock()
+}
+
+// taskRun is one task entry's run: its steps, and what they hand on.
+type taskRun struct {
+	w     *Worker
+	ctx   context.Context // once read, a task's own Redis work outlives shutdown: its output, usage and session record are kept
+	log   *slog.Logger
+	src   taskSource
+	entry *rdb.Entry
+	task  protocol.Task
+	cur   *current
+
+	answered rdb.AnsweredRun
+	budget   rdb.ProjectSpend
+}
+
+// runTask runs a task entry to its output: admit, execute, finish.
+func (w *Worker) runTask(ctx context.Context, src taskSource, e *rdb.Entry, task protocol.Task) {
+	t := &taskRun{w: w, ctx: context.WithoutCancel(ctx), src: src, entry: e, task: task,
+		log: w.log.With("request_id", task.RequestID, "task_id", task.TaskID, "project_id", task.Project())}
+	if !t.admit() {
+		return
+	}
+	outcome, plan, oomBefore := t.execute()
+	o, usage := t.output(outcome, plan, oomBefore)
+	t.finish(o, usage)
+	t.w.budgetWarning(t.task, t.budget, o.CostUSD)
+}
+
+// admit makes the task the one in flight, unless it is not to run: a
+// task whose run is already terminal was answered before (the wrapper
+// died between storing the output and acknowledging, or the producer sent
+// a request id twice), and is acknowledged again, publishing nothing; a
+// task read as shutdown began stays pending. A task that cannot run (its
+// answered run, its project's budget, a cancel that came first) is
+// answered failed. It reports whether the task goes on to execute.
+func (t *taskRun) admit() bool {
+	w, task := t.w, t.task
+	rec, err := store(w.pub, "read run "+task.RequestID, func(c context.Context) (rdb.RunRecord, error) {
+		return w.rdb.RunRecord(c, task.RequestID)
+	})
+	if err != nil {
+		o := w.unrunOutput(task, protocol.NewError(protocol.CodeInternalError, "redis refused to read the run: %v", err))
+		w.pub.storeOutput(t.log, t.src, o, nil, nil)
+		w.pub.lifecycle(protocol.EventTaskFailed, task.RequestID, task.TaskID, map[string]any{"code": protocol.CodeInternalError})
+		w.requestPause(task.RequestID, task.TaskID, "stop_output:"+string(o.Status))
+		return false
+	}
+	if rec.State.Terminal() {
+		t.log.Info("task already finished, acknowledging it again", "run_status", rec.State)
+		w.pub.ack(t.src)
+		w.requestPause(task.RequestID, task.TaskID, "duplicate_task:"+string(rec.State))
+		return false
+	}
+	// Every delivery counts: of this entry (a redelivery after a restart
+	// or a lost reply), and the entries the spawner requeued before it.
+	deliveries, _ := w.rdb.DeliveryCount(t.ctx, t.src.stream, t.src.group, t.entry.ID)
+	attempt := int(rec.Requeues + max(deliveries, 1))
+	var answerErr *protocol.Error
+	if task.Answers != "" {
+		t.task, t.answered, answerErr = w.answeredRun(t.ctx, task)
+		t.log = t.log.With("project_id", t.task.Project(), "answers", t.task.Answers)
+	}
+	if !t.start(attempt) {
+		t.log.Info("shutdown began: the task stays pending")
+		return false
+	}
+	if refusal := t.refusal(answerErr); refusal != nil {
+		t.finish(*refusal, nil)
+		return false
+	}
+	return true
+}
+
+// start makes the task the one in flight, queued, and publishes so.
+func (t *taskRun) start(attempt int) bool {
+	w, task, now := t.w, t.task, t.w.now()
+	cur := newCurrent(task, t.src, protocol.NewRun(task.RequestID, task.TaskID, w.cfg.WorkerID, task.Project(), now))
+	cur.attempt, cur.token, cur.deadline = attempt, newToken(), now.Add(task.Timeout(w.cfg.TaskTimeout))
+	ok, err := w.state.begin(cur)
+	if err != nil {
+		w.log.Error("worker state", "err", err)
+	}
+	if !ok {
+		return false
+	}
+	t.cur = cur
+	w.cancels.take(cur)
+	w.steering.take(cur)
+	w.lookAhead(t.ctx, t.log, t.src.stream, t.entry.ID)
+	w.pub.run(cur)
+	cur.transition(protocol.RunQueued, now)
+	w.pub.run(cur)
+	w.pushStatus(map[string]any{protocol.StatusFieldRequestID: task.RequestID, protocol.StatusFieldTaskID: task.TaskID,
+		protocol.StatusFieldOutputStream: t.src.output, protocol.StatusFieldTaskStarted: protocol.FormatTime(now),
+		protocol.StatusFieldAttempt: attempt})
+	return true
+}
+
+// refusal is the output of an admitted task that does not run: its
+// answered run is not there, its project spent its budget, or a cancel
+// came first. nil: it runs.
+func (t *taskRun) refusal(answerErr *protocol.Error) *protocol.Output {
+	w, task, attempt := t.w, t.task, t.cur.attempt
+	if answerErr != nil {
+		o := w.unrunOutput(task, answerErr)
+		o.Answers, o.Attempt = task.Answers, attempt
+		return &o
+	}
+	budget, budgetErr := w.checkBudget(t.ctx, task)
+	if budgetErr != nil {
+		o := w.unrunOutput(task, budgetErr)
+		o.ProjectID, o.Answers, o.Attempt = task.Project(), task.Answers, attempt
+		return &o
+	}
+	t.budget = budget
+	if cancelled, reason, _ := t.cur.cancel.state(); cancelled {
+		o := w.cancelledOutput(w.unrunOutput(task, nil), reason, false)
+		o.ProjectID, o.Attempt = task.Project(), attempt
+		return &o
+	}
+	return nil
+}
+
+// execute runs the agent in the task's session: the task's turn, the
+// turns of the steering messages that came during it, and the run again
+// in a new session when a resume failed. oomBefore is the OOM kill count
+// before the agent started.
+func (t *taskRun) execute() (outcome agent.Outcome, plan SessionPlan, oomBefore int64) {
+	w, task, cur := t.w, t.task, t.cur
+	w.spend.unenforced(cur)
+	plan = w.sessions.Decide(t.ctx, task)
+	if task.Answers != "" {
+		plan = answerPlan(plan, t.answered)
+	}
+	spec := w.agentSpec(task, invocationFor(w.agent, task, plan), cur)
+	spec.Interrupt = cur.cancel.interrupt
+	spec.OnStart = func(pid int) {
+		cur.mu.Lock()
+		cur.agentPID = pid
+		_ = cur.run.Transition(protocol.RunRunning, w.now())
+		cur.mu.Unlock()
+		w.pub.run(cur)
+		w.pub.lifecycle(protocol.EventTaskStarted, task.RequestID, task.TaskID, map[string]any{"pid": pid, "attempt": cur.attempt})
+	}
+	t.log.Info("task started", "resume", plan.ResumeID != "", "session_reason", plan.Decision.Reason, "attempt", cur.attempt)
+
+	oomBefore = oomKills()
+	agentCtx, cancel := w.terminate.context(t.ctx)
+	outcome = w.agent.CheckOutcome(w.runAgent(agentCtx, task, plan, cur, spec))
+	outcome = w.spend.withEstimate(cur, w.steerTurns(agentCtx, task, plan, cur, spec, outcome))
+	cancel()
+	outcome, plan = w.sessions.Complete(t.ctx, task, plan, outcome, func(inv Invocation) agent.Outcome {
+		spec.Argv, spec.Stdin = w.agent.Argv(inv), w.agent.Stdin(inv)
+		rerunCtx, cancel := w.terminate.context(t.ctx)
+		defer cancel()
+		return w.spend.withEstimate(cur, agent.Run(rerunCtx, spec))
+	})
+	return outcome, plan, oomBefore
+}
+
+// output is the task's output from its agent's outcome, and its usage
+// (nil when the agent never started).
+func (t *taskRun) output(outcome agent.Outcome, plan SessionPlan, oomBefore int64) (protocol.Output, *rdb.TaskUsage) {
+	w, task, cur := t.w, t.task, t.cur
+	verdict := agent.Judge(outcome, w.cfg.JSONSchema)
+	// A crash while the OOM killer fired in this container is an OOM: the
+	// container lives on (its PID 1 is the wrapper), so only the cgroup's
+	// counter tells.
+	if verdict.Error != nil && verdict.Error.Code == protocol.CodeAgentCrashed && oomBefore >= 0 && oomKills() > oomBefore {
+		verdict.Error = protocol.NewError(protocol.CodeOOMKilled, "the OOM killer ended the agent (%s); raise the worker's memory limit", outcome.Exit)
+	}
+	o := w.output(task, outcome, verdict, plan, cur.attempt)
+	w.spend.estimateCost(&o, cur, outcome)
+	o.Answers = task.Answers
+	if r := outcome.Result; r != nil && r.Subtype == "error_max_budget_usd" && o.Error != nil {
+		o.Error = protocol.NewError(protocol.CodeBudgetExceeded, "the task spent its max_budget_usd (%g): %s", task.MaxBudgetUSD, o.Error.Message)
+	}
+	if outcome.Interrupted {
+		if _, reason, abort := cur.cancel.state(); abort != nil {
+			o.Status, o.Result, o.Question, o.Error = protocol.StatusFailed, nil, "", abort
+		} else {
+			o = w.cancelledOutput(o, reason, true)
+		}
+	}
+	if outcome.StartErr != nil {
+		return o, nil
+	}
+	// The agent ran: its task counts, once, with its output's usage.
+	return o, &rdb.TaskUsage{Project: task.Project(), Session: o.SessionID, Worker: w.cfg.WorkerID, Usage: o.Usage, CostUSD: o.CostUSD}
+}
+
+// finish stores the task's output with its run's terminal fields and its
+// usage (publisher.storeOutput), then makes the worker idle (or leaves it
+// stopping) and asks to be paused.
+func (t *taskRun) finish(o protocol.Output, usage *rdb.TaskUsage) {
+	w, cur, log := t.w, t.cur, t.log
+	now := w.now()
+	cur.mu.Lock()
+	if cur.run.State == protocol.RunQueued { // the agent never started
+		_ = cur.run.Transition(protocol.RunRunning, now)
+	}
+	if o.Status == protocol.StatusFailed || o.Status == protocol.StatusCancelled {
+		_ = cur.run.Fail(o.Error.Code, o.Error.Message, now)
+	} else {
+		_ = cur.run.Transition(protocol.RunCompleted, now)
+	}
+	cur.mu.Unlock()
+	runFields := cur.runFields()
+	if o.SessionID != "" {
+		runFields[protocol.RunFieldSessionID] = o.SessionID // a task that answers this run continues it
+	}
+	// Progress and status events of the task go first.
+	_ = w.pub.out.Flush(context.Background())
+	published := w.pub.storeOutput(log, cur.src, o, runFields, usage)
+
+	done, err := w.state.end("task " + o.RequestID + " " + string(o.Status))
+	if err != nil {
+		log.Error("worker state", "err", err)
+	}
+	w.publishFinished(log, o, done, published)
+}
+
+// publishFinished publishes that the task finished: the idle status hash
+// (no field of the task stays behind), the lifecycle event, the log line,
+// the request to be paused.
+func (w *Worker) publishFinished(log *slog.Logger, o protocol.Output, done int64, published bool) {
+	ev := protocol.EventTaskCompleted
+	var errText string
+	switch o.Status {
+	case protocol.StatusFailed:
+		ev, errText = protocol.EventTaskFailed, string(o.Error.Code)+": "+o.Error.Message
+	case protocol.StatusCancelled:
+		ev = protocol.EventTaskCancelled
+	}
+	w.pushStatus(map[string]any{protocol.StatusFieldRequestID: "", protocol.StatusFieldTaskID: "",
+		protocol.StatusFieldOutputStream: "", protocol.StatusFieldTaskStarted: "", protocol.StatusFieldAttempt: "",
+		protocol.StatusFieldTasksDone: done, protocol.StatusFieldError: errText})
+	detail := map[string]any{"status": o.Status, "duration_ms": o.DurationMS, "published": published}
+	if o.Error != nil {
+		detail["code"] = o.Error.Code
+	}
+	w.pub.lifecycle(ev, o.RequestID, o.TaskID, detail)
+	log.Info("task finished", "status", o.Status, "duration_ms", o.DurationMS, "published", published,
+		"input_tokens", o.Usage.Input, "output_tokens", o.Usage.Output, "context_tokens", o.ContextTokens, "cost_usd", o.CostUSD,
+		"error_code", errCode(o.Error))
+	w.requestPause(o.RequestID, o.TaskID, "stop_output:"+string(o.Status))
+}
+
+func newToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
