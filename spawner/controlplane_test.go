@@ -92,7 +92,9 @@ func TestParallelDeletesMakeNoReplacement(t *testing.T) {
 		ids[i] = info.WorkerID
 		return err
 	})
-	testkit.Eventually(t, "every worker beating", 30*time.Second, func() bool {
+	// Six containers started at once, beside the other packages' tests:
+	// their first beats can take a while on two cores.
+	testkit.Eventually(t, "every worker beating", 90*time.Second, func() bool {
 		for _, id := range ids {
 			if f.rc.Exists(ctx, f.keys.Heartbeat(id)).Val() == 0 {
 				return false
