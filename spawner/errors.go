@@ -42,8 +42,6 @@ func IsNotFound(err error) bool { return client.IsNotFound(err) }
 // task in flight.
 func IsBusy(err error) bool { return client.IsBusy(err) }
 
-func hasCode(err error, code protocol.Code) bool { return client.HasCode(err, code) }
-
 // engineError classifies an error of the Docker engine by its kind, not
 // its text: a parameter the engine refuses is the command's fault
 // (INVALID_COMMAND); a conflict (a name in use, a container in the wrong

@@ -2,18 +2,12 @@ package main
 
 import (
 	"github.com/spf13/cobra"
+
+	"github.com/agentvisor/agentvisor/client"
 )
 
-// usageRow is a project's cumulative usage.
-type usageRow struct {
-	ProjectID     string  `json:"project_id"`
-	Tasks         int64   `json:"tasks"`
-	Input         int64   `json:"input"`
-	Output        int64   `json:"output"`
-	CacheRead     int64   `json:"cache_read"`
-	CacheCreation int64   `json:"cache_creation"`
-	CostUSD       float64 `json:"cost_usd"`
-}
+// usageRow is a project's cumulative usage, as client.Fleet reads it.
+type usageRow = client.ProjectUsage
 
 func usageCmd(c *ctl) *cobra.Command {
 	var projects []string
@@ -36,7 +30,7 @@ func usageCmd(c *ctl) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				rows = append(rows, usageRow(u))
+				rows = append(rows, u)
 			}
 			if c.json {
 				return printJSON(c.out, rows)
