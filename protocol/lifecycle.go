@@ -107,3 +107,23 @@ func DecodeLifecycle(data []byte) (Lifecycle, error) {
 	err := decode(TypeLifecycle, data, &l, func() error { return l.Validate() })
 	return l, err
 }
+
+// RemovedReason is why a worker was retired: the detail.reason of its
+// "removed" event.
+type RemovedReason string
+
+// Why a worker is retired.
+const (
+	RemovedDeleted      RemovedReason = "deleted"       // a delete command
+	RemovedEvicted      RemovedReason = "evicted"       // the oldest paused worker gave its slot to a create (EVICT_PAUSED)
+	RemovedPauseTimeout RemovedReason = "pause_timeout" // paused longer than PAUSE_TIMEOUT
+	RemovedDied         RemovedReason = "died"          // its container ended on its own (exit code, OOM)
+	RemovedExited       RemovedReason = "exited"        // its container stopped cleanly without being asked
+	RemovedDead         RemovedReason = "dead"          // its heartbeat expired while not paused
+	RemovedGone         RemovedReason = "gone"          // its container was found missing
+	RemovedStuck        RemovedReason = "stuck"         // its container never started, or a create failed half way
+	RemovedTakeover     RemovedReason = "takeover"      // found dead while its manager or host was gone
+	RemovedHostLost     RemovedReason = "host_lost"     // its host was lost
+	RemovedGaveWay      RemovedReason = "gave_way"      // a warm pool worker gave its slot to a create
+	RemovedRecycled     RemovedReason = "recycled"      // a pool worker that served recycle_after tasks
+)

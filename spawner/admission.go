@@ -143,7 +143,7 @@ func (s *Spawner) evictOldestPaused(ctx context.Context, forID string) bool {
 	}
 	s.log.Info("at the worker limit: evicting the worker paused longest", "worker_id", victim, "paused_for", now.Sub(since).String(), "for", forID)
 	s.lifecycle(ctx, victim, protocol.EventStopping, map[string]any{"reason": "evicted", "paused_for_ms": now.Sub(since).Milliseconds(), "for_worker": forID})
-	done, err := s.retire(ctx, victim, retirement{reason: "evicted", graceful: true, code: protocol.CodeTerminated,
+	done, err := s.retire(ctx, victim, retirement{reason: protocol.RemovedEvicted, graceful: true, code: protocol.CodeTerminated,
 		msg: fmt.Sprintf("the worker was evicted for %s before it ran this task", forID)})
 	if err != nil {
 		s.log.Warn("evict a paused worker", "worker_id", victim, "err", err)

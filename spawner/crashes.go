@@ -109,12 +109,12 @@ func (s *Spawner) died(ctx context.Context, id string, exitCode int, oom bool) {
 	if member, err := s.rdb.IsWorker(ctx, id); err != nil || !member {
 		return // retired on purpose (its container stopped by retire), or already handled
 	}
-	r := retirement{reason: "died", died: true, exitCode: exitCode, oom: oom}
+	r := retirement{reason: protocol.RemovedDied, died: true, exitCode: exitCode, oom: oom}
 	r.code, r.msg = classify(exitCode, oom)
 	if req, _ := s.rdb.StatusField(ctx, id, protocol.StatusFieldRequestID); exitCode == 0 && !oom && req == "" {
 		// A clean exit with no task in flight (stopped from outside): an
 		// end, not a crash.
-		r = retirement{reason: "exited", code: protocol.CodeTerminated, msg: "the worker exited before it ran this task"}
+		r = retirement{reason: protocol.RemovedExited, code: protocol.CodeTerminated, msg: "the worker exited before it ran this task"}
 	}
 	if _, err := s.retire(ctx, id, r); err != nil {
 		s.log.Warn("retire a worker that died", "worker_id", id, "err", err)

@@ -150,7 +150,7 @@ func TestReplacementIsCapped(t *testing.T) {
 	u.worker(t, "w", "running", u.now())
 	u.rc.HSet(ctx, u.keys.Status("w"), protocol.StatusFieldSpec, `{"agent_type":"claude"}`, protocol.StatusFieldReplacements, 2)
 	u.task(t, "w", "waiting", false)
-	if _, err := u.s.retire(ctx, "w", retirement{reason: "dead", died: true, code: protocol.CodeKilled, msg: "x", replace: true}); err != nil {
+	if _, err := u.s.retire(ctx, "w", retirement{reason: protocol.RemovedDead, died: true, code: protocol.CodeKilled, msg: "x", replace: true}); err != nil {
 		t.Fatal(err)
 	}
 	if by := u.rc.HGet(ctx, u.keys.Status("w"), protocol.StatusFieldReplacedBy).Val(); by != "" {

@@ -191,7 +191,7 @@ func (h *Health) dead(ctx context.Context, id string) {
 	go func() {
 		defer h.retires.Done()
 		// A replacement waits its backoff: the loop goes on meanwhile.
-		if _, err := s.retire(ctx, id, retirement{reason: "dead", died: true, exitCode: 137, code: protocol.CodeKilled,
+		if _, err := s.retire(ctx, id, retirement{reason: protocol.RemovedDead, died: true, exitCode: 137, code: protocol.CodeKilled,
 			msg: "the worker's heartbeat expired: it was killed", replace: true}); err != nil {
 			s.log.Warn("retire a dead worker", "worker_id", id, "err", err)
 		}

@@ -270,12 +270,12 @@ func (w *HostWatch) lost(ctx context.Context, h rdb.HostInfo) {
 		switch {
 		case member[id]:
 			if w.dead(ctx, id) {
-				w.retire(ctx, id, h.ID, retirement{reason: "host_lost", died: true, exitCode: -1, code: protocol.CodeHostLost,
+				w.retire(ctx, id, h.ID, retirement{reason: protocol.RemovedHostLost, died: true, exitCode: -1, code: protocol.CodeHostLost,
 					msg: "the worker's host " + h.ID + " was lost", replace: true, hostLost: true})
 			}
 		case staleSet[id]:
 			// A retirement its host's manager began and never finished.
-			w.retire(ctx, id, h.ID, retirement{reason: "takeover", died: true, exitCode: -1, code: protocol.CodeHostLost,
+			w.retire(ctx, id, h.ID, retirement{reason: protocol.RemovedTakeover, died: true, exitCode: -1, code: protocol.CodeHostLost,
 				msg: "the worker's host " + h.ID + " was lost", hostLost: true})
 		}
 	}
@@ -316,7 +316,7 @@ func (w *HostWatch) retire(ctx context.Context, id, host string, r retirement) {
 	w.judged[id] = true
 	w.mu.Unlock()
 	s := w.s
-	if r.reason == "host_lost" {
+	if r.reason == protocol.RemovedHostLost {
 		s.lifecycleOn(ctx, host, id, protocol.EventHostLost, map[string]any{"host": host})
 	}
 	w.retires.Add(1)

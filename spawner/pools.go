@@ -200,7 +200,7 @@ func (s *Spawner) evictWarm(ctx context.Context, forID string) bool {
 			continue
 		}
 		s.log.Info("at the worker limit: a warm pool worker gives way", "pool", p.Name, "worker_id", id, "for", forID)
-		if ok, err := s.retire(ctx, id, retirement{reason: "gave_way", graceful: true, code: protocol.CodeTerminated,
+		if ok, err := s.retire(ctx, id, retirement{reason: protocol.RemovedGaveWay, graceful: true, code: protocol.CodeTerminated,
 			msg: "the warm worker gave way to a create"}); err == nil && ok {
 			return true
 		}
@@ -317,7 +317,7 @@ func (s *Spawner) refill(ctx context.Context, p *PoolTemplate, state string) boo
 func (s *Spawner) recycle(ctx context.Context, p *PoolTemplate, m poolMember) {
 	s.lifecycle(ctx, m.id, protocol.EventRecycled, map[string]any{"pool": p.Name, "tasks": m.tasks})
 	_ = s.rdb.CountPool(ctx, p.Name, map[string]int64{"recycles": 1})
-	if _, err := s.retire(ctx, m.id, retirement{reason: "recycled", graceful: true, code: protocol.CodeTerminated,
+	if _, err := s.retire(ctx, m.id, retirement{reason: protocol.RemovedRecycled, graceful: true, code: protocol.CodeTerminated,
 		msg: "the worker was recycled", replace: true}); err != nil {
 		s.log.Warn("recycle a pool worker", "worker_id", m.id, "err", err)
 	}

@@ -84,7 +84,7 @@ func (s *Spawner) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		// A create joins the workers set only once its container exists,
 		// and the set was read before the list: the container is gone,
 		// without the manager seeing it die. A death all the same. the manager seeing it die: a death all the same.
-		if ok, err := s.retire(ctx, id, retirement{reason: "gone", died: true, exitCode: -1, code: protocol.CodeKilled,
+		if ok, err := s.retire(ctx, id, retirement{reason: protocol.RemovedGone, died: true, exitCode: -1, code: protocol.CodeKilled,
 			msg: "the worker's container is gone (removed while no manager watched)"}); err != nil {
 			s.log.Warn("retire a worker whose container is gone", "worker_id", id, "err", err)
 		} else if ok {
@@ -109,7 +109,7 @@ func (s *Spawner) reconcileMember(ctx context.Context, id string, c container.Su
 		}
 		if err := s.docker.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
 			s.log.Warn("start a worker whose create was cut short", "worker_id", id, "err", err)
-			if _, err := s.retire(ctx, id, retirement{reason: "stuck", died: true, exitCode: -1, code: protocol.CodeUpstreamUnavailable,
+			if _, err := s.retire(ctx, id, retirement{reason: protocol.RemovedStuck, died: true, exitCode: -1, code: protocol.CodeUpstreamUnavailable,
 				msg: "the worker's container could not be started"}); err != nil {
 				s.log.Warn("retire a worker that cannot start", "worker_id", id, "err", err)
 			}
@@ -204,7 +204,7 @@ func (s *Spawner) finishRetirements(ctx context.Context, placed map[string]strin
 		if !s.mine(placed[id]) {
 			continue // its host finishes it, or HostWatch if that host is lost
 		}
-		if ok, err := s.retire(ctx, id, retirement{reason: "takeover", died: true, exitCode: -1, code: protocol.CodeKilled,
+		if ok, err := s.retire(ctx, id, retirement{reason: protocol.RemovedTakeover, died: true, exitCode: -1, code: protocol.CodeKilled,
 			msg: "the worker was retired by a manager that died"}); err != nil {
 			s.log.Warn("finish a retirement", "worker_id", id, "err", err)
 		} else if ok {

@@ -18,7 +18,7 @@ const MaxAttempts = 3
 
 // retirement is why and how a worker is retired.
 type retirement struct {
-	reason   string // deleted, evicted, pause_timeout, died, dead, gone, stuck
+	reason   protocol.RemovedReason
 	graceful bool   // SIGTERM and the stop timeout (the wrapper finishes its task) rather than a kill
 	// code and msg answer the tasks the worker leaves unanswered.
 	code protocol.Code
@@ -48,7 +48,7 @@ type retirement struct {
 // leader takes it over when the lease runs out and does every step again
 // (each is idempotent). retire reports whether this call retired it.
 func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, error) {
-	owns, takeover, err := s.rdb.BeginRetire(ctx, id, r.reason, s.now(), s.cfg.LeaseTTL)
+	owns, takeover, err := s.rdb.BeginRetire(ctx, id, string(r.reason), s.now(), s.cfg.LeaseTTL)
 	if err != nil {
 		return false, redisError(err, "retire %s", id)
 	}

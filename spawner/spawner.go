@@ -330,7 +330,7 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 		// reconciler would start it and the command, claimed by another
 		// manager, would find it).
 		serr := engineError(err, "start container of %s", id)
-		if _, rerr := s.retire(ctx, id, retirement{reason: "stuck", died: true, exitCode: -1, code: serr.Code, msg: serr.Err.Error()}); rerr != nil {
+		if _, rerr := s.retire(ctx, id, retirement{reason: protocol.RemovedStuck, died: true, exitCode: -1, code: serr.Code, msg: serr.Err.Error()}); rerr != nil {
 			s.log.Warn("retire a worker that did not start", "worker_id", id, "err", rerr)
 		}
 		return protocol.WorkerInfo{}, serr

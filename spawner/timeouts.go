@@ -54,7 +54,7 @@ func (t *Timeouts) check(ctx context.Context, id string, h map[string]string) {
 	case h[protocol.StatusFieldContainer] == string(protocol.ContainerPaused) && since > s.cfg.PauseTimeout:
 		s.log.Info("paused past the pause timeout: retiring", "worker_id", id)
 		s.lifecycle(ctx, id, protocol.EventStopping, map[string]any{"reason": "pause_timeout"})
-		if _, err := s.retire(ctx, id, retirement{reason: "pause_timeout", graceful: true, code: protocol.CodeTerminated,
+		if _, err := s.retire(ctx, id, retirement{reason: protocol.RemovedPauseTimeout, graceful: true, code: protocol.CodeTerminated,
 			msg: "the worker was retired after its pause timeout before it ran this task"}); err != nil {
 			s.log.Warn("retire after the pause timeout", "worker_id", id, "err", err)
 		}

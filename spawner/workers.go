@@ -45,7 +45,7 @@ func (s *Spawner) Delete(ctx context.Context, id string) error {
 		// worker another caller is retiring. Remove it all the same.
 		return s.removeContainer(ctx, id, false)
 	}
-	_, err = s.retire(ctx, id, retirement{reason: "deleted", graceful: true, code: protocol.CodeTerminated,
+	_, err = s.retire(ctx, id, retirement{reason: protocol.RemovedDeleted, graceful: true, code: protocol.CodeTerminated,
 		msg: "the worker was deleted before it ran this task"})
 	return err
 }
