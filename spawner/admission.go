@@ -38,7 +38,7 @@ func (s *Spawner) admit(ctx context.Context, id string, p *protocol.Placement, o
 	}
 	leave := func() { _ = s.rdb.Leave(context.WithoutCancel(ctx), id) }
 	for {
-		cands, err := s.candidates(ctx, p, o.forward == nil)
+		cands, err := s.fleet.candidates(ctx, p, o.forward == nil, s.cfg.MaxWorkers, s.cfg.HostLabels)
 		if err != nil {
 			return nil, "", redisError(err, "fleet hosts")
 		}
@@ -54,7 +54,7 @@ func (s *Spawner) admit(ctx context.Context, id string, p *protocol.Placement, o
 			if adm.Host == me {
 				return s.keepSlot(id), me, nil
 			}
-			if live, err := s.hostLive(ctx, adm.Host); err == nil && live {
+			if live, err := s.fleet.live(ctx, adm.Host); err == nil && live {
 				return nil, adm.Host, nil
 			}
 			leave() // placed on a host lost since: placed again
@@ -104,7 +104,7 @@ func placementString(p *protocol.Placement) string {
 // lease, until stopped (or until the create joined the workers set or lost
 // its lease).
 func (s *Spawner) keepSlot(id string) *renewal {
-	return s.renew(context.Background(), func(ctx context.Context) bool {
+	return renewEvery(context.Background(), s.cfg.LeaseTTL/3, func(ctx context.Context) bool {
 		ok, err := s.rdb.RenewCreating(ctx, id, s.now(), s.cfg.LeaseTTL)
 		return err != nil || ok
 	})

@@ -23,8 +23,7 @@ import (
 // live manager's command is taken from it.
 type Commands struct {
 	job
-	s           *Spawner
-	maxInFlight int
+	commandsParams
 
 	mu       sync.Mutex
 	inFlight map[entryRef]bool // entries being executed; guarded by mu
@@ -36,11 +35,36 @@ type Commands struct {
 	stopClaims context.CancelFunc
 }
 
-func newCommands(s *Spawner, maxInFlight int) *Commands {
-	if maxInFlight <= 0 {
-		maxInFlight = 16
+// commandsParams is what Commands is built from.
+type commandsParams struct {
+	*env
+	consumer
+	workers     commandTarget
+	maxInFlight int           // commands executed at once (16 when 0)
+	stopTimeout time.Duration // how long Stop waits for the commands in flight
+	// timeout bounds one command (a create waits for a slot, builds an
+	// image and starts a container).
+	timeout time.Duration
+}
+
+// commandTarget is what commands act on: the Spawner's operations.
+type commandTarget interface {
+	createCommand(ctx context.Context, commandID string, spec protocol.WorkerSpec, forward func(ctx context.Context, host string) error) (protocol.WorkerInfo, error)
+	Delete(ctx context.Context, id string) error
+	Status(ctx context.Context, id string) (protocol.WorkerInfo, error)
+	Pause(ctx context.Context, id string) error
+	Unpause(ctx context.Context, id string) error
+	List(ctx context.Context) ([]protocol.WorkerInfo, error)
+	ResetContext(ctx context.Context, agent protocol.AgentType, project string) error
+	SetBudget(ctx context.Context, project string, b protocol.Budget) error
+	BeginShutdown()
+}
+
+func newCommands(p commandsParams) *Commands {
+	if p.maxInFlight <= 0 {
+		p.maxInFlight = 16
 	}
-	return &Commands{s: s, maxInFlight: maxInFlight, inFlight: map[entryRef]bool{}}
+	return &Commands{commandsParams: p, inFlight: map[entryRef]bool{}}
 }
 
 // Start reads and executes commands until Stop.
@@ -55,13 +79,13 @@ func (c *Commands) Start(ctx context.Context) {
 // build) stays pending, and another manager claims it after a lease.
 func (c *Commands) Stop() {
 	c.job.Stop()
-	c.s.BeginShutdown()
+	c.workers.BeginShutdown()
 	done := make(chan struct{})
 	go func() { c.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(c.s.cfg.StopTimeout):
-		c.s.log.Warn("commands still in flight at the stop timeout: left to another manager")
+	case <-time.After(c.stopTimeout):
+		c.log.Warn("commands still in flight at the stop timeout: left to another manager")
 	}
 	if c.stopClaims != nil {
 		c.stopClaims()
@@ -74,7 +98,6 @@ type entryRef struct{ stream, id string }
 // run reads the fleet's shared command stream and this host's own (the
 // commands other managers forwarded here) and executes what they bring.
 func (c *Commands) run(ctx context.Context) {
-	s := c.s
 	sem := make(chan struct{}, c.maxInFlight)
 	dispatch := func(stream string) func(msgs []redis.XMessage) bool {
 		return func(msgs []redis.XMessage) bool {
@@ -105,14 +128,14 @@ func (c *Commands) run(ctx context.Context) {
 		}
 	}
 	go c.keepClaimed(c.claims)
-	own := s.keys.HostCommands(s.Host())
+	own := c.keys.HostCommands(c.Host())
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		s.consume(ctx, own, dispatch(own))
+		c.consume(ctx, own, dispatch(own))
 	}()
-	s.consume(ctx, s.keys.Commands(), dispatch(s.keys.Commands()))
+	c.consume(ctx, c.keys.Commands(), dispatch(c.keys.Commands()))
 	wg.Wait()
 }
 
@@ -124,8 +147,7 @@ func (c *Commands) forget(ref entryRef) {
 
 // keepClaimed claims the entries in flight again every third of a lease.
 func (c *Commands) keepClaimed(ctx context.Context) {
-	s := c.s
-	t := time.NewTicker(s.cfg.LeaseTTL / 3)
+	t := time.NewTicker(c.leaseTTL / 3)
 	defer t.Stop()
 	for {
 		select {
@@ -142,8 +164,8 @@ func (c *Commands) keepClaimed(ctx context.Context) {
 		}
 		c.mu.Unlock()
 		for stream, ids := range ids {
-			if err := s.rdb.Touch(ctx, stream, protocol.ManagerGroup, s.cfg.ManagerID, ids); err != nil && ctx.Err() == nil {
-				s.log.Warn("renew the claim on commands in flight", "err", err)
+			if err := c.rdb.Touch(ctx, stream, protocol.ManagerGroup, c.managerID, ids); err != nil && ctx.Err() == nil {
+				c.log.Warn("renew the claim on commands in flight", "err", err)
 			}
 		}
 	}
@@ -153,8 +175,8 @@ func (c *Commands) keepClaimed(ctx context.Context) {
 // end with the manager's reading loop: a command in flight is finished
 // (a queued create answers SHUTTING_DOWN at once).
 func (c *Commands) execute(stream string, msg redis.XMessage) {
-	s := c.s
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CreationTimeout+s.cfg.StopTimeout+5*time.Minute)
+	s := c.env
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	data, err := protocol.EntryData(msg.Values)
 	var cmd protocol.Command
@@ -180,7 +202,7 @@ func (c *Commands) execute(stream string, msg redis.XMessage) {
 		replyTo = ""
 	} else {
 		forward := func(ctx context.Context, host string) error {
-			if err := s.rdb.Forward(ctx, stream, s.keys.HostCommands(host), protocol.ManagerGroup, msg.ID, data); err != nil {
+			if err := s.fleet.forward(ctx, stream, s.keys.HostCommands(host), msg.ID, data); err != nil {
 				return redisError(err, "forward command %s to host %s", cmd.ID, host)
 			}
 			return nil
@@ -208,7 +230,7 @@ func (c *Commands) execute(stream string, msg redis.XMessage) {
 // runCommand executes one command and fills its reply; it reports true
 // when it forwarded the command to the host that serves it instead.
 func (c *Commands) runCommand(ctx context.Context, cmd protocol.Command, reply *protocol.Reply, forward func(ctx context.Context, host string) error) bool {
-	s := c.s
+	s := c.workers
 	var err error
 	var info protocol.WorkerInfo
 	switch cmd.Action {
@@ -262,25 +284,19 @@ func (c *Commands) runCommand(ctx context.Context, cmd protocol.Command, reply *
 // (its container is out of reach; a returning host removes it), and
 // cannot be paused or woken (NO_HOST). A worker of this host: done false.
 func (c *Commands) route(ctx context.Context, cmd protocol.Command, forward func(ctx context.Context, host string) error) (bool, error) {
-	s := c.s
-	host, mine, err := s.owner(ctx, cmd.WorkerID)
-	if err != nil || mine {
+	rt, err := c.fleet.route(ctx, cmd.WorkerID)
+	switch {
+	case err != nil || rt.here:
 		return false, err
-	}
-	live, err := s.hostLive(ctx, host)
-	if err != nil {
-		return false, redisError(err, "fleet hosts")
-	}
-	if live {
-		if err := forward(ctx, host); err != nil {
+	case rt.live:
+		if err := forward(ctx, rt.host); err != nil {
 			return false, err
 		}
 		return true, nil
-	}
-	if cmd.Action == protocol.ActionDelete {
+	case cmd.Action == protocol.ActionDelete:
 		return false, nil
 	}
-	return false, errorf(protocol.CodeNoHost, "worker %s runs on host %s, which is not live", cmd.WorkerID, host)
+	return false, errorf(protocol.CodeNoHost, "worker %s runs on host %s, which is not live", cmd.WorkerID, rt.host)
 }
 
 // newRetry is the backoff of every loop that retries a failed read.

@@ -9,14 +9,31 @@ import (
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
+// entryFate is what becomes of a stream entry a component served.
+type entryFate int
+
+const (
+	entryDone  entryFate = iota // served: acknowledge it
+	entryMoved                  // moved to another stream, which acknowledged it here
+	entryRetry                  // not acknowledged: served again
+)
+
+// consumer reads the streams of the managers group as one manager
+// (managerID) of it.
+type consumer struct {
+	e         *env
+	managerID string
+	leaseTTL  time.Duration
+}
+
 // consume reads a stream of the managers group and hands each batch to
 // handle until ctx ends or handle returns false: first this manager's own
 // pending entries (left by an earlier run under the same MANAGER_ID), once
 // and in order; then, every third of a lease, the entries another manager
 // left pending longer than a lease (it died), whatever its name; and new
 // entries in between.
-func (s *Spawner) consume(ctx context.Context, stream string, handle func([]redis.XMessage) bool) {
-	group, me := protocol.ManagerGroup, s.cfg.ManagerID
+func (c consumer) consume(ctx context.Context, stream string, handle func([]redis.XMessage) bool) {
+	s, group, me := c.e, protocol.ManagerGroup, c.managerID
 	retry := newRetry()
 	after := "0"
 	for ctx.Err() == nil {
@@ -36,9 +53,9 @@ func (s *Spawner) consume(ctx context.Context, stream string, handle func([]redi
 	}
 	lastClaim := time.Time{}
 	for ctx.Err() == nil {
-		if time.Since(lastClaim) > s.cfg.LeaseTTL/3 {
+		if time.Since(lastClaim) > c.leaseTTL/3 {
 			lastClaim = time.Now()
-			msgs, err := s.rdb.Claim(ctx, stream, group, me, s.cfg.LeaseTTL, 16)
+			msgs, err := s.rdb.Claim(ctx, stream, group, me, c.leaseTTL, 16)
 			if err != nil && ctx.Err() == nil {
 				s.log.Warn("claim entries of dead managers", "stream", stream, "err", err)
 			}
@@ -49,7 +66,7 @@ func (s *Spawner) consume(ctx context.Context, stream string, handle func([]redi
 				}
 			}
 		}
-		msgs, err := s.rdb.ReadNew(ctx, stream, group, me, 16, min(2*time.Second, s.cfg.LeaseTTL/3))
+		msgs, err := s.rdb.ReadNew(ctx, stream, group, me, 16, min(2*time.Second, c.leaseTTL/3))
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("read entries", "stream", stream, "err", err)

@@ -14,59 +14,83 @@ import (
 // waiting.
 type Controls struct {
 	job
-	s *Spawner
+	controlsParams
 }
+
+// controlsParams is what Controls is built from.
+type controlsParams struct {
+	*env
+	consumer
+	pause func(ctx context.Context, id string) error // Spawner.Pause
+}
+
+func newControls(p controlsParams) *Controls { return &Controls{controlsParams: p} }
 
 // Start serves requests until Stop.
 func (c *Controls) Start(ctx context.Context) { c.start(ctx, c.run) }
 
 // run serves the shared control stream and this host's own (requests
-// other managers forwarded here); a request for a worker of another live
-// host is forwarded there, one for a worker of a host that is not live
-// is dropped (nothing can pause it).
+// other managers forwarded here).
 func (c *Controls) run(ctx context.Context) {
-	s := c.s
-	own := s.keys.HostControl(s.Host())
+	own := c.keys.HostControl(c.Host())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		s.consume(ctx, own, c.serve(ctx, own))
+		c.consume(ctx, own, c.serve(ctx, own))
 	}()
-	s.consume(ctx, s.keys.Control(), c.serve(ctx, s.keys.Control()))
+	c.consume(ctx, c.keys.Control(), c.serve(ctx, c.keys.Control()))
 	<-done
 }
 
 func (c *Controls) serve(ctx context.Context, stream string) func([]redis.XMessage) bool {
-	s := c.s
 	return func(msgs []redis.XMessage) bool {
 		for _, msg := range msgs {
-			data, _ := protocol.EntryData(msg.Values)
-			if req, err := protocol.DecodeControl(data); err == nil {
-				host, mine, err := s.owner(ctx, req.WorkerID)
-				if err != nil {
-					return false // not acknowledged: served again
-				}
-				if !mine {
-					if live, err := s.hostLive(ctx, host); err == nil && live {
-						if err := s.rdb.Forward(ctx, stream, s.keys.HostControl(host), protocol.ManagerGroup, msg.ID, data); err != nil {
-							s.log.Warn("forward a control request", "worker_id", req.WorkerID, "host", host, "err", err)
-							return false
-						}
-						continue
-					}
-				} else if err := s.Pause(ctx, req.WorkerID); IsBusy(err) {
-					s.log.Info("pause request skipped", "worker_id", req.WorkerID, "why", err)
-				} else if err != nil && !IsNotFound(err) {
-					s.log.Warn("pause on request", "worker_id", req.WorkerID, "err", err)
-					if ctx.Err() != nil {
-						return false // not acknowledged: served again
-					}
-				}
+			switch c.serveOne(ctx, stream, msg) {
+			case entryRetry:
+				return false // not acknowledged: served again
+			case entryMoved:
+				continue // acknowledged by the move
 			}
-			if err := s.rdb.Ack(ctx, stream, protocol.ManagerGroup, msg.ID); err != nil {
-				s.log.Warn("control request not acknowledged", "err", err)
+			if err := c.rdb.Ack(ctx, stream, protocol.ManagerGroup, msg.ID); err != nil {
+				c.log.Warn("control request not acknowledged", "err", err)
 			}
 		}
 		return true
 	}
+}
+
+// serveOne serves one request: a request for a worker of another live
+// host is forwarded there, one for a worker of a host that is not live is
+// dropped (nothing can pause it), one for a worker of this host pauses
+// it.
+func (c *Controls) serveOne(ctx context.Context, stream string, msg redis.XMessage) entryFate {
+	data, _ := protocol.EntryData(msg.Values)
+	req, err := protocol.DecodeControl(data)
+	if err != nil {
+		return entryDone
+	}
+	rt, err := c.fleet.route(ctx, req.WorkerID)
+	if err != nil {
+		return entryRetry
+	}
+	switch {
+	case rt.elsewhere():
+		if err := c.fleet.forward(ctx, stream, c.keys.HostControl(rt.host), msg.ID, data); err != nil {
+			c.log.Warn("forward a control request", "worker_id", req.WorkerID, "host", rt.host, "err", err)
+			return entryRetry
+		}
+		return entryMoved
+	case rt.here:
+		err := c.pause(ctx, req.WorkerID)
+		switch {
+		case IsBusy(err):
+			c.log.Info("pause request skipped", "worker_id", req.WorkerID, "why", err)
+		case err != nil && !IsNotFound(err):
+			c.log.Warn("pause on request", "worker_id", req.WorkerID, "err", err)
+			if ctx.Err() != nil {
+				return entryRetry
+			}
+		}
+	}
+	return entryDone
 }

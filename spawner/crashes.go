@@ -22,9 +22,18 @@ import (
 // who handles a death.
 type Crashes struct {
 	job
-	s       *Spawner
+	crashesParams
 	retires sync.WaitGroup
 }
+
+// crashesParams is what Crashes is built from.
+type crashesParams struct {
+	*env
+	docker  ContainerClient
+	workers retirer
+}
+
+func newCrashes(p crashesParams) *Crashes { return &Crashes{crashesParams: p} }
 
 // Start follows events until Stop.
 func (c *Crashes) Start(ctx context.Context) { c.start(ctx, c.run) }
@@ -36,7 +45,7 @@ func (c *Crashes) Stop() {
 }
 
 func (c *Crashes) run(ctx context.Context) {
-	s := c.s
+	s := c
 	retry := newRetry()
 	for ctx.Err() == nil {
 		since := time.Now()
@@ -69,7 +78,7 @@ func (c *Crashes) run(ctx context.Context) {
 				case events.ActionDie:
 					code, _ := strconv.Atoi(m.Actor.Attributes["exitCode"])
 					c.retires.Add(1)
-					go func(oom bool) { defer c.retires.Done(); s.died(ctx, id, code, oom) }(oom[id])
+					go func(oom bool) { defer c.retires.Done(); retireDied(ctx, s.env, s.workers, id, code, oom) }(oom[id])
 					delete(oom, id)
 				case events.ActionPause:
 					s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerPaused)})
@@ -84,7 +93,7 @@ func (c *Crashes) run(ctx context.Context) {
 // exitedMeanwhile retires every member whose container exited while no
 // event reached this manager.
 func (c *Crashes) exitedMeanwhile(ctx context.Context) {
-	s := c.s
+	s := c
 	f := s.managedFilter()
 	f.Add("status", "exited")
 	cs, err := s.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
@@ -100,12 +109,12 @@ func (c *Crashes) exitedMeanwhile(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		s.died(ctx, id, insp.State.ExitCode, insp.State.OOMKilled)
+		retireDied(ctx, s.env, s.workers, id, insp.State.ExitCode, insp.State.OOMKilled)
 	}
 }
 
-// died retires a member whose container ended on its own.
-func (s *Spawner) died(ctx context.Context, id string, exitCode int, oom bool) {
+// retireDied retires a member whose container ended on its own.
+func retireDied(ctx context.Context, s *env, w retirer, id string, exitCode int, oom bool) {
 	if member, err := s.rdb.IsWorker(ctx, id); err != nil || !member {
 		return // retired on purpose (its container stopped by retire), or already handled
 	}
@@ -116,7 +125,7 @@ func (s *Spawner) died(ctx context.Context, id string, exitCode int, oom bool) {
 		// end, not a crash.
 		r = retirement{reason: protocol.RemovedExited, code: protocol.CodeTerminated, msg: "the worker exited before it ran this task"}
 	}
-	if _, err := s.retire(ctx, id, r); err != nil {
+	if _, err := w.retire(ctx, id, r); err != nil {
 		s.log.Warn("retire a worker that died", "worker_id", id, "err", err)
 	}
 }

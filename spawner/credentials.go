@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"sync"
 
 	"github.com/agentvisor/agentvisor/protocol"
 )
@@ -17,10 +18,26 @@ import (
 // (an old Redis, or WORKER_REDIS_ACL=off) every worker gets
 // WORKER_REDIS_URL as it is: the less safe mode, logged once at start.
 
+// workerUsers makes and deletes the workers' Redis users, and decides
+// once whether there are any (ACL mode).
+type workerUsers struct {
+	*env
+	mode      string // WORKER_REDIS_ACL: auto, on, off
+	workerURL string // WORKER_REDIS_URL: what workers connect with
+
+	aclOnce sync.Once // decides acl and aclErr, once
+	acl     bool      // workers get Redis users of their own
+	aclErr  error
+}
+
+func newWorkerUsers(e *env, mode, workerURL string) *workerUsers {
+	return &workerUsers{env: e, mode: mode, workerURL: workerURL}
+}
+
 // aclMode says whether workers get users of their own; decided once.
-func (s *Spawner) aclMode(ctx context.Context) bool {
+func (s *workerUsers) aclMode(ctx context.Context) bool {
 	s.aclOnce.Do(func() {
-		switch s.cfg.WorkerACL {
+		switch s.mode {
 		case "off":
 			s.log.Warn("WORKER_REDIS_ACL=off: every worker connects with WORKER_REDIS_URL's credentials (less safe: an agent could reach every key)")
 			return
@@ -30,7 +47,7 @@ func (s *Spawner) aclMode(ctx context.Context) bool {
 		case ok:
 			s.acl = true
 			s.log.Info("workers connect to Redis as users of their own (ACL)")
-		case s.cfg.WorkerACL == "on":
+		case s.mode == "on":
 			s.aclErr = fmt.Errorf("WORKER_REDIS_ACL=on but this Redis has no usable ACL: %v", err)
 		default:
 			s.log.Warn("this Redis has no ACL the manager may use: every worker connects with WORKER_REDIS_URL's credentials (less safe: an agent could reach every key)", "err", err)
@@ -39,17 +56,17 @@ func (s *Spawner) aclMode(ctx context.Context) bool {
 	return s.acl
 }
 
-// workerRedisURL makes a worker's Redis user (in ACL mode) and returns
+// redisURL makes a worker's Redis user (in ACL mode) and returns
 // the URL its wrapper connects with.
-func (s *Spawner) workerRedisURL(ctx context.Context, id string, kind protocol.Kind) (string, error) {
+func (s *workerUsers) redisURL(ctx context.Context, id string, kind protocol.Kind) (string, error) {
 	acl := s.aclMode(ctx)
 	if s.aclErr != nil {
 		return "", &Error{Code: protocol.CodeUpstreamUnavailable, Err: s.aclErr}
 	}
 	if !acl {
-		return s.cfg.RedisURLForWorkers, nil
+		return s.workerURL, nil
 	}
-	u, err := protocol.ParseRedisURL(s.cfg.RedisURLForWorkers)
+	u, err := protocol.ParseRedisURL(s.workerURL)
 	if err != nil {
 		return "", errorf(protocol.CodeInternalError, "WORKER_REDIS_URL does not parse")
 	}
@@ -65,8 +82,8 @@ func (s *Spawner) workerRedisURL(ctx context.Context, id string, kind protocol.K
 	return u.WithUser(s.rdb.WorkerUser(id), password).String(), nil
 }
 
-// dropWorkerUser deletes a worker's Redis user (ACL mode).
-func (s *Spawner) dropWorkerUser(ctx context.Context, id string) error {
+// drop deletes a worker's Redis user (ACL mode).
+func (s *workerUsers) drop(ctx context.Context, id string) error {
 	if !s.aclMode(ctx) {
 		return nil
 	}
@@ -95,8 +112,8 @@ func (s *Spawner) RedisConnected() {
 	}
 }
 
-// restoreWorkerUsers makes again the worker users Redis lost (ACL mode).
-func (s *Spawner) restoreWorkerUsers(ctx context.Context) (int, error) {
+// restore makes again the worker users Redis lost (ACL mode).
+func (s *workerUsers) restore(ctx context.Context) (int, error) {
 	if !s.aclMode(ctx) {
 		return 0, nil
 	}

@@ -61,11 +61,11 @@ func TestRetirementTakeover(t *testing.T) {
 	if owns, _, _ := u.s.rdb.BeginRetire(ctx, "w", "deleted", u.now(), u.s.cfg.LeaseTTL); !owns {
 		t.Fatal("could not begin")
 	}
-	if n := u.s.finishRetirements(ctx, nil); n != 0 {
+	if n := (parts{u.s}).reconciler().finishRetirements(ctx, nil); n != 0 {
 		t.Fatalf("a live retirement was taken over (%d)", n)
 	}
 	u.advance(u.s.cfg.LeaseTTL + time.Second)
-	if n := u.s.finishRetirements(ctx, nil); n != 1 {
+	if n := (parts{u.s}).reconciler().finishRetirements(ctx, nil); n != 1 {
 		t.Fatalf("taken over %d retirements, want 1", n)
 	}
 	outs := u.outputs(t, "w")
@@ -122,7 +122,8 @@ func TestPauseEligibility(t *testing.T) {
 func TestLivenessWaitsForAConnectedJudge(t *testing.T) {
 	u := newUnit(t, func(c *Config) { c.ReplaceDead = false })
 	u.worker(t, "w", "running", u.now().Add(-time.Hour))
-	h := &Health{s: u.s, probes: map[string]*healthState{}, judged: map[string]bool{}}
+	h := parts{u.s}.health()
+	h.probes, h.judged = map[string]*healthState{}, map[string]bool{}
 	h.upSince = u.now() // connected just now (after an outage)
 	healthCheck(t, h, "w")
 	if !u.d.has(ContainerName("w")) || len(h.judged) != 0 {
@@ -182,7 +183,7 @@ func countLifecycle(t *testing.T, u *unit, id string, ev protocol.Event) int {
 func healthCheck(t *testing.T, h *Health, id string) {
 	t.Helper()
 	ctx := context.Background()
-	sts, beats, err := h.s.rdb.StatusFields(ctx, []string{id}, healthFields, true)
+	sts, beats, err := h.rdb.StatusFields(ctx, []string{id}, healthFields, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +207,8 @@ func TestAWorkerShuttingDownIsNotJudgedDead(t *testing.T) {
 	ctx := context.Background()
 	u.worker(t, "w", "running", u.now().Add(-time.Hour))
 	u.rc.HSet(ctx, u.keys.Status("w"), protocol.StatusFieldState, string(protocol.WorkerStopping), protocol.StatusFieldUpdatedAt, protocol.FormatTime(u.now()))
-	h := &Health{s: u.s, probes: map[string]*healthState{}, judged: map[string]bool{}, upSince: u.now().Add(-time.Hour)}
+	h := parts{u.s}.health()
+	h.probes, h.judged, h.upSince = map[string]*healthState{}, map[string]bool{}, u.now().Add(-time.Hour)
 	healthCheck(t, h, "w")
 	if h.judged["w"] {
 		t.Fatal("a worker shutting down was judged dead")

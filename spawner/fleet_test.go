@@ -59,7 +59,7 @@ func TestActionsOnAnotherHostsWorkerGoToThatHost(t *testing.T) {
 	u.hostB(t, time.Minute)
 	u.rc.SAdd(ctx, u.keys.Workers(), "wb")
 	u.place(t, "wb", "b")
-	c := newCommands(u.s, 1)
+	c := parts{u.s}.commands(1)
 	for _, action := range []protocol.Action{protocol.ActionPause, protocol.ActionDelete} {
 		cmd := protocol.Command{ID: "c-" + string(action), Action: action, WorkerID: "wb", ReplyTo: u.keys.Replies("t")}
 		doc, _ := cmd.Encode()
@@ -90,7 +90,7 @@ func TestAnActionOnAWorkerOfALostHostIsAnswered(t *testing.T) {
 	u.hostB(t, -time.Second)
 	u.rc.SAdd(ctx, u.keys.Workers(), "wb")
 	u.place(t, "wb", "b")
-	c := newCommands(u.s, 1)
+	c := parts{u.s}.commands(1)
 	var reply protocol.Reply
 	c.runCommand(ctx, protocol.Command{ID: "p", Action: protocol.ActionPause, WorkerID: "wb"}, &reply, func(context.Context, string) error {
 		t.Fatal("forwarded to a lost host")
@@ -127,7 +127,8 @@ func TestALostHostsDeadWorkersAreRetired(t *testing.T) {
 	doc, _ := protocol.Command{ID: "fwd", Action: protocol.ActionStatus, WorkerID: "silent"}.Encode()
 	u.rc.XAdd(ctx, &redis.XAddArgs{Stream: u.keys.HostCommands("b"), Values: protocol.Values(doc)})
 
-	w := &HostWatch{s: u.s, judged: map[string]bool{}}
+	w := parts{u.s}.hostWatch()
+	w.judged = map[string]bool{}
 	hosts, err := u.s.rdb.Hosts(ctx)
 	if err != nil || len(hosts) != 1 {
 		t.Fatal(hosts, err)

@@ -167,3 +167,30 @@ func (g *ImageGC) log() *slog.Logger {
 	}
 	return g.Log
 }
+
+// run is the image GC's loop, counting its collections.
+func (g *gcJob) run(ctx context.Context) {
+	interval := g.gc.Interval
+	if interval <= 0 {
+		interval = 24 * time.Hour
+	}
+	every(ctx, interval, func(ctx context.Context) {
+		rep, err := g.gc.Collect(ctx)
+		if err != nil {
+			g.gc.log().Warn("image gc failed", "err", err)
+		}
+		if m := g.obs.m; m != nil {
+			m.gcRuns.WithLabelValues(outcome(err)).Inc()
+			m.gcRemoved.Add(float64(len(rep.Removed)))
+		}
+	})
+}
+
+// gcJob runs the image GC as a component.
+type gcJob struct {
+	job
+	gc  *ImageGC
+	obs *observer
+}
+
+func (g *gcJob) Start(ctx context.Context) { g.start(ctx, g.run) }

@@ -29,7 +29,7 @@ const JudgeAfterIntervals = 2
 // runs on the leader.
 type Health struct {
 	job
-	s *Spawner
+	healthParams
 
 	// Owned by the loop's goroutine.
 	probes  map[string]*healthState
@@ -38,6 +38,20 @@ type Health struct {
 	users   time.Time       // when the worker users were last checked
 	retires sync.WaitGroup  // retirements begun by dead
 }
+
+// healthParams is what Health is built from.
+type healthParams struct {
+	*env
+	workers     retirer
+	interval    time.Duration // the workers' heartbeat interval
+	stopTimeout time.Duration // how long a stopping worker may go without beating
+	// restoreUsers makes again the worker users Redis lost (ACL mode);
+	// connected signals a new connection to Redis.
+	restoreUsers func(ctx context.Context) (int, error)
+	connected    <-chan struct{}
+}
+
+func newHealth(p healthParams) *Health { return &Health{healthParams: p} }
 
 // healthState is one worker's probe record.
 type healthState struct {
@@ -55,9 +69,9 @@ func (h *Health) Stop() {
 }
 
 func (h *Health) run(ctx context.Context) {
-	s := h.s
+	s := h
 	h.probes, h.judged, h.upSince = map[string]*healthState{}, map[string]bool{}, time.Time{}
-	every(ctx, max(s.cfg.HeartbeatInterval/4, 100*time.Millisecond), func(ctx context.Context) {
+	every(ctx, max(s.interval/4, 100*time.Millisecond), func(ctx context.Context) {
 		if err := s.rdb.Ping(ctx); err != nil {
 			h.upSince = time.Time{}
 			return
@@ -71,14 +85,14 @@ func (h *Health) run(ctx context.Context) {
 			reconnected = true
 		default:
 		}
-		if reconnected || s.now().Sub(h.users) >= s.cfg.HeartbeatInterval/2 {
+		if reconnected || s.now().Sub(h.users) >= s.interval/2 {
 			// A Redis that restarted, or a replica promoted by a failover,
 			// lacks the worker users (they are neither in the append-only
 			// file nor replicated): they come back before anyone is
 			// judged, and since the workers could not authenticate until
 			// now, judging waits as after an outage.
 			h.users = s.now()
-			if n, err := s.restoreWorkerUsers(ctx); err == nil && n > 0 {
+			if n, err := s.restoreUsers(ctx); err == nil && n > 0 {
 				h.upSince = s.now()
 				s.log.Warn("worker Redis users made again (Redis lost them: a restart or a failover)", "users", n, "on_new_connection", reconnected)
 			}
@@ -114,7 +128,7 @@ func (h *Health) run(ctx context.Context) {
 
 // canJudge reports whether a missing heartbeat may count now.
 func (h *Health) canJudge() bool {
-	return !h.upSince.IsZero() && h.s.now().Sub(h.upSince) >= JudgeAfterIntervals*h.s.cfg.HeartbeatInterval
+	return !h.upSince.IsZero() && h.now().Sub(h.upSince) >= JudgeAfterIntervals*h.interval
 }
 
 // healthFields are the fields of a worker's status hash that check reads.
@@ -123,17 +137,17 @@ var healthFields = []string{protocol.StatusFieldContainer, protocol.StatusFieldS
 // check judges one worker from its status fields (healthFields) and its
 // heartbeat document (nil: expired), read together.
 func (h *Health) check(ctx context.Context, id string, st map[string]string, hb []byte) {
-	s := h.s
+	s := h
 	if st[protocol.StatusFieldContainer] != string(protocol.ContainerRunning) {
 		return // starting, paused or ended: not judged
 	}
 	now := s.now()
 	if hb == nil {
-		if ending(st, now, s.cfg.StopTimeout) {
+		if ending(st, now, s.stopTimeout) {
 			return // shutting down: its exit is the crash watcher's
 		}
 		created, _ := protocol.ParseTime(st[protocol.StatusFieldCreatedAt])
-		if created.IsZero() || now.Sub(created) < protocol.HeartbeatTTLIntervals*s.cfg.HeartbeatInterval || !h.canJudge() {
+		if created.IsZero() || now.Sub(created) < protocol.HeartbeatTTLIntervals*s.interval || !h.canJudge() {
 			return // still starting, or this manager cannot tell yet
 		}
 		delete(h.probes, id)
@@ -149,7 +163,7 @@ func (h *Health) check(ctx context.Context, id string, st map[string]string, hb 
 // probe records one health probe of a running worker, through the
 // protocol's worker state machine; each change is published.
 func (h *Health) probe(ctx context.Context, id string, doc []byte, now time.Time) {
-	s := h.s
+	s := h
 	st := h.probes[id]
 	if st == nil {
 		st = &healthState{machine: protocol.NewWorkerMachine(id, now)}
@@ -157,7 +171,7 @@ func (h *Health) probe(ctx context.Context, id string, doc []byte, now time.Time
 		h.probes[id] = st
 	}
 	hb, err := protocol.DecodeHeartbeat(doc)
-	fresh := err == nil && s.beatFresh(hb, now)
+	fresh := err == nil && beatFresh(hb, now, s.interval)
 	if fresh {
 		st.failures = 0
 		if tr, changed, _ := st.machine.SetHealth(protocol.HealthHealthy, "heartbeat fresh again", now); changed {
@@ -184,14 +198,14 @@ func (h *Health) probe(ctx context.Context, id string, doc []byte, now time.Time
 // dead retires a running worker whose heartbeat expired: its container
 // is killed, its tasks answered, and it is replaced.
 func (h *Health) dead(ctx context.Context, id string) {
-	s := h.s
+	s := h
 	s.log.Warn("heartbeat expired: the worker is dead", "worker_id", id)
-	s.lifecycle(ctx, id, protocol.EventDead, map[string]any{"heartbeat_interval": s.cfg.HeartbeatInterval.String()})
+	s.lifecycle(ctx, id, protocol.EventDead, map[string]any{"heartbeat_interval": s.interval.String()})
 	h.retires.Add(1)
 	go func() {
 		defer h.retires.Done()
 		// A replacement waits its backoff: the loop goes on meanwhile.
-		if _, err := s.retire(ctx, id, retirement{reason: protocol.RemovedDead, died: true, exitCode: 137, code: protocol.CodeKilled,
+		if _, err := s.workers.retire(ctx, id, retirement{reason: protocol.RemovedDead, died: true, exitCode: 137, code: protocol.CodeKilled,
 			msg: "the worker's heartbeat expired: it was killed", replace: true}); err != nil {
 			s.log.Warn("retire a dead worker", "worker_id", id, "err", err)
 		}
@@ -213,6 +227,6 @@ func ending(st map[string]string, now time.Time, stopTimeout time.Duration) bool
 // beatFresh reports whether a heartbeat is at most one and a half
 // intervals old at now: a probe that passes (Health), a worker of a lost
 // host still alive (HostWatch).
-func (s *Spawner) beatFresh(hb protocol.Heartbeat, now time.Time) bool {
-	return now.Sub(hb.Timestamp) <= s.cfg.HeartbeatInterval*3/2
+func beatFresh(hb protocol.Heartbeat, now time.Time, interval time.Duration) bool {
+	return now.Sub(hb.Timestamp) <= interval*3/2
 }

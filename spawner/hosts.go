@@ -2,119 +2,15 @@ package spawner
 
 import (
 	"context"
-	"errors"
-	"os"
 	"sync"
 	"time"
+
+	"github.com/docker/docker/api/types/system"
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
-
-// A fleet is several hosts (Docker engines), each with its managers, on
-// one Redis. A worker belongs to the host its create was admitted to
-// (Keys.Placement); only a manager of that host touches its container.
-// Creates are placed on the live host with the most free slots that
-// matches the spec's placement; commands and control requests for a
-// worker of another live host are forwarded to that host's own streams;
-// a host whose managers stop renewing it for HostTTL is lost, and another
-// host's manager retires its dead workers (HostWatch).
-
-// errForwarded: the command went to the host that serves it, which
-// replies; this manager neither replies nor executes it.
-var errForwarded = errors.New("spawner: forwarded to the worker's host")
-
-// Host returns this manager's host id: HOST_ID, else the engine's name,
-// else the machine's.
-func (s *Spawner) Host() string {
-	s.hostOnce.Do(func() {
-		s.host = s.cfg.HostID
-		if s.host == "" && s.docker != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			if info, err := s.docker.Info(ctx); err == nil && protocol.ValidHostID(info.Name) {
-				s.host = info.Name
-			}
-			cancel()
-		}
-		if s.host == "" {
-			s.host, _ = os.Hostname()
-		}
-		if !protocol.ValidHostID(s.host) {
-			s.host = "host"
-		}
-	})
-	return s.host
-}
-
-// candidates returns the hosts a create may be placed on, this host first
-// (it wins a tie: no forwarding): the live hosts that match the spec's
-// placement, or only this host when pinned (a create with no command to
-// forward).
-func (s *Spawner) candidates(ctx context.Context, p *protocol.Placement, pinned bool) ([]rdb.HostSlots, error) {
-	me := s.Host()
-	var out []rdb.HostSlots
-	if p.Matches(me, s.cfg.HostLabels) {
-		out = append(out, rdb.HostSlots{Host: me, Max: s.cfg.MaxWorkers})
-	}
-	if pinned {
-		return out, nil
-	}
-	hosts, err := s.rdb.Hosts(ctx)
-	if err != nil {
-		return nil, err
-	}
-	now := s.now()
-	for _, h := range hosts {
-		if h.ID != me && h.Live(now) && h.MaxWorkers > 0 && p.Matches(h.ID, h.Labels) {
-			out = append(out, rdb.HostSlots{Host: h.ID, Max: h.MaxWorkers})
-		}
-	}
-	return out, nil
-}
-
-// hostLive reports whether a host is live (this one always is).
-func (s *Spawner) hostLive(ctx context.Context, host string) (bool, error) {
-	if host == s.Host() {
-		return true, nil
-	}
-	until, err := s.rdb.HostLiveUntil(ctx, host)
-	if err != nil {
-		return false, err
-	}
-	return s.now().Before(until), nil
-}
-
-// owner returns the host of a worker (this one for a worker placed
-// before placement existed) and whether it is this one.
-func (s *Spawner) owner(ctx context.Context, id string) (string, bool, error) {
-	h, err := s.rdb.PlacementOf(ctx, id)
-	if err != nil {
-		return "", false, redisError(err, "placement of %s", id)
-	}
-	if h == "" {
-		h = s.Host()
-	}
-	return h, h == s.Host(), nil
-}
-
-// mine reports whether a worker placed on host (per the placement hash;
-// "" for a record from before placement) is this host's.
-func (s *Spawner) mine(host string) bool { return host == "" || host == s.Host() }
-
-// forwardCreate puts a create command for the worker a create placed on
-// another host (a replacement: no command entry to move) on that host's
-// command stream.
-func (s *Spawner) forwardCreate(ctx context.Context, host, commandID string, spec protocol.WorkerSpec) error {
-	doc, err := protocol.Command{ID: commandID, Action: protocol.ActionCreate, Spec: &spec, Timestamp: s.now()}.Encode()
-	if err != nil {
-		return &Error{Code: protocol.CodeInternalError, Err: err}
-	}
-	if err := s.rdb.AddEntry(ctx, s.keys.HostCommands(host), doc); err != nil {
-		return redisError(err, "forward a create to %s", host)
-	}
-	return nil
-}
 
 // HostPresence keeps this host live in the fleet's registry, every
 // quarter of HostTTL, on every manager; a manager that stops cleanly
@@ -122,17 +18,28 @@ func (s *Spawner) forwardCreate(ctx context.Context, host, commandID string, spe
 // it back within a quarter of HostTTL).
 type HostPresence struct {
 	job
-	s      *Spawner
+	hostPresenceParams
 	engine string // the engine's name, as the registry shows it
 }
+
+// hostPresenceParams is what HostPresence is built from.
+type hostPresenceParams struct {
+	*env
+	ttl        time.Duration // HOST_TTL
+	maxWorkers int           // this host's slots
+	labels     map[string]string
+	info       func(ctx context.Context) (system.Info, error) // the engine's (nil: none)
+}
+
+func newHostPresence(p hostPresenceParams) *HostPresence { return &HostPresence{hostPresenceParams: p} }
 
 // Start renews the host once before it returns (a manager is in
 // placement before it reads a create: one read by another host's manager
 // meanwhile would find no live host to place it on), then until Stop.
 func (p *HostPresence) Start(ctx context.Context) {
-	if p.s.docker != nil {
+	if p.info != nil {
 		ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		if info, err := p.s.docker.Info(ictx); err == nil {
+		if info, err := p.info(ictx); err == nil {
 			p.engine = info.Name
 		}
 		cancel()
@@ -142,13 +49,13 @@ func (p *HostPresence) Start(ctx context.Context) {
 }
 
 func (p *HostPresence) run(ctx context.Context) {
-	s := p.s
+	s := p
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = s.rdb.LeaveHosts(dctx, s.Host())
 	}()
-	t := time.NewTicker(max(s.cfg.HostTTL/4, 50*time.Millisecond))
+	t := time.NewTicker(max(s.ttl/4, 50*time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
@@ -162,10 +69,10 @@ func (p *HostPresence) run(ctx context.Context) {
 
 // renew marks this host live for HostTTL.
 func (p *HostPresence) renew(ctx context.Context) {
-	s := p.s
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.HostTTL/4+time.Second)
+	s := p
+	ctx, cancel := context.WithTimeout(ctx, s.ttl/4+time.Second)
 	defer cancel()
-	if err := s.rdb.RenewHost(ctx, s.Host(), s.now(), s.cfg.HostTTL, s.cfg.MaxWorkers, s.cfg.HostLabels, p.engine); err != nil && ctx.Err() == nil {
+	if err := s.rdb.RenewHost(ctx, s.Host(), s.now(), s.ttl, s.maxWorkers, s.labels, p.engine); err != nil && ctx.Err() == nil {
 		s.log.Warn("host not renewed in the fleet's registry", "host", s.Host(), "err", err)
 	}
 }
@@ -183,12 +90,23 @@ func (p *HostPresence) renew(ctx context.Context) {
 // host in its first HOST_TTL (a fleet restarting whole loses nothing).
 type HostWatch struct {
 	job
-	s *Spawner
+	hostWatchParams
 
 	mu      sync.Mutex
 	judged  map[string]bool // retirements under way; guarded by mu
 	retires sync.WaitGroup
 }
+
+// hostWatchParams is what HostWatch is built from.
+type hostWatchParams struct {
+	*env
+	workers   retirer
+	leases    leases
+	hostTTL   time.Duration // HOST_TTL: a host not renewed for as long is lost
+	heartbeat time.Duration // the workers' heartbeat interval
+}
+
+func newHostWatch(p hostWatchParams) *HostWatch { return &HostWatch{hostWatchParams: p} }
 
 // Start watches until Stop.
 func (w *HostWatch) Start(ctx context.Context) {
@@ -203,13 +121,13 @@ func (w *HostWatch) Stop() {
 }
 
 func (w *HostWatch) run(ctx context.Context) {
-	s := w.s
+	s := w
 	// A manager judges no host before it has watched for one HOST_TTL:
 	// when a whole fleet restarts, the others have renewed their hosts by
 	// then.
 	since := s.now()
-	every(ctx, max(s.cfg.HostTTL/4, 50*time.Millisecond), func(ctx context.Context) {
-		if s.now().Sub(since) < s.cfg.HostTTL {
+	every(ctx, max(s.hostTTL/4, 50*time.Millisecond), func(ctx context.Context) {
+		if s.now().Sub(since) < s.hostTTL {
 			return
 		}
 		hosts, err := s.rdb.Hosts(ctx)
@@ -221,7 +139,7 @@ func (w *HostWatch) run(ctx context.Context) {
 			if h.ID == s.Host() || h.Live(now) {
 				continue
 			}
-			ok, err := s.rdb.TakeLease(ctx, ctlplane.HostLossLease(h.ID), s.instance, s.cfg.LeaseTTL)
+			ok, err := s.leases.take(ctx, ctlplane.HostLossLease(h.ID))
 			if err != nil || !ok {
 				continue
 			}
@@ -232,7 +150,7 @@ func (w *HostWatch) run(ctx context.Context) {
 
 // lost handles one lost host (see HostWatch).
 func (w *HostWatch) lost(ctx context.Context, h rdb.HostInfo) {
-	s := w.s
+	s := w
 	if h.LostAt.IsZero() {
 		s.log.Warn("host lost: its managers stopped renewing it", "host", h.ID, "live_until", h.LiveUntil)
 		_ = s.rdb.MarkHostLost(ctx, h.ID, s.now())
@@ -287,7 +205,7 @@ func (w *HostWatch) lost(ctx context.Context, h rdb.HostInfo) {
 // dead reports whether a worker of a lost host is dead: paused (nothing
 // can wake it) or not beating.
 func (w *HostWatch) dead(ctx context.Context, id string) bool {
-	s := w.s
+	s := w
 	st, err := s.rdb.Status(ctx, id)
 	if err != nil {
 		return false
@@ -303,7 +221,7 @@ func (w *HostWatch) dead(ctx context.Context, id string) bool {
 		return true
 	}
 	hb, err := protocol.DecodeHeartbeat(doc)
-	return err != nil || !s.beatFresh(hb, s.now())
+	return err != nil || !beatFresh(hb, s.now(), s.heartbeat)
 }
 
 // retire retires a worker of a lost host in the background, once.
@@ -315,7 +233,7 @@ func (w *HostWatch) retire(ctx context.Context, id, host string, r retirement) {
 	}
 	w.judged[id] = true
 	w.mu.Unlock()
-	s := w.s
+	s := w
 	if r.reason == protocol.RemovedHostLost {
 		s.lifecycleOn(ctx, host, id, protocol.EventHostLost, map[string]any{"host": host})
 	}
@@ -323,7 +241,7 @@ func (w *HostWatch) retire(ctx context.Context, id, host string, r retirement) {
 	go func() {
 		defer w.retires.Done()
 		defer func() { w.mu.Lock(); delete(w.judged, id); w.mu.Unlock() }()
-		if _, err := s.retire(ctx, id, r); err != nil {
+		if _, err := s.workers.retire(ctx, id, r); err != nil {
 			s.log.Warn("retire a worker of a lost host", "worker_id", id, "host", host, "err", err)
 		}
 	}()

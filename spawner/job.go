@@ -56,7 +56,7 @@ func every(ctx context.Context, interval time.Duration, fn func(ctx context.Cont
 }
 
 // eachWorker calls fn for every member of the workers set.
-func (s *Spawner) eachWorker(ctx context.Context, fn func(ctx context.Context, id string)) error {
+func (s *env) eachWorker(ctx context.Context, fn func(ctx context.Context, id string)) error {
 	ids, err := s.rdb.Workers(ctx)
 	if err != nil {
 		return err
@@ -71,34 +71,35 @@ func (s *Spawner) eachWorker(ctx context.Context, fn func(ctx context.Context, i
 }
 
 // ownWorkers returns the members of the workers set placed on this host
-// (or placed before placement existed).
-func (s *Spawner) ownWorkers(ctx context.Context) ([]string, error) {
+// (or with no placement record).
+func (s *env) ownWorkers(ctx context.Context) ([]string, error) {
 	ids, placed, err := s.rdb.WorkersPlaced(ctx)
 	if err != nil {
 		return nil, err
 	}
 	own := ids[:0]
 	for _, id := range ids {
-		if s.mine(placed[id]) {
+		if s.fleet.mine(placed[id]) {
 			own = append(own, id)
 		}
 	}
 	return own, nil
 }
 
-// renewal renews a lease every third of LeaseTTL in a goroutine of its
-// own, until stop, or until renew says the lease is no more to renew.
+// renewal calls renew every interval (a third of a lease) in a goroutine
+// of its own, until stop, or until renew says the lease is no more to
+// renew.
 type renewal struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-func (s *Spawner) renew(ctx context.Context, renew func(ctx context.Context) bool) *renewal {
+func renewEvery(ctx context.Context, interval time.Duration, renew func(ctx context.Context) bool) *renewal {
 	ctx, cancel := context.WithCancel(ctx)
 	r := &renewal{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
-		t := time.NewTicker(s.cfg.LeaseTTL / 3)
+		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
 			select {
@@ -116,3 +117,9 @@ func (s *Spawner) renew(ctx context.Context, renew func(ctx context.Context) boo
 
 // stop ends the renewals and waits for their goroutine.
 func (r *renewal) stop() { r.cancel(); <-r.done }
+
+// retirer retires a worker: the one path by which a worker ends
+// (Spawner.retire).
+type retirer interface {
+	retire(ctx context.Context, id string, r retirement) (bool, error)
+}

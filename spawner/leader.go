@@ -22,13 +22,36 @@ type component interface {
 // lease passes to another manager within one lease.
 type Leader struct {
 	job
-	s     *Spawner
-	lease string // protocol.LeaderLease, or a host's HostLeaderLease
-	jobs  []component
+	*env
+	leases leases
+	lease  string // ctlplane.LeaderLease, or a host's HostLeaderLease
+	jobs   []component
 
 	// Owned by the loop's goroutine.
 	leading bool
 	renewed time.Time // when the last successful renewal was sent
+}
+
+func newLeader(e *env, l leases, lease string, jobs []component) *Leader {
+	return &Leader{env: e, leases: l, lease: lease, jobs: jobs}
+}
+
+// leases are the named leases this manager process takes, as its
+// instance (its MANAGER_ID plus a random suffix), for ttl.
+type leases struct {
+	e        *env
+	instance string
+	ttl      time.Duration
+}
+
+// take takes or renews a lease; false: another instance holds it.
+func (l leases) take(ctx context.Context, name string) (bool, error) {
+	return l.e.rdb.TakeLease(ctx, name, l.instance, l.ttl)
+}
+
+// release gives a lease back, if this instance holds it.
+func (l leases) release(ctx context.Context, name string) error {
+	return l.e.rdb.ReleaseLease(ctx, name, l.instance)
 }
 
 // Start campaigns until Stop.
@@ -39,28 +62,28 @@ func (l *Leader) Start(ctx context.Context) { l.start(ctx, l.run) }
 func (l *Leader) Stop() { l.job.Stop() }
 
 func (l *Leader) run(ctx context.Context) {
-	s := l.s
+	s := l
 	defer func() {
 		if l.leading {
 			l.stepDown()
 			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
-			_ = s.rdb.ReleaseLease(rctx, l.lease, s.instance)
+			_ = l.leases.release(rctx, l.lease)
 		}
 	}()
-	every(ctx, s.cfg.LeaseTTL/3, func(ctx context.Context) {
+	every(ctx, l.leases.ttl/3, func(ctx context.Context) {
 		// The lease runs from when the call was sent, not from its answer;
 		// and a call that hangs must not hold the next tick.
 		sent := time.Now()
-		tctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseTTL/3)
-		ok, err := s.rdb.TakeLease(tctx, l.lease, s.instance, s.cfg.LeaseTTL)
+		tctx, cancel := context.WithTimeout(ctx, l.leases.ttl/3)
+		ok, err := l.leases.take(tctx, l.lease)
 		cancel()
 		switch {
 		case err == nil && ok:
 			l.renewed = sent
 			if !l.leading {
 				l.leading = true
-				s.log.Info("leader: this manager runs the components of a lease", "lease", l.lease, "instance", s.instance)
+				s.log.Info("leader: this manager runs the components of a lease", "lease", l.lease, "instance", l.leases.instance)
 				for _, j := range l.jobs {
 					j.Start(ctx)
 				}
@@ -71,7 +94,7 @@ func (l *Leader) run(ctx context.Context) {
 				l.stepDown()
 			}
 		default:
-			if l.leading && time.Since(l.renewed) >= s.cfg.LeaseTTL*2/3 {
+			if l.leading && time.Since(l.renewed) >= l.leases.ttl*2/3 {
 				s.log.Warn("leader lease cannot be renewed: stepping down", "lease", l.lease, "err", err)
 				l.stepDown()
 			}

@@ -7,7 +7,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
 // Manager is the worker-manager service over a Spawner. Several managers
@@ -16,10 +15,11 @@ import (
 // a dead manager left), follows its engine's events, and the one holding
 // the leader lease runs what must run once.
 //
-// Components (one file each): Commands, Controls, Crashes, HostPresence
-// and HostWatch on every manager; under the host's leader lease: Health,
-// Wake, Timeouts, Reconciler, VolumeGC and the image GC; under the
-// fleet's: Retention, Pools and the metrics read from the streams.
+// Components (one file each, built in wire.go): Commands, Controls,
+// Crashes, Presence, HostPresence and HostWatch on every manager; under
+// the host's leader lease: Health, Wake, Timeouts, Reconciler, VolumeGC
+// and the image GC; under the fleet's: Retention, Pools and the metrics
+// read from the streams.
 type Manager struct {
 	S *Spawner
 	// MaxInFlight bounds the commands executed at once (a create may wait
@@ -42,17 +42,9 @@ func (m *Manager) Run(ctx context.Context) error {
 			return fmt.Errorf("spawner: create group on %s: %w", stream, err)
 		}
 	}
-	hostJobs := []component{&Health{s: s}, &Wake{s: s}, &Timeouts{s: s}, &Reconciler{s: s}, &VolumeGC{s: s}}
-	if m.GC != nil {
-		hostJobs = append(hostJobs, &gcJob{gc: m.GC, s: s})
-	}
-	fleetJobs := []component{&Retention{s: s}, &Pools{s: s}}
-	fleetJobs = append(fleetJobs, s.obs.leaderJobs(s)...) // metrics from the streams (metrics.go)
-	commands := newCommands(s, m.MaxInFlight)
-	controls := &Controls{s: s}
-	crashes := &Crashes{s: s}
-	hostLeader := &Leader{s: s, lease: ctlplane.HostLeaderLease(me), jobs: hostJobs}
-	leader := &Leader{s: s, lease: ctlplane.LeaderLease, jobs: fleetJobs}
+	p := parts{s}
+	commands, controls, crashes := p.commands(m.MaxInFlight), p.controls(), p.crashes()
+	hostLeader, leader := p.hostLeader(m.GC), p.fleetLeader()
 	// A host that comes back settles its engine before it takes creates:
 	// the containers of workers retired while it was lost go first.
 	if _, err := s.Reconcile(ctx); err != nil {
@@ -61,13 +53,13 @@ func (m *Manager) Run(ctx context.Context) error {
 	// Each component's loop gets a context that Run cancels only through
 	// its Stop, in the order above.
 	base := context.WithoutCancel(ctx)
-	presence := &Presence{s: s}
+	presence := p.presence()
 	presence.Start(base)
 	defer presence.Stop()
-	hosts := &HostPresence{s: s}
+	hosts := p.hostPresence()
 	hosts.Start(base)
 	defer hosts.Stop()
-	watch := &HostWatch{s: s}
+	watch := p.hostWatch()
 	for _, c := range []component{crashes, hostLeader, leader, watch, controls, commands} {
 		c.Start(base)
 	}
@@ -77,15 +69,6 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	return nil
 }
-
-// gcJob runs the image GC as a component.
-type gcJob struct {
-	job
-	gc *ImageGC
-	s  *Spawner
-}
-
-func (g *gcJob) Start(ctx context.Context) { g.start(ctx, g.run) }
 
 // Shutdown retires every worker of this key prefix on this host, in
 // parallel: the manager, stopping, leaves no container behind. Every
@@ -97,7 +80,7 @@ func (s *Spawner) Shutdown(ctx context.Context) error {
 	}
 	var ws []protocol.WorkerInfo
 	for _, w := range all {
-		if s.mine(w.Host) {
+		if s.fleet.mine(w.Host) {
 			ws = append(ws, w)
 		}
 	}

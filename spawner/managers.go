@@ -37,8 +37,15 @@ type ManagerState struct {
 // cleanly leaves the list at once, one that dies when its hash expires.
 type Presence struct {
 	job
-	s       *Spawner
-	started time.Time // set by Start, read by the loop
+	*env
+	leases    leases
+	managerID string
+	obs       *observer
+	started   time.Time // set by Start, read by the loop
+}
+
+func newPresence(e *env, l leases, managerID string, obs *observer) *Presence {
+	return &Presence{env: e, leases: l, managerID: managerID, obs: obs}
 }
 
 // Start refreshes until Stop.
@@ -48,7 +55,7 @@ func (p *Presence) Start(ctx context.Context) {
 }
 
 func (p *Presence) run(ctx context.Context) {
-	s := p.s
+	s := p
 	ttl := ctlplane.ManagerStateTTLSeconds * time.Second
 	host := s.Host()
 	defer func() {
@@ -56,14 +63,14 @@ func (p *Presence) run(ctx context.Context) {
 		defer cancel()
 		// Only our own hash: a manager restarted under the same id has
 		// already written its own instance.
-		_ = s.rdb.LeaveManager(dctx, s.cfg.ManagerID, s.instance)
+		_ = s.rdb.LeaveManager(dctx, s.managerID, s.leases.instance)
 	}()
 	every(ctx, ttl/3, func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		var leases []string
 		for _, name := range []string{ctlplane.LeaderLease, ctlplane.HostLeaderLease(s.Host())} {
-			if holder, err := s.rdb.LeaseHolder(ctx, name); err == nil && holder == s.instance {
+			if holder, err := s.rdb.LeaseHolder(ctx, name); err == nil && holder == s.leases.instance {
 				leases = append(leases, name)
 			}
 		}
@@ -73,13 +80,13 @@ func (p *Presence) run(ctx context.Context) {
 			last = protocol.FormatTime(time.UnixMilli(ms))
 		}
 		fields := map[string]any{
-			ctlplane.ManagerFieldID: s.cfg.ManagerID, ctlplane.ManagerFieldInstance: s.instance,
+			ctlplane.ManagerFieldID: s.managerID, ctlplane.ManagerFieldInstance: s.leases.instance,
 			ctlplane.ManagerFieldHost: host, ctlplane.ManagerFieldPID: os.Getpid(), ctlplane.ManagerFieldVersion: Version(),
 			ctlplane.ManagerFieldStartedAt: protocol.FormatTime(p.started), ctlplane.ManagerFieldUpdatedAt: protocol.FormatTime(time.Now()),
 			ctlplane.ManagerFieldLastReconcileAt: last, ctlplane.ManagerFieldLeases: strings.Join(leases, ","),
 			ctlplane.ManagerFieldMetricsAddr: s.obs.addr,
 		}
-		if err := s.rdb.RenewManager(ctx, s.cfg.ManagerID, fields, ttl); err != nil && ctx.Err() == nil {
+		if err := s.rdb.RenewManager(ctx, s.managerID, fields, ttl); err != nil && ctx.Err() == nil {
 			s.log.Warn("manager state not refreshed", "err", err)
 		}
 	})

@@ -109,8 +109,8 @@ func BenchmarkRedisMemoryOverTenThousandTasks(b *testing.B) {
 		}
 	}
 	settle := func() float64 {
-		time.Sleep(retention + time.Second) // runs expire
-		f.s.trimInputs(ctx)                 // what the leader does every 30 s
+		time.Sleep(retention + time.Second)    // runs expire
+		parts{f.s}.retention().trimInputs(ctx) // what the leader does every 30 s
 		return usedMemory(b, f.rc)
 	}
 	// The warm-up fills every capped stream to its cap (200 entries): the

@@ -62,7 +62,7 @@ func BenchmarkMetricsCost(b *testing.B) {
 	}
 	defer srv.Close()
 	metricsOn := func() func() {
-		sm := &streamMetrics{s: f.s, m: m}
+		sm := &streamMetrics{env: f.s.env, m: m}
 		sm.Start(ctx)
 		stop := make(chan struct{})
 		done := make(chan struct{})

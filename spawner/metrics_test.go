@@ -59,7 +59,7 @@ func TestPresence(t *testing.T) {
 		t.Fatal(ok, err)
 	}
 	s.obs.reconciled(time.Now(), ReconcileReport{})
-	p := &Presence{s: s}
+	p := parts{s}.presence()
 	p.Start(ctx)
 	var ms []ManagerState
 	deadline := time.Now().Add(5 * time.Second)
@@ -115,7 +115,7 @@ func TestMetricsFromStreams(t *testing.T) {
 		protocol.StatusFieldAgentType, "claude", protocol.StatusFieldHost, "m1", protocol.StatusFieldContainer, string(protocol.ContainerPaused))
 	rc.RPush(ctx, ctlplane.CreationQueueKey(keys), "c1", "c2")
 
-	jobs := s.obs.leaderJobs(s)
+	jobs := s.obs.leaderJobs(s.env)
 	for _, j := range jobs {
 		j.Start(ctx)
 	}

@@ -72,7 +72,7 @@ func (s *Spawner) busy(ctx context.Context, id string) (rdb.Busy, error) {
 
 // inputOf returns a worker's kind (long-lived when its hash says none),
 // its input stream and that stream's consumer group.
-func (s *Spawner) inputOf(id string, kind protocol.Kind) (protocol.Kind, string, string) {
+func (s *env) inputOf(id string, kind protocol.Kind) (protocol.Kind, string, string) {
 	if kind == "" {
 		kind = protocol.KindLongLived
 	}

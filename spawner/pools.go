@@ -151,10 +151,10 @@ func (s *Spawner) allocate(ctx context.Context, commandID string, p *PoolTemplat
 		if id == "" {
 			return protocol.WorkerInfo{}, false, nil
 		}
-		if host, err := s.rdb.PlacementOf(ctx, id); err == nil && !s.mine(host) {
+		if host, err := s.rdb.PlacementOf(ctx, id); err == nil && !s.fleet.mine(host) {
 			// Another host's warm worker: only its managers can wake it.
 			_ = s.rdb.AddWarm(ctx, p.Name, id)
-			if live, err := s.hostLive(ctx, host); err == nil && live && forward != nil && commandID != "" {
+			if live, err := s.fleet.live(ctx, host); err == nil && live && forward != nil && commandID != "" {
 				if err := forward(ctx, host); err != nil {
 					return protocol.WorkerInfo{}, false, err
 				}
@@ -212,20 +212,33 @@ func (s *Spawner) evictWarm(ctx context.Context, forID string) bool {
 // size kept, allocated workers recycled. It runs on the leader.
 type Pools struct {
 	job
-	s *Spawner
+	*env
+	templates []PoolTemplate
+	workers   poolWorkers
+}
+
+// poolWorkers are the operations a pool's tending calls (the Spawner's).
+type poolWorkers interface {
+	retirer
+	Pause(ctx context.Context, id string) error
+	create(ctx context.Context, commandID string, spec protocol.WorkerSpec, o createOpts) (protocol.WorkerInfo, error)
+}
+
+func newPools(e *env, templates []PoolTemplate, w poolWorkers) *Pools {
+	return &Pools{env: e, templates: templates, workers: w}
 }
 
 // Start fills pools until Stop.
 func (p *Pools) Start(ctx context.Context) { p.start(ctx, p.run) }
 
 func (p *Pools) run(ctx context.Context) {
-	s := p.s
+	s := p
 	published := time.Time{}
 	every(ctx, 250*time.Millisecond, func(ctx context.Context) {
 		if time.Since(published) > 5*time.Second {
 			published = time.Now()
 			templates := map[string]string{}
-			for _, t := range s.cfg.Pools {
+			for _, t := range s.templates {
 				b, _ := json.Marshal(t)
 				templates[t.Name] = string(b)
 			}
@@ -233,8 +246,8 @@ func (p *Pools) run(ctx context.Context) {
 				s.log.Warn("publish the pool templates", "err", err)
 			}
 		}
-		for i := range s.cfg.Pools {
-			s.tendPool(ctx, &s.cfg.Pools[i])
+		for i := range s.templates {
+			s.tendPool(ctx, &s.templates[i])
 		}
 	})
 }
@@ -246,7 +259,7 @@ type poolMember struct {
 }
 
 // tendPool brings one pool to its counts.
-func (s *Spawner) tendPool(ctx context.Context, p *PoolTemplate) {
+func (s *Pools) tendPool(ctx context.Context, p *PoolTemplate) {
 	var members []poolMember
 	err := s.eachWorker(ctx, func(ctx context.Context, id string) {
 		h, err := s.rdb.Status(ctx, id)
@@ -271,7 +284,7 @@ func (s *Spawner) tendPool(ctx context.Context, p *PoolTemplate) {
 			warmCount++
 			if !ready[m.id] && m.container == string(protocol.ContainerRunning) && m.workerState == string(protocol.WorkerIdle) {
 				// Started and idle: freeze it and offer it.
-				if err := s.Pause(ctx, m.id); err == nil {
+				if err := s.workers.Pause(ctx, m.id); err == nil {
 					_ = s.rdb.AddWarm(ctx, p.Name, m.id)
 				}
 			}
@@ -299,8 +312,8 @@ func (s *Spawner) tendPool(ctx context.Context, p *PoolTemplate) {
 
 // refill makes one worker of a pool, if a slot is free with no create
 // waiting for it, and says whether it did.
-func (s *Spawner) refill(ctx context.Context, p *PoolTemplate, state string) bool {
-	info, err := s.create(ctx, "", p.Spec, createOpts{tryOnly: true, pool: p.Name, poolState: state})
+func (s *Pools) refill(ctx context.Context, p *PoolTemplate, state string) bool {
+	info, err := s.workers.create(ctx, "", p.Spec, createOpts{tryOnly: true, pool: p.Name, poolState: state})
 	if err != nil {
 		if !IsResourceExhausted(err) {
 			s.log.Warn("pool refill", "pool", p.Name, "err", err)
@@ -314,10 +327,10 @@ func (s *Spawner) refill(ctx context.Context, p *PoolTemplate, state string) boo
 
 // recycle retires an allocated worker that served recycle_after tasks and
 // replaces it (its waiting tasks move to the replacement).
-func (s *Spawner) recycle(ctx context.Context, p *PoolTemplate, m poolMember) {
+func (s *Pools) recycle(ctx context.Context, p *PoolTemplate, m poolMember) {
 	s.lifecycle(ctx, m.id, protocol.EventRecycled, map[string]any{"pool": p.Name, "tasks": m.tasks})
 	_ = s.rdb.CountPool(ctx, p.Name, map[string]int64{"recycles": 1})
-	if _, err := s.retire(ctx, m.id, retirement{reason: protocol.RemovedRecycled, graceful: true, code: protocol.CodeTerminated,
+	if _, err := s.workers.retire(ctx, m.id, retirement{reason: protocol.RemovedRecycled, graceful: true, code: protocol.CodeTerminated,
 		msg: "the worker was recycled", replace: true}); err != nil {
 		s.log.Warn("recycle a pool worker", "worker_id", m.id, "err", err)
 	}

@@ -33,6 +33,11 @@ type ReconcileReport struct {
 //     only after its container exists);
 //   - a retirement whose lease ran out: finished.
 func (s *Spawner) Reconcile(ctx context.Context) (ReconcileReport, error) {
+	return parts{s}.reconciler().Reconcile(ctx)
+}
+
+// Reconcile is Spawner.Reconcile.
+func (s *Reconciler) Reconcile(ctx context.Context) (ReconcileReport, error) {
 	var rep ReconcileReport
 	workers, creating, retiring, err := s.rdb.Slots(ctx)
 	if err != nil {
@@ -64,7 +69,7 @@ func (s *Spawner) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		if created.IsZero() {
 			created = time.Unix(c.Created, 0)
 		}
-		old := now.Sub(created) >= s.cfg.CreationGrace
+		old := now.Sub(created) >= s.creationGrace
 		switch {
 		case member[id]:
 			s.reconcileMember(ctx, id, c, old, &rep)
@@ -78,13 +83,13 @@ func (s *Spawner) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		}
 	}
 	for _, id := range workers {
-		if withContainer[id] || !s.mine(placed[id]) {
+		if withContainer[id] || !s.fleet.mine(placed[id]) {
 			continue // another host's worker: its containers are on its engine
 		}
 		// A create joins the workers set only once its container exists,
 		// and the set was read before the list: the container is gone,
-		// without the manager seeing it die. A death all the same. the manager seeing it die: a death all the same.
-		if ok, err := s.retire(ctx, id, retirement{reason: protocol.RemovedGone, died: true, exitCode: -1, code: protocol.CodeKilled,
+		// without the manager seeing it die: a death all the same.
+		if ok, err := s.workers.retire(ctx, id, retirement{reason: protocol.RemovedGone, died: true, exitCode: -1, code: protocol.CodeKilled,
 			msg: "the worker's container is gone (removed while no manager watched)"}); err != nil {
 			s.log.Warn("retire a worker whose container is gone", "worker_id", id, "err", err)
 		} else if ok {
@@ -101,7 +106,7 @@ func (s *Spawner) Reconcile(ctx context.Context) (ReconcileReport, error) {
 }
 
 // reconcileMember settles one member's container.
-func (s *Spawner) reconcileMember(ctx context.Context, id string, c container.Summary, old bool, rep *ReconcileReport) {
+func (s *Reconciler) reconcileMember(ctx context.Context, id string, c container.Summary, old bool, rep *ReconcileReport) {
 	switch c.State {
 	case "created":
 		if !old {
@@ -109,7 +114,7 @@ func (s *Spawner) reconcileMember(ctx context.Context, id string, c container.Su
 		}
 		if err := s.docker.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
 			s.log.Warn("start a worker whose create was cut short", "worker_id", id, "err", err)
-			if _, err := s.retire(ctx, id, retirement{reason: protocol.RemovedStuck, died: true, exitCode: -1, code: protocol.CodeUpstreamUnavailable,
+			if _, err := s.workers.retire(ctx, id, retirement{reason: protocol.RemovedStuck, died: true, exitCode: -1, code: protocol.CodeUpstreamUnavailable,
 				msg: "the worker's container could not be started"}); err != nil {
 				s.log.Warn("retire a worker that cannot start", "worker_id", id, "err", err)
 			}
@@ -119,7 +124,7 @@ func (s *Spawner) reconcileMember(ctx context.Context, id string, c container.Su
 		s.lifecycle(ctx, id, protocol.EventCreated, map[string]any{"container_id": c.ID, "reconciled": true})
 		rep.Started++
 	case "exited", "dead":
-		s.died(ctx, id, exitCodeOf(ctx, s, c.ID), false)
+		retireDied(ctx, s.env, s.workers, id, exitCodeOf(ctx, s, c.ID), false)
 		rep.Exited++
 	case "running", "paused":
 		want := protocol.ContainerRunning
@@ -137,14 +142,14 @@ func (s *Spawner) reconcileMember(ctx context.Context, id string, c container.Su
 // workers' status hashes say. Every write of a status keeps the set with
 // it; this repairs what was written otherwise (a manager of an earlier
 // version, a hand), so that no paused worker is left out of wake-up.
-func (s *Spawner) syncPaused(ctx context.Context, workers []string, placed map[string]string) {
+func (s *Reconciler) syncPaused(ctx context.Context, workers []string, placed map[string]string) {
 	ids, err := s.rdb.Paused(ctx, s.Host())
 	if err != nil {
 		s.log.Warn("reconcile: read the paused set", "err", err)
 		return
 	}
 	for _, id := range workers {
-		if s.mine(placed[id]) {
+		if s.fleet.mine(placed[id]) {
 			ids = append(ids, id)
 		}
 	}
@@ -157,8 +162,8 @@ func (s *Spawner) syncPaused(ctx context.Context, workers []string, placed map[s
 // worker, create or retirement: a create cut short before its worker
 // joined. The users are listed before the records are read, so a user
 // made meanwhile belongs to a create already recorded.
-func (s *Spawner) dropStrayUsers(ctx context.Context) int {
-	if !s.aclMode(ctx) {
+func (s *Reconciler) dropStrayUsers(ctx context.Context) int {
+	if !s.users.aclMode(ctx) {
 		return 0
 	}
 	ids, err := s.rdb.WorkerUsers(ctx)
@@ -179,7 +184,7 @@ func (s *Spawner) dropStrayUsers(ctx context.Context) int {
 		if known[id] {
 			continue
 		}
-		if err := s.dropWorkerUser(ctx, id); err == nil {
+		if err := s.users.drop(ctx, id); err == nil {
 			n++
 		}
 	}
@@ -189,7 +194,7 @@ func (s *Spawner) dropStrayUsers(ctx context.Context) int {
 // finishRetirements takes over the retirements of this host's workers
 // whose lease ran out (their manager died) and returns how many it
 // finished; placed is the placement hash (nil: read it).
-func (s *Spawner) finishRetirements(ctx context.Context, placed map[string]string) int {
+func (s *Reconciler) finishRetirements(ctx context.Context, placed map[string]string) int {
 	stale, err := s.rdb.StaleRetirements(ctx, s.now())
 	if err != nil || len(stale) == 0 {
 		return 0
@@ -201,10 +206,10 @@ func (s *Spawner) finishRetirements(ctx context.Context, placed map[string]strin
 	}
 	n := 0
 	for _, id := range stale {
-		if !s.mine(placed[id]) {
+		if !s.fleet.mine(placed[id]) {
 			continue // its host finishes it, or HostWatch if that host is lost
 		}
-		if ok, err := s.retire(ctx, id, retirement{reason: protocol.RemovedTakeover, died: true, exitCode: -1, code: protocol.CodeKilled,
+		if ok, err := s.workers.retire(ctx, id, retirement{reason: protocol.RemovedTakeover, died: true, exitCode: -1, code: protocol.CodeKilled,
 			msg: "the worker was retired by a manager that died"}); err != nil {
 			s.log.Warn("finish a retirement", "worker_id", id, "err", err)
 		} else if ok {
@@ -214,7 +219,7 @@ func (s *Spawner) finishRetirements(ctx context.Context, placed map[string]strin
 	return n
 }
 
-func exitCodeOf(ctx context.Context, s *Spawner, containerID string) int {
+func exitCodeOf(ctx context.Context, s *Reconciler, containerID string) int {
 	insp, err := s.docker.ContainerInspect(ctx, containerID)
 	if err != nil || insp.State == nil {
 		return -1
@@ -222,21 +227,35 @@ func exitCodeOf(ctx context.Context, s *Spawner, containerID string) int {
 	return insp.State.ExitCode
 }
 
-// Reconciler runs Reconcile every ReconcileInterval, and every lease for
+// Reconciler runs Reconcile every RECONCILE_INTERVAL, and every lease for
 // the retirements whose manager died. It runs on the leader.
 type Reconciler struct {
 	job
-	s *Spawner
+	reconcilerParams
 }
+
+// reconcilerParams is what a Reconciler is built from.
+type reconcilerParams struct {
+	*env
+	docker        ContainerClient
+	workers       retirer
+	users         *workerUsers
+	obs           *observer
+	creationGrace time.Duration // CREATION_GRACE: a younger container may be a create's
+	interval      time.Duration // RECONCILE_INTERVAL
+	leaseTTL      time.Duration // retirements whose lease ran out are taken over every third of it
+}
+
+func newReconciler(p reconcilerParams) *Reconciler { return &Reconciler{reconcilerParams: p} }
 
 // Start reconciles until Stop.
 func (r *Reconciler) Start(ctx context.Context) { r.start(ctx, r.run) }
 
 func (r *Reconciler) run(ctx context.Context) {
-	s := r.s
+	s := r
 	last := time.Time{}
-	every(ctx, min(s.cfg.ReconcileInterval, s.cfg.LeaseTTL/3), func(ctx context.Context) {
-		if time.Since(last) < s.cfg.ReconcileInterval {
+	every(ctx, min(s.interval, s.leaseTTL/3), func(ctx context.Context) {
+		if time.Since(last) < s.interval {
 			s.finishRetirements(ctx, nil)
 			return
 		}

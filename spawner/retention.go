@@ -19,20 +19,21 @@ const TrimInterval = 30 * time.Second
 // Retention). It runs on the leader.
 type Retention struct {
 	job
-	s *Spawner
+	*env
 }
+
+func newRetention(e *env) *Retention { return &Retention{env: e} }
 
 // Start trims until Stop.
 func (r *Retention) Start(ctx context.Context) { r.start(ctx, r.run) }
 
 func (r *Retention) run(ctx context.Context) {
-	s := r.s
-	every(ctx, TrimInterval, func(ctx context.Context) { s.trimInputs(ctx) })
+	every(ctx, TrimInterval, func(ctx context.Context) { r.trimInputs(ctx) })
 }
 
 // trimInputs trims every input stream once and returns how many entries
 // went.
-func (s *Spawner) trimInputs(ctx context.Context) int {
+func (s *Retention) trimInputs(ctx context.Context) int {
 	n, err := s.rdb.TrimInput(ctx, s.keys.DeveloperInput(), protocol.DeveloperGroup)
 	if err != nil {
 		s.log.Warn("trim the developer queue", "err", err)

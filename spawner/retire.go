@@ -19,7 +19,7 @@ const MaxAttempts = 3
 // retirement is why and how a worker is retired.
 type retirement struct {
 	reason   protocol.RemovedReason
-	graceful bool   // SIGTERM and the stop timeout (the wrapper finishes its task) rather than a kill
+	graceful bool // SIGTERM and the stop timeout (the wrapper finishes its task) rather than a kill
 	// code and msg answer the tasks the worker leaves unanswered.
 	code protocol.Code
 	msg  string
@@ -110,7 +110,7 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 			return true, err
 		}
 	}
-	if err := s.dropWorkerUser(ctx, id); err != nil {
+	if err := s.users.drop(ctx, id); err != nil {
 		return true, err
 	}
 	s.lifecycleOn(ctx, hostOf(h, s), id, protocol.EventRemoved, detail)
@@ -131,7 +131,7 @@ func hostOf(h map[string]string, s *Spawner) string {
 
 // keepRetiring renews a retirement's lease until stopped.
 func (s *Spawner) keepRetiring(ctx context.Context, id string) *renewal {
-	return s.renew(ctx, func(ctx context.Context) bool {
+	return renewEvery(ctx, s.cfg.LeaseTTL/3, func(ctx context.Context) bool {
 		_ = s.rdb.RenewRetire(ctx, id, s.now(), s.cfg.LeaseTTL)
 		return true
 	})

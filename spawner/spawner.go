@@ -53,13 +53,10 @@ var _ ContainerClient = (*client.Client)(nil)
 // holds it while it works, so that a manager that dies at any point costs
 // at most one lease (Config.LeaseTTL) and loses nothing.
 type Spawner struct {
+	*env
 	cfg      Config
 	docker   ContainerClient
-	rdb      *rdb.RDB
 	images   *Images
-	log      *slog.Logger
-	now      func() time.Time
-	keys     protocol.Keys
 	instance string // this process's lease owner id: ManagerID plus a random suffix
 
 	stopOnce sync.Once
@@ -68,12 +65,8 @@ type Spawner struct {
 	cpuOnce    sync.Once // reads engineCPUs, once
 	engineCPUs int
 
-	hostOnce sync.Once // resolves host, once
-	host     string    // this manager's host id (Host)
-
-	aclOnce sync.Once // decides acl and aclErr, once
-	acl     bool      // workers get Redis users of their own
-	aclErr  error
+	users   *workerUsers    // the workers' Redis users (ACL mode)
+	volumes *projectVolumes // the project volumes on this engine
 	// connected holds a signal when the Redis client made a new
 	// connection (RedisConnected); the leader's health loop takes it.
 	connected chan struct{}
@@ -94,7 +87,14 @@ func New(cfg Config, docker ContainerClient, rc redis.UniversalClient, images *I
 	withDefaults(&cfg)
 	r := rdb.New(rc, cfg.Keys)
 	r.StreamMaxLen, r.ReplyTTL, r.Retention, r.RunRetention = cfg.StreamMaxLen, cfg.ReplyTTL, cfg.Retention, cfg.RunRetention
-	return &Spawner{cfg: cfg, docker: docker, rdb: r, images: images, log: log, now: time.Now, keys: cfg.Keys,
+	e := &env{rdb: r, keys: cfg.Keys, now: time.Now, log: log}
+	var info func(ctx context.Context) (system.Info, error)
+	if docker != nil {
+		info = docker.Info
+	}
+	e.fleet = newFleet(e, cfg.HostID, info)
+	return &Spawner{env: e, cfg: cfg, docker: docker, images: images, users: newWorkerUsers(e, cfg.WorkerACL, cfg.RedisURLForWorkers),
+		volumes:  &projectVolumes{env: e, docker: docker, enabled: cfg.ProjectVolumes, retention: cfg.VolumeRetention},
 		instance: cfg.ManagerID + "/" + newWorkerID()[:8], stopping: make(chan struct{}), connected: make(chan struct{}, 1)}
 }
 
@@ -115,7 +115,7 @@ func newWorkerID() string {
 func ContainerName(workerID string) string { return "agentvisor-" + workerID }
 
 // managedFilter selects the containers of this spawner's key prefix.
-func (s *Spawner) managedFilter() filters.Args {
+func (s *env) managedFilter() filters.Args {
 	return filters.NewArgs(filters.Arg("label", protocol.LabelManaged+"=true"),
 		filters.Arg("label", protocol.LabelKeyPrefix+"="+s.keys.Prefix))
 }
@@ -212,8 +212,8 @@ func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.Wo
 		// (HostWatch retires it).
 		if host, err := s.rdb.PlacementOf(ctx, id); err != nil {
 			return protocol.WorkerInfo{}, redisError(err, "placement of %s", id)
-		} else if !s.mine(host) {
-			live, err := s.hostLive(ctx, host)
+		} else if !s.fleet.mine(host) {
+			live, err := s.fleet.live(ctx, host)
 			if err != nil {
 				return protocol.WorkerInfo{}, redisError(err, "fleet hosts")
 			}
@@ -246,7 +246,7 @@ func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.Wo
 		// user).
 		_ = s.rdb.Leave(context.WithoutCancel(ctx), id)
 		if _, ferr := s.find(ctx, id); IsNotFound(ferr) {
-			_ = s.dropWorkerUser(context.WithoutCancel(ctx), id)
+			_ = s.users.drop(context.WithoutCancel(ctx), id)
 		}
 	}
 	return info, err
@@ -301,10 +301,10 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 				protocol.StatusFieldSpec: specJSON(spec), protocol.StatusFieldManagerID: s.cfg.ManagerID, protocol.StatusFieldHost: s.Host(),
 				protocol.StatusFieldPool: o.pool, protocol.StatusFieldPoolState: o.poolState})
 		}
-		if err := s.touchVolume(cctx, spec); err != nil {
+		if err := s.volumes.touch(cctx, spec); err != nil {
 			return protocol.WorkerInfo{}, err
 		}
-		redisURL, err := s.workerRedisURL(cctx, id, spec.Kind)
+		redisURL, err := s.users.redisURL(cctx, id, spec.Kind)
 		if err != nil {
 			return protocol.WorkerInfo{}, err
 		}
@@ -485,33 +485,6 @@ func (s *Spawner) workerEnv(id string, spec protocol.WorkerSpec, redisURL string
 }
 
 func ptr[T any](v T) *T { return &v }
-
-// writeStatus sets fields of a worker of this host's status hash; a
-// failure is logged, not returned: the status hash is a view, the truth
-// is in the engine and the workers set.
-func (s *Spawner) writeStatus(ctx context.Context, id string, fields map[string]any) {
-	s.writeStatusOn(ctx, s.Host(), id, fields)
-}
-
-// writeStatusOn is writeStatus for a worker of the given host.
-func (s *Spawner) writeStatusOn(ctx context.Context, host, id string, fields map[string]any) {
-	if err := s.rdb.WriteStatus(ctx, id, host, s.now(), fields); err != nil {
-		s.log.Warn("status not written", "worker_id", id, "err", err)
-	}
-}
-
-// lifecycle publishes an event of a worker of this host.
-func (s *Spawner) lifecycle(ctx context.Context, id string, ev protocol.Event, detail map[string]any) {
-	s.lifecycleOn(ctx, s.Host(), id, ev, detail)
-}
-
-// lifecycleOn publishes an event of a worker of the given host.
-func (s *Spawner) lifecycleOn(ctx context.Context, host, id string, ev protocol.Event, detail map[string]any) {
-	l := protocol.Lifecycle{WorkerID: id, Event: ev, Source: protocol.SourceSpawner, Timestamp: s.now(), Detail: detail, Host: host}
-	if err := s.rdb.Lifecycle(ctx, l); err != nil {
-		s.log.Warn("lifecycle event not written", "worker_id", id, "event", ev, "err", err)
-	}
-}
 
 // ResetContext forgets a project's agent session and its stored context:
 // the project's next task starts fresh.

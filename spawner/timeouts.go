@@ -12,15 +12,27 @@ import (
 // PauseTimeout. It runs on the leader.
 type Timeouts struct {
 	job
-	s *Spawner
+	timeoutsParams
 }
+
+// timeoutsParams is what Timeouts is built from.
+type timeoutsParams struct {
+	*env
+	workers  retirer
+	pause    func(ctx context.Context, id string) error // Spawner.Pause
+	interval time.Duration                              // how often every worker is checked
+	idle     time.Duration                              // IDLE_TIMEOUT
+	paused   time.Duration                              // PAUSE_TIMEOUT
+}
+
+func newTimeouts(p timeoutsParams) *Timeouts { return &Timeouts{timeoutsParams: p} }
 
 // Start checks until Stop.
 func (t *Timeouts) Start(ctx context.Context) { t.start(ctx, t.run) }
 
 func (t *Timeouts) run(ctx context.Context) {
-	s := t.s
-	every(ctx, max(s.cfg.HeartbeatInterval/4, 100*time.Millisecond), func(ctx context.Context) {
+	s := t
+	every(ctx, s.interval, func(ctx context.Context) {
 		ids, err := s.ownWorkers(ctx)
 		if err != nil {
 			return
@@ -44,22 +56,22 @@ var timeoutFields = []string{protocol.StatusFieldContainer, protocol.StatusField
 // check pauses or retires one worker past its timeout, from its status
 // fields (timeoutFields).
 func (t *Timeouts) check(ctx context.Context, id string, h map[string]string) {
-	s := t.s
+	s := t
 	updated, err := protocol.ParseTime(h[protocol.StatusFieldUpdatedAt])
 	if err != nil || updated.IsZero() {
 		return
 	}
 	since := s.now().Sub(updated)
 	switch {
-	case h[protocol.StatusFieldContainer] == string(protocol.ContainerPaused) && since > s.cfg.PauseTimeout:
+	case h[protocol.StatusFieldContainer] == string(protocol.ContainerPaused) && since > s.paused:
 		s.log.Info("paused past the pause timeout: retiring", "worker_id", id)
 		s.lifecycle(ctx, id, protocol.EventStopping, map[string]any{"reason": "pause_timeout"})
-		if _, err := s.retire(ctx, id, retirement{reason: protocol.RemovedPauseTimeout, graceful: true, code: protocol.CodeTerminated,
+		if _, err := s.workers.retire(ctx, id, retirement{reason: protocol.RemovedPauseTimeout, graceful: true, code: protocol.CodeTerminated,
 			msg: "the worker was retired after its pause timeout before it ran this task"}); err != nil {
 			s.log.Warn("retire after the pause timeout", "worker_id", id, "err", err)
 		}
-	case h[protocol.StatusFieldContainer] == string(protocol.ContainerRunning) && h[protocol.StatusFieldState] == string(protocol.WorkerIdle) && since > s.cfg.IdleTimeout:
-		if err := s.Pause(ctx, id); err != nil && !IsBusy(err) && !IsNotFound(err) {
+	case h[protocol.StatusFieldContainer] == string(protocol.ContainerRunning) && h[protocol.StatusFieldState] == string(protocol.WorkerIdle) && since > s.idle:
+		if err := s.pause(ctx, id); err != nil && !IsBusy(err) && !IsNotFound(err) {
 			s.log.Warn("pause after the idle timeout", "worker_id", id, "err", err)
 		} else if err == nil {
 			s.log.Info("idle past the idle timeout: paused", "worker_id", id)

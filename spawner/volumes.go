@@ -21,7 +21,7 @@ import (
 // to one key prefix, agent and project: its name carries a readable part
 // and a hash of all three (no two projects share one, whatever their
 // spelling), and its labels say whose it is. A volume no container used
-// for VolumeRetention is removed by the leader.
+// for VOLUME_RETENTION is removed by the leader.
 
 var volumeSafe = regexp.MustCompile(`[^a-zA-Z0-9_.-]+`)
 
@@ -48,10 +48,19 @@ func projectMounts(prefix string, spec protocol.WorkerSpec) []mount.Mount {
 		}}}}
 }
 
-// touchVolume records the use of a project's volume (the volume GC
-// removes one unused for VolumeRetention); projectMounts makes it.
-func (s *Spawner) touchVolume(ctx context.Context, spec protocol.WorkerSpec) error {
-	if !s.cfg.ProjectVolumes || spec.ProjectID == "" {
+// projectVolumes are the project volumes of this key prefix on this
+// host's engine: their use recorded, listed, removed and collected.
+type projectVolumes struct {
+	*env
+	docker    ContainerClient
+	enabled   bool          // PROJECT_VOLUMES
+	retention time.Duration // VOLUME_RETENTION: an unused volume is removed after it
+}
+
+// touch records the use of a project's volume (the volume GC removes one
+// unused for its retention); projectMounts makes it.
+func (s *projectVolumes) touch(ctx context.Context, spec protocol.WorkerSpec) error {
+	if !s.enabled || spec.ProjectID == "" {
 		return nil
 	}
 	name := ProjectVolume(s.keys.Prefix, spec.AgentType, spec.ProjectID)
@@ -70,7 +79,15 @@ type Volume struct {
 }
 
 // Volumes lists the project volumes of this key prefix.
-func (s *Spawner) Volumes(ctx context.Context) ([]Volume, error) {
+func (s *Spawner) Volumes(ctx context.Context) ([]Volume, error) { return s.volumes.list(ctx) }
+
+// RemoveVolume removes a project volume of this key prefix that no
+// container uses (CONFLICT when one does).
+func (s *Spawner) RemoveVolume(ctx context.Context, name string) error {
+	return s.volumes.remove(ctx, name)
+}
+
+func (s *projectVolumes) list(ctx context.Context) ([]Volume, error) {
 	resp, err := s.docker.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(
 		filters.Arg("label", protocol.LabelManaged+"=true"), filters.Arg("label", protocol.LabelKeyPrefix+"="+s.keys.Prefix))})
 	if err != nil {
@@ -88,9 +105,7 @@ func (s *Spawner) Volumes(ctx context.Context) ([]Volume, error) {
 	return out, nil
 }
 
-// RemoveVolume removes a project volume of this key prefix that no
-// container uses (CONFLICT when one does).
-func (s *Spawner) RemoveVolume(ctx context.Context, name string) error {
+func (s *projectVolumes) remove(ctx context.Context, name string) error {
 	if err := s.docker.VolumeRemove(ctx, name, false); err != nil && !errdefs.IsNotFound(err) {
 		return engineError(err, "remove volume %s", name)
 	}
@@ -98,33 +113,33 @@ func (s *Spawner) RemoveVolume(ctx context.Context, name string) error {
 }
 
 // VolumeGC removes, every hour, the project volumes of this key prefix
-// that no container used for VolumeRetention (a volume in use is never
+// that no container used for VOLUME_RETENTION (a volume in use is never
 // removed). It runs on the leader.
 type VolumeGC struct {
 	job
-	s *Spawner
+	volumes *projectVolumes
 }
 
 // Start collects until Stop.
 func (g *VolumeGC) Start(ctx context.Context) { g.start(ctx, g.run) }
 
 func (g *VolumeGC) run(ctx context.Context) {
-	every(ctx, time.Hour, func(ctx context.Context) { g.s.collectVolumes(ctx) })
+	every(ctx, time.Hour, func(ctx context.Context) { g.volumes.collect(ctx) })
 }
 
-// collectVolumes removes the stale volumes and returns their names.
-func (s *Spawner) collectVolumes(ctx context.Context) []string {
-	vs, err := s.Volumes(ctx)
+// collect removes the stale volumes and returns their names.
+func (s *projectVolumes) collect(ctx context.Context) []string {
+	vs, err := s.list(ctx)
 	if err != nil {
 		s.log.Warn("volume gc", "err", err)
 		return nil
 	}
 	var removed []string
 	for _, v := range vs {
-		if v.LastUsed.IsZero() || s.now().Sub(v.LastUsed) < s.cfg.VolumeRetention {
+		if v.LastUsed.IsZero() || s.now().Sub(v.LastUsed) < s.retention {
 			continue
 		}
-		if err := s.RemoveVolume(ctx, v.Name); err != nil {
+		if err := s.remove(ctx, v.Name); err != nil {
 			s.log.Info("volume gc: kept", "volume", v.Name, "why", err)
 			continue
 		}

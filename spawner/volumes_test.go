@@ -46,13 +46,13 @@ func TestProjectVolumesAreLabelledListedAndCollected(t *testing.T) {
 		t.Fatalf("volumes %+v %v", vs, err)
 	}
 	f.s.now = func() time.Time { return time.Now().Add(2 * time.Hour) } // past the retention
-	if removed := f.s.collectVolumes(ctx); len(removed) != 0 {
+	if removed := f.s.volumes.collect(ctx); len(removed) != 0 {
 		t.Fatalf("a volume in use was removed: %v", removed)
 	}
 	if err := f.s.Delete(ctx, w.WorkerID); err != nil {
 		t.Fatal(err)
 	}
-	if removed := f.s.collectVolumes(ctx); len(removed) != 1 || removed[0] != name {
+	if removed := f.s.volumes.collect(ctx); len(removed) != 1 || removed[0] != name {
 		t.Fatalf("removed %v, want the stale unused volume", removed)
 	}
 	if vs, _ := f.s.Volumes(ctx); len(vs) != 0 {

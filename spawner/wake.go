@@ -20,11 +20,20 @@ import (
 // wakeRecheck. It runs on the host's leader.
 type Wake struct {
 	job
-	s *Spawner
+	wakeParams
 
 	// Owned by the loop's goroutine.
 	watched map[string]*pausedWorker
 }
+
+// wakeParams is what Wake is built from.
+type wakeParams struct {
+	*env
+	unpause func(ctx context.Context, id string) error // Spawner.Unpause
+	obs     *observer
+}
+
+func newWake(p wakeParams) *Wake { return &Wake{wakeParams: p} }
 
 // pausedWorker is a worker of the paused set that Wake watches.
 type pausedWorker struct {
@@ -51,7 +60,7 @@ const (
 func (w *Wake) Start(ctx context.Context) { w.start(ctx, w.run) }
 
 func (w *Wake) run(ctx context.Context) {
-	s := w.s
+	s := w
 	w.watched = map[string]*pausedWorker{}
 	retry := newRetry()
 	for ctx.Err() == nil {
@@ -96,7 +105,7 @@ func (w *Wake) run(ctx context.Context) {
 // stream with the entry to read after (the earliest of its workers', for
 // the developer queue that several share).
 func (w *Wake) watch(ctx context.Context, ids []string) map[string]string {
-	s := w.s
+	s := w
 	paused := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		paused[id] = true
@@ -138,7 +147,7 @@ func (w *Wake) watch(ctx context.Context, ids []string) map[string]string {
 // check wakes a watched worker that has a task in flight, held or
 // waiting, and otherwise records what its group delivered.
 func (w *Wake) check(ctx context.Context, id string, p *pausedWorker) {
-	s := w.s
+	s := w
 	b, delivered, err := s.rdb.BusyDelivered(ctx, id, p.input, p.group)
 	if err != nil {
 		s.log.Warn("wake on input: is the worker busy", "worker_id", id, "err", err)
@@ -150,7 +159,7 @@ func (w *Wake) check(ctx context.Context, id string, p *pausedWorker) {
 	}
 	p.notTill = time.Now().Add(wakeBackoff)
 	start := time.Now()
-	err = s.Unpause(ctx, id)
+	err = s.unpause(ctx, id)
 	s.obs.woken(start, err)
 	if err != nil && !IsNotFound(err) {
 		s.log.Warn("wake on input", "worker_id", id, "err", err)

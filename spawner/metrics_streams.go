@@ -1,0 +1,92 @@
+package spawner
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/agentvisor/agentvisor/client"
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// streamMetrics reads the lifecycle stream and the output streams (as a
+// Watcher: no consumer group, from the moment it starts) and counts what
+// the workers report.
+type streamMetrics struct {
+	job
+	*env
+	m *Metrics
+}
+
+func (sm *streamMetrics) Start(ctx context.Context) { sm.start(ctx, sm.run) }
+
+func (sm *streamMetrics) run(ctx context.Context) {
+	died := map[string]time.Time{} // worker → its died/oom event; owned by this loop
+	w := &client.Watcher{Redis: sm.rdb.C, Keys: sm.keys}
+	for ctx.Err() == nil {
+		err := w.Run(ctx, func(ev client.Event) { sm.count(ev, died) })
+		if err != nil && ctx.Err() == nil {
+			sm.log.Warn("metrics: reading the streams", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+func entryTime(id string) time.Time {
+	ms, _, _ := strings.Cut(id, "-")
+	var n int64
+	for _, c := range ms {
+		n = n*10 + int64(c-'0')
+	}
+	return time.UnixMilli(n)
+}
+
+func (sm *streamMetrics) count(ev client.Event, died map[string]time.Time) {
+	m := sm.m
+	switch {
+	case ev.Lifecycle != nil:
+		l := ev.Lifecycle
+		if !protocol.Event(l.Event).Valid() {
+			return
+		}
+		m.lifecycle.WithLabelValues(string(l.Event)).Inc()
+		switch l.Event {
+		case protocol.EventDied, protocol.EventOOM:
+			if _, ok := died[l.WorkerID]; !ok {
+				died[l.WorkerID] = entryTime(ev.ID)
+			}
+		case protocol.EventDegraded, protocol.EventDead:
+			m.heartbeatsMiss.WithLabelValues(string(l.Event)).Inc()
+		case protocol.EventRemoved:
+			delete(died, l.WorkerID)
+		}
+	case ev.Output != nil:
+		o := ev.Output
+		agent := string(o.AgentType)
+		if !o.AgentType.Valid() {
+			agent = "unknown"
+		}
+		code := ""
+		if o.Error != nil {
+			code = string(o.Error.Code)
+		}
+		m.tasks.WithLabelValues(agent, string(o.Status), code).Inc()
+		m.taskSeconds.WithLabelValues(agent, string(o.Status)).Observe(float64(o.DurationMS) / 1000)
+		p := m.project(o.ProjectID)
+		m.tokens.WithLabelValues(p, "input").Add(float64(o.Usage.Input))
+		m.tokens.WithLabelValues(p, "output").Add(float64(o.Usage.Output))
+		m.tokens.WithLabelValues(p, "cache_read").Add(float64(o.Usage.CacheRead))
+		m.tokens.WithLabelValues(p, "cache_creation").Add(float64(o.Usage.CacheCreation))
+		m.cost.WithLabelValues(p).Add(o.CostUSD)
+		if code == string(protocol.CodeResumeFailed) {
+			m.resumeFailures.Inc()
+		}
+		if t, ok := died[o.WorkerID]; ok && o.Status == protocol.StatusFailed {
+			m.crashToOutput.Observe(max(entryTime(ev.ID).Sub(t).Seconds(), 0))
+			delete(died, o.WorkerID)
+		}
+	}
+}

@@ -1,0 +1,99 @@
+package spawner
+
+import (
+	"time"
+
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
+)
+
+// parts builds the components of a manager from its Spawner: the one
+// place that says what each component is given. A component gets the
+// shared env, the settings it reads and the few Spawner operations it
+// calls (through a narrow interface or a function), never the Spawner.
+type parts struct{ s *Spawner }
+
+func (p parts) leases() leases {
+	return leases{e: p.s.env, instance: p.s.instance, ttl: p.s.cfg.LeaseTTL}
+}
+
+func (p parts) consumer() consumer {
+	return consumer{e: p.s.env, managerID: p.s.cfg.ManagerID, leaseTTL: p.s.cfg.LeaseTTL}
+}
+
+func (p parts) commands(maxInFlight int) *Commands {
+	c := p.s.cfg
+	return newCommands(commandsParams{env: p.s.env, consumer: p.consumer(), workers: p.s, maxInFlight: maxInFlight,
+		stopTimeout: c.StopTimeout, timeout: c.CreationTimeout + c.StopTimeout + 5*time.Minute})
+}
+
+func (p parts) controls() *Controls {
+	return newControls(controlsParams{env: p.s.env, consumer: p.consumer(), pause: p.s.Pause})
+}
+
+func (p parts) crashes() *Crashes {
+	return newCrashes(crashesParams{env: p.s.env, docker: p.s.docker, workers: p.s})
+}
+
+func (p parts) health() *Health {
+	return newHealth(healthParams{env: p.s.env, workers: p.s, interval: p.s.cfg.HeartbeatInterval, stopTimeout: p.s.cfg.StopTimeout,
+		restoreUsers: p.s.users.restore, connected: p.s.connected})
+}
+
+func (p parts) wake() *Wake {
+	return newWake(wakeParams{env: p.s.env, unpause: p.s.Unpause, obs: &p.s.obs})
+}
+
+func (p parts) timeouts() *Timeouts {
+	c := p.s.cfg
+	return newTimeouts(timeoutsParams{env: p.s.env, workers: p.s, pause: p.s.Pause,
+		interval: max(c.HeartbeatInterval/4, 100*time.Millisecond), idle: c.IdleTimeout, paused: c.PauseTimeout})
+}
+
+func (p parts) reconciler() *Reconciler {
+	c := p.s.cfg
+	return newReconciler(reconcilerParams{env: p.s.env, docker: p.s.docker, workers: p.s, users: p.s.users, obs: &p.s.obs,
+		creationGrace: c.CreationGrace, interval: c.ReconcileInterval, leaseTTL: c.LeaseTTL})
+}
+
+func (p parts) volumeGC() *VolumeGC { return &VolumeGC{volumes: p.s.volumes} }
+
+func (p parts) imageGC(gc *ImageGC) *gcJob { return &gcJob{gc: gc, obs: &p.s.obs} }
+
+func (p parts) retention() *Retention { return newRetention(p.s.env) }
+
+func (p parts) pools() *Pools { return newPools(p.s.env, p.s.cfg.Pools, p.s) }
+
+func (p parts) presence() *Presence {
+	return newPresence(p.s.env, p.leases(), p.s.cfg.ManagerID, &p.s.obs)
+}
+
+func (p parts) hostPresence() *HostPresence {
+	hp := hostPresenceParams{env: p.s.env, ttl: p.s.cfg.HostTTL, maxWorkers: p.s.cfg.MaxWorkers, labels: p.s.cfg.HostLabels}
+	if p.s.docker != nil {
+		hp.info = p.s.docker.Info
+	}
+	return newHostPresence(hp)
+}
+
+func (p parts) hostWatch() *HostWatch {
+	return newHostWatch(hostWatchParams{env: p.s.env, workers: p.s, leases: p.leases(), hostTTL: p.s.cfg.HostTTL, heartbeat: p.s.cfg.HeartbeatInterval})
+}
+
+// hostLeader runs the components that act on this host's engine, under
+// the host's leader lease.
+func (p parts) hostLeader(gc *ImageGC) *Leader {
+	jobs := []component{p.health(), p.wake(), p.timeouts(), p.reconciler(), p.volumeGC()}
+	if gc != nil {
+		jobs = append(jobs, p.imageGC(gc))
+	}
+	return newLeader(p.s.env, p.leases(), ctlplane.HostLeaderLease(p.s.Host()), jobs)
+}
+
+// fleetLeader runs the components that run once per key prefix, under
+// the fleet's leader lease: retention, warm pools, the metrics read from
+// the streams.
+func (p parts) fleetLeader() *Leader {
+	jobs := []component{p.retention(), p.pools()}
+	jobs = append(jobs, p.s.obs.leaderJobs(p.s.env)...)
+	return newLeader(p.s.env, p.leases(), ctlplane.LeaderLease, jobs)
+}
