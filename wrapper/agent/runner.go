@@ -139,19 +139,10 @@ func Run(ctx context.Context, spec Spec) (out Outcome) {
 	if a.stderr != nil {
 		stderrDone.Go(func() { _, _ = io.Copy(tail, a.stderr) })
 	}
-	events := make(chan []Event, 64)
-	reader := &eventReader{parser: spec.Parser, maxLine: spec.MaxLine}
-	if spec.PTY {
-		reader.pty = tail
-	}
-	counted := &countingReader{r: a.stdout}
-	go reader.read(counted, events)
-
+	reader := a.readOutput(spec, tail)
 	timeout, release := deadline(spec.Timeout)
 	defer release()
-	s := a.supervisor(spec, &out, start)
-	s.events, s.done, s.deadline, s.outputRead = events, ctx.Done(), timeout, counted.n.Load
-	s.run()
+	a.supervisor(ctx, spec, &out, start, timeout).run()
 
 	a.stdout.Close()
 	signalGroup(a.pgid, syscall.SIGKILL)
@@ -170,6 +161,8 @@ type runProc struct {
 	pgid           int
 	stdout, stderr *os.File // stderr is nil on a pty, where it merges into stdout
 	exits          <-chan ExitStatus
+	events         chan []Event    // parsed from stdout by readOutput
+	read           *countingReader // stdout, counting what was read
 }
 
 // startRun starts the agent of spec. When it cannot, the exit status says
@@ -213,17 +206,32 @@ func wireRun(cmd *exec.Cmd, spec Spec) (stdout, stderr *os.File, childEnds []*os
 	return stdout, stderr, append(childEnds, in), nil
 }
 
-// supervisor is the supervision of the whole process: signals to its
-// group stop, kill and interrupt it, and its turn ends with a result.
-func (a *runProc) supervisor(spec Spec, out *Outcome, start time.Time) *supervisor {
+// readOutput starts parsing stdout into a.events; the reader's counts of
+// lines are final once a.events closed. On a pty, what is not JSON goes to
+// tail, stderr's.
+func (a *runProc) readOutput(spec Spec, tail *tail) *eventReader {
+	a.events = make(chan []Event, 64)
+	a.read = &countingReader{r: a.stdout}
+	reader := &eventReader{parser: spec.Parser, maxLine: spec.MaxLine}
+	if spec.PTY {
+		reader.pty = tail
+	}
+	go reader.read(a.read, a.events)
+	return reader
+}
+
+// supervisor supervises the whole process: signals to its group stop,
+// kill and interrupt it, and a result ends its turn.
+func (a *runProc) supervisor(ctx context.Context, spec Spec, out *Outcome, start time.Time, timeout <-chan time.Time) *supervisor {
 	return &supervisor{
 		out: out, start: start, spec: &spec, whole: true,
-		exits: a.exits, interrupt: spec.Interrupt, interruptGrace: spec.InterruptGrace,
-		onEvent:         spec.OnEvent,
+		events: a.events, exits: a.exits, done: ctx.Done(), deadline: timeout,
+		interrupt: spec.Interrupt, interruptGrace: spec.InterruptGrace, onEvent: spec.OnEvent,
 		terminate:       func() { signalGroup(a.pgid, syscall.SIGTERM) },
 		kill:            func() { signalGroup(a.pgid, syscall.SIGKILL) },
 		signalInterrupt: func() { signalGroup(a.pgid, syscall.SIGINT) },
 		turnEnds:        func(ev Event) bool { return ev.Result != nil },
+		outputRead:      a.read.n.Load,
 		closeOutput:     func() { a.stdout.Close() },
 	}
 }

@@ -60,9 +60,12 @@ type supervisor struct {
 	reason                    endReason
 	stallTimer                *time.Timer
 	stall                     <-chan time.Time
-	// Armed by what happened; nil while not.
-	interruptGraceC, resultGrace, drain, hardDrain, killC <-chan time.Time
-	drained                                               int64 // output read when the hard drain was last armed
+	// Timers armed by what happened, nil while not: the end of the
+	// interrupt's grace, of the result's, of the drain's, of the hard
+	// drain's, and of the time between SIGTERM and SIGKILL.
+	interruptDue, resultDue, drainDue, hardDrainDue, killDue <-chan time.Time
+	// drained is the output read when the hard drain was last armed.
+	drained int64
 }
 
 // run supervises until the process's end (a whole run) or its turn's,
@@ -106,23 +109,23 @@ func (s *supervisor) step() {
 		s.stalled()
 	case <-s.interrupt:
 		s.interrupted()
-	case <-s.interruptGraceC:
-		s.interruptGraceC = nil
-		if !s.exited && s.killC == nil {
+	case <-s.interruptDue:
+		s.interruptDue = nil
+		if !s.exited && s.killDue == nil {
 			s.stop(endInterrupted)
 		}
-	case <-s.resultGrace:
-		s.resultGrace = nil
+	case <-s.resultDue:
+		s.resultDue = nil
 		if !s.exited {
 			s.out.KilledAfterResult = true
 			s.kill()
 		}
-	case <-s.drain:
+	case <-s.drainDue:
 		s.drainPassed()
-	case <-s.hardDrain:
+	case <-s.hardDrainDue:
 		s.hardDrainPassed()
-	case <-s.killC:
-		s.killC = nil
+	case <-s.killDue:
+		s.killDue = nil
 		s.kill()
 	}
 }
@@ -144,7 +147,7 @@ func (s *supervisor) stop(r endReason) {
 	if s.reason == endExited {
 		s.reason = r
 	}
-	s.killC = time.After(s.spec.KillGrace)
+	s.killDue = time.After(s.spec.KillGrace)
 }
 
 func (s *supervisor) take(evs []Event) {
@@ -189,13 +192,13 @@ func (s *supervisor) turnEnded() {
 	if s.exited {
 		return
 	}
-	if s.out.Interrupted && s.killC == nil {
+	if s.out.Interrupted && s.killDue == nil {
 		// Interrupted, it has saved its turn: no need to wait for its own
 		// slow exit.
 		s.stop(endInterrupted)
 	}
-	if s.resultGrace == nil {
-		s.resultGrace = time.After(s.spec.ResultGrace)
+	if s.resultDue == nil {
+		s.resultDue = time.After(s.spec.ResultGrace)
 	}
 }
 
@@ -219,7 +222,7 @@ func (s *supervisor) exit(st ExitStatus) {
 		return
 	}
 	if !s.outputDone {
-		s.drain = time.After(s.spec.DrainGrace)
+		s.drainDue = time.After(s.spec.DrainGrace)
 	}
 }
 
@@ -249,7 +252,7 @@ func (s *supervisor) stalled() {
 		return
 	}
 	s.stall = nil
-	if !s.turnOver && !s.exited && s.killC == nil {
+	if !s.turnOver && !s.exited && s.killDue == nil {
 		s.out.Stalled = true
 		s.stop(endStalled)
 	}
@@ -262,29 +265,29 @@ func (s *supervisor) interrupted() {
 	}
 	s.out.Interrupted = true
 	s.signalInterrupt()
-	s.interruptGraceC = time.After(s.interruptGrace)
+	s.interruptDue = time.After(s.interruptGrace)
 }
 
 // drainPassed: a child of the group holds the output after the exit: kill
 // the group. Its pipe then ends once read, however long the parsing of
 // what is in it takes.
 func (s *supervisor) drainPassed() {
-	s.drain = nil
+	s.drainDue = nil
 	s.out.KilledDraining = true
 	s.kill()
-	s.hardDrain, s.drained = time.After(hardDrainGrace), s.outputRead()
+	s.hardDrainDue, s.drained = time.After(hardDrainGrace), s.outputRead()
 }
 
 func (s *supervisor) hardDrainPassed() {
 	if n := s.outputRead(); n != s.drained {
 		// Still reading what the agent wrote (a result line of many
 		// megabytes): not a pipe held open by a stray process.
-		s.hardDrain, s.drained = time.After(hardDrainGrace), n
+		s.hardDrainDue, s.drained = time.After(hardDrainGrace), n
 		return
 	}
 	// A process outside the group (it called setsid) still holds the
 	// pipe: stop reading.
-	s.hardDrain = nil
+	s.hardDrainDue = nil
 	s.closeOutput()
 }
 
