@@ -94,17 +94,9 @@ func (s *supervisor) step() {
 	case st := <-s.exits:
 		s.exit(st)
 	case <-s.deadline:
-		s.deadline = nil
-		if !s.turnOver && s.out.Aborted == nil {
-			s.out.TimedOut = true
-			s.stop(endTimedOut)
-		}
+		s.timedOut()
 	case <-s.done:
-		s.done = nil
-		if !s.turnOver && !s.out.TimedOut && s.out.Aborted == nil {
-			s.out.Cancelled = true
-			s.stop(endCancelled)
-		}
+		s.cancelled()
 	case <-s.stall:
 		s.stalled()
 	case <-s.interrupt:
@@ -150,6 +142,8 @@ func (s *supervisor) stop(r endReason) {
 	s.killDue = time.After(s.spec.KillGrace)
 }
 
+// take handles a batch of events (one output line's); any is activity
+// for the stall timeout.
 func (s *supervisor) take(evs []Event) {
 	if s.stallTimer != nil {
 		s.stallTimer.Reset(s.spec.StallTimeout)
@@ -162,6 +156,8 @@ func (s *supervisor) take(evs []Event) {
 	}
 }
 
+// handle records one event, checks it, hands it on, and sees whether it
+// ends the turn.
 func (s *supervisor) handle(ev Event) {
 	s.out.record(ev, time.Since(s.start))
 	if s.see != nil {
@@ -202,6 +198,7 @@ func (s *supervisor) turnEnded() {
 	}
 }
 
+// outputEnded: in a whole run the wait for the exit goes on; a turn ends.
 func (s *supervisor) outputEnded() {
 	s.events, s.outputDone = nil, true
 	if !s.whole {
@@ -226,8 +223,9 @@ func (s *supervisor) exit(st ExitStatus) {
 	}
 }
 
-// drainTurn records, for DrainGrace at most, the events a process that
-// died during a turn printed before, then kills its group.
+// drainTurn records the events a process that died during a turn printed
+// before, until its output ends; after DrainGrace a child holds it: kill
+// the group and read no more.
 func (s *supervisor) drainTurn() {
 	grace := time.After(s.spec.DrainGrace)
 	for {
@@ -246,6 +244,28 @@ func (s *supervisor) drainTurn() {
 	}
 }
 
+// timedOut stops a process whose turn is not over, unless Check already
+// stopped it.
+func (s *supervisor) timedOut() {
+	s.deadline = nil
+	if !s.turnOver && s.out.Aborted == nil {
+		s.out.TimedOut = true
+		s.stop(endTimedOut)
+	}
+}
+
+// cancelled stops a process whose turn is not over, unless the timeout or
+// Check already stopped it.
+func (s *supervisor) cancelled() {
+	s.done = nil
+	if !s.turnOver && !s.out.TimedOut && s.out.Aborted == nil {
+		s.out.Cancelled = true
+		s.stop(endCancelled)
+	}
+}
+
+// stalled stops a process silent for the stall timeout, unless its
+// silence is exempt or it is already being stopped.
 func (s *supervisor) stalled() {
 	if s.spec.StallExempt != nil && s.spec.StallExempt() {
 		s.stallTimer.Reset(s.spec.StallTimeout)
@@ -258,6 +278,8 @@ func (s *supervisor) stalled() {
 	}
 }
 
+// interrupted asks a process whose turn is not over to end it, and gives
+// it interruptGrace to answer.
 func (s *supervisor) interrupted() {
 	s.interrupt = nil
 	if s.turnOver || s.out.TimedOut || s.out.Cancelled {
@@ -278,6 +300,8 @@ func (s *supervisor) drainPassed() {
 	s.hardDrainDue, s.drained = time.After(hardDrainGrace), s.outputRead()
 }
 
+// hardDrainPassed stops reading the output when none came since the
+// hard drain was armed.
 func (s *supervisor) hardDrainPassed() {
 	if n := s.outputRead(); n != s.drained {
 		// Still reading what the agent wrote (a result line of many
