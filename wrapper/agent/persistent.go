@@ -153,22 +153,8 @@ func StartPersistent(spec Spec) (*Persistent, error) {
 	p := &Persistent{spec: spec, dialect: dialect, pgid: cmd.Process.Pid, stdin: inW, stdout: stdout, events: make(chan []Event, 64),
 		exitCh: exitCh, stderr: newTail(spec.StderrTail), rel: cmd.Process.Release, replay: dialect.Echoes()}
 	go func() { _, _ = io.Copy(p.stderr, stderr); stderr.Close() }()
-	go func() {
-		defer close(p.events)
-		lr := NewLineReader(stdout, spec.MaxLine)
-		for {
-			line, err := lr.Next()
-			if errors.Is(err, ErrLineTooLong) {
-				continue
-			}
-			if err != nil {
-				return
-			}
-			if evs := spec.Parser.ParseLine(line); len(evs) > 0 {
-				p.events <- evs
-			}
-		}
-	}()
+	reader := &eventReader{parser: spec.Parser, maxLine: spec.MaxLine}
+	go reader.read(stdout, p.events)
 	if spec.OnStart != nil {
 		spec.OnStart(p.pgid)
 	}
@@ -303,147 +289,108 @@ func (p *Persistent) SendInterruptible(ctx context.Context, message []byte, time
 		out.Exit, out.Stderr = p.exit, p.stderr.String()
 		return out
 	}
-	var tm <-chan time.Time
-	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		tm = t.C
+	tm, release := deadline(timeout)
+	defer release()
+	if !p.writeMessage(ctx, message, tm, &out) {
+		return out
 	}
-	// The write blocks while the process does not read (a full pipe): the
-	// timeout and ctx bound it as they bound the wait for the result.
+	t := &turn{p: p, out: &out}
+	s := &supervisor{
+		out: &out, start: start, spec: &p.spec,
+		events: p.events, exits: p.exitCh, done: ctx.Done(), deadline: tm,
+		interrupt: interrupt, interruptGrace: 2 * p.spec.InterruptGrace, onEvent: onEvent,
+		terminate: p.stop, kill: p.kill, signalInterrupt: t.interrupt,
+		see: t.see, turnEnds: t.ends, onExit: t.exited,
+	}
+	switch s.run() {
+	case endTurn:
+	case endClosed: // stdout ended: the process is gone
+		p.dead = true
+		out.Exit, out.Stderr = p.waitExit(), p.stderr.String()
+	default:
+		out.Exit, out.Stderr = p.exit, p.stderr.String()
+	}
+	return out
+}
+
+// writeMessage writes message to the process and reports whether it went.
+// The write blocks while the process does not read (a full pipe): the
+// timeout and ctx bound it as they bound the wait for the result, and when
+// the message did not go, out says why.
+func (p *Persistent) writeMessage(ctx context.Context, message []byte, timeout <-chan time.Time, out *Outcome) bool {
 	p.injected.Store(0)
 	written := make(chan error, 1)
 	go func() { written <- p.write(message) }()
 	select {
 	case err := <-written:
-		if err != nil {
-			p.kill()
-			out.Exit, out.Stderr = p.waitExit(), p.stderr.String()
-			return out
+		if err == nil {
+			return true
 		}
-	case <-tm:
+		p.kill()
+		out.Exit = p.waitExit()
+	case <-timeout:
 		out.TimedOut = true
 		p.abandonWrite(written)
-		out.Exit, out.Stderr = p.exit, p.stderr.String()
-		return out
+		out.Exit = p.exit
 	case <-ctx.Done():
 		out.Cancelled = true
 		p.abandonWrite(written)
-		out.Exit, out.Stderr = p.exit, p.stderr.String()
-		return out
+		out.Exit = p.exit
 	}
-	var (
-		echoed      int64          // user messages the process echoed (replay)
-		carried     protocol.Usage // of the turns before the last, when a steering message made another
-		carriedCost float64
-	)
-	var interruptGrace, stall <-chan time.Time
-	var stallTimer *time.Timer
-	if p.spec.StallTimeout > 0 {
-		stallTimer = time.NewTimer(p.spec.StallTimeout)
-		defer stallTimer.Stop()
-		stall = stallTimer.C
+	out.Stderr = p.stderr.String()
+	return false
+}
+
+// turn is what one message's turn means to a persistent process: the
+// events that tell it about itself, its requests to refuse, and when the
+// turn is over.
+type turn struct {
+	p           *Persistent
+	out         *Outcome
+	echoed      int64          // user messages the process echoed (replay)
+	carried     protocol.Usage // of the turns before the last, when a steering message made another
+	carriedCost float64
+}
+
+func (t *turn) interrupt() { go func() { _ = t.p.write(t.p.dialect.Interrupt()) }() }
+
+func (t *turn) exited(st ExitStatus) {
+	t.p.exitCh, t.p.dead, t.p.exit = nil, true, st
+}
+
+func (t *turn) see(ev Event) {
+	if ev.Init != nil {
+		t.p.init = ev.Init
 	}
-	for {
-		select {
-		case <-stall:
-			if p.spec.StallExempt != nil && p.spec.StallExempt() {
-				stallTimer.Reset(p.spec.StallTimeout)
-				continue
-			}
-			out.Stalled = true
-			p.stop()
-			out.Exit, out.Stderr = p.exit, p.stderr.String()
-			return out
-		case <-interrupt:
-			interrupt = nil
-			out.Interrupted = true
-			interruptGrace = time.After(2 * p.spec.InterruptGrace)
-			go func() { _ = p.write(p.dialect.Interrupt()) }()
-		case <-interruptGrace:
-			p.stop()
-			out.Exit, out.Stderr = p.exit, p.stderr.String()
-			return out
-		case evs, ok := <-p.events:
-			if !ok { // stdout ended: the process is gone
-				p.dead = true
-				out.Exit, out.Stderr = p.waitExit(), p.stderr.String()
-				return out
-			}
-			if stallTimer != nil {
-				stallTimer.Reset(p.spec.StallTimeout)
-			}
-			for _, ev := range evs {
-				out.record(ev, time.Since(start))
-				if ev.Init != nil {
-					p.init = ev.Init
-				}
-				if ev.Request != nil {
-					if b := p.dialect.Refuse(*ev.Request); b != nil {
-						go func() { _ = p.write(b) }()
-					}
-				}
-				if out.check(p.spec.Check, ev) {
-					p.stop()
-					out.Exit, out.Stderr = p.exit, p.stderr.String()
-					return out
-				}
-				if ev.Replay {
-					echoed++
-				}
-				if onEvent != nil {
-					onEvent(ev)
-				}
-				if ev.Result == nil {
-					continue
-				}
-				if p.replay && !out.Interrupted && echoed < 1+p.injected.Load() {
-					// A steering message came too late for this turn:
-					// Claude answers it in the next, part of this task.
-					carried = carried.Add(ev.Result.Usage)
-					carriedCost += ev.Result.CostUSD
-					continue
-				}
-				if out.Result != nil && (carried != protocol.Usage{} || carriedCost > 0) {
-					r := *out.Result
-					r.Usage, r.CostUSD = r.Usage.Add(carried), r.CostUSD+carriedCost
-					out.Result = &r
-				}
-				return out
-			}
-		case st := <-p.exitCh:
-			p.exitCh = nil
-			p.dead, p.exit = true, st
-			// Read what it printed before it died, for a moment.
-			drain := time.After(p.spec.DrainGrace)
-			for {
-				select {
-				case evs, ok := <-p.events:
-					if !ok {
-						out.Exit, out.Stderr = st, p.stderr.String()
-						return out
-					}
-					for _, ev := range evs {
-						out.record(ev, time.Since(start))
-					}
-				case <-drain:
-					p.kill()
-					out.Exit, out.Stderr = st, p.stderr.String()
-					return out
-				}
-			}
-		case <-tm:
-			out.TimedOut = true
-			p.stop()
-			out.Exit, out.Stderr = p.exit, p.stderr.String()
-			return out
-		case <-ctx.Done():
-			out.Cancelled = true
-			p.stop()
-			out.Exit, out.Stderr = p.exit, p.stderr.String()
-			return out
+	if ev.Request != nil {
+		if b := t.p.dialect.Refuse(*ev.Request); b != nil {
+			go func() { _ = t.p.write(b) }()
 		}
 	}
+	if ev.Replay {
+		t.echoed++
+	}
+}
+
+// ends reports whether ev is the result that ends the turn, and then adds
+// to it the usage of the results before that did not.
+func (t *turn) ends(ev Event) bool {
+	if ev.Result == nil {
+		return false
+	}
+	if t.p.replay && !t.out.Interrupted && t.echoed < 1+t.p.injected.Load() {
+		// A steering message came too late for this turn: Claude answers
+		// it in the next, part of this task.
+		t.carried = t.carried.Add(ev.Result.Usage)
+		t.carriedCost += ev.Result.CostUSD
+		return false
+	}
+	if t.out.Result != nil && (t.carried != protocol.Usage{} || t.carriedCost > 0) {
+		r := *t.out.Result
+		r.Usage, r.CostUSD = r.Usage.Add(t.carried), r.CostUSD+t.carriedCost
+		t.out.Result = &r
+	}
+	return true
 }
 
 // abandonWrite stops the process while a write to its stdin is blocked,

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -124,216 +123,123 @@ func Run(ctx context.Context, spec Spec) (out Outcome) {
 	spec = withDefaults(spec)
 	start := time.Now()
 	defer func() { out.Duration = time.Since(start) }()
+	a, exit, err := startRun(spec)
+	if err != nil {
+		out.StartErr, out.Exit = err, exit
+		return out
+	}
+	defer signalGroup(a.pgid, syscall.SIGKILL)
+	defer a.cmd.Process.Release()
+	if spec.OnStart != nil {
+		spec.OnStart(a.pgid)
+	}
 
+	tail := newTail(spec.StderrTail)
+	var stderrDone sync.WaitGroup
+	if a.stderr != nil {
+		stderrDone.Go(func() { _, _ = io.Copy(tail, a.stderr) })
+	}
+	reader := a.readOutput(spec, tail)
+	timeout, release := deadline(spec.Timeout)
+	defer release()
+	a.supervisor(ctx, spec, &out, start, timeout).run()
+
+	a.stdout.Close()
+	signalGroup(a.pgid, syscall.SIGKILL)
+	if a.stderr != nil {
+		waitTimeout(&stderrDone, spec.DrainGrace, func() { a.stderr.Close() })
+	}
+	out.Lines, out.LongLines = reader.lines, reader.long
+	out.Stderr = tail.String()
+	return out
+}
+
+// runProc is an agent process Run started, the leader of its own process
+// group.
+type runProc struct {
+	cmd            *exec.Cmd
+	pgid           int
+	stdout, stderr *os.File // stderr is nil on a pty, where it merges into stdout
+	exits          <-chan ExitStatus
+	events         chan []Event    // parsed from stdout by readOutput
+	read           *countingReader // stdout, counting what was read
+}
+
+// startRun starts the agent of spec. When it cannot, the exit status says
+// so: 126, or 127 for an agent not found.
+func startRun(spec Spec) (*runProc, ExitStatus, error) {
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Env = spec.Env
 	cmd.Dir = spec.Dir
-	stdout, stderr, childEnds, err := wireOutput(cmd, spec.PTY)
-	if err == nil && !spec.PTY && spec.Stdin != nil {
-		var in *os.File
-		if in, err = stdinFile(spec.Stdin); err == nil {
-			cmd.Stdin = in
-			childEnds = append(childEnds, in)
-		} else {
-			stdout.Close()
-			stderr.Close()
-			for _, f := range childEnds {
-				f.Close()
-			}
-		}
-	}
+	stdout, stderr, childEnds, err := wireRun(cmd, spec)
 	if err != nil {
-		out.StartErr = fmt.Errorf("agent: set up output of %s: %w", spec.Argv[0], err)
-		out.Exit = ExitStatus{Code: 126}
-		return out
+		return nil, ExitStatus{Code: 126}, fmt.Errorf("agent: set up output of %s: %w", spec.Argv[0], err)
 	}
-	exitCh, err := spec.Starter.Start(cmd)
-	for _, f := range childEnds {
-		f.Close()
-	}
+	exits, err := spec.Starter.Start(cmd)
+	closeAll(childEnds)
 	if err != nil {
 		stdout.Close()
 		if stderr != nil {
 			stderr.Close()
 		}
-		out.StartErr = fmt.Errorf("agent: start %s: %w", spec.Argv[0], err)
-		out.Exit = ExitStatus{Code: StartErrorCode(err)}
-		return out
+		return nil, ExitStatus{Code: StartErrorCode(err)}, fmt.Errorf("agent: start %s: %w", spec.Argv[0], err)
 	}
-	pgid := cmd.Process.Pid // Setpgid/Setsid: the agent leads its own group
-	defer signalGroup(pgid, syscall.SIGKILL)
-	defer cmd.Process.Release()
-	if spec.OnStart != nil {
-		spec.OnStart(pgid)
-	}
+	// Setpgid/Setsid: the agent leads its own group.
+	return &runProc{cmd: cmd, pgid: cmd.Process.Pid, stdout: stdout, stderr: stderr, exits: exits}, ExitStatus{}, nil
+}
 
-	tail := newTail(spec.StderrTail)
-	var stderrDone sync.WaitGroup
-	if stderr != nil {
-		stderrDone.Add(1)
-		go func() {
-			defer stderrDone.Done()
-			_, _ = io.Copy(tail, stderr)
-		}()
+// wireRun gives the command its output (wireOutput) and, off a pty, its
+// stdin: spec.Stdin, or /dev/null when nil.
+func wireRun(cmd *exec.Cmd, spec Spec) (stdout, stderr *os.File, childEnds []*os.File, err error) {
+	stdout, stderr, childEnds, err = wireOutput(cmd, spec.PTY)
+	if err != nil || spec.PTY || spec.Stdin == nil {
+		return stdout, stderr, childEnds, err
 	}
+	in, err := stdinFile(spec.Stdin)
+	if err != nil {
+		stdout.Close()
+		stderr.Close()
+		closeAll(childEnds)
+		return nil, nil, nil, err
+	}
+	cmd.Stdin = in
+	return stdout, stderr, append(childEnds, in), nil
+}
 
-	lines := make(chan []Event, 64)
-	var readStats struct{ lines, long int }
-	counted := &countingReader{r: stdout}
-	var drained int64 // bytes read when the hard drain was last armed
-	go func() {
-		defer close(lines)
-		lr := NewLineReader(counted, spec.MaxLine)
-		for {
-			line, err := lr.Next()
-			if errors.Is(err, ErrLineTooLong) {
-				readStats.long++
-				continue
-			}
-			if err != nil {
-				return // EOF, or EIO from a pty whose other side closed
-			}
-			readStats.lines++
-			if spec.PTY {
-				line = CleanTerminalLine(line)
-				if !looksLikeJSON(line) {
-					tail.Write(append(line, '\n'))
-				}
-			}
-			if evs := spec.Parser.ParseLine(line); len(evs) > 0 {
-				lines <- evs
-			}
-		}
-	}()
+// readOutput starts parsing stdout into a.events; the reader's counts of
+// lines are final once a.events closed. On a pty, what is not JSON goes to
+// tail, stderr's.
+func (a *runProc) readOutput(spec Spec, tail *tail) *eventReader {
+	a.events = make(chan []Event, 64)
+	a.read = &countingReader{r: a.stdout}
+	reader := &eventReader{parser: spec.Parser, maxLine: spec.MaxLine}
+	if spec.PTY {
+		reader.pty = tail
+	}
+	go reader.read(a.read, a.events)
+	return reader
+}
 
-	var (
-		timeout, resultGrace, drain, kill <-chan time.Time
-		hardDrain                         <-chan time.Time
-		exited, stdoutDone                bool
-		cancelled                         = ctx.Done()
-		interrupt                         = spec.Interrupt
-		interruptGrace                    <-chan time.Time
-		stall                             <-chan time.Time
-		stallTimer                        *time.Timer
-	)
-	if spec.StallTimeout > 0 {
-		stallTimer = time.NewTimer(spec.StallTimeout)
-		defer stallTimer.Stop()
-		stall = stallTimer.C
+// supervisor supervises the whole process: signals to its group stop,
+// kill and interrupt it, and a result ends its turn.
+func (a *runProc) supervisor(ctx context.Context, spec Spec, out *Outcome, start time.Time, timeout <-chan time.Time) *supervisor {
+	return &supervisor{
+		out: out, start: start, spec: &spec, whole: true,
+		events: a.events, exits: a.exits, done: ctx.Done(), deadline: timeout,
+		interrupt: spec.Interrupt, interruptGrace: spec.InterruptGrace, onEvent: spec.OnEvent,
+		terminate:       func() { signalGroup(a.pgid, syscall.SIGTERM) },
+		kill:            func() { signalGroup(a.pgid, syscall.SIGKILL) },
+		signalInterrupt: func() { signalGroup(a.pgid, syscall.SIGINT) },
+		turnEnds:        func(ev Event) bool { return ev.Result != nil },
+		outputRead:      a.read.n.Load,
+		closeOutput:     func() { a.stdout.Close() },
 	}
-	if spec.Timeout > 0 {
-		t := time.NewTimer(spec.Timeout)
-		defer t.Stop()
-		timeout = t.C
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
 	}
-	stop := func() {
-		signalGroup(pgid, syscall.SIGTERM)
-		kill = time.After(spec.KillGrace)
-	}
-	for !(exited && stdoutDone) {
-		select {
-		case evs, ok := <-lines:
-			if !ok {
-				stdoutDone, lines = true, nil
-				continue
-			}
-			if stallTimer != nil {
-				stallTimer.Reset(spec.StallTimeout)
-			}
-			for _, ev := range evs {
-				out.record(ev, time.Since(start))
-				if out.check(spec.Check, ev) && !exited {
-					stop()
-				}
-				if ev.Result != nil && out.Interrupted && kill == nil && !exited {
-					// Interrupted, it has saved its turn: no need to wait
-					// for its own slow exit.
-					stop()
-				}
-				if ev.Result != nil && resultGrace == nil && !exited {
-					resultGrace = time.After(spec.ResultGrace)
-				}
-				if spec.OnEvent != nil {
-					spec.OnEvent(ev)
-				}
-			}
-		case st := <-exitCh:
-			exited, out.Exit, exitCh = true, st, nil
-			if !stdoutDone {
-				drain = time.After(spec.DrainGrace)
-			}
-		case <-timeout:
-			timeout = nil
-			if out.Result == nil && out.Aborted == nil {
-				out.TimedOut = true
-				stop()
-			}
-		case <-cancelled:
-			cancelled = nil
-			if out.Result == nil && !out.TimedOut && out.Aborted == nil {
-				out.Cancelled = true
-				stop()
-			}
-		case <-stall:
-			if spec.StallExempt != nil && spec.StallExempt() {
-				stallTimer.Reset(spec.StallTimeout)
-				continue
-			}
-			stall = nil
-			if out.Result == nil && !exited && kill == nil {
-				out.Stalled = true
-				stop()
-			}
-		case <-interrupt:
-			interrupt = nil
-			if out.Result == nil && !out.TimedOut && !out.Cancelled {
-				out.Interrupted = true
-				signalGroup(pgid, syscall.SIGINT)
-				interruptGrace = time.After(spec.InterruptGrace)
-			}
-		case <-interruptGrace:
-			interruptGrace = nil
-			if !exited && kill == nil {
-				stop()
-			}
-		case <-resultGrace:
-			resultGrace = nil
-			if !exited {
-				out.KilledAfterResult = true
-				signalGroup(pgid, syscall.SIGKILL)
-			}
-		case <-drain:
-			// A child of the group holds stdout: kill the group. Its
-			// pipe then ends once read, however long the parsing of what
-			// is in it takes.
-			drain = nil
-			out.KilledDraining = true
-			signalGroup(pgid, syscall.SIGKILL)
-			hardDrain, drained = time.After(hardDrainGrace), counted.n.Load()
-		case <-hardDrain:
-			if n := counted.n.Load(); n != drained {
-				// Still reading what the agent wrote (a result line of
-				// many megabytes): not a pipe held open by a stray process.
-				hardDrain, drained = time.After(hardDrainGrace), n
-				continue
-			}
-			// A process outside the group (it called setsid) still holds
-			// the pipe: stop reading.
-			hardDrain = nil
-			stdout.Close()
-		case <-kill:
-			kill = nil
-			signalGroup(pgid, syscall.SIGKILL)
-		}
-	}
-	stdout.Close()
-	signalGroup(pgid, syscall.SIGKILL)
-	if stderr != nil {
-		waitTimeout(&stderrDone, spec.DrainGrace, func() { stderr.Close() })
-	}
-	out.Lines, out.LongLines = readStats.lines, readStats.long
-	out.Stderr = tail.String()
-	return out
 }
 
 // check runs a Spec.Check on ev, once no earlier event aborted the run,

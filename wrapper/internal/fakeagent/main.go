@@ -170,7 +170,26 @@ func (a *agent) result(text string, isError bool, extra map[string]any) {
 	a.emit(v)
 }
 
+// run plays the agent's part: it starts, misbehaves as asked, works, and
+// ends with its result.
 func (a *agent) run(modes map[string]bool, sleepMS int, prompt, resume string) {
+	a.begin(modes, resume)
+	a.misbehave(modes)
+	a.hang(modes, sleepMS)
+	a.assistant("working", 1)
+	stop := stopJSON(modes)
+	if modes["progress-burst"] {
+		progressBurst()
+	}
+	if modes["stamp"] {
+		// The benchmarks read when the agent started and when it exited.
+		stop = fmt.Sprintf(`{"status": "complete", "result": {"start_ns": %d, "exit_ns": %d}}`, startNS, time.Now().UnixNano())
+	}
+	a.finish(modes, stop)
+}
+
+// begin prints the init line, or fails before or right after it.
+func (a *agent) begin(modes map[string]bool, resume string) {
 	if modes["resume-missing"] && resume != "" {
 		fmt.Fprintf(os.Stderr, "No conversation found with session ID: %s\n", resume)
 		os.Exit(1)
@@ -194,6 +213,11 @@ func (a *agent) run(modes map[string]bool, sleepMS int, prompt, resume string) {
 		fmt.Fprintln(os.Stderr, "panic: something broke after init")
 		os.Exit(3)
 	}
+}
+
+// misbehave prints what the agent's reader must survive, and calls back
+// into the wrapper, as the modes ask.
+func (a *agent) misbehave(modes map[string]bool) {
 	if modes["garbage"] {
 		fmt.Println("this is not JSON")
 		fmt.Println(`{"type":"mystery","x":1}`)
@@ -211,30 +235,30 @@ func (a *agent) run(modes map[string]bool, sleepMS int, prompt, resume string) {
 		}
 	}
 	if modes["progress"] {
-		bin := os.Getenv("WORKER_WRAPPER_BIN")
-		if bin == "" {
-			bin = "worker-wrapper"
-		}
-		out, err := exec.Command(bin, "progress", "--step", "Running tests", "--pct", "50", "--output", "3 passed").CombinedOutput()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "progress call failed: %v: %s\n", err, out)
-		}
+		reportProgress()
 	}
 	if modes["orphans"] {
 		_ = exec.Command(os.Args[0], "spawn-orphans", "100").Run()
 	}
+}
+
+// reportProgress calls the wrapper's progress command, as an agent's tool
+// call would.
+func reportProgress() {
+	bin := os.Getenv("WORKER_WRAPPER_BIN")
+	if bin == "" {
+		bin = "worker-wrapper"
+	}
+	out, err := exec.Command(bin, "progress", "--step", "Running tests", "--pct", "50", "--output", "3 passed").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "progress call failed: %v: %s\n", err, out)
+	}
+}
+
+// hang takes the time the modes ask for: for ever, or sleepMS.
+func (a *agent) hang(modes map[string]bool, sleepMS int) {
 	if modes["hog"] {
-		// Anonymous memory, touched, without end: under a memory limit
-		// the OOM killer ends this process (it is the largest).
-		var kept [][]byte
-		for {
-			chunk := make([]byte, 8<<20)
-			for i := 0; i < len(chunk); i += 4096 {
-				chunk[i] = 1
-			}
-			kept = append(kept, chunk)
-			time.Sleep(5 * time.Millisecond)
-		}
+		hog()
 	}
 	if modes["hang-after-turn"] { // one API call's usage, then no result
 		a.assistant("working", 1)
@@ -246,31 +270,50 @@ func (a *agent) run(modes map[string]bool, sleepMS int, prompt, resume string) {
 	if sleepMS > 0 {
 		time.Sleep(time.Duration(sleepMS) * time.Millisecond)
 	}
-	a.assistant("working", 1)
-	stop := `{"status": "complete", "result": {"ok": true}}`
+}
+
+// hog allocates anonymous memory, touched, without end: under a memory
+// limit the OOM killer ends this process (it is the largest).
+func hog() {
+	var kept [][]byte
+	for {
+		chunk := make([]byte, 8<<20)
+		for i := 0; i < len(chunk); i += 4096 {
+			chunk[i] = 1
+		}
+		kept = append(kept, chunk)
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// stopJSON is the stop block the agent's answer ends with.
+func stopJSON(modes map[string]bool) string {
 	switch {
 	case modes["blocked"]:
-		stop = `{"status": "blocked", "question": "Which branch?"}`
+		return `{"status": "blocked", "question": "Which branch?"}`
 	case modes["failed"]:
-		stop = `{"status": "failed", "result": {"reason": "tests cannot pass"}}`
+		return `{"status": "failed", "result": {"reason": "tests cannot pass"}}`
 	case modes["no-stop"]:
-		stop = "I did it, no JSON."
+		return "I did it, no JSON."
 	}
-	if modes["progress-burst"] {
-		for i := 0; i < 20; i++ {
-			body := fmt.Sprintf(`{"step":"burst","output":"%d"}`, time.Now().UnixNano())
-			req, _ := http.NewRequest(http.MethodPost, os.Getenv("WORKER_PROGRESS_URL"), strings.NewReader(body))
-			req.Header.Set("X-Worker-Progress-Token", os.Getenv("WORKER_PROGRESS_TOKEN"))
-			if resp, err := http.DefaultClient.Do(req); err == nil {
-				resp.Body.Close()
-			}
-			time.Sleep(5 * time.Millisecond)
+	return `{"status": "complete", "result": {"ok": true}}`
+}
+
+// progressBurst posts progress reports to the wrapper in quick succession.
+func progressBurst() {
+	for i := 0; i < 20; i++ {
+		body := fmt.Sprintf(`{"step":"burst","output":"%d"}`, time.Now().UnixNano())
+		req, _ := http.NewRequest(http.MethodPost, os.Getenv("WORKER_PROGRESS_URL"), strings.NewReader(body))
+		req.Header.Set("X-Worker-Progress-Token", os.Getenv("WORKER_PROGRESS_TOKEN"))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
 		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	if modes["stamp"] {
-		// The benchmarks read when the agent started and when it exited.
-		stop = fmt.Sprintf(`{"status": "complete", "result": {"start_ns": %d, "exit_ns": %d}}`, startNS, time.Now().UnixNano())
-	}
+}
+
+// finish prints the result (or none), then exits or lingers as asked.
+func (a *agent) finish(modes map[string]bool, stop string) {
 	text := "Done.\n```json\n" + stop + "\n```"
 	switch {
 	case modes["no-result"]:
