@@ -151,14 +151,15 @@ func (s *Spawner) allocate(ctx context.Context, commandID string, p *PoolTemplat
 		if id == "" {
 			return protocol.WorkerInfo{}, false, nil
 		}
-		if host, err := s.rdb.PlacementOf(ctx, id); err == nil && !s.fleet.mine(host) {
-			// Another host's warm worker: only its managers can wake it.
+		if rt, err := s.fleet.route(ctx, id); err != nil || !rt.here {
+			// Another host's warm worker: only its managers can wake it
+			// (and one whose host cannot be read now is left in the pool).
 			_ = s.rdb.AddWarm(ctx, p.Name, id)
-			if live, err := s.fleet.live(ctx, host); err == nil && live && forward != nil && commandID != "" {
-				if err := forward(ctx, host); err != nil {
+			if err == nil && rt.live && forward != nil && commandID != "" {
+				if err := forward(ctx, rt.host); err != nil {
 					return protocol.WorkerInfo{}, false, err
 				}
-				return protocol.WorkerInfo{Status: protocol.ContainerQueued, Host: host}, true, errForwarded
+				return protocol.WorkerInfo{Status: protocol.ContainerQueued, Host: rt.host}, true, errForwarded
 			}
 			return protocol.WorkerInfo{}, false, nil // made cold here
 		}

@@ -210,19 +210,15 @@ func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.Wo
 		// A create delivered again whose worker another host makes or runs
 		// goes there; a worker of a lost host is answered as Redis knows it
 		// (HostWatch retires it).
-		if host, err := s.rdb.PlacementOf(ctx, id); err != nil {
-			return protocol.WorkerInfo{}, redisError(err, "placement of %s", id)
-		} else if !s.fleet.mine(host) {
-			live, err := s.fleet.live(ctx, host)
-			if err != nil {
-				return protocol.WorkerInfo{}, redisError(err, "fleet hosts")
-			}
+		if rt, err := s.fleet.route(ctx, id); err != nil {
+			return protocol.WorkerInfo{}, err
+		} else if !rt.here {
 			switch {
-			case live && o.forward != nil:
-				return s.forwarded(ctx, id, host, o)
+			case rt.live && o.forward != nil:
+				return s.forwarded(ctx, id, rt.host, o)
 			case member:
 				return s.Status(ctx, id)
-			case !live:
+			case !rt.live:
 				_ = s.rdb.Leave(ctx, id) // its slot was on a lost host: placed anew
 			}
 		}

@@ -193,55 +193,21 @@ func (d *demo) name(id string) string {
 
 func (d *demo) run(ctx context.Context) error {
 	d.names, d.events = map[string]string{}, map[string]chan protocol.Event{}
-	var err error
-	if d.rdb, err = redisconn.Open(d.redisURL); err != nil {
-		return fmt.Errorf("redis url: %w", err)
+	if err := d.connect(ctx); err != nil {
+		return err
 	}
 	defer d.rdb.Close()
-	wait, err := redisconn.Policy(d.redisURL)
+
+	d.section("set-up")
+	env, closeStub, err := d.managerEnv()
 	if err != nil {
 		return err
 	}
-	if err := d.rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis at %s does not answer: %w", protocol.RedactRedisURL(d.redisURL), err)
-	}
-	if d.keys, err = protocol.NewKeys(os.Getenv("WORKER_KEY_PREFIX")); err != nil {
+	defer closeStub()
+	if err := d.forgetEarlierRuns(ctx); err != nil {
 		return err
 	}
-	d.cli = &client.Commands{Redis: d.rdb, Keys: d.keys, Name: "demo", Timeout: 5 * time.Minute, Wait: wait}
-	d.tasks = &client.Tasks{Redis: d.rdb, Keys: d.keys, Wait: wait}
-
-	d.section("set-up")
-	env := []string{"REDIS_URL=" + d.redisURL, "WORKER_KEY_PREFIX=" + d.keys.Prefix, "MANAGER_ID=demo", "HEARTBEAT_INTERVAL=2s", poolsEnv(), workerEnv,
-		"WORKER_STOP_TIMEOUT=12s", "WORKER_NETWORK_MODE=host", "METRICS_ADDR=" + envOr("DEMO_METRICS_ADDR", "127.0.0.1:0")}
-	if key := os.Getenv("ANTHROPIC_API_KEY"); key != "" && os.Getenv("DEMO_STUB") != "true" {
-		d.say("ANTHROPIC_API_KEY is set: the agents use the real Anthropic API")
-		env = append(env, "DROID_BASE_URL=https://api.anthropic.com")
-	} else {
-		d.stub, err = stubmodel.Start(stubmodel.Script{})
-		if err != nil {
-			return err
-		}
-		defer d.stub.Close()
-		d.say("stub model server (Anthropic Messages API stand-in) listening on %s", d.stub.URL)
-		env = append(env, "ANTHROPIC_BASE_URL="+d.stub.URL, "DROID_BASE_URL="+d.stub.URL, "ANTHROPIC_API_KEY=sk-demo-stub-key",
-			stubPrices)
-	}
-	// Forget what an earlier run of the demo left in these projects.
-	if _, err := d.cleanUp(ctx); err != nil {
-		return err
-	}
-	for _, p := range []string{projectShop, projectDocs} {
-		d.rdb.Del(ctx, d.keys.UsageProject(p), d.keys.Session(protocol.AgentClaude, p), d.keys.Session(protocol.AgentDroid, p), d.keys.ProjectContext(p))
-	}
-
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	watchDone := make(chan error, 1)
-	go func() {
-		w := &client.Watcher{Redis: d.rdb, Keys: d.keys, Rescan: 100 * time.Millisecond}
-		watchDone <- w.Run(watchCtx, d.print)
-	}()
-	defer func() { stopWatch(); <-watchDone }()
+	defer d.watch(ctx)()
 
 	manager, err := d.startManager(env)
 	if err != nil {
@@ -254,31 +220,91 @@ func (d *demo) run(ctx context.Context) error {
 			_ = manager.Wait()
 		}
 	}()
+	for _, step := range []func(context.Context) error{d.dashboard, d.claudeWorker, d.droidWorker, d.usage, d.metrics} {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	stopped = true
+	return d.shutDown(ctx, manager)
+}
 
-	if err := d.dashboard(ctx); err != nil {
+// connect opens Redis and the clients over it.
+func (d *demo) connect(ctx context.Context) error {
+	var err error
+	if d.rdb, err = redisconn.Open(d.redisURL); err != nil {
+		return fmt.Errorf("redis url: %w", err)
+	}
+	wait, err := redisconn.Policy(d.redisURL)
+	if err == nil {
+		err = d.rdb.Ping(ctx).Err()
+		if err != nil {
+			err = fmt.Errorf("redis at %s does not answer: %w", protocol.RedactRedisURL(d.redisURL), err)
+		}
+	}
+	if err == nil {
+		d.keys, err = protocol.NewKeys(os.Getenv("WORKER_KEY_PREFIX"))
+	}
+	if err != nil {
+		d.rdb.Close()
 		return err
 	}
-	if err := d.claudeWorker(ctx); err != nil {
-		return err
-	}
-	if err := d.droidWorker(ctx); err != nil {
-		return err
-	}
-	if err := d.usage(ctx); err != nil {
-		return err
-	}
+	d.cli = &client.Commands{Redis: d.rdb, Keys: d.keys, Name: "demo", Timeout: 5 * time.Minute, Wait: wait}
+	d.tasks = &client.Tasks{Redis: d.rdb, Keys: d.keys, Wait: wait}
+	return nil
+}
 
-	if err := d.metrics(ctx); err != nil {
+// managerEnv is the worker-manager's environment: the real Anthropic API
+// when ANTHROPIC_API_KEY is set (and DEMO_STUB is not true), else the stub
+// model, which the returned function stops.
+func (d *demo) managerEnv() ([]string, func(), error) {
+	env := []string{"REDIS_URL=" + d.redisURL, "WORKER_KEY_PREFIX=" + d.keys.Prefix, "MANAGER_ID=demo", "HEARTBEAT_INTERVAL=2s", poolsEnv(), workerEnv,
+		"WORKER_STOP_TIMEOUT=12s", "WORKER_NETWORK_MODE=host", "METRICS_ADDR=" + envOr("DEMO_METRICS_ADDR", "127.0.0.1:0")}
+	if key := os.Getenv("ANTHROPIC_API_KEY"); key != "" && os.Getenv("DEMO_STUB") != "true" {
+		d.say("ANTHROPIC_API_KEY is set: the agents use the real Anthropic API")
+		return append(env, "DROID_BASE_URL=https://api.anthropic.com"), func() {}, nil
+	}
+	var err error
+	if d.stub, err = stubmodel.Start(stubmodel.Script{}); err != nil {
+		return nil, nil, err
+	}
+	d.say("stub model server (Anthropic Messages API stand-in) listening on %s", d.stub.URL)
+	env = append(env, "ANTHROPIC_BASE_URL="+d.stub.URL, "DROID_BASE_URL="+d.stub.URL, "ANTHROPIC_API_KEY=sk-demo-stub-key", stubPrices)
+	return env, func() { _ = d.stub.Close() }, nil
+}
+
+// forgetEarlierRuns removes what an earlier run of the demo left in its
+// projects: containers, volumes, usage, sessions and stored context.
+func (d *demo) forgetEarlierRuns(ctx context.Context) error {
+	if _, err := d.cleanUp(ctx); err != nil {
 		return err
 	}
+	for _, p := range []string{projectShop, projectDocs} {
+		d.rdb.Del(ctx, d.keys.UsageProject(p), d.keys.Session(protocol.AgentClaude, p), d.keys.Session(protocol.AgentDroid, p), d.keys.ProjectContext(p))
+	}
+	return nil
+}
 
+// watch prints the lifecycle and output streams as a timeline until the
+// returned function is called.
+func (d *demo) watch(ctx context.Context) (stop func()) {
+	watchCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		w := &client.Watcher{Redis: d.rdb, Keys: d.keys, Rescan: 100 * time.Millisecond}
+		done <- w.Run(watchCtx, d.print)
+	}()
+	return func() { cancel(); <-done }
+}
+
+// shutDown stops the worker-manager with SIGTERM and checks that it left
+// no container behind.
+func (d *demo) shutDown(ctx context.Context, manager *exec.Cmd) error {
 	d.section("clean-up")
 	d.say("worker-manager: SIGTERM (it removes every worker it owns)")
 	t0 := time.Now()
 	_ = manager.Process.Signal(syscall.SIGTERM)
-	err = manager.Wait()
-	stopped = true
-	if err != nil {
+	if err := manager.Wait(); err != nil {
 		return fmt.Errorf("the worker-manager did not shut down cleanly (%v); its log: %s", err, d.logPath())
 	}
 	time.Sleep(300 * time.Millisecond) // the last lifecycle events reach the timeline
