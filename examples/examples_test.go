@@ -40,7 +40,11 @@ func TestQuickstartAndConsumers(t *testing.T) {
 	env := append(os.Environ(), rt.Env...)
 
 	var consumed bytes.Buffer
-	tailer := exec.Command(consumer, "-idle-exit", "6s")
+	// Its idle time counts from its first entry; the context bounds a
+	// consumer that never gets one.
+	tctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	tailer := exec.CommandContext(tctx, consumer, "-idle-exit", "6s")
 	tailer.Env, tailer.Stdout, tailer.Stderr = env, &consumed, &consumed
 	if err := tailer.Start(); err != nil {
 		t.Fatal(err)

@@ -8,7 +8,7 @@
 //
 // It reads without a consumer group, so it takes nothing from anyone: any
 // number of consumers see every entry. -idle-exit ends it once nothing has
-// arrived for that long. A Go service can use client.Watcher, which does
+// arrived for that long after its first entry. A Go service can use client.Watcher, which does
 // the same; this program spells the protocol out with a plain Redis client,
 // as a service in any language would.
 package main
@@ -31,7 +31,7 @@ import (
 
 func main() {
 	fromStart := flag.Bool("from-start", false, "replay what the streams hold first")
-	idleExit := flag.Duration("idle-exit", 0, "exit after this long without an entry (0: never)")
+	idleExit := flag.Duration("idle-exit", 0, "exit after this long without an entry, once one came (0: never)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -89,9 +89,9 @@ func tail(ctx context.Context, url string, keys protocol.Keys, fromStart bool, i
 		}
 	}
 
-	lastEntry := time.Now()
+	var lastEntry time.Time // zero until the first entry: a consumer may start before any worker
 	for ctx.Err() == nil {
-		if idleExit > 0 && time.Since(lastEntry) > idleExit {
+		if idleExit > 0 && !lastEntry.IsZero() && time.Since(lastEntry) > idleExit {
 			return nil
 		}
 		// XREAD takes the stream names, then their ids in the same order.
