@@ -15,7 +15,7 @@ FUZZTIME   ?= 3s
 # Every fuzz target of the protocol decoders, and the one over the path from
 # an agent's output to the stored Output, runs for FUZZTIME in `make test`.
 
-.PHONY: all setup build vet test test-unit test-rules fuzz faults test-faults bench demo fleet images clean
+.PHONY: all setup build vet test test-unit test-go test-rules fuzz faults test-faults bench demo fleet images clean
 
 all: build
 
@@ -44,7 +44,9 @@ vet:
 # agents, containers and Redis, not on the CPU. Tests that need the Docker
 # engine to themselves take its lock (testkit.ExclusiveEngine).
 TEST_P     ?= 3
-test-unit: vet
+test-unit: vet test-go
+
+test-go:
 	@echo "== go test -race -p $(TEST_P) $(MODULES)"
 	@$(GO) test -race -count=1 -p $(TEST_P) -timeout 30m $(foreach m,$(MODULES),./$(m)/...)
 
@@ -59,12 +61,11 @@ fuzz:
 	@FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh protocol
 	@FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh wrapper/worker
 
+# Every test (scripts/test.sh): the set-up scripts' tests, the alert
+# rules, vet; then the Go tests and fuzz targets of every module beside
+# the fault suite's short cases. It prints each phase's wall time.
 test: setup
-	@bash scripts/test-setup.sh
-	@$(MAKE) --no-print-directory test-rules
-	@$(MAKE) --no-print-directory test-unit
-	@$(MAKE) --no-print-directory fuzz
-	@$(MAKE) --no-print-directory test-faults
+	@MAKE="$(MAKE)" bash scripts/test.sh
 
 # The fault suite (faults/): one Go test per fault case against
 # real worker-manager processes, Redis servers, containers and the fake

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# make test: every test, after the set-up (make setup has run).
+#
+#   1. the set-up scripts' own tests, the Prometheus rules, gofmt and vet;
+#   2. side by side: the unit and integration tests of every module, then
+#      the fuzz targets; and the fault suite (faults/, its short cases).
+#      Both spend most of their time waiting on containers, agents and
+#      Redis, not on the CPU (the README gives the figures).
+#
+# The fault suite's output is kept in a file and printed whole after the
+# other half ends, so the two never interleave. Each phase's wall time is
+# printed at the end. Exit status: 0 only if every phase passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+MAKE=${MAKE:-make}
+summary=()
+failed=0
+
+timed() {
+  local name=$1; shift
+  local t0=$SECONDS
+  "$@"; local rc=$?
+  summary+=("$(printf '%-32s %4ds  %s' "$name" $((SECONDS - t0)) "$([ $rc = 0 ] && echo ok || echo "FAILED ($rc)")")")
+  [ $rc = 0 ] || failed=1
+  return $rc
+}
+
+start=$SECONDS
+timed "set-up scripts" bash scripts/test-setup.sh
+timed "prometheus rules" $MAKE --no-print-directory test-rules
+timed "gofmt, vet" $MAKE --no-print-directory vet
+if [ $failed = 0 ]; then
+  faults_log=$(mktemp)
+  t0=$SECONDS
+  $MAKE --no-print-directory test-faults >"$faults_log" 2>&1 &
+  faults_pid=$!
+  timed "go test (every module)" $MAKE --no-print-directory test-go
+  timed "fuzz" $MAKE --no-print-directory fuzz
+  wait $faults_pid; rc=$?
+  cat "$faults_log"; rm -f "$faults_log"
+  summary+=("$(printf '%-32s %4ds  %s' "fault suite (beside the above)" $((SECONDS - t0)) "$([ $rc = 0 ] && echo ok || echo "FAILED ($rc)")")")
+  [ $rc = 0 ] || failed=1
+fi
+echo
+echo "== make test: wall time per phase"
+printf '%s\n' "${summary[@]}"
+printf '%-32s %4ds  %s\n' "total" $((SECONDS - start)) "$([ $failed = 0 ] && echo ok || echo FAILED)"
+exit $failed
