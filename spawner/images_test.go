@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // The images of images/ (make images), built by their scripts: the OS base

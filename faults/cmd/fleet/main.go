@@ -31,7 +31,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/faults"
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 func main() {
