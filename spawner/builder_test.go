@@ -42,9 +42,7 @@ func newImages(t testing.TB) (*Images, *countingClient, *redis.Client) {
 	// lazily, and that races between goroutines.
 	dc.NegotiateAPIVersion(context.Background())
 	t.Cleanup(func() { dc.Close() })
-	r := testkit.StartRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
-	t.Cleanup(func() { rc.Close() })
+	rc := testkit.NewRedisClient(t)
 	cc := &countingClient{Client: dc}
 	return &Images{Docker: cc, Redis: rc}, cc, rc
 }

@@ -43,9 +43,7 @@ func (f *fixture) as(managerID string) *Spawner {
 func newFixture(t testing.TB, mod func(*Config)) *fixture {
 	t.Helper()
 	buildImages(t)
-	r := testkit.StartRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
-	t.Cleanup(func() { rc.Close() })
+	r, rc := testkit.StartRedisClient(t)
 	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)

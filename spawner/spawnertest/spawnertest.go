@@ -75,9 +75,7 @@ func BuildImages(t testing.TB) {
 func Start(t testing.TB, mod func(*spawner.Config)) *Runtime {
 	t.Helper()
 	BuildImages(t)
-	r := testkit.StartRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
-	t.Cleanup(func() { rc.Close() })
+	r, rc := testkit.StartRedisClient(t)
 	stub, err := stubmodel.Start(stubmodel.Script{})
 	if err != nil {
 		t.Fatal(err)

@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner"
@@ -37,8 +35,7 @@ func TestPrometheusScrapesManager(t *testing.T) {
 		t.Fatal("prometheus is not installed (make setup installs Debian's): ", err)
 	}
 	spawnertest.BuildImages(t)
-	r := testkit.StartRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	r, rc := testkit.StartRedisClient(t)
 	defer rc.Close()
 	stub, err := stubmodel.Start(stubmodel.Script{})
 	if err != nil {
@@ -186,8 +183,7 @@ func TestPrometheusScrapesManager(t *testing.T) {
 // costs the metrics, not the manager: it runs, says so in its state (no
 // metrics address), and exits cleanly.
 func TestMetricsAddrInUse(t *testing.T) {
-	r := testkit.StartRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	r, rc := testkit.StartRedisClient(t)
 	defer rc.Close()
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

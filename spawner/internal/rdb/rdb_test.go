@@ -16,9 +16,7 @@ import (
 
 func newRDB(t *testing.T) (*RDB, context.Context) {
 	t.Helper()
-	srv := testkit.StartRedis(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { c.Close() })
+	c := testkit.NewRedisClient(t)
 	return New(c, protocol.Keys{Prefix: "rdbtest"}), context.Background()
 }
 

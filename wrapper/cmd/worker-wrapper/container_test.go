@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/testkit"
 )
@@ -77,8 +75,7 @@ func runContainer(t *testing.T, image, name string, env ...string) {
 
 func TestPID1InContainer(t *testing.T) {
 	image := buildTestImage(t)
-	r := testkit.StartRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	r, rc := testkit.StartRedisClient(t)
 	defer rc.Close()
 	keys := protocol.Keys{}
 

@@ -157,8 +157,7 @@ func zombieChildren(pid int) []string {
 }
 
 func TestSubreaperReapsOrphansAndSIGTERMStopsCleanly(t *testing.T) {
-	r := testkit.StartRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	r, rc := testkit.StartRedisClient(t)
 	defer rc.Close()
 	cmd, out := startWrapper(t, baseEnv(r.URL(), t))
 	keys := protocol.Keys{}
@@ -194,8 +193,7 @@ func TestSubreaperReapsOrphansAndSIGTERMStopsCleanly(t *testing.T) {
 }
 
 func TestSecondSIGTERMCutsTheGraceShort(t *testing.T) {
-	r := testkit.StartRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	r, rc := testkit.StartRedisClient(t)
 	defer rc.Close()
 	cmd, out := startWrapper(t, append(baseEnv(r.URL(), t), "SHUTDOWN_GRACE=60s"))
 	keys := protocol.Keys{}
