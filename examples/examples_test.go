@@ -111,7 +111,7 @@ func exitCode(err error) int {
 // TestDemo runs `make demo`'s program (with the real worker-manager
 // binary) against a Redis of its own and checks its timeline.
 func TestDemo(t *testing.T) {
-	spawnertest.BuildImages(t)
+	testkit.WorkerImages(t)
 	r := testkit.StartRedis(t)
 	manager := build(t, "../spawner", "./cmd/worker-manager")
 	demo := build(t, ".", "./demo")

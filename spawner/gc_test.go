@@ -17,7 +17,7 @@ import (
 )
 
 func TestImageGC(t *testing.T) {
-	buildImages(t)
+	testkit.WorkerImages(t)
 	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)

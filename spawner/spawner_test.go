@@ -42,7 +42,7 @@ func (f *fixture) as(managerID string) *Spawner {
 // the stub model.
 func newFixture(t testing.TB, mod func(*Config)) *fixture {
 	t.Helper()
-	buildImages(t)
+	testkit.WorkerImages(t)
 	r, rc := testkit.StartRedisClient(t)
 	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
@@ -74,13 +74,8 @@ func newFixture(t testing.TB, mod func(*Config)) *fixture {
 	}
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	s := New(cfg, dc, rc, &Images{Docker: dc, Redis: rc, Keys: cfg.Keys, BaseImage: cfg.BaseImage}, log)
-	t.Cleanup(func() {
-		// No container of this test survives it.
-		out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label="+protocol.LabelKeyPrefix+"="+prefix).Output()
-		for _, id := range strings.Fields(string(out)) {
-			exec.Command("docker", "rm", "-f", id).Run()
-		}
-	})
+	// No container or volume of this test survives it.
+	testkit.CleanupLabelled(t, testkit.KeyPrefixLabel(prefix))
 	return &fixture{s: s, rc: rc, dc: dc, keys: cfg.Keys, stub: stub}
 }
 

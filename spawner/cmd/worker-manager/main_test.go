@@ -20,7 +20,6 @@ import (
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner"
-	"github.com/agentvisor/agentvisor/spawner/spawnertest"
 	"github.com/agentvisor/agentvisor/stubmodel"
 	"github.com/agentvisor/agentvisor/testkit"
 )
@@ -34,7 +33,7 @@ func TestPrometheusScrapesManager(t *testing.T) {
 	if err != nil {
 		t.Fatal("prometheus is not installed (make setup installs Debian's): ", err)
 	}
-	spawnertest.BuildImages(t)
+	testkit.WorkerImages(t)
 	r, rc := testkit.StartRedisClient(t)
 	defer rc.Close()
 	stub, err := stubmodel.Start(stubmodel.Script{})
