@@ -30,8 +30,7 @@ func TestEscapeSuite(t *testing.T) {
 	const redisPass = "manager-pass-0b6f2c"
 	const apiKey = "sk-ant-planted-9d41e7c2a5"
 	r := testkit.StartRedisWith(t, testkit.RedisOptions{Password: redisPass})
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr, Password: redisPass})
-	t.Cleanup(func() { rc.Close() })
+	rc := r.Client(t)
 	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)

@@ -52,10 +52,11 @@ COPY worker-wrapper claude notexec /usr/local/bin/
 ENV PATH=/usr/local/bin
 WORKDIR /workspace
 ENTRYPOINT ["/usr/local/bin/worker-wrapper"]
+LABEL io.agentvisor.test=1
 `), 0o644)
 	tag := randomName("agentvisor-pid1-test:")
-	if out, err := docker(t, "build", "-q", "--label", "io.agentvisor.test=1", "-t", tag, ctxDir); err != nil {
-		t.Fatalf("docker build: %v\n%s", err, out)
+	if err := testkit.DockerBuild(ctxDir, tag); err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { docker(t, "rmi", "-f", tag) })
 	return tag
