@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // answerOnSend is a go-redis hook playing the fastest possible manager: it
@@ -49,8 +49,7 @@ func (h answerOnSend) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // A reply written before the client starts reading is still its reply: a
 // new client's reply stream does not exist when it sends its first command.
 func TestCommandsSeeAReplyFasterThanTheirRead(t *testing.T) {
-	r := testkit.StartRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	rc := testkit.NewRedisClient(t)
 	defer rc.Close()
 	keys := protocol.Keys{Prefix: "ct"}
 	rc.AddHook(answerOnSend{keys: keys})

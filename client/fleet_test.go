@@ -6,12 +6,13 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // Fleet reads what the managers and workers keep, on a real Redis with
 // the keys written by hand.
 func TestFleetReads(t *testing.T) {
-	rc := newRedis(t)
+	rc := testkit.NewRedisClient(t)
 	keys := protocol.Keys{Prefix: "fleettest"}
 	ctx := context.Background()
 	f := &Fleet{Redis: rc, Keys: keys}
@@ -54,7 +55,7 @@ func TestFleetReads(t *testing.T) {
 	}
 
 	for i, ev := range []protocol.Event{protocol.EventCreated, protocol.EventStarted, protocol.EventPaused} {
-		xadd(t, rc, keys.Lifecycle(), docOf(protocol.Lifecycle{WorkerID: "w1", Event: ev, Source: "spawner", Timestamp: time.Now().Add(time.Duration(i))}))
+		testkit.XAdd(t, rc, keys.Lifecycle(), testkit.Doc(protocol.Lifecycle{WorkerID: "w1", Event: ev, Source: "spawner", Timestamp: time.Now().Add(time.Duration(i))}))
 	}
 	recent, err := f.Recent(ctx, keys.Lifecycle(), 2)
 	if err != nil || len(recent) != 2 || recent[0].Lifecycle == nil || recent[1].Lifecycle == nil || recent[0].Lifecycle.Event != protocol.EventStarted || recent[1].Lifecycle.Event != protocol.EventPaused {

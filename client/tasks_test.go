@@ -6,33 +6,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/testkit"
 )
-
-func newRedis(t *testing.T) *redis.Client {
-	t.Helper()
-	srv := testkit.StartRedis(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-func xadd(t *testing.T, rc *redis.Client, stream string, doc []byte) {
-	t.Helper()
-	if err := rc.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: protocol.Values(doc)}).Err(); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // Tasks on a real Redis, with the worker's side played by hand: the task
 // lands on the input stream, progress and then the output of this task
 // are delivered (an older output and another task's are not), and a
 // deadline gives ErrAwaitTimeout.
 func TestTasksSendWatchAwait(t *testing.T) {
-	rc := newRedis(t)
+	rc := testkit.NewRedisClient(t)
 	keys := protocol.Keys{Prefix: "taskstest"}
 	ctx := context.Background()
 	tasks := &Tasks{Redis: rc, Keys: keys}
@@ -45,7 +28,7 @@ func TestTasksSendWatchAwait(t *testing.T) {
 		t.Fatalf("send without a prompt: %v, want INVALID_TASK", err)
 	}
 	// An output of an earlier task with the same id is history, not ours.
-	xadd(t, rc, keys.Output("w1"), docOf(protocol.Output{Timestamp: time.Now(), RequestID: "r1", WorkerID: "w1", Status: protocol.StatusFailed,
+	testkit.XAdd(t, rc, keys.Output("w1"), testkit.Doc(protocol.Output{Timestamp: time.Now(), RequestID: "r1", WorkerID: "w1", Status: protocol.StatusFailed,
 		Error: &protocol.Error{Code: protocol.CodeKilled, Message: "old"}}))
 	sent, err := tasks.Send(ctx, "w1", protocol.Task{RequestID: "r1", ProjectID: "p", Prompt: "Do it."})
 	if err != nil {
@@ -64,9 +47,9 @@ func TestTasksSendWatchAwait(t *testing.T) {
 	go func() {
 		time.Sleep(50 * time.Millisecond)
 		pct := 50
-		xadd(t, rc, keys.Output("w1"), docOf(protocol.Progress{Timestamp: time.Now(), WorkerID: "w1", RequestID: "other", Step: "not ours"}))
-		xadd(t, rc, keys.Output("w1"), docOf(protocol.Progress{Timestamp: time.Now(), WorkerID: "w1", RequestID: "r1", Step: "half", ProgressPct: &pct}))
-		xadd(t, rc, keys.Output("w1"), docOf(protocol.Output{Timestamp: time.Now(), RequestID: "r1", WorkerID: "w1", Status: protocol.StatusComplete,
+		testkit.XAdd(t, rc, keys.Output("w1"), testkit.Doc(protocol.Progress{Timestamp: time.Now(), WorkerID: "w1", RequestID: "other", Step: "not ours"}))
+		testkit.XAdd(t, rc, keys.Output("w1"), testkit.Doc(protocol.Progress{Timestamp: time.Now(), WorkerID: "w1", RequestID: "r1", Step: "half", ProgressPct: &pct}))
+		testkit.XAdd(t, rc, keys.Output("w1"), testkit.Doc(protocol.Output{Timestamp: time.Now(), RequestID: "r1", WorkerID: "w1", Status: protocol.StatusComplete,
 			Result: []byte(`{"ok":true}`)}))
 	}()
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -94,13 +77,4 @@ func TestTasksSendWatchAwait(t *testing.T) {
 	if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("the deadline was kept late: %v", took)
 	}
-}
-
-// docOf encodes a protocol document a test writes.
-func docOf(v interface{ Encode() ([]byte, error) }) []byte {
-	doc, err := v.Encode()
-	if err != nil {
-		panic(err)
-	}
-	return doc
 }

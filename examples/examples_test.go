@@ -13,9 +13,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/spawner/spawnertest"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // build compiles a program of this repository into a temporary directory.
@@ -115,7 +115,7 @@ func exitCode(err error) int {
 // TestDemo runs `make demo`'s program (with the real worker-manager
 // binary) against a Redis of its own and checks its timeline.
 func TestDemo(t *testing.T) {
-	spawnertest.BuildImages(t)
+	testkit.WorkerImages(t)
 	r := testkit.StartRedis(t)
 	manager := build(t, "../spawner", "./cmd/worker-manager")
 	demo := build(t, ".", "./demo")

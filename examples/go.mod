@@ -16,6 +16,7 @@ require (
 	github.com/Azure/go-ansiterm v0.0.0-20250102033503-faa5f7b0171c // indirect
 	github.com/Microsoft/go-winio v0.6.4 // indirect
 	github.com/agentvisor/agentvisor/envconf v0.0.0 // indirect
+	github.com/agentvisor/agentvisor/testkit v0.0.0
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -64,3 +65,5 @@ replace (
 	github.com/agentvisor/agentvisor/spawner => ../spawner
 	github.com/agentvisor/agentvisor/stubmodel => ../stubmodel
 )
+
+replace github.com/agentvisor/agentvisor/testkit => ../testkit

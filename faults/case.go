@@ -16,8 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/redisconn"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // Options describe a case.
@@ -267,16 +267,7 @@ func (c *Case) PendingAt(id string) int64 {
 
 // waitFor polls f every 50 ms until it holds or bound passes.
 func (c *Case) waitFor(bound time.Duration, f func() bool) bool {
-	deadline := time.Now().Add(bound)
-	for {
-		if f() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return testkit.Poll(bound, 50*time.Millisecond, f)
 }
 
 func (c *Case) next(kind string) string {

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // DockerProxy stands between one manager and the Docker engine: a unix

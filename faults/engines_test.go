@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // TestEngineKillLeavesNothing checks the fleet harness itself (no row of

@@ -19,7 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // BenchmarkFleetScaleCurve is issue 13's scale curve: a fleet of three
@@ -136,7 +136,7 @@ func BenchmarkFleetScaleCurve(b *testing.B) {
 	}
 	stopFollow := fb.follow(ctx)
 	defer stopFollow()
-	if !waitUntil(30*time.Second, func() bool {
+	if !testkit.Poll(30*time.Second, 10*time.Millisecond, func() bool {
 		n, _ := rc.ZCount(ctx, keys.Hosts(), strconv.FormatInt(time.Now().UnixMilli(), 10), "+inf").Result()
 		return n == hosts
 	}) {
@@ -299,7 +299,7 @@ func (fb *fleetBench) command(ctx context.Context, cmd protocol.Command) (protoc
 	}
 	var r protocol.Reply
 	var at time.Time
-	if !waitUntil(5*time.Minute, func() bool {
+	if !testkit.Poll(5*time.Minute, 10*time.Millisecond, func() bool {
 		fb.mu.Lock()
 		defer fb.mu.Unlock()
 		var ok bool
@@ -515,7 +515,7 @@ func (fb *fleetBench) wakes(ctx context.Context, workers []string) []float64 {
 			fb.b.Fatal(err)
 		}
 		var at time.Time
-		if !waitUntil(time.Minute, func() bool {
+		if !testkit.Poll(time.Minute, 10*time.Millisecond, func() bool {
 			fb.mu.Lock()
 			defer fb.mu.Unlock()
 			var ok bool
@@ -637,19 +637,6 @@ func percentile(xs []float64, p float64) float64 {
 	sort.Float64s(s)
 	i := int(float64(len(s))*p/100+0.999999) - 1
 	return s[max(0, min(i, len(s)-1))]
-}
-
-func waitUntil(bound time.Duration, f func() bool) bool {
-	deadline := time.Now().Add(bound)
-	for {
-		if f() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // benchLogDir is where the managers' logs go: FLEET_BENCH_LOGS, else a

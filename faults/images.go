@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -11,7 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
+
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // BaseImage is the worker base the suite's managers build worker images
@@ -31,28 +31,10 @@ func envOr(k, def string) string {
 
 // FakeAgent is where the fake agent sits in BaseImage; a spec's AGENT_BIN
 // points there.
-const FakeAgent = "/usr/local/bin/fake-agent"
-
-// Root returns the repository's top directory: the nearest directory at
-// or above the working directory that holds faults/go.mod (the tests run
-// in faults/, cmd/fleet at the top).
-func Root() string {
-	dir, err := os.Getwd()
-	if err != nil {
-		panic(err)
-	}
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "faults", "go.mod")); err == nil {
-			return d
-		}
-		if filepath.Dir(d) == d {
-			panic("faults: no faults/go.mod at or above " + dir)
-		}
-	}
-}
+const FakeAgent = testkit.FakeAgentBin
 
 // ManagerBin is where the suite builds the worker-manager.
-func ManagerBin() string { return filepath.Join(Root(), "bin", "worker-manager") }
+func ManagerBin() string { return filepath.Join(testkit.Root(), "bin", "worker-manager") }
 
 var (
 	buildOnce sync.Once
@@ -77,54 +59,13 @@ func Build() error {
 }
 
 func build() error {
-	root := Root()
-	if out, err := exec.Command("bash", filepath.Join(root, "images", "build-base.sh")).CombinedOutput(); err != nil {
-		return fmt.Errorf("images/build-base.sh: %v\n%s", err, out)
-	}
-	ctx, err := os.MkdirTemp("", "faults-base-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(ctx)
-	static := append(os.Environ(), "CGO_ENABLED=0")
-	for _, b := range []struct{ pkg, out string }{
-		{"./cmd/worker-wrapper", "worker-wrapper"},
-		{"./internal/fakeagent", "fake-agent"},
-	} {
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(ctx, b.out), b.pkg)
-		cmd.Dir, cmd.Env = filepath.Join(root, "wrapper"), static
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
-		}
-	}
-	df, err := os.ReadFile(filepath.Join(root, "images", "worker-base", "Dockerfile"))
-	if err != nil {
-		return err
-	}
-	df = append(df, []byte("\nCOPY fake-agent "+FakeAgent+"\nLABEL io.agentvisor.image=worker-base-faults\n")...)
-	if err := os.WriteFile(filepath.Join(ctx, "Dockerfile"), df, 0o644); err != nil {
-		return err
-	}
-	if err := dockerBuild(ctx, BaseImage); err != nil {
+	if err := testkit.BuildFakeAgentImage(BaseImage, "worker-base-faults"); err != nil {
 		return err
 	}
 	cmd := exec.Command("go", "build", "-o", ManagerBin(), "./cmd/worker-manager")
-	cmd.Dir = filepath.Join(root, "spawner")
+	cmd.Dir = filepath.Join(testkit.Root(), "spawner")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build worker-manager: %v\n%s", err, out)
-	}
-	return nil
-}
-
-// dockerBuild builds the context dir as tag with the legacy builder (no
-// buildx plugin needed) on the host network, in 10 minutes at most.
-func dockerBuild(dir, tag string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "docker", "build", "-q", "--network", "host", "-t", tag, dir)
-	cmd.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("docker build %s: %v\n%s", tag, err, out)
 	}
 	return nil
 }
@@ -146,7 +87,7 @@ func (c *Case) ColdBase() string {
 	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := dockerBuild(dir, tag); err != nil {
+	if err := testkit.DockerBuild(dir, tag); err != nil {
 		t.Fatal(err)
 	}
 	id, err := docker("image", "inspect", "-f", "{{.Id}}", tag)

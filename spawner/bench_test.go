@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 func p99(xs []float64) float64 {
@@ -55,17 +55,13 @@ func BenchmarkColdBuild(b *testing.B) {
 	im, cc, _ := newImages(b)
 	ctx := context.Background()
 	base := fmt.Sprintf("agentvisor/worker-base:bench-%d", time.Now().UnixNano())
-	out, err := exec.Command("bash", "-c", fmt.Sprintf(`printf 'FROM agentvisor/worker-base:latest\nLABEL io.agentvisor.bench=%d\n' | DOCKER_BUILDKIT=0 docker build -q -t %s - >/dev/null`, time.Now().UnixNano(), base)).CombinedOutput()
-	if err != nil {
-		b.Fatalf("%v %s", err, out)
-	}
+	testkit.BuildFrom(b, "agentvisor/worker-base:latest", base, fmt.Sprintf("io.agentvisor.bench=%d", time.Now().UnixNano()))
 	im.BaseImage = base
 	var tags []string
 	b.Cleanup(func() {
 		for _, t := range tags {
 			exec.Command("docker", "rmi", t).Run()
 		}
-		exec.Command("docker", "rmi", base).Run()
 	})
 	wb, _ := cc.Client.ImageInspect(ctx, base)
 	b.ReportMetric(float64(wb.Size)/1e6, "worker-base-MB")

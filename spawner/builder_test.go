@@ -16,8 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // countingClient wraps the real Docker client and counts builds.
@@ -33,7 +33,7 @@ func (c *countingClient) ImageBuild(ctx context.Context, r io.Reader, o build.Im
 
 func newImages(t testing.TB) (*Images, *countingClient, *redis.Client) {
 	t.Helper()
-	buildImages(t) // the OS base and worker-base
+	testkit.WorkerImages(t) // the OS base and worker-base
 	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)
@@ -42,16 +42,14 @@ func newImages(t testing.TB) (*Images, *countingClient, *redis.Client) {
 	// lazily, and that races between goroutines.
 	dc.NegotiateAPIVersion(context.Background())
 	t.Cleanup(func() { dc.Close() })
-	r := testkit.StartRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
-	t.Cleanup(func() { rc.Close() })
+	rc := testkit.NewRedisClient(t)
 	cc := &countingClient{Client: dc}
 	return &Images{Docker: cc, Redis: rc}, cc, rc
 }
 
 func TestEnsureImage(t *testing.T) {
 	// A secret in the spawner's environment must not reach the image.
-	t.Setenv("ANTHROPIC_API_KEY", fakeKey)
+	t.Setenv("ANTHROPIC_API_KEY", testkit.BuildSecret)
 	im, cc, rc := newImages(t)
 	ctx := context.Background()
 
@@ -106,7 +104,7 @@ func TestEnsureImage(t *testing.T) {
 		t.Fatalf("last use %v %v", score, err)
 	}
 
-	if h := run(t, nil, "docker", "history", "--no-trunc", again.Tag); strings.Contains(h, fakeKey) {
+	if h := run(t, nil, "docker", "history", "--no-trunc", again.Tag); strings.Contains(h, testkit.BuildSecret) {
 		t.Error("the API key is in the image history")
 	}
 	save := exec.Command("docker", "save", again.Tag)
@@ -114,7 +112,7 @@ func TestEnsureImage(t *testing.T) {
 	if err := save.Start(); err != nil {
 		t.Fatal(err)
 	}
-	found, err := contains(stdout, []byte(fakeKey))
+	found, err := contains(stdout, []byte(testkit.BuildSecret))
 	save.Wait()
 	if err != nil || found {
 		t.Errorf("the API key is in a layer of %s (%v)", again.Tag, err)
@@ -136,8 +134,7 @@ func TestChangedBaseGivesNewTag(t *testing.T) {
 	}
 	// Another base image (the same worker-base with one more label) is
 	// another recipe.
-	run(t, nil, "bash", "-c", `printf 'FROM agentvisor/worker-base:latest\nLABEL io.agentvisor.test=changed-base\n' | DOCKER_BUILDKIT=0 docker build -q -t agentvisor/worker-base:test-changed - >/dev/null`)
-	t.Cleanup(func() { run(t, nil, "docker", "rmi", "agentvisor/worker-base:test-changed") })
+	testkit.BuildFrom(t, "agentvisor/worker-base:latest", "agentvisor/worker-base:test-changed", "io.agentvisor.test=changed-base")
 	im2 := &Images{Docker: im.Docker, BaseImage: "agentvisor/worker-base:test-changed"}
 	r2, err := im2.Recipe(ctx, protocol.AgentClaude, nil)
 	if err != nil {
@@ -156,8 +153,7 @@ func TestBrokenRecipeFailsCleanly(t *testing.T) {
 	NPMRegistry = "http://127.0.0.1:9/nowhere" // nothing listens: the download fails
 	defer func() { NPMRegistry = saved }()
 	// A recipe no other test builds (its own tag), on a base of its own.
-	run(t, nil, "bash", "-c", `printf 'FROM agentvisor/worker-base:latest\nLABEL io.agentvisor.test=broken\n' | DOCKER_BUILDKIT=0 docker build -q -t agentvisor/worker-base:test-broken - >/dev/null`)
-	t.Cleanup(func() { run(t, nil, "docker", "rmi", "agentvisor/worker-base:test-broken") })
+	testkit.BuildFrom(t, "agentvisor/worker-base:latest", "agentvisor/worker-base:test-broken", "io.agentvisor.test=broken")
 	im.BaseImage = "agentvisor/worker-base:test-broken"
 	_, err := im.EnsureImage(context.Background(), protocol.AgentDroid, nil)
 	var be *BuildError

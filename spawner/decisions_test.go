@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // The decision logic of the control plane, over the fake engine and a
@@ -134,7 +135,7 @@ func TestLivenessWaitsForAConnectedJudge(t *testing.T) {
 	if !h.judged["w"] {
 		t.Fatal("a worker silent for the whole judging window was not judged dead")
 	}
-	waitFor(t, func() bool { return !u.d.has(ContainerName("w")) })
+	testkit.Eventually(t, "the container of w removed", 5*time.Second, func() bool { return !u.d.has(ContainerName("w")) })
 	// A paused worker is never judged.
 	u.worker(t, "p", "paused", u.now().Add(-time.Hour))
 	healthCheck(t, h, "p")
@@ -188,16 +189,6 @@ func healthCheck(t *testing.T, h *Health, id string) {
 		t.Fatal(err)
 	}
 	h.check(ctx, id, sts[0], beats[0])
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatal("condition not met within 5 s")
 }
 
 // A worker that says it is shutting down removes its heartbeat as it

@@ -14,8 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // The escape suite: the real claude in a worker made by the spawner, with
@@ -26,12 +26,11 @@ import (
 // neither secret appears in what the agent saw, in any Redis entry, in the
 // container's log or in its image.
 func TestEscapeSuite(t *testing.T) {
-	buildImages(t)
+	testkit.WorkerImages(t)
 	const redisPass = "manager-pass-0b6f2c"
 	const apiKey = "sk-ant-planted-9d41e7c2a5"
 	r := testkit.StartRedisWith(t, testkit.RedisOptions{Password: redisPass})
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr, Password: redisPass})
-	t.Cleanup(func() { rc.Close() })
+	rc := r.Client(t)
 	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)
@@ -54,12 +53,7 @@ func TestEscapeSuite(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := New(cfg, dc, rc, &Images{Docker: dc, Redis: rc, Keys: cfg.Keys}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
-	t.Cleanup(func() {
-		out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label="+protocol.LabelKeyPrefix+"="+prefix).Output()
-		for _, id := range strings.Fields(string(out)) {
-			exec.Command("docker", "rm", "-f", id).Run()
-		}
-	})
+	testkit.CleanupLabelled(t, testkit.KeyPrefixLabel(prefix))
 	ctx := context.Background()
 	victim, err := s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // fakeDocker is an in-memory engine for the decision logic's unit tests:
@@ -162,9 +162,7 @@ type unit struct {
 
 func newUnit(t *testing.T, mod func(*Config)) *unit {
 	t.Helper()
-	r := testkit.StartRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
-	t.Cleanup(func() { rc.Close() })
+	r, rc := testkit.StartRedisClient(t)
 	cfg, err := ConfigFromEnv(func(k string) string {
 		return map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": "unit", "WORKER_STOP_TIMEOUT": "12s",
 			"HEARTBEAT_INTERVAL": "1s", "CREATION_GRACE": "30s", "MANAGER_ID": "m1"}[k]

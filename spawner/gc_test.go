@@ -12,12 +12,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 func TestImageGC(t *testing.T) {
-	buildImages(t)
+	testkit.WorkerImages(t)
 	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)
@@ -26,8 +26,7 @@ func TestImageGC(t *testing.T) {
 	// lazily, and that races between goroutines.
 	dc.NegotiateAPIVersion(context.Background())
 	defer dc.Close()
-	r := testkit.StartRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	rc := testkit.NewRedisClient(t)
 	defer rc.Close()
 	ctx := context.Background()
 	scope := fmt.Sprintf("io.agentvisor.test.gc=%d", time.Now().UnixNano())
@@ -38,10 +37,8 @@ func TestImageGC(t *testing.T) {
 	tags := map[string]string{}
 	for _, name := range []string{"a", "b", "c", "d"} {
 		tag := fmt.Sprintf("worker:gctest-%s-%d", name, time.Now().UnixNano())
-		run(t, nil, "bash", "-c", fmt.Sprintf(`printf 'FROM agentvisor/worker-base:latest\nLABEL %s=true %s x=%s\n' | DOCKER_BUILDKIT=0 docker build -q -t %s - >/dev/null`,
-			protocol.LabelManaged, scope, tag, tag))
+		testkit.BuildFrom(t, "agentvisor/worker-base:latest", tag, fmt.Sprintf("%s=true %s x=%s", protocol.LabelManaged, scope, tag))
 		tags[name] = tag
-		t.Cleanup(func() { exec.Command("docker", "rmi", "-f", tag).Run() })
 	}
 	keys := protocol.Keys{}
 	old := float64(time.Now().Add(-10 * 24 * time.Hour).Unix())

@@ -29,6 +29,7 @@ require (
 
 require (
 	github.com/Microsoft/go-winio v0.6.4 // indirect
+	github.com/agentvisor/agentvisor/testkit v0.0.0
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/chromedp/cdproto v0.159.0 // indirect
@@ -75,3 +76,5 @@ replace github.com/agentvisor/agentvisor/redisconn => ../redisconn
 replace github.com/agentvisor/agentvisor/stubmodel => ../stubmodel
 
 replace github.com/agentvisor/agentvisor/client => ../client
+
+replace github.com/agentvisor/agentvisor/testkit => ../testkit

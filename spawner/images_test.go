@@ -6,18 +6,17 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
-// The images of images/ (make images), built by their scripts: the OS base
-// from debootstrap with no registry, and worker-base.
-
-const fakeKey = "sk-ant-test-0000-DO-NOT-BAKE-1234567890"
+// The images of images/ (make images), built by their scripts
+// (testkit.WorkerImages, with testkit.BuildSecret in the builds'
+// environment): the OS base from debootstrap with no registry, and
+// worker-base.
 
 func run(t testing.TB, env []string, name string, args ...string) string {
 	t.Helper()
@@ -32,19 +31,8 @@ func run(t testing.TB, env []string, name string, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-func buildImages(t testing.TB) {
-	t.Helper()
-	testkit.RequireDocker(t)
-	root, _ := filepath.Abs("..")
-	// The build runs with a secret in its environment: none may end up in
-	// an image.
-	env := []string{"ANTHROPIC_API_KEY=" + fakeKey}
-	run(t, env, "bash", filepath.Join(root, "images", "build-base.sh"))
-	run(t, env, "bash", filepath.Join(root, "images", "build-worker-base.sh"))
-}
-
 func TestWorkerBaseImage(t *testing.T) {
-	buildImages(t)
+	testkit.WorkerImages(t)
 	const img = "agentvisor/worker-base:latest"
 
 	if id := run(t, nil, "docker", "run", "--rm", "--entrypoint", "/usr/bin/id", img); !strings.HasPrefix(id, "uid=1000(worker) gid=1000(worker)") {
@@ -79,7 +67,7 @@ func TestWorkerBaseImage(t *testing.T) {
 
 	// No secret in any layer or in the history.
 	for _, image := range []string{"agentvisor/os-base:bookworm", img} {
-		if h := run(t, nil, "docker", "history", "--no-trunc", image); strings.Contains(h, fakeKey) {
+		if h := run(t, nil, "docker", "history", "--no-trunc", image); strings.Contains(h, testkit.BuildSecret) {
 			t.Errorf("%s: the API key is in the image history", image)
 		}
 		cmd := exec.Command("docker", "save", image)
@@ -87,7 +75,7 @@ func TestWorkerBaseImage(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		found, err := contains(stdout, []byte(fakeKey))
+		found, err := contains(stdout, []byte(testkit.BuildSecret))
 		cmd.Wait()
 		if err != nil {
 			t.Fatal(err)

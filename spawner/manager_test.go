@@ -11,8 +11,8 @@ import (
 
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 func (f *fixture) startManager(t testing.TB) *client.Commands {

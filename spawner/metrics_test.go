@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 func TestOpsConfigFromEnv(t *testing.T) {
@@ -50,7 +51,7 @@ func TestOpsConfigFromEnv(t *testing.T) {
 // start, last reconciliation and leases while it runs; gone at once when
 // it stops cleanly.
 func TestPresence(t *testing.T) {
-	rc := newRedis(t)
+	rc := testkit.NewRedisClient(t)
 	keys := protocol.Keys{Prefix: "presencetest"}
 	ctx := context.Background()
 	s := New(Config{Keys: keys, ManagerID: "m1"}, nil, rc, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -101,7 +102,7 @@ func TestPresence(t *testing.T) {
 // missed; the workers and the queue are read at the scrape; /metrics
 // serves them.
 func TestMetricsFromStreams(t *testing.T) {
-	rc := newRedis(t)
+	rc := testkit.NewRedisClient(t)
 	keys := protocol.Keys{Prefix: "metricstest"}
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -127,14 +128,14 @@ func TestMetricsFromStreams(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // the reader starts after what the streams hold
 
 	now := time.Now()
-	xadd(t, rc, keys.Lifecycle(), docOf(protocol.Lifecycle{WorkerID: "w1", Event: protocol.EventDegraded, Source: "spawner", Timestamp: now}))
-	xadd(t, rc, keys.Lifecycle(), docOf(protocol.Lifecycle{WorkerID: "w1", Event: protocol.EventDied, Source: "spawner", Timestamp: now}))
+	testkit.XAdd(t, rc, keys.Lifecycle(), testkit.Doc(protocol.Lifecycle{WorkerID: "w1", Event: protocol.EventDegraded, Source: "spawner", Timestamp: now}))
+	testkit.XAdd(t, rc, keys.Lifecycle(), testkit.Doc(protocol.Lifecycle{WorkerID: "w1", Event: protocol.EventDied, Source: "spawner", Timestamp: now}))
 	time.Sleep(20 * time.Millisecond)
-	xadd(t, rc, keys.Output("w1"), docOf(protocol.Output{Timestamp: now, RequestID: "r1", WorkerID: "w1", AgentType: "claude", ProjectID: "shop",
+	testkit.XAdd(t, rc, keys.Output("w1"), testkit.Doc(protocol.Output{Timestamp: now, RequestID: "r1", WorkerID: "w1", AgentType: "claude", ProjectID: "shop",
 		Status: protocol.StatusFailed, Error: &protocol.Error{Code: protocol.CodeKilled, Message: "killed"}, DurationMS: 1500}))
-	xadd(t, rc, keys.Output("w2"), docOf(protocol.Output{Timestamp: now, RequestID: "r2", WorkerID: "w2", AgentType: "claude", ProjectID: "shop",
+	testkit.XAdd(t, rc, keys.Output("w2"), testkit.Doc(protocol.Output{Timestamp: now, RequestID: "r2", WorkerID: "w2", AgentType: "claude", ProjectID: "shop",
 		Status: protocol.StatusComplete, Usage: protocol.Usage{Input: 100, Output: 20}, CostUSD: 0.5, DurationMS: 800}))
-	xadd(t, rc, keys.Output("w2"), docOf(protocol.Output{Timestamp: now, RequestID: "r3", WorkerID: "w2", AgentType: "claude", ProjectID: "docs",
+	testkit.XAdd(t, rc, keys.Output("w2"), testkit.Doc(protocol.Output{Timestamp: now, RequestID: "r3", WorkerID: "w2", AgentType: "claude", ProjectID: "docs",
 		Status: protocol.StatusFailed, Error: &protocol.Error{Code: protocol.CodeResumeFailed, Message: "x"}, Usage: protocol.Usage{Input: 7}, CostUSD: 0.25}))
 
 	deadline := time.Now().Add(5 * time.Second)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // Allocation from a warm pool against a cold create of the same worker,

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 func TestDeadIdlePausedAndOrphans(t *testing.T) {

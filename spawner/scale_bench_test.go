@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // The scale benchmarks run workers whose agent is the wrapper's fake agent
@@ -22,34 +22,19 @@ import (
 // that what is measured is the runtime, not the CLI.
 const benchBase = "agentvisor/worker-base-bench:latest"
 
-var benchBaseOnce sync.Once
+var (
+	benchBaseOnce sync.Once
+	benchBaseErr  error
+)
 
-// buildBenchBase builds worker-base plus the fake agent.
+// buildBenchBase builds worker-base plus the fake agent, once per test
+// binary.
 func buildBenchBase(b testing.TB) {
 	b.Helper()
-	buildImages(b)
-	var err error
-	benchBaseOnce.Do(func() {
-		dir := b.TempDir()
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "fake-agent"), "./internal/fakeagent")
-		cmd.Dir, cmd.Env = "../wrapper", append(os.Environ(), "CGO_ENABLED=0")
-		if out, e := cmd.CombinedOutput(); e != nil {
-			err = fmt.Errorf("build the fake agent: %v\n%s", e, out)
-			return
-		}
-		df := "FROM agentvisor/worker-base:latest\nCOPY fake-agent /usr/local/bin/fake-agent\n"
-		if e := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644); e != nil {
-			err = e
-			return
-		}
-		cmd = exec.Command("docker", "build", "-q", "-t", benchBase, dir)
-		cmd.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
-		if out, e := cmd.CombinedOutput(); e != nil {
-			err = fmt.Errorf("build %s: %v\n%s", benchBase, e, out)
-		}
-	})
-	if err != nil {
-		b.Fatal(err)
+	testkit.WorkerImages(b)
+	benchBaseOnce.Do(func() { benchBaseErr = testkit.BuildFakeAgentImage(benchBase, "worker-base-bench") })
+	if benchBaseErr != nil {
+		b.Fatal(benchBaseErr)
 	}
 }
 
@@ -61,7 +46,7 @@ var fakeSpec = protocol.WorkerSpec{AgentType: protocol.AgentClaude}
 // (WORKER_ENV) points AGENT_BIN at it (a spec may not set AGENT_BIN).
 func useFakeAgent(c *Config) {
 	c.BaseImage = benchBase
-	c.WorkerEnv = map[string]string{"AGENT_BIN": "/usr/local/bin/fake-agent"}
+	c.WorkerEnv = map[string]string{"AGENT_BIN": testkit.FakeAgentBin}
 }
 
 // cgroupMemory is a container's memory use as its cgroup counts it.
@@ -227,8 +212,7 @@ func BenchmarkShutdownTwenty(b *testing.B) {
 		b.Fatal(err)
 	}
 	took := time.Since(t0)
-	out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label="+protocol.LabelKeyPrefix+"="+f.keys.Prefix).Output()
-	left := len(strings.Fields(string(out)))
+	left := testkit.CountLabelled(testkit.KeyPrefixLabel(f.keys.Prefix))
 
 	var names []string
 	for i := 0; i < n; i++ {

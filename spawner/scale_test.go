@@ -9,8 +9,8 @@ import (
 
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
+	"github.com/agentvisor/agentvisor/testkit"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -16,9 +16,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 type fixture struct {
@@ -42,10 +42,8 @@ func (f *fixture) as(managerID string) *Spawner {
 // the stub model.
 func newFixture(t testing.TB, mod func(*Config)) *fixture {
 	t.Helper()
-	buildImages(t)
-	r := testkit.StartRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
-	t.Cleanup(func() { rc.Close() })
+	testkit.WorkerImages(t)
+	r, rc := testkit.StartRedisClient(t)
 	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)
@@ -76,13 +74,8 @@ func newFixture(t testing.TB, mod func(*Config)) *fixture {
 	}
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	s := New(cfg, dc, rc, &Images{Docker: dc, Redis: rc, Keys: cfg.Keys, BaseImage: cfg.BaseImage}, log)
-	t.Cleanup(func() {
-		// No container of this test survives it.
-		out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label="+protocol.LabelKeyPrefix+"="+prefix).Output()
-		for _, id := range strings.Fields(string(out)) {
-			exec.Command("docker", "rm", "-f", id).Run()
-		}
-	})
+	// No container or volume of this test survives it.
+	testkit.CleanupLabelled(t, testkit.KeyPrefixLabel(prefix))
 	return &fixture{s: s, rc: rc, dc: dc, keys: cfg.Keys, stub: stub}
 }
 

@@ -22,8 +22,11 @@ require (
 )
 
 require (
+	github.com/agentvisor/agentvisor/testkit v0.0.0
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/tidwall/match v1.1.1 // indirect
 	github.com/tidwall/pretty v1.2.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 )
+
+replace github.com/agentvisor/agentvisor/testkit => ../testkit

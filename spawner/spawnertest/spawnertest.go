@@ -11,11 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,9 +18,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // Runtime is a running manager and what it uses.
@@ -41,43 +36,13 @@ type Runtime struct {
 	Env []string
 }
 
-var buildOnce sync.Once
-var buildErr error
-
-// root is the repository's top directory.
-func root() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
-
-// BuildImages builds the OS base and worker-base images of this checkout
-// (once per test binary).
-func BuildImages(t testing.TB) {
-	t.Helper()
-	testkit.RequireDocker(t)
-	buildOnce.Do(func() {
-		for _, script := range []string{"build-base.sh", "build-worker-base.sh"} {
-			out, err := exec.Command("bash", filepath.Join(root(), "images", script)).CombinedOutput()
-			if err != nil {
-				buildErr = fmt.Errorf("%s: %v\n%s", script, err, out)
-				return
-			}
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-}
-
 // Start starts a runtime; mod may change the manager's configuration. The
 // stub model answers every request with a complete stop output unless the
 // test gives it a script.
 func Start(t testing.TB, mod func(*spawner.Config)) *Runtime {
 	t.Helper()
-	BuildImages(t)
-	r := testkit.StartRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
-	t.Cleanup(func() { rc.Close() })
+	testkit.WorkerImages(t)
+	r, rc := testkit.StartRedisClient(t)
 	stub, err := stubmodel.Start(stubmodel.Script{})
 	if err != nil {
 		t.Fatal(err)
@@ -119,11 +84,8 @@ func Start(t testing.TB, mod func(*spawner.Config)) *Runtime {
 		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
 		defer scancel()
 		_ = s.Shutdown(sctx)
-		// No container of this runtime survives the test.
-		out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label="+protocol.LabelKeyPrefix+"="+prefix).Output()
-		for _, id := range strings.Fields(string(out)) {
-			_ = exec.Command("docker", "rm", "-f", id).Run()
-		}
+		// No container or volume of this runtime survives the test.
+		testkit.RemoveLabelled(testkit.KeyPrefixLabel(prefix))
 	})
 	return &Runtime{Redis: r, RC: rc, Keys: cfg.Keys, Stub: stub, Spawner: s, RedisURL: r.URL(),
 		Env: []string{"REDIS_URL=" + r.URL(), "WORKER_KEY_PREFIX=" + prefix, "ANTHROPIC_BASE_URL=" + stub.URL,

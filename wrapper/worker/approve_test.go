@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // permissionRequests decodes the permission requests on the worker's

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // stubPrices prices the stub's custom Droid model (droidCustomModel) at

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // blockedReader returns the client id of the worker's blocked XREADGROUP.

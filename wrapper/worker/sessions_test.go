@@ -14,8 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/testkit"
 	"github.com/agentvisor/agentvisor/wrapper/agent"
 	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
 )

@@ -19,7 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 var bins struct{ fake, wrapper string }
@@ -43,9 +43,7 @@ type env struct {
 
 func newEnv(t *testing.T, agentType protocol.AgentType, kind protocol.Kind) *env {
 	t.Helper()
-	r := testkit.StartRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
-	t.Cleanup(func() { rc.Close() })
+	r, rc := testkit.StartRedisClient(t)
 	cfg, err := FromEnv(mapEnv(map[string]string{
 		"WORKER_ID": "w-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), "REDIS_URL": r.URL(),
 		"AGENT_TYPE": string(agentType), "WORKER_KIND": string(kind), "AGENT_BIN": bins.fake,

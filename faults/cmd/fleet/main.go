@@ -31,7 +31,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/faults"
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 func main() {
@@ -108,7 +108,7 @@ func (r *run) run(ctx context.Context) (bool, error) {
 	r.say("built %s (worker-base with the fake agent) and bin/worker-manager in %s", faults.BaseImage, since(t0))
 	// Hold off a test that restarts the default engine (the images come
 	// from it) while the fleet runs.
-	if unlock, err := shareEngine(); err == nil {
+	if unlock, err := testkit.ShareEngineLock(); err == nil {
 		defer unlock()
 	}
 	var err error
@@ -552,31 +552,12 @@ func (r *run) stopManagers() {
 	wg.Wait()
 }
 
+// waitFor polls f every 100 ms until it holds, bound passes or ctx ends,
+// and reports whether it held.
 func (r *run) waitFor(ctx context.Context, bound time.Duration, f func() bool) bool {
-	deadline := time.Now().Add(bound)
-	for {
-		if f() {
-			return true
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return false
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// shareEngine takes the shared lock the tests hold on the default engine
-// (protocol/testkit): a test that restarts the engine waits for it.
-func shareEngine() (func(), error) {
-	f, err := os.OpenFile("/tmp/agentvisor-test-engine.lock", os.O_CREATE|os.O_RDWR, 0o666)
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+	held := false
+	testkit.Poll(bound, 100*time.Millisecond, func() bool { held = f(); return held || ctx.Err() != nil })
+	return held
 }
 
 func since(t time.Time) string { return round(time.Since(t)) }

@@ -17,14 +17,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/spawner"
-	"github.com/agentvisor/agentvisor/spawner/spawnertest"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // A real Prometheus server (Debian's prometheus) scrapes a live
@@ -36,9 +33,8 @@ func TestPrometheusScrapesManager(t *testing.T) {
 	if err != nil {
 		t.Fatal("prometheus is not installed (make setup installs Debian's): ", err)
 	}
-	spawnertest.BuildImages(t)
-	r := testkit.StartRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	testkit.WorkerImages(t)
+	r, rc := testkit.StartRedisClient(t)
 	defer rc.Close()
 	stub, err := stubmodel.Start(stubmodel.Script{})
 	if err != nil {
@@ -186,8 +182,7 @@ func TestPrometheusScrapesManager(t *testing.T) {
 // costs the metrics, not the manager: it runs, says so in its state (no
 // metrics address), and exits cleanly.
 func TestMetricsAddrInUse(t *testing.T) {
-	r := testkit.StartRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	r, rc := testkit.StartRedisClient(t)
 	defer rc.Close()
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

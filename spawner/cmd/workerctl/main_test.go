@@ -10,10 +10,10 @@ import (
 
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/spawner/spawnertest"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // ctlRun runs workerctl against the runtime and returns its exit code and

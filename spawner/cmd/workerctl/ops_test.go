@@ -12,10 +12,10 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/spawner/spawnertest"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // Help, completion and flag spelling need no Redis.

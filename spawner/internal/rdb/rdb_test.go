@@ -10,15 +10,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 func newRDB(t *testing.T) (*RDB, context.Context) {
 	t.Helper()
-	srv := testkit.StartRedis(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { c.Close() })
+	c := testkit.NewRedisClient(t)
 	return New(c, protocol.Keys{Prefix: "rdbtest"}), context.Background()
 }
 

@@ -15,8 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // Benchmarks of the wrapper binary, run by `make bench` with -benchtime=1x:
@@ -94,8 +94,7 @@ func percentile(xs []float64, p float64) float64 {
 // stamps its start and exit: task XADD -> agent start, agent exit ->
 // Output readable in Redis, and progress call -> Progress entry readable.
 func BenchmarkLatencies(b *testing.B) {
-	r := testkit.StartRedis(b)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	r, rc := testkit.StartRedisClient(b)
 	defer rc.Close()
 	env := append(baseEnv(r.URL(), b), "PAUSE_AFTER_OUTPUT=false", "ALLOWED_COMMANDS=worker.progress")
 	startWrapper(b, env)
@@ -216,8 +215,7 @@ func BenchmarkTaskOverhead(b *testing.B) {
 	home, ws := b.TempDir(), b.TempDir()
 	agentEnv := []string{"HOME=" + home, "PATH=/usr/local/bin:/usr/bin:/bin", "ANTHROPIC_BASE_URL=" + stub.URL,
 		"ANTHROPIC_API_KEY=x", "IS_SANDBOX=1", "DISABLE_TELEMETRY=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1"}
-	r := testkit.StartRedis(b)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	r, rc := testkit.StartRedisClient(b)
 	defer rc.Close()
 	env := append(agentEnv, "WORKER_ID=bb-1", "REDIS_URL="+r.URL(), "AGENT_TYPE=claude", "AGENT_BIN="+claude,
 		"WORKSPACE="+ws, "PAUSE_AFTER_OUTPUT=false")
@@ -288,8 +286,7 @@ func BenchmarkDroidFollowUp(b *testing.B) {
 // and gives it 8 tasks of one project; it returns the median time from a
 // follow-up's XADD to its Output (the first task starts the session).
 func followUpMedian(b *testing.B, agentEnv []string, persistent bool) float64 {
-	r := testkit.StartRedis(b)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	r, rc := testkit.StartRedisClient(b)
 	defer rc.Close()
 	env := append([]string{"HOME=" + b.TempDir(), "PATH=/usr/local/bin:/usr/bin:/bin", "ANTHROPIC_API_KEY=x", "WORKER_ID=bb-1",
 		"REDIS_URL=" + r.URL(), "WORKSPACE=" + b.TempDir(), "PAUSE_AFTER_OUTPUT=false", "AGENT_PERSISTENT=" + strconv.FormatBool(persistent)},

@@ -10,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // BenchmarkCancel measures a cancel of a running task (cancel XADD ->
@@ -24,8 +24,7 @@ func BenchmarkCancel(b *testing.B) {
 	claude, stub := claudeAndStub(b)
 	stub.SetScript(stubmodel.Script{Fallback: &stubmodel.Step{Text: "Done.\n{\"status\": \"complete\", \"result\": {}}", DelayMS: 60_000}})
 	p99 := func(persistent bool) float64 {
-		r := testkit.StartRedis(b)
-		rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+		r, rc := testkit.StartRedisClient(b)
 		defer rc.Close()
 		env := []string{"HOME=" + b.TempDir(), "PATH=/usr/local/bin:/usr/bin:/bin", "ANTHROPIC_BASE_URL=" + stub.URL,
 			"ANTHROPIC_API_KEY=x", "WORKER_ID=bc-1", "REDIS_URL=" + r.URL(), "AGENT_TYPE=claude", "AGENT_BIN=" + claude,

@@ -11,10 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // The wrapper as PID 1 of a real container: a FROM scratch image holding
@@ -54,10 +52,11 @@ COPY worker-wrapper claude notexec /usr/local/bin/
 ENV PATH=/usr/local/bin
 WORKDIR /workspace
 ENTRYPOINT ["/usr/local/bin/worker-wrapper"]
+LABEL io.agentvisor.test=1
 `), 0o644)
 	tag := randomName("agentvisor-pid1-test:")
-	if out, err := docker(t, "build", "-q", "--label", "io.agentvisor.test=1", "-t", tag, ctxDir); err != nil {
-		t.Fatalf("docker build: %v\n%s", err, out)
+	if err := testkit.DockerBuild(ctxDir, tag); err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { docker(t, "rmi", "-f", tag) })
 	return tag
@@ -77,8 +76,7 @@ func runContainer(t *testing.T, image, name string, env ...string) {
 
 func TestPID1InContainer(t *testing.T) {
 	image := buildTestImage(t)
-	r := testkit.StartRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	r, rc := testkit.StartRedisClient(t)
 	defer rc.Close()
 	keys := protocol.Keys{}
 

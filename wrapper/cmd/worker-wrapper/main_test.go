@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // Black-box tests of the worker-wrapper binary: its exit codes, its
@@ -157,8 +157,7 @@ func zombieChildren(pid int) []string {
 }
 
 func TestSubreaperReapsOrphansAndSIGTERMStopsCleanly(t *testing.T) {
-	r := testkit.StartRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	r, rc := testkit.StartRedisClient(t)
 	defer rc.Close()
 	cmd, out := startWrapper(t, baseEnv(r.URL(), t))
 	keys := protocol.Keys{}
@@ -194,8 +193,7 @@ func TestSubreaperReapsOrphansAndSIGTERMStopsCleanly(t *testing.T) {
 }
 
 func TestSecondSIGTERMCutsTheGraceShort(t *testing.T) {
-	r := testkit.StartRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	r, rc := testkit.StartRedisClient(t)
 	defer rc.Close()
 	cmd, out := startWrapper(t, append(baseEnv(r.URL(), t), "SHUTDOWN_GRACE=60s"))
 	keys := protocol.Keys{}

@@ -14,8 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // The secrets the escape tests plant: a Redis password and a model API key.
@@ -26,8 +26,7 @@ const password, apiKey = "redis-pass-5f0c9a7e", "sk-ant-api-secret-4b1d7c2e"
 func secretServices(t *testing.T) (*testkit.Redis, *redis.Client, *stubmodel.Server) {
 	t.Helper()
 	r := testkit.StartRedisWith(t, testkit.RedisOptions{Password: password})
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr, Password: password})
-	t.Cleanup(func() { rc.Close() })
+	rc := r.Client(t)
 	stub, err := stubmodel.Start(stubmodel.Script{})
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 func TestFinishTaskPublishesOnceAndAcks(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/protocol/testkit"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // BenchmarkFinishTaskWait is what WAIT costs a task's output: the finish

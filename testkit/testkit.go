@@ -1,6 +1,13 @@
 // Package testkit holds the test harness every module of the workspace
-// shares: a throwaway redis-server on a free loopback port, and a check that
-// the Docker engine answers.
+// shares: a throwaway redis-server on a free loopback port (redis.go adds a
+// client of it), a check that the Docker engine answers and the lock that
+// shares it between test binaries (engine.go), the worker images built from
+// this checkout (images.go), removal of a test's containers and volumes by
+// label (docker.go), and the wait helpers (wait.go).
+//
+// It is a module of its own, apart from protocol, so that the protocol
+// module keeps depending on the standard library only while the harness
+// uses go-redis.
 //
 // A missing service fails the test, loudly, with what to run: tests never
 // skip because Redis or Docker is absent (`make setup` installs both), so a
@@ -289,17 +296,4 @@ func tail(b []byte, n int) string {
 		b = b[len(b)-n:]
 	}
 	return string(b)
-}
-
-// Eventually polls f until it holds, and fails the test, naming what it
-// waited for, when timeout passes first.
-func Eventually(t testing.TB, what string, timeout time.Duration, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
 }

@@ -27,16 +27,29 @@ var engineOwner struct {
 
 func lockFile(t testing.TB, how int) {
 	t.Helper()
-	f, err := os.OpenFile(engineLockPath, os.O_CREATE|os.O_RDWR, 0o666)
+	unlock, err := flockEngine(how)
 	if err != nil {
 		t.Fatalf("testkit: engine lock: %v", err)
 	}
+	t.Cleanup(unlock)
+}
+
+func flockEngine(how int) (unlock func(), err error) {
+	f, err := os.OpenFile(engineLockPath, os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return nil, err
+	}
 	if err := syscall.Flock(int(f.Fd()), how); err != nil {
 		f.Close()
-		t.Fatalf("testkit: engine lock: %v", err)
+		return nil, err
 	}
-	t.Cleanup(func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() })
+	return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
 }
+
+// ShareEngineLock takes the shared lock the tests hold on the engine, for
+// a program that is no test (the fault suite's fleet): a test that
+// restarts the engine waits until unlock.
+func ShareEngineLock() (unlock func(), err error) { return flockEngine(syscall.LOCK_SH) }
 
 // shareEngine takes the shared lock for the rest of the test, unless this
 // process restarts the engine (then it has it exclusively already).

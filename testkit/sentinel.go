@@ -125,12 +125,8 @@ func fields(kv []string) map[string]string {
 }
 
 func waitFor(bound time.Duration, f func() bool) error {
-	deadline := time.Now().Add(bound)
-	for !f() {
-		if time.Now().After(deadline) {
-			return errors.New("testkit: timed out")
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !Poll(bound, 50*time.Millisecond, f) {
+		return errors.New("testkit: timed out")
 	}
 	return nil
 }
