@@ -57,7 +57,7 @@ const CreationGrace = 5 * time.Second
 // suite's own LEASE_TTL, 3 s by default, instead of the managers' 15 s):
 // a queued or admitted create, a retirement, the leader's lease and the
 // idle time after which a dead manager's commands are claimed each cost
-// at most one lease after a crash (issue 11), and the cases' bounds count
+// at most one lease after a crash, and the cases' bounds count
 // in leases.
 func Lease() time.Duration {
 	v := os.Getenv("LEASE_TTL")
@@ -385,74 +385,11 @@ func (c *Case) finish() {
 		}
 	}
 	c.Settle()
-	c.mu.Lock()
-	managers := append([]*Manager(nil), c.managers...)
-	c.mu.Unlock()
-	// The final shutdown: what a supervisor does, SIGTERM, then SIGKILL
-	// past the stop timeout and a margin (a wrapper's shutdown grace is 10 s
-	// shorter than the stop timeout, so every worker is gone by then).
-	bound := StopTimeout + 5*time.Second
-	for _, m := range managers {
-		if !m.Running() {
-			continue
-		}
-		if exited, took := m.Terminate(bound); !exited {
-			c.Note("final shutdown: manager %s did not exit within %s of SIGTERM (SIGKILLed)", m.ID, roundDur(took))
-		}
-	}
-	c.mu.Lock()
-	counts := c.counts
-	c.mu.Unlock()
-	for _, f := range counts {
-		f()
-	}
-	left := c.Containers()
-	if len(left) > 0 {
-		var states []string
-		for _, x := range left {
-			states = append(states, short(x.WorkerID)+" "+x.State+hostNote(x.Host))
-			c.RemoveContainer(x)
-		}
-		c.Note("%d containers left after the final shutdown (%s)", len(left), strings.Join(states, ", "))
-	}
+	managers := c.shutDown()
+	left := c.orphans()
 	tally := c.L.Tally(c.settled, c.answers())
-	c.mu.Lock()
-	row := Row{Case: c.Opt.Name, Fault: c.Opt.Fault, RecoveredMeans: c.Opt.Recovered, DetectedMeans: c.Opt.Detected, Tasks: tally.Sent,
-		Lost: tally.Lost, Duplicated: tally.Duplicated, Orphans: len(left) + c.unwanted, Recovery: c.recovery,
-		Took: time.Since(c.begun)}
-	notRecovered := c.recovered != nil && !*c.recovered
-	if row.Recovery == "" {
-		row.Recovery = "—"
-	}
-	row.Detection = c.detection
-	if row.Detection == "" {
-		row.Detection = "—"
-	}
-	notes := tally.Notes
-	if len(notes) > 6 {
-		notes = append(notes[:6:6], fmt.Sprintf("and %d more such", len(notes)-6))
-	}
-	notes = append(notes, c.notes...)
-	c.mu.Unlock()
-	var failures []string
-	if row.Lost > 0 {
-		failures = append(failures, fmt.Sprintf("%d lost", row.Lost))
-	}
-	switch {
-	case row.Duplicated > 0 && tally.MaxAnswers > 1+c.Opt.ExtraAnswers:
-		failures = append(failures, fmt.Sprintf("%d duplicated (one request answered %d times)", row.Duplicated, tally.MaxAnswers))
-	case row.Duplicated > 0:
-		notes = append(notes, fmt.Sprintf("%d duplicated, within the case's bound of %d answers per request", row.Duplicated, 1+c.Opt.ExtraAnswers))
-	}
-	if row.Orphans > 0 {
-		failures = append(failures, fmt.Sprintf("%d orphans", row.Orphans))
-	}
-	if notRecovered {
-		failures = append(failures, "not recovered within its bound")
-	}
-	if t.Failed() && len(failures) == 0 {
-		notes = append(notes, "the case itself failed (see the test log)")
-	}
+	row, notes := c.row(tally, left)
+	failures, notes := c.verdict(row, tally, notes)
 	row.Pass = len(failures) == 0 && !t.Failed()
 	row.Notes = strings.Join(notes, "; ")
 	record(row)
@@ -469,4 +406,93 @@ func (c *Case) finish() {
 		}
 	}
 	c.RC.Close()
+}
+
+// shutDown is the final shutdown of the case's managers, as a supervisor
+// does it: SIGTERM, then SIGKILL past the stop timeout and a margin (a
+// wrapper's shutdown grace is 10 s shorter than the stop timeout, so every
+// worker is gone by then). It returns the managers.
+func (c *Case) shutDown() []*Manager {
+	c.mu.Lock()
+	managers := append([]*Manager(nil), c.managers...)
+	c.mu.Unlock()
+	bound := StopTimeout + 5*time.Second
+	for _, m := range managers {
+		if !m.Running() {
+			continue
+		}
+		if exited, took := m.Terminate(bound); !exited {
+			c.Note("final shutdown: manager %s did not exit within %s of SIGTERM (SIGKILLed)", m.ID, roundDur(took))
+		}
+	}
+	return managers
+}
+
+// orphans runs the case's own counts, then removes and returns the
+// containers left after the final shutdown.
+func (c *Case) orphans() []Container {
+	c.mu.Lock()
+	counts := c.counts
+	c.mu.Unlock()
+	for _, f := range counts {
+		f()
+	}
+	left := c.Containers()
+	if len(left) > 0 {
+		var states []string
+		for _, x := range left {
+			states = append(states, short(x.WorkerID)+" "+x.State+hostNote(x.Host))
+			c.RemoveContainer(x)
+		}
+		c.Note("%d containers left after the final shutdown (%s)", len(left), strings.Join(states, ", "))
+	}
+	return left
+}
+
+// row is the case's line of FAULTS.md, without its verdict, and the notes
+// so far.
+func (c *Case) row(tally Tally, left []Container) (Row, []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	row := Row{Case: c.Opt.Name, Fault: c.Opt.Fault, RecoveredMeans: c.Opt.Recovered, DetectedMeans: c.Opt.Detected, Tasks: tally.Sent,
+		Lost: tally.Lost, Duplicated: tally.Duplicated, Orphans: len(left) + c.unwanted, Recovery: c.recovery,
+		Took: time.Since(c.begun), Detection: c.detection}
+	if row.Recovery == "" {
+		row.Recovery = "—"
+	}
+	if row.Detection == "" {
+		row.Detection = "—"
+	}
+	notes := tally.Notes
+	if len(notes) > 6 {
+		notes = append(notes[:6:6], fmt.Sprintf("and %d more such", len(notes)-6))
+	}
+	return row, append(notes, c.notes...)
+}
+
+// verdict lists what makes the case fail (lost, duplicated beyond its
+// bound, orphans, not recovered) and adds to the notes what does not.
+func (c *Case) verdict(row Row, tally Tally, notes []string) (failures, _ []string) {
+	if row.Lost > 0 {
+		failures = append(failures, fmt.Sprintf("%d lost", row.Lost))
+	}
+	switch {
+	case row.Duplicated > 0 && tally.MaxAnswers > 1+c.Opt.ExtraAnswers:
+		failures = append(failures, fmt.Sprintf("%d duplicated (one request answered %d times)", row.Duplicated, tally.MaxAnswers))
+	case row.Duplicated > 0:
+		notes = append(notes, fmt.Sprintf("%d duplicated, within the case's bound of %d answers per request", row.Duplicated, 1+c.Opt.ExtraAnswers))
+	}
+	if row.Orphans > 0 {
+		failures = append(failures, fmt.Sprintf("%d orphans", row.Orphans))
+	}
+	c.mu.Lock()
+	notRecovered := c.recovered != nil && !*c.recovered
+	c.mu.Unlock()
+	if notRecovered {
+		failures = append(failures, "not recovered within its bound")
+	}
+	if c.T.Failed() && len(failures) == 0 {
+		notes = append(notes, "the case itself failed (see the test log)")
+	}
+	return failures, notes
 }

@@ -22,7 +22,7 @@ import (
 
 // A Fleet is several simulated hosts on this machine, each a Docker
 // engine of its own (Engine) with its worker-manager, all on one Redis:
-// what issue 13 runs on several machines. The fleet's directory holds the
+// what a fleet runs on several machines. The fleet's directory holds the
 // engines' roots and an owner file, so that a fleet whose process died
 // (a test binary killed by its timeout) is swept by the next one.
 type Fleet struct {

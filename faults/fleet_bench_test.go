@@ -22,7 +22,7 @@ import (
 	"github.com/agentvisor/agentvisor/testkit"
 )
 
-// BenchmarkFleetScaleCurve is issue 13's scale curve: a fleet of three
+// BenchmarkFleetScaleCurve is the fleet's scale curve: a fleet of three
 // simulated hosts (engines of their own, one worker-manager process each,
 // default intervals), one Redis, grown to 10, 100 and 300 workers whose
 // agent is the wrapper's fake one. At each size it reports, for the

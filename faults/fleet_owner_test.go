@@ -11,7 +11,7 @@ import (
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
-// TestCommandsReachTheWorkersHost is issue 13's placement by label and
+// TestCommandsReachTheWorkersHost checks placement by label and
 // ownership on two simulated hosts: every command and control request on
 // a worker is read, while the worker's own host is frozen, by the other
 // host's manager, which cannot touch the worker's container (it is on

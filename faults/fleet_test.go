@@ -11,7 +11,7 @@ import (
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
-// TestHostLostMidLoad is issue 13's host loss on three simulated hosts
+// TestHostLostMidLoad is a host lost on a fleet of three simulated hosts
 // (Docker engines of their own, one manager each, one Redis): one host
 // dies whole (manager, engine, containerd, shims and containers SIGKILLed
 // at one instant) while its workers run tasks; it comes back later.

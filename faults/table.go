@@ -81,7 +81,7 @@ func WriteFile(path string, rs []Row, took time.Duration) error {
 	b.WriteString("- **detection**: from the fault to the runtime's first visible answer to it (a failed Output, a replacement, a refusal), where the case has one (defined per case below);\n")
 	b.WriteString("- **recovery time**: from the fault to the moment the case counts as recovered (defined per case below).\n\n")
 	b.WriteString("Goal: 0 lost, 0 duplicated, 0 orphans in every row, and every case recovered within its bound. A case that misses it fails its test. ")
-	b.WriteString("[faults/BEFORE-ISSUE-11.md](faults/BEFORE-ISSUE-11.md) is the same suite on the code before issue 11's rewrite.\n\n")
+	b.WriteString("[faults/BEFORE-LEASES.md](faults/BEFORE-LEASES.md) is the same suite on the code before the control plane's leases and claims.\n\n")
 	b.WriteString(Table(rs))
 	b.WriteString("\n## The cases\n\n")
 	for _, r := range rs {

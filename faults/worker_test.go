@@ -92,7 +92,7 @@ func TestParallelDeletes(t *testing.T) {
 
 func TestWorkerCannotHeartbeat(t *testing.T) {
 	const (
-		allowed = 4                // the worker and 3 replacements (issue 11: at most 3, with backoff)
+		allowed = 4                // the worker and 3 replacements (at most 3, with backoff)
 		quiet   = 15 * time.Second // no container made for this long after the last allowed one: left alone
 		churn   = 30 * time.Second // watched this long once past the cap, to show the rate
 		most    = 90 * time.Second // a backoff may be slow: watched this long at most
@@ -150,7 +150,7 @@ func TestDeveloperBursts(t *testing.T) {
 	c := NewCase(t, Options{
 		Name: "20 bursts of 7 tasks on 3 developer workers",
 		Fault: "Three developer workers share the developer queue; 20 bursts of 7 tasks (fake agent, 200 ms each) are sent, each burst once the " +
-			"last is answered or its bound passed. Workers ask to be paused after each output, so a pause races the next task (issue 11: a worker paused with its task in flight).",
+			"last is answered or its bound passed. Workers ask to be paused after each output, so a pause races the next task (a worker must never be paused with its task in flight).",
 		Recovered: "every task of a burst answered complete within 4 s of the burst (a task answered later, when an unrelated task woke the pool, is lost). " +
 			"Recovery time: the slowest burst.",
 		MaxWorkers: workers,

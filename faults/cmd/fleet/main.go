@@ -100,61 +100,113 @@ func (r *run) name(id string) string {
 }
 
 func (r *run) run(ctx context.Context) (bool, error) {
+	closeAll, err := r.setUp(ctx)
+	defer closeAll()
+	if err != nil {
+		return false, err
+	}
+	events := r.follow(ctx)
+	defer events()
+	ids, perHost, err := r.spread(ctx)
+	if err != nil {
+		return false, err
+	}
+	victim := r.fleet.Host("host-2")
+	taskIDs, declared, err := r.loadAndKill(ctx, ids, perHost[victim.ID], victim)
+	if err != nil {
+		return false, err
+	}
+	back, err := r.restart(ctx, victim)
+	if err != nil {
+		return false, err
+	}
+	return r.count(ctx, taskIDs, declared, back, victim)
+}
+
+// setUp builds the images and the manager, starts the fleet's Redis, the
+// engines and a manager on each; closeAll undoes what was done, even
+// after an error.
+func (r *run) setUp(ctx context.Context) (closeAll func(), err error) {
+	var undo []func()
+	closeAll = func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
 	r.section("set-up")
 	t0 := time.Now()
 	if err := faults.Build(); err != nil {
-		return false, err
+		return closeAll, err
 	}
 	r.say("built %s (worker-base with the fake agent) and bin/worker-manager in %s", faults.BaseImage, since(t0))
 	// Hold off a test that restarts the default engine (the images come
 	// from it) while the fleet runs.
 	if unlock, err := testkit.ShareEngineLock(); err == nil {
-		defer unlock()
+		undo = append(undo, unlock)
 	}
-	var err error
-	if r.logDir, err = os.MkdirTemp("", "agentvisor-fleet-logs-"); err != nil {
-		return false, err
-	}
-	port, err := testkit.FreePort()
+	rs, err := r.startRedis()
 	if err != nil {
-		return false, err
+		return closeAll, err
 	}
-	rs := &testkit.Redis{Dir: r.logDir, Port: port, Addr: fmt.Sprintf("127.0.0.1:%d", port)}
-	if err := rs.Start(); err != nil {
-		return false, err
-	}
-	defer rs.Stop()
-	r.say("redis-server of its own on %s", rs.Addr)
-	r.rc = redis.NewClient(&redis.Options{Addr: rs.Addr, PoolSize: 20})
-	defer r.rc.Close()
-	if r.keys, err = protocol.NewKeys("fleet"); err != nil {
-		return false, err
-	}
-	r.replies = r.keys.Replies("fleet-demo")
-	r.ledger = faults.NewLedger(r.rc, r.keys, r.replies)
-
+	undo = append(undo, func() { rs.Stop() }, func() { r.rc.Close() })
 	t0 = time.Now()
 	tag, err := faults.EnsureWorkerImage(rs.URL(), r.logDir)
 	if err != nil {
-		return false, err
+		return closeAll, err
 	}
 	r.say("worker image %s ready on the default engine (%s)", tag, since(t0))
 	t0 = time.Now()
 	if r.fleet, err = faults.NewFleet(r.hosts, faults.BaseImage, tag); err != nil {
-		return false, err
+		return closeAll, err
 	}
-	defer func() {
-		t0 := time.Now()
-		if err := r.fleet.Close(); err != nil {
-			r.say("removing the engines: %v", err)
-		} else {
-			r.say("the %d engines stopped and removed (data roots, cgroups, mounts) in %s", r.hosts, since(t0))
-		}
-	}()
+	undo = append(undo, r.removeEngines)
 	r.say("%d Docker engines side by side (each its own dockerd, containerd, data and exec roots, cgroup), images copied by docker save | load: %s",
 		r.hosts, since(t0))
+	undo = append(undo, r.stopManagers)
+	return closeAll, r.startManagers(ctx, rs.URL())
+}
+
+// startRedis starts the fleet's Redis (its data and the managers' logs in
+// one temporary directory) and connects to it.
+func (r *run) startRedis() (*testkit.Redis, error) {
+	var err error
+	if r.logDir, err = os.MkdirTemp("", "agentvisor-fleet-logs-"); err != nil {
+		return nil, err
+	}
+	port, err := testkit.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	rs := &testkit.Redis{Dir: r.logDir, Port: port, Addr: fmt.Sprintf("127.0.0.1:%d", port)}
+	if err := rs.Start(); err != nil {
+		return nil, err
+	}
+	r.say("redis-server of its own on %s", rs.Addr)
+	r.rc = redis.NewClient(&redis.Options{Addr: rs.Addr, PoolSize: 20})
+	if r.keys, err = protocol.NewKeys("fleet"); err != nil {
+		rs.Stop()
+		r.rc.Close()
+		return nil, err
+	}
+	r.replies = r.keys.Replies("fleet-demo")
+	r.ledger = faults.NewLedger(r.rc, r.keys, r.replies)
+	return rs, nil
+}
+
+func (r *run) removeEngines() {
+	t0 := time.Now()
+	if err := r.fleet.Close(); err != nil {
+		r.say("removing the engines: %v", err)
+	} else {
+		r.say("the %d engines stopped and removed (data roots, cgroups, mounts) in %s", r.hosts, since(t0))
+	}
+}
+
+// startManagers starts a worker-manager on each host and waits until
+// every host is live in the fleet's registry.
+func (r *run) startManagers(ctx context.Context, redisURL string) error {
 	r.env = map[string]string{
-		"REDIS_URL": rs.URL(), "WORKER_KEY_PREFIX": r.keys.Prefix, "MAX_CONCURRENT_WORKERS": fmt.Sprint(r.perHost),
+		"REDIS_URL": redisURL, "WORKER_KEY_PREFIX": r.keys.Prefix, "MAX_CONCURRENT_WORKERS": fmt.Sprint(r.perHost),
 		"HEARTBEAT_INTERVAL": r.hb.String(), "RECONCILE_INTERVAL": "2s", "CREATION_GRACE": faults.CreationGrace.String(),
 		"WORKER_STOP_TIMEOUT": faults.StopTimeout.String(), "WORKER_PROJECT_VOLUMES": "false", "WORKER_BASE_IMAGE": faults.BaseImage,
 		"WORKER_MEMORY_LIMIT": "256m", "LEASE_TTL": "3s", "METRICS_ADDR": "off",
@@ -163,32 +215,29 @@ func (r *run) run(ctx context.Context) (bool, error) {
 	for _, h := range r.fleet.Hosts {
 		m, err := h.StartManager(r.logDir, h.ID, r.env)
 		if err != nil {
-			return false, err
+			return err
 		}
 		r.say("%s: worker-manager pid %d (HOST_ID %s, MAX_CONCURRENT_WORKERS %d, DOCKER_HOST %s)", h.ID, m.Pid(), h.ID, r.perHost, h.Engine.Host())
 	}
 	if err := r.waitHosts(ctx, r.hosts, 30*time.Second); err != nil {
-		return false, err
+		return err
 	}
 	r.say("%d hosts live in the fleet's registry (%s)", r.hosts, r.keys.Hosts())
-	defer r.stopManagers()
+	return nil
+}
 
-	events := r.follow(ctx)
-	defer events()
-
-	// Creates, spread by free slots.
+// spread creates the workers at once and shows where they were placed.
+func (r *run) spread(ctx context.Context) ([]string, map[string][]string, error) {
 	r.section(fmt.Sprintf("%d creates on %d hosts of %d slots each: placed on the host with the most free slots", r.workers, r.hosts, r.perHost))
 	ids, err := r.createMany(ctx, r.workers)
 	if err != nil {
-		return false, err
+		return nil, nil, err
 	}
 	perHost := map[string][]string{}
 	for _, id := range ids {
 		h := r.hostOf(ctx, id)
 		perHost[h] = append(perHost[h], id)
-		r.mu.Lock()
-		r.names[id] = fmt.Sprintf("w%d@%s", len(r.names)+1, h)
-		r.mu.Unlock()
+		r.nameWorker(id, h)
 	}
 	var counts []string
 	for _, h := range r.fleet.Hosts {
@@ -200,9 +249,19 @@ func (r *run) run(ctx context.Context) (bool, error) {
 		r.say("%s runs %d workers: %s", h.ID, len(perHost[h.ID]), strings.Join(names, " "))
 	}
 	r.say("spread: %s", strings.Join(counts, ", "))
+	return ids, perHost, nil
+}
 
-	// The load, and host-2's death in the middle of it.
-	victim := r.fleet.Host("host-2")
+func (r *run) nameWorker(id, host string) {
+	r.mu.Lock()
+	r.names[id] = fmt.Sprintf("w%d@%s", len(r.names)+1, host)
+	r.mu.Unlock()
+}
+
+// loadAndKill sends the load and kills the victim host in the middle of
+// it; it returns the tasks and how long after the kill the last of the
+// victim's workers was declared lost.
+func (r *run) loadAndKill(ctx context.Context, ids, victims []string, victim *faults.Host) ([]string, time.Duration, error) {
 	r.section(fmt.Sprintf("a load of %d tasks (fake agent, %.1f s each); host-2 dies in the middle of it", r.tasks, float64(r.taskMS)/1000))
 	sent := time.Now()
 	var taskIDs []string
@@ -211,85 +270,95 @@ func (r *run) run(ctx context.Context) (bool, error) {
 		taskIDs = append(taskIDs, r.task(ctx, w, fmt.Sprintf("load %d fake:sleep-%d", i+1, r.taskMS)))
 	}
 	r.say("%d tasks sent, %d per worker", len(taskIDs), (r.tasks+len(ids)-1)/len(ids))
-	for _, w := range perHost[victim.ID] {
+	for _, w := range victims {
 		if err := r.waitEvent(ctx, sent, w, protocol.EventTaskStarted, 30*time.Second); err != nil {
-			return false, err
+			return nil, 0, err
 		}
 	}
 	time.Sleep(700 * time.Millisecond)
 	killed, procs, err := victim.Kill()
 	if err != nil {
-		return false, err
+		return nil, 0, err
 	}
 	r.say("host-2 KILLED: its manager, dockerd, containerd, shims and containers (%d processes) frozen and SIGKILLed at one instant", procs)
-	var lostAt []time.Duration
-	for _, w := range perHost[victim.ID] {
+	var declared time.Duration
+	for _, w := range victims {
 		if err := r.waitEvent(ctx, killed, w, protocol.EventHostLost, 3*r.hb+30*time.Second); err != nil {
-			return false, err
+			return nil, 0, err
 		}
 		for _, ev := range r.lifecycle(ctx, killed) {
 			if ev.WorkerID == w && ev.Event == protocol.EventHostLost {
-				lostAt = append(lostAt, ev.Timestamp.Sub(killed))
+				declared = max(declared, ev.Timestamp.Sub(killed))
 				break
 			}
 		}
-	}
-	declared := lostAt[0]
-	for _, d := range lostAt {
-		declared = max(declared, d)
 	}
 	all, complete := r.awaitAnswers(ctx, taskIDs, 90*time.Second)
 	if !all {
 		r.say("not every task was answered within 90 s")
 	}
 	r.say("%d of %d tasks answered: %d complete, %d failed (in flight on host-2 when it died)", r.answered(ctx, taskIDs), len(taskIDs), complete, r.answered(ctx, taskIDs)-complete)
+	return taskIDs, declared, nil
+}
 
-	// host-2 comes back.
+// comeback is what the victim host's restart showed.
+type comeback struct {
+	removed bool   // its old containers were removed
+	landed  string // the host a new create was placed on
+	lastOK  int    // 1 when the new worker's task was answered complete
+	last    string // that task's request id
+}
+
+// restart starts the victim's engine and manager again, waits for its
+// reconciliation and for it to be live, and sends a create and a task.
+func (r *run) restart(ctx context.Context, victim *faults.Host) (comeback, error) {
+	var c comeback
 	r.section("host-2 restarted: it reconciles, then rejoins placement")
-	t0 = time.Now()
+	t0 := time.Now()
 	if err := victim.Engine.Start(); err != nil {
-		return false, err
+		return c, err
 	}
 	old := r.engineContainers(victim)
 	r.say("host-2's engine is back: %d containers of its last life, exited (%s)", len(old), strings.Join(old, ", "))
 	m, err := victim.StartManager(r.logDir, victim.ID, r.env)
 	if err != nil {
-		return false, err
+		return c, err
 	}
 	r.say("host-2: worker-manager pid %d started under the same HOST_ID", m.Pid())
-	removed := r.waitFor(ctx, 60*time.Second, func() bool { return len(r.engineContainers(victim)) == 0 })
-	if removed {
+	c.removed = r.waitFor(ctx, 60*time.Second, func() bool { return len(r.engineContainers(victim)) == 0 })
+	if c.removed {
 		r.say("host-2 reconciled: its %d old containers removed (their workers were retired and replaced), %s after the restart", len(old), since(t0))
 	} else {
 		r.say("host-2's old containers are still there after 60 s: %v", r.engineContainers(victim))
 	}
 	if err := r.waitHosts(ctx, r.hosts, 30*time.Second); err != nil {
-		return false, err
+		return c, err
 	}
 	r.say("host-2 live in the fleet's registry again")
-	free := r.freeSlots(ctx)
-	r.say("free slots: %s", free)
+	r.say("free slots: %s", r.freeSlots(ctx))
 	again, err := r.createMany(ctx, 1)
 	if err != nil {
-		return false, err
+		return c, err
 	}
-	landed := r.hostOf(ctx, again[0])
-	r.mu.Lock()
-	r.names[again[0]] = fmt.Sprintf("w%d@%s", len(r.names)+1, landed)
-	r.mu.Unlock()
-	r.say("a new create (no placement asked) lands on %s: %s", landed, r.name(again[0]))
-	last := r.task(ctx, again[0], "after the restart")
-	_, lastOK := r.awaitAnswers(ctx, []string{last}, 30*time.Second)
-	r.say("its task answered: %v", lastOK == 1)
+	c.landed = r.hostOf(ctx, again[0])
+	r.nameWorker(again[0], c.landed)
+	r.say("a new create (no placement asked) lands on %s: %s", c.landed, r.name(again[0]))
+	c.last = r.task(ctx, again[0], "after the restart")
+	_, c.lastOK = r.awaitAnswers(ctx, []string{c.last}, 30*time.Second)
+	r.say("its task answered: %v", c.lastOK == 1)
+	return c, nil
+}
 
-	// The count.
+// count stops the managers, counts what was lost, duplicated and left,
+// and prints the verdict.
+func (r *run) count(ctx context.Context, taskIDs []string, declared time.Duration, c comeback, victim *faults.Host) (bool, error) {
 	r.section("clean-up and the count")
 	answers, err := r.ledger.Answers(ctx)
 	if err != nil {
 		return false, err
 	}
 	tally := r.ledger.Tally(answers, answers)
-	t0 = time.Now()
+	t0 := time.Now()
 	r.stopManagers()
 	left := 0
 	for _, h := range r.fleet.Hosts {
@@ -299,7 +368,7 @@ func (r *run) run(ctx context.Context) (bool, error) {
 	for _, n := range tally.Notes {
 		r.say("  %s", n)
 	}
-	ok := tally.Lost == 0 && tally.Duplicated == 0 && left == 0 && removed && landed == victim.ID && lastOK == 1 && declared <= 3*r.hb
+	ok := tally.Lost == 0 && tally.Duplicated == 0 && left == 0 && c.removed && c.landed == victim.ID && c.lastOK == 1 && declared <= 3*r.hb
 	verdict := "OK"
 	if !ok {
 		verdict = "FAILED"
