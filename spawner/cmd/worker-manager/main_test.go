@@ -46,6 +46,12 @@ func TestPrometheusScrapesManager(t *testing.T) {
 	keys := protocol.Keys{Prefix: fmt.Sprintf("prom%d", time.Now().UnixNano())}
 	env := map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": keys.Prefix, "MANAGER_ID": "prom-test", "HOST_ID": "prom-host",
 		"METRICS_ADDR": "127.0.0.1:0", "WORKER_STOP_TIMEOUT": "12s", "HEARTBEAT_INTERVAL": "2s"}
+	// The operator token in a file, as Prometheus reads it too.
+	tokenFile := filepath.Join(t.TempDir(), "ops-token")
+	if err := os.WriteFile(tokenFile, []byte(spawner.NewOpsToken()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env["OPS_TOKEN_FILE"] = tokenFile
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
@@ -93,7 +99,8 @@ func TestPrometheusScrapesManager(t *testing.T) {
 	rules := filepath.Join(filepath.Dir(file), "..", "..", "..", "ops", "prometheus", "alerts.yml")
 	dir := t.TempDir()
 	cfg := fmt.Sprintf("global: {scrape_interval: 250ms, evaluation_interval: 1s}\nrule_files: [%q]\n"+
-		"scrape_configs:\n  - job_name: agentvisor\n    static_configs: [{targets: [%q]}]\n", rules, addr)
+		"scrape_configs:\n  - job_name: agentvisor\n    authorization: {type: Bearer, credentials_file: %q}\n    static_configs: [{targets: [%q]}]\n",
+		rules, tokenFile, addr)
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
