@@ -80,6 +80,18 @@ func TestPrometheusScrapesManager(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
+	// Nothing of it without the token.
+	for _, path := range []string{"/metrics", "/", "/state", "/events"} {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("GET %s without the operator token: %d, want 401", path, resp.StatusCode)
+		}
+	}
+
 	// A worker that completes a task.
 	cli := &client.Commands{Redis: rc, Keys: keys, Timeout: 3 * time.Minute}
 	reply, err := cli.Do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &protocol.WorkerSpec{AgentType: protocol.AgentClaude, ProjectID: "shop"}})
