@@ -56,7 +56,8 @@ func BenchmarkMetricsCost(b *testing.B) {
 	}
 
 	m := NewMetrics(f.rc, f.keys, 50)
-	srv, addr, err := ServeOps("127.0.0.1:0", m, nil, f.s.log)
+	token := NewOpsToken()
+	srv, addr, err := ServeOps("127.0.0.1:0", m, nil, token, f.s.log)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -75,7 +76,9 @@ func BenchmarkMetricsCost(b *testing.B) {
 				case <-stop:
 					return
 				case <-t.C:
-					if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
+					req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
+					req.Header.Set("Authorization", "Bearer "+token)
+					if resp, err := http.DefaultClient.Do(req); err == nil {
 						_, _ = io.Copy(io.Discard, resp.Body)
 						resp.Body.Close()
 					}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,10 @@ import (
 )
 
 func TestOpsConfigFromEnv(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("fedcba9876543210fedc\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		env  map[string]string
@@ -31,6 +36,14 @@ func TestOpsConfigFromEnv(t *testing.T) {
 		{name: "bad addr", env: map[string]string{"METRICS_ADDR": "9464"}, err: "METRICS_ADDR"},
 		{name: "bad retention", env: map[string]string{"GC_RETENTION": "soon"}, err: "GC_RETENTION"},
 		{name: "bad dry run", env: map[string]string{"GC_DRY_RUN": "maybe"}, err: "GC_DRY_RUN"},
+		{name: "token", env: map[string]string{"OPS_TOKEN": "0123456789abcdef0123"},
+			want: OpsConfig{MetricsAddr: "127.0.0.1:9464", MetricsMaxProjects: 50, GCRetention: 7 * 24 * time.Hour, GCInterval: 24 * time.Hour, OpsToken: "0123456789abcdef0123"}},
+		{name: "token file", env: map[string]string{"OPS_TOKEN_FILE": tokenFile},
+			want: OpsConfig{MetricsAddr: "127.0.0.1:9464", MetricsMaxProjects: 50, GCRetention: 7 * 24 * time.Hour, GCInterval: 24 * time.Hour, OpsToken: "fedcba9876543210fedc"}},
+		{name: "token before its file", env: map[string]string{"OPS_TOKEN": "0123456789abcdef0123", "OPS_TOKEN_FILE": tokenFile},
+			want: OpsConfig{MetricsAddr: "127.0.0.1:9464", MetricsMaxProjects: 50, GCRetention: 7 * 24 * time.Hour, GCInterval: 24 * time.Hour, OpsToken: "0123456789abcdef0123"}},
+		{name: "short token", env: map[string]string{"OPS_TOKEN": "secret"}, err: "OPS_TOKEN"},
+		{name: "missing token file", env: map[string]string{"OPS_TOKEN_FILE": tokenFile + ".gone"}, err: "OPS_TOKEN_FILE"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := OpsConfigFromEnv(func(k string) string { return tc.env[k] })
@@ -161,12 +174,15 @@ func TestMetricsFromStreams(t *testing.T) {
 		}
 	}
 
-	srv, addr, err := ServeOps("127.0.0.1:0", m, nil, log)
+	token := NewOpsToken()
+	srv, addr, err := ServeOps("127.0.0.1:0", m, nil, token, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	resp, err := http.Get("http://" + addr + "/metrics")
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

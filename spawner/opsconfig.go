@@ -3,6 +3,8 @@ package spawner
 import (
 	"fmt"
 	"net"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/agentvisor/agentvisor/envconf"
@@ -30,6 +32,10 @@ type OpsConfig struct {
 	// KeepWorkers (KEEP_WORKERS): the workers keep running when the
 	// manager stops.
 	KeepWorkers bool
+	// OpsToken is the operator token /metrics and the dashboard require:
+	// OPS_TOKEN, else the content of OPS_TOKEN_FILE (trimmed), else ""
+	// (the manager then makes one and prints it once at start).
+	OpsToken string
 }
 
 // OpsConfigFromEnv reads OpsConfig; an error names the variable.
@@ -50,7 +56,30 @@ func opsVars(c *OpsConfig) []envconf.Var {
 		{Name: "GC_INTERVAL", Default: "24h", Value: envconf.Duration(&c.GCInterval), Doc: "how often the leader collects images"},
 		{Name: "GC_DRY_RUN", Default: "false", Value: envconf.Bool(&c.GCDryRun), Doc: "the GC logs what it would remove, and removes nothing"},
 		{Name: "KEEP_WORKERS", Default: "false", Value: envconf.Bool(&c.KeepWorkers), Doc: "leave the workers running when the manager stops"},
+		{Name: "OPS_TOKEN", Default: "", Value: envconf.Func(c.setOpsToken), Doc: "the operator token /metrics and the dashboard require (unset: OPS_TOKEN_FILE, else one made at start and printed once)"},
+		{Name: "OPS_TOKEN_FILE", Default: "", Value: envconf.Func(c.readOpsToken), Doc: "a file holding the operator token (what Prometheus's credentials_file reads too)"},
 	}
+}
+
+func (c *OpsConfig) setOpsToken(s string) error {
+	if s != "" && len(s) < 16 {
+		return fmt.Errorf("is %d characters: an operator token has at least 16", len(s))
+	}
+	c.OpsToken = s
+	return nil
+}
+
+// readOpsToken reads OPS_TOKEN_FILE when OPS_TOKEN gave no token (the
+// table is read in order).
+func (c *OpsConfig) readOpsToken(path string) error {
+	if path == "" || c.OpsToken != "" {
+		return nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return c.setOpsToken(strings.TrimSpace(string(b)))
 }
 
 func (c *OpsConfig) setMetricsAddr(s string) error {

@@ -1,21 +1,33 @@
 package spawner
 
 import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// OpsCookie is the cookie a browser holds after /login: the operator
+// token, HttpOnly and SameSite=Strict (no other site's page can send it).
+const OpsCookie = "agentvisor_ops"
+
 // ServeOps listens on addr (host:port; port 0 picks one) and serves
 // /metrics from m, and every other path from page (the dashboard; nil: a
 // line pointing at /metrics), until the returned server is closed. It
-// returns the address it listens on.
-func ServeOps(addr string, m *Metrics, page http.Handler, log *slog.Logger) (*http.Server, string, error) {
+// returns the address it listens on. Every path but /login requires the
+// operator token (RequireToken); an empty token is refused.
+func ServeOps(addr string, m *Metrics, page http.Handler, token string, log *slog.Logger) (*http.Server, string, error) {
+	if token == "" {
+		return nil, "", errors.New("spawner: the ops endpoint needs an operator token (OPS_TOKEN or OPS_TOKEN_FILE)")
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, "", fmt.Errorf("spawner: listen on %s: %w", addr, err)
@@ -29,11 +41,66 @@ func ServeOps(addr string, m *Metrics, page http.Handler, log *slog.Logger) (*ht
 		})
 	}
 	mux.Handle("/", page)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: RequireToken(token, mux), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics endpoint stopped", "err", err)
 		}
 	}()
 	return srv, ln.Addr().String(), nil
+}
+
+// RequireToken lets a request through to next only with the operator
+// token: as a bearer token (`Authorization: Bearer <token>`, what
+// Prometheus sends with its authorization setting and what scripts use),
+// or as the OpsCookie a browser got from `GET /login?token=<token>`,
+// which sets it and redirects to the page. Anything else is 401.
+func RequireToken(token string, next http.Handler) http.Handler {
+	want := []byte(token)
+	ok := func(got string) bool { return got != "" && subtle.ConstantTimeCompare([]byte(got), want) == 1 }
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/login" {
+			if r.Method != http.MethodGet || !ok(r.URL.Query().Get("token")) {
+				unauthorized(w)
+				return
+			}
+			http.SetCookie(w, &http.Cookie{Name: OpsCookie, Value: token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+			http.Redirect(w, r, "/", http.StatusSeeOther)
+			return
+		}
+		if bearer, found := cutPrefixFold(r.Header.Get("Authorization"), "Bearer "); found && ok(bearer) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if c, err := r.Cookie(OpsCookie); err == nil && ok(c.Value) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		unauthorized(w)
+	})
+}
+
+func unauthorized(w http.ResponseWriter) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="agentvisor"`)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusUnauthorized)
+	fmt.Fprintln(w, "agentvisor worker-manager: this endpoint needs the operator token: "+
+		"Authorization: Bearer <token>, or open /login?token=<token> in a browser (OPS_TOKEN, OPS_TOKEN_FILE; "+
+		"a manager without either printed a token of its own at start)")
+}
+
+// cutPrefixFold is strings.CutPrefix with the prefix matched without
+// regard to case (an auth scheme is case-insensitive).
+func cutPrefixFold(s, prefix string) (string, bool) {
+	if len(s) < len(prefix) || !strings.EqualFold(s[:len(prefix)], prefix) {
+		return s, false
+	}
+	return s[len(prefix):], true
+}
+
+// NewOpsToken returns a random operator token (32 hex digits).
+func NewOpsToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

@@ -164,6 +164,7 @@ type demo struct {
 	tasks *client.Tasks
 
 	metricsAddr string // where the manager serves /metrics and the dashboard
+	opsToken    string // the operator token they require
 
 	mu     sync.Mutex
 	names  map[string]string              // worker id → display name
@@ -258,8 +259,9 @@ func (d *demo) connect(ctx context.Context) error {
 // when ANTHROPIC_API_KEY is set (and DEMO_STUB is not true), else the stub
 // model, which the returned function stops.
 func (d *demo) managerEnv() ([]string, func(), error) {
+	d.opsToken = spawner.NewOpsToken()
 	env := []string{"REDIS_URL=" + d.redisURL, "WORKER_KEY_PREFIX=" + d.keys.Prefix, "MANAGER_ID=demo", "HEARTBEAT_INTERVAL=2s", poolsEnv(), workerEnv,
-		"WORKER_STOP_TIMEOUT=12s", "WORKER_NETWORK_MODE=host", "METRICS_ADDR=" + envOr("DEMO_METRICS_ADDR", "127.0.0.1:0")}
+		"WORKER_STOP_TIMEOUT=12s", "WORKER_NETWORK_MODE=host", "METRICS_ADDR=" + envOr("DEMO_METRICS_ADDR", "127.0.0.1:0"), "OPS_TOKEN=" + d.opsToken}
 	if key := os.Getenv("ANTHROPIC_API_KEY"); key != "" && os.Getenv("DEMO_STUB") != "true" {
 		d.say("ANTHROPIC_API_KEY is set: the agents use the real Anthropic API")
 		return append(env, "DROID_BASE_URL=https://api.anthropic.com"), func() {}, nil
@@ -779,7 +781,7 @@ func (d *demo) dashboard(ctx context.Context) error {
 		for _, m := range ms {
 			if m.ID == "demo" && m.MetricsAddr != "" {
 				d.metricsAddr = m.MetricsAddr
-				d.say("dashboard: http://%s/ (live while the demo runs; Prometheus metrics at /metrics)", m.MetricsAddr)
+				d.say("dashboard: http://%s/login?token=%s (live while the demo runs; /metrics with Authorization: Bearer and the same token)", m.MetricsAddr, d.opsToken)
 				return nil
 			}
 		}
@@ -797,6 +799,7 @@ func (d *demo) metrics(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	req.Header.Set("Authorization", "Bearer "+d.opsToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)

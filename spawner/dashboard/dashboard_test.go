@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/spawner/dashboard"
 	"github.com/agentvisor/agentvisor/spawner/spawnertest"
 	"github.com/agentvisor/agentvisor/stubmodel"
@@ -57,7 +58,10 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 
 	d := &dashboard.Dashboard{Redis: rt.RC, Keys: rt.Keys, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), StateEvery: 250 * time.Millisecond}
-	srv := httptest.NewServer(d.Handler())
+	// Behind the operator token, as the manager serves it: the browser
+	// logs in once (a cookie), then loads the page and its stream.
+	token := spawner.NewOpsToken()
+	srv := httptest.NewServer(spawner.RequireToken(token, d.Handler()))
 	defer srv.Close()
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox,
@@ -70,7 +74,7 @@ func TestDashboardInChromium(t *testing.T) {
 	defer tcancel()
 
 	// The page lists both workers, with their projects and the usage.
-	if err := chromedp.Do(bctx, chromedp.Navigate(srv.URL+"/"),
+	if err := chromedp.Do(bctx, chromedp.Navigate(srv.URL+"/login?token="+token),
 		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#workers tr[data-worker=%q]`, ids[0]))),
 		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#workers tr[data-worker=%q]`, ids[1]))),
 		chromedp.WaitVisible(chromedp.CSS(`#conn.live`)),

@@ -75,7 +75,8 @@ func BenchmarkManagerRSSDashboard(b *testing.B) {
 	b.Logf("%d workers created in %v", n, time.Since(start).Round(time.Millisecond))
 	m := spawner.NewMetrics(rt.RC, rt.Keys, 50)
 	d := &dashboard.Dashboard{Redis: rt.RC, Keys: rt.Keys, Log: log}
-	srv, addr, err := spawner.ServeOps("127.0.0.1:0", m, d.Handler(), log)
+	token := spawner.NewOpsToken()
+	srv, addr, err := spawner.ServeOps("127.0.0.1:0", m, d.Handler(), token, log)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -88,12 +89,14 @@ func BenchmarkManagerRSSDashboard(b *testing.B) {
 	defer acancel()
 	bctx, bcancel := chromedp.NewContext(actx)
 	defer bcancel()
-	if err := chromedp.Do(bctx, chromedp.Navigate("http://"+addr+"/"), chromedp.WaitVisible(chromedp.CSS(`#conn.live`))); err != nil {
+	if err := chromedp.Do(bctx, chromedp.Navigate("http://"+addr+"/login?token="+token), chromedp.WaitVisible(chromedp.CSS(`#conn.live`))); err != nil {
 		b.Fatal(err)
 	}
 	peak := before
 	for i := 0; i < 15; i++ {
-		if resp, err := http.Get("http://" + addr + "/metrics"); err == nil {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 		}

@@ -93,13 +93,25 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int 
 		// An address in use (a second manager on this host with the
 		// default) costs the metrics, not the workers: the manager runs on
 		// and says so.
-		if srv, addr, err := spawner.ServeOps(ops.MetricsAddr, metrics, page, log); err != nil {
+		token, made := ops.OpsToken, false
+		if token == "" {
+			token, made = spawner.NewOpsToken(), true
+		}
+		if srv, addr, err := spawner.ServeOps(ops.MetricsAddr, metrics, page, token, log); err != nil {
 			log.Error("metrics endpoint not served: this manager runs without /metrics and the dashboard (set METRICS_ADDR)",
 				"err", err, "addr", ops.MetricsAddr)
 		} else {
 			defer srv.Close()
 			s.UseMetrics(metrics, addr)
-			log.Info("metrics and dashboard", "url", "http://"+addr+"/")
+			if made {
+				// Printed once, for the operator who set no token: a
+				// stable one (for Prometheus) is OPS_TOKEN_FILE's.
+				log.Info("metrics and dashboard (their token was made at start: set OPS_TOKEN_FILE for a lasting one)",
+					"url", "http://"+addr+"/login?token="+token, "metrics", "http://"+addr+"/metrics (Authorization: Bearer <token>)")
+			} else {
+				log.Info("metrics and dashboard (the operator token of OPS_TOKEN or OPS_TOKEN_FILE)",
+					"url", "http://"+addr+"/login?token=<token>", "metrics", "http://"+addr+"/metrics (Authorization: Bearer <token>)")
+			}
 		}
 	}
 	log.Info("worker-manager started", "manager_id", cfg.ManagerID, "max_workers", cfg.MaxWorkers)

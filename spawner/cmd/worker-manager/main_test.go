@@ -46,6 +46,12 @@ func TestPrometheusScrapesManager(t *testing.T) {
 	keys := protocol.Keys{Prefix: fmt.Sprintf("prom%d", time.Now().UnixNano())}
 	env := map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": keys.Prefix, "MANAGER_ID": "prom-test", "HOST_ID": "prom-host",
 		"METRICS_ADDR": "127.0.0.1:0", "WORKER_STOP_TIMEOUT": "12s", "HEARTBEAT_INTERVAL": "2s"}
+	// The operator token in a file, as Prometheus reads it too.
+	tokenFile := filepath.Join(t.TempDir(), "ops-token")
+	if err := os.WriteFile(tokenFile, []byte(spawner.NewOpsToken()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env["OPS_TOKEN_FILE"] = tokenFile
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
@@ -74,6 +80,18 @@ func TestPrometheusScrapesManager(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
+	// Nothing of it without the token.
+	for _, path := range []string{"/metrics", "/", "/state", "/events"} {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("GET %s without the operator token: %d, want 401", path, resp.StatusCode)
+		}
+	}
+
 	// A worker that completes a task.
 	cli := &client.Commands{Redis: rc, Keys: keys, Timeout: 3 * time.Minute}
 	reply, err := cli.Do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &protocol.WorkerSpec{AgentType: protocol.AgentClaude, ProjectID: "shop"}})
@@ -93,7 +111,8 @@ func TestPrometheusScrapesManager(t *testing.T) {
 	rules := filepath.Join(filepath.Dir(file), "..", "..", "..", "ops", "prometheus", "alerts.yml")
 	dir := t.TempDir()
 	cfg := fmt.Sprintf("global: {scrape_interval: 250ms, evaluation_interval: 1s}\nrule_files: [%q]\n"+
-		"scrape_configs:\n  - job_name: agentvisor\n    static_configs: [{targets: [%q]}]\n", rules, addr)
+		"scrape_configs:\n  - job_name: agentvisor\n    authorization: {type: Bearer, credentials_file: %q}\n    static_configs: [{targets: [%q]}]\n",
+		rules, tokenFile, addr)
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
