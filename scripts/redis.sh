@@ -12,8 +12,9 @@
 #                 the ACL subcommands it makes the per-worker users with
 #                 (SETUSER, DELUSER, USERS, GETUSER, LIST), INFO and ROLE;
 #       consumer  workerctl, the examples and the demo's client side: every
-#                 command but the @dangerous ones, on keys worker:* only
-#                 (the default key prefix), no Pub/Sub channel;
+#                 command but the @dangerous ones, on the keys of the key
+#                 prefix only (worker:*, or $WORKER_KEY_PREFIX:*), no
+#                 Pub/Sub channel;
 #   - random passwords, made once and kept as ready-to-use URLs in
 #     $DIR/credentials.env (mode 0600):
 #       REDIS_MANAGER_URL=redis://manager:<password>@127.0.0.1:<port>/0
@@ -36,10 +37,12 @@ CREDS=$DIR/credentials.env
 ACLFILE=$DIR/users.acl
 PIDFILE=$DIR/redis.pid
 HOST=127.0.0.1
+PREFIX=${WORKER_KEY_PREFIX:-worker}
 
 die() { echo "redis: $*" >&2; exit 1; }
 [[ $PORT =~ ^[0-9]+$ ]] && ((PORT >= 1 && PORT <= 65535)) || die "REDIS_PORT=$PORT is not a port number (1-65535)"
 [[ $DIR = /* ]] || die "REDIS_DIR=$DIR is not an absolute path"
+[[ $PREFIX =~ ^[A-Za-z0-9_.:-]+$ && $PREFIX != :* && $PREFIX != *: ]] || die "WORKER_KEY_PREFIX=$PREFIX: letters, digits and _.:- only, not starting or ending with ':'"
 for c in redis-server redis-cli sha256sum; do
   command -v "$c" >/dev/null || die "$c is missing (run make setup)"
 done
@@ -89,7 +92,7 @@ EOF
 write_if_changed "$ACLFILE" <<EOF && changed="$changed users.acl"
 user default off resetchannels -@all
 user manager on #$(sha "$MANAGER_PW") ~* &* +@all -@dangerous +acl|setuser +acl|deluser +acl|users +acl|getuser +acl|list +info +role
-user consumer on #$(sha "$CONSUMER_PW") resetchannels ~worker:* +@all -@dangerous
+user consumer on #$(sha "$CONSUMER_PW") resetchannels ~$PREFIX:* +@all -@dangerous
 EOF
 
 # ours: the pid file names a live redis-server serving this port.

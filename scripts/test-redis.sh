@@ -14,6 +14,7 @@
 # Every Redis it started is stopped at the end.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+unset WORKER_KEY_PREFIX # the consumer's keys are then worker:*
 pass=0; fail=0
 ok()  { echo "ok   - redis.sh: $*"; pass=$((pass+1)); }
 bad() { echo "FAIL - redis.sh: $*"; fail=$((fail+1)); }
