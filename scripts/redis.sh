@@ -6,11 +6,13 @@
 #   - the default user is off: a client without credentials gets NOAUTH;
 #   - two users, from the ACL file $DIR/users.acl (mode 0600, passwords as
 #     SHA-256 only):
-#       manager   the worker-manager: every key and channel, every command
-#                 but the @dangerous ones (KEYS, FLUSHALL, CONFIG,
-#                 SHUTDOWN, DEBUG, MONITOR, CLIENT KILL...), given back
-#                 the ACL subcommands it makes the per-worker users with
-#                 (SETUSER, DELUSER, USERS, GETUSER, LIST), INFO and ROLE;
+#       manager   the worker-manager: every command but the @dangerous
+#                 ones (KEYS, FLUSHALL, CONFIG, SHUTDOWN, DEBUG, MONITOR,
+#                 CLIENT KILL...), given back the ACL subcommands it makes
+#                 the per-worker users with (SETUSER, DELUSER, USERS,
+#                 WHOAMI), on the keys of the key prefix (worker:*, or
+#                 $WORKER_KEY_PREFIX:*), no Pub/Sub channel: the rules of
+#                 protocol/PROTOCOL.md, "Redis users (ACL)";
 #       consumer  workerctl, the examples and the demo's client side: every
 #                 command but the @dangerous ones, on the keys of the key
 #                 prefix only (worker:*, or $WORKER_KEY_PREFIX:*), no
@@ -91,7 +93,7 @@ REDIS_CONSUMER_URL=redis://consumer:$CONSUMER_PW@$HOST:$PORT/0
 EOF
 write_if_changed "$ACLFILE" <<EOF && changed="$changed users.acl"
 user default off resetchannels -@all
-user manager on #$(sha "$MANAGER_PW") ~* &* +@all -@dangerous +acl|setuser +acl|deluser +acl|users +acl|getuser +acl|list +info +role
+user manager on #$(sha "$MANAGER_PW") resetchannels ~$PREFIX:* +@all -@dangerous +acl|setuser +acl|deluser +acl|users +acl|whoami
 user consumer on #$(sha "$CONSUMER_PW") resetchannels ~$PREFIX:* +@all -@dangerous
 EOF
 

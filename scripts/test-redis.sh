@@ -77,8 +77,10 @@ else
   set_u=$(cli "$REDIS_MANAGER_URL" acl setuser agentvisor:worker:w1 on '>pw' '~worker:w1:*' +ping)
   del_u=$(cli "$REDIS_MANAGER_URL" acl deluser agentvisor:worker:w1)
   flush=$(cli "$REDIS_MANAGER_URL" flushall)
-  [[ $set_u == OK && $del_u == 1 && $flush == NOPERM* ]] && ok "the manager makes and deletes users, and cannot FLUSHALL" ||
-    bad "manager: acl setuser $set_u; acl deluser $del_u; flushall $flush"
+  m_other=$(cli "$REDIS_MANAGER_URL" set other:key v)
+  [[ $set_u == OK && $del_u == 1 && $flush == NOPERM* && $m_other == NOPERM* ]] &&
+    ok "the manager makes and deletes users, cannot FLUSHALL nor write outside worker:*" ||
+    bad "manager: acl setuser $set_u; acl deluser $del_u; flushall $flush; set other:* $m_other"
   if [ -f "$dir/appendonlydir/appendonly.aof.manifest" ] && grep -rq "worker:test:input" "$dir/appendonlydir"; then
     ok "appendonly yes: the consumer's write is in the append-only file"
   else
