@@ -622,9 +622,9 @@ func (w *worker) relay(c net.Conn, name, addr string, log *slog.Logger) {
 				up.Close()
 			}
 		}()
-		pipe(up, c, &w.bytesDown)
+		pipe(up, c, &w.bytesUp)
 	}()
-	pipe(c, up, &w.bytesUp)
+	pipe(c, up, &w.bytesDown)
 	<-done
 }
 
