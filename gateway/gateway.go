@@ -39,6 +39,7 @@ import (
 	"regexp"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,6 +62,9 @@ const (
 	ControlSocketMode os.FileMode = 0o600
 	WorkerFileMode    os.FileMode = 0o600
 )
+
+// maxSocketPath is the longest path a unix socket may have on Linux.
+const maxSocketPath = 107
 
 // DefaultMaxConns is Config.MaxConns when it is 0.
 const DefaultMaxConns = 256
@@ -141,6 +145,11 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: Dir: %w", err)
 	}
 	cfg.Dir = abs
+	// A unix socket's path is at most 107 bytes: the longest id's sockets
+	// must fit.
+	if n := len(filepath.Join(abs, strings.Repeat("x", 64), ModelSocket)); n > maxSocketPath {
+		return nil, fmt.Errorf("gateway: Dir %s is too long: a worker's socket path would be %d bytes, at most %d", abs, n, maxSocketPath)
+	}
 	return &Gateway{cfg: cfg, log: log, workers: map[string]*worker{}, done: make(chan struct{})}, nil
 }
 
@@ -162,7 +171,7 @@ func (g *Gateway) Start() error {
 		return fmt.Errorf("gateway: another gateway serves %s", ctlPath)
 	}
 	g.resume()
-	l, err := listenUnix(g.cfg.Dir, ControlSocket, ControlSocketMode)
+	l, err := listenUnix(g.cfg.Dir, g.cfg.Dir, ControlSocket, ControlSocketMode)
 	if err != nil {
 		g.closeWorkers()
 		return fmt.Errorf("gateway: control socket: %w", err)
@@ -333,7 +342,7 @@ func (g *Gateway) openLocked(spec WorkerSpec) (*worker, error) {
 			_ = os.Remove(filepath.Join(dir, up.name))
 			continue
 		}
-		l, err := listenUnix(dir, up.name, WorkerSocketMode)
+		l, err := listenUnix(g.cfg.Dir, dir, up.name, WorkerSocketMode)
 		if err != nil {
 			w.close()
 			return nil, fmt.Errorf("gateway: worker %s: %s: %w", spec.WorkerID, up.name, err)
@@ -422,12 +431,12 @@ func writeSpec(dir string, spec WorkerSpec) error {
 }
 
 // listenUnix listens on dir/name with the given mode, replacing a stale
-// socket file there. The socket is made in a private directory (0700),
-// given its mode, then renamed into place: nobody connects to it before it
-// has its mode, whatever the umask, and a client connecting meanwhile
-// reaches either the old file or the new socket.
-func listenUnix(dir, name string, mode os.FileMode) (*unixListener, error) {
-	stage, err := os.MkdirTemp(dir, ".stage-")
+// socket file there. The socket is made in a private directory (0700) of
+// root, given its mode, then renamed into place: nobody connects to it
+// before it has its mode, whatever the umask, and a client connecting
+// meanwhile reaches either the old file or the new socket.
+func listenUnix(root, dir, name string, mode os.FileMode) (*unixListener, error) {
+	stage, err := os.MkdirTemp(root, ".stage-")
 	if err != nil {
 		return nil, err
 	}

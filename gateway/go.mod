@@ -3,6 +3,7 @@ module github.com/agentvisor/agentvisor/gateway
 go 1.26.0
 
 require (
+	github.com/agentvisor/agentvisor/envconf v0.0.0
 	github.com/agentvisor/agentvisor/testkit v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
