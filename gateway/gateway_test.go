@@ -48,13 +48,15 @@ func startGateway(t *testing.T, dir, redisAddr, modelAddr string) (*Gateway, *Cl
 // 107 bytes, which t.TempDir's long names may exceed.
 func shortDir(t *testing.T) string {
 	t.Helper()
-	d, err := os.MkdirTemp("", "gw")
+	d, err := mkdirShort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(d) })
 	return d
 }
+
+func mkdirShort() (string, error) { return os.MkdirTemp("", "gw") }
 
 func redisOverSocket(t *testing.T, sock string) *redis.Client {
 	t.Helper()
