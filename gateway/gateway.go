@@ -524,18 +524,28 @@ func (w *worker) serve(l *unixListener, name, addr string) {
 	w.mu.Unlock()
 	go func() {
 		defer w.wg.Done()
-		w.acceptLoop(l, name, addr)
+		for !w.acceptLoop(l, name, addr) {
+			time.Sleep(10 * time.Millisecond)
+		}
 	}()
 }
 
-func (w *worker) acceptLoop(l *unixListener, name, addr string) {
+// acceptLoop accepts connections on l until it is closed (true), or a
+// panic ends it (false, after logging it): the caller starts it again.
+func (w *worker) acceptLoop(l *unixListener, name, addr string) (ended bool) {
 	log := w.g.log.With("worker_id", w.id, "socket", name)
+	defer func() {
+		if r := recover(); r != nil {
+			log.Error("accept loop panicked", "panic", r, "stack", string(debug.Stack()))
+			ended = w.ctx.Err() != nil
+		}
+	}()
 	var backoff time.Duration
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			if w.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return
+				return true
 			}
 			// Out of descriptors or the like: wait and go on, as the
 			// next connection may well be served.
@@ -544,7 +554,7 @@ func (w *worker) acceptLoop(l *unixListener, name, addr string) {
 			select {
 			case <-time.After(backoff):
 			case <-w.ctx.Done():
-				return
+				return true
 			}
 			continue
 		}

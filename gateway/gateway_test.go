@@ -484,10 +484,10 @@ func TestDialFailureClosesConnection(t *testing.T) {
 	if n, err := conn.Read(make([]byte, 1)); err != io.EOF {
 		t.Fatalf("read: %d %v, want EOF", n, err)
 	}
-	st, _ := c.Stats(ctx)
-	if st["df"].DialErrors != 1 || st["df"].Open != 0 {
-		t.Fatalf("stats %+v", st["df"])
-	}
+	testkit.Eventually(t, "the refused connection counted", 5*time.Second, func() bool {
+		st, _ := c.Stats(ctx)
+		return st["df"].DialErrors == 1 && st["df"].Open == 0
+	})
 	if _, err := c.Workers(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -617,5 +617,77 @@ func TestStopClosesEverything(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "s", WorkerFile)); err != nil {
 		t.Fatalf("Stop removed a worker's directory: %v", err)
+	}
+}
+
+// panicConn is a connection whose reads panic: what a bug reached by a
+// container's bytes would do.
+type panicConn struct {
+	net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (p *panicConn) Read([]byte) (int, error) { panic("a bug in the relay") }
+func (p *panicConn) Close() error {
+	p.once.Do(func() { close(p.closed) })
+	return p.Conn.Close()
+}
+
+// A panic in one connection's relay closes that connection and nothing
+// else: the process, the worker and its other connections go on.
+func TestPanicInRelayClosesOnlyThatConnection(t *testing.T) {
+	r := testkit.StartRedis(t)
+	dir := shortDir(t)
+	g, c := startGateway(t, dir, r.Addr, "")
+	ctx := context.Background()
+	if err := c.Open(ctx, "p", nil); err != nil {
+		t.Fatal(err)
+	}
+	other := dialRaw(t, sockOf(dir, "p", RedisSocket))
+	if err := other.ping(); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	w := g.workers["p"]
+	g.mu.Unlock()
+	a, b := net.Pipe()
+	defer b.Close()
+	pc := &panicConn{Conn: a, closed: make(chan struct{})}
+	if !w.track(pc, true, true) {
+		t.Fatal("not tracked")
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); w.relay(pc, RedisSocket, r.Addr, g.log) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the relay did not end after its panic")
+	}
+	select {
+	case <-pc.closed:
+	default:
+		t.Fatal("the panicking connection is still open")
+	}
+	if err := other.ping(); err != nil {
+		t.Fatalf("another connection after the panic: %v", err)
+	}
+	if st := g.Stats()["p"]; st.Open != 1 {
+		t.Fatalf("stats after the panic %+v", st)
+	}
+}
+
+// A Dir so long that a worker's socket path would not fit is refused at
+// New, not at the first Open.
+func TestDirTooLong(t *testing.T) {
+	_, err := New(Config{Dir: "/" + strings.Repeat("d", 40), Redis: "127.0.0.1:1"})
+	if err == nil || !strings.Contains(err.Error(), "too long") {
+		t.Fatalf("%v", err)
+	}
+	if _, err := New(Config{Dir: "/run/agentvisor/gateway", Redis: "127.0.0.1:1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Config{Dir: "/tmp/x", Redis: "redis://127.0.0.1:1/0"}); err == nil {
+		t.Fatal("a Redis URL taken for host:port")
 	}
 }
