@@ -44,7 +44,7 @@ func (c *Client) Socket() string { return c.socket }
 // Open has the gateway serve worker id with its egress allowlist: it
 // returns once the worker's sockets accept connections. Opening an open
 // worker again is no error.
-func (c *Client) Open(ctx context.Context, id string, allow []string) (err error) {
+func (c *Client) Open(ctx context.Context, id string, allow []string) error {
 	if err := ValidID(id); err != nil {
 		return err
 	}
