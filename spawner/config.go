@@ -266,7 +266,7 @@ func (c *Config) setEvictPaused(s string) error {
 
 // handBuiltDefaults are the variables whose defaults withDefaults gives
 // a Config built in Go that leaves them zero.
-var handBuiltDefaults = []string{"LEASE_TTL", "RETENTION", protocol.EnvStreamMaxLen, protocol.EnvRunRetention, "REPLY_TTL", "VOLUME_RETENTION", "REPLACE_BACKOFF"}
+var handBuiltDefaults = []string{"LEASE_TTL", "RETENTION", protocol.EnvStreamMaxLen, protocol.EnvRunRetention, "REPLY_TTL", "VOLUME_RETENTION", "REPLACE_BACKOFF", "GATEWAY_DIR"}
 
 // withDefaults fills what a Config built by hand (not by ConfigFromEnv)
 // leaves zero, from configVars.

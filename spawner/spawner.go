@@ -24,6 +24,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agentvisor/agentvisor/gateway"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
@@ -94,7 +95,11 @@ func New(cfg Config, docker ContainerClient, rc redis.UniversalClient, images *I
 		info = docker.Info
 	}
 	e.fleet = newFleet(e, cfg.HostID, info)
-	return &Spawner{env: e, cfg: cfg, docker: docker, images: images, users: newWorkerUsers(e, cfg.WorkerACL, cfg.RedisURLForWorkers),
+	var gw Gateway
+	if cfg.NetworkMode == NetworkSealed {
+		gw = gateway.NewClient(cfg.GatewayDir)
+	}
+	return &Spawner{env: e, cfg: cfg, docker: docker, images: images, users: newWorkerUsers(e, cfg.WorkerACL, cfg.RedisURLForWorkers), gateway: gw,
 		volumes:  &projectVolumes{env: e, docker: docker, enabled: cfg.ProjectVolumes, retention: cfg.VolumeRetention},
 		instance: cfg.ManagerID + "/" + newWorkerID()[:8], stopping: make(chan struct{}), connected: make(chan struct{}, 1)}
 }
