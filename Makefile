@@ -99,9 +99,11 @@ bench: setup
 	$(GO) run scripts/benchtable.go -o BENCHMARKS.md -readme README.md .cache/bench.txt || status=1; \
 	exit $$status
 
-# The end-to-end demo (examples/demo): a Redis on 127.0.0.1:6379 (started
-# when none answers), the images, a worker-manager, a Claude and a Droid
-# worker against the stub model (the real API with ANTHROPIC_API_KEY).
+# The end-to-end demo (examples/demo): a Redis on 127.0.0.1:6379
+# (scripts/redis.sh: default user off, passwords in
+# /var/lib/agentvisor/redis/credentials.env), the images, a worker-manager,
+# a Claude and a Droid worker against the stub model (the real API with
+# ANTHROPIC_API_KEY).
 demo: setup
 	@bash scripts/demo.sh
 

@@ -13,4 +13,13 @@ echo "demo: building bin/worker-manager, bin/workerctl and bin/demo"
 mkdir -p bin
 (cd spawner && go build -o ../bin/worker-manager ./cmd/worker-manager && go build -o ../bin/workerctl ./cmd/workerctl)
 (cd examples && go build -o ../bin/demo ./demo)
-exec bin/demo -manager bin/worker-manager -redis "${REDIS_URL:-redis://127.0.0.1:6379/0}"
+# The project's Redis (scripts/redis.sh) unless REDIS_URL names another:
+# the demo's client connects as its consumer user, the worker-manager as
+# its manager user. The URLs go through the environment, not the command
+# line, which any local user may read.
+if [ -z "${REDIS_URL:-}" ]; then
+  set -a
+  . "${REDIS_DIR:-/var/lib/agentvisor/redis}/credentials.env"
+  set +a
+fi
+exec bin/demo -manager bin/worker-manager

@@ -2,7 +2,9 @@
 # Black-box tests of scripts/setup.sh, run by `make test`:
 #  1. a second run changes nothing and says so;
 #  2. an engine killed with SIGKILL (stale pid file and socket left behind,
-#     its process possibly a zombie) is started again.
+#     its process possibly a zombie) is started again;
+#  3. scripts/redis.sh (scripts/test-redis.sh, on ports and directories of
+#     its own).
 # Test 2 kills the engine, so it runs only on an engine this project's
 # set-up started (its command line carries --bridge=none and it logs to our
 # file), never on an engine someone else runs.
@@ -43,4 +45,6 @@ else
 fi
 
 echo "setup: $pass passed, $fail failed"
-[ $fail = 0 ]
+redis_rc=0
+bash scripts/test-redis.sh || redis_rc=1
+[ $fail = 0 ] && [ $redis_rc = 0 ]

@@ -4,7 +4,11 @@
 // events and task outputs), found through the workers set and the
 // lifecycle stream's "created" events.
 //
-//	REDIS_URL=redis://127.0.0.1:6379/0 go run ./consumer [-from-start] [-idle-exit 5s]
+//	REDIS_URL=redis://consumer:<password>@127.0.0.1:6379/0 go run ./consumer [-from-start] [-idle-exit 5s]
+//
+// Without REDIS_URL it reads the project's Redis (scripts/redis.sh) as its
+// consumer user: REDIS_CONSUMER_URL of the environment or of
+// /var/lib/agentvisor/redis/credentials.env.
 //
 // It reads without a consumer group, so it takes nothing from anyone: any
 // number of consumers see every entry. -idle-exit ends it once nothing has
@@ -36,10 +40,14 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	url := os.Getenv("REDIS_URL")
+	var err error
 	if url == "" {
-		url = "redis://127.0.0.1:6379/0"
+		url, err = redisconn.DefaultURL(redisconn.ConsumerURLName)
 	}
-	keys, err := protocol.NewKeys(os.Getenv("WORKER_KEY_PREFIX"))
+	var keys protocol.Keys
+	if err == nil {
+		keys, err = protocol.NewKeys(os.Getenv("WORKER_KEY_PREFIX"))
+	}
 	if err == nil {
 		err = tail(ctx, url, keys, *fromStart, *idleExit, os.Stdout)
 	}

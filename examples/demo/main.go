@@ -11,7 +11,15 @@
 // server (started here, on loopback); with it, to the real API. `make demo`
 // prepares everything and runs it:
 //
-//	demo -manager bin/worker-manager -redis redis://127.0.0.1:6379/0
+//	demo -manager bin/worker-manager -redis "$REDIS_CONSUMER_URL" -manager-redis "$REDIS_MANAGER_URL"
+//
+// The demo's own client (commands, tasks, the timeline) connects with
+// -redis, the consumer user of the project's Redis (scripts/redis.sh);
+// the worker-manager with -manager-redis, the manager user, from which it
+// makes each worker's own Redis user. -redis (or REDIS_URL) alone serves
+// both; without either they come from REDIS_CONSUMER_URL and
+// REDIS_MANAGER_URL, of the environment or of
+// /var/lib/agentvisor/redis/credentials.env.
 package main
 
 import (
@@ -46,10 +54,28 @@ import (
 
 func main() {
 	managerBin := flag.String("manager", "bin/worker-manager", "the worker-manager binary to run")
-	redisURL := flag.String("redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "the Redis the manager and the workers share")
+	redisURL := flag.String("redis", os.Getenv("REDIS_URL"), "the demo's own Redis URL, a consumer's (default: REDIS_URL, else REDIS_CONSUMER_URL of the environment or of the project's credentials file)")
+	managerURL := flag.String("manager-redis", "", "the worker-manager's Redis URL, the same Redis as a user that may make users (default: -redis when given, else REDIS_MANAGER_URL likewise)")
 	logDir := flag.String("logs", envOr("DEMO_LOGS", filepath.Join(os.TempDir(), "agentvisor-demo")), "where the manager's log goes")
 	flag.Parse()
-	d := &demo{managerBin: *managerBin, redisURL: *redisURL, logDir: *logDir, out: os.Stdout, start: time.Now(),
+	// One URL given: a user that may do both (a Redis of one's own).
+	if *managerURL == "" {
+		*managerURL = *redisURL
+	}
+	for _, u := range []struct {
+		url  *string
+		name string
+	}{{redisURL, redisconn.ConsumerURLName}, {managerURL, redisconn.ManagerURLName}} {
+		if *u.url != "" {
+			continue
+		}
+		var err error
+		if *u.url, err = redisconn.DefaultURL(u.name); err != nil {
+			fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+			os.Exit(2)
+		}
+	}
+	d := &demo{managerBin: *managerBin, redisURL: *redisURL, managerURL: *managerURL, logDir: *logDir, out: os.Stdout, start: time.Now(),
 		runID: strconv.FormatInt(time.Now().Unix()%1e6, 36)}
 	// Ctrl-C stops the demo the same way as its end: the manager removes
 	// every worker.
@@ -152,10 +178,12 @@ var (
 )
 
 type demo struct {
-	managerBin, redisURL, logDir string
-	out                          io.Writer
-	start                        time.Time
-	runID                        string // makes this run's request ids unique
+	managerBin, logDir string
+	redisURL           string // the demo's own client (a consumer)
+	managerURL         string // the worker-manager's (the same Redis)
+	out                io.Writer
+	start              time.Time
+	runID              string // makes this run's request ids unique
 
 	rdb   *redis.Client
 	keys  protocol.Keys
@@ -260,7 +288,7 @@ func (d *demo) connect(ctx context.Context) error {
 // model, which the returned function stops.
 func (d *demo) managerEnv() ([]string, func(), error) {
 	d.opsToken = spawner.NewOpsToken()
-	env := []string{"REDIS_URL=" + d.redisURL, "WORKER_KEY_PREFIX=" + d.keys.Prefix, "MANAGER_ID=demo", "HEARTBEAT_INTERVAL=2s", poolsEnv(), workerEnv,
+	env := []string{"REDIS_URL=" + d.managerURL, "WORKER_KEY_PREFIX=" + d.keys.Prefix, "MANAGER_ID=demo", "HEARTBEAT_INTERVAL=2s", poolsEnv(), workerEnv,
 		"WORKER_STOP_TIMEOUT=12s", "WORKER_NETWORK_MODE=host", "METRICS_ADDR=" + envOr("DEMO_METRICS_ADDR", "127.0.0.1:0"), "OPS_TOKEN=" + d.opsToken}
 	if key := os.Getenv("ANTHROPIC_API_KEY"); key != "" && os.Getenv("DEMO_STUB") != "true" {
 		d.say("ANTHROPIC_API_KEY is set: the agents use the real Anthropic API")

@@ -5,7 +5,11 @@
 // queue's output stream. Proof that the protocol serves consumers that are
 // not Go.
 //
-//   REDIS_URL=redis://127.0.0.1:6379/0 node consume.js [--follow] [--quiet]
+//   REDIS_URL=redis://consumer:<password>@127.0.0.1:6379/0 node consume.js [--follow] [--quiet]
+//
+// Without REDIS_URL it reads the project's Redis (scripts/redis.sh) as its
+// consumer user: REDIS_CONSUMER_URL of the environment or of
+// /var/lib/agentvisor/redis/credentials.env.
 //
 // Without --follow it reads what the streams hold and exits: 0 when every
 // entry is valid, 1 when one is not (each is printed with its errors), 2
@@ -42,10 +46,28 @@ function loadValidators() {
   return byType;
 }
 
+const credentialsFile = '/var/lib/agentvisor/redis/credentials.env';
+
+// The Redis URL: REDIS_URL, else the project's consumer URL.
+function redisURL() {
+  if (process.env.REDIS_URL) return process.env.REDIS_URL;
+  if (process.env.REDIS_CONSUMER_URL) return process.env.REDIS_CONSUMER_URL;
+  let text;
+  try {
+    text = fs.readFileSync(credentialsFile, 'utf8');
+  } catch (err) {
+    throw new Error(`REDIS_URL is not set and ${credentialsFile} cannot be read (${err.code || err.message}): ` +
+      'the project\'s Redis: `bash scripts/redis.sh` writes it; or set REDIS_URL');
+  }
+  const m = text.match(/^(?:export )?REDIS_CONSUMER_URL=["']?([^"'\s]+)/m);
+  if (!m) throw new Error(`REDIS_URL is not set and ${credentialsFile} has no REDIS_CONSUMER_URL`);
+  return m[1];
+}
+
 async function main() {
   const validators = loadValidators();
   const redis = createClient({
-    url: process.env.REDIS_URL || 'redis://127.0.0.1:6379/0',
+    url: redisURL(),
     socket: { connectTimeout: 3000, reconnectStrategy: false }, // fail, do not hang
   });
   redis.on('error', () => {}); // reported by the command that fails

@@ -3,7 +3,12 @@
 // input stream, waits for the task's output on its output stream, and
 // removes the worker.
 //
-//	REDIS_URL=redis://127.0.0.1:6379/0 go run ./quickstart "Say hello."
+//	REDIS_URL=redis://manager:<password>@127.0.0.1:6379/0 go run ./quickstart "Say hello."
+//
+// Without REDIS_URL it uses the project's Redis (scripts/redis.sh) as its
+// manager user, as the worker-manager would (the spawner makes each
+// worker's Redis user): REDIS_MANAGER_URL of the environment or of
+// /var/lib/agentvisor/redis/credentials.env.
 //
 // The worker reaches its model through what the spawner passes from this
 // process's environment (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL, ...).
@@ -43,7 +48,11 @@ func run(ctx context.Context, prompt string) error {
 	// 1. A spawner: configuration from the environment, a Redis client and
 	// a Docker client.
 	if os.Getenv("REDIS_URL") == "" {
-		os.Setenv("REDIS_URL", "redis://127.0.0.1:6379/0")
+		url, err := redisconn.DefaultURL(redisconn.ManagerURLName)
+		if err != nil {
+			return err
+		}
+		os.Setenv("REDIS_URL", url)
 	}
 	cfg, err := spawner.ConfigFromEnv(os.Getenv)
 	if err != nil {

@@ -30,6 +30,7 @@ import (
 	"github.com/agentvisor/agentvisor/redisconn"
 	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/spawner/dashboard"
+	spawnerrdb "github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
 func main() {
@@ -69,6 +70,7 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int 
 	}
 	rdb := redisconn.NewClient(opt)
 	defer rdb.Close()
+	warnIfOpen(ctx, opt, log)
 	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		log.Error("docker client", "err", err)
@@ -130,4 +132,24 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int 
 		log.Info("shutdown: every worker removed", "took", time.Since(start).String())
 	}
 	return 0
+}
+
+// warnIfOpen logs a warning when the manager's Redis lets a client in
+// without credentials: then anyone who reaches it (an agent in a worker
+// among them) can read and forge every worker's keys, whatever the
+// per-worker users allow. scripts/redis.sh starts Redis with the default
+// user off. A Redis that does not answer yet is the manager's own
+// business (it waits for it): nothing is logged then.
+func warnIfOpen(ctx context.Context, opt *redis.UniversalOptions, log *slog.Logger) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	open, err := spawnerrdb.OpenToAnyone(cctx, opt)
+	if err != nil {
+		log.Debug("redis: could not check whether it requires a password", "err", err)
+		return
+	}
+	if open {
+		log.Warn("redis lets anyone in without a password: any process that reaches it (an agent in a worker too) can read and forge every worker's data; "+
+			"turn the default user off or set a password (scripts/redis.sh does both for the project's Redis)", "addrs", opt.Addrs)
+	}
 }

@@ -20,8 +20,12 @@ import (
 // client made from them.
 type ctl struct {
 	redisURL, prefix string
-	json             bool
-	out              io.Writer
+	// managerURL is the project's manager URL when redisURL came from its
+	// credentials file (neither --redis nor REDIS_URL given): the
+	// operations that act as a manager use it.
+	managerURL string
+	json       bool
+	out        io.Writer
 
 	rdb  *redis.Client
 	keys protocol.Keys
@@ -31,11 +35,20 @@ type ctl struct {
 // open checks the global flags and makes the Redis client (it connects
 // on first use).
 func (c *ctl) open() error {
+	if c.rdb != nil {
+		return nil
+	}
 	keys, err := protocol.NewKeys(c.prefix)
 	if err != nil {
 		return fail(exitUsage, "--prefix: %v", err)
 	}
 	redisconn.SetLogger(nil) // go-redis's own lines (a sentinel's answer) are no output of the tool
+	if c.redisURL == "" {
+		if c.redisURL, err = redisconn.DefaultURL(redisconn.ConsumerURLName); err != nil {
+			return fail(exitUsage, "--redis: %v", err)
+		}
+		c.managerURL, _ = redisconn.DefaultURL(redisconn.ManagerURLName)
+	}
 	opt, err := redisconn.Options(c.redisURL)
 	if err != nil {
 		return fail(exitUsage, "--redis: %v", err) // the parser's errors never quote the URL

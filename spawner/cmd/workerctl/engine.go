@@ -27,6 +27,9 @@ func (c *ctl) engine(ctx context.Context) (*engine, error) {
 	cfg, err := spawner.ConfigFromEnv(func(name string) string {
 		switch name {
 		case "REDIS_URL":
+			if c.managerURL != "" {
+				return c.managerURL
+			}
 			return c.redisURL
 		case "WORKER_KEY_PREFIX":
 			return c.keys.Prefix

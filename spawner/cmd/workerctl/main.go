@@ -100,9 +100,13 @@ func newRoot(c *ctl) *cobra.Command {
 		Short: "Show and drive agentvisor workers",
 		Long: `workerctl shows and drives agentvisor workers.
 
-WORKER is a worker id or a unique prefix of one. REDIS_URL (default
-redis://127.0.0.1:6379/0) and WORKER_KEY_PREFIX (default worker) set the
-defaults of --redis and --prefix. Flags may be written -flag or --flag.
+WORKER is a worker id or a unique prefix of one. REDIS_URL and
+WORKER_KEY_PREFIX (default worker) set the defaults of --redis and
+--prefix. Without either, workerctl uses the project's Redis
+(scripts/redis.sh): REDIS_CONSUMER_URL of the environment or of
+/var/lib/agentvisor/redis/credentials.env, and for the operations that
+act as a manager (gc, reconcile, volumes) REDIS_MANAGER_URL. Flags may
+be written -flag or --flag.
 
 Exit codes: 0 done (a task complete or cancelled), 1 failed, 2 bad
 usage, 3 no such worker, 4 task blocked, 5 task failed, 6 timed out.`,
@@ -120,10 +124,17 @@ usage, 3 no such worker, 4 task blocked, 5 task failed, 6 timed out.`,
 			_ = cmd.Usage()
 			return fail(exitUsage, "a command is needed")
 		},
-		PersistentPreRunE: func(cmd *cobra.Command, args []string) error { return c.open() },
+		// The completion scripts need no Redis (worker ids complete
+		// through completeWorkers, which opens it).
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if completing(cmd) {
+				return nil
+			}
+			return c.open()
+		},
 	}
 	pf := root.PersistentFlags()
-	pf.StringVar(&c.redisURL, "redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "the Redis of the workers (REDIS_URL)")
+	pf.StringVar(&c.redisURL, "redis", os.Getenv("REDIS_URL"), "the Redis of the workers (REDIS_URL; default: the project's, from its credentials file)")
 	pf.StringVar(&c.prefix, "prefix", os.Getenv("WORKER_KEY_PREFIX"), "the key prefix of the workers (WORKER_KEY_PREFIX, default worker)")
 	pf.BoolVar(&c.json, "json", false, "print JSON for scripts instead of tables")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
@@ -184,9 +195,12 @@ func longFlags(root *cobra.Command, args []string) []string {
 	return out
 }
 
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
+// completing reports whether cmd prints a completion script or answers a
+// shell's completion request.
+func completing(cmd *cobra.Command) bool {
+	switch cmd.Name() {
+	case cobra.ShellCompRequestCmd, cobra.ShellCompNoDescRequestCmd, "completion":
+		return true
 	}
-	return def
+	return cmd.HasParent() && cmd.Parent().Name() == "completion"
 }

@@ -228,3 +228,16 @@ func TestWorkerctlOperators(t *testing.T) {
 		t.Errorf("completion of a worker id:\n%s", out)
 	}
 }
+
+// Without --redis and REDIS_URL, workerctl takes the project's consumer
+// URL (REDIS_CONSUMER_URL, here from the environment rather than the
+// credentials file of scripts/redis.sh).
+func TestWorkerctlDefaultsToTheConsumerURL(t *testing.T) {
+	r := testkit.StartRedisWith(t, testkit.RedisOptions{Password: "consumer-pw"})
+	t.Setenv("REDIS_URL", "")
+	t.Setenv("REDIS_CONSUMER_URL", r.URL())
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"list"}, &out, &errb); code != exitOK {
+		t.Fatalf("list with REDIS_CONSUMER_URL: exit %d %s", code, errb.String())
+	}
+}

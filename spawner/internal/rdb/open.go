@@ -1,0 +1,47 @@
+package rdb
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/redisconn"
+)
+
+// OpenToAnyone reports whether the Redis that opt reaches lets a client
+// in without credentials: a fresh connection with no user and no password
+// (the sentinels' own credentials kept) answers PING. Then the per-worker
+// users change nothing: an agent could connect as the default user and
+// read or forge every key. A refusal for want of authentication (NOAUTH,
+// WRONGPASS: a requirepass, or the default user off) is false; any other
+// failure (Redis unreachable) is an error.
+func OpenToAnyone(ctx context.Context, opt *redis.UniversalOptions) (bool, error) {
+	o := *opt
+	o.Username, o.Password = "", ""
+	o.OnConnect = nil
+	o.PoolSize, o.MinIdleConns, o.MaxRetries = 1, 0, -1
+	c := redisconn.NewClient(&o)
+	defer c.Close()
+	err := c.Ping(ctx).Err()
+	if err == nil {
+		return true, nil
+	}
+	if authRefused(err) {
+		return false, nil
+	}
+	return false, err
+}
+
+// authRefused reports whether err is Redis refusing a client that did not
+// authenticate (or whose credentials it rejects).
+func authRefused(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "WRONGPASS") ||
+		strings.Contains(strings.ToLower(msg), "authentication required")
+}
