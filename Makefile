@@ -10,7 +10,7 @@
 
 SHELL      := /bin/bash
 GO         ?= go
-MODULES    := envconf protocol testkit stubmodel testmcp redisconn client wrapper spawner examples
+MODULES    := envconf protocol testkit stubmodel testmcp redisconn client gateway wrapper spawner examples
 FUZZTIME   ?= 3s
 # Every fuzz target of the protocol decoders, and the one over the path from
 # an agent's output to the stored Output, runs for FUZZTIME in `make test`.

@@ -118,11 +118,12 @@ func TestDemo(t *testing.T) {
 	testkit.WorkerImages(t)
 	r := testkit.StartRedis(t)
 	manager := build(t, "../spawner", "./cmd/worker-manager")
+	gw := build(t, "../gateway", "./cmd/worker-gateway")
 	demo := build(t, ".", "./demo")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	logs := t.TempDir()
-	cmd := exec.CommandContext(ctx, demo, "-manager", manager, "-redis", r.URL(), "-logs", logs)
+	cmd := exec.CommandContext(ctx, demo, "-manager", manager, "-gateway", gw, "-redis", r.URL(), "-logs", logs)
 	cmd.Env = append(os.Environ(), "WORKER_KEY_PREFIX=demotest", "ANTHROPIC_API_KEY=")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -131,7 +132,7 @@ func TestDemo(t *testing.T) {
 	}
 	got := string(out)
 	for _, want := range []string{
-		"stub model server", "worker-manager started", "warm pool claude-shop: a worker of this spec was made ahead",
+		"stub model server", "worker-gateway started", "the workers are sealed, no network of their own", "worker-manager started", "warm pool claude-shop: a worker of this spec was made ahead",
 		"from the warm pool",
 		"claude-1 progress  \"Committed hello.txt\" 100%", "claude-1 lifecycle paused", "claude-1 lifecycle unpaused",
 		"resume session", "droid-1  progress  \"Counted files\" 100%", "droid-1  output    docs-1",

@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/agentvisor/agentvisor/client v0.0.0
+	github.com/agentvisor/agentvisor/gateway v0.0.0
 	github.com/agentvisor/agentvisor/protocol v0.0.0
 	github.com/agentvisor/agentvisor/redisconn v0.0.0
 	github.com/agentvisor/agentvisor/spawner v0.0.0
@@ -67,3 +68,5 @@ replace (
 )
 
 replace github.com/agentvisor/agentvisor/testkit => ../testkit
+
+replace github.com/agentvisor/agentvisor/gateway => ../gateway

@@ -83,6 +83,8 @@ type WorkerSpec struct {
 	// Placement constrains the hosts of a fleet the worker may run on
 	// (fleet.go); none: any host with room.
 	Placement *Placement `json:"placement,omitempty"`
+	// Network is a sealed worker's egress allowlist (egress.go).
+	Network *Network `json:"network,omitempty"`
 }
 
 var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -139,6 +141,11 @@ func (s *WorkerSpec) validate(path string) error {
 	}
 	if err := s.Placement.validate(path + ".placement"); err != nil {
 		return err
+	}
+	if s.Network != nil {
+		if _, err := ParseEgressRules(s.Network.Allow); err != nil {
+			return fieldErr(path+".network.allow", "%v", err)
+		}
 	}
 	return validateMCPServers(path+".mcp_servers", s.MCPServers)
 }

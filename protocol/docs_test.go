@@ -16,7 +16,7 @@ import (
 // protocol.
 var markdownDocs = []string{
 	"../README.md", "../SECURITY.md", "../BENCHMARKS.md", "../FAULTS.md", "PROTOCOL.md", "../spawner/CONTROLPLANE.md",
-	"../spawner/README.md", "../wrapper/README.md", "../images/README.md", "../docs/kubernetes.md",
+	"../spawner/README.md", "../wrapper/README.md", "../images/README.md", "../docs/kubernetes.md", "../gateway/README.md",
 }
 
 // Every code fence of the documents opens and closes: a closing fence is

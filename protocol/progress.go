@@ -11,13 +11,18 @@ const MaxRefusedCommandBytes = 4096
 
 // Refusal says which call of the agent was refused and why.
 type Refusal struct {
-	// Tool is the agent's tool (Bash for Claude, Execute for Droid), or
-	// "progress" for a call of the progress endpoint.
+	// Tool is the agent's tool (Bash for Claude, Execute for Droid),
+	// "progress" for a call of the progress endpoint, or "network" for a
+	// connection a sealed worker's egress allowlist refused.
 	Tool string `json:"tool"`
 	// Command is the shell command or the progress step, cut to
 	// MaxRefusedCommandBytes and with secrets redacted.
 	Command string `json:"command,omitempty"`
 	Reason  string `json:"reason,omitempty"`
+	// Host and Port name a connection a sealed worker's egress allowlist
+	// refused (Tool "network").
+	Host string `json:"host,omitempty"`
+	Port int    `json:"port,omitempty"`
 }
 
 // Progress levels. Warnings carry what the agent did not ask to report,
@@ -96,6 +101,12 @@ func (p Progress) validateReport() error {
 		}
 		if len(r.Reason) > 1024 {
 			return fieldErr("refused.reason", "is %d bytes, at most 1024", len(r.Reason))
+		}
+		if len(r.Host) > 253 {
+			return fieldErr("refused.host", "is %d bytes, at most 253", len(r.Host))
+		}
+		if r.Port < 0 || r.Port > 65535 {
+			return fieldErr("refused.port", "is %d, want 1 to 65535", r.Port)
 		}
 	}
 	if p.StepsCompleted < 0 {

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -55,6 +56,37 @@ func FromURL(u protocol.RedisURL) *redis.UniversalOptions {
 		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
 	return o
+}
+
+// ThroughSocket makes every connection of o go through the unix socket at
+// path, which relays it to the server (a sealed worker's gateway): the
+// URL still names the server, for TLS (its host is the server name) and
+// for the credentials. A sentinel URL is refused: its clients dial the
+// sentinels and then whichever server is the primary, which one socket
+// cannot stand for.
+func ThroughSocket(o *redis.UniversalOptions, path string) error {
+	if o.MasterName != "" {
+		return errors.New("redisconn: a sentinel URL cannot go through a socket")
+	}
+	tlsConfig := o.TLSConfig
+	o.Dialer = func(ctx context.Context, _, addr string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "unix", path)
+		if err != nil || tlsConfig == nil {
+			return c, err
+		}
+		cfg := tlsConfig.Clone()
+		if cfg.ServerName == "" {
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(c, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return tc, nil
+	}
+	return nil
 }
 
 // NewClient returns a client for o: a failover client when o names a

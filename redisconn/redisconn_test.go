@@ -166,3 +166,33 @@ func TestXAddConfirmsAfterALostWait(t *testing.T) {
 		t.Fatalf("%d entries, want 1", n)
 	}
 }
+
+// Through a unix socket (a sealed worker's gateway): every connection
+// goes through it, with the URL's credentials; a sentinel URL cannot.
+func TestThroughSocket(t *testing.T) {
+	r := testkit.StartRedisWith(t, testkit.RedisOptions{Password: "pw-0c1d"})
+	path, accepted := testkit.UnixRelay(t, r.Addr)
+	o, err := Options("redis://:pw-0c1d@redis.invalid:6379/0") // the name never resolves: only the socket is dialled
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ThroughSocket(o, path); err != nil {
+		t.Fatal(err)
+	}
+	c := NewClient(o)
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET through the socket: %v", err)
+	}
+	if v, err := r.Client(t).Get(ctx, "k").Result(); err != nil || v != "v" {
+		t.Fatalf("the server has %q, %v", v, err)
+	}
+	if accepted() == 0 {
+		t.Fatal("the socket saw no connection")
+	}
+	so, _ := Options("redis+sentinel://h:26379/m")
+	if err := ThroughSocket(so, path); err == nil {
+		t.Fatal("a sentinel URL went through a socket")
+	}
+}

@@ -9,9 +9,10 @@ if ! docker image inspect "${WORKER_BASE_IMAGE:-agentvisor/worker-base:latest}" 
   bash images/build-worker-base.sh
   mkdir -p bin && touch bin/.worker-base
 fi
-echo "demo: building bin/worker-manager, bin/workerctl and bin/demo"
+echo "demo: building bin/worker-manager, bin/worker-gateway, bin/workerctl and bin/demo"
 mkdir -p bin
 (cd spawner && go build -o ../bin/worker-manager ./cmd/worker-manager && go build -o ../bin/workerctl ./cmd/workerctl)
+(cd gateway && go build -o ../bin/worker-gateway ./cmd/worker-gateway)
 (cd examples && go build -o ../bin/demo ./demo)
 # The project's Redis (scripts/redis.sh) unless REDIS_URL names another:
 # the demo's client connects as its consumer user, the worker-manager as

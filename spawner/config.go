@@ -26,6 +26,7 @@ type Config struct {
 	PidsLimit          int64         // WORKER_PIDS_LIMIT
 	StopTimeout        time.Duration // WORKER_STOP_TIMEOUT; the wrapper's grace is 10 s shorter
 	NetworkMode        string        // WORKER_NETWORK_MODE
+	GatewayDir         string        // GATEWAY_DIR
 	RedisURLForWorkers string        // WORKER_REDIS_URL: the Redis URL as workers see it (default REDIS_URL)
 	// RedisWait is REDIS_WAIT_REPLICAS and REDIS_WAIT_TIMEOUT as given
 	// ("" when unset), passed to the workers: WAIT's policy for their
@@ -131,6 +132,10 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	if _, err := protocol.ParseWaitPolicy(c.RedisWait.Replicas, c.RedisWait.Timeout, wu); err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
+	if c.NetworkMode == NetworkSealed && wu.Sentinel {
+		// The gateway relays one socket to one server.
+		return Config{}, envconf.Errorf("WORKER_NETWORK_MODE", "sealed workers reach Redis through their gateway, which relays to one server: WORKER_REDIS_URL must be redis:// or rediss://, not a sentinel URL")
+	}
 	if c.Pools, err = poolsFromEnv(getenv); err != nil {
 		return Config{}, envconf.Errorf("POOLS", "%w", err)
 	}
@@ -165,7 +170,8 @@ func configVars(c *Config) []envconf.Var {
 		{Name: "WORKER_CPU_LIMIT", Default: "0.5", Value: envconf.PositiveFloat(&c.CPULimit), Doc: "cores per container; limits.cpus overrides it"},
 		{Name: "WORKER_PIDS_LIMIT", Default: "512", Value: envconf.Int(&c.PidsLimit, 16), Doc: "processes per container; limits.pids overrides it"},
 		{Name: "WORKER_STOP_TIMEOUT", Default: "30s", Value: envconf.DurationMin(&c.StopTimeout, 12*time.Second), Doc: "docker stop timeout; the wrapper's grace is 10 s shorter"},
-		{Name: "WORKER_NETWORK_MODE", Default: "host", Value: envconf.String(&c.NetworkMode), Doc: "the containers' network mode"},
+		{Name: "WORKER_NETWORK_MODE", Default: "host", Value: envconf.String(&c.NetworkMode), Doc: "the containers' network mode: sealed (no network: Redis and the model API through the host's gateway), or a Docker network mode (host, none, bridge, ...)"},
+		{Name: "GATEWAY_DIR", Default: "/run/agentvisor/gateway", Value: envconf.String(&c.GatewayDir), Doc: "the directory of this host's worker-gateway (its control socket, a socket directory per sealed worker)"},
 		{Name: "WORKER_PASS_ENV", Default: "ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,FACTORY_API_KEY,OPENAI_API_KEY,DROID_BASE_URL",
 			Value: envconf.List(&c.PassEnv), Doc: "host variables passed to every worker (secrets from the host's environment only)"},
 		{Name: "WORKER_ENV", Value: envconf.Func(c.setWorkerEnv), Doc: "a JSON object of variables the operator sets in every worker"},
@@ -260,7 +266,7 @@ func (c *Config) setEvictPaused(s string) error {
 
 // handBuiltDefaults are the variables whose defaults withDefaults gives
 // a Config built in Go that leaves them zero.
-var handBuiltDefaults = []string{"LEASE_TTL", "RETENTION", protocol.EnvStreamMaxLen, protocol.EnvRunRetention, "REPLY_TTL", "VOLUME_RETENTION", "REPLACE_BACKOFF"}
+var handBuiltDefaults = []string{"LEASE_TTL", "RETENTION", protocol.EnvStreamMaxLen, protocol.EnvRunRetention, "REPLY_TTL", "VOLUME_RETENTION", "REPLACE_BACKOFF", "GATEWAY_DIR"}
 
 // withDefaults fills what a Config built by hand (not by ConfigFromEnv)
 // leaves zero, from configVars.

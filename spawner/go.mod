@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/agentvisor/agentvisor/client v0.0.0
 	github.com/agentvisor/agentvisor/envconf v0.0.0
+	github.com/agentvisor/agentvisor/gateway v0.0.0
 	github.com/agentvisor/agentvisor/protocol v0.0.0
 	github.com/agentvisor/agentvisor/redisconn v0.0.0
 	github.com/agentvisor/agentvisor/stubmodel v0.0.0
@@ -78,3 +79,5 @@ replace github.com/agentvisor/agentvisor/stubmodel => ../stubmodel
 replace github.com/agentvisor/agentvisor/client => ../client
 
 replace github.com/agentvisor/agentvisor/testkit => ../testkit
+
+replace github.com/agentvisor/agentvisor/gateway => ../gateway

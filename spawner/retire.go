@@ -76,6 +76,7 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 	if err := s.removeContainer(ctx, id, r.graceful); err != nil {
 		return true, err // the retirement stays leased: the leader finishes it
 	}
+	s.closeSealed(ctx, id)
 	state, container := protocol.WorkerStopped, protocol.ContainerStopped
 	fields := map[string]any{}
 	if r.died {

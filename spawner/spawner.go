@@ -24,6 +24,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agentvisor/agentvisor/gateway"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
@@ -66,6 +67,7 @@ type Spawner struct {
 	engineCPUs int
 
 	users   *workerUsers    // the workers' Redis users (ACL mode)
+	gateway Gateway         // this host's gateway, for sealed workers
 	volumes *projectVolumes // the project volumes on this engine
 	// connected holds a signal when the Redis client made a new
 	// connection (RedisConnected); the leader's health loop takes it.
@@ -93,7 +95,11 @@ func New(cfg Config, docker ContainerClient, rc redis.UniversalClient, images *I
 		info = docker.Info
 	}
 	e.fleet = newFleet(e, cfg.HostID, info)
-	return &Spawner{env: e, cfg: cfg, docker: docker, images: images, users: newWorkerUsers(e, cfg.WorkerACL, cfg.RedisURLForWorkers),
+	var gw Gateway
+	if cfg.NetworkMode == NetworkSealed {
+		gw = gateway.NewClient(cfg.GatewayDir)
+	}
+	return &Spawner{env: e, cfg: cfg, docker: docker, images: images, users: newWorkerUsers(e, cfg.WorkerACL, cfg.RedisURLForWorkers), gateway: gw,
 		volumes:  &projectVolumes{env: e, docker: docker, enabled: cfg.ProjectVolumes, retention: cfg.VolumeRetention},
 		instance: cfg.ManagerID + "/" + newWorkerID()[:8], stopping: make(chan struct{}), connected: make(chan struct{}, 1)}
 }
@@ -304,6 +310,9 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 		if err != nil {
 			return protocol.WorkerInfo{}, err
 		}
+		if err := s.openSealed(cctx, id); err != nil {
+			return protocol.WorkerInfo{}, err
+		}
 		if cid, err = s.createContainer(cctx, id, commandID, spec, &img, redisURL, now, o); err != nil {
 			return protocol.WorkerInfo{}, err
 		}
@@ -385,7 +394,7 @@ func (s *Spawner) createContainer(ctx context.Context, id, commandID string, spe
 // (WORKER_NETWORK_MODE's default) or have none: their containers have no
 // address of their own to look up.
 func (s *Spawner) hostNetwork() bool {
-	return s.cfg.NetworkMode == "host" || s.cfg.NetworkMode == "none"
+	return s.cfg.NetworkMode == "host" || s.cfg.NetworkMode == "none" || s.sealed()
 }
 
 // containerConfig is a worker's container: labels, environment, limits
@@ -417,6 +426,9 @@ func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec
 	if s.cfg.ProjectVolumes && spec.ProjectID != "" {
 		hc.Mounts = projectMounts(s.keys.Prefix, spec)
 		env = append(env, "WORKSPACE=/home/worker/workspace")
+	}
+	if s.sealed() {
+		env = append(env, s.sealContainer(id, hc)...)
 	}
 	return &container.Config{Image: image, Env: env, Labels: labels, User: "1000:1000", StopTimeout: &stop}, hc
 }

@@ -46,6 +46,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/client"
+	"github.com/agentvisor/agentvisor/gateway"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/redisconn"
 	"github.com/agentvisor/agentvisor/spawner"
@@ -54,6 +55,7 @@ import (
 
 func main() {
 	managerBin := flag.String("manager", "bin/worker-manager", "the worker-manager binary to run")
+	gatewayBin := flag.String("gateway", "bin/worker-gateway", "the worker-gateway binary to run: the workers are sealed, and reach Redis and the model through it")
 	redisURL := flag.String("redis", os.Getenv("REDIS_URL"), "the demo's own Redis URL, a consumer's (default: REDIS_URL, else REDIS_CONSUMER_URL of the environment or of the project's credentials file)")
 	managerURL := flag.String("manager-redis", "", "the worker-manager's Redis URL, the same Redis as a user that may make users (default: -redis when given, else REDIS_MANAGER_URL likewise)")
 	logDir := flag.String("logs", envOr("DEMO_LOGS", filepath.Join(os.TempDir(), "agentvisor-demo")), "where the manager's log goes")
@@ -75,7 +77,7 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	d := &demo{managerBin: *managerBin, redisURL: *redisURL, managerURL: *managerURL, logDir: *logDir, out: os.Stdout, start: time.Now(),
+	d := &demo{managerBin: *managerBin, gatewayBin: *gatewayBin, redisURL: *redisURL, managerURL: *managerURL, logDir: *logDir, out: os.Stdout, start: time.Now(),
 		runID: strconv.FormatInt(time.Now().Unix()%1e6, 36)}
 	// Ctrl-C stops the demo the same way as its end: the manager removes
 	// every worker.
@@ -181,6 +183,7 @@ type demo struct {
 	managerBin, logDir string
 	redisURL           string // the demo's own client (a consumer)
 	managerURL         string // the worker-manager's (the same Redis)
+	gatewayBin         string // the worker-gateway binary
 	out                io.Writer
 	start              time.Time
 	runID              string // makes this run's request ids unique
@@ -238,6 +241,11 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	defer d.watch(ctx)()
 
+	gw, err := d.startGateway()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = gw.Process.Signal(syscall.SIGTERM); _ = gw.Wait() }()
 	manager, err := d.startManager(env)
 	if err != nil {
 		return err
@@ -289,7 +297,8 @@ func (d *demo) connect(ctx context.Context) error {
 func (d *demo) managerEnv() ([]string, func(), error) {
 	d.opsToken = spawner.NewOpsToken()
 	env := []string{"REDIS_URL=" + d.managerURL, "WORKER_KEY_PREFIX=" + d.keys.Prefix, "MANAGER_ID=demo", "HEARTBEAT_INTERVAL=2s", poolsEnv(), workerEnv,
-		"WORKER_STOP_TIMEOUT=12s", "WORKER_NETWORK_MODE=host", "METRICS_ADDR=" + envOr("DEMO_METRICS_ADDR", "127.0.0.1:0"), "OPS_TOKEN=" + d.opsToken}
+		"WORKER_STOP_TIMEOUT=12s", "WORKER_NETWORK_MODE=sealed", "GATEWAY_DIR=" + d.gatewayDir(), "METRICS_ADDR=" + envOr("DEMO_METRICS_ADDR", "127.0.0.1:0"),
+		"OPS_TOKEN=" + d.opsToken}
 	if key := os.Getenv("ANTHROPIC_API_KEY"); key != "" && os.Getenv("DEMO_STUB") != "true" {
 		d.say("ANTHROPIC_API_KEY is set: the agents use the real Anthropic API")
 		return append(env, "DROID_BASE_URL=https://api.anthropic.com"), func() {}, nil
@@ -351,6 +360,52 @@ func (d *demo) shutDown(ctx context.Context, manager *exec.Cmd) error {
 }
 
 func (d *demo) logPath() string { return filepath.Join(d.logDir, "worker-manager.log") }
+
+// gatewayDir is where the demo's gateway keeps its sockets (short: a unix
+// socket's path has at most 107 bytes).
+func (d *demo) gatewayDir() string { return filepath.Join(d.logDir, "gw") }
+
+// startGateway starts the host's worker-gateway for the sealed workers:
+// their Redis (this demo's) and their model API (the stub, or Anthropic's)
+// through sockets, nothing else.
+func (d *demo) startGateway() (*exec.Cmd, error) {
+	u, err := protocol.ParseRedisURL(d.managerURL)
+	if err != nil {
+		return nil, err
+	}
+	model := "api.anthropic.com:443"
+	if d.stub != nil {
+		model = strings.TrimPrefix(d.stub.URL, "http://")
+	}
+	if err := os.MkdirAll(d.logDir, 0o755); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(d.logDir, "worker-gateway.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(d.gatewayBin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	cmd.Env = append(os.Environ(), "GATEWAY_DIR="+d.gatewayDir(), "GATEWAY_REDIS="+u.Addrs[0], "GATEWAY_MODEL="+model)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s: %w", d.gatewayBin, err)
+	}
+	// The manager's first create asks it for sockets: wait for its control socket.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := gateway.NewClient(d.gatewayDir()).Workers(context.Background()); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			return nil, fmt.Errorf("the worker-gateway did not answer within 10 s; its log: %s", logf.Name())
+		}
+	}
+	d.say("worker-gateway started (pid %d): the workers are sealed, no network of their own; Redis (%s) and the model (%s) through its sockets in %s",
+		cmd.Process.Pid, u.Addrs[0], model, d.gatewayDir())
+	return cmd, nil
+}
 
 func (d *demo) startManager(env []string) (*exec.Cmd, error) {
 	if err := os.MkdirAll(d.logDir, 0o755); err != nil {

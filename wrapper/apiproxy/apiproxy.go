@@ -31,10 +31,14 @@ const DefaultUpstream = "https://api.anthropic.com"
 // Config is what the proxy forwards to and with which credential. At most
 // one of APIKey and AuthToken is used: APIKey when both are set.
 type Config struct {
-	Upstream  string // base URL of the model API, e.g. https://api.anthropic.com
-	APIKey    string // sent upstream as x-api-key (ANTHROPIC_API_KEY)
-	AuthToken string // sent upstream as Authorization: Bearer (ANTHROPIC_AUTH_TOKEN)
-	Logger    *slog.Logger
+	Upstream string // base URL of the model API, e.g. https://api.anthropic.com
+	// UpstreamSocket, when set, is a unix socket every upstream connection
+	// goes through (a sealed worker's gateway relays it to Upstream's
+	// host): TLS and the Host header still name Upstream.
+	UpstreamSocket string
+	APIKey         string // sent upstream as x-api-key (ANTHROPIC_API_KEY)
+	AuthToken      string // sent upstream as Authorization: Bearer (ANTHROPIC_AUTH_TOKEN)
+	Logger         *slog.Logger
 	// OnUpstreamError, when set, sees the status and headers of every
 	// error answer (4xx, 5xx) of the upstream, before the agent does: the
 	// wrapper stops a task at the first 401 or 403 (the proxy's own
@@ -98,7 +102,7 @@ func Start(addr string, cfg Config) (*Proxy, error) {
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:       p.rewrite,
 		FlushInterval: -1, // server-sent events reach the agent as the upstream writes them
-		Transport:     &parkingTransport{next: newTransport(), limited: cfg.OnRateLimit, now: time.Now},
+		Transport:     &parkingTransport{next: newTransport(cfg.UpstreamSocket), limited: cfg.OnRateLimit, now: time.Now},
 		ErrorHandler:  p.upstreamError,
 		ModifyResponse: func(resp *http.Response) error {
 			if resp.StatusCode >= 400 && cfg.OnUpstreamError != nil {
@@ -192,10 +196,18 @@ func (b *bufferPool) Get() []byte {
 func (b *bufferPool) Put(buf []byte) { b.pool.Put(&buf) }
 
 // newTransport is http.DefaultTransport's settings, with more idle
-// connections kept per host: every request goes to the one upstream.
-func newTransport() *http.Transport {
+// connections kept per host: every request goes to the one upstream;
+// through socket when one is given, and then never through an HTTP proxy.
+func newTransport(socket string) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConnsPerHost = 16
+	if socket != "" {
+		t.Proxy = nil
+		t.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		}
+	}
 	return t
 }
 

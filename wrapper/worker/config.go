@@ -22,6 +22,11 @@ type Config struct {
 	WorkerID string // WORKER_ID (required)
 	Host     string // WORKER_HOST: the fleet host whose engine runs the worker (on its lifecycle events)
 	RedisURL string // REDIS_URL (required): redis://, rediss://, redis+sentinel:// or rediss+sentinel:// (protocol.ParseRedisURL)
+	// RedisSocket (REDIS_SOCKET) and ModelSocket (MODEL_SOCKET): unix
+	// sockets that reach REDIS_URL's server and the model API: a sealed
+	// worker has no network, its gateway relays them.
+	RedisSocket string
+	ModelSocket string
 	// RedisWait is WAIT's policy for the writes that matter (a task's
 	// output with its acknowledgement): REDIS_WAIT_REPLICAS (1 for a
 	// sentinel URL, 0 otherwise) and REDIS_WAIT_TIMEOUT.
@@ -182,6 +187,8 @@ func identityVars(c *Config, u *protocol.RedisURL, replicas, timeout *string) []
 		{Name: protocol.EnvWorkerHost, Value: envconf.String(&c.Host), Doc: "the fleet host whose engine runs the worker (set by the manager)"},
 		{Name: "REDIS_URL", Required: true, Value: envconf.Func(func(s string) (err error) { c.RedisURL = s; *u, err = protocol.ParseRedisURL(s); return err }),
 			Doc: "redis://, rediss://, redis+sentinel:// or rediss+sentinel://"},
+		{Name: "REDIS_SOCKET", Value: envconf.String(&c.RedisSocket), Doc: "a unix socket every Redis connection goes through (a sealed worker's gateway; set by the manager)"},
+		{Name: "MODEL_SOCKET", Value: envconf.String(&c.ModelSocket), Doc: "a unix socket every connection of the model API proxy goes through (a sealed worker's gateway; set by the manager)"},
 		{Name: protocol.EnvRedisWaitReplicas, DefaultDoc: "`1` for a sentinel URL, else `0`", Value: envconf.String(replicas),
 			Doc: "WAIT for this many replicas after storing a task's output"},
 		{Name: protocol.EnvRedisWaitTimeout, DefaultDoc: "`" + envconf.FormatDuration(protocol.DefaultRedisWaitTimeout) + "`", Value: envconf.String(timeout),

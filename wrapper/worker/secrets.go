@@ -47,7 +47,7 @@ type modelAPI struct{ url, token string }
 func (w *Worker) startModelProxy() (*apiproxy.Proxy, error) {
 	get := w.getenv
 	cfg := apiproxy.Config{APIKey: get("ANTHROPIC_API_KEY"), AuthToken: get("ANTHROPIC_AUTH_TOKEN"), Logger: w.log,
-		OnUpstreamError: w.heal.upstreamError, OnRateLimit: w.heal.rateLimit}
+		OnUpstreamError: w.heal.upstreamError, OnRateLimit: w.heal.rateLimit, UpstreamSocket: w.cfg.ModelSocket}
 	if !w.agent.Caps().ReportsCost { // the wrapper meters the agent's calls (cost.go)
 		cfg.OnUsage, cfg.Refuse = w.spend.meter, w.spend.refuse
 	}

@@ -235,7 +235,7 @@ func TestThresholdScalesWithTheWindow(t *testing.T) {
 func TestProjectSessionsFromTheirDependencies(t *testing.T) {
 	r := testkit.StartRedis(t)
 	keys := protocol.Keys{}
-	store, err := rdb.Open(r.URL(), keys)
+	store, err := rdb.Open(r.URL(), "", keys)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,7 +104,7 @@ type Options struct {
 
 // New returns a Worker for cfg. It does not touch Redis yet.
 func New(cfg Config, opts Options) (*Worker, error) {
-	r, err := rdb.Open(cfg.RedisURL, cfg.Keys)
+	r, err := rdb.Open(cfg.RedisURL, cfg.RedisSocket, cfg.Keys)
 	if err != nil {
 		return nil, err
 	}

@@ -42,10 +42,18 @@ type RDB struct {
 // protocol.ParseRedisURL) and returns an RDB. It does not connect: the
 // wrapper starts even when Redis is down. With a sentinel URL every client
 // asks the sentinels for the primary, and follows it when it fails over.
-func Open(url string, keys protocol.Keys) (*RDB, error) {
+//
+// socket, when set, is a unix socket every connection goes through (a
+// sealed worker's gateway relays it to the server the URL names).
+func Open(url, socket string, keys protocol.Keys) (*RDB, error) {
 	opt, err := redisconn.Options(url)
 	if err != nil {
 		return nil, fmt.Errorf("rdb: REDIS_URL: %w", err) // never quotes the URL
+	}
+	if socket != "" {
+		if err := redisconn.ThroughSocket(opt, socket); err != nil {
+			return nil, fmt.Errorf("rdb: REDIS_SOCKET: %w", err)
+		}
 	}
 	opt.MaxRetries = -1 // the wrapper retries with its own backoff, and knows what is idempotent
 	opt.DialTimeout = 2 * time.Second

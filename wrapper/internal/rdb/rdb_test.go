@@ -12,7 +12,7 @@ import (
 
 func TestFinishTaskPublishesOnceAndAcks(t *testing.T) {
 	r := testkit.StartRedisWith(t, testkit.RedisOptions{Password: "pw-123456"})
-	db, err := Open(r.URL(), protocol.Keys{})
+	db, err := Open(r.URL(), "", protocol.Keys{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestFinishTaskPublishesOnceAndAcks(t *testing.T) {
 	if st, _ := db.RunState(ctx, "unknown"); st != "" {
 		t.Fatalf("unknown run has state %q", st)
 	}
-	if _, err := Open("http://nope", protocol.Keys{}); err == nil {
+	if _, err := Open("http://nope", "", protocol.Keys{}); err == nil {
 		t.Fatal("a non-redis URL was accepted")
 	}
 }
@@ -67,7 +67,7 @@ func TestFinishTaskPublishesOnceAndAcks(t *testing.T) {
 func openTest(t *testing.T) (*RDB, *testkit.Redis) {
 	t.Helper()
 	r := testkit.StartRedis(t)
-	db, err := Open(r.URL(), protocol.Keys{})
+	db, err := Open(r.URL(), "", protocol.Keys{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestServerErrorsArePermanent(t *testing.T) {
 }
 
 func TestMalformedURLErrorHasNoPassword(t *testing.T) {
-	_, err := Open("redis://:supersecret@127.0.0.1:notaport/0", protocol.Keys{})
+	_, err := Open("redis://:supersecret@127.0.0.1:notaport/0", "", protocol.Keys{})
 	if err == nil || strings.Contains(err.Error(), "supersecret") {
 		t.Fatalf("error %v", err)
 	}

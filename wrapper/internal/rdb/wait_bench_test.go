@@ -20,7 +20,7 @@ import (
 func BenchmarkFinishTaskWait(b *testing.B) {
 	s := testkit.StartSentinel(b, testkit.SentinelOptions{Password: "pw-bench"})
 	keys, _ := protocol.NewKeys("bench")
-	db, err := Open(s.URL(), keys)
+	db, err := Open(s.URL(), "", keys)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,0 +1,102 @@
+// Command worker-gateway serves the sockets of sealed workers on this
+// host (package gateway): a directory of unix sockets per worker under
+// GATEWAY_DIR, each relayed to the upstream Redis or model API, and the
+// control socket the worker manager opens and closes workers on. It runs
+// beside the Docker engine, apart from the manager, so that the manager's
+// restarts do not cut the workers' connections; started again (even after
+// SIGKILL) it serves every worker it served before.
+//
+// Configuration comes from the environment (gateway/README.md); it logs
+// JSON lines on stderr. SIGTERM or SIGINT closes every socket and
+// connection and leaves the workers' directories for the next start.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/agentvisor/agentvisor/envconf"
+	"github.com/agentvisor/agentvisor/gateway"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := run(ctx, os.Getenv, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// config is the gateway binary's configuration; configVars is its table.
+type config struct {
+	Dir      string
+	Redis    string
+	Model    string
+	MaxConns int
+	LogLevel string
+}
+
+// DefaultDir is GATEWAY_DIR's default.
+const DefaultDir = "/run/agentvisor/gateway"
+
+func configVars(c *config) []envconf.Var {
+	return []envconf.Var{
+		{Name: "GATEWAY_DIR", Default: DefaultDir, Value: envconf.String(&c.Dir),
+			Doc: "where control.sock and a directory of sockets per worker are"},
+		{Name: "GATEWAY_REDIS", Required: true, Value: envconf.Func(hostPort(&c.Redis)),
+			Doc: "the upstream Redis, host:port: what every worker's redis.sock is relayed to"},
+		{Name: "GATEWAY_MODEL", Value: envconf.Func(hostPort(&c.Model)),
+			Doc: "the upstream model API, host:port: what every worker's model.sock is relayed to; unset: no model.sock"},
+		{Name: "GATEWAY_MAX_CONNS", Default: fmt.Sprint(gateway.DefaultMaxConns), Value: envconf.Int(&c.MaxConns, 1),
+			Doc: "connections one worker may hold open at once; more are closed at once"},
+		{Name: "LOG_LEVEL", Default: "info", Value: envconf.Enum(&c.LogLevel, "debug", "info", "warn", "error"),
+			Doc: "debug, info, warn or error; JSON lines on stderr"},
+	}
+}
+
+// hostPort parses a TCP address host:port into p.
+func hostPort(p *string) func(string) error {
+	return func(s string) error {
+		host, port, err := net.SplitHostPort(s)
+		if err != nil || host == "" || port == "" || strings.ContainsAny(s, "/ ") {
+			return fmt.Errorf("want host:port, got %q", s)
+		}
+		*p = s
+		return nil
+	}
+}
+
+func configFromEnv(getenv func(string) string) (config, error) {
+	var c config
+	err := envconf.Load(getenv, configVars(&c))
+	return c, err
+}
+
+// run serves until ctx ends, configured by getenv and logging to stderr,
+// and returns the exit code.
+func run(ctx context.Context, getenv func(string) string, stderr io.Writer) int {
+	c, err := configFromEnv(getenv)
+	if err != nil {
+		slog.New(slog.NewJSONHandler(stderr, nil)).Error("invalid configuration", "err", err)
+		return 2
+	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.LogLevel))
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	g, err := gateway.New(gateway.Config{Dir: c.Dir, Redis: c.Redis, Model: c.Model, MaxConns: c.MaxConns, Log: log})
+	if err != nil {
+		log.Error("invalid configuration", "err", err)
+		return 2
+	}
+	if err := g.Run(ctx); err != nil {
+		log.Error("gateway", "err", err)
+		return 1
+	}
+	return 0
+}

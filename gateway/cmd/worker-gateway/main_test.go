@@ -1,0 +1,253 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentvisor/agentvisor/envconf"
+	"github.com/agentvisor/agentvisor/gateway"
+	"github.com/agentvisor/agentvisor/testkit"
+)
+
+// The README's table of worker-gateway's variables lists every variable
+// of the code's table, and no other, with the code's default.
+func TestConfigTables(t *testing.T) {
+	path := "../../README.md"
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range envconf.CheckMarkdown(string(doc), "worker-gateway", configVars(&config{})) {
+		t.Errorf("%s: %s", path, p)
+	}
+}
+
+func TestConfigFromEnv(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	c, err := configFromEnv(env(map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379"}))
+	if err != nil || c != (config{Dir: DefaultDir, Redis: "127.0.0.1:6379", MaxConns: gateway.DefaultMaxConns, LogLevel: "info"}) {
+		t.Fatalf("%+v %v", c, err)
+	}
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{nil, "config: GATEWAY_REDIS: required (the upstream Redis, host:port: what every worker's redis.sock is relayed to)"},
+		{map[string]string{"GATEWAY_REDIS": "redis://127.0.0.1:6379/0"}, `config: GATEWAY_REDIS: want host:port, got "redis://127.0.0.1:6379/0"`},
+		{map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379", "GATEWAY_MODEL": "api"}, `config: GATEWAY_MODEL: want host:port, got "api"`},
+		{map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379", "GATEWAY_MAX_CONNS": "0"}, `config: GATEWAY_MAX_CONNS: want a positive whole number, got "0"`},
+		{map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379", "LOG_LEVEL": "chatty"}, `config: LOG_LEVEL: want debug, info, warn or error, got "chatty"`},
+	} {
+		if _, err := configFromEnv(env(tc.env)); err == nil || err.Error() != tc.want {
+			t.Errorf("%v: got %v, want %s", tc.env, err, tc.want)
+		}
+	}
+}
+
+// buildBinary builds worker-gateway once for the package's tests.
+var buildBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "gwbin")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "worker-gateway")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		return "", &buildError{out}
+	}
+	return bin, nil
+})
+
+type buildError struct{ out []byte }
+
+func (e *buildError) Error() string { return "go build: " + string(e.out) }
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if bin, err := buildBinary(); err == nil {
+		os.RemoveAll(filepath.Dir(bin))
+	}
+	os.Exit(code)
+}
+
+// proc is a worker-gateway process of a test.
+type proc struct {
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	exited chan struct{}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startProc starts worker-gateway on dir and waits until its control
+// socket answers.
+func startProc(t testing.TB, dir string, env ...string) *proc {
+	t.Helper()
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: exec.Command(bin), stderr: &syncBuffer{}, exited: make(chan struct{})}
+	p.cmd.Env = append([]string{"GATEWAY_DIR=" + dir, "PATH=" + os.Getenv("PATH")}, env...)
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() { p.cmd.Process.Kill(); <-p.exited })
+	c := gateway.NewClient(dir)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := c.Workers(context.Background()); err == nil {
+			return p
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("worker-gateway exited: %s", p.stderr)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker-gateway did not answer within 10 s: %s", p.stderr)
+		}
+	}
+}
+
+func shortDir(t testing.TB) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "gw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+func ping(sock string) error {
+	c, err := net.DialTimeout("unix", sock, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	if _, err := io.WriteString(c, "PING\r\n"); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "+PONG\r\n" {
+		return &net.AddrError{Err: "PING answered " + line, Addr: sock}
+	}
+	return nil
+}
+
+// worker-gateway killed with SIGKILL (no cleanup at all) and started
+// again on the same directory serves the same workers on the same paths;
+// SIGTERM then stops it with status 0, and its log is JSON lines.
+func TestKilledGatewayResumes(t *testing.T) {
+	r := testkit.StartRedis(t)
+	dir := shortDir(t)
+	env := []string{"GATEWAY_REDIS=" + r.Addr}
+	p := startProc(t, dir, env...)
+	c := gateway.NewClient(dir)
+	ctx := context.Background()
+	ids := []string{"6f1c2a9e-0b7d-4e8a-9c3f-2d5e7a1b4c60", "w2"}
+	for _, id := range ids {
+		if err := c.Open(ctx, id, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := ping(filepath.Join(dir, id, gateway.RedisSocket)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open, err := net.Dial("unix", filepath.Join(dir, ids[0], gateway.RedisSocket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.exited
+	if err := ping(filepath.Join(dir, ids[0], gateway.RedisSocket)); err == nil {
+		t.Fatal("a killed gateway's socket answers")
+	}
+	if _, err := c.Workers(ctx); err == nil || !strings.Contains(err.Error(), "gateway: not running at "+filepath.Join(dir, "control.sock")) {
+		t.Fatalf("client of a killed gateway: %v", err)
+	}
+	_ = open.SetReadDeadline(time.Now().Add(5 * time.Second))
+	// EOF, or a reset when the gateway died before it accepted it.
+	if _, err := open.Read(make([]byte, 1)); err == nil || os.IsTimeout(err) {
+		t.Fatalf("a connection open through the killed gateway: %v, want it closed", err)
+	}
+
+	p2 := startProc(t, dir, env...)
+	got, err := c.Workers(ctx)
+	if err != nil || !slices.Equal(got, []string{ids[0], "w2"}) {
+		t.Fatalf("after restart: %v %v", got, err)
+	}
+	for _, id := range ids {
+		if err := ping(filepath.Join(dir, id, gateway.RedisSocket)); err != nil {
+			t.Fatalf("%s after restart: %v", id, err)
+		}
+	}
+
+	if err := p2.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p2.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("worker-gateway ignored SIGTERM")
+	}
+	if code := p2.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("exit %d: %s", code, p2.stderr)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(p2.stderr.String()), "\n") {
+		if !strings.HasPrefix(line, "{") {
+			t.Fatalf("a log line that is no JSON: %q", line)
+		}
+	}
+	if !strings.Contains(p2.stderr.String(), `"msg":"worker resumed"`) {
+		t.Fatalf("log: %s", p2.stderr)
+	}
+}
+
+// A bad configuration stops the binary at start with status 2 and the
+// variable's name.
+func TestBadConfigExits(t *testing.T) {
+	var stderr bytes.Buffer
+	code := run(context.Background(), func(k string) string { return map[string]string{"GATEWAY_DIR": shortDir(t)}[k] }, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "config: GATEWAY_REDIS: required") {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+}

@@ -1,0 +1,115 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"time"
+)
+
+// The control API, HTTP over Dir/control.sock:
+//
+//	PUT    /workers/{id}  body {"worker_id": id, "allow": [...]}: open (idempotent) → 200 WorkerInfo
+//	DELETE /workers/{id}  close: listeners, open connections, directory (idempotent) → 204
+//	GET    /workers       → 200 {"workers": [id, ...]}
+//	GET    /stats         → 200 {"workers": {id: WorkerStats}}
+//
+// Errors are {"error": "..."} with 400 (a bad id or body), 405, or 500.
+
+// WorkerInfo is the answer to PUT /workers/{id}: where the worker's
+// sockets are.
+type WorkerInfo struct {
+	WorkerID    string   `json:"worker_id"`
+	Dir         string   `json:"dir"`
+	RedisSocket string   `json:"redis_socket"`
+	ModelSocket string   `json:"model_socket,omitempty"`
+	Allow       []string `json:"allow"`
+}
+
+// maxBody bounds a request body of the control API.
+const maxBody = 1 << 20
+
+func (g *Gateway) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("PUT /workers/{id}", g.putWorker)
+	mux.HandleFunc("DELETE /workers/{id}", g.deleteWorker)
+	mux.HandleFunc("GET /workers", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string][]string{"workers": g.Workers()})
+	})
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]map[string]WorkerStats{"workers": g.Stats()})
+	})
+	return mux
+}
+
+func (g *Gateway) putWorker(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := ValidID(id); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	var spec WorkerSpec
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("gateway: read body: %w", err))
+		return
+	}
+	if len(body) > 0 {
+		if err := json.Unmarshal(body, &spec); err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("gateway: body: want {\"worker_id\": ..., \"allow\": [...]}: %w", err))
+			return
+		}
+	}
+	if spec.WorkerID != "" && spec.WorkerID != id {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("gateway: body's worker_id %q is not the path's %q", spec.WorkerID, id))
+		return
+	}
+	spec.WorkerID = id
+	if spec.Allow == nil {
+		spec.Allow = []string{}
+	}
+	if err := g.Open(spec); err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	info := WorkerInfo{WorkerID: id, Dir: filepath.Join(g.cfg.Dir, id), Allow: spec.Allow}
+	info.RedisSocket = filepath.Join(info.Dir, RedisSocket)
+	if g.cfg.Model != "" {
+		info.ModelSocket = filepath.Join(info.Dir, ModelSocket)
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+func (g *Gateway) deleteWorker(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := ValidID(id); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	// The connections' goroutines end at once (their sockets are closed);
+	// the answer waits for them a little, not for ever.
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if err := g.Close(ctx, id); err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, err error) {
+	if err == nil {
+		err = errors.New(http.StatusText(status))
+	}
+	writeJSON(w, status, map[string]string{"error": err.Error()})
+}

@@ -1,0 +1,709 @@
+// Package gateway is the data plane of sealed workers. A sealed worker's
+// container has no network of its own (Docker's none network: loopback
+// only); what it may reach comes through unix sockets in a directory of
+// its own, mounted into the container and served by the gateway, a
+// process of its own on each host beside the Docker engine. Because each
+// worker has its own directory, the gateway knows who calls from which
+// socket it was called on, with no secret in the container.
+//
+// Layout under Config.Dir:
+//
+//	control.sock        0600  the control API (HTTP): root only, never mounted
+//	{id}/               0755  one directory per worker, mounted into its container
+//	{id}/worker.json    0600  what the gateway was told (id, allow): read back at start
+//	{id}/redis.sock     0666  relayed to Config.Redis over TCP
+//	{id}/model.sock     0666  relayed to Config.Model over TCP (absent when Model is "")
+//
+// Each socket is a plain byte relay: the wrapper speaks Redis, TLS or HTTP
+// end to end through it. The container's uid (1000) connects, so the
+// worker sockets are 0666; the directory is root's, so nothing in the
+// container can replace them.
+//
+// A gateway started on a Dir serves again every worker directory it finds
+// with a worker.json: a gateway restarted, even after SIGKILL, resumes
+// every worker (stale socket files are replaced by new ones). The worker
+// manager opens and closes workers through Client.
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Names of the files of Config.Dir and of each worker's directory.
+const (
+	ControlSocket = "control.sock"
+	RedisSocket   = "redis.sock"
+	ModelSocket   = "model.sock"
+	WorkerFile    = "worker.json"
+)
+
+// Modes of what the gateway makes: the worker's directory and sockets are
+// for the container's uid to traverse and connect to; the control socket
+// and worker.json are root's alone.
+const (
+	DirMode           os.FileMode = 0o755
+	WorkerSocketMode  os.FileMode = 0o666
+	ControlSocketMode os.FileMode = 0o600
+	WorkerFileMode    os.FileMode = 0o600
+)
+
+// maxSocketPath is the longest path a unix socket may have on Linux.
+const maxSocketPath = 107
+
+// DefaultMaxConns is Config.MaxConns when it is 0.
+const DefaultMaxConns = 256
+
+// Config configures a Gateway.
+type Config struct {
+	Dir   string       // where control.sock and the workers' directories are
+	Redis string       // the upstream Redis, host:port (TCP)
+	Model string       // the upstream model API, host:port (TCP); "": no model.sock
+	Log   *slog.Logger // nil: discard
+	// MaxConns bounds the connections one worker holds open at once (0:
+	// DefaultMaxConns): a container that opens connections without end
+	// runs out of its own share, not of the gateway's descriptors.
+	MaxConns int
+	// DialTimeout bounds a dial of an upstream (0: 5 s).
+	DialTimeout time.Duration
+}
+
+var idRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+
+// ValidID reports why id cannot name a worker of the gateway, or nil: 1 to
+// 64 letters, digits, '-' or '_', the first a letter or digit. An id is a
+// directory name under Config.Dir, so nothing else is allowed ('/', '.').
+func ValidID(id string) error {
+	if !idRe.MatchString(id) {
+		return fmt.Errorf("gateway: invalid worker id %q: want 1 to 64 letters, digits, '-' or '_', starting with a letter or digit", id)
+	}
+	return nil
+}
+
+// WorkerSpec is the body of PUT /workers/{id}, and worker.json.
+type WorkerSpec struct {
+	WorkerID string `json:"worker_id"`
+	// Allow is the worker's egress allowlist; it is stored for the
+	// egress relay and not yet enforced.
+	Allow []string `json:"allow"`
+}
+
+// Gateway serves the control socket and every open worker's sockets.
+type Gateway struct {
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	workers map[string]*worker
+	started bool
+	stopped bool
+	ctl     net.Listener
+	srv     *http.Server
+	done    chan struct{} // closed when the control server returns
+}
+
+// New checks cfg and returns a Gateway; Start serves it.
+func New(cfg Config) (*Gateway, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("gateway: no Dir")
+	}
+	if _, _, err := net.SplitHostPort(cfg.Redis); err != nil {
+		return nil, fmt.Errorf("gateway: Redis: want host:port, got %q", cfg.Redis)
+	}
+	if cfg.Model != "" {
+		if _, _, err := net.SplitHostPort(cfg.Model); err != nil {
+			return nil, fmt.Errorf("gateway: Model: want host:port, got %q", cfg.Model)
+		}
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 5 * time.Second
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	abs, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: Dir: %w", err)
+	}
+	cfg.Dir = abs
+	// A unix socket's path is at most 107 bytes: the longest id's sockets
+	// must fit.
+	if n := len(filepath.Join(abs, strings.Repeat("x", 64), ModelSocket)); n > maxSocketPath {
+		return nil, fmt.Errorf("gateway: Dir %s is too long: a worker's socket path would be %d bytes, at most %d", abs, n, maxSocketPath)
+	}
+	return &Gateway{cfg: cfg, log: log, workers: map[string]*worker{}, done: make(chan struct{})}, nil
+}
+
+// Start makes Dir, serves again every worker found there, and listens on
+// the control socket. It fails when another gateway answers on it.
+func (g *Gateway) Start() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.started {
+		return errors.New("gateway: already started")
+	}
+	g.started = true
+	if err := os.MkdirAll(g.cfg.Dir, DirMode); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	ctlPath := filepath.Join(g.cfg.Dir, ControlSocket)
+	if c, err := net.DialTimeout("unix", ctlPath, time.Second); err == nil {
+		c.Close()
+		return fmt.Errorf("gateway: another gateway serves %s", ctlPath)
+	}
+	g.resume()
+	l, err := listenUnix(g.cfg.Dir, g.cfg.Dir, ControlSocket, ControlSocketMode)
+	if err != nil {
+		g.closeWorkers()
+		return fmt.Errorf("gateway: control socket: %w", err)
+	}
+	g.ctl = l
+	g.srv = &http.Server{Handler: g.handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)}
+	go func() {
+		defer close(g.done)
+		if err := g.srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			g.log.Error("control socket", "err", err)
+		}
+	}()
+	g.log.Info("gateway started", "dir", g.cfg.Dir, "redis", g.cfg.Redis, "model", g.cfg.Model, "workers", len(g.workers))
+	return nil
+}
+
+// Run is Start, then Stop when ctx is done.
+func (g *Gateway) Run(ctx context.Context) error {
+	if err := g.Start(); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return g.Stop(stop)
+}
+
+// Stop closes the control socket, every worker's listeners and every open
+// connection, and waits for their goroutines until ctx is done. The
+// workers' directories stay: a gateway started again on Dir serves them.
+func (g *Gateway) Stop(ctx context.Context) error {
+	g.mu.Lock()
+	if g.stopped || !g.started {
+		g.mu.Unlock()
+		return nil
+	}
+	g.stopped = true
+	srv, ctl := g.srv, g.ctl
+	workers := g.closeWorkers()
+	g.mu.Unlock()
+	var err error
+	if srv != nil {
+		err = srv.Shutdown(ctx)
+		_ = os.Remove(ctl.Addr().String())
+		select {
+		case <-g.done:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	}
+	for _, w := range workers {
+		if werr := w.wait(ctx); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	g.log.Info("gateway stopped")
+	return err
+}
+
+// closeWorkers closes every worker (g.mu held) and returns them.
+func (g *Gateway) closeWorkers() []*worker {
+	var ws []*worker
+	for id, w := range g.workers {
+		w.close()
+		ws = append(ws, w)
+		delete(g.workers, id)
+	}
+	return ws
+}
+
+// resume serves again every worker directory of Dir with a worker.json.
+// A directory it cannot serve is logged and left as it is.
+func (g *Gateway) resume() {
+	entries, err := os.ReadDir(g.cfg.Dir)
+	if err != nil {
+		g.log.Error("resume: read dir", "dir", g.cfg.Dir, "err", err)
+		return
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		if len(e.Name()) > 0 && e.Name()[0] == '.' {
+			// A staging directory left by a gateway killed mid-listen.
+			_ = os.RemoveAll(filepath.Join(g.cfg.Dir, e.Name()))
+			continue
+		}
+		if ValidID(e.Name()) != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(g.cfg.Dir, e.Name(), WorkerFile))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		var spec WorkerSpec
+		if err == nil {
+			err = json.Unmarshal(b, &spec)
+		}
+		if err == nil && spec.WorkerID != e.Name() {
+			err = fmt.Errorf("worker_id %q in the directory of %q", spec.WorkerID, e.Name())
+		}
+		if err == nil {
+			_, err = g.openLocked(spec)
+		}
+		if err != nil {
+			g.log.Error("resume: worker not served", "worker_id", e.Name(), "err", err)
+			continue
+		}
+		g.log.Info("worker resumed", "worker_id", e.Name())
+	}
+}
+
+// Open serves worker spec.WorkerID: its directory, worker.json and
+// sockets. Opening an open worker stores its allowlist and does nothing
+// else.
+func (g *Gateway) Open(spec WorkerSpec) error {
+	if err := ValidID(spec.WorkerID); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopped || !g.started {
+		return errors.New("gateway: not running")
+	}
+	_, err := g.openLocked(spec)
+	return err
+}
+
+func (g *Gateway) openLocked(spec WorkerSpec) (*worker, error) {
+	if spec.Allow == nil {
+		spec.Allow = []string{}
+	}
+	dir := filepath.Join(g.cfg.Dir, spec.WorkerID)
+	if w := g.workers[spec.WorkerID]; w != nil && w.intact() {
+		if !slices.Equal(w.spec().Allow, spec.Allow) {
+			if err := writeSpec(dir, spec); err != nil {
+				return nil, err
+			}
+			w.setSpec(spec)
+		}
+		return w, nil
+	} else if w != nil {
+		// Its sockets were removed under it: serve it anew.
+		g.log.Warn("worker's sockets missing: opening it again", "worker_id", spec.WorkerID)
+		w.close()
+		delete(g.workers, spec.WorkerID)
+	}
+	if err := os.Mkdir(dir, DirMode); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	// The directory must be a directory of its own (not a link to
+	// elsewhere), root's, 0755 whatever the umask.
+	if fi, err := os.Lstat(dir); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("gateway: %s is not a directory", dir)
+	}
+	if err := os.Chmod(dir, DirMode); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	if err := writeSpec(dir, spec); err != nil {
+		return nil, err
+	}
+	w := newWorker(g, spec, dir)
+	ups := []struct{ name, addr string }{{RedisSocket, g.cfg.Redis}, {ModelSocket, g.cfg.Model}}
+	for _, up := range ups {
+		if up.addr == "" {
+			_ = os.Remove(filepath.Join(dir, up.name))
+			continue
+		}
+		l, err := listenUnix(g.cfg.Dir, dir, up.name, WorkerSocketMode)
+		if err != nil {
+			w.close()
+			return nil, fmt.Errorf("gateway: worker %s: %s: %w", spec.WorkerID, up.name, err)
+		}
+		w.serve(l, up.name, up.addr)
+	}
+	g.workers[spec.WorkerID] = w
+	g.log.Info("worker opened", "worker_id", spec.WorkerID, "dir", dir)
+	return w, nil
+}
+
+// Close stops serving worker id: its listeners and every open connection
+// of it are closed, and its directory removed. An unknown id is no error.
+func (g *Gateway) Close(ctx context.Context, id string) error {
+	if err := ValidID(id); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	w := g.workers[id]
+	delete(g.workers, id)
+	if w != nil {
+		w.close()
+	}
+	dir := filepath.Join(g.cfg.Dir, id)
+	err := os.RemoveAll(dir)
+	g.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	if w != nil {
+		g.log.Info("worker closed", "worker_id", id)
+		return w.wait(ctx)
+	}
+	return nil
+}
+
+// Workers returns the ids of the open workers, sorted.
+func (g *Gateway) Workers() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ids := make([]string, 0, len(g.workers))
+	for id := range g.workers {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// WorkerStats are one worker's counters since it was opened (or resumed).
+type WorkerStats struct {
+	Accepted   int64 `json:"accepted"`    // connections accepted, on every socket
+	Open       int64 `json:"open"`        // connections open now
+	Refused    int64 `json:"refused"`     // connections closed at once: over MaxConns
+	DialErrors int64 `json:"dial_errors"` // connections closed because the upstream refused
+	BytesUp    int64 `json:"bytes_up"`    // bytes relayed from the container to the upstreams
+	BytesDown  int64 `json:"bytes_down"`  // bytes relayed from the upstreams to the container
+}
+
+// Stats returns every open worker's counters.
+func (g *Gateway) Stats() map[string]WorkerStats {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m := make(map[string]WorkerStats, len(g.workers))
+	for id, w := range g.workers {
+		m[id] = WorkerStats{Accepted: w.accepted.Load(), Open: w.open.Load(), Refused: w.refused.Load(),
+			DialErrors: w.dialErrors.Load(), BytesUp: w.bytesUp.Load(), BytesDown: w.bytesDown.Load()}
+	}
+	return m
+}
+
+// writeSpec writes dir/worker.json whole (a temporary file renamed).
+func writeSpec(dir string, spec WorkerSpec) error {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "."+WorkerFile+".tmp")
+	if err := os.WriteFile(tmp, b, WorkerFileMode); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, WorkerFile)); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("gateway: %w", err)
+	}
+	return nil
+}
+
+// listenUnix listens on dir/name with the given mode, replacing a stale
+// socket file there. The socket is made in a private directory (0700) of
+// root, given its mode, then renamed into place: nobody connects to it
+// before it has its mode, whatever the umask, and a client connecting
+// meanwhile reaches either the old file or the new socket.
+func listenUnix(root, dir, name string, mode os.FileMode) (*unixListener, error) {
+	stage, err := os.MkdirTemp(root, ".stage-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(stage)
+	tmp := filepath.Join(stage, name)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	// The path the listener was made on is gone once renamed; the gateway
+	// removes the files it means to remove itself.
+	l.SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, mode); err != nil {
+		l.Close()
+		return nil, err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return &unixListener{l, filepath.Join(dir, name)}, nil
+}
+
+// unixListener is a listener whose Addr is the path it serves on.
+type unixListener struct {
+	*net.UnixListener
+	path string
+}
+
+func (l *unixListener) Addr() net.Addr { return &net.UnixAddr{Name: l.path, Net: "unix"} }
+
+// worker is one open worker: its listeners and open connections.
+type worker struct {
+	g      *Gateway
+	id     string
+	dir    string
+	ctx    context.Context // done when the worker is closed: aborts dials
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	s         WorkerSpec
+	closed    bool
+	listeners []*unixListener
+	conns     map[net.Conn]struct{}
+	wg        sync.WaitGroup
+
+	accepted, open, refused, dialErrors, bytesUp, bytesDown atomic.Int64
+}
+
+func newWorker(g *Gateway, spec WorkerSpec, dir string) *worker {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &worker{g: g, id: spec.WorkerID, dir: dir, ctx: ctx, cancel: cancel, s: spec, conns: map[net.Conn]struct{}{}}
+}
+
+func (w *worker) spec() WorkerSpec {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.s
+}
+
+func (w *worker) setSpec(s WorkerSpec) {
+	w.mu.Lock()
+	w.s = s
+	w.mu.Unlock()
+}
+
+// intact reports whether every socket file the worker listens on is still
+// there.
+func (w *worker) intact() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, l := range w.listeners {
+		if fi, err := os.Lstat(l.path); err != nil || fi.Mode().Type() != os.ModeSocket {
+			return false
+		}
+	}
+	return !w.closed
+}
+
+// serve accepts connections on l and relays each to addr.
+func (w *worker) serve(l *unixListener, name, addr string) {
+	w.mu.Lock()
+	w.listeners = append(w.listeners, l)
+	w.wg.Add(1)
+	w.mu.Unlock()
+	go func() {
+		defer w.wg.Done()
+		for !w.acceptLoop(l, name, addr) {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+}
+
+// acceptLoop accepts connections on l until it is closed (true), or a
+// panic ends it (false, after logging it): the caller starts it again.
+func (w *worker) acceptLoop(l *unixListener, name, addr string) (ended bool) {
+	log := w.g.log.With("worker_id", w.id, "socket", name)
+	defer func() {
+		if r := recover(); r != nil {
+			log.Error("accept loop panicked", "panic", r, "stack", string(debug.Stack()))
+			ended = w.ctx.Err() != nil
+		}
+	}()
+	var backoff time.Duration
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if w.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return true
+			}
+			// Out of descriptors or the like: wait and go on, as the
+			// next connection may well be served.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			log.Warn("accept", "err", err, "retry_in", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-w.ctx.Done():
+				return true
+			}
+			continue
+		}
+		backoff = 0
+		w.accepted.Add(1)
+		if !w.track(c, true, true) {
+			continue
+		}
+		go w.relay(c, name, addr, log)
+	}
+}
+
+// track adds c to the worker's connections (on) or removes it; client
+// says it is one the container made (not an upstream), counted in Open
+// and bounded by MaxConns. A connection the worker cannot take (closed,
+// or a client at MaxConns) is closed and track returns false.
+func (w *worker) track(c net.Conn, on, client bool) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !on {
+		if _, ok := w.conns[c]; ok {
+			delete(w.conns, c)
+			if client {
+				w.open.Add(-1)
+			}
+			w.wg.Done()
+		}
+		return true
+	}
+	if w.closed || client && w.open.Load() >= int64(w.g.cfg.MaxConns) {
+		if !w.closed {
+			w.refused.Add(1)
+		}
+		c.Close()
+		return false
+	}
+	w.conns[c] = struct{}{}
+	if client {
+		w.open.Add(1)
+	}
+	w.wg.Add(1)
+	return true
+}
+
+// relay dials addr and copies bytes both ways between c and it until both
+// sides are done. Nothing the container sends ends the process: a panic
+// here closes this connection only.
+func (w *worker) relay(c net.Conn, name, addr string, log *slog.Logger) {
+	var up net.Conn
+	defer func() {
+		if r := recover(); r != nil {
+			log.Error("relay panicked", "panic", r, "stack", string(debug.Stack()))
+		}
+		c.Close()
+		w.track(c, false, true)
+		if up != nil {
+			up.Close()
+			w.track(up, false, false)
+		}
+	}()
+	d := net.Dialer{Timeout: w.g.cfg.DialTimeout}
+	var err error
+	up, err = d.DialContext(w.ctx, "tcp", addr)
+	if err != nil {
+		up = nil
+		w.dialErrors.Add(1)
+		if w.ctx.Err() == nil {
+			log.Warn("dial upstream", "addr", addr, "err", err)
+		}
+		return
+	}
+	// The upstream is tracked to be closed with the worker.
+	if !w.track(up, true, false) {
+		up = nil
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() {
+			if r := recover(); r != nil {
+				log.Error("relay panicked", "panic", r, "stack", string(debug.Stack()))
+				c.Close()
+				up.Close()
+			}
+		}()
+		pipe(up, c, &w.bytesUp)
+	}()
+	pipe(c, up, &w.bytesDown)
+	<-done
+}
+
+// pipe copies src to dst, counting bytes into n as they go. At src's end
+// it closes dst's write side, so that the other side sees the end of what
+// was sent and may still answer (half-close); on an error it closes both.
+func pipe(dst, src net.Conn, n *atomic.Int64) {
+	buf := make([]byte, 16<<10)
+	for {
+		k, rerr := src.Read(buf)
+		if k > 0 {
+			if _, werr := dst.Write(buf[:k]); werr != nil {
+				src.Close()
+				dst.Close()
+				return
+			}
+			n.Add(int64(k))
+		}
+		if rerr == io.EOF {
+			if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+				if cw.CloseWrite() == nil {
+					return
+				}
+			}
+			dst.Close()
+			return
+		}
+		if rerr != nil {
+			src.Close()
+			dst.Close()
+			return
+		}
+	}
+}
+
+// close closes the worker's listeners and open connections and cancels
+// its dials; wait waits for their goroutines.
+func (w *worker) close() {
+	w.cancel()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	w.closed = true
+	for _, l := range w.listeners {
+		l.Close()
+	}
+	for c := range w.conns {
+		c.Close()
+	}
+}
+
+func (w *worker) wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { w.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("gateway: worker %s: connections still closing: %w", w.id, ctx.Err())
+	}
+}

@@ -1,0 +1,76 @@
+package spawner
+
+import (
+	"context"
+	"path/filepath"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// Sealed workers (WORKER_NETWORK_MODE=sealed) have no network of their
+// own: their container is on Docker's `none` network (loopback only), and
+// what they may reach comes through unix sockets in a directory of the
+// host's gateway (worker-gateway, a process of its own beside the engine)
+// that is mounted into the container read-only. One directory per worker,
+// so the gateway knows who calls without a secret in the container:
+//
+//   - redis.sock relays to the fleet's Redis, where the wrapper logs in as
+//     the worker's own ACL user (REDIS_SOCKET);
+//   - model.sock relays to the model API, for the wrapper's proxy, which
+//     stays the agent's only way to the model (MODEL_SOCKET).
+//
+// The agent can call both sockets itself: neither gives it more than it
+// has (Redis wants the worker user's password, which only the wrapper
+// holds; the model API wants the key, which only the wrapper's proxy
+// holds).
+const sealedMount = "/run/agentvisor"
+
+// Gateway is what the spawner asks of its host's gateway: a worker's
+// socket directory opened before its container is made, and closed (its
+// connections cut) when it is retired.
+type Gateway interface {
+	Open(ctx context.Context, id string, allow []string) error
+	Close(ctx context.Context, id string) error
+}
+
+// sealed reports whether workers are sealed.
+func (s *Spawner) sealed() bool { return s.cfg.NetworkMode == NetworkSealed }
+
+// NetworkSealed is WORKER_NETWORK_MODE's value for sealed workers.
+const NetworkSealed = "sealed"
+
+// openSealed opens a worker's socket directory at the gateway.
+func (s *Spawner) openSealed(ctx context.Context, id string) error {
+	if !s.sealed() {
+		return nil
+	}
+	if s.gateway == nil {
+		return errorf(protocol.CodeInternalError, "WORKER_NETWORK_MODE=sealed without a gateway")
+	}
+	if err := s.gateway.Open(ctx, id, nil); err != nil {
+		return errorf(protocol.CodeUpstreamUnavailable, "the sealed network's gateway (worker-gateway, GATEWAY_DIR=%s): %v", s.cfg.GatewayDir, err)
+	}
+	return nil
+}
+
+// closeSealed closes a retired worker's socket directory; a gateway that
+// does not answer is logged (its reconciliation closes what is left).
+func (s *Spawner) closeSealed(ctx context.Context, id string) {
+	if !s.sealed() || s.gateway == nil {
+		return
+	}
+	if err := s.gateway.Close(ctx, id); err != nil {
+		s.log.Warn("the gateway did not close a retired worker's sockets", "worker_id", id, "err", err)
+	}
+}
+
+// sealContainer gives a sealed worker's container no network and its
+// socket directory, and tells the wrapper where its sockets are.
+func (s *Spawner) sealContainer(id string, hc *container.HostConfig) []string {
+	hc.NetworkMode = "none"
+	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(s.cfg.GatewayDir, id), Target: sealedMount, ReadOnly: true})
+	return []string{"REDIS_SOCKET=" + sealedMount + "/redis.sock", "MODEL_SOCKET=" + sealedMount + "/model.sock"}
+}
