@@ -56,6 +56,7 @@ func (c *Config) AgentEnv(ad agent.Adapter, base []string, progressURL, token st
 		path = filepath.Dir(c.SelfPath) + string(os.PathListSeparator) + path
 	}
 	env = append(env, ad.Env(agent.ModelAPI{URL: c.model.url, Token: c.model.token})...)
+	env = append(env, c.egress...)
 	env = append(env,
 		"PATH="+path,
 		"WORKER_ID="+c.WorkerID,

@@ -27,6 +27,10 @@ type Config struct {
 	// worker has no network, its gateway relays them.
 	RedisSocket string
 	ModelSocket string
+	// EgressSocket (EGRESS_SOCKET): the gateway's egress proxy for the
+	// agent; the wrapper's loopback front (package egress) is the agent's
+	// HTTP_PROXY and HTTPS_PROXY.
+	EgressSocket string
 	// RedisWait is WAIT's policy for the writes that matter (a task's
 	// output with its acknowledgement): REDIS_WAIT_REPLICAS (1 for a
 	// sentinel URL, 0 otherwise) and REDIS_WAIT_TIMEOUT.
@@ -121,7 +125,8 @@ type Config struct {
 	// that `worker-wrapper progress` works from its shell tool.
 	SelfPath string
 
-	model modelAPI // the model API proxy, as the agent sees it (secrets.go)
+	model  modelAPI // the model API proxy, as the agent sees it (secrets.go)
+	egress []string // the agent's proxy variables for the egress front, if any
 }
 
 // FromEnv reads the configuration from getenv (os.Getenv in production).
@@ -189,6 +194,7 @@ func identityVars(c *Config, u *protocol.RedisURL, replicas, timeout *string) []
 			Doc: "redis://, rediss://, redis+sentinel:// or rediss+sentinel://"},
 		{Name: "REDIS_SOCKET", Value: envconf.String(&c.RedisSocket), Doc: "a unix socket every Redis connection goes through (a sealed worker's gateway; set by the manager)"},
 		{Name: "MODEL_SOCKET", Value: envconf.String(&c.ModelSocket), Doc: "a unix socket every connection of the model API proxy goes through (a sealed worker's gateway; set by the manager)"},
+		{Name: "EGRESS_SOCKET", Value: envconf.String(&c.EgressSocket), Doc: "the gateway's egress proxy for the agent, which allows the worker's allowlist only (a sealed worker; set by the manager)"},
 		{Name: protocol.EnvRedisWaitReplicas, DefaultDoc: "`1` for a sentinel URL, else `0`", Value: envconf.String(replicas),
 			Doc: "WAIT for this many replicas after storing a task's output"},
 		{Name: protocol.EnvRedisWaitTimeout, DefaultDoc: "`" + envconf.FormatDuration(protocol.DefaultRedisWaitTimeout) + "`", Value: envconf.String(timeout),

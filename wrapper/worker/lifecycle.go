@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/wrapper/egress"
 )
 
 // Run serves tasks until ctx ends, then shuts down. Shutdown order:
@@ -26,6 +27,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	if proxy != nil {
 		defer proxy.Close()
+	}
+	if w.cfg.EgressSocket != "" {
+		front, err := egress.Start(w.cfg.EgressSocket, w.egressRefused, w.log)
+		if err != nil {
+			return fmt.Errorf("worker: egress: %w", err)
+		}
+		defer front.Close()
+		w.cfg.egress = front.Env()
 	}
 	if err := w.cfg.PrepareWorkspace(w.agent, w.home()); err != nil {
 		return fmt.Errorf("worker: %w", err)

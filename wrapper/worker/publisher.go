@@ -12,6 +12,7 @@ import (
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/redisconn"
 	"github.com/agentvisor/agentvisor/wrapper/agent"
+	"github.com/agentvisor/agentvisor/wrapper/egress"
 	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
 	"github.com/cenkalti/backoff/v5"
 )
@@ -117,6 +118,17 @@ func (p *publisher) refusal(cur *current, tool, command, reason string) {
 	step := cutUTF8("refused: "+tool+" "+command, 1024)
 	p.event(cur, protocol.Progress{Step: step, Level: protocol.LevelWarning,
 		Refused: &protocol.Refusal{Tool: tool, Command: command, Reason: cutUTF8(p.redact.Redact(reason), 1024)}})
+}
+
+// refusedConnection publishes a connection a sealed worker's gateway
+// refused (not on its egress allowlist) as a warning of cur.
+func (p *publisher) refusedConnection(cur *current, r egress.Refusal) {
+	req := cutUTF8(p.redact.Redact(r.Request), protocol.MaxRefusedCommandBytes)
+	host := cutUTF8(r.Host, 253)
+	step := cutUTF8(fmt.Sprintf("refused: network %s:%d", host, r.Port), 1024)
+	p.event(cur, protocol.Progress{Step: step, Level: protocol.LevelWarning,
+		Refused: &protocol.Refusal{Tool: "network", Command: req, Host: host, Port: r.Port,
+			Reason: "not on the worker's egress allowlist"}})
 }
 
 // denial publishes a call the agent CLI itself denied (Claude's

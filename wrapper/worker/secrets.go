@@ -6,6 +6,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/wrapper/apiproxy"
+	"github.com/agentvisor/agentvisor/wrapper/egress"
 )
 
 // The agent is untrusted: it never holds the wrapper's
@@ -84,4 +85,13 @@ func (w *Worker) unmetered() string {
 		return ""
 	}
 	return w.agent.Route(w.getenv).Direct
+}
+
+// egressRefused publishes a connection the gateway refused (not on the
+// worker's egress allowlist) as a warning of the task in flight.
+func (w *Worker) egressRefused(r egress.Refusal) {
+	w.log.Warn("egress refused", "host", r.Host, "port", r.Port)
+	if cur := w.state.snapshot().cur; cur != nil {
+		w.pub.refusedConnection(cur, r)
+	}
 }
