@@ -19,6 +19,7 @@ const (
 	ActionList         Action = "list"
 	ActionResetContext Action = "reset_context" // forget a project's session and stored context
 	ActionSetBudget    Action = "set_budget"    // set (or, with limit 0, remove) a project's budget
+	ActionSetNetwork   Action = "set_network"   // change a running sealed worker's egress allowlist
 )
 
 // Limits are a worker container's resource limits; zero values take the
@@ -165,6 +166,9 @@ type Command struct {
 	AgentType AgentType   `json:"agent_type,omitempty"`
 	// Budget is set_budget's budget for ProjectID.
 	Budget *Budget `json:"budget,omitempty"`
+	// Network is set_network's allowlist for WorkerID (it replaces the
+	// worker's; new connections follow it).
+	Network *Network `json:"network,omitempty"`
 	// ReplyTo is the stream the reply goes to; no reply when empty.
 	ReplyTo   string    `json:"reply_to,omitempty"`
 	Timestamp time.Time `json:"timestamp,omitempty"`
@@ -190,6 +194,9 @@ func (c Command) Validate() error {
 	if c.Budget != nil && c.Action != ActionSetBudget {
 		return fieldErr("budget", "only for set_budget")
 	}
+	if c.Network != nil && c.Action != ActionSetNetwork {
+		return fieldErr("network", "only for set_network")
+	}
 	switch c.Action {
 	case ActionCreate:
 		if c.Spec == nil {
@@ -201,6 +208,16 @@ func (c Command) Validate() error {
 			return fieldErr("worker_id", "required for %s", c.Action)
 		}
 	case ActionList:
+	case ActionSetNetwork:
+		if c.WorkerID == "" {
+			return fieldErr("worker_id", "required for set_network")
+		}
+		if c.Network == nil {
+			return fieldErr("network", "required for set_network")
+		}
+		if _, err := ParseEgressRules(c.Network.Allow); err != nil {
+			return fieldErr("network.allow", "%v", err)
+		}
 	case ActionSetBudget:
 		if c.ProjectID == "" {
 			return fieldErr("project_id", "required for set_budget")
@@ -288,7 +305,8 @@ type WorkerInfo struct {
 	Error       string          `json:"error,omitempty"`
 	StartedAt   time.Time       `json:"started_at,omitzero"`
 	UpdatedAt   time.Time       `json:"updated_at,omitzero"`
-	Host        string          `json:"host,omitempty"` // the host whose engine runs it
+	Host        string          `json:"host,omitempty"`    // the host whose engine runs it
+	Network     *Network        `json:"network,omitempty"` // a sealed worker's egress allowlist in force
 }
 
 // Reply answers one command on the stream the command named.

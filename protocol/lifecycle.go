@@ -41,13 +41,16 @@ const (
 	// EventRecycled: a pool worker that served recycle_after tasks is
 	// retired and replaced (detail: pool, tasks).
 	EventRecycled Event = "recycled"
+	// EventNetworkChanged: a sealed worker's egress allowlist was replaced
+	// (set_network; detail: allow).
+	EventNetworkChanged Event = "network_changed"
 )
 
 var events = map[Event]bool{
 	EventStarted: true, EventTaskStarted: true, EventTaskCompleted: true, EventTaskFailed: true, EventTaskCancelled: true, EventBudgetWarning: true,
 	EventPauseRequested: true, EventStopping: true, EventStopped: true, EventFailed: true,
 	EventCreated: true, EventQueued: true, EventPaused: true, EventUnpaused: true, EventDied: true,
-	EventOOM: true, EventDead: true, EventDegraded: true, EventRecovered: true, EventRemoved: true, EventReplaceFailed: true, EventAllocated: true, EventRecycled: true, EventHostLost: true,
+	EventOOM: true, EventDead: true, EventDegraded: true, EventRecovered: true, EventRemoved: true, EventReplaceFailed: true, EventAllocated: true, EventRecycled: true, EventHostLost: true, EventNetworkChanged: true,
 }
 
 // Valid reports whether e is a known event.

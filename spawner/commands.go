@@ -57,6 +57,7 @@ type commandTarget interface {
 	List(ctx context.Context) ([]protocol.WorkerInfo, error)
 	ResetContext(ctx context.Context, agent protocol.AgentType, project string) error
 	SetBudget(ctx context.Context, project string, b protocol.Budget) error
+	SetNetwork(ctx context.Context, id string, network protocol.Network) (protocol.WorkerInfo, error)
 	BeginShutdown()
 }
 
@@ -234,7 +235,7 @@ func (c *Commands) runCommand(ctx context.Context, cmd protocol.Command, reply *
 	var err error
 	var info protocol.WorkerInfo
 	switch cmd.Action {
-	case protocol.ActionDelete, protocol.ActionPause, protocol.ActionUnpause:
+	case protocol.ActionDelete, protocol.ActionPause, protocol.ActionUnpause, protocol.ActionSetNetwork:
 		if done, ferr := c.route(ctx, cmd, forward); done || ferr != nil {
 			if ferr != nil {
 				reply.OK, reply.Error = false, ProtocolError(ferr)
@@ -268,6 +269,8 @@ func (c *Commands) runCommand(ctx context.Context, cmd protocol.Command, reply *
 		err = s.ResetContext(ctx, cmd.AgentType, cmd.ProjectID)
 	case protocol.ActionSetBudget:
 		err = s.SetBudget(ctx, cmd.ProjectID, *cmd.Budget)
+	case protocol.ActionSetNetwork:
+		info, err = s.SetNetwork(ctx, cmd.WorkerID, *cmd.Network)
 	}
 	if err != nil {
 		reply.OK, reply.Error, reply.Worker, reply.Workers = false, ProtocolError(err), nil, nil

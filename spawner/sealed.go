@@ -2,6 +2,7 @@ package spawner
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 
 	"github.com/docker/docker/api/types/container"
@@ -42,15 +43,20 @@ func (s *Spawner) sealed() bool { return s.cfg.NetworkMode == NetworkSealed }
 // NetworkSealed is WORKER_NETWORK_MODE's value for sealed workers.
 const NetworkSealed = "sealed"
 
-// openSealed opens a worker's socket directory at the gateway.
-func (s *Spawner) openSealed(ctx context.Context, id string) error {
+// openSealed opens a worker's socket directory at the gateway, with its
+// egress allowlist (opening again replaces the list).
+func (s *Spawner) openSealed(ctx context.Context, id string, network *protocol.Network) error {
 	if !s.sealed() {
 		return nil
 	}
 	if s.gateway == nil {
 		return errorf(protocol.CodeInternalError, "WORKER_NETWORK_MODE=sealed without a gateway")
 	}
-	if err := s.gateway.Open(ctx, id, nil); err != nil {
+	var allow []string
+	if network != nil {
+		allow = network.Allow
+	}
+	if err := s.gateway.Open(ctx, id, allow); err != nil {
 		return errorf(protocol.CodeUpstreamUnavailable, "the sealed network's gateway (worker-gateway, GATEWAY_DIR=%s): %v", s.cfg.GatewayDir, err)
 	}
 	return nil
@@ -72,5 +78,35 @@ func (s *Spawner) closeSealed(ctx context.Context, id string) {
 func (s *Spawner) sealContainer(id string, hc *container.HostConfig) []string {
 	hc.NetworkMode = "none"
 	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(s.cfg.GatewayDir, id), Target: sealedMount, ReadOnly: true})
-	return []string{"REDIS_SOCKET=" + sealedMount + "/redis.sock", "MODEL_SOCKET=" + sealedMount + "/model.sock"}
+	return []string{"REDIS_SOCKET=" + sealedMount + "/redis.sock", "MODEL_SOCKET=" + sealedMount + "/model.sock",
+		"EGRESS_SOCKET=" + sealedMount + "/egress.sock"}
+}
+
+// SetNetwork replaces a sealed worker's egress allowlist: the gateway
+// applies it to the worker's new connections at once, and the status
+// hash's spec keeps it (a replacement gets it, Status shows it).
+func (s *Spawner) SetNetwork(ctx context.Context, id string, network protocol.Network) (protocol.WorkerInfo, error) {
+	if !s.sealed() {
+		return protocol.WorkerInfo{}, errorf(protocol.CodeInvalidCommand, "set_network: workers here are not sealed (WORKER_NETWORK_MODE=%s)", s.cfg.NetworkMode)
+	}
+	if _, err := protocol.ParseEgressRules(network.Allow); err != nil {
+		return protocol.WorkerInfo{}, errorf(protocol.CodeInvalidCommand, "set_network: network.allow: %v", err)
+	}
+	h, err := s.rdb.Status(ctx, id)
+	if err != nil {
+		return protocol.WorkerInfo{}, redisError(err, "status of %s", id)
+	}
+	var spec protocol.WorkerSpec
+	if member, err := s.rdb.IsWorker(ctx, id); err != nil {
+		return protocol.WorkerInfo{}, redisError(err, "workers set")
+	} else if !member || json.Unmarshal([]byte(h[protocol.StatusFieldSpec]), &spec) != nil {
+		return protocol.WorkerInfo{}, errorf(protocol.CodeNotFound, "worker %s", id)
+	}
+	spec.Network = &network
+	if err := s.openSealed(ctx, id, spec.Network); err != nil {
+		return protocol.WorkerInfo{}, err
+	}
+	s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldSpec: specJSON(spec)})
+	s.lifecycle(ctx, id, protocol.EventNetworkChanged, map[string]any{"allow": network.Allow})
+	return s.Status(ctx, id)
 }

@@ -310,7 +310,7 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 		if err != nil {
 			return protocol.WorkerInfo{}, err
 		}
-		if err := s.openSealed(cctx, id); err != nil {
+		if err := s.openSealed(cctx, id, spec.Network); err != nil {
 			return protocol.WorkerInfo{}, err
 		}
 		if cid, err = s.createContainer(cctx, id, commandID, spec, &img, redisURL, now, o); err != nil {

@@ -2,6 +2,7 @@ package spawner
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 
@@ -108,6 +109,10 @@ func InfoFromHash(id string, h map[string]string) protocol.WorkerInfo {
 		if n, err := strconv.Atoi(v); err == nil {
 			info.ExitCode = &n
 		}
+	}
+	var spec protocol.WorkerSpec
+	if json.Unmarshal([]byte(h[protocol.StatusFieldSpec]), &spec) == nil && spec.Network != nil {
+		info.Network = spec.Network
 	}
 	info.StartedAt, _ = protocol.ParseTime(h[protocol.StatusFieldStartedAt])
 	info.UpdatedAt, _ = protocol.ParseTime(h[protocol.StatusFieldUpdatedAt])
