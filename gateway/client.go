@@ -55,6 +55,17 @@ func (c *Client) Open(ctx context.Context, id string, allow []string) error {
 	return c.do(ctx, http.MethodPut, "/workers/"+url.PathEscape(id), body, nil)
 }
 
+// Worker returns what the gateway serves for worker id: its sockets and
+// the egress allowlist in force.
+func (c *Client) Worker(ctx context.Context, id string) (WorkerInfo, error) {
+	var info WorkerInfo
+	if err := ValidID(id); err != nil {
+		return info, err
+	}
+	err := c.do(ctx, http.MethodGet, "/workers/"+url.PathEscape(id), nil, &info)
+	return info, err
+}
+
 // Close has the gateway stop serving worker id: its sockets, its open
 // connections and its directory go. Closing an unknown worker is no error.
 func (c *Client) Close(ctx context.Context, id string) error {

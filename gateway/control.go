@@ -8,26 +8,34 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
 // The control API, HTTP over Dir/control.sock:
 //
 //	PUT    /workers/{id}  body {"worker_id": id, "allow": [...]}: open (idempotent) → 200 WorkerInfo
+//	GET    /workers/{id}  → 200 WorkerInfo (the allowlist in force), 404 for a worker not open
 //	DELETE /workers/{id}  close: listeners, open connections, directory (idempotent) → 204
 //	GET    /workers       → 200 {"workers": [id, ...]}
 //	GET    /stats         → 200 {"workers": {id: WorkerStats}}
 //
-// Errors are {"error": "..."} with 400 (a bad id or body), 405, or 500.
+// Errors are {"error": "..."} with 400 (a bad id, body or allowlist
+// entry), 404, 405, or 500.
 
-// WorkerInfo is the answer to PUT /workers/{id}: where the worker's
-// sockets are.
+// WorkerInfo is the answer to PUT and GET /workers/{id}: where the
+// worker's sockets are, and its egress allowlist.
 type WorkerInfo struct {
-	WorkerID    string   `json:"worker_id"`
-	Dir         string   `json:"dir"`
-	RedisSocket string   `json:"redis_socket"`
-	ModelSocket string   `json:"model_socket,omitempty"`
-	Allow       []string `json:"allow"`
+	WorkerID     string   `json:"worker_id"`
+	Dir          string   `json:"dir"`
+	RedisSocket  string   `json:"redis_socket"`
+	ModelSocket  string   `json:"model_socket,omitempty"`
+	EgressSocket string   `json:"egress_socket"`
+	Allow        []string `json:"allow"`         // the worker's own list, as PUT gave it
+	DefaultAllow []string `json:"default_allow"` // the operator's (Config.Allow), for every worker
+	// EgressAllow is the allowlist in force on egress.sock: DefaultAllow
+	// and Allow, without repeats.
+	EgressAllow []string `json:"egress_allow"`
 }
 
 // maxBody bounds a request body of the control API.
@@ -37,6 +45,7 @@ func (g *Gateway) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("PUT /workers/{id}", g.putWorker)
 	mux.HandleFunc("DELETE /workers/{id}", g.deleteWorker)
+	mux.HandleFunc("GET /workers/{id}", g.getWorker)
 	mux.HandleFunc("GET /workers", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string][]string{"workers": g.Workers()})
 	})
@@ -72,16 +81,67 @@ func (g *Gateway) putWorker(w http.ResponseWriter, r *http.Request) {
 	if spec.Allow == nil {
 		spec.Allow = []string{}
 	}
-	if err := g.Open(spec); err != nil {
-		writeError(w, http.StatusInternalServerError, err)
+	if err := ParseAllow(spec.Allow); err != nil {
+		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	info := WorkerInfo{WorkerID: id, Dir: filepath.Join(g.cfg.Dir, id), Allow: spec.Allow}
-	info.RedisSocket = filepath.Join(info.Dir, RedisSocket)
-	if g.cfg.Model != "" {
-		info.ModelSocket = filepath.Join(info.Dir, ModelSocket)
+	if err := g.Open(spec); err != nil {
+		status := http.StatusInternalServerError
+		if _, ok := errors.AsType[*SpecError](err); ok {
+			status = http.StatusBadRequest
+		}
+		writeError(w, status, err)
+		return
 	}
-	writeJSON(w, http.StatusOK, info)
+	writeJSON(w, http.StatusOK, g.info(spec))
+}
+
+func (g *Gateway) getWorker(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := ValidID(id); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	spec, ok := g.Worker(id)
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Errorf("gateway: worker %s is not open", id))
+		return
+	}
+	writeJSON(w, http.StatusOK, g.info(spec))
+}
+
+// Worker returns the spec of open worker id.
+func (g *Gateway) Worker(id string) (WorkerSpec, bool) {
+	g.mu.Lock()
+	wk := g.workers[id]
+	g.mu.Unlock()
+	if wk == nil {
+		return WorkerSpec{}, false
+	}
+	return wk.spec(), true
+}
+
+// info is what the control API says of a worker of that spec.
+func (g *Gateway) info(spec WorkerSpec) WorkerInfo {
+	dir := filepath.Join(g.cfg.Dir, spec.WorkerID)
+	info := WorkerInfo{WorkerID: spec.WorkerID, Dir: dir, RedisSocket: filepath.Join(dir, RedisSocket),
+		EgressSocket: filepath.Join(dir, EgressSocket), Allow: slices.Clone(spec.Allow), DefaultAllow: slices.Clone(g.cfg.Allow)}
+	if info.Allow == nil {
+		info.Allow = []string{}
+	}
+	if info.DefaultAllow == nil {
+		info.DefaultAllow = []string{}
+	}
+	info.EgressAllow = []string{}
+	for _, e := range append(slices.Clone(info.DefaultAllow), info.Allow...) {
+		if !slices.Contains(info.EgressAllow, e) {
+			info.EgressAllow = append(info.EgressAllow, e)
+		}
+	}
+	if g.cfg.Model != "" {
+		info.ModelSocket = filepath.Join(dir, ModelSocket)
+	}
+	return info
 }
 
 func (g *Gateway) deleteWorker(w http.ResponseWriter, r *http.Request) {

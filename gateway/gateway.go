@@ -13,9 +13,13 @@
 //	{id}/worker.json    0600  what the gateway was told (id, allow): read back at start
 //	{id}/redis.sock     0666  relayed to Config.Redis over TCP
 //	{id}/model.sock     0666  relayed to Config.Model over TCP (absent when Model is "")
+//	{id}/egress.sock    0666  an HTTP forward proxy (CONNECT and http://) to what the worker's allowlist names
 //
-// Each socket is a plain byte relay: the wrapper speaks Redis, TLS or HTTP
-// end to end through it. The container's uid (1000) connects, so the
+// redis.sock and model.sock are plain byte relays: the wrapper speaks
+// Redis, TLS or HTTP end to end through them. egress.sock is the agent's
+// way out, host by host, as the worker's allowlist and the operator's
+// (Config.Allow) say (egress.go, allow.go). The container's uid (1000)
+// connects, so the
 // worker sockets are 0666; the directory is root's, so nothing in the
 // container can replace them.
 //
@@ -50,6 +54,7 @@ const (
 	ControlSocket = "control.sock"
 	RedisSocket   = "redis.sock"
 	ModelSocket   = "model.sock"
+	EgressSocket  = "egress.sock"
 	WorkerFile    = "worker.json"
 )
 
@@ -79,8 +84,19 @@ type Config struct {
 	// DefaultMaxConns): a container that opens connections without end
 	// runs out of its own share, not of the gateway's descriptors.
 	MaxConns int
-	// DialTimeout bounds a dial of an upstream (0: 5 s).
+	// DialTimeout bounds a dial of an upstream, and a name's resolution
+	// for egress (0: 5 s).
 	DialTimeout time.Duration
+	// Allow is the operator's egress allowlist, in force for every
+	// worker besides its own (allow.go has the syntax). Empty: each
+	// worker reaches what its own list names, no more.
+	Allow []string
+	// Resolver resolves an allowed name of an egress request to IP
+	// addresses (nil: net.DefaultResolver.LookupHost). DialEgress dials
+	// one of them, "ip:port" over "tcp" (nil: a net.Dialer). Both are for
+	// tests, which map names to loopback test servers, and for embedding.
+	Resolver   func(ctx context.Context, host string) ([]string, error)
+	DialEgress func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 var idRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
@@ -98,15 +114,16 @@ func ValidID(id string) error {
 // WorkerSpec is the body of PUT /workers/{id}, and worker.json.
 type WorkerSpec struct {
 	WorkerID string `json:"worker_id"`
-	// Allow is the worker's egress allowlist; it is stored for the
-	// egress relay and not yet enforced.
+	// Allow is the worker's egress allowlist (allow.go has the syntax),
+	// in force on its egress.sock besides Config.Allow.
 	Allow []string `json:"allow"`
 }
 
 // Gateway serves the control socket and every open worker's sockets.
 type Gateway struct {
-	cfg Config
-	log *slog.Logger
+	cfg      Config
+	log      *slog.Logger
+	defaults allowlist // Config.Allow
 
 	mu      sync.Mutex
 	workers map[string]*worker
@@ -140,6 +157,11 @@ func New(cfg Config) (*Gateway, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	defaults, err := parseAllow(cfg.Allow)
+	if err != nil {
+		return nil, fmt.Errorf("%w (in Config.Allow)", err)
+	}
+	cfg.Allow = slices.Clone(cfg.Allow)
 	abs, err := filepath.Abs(cfg.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: Dir: %w", err)
@@ -150,7 +172,22 @@ func New(cfg Config) (*Gateway, error) {
 	if n := len(filepath.Join(abs, strings.Repeat("x", 64), ModelSocket)); n > maxSocketPath {
 		return nil, fmt.Errorf("gateway: Dir %s is too long: a worker's socket path would be %d bytes, at most %d", abs, n, maxSocketPath)
 	}
-	return &Gateway{cfg: cfg, log: log, workers: map[string]*worker{}, done: make(chan struct{})}, nil
+	return &Gateway{cfg: cfg, log: log, defaults: defaults, workers: map[string]*worker{}, done: make(chan struct{})}, nil
+}
+
+func (g *Gateway) resolver(ctx context.Context, host string) ([]string, error) {
+	if g.cfg.Resolver != nil {
+		return g.cfg.Resolver(ctx, host)
+	}
+	return net.DefaultResolver.LookupHost(ctx, host)
+}
+
+func (g *Gateway) dialEgress(ctx context.Context, network, addr string) (net.Conn, error) {
+	if g.cfg.DialEgress != nil {
+		return g.cfg.DialEgress(ctx, network, addr)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, addr)
 }
 
 // Start makes Dir, serves again every worker found there, and listens on
@@ -304,13 +341,18 @@ func (g *Gateway) openLocked(spec WorkerSpec) (*worker, error) {
 	if spec.Allow == nil {
 		spec.Allow = []string{}
 	}
+	allow, err := parseAllow(spec.Allow)
+	if err != nil {
+		return nil, &SpecError{err}
+	}
 	dir := filepath.Join(g.cfg.Dir, spec.WorkerID)
 	if w := g.workers[spec.WorkerID]; w != nil && w.intact() {
 		if !slices.Equal(w.spec().Allow, spec.Allow) {
 			if err := writeSpec(dir, spec); err != nil {
 				return nil, err
 			}
-			w.setSpec(spec)
+			w.setSpec(spec, allow)
+			g.log.Info("worker's allowlist changed", "worker_id", spec.WorkerID, "allow", spec.Allow)
 		}
 		return w, nil
 	} else if w != nil {
@@ -335,7 +377,7 @@ func (g *Gateway) openLocked(spec WorkerSpec) (*worker, error) {
 	if err := writeSpec(dir, spec); err != nil {
 		return nil, err
 	}
-	w := newWorker(g, spec, dir)
+	w := newWorker(g, spec, allow, dir)
 	ups := []struct{ name, addr string }{{RedisSocket, g.cfg.Redis}, {ModelSocket, g.cfg.Model}}
 	for _, up := range ups {
 		if up.addr == "" {
@@ -349,10 +391,22 @@ func (g *Gateway) openLocked(spec WorkerSpec) (*worker, error) {
 		}
 		w.serve(l, up.name, up.addr)
 	}
+	l, err := listenUnix(g.cfg.Dir, dir, EgressSocket, WorkerSocketMode)
+	if err != nil {
+		w.close()
+		return nil, fmt.Errorf("gateway: worker %s: %s: %w", spec.WorkerID, EgressSocket, err)
+	}
+	w.serveEgress(l)
 	g.workers[spec.WorkerID] = w
 	g.log.Info("worker opened", "worker_id", spec.WorkerID, "dir", dir)
 	return w, nil
 }
+
+// SpecError is a WorkerSpec the gateway refuses (a bad allowlist entry).
+type SpecError struct{ Err error }
+
+func (e *SpecError) Error() string { return e.Err.Error() }
+func (e *SpecError) Unwrap() error { return e.Err }
 
 // Close stops serving worker id: its listeners and every open connection
 // of it are closed, and its directory removed. An unknown id is no error.
@@ -399,6 +453,11 @@ type WorkerStats struct {
 	DialErrors int64 `json:"dial_errors"` // connections closed because the upstream refused
 	BytesUp    int64 `json:"bytes_up"`    // bytes relayed from the container to the upstreams
 	BytesDown  int64 `json:"bytes_down"`  // bytes relayed from the upstreams to the container
+	// Egress requests (CONNECT or plain HTTP) on egress.sock: passed on,
+	// and answered 403 (not on the allowlist, or a name resolved to a
+	// local address).
+	EgressAllowed int64 `json:"egress_allowed"`
+	EgressRefused int64 `json:"egress_refused"`
 }
 
 // Stats returns every open worker's counters.
@@ -408,7 +467,8 @@ func (g *Gateway) Stats() map[string]WorkerStats {
 	m := make(map[string]WorkerStats, len(g.workers))
 	for id, w := range g.workers {
 		m[id] = WorkerStats{Accepted: w.accepted.Load(), Open: w.open.Load(), Refused: w.refused.Load(),
-			DialErrors: w.dialErrors.Load(), BytesUp: w.bytesUp.Load(), BytesDown: w.bytesDown.Load()}
+			DialErrors: w.dialErrors.Load(), BytesUp: w.bytesUp.Load(), BytesDown: w.bytesDown.Load(),
+			EgressAllowed: w.egressAllowed.Load(), EgressRefused: w.egressRefused.Load()}
 	}
 	return m
 }
@@ -478,17 +538,28 @@ type worker struct {
 
 	mu        sync.Mutex
 	s         WorkerSpec
+	allow     atomic.Pointer[allowlist] // s.Allow parsed: read at each egress request
+	egress    *egress
 	closed    bool
 	listeners []*unixListener
 	conns     map[net.Conn]struct{}
 	wg        sync.WaitGroup
 
 	accepted, open, refused, dialErrors, bytesUp, bytesDown atomic.Int64
+	egressAllowed, egressRefused                            atomic.Int64
 }
 
-func newWorker(g *Gateway, spec WorkerSpec, dir string) *worker {
+func newWorker(g *Gateway, spec WorkerSpec, allow allowlist, dir string) *worker {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &worker{g: g, id: spec.WorkerID, dir: dir, ctx: ctx, cancel: cancel, s: spec, conns: map[net.Conn]struct{}{}}
+	w := &worker{g: g, id: spec.WorkerID, dir: dir, ctx: ctx, cancel: cancel, s: spec, conns: map[net.Conn]struct{}{}}
+	w.allow.Store(&allow)
+	return w
+}
+
+// allows reports whether the allowlist in force (the operator's and the
+// worker's) allows t.
+func (w *worker) allows(t target) bool {
+	return w.g.defaults.allows(t) || w.allow.Load().allows(t)
 }
 
 func (w *worker) spec() WorkerSpec {
@@ -497,9 +568,10 @@ func (w *worker) spec() WorkerSpec {
 	return w.s
 }
 
-func (w *worker) setSpec(s WorkerSpec) {
+func (w *worker) setSpec(s WorkerSpec, allow allowlist) {
 	w.mu.Lock()
 	w.s = s
+	w.allow.Store(&allow)
 	w.mu.Unlock()
 }
 
@@ -527,6 +599,20 @@ func (w *worker) serve(l *unixListener, name, addr string) {
 		for !w.acceptLoop(l, name, addr) {
 			time.Sleep(10 * time.Millisecond)
 		}
+	}()
+}
+
+// serveEgress serves the worker's egress proxy on l.
+func (w *worker) serveEgress(l *unixListener) {
+	e := newEgress(w)
+	w.mu.Lock()
+	w.listeners = append(w.listeners, l)
+	w.egress = e
+	w.wg.Add(1)
+	w.mu.Unlock()
+	go func() {
+		defer w.wg.Done()
+		e.serve(l)
 	}()
 }
 
@@ -684,8 +770,8 @@ func pipe(dst, src net.Conn, n *atomic.Int64) {
 func (w *worker) close() {
 	w.cancel()
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.closed {
+		w.mu.Unlock()
 		return
 	}
 	w.closed = true
@@ -694,6 +780,12 @@ func (w *worker) close() {
 	}
 	for c := range w.conns {
 		c.Close()
+	}
+	e := w.egress
+	w.mu.Unlock()
+	// Outside w.mu: the proxy's connections leave w.conns as they close.
+	if e != nil {
+		e.close()
 	}
 }
 

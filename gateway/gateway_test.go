@@ -338,6 +338,7 @@ func TestModes(t *testing.T) {
 		filepath.Join(dir, "w1"):           os.ModeDir | 0o755,
 		sockOf(dir, "w1", RedisSocket):     os.ModeSocket | 0o666,
 		sockOf(dir, "w1", ModelSocket):     os.ModeSocket | 0o666,
+		sockOf(dir, "w1", EgressSocket):    os.ModeSocket | 0o666,
 		sockOf(dir, "w1", WorkerFile):      0o600,
 		filepath.Join(dir, "w1", ".stage"): 0, // no staging left behind
 	} {
@@ -364,7 +365,7 @@ func TestModes(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if !slices.Equal(names, []string{ModelSocket, RedisSocket, WorkerFile}) {
+	if !slices.Equal(names, []string{EgressSocket, ModelSocket, RedisSocket, WorkerFile}) {
 		t.Fatalf("a worker's directory holds %v", names)
 	}
 }

@@ -1,7 +1,9 @@
 // Command worker-gateway serves the sockets of sealed workers on this
 // host (package gateway): a directory of unix sockets per worker under
 // GATEWAY_DIR, each relayed to the upstream Redis or model API, and the
-// control socket the worker manager opens and closes workers on. It runs
+// control socket the worker manager opens and closes workers on; and
+// each worker's egress.sock, an HTTP proxy to the hosts its allowlist and
+// GATEWAY_ALLOW name. It runs
 // beside the Docker engine, apart from the manager, so that the manager's
 // restarts do not cut the workers' connections; started again (even after
 // SIGKILL) it serves every worker it served before.
@@ -39,6 +41,7 @@ type config struct {
 	Redis    string
 	Model    string
 	MaxConns int
+	Allow    []string
 	LogLevel string
 }
 
@@ -55,6 +58,8 @@ func configVars(c *config) []envconf.Var {
 			Doc: "the upstream model API, host:port: what every worker's model.sock is relayed to; unset: no model.sock"},
 		{Name: "GATEWAY_MAX_CONNS", Default: fmt.Sprint(gateway.DefaultMaxConns), Value: envconf.Int(&c.MaxConns, 1),
 			Doc: "connections one worker may hold open at once; more are closed at once"},
+		{Name: "GATEWAY_ALLOW", Value: envconf.Func(allowList(&c.Allow)),
+			Doc: "the operator's egress allowlist, comma-separated, in force for every worker besides its own; empty: none"},
 		{Name: "LOG_LEVEL", Default: "info", Value: envconf.Enum(&c.LogLevel, "debug", "info", "warn", "error"),
 			Doc: "debug, info, warn or error; JSON lines on stderr"},
 	}
@@ -68,6 +73,18 @@ func hostPort(p *string) func(string) error {
 			return fmt.Errorf("want host:port, got %q", s)
 		}
 		*p = s
+		return nil
+	}
+}
+
+// allowList parses a comma-separated egress allowlist into p.
+func allowList(p *[]string) func(string) error {
+	return func(s string) error {
+		l := envconf.ParseList(s)
+		if err := gateway.ParseAllow(l); err != nil {
+			return err
+		}
+		*p = l
 		return nil
 	}
 }
@@ -89,7 +106,7 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) int 
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.LogLevel))
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
-	g, err := gateway.New(gateway.Config{Dir: c.Dir, Redis: c.Redis, Model: c.Model, MaxConns: c.MaxConns, Log: log})
+	g, err := gateway.New(gateway.Config{Dir: c.Dir, Redis: c.Redis, Model: c.Model, MaxConns: c.MaxConns, Allow: c.Allow, Log: log})
 	if err != nil {
 		log.Error("invalid configuration", "err", err)
 		return 2

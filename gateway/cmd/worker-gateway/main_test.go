@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -37,8 +38,12 @@ func TestConfigTables(t *testing.T) {
 func TestConfigFromEnv(t *testing.T) {
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	c, err := configFromEnv(env(map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379"}))
-	if err != nil || c != (config{Dir: DefaultDir, Redis: "127.0.0.1:6379", MaxConns: gateway.DefaultMaxConns, LogLevel: "info"}) {
+	if err != nil || !reflect.DeepEqual(c, config{Dir: DefaultDir, Redis: "127.0.0.1:6379", MaxConns: gateway.DefaultMaxConns, LogLevel: "info"}) {
 		t.Fatalf("%+v %v", c, err)
+	}
+	c, err = configFromEnv(env(map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379", "GATEWAY_ALLOW": "github.com, *.npmjs.org:443 ,"}))
+	if err != nil || !slices.Equal(c.Allow, []string{"github.com", "*.npmjs.org:443"}) {
+		t.Fatalf("GATEWAY_ALLOW: %+v %v", c, err)
 	}
 	for _, tc := range []struct {
 		env  map[string]string
@@ -48,6 +53,7 @@ func TestConfigFromEnv(t *testing.T) {
 		{map[string]string{"GATEWAY_REDIS": "redis://127.0.0.1:6379/0"}, `config: GATEWAY_REDIS: want host:port, got "redis://127.0.0.1:6379/0"`},
 		{map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379", "GATEWAY_MODEL": "api"}, `config: GATEWAY_MODEL: want host:port, got "api"`},
 		{map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379", "GATEWAY_MAX_CONNS": "0"}, `config: GATEWAY_MAX_CONNS: want a positive whole number, got "0"`},
+		{map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379", "GATEWAY_ALLOW": "github.com,*"}, `config: GATEWAY_ALLOW: gateway: allow entry "*": allows every host: that is host networking, not an allowlist; list the hosts (or *.suffix)`},
 		{map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379", "LOG_LEVEL": "chatty"}, `config: LOG_LEVEL: want debug, info, warn or error, got "chatty"`},
 	} {
 		if _, err := configFromEnv(env(tc.env)); err == nil || err.Error() != tc.want {
