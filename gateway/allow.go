@@ -5,32 +5,16 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/agentvisor/agentvisor/protocol"
 )
 
-// The egress allowlist. Each entry is one of:
-//
-//	host              the name exactly, on ports 443 and 80
-//	host:port         the name exactly, on that port
-//	*.suffix          any name under suffix (not suffix itself), on 443 and 80
-//	*.suffix:port     the same, on that port
-//	1.2.3.4[:port]    an IP literal ([::1] or [::1]:port for IPv6)
-//
-// Names compare case-insensitively, a trailing dot stripped. A name on the
-// list never matches a request for an IP literal, nor an IP literal a
-// request for a name. "*" (or "*:port") is refused: a list that allows
-// every host is host networking, not an allowlist.
-
-// allowRule is one parsed entry of an allowlist.
-type allowRule struct {
-	name     string     // a lower-case name without its trailing dot; for a wildcard, the suffix
-	wildcard bool       // any name under name, not name itself
-	addr     netip.Addr // an IP literal (valid) instead of a name
-	port     uint16     // 0: DefaultPorts
-}
+// The egress allowlist: protocol.EgressRule's syntax, parsed by the
+// protocol (the manager checks a spec's list with the same parser).
 
 // allowlist is a parsed allowlist: a request is allowed when a rule
 // matches it. An empty allowlist refuses everything.
-type allowlist []allowRule
+type allowlist []protocol.EgressRule
 
 // ParseAllow checks an allowlist and returns the first bad entry's error,
 // which names it.
@@ -40,128 +24,11 @@ func ParseAllow(entries []string) error {
 }
 
 func parseAllow(entries []string) (allowlist, error) {
-	out := make(allowlist, 0, len(entries))
-	for _, e := range entries {
-		r, err := parseRule(e)
-		if err != nil {
-			return nil, fmt.Errorf("gateway: allow entry %q: %w", e, err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-const allowSyntax = "want host, host:port, *.suffix, *.suffix:port or an IP literal"
-
-func parseRule(e string) (allowRule, error) {
-	var r allowRule
-	if e == "" {
-		return r, fmt.Errorf("empty: %s", allowSyntax)
-	}
-	host, port, err := splitEntry(e)
+	rules, err := protocol.ParseEgressRules(entries)
 	if err != nil {
-		return r, err
+		return nil, fmt.Errorf("gateway: allow %w", err)
 	}
-	if port != "" {
-		p, err := parsePort(port)
-		if err != nil {
-			return r, err
-		}
-		r.port = p
-	}
-	if host == "*" {
-		return r, fmt.Errorf("allows every host: that is host networking, not an allowlist; list the hosts (or *.suffix)")
-	}
-	if a, err := netip.ParseAddr(host); err == nil {
-		if a.Zone() != "" {
-			return r, fmt.Errorf("an IP address with a zone")
-		}
-		r.addr = a.Unmap()
-		return r, nil
-	}
-	if rest, ok := strings.CutPrefix(host, "*."); ok {
-		r.wildcard = true
-		host = rest
-	}
-	name, ok := normName(host)
-	if !ok {
-		return r, fmt.Errorf("%q is no host name: %s", host, allowSyntax)
-	}
-	r.name = name
-	return r, nil
-}
-
-// splitEntry splits an entry into its host and port ("" when it has none).
-func splitEntry(e string) (host, port string, err error) {
-	if strings.HasPrefix(e, "[") {
-		end := strings.IndexByte(e, ']')
-		if end < 0 {
-			return "", "", fmt.Errorf("no closing ']'")
-		}
-		host, rest := e[1:end], e[end+1:]
-		if _, err := netip.ParseAddr(host); err != nil || !strings.Contains(host, ":") {
-			return "", "", fmt.Errorf("%q in brackets is no IPv6 address", host)
-		}
-		if rest == "" {
-			return host, "", nil
-		}
-		if port, ok := strings.CutPrefix(rest, ":"); ok {
-			return host, port, nil
-		}
-		return "", "", fmt.Errorf("%q after the address: want :port", rest)
-	}
-	switch strings.Count(e, ":") {
-	case 0:
-		return e, "", nil
-	case 1:
-		i := strings.IndexByte(e, ':')
-		return e[:i], e[i+1:], nil
-	}
-	// A bare IPv6 address, without a port.
-	if a, err := netip.ParseAddr(e); err == nil && a.Is6() {
-		return e, "", nil
-	}
-	return "", "", fmt.Errorf("too many ':': %s (an IPv6 address with a port is [addr]:port)", allowSyntax)
-}
-
-// parsePort reads a port: 1 to 65535, decimal digits only.
-func parsePort(s string) (uint16, error) {
-	if s == "" || len(s) > 5 || strings.TrimLeft(s, "0123456789") != "" {
-		return 0, fmt.Errorf("port %q: want 1 to 65535", s)
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 || n > 65535 {
-		return 0, fmt.Errorf("port %q: want 1 to 65535", s)
-	}
-	return uint16(n), nil
-}
-
-// normName returns host lower-cased without its trailing dot, and whether
-// it is a host name: dot-separated labels of 1 to 63 letters, digits, '-'
-// or '_', not starting or ending with '-', at most 253 bytes, the last
-// label not all digits (so that nothing a resolver might read as an IP
-// address, as 127.1, passes for a name).
-func normName(host string) (string, bool) {
-	host = strings.ToLower(strings.TrimSuffix(host, "."))
-	if host == "" || len(host) > 253 {
-		return "", false
-	}
-	labels := strings.Split(host, ".")
-	for _, l := range labels {
-		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
-			return "", false
-		}
-		for i := 0; i < len(l); i++ {
-			c := l[i]
-			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-				return "", false
-			}
-		}
-	}
-	if strings.TrimLeft(labels[len(labels)-1], "0123456789") == "" {
-		return "", false
-	}
-	return host, true
+	return rules, nil
 }
 
 // target is the destination of one egress request, as the container named
@@ -199,7 +66,7 @@ func joinHostPort(host string, port uint16) string {
 // and port. A host that is neither an IP literal nor a host name is kept
 // raw: no rule matches it.
 func parseTarget(host, port string) (target, error) {
-	p, err := parsePort(port)
+	p, err := protocol.ParsePort(port)
 	if err != nil {
 		return target{}, err
 	}
@@ -210,7 +77,7 @@ func parseTarget(host, port string) (target, error) {
 		}
 		return t, nil
 	}
-	if n, ok := normName(host); ok {
+	if n, ok := protocol.NormalizeHostName(host); ok {
 		t.name = n
 	}
 	return t, nil
@@ -219,29 +86,9 @@ func parseTarget(host, port string) (target, error) {
 // allows reports whether the list allows t.
 func (l allowlist) allows(t target) bool {
 	for _, r := range l {
-		if r.matches(t) {
+		if r.Matches(t.name, t.addr, t.port) {
 			return true
 		}
 	}
 	return false
-}
-
-func (r allowRule) matches(t target) bool {
-	if r.port == 0 {
-		if t.port != 443 && t.port != 80 {
-			return false
-		}
-	} else if r.port != t.port {
-		return false
-	}
-	if r.addr.IsValid() {
-		return t.addr.IsValid() && t.addr == r.addr
-	}
-	if t.name == "" {
-		return false
-	}
-	if r.wildcard {
-		return strings.HasSuffix(t.name, "."+r.name)
-	}
-	return t.name == r.name
 }

@@ -2,7 +2,6 @@ package protocol
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -20,115 +19,195 @@ type Network struct {
 	Allow []string `json:"allow,omitempty"`
 }
 
-// EgressRule is one entry of an egress allowlist:
+// EgressRule is one parsed entry of an egress allowlist. Each entry is
+// one of:
 //
-//	host             the host itself, ports 443 and 80
-//	host:port        the host itself, that port
-//	*.suffix         any name under suffix (not suffix itself), ports 443 and 80
-//	*.suffix:port    the same, that port
-//	203.0.113.7:8443 an IP address (with or without a port) matches only a
-//	                 request for that address: a name never matches an
-//	                 address nor an address a name
+//	host              the name exactly, on ports 443 and 80
+//	host:port         the name exactly, on that port
+//	*.suffix          any name under suffix (not suffix itself), on 443 and 80
+//	*.suffix:port     the same, on that port
+//	1.2.3.4[:port]    an IP literal ([::1] or [::1]:port for IPv6)
 //
-// "*" alone is refused: an allowlist that allows everything is host
-// networking. Names compare without regard to case, a trailing dot
-// dropped.
+// Names compare case-insensitively, a trailing dot stripped. A name on the
+// list never matches a request for an IP literal, nor an IP literal a
+// request for a name. "*" (or "*:port") is refused: a list that allows
+// every host is host networking, not an allowlist.
 type EgressRule struct {
-	Host     string // a name in lower case, or an IP address
-	Wildcard bool   // Host is a suffix: any name under it
-	IP       bool   // Host is an IP address
-	Port     int    // 0: 443 and 80
+	Name     string     // a lower-case name without its trailing dot; for a wildcard, the suffix
+	Wildcard bool       // any name under Name, not Name itself
+	Addr     netip.Addr // an IP literal (valid) instead of a name
+	Port     uint16     // 0: 443 and 80
 }
 
-// ParseEgressRule parses one allowlist entry.
-func ParseEgressRule(s string) (EgressRule, error) {
-	if s == "*" || strings.HasPrefix(s, "*:") {
-		return EgressRule{}, fmt.Errorf("%q allows every host: that is host networking, not an allowlist", s)
-	}
-	host, port := s, 0
-	if h, p, err := net.SplitHostPort(s); err == nil {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 1 || n > 65535 {
-			return EgressRule{}, fmt.Errorf("%q: the port is not 1 to 65535", s)
-		}
-		host, port = h, n
-	}
-	r := EgressRule{Port: port}
-	if a, err := netip.ParseAddr(host); err == nil {
-		r.Host, r.IP = a.String(), true
-		return r, nil
-	}
-	if rest, ok := strings.CutPrefix(host, "*."); ok {
-		host, r.Wildcard = rest, true
-	}
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	if !validHostName(host) {
-		return EgressRule{}, fmt.Errorf("%q is not a host name, *.suffix or an IP address (with an optional :port)", s)
-	}
-	r.Host = host
-	return r, nil
-}
+const egressSyntax = "want host, host:port, *.suffix, *.suffix:port or an IP literal"
 
-// ParseEgressRules parses an allowlist.
+// ParseEgressRules parses an allowlist; an error names the bad entry.
 func ParseEgressRules(list []string) ([]EgressRule, error) {
 	if len(list) > MaxEgressRules {
 		return nil, fmt.Errorf("%d entries, at most %d", len(list), MaxEgressRules)
 	}
 	out := make([]EgressRule, 0, len(list))
-	for i, s := range list {
-		r, err := ParseEgressRule(s)
+	for _, e := range list {
+		r, err := ParseEgressRule(e)
 		if err != nil {
-			return nil, fmt.Errorf("item %d: %w", i, err)
+			return nil, fmt.Errorf("entry %q: %w", e, err)
 		}
 		out = append(out, r)
 	}
 	return out, nil
 }
 
-// Allows reports whether r lets a request for host:port through.
-func (r EgressRule) Allows(host string, port int) bool {
-	if r.Port == 0 && port != 443 && port != 80 || r.Port != 0 && port != r.Port {
-		return false
+// ParseEgressRule parses one allowlist entry.
+func ParseEgressRule(e string) (EgressRule, error) {
+	var r EgressRule
+	if e == "" {
+		return r, fmt.Errorf("empty: %s", egressSyntax)
+	}
+	host, port, err := splitEntry(e)
+	if err != nil {
+		return r, err
+	}
+	if port != "" {
+		p, err := ParsePort(port)
+		if err != nil {
+			return r, err
+		}
+		r.Port = p
+	}
+	if host == "*" {
+		return r, fmt.Errorf("allows every host: that is host networking, not an allowlist; list the hosts (or *.suffix)")
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
-		return r.IP && a.String() == r.Host
+		if a.Zone() != "" {
+			return r, fmt.Errorf("an IP address with a zone")
+		}
+		r.Addr = a.Unmap()
+		return r, nil
 	}
-	if r.IP {
-		return false
+	if rest, ok := strings.CutPrefix(host, "*."); ok {
+		r.Wildcard = true
+		host = rest
 	}
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	if r.Wildcard {
-		return strings.HasSuffix(host, "."+r.Host)
+	name, ok := NormalizeHostName(host)
+	if !ok {
+		return r, fmt.Errorf("%q is no host name: %s", host, egressSyntax)
 	}
-	return host == r.Host
+	r.Name = name
+	return r, nil
 }
 
-// EgressAllowed reports whether any rule lets host:port through.
+// splitEntry splits an entry into its host and port ("" when it has none).
+func splitEntry(e string) (host, port string, err error) {
+	if strings.HasPrefix(e, "[") {
+		end := strings.IndexByte(e, ']')
+		if end < 0 {
+			return "", "", fmt.Errorf("no closing ']'")
+		}
+		host, rest := e[1:end], e[end+1:]
+		if _, err := netip.ParseAddr(host); err != nil || !strings.Contains(host, ":") {
+			return "", "", fmt.Errorf("%q in brackets is no IPv6 address", host)
+		}
+		if rest == "" {
+			return host, "", nil
+		}
+		if port, ok := strings.CutPrefix(rest, ":"); ok {
+			return host, port, nil
+		}
+		return "", "", fmt.Errorf("%q after the address: want :port", rest)
+	}
+	switch strings.Count(e, ":") {
+	case 0:
+		return e, "", nil
+	case 1:
+		i := strings.IndexByte(e, ':')
+		return e[:i], e[i+1:], nil
+	}
+	// A bare IPv6 address, without a port.
+	if a, err := netip.ParseAddr(e); err == nil && a.Is6() {
+		return e, "", nil
+	}
+	return "", "", fmt.Errorf("too many ':': %s (an IPv6 address with a port is [addr]:port)", egressSyntax)
+}
+
+// ParsePort reads a port: 1 to 65535, decimal digits only.
+func ParsePort(s string) (uint16, error) {
+	if s == "" || len(s) > 5 || strings.TrimLeft(s, "0123456789") != "" {
+		return 0, fmt.Errorf("port %q: want 1 to 65535", s)
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 65535 {
+		return 0, fmt.Errorf("port %q: want 1 to 65535", s)
+	}
+	return uint16(n), nil
+}
+
+// NormalizeHostName returns host lower-cased without its trailing dot, and whether
+// it is a host name: dot-separated labels of 1 to 63 letters, digits, '-'
+// or '_', not starting or ending with '-', at most 253 bytes, the last
+// label not all digits (so that nothing a resolver might read as an IP
+// address, as 127.1, passes for a name).
+func NormalizeHostName(host string) (string, bool) {
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	if host == "" || len(host) > 253 {
+		return "", false
+	}
+	labels := strings.Split(host, ".")
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return "", false
+		}
+		for i := 0; i < len(l); i++ {
+			c := l[i]
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return "", false
+			}
+		}
+	}
+	if strings.TrimLeft(labels[len(labels)-1], "0123456789") == "" {
+		return "", false
+	}
+	return host, true
+}
+
+// Matches reports whether r lets a request through for port and either a
+// name (normalised, as NormalizeHostName gives it) or an IP literal (addr
+// valid).
+func (r EgressRule) Matches(name string, addr netip.Addr, port uint16) bool {
+	if r.Port == 0 {
+		if port != 443 && port != 80 {
+			return false
+		}
+	} else if r.Port != port {
+		return false
+	}
+	if r.Addr.IsValid() {
+		return addr.IsValid() && addr == r.Addr
+	}
+	if name == "" {
+		return false
+	}
+	if r.Wildcard {
+		return strings.HasSuffix(name, "."+r.Name)
+	}
+	return name == r.Name
+}
+
+// EgressAllowed reports whether any rule lets host:port through (host: a
+// name or an IP literal, as a request names it).
 func EgressAllowed(rules []EgressRule, host string, port int) bool {
+	if port < 1 || port > 65535 {
+		return false
+	}
+	name, addr := "", netip.Addr{}
+	if a, err := netip.ParseAddr(host); err == nil {
+		addr = a.Unmap()
+	} else if n, ok := NormalizeHostName(host); ok {
+		name = n
+	}
 	for _, r := range rules {
-		if r.Allows(host, port) {
+		if r.Matches(name, addr, uint16(port)) {
 			return true
 		}
 	}
 	return false
-}
-
-// validHostName: labels of letters, digits and hyphens, 1 to 63 bytes,
-// not starting or ending with a hyphen; 253 bytes at most.
-func validHostName(h string) bool {
-	if h == "" || len(h) > 253 {
-		return false
-	}
-	for _, l := range strings.Split(h, ".") {
-		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
-			return false
-		}
-		for i := 0; i < len(l); i++ {
-			c := l[i]
-			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-				return false
-			}
-		}
-	}
-	return true
 }

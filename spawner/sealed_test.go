@@ -3,6 +3,10 @@ package spawner
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
@@ -11,6 +15,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/gateway"
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/stubmodel"
 )
 
 // A sealed worker (the real claude, the stub model) works through its
@@ -109,4 +114,132 @@ func shortDir(t *testing.T) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
+}
+
+// The agent's egress in a sealed worker (the real claude, its Bash tool
+// driven by the stub model, speaking to its HTTP_PROXY): an allowed host
+// goes through the gateway to its server (the gateway resolves the name);
+// a host not on the list is refused, the consumer sees a warning naming
+// it; after set_network, the newly allowed host passes and the removed one
+// is refused.
+func TestSealedWorkerEgress(t *testing.T) {
+	dir := shortDir(t)
+	hits := make(chan string, 16)
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits <- r.Host
+		io.WriteString(w, "hello from outside")
+	}))
+	defer upstream.Close()
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(upstream.URL, "http://"))
+	f := newFixture(t, func(c *Config) { c.NetworkMode, c.GatewayDir = NetworkSealed, dir })
+	g, err := gateway.New(gateway.Config{Dir: dir, Redis: f.rc.Options().Addr, Model: strings.TrimPrefix(f.stub.URL, "http://"),
+		// Test names stand for hosts outside: each resolves to a
+		// documentation address (TEST-NET-1), which the dialler takes to
+		// the loopback server: nothing leaves the machine.
+		Resolver: func(_ context.Context, host string) ([]string, error) { return []string{"192.0.2.10"}, nil },
+		DialEgress: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, strings.Replace(addr, "192.0.2.10", "127.0.0.1", 1))
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Stop(context.Background()) })
+	ctx := context.Background()
+
+	// The agent's request: CONNECT through its proxy, then a GET in the tunnel.
+	connect := func(host string) string {
+		return fmt.Sprintf(`p=${HTTPS_PROXY##*:}; exec 3<>/dev/tcp/127.0.0.1/$p; printf 'CONNECT %[1]s:%[2]s HTTP/1.1\r\nHost: %[1]s:%[2]s\r\n\r\n' >&3; `+
+			`read -r status <&3; echo "$status"; case "$status" in *" 200 "*) while read -r l <&3 && [ "${l%%$'\r'}" ]; do :; done; `+
+			`printf 'GET / HTTP/1.0\r\nHost: %[1]s\r\n\r\n' >&3; cat <&3;; esac`, host, port)
+	}
+	var workerID string
+	task := func(requestID, host string) protocol.Output {
+		f.stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
+			{ToolUse: &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": connect(host), "description": "reach " + host}}},
+			{Text: `{"status": "complete", "result": {"ok": true}}`},
+		}})
+		f.send(t, f.keys.Input(workerID), protocol.Task{RequestID: requestID, Prompt: "Fetch it."})
+		return f.waitOutput(t, f.keys.Output(workerID), requestID, 2*time.Minute)
+	}
+	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, AllowedCommands: []string{"*"},
+		Network: &protocol.Network{Allow: []string{"allowed.test:" + port}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	workerID = info.WorkerID
+
+	if o := task("egress-1", "allowed.test"); o.Status != protocol.StatusComplete {
+		t.Fatalf("the allowed request's task: %+v", o)
+	}
+	select {
+	case h := <-hits:
+		if !strings.HasPrefix(h, "allowed.test") {
+			t.Fatalf("the server saw host %q", h)
+		}
+	case <-time.After(10 * time.Second):
+		reqs := f.stub.Requests()
+		last := ""
+		if n := len(reqs); n > 0 && len(reqs[n-1].Messages) > 0 {
+			last = string(reqs[n-1].Messages[len(reqs[n-1].Messages)-1])
+		}
+		t.Fatalf("the allowed host was not reached through the gateway (gateway %+v); the tool's result:\n%s", g.Stats()[workerID], last)
+	}
+	if o := task("egress-2", "other.test"); o.Status != protocol.StatusComplete {
+		t.Fatalf("the refused request's task: %+v", o)
+	}
+	if w := f.refusedConnection(t, info.WorkerID, "egress-2"); w == nil || w.Host != "other.test" || fmt.Sprint(w.Port) != port {
+		t.Fatalf("no warning naming other.test:%s for egress-2: %+v", port, w)
+	}
+	select {
+	case h := <-hits:
+		t.Fatalf("a refused host reached the server (%s)", h)
+	default:
+	}
+
+	// A live change: other.test allowed, allowed.test not any more.
+	got, err := f.s.SetNetwork(ctx, info.WorkerID, protocol.Network{Allow: []string{"other.test:" + port}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Network == nil || len(got.Network.Allow) != 1 || got.Network.Allow[0] != "other.test:"+port {
+		t.Fatalf("the status after set_network: %+v", got.Network)
+	}
+	if o := task("egress-3", "other.test"); o.Status != protocol.StatusComplete {
+		t.Fatalf("egress-3: %+v", o)
+	}
+	select {
+	case <-hits:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the newly allowed host was not reached")
+	}
+	if o := task("egress-4", "allowed.test"); o.Status != protocol.StatusComplete {
+		t.Fatalf("egress-4: %+v", o)
+	}
+	if w := f.refusedConnection(t, info.WorkerID, "egress-4"); w == nil || w.Host != "allowed.test" {
+		t.Fatalf("no warning for the removed host: %+v", w)
+	}
+	if st := g.Stats()[info.WorkerID]; st.EgressAllowed < 2 || st.EgressRefused < 2 {
+		t.Fatalf("the gateway counted %+v", st)
+	}
+}
+
+// refusedConnection finds the warning of a refused connection on a
+// worker's output stream for requestID.
+func (f *fixture) refusedConnection(t *testing.T, worker, requestID string) *protocol.Refusal {
+	t.Helper()
+	msgs, err := f.rc.XRange(context.Background(), f.keys.Output(worker), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		data, _ := protocol.EntryData(m.Values)
+		if p, err := protocol.DecodeProgress(data); err == nil && p.RequestID == requestID && p.Refused != nil && p.Refused.Tool == "network" {
+			return p.Refused
+		}
+	}
+	return nil
 }
