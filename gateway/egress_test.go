@@ -701,3 +701,49 @@ func TestEgressMaxConns(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// A panic while serving one egress request (a bug reached by what the
+// container sent) closes that connection only: the gateway, the worker
+// and its other connections go on.
+func TestEgressPanicClosesOnlyThatConnection(t *testing.T) {
+	e := newEgressEnv(t)
+	if err := e.g.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(Config{Dir: e.dir, Redis: "127.0.0.1:1", DialEgress: e.dial,
+		Resolver: func(ctx context.Context, host string) ([]string, error) {
+			if host == "panic.example.test" {
+				panic("a bug in name resolution")
+			}
+			return e.resolve(ctx, host)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop(context.Background())
+	e.open(t, "w1", "git.example.test", "panic.example.test")
+	_, _, tunnel := connect(t, e.sock("w1"), "git.example.test:443")
+	c, err := net.Dial("unix", e.sock("w1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	_, _ = io.WriteString(c, "CONNECT panic.example.test:443 HTTP/1.1\r\nHost: x\r\n\r\n")
+	if b, err := io.ReadAll(c); len(b) != 0 || err != nil && !strings.Contains(err.Error(), "reset") {
+		t.Fatalf("the panicking request: %q %v", b, err)
+	}
+	tc := tls.Client(tunnel, &tls.Config{RootCAs: e.pool, ServerName: "example.com"})
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("a tunnel open beside the panic: %v", err)
+	}
+	if resp, _, _ := connect(t, e.sock("w1"), "git.example.test:443"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("after the panic: %s", resp.Status)
+	}
+	testkit.Eventually(t, "the panicking connection released", 5*time.Second, func() bool {
+		return g.Stats()["w1"].Open == 2
+	})
+}
