@@ -3,8 +3,14 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
+	"log"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"slices"
 	"testing"
@@ -123,3 +129,99 @@ func rank(xs []float64, p float64) float64 {
 	i := int(float64(len(s))*p/100+0.5) - 1
 	return s[min(max(i, 0), len(s)-1)]
 }
+
+// An HTTPS GET to a loopback TLS server straight, and the same through a
+// worker's egress.sock (CONNECT, the allowlist, the gateway's dial and
+// its relay), alternated on one run: with a new connection for each
+// request (dial or CONNECT, TLS handshake, GET: what a git clone or a
+// package download starts with), and on an open connection (a kept-alive
+// tunnel). Each b.N runs every sample again; the figures are of the last.
+func BenchmarkEgressHTTPS(b *testing.B) {
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	ts.Config.ErrorLog = log.New(io.Discard, "", 0)
+	ts.StartTLS()
+	defer ts.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(ts.Certificate())
+	dir, err := mkdirShort()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	g, err := New(Config{Dir: dir, Redis: "127.0.0.1:1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := g.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer g.Stop(context.Background())
+	addr := ts.Listener.Addr().String()
+	if err := NewClient(dir).Open(context.Background(), "bench", []string{addr}); err != nil {
+		b.Fatal(err)
+	}
+	sock := sockOf(dir, "bench", EgressSocket)
+	client := func(viaGateway, keepAlive bool) *http.Client {
+		tr := &http.Transport{
+			TLSClientConfig:   &tls.Config{RootCAs: pool, ServerName: "example.com"},
+			DisableKeepAlives: !keepAlive,
+		}
+		if viaGateway {
+			tr.Proxy = http.ProxyURL(&url.URL{Scheme: "http", Host: "egress.sock"})
+			tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", sock)
+			}
+		}
+		return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	}
+	clients := map[string]*http.Client{
+		"direct": client(false, false), "gateway": client(true, false),
+		"direct-open": client(false, true), "gateway-open": client(true, true),
+	}
+	u := "https://" + addr + "/"
+	sample := func(k string) time.Duration {
+		start := time.Now()
+		resp, err := clients[k].Get(u)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatal(resp.Status)
+		}
+		return time.Since(start)
+	}
+	for range 50 {
+		for k := range clients {
+			sample(k)
+		}
+	}
+	const fresh, open = 500, 3000
+	b.ResetTimer()
+	var lat map[string][]float64
+	for range b.N {
+		lat = map[string][]float64{}
+		for range fresh {
+			for _, k := range []string{"direct", "gateway"} {
+				lat[k] = append(lat[k], ms(sample(k)))
+			}
+		}
+		for range open {
+			for _, k := range []string{"direct-open", "gateway-open"} {
+				lat[k] = append(lat[k], ms(sample(k)))
+			}
+		}
+	}
+	b.StopTimer()
+	for _, k := range []string{"direct", "gateway", "direct-open", "gateway-open"} {
+		b.ReportMetric(rank(lat[k], 50), "egress-https-"+k+"-p50-ms")
+		b.ReportMetric(rank(lat[k], 99), "egress-https-"+k+"-p99-ms")
+	}
+	b.ReportMetric(rank(lat["gateway"], 99)-rank(lat["direct"], 99), "egress-https-gateway-added-p99-ms")
+}
+
+func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }

@@ -73,7 +73,9 @@ func newEgress(w *worker) *egress {
 	}
 	e.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.Host = pr.Out.URL.Host
+			// The Host header as the container wrote it; the URL (what
+			// is dialled) is the host:port that was checked.
+			pr.Out.Host = pr.In.Host
 			dropProxyHeaders(pr.Out.Header)
 		},
 		ModifyResponse: func(resp *http.Response) error {
@@ -378,7 +380,7 @@ func (e *egress) transportDial(ctx context.Context, _, addr string) (net.Conn, e
 	if err != nil {
 		return nil, err
 	}
-	if rs, ok := ctx.Value(addrsKey{}).(resolved); ok && rs.hostPort == addr {
+	if rs, ok := ctx.Value(addrsKey{}).(resolved); ok && rs.hostPort == t.String() {
 		return e.dial(ctx, rs.addrs, t.port)
 	}
 	if !e.w.allows(t) {

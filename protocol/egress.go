@@ -63,11 +63,11 @@ func ParseEgressRule(e string) (EgressRule, error) {
 	if e == "" {
 		return r, fmt.Errorf("empty: %s", egressSyntax)
 	}
-	host, port, err := splitEntry(e)
+	host, port, hasPort, err := splitEntry(e)
 	if err != nil {
 		return r, err
 	}
-	if port != "" {
+	if hasPort {
 		p, err := ParsePort(port)
 		if err != nil {
 			return r, err
@@ -96,37 +96,37 @@ func ParseEgressRule(e string) (EgressRule, error) {
 	return r, nil
 }
 
-// splitEntry splits an entry into its host and port ("" when it has none).
-func splitEntry(e string) (host, port string, err error) {
+// splitEntry splits an entry into its host and port, if it has one.
+func splitEntry(e string) (host, port string, hasPort bool, err error) {
 	if strings.HasPrefix(e, "[") {
 		end := strings.IndexByte(e, ']')
 		if end < 0 {
-			return "", "", fmt.Errorf("no closing ']'")
+			return "", "", false, fmt.Errorf("no closing ']'")
 		}
 		host, rest := e[1:end], e[end+1:]
 		if _, err := netip.ParseAddr(host); err != nil || !strings.Contains(host, ":") {
-			return "", "", fmt.Errorf("%q in brackets is no IPv6 address", host)
+			return "", "", false, fmt.Errorf("%q in brackets is no IPv6 address", host)
 		}
 		if rest == "" {
-			return host, "", nil
+			return host, "", false, nil
 		}
 		if port, ok := strings.CutPrefix(rest, ":"); ok {
-			return host, port, nil
+			return host, port, true, nil
 		}
-		return "", "", fmt.Errorf("%q after the address: want :port", rest)
+		return "", "", false, fmt.Errorf("%q after the address: want :port", rest)
 	}
 	switch strings.Count(e, ":") {
 	case 0:
-		return e, "", nil
+		return e, "", false, nil
 	case 1:
-		i := strings.IndexByte(e, ':')
-		return e[:i], e[i+1:], nil
+		host, port, _ := strings.Cut(e, ":")
+		return host, port, true, nil
 	}
 	// A bare IPv6 address, without a port.
 	if a, err := netip.ParseAddr(e); err == nil && a.Is6() {
-		return e, "", nil
+		return e, "", false, nil
 	}
-	return "", "", fmt.Errorf("too many ':': %s (an IPv6 address with a port is [addr]:port)", egressSyntax)
+	return "", "", false, fmt.Errorf("too many ':': %s (an IPv6 address with a port is [addr]:port)", egressSyntax)
 }
 
 // ParsePort reads a port: 1 to 65535, decimal digits only.

@@ -96,6 +96,8 @@ var rows = []row{
 		[]string{"redis-memory-before-MB"}, "Redis memory after a warm-up that filled every capped stream"},
 	{"Redis PING through the worker gateway (unix socket → relay → TCP), open connection, p99", "redis-ping-gateway-p99-us", "µs", "≤ baseline + 100 µs", addedAtMost(100),
 		[]string{"redis-ping-direct-p99-us"}, "the same PING straight to Redis over TCP, alternating"},
+	{"HTTPS GET through the worker gateway's egress.sock (CONNECT → allowlist → dial → relay, TLS handshake, GET; new connection), p99", "egress-https-gateway-p99-ms", "ms", "≤ baseline + 2 ms", addedAtMost(2),
+		[]string{"egress-https-direct-p99-ms"}, "the same HTTPS GET straight to the loopback TLS server, alternating"},
 	{"Worker gateway RSS, 100 workers open", "gateway-100-workers-rss-MB", "MB", "< 30 MB", below(30),
 		[]string{"gateway-idle-rss-MB"}, "the same process with no worker"},
 	{"Fleet of 3 hosts, 300 workers: manager RSS, largest of the 3", "fleet-300-manager-rss-max-MB", "MB", "< 50 MB", below(50),
