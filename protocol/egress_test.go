@@ -33,7 +33,7 @@ func TestEgressRules(t *testing.T) {
 			t.Errorf("%q allows %s:%d = %v, want %v", c.rule, c.host, c.port, got, c.want)
 		}
 	}
-	for _, bad := range []string{"*", "*:443", "", "github.com:0", "github.com:70000", "github.com:x", "exa mple.com", "-a.com", "a..com", "*.", "http://github.com", "127.1", "[fe80::1%eth0]"} {
+	for _, bad := range []string{"*", "*:443", "", "github.com:0", "github.com:70000", "github.com:x", "exa mple.com", "-a.com", "a..com", "*.", "http://github.com", "127.1", "[fe80::1%eth0]", "github.com:"} {
 		if _, err := ParseEgressRule(bad); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
