@@ -97,25 +97,11 @@ func newEgressEnv(t *testing.T, defaults ...string) *egressEnv {
 // start serves a gateway on e.dir, stopped when the test ends.
 func (e *egressEnv) start(t *testing.T, defaults []string) {
 	t.Helper()
-	g, err := New(Config{Dir: e.dir, Redis: "127.0.0.1:1", Allow: defaults, MaxConns: e.maxConns,
+	e.g, e.c = startGatewayWith(t, Config{Dir: e.dir, Redis: "127.0.0.1:1", Allow: defaults, MaxConns: e.maxConns,
 		Log:        slog.New(slog.NewJSONHandler(e.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Resolver:   e.resolve,
 		DialEgress: e.dial,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := g.Stop(ctx); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
-	e.g, e.c = g, NewClient(e.dir)
 }
 
 func (e *egressEnv) resolve(_ context.Context, host string) ([]string, error) {

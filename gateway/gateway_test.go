@@ -27,7 +27,13 @@ import (
 // modelAddr), stopped when the test ends.
 func startGateway(t *testing.T, dir, redisAddr, modelAddr string) (*Gateway, *Client) {
 	t.Helper()
-	g, err := New(Config{Dir: dir, Redis: redisAddr, Model: modelAddr})
+	return startGatewayWith(t, Config{Dir: dir, Redis: redisAddr, Model: modelAddr})
+}
+
+// startGatewayWith starts a gateway of cfg, stopped when the test ends.
+func startGatewayWith(t *testing.T, cfg Config) (*Gateway, *Client) {
+	t.Helper()
+	g, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +47,7 @@ func startGateway(t *testing.T, dir, redisAddr, modelAddr string) (*Gateway, *Cl
 			t.Errorf("stop: %v", err)
 		}
 	})
-	return g, NewClient(dir)
+	return g, NewClient(cfg.Dir)
 }
 
 // shortDir is a directory for sockets: a unix socket's path has at most

@@ -27,14 +27,7 @@ func TestSealedWorker(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.NetworkMode, c.GatewayDir = NetworkSealed, dir })
 	redisAddr := f.rc.Options().Addr
 	modelAddr := strings.TrimPrefix(f.stub.URL, "http://")
-	g, err := gateway.New(gateway.Config{Dir: dir, Redis: redisAddr, Model: modelAddr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = g.Stop(context.Background()) })
+	g := startTestGateway(t, gateway.Config{Dir: dir, Redis: redisAddr, Model: modelAddr})
 	ctx := context.Background()
 
 	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
@@ -132,7 +125,7 @@ func TestSealedWorkerEgress(t *testing.T) {
 	defer upstream.Close()
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(upstream.URL, "http://"))
 	f := newFixture(t, func(c *Config) { c.NetworkMode, c.GatewayDir = NetworkSealed, dir })
-	g, err := gateway.New(gateway.Config{Dir: dir, Redis: f.rc.Options().Addr, Model: strings.TrimPrefix(f.stub.URL, "http://"),
+	g := startTestGateway(t, gateway.Config{Dir: dir, Redis: f.rc.Options().Addr, Model: strings.TrimPrefix(f.stub.URL, "http://"),
 		// Test names stand for hosts outside: each resolves to a
 		// documentation address (TEST-NET-1), which the dialler takes to
 		// the loopback server: nothing leaves the machine.
@@ -141,13 +134,6 @@ func TestSealedWorkerEgress(t *testing.T) {
 			var d net.Dialer
 			return d.DialContext(ctx, network, strings.Replace(addr, "192.0.2.10", "127.0.0.1", 1))
 		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = g.Stop(context.Background()) })
 	ctx := context.Background()
 
 	// The agent's request: CONNECT through its proxy, then a GET in the tunnel.
@@ -242,4 +228,19 @@ func (f *fixture) refusedConnection(t *testing.T, worker, requestID string) *pro
 		}
 	}
 	return nil
+}
+
+// startTestGateway starts a gateway in the test's process, stopped when
+// the test ends.
+func startTestGateway(t *testing.T, cfg gateway.Config) *gateway.Gateway {
+	t.Helper()
+	g, err := gateway.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Stop(context.Background()) })
+	return g
 }
