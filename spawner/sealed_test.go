@@ -244,3 +244,49 @@ func startTestGateway(t *testing.T, cfg gateway.Config) *gateway.Gateway {
 	t.Cleanup(func() { _ = g.Stop(context.Background()) })
 	return g
 }
+
+// A gateway restarted (stopped, its connections cut, and started again on
+// the same directory, as after a crash) costs a sealed worker nothing: the
+// wrapper reconnects to Redis and the model through the same sockets, its
+// next task is answered, and it is never declared dead.
+func TestSealedWorkerSurvivesAGatewayRestart(t *testing.T) {
+	dir := shortDir(t)
+	f := newFixture(t, func(c *Config) { c.NetworkMode, c.GatewayDir, c.HeartbeatInterval = NetworkSealed, dir, time.Second })
+	cfg := gateway.Config{Dir: dir, Redis: f.rc.Options().Addr, Model: strings.TrimPrefix(f.stub.URL, "http://")}
+	g, err := gateway.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Stop(context.Background()) }) // stopped by the test already, unless it failed first
+	f.startManager(t) // its health loop would declare a worker dead
+	ctx := context.Background()
+	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.send(t, f.keys.Input(info.WorkerID), protocol.Task{RequestID: "before", Prompt: "Say done."})
+	if o := f.waitOutput(t, f.keys.Output(info.WorkerID), "before", 2*time.Minute); o.Status != protocol.StatusComplete {
+		t.Fatalf("before the restart: %+v", o)
+	}
+	if err := g.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // the wrapper's connections are cut and it notices
+	g2 := startTestGateway(t, cfg)
+	if ws := g2.Workers(); len(ws) != 1 || ws[0] != info.WorkerID {
+		t.Fatalf("the restarted gateway serves %v", ws)
+	}
+	f.send(t, f.keys.Input(info.WorkerID), protocol.Task{RequestID: "after", Prompt: "Say done."})
+	if o := f.waitOutput(t, f.keys.Output(info.WorkerID), "after", 2*time.Minute); o.Status != protocol.StatusComplete {
+		t.Fatalf("after the restart: %+v", o)
+	}
+	if n := f.countEvents(t, info.WorkerID, protocol.EventDead); n != 0 {
+		t.Fatalf("the worker was declared dead %d times across the gateway's restart", n)
+	}
+	if err := f.s.Delete(ctx, info.WorkerID); err != nil {
+		t.Fatal(err)
+	}
+}
