@@ -6,7 +6,7 @@
 // one line per event). WORKER may be a unique prefix of a worker id.
 // list, status, events, send, usage, budget and managers read Redis
 // directly and work with no manager running; spawn, pause, resume, kill,
-// reset-context and budget --limit are commands a worker-manager
+// reset-context, budget --limit and network are commands a worker-manager
 // executes; volumes, gc and reconcile also talk to this host's Docker
 // engine.
 //
@@ -142,7 +142,7 @@ usage, 3 no such worker, 4 task blocked, 5 task failed, 6 timed out.`,
 	})
 	root.AddGroup(&cobra.Group{ID: "workers", Title: "Workers:"}, &cobra.Group{ID: "ops", Title: "Operations:"})
 	for _, cmd := range []*cobra.Command{listCmd(c), statusCmd(c), eventsCmd(c), spawnCmd(c), sendCmd(c),
-		pauseCmd(c), resumeCmd(c), killCmd(c), usageCmd(c), budgetCmd(c)} {
+		pauseCmd(c), resumeCmd(c), killCmd(c), usageCmd(c), budgetCmd(c), networkCmd(c)} {
 		cmd.GroupID = "workers"
 		root.AddCommand(cmd)
 	}

@@ -88,6 +88,17 @@ func TestWorkerctl(t *testing.T) {
 		t.Errorf("status -json: %+v (%v)", row, err)
 	}
 
+	// network: its egress allowlist is a sealed worker's; bad lists are
+	// usage errors, and a manager of unsealed workers refuses a change.
+	if out := must(exitOK, "network", short); !strings.Contains(out, "no egress") {
+		t.Errorf("network of a worker without an allowlist: %q", out)
+	}
+	must(exitUsage, "network", short, "--allow", "*")
+	must(exitUsage, "network", short, "--allow", "a.test", "--none")
+	if _, _, errs := ctlRun(rt, "network", short, "--allow", "a.test"); !strings.Contains(errs, "not sealed") {
+		t.Errorf("set_network on an unsealed worker: %q", errs)
+	}
+
 	// events: what the streams hold, in order, this worker's only.
 	ev := must(exitOK, "events", "-worker", short)
 	for _, want := range []string{"lifecycle created", "progress  t1", "output    t1 complete", "blocked \"Which DB?\"", "failed AGENT_ERROR"} {
