@@ -261,7 +261,7 @@ func TestSealedWorkerSurvivesAGatewayRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = g.Stop(context.Background()) }) // stopped by the test already, unless it failed first
-	f.startManager(t) // its health loop would declare a worker dead
+	f.startManager(t)                                      // its health loop would declare a worker dead
 	ctx := context.Background()
 	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
 	if err != nil {
