@@ -260,8 +260,10 @@ func TestSealedWorkerSurvivesAGatewayRestart(t *testing.T) {
 	if err := g.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = g.Stop(context.Background()) }) // stopped by the test already, unless it failed first
-	f.startManager(t)                                      // its health loop would declare a worker dead
+	// Stopped by the test already, unless it failed first.
+	t.Cleanup(func() { _ = g.Stop(context.Background()) })
+	// A manager runs: its health loop would declare a dead worker dead.
+	f.startManager(t)
 	ctx := context.Background()
 	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
 	if err != nil {
