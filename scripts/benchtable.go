@@ -74,6 +74,8 @@ var rows = []row{
 	{"EnsureImage of an existing image, p99", "ensure-hit-p99-ms", "ms", "< 20 ms", below(20), []string{"bare-inspect-p99-ms"}, "a bare ImageInspect"},
 	{"Create → wrapper's started event, median", "create-to-started-median-ms", "ms", "ratio ≤ 1.3", ratioAtMost(1.3),
 		[]string{"bare-docker-run-first-line-median-ms"}, "bare docker run of the same image, to its first line"},
+	{"Create → wrapper's started event, sealed worker (gateway sockets, no network), median", "sealed-create-to-started-median-ms", "ms", "ratio ≤ 1.1", ratioAtMost(1.1),
+		[]string{"host-create-to-started-median-ms"}, "the same create with host networking, alternating in the same run"},
 	{"Unpause → task picked up, p99", "unpause-to-pickup-p99-ms", "ms", "< 100 ms", below(100), []string{"bare-unpause-p99-ms"}, "a bare ContainerUnpause"},
 	{"docker kill mid-task → failed Output, max", "crash-to-failed-output-max-ms", "ms", "< 1000 ms", below(1000), nil, ""},
 	{"100 workers: all created and started", "start-100-s", "s", "", nil, nil, ""},

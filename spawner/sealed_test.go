@@ -100,7 +100,7 @@ func TestSealedCreateWithoutAGateway(t *testing.T) {
 
 // shortDir is a temporary directory with a short path: a unix socket's
 // path has at most 107 bytes, and t.TempDir's are long.
-func shortDir(t *testing.T) string {
+func shortDir(t testing.TB) string {
 	dir, err := os.MkdirTemp("", "gw")
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,53 @@
+package spawner
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentvisor/agentvisor/gateway"
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// BenchmarkSealedCreate: create → the wrapper's started event of a sealed
+// worker (its gateway's sockets opened first, Redis through them) against
+// the same with host networking, alternating, in the same run.
+func BenchmarkSealedCreate(b *testing.B) {
+	dir := shortDir(b)
+	sealed := newFixture(b, func(c *Config) { c.NetworkMode, c.GatewayDir = NetworkSealed, dir })
+	host := newFixture(b, nil)
+	g, err := gateway.New(gateway.Config{Dir: dir, Redis: sealed.rc.Options().Addr, Model: strings.TrimPrefix(sealed.stub.URL, "http://")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := g.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = g.Stop(context.Background()) })
+	ctx := context.Background()
+	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude}
+	startOf := func(f *fixture) float64 {
+		from := lastID(f.rc, f.keys.Lifecycle())
+		t0 := time.Now()
+		info, err := f.s.Create(ctx, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, at := f.waitEvent(b, from, info.WorkerID, protocol.EventStarted, time.Minute)
+		if err := f.s.Delete(ctx, info.WorkerID); err != nil {
+			b.Fatal(err)
+		}
+		return float64(at.Sub(t0).Milliseconds())
+	}
+	startOf(sealed) // images built, caches warm
+	startOf(host)
+	var s, h []float64
+	for i := 0; i < 5; i++ {
+		s = append(s, startOf(sealed))
+		h = append(h, startOf(host))
+	}
+	b.ReportMetric(median(s), "sealed-create-to-started-median-ms")
+	b.ReportMetric(median(h), "host-create-to-started-median-ms")
+	b.ReportMetric(median(s)/median(h), "sealed-create-ratio")
+}
