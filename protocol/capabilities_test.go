@@ -131,7 +131,7 @@ func TestCodesRetryable(t *testing.T) {
 		CodeWorkerBusy: true, CodeConflict: true, CodeShuttingDown: true, CodeReplaceLimit: false,
 		CodeMCPUnavailable: true,
 		CodeCancelled:      false, CodeAuthFailed: false, CodeRateLimited: true, CodeAgentStalled: true, CodeBudgetExceeded: false,
-		CodeHostLost: true, CodeNoHost: true,
+		CodeHostLost: true, CodeNoHost: true, CodeWorkerGone: false,
 	}
 	if len(Codes) != len(want) {
 		t.Fatalf("%d codes, the test knows %d", len(Codes), len(want))

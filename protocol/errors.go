@@ -85,6 +85,10 @@ const (
 	// CodeNoHost: no live host of the fleet matches the create's
 	// placement, or the worker's host is not live to act on it.
 	CodeNoHost Code = "NO_HOST"
+	// CodeWorkerGone: the task was sent to a worker that had been retired
+	// (deleted, or dead and not replaced under its id); the manager
+	// answers it until the worker's retention ends.
+	CodeWorkerGone Code = "WORKER_GONE"
 )
 
 // codeInfo holds whether retrying the same request may succeed.
@@ -118,6 +122,7 @@ var codeInfo = map[Code]bool{
 	CodeBudgetExceeded:      false, // not until the budget is raised
 	CodeHostLost:            true,  // on another host
 	CodeNoHost:              true,  // once a matching host is live
+	CodeWorkerGone:          false, // not to this worker: to another one
 }
 
 // Codes lists every code, in a stable order.
@@ -128,7 +133,7 @@ var Codes = []Code{
 	CodeUpstreamUnavailable, CodeResourceExhausted, CodeInternalError,
 	CodeWorkerBusy, CodeConflict, CodeShuttingDown, CodeReplaceLimit, CodeMCPUnavailable,
 	CodeCancelled, CodeAuthFailed, CodeRateLimited, CodeAgentStalled, CodeBudgetExceeded,
-	CodeHostLost, CodeNoHost,
+	CodeHostLost, CodeNoHost, CodeWorkerGone,
 }
 
 // Valid reports whether c is a known code.

@@ -18,8 +18,8 @@ import (
 // Components (one file each, built in wire.go): Commands, Controls,
 // Crashes, Presence, HostPresence and HostWatch on every manager; under
 // the host's leader lease: Health, Wake, Timeouts, Reconciler, VolumeGC
-// and the image GC; under the fleet's: Retention, Pools and the metrics
-// read from the streams.
+// and the image GC; under the fleet's: Retention, Pools, Gone and the
+// metrics read from the streams.
 type Manager struct {
 	S *Spawner
 	// MaxInFlight bounds the commands executed at once (a create may wait

@@ -29,6 +29,9 @@ type retirement struct {
 	exitCode int
 	oom      bool
 	replace  bool // a long-lived worker with a spec gets a replacement (REPLACE_DEAD_WORKERS)
+	// late: the tasks came after the retirement (answered with code and
+	// msg as they are, WORKER_GONE).
+	late     bool
 	hostLost bool // its host was lost: its container is out of reach, a replacement is placed anew
 }
 
@@ -115,7 +118,7 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 		return true, err
 	}
 	s.lifecycleOn(ctx, hostOf(h, s), id, protocol.EventRemoved, detail)
-	if err := s.rdb.EndRetire(ctx, id, kind, protocol.AgentType(h[protocol.StatusFieldAgentType]), h[protocol.StatusFieldProjectID]); err != nil {
+	if err := s.rdb.EndRetire(ctx, id, kind, protocol.AgentType(h[protocol.StatusFieldAgentType]), h[protocol.StatusFieldProjectID], s.now()); err != nil {
 		return true, redisError(err, "end retirement of %s", id)
 	}
 	s.log.Info("worker retired", "worker_id", id, "reason", r.reason)
@@ -236,13 +239,47 @@ func (s *Spawner) answerWaiting(ctx context.Context, id string, h map[string]str
 	return nil
 }
 
+// answerGone answers the tasks sent to a retired long-lived worker since
+// it was retired (WORKER_GONE) and marks them delivered, so that each is
+// answered once; it returns how many it answered. A worker whose status
+// hash is gone (its retention ended) has nothing to answer.
+func (s *Spawner) answerGone(ctx context.Context, id string) (int, error) {
+	h, err := s.rdb.Status(ctx, id)
+	if err != nil || len(h) == 0 {
+		return 0, err
+	}
+	if member, err := s.rdb.IsWorker(ctx, id); err != nil || member {
+		return 0, err // back under the same id: its own wrapper reads its input
+	}
+	_, input, group := s.inputOf(id, protocol.KindLongLived)
+	waiting, err := s.rdb.Waiting(ctx, input, group)
+	if err != nil || len(waiting) == 0 {
+		return 0, err
+	}
+	r := retirement{reason: protocol.RemovedGone, late: true, code: protocol.CodeWorkerGone,
+		msg: "the worker " + id + " was retired before this task was sent: send it to another worker"}
+	n := 0
+	for _, e := range waiting {
+		if e.OK {
+			if err := s.answer(ctx, id, h, protocol.KindLongLived, input, group, e, false, r); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	if err := s.rdb.Delivered(ctx, input, group, waiting[len(waiting)-1].Msg.ID); err != nil {
+		return n, redisError(err, "input of %s", id)
+	}
+	return n, nil
+}
+
 // answer answers one task of a retired worker: a retryable developer task
 // with its entry held goes back to the queue (up to MaxAttempts), any
 // other gets a failed Output, unless its run is already terminal.
 func (s *Spawner) answer(ctx context.Context, id string, h map[string]string, kind protocol.Kind, input, group string, e rdb.Entry, inFlight bool, r retirement) error {
 	t := e.Task
 	code, msg := r.code, r.msg
-	if !inFlight && !r.died {
+	if !inFlight && !r.died && !r.late {
 		code, msg = protocol.CodeTerminated, fmt.Sprintf("the worker was %s before it ran this task", r.reason)
 	}
 	attempts, err := s.rdb.Attempts(ctx, t.RequestID)

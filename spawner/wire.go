@@ -61,6 +61,10 @@ func (p parts) imageGC(gc *ImageGC) *gcJob { return &gcJob{gc: gc, obs: &p.s.obs
 
 func (p parts) retention() *Retention { return newRetention(p.s.env) }
 
+func (p parts) gone() *Gone {
+	return newGone(p.s.env, p.s, max(p.s.cfg.HeartbeatInterval/2, 100*time.Millisecond), p.s.cfg.Retention)
+}
+
 func (p parts) pools() *Pools { return newPools(p.s.env, p.s.cfg.Pools, p.s) }
 
 func (p parts) presence() *Presence {
@@ -90,10 +94,10 @@ func (p parts) hostLeader(gc *ImageGC) *Leader {
 }
 
 // fleetLeader runs the components that run once per key prefix, under
-// the fleet's leader lease: retention, warm pools, the metrics read from
-// the streams.
+// the fleet's leader lease: retention, warm pools, the answers to tasks
+// sent to retired workers, the metrics read from the streams.
 func (p parts) fleetLeader() *Leader {
-	jobs := []component{p.retention(), p.pools()}
+	jobs := []component{p.retention(), p.pools(), p.gone()}
 	jobs = append(jobs, p.s.obs.leaderJobs(p.s.env)...)
 	return newLeader(p.s.env, p.leases(), ctlplane.LeaderLease, jobs)
 }

@@ -41,6 +41,11 @@ func CreatingKey(k protocol.Keys) string { return join(k, "creating") }
 // lease runs out: the leader finishes a retirement whose manager died.
 func RetiringKey(k protocol.Keys) string { return join(k, "retiring") }
 
+// RetiredKey is the sorted set of the long-lived workers retired under
+// their id (score: when, Unix ms), kept for their retention: a task sent
+// to one of them is answered WORKER_GONE.
+func RetiredKey(k protocol.Keys) string { return join(k, "retired") }
+
 // CommandWorkerKey is the string key that maps a create command's id to
 // the worker id it made, so that the command delivered again (its manager
 // died) continues that worker instead of making a second one.

@@ -129,7 +129,7 @@ func TestRetirementHasOneOwnerAndIsTakenOverWhenItsLeaseRunsOut(t *testing.T) {
 	}
 	// A session held by the worker is released; the worker leaves Retiring.
 	r.C.HSet(ctx, r.Keys.Session(protocol.AgentClaude, "p"), protocol.SessionFieldWorkerID, "w", protocol.SessionFieldSessionID, "s1")
-	if err := r.EndRetire(ctx, "w", protocol.KindLongLived, protocol.AgentClaude, "p"); err != nil {
+	if err := r.EndRetire(ctx, "w", protocol.KindLongLived, protocol.AgentClaude, "p", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if h := r.C.HGetAll(ctx, r.Keys.Session(protocol.AgentClaude, "p")).Val(); h[protocol.SessionFieldWorkerID] != "" || h[protocol.SessionFieldSessionID] != "s1" {

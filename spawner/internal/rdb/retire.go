@@ -68,7 +68,7 @@ return 0
 // is released, its keys expire after the retention (its status hash,
 // heartbeat, and for a long-lived worker its input and output streams),
 // and it leaves Retiring.
-func (r *RDB) EndRetire(ctx context.Context, id string, kind protocol.Kind, agent protocol.AgentType, project string) error {
+func (r *RDB) EndRetire(ctx context.Context, id string, kind protocol.Kind, agent protocol.AgentType, project string, now time.Time) error {
 	k := r.Keys
 	if project != "" && agent != "" {
 		if err := releaseHoldScript.Run(ctx, r.C, []string{k.Session(agent, project)}, id).Err(); err != nil {
@@ -85,7 +85,30 @@ func (r *RDB) EndRetire(ctx context.Context, id string, kind protocol.Kind, agen
 	}
 	pipe.Del(ctx, k.Heartbeat(id))
 	pipe.ZRem(ctx, ctlplane.RetiringKey(k), id)
+	if kind != protocol.KindDeveloper {
+		pipe.ZAdd(ctx, ctlplane.RetiredKey(k), redis.Z{Score: float64(ms(now)), Member: id})
+	}
 	pipe.HDel(ctx, k.Placement(), id)
 	_, err := pipe.Exec(ctx)
+	return err
+}
+
+// Retired returns the long-lived workers retired since since (older ones
+// are dropped from the set: their retention is over).
+func (r *RDB) Retired(ctx context.Context, since time.Time) ([]string, error) {
+	key := ctlplane.RetiredKey(r.Keys)
+	if err := r.C.ZRemRangeByScore(ctx, key, "-inf", "("+strconv.FormatInt(ms(since), 10)).Err(); err != nil {
+		return nil, err
+	}
+	return r.C.ZRange(ctx, key, 0, -1).Result()
+}
+
+// Delivered marks the entries of stream up to id as delivered to group
+// (XGROUP SETID), so that Waiting returns only what comes after.
+func (r *RDB) Delivered(ctx context.Context, stream, group, id string) error {
+	err := r.C.XGroupSetID(ctx, stream, group, id).Err()
+	if noGroup(err) {
+		err = r.C.XGroupCreateMkStream(ctx, stream, group, id).Err()
+	}
 	return err
 }
