@@ -96,6 +96,8 @@ var rows = []row{
 		[]string{"manager-rss-before-dashboard-MB"}, "the same process before the dashboard opened"},
 	{"Redis memory after 10 000 tasks (retention bounds set short)", "redis-memory-after-MB", "MB", "ratio ≤ 1.1", ratioAtMost(1.1),
 		[]string{"redis-memory-before-MB"}, "Redis memory after a warm-up that filled every capped stream"},
+	{"Streaming model call through the wrapper's proxy and the worker gateway's model.sock (a sealed worker's path), p99", "model-api-proxy-gateway-p99-ms", "ms", "≤ baseline + 1 ms", addedAtMost(1),
+		[]string{"model-api-proxy-direct-p99-ms"}, "the same proxy dialling the model directly, alternating in the same run"},
 	{"Redis PING through the worker gateway (unix socket → relay → TCP), open connection, p99", "redis-ping-gateway-p99-us", "µs", "≤ baseline + 100 µs", addedAtMost(100),
 		[]string{"redis-ping-direct-p99-us"}, "the same PING straight to Redis over TCP, alternating"},
 	{"HTTPS GET through the worker gateway's egress.sock (CONNECT → allowlist → dial → relay, TLS handshake, GET; new connection), p99", "egress-https-gateway-p99-ms", "ms", "≤ baseline + 2 ms", addedAtMost(2),

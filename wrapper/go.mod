@@ -11,6 +11,7 @@ replace (
 
 require (
 	github.com/agentvisor/agentvisor/envconf v0.0.0
+	github.com/agentvisor/agentvisor/gateway v0.0.0
 	github.com/agentvisor/agentvisor/protocol v0.0.0
 	github.com/agentvisor/agentvisor/redisconn v0.0.0
 	github.com/agentvisor/agentvisor/stubmodel v0.0.0
@@ -30,3 +31,5 @@ require (
 )
 
 replace github.com/agentvisor/agentvisor/testkit => ../testkit
+
+replace github.com/agentvisor/agentvisor/gateway => ../gateway

@@ -1,0 +1,90 @@
+package apiproxy
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentvisor/agentvisor/gateway"
+)
+
+// BenchmarkProxyThroughGateway: the streaming model call of
+// BenchmarkProxyLatency through the wrapper's proxy as a sealed worker
+// makes it (the proxy's upstream connections through the gateway's
+// model.sock, a real gateway relaying to the stub) against the same proxy
+// dialling the stub directly, alternately, in the same run: what the
+// sealed worker's model path adds.
+func BenchmarkProxyThroughGateway(b *testing.B) {
+	stub := startStub(b)
+	dir, err := os.MkdirTemp("", "gwb")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	g, err := gateway.New(gateway.Config{Dir: dir, Redis: "127.0.0.1:1", Model: strings.TrimPrefix(stub.URL, "http://")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := g.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer g.Stop(context.Background())
+	if err := gateway.NewClient(dir).Open(context.Background(), "bench", nil); err != nil {
+		b.Fatal(err)
+	}
+	direct, err := Start("127.0.0.1:0", Config{Upstream: stub.URL, APIKey: realKey})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer direct.Close()
+	sealed, err := Start("127.0.0.1:0", Config{Upstream: stub.URL, APIKey: realKey, UpstreamSocket: dir + "/bench/" + gateway.ModelSocket})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sealed.Close()
+	body := []byte(fmt.Sprintf(`{"model":"m","stream":true,"system":%q,"messages":[{"role":"user","content":"hi"}]}`,
+		strings.Repeat("You are a coding agent. ", 850)))
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	call := func(p *Proxy) time.Duration {
+		req, _ := http.NewRequest(http.MethodPost, p.URL+"/v1/messages?beta=true", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Api-Key", p.Token)
+		start := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("%s", resp.Status)
+		}
+		return time.Since(start)
+	}
+	const warmup, rounds, pairs = 50, 7, 300
+	for range warmup {
+		call(direct)
+		call(sealed)
+	}
+	b.ResetTimer()
+	var d99s, s99s []float64
+	for range b.N {
+		for range rounds {
+			stub.Reset()
+			var d, s []float64
+			for range pairs {
+				d = append(d, ms(call(direct)))
+				s = append(s, ms(call(sealed)))
+			}
+			d99s, s99s = append(d99s, p99(d)), append(s99s, p99(s))
+		}
+	}
+	b.ReportMetric(p50(d99s), "model-api-proxy-direct-p99-ms")
+	b.ReportMetric(p50(s99s), "model-api-proxy-gateway-p99-ms")
+}
