@@ -125,3 +125,20 @@ func (r Recipe) Tag() (string, error) {
 	}
 	return ImageRepository + ":" + h, nil
 }
+
+// DockerWarning is the warning of a create that asks for DOCKER: the
+// capability gives the docker CLI, not an engine.
+const DockerWarning = "DOCKER gives the docker CLI only, no engine: the worker cannot build or run containers " +
+	"(no engine is offered to a worker: the host's socket would make the agent root on the host, and an engine of its own needs privileges)"
+
+// SpecWarnings are the warnings a create of spec is answered with.
+func SpecWarnings(spec WorkerSpec) []string {
+	var out []string
+	for _, c := range spec.Capabilities {
+		if Capability(strings.ToUpper(string(c))) == CapDocker {
+			out = append(out, DockerWarning)
+			break
+		}
+	}
+	return out
+}

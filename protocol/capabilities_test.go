@@ -149,3 +149,13 @@ func TestCodesRetryable(t *testing.T) {
 		t.Error("unknown code valid or retryable")
 	}
 }
+
+// A create asking for DOCKER is told what it gets: the CLI, no engine.
+func TestSpecWarnings(t *testing.T) {
+	if w := SpecWarnings(WorkerSpec{AgentType: AgentClaude, Capabilities: []Capability{CapGit, "docker"}}); len(w) != 1 || w[0] != DockerWarning {
+		t.Fatalf("DOCKER: %q", w)
+	}
+	if w := SpecWarnings(WorkerSpec{AgentType: AgentClaude, Capabilities: []Capability{CapGit}}); len(w) != 0 {
+		t.Fatalf("GIT: %q", w)
+	}
+}

@@ -320,7 +320,10 @@ type Reply struct {
 	Worker    *WorkerInfo  `json:"worker,omitempty"`
 	Workers   []WorkerInfo `json:"workers,omitempty"`
 	Error     *Error       `json:"error,omitempty"`
-	Timestamp time.Time    `json:"timestamp"`
+	// Warnings say what the command did that its sender may not expect
+	// (a create's capability that gives less than its name suggests).
+	Warnings  []string  `json:"warnings,omitempty"`
+	Timestamp time.Time `json:"timestamp"`
 }
 
 // Validate checks r: an ok reply has no error, a failed one has one.

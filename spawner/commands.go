@@ -249,7 +249,7 @@ func (c *Commands) runCommand(ctx context.Context, cmd protocol.Command, reply *
 		if errors.Is(err, errForwarded) {
 			return true
 		}
-		reply.WorkerID = info.WorkerID
+		reply.WorkerID, reply.Warnings = info.WorkerID, protocol.SpecWarnings(*cmd.Spec)
 	case protocol.ActionDelete:
 		err = s.Delete(ctx, cmd.WorkerID)
 		reply.WorkerID = cmd.WorkerID

@@ -132,3 +132,22 @@ func TestShutdownLeavesNoContainer(t *testing.T) {
 	}
 	t.Logf("4 workers removed in %v", time.Since(start))
 }
+
+// A create that asks for DOCKER is answered with a warning: the
+// capability gives the docker CLI, no engine.
+func TestDockerCapabilityIsAnsweredWithAWarning(t *testing.T) {
+	f := newFixture(t, nil)
+	c := f.startManager(t)
+	ctx := context.Background()
+	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude, Capabilities: []protocol.Capability{protocol.CapDocker}}
+	reply, err := c.Do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reply.Warnings) != 1 || reply.Warnings[0] != protocol.DockerWarning {
+		t.Fatalf("create with DOCKER: warnings %q", reply.Warnings)
+	}
+	if _, err := c.Do(ctx, protocol.Command{Action: protocol.ActionDelete, WorkerID: reply.WorkerID}); err != nil {
+		t.Fatal(err)
+	}
+}
