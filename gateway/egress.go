@@ -35,6 +35,11 @@ import (
 // multicast address is refused too: a name on the list cannot be made to
 // reach what the list does not name. An IP literal on the list is dialled
 // as it is.
+//
+// A plain HTTP request for host:80 where host has a credential for the
+// worker (credentials.go) is forwarded as HTTPS to the credential's
+// host:port, its header added: that upstream is what the allowlist must
+// allow.
 
 // RefusedHeader names the host:port of a refused egress request, on its
 // 403 answer: the wrapper in the container reads it.

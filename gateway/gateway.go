@@ -10,7 +10,7 @@
 //
 //	control.sock        0600  the control API (HTTP): root only, never mounted
 //	{id}/               0755  one directory per worker, mounted into its container
-//	{id}/worker.json    0600  what the gateway was told (id, allow): read back at start
+//	{id}/worker.json    0600  what the gateway was told (id, allow, project): read back at start
 //	{id}/redis.sock     0666  relayed to Config.Redis over TCP
 //	{id}/model.sock     0666  relayed to Config.Model over TCP (absent when Model is "")
 //	{id}/egress.sock    0666  an HTTP forward proxy (CONNECT and http://) to what the worker's allowlist names
@@ -18,7 +18,10 @@
 // redis.sock and model.sock are plain byte relays: the wrapper speaks
 // Redis, TLS or HTTP end to end through them. egress.sock is the agent's
 // way out, host by host, as the worker's allowlist and the operator's
-// (Config.Allow) say (egress.go, allow.go). The container's uid (1000)
+// (Config.Allow) say (egress.go, allow.go); it adds the operator's
+// credentials to plain HTTP requests for the hosts they are for, which it
+// forwards as HTTPS, so the container never holds them (credentials.go).
+// The container's uid (1000)
 // connects, so the
 // worker sockets are 0666; the directory is root's, so nothing in the
 // container can replace them.
@@ -109,8 +112,8 @@ type Config struct {
 	// change (0: 10 s).
 	CredentialsPoll time.Duration
 	// UpstreamTLS configures the TLS the gateway speaks to a credentialed
-	// host (nil: the system's roots). ServerName is set per request.
-	// For tests (a loopback TLS server) and embedding.
+	// host (nil: the system's roots); an empty ServerName is the
+	// request's host. For tests (a loopback TLS server) and embedding.
 	UpstreamTLS *tls.Config
 }
 
