@@ -51,8 +51,20 @@ func (c *Client) Open(ctx context.Context, id string, allow []string) error {
 	if allow == nil {
 		allow = []string{}
 	}
-	body, _ := json.Marshal(WorkerSpec{WorkerID: id, Allow: allow})
-	return c.do(ctx, http.MethodPut, "/workers/"+url.PathEscape(id), body, nil)
+	return c.OpenSpec(ctx, WorkerSpec{WorkerID: id, Allow: allow})
+}
+
+// OpenSpec is Open with the whole spec: the worker's project
+// (spec.ProjectID) scopes the credentials it gets.
+func (c *Client) OpenSpec(ctx context.Context, spec WorkerSpec) error {
+	if err := ValidID(spec.WorkerID); err != nil {
+		return err
+	}
+	if spec.Allow == nil {
+		spec.Allow = []string{}
+	}
+	body, _ := json.Marshal(spec)
+	return c.do(ctx, http.MethodPut, "/workers/"+url.PathEscape(spec.WorkerID), body, nil)
 }
 
 // Worker returns what the gateway serves for worker id: its sockets and

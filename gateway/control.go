@@ -14,7 +14,7 @@ import (
 
 // The control API, HTTP over Dir/control.sock:
 //
-//	PUT    /workers/{id}  body {"worker_id": id, "allow": [...]}: open (idempotent) → 200 WorkerInfo
+//	PUT    /workers/{id}  body {"worker_id": id, "allow": [...], "project_id": p}: open (idempotent) → 200 WorkerInfo
 //	GET    /workers/{id}  → 200 WorkerInfo (the allowlist in force), 404 for a worker not open
 //	DELETE /workers/{id}  close: listeners, open connections, directory (idempotent) → 204
 //	GET    /workers       → 200 {"workers": [id, ...]}
@@ -36,6 +36,12 @@ type WorkerInfo struct {
 	// EgressAllow is the allowlist in force on egress.sock: DefaultAllow
 	// and Allow, without repeats.
 	EgressAllow []string `json:"egress_allow"`
+	ProjectID   string   `json:"project_id,omitempty"`
+	// CredentialHosts are the hosts the gateway has a credential for,
+	// for this worker: the agent reaches them as http://host/ (the
+	// gateway adds the credential and speaks HTTPS upstream). Names
+	// only, never a secret.
+	CredentialHosts []string `json:"credential_hosts"`
 }
 
 // maxBody bounds a request body of the control API.
@@ -82,6 +88,10 @@ func (g *Gateway) putWorker(w http.ResponseWriter, r *http.Request) {
 		spec.Allow = []string{}
 	}
 	if err := ParseAllow(spec.Allow); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	if err := validProject(spec.ProjectID); err != nil {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
@@ -138,6 +148,8 @@ func (g *Gateway) info(spec WorkerSpec) WorkerInfo {
 			info.EgressAllow = append(info.EgressAllow, e)
 		}
 	}
+	info.ProjectID = spec.ProjectID
+	info.CredentialHosts = g.credentials().hosts(spec.WorkerID, spec.ProjectID)
 	if g.cfg.Model != "" {
 		info.ModelSocket = filepath.Join(dir, ModelSocket)
 	}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"net/url"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -33,6 +35,11 @@ import (
 // multicast address is refused too: a name on the list cannot be made to
 // reach what the list does not name. An IP literal on the list is dialled
 // as it is.
+//
+// A plain HTTP request for host:80 where host has a credential for the
+// worker (credentials.go) is forwarded as HTTPS to the credential's
+// host:port, its header added: that upstream is what the allowlist must
+// allow.
 
 // RefusedHeader names the host:port of a refused egress request, on its
 // 403 answer: the wrapper in the container reads it.
@@ -55,6 +62,7 @@ type egress struct {
 	srv *http.Server
 	tr  *http.Transport
 	rp  *httputil.ReverseProxy
+	crp *httputil.ReverseProxy // a credentialed request: HTTPS upstream, the credential added
 }
 
 func newEgress(w *worker) *egress {
@@ -70,6 +78,10 @@ func newEgress(w *worker) *egress {
 		// What the container asked for is what it gets: no gzip added
 		// and undone on its behalf.
 		DisableCompression: true,
+		// A credentialed request's upstream TLS (ServerName is the
+		// request's host, set by the transport).
+		TLSClientConfig:     w.g.cfg.UpstreamTLS.Clone(),
+		TLSHandshakeTimeout: 10 * time.Second,
 	}
 	e.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -86,6 +98,14 @@ func newEgress(w *worker) *egress {
 		FlushInterval: -1, // streamed as it comes (server-sent events, chunked answers)
 		ErrorLog:      errLog,
 		ErrorHandler:  e.upstreamError,
+	}
+	e.crp = &httputil.ReverseProxy{
+		Rewrite:        e.credentialRewrite,
+		ModifyResponse: e.credentialResponse,
+		Transport:      e.tr,
+		FlushInterval:  -1, // git's smart HTTP streams both ways
+		ErrorLog:       errLog,
+		ErrorHandler:   e.upstreamError,
 	}
 	e.srv = &http.Server{
 		Handler:                      e,
@@ -236,6 +256,16 @@ func (e *egress) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		badRequest(rw, fmt.Sprintf("%s: %v", host, err))
 		return
 	}
+	// A plain HTTP request to port 80 of a host with a credential for
+	// this worker goes upstream as HTTPS to the credential's port, the
+	// credential added: what is checked and dialled is that upstream.
+	var cred *credential
+	if r.Method != http.MethodConnect && t.port == 80 {
+		spec := e.w.spec()
+		if cred = e.w.g.credentials().lookup(t.host(), spec.WorkerID, spec.ProjectID); cred != nil {
+			t.port = cred.host.port
+		}
+	}
 	if !e.w.allows(t) {
 		e.refuse(rw, t, "is not on the worker's egress allowlist")
 		return
@@ -258,8 +288,73 @@ func (e *egress) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		e.connect(ctx, rw, t, addrs)
 		return
 	}
+	ctx = context.WithValue(ctx, addrsKey{}, resolved{t.String(), addrs})
 	r.URL.Host = t.String()
-	e.rp.ServeHTTP(rw, r.WithContext(context.WithValue(ctx, addrsKey{}, resolved{t.String(), addrs})))
+	if cred != nil {
+		e.w.egressCredentialed.Add(1)
+		r.URL.Scheme = "https"
+		e.crp.ServeHTTP(rw, r.WithContext(context.WithValue(ctx, credKey{}, cred)))
+		return
+	}
+	e.rp.ServeHTTP(rw, r.WithContext(ctx))
+}
+
+// credKey carries a credentialed request's credential to the proxy's
+// Rewrite and ModifyResponse.
+type credKey struct{}
+
+// credentialRewrite makes the upstream request of a credentialed one:
+// HTTPS to the credential's host:port (the URL, set already), the Host
+// header that host (whatever the container wrote), the credential's
+// header set (replacing any the container sent).
+func (e *egress) credentialRewrite(pr *httputil.ProxyRequest) {
+	c := pr.In.Context().Value(credKey{}).(*credential)
+	pr.Out.Host = c.host.host()
+	if c.host.port != 443 {
+		pr.Out.Host = c.host.String()
+	} else if c.host.addr.Is6() {
+		pr.Out.Host = "[" + c.host.host() + "]"
+	}
+	dropProxyHeaders(pr.Out.Header)
+	pr.Out.Header.Del(c.header)
+	pr.Out.Header.Set(c.header, c.value)
+}
+
+// credentialResponse keeps the credential out of the answer's headers
+// (an upstream that reflects it), and points a redirect to the same host
+// over https back at http://, the way the container reaches it with the
+// credential.
+func (e *egress) credentialResponse(resp *http.Response) error {
+	c := resp.Request.Context().Value(credKey{}).(*credential)
+	dropProxyHeaders(resp.Header)
+	for _, h := range []http.Header{resp.Header, resp.Trailer} {
+		for k, vs := range h {
+			for _, v := range vs {
+				if strings.Contains(v, c.value) {
+					delete(h, k)
+					break
+				}
+			}
+		}
+	}
+	if loc := resp.Header.Get("Location"); loc != "" {
+		if u, err := url.Parse(loc); err == nil && u.Scheme == "https" && u.User == nil {
+			if t, err := parseTarget(u.Hostname(), cmp.Or(u.Port(), "443")); err == nil &&
+				t.host() == c.host.host() && t.port == c.host.port {
+				u.Scheme, u.Host = "http", hostForURL(c.host)
+				resp.Header.Set("Location", u.String())
+			}
+		}
+	}
+	return nil
+}
+
+// hostForURL is t's host as a URL's host, port 80 implied.
+func hostForURL(t target) string {
+	if t.addr.Is6() {
+		return "[" + t.host() + "]"
+	}
+	return t.host()
 }
 
 func badRequest(rw http.ResponseWriter, msg string) {

@@ -10,7 +10,7 @@
 //
 //	control.sock        0600  the control API (HTTP): root only, never mounted
 //	{id}/               0755  one directory per worker, mounted into its container
-//	{id}/worker.json    0600  what the gateway was told (id, allow): read back at start
+//	{id}/worker.json    0600  what the gateway was told (id, allow, project): read back at start
 //	{id}/redis.sock     0666  relayed to Config.Redis over TCP
 //	{id}/model.sock     0666  relayed to Config.Model over TCP (absent when Model is "")
 //	{id}/egress.sock    0666  an HTTP forward proxy (CONNECT and http://) to what the worker's allowlist names
@@ -18,7 +18,10 @@
 // redis.sock and model.sock are plain byte relays: the wrapper speaks
 // Redis, TLS or HTTP end to end through them. egress.sock is the agent's
 // way out, host by host, as the worker's allowlist and the operator's
-// (Config.Allow) say (egress.go, allow.go). The container's uid (1000)
+// (Config.Allow) say (egress.go, allow.go); it adds the operator's
+// credentials to plain HTTP requests for the hosts they are for, which it
+// forwards as HTTPS, so the container never holds them (credentials.go).
+// The container's uid (1000)
 // connects, so the
 // worker sockets are 0666; the directory is root's, so nothing in the
 // container can replace them.
@@ -31,6 +34,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -97,6 +101,20 @@ type Config struct {
 	// tests, which map names to loopback test servers, and for embedding.
 	Resolver   func(ctx context.Context, host string) ([]string, error)
 	DialEgress func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Credentials are headers the gateway adds to a worker's requests to
+	// a host, which the container never holds (credentials.go). The
+	// credentials of CredentialsFile (a JSON file of mode 0600; ""
+	// none) come after them; the file is read at Start, again by
+	// ReloadCredentials, and every CredentialsPoll when it changed.
+	Credentials     []Credential
+	CredentialsFile string
+	// CredentialsPoll is how often the credentials file is checked for a
+	// change (0: 10 s).
+	CredentialsPoll time.Duration
+	// UpstreamTLS configures the TLS the gateway speaks to a credentialed
+	// host (nil: the system's roots); an empty ServerName is the
+	// request's host. For tests (a loopback TLS server) and embedding.
+	UpstreamTLS *tls.Config
 }
 
 var idRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
@@ -117,6 +135,18 @@ type WorkerSpec struct {
 	// Allow is the worker's egress allowlist (allow.go has the syntax),
 	// in force on its egress.sock besides Config.Allow.
 	Allow []string `json:"allow"`
+	// ProjectID is the project the worker works for: a credential scoped
+	// to projects applies to the workers of those projects.
+	ProjectID string `json:"project_id,omitempty"`
+}
+
+// validProject reports why p cannot be a worker's project id, or nil: at
+// most 256 printable ASCII characters ("" is no project).
+func validProject(p string) error {
+	if len(p) > 256 || printable(p) != p {
+		return fmt.Errorf("gateway: project_id %q: want at most 256 printable ASCII characters, no spaces", printable(p))
+	}
+	return nil
 }
 
 // Gateway serves the control socket and every open worker's sockets.
@@ -124,6 +154,13 @@ type Gateway struct {
 	cfg      Config
 	log      *slog.Logger
 	defaults allowlist // Config.Allow
+
+	// creds are the credentials in force: Config.Credentials, then the
+	// file's. credsMu serialises reloads; credsFile is the version read.
+	creds     atomic.Pointer[credentials]
+	credsMu   sync.Mutex
+	credsFile credentialsFile
+	stopPoll  chan struct{}
 
 	mu      sync.Mutex
 	workers map[string]*worker
@@ -172,8 +209,87 @@ func New(cfg Config) (*Gateway, error) {
 	if n := len(filepath.Join(abs, strings.Repeat("x", 64), ModelSocket)); n > maxSocketPath {
 		return nil, fmt.Errorf("gateway: Dir %s is too long: a worker's socket path would be %d bytes, at most %d", abs, n, maxSocketPath)
 	}
-	return &Gateway{cfg: cfg, log: log, defaults: defaults, workers: map[string]*worker{}, done: make(chan struct{})}, nil
+	if cfg.CredentialsPoll <= 0 {
+		cfg.CredentialsPoll = 10 * time.Second
+	}
+	static, err := parseCredentials("Config.Credentials", cfg.Credentials)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Credentials = slices.Clone(cfg.Credentials)
+	g := &Gateway{cfg: cfg, log: log, defaults: defaults, workers: map[string]*worker{}, done: make(chan struct{}), stopPoll: make(chan struct{})}
+	g.creds.Store(&static)
+	if cfg.CredentialsFile != "" {
+		// Read at New, so that a bad file stops the gateway before it
+		// serves anything.
+		if err := g.loadCredentials(true); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
 }
+
+// ReloadCredentials reads the credentials file again (on SIGHUP). A file
+// that cannot be read or is refused leaves the credentials in force as
+// they were, and is returned.
+func (g *Gateway) ReloadCredentials() error {
+	if g.cfg.CredentialsFile == "" {
+		return nil
+	}
+	err := g.loadCredentials(true)
+	if err != nil {
+		g.log.Error("credentials file not reloaded: the credentials in force stay", "err", err)
+	}
+	return err
+}
+
+// loadCredentials reads the credentials file when force or when it
+// changed since it was read, and puts its credentials in force.
+func (g *Gateway) loadCredentials(force bool) error {
+	g.credsMu.Lock()
+	defer g.credsMu.Unlock()
+	if !force {
+		fi, err := os.Stat(g.cfg.CredentialsFile)
+		if err == nil && fi.ModTime().Equal(g.credsFile.mtime) && fi.Size() == g.credsFile.size {
+			return nil
+		}
+	}
+	cf, err := readCredentialsFile(g.cfg.CredentialsFile)
+	if err != nil {
+		return err
+	}
+	static, _ := parseCredentials("Config.Credentials", g.cfg.Credentials)
+	file, _ := parseCredentials("credentials file", cf.creds)
+	all := append(static, file...)
+	g.credsFile = cf
+	g.creds.Store(&all)
+	hosts := make([]string, 0, len(all))
+	for _, c := range all {
+		hosts = append(hosts, c.host.String())
+	}
+	g.log.Info("credentials loaded", "file", g.cfg.CredentialsFile, "count", len(all), "hosts", hosts)
+	return nil
+}
+
+// pollCredentials reads the credentials file again when it changes,
+// until the gateway stops.
+func (g *Gateway) pollCredentials() {
+	t := time.NewTicker(g.cfg.CredentialsPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.stopPoll:
+			return
+		case <-t.C:
+			if err := g.loadCredentials(false); err != nil {
+				g.log.Error("credentials file not reloaded: the credentials in force stay", "err", err)
+			}
+		}
+	}
+}
+
+// credentials returns the credentials in force.
+func (g *Gateway) credentials() credentials { return *g.creds.Load() }
 
 func (g *Gateway) resolver(ctx context.Context, host string) ([]string, error) {
 	if g.cfg.Resolver != nil {
@@ -221,6 +337,9 @@ func (g *Gateway) Start() error {
 			g.log.Error("control socket", "err", err)
 		}
 	}()
+	if g.cfg.CredentialsFile != "" {
+		go g.pollCredentials()
+	}
 	g.log.Info("gateway started", "dir", g.cfg.Dir, "redis", g.cfg.Redis, "model", g.cfg.Model, "workers", len(g.workers))
 	return nil
 }
@@ -246,6 +365,7 @@ func (g *Gateway) Stop(ctx context.Context) error {
 		return nil
 	}
 	g.stopped = true
+	close(g.stopPoll)
 	srv, ctl := g.srv, g.ctl
 	workers := g.closeWorkers()
 	g.mu.Unlock()
@@ -345,14 +465,17 @@ func (g *Gateway) openLocked(spec WorkerSpec) (*worker, error) {
 	if err != nil {
 		return nil, &SpecError{err}
 	}
+	if err := validProject(spec.ProjectID); err != nil {
+		return nil, &SpecError{err}
+	}
 	dir := filepath.Join(g.cfg.Dir, spec.WorkerID)
 	if w := g.workers[spec.WorkerID]; w != nil && w.intact() {
-		if !slices.Equal(w.spec().Allow, spec.Allow) {
+		if old := w.spec(); !slices.Equal(old.Allow, spec.Allow) || old.ProjectID != spec.ProjectID {
 			if err := writeSpec(dir, spec); err != nil {
 				return nil, err
 			}
 			w.setSpec(spec, allow)
-			g.log.Info("worker's allowlist changed", "worker_id", spec.WorkerID, "allow", spec.Allow)
+			g.log.Info("worker's spec changed", "worker_id", spec.WorkerID, "allow", spec.Allow, "project_id", spec.ProjectID)
 		}
 		return w, nil
 	} else if w != nil {
@@ -458,6 +581,9 @@ type WorkerStats struct {
 	// local address).
 	EgressAllowed int64 `json:"egress_allowed"`
 	EgressRefused int64 `json:"egress_refused"`
+	// EgressCredentialed counts the allowed requests the gateway added a
+	// credential to.
+	EgressCredentialed int64 `json:"egress_credentialed"`
 }
 
 // Stats returns every open worker's counters.
@@ -468,7 +594,8 @@ func (g *Gateway) Stats() map[string]WorkerStats {
 	for id, w := range g.workers {
 		m[id] = WorkerStats{Accepted: w.accepted.Load(), Open: w.open.Load(), Refused: w.refused.Load(),
 			DialErrors: w.dialErrors.Load(), BytesUp: w.bytesUp.Load(), BytesDown: w.bytesDown.Load(),
-			EgressAllowed: w.egressAllowed.Load(), EgressRefused: w.egressRefused.Load()}
+			EgressAllowed: w.egressAllowed.Load(), EgressRefused: w.egressRefused.Load(),
+			EgressCredentialed: w.egressCredentialed.Load()}
 	}
 	return m
 }
@@ -546,7 +673,7 @@ type worker struct {
 	wg        sync.WaitGroup
 
 	accepted, open, refused, dialErrors, bytesUp, bytesDown atomic.Int64
-	egressAllowed, egressRefused                            atomic.Int64
+	egressAllowed, egressRefused, egressCredentialed        atomic.Int64
 }
 
 func newWorker(g *Gateway, spec WorkerSpec, allow allowlist, dir string) *worker {

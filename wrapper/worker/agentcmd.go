@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/wrapper/agent"
+	"github.com/agentvisor/agentvisor/wrapper/egress"
 )
 
 // SystemPromptSection is appended to the agent's system prompt: how to
@@ -57,6 +59,11 @@ func (c *Config) AgentEnv(ad agent.Adapter, base []string, progressURL, token st
 	}
 	env = append(env, ad.Env(agent.ModelAPI{URL: c.model.url, Token: c.model.token})...)
 	env = append(env, c.egress...)
+	if len(c.egress) > 0 && len(c.CredentialHosts) > 0 {
+		// Only through the egress front: without it, http:// would be
+		// plain HTTP on the network.
+		env = gitInsteadOf(env, c.CredentialHosts)
+	}
 	env = append(env,
 		"PATH="+path,
 		"WORKER_ID="+c.WorkerID,
@@ -70,6 +77,23 @@ func (c *Config) AgentEnv(ad agent.Adapter, base []string, progressURL, token st
 		env = append(env, "WORKER_WRAPPER_BIN="+c.SelfPath)
 	}
 	return env
+}
+
+// gitInsteadOf adds to env the git configuration that points git at
+// http://host/ for hosts (egress.GitInsteadOf), after the entries of a
+// GIT_CONFIG_COUNT env has already.
+func gitInsteadOf(env []string, hosts []string) []string {
+	n := 0
+	out := env[:0]
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "GIT_CONFIG_COUNT="); ok {
+			n, _ = strconv.Atoi(v)
+			n = max(n, 0)
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, egress.GitInsteadOfAfter(n, hosts)...)
 }
 
 // PrepareWorkspace creates the workspace, writes the instructions file the

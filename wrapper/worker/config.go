@@ -3,6 +3,7 @@ package worker
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"slices"
@@ -31,6 +32,11 @@ type Config struct {
 	// agent; the wrapper's loopback front (package egress) is the agent's
 	// HTTP_PROXY and HTTPS_PROXY.
 	EgressSocket string
+	// CredentialHosts (CREDENTIAL_HOSTS): the hosts the gateway holds a
+	// credential for, for this worker. The agent's git reaches them at
+	// http://host/ through the egress front (egress.GitInsteadOf), and
+	// the gateway adds the credential: the agent never holds it.
+	CredentialHosts []string
 	// RedisWait is WAIT's policy for the writes that matter (a task's
 	// output with its acknowledgement): REDIS_WAIT_REPLICAS (1 for a
 	// sentinel URL, 0 otherwise) and REDIS_WAIT_TIMEOUT.
@@ -129,6 +135,28 @@ type Config struct {
 	egress []string // the agent's proxy variables for the egress front, if any
 }
 
+// setCredentialHosts reads CREDENTIAL_HOSTS: host names or IP literals.
+func (c *Config) setCredentialHosts(s string) error {
+	var hosts []string
+	for _, h := range envconf.ParseList(s) {
+		if n, ok := protocol.NormalizeHostName(h); ok {
+			hosts = append(hosts, n)
+			continue
+		}
+		a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"))
+		if err != nil || a.Zone() != "" {
+			return fmt.Errorf("%q: want a host name or an IP literal", h)
+		}
+		if a.Is6() && !a.Is4In6() {
+			hosts = append(hosts, "["+a.String()+"]")
+		} else {
+			hosts = append(hosts, a.Unmap().String())
+		}
+	}
+	c.CredentialHosts = hosts
+	return nil
+}
+
 // FromEnv reads the configuration from getenv (os.Getenv in production).
 // Every error names the variable.
 func FromEnv(getenv func(string) string) (Config, error) {
@@ -195,6 +223,8 @@ func identityVars(c *Config, u *protocol.RedisURL, replicas, timeout *string) []
 		{Name: "REDIS_SOCKET", Value: envconf.String(&c.RedisSocket), Doc: "a unix socket every Redis connection goes through (a sealed worker's gateway; set by the manager)"},
 		{Name: "MODEL_SOCKET", Value: envconf.String(&c.ModelSocket), Doc: "a unix socket every connection of the model API proxy goes through (a sealed worker's gateway; set by the manager)"},
 		{Name: "EGRESS_SOCKET", Value: envconf.String(&c.EgressSocket), Doc: "the gateway's egress proxy for the agent, which allows the worker's allowlist only (a sealed worker; set by the manager)"},
+		{Name: "CREDENTIAL_HOSTS", Value: envconf.Func(c.setCredentialHosts),
+			Doc: "comma-separated hosts the gateway adds a credential to (a sealed worker; set by the manager from the gateway's credential_hosts): the agent's git reaches them as http://host/ through the egress proxy"},
 		{Name: protocol.EnvRedisWaitReplicas, DefaultDoc: "`1` for a sentinel URL, else `0`", Value: envconf.String(replicas),
 			Doc: "WAIT for this many replicas after storing a task's output"},
 		{Name: protocol.EnvRedisWaitTimeout, DefaultDoc: "`" + envconf.FormatDuration(protocol.DefaultRedisWaitTimeout) + "`", Value: envconf.String(timeout),

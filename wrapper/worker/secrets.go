@@ -21,7 +21,7 @@ import (
 // Droid's FACTORY_API_KEY, its login to Factory). Whatever else is in the environment (such as a
 // spec's variables meant for the agent's tools) passes on.
 var wrapperOnly = map[string]bool{
-	"REDIS_URL": true, "INSTRUCTIONS": true,
+	"REDIS_URL": true, "INSTRUCTIONS": true, "CREDENTIAL_HOSTS": true,
 	"ANTHROPIC_API_KEY": true, "ANTHROPIC_AUTH_TOKEN": true, "ANTHROPIC_BASE_URL": true,
 	"OPENAI_API_KEY": true, "DROID_BASE_URL": true, "FACTORY_API_KEY": true,
 	"WORKER_KIND": true, "WORKER_KEY_PREFIX": true, "AGENT_TYPE": true, "AGENT_BIN": true, "AGENT_ARGS": true,

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,5 +115,50 @@ func TestAgentEnvHoldsNoSecret(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// CREDENTIAL_HOSTS points the agent's git at http://host/ for those
+// hosts, through the egress front only (without it http:// would be
+// plain HTTP on the network), after a spec's own GIT_CONFIG_* entries;
+// CREDENTIAL_HOSTS itself is the wrapper's.
+func TestAgentEnvCredentialHosts(t *testing.T) {
+	c, err := FromEnv(mapEnv(map[string]string{"WORKER_ID": "w1", "REDIS_URL": "redis://127.0.0.1:1/0", "AGENT_TYPE": "claude",
+		"CREDENTIAL_HOSTS": "Git.Example.Test, 10.0.0.1,[::1]"}))
+	if err != nil || !slices.Equal(c.CredentialHosts, []string{"git.example.test", "10.0.0.1", "[::1]"}) {
+		t.Fatalf("%v %v", c.CredentialHosts, err)
+	}
+	if _, err := FromEnv(mapEnv(map[string]string{"WORKER_ID": "w1", "REDIS_URL": "redis://127.0.0.1:1/0", "AGENT_TYPE": "claude",
+		"CREDENTIAL_HOSTS": "git.example.test/x"})); err == nil || !strings.Contains(err.Error(), "CREDENTIAL_HOSTS") {
+		t.Fatalf("a bad host: %v", err)
+	}
+	ad, err := agent.New(c.AgentType, c.agentSettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"PATH=/bin", "CREDENTIAL_HOSTS=git.example.test", "GIT_CONFIG_COUNT=1",
+		"GIT_CONFIG_KEY_0=core.autocrlf", "GIT_CONFIG_VALUE_0=false"}
+	env := c.AgentEnv(ad, base, "http://127.0.0.1:8/progress", "ptok", protocol.Task{RequestID: "r1"})
+	if slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "CREDENTIAL_HOSTS=") }) ||
+		!slices.Contains(env, "GIT_CONFIG_COUNT=1") || slices.Contains(env, "GIT_CONFIG_KEY_1=url.http://git.example.test/.insteadOf") {
+		t.Fatalf("without the egress front: %q", env)
+	}
+	c.egress = []string{"HTTP_PROXY=http://127.0.0.1:7"}
+	env = c.AgentEnv(ad, base, "http://127.0.0.1:8/progress", "ptok", protocol.Task{RequestID: "r1"})
+	for _, want := range []string{"GIT_CONFIG_KEY_0=core.autocrlf", "GIT_CONFIG_VALUE_0=false",
+		"GIT_CONFIG_KEY_1=url.http://git.example.test/.insteadOf", "GIT_CONFIG_VALUE_1=https://git.example.test/",
+		"GIT_CONFIG_KEY_3=url.http://[::1]/.insteadOf", "GIT_CONFIG_COUNT=4"} {
+		if !slices.Contains(env, want) {
+			t.Errorf("no %s in %q", want, env)
+		}
+	}
+	n := 0
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "GIT_CONFIG_COUNT=") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d GIT_CONFIG_COUNT in %q", n, env)
 	}
 }

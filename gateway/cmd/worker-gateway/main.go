@@ -6,7 +6,8 @@
 // GATEWAY_ALLOW name. It runs
 // beside the Docker engine, apart from the manager, so that the manager's
 // restarts do not cut the workers' connections; started again (even after
-// SIGKILL) it serves every worker it served before.
+// SIGKILL) it serves every worker it served before. SIGHUP reads the
+// credentials file (GATEWAY_CREDENTIALS_FILE) again.
 //
 // Configuration comes from the environment (gateway/README.md); it logs
 // JSON lines on stderr. SIGTERM or SIGINT closes every socket and
@@ -42,6 +43,7 @@ type config struct {
 	Model    string
 	MaxConns int
 	Allow    []string
+	Creds    string
 	LogLevel string
 }
 
@@ -60,6 +62,8 @@ func configVars(c *config) []envconf.Var {
 			Doc: "connections one worker may hold open at once; more are closed at once"},
 		{Name: "GATEWAY_ALLOW", Value: envconf.Func(allowList(&c.Allow)),
 			Doc: "the operator's egress allowlist, comma-separated, in force for every worker besides its own; empty: none"},
+		{Name: "GATEWAY_CREDENTIALS_FILE", Value: envconf.String(&c.Creds),
+			Doc: "a JSON file of credentials the gateway adds to workers' requests (gateway/README.md); mode 0600 or the gateway refuses to start; read again on SIGHUP and when it changes; empty: none"},
 		{Name: "LOG_LEVEL", Default: "info", Value: envconf.Enum(&c.LogLevel, "debug", "info", "warn", "error"),
 			Doc: "debug, info, warn or error; JSON lines on stderr"},
 	}
@@ -106,11 +110,26 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) int 
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.LogLevel))
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
-	g, err := gateway.New(gateway.Config{Dir: c.Dir, Redis: c.Redis, Model: c.Model, MaxConns: c.MaxConns, Allow: c.Allow, Log: log})
+	g, err := gateway.New(gateway.Config{Dir: c.Dir, Redis: c.Redis, Model: c.Model, MaxConns: c.MaxConns, Allow: c.Allow,
+		CredentialsFile: c.Creds, Log: log})
 	if err != nil {
 		log.Error("invalid configuration", "err", err)
 		return 2
 	}
+	// SIGHUP reads the credentials file again.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-hup:
+				_ = g.ReloadCredentials()
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	if err := g.Run(ctx); err != nil {
 		log.Error("gateway", "err", err)
 		return 1

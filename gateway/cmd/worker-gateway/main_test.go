@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -255,5 +256,62 @@ func TestBadConfigExits(t *testing.T) {
 	code := run(context.Background(), func(k string) string { return map[string]string{"GATEWAY_DIR": shortDir(t)}[k] }, &stderr)
 	if code != 2 || !strings.Contains(stderr.String(), "config: GATEWAY_REDIS: required") {
 		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+}
+
+// The credentials file: one readable by others stops the binary at start
+// (status 2); SIGHUP reads it again, and its secrets are never logged.
+func TestCredentialsFileBinary(t *testing.T) {
+	const secret = "s3cret-binary-token"
+	path := filepath.Join(t.TempDir(), "credentials.json")
+	write := func(host string, mode os.FileMode) {
+		t.Helper()
+		b := fmt.Sprintf(`[{"host": %q, "header": "Authorization", "value": "Bearer %s"}]`, host, secret)
+		if err := os.WriteFile(path, []byte(b), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("git.example.test", 0o644)
+	var stderr bytes.Buffer
+	env := map[string]string{"GATEWAY_DIR": shortDir(t), "GATEWAY_REDIS": "127.0.0.1:1", "GATEWAY_CREDENTIALS_FILE": path}
+	code := run(context.Background(), func(k string) string { return env[k] }, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "mode 0644: want 0600") {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+
+	write("git.example.test", 0o600)
+	dir := shortDir(t)
+	p := startProc(t, dir, "GATEWAY_REDIS=127.0.0.1:1", "GATEWAY_CREDENTIALS_FILE="+path)
+	c := gateway.NewClient(dir)
+	ctx := context.Background()
+	if err := c.OpenSpec(ctx, gateway.WorkerSpec{WorkerID: "w1", ProjectID: "shop", Allow: []string{"git.example.test"}}); err != nil {
+		t.Fatal(err)
+	}
+	hosts := func() []string {
+		info, err := c.Worker(ctx, "w1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.CredentialHosts
+	}
+	if h := hosts(); !slices.Equal(h, []string{"git.example.test"}) {
+		t.Fatalf("credential_hosts %v", h)
+	}
+	write("pkg.example.test", 0o600)
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !slices.Equal(hosts(), []string{"pkg.example.test"}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after SIGHUP: credential_hosts %v; %s", hosts(), p.stderr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if strings.Contains(p.stderr.String(), secret) {
+		t.Fatalf("the log holds the secret: %s", p.stderr)
 	}
 }
