@@ -51,20 +51,24 @@ func (c *Client) Open(ctx context.Context, id string, allow []string) error {
 	if allow == nil {
 		allow = []string{}
 	}
-	return c.OpenSpec(ctx, WorkerSpec{WorkerID: id, Allow: allow})
+	_, err := c.OpenSpec(ctx, WorkerSpec{WorkerID: id, Allow: allow})
+	return err
 }
 
-// OpenSpec is Open with the whole spec: the worker's project
-// (spec.ProjectID) scopes the credentials it gets.
-func (c *Client) OpenSpec(ctx context.Context, spec WorkerSpec) error {
+// OpenSpec is Open with the whole spec (the worker's project,
+// spec.ProjectID, scopes the credentials it gets); it returns what the
+// gateway serves the worker, its credentialed hosts included.
+func (c *Client) OpenSpec(ctx context.Context, spec WorkerSpec) (WorkerInfo, error) {
 	if err := ValidID(spec.WorkerID); err != nil {
-		return err
+		return WorkerInfo{}, err
 	}
 	if spec.Allow == nil {
 		spec.Allow = []string{}
 	}
 	body, _ := json.Marshal(spec)
-	return c.do(ctx, http.MethodPut, "/workers/"+url.PathEscape(spec.WorkerID), body, nil)
+	var info WorkerInfo
+	err := c.do(ctx, http.MethodPut, "/workers/"+url.PathEscape(spec.WorkerID), body, &info)
+	return info, err
 }
 
 // Worker returns what the gateway serves for worker id: its sockets and

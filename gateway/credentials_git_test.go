@@ -1,44 +1,22 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
 	"io"
 	"io/fs"
-	"log"
 	"log/slog"
 	"net"
-	"net/http"
-	"net/http/cgi"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/agentvisor/agentvisor/testkit"
 )
-
-const gitHTTPBackend = "/usr/lib/git-core/git-http-backend"
-
-// git runs git in dir with env (besides a clean HOME and no system
-// config) and returns its output.
-func git(t *testing.T, dir string, env []string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append([]string{"HOME=" + dir, "PATH=" + os.Getenv("PATH"), "GIT_CONFIG_NOSYSTEM=1",
-		"GIT_TERMINAL_PROMPT=0", "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.test",
-		"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.test"}, env...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
 
 // relay is the wrapper's loopback front in the container, reduced to
 // what the test needs: every TCP connection to it is relayed to sock.
@@ -88,71 +66,17 @@ func relay(t *testing.T, sock string) string {
 // the gateway added it. The token is nowhere on the container's side: not
 // in the clone's .git, git's environment or arguments; nor in the log.
 func TestCredentialGitClone(t *testing.T) {
-	if _, err := os.Stat(gitHTTPBackend); err != nil {
-		t.Skipf("no %s", gitHTTPBackend)
-	}
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("no git")
-	}
 	const user, token = "git", "s3cret-clone-token"
+	srv := testkit.StartGitServer(t, user, token)
 	root := t.TempDir()
-	// A bare repository with a commit pushed to it.
-	projects := filepath.Join(root, "srv")
-	git(t, root, nil, "init", "-q", "--bare", filepath.Join(projects, "repo.git"))
-	work := filepath.Join(root, "work")
-	git(t, root, nil, "init", "-q", "-b", "main", work)
-	if err := os.WriteFile(filepath.Join(work, "README"), []byte("hello through the gateway\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	git(t, work, nil, "add", "README")
-	git(t, work, nil, "commit", "-q", "-m", "first")
-	head := git(t, work, nil, "rev-parse", "HEAD")
-	git(t, work, nil, "push", "-q", filepath.Join(projects, "repo.git"), "main")
-	git(t, filepath.Join(projects, "repo.git"), nil, "symbolic-ref", "HEAD", "refs/heads/main")
-	git(t, filepath.Join(projects, "repo.git"), nil, "config", "http.receivepack", "true")
-
-	backend := &cgi.Handler{Path: gitHTTPBackend, Env: []string{"GIT_PROJECT_ROOT=" + projects, "GIT_HTTP_EXPORT_ALL=1"}}
-	var mu sync.Mutex
-	var authed, unauthed, chunked int
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		u, p, ok := r.BasicAuth()
-		mu.Lock()
-		if !ok || u != user || p != token {
-			unauthed++
-			mu.Unlock()
-			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		}
-		authed++
-		if r.ContentLength < 0 {
-			chunked++
-		}
-		mu.Unlock()
-		if r.ContentLength < 0 {
-			// CGI takes a body of known length only: the server (not the
-			// gateway, which streams) reads a chunked one whole.
-			b, err := io.ReadAll(r.Body)
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-			r.Body, r.ContentLength, r.TransferEncoding = io.NopCloser(bytes.NewReader(b)), int64(len(b)), nil
-		}
-		backend.ServeHTTP(w, r)
-	}))
-	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
-	srv.StartTLS()
-	defer srv.Close()
-	pool := x509.NewCertPool()
-	pool.AddCert(srv.Certificate())
+	head := srv.Head
 
 	gwLog := &syncBuf{}
 	dir := shortDir(t)
 	_, c := startGatewayWith(t, Config{Dir: dir, Redis: "127.0.0.1:1",
 		Log:         slog.New(slog.NewJSONHandler(gwLog, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Credentials: []Credential{{Host: "git.example.test", Username: user, Password: token, Projects: []string{"shop"}}},
-		UpstreamTLS: &tls.Config{RootCAs: pool, ServerName: "example.com"},
+		UpstreamTLS: &tls.Config{RootCAs: srv.Roots, ServerName: "example.com"},
 		Resolver:    func(context.Context, string) ([]string, error) { return []string{fakeAddr}, nil },
 		DialEgress: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			if addr != fakeAddr+":443" {
@@ -162,7 +86,7 @@ func TestCredentialGitClone(t *testing.T) {
 			return d.DialContext(ctx, network, srv.Listener.Addr().String())
 		},
 	})
-	if err := c.OpenSpec(context.Background(), WorkerSpec{WorkerID: "w1", ProjectID: "shop", Allow: []string{"git.example.test"}}); err != nil {
+	if _, err := c.OpenSpec(context.Background(), WorkerSpec{WorkerID: "w1", ProjectID: "shop", Allow: []string{"git.example.test"}}); err != nil {
 		t.Fatal(err)
 	}
 	front := relay(t, sockOf(dir, "w1", EgressSocket))
@@ -173,9 +97,9 @@ func TestCredentialGitClone(t *testing.T) {
 	}
 	env := []string{"http_proxy=", "https_proxy=", "HTTP_PROXY=", "HTTPS_PROXY=", "no_proxy=", "NO_PROXY="}
 	args := []string{"-c", "http.proxy=http://" + front, "clone", "-q", "http://git.example.test/repo.git", "clone"}
-	git(t, home, env, args...)
+	testkit.Git(t, home, env, args...)
 	clone := filepath.Join(home, "clone")
-	if got := git(t, clone, nil, "rev-parse", "HEAD"); got != head {
+	if got := testkit.Git(t, clone, nil, "rev-parse", "HEAD"); got != head {
 		t.Fatalf("clone's HEAD %s, want %s", got, head)
 	}
 	if b, err := os.ReadFile(filepath.Join(clone, "README")); err != nil || string(b) != "hello through the gateway\n" {
@@ -190,16 +114,16 @@ func TestCredentialGitClone(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(clone, "big.bin"), big, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	git(t, clone, nil, "add", "big.bin")
-	git(t, clone, nil, "commit", "-q", "-m", "big")
-	pushed := git(t, clone, nil, "rev-parse", "HEAD")
-	git(t, clone, env, "-c", "http.proxy=http://"+front, "-c", "http.postBuffer=65536", "push", "-q", "origin", "main")
-	if got := git(t, filepath.Join(projects, "repo.git"), nil, "rev-parse", "main"); got != pushed {
+	testkit.Git(t, clone, nil, "add", "big.bin")
+	testkit.Git(t, clone, nil, "commit", "-q", "-m", "big")
+	pushed := testkit.Git(t, clone, nil, "rev-parse", "HEAD")
+	testkit.Git(t, clone, env, "-c", "http.proxy=http://"+front, "-c", "http.postBuffer=65536", "push", "-q", "origin", "main")
+	if got := testkit.Git(t, srv.Repo, nil, "rev-parse", "main"); got != pushed {
 		t.Fatalf("pushed %s, the server has %s", pushed, got)
 	}
 
 	// A worker of another project gets no credential: git is refused.
-	if err := c.OpenSpec(context.Background(), WorkerSpec{WorkerID: "w2", ProjectID: "other", Allow: []string{"git.example.test"}}); err != nil {
+	if _, err := c.OpenSpec(context.Background(), WorkerSpec{WorkerID: "w2", ProjectID: "other", Allow: []string{"git.example.test"}}); err != nil {
 		t.Fatal(err)
 	}
 	front2 := relay(t, sockOf(dir, "w2", EgressSocket))
@@ -209,11 +133,9 @@ func TestCredentialGitClone(t *testing.T) {
 		t.Fatalf("w2 cloned without a credential: %s", out)
 	}
 
-	mu.Lock()
-	if authed == 0 || chunked == 0 {
+	if authed, chunked, unauthed := srv.Requests(); authed == 0 || chunked == 0 {
 		t.Errorf("%d requests reached the backend with the credential (%d chunked), %d without", authed, chunked, unauthed)
 	}
-	mu.Unlock()
 
 	// Nowhere on the container's side, nor in the log.
 	noToken := func(what, s string) {

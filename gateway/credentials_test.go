@@ -128,7 +128,7 @@ func newCredEnv(t *testing.T, cfg Config) *credEnv {
 
 func (e *credEnv) open(t *testing.T, id, project string, allow ...string) {
 	t.Helper()
-	if err := e.c.OpenSpec(context.Background(), WorkerSpec{WorkerID: id, ProjectID: project, Allow: allow}); err != nil {
+	if _, err := e.c.OpenSpec(context.Background(), WorkerSpec{WorkerID: id, ProjectID: project, Allow: allow}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -34,9 +34,10 @@ declare -A want=(
   [prometheus]=prometheus
   [promtool]=prometheus
   [chromium]=chromium
+  [git]=git
 )
 missing=()
-for cmd in redis-server dockerd debootstrap node npm prometheus promtool chromium; do
+for cmd in redis-server dockerd debootstrap node npm prometheus promtool chromium git; do
   if ! command -v "$cmd" >/dev/null 2>&1 && [[ " ${missing[*]} " != *" ${want[$cmd]} "* ]]; then
     missing+=("${want[$cmd]}")
   fi
@@ -147,5 +148,5 @@ for link in "claude:$AGENTS_DIR/node_modules/$CLAUDE_PKG/claude" "droid:$AGENTS_
 done
 
 if [ $changed = 0 ]; then
-  log "nothing to do: redis-server, docker.io, debootstrap, node, npm, prometheus, promtool, chromium, claude $CLAUDE_VERSION and droid $DROID_VERSION are installed and the Docker engine answers"
+  log "nothing to do: redis-server, docker.io, debootstrap, node, npm, prometheus, promtool, chromium, git, claude $CLAUDE_VERSION and droid $DROID_VERSION are installed and the Docker engine answers"
 fi

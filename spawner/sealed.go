@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"strings"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 
+	"github.com/agentvisor/agentvisor/gateway"
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
@@ -30,10 +32,10 @@ import (
 const sealedMount = "/run/agentvisor"
 
 // Gateway is what the spawner asks of its host's gateway: a worker's
-// socket directory opened before its container is made, and closed (its
-// connections cut) when it is retired.
+// socket directory opened (or its allowlist replaced) before its container
+// is made, and closed (its connections cut) when it is retired.
 type Gateway interface {
-	Open(ctx context.Context, id string, allow []string) error
+	OpenSpec(ctx context.Context, spec gateway.WorkerSpec) (gateway.WorkerInfo, error)
 	Close(ctx context.Context, id string) error
 }
 
@@ -44,22 +46,25 @@ func (s *Spawner) sealed() bool { return s.cfg.NetworkMode == NetworkSealed }
 const NetworkSealed = "sealed"
 
 // openSealed opens a worker's socket directory at the gateway, with its
-// egress allowlist (opening again replaces the list).
-func (s *Spawner) openSealed(ctx context.Context, id string, network *protocol.Network) error {
+// egress allowlist and its project (which scopes the credentials the
+// gateway adds); opening again replaces them. It returns the hosts the
+// gateway has a credential for, for this worker.
+func (s *Spawner) openSealed(ctx context.Context, id string, spec protocol.WorkerSpec) ([]string, error) {
 	if !s.sealed() {
-		return nil
+		return nil, nil
 	}
 	if s.gateway == nil {
-		return errorf(protocol.CodeInternalError, "WORKER_NETWORK_MODE=sealed without a gateway")
+		return nil, errorf(protocol.CodeInternalError, "WORKER_NETWORK_MODE=sealed without a gateway")
 	}
-	var allow []string
-	if network != nil {
-		allow = network.Allow
+	gs := gateway.WorkerSpec{WorkerID: id, ProjectID: spec.ProjectID}
+	if spec.Network != nil {
+		gs.Allow = spec.Network.Allow
 	}
-	if err := s.gateway.Open(ctx, id, allow); err != nil {
-		return errorf(protocol.CodeUpstreamUnavailable, "the sealed network's gateway (worker-gateway, GATEWAY_DIR=%s): %v", s.cfg.GatewayDir, err)
+	info, err := s.gateway.OpenSpec(ctx, gs)
+	if err != nil {
+		return nil, errorf(protocol.CodeUpstreamUnavailable, "the sealed network's gateway (worker-gateway, GATEWAY_DIR=%s): %v", s.cfg.GatewayDir, err)
 	}
-	return nil
+	return info.CredentialHosts, nil
 }
 
 // closeSealed closes a retired worker's socket directory; a gateway that
@@ -74,12 +79,18 @@ func (s *Spawner) closeSealed(ctx context.Context, id string) {
 }
 
 // sealContainer gives a sealed worker's container no network and its
-// socket directory, and tells the wrapper where its sockets are.
-func (s *Spawner) sealContainer(id string, hc *container.HostConfig) []string {
+// socket directory, and tells the wrapper where its sockets are and which
+// hosts the gateway adds a credential for (the wrapper points git at
+// them over http://, through the gateway).
+func (s *Spawner) sealContainer(id string, hc *container.HostConfig, credentialHosts []string) []string {
 	hc.NetworkMode = "none"
 	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(s.cfg.GatewayDir, id), Target: sealedMount, ReadOnly: true})
-	return []string{"REDIS_SOCKET=" + sealedMount + "/redis.sock", "MODEL_SOCKET=" + sealedMount + "/model.sock",
-		"EGRESS_SOCKET=" + sealedMount + "/egress.sock"}
+	env := []string{"REDIS_SOCKET=" + sealedMount + "/" + gateway.RedisSocket, "MODEL_SOCKET=" + sealedMount + "/" + gateway.ModelSocket,
+		"EGRESS_SOCKET=" + sealedMount + "/" + gateway.EgressSocket}
+	if len(credentialHosts) > 0 {
+		env = append(env, "CREDENTIAL_HOSTS="+strings.Join(credentialHosts, ","))
+	}
+	return env
 }
 
 // SetNetwork replaces a sealed worker's egress allowlist: the gateway
@@ -103,7 +114,7 @@ func (s *Spawner) SetNetwork(ctx context.Context, id string, network protocol.Ne
 		return protocol.WorkerInfo{}, errorf(protocol.CodeNotFound, "worker %s", id)
 	}
 	spec.Network = &network
-	if err := s.openSealed(ctx, id, spec.Network); err != nil {
+	if _, err := s.openSealed(ctx, id, spec); err != nil {
 		return protocol.WorkerInfo{}, err
 	}
 	s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldSpec: specJSON(spec)})

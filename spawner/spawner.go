@@ -183,6 +183,9 @@ type createOpts struct {
 	// forward sends the create to another host of the fleet (nil: the
 	// create is made on this host only).
 	forward func(ctx context.Context, host string) error
+	// credentialHosts are the hosts the sealed worker's gateway adds a
+	// credential for (set by the create).
+	credentialHosts []string
 }
 
 // create is CreateFor without the pools.
@@ -310,7 +313,7 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 		if err != nil {
 			return protocol.WorkerInfo{}, err
 		}
-		if err := s.openSealed(cctx, id, spec.Network); err != nil {
+		if o.credentialHosts, err = s.openSealed(cctx, id, spec); err != nil {
 			return protocol.WorkerInfo{}, err
 		}
 		if cid, err = s.createContainer(cctx, id, commandID, spec, &img, redisURL, now, o); err != nil {
@@ -365,7 +368,7 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 // last saw it (an operator's docker rmi) is made again, once.
 func (s *Spawner) createContainer(ctx context.Context, id, commandID string, spec protocol.WorkerSpec, img *Image, redisURL string, now time.Time, o createOpts) (string, error) {
 	for attempt := 0; ; attempt++ {
-		cfg, hc := s.containerConfig(id, commandID, spec, img.Tag, redisURL, now)
+		cfg, hc := s.containerConfig(id, commandID, spec, img.Tag, redisURL, now, o.credentialHosts)
 		cfg.Env = append(cfg.Env, poolEnv(spec, o)...)
 		resp, err := s.docker.ContainerCreate(ctx, cfg, hc, nil, nil, ContainerName(id))
 		switch {
@@ -399,7 +402,7 @@ func (s *Spawner) hostNetwork() bool {
 
 // containerConfig is a worker's container: labels, environment, limits
 // and the hardening every worker gets.
-func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec, image, redisURL string, now time.Time) (*container.Config, *container.HostConfig) {
+func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec, image, redisURL string, now time.Time, credentialHosts []string) (*container.Config, *container.HostConfig) {
 	caps, _ := protocol.NormalizeCapabilities(spec.Capabilities)
 	capNames := make([]string, len(caps))
 	for i, c := range caps {
@@ -428,7 +431,7 @@ func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec
 		env = append(env, "WORKSPACE=/home/worker/workspace")
 	}
 	if s.sealed() {
-		env = append(env, s.sealContainer(id, hc)...)
+		env = append(env, s.sealContainer(id, hc, credentialHosts)...)
 	}
 	return &container.Config{Image: image, Env: env, Labels: labels, User: "1000:1000", StopTimeout: &stop}, hc
 }

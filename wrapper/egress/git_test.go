@@ -32,7 +32,7 @@ func TestGitInsteadOf(t *testing.T) {
 // leaves others alone), push URLs included.
 func TestGitInsteadOfWithGit(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("no git")
+		t.Fatal("git is missing (make setup installs it): ", err)
 	}
 	dir := t.TempDir()
 	run := func(env []string, args ...string) string {

@@ -287,7 +287,7 @@ func TestCredentialsFileBinary(t *testing.T) {
 	p := startProc(t, dir, "GATEWAY_REDIS=127.0.0.1:1", "GATEWAY_CREDENTIALS_FILE="+path)
 	c := gateway.NewClient(dir)
 	ctx := context.Background()
-	if err := c.OpenSpec(ctx, gateway.WorkerSpec{WorkerID: "w1", ProjectID: "shop", Allow: []string{"git.example.test"}}); err != nil {
+	if _, err := c.OpenSpec(ctx, gateway.WorkerSpec{WorkerID: "w1", ProjectID: "shop", Allow: []string{"git.example.test"}}); err != nil {
 		t.Fatal(err)
 	}
 	hosts := func() []string {
