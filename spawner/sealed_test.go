@@ -2,6 +2,7 @@ package spawner
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"github.com/agentvisor/agentvisor/gateway"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // A sealed worker (the real claude, the stub model) works through its
@@ -290,5 +292,76 @@ func TestSealedWorkerSurvivesAGatewayRestart(t *testing.T) {
 	}
 	if err := f.s.Delete(ctx, info.WorkerID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A sealed worker clones a private repository over HTTPS with the real
+// git (the agent's Bash tool, the real claude): the gateway adds the
+// credential on the way out, so the clone works while the token is in no
+// file, variable, process or log of the worker, and in no Redis entry.
+func TestSealedWorkerGitCloneWithTheGatewaysCredential(t *testing.T) {
+	const user, token = "git", "tok-0a9c7e51-never-in-the-worker"
+	srv := testkit.StartGitServer(t, user, token)
+	dir := shortDir(t)
+	f := newFixture(t, func(c *Config) { c.NetworkMode, c.GatewayDir = NetworkSealed, dir })
+	startTestGateway(t, gateway.Config{Dir: dir, Redis: f.rc.Options().Addr, Model: strings.TrimPrefix(f.stub.URL, "http://"),
+		Credentials: []gateway.Credential{{Host: "git.example.test", Username: user, Password: token, Projects: []string{"shop"}}},
+		UpstreamTLS: &tls.Config{RootCAs: srv.Roots, ServerName: "example.com"},
+		// git.example.test stands for a host outside: a documentation
+		// address the dialler takes to the loopback server.
+		Resolver: func(context.Context, string) ([]string, error) { return []string{"192.0.2.20"}, nil },
+		DialEgress: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, strings.TrimPrefix(srv.URL, "https://"))
+		}})
+	ctx := context.Background()
+	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, ProjectID: "shop", AllowedCommands: []string{"*"},
+		Capabilities: []protocol.Capability{protocol.CapGit}, Network: &protocol.Network{Allow: []string{"git.example.test"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
+		{ToolUse: &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": "cd /tmp && git clone -q https://git.example.test/repo.git && git -C repo rev-parse HEAD",
+			"description": "clone"}}},
+		{Text: `{"status": "complete", "result": {"ok": true}}`},
+	}})
+	f.send(t, f.keys.Input(info.WorkerID), protocol.Task{RequestID: "clone", Prompt: "Clone it."})
+	if o := f.waitOutput(t, f.keys.Output(info.WorkerID), "clone", 3*time.Minute); o.Status != protocol.StatusComplete {
+		t.Fatalf("the clone's task: %+v", o)
+	}
+	reqs := f.stub.Requests()
+	if len(reqs) < 2 || !strings.Contains(string(reqs[len(reqs)-1].Body), srv.Head) {
+		last := ""
+		if len(reqs) > 0 {
+			last = string(reqs[len(reqs)-1].Body)
+		}
+		t.Fatalf("the clone did not reach commit %s; the model saw:\n%s", srv.Head, last)
+	}
+	if authed, _, _ := srv.Requests(); authed == 0 {
+		t.Fatal("no request reached the git server with the credential")
+	}
+
+	// The token: nowhere in the worker.
+	name := ContainerName(info.WorkerID)
+	for what, args := range map[string][]string{
+		"a process's environment or arguments": {"sh", "-c", "cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n'"},
+		"a file":                               {"sh", "-c", "grep -rIl " + token + " /tmp /home /etc /run 2>/dev/null; true"},
+	} {
+		out, err := exec.Command("docker", append([]string{"exec", name}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v %s", what, err, out)
+		}
+		if strings.Contains(string(out), token) {
+			t.Errorf("the token is in %s of the worker", what)
+		}
+	}
+	if out, _ := exec.Command("docker", "logs", name).CombinedOutput(); strings.Contains(string(out), token) {
+		t.Error("the token is in the worker's log")
+	}
+	keys, _ := f.rc.Keys(ctx, f.keys.Prefix+":*").Result()
+	for _, k := range keys {
+		if dump, _ := f.rc.Dump(ctx, k).Result(); strings.Contains(dump, token) {
+			t.Errorf("the token is in Redis key %s", k)
+		}
 	}
 }
