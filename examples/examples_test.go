@@ -132,14 +132,15 @@ func TestDemo(t *testing.T) {
 	}
 	got := string(out)
 	for _, want := range []string{
-		"stub model server", "worker-gateway started", "the workers are sealed, no network of their own", "worker-manager started", "warm pool claude-shop: a worker of this spec was made ahead",
+		"stub model server", "worker-gateway started", "the workers are sealed, no network of their own", "worker-manager started",
+		`refused: network example.com:443`, "is not on claude-1's egress allowlist", "warm pool claude-shop: a worker of this spec was made ahead",
 		"from the warm pool",
 		"claude-1 progress  \"Committed hello.txt\" 100%", "claude-1 lifecycle paused", "claude-1 lifecycle unpaused",
 		"resume session", "droid-1  progress  \"Counted files\" 100%", "droid-1  output    docs-1",
 		"claude-1 permission_request perm-", "permission_reply → ", "claude-1 output    shop-3", "the allowed touch ran",
 		"droid-1  output    docs-2", " cancelled CANCELLED (cancelled while running", "droid-1  lifecycle task_cancelled",
-		"demo-shop      3", "demo-docs      2", "0 worker containers left", "demo complete",
-		"dashboard: http://127.0.0.1:", `agentvisor_tasks_total{agent="claude",code="",status="complete"} 3`,
+		"demo-shop      4", "demo-docs      2", "0 worker containers left", "demo complete",
+		"dashboard: http://127.0.0.1:", `agentvisor_tasks_total{agent="claude",code="",status="complete"} 4`,
 		`agentvisor_tasks_total{agent="droid",code="CANCELLED",status="cancelled"} 1`,
 		`agentvisor_cost_usd_total{project="demo-shop"}`,
 	} {

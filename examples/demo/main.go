@@ -112,6 +112,8 @@ const (
 		`Run each command on its own: the worker allows git commands and the progress call, one simple command at a time. ` +
 		`Finish with the JSON {"status": "complete", "result": {"file": "hello.txt"}}.`
 	promptRecall  = `Which file did you commit in the previous task? Finish with the JSON {"status": "complete", "result": {"file": "<its name>"}}.`
+	promptEgress = `Run git ls-remote https://example.com/agentvisor.git on its own and tell me whether it answered. ` +
+		`Finish with the JSON {"status": "complete", "result": {"reachable": <true or false>}}.`
 	promptApprove = `Run the shell command touch approved.txt on its own, then run git status --short. ` +
 		`Finish with the JSON {"status": "complete", "result": {"file": "approved.txt"}}.`
 	promptLong  = `Run the shell command sleep 30, then finish with the JSON {"status": "complete", "result": {}}.`
@@ -148,6 +150,10 @@ func bash(description, command string) *stubmodel.ToolUse {
 
 // What the stub model answers to each task, in the agents' tool formats.
 var (
+	scriptEgress = stubmodel.Script{Steps: []stubmodel.Step{
+		{ToolUse: bash("reach a host off the allowlist", "git ls-remote https://example.com/agentvisor.git")},
+		{Text: "The host did not answer: the worker may not reach it.\n{\"status\": \"complete\", \"result\": {\"reachable\": false}}"},
+	}}
 	scriptCommit = stubmodel.Script{Steps: []stubmodel.Step{
 		{Text: "I will create the repository, commit the file and report progress.", ToolUse: bash("create the repository", "git init -q .")},
 		{ToolUse: &stubmodel.ToolUse{Name: "Write", Input: map[string]any{"file_path": "hello.txt", "content": "hello from agentvisor\n"}}},
@@ -641,7 +647,41 @@ func (d *demo) claudeWorker(ctx context.Context) error {
 	if err := d.waitEvent(id, protocol.EventPaused, 30*time.Second); err != nil {
 		return err
 	}
+	if err := d.egress(ctx, id); err != nil {
+		return err
+	}
 	return d.approval(ctx, id)
+}
+
+// egress has the sealed Claude worker's agent reach a host its allowlist
+// does not name (it has none): the gateway refuses the connection before
+// any name is resolved, and the task's consumer sees the refusal as a
+// warning.
+func (d *demo) egress(ctx context.Context, id string) error {
+	d.section("a sealed worker's egress: a host off its allowlist is refused, the consumer is told")
+	sent, err := d.put(ctx, id, projectShop, "shop-egress", promptEgress, scriptEgress)
+	if err != nil {
+		return err
+	}
+	if _, err := d.await(ctx, sent, protocol.StatusComplete, nil); err != nil {
+		return err
+	}
+	msgs, err := d.rdb.XRange(ctx, d.keys.Output(id), "-", "+").Result()
+	if err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		data, _ := protocol.EntryData(m.Values)
+		if p, err := protocol.DecodeProgress(data); err == nil && p.RequestID == sent.RequestID && p.Refused != nil && p.Refused.Tool == "network" {
+			d.say("refused: %s:%d is not on %s's egress allowlist (a warning on its output; the gateway resolved nothing)", p.Refused.Host, p.Refused.Port, d.name(id))
+			return d.waitEvent(id, protocol.EventPaused, 30*time.Second)
+		}
+	}
+	if d.stub == nil {
+		d.say("the model did not try the host: no refusal to show")
+		return d.waitEvent(id, protocol.EventPaused, 30*time.Second)
+	}
+	return fmt.Errorf("task shop-egress: no refused-connection warning on %s's output", d.name(id))
 }
 
 // approval gives the Claude worker a task whose command ALLOWED_COMMANDS
