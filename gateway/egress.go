@@ -31,10 +31,11 @@ import (
 // request not on it is answered 403 with the header X-Agentvisor-Refused:
 // host:port. An allowed name is resolved by the gateway (Config.Resolver),
 // and an answer that points at the host itself (loopback), at a
-// link-local address (a cloud's metadata service) or at an unspecified or
-// multicast address is refused too: a name on the list cannot be made to
-// reach what the list does not name. An IP literal on the list is dialled
-// as it is.
+// link-local address (a cloud's metadata service), or at an unspecified,
+// multicast, private, carrier-grade NAT or translated address is refused
+// too: a name on the list cannot be made to reach what the list does not
+// name (an internal host is listed by its IP address). An IP literal on
+// the list is dialled as it is.
 //
 // A plain HTTP request for host:80 where host has a credential for the
 // worker (credentials.go) is forwarded as HTTPS to the credential's
@@ -69,10 +70,14 @@ func newEgress(w *worker) *egress {
 	e := &egress{w: w, log: w.g.log.With("worker_id", w.id, "socket", EgressSocket)}
 	errLog := slog.NewLogLogger(e.log.Handler(), slog.LevelDebug)
 	e.tr = &http.Transport{
-		Proxy:                 nil, // never the gateway's own proxy settings
-		DialContext:           e.transportDial,
-		MaxIdleConns:          16,
-		MaxIdleConnsPerHost:   4,
+		Proxy:               nil, // never the gateway's own proxy settings
+		DialContext:         e.transportDial,
+		MaxIdleConns:        16,
+		MaxIdleConnsPerHost: 4,
+		// Dials, live and idle connections to one upstream, at most: a
+		// container that opens and drops requests in a loop cannot make
+		// the gateway dial without end.
+		MaxConnsPerHost:       w.g.cfg.MaxConns,
 		IdleConnTimeout:       60 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		// What the container asked for is what it gets: no gzip added
@@ -92,6 +97,7 @@ func newEgress(w *worker) *egress {
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			dropProxyHeaders(resp.Header)
+			resp.Header.Del(RefusedHeader) // only the gateway's own refusals name one
 			return nil
 		},
 		Transport:     e.tr,
@@ -288,8 +294,13 @@ func (e *egress) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		e.connect(ctx, rw, t, addrs)
 		return
 	}
-	ctx = context.WithValue(ctx, addrsKey{}, resolved{t.String(), addrs})
+	ctx = context.WithValue(ctx, addrsKey{}, resolved{t.String(), addrs, ctx})
 	r.URL.Host = t.String()
+	if cred != nil && (r.Method == http.MethodTrace || strings.EqualFold(r.Method, "TRACK")) {
+		// A server that echoes the request would hand the credential back.
+		e.refuse(rw, t, "is credentialed: TRACE would echo the credential")
+		return
+	}
 	if cred != nil {
 		e.w.egressCredentialed.Add(1)
 		r.URL.Scheme = "https"
@@ -327,6 +338,7 @@ func (e *egress) credentialRewrite(pr *httputil.ProxyRequest) {
 func (e *egress) credentialResponse(resp *http.Response) error {
 	c := resp.Request.Context().Value(credKey{}).(*credential)
 	dropProxyHeaders(resp.Header)
+	resp.Header.Del(RefusedHeader)
 	for _, h := range []http.Header{resp.Header, resp.Trailer} {
 		for k, vs := range h {
 			for _, v := range vs {
@@ -396,8 +408,28 @@ func (e *localError) Error() string {
 
 // local reports whether a is an address no name may lead to.
 func local(a netip.Addr) bool {
-	return a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsUnspecified() || a.IsMulticast() ||
-		a.IsLinkLocalMulticast() || a.IsInterfaceLocalMulticast()
+	if a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsUnspecified() || a.IsMulticast() ||
+		a.IsLinkLocalMulticast() || a.IsInterfaceLocalMulticast() || a.IsPrivate() {
+		return true
+	}
+	for _, p := range notForNames {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// notForNames are the ranges besides the private ones (10/8, 172.16/12,
+// 192.168/16, fc00::/7) that a name may not lead to: "this network",
+// carrier-grade NAT (where some clouds keep their metadata service),
+// IPv6 site-local, and the IPv4-in-IPv6 translations of any address.
+var notForNames = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("fec0::/10"),
+	netip.MustParsePrefix("64:ff9b::/96"),
+	netip.MustParsePrefix("2002::/16"),
 }
 
 // resolve returns the addresses to dial for t: an IP literal's own, or
@@ -461,6 +493,7 @@ type addrsKey struct{}
 type resolved struct {
 	hostPort string
 	addrs    []netip.Addr
+	req      context.Context // the request's: its end ends the dial
 }
 
 // transportDial dials addr for the plain HTTP transport: the addresses
@@ -476,7 +509,13 @@ func (e *egress) transportDial(ctx context.Context, _, addr string) (net.Conn, e
 		return nil, err
 	}
 	if rs, ok := ctx.Value(addrsKey{}).(resolved); ok && rs.hostPort == t.String() {
-		return e.dial(ctx, rs.addrs, t.port)
+		// The transport dials on after its request is gone; a container
+		// that drops its requests must not leave dials behind.
+		dctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stop := context.AfterFunc(rs.req, cancel)
+		defer stop()
+		return e.dial(dctx, rs.addrs, t.port)
 	}
 	if !e.w.allows(t) {
 		return nil, fmt.Errorf("%s is not on the worker's egress allowlist", addr)

@@ -112,6 +112,8 @@ func (e *egressEnv) resolve(_ context.Context, host string) ([]string, error) {
 		return []string{"169.254.169.254", "::1"}, nil
 	case "nx.example.test":
 		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	case "private.example.test":
+		return []string{"10.0.0.5", "100.100.100.200", "fd00:ec2::254"}, nil
 	}
 	return []string{fakeAddr}, nil
 }
@@ -734,4 +736,37 @@ func TestEgressPanicClosesOnlyThatConnection(t *testing.T) {
 	testkit.Eventually(t, "the panicking connection released", 5*time.Second, func() bool {
 		return g.Stats()["w1"].Open == 2
 	})
+}
+
+// A name that resolves to private, carrier-grade NAT or unique-local
+// addresses (an internal host, a cloud's metadata service) is refused like
+// one that resolves to loopback: only an IP literal on the list reaches
+// such an address.
+func TestEgressNameToPrivateAddressesRefused(t *testing.T) {
+	e := newEgressEnv(t)
+	e.open(t, "w1", "private.example.test")
+	resp, body, _ := connect(t, e.sock("w1"), "private.example.test:443")
+	checkRefused(t, "a name resolving to private addresses", resp, body, "private.example.test:443")
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.dialed) != 0 {
+		t.Fatalf("the gateway dialled %v", e.dialed)
+	}
+}
+
+// An upstream's own 403 that names a host in the refusal header does not
+// pass for the gateway's refusal: the header is dropped on the way back.
+func TestEgressUpstreamCannotForgeARefusal(t *testing.T) {
+	forger := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(RefusedHeader, "evil.example.test:443")
+		http.Error(w, "no", http.StatusForbidden)
+	}))
+	defer forger.Close()
+	e := newEgressEnv(t)
+	_, port, _ := net.SplitHostPort(forger.Listener.Addr().String())
+	e.open(t, "w1", "127.0.0.1:"+port)
+	resp, _, _ := rawRequest(t, e.sock("w1"), "GET http://127.0.0.1:"+port+"/ HTTP/1.1\r\nHost: 127.0.0.1:"+port+"\r\n\r\n")
+	if resp.StatusCode != http.StatusForbidden || resp.Header.Get(RefusedHeader) != "" {
+		t.Fatalf("the upstream's 403: %s, %s=%q", resp.Status, RefusedHeader, resp.Header.Get(RefusedHeader))
+	}
 }

@@ -41,7 +41,9 @@ func ServeOps(addr string, m *Metrics, page http.Handler, token string, log *slo
 		})
 	}
 	mux.Handle("/", page)
-	srv := &http.Server{Handler: RequireToken(token, mux), ReadHeaderTimeout: 5 * time.Second}
+	// A connection left idle goes after a minute (no ReadTimeout: it
+	// would end the dashboard's event stream).
+	srv := &http.Server{Handler: RequireToken(token, mux), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics endpoint stopped", "err", err)

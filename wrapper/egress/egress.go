@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // RefusedHeader is the header the gateway's 403 names the refused
@@ -197,7 +198,7 @@ func (f *Front) watch(req *http.Request, head []byte) {
 	if req.Method != http.MethodConnect && req.URL != nil {
 		target = req.URL.Scheme + "://" + req.URL.Host + req.URL.Path
 	}
-	f.refused(Refusal{Host: host, Port: port, Request: req.Method + " " + target})
+	f.refused(Refusal{Host: printable(host), Port: port, Request: printable(req.Method + " " + target)})
 }
 
 // readHead reads a response head (status line and headers, up to the blank
@@ -291,4 +292,15 @@ func writeStatus(c net.Conn, status int, msg string) {
 	body := msg + "\n"
 	_, _ = c.Write([]byte("HTTP/1.1 " + strconv.Itoa(status) + " " + http.StatusText(status) + "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
 		strconv.Itoa(len(body)) + "\r\nConnection: close\r\n\r\n" + body))
+}
+
+// printable replaces what is not a printable character (a newline the
+// agent put in a path, say) with '?': the refusal is shown to people.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
+			return '?'
+		}
+		return r
+	}, s)
 }
