@@ -111,7 +111,7 @@ const (
 		`then report progress by running: worker-wrapper progress --step "Committed hello.txt" --pct 100 --output "<the commit's subject>". ` +
 		`Run each command on its own: the worker allows git commands and the progress call, one simple command at a time. ` +
 		`Finish with the JSON {"status": "complete", "result": {"file": "hello.txt"}}.`
-	promptRecall  = `Which file did you commit in the previous task? Finish with the JSON {"status": "complete", "result": {"file": "<its name>"}}.`
+	promptRecall = `Which file did you commit in the previous task? Finish with the JSON {"status": "complete", "result": {"file": "<its name>"}}.`
 	promptEgress = `Run git ls-remote https://example.com/agentvisor.git on its own and tell me whether it answered. ` +
 		`Finish with the JSON {"status": "complete", "result": {"reachable": <true or false>}}.`
 	promptApprove = `Run the shell command touch approved.txt on its own, then run git status --short. ` +
