@@ -30,23 +30,7 @@ func BenchmarkProxyLatency(b *testing.B) {
 	body := []byte(fmt.Sprintf(`{"model":"m","stream":true,"system":%q,"messages":[{"role":"user","content":"hi"}]}`,
 		strings.Repeat("You are a coding agent. ", 850)))
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
-	call := func(url, key string) time.Duration {
-		req, _ := http.NewRequest(http.MethodPost, url+"/v1/messages?beta=true", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-Api-Key", key)
-		start := time.Now()
-		resp, err := client.Do(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		d := time.Since(start)
-		if resp.StatusCode != http.StatusOK {
-			b.Fatalf("%s: %s", url, resp.Status)
-		}
-		return d
-	}
+	call := func(url, key string) time.Duration { return timedCall(b, client, url, key, body) }
 	const warmup, rounds, pairs = 50, 7, 300
 	for range warmup {
 		call(stub.URL, realKey)
@@ -71,6 +55,26 @@ func BenchmarkProxyLatency(b *testing.B) {
 	b.ReportMetric(v99, "model-api-via-proxy-p99-ms")
 	b.ReportMetric(v99-d99, "model-api-proxy-added-p99-ms")
 	b.ReportMetric(p50(added50), "model-api-proxy-added-p50-ms")
+}
+
+// timedCall posts body to a Messages API at url with key and returns the
+// time to the last byte of its answer.
+func timedCall(b *testing.B, client *http.Client, url, key string, body []byte) time.Duration {
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/messages?beta=true", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Api-Key", key)
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	d := time.Since(start)
+	if resp.StatusCode != http.StatusOK {
+		b.Fatalf("%s: %s", url, resp.Status)
+	}
+	return d
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

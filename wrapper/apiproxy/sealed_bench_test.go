@@ -1,10 +1,8 @@
 package apiproxy
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -51,22 +49,7 @@ func BenchmarkProxyThroughGateway(b *testing.B) {
 	body := []byte(fmt.Sprintf(`{"model":"m","stream":true,"system":%q,"messages":[{"role":"user","content":"hi"}]}`,
 		strings.Repeat("You are a coding agent. ", 850)))
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
-	call := func(p *Proxy) time.Duration {
-		req, _ := http.NewRequest(http.MethodPost, p.URL+"/v1/messages?beta=true", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-Api-Key", p.Token)
-		start := time.Now()
-		resp, err := client.Do(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			b.Fatalf("%s", resp.Status)
-		}
-		return time.Since(start)
-	}
+	call := func(p *Proxy) time.Duration { return timedCall(b, client, p.URL, p.Token, body) }
 	const warmup, rounds, pairs = 50, 7, 300
 	for range warmup {
 		call(direct)
