@@ -60,6 +60,8 @@ func (d *Dashboard) Handler() http.Handler {
 		_ = json.NewEncoder(w).Encode(st)
 	})
 	mux.HandleFunc("GET /events", d.events)
+	mux.HandleFunc("GET /runs/{id}", d.run)
+	mux.HandleFunc("GET /runs/{id}/events", d.runEvents)
 	return mux
 }
 
