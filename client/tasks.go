@@ -72,11 +72,31 @@ func (t *Tasks) Send(ctx context.Context, workerID string, task protocol.Task) (
 	if sent.After, err = r.lastID(ctx, sent.Output); err != nil {
 		return Sent{}, redisError(err, "send: output stream of %s", workerID)
 	}
+	// The run exists from now, requested: a poller tells a task waiting
+	// for its worker from an unknown one. A run that exists is left as
+	// it is (the wrapper moves it on, never back).
+	runWorker := workerID
+	if k == protocol.KindDeveloper {
+		runWorker = "" // whichever developer worker reads it says so
+	}
+	if err := createRunScript.Run(ctx, t.Redis, []string{t.Keys.Run(task.RequestID)},
+		protocol.RunFieldRequestID, task.RequestID, protocol.RunFieldTaskID, task.TaskID, protocol.RunFieldWorkerID, runWorker,
+		protocol.RunFieldProjectID, task.Project(), protocol.RunFieldStatus, string(protocol.RunRequested),
+		protocol.RunFieldCreatedAt, protocol.FormatTime(time.Now()), protocol.RunFieldUpdatedAt, protocol.FormatTime(time.Now())).Err(); err != nil {
+		return Sent{}, redisError(err, "send: run %s", task.RequestID)
+	}
 	if err := r.send(ctx, sent.Input, doc); err != nil {
 		return Sent{}, redisError(err, "send: task %s to %s", task.RequestID, workerID)
 	}
 	return sent, nil
 }
+
+// createRunScript writes a run hash (field/value pairs) unless it exists.
+var createRunScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1
+`)
 
 // Cancel asks the worker to end the task, queued or running: its output
 // is then cancelled (PROTOCOL.md, "Cancel"), unless it ended before.

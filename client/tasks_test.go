@@ -78,3 +78,34 @@ func TestTasksSendWatchAwait(t *testing.T) {
 		t.Fatalf("the deadline was kept late: %v", took)
 	}
 }
+
+// A task sent has its run from the start, requested, with its worker and
+// project; a run that exists (a request id sent again) is left as it is.
+func TestSendCreatesTheRun(t *testing.T) {
+	rc := testkit.NewRedisClient(t)
+	keys := protocol.Keys{Prefix: "runsent"}
+	ctx := context.Background()
+	tasks := &Tasks{Redis: rc, Keys: keys}
+	rc.HSet(ctx, keys.Status("w1"), protocol.StatusFieldKind, string(protocol.KindLongLived))
+	rc.HSet(ctx, keys.Status("d1"), protocol.StatusFieldKind, string(protocol.KindDeveloper))
+	if _, err := tasks.Send(ctx, "w1", protocol.Task{RequestID: "r1", TaskID: "T-1", ProjectID: "p", Prompt: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	run, err := protocol.RunFromHash(rc.HGetAll(ctx, keys.Run("r1")).Val())
+	if err != nil || run.State != protocol.RunRequested || run.WorkerID != "w1" || run.ProjectID != "p" || run.TaskID != "T-1" || run.CreatedAt.IsZero() {
+		t.Fatalf("run after send: %+v %v", run, err)
+	}
+	if _, err := tasks.Send(ctx, "d1", protocol.Task{RequestID: "r2", ProjectID: "p", Prompt: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if h := rc.HGetAll(ctx, keys.Run("r2")).Val(); h[protocol.RunFieldStatus] != "requested" || h[protocol.RunFieldWorkerID] != "" {
+		t.Fatalf("a developer task's run: %v (its worker is whichever reads it)", h)
+	}
+	rc.HSet(ctx, keys.Run("r1"), protocol.RunFieldStatus, "completed")
+	if _, err := tasks.Send(ctx, "w1", protocol.Task{RequestID: "r1", ProjectID: "p", Prompt: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if st := rc.HGet(ctx, keys.Run("r1"), protocol.RunFieldStatus).Val(); st != "completed" {
+		t.Fatalf("a finished run sent again: %s", st)
+	}
+}
