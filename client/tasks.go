@@ -67,23 +67,29 @@ func (t *Tasks) Send(ctx context.Context, workerID string, task protocol.Task) (
 	}
 	r := streams{t.Redis, t.Wait}
 	sent := Sent{RequestID: task.RequestID, WorkerID: workerID, Input: t.Keys.InputFor(k, workerID), Output: t.Keys.OutputFor(k, workerID)}
-	// Outputs after this entry are the task's: "$" would miss an output
-	// written between the XADD and the first XREAD.
-	if sent.After, err = r.lastID(ctx, sent.Output); err != nil {
-		return Sent{}, redisError(err, "send: output stream of %s", workerID)
-	}
-	// The run exists from now, requested: a poller tells a task waiting
-	// for its worker from an unknown one. A run that exists is left as
-	// it is (the wrapper moves it on, never back).
 	runWorker := workerID
 	if k == protocol.KindDeveloper {
 		runWorker = "" // whichever developer worker reads it says so
 	}
-	if err := createRunScript.Run(ctx, t.Redis, []string{t.Keys.Run(task.RequestID)},
+	now := protocol.FormatTime(time.Now())
+	// One round trip: the output stream's last entry (outputs after it are
+	// the task's: "$" would miss one written between the XADD and the
+	// first XREAD), and the run, which exists from now, requested, so
+	// that a poller tells a task waiting for its worker from an unknown
+	// one (a run that exists is left as it is: the wrapper moves it on,
+	// never back).
+	pipe := t.Redis.Pipeline()
+	last := pipe.XRevRangeN(ctx, sent.Output, "+", "-", 1)
+	createRunScript.Eval(ctx, pipe, []string{t.Keys.Run(task.RequestID)},
 		protocol.RunFieldRequestID, task.RequestID, protocol.RunFieldTaskID, task.TaskID, protocol.RunFieldWorkerID, runWorker,
 		protocol.RunFieldProjectID, task.Project(), protocol.RunFieldStatus, string(protocol.RunRequested),
-		protocol.RunFieldCreatedAt, protocol.FormatTime(time.Now()), protocol.RunFieldUpdatedAt, protocol.FormatTime(time.Now())).Err(); err != nil {
-		return Sent{}, redisError(err, "send: run %s", task.RequestID)
+		protocol.RunFieldCreatedAt, now, protocol.RunFieldUpdatedAt, now)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return Sent{}, redisError(err, "send: output stream of %s and run %s", workerID, task.RequestID)
+	}
+	sent.After = "0-0"
+	if msgs := last.Val(); len(msgs) == 1 {
+		sent.After = msgs[0].ID
 	}
 	if err := r.send(ctx, sent.Input, doc); err != nil {
 		return Sent{}, redisError(err, "send: task %s to %s", task.RequestID, workerID)

@@ -191,23 +191,3 @@ func (r EgressRule) Matches(name string, addr netip.Addr, port uint16) bool {
 	}
 	return name == r.Name
 }
-
-// EgressAllowed reports whether any rule lets host:port through (host: a
-// name or an IP literal, as a request names it).
-func EgressAllowed(rules []EgressRule, host string, port int) bool {
-	if port < 1 || port > 65535 {
-		return false
-	}
-	name, addr := "", netip.Addr{}
-	if a, err := netip.ParseAddr(host); err == nil {
-		addr = a.Unmap()
-	} else if n, ok := NormalizeHostName(host); ok {
-		name = n
-	}
-	for _, r := range rules {
-		if r.Matches(name, addr, uint16(port)) {
-			return true
-		}
-	}
-	return false
-}

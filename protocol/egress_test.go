@@ -1,6 +1,9 @@
 package protocol
 
-import "testing"
+import (
+	"net/netip"
+	"testing"
+)
 
 func TestEgressRules(t *testing.T) {
 	for _, c := range []struct {
@@ -29,7 +32,7 @@ func TestEgressRules(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", c.rule, err)
 		}
-		if got := EgressAllowed([]EgressRule{r}, c.host, c.port); got != c.want {
+		if got := egressAllowed([]EgressRule{r}, c.host, c.port); got != c.want {
 			t.Errorf("%q allows %s:%d = %v, want %v", c.rule, c.host, c.port, got, c.want)
 		}
 	}
@@ -42,11 +45,31 @@ func TestEgressRules(t *testing.T) {
 		t.Error("an allowlist over the bound parsed")
 	}
 	rules, _ := ParseEgressRules(nil)
-	if EgressAllowed(rules, "github.com", 443) {
+	if egressAllowed(rules, "github.com", 443) {
 		t.Error("an empty allowlist let something through")
 	}
 	spec := WorkerSpec{AgentType: AgentClaude, Network: &Network{Allow: []string{"github.com", "*"}}}
 	if err := spec.Validate(); err == nil {
 		t.Error("a spec allowing * validated")
 	}
+}
+
+// egressAllowed reports whether any rule lets host:port through (host: a
+// name or an IP literal, as a request names it), as the gateway matches.
+func egressAllowed(rules []EgressRule, host string, port int) bool {
+	if port < 1 || port > 65535 {
+		return false
+	}
+	name, addr := "", netip.Addr{}
+	if a, err := netip.ParseAddr(host); err == nil {
+		addr = a.Unmap()
+	} else if n, ok := NormalizeHostName(host); ok {
+		name = n
+	}
+	for _, r := range rules {
+		if r.Matches(name, addr, uint16(port)) {
+			return true
+		}
+	}
+	return false
 }

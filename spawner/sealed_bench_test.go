@@ -17,14 +17,7 @@ func BenchmarkSealedCreate(b *testing.B) {
 	dir := shortDir(b)
 	sealed := newFixture(b, func(c *Config) { c.NetworkMode, c.GatewayDir = NetworkSealed, dir })
 	host := newFixture(b, nil)
-	g, err := gateway.New(gateway.Config{Dir: dir, Redis: sealed.rc.Options().Addr, Model: strings.TrimPrefix(sealed.stub.URL, "http://")})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := g.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = g.Stop(context.Background()) })
+	startTestGateway(b, gateway.Config{Dir: dir, Redis: sealed.rc.Options().Addr, Model: strings.TrimPrefix(sealed.stub.URL, "http://")})
 	ctx := context.Background()
 	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude}
 	startOf := func(f *fixture) float64 {

@@ -128,14 +128,7 @@ func TestSealedWorkerEgress(t *testing.T) {
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(upstream.URL, "http://"))
 	f := newFixture(t, func(c *Config) { c.NetworkMode, c.GatewayDir = NetworkSealed, dir })
 	g := startTestGateway(t, gateway.Config{Dir: dir, Redis: f.rc.Options().Addr, Model: strings.TrimPrefix(f.stub.URL, "http://"),
-		// Test names stand for hosts outside: each resolves to a
-		// documentation address (TEST-NET-1), which the dialler takes to
-		// the loopback server: nothing leaves the machine.
-		Resolver: func(_ context.Context, host string) ([]string, error) { return []string{"192.0.2.10"}, nil },
-		DialEgress: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, network, strings.Replace(addr, "192.0.2.10", "127.0.0.1", 1))
-		}})
+		Resolver: outsideResolver, DialEgress: outsideAt(strings.TrimPrefix(upstream.URL, "http://"))})
 	ctx := context.Background()
 
 	// The agent's request: CONNECT through its proxy, then a GET in the tunnel.
@@ -234,7 +227,7 @@ func (f *fixture) refusedConnection(t *testing.T, worker, requestID string) *pro
 
 // startTestGateway starts a gateway in the test's process, stopped when
 // the test ends.
-func startTestGateway(t *testing.T, cfg gateway.Config) *gateway.Gateway {
+func startTestGateway(t testing.TB, cfg gateway.Config) *gateway.Gateway {
 	t.Helper()
 	g, err := gateway.New(cfg)
 	if err != nil {
@@ -255,15 +248,7 @@ func TestSealedWorkerSurvivesAGatewayRestart(t *testing.T) {
 	dir := shortDir(t)
 	f := newFixture(t, func(c *Config) { c.NetworkMode, c.GatewayDir, c.HeartbeatInterval = NetworkSealed, dir, time.Second })
 	cfg := gateway.Config{Dir: dir, Redis: f.rc.Options().Addr, Model: strings.TrimPrefix(f.stub.URL, "http://")}
-	g, err := gateway.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Start(); err != nil {
-		t.Fatal(err)
-	}
-	// Stopped by the test already, unless it failed first.
-	t.Cleanup(func() { _ = g.Stop(context.Background()) })
+	g := startTestGateway(t, cfg) // stopped by the test, then again (a no-op) when it ends
 	// A manager runs: its health loop would declare a dead worker dead.
 	f.startManager(t)
 	ctx := context.Background()
@@ -307,13 +292,7 @@ func TestSealedWorkerGitCloneWithTheGatewaysCredential(t *testing.T) {
 	startTestGateway(t, gateway.Config{Dir: dir, Redis: f.rc.Options().Addr, Model: strings.TrimPrefix(f.stub.URL, "http://"),
 		Credentials: []gateway.Credential{{Host: "git.example.test", Username: user, Password: token, Projects: []string{"shop"}}},
 		UpstreamTLS: &tls.Config{RootCAs: srv.Roots, ServerName: "example.com"},
-		// git.example.test stands for a host outside: a documentation
-		// address the dialler takes to the loopback server.
-		Resolver: func(context.Context, string) ([]string, error) { return []string{"192.0.2.20"}, nil },
-		DialEgress: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, network, strings.TrimPrefix(srv.URL, "https://"))
-		}})
+		Resolver:    outsideResolver, DialEgress: outsideAt(strings.TrimPrefix(srv.URL, "https://"))})
 	ctx := context.Background()
 	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, ProjectID: "shop", AllowedCommands: []string{"*"},
 		Capabilities: []protocol.Capability{protocol.CapGit}, Network: &protocol.Network{Allow: []string{"git.example.test"}}})
@@ -363,5 +342,17 @@ func TestSealedWorkerGitCloneWithTheGatewaysCredential(t *testing.T) {
 		if dump, _ := f.rc.Dump(ctx, k).Result(); strings.Contains(dump, token) {
 			t.Errorf("the token is in Redis key %s", k)
 		}
+	}
+}
+
+// Test names stand for hosts outside: outsideResolver resolves each to a
+// documentation address (TEST-NET-1), and the dialler of outsideAt takes
+// every dial to one loopback server: nothing leaves the machine.
+func outsideResolver(context.Context, string) ([]string, error) { return []string{"192.0.2.10"}, nil }
+
+func outsideAt(server string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, server)
 	}
 }

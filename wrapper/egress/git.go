@@ -9,15 +9,10 @@ import (
 // at http://host/ where it was told https://host/: the gateway holds a
 // credential for those hosts and adds it to a plain HTTP request it reads
 // on egress.sock, speaking HTTPS upstream itself. The secret stays with
-// the gateway; the agent's git holds none. Nil for no hosts.
-func GitInsteadOf(hosts []string) []string {
-	return GitInsteadOfAfter(0, hosts)
-}
-
-// GitInsteadOfAfter is GitInsteadOf for an environment that already has
-// n entries of GIT_CONFIG_COUNT: its entries are numbered from n on, and
-// its GIT_CONFIG_COUNT counts them all.
-func GitInsteadOfAfter(n int, hosts []string) []string {
+// the gateway; the agent's git holds none. The entries are numbered from
+// n on, for an environment that already has n of them, and
+// GIT_CONFIG_COUNT counts them all. Nil for no hosts.
+func GitInsteadOf(n int, hosts []string) []string {
 	if len(hosts) == 0 {
 		return nil
 	}

@@ -10,10 +10,10 @@ import (
 )
 
 func TestGitInsteadOf(t *testing.T) {
-	if got := GitInsteadOf(nil); got != nil {
+	if got := GitInsteadOf(0, nil); got != nil {
 		t.Fatalf("no hosts: %v", got)
 	}
-	got := GitInsteadOf([]string{"git.example.test", "code.example.test"})
+	got := GitInsteadOf(0, []string{"git.example.test", "code.example.test"})
 	want := []string{
 		"GIT_CONFIG_KEY_0=url.http://git.example.test/.insteadOf", "GIT_CONFIG_VALUE_0=https://git.example.test/",
 		"GIT_CONFIG_KEY_1=url.http://code.example.test/.insteadOf", "GIT_CONFIG_VALUE_1=https://code.example.test/",
@@ -22,7 +22,7 @@ func TestGitInsteadOf(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %q\nwant %q", got, want)
 	}
-	if got := GitInsteadOfAfter(3, []string{"git.example.test"}); !slices.Equal(got, []string{
+	if got := GitInsteadOf(3, []string{"git.example.test"}); !slices.Equal(got, []string{
 		"GIT_CONFIG_KEY_3=url.http://git.example.test/.insteadOf", "GIT_CONFIG_VALUE_3=https://git.example.test/", "GIT_CONFIG_COUNT=4"}) {
 		t.Fatalf("after 3: %q", got)
 	}
@@ -50,7 +50,7 @@ func TestGitInsteadOfWithGit(t *testing.T) {
 	dir = filepath.Join(dir, "r")
 	run(nil, "remote", "add", "origin", "https://git.example.test/org/repo.git")
 	run(nil, "remote", "add", "other", "https://elsewhere.example.test/repo.git")
-	env := GitInsteadOf([]string{"git.example.test"})
+	env := GitInsteadOf(0, []string{"git.example.test"})
 	if got := run(env, "remote", "get-url", "origin"); got != "http://git.example.test/org/repo.git" {
 		t.Fatalf("origin: %s", got)
 	}

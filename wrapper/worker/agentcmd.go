@@ -93,7 +93,7 @@ func gitInsteadOf(env []string, hosts []string) []string {
 		}
 		out = append(out, kv)
 	}
-	return append(out, egress.GitInsteadOfAfter(n, hosts)...)
+	return append(out, egress.GitInsteadOf(n, hosts)...)
 }
 
 // PrepareWorkspace creates the workspace, writes the instructions file the
