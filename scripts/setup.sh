@@ -3,7 +3,7 @@
 #
 # Installs what is missing (redis-server, docker.io, debootstrap, nodejs/npm,
 # prometheus with promtool for the alert rules' tests, chromium for the
-# dashboard's; Debian's redis-server also runs Redis Sentinel, as
+# dashboard's, python3-redis for the Python client; Debian's redis-server also runs Redis Sentinel, as
 # `redis-server sentinel.conf --sentinel`, which is how the Sentinel tests
 # start theirs: no redis-sentinel package is needed)
 # and starts a Docker engine when none answers. It is idempotent: a second run
@@ -42,6 +42,9 @@ for cmd in redis-server dockerd debootstrap node npm prometheus promtool chromiu
     missing+=("${want[$cmd]}")
   fi
 done
+# Python modules -> Debian package (the Python client uses only these, with
+# Debian's /usr/bin/python3: another python3 earlier on PATH lacks them).
+/usr/bin/python3 -c 'import redis' >/dev/null 2>&1 || missing+=(python3-redis)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing with apt-get: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -148,5 +151,5 @@ for link in "claude:$AGENTS_DIR/node_modules/$CLAUDE_PKG/claude" "droid:$AGENTS_
 done
 
 if [ $changed = 0 ]; then
-  log "nothing to do: redis-server, docker.io, debootstrap, node, npm, prometheus, promtool, chromium, git, claude $CLAUDE_VERSION and droid $DROID_VERSION are installed and the Docker engine answers"
+  log "nothing to do: redis-server, docker.io, debootstrap, node, npm, prometheus, promtool, chromium, git, python3-redis, claude $CLAUDE_VERSION and droid $DROID_VERSION are installed and the Docker engine answers"
 fi
