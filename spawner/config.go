@@ -170,7 +170,7 @@ func configVars(c *Config) []envconf.Var {
 		{Name: "WORKER_CPU_LIMIT", Default: "0.5", Value: envconf.PositiveFloat(&c.CPULimit), Doc: "cores per container; limits.cpus overrides it"},
 		{Name: "WORKER_PIDS_LIMIT", Default: "512", Value: envconf.Int(&c.PidsLimit, 16), Doc: "processes per container; limits.pids overrides it"},
 		{Name: "WORKER_STOP_TIMEOUT", Default: "30s", Value: envconf.DurationMin(&c.StopTimeout, 12*time.Second), Doc: "docker stop timeout; the wrapper's grace is 10 s shorter"},
-		{Name: "WORKER_NETWORK_MODE", Default: "host", Value: envconf.String(&c.NetworkMode), Doc: "the containers' network mode: sealed (no network: Redis and the model API through the host's gateway), or a Docker network mode (host, none, bridge, ...)"},
+		{Name: "WORKER_NETWORK_MODE", Default: NetworkSealed, Value: envconf.String(&c.NetworkMode), Doc: "the containers' network mode: sealed (no network: Redis and the model API through the host's gateway), or a Docker network mode (host, none, bridge, ...)"},
 		{Name: "GATEWAY_DIR", Default: "/run/agentvisor/gateway", Value: envconf.String(&c.GatewayDir), Doc: "the directory of this host's worker-gateway (its control socket, a socket directory per sealed worker)"},
 		{Name: "WORKER_PASS_ENV", Default: "ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,FACTORY_API_KEY,OPENAI_API_KEY,DROID_BASE_URL",
 			Value: envconf.List(&c.PassEnv), Doc: "host variables passed to every worker (secrets from the host's environment only)"},

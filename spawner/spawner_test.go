@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/agentvisor/agentvisor/gateway"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/stubmodel"
@@ -69,8 +70,15 @@ func newFixture(t testing.TB, mod func(*Config)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Workers are sealed by default: the fixture's own gateway serves
+	// them, unless the test names a network mode or a gateway of its own.
+	gwDir := shortDir(t)
+	cfg.GatewayDir = gwDir
 	if mod != nil {
 		mod(&cfg)
+	}
+	if cfg.NetworkMode == NetworkSealed && cfg.GatewayDir == gwDir {
+		startTestGateway(t, gateway.Config{Dir: gwDir, Redis: r.Addr, Model: strings.TrimPrefix(stub.URL, "http://")})
 	}
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	s := New(cfg, dc, rc, &Images{Docker: dc, Redis: rc, Keys: cfg.Keys, BaseImage: cfg.BaseImage}, log)
