@@ -1,7 +1,9 @@
 package examples
 
 import (
+	"bufio"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -9,10 +11,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/spawner/spawnertest"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // python is Debian's interpreter, which has python3-redis (a pyenv
@@ -100,4 +104,83 @@ func scriptEndpoint(t *testing.T, stub *stubmodel.Server) string {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close() })
 	return "http://" + ln.Addr().String() + "/script"
+}
+
+// sentinelScript sends a task through a redis+sentinel:// URL, waits for a
+// line on stdin (the test fails the primary over meanwhile), then sends
+// another: the client follows the new primary.
+const sentinelScript = `
+import os, sys
+from agentvisor import Client
+c = Client.from_url(os.environ["SENTINEL_URL"], prefix="sn")
+assert c.wait.replicas == 1, c.wait
+c.redis.hset("sn:status:w1", mapping={"kind": "long_lived"})
+for rid in ("r1", "r2"):
+    t = c.send("w1", "hello", request_id=rid)
+    print("sent", t.request_id, c.run(rid).status, flush=True)
+    if rid == "r1":
+        sys.stdin.readline()
+`
+
+// TestPythonClientSentinel connects the Python client through Redis
+// Sentinel (with the servers' and the sentinels' passwords): a task sent
+// with WAIT for a replica, a failover, a task sent to the new primary.
+func TestPythonClientSentinel(t *testing.T) {
+	s := testkit.StartSentinel(t, testkit.SentinelOptions{Password: "srv-pw", SentinelPassword: "sn-pw"})
+	old, err := s.Primary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientDir, err := filepath.Abs("../clients/python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(python, "-c", sentinelScript)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+clientDir, "SENTINEL_URL="+s.URL(), "REDIS_WAIT_TIMEOUT=2s")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() || lines.Text() != "sent r1 requested" {
+		cmd.Wait()
+		t.Fatalf("before the failover: %q\n%s", lines.Text(), stderr.String())
+	}
+	if err := s.Failover(); err != nil {
+		t.Fatal(err)
+	}
+	primary, err := s.WaitNewPrimary(old, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(stdin, "go\n")
+	if !lines.Scan() || lines.Text() != "sent r2 requested" {
+		cmd.Wait()
+		t.Fatalf("after the failover: %q\n%s", lines.Text(), stderr.String())
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("python: %v\n%s", err, stderr.String())
+	}
+	// Both tasks are on the new primary: r1 replicated before the
+	// failover (WAIT), r2 written there.
+	entries, err := primary.DoArray("XRANGE", "sn:w1:input", "-", "+")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(entries, " ")
+	for _, want := range []string{`"request_id":"r1"`, `"request_id":"r2"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the new primary's input stream lacks %s: %s", want, got)
+		}
+	}
 }

@@ -23,18 +23,27 @@ class _Streams:
         msgs = await self.r.xrevrange(stream, "+", "-", count=1)
         return msgs[0][0] if msgs else "0-0"
 
-    async def add(self, stream, doc):
+    async def add(self, stream, doc, redo=None):
+        """Adds doc; with WAIT, a write the primary reached after a
+        failover lacks is made again there, preceded by redo(pipeline)
+        (what else the write needs there: a task's run)."""
         fields = {"data": doc.to_json()}
         if self.wait.replicas <= 0:
             return await self.r.xadd(stream, fields, maxlen=self.maxlen or None, approximate=True)
         for attempt in range(3):
             pipe = self.r.pipeline(transaction=False)
+            if attempt > 0 and redo is not None:
+                redo(pipe)
             pipe.xadd(stream, fields, maxlen=self.maxlen or None, approximate=True)
             pipe.execute_command("WAIT", self.wait.replicas, self.wait.timeout_ms)
-            entry_id, acked = await pipe.execute()
+            *_, entry_id, acked = await pipe.execute()
             if acked >= self.wait.replicas:
                 return entry_id
+            # Short: the primary may be an old one about to be demoted, and
+            # redis-py asks the sentinels only when it connects: look again
+            # on fresh connections, on the primary they name by then.
             await asyncio.sleep(self.wait.timeout_ms / 1000)
+            await self.r.connection_pool.disconnect()
             if await self.r.xrange(stream, entry_id, entry_id):
                 return entry_id
         return entry_id
@@ -157,9 +166,9 @@ class AsyncClient:
     async def __aexit__(self, *exc):
         await self.close()
 
-    async def _add(self, stream, doc, what):
+    async def _add(self, stream, doc, what, redo=None):
         try:
-            return await self._streams.add(stream, doc)
+            return await self._streams.add(stream, doc, redo)
         except redis.RedisError as e:
             raise redis_error(e, what) from e
 
@@ -221,15 +230,19 @@ class AsyncClient:
             raise AgentvisorError("NOT_FOUND", f"no worker {worker_id}")
         kind = kind or "long_lived"
         info = SentInfo(task.request_id, worker_id, self.keys.input(worker_id, kind), self.keys.output(worker_id, kind))
+        run = _core.run_args(task, worker_id, kind)
+
+        def make_run(pipe):
+            pipe.eval(_core.CREATE_RUN, 1, self.keys.run(task.request_id), *run)
         try:
             pipe = self.redis.pipeline(transaction=False)
             pipe.xrevrange(info.output, "+", "-", count=1)
-            pipe.eval(_core.CREATE_RUN, 1, self.keys.run(task.request_id), *_core.run_args(task, worker_id, kind))
+            make_run(pipe)
             last, _ = await pipe.execute()
         except redis.RedisError as e:
             raise redis_error(e, f"send: output stream of {worker_id} and run {task.request_id}") from e
         info.after = last[0][0] if last else "0-0"
-        await self._add(info.input, task, f"send: task {task.request_id} to {worker_id}")
+        await self._add(info.input, task, f"send: task {task.request_id} to {worker_id}", make_run)
         return AsyncTask(self, info)
 
     async def run_task(self, worker_id, prompt, timeout=_core.TASK_TIMEOUT, on_progress=None, check=False, **task_fields):

@@ -20,20 +20,28 @@ class _Streams:
         msgs = self.r.xrevrange(stream, "+", "-", count=1)
         return msgs[0][0] if msgs else "0-0"
 
-    def add(self, stream, doc):
+    def add(self, stream, doc, redo=None):
+        """Adds doc; with WAIT, a write the primary reached after a
+        failover lacks is made again there, preceded by redo(pipeline)
+        (what else the write needs there: a task's run)."""
         fields = {"data": doc.to_json()}
         if self.wait.replicas <= 0:
             return self.r.xadd(stream, fields, maxlen=self.maxlen or None, approximate=True)
         # WAIT counts the writes of its own connection: one pipeline.
         for attempt in range(3):
             pipe = self.r.pipeline(transaction=False)
+            if attempt > 0 and redo is not None:
+                redo(pipe)
             pipe.xadd(stream, fields, maxlen=self.maxlen or None, approximate=True)
             pipe.execute_command("WAIT", self.wait.replicas, self.wait.timeout_ms)
-            entry_id, acked = pipe.execute()
+            *_, entry_id, acked = pipe.execute()
             if acked >= self.wait.replicas:
                 return entry_id
-            # Short: the primary may be an old one about to be demoted.
+            # Short: the primary may be an old one about to be demoted, and
+            # redis-py asks the sentinels only when it connects: look again
+            # on fresh connections, on the primary they name by then.
             time.sleep(self.wait.timeout_ms / 1000)
+            self.r.connection_pool.disconnect()
             if self.r.xrange(stream, entry_id, entry_id):
                 return entry_id  # kept: no replica in sync, nothing more to wait for
         return entry_id
@@ -169,9 +177,9 @@ class Client:
     def __exit__(self, *exc):
         self.close()
 
-    def _add(self, stream, doc, what):
+    def _add(self, stream, doc, what, redo=None):
         try:
-            return self._streams.add(stream, doc)
+            return self._streams.add(stream, doc, redo)
         except redis.RedisError as e:
             raise redis_error(e, what) from e
 
@@ -246,15 +254,19 @@ class Client:
             raise AgentvisorError("NOT_FOUND", f"no worker {worker_id}")
         kind = kind or "long_lived"
         info = SentInfo(task.request_id, worker_id, self.keys.input(worker_id, kind), self.keys.output(worker_id, kind))
+        run = _core.run_args(task, worker_id, kind)
+
+        def make_run(pipe):
+            pipe.eval(_core.CREATE_RUN, 1, self.keys.run(task.request_id), *run)
         try:
             pipe = self.redis.pipeline(transaction=False)
             pipe.xrevrange(info.output, "+", "-", count=1)
-            pipe.eval(_core.CREATE_RUN, 1, self.keys.run(task.request_id), *_core.run_args(task, worker_id, kind))
+            make_run(pipe)
             last, _ = pipe.execute()
         except redis.RedisError as e:
             raise redis_error(e, f"send: output stream of {worker_id} and run {task.request_id}") from e
         info.after = last[0][0] if last else "0-0"
-        self._add(info.input, task, f"send: task {task.request_id} to {worker_id}")
+        self._add(info.input, task, f"send: task {task.request_id} to {worker_id}", make_run)
         return Task(self, info)
 
     def run_task(self, worker_id, prompt, timeout=_core.TASK_TIMEOUT, on_progress=None, check=False, **task_fields):

@@ -139,8 +139,13 @@ def _millis(t):
     return int(n)
 
 
-def _kwargs(u, timeout):
-    kw = {"db": u.db, "socket_timeout": timeout, "socket_connect_timeout": min(timeout, 10.0), "decode_responses": True}
+def _kwargs(u, timeout, retry):
+    # A call that loses its connection (a primary demoted by a failover:
+    # redis-py then asks the sentinels again) is made again, a few times.
+    from redis.exceptions import ConnectionError as LostConnection
+
+    kw = {"db": u.db, "socket_timeout": timeout, "socket_connect_timeout": min(timeout, 10.0), "decode_responses": True,
+          "retry": retry, "retry_on_error": [LostConnection]}
     if u.username:
         kw["username"] = u.username
     if u.password:
@@ -161,26 +166,38 @@ def _sentinel_kwargs(u, timeout):
     return kw
 
 
+# How often a call that lost its connection is made again.
+RETRIES = 6
+
+
 def connect(u, timeout=30.0):
     """A redis-py client for u: a connection pool to the one server, or a
     sentinel-managed one that follows the primary of u.master."""
     import redis
     import redis.sentinel
+    from redis.backoff import ExponentialBackoff
+    from redis.retry import Retry
+
+    retry = Retry(ExponentialBackoff(cap=2.0, base=0.1), RETRIES)
 
     if not u.sentinel:
         host, port = u.addrs[0]
-        return redis.Redis(host=host, port=port, **_kwargs(u, timeout))
+        return redis.Redis(host=host, port=port, **_kwargs(u, timeout, retry))
     s = redis.sentinel.Sentinel(u.addrs, sentinel_kwargs=_sentinel_kwargs(u, timeout))
-    return s.master_for(u.master, **_kwargs(u, timeout))
+    return s.master_for(u.master, **_kwargs(u, timeout, retry))
 
 
 def connect_async(u, timeout=30.0):
     """The asyncio form of connect."""
     import redis.asyncio
     import redis.asyncio.sentinel
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ExponentialBackoff
+
+    retry = Retry(ExponentialBackoff(cap=2.0, base=0.1), RETRIES)
 
     if not u.sentinel:
         host, port = u.addrs[0]
-        return redis.asyncio.Redis(host=host, port=port, **_kwargs(u, timeout))
+        return redis.asyncio.Redis(host=host, port=port, **_kwargs(u, timeout, retry))
     s = redis.asyncio.sentinel.Sentinel(u.addrs, sentinel_kwargs=_sentinel_kwargs(u, timeout))
-    return s.master_for(u.master, **_kwargs(u, timeout))
+    return s.master_for(u.master, **_kwargs(u, timeout, retry))
