@@ -8,7 +8,7 @@ generated from the protocol's JSON Schemas.
 """
 
 from . import types
-from ._core import Budget, Event, Keys, Run, SentInfo, WorkerStatus
+from ._core import Budget, Event, Keys, Run, SentInfo, Usage, WorkerStatus
 from ._doc import DocumentError
 from .aio import AsyncClient, AsyncTask
 from .client import Client, Task
@@ -23,6 +23,6 @@ __version__ = "0.1.0"
 __all__ = [
     "AgentvisorError", "AgentvisorTimeout", "AsyncClient", "AsyncTask", "BadRedisURL", "Budget", "Client",
     "DocumentError", "Event", "Keys", "LifecycleEvent", "Output", "PermissionRequest", "Progress", "RETRYABLE",
-    "RedisURL", "Reply", "Run", "SentInfo", "Task", "WaitPolicy", "Worker", "WorkerSpec", "WorkerStatus",
+    "RedisURL", "Reply", "Run", "SentInfo", "Task", "Usage", "WaitPolicy", "Worker", "WorkerSpec", "WorkerStatus",
     "parse_redis_url", "types",
 ]

@@ -292,6 +292,24 @@ def budget_of(project, limit, warn, spent):
     return Budget(project, _num(limit), _num(warn), _num(spent))
 
 
+@dataclass
+class Usage:
+    """What a project's tasks used (PROTOCOL.md, "Sessions and usage")."""
+
+    project_id: str
+    tasks: int = 0
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_creation: int = 0
+    cost_usd: float = 0.0
+
+
+def usage_of(project, h):
+    n = {k: int(_num(h.get(k))) for k in ("tasks", "input", "output", "cache_read", "cache_creation")}
+    return Usage(project, cost_usd=_num(h.get("cost_usd")), **n)
+
+
 def output_error(out):
     """The error of an output that did not complete (None for complete
     and blocked)."""

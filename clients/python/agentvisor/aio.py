@@ -283,6 +283,13 @@ class AsyncClient:
             raise redis_error(e, f"budget of {project_id}") from e
         return _core.budget_of(project_id, limit, warn, spent)
 
+    async def usage(self, project_id):
+        """A project's usage counters (zeros when it has none)."""
+        try:
+            return _core.usage_of(project_id, await self.redis.hgetall(self.keys.usage_project(project_id)))
+        except redis.RedisError as e:
+            raise redis_error(e, f"usage of {project_id}") from e
+
     async def lifecycle(self, from_start=False, timeout=None):
         """Yields the lifecycle stream's events as they come (see Client.lifecycle)."""
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -316,6 +316,13 @@ class Client:
             raise redis_error(e, f"budget of {project_id}") from e
         return _core.budget_of(project_id, limit, warn, spent)
 
+    def usage(self, project_id):
+        """A project's usage counters (zeros when it has none)."""
+        try:
+            return _core.usage_of(project_id, self.redis.hgetall(self.keys.usage_project(project_id)))
+        except redis.RedisError as e:
+            raise redis_error(e, f"usage of {project_id}") from e
+
     def lifecycle(self, from_start=False, timeout=None):
         """Yields the lifecycle stream's events (Event, .doc a
         LifecycleEvent) as they come, from its start or from now, until

@@ -166,6 +166,11 @@ class LiveTest(unittest.TestCase):
         self.assertEqual((seen[-1].type, seen[-1].doc.result), ("output", {"async": True}))
         self.assertEqual(run.status, "completed")
 
+    def test_10_usage_counts_the_tasks(self):
+        u = self.c.usage(PROJECT)
+        self.assertGreaterEqual(u.tasks, 6)
+        self.assertGreater(u.input, 0)
+
     def test_99_delete(self):
         self.c.delete_worker(self.worker.worker_id)
         self.assertNotIn(self.worker.worker_id, self.c.workers())
