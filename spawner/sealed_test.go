@@ -3,6 +3,7 @@ package spawner
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -354,5 +355,16 @@ func outsideAt(server string) func(ctx context.Context, network, addr string) (n
 	return func(ctx context.Context, network, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, network, server)
+	}
+}
+
+// Host networking is an opt-in: a worker there has no allowlist to change,
+// and set_network says so with a stable code.
+func TestSetNetworkRefusedWhenNotSealed(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.NetworkMode = "host" })
+	_, err := f.s.SetNetwork(context.Background(), "any", protocol.Network{Allow: []string{"a.test"}})
+	var e *Error
+	if !errors.As(err, &e) || e.Code != protocol.CodeInvalidCommand || !strings.Contains(err.Error(), "not sealed") {
+		t.Fatalf("set_network on host networking: %v", err)
 	}
 }

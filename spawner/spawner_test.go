@@ -164,8 +164,11 @@ func TestWorkerLifecycle(t *testing.T) {
 		t.Fatalf("container config: user %q mem %d cpu %d pids %v capdrop %v secopt %v labels %v",
 			c.Config.User, hc.Memory, hc.NanoCPUs, hc.PidsLimit, hc.CapDrop, hc.SecurityOpt, c.Config.Labels)
 	}
-	if len(c.Mounts) != 1 || c.Mounts[0].Name != ProjectVolume(f.keys.Prefix, spec.AgentType, spec.ProjectID) {
-		t.Fatalf("mounts %+v", c.Mounts)
+	// Its project's volume, and (sealed, the default) its gateway
+	// directory, read-only; no network of its own.
+	if len(c.Mounts) != 2 || c.Mounts[0].Name != ProjectVolume(f.keys.Prefix, spec.AgentType, spec.ProjectID) ||
+		c.Mounts[1].Destination != sealedMount || c.Mounts[1].RW || hc.NetworkMode != "none" {
+		t.Fatalf("mounts %+v, network %q", c.Mounts, hc.NetworkMode)
 	}
 
 	// A task reaches the worker through its input stream.
