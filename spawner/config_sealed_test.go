@@ -44,7 +44,7 @@ func TestConfigSealedSentinel(t *testing.T) {
 	}
 	// Not sealed, the workers get the sentinel URL as it is.
 	url := "redis+sentinel://s1/m/0"
-	env := map[string]string{"REDIS_URL": url}
+	env := map[string]string{"REDIS_URL": url, "WORKER_NETWORK_MODE": "host"}
 	if c, err := ConfigFromEnv(func(k string) string { return env[k] }); err != nil || c.RedisURLForWorkers != url || c.RedisWait.Replicas != "" {
 		t.Fatalf("host network: %q %q %v", c.RedisURLForWorkers, c.RedisWait.Replicas, err)
 	}
