@@ -922,7 +922,11 @@ func (w *worker) relay(c net.Conn, name, addr string, log *slog.Logger) {
 		err error
 	)
 	if sentinel {
-		addr, gen, err = w.g.primary.primary(w.ctx)
+		var primary string
+		addr = w.g.redisLog // what a failed lookup logs: never the sentinels' password
+		if primary, gen, err = w.g.primary.primary(w.ctx); err == nil {
+			addr = primary
+		}
 	}
 	if err == nil {
 		d := net.Dialer{Timeout: w.g.cfg.DialTimeout}

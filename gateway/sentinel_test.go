@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
@@ -209,9 +210,10 @@ func TestSentinelSwitchClosesStalledConnections(t *testing.T) {
 
 // A sentinel that is down, or names no such master, is outvoted or
 // fails the connection: the container's connection is closed, counted as
-// a dial error, and the gateway goes on.
+// a dial error, and the gateway goes on. Its logs never show the
+// sentinels' password.
 func TestSentinelLookupFailures(t *testing.T) {
-	s := testkit.StartSentinel(t, testkit.SentinelOptions{})
+	s := testkit.StartSentinel(t, testkit.SentinelOptions{SentinelPassword: "sentinel-secret"})
 	if err := s.Sentinels[2].Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -219,8 +221,9 @@ func TestSentinelLookupFailures(t *testing.T) {
 	if err := dialRaw(t, sock).ping(); err != nil {
 		t.Fatalf("with one sentinel of three down: %v", err)
 	}
-	dir := shortDir(t)
-	g, c := startGatewayWith(t, Config{Dir: dir, Redis: "redis+sentinel://" + s.Sentinels[0].Addr + "/nosuchmaster"})
+	dir, logs := shortDir(t), &syncBuf{}
+	g, c := startGatewayWith(t, Config{Dir: dir, Log: slog.New(slog.NewJSONHandler(logs, nil)),
+		Redis: "redis+sentinel://" + s.Sentinels[0].Addr + "/nosuchmaster?sentinel_password=" + s.SentinelPassword})
 	if err := c.Open(context.Background(), "w", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -228,6 +231,9 @@ func TestSentinelLookupFailures(t *testing.T) {
 		t.Fatal("a master the sentinels do not know was relayed")
 	}
 	testkit.Eventually(t, "the dial error counted", 5*time.Second, func() bool { return g.Stats()["w"].DialErrors == 1 })
+	if l := logs.String(); !strings.Contains(l, "knows no master nosuchmaster") || strings.Contains(l, s.SentinelPassword) {
+		t.Fatalf("the logs: want the lookup's error, never the sentinels' password:\n%s", l)
+	}
 }
 
 func TestParseRedis(t *testing.T) {
