@@ -56,6 +56,9 @@ func wrapperClient(t *testing.T, s *testkit.Sentinel, sock string) *redis.Client
 	if err := redisconn.ThroughSocket(o, sock); err != nil {
 		t.Fatal(err)
 	}
+	// The wrapper's settings (wrapper/internal/rdb): no retry of go-redis's
+	// own, short timeouts.
+	o.MaxRetries, o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.ContextTimeoutEnabled = -1, 2*time.Second, 3*time.Second, 3*time.Second, true
 	c := redisconn.NewClient(o)
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -112,11 +115,18 @@ func TestSentinelFailoverThroughSocket(t *testing.T) {
 	defer cancel()
 	p := protocol.WaitPolicy{Replicas: 1, Timeout: protocol.DefaultRedisWaitTimeout}
 	var ids []string
-	short := 0
+	short, failed := 0, 0
 	add := func() error {
 		id, err := redisconn.XAdd(ctx, c, p, &redis.XAddArgs{Stream: "s", Values: []any{"data", "{}"}})
 		if redisconn.IsNotReplicated(err) {
 			short, err = short+1, nil // on the new primary before its replica is back
+		}
+		if err != nil && id == "" && ctx.Err() == nil {
+			// The add itself failed, its connection cut: not made, the
+			// caller's to send again (the wrapper does, with backoff).
+			failed++
+			time.Sleep(50 * time.Millisecond)
+			return nil
 		}
 		if err == nil {
 			ids = append(ids, id)
@@ -163,7 +173,7 @@ func TestSentinelFailoverThroughSocket(t *testing.T) {
 	if a, err := nw.DoArray("XLEN", "s"); err == nil && len(a) == 1 {
 		got = a[0]
 	}
-	t.Logf("%d entries added across the failover (%d not acknowledged by a replica), the new primary %s has %s", len(ids), short, nw.Addr, got)
+	t.Logf("%d entries added across the failover (%d not acknowledged by a replica, %d adds cut and sent again), the new primary %s has %s", len(ids), short, failed, nw.Addr, got)
 	if n != int64(len(ids)) || got != strconv.Itoa(len(ids)) {
 		t.Fatalf("the stream has %d entries through the socket, %s on the new primary; %d were confirmed", n, got, len(ids))
 	}
