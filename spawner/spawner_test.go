@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
@@ -166,8 +167,12 @@ func TestWorkerLifecycle(t *testing.T) {
 	}
 	// Its project's volume, and (sealed, the default) its gateway
 	// directory, read-only; no network of its own.
-	if len(c.Mounts) != 2 || c.Mounts[0].Name != ProjectVolume(f.keys.Prefix, spec.AgentType, spec.ProjectID) ||
-		c.Mounts[1].Destination != sealedMount || c.Mounts[1].RW || hc.NetworkMode != "none" {
+	mounts := map[string]container.MountPoint{}
+	for _, m := range c.Mounts {
+		mounts[m.Destination] = m
+	}
+	if len(c.Mounts) != 2 || mounts["/home/worker"].Name != ProjectVolume(f.keys.Prefix, spec.AgentType, spec.ProjectID) ||
+		mounts[sealedMount].Type != "bind" || mounts[sealedMount].RW || hc.NetworkMode != "none" {
 		t.Fatalf("mounts %+v, network %q", c.Mounts, hc.NetworkMode)
 	}
 
