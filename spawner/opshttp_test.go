@@ -118,7 +118,10 @@ func TestOpsOperatorIdentity(t *testing.T) {
 	if !strings.HasPrefix(a1, "alice ") || len(a1) < 40 || a1 != a2 || !strings.HasPrefix(o, "ops ") || o[4:] == a1[6:] {
 		t.Errorf("sessions: %q %q %q", a1, a2, o)
 	}
-	b := body(func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+token); r.Header.Set(OperatorHeader, "deploy-bot") })
+	b := body(func(r *http.Request) {
+		r.Header.Set("Authorization", "Bearer "+token)
+		r.Header.Set(OperatorHeader, "deploy-bot")
+	})
 	if b != "deploy-bot " {
 		t.Errorf("bearer with a name: %q", b)
 	}
