@@ -6,7 +6,7 @@
 
 const charts = (() => {
   const NS = "http://www.w3.org/2000/svg";
-  const W = 600, H = 180, L = 48, R = 110, T = 10, B = 22; // size and margins, in viewBox units
+  const W = 600, H = 190, L = 48, R = 110, T = 22, B = 22; // size and margins, in viewBox units
   const palette = ["#3457a8", "#b35c00", "#2a7a3b", "#a33", "#7a3ba8", "#1d8a8a", "#8a7a1d", "#5a6475"];
   const statusColour = { complete: "#2a7a3b", blocked: "#b35c00", failed: "#a33", cancelled: "#8a93a3" };
   const tasks = [];
@@ -35,7 +35,7 @@ const charts = (() => {
       s += `<text class="tick" x="${L}" y="${H - 6}">${esc(fmtTime(t0))}</text>`;
       s += `<text class="tick" x="${W - R}" y="${H - 6}" text-anchor="end">${esc(fmtTime(t1))}</text>`;
     }
-    s += `<text class="tick" x="${L + 4}" y="${T + 8}">${esc(ylabel)}</text>`;
+    s += `<text class="tick" x="${L}" y="${T - 10}">${esc(ylabel)}</text>`;
     return s;
   }
 
@@ -43,7 +43,9 @@ const charts = (() => {
   function cumulative(id, value, ylabel) {
     const el = svg(id);
     if (!tasks.length) { el.innerHTML = axes(null, null, 1, ylabel) + `<text class="empty" x="${W / 2}" y="${H / 2}" text-anchor="middle">no task yet</text>`; return; }
-    const t0 = tasks[0].t, t1 = Math.max(tasks[tasks.length - 1].t, t0 + 60000);
+    // The time axis starts a little before the first task, so that its step shows.
+    const first = tasks[0].t, end = tasks[tasks.length - 1].t;
+    const t0 = first - Math.max(30000, (end - first) * 0.05), t1 = end + Math.max(30000, (end - first) * 0.05);
     const per = new Map();
     for (const k of tasks) {
       const p = k.project || "-";
@@ -76,7 +78,7 @@ const charts = (() => {
     const last = tasks.slice(-60);
     const ymax = Math.max(1, ...last.map((k) => k.duration / 1000));
     let s = axes(null, null, ymax, "seconds");
-    const bw = (W - L - R) / Math.max(last.length, 1);
+    const bw = Math.min((W - L - R) / Math.max(last.length, 1), 24);
     last.forEach((k, i) => {
       const h = (k.duration / 1000 / ymax) * (H - B - T);
       s += `<rect class="bar" data-request="${esc(k.request)}" x="${L + i * bw + 1}" y="${H - B - h}" width="${Math.max(bw - 2, 1)}" height="${h}" fill="${statusColour[k.status] || "#5a6475"}">` +
