@@ -3,9 +3,12 @@ package dashboard
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"sort"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
@@ -49,13 +52,18 @@ func (d *Dashboard) History(ctx context.Context) ([]Finished, error) {
 		project[ws.ID] = ws.Hash[protocol.StatusFieldProjectID]
 		streams[d.Keys.OutputFor(protocol.Kind(ws.Hash[protocol.StatusFieldKind]), ws.ID)] = true
 	}
-	out := []Finished{}
+	// One round trip for every stream.
+	pipe := d.Redis.Pipeline()
+	reads := map[string]*redis.XMessageSliceCmd{}
 	for stream := range streams {
-		msgs, err := d.Redis.XRevRangeN(ctx, stream, "+", "-", historyPerStream).Result()
-		if err != nil {
-			return nil, err
-		}
-		for _, m := range msgs {
+		reads[stream] = pipe.XRevRangeN(ctx, stream, "+", "-", historyPerStream)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	out := []Finished{}
+	for stream, cmd := range reads {
+		for _, m := range cmd.Val() {
 			ev := client.DecodeEvent(stream, m)
 			if ev.Output == nil {
 				continue
