@@ -65,7 +65,8 @@ func (w *statusWriter) Flush()               { w.ResponseWriter.(http.Flusher).F
 // against the stub model): the task's progress appears as it happens;
 // clicking Allow on its permission request lets the command run; a page
 // of another origin cannot act (403), nor a request without the
-// credential (401); clicking Cancel ends a running task within 2 s.
+// credential (401); clicking Cancel ends a running task within 2 s;
+// Resume and Pause move the worker.
 // Each action is on the lifecycle stream under the login's name. With
 // DASHBOARD_SCREENSHOTS=dir it writes the worker page's pictures there.
 func TestDashboardControlInChromium(t *testing.T) {
@@ -228,6 +229,18 @@ func TestDashboardControlInChromium(t *testing.T) {
 	within(10*time.Second, "the actions in the worker's events",
 		chromedp.WaitVisible(chromedp.Search(`//ol[@id="activity"]/li[contains(., "cancel by alice")]`)))
 	shot("dashboard-worker-cancelled.png")
+
+	// Resume and Pause: the worker, paused after its task, runs again,
+	// then is paused again, each by a command recorded under alice.
+	within(60*time.Second, "the worker paused after its task", chromedp.WaitVisible(chromedp.CSS(`body[data-state="paused"]`)))
+	within(60*time.Second, "Resume", chromedp.Click(chromedp.CSS(`#resume`)),
+		chromedp.WaitVisible(chromedp.Search(`//p[@id="action-status"][contains(., "resume: done by alice")]`)),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-state="idle"]`)))
+	within(60*time.Second, "Pause", chromedp.Click(chromedp.CSS(`#pause`)),
+		chromedp.WaitVisible(chromedp.Search(`//p[@id="action-status"][contains(., "pause: done by alice")]`)),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-state="paused"]`)))
+	checkRecorded(t, rt, worker, "resume", "")
+	checkRecorded(t, rt, worker, "pause", "")
 }
 
 func contains(list []string, s string) bool {
