@@ -16,7 +16,7 @@ import (
 func BenchmarkSealedCreate(b *testing.B) {
 	dir := shortDir(b)
 	sealed := newFixture(b, func(c *Config) { c.NetworkMode, c.GatewayDir = NetworkSealed, dir })
-	host := newFixture(b, nil)
+	host := newFixture(b, func(c *Config) { c.NetworkMode = "host" })
 	startTestGateway(b, gateway.Config{Dir: dir, Redis: sealed.rc.Options().Addr, Model: strings.TrimPrefix(sealed.stub.URL, "http://")})
 	ctx := context.Background()
 	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude}
