@@ -74,17 +74,20 @@ function hostPort(h: string, defaultPort: number, sentinel: boolean): RedisAddre
 
 function parseQuery(u: RedisUrl, raw: string): void {
   if (raw === '') return;
-  const seen = new Map<string, number>();
+  const values = new Map<string, string[]>();
   for (const pair of raw.split('&')) {
     if (pair === '') continue;
-    const [k, v = ''] = pair.split('=', 2).map((s) => unescape(s.replace(/\+/g, ' '), 'query'));
+    const eq = pair.indexOf('=');
+    const [k, v] = [eq < 0 ? pair : pair.slice(0, eq), eq < 0 ? '' : pair.slice(eq + 1)].map((x) => unescape(x.replace(/\+/g, ' '), 'query'));
+    values.set(k, [...(values.get(k) ?? []), v]);
+  }
+  for (const [k, vs] of values) {
     if (!u.sentinel || (k !== 'sentinel_username' && k !== 'sentinel_password')) {
       throw new RedisUrlError(`unknown query parameter ${JSON.stringify(k.slice(0, 40))} (a sentinel URL takes sentinel_username and sentinel_password)`);
     }
-    seen.set(k, (seen.get(k) ?? 0) + 1);
-    if (seen.get(k)! > 1) throw new RedisUrlError(`query parameter ${k} given more than once`);
-    if (k === 'sentinel_username') u.sentinelUsername = v;
-    else u.sentinelPassword = v;
+    if (vs.length !== 1) throw new RedisUrlError(`query parameter ${k} given ${vs.length} times`);
+    if (k === 'sentinel_username') u.sentinelUsername = vs[0];
+    else u.sentinelPassword = vs[0];
   }
 }
 
