@@ -17,8 +17,9 @@ let workerId;
 
 async function stub(path, body) {
   const res = await fetch(process.env.STUB_CONTROL_URL + path, body === undefined ? {} : { method: 'POST', body: JSON.stringify(body) });
-  assert.equal(res.status, 200, `stub ${path}: ${await res.text()}`);
-  return res.json();
+  const text = await res.text();
+  assert.equal(res.status, 200, `stub ${path}: ${text}`);
+  return JSON.parse(text);
 }
 const setScript = (steps) => stub('/script', { steps });
 const final = (stop, text = 'Done.') => ({ text: `${text}\n${JSON.stringify(stop)}` });
