@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/spawner/spawnertest"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // stubControl serves the stub model's script to a program in another
@@ -86,9 +87,7 @@ func TestTypeScript(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 
-	clientDir := filepath.Join("..", "clients", "typescript")
-	npmCI(t, clientDir, "ioredis")
-	runIn(t, ctx, clientDir, env, "npm", "run", "build")
+	clientDir := buildTypeScriptClient(t, ctx, env)
 	t.Run("client", func(t *testing.T) {
 		out := runIn(t, ctx, clientDir, env, "node", "--test", "--test-concurrency=1", "test/unit/", "test/integration/")
 		if !strings.Contains(out, "# fail 0") || strings.Contains(out, "# pass 0") {
@@ -116,6 +115,32 @@ func TestTypeScript(t *testing.T) {
 			t.Errorf("workers left after the quickstart: %v %v", ids, err)
 		}
 	})
+}
+
+// buildTypeScriptClient installs the client's npm packages when they are
+// missing and builds it; it returns the client's directory.
+func buildTypeScriptClient(t *testing.T, ctx context.Context, env []string) string {
+	t.Helper()
+	dir := filepath.Join("..", "clients", "typescript")
+	npmCI(t, dir, "ioredis")
+	runIn(t, ctx, dir, env, "npm", "run", "build")
+	return dir
+}
+
+// TestTypeScriptSentinel runs the TypeScript client over a Redis Sentinel
+// deployment with passwords on the servers and on the sentinels: its
+// redis+sentinel:// URL, WAIT for the replica, and a failover.
+func TestTypeScriptSentinel(t *testing.T) {
+	s := testkit.StartSentinel(t, testkit.SentinelOptions{Password: "srv-secret", SentinelPassword: "sentinel-secret"})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	env := append(os.Environ(), "SENTINEL_URL="+s.URL())
+	dir := buildTypeScriptClient(t, ctx, env)
+	out := runIn(t, ctx, dir, env, "node", "--test", "--test-timeout=90000", "test/sentinel/")
+	if !strings.Contains(out, "# fail 0") || strings.Contains(out, "# pass 0") {
+		t.Fatalf("node --test:\n%s", out)
+	}
+	t.Logf("node --test: %s", summary(out))
 }
 
 // summary is the counting lines of node --test's report.

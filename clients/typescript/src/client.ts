@@ -84,7 +84,9 @@ export class AgentvisorClient {
 
   /** Closes the connection (unless the caller gave its own). */
   async close(): Promise<void> {
-    if (this.owned) await this.redis.quit().catch(() => this.redis.disconnect());
+    if (!this.owned) return;
+    await this.redis.quit().catch(() => {});
+    this.redis.disconnect(); // also ends a sentinel URL's failover detector, which quit leaves subscribed
   }
 
   // Commands.

@@ -186,6 +186,13 @@ export function redisOptions(u: RedisUrl, timeouts: { connectTimeoutMs?: number;
     opts.name = u.master;
     opts.sentinelUsername = u.sentinelUsername || undefined;
     opts.sentinelPassword = u.sentinelPassword || undefined;
+    // A write that reaches a primary demoted by a failover is answered
+    // READONLY: reconnect (the sentinels name the new primary) and send it
+    // again there.
+    // +switch-master on the sentinels moves the client to the new primary
+    // at once, rather than at its next connection error.
+    opts.failoverDetector = true;
+    opts.reconnectOnError = (err) => (err.message.startsWith('READONLY') ? 2 : false);
     if (u.tls) {
       opts.tls = {};
       opts.enableTLSForSentinelMode = true;
