@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/spawner/spawnertest"
 	"github.com/agentvisor/agentvisor/stubmodel"
 	"github.com/agentvisor/agentvisor/testkit"
@@ -137,6 +138,24 @@ func TestTypeScriptSentinel(t *testing.T) {
 	env := append(os.Environ(), "SENTINEL_URL="+s.URL())
 	dir := buildTypeScriptClient(t, ctx, env)
 	out := runIn(t, ctx, dir, env, "node", "--test", "--test-timeout=90000", "test/sentinel/")
+	if !strings.Contains(out, "# fail 0") || strings.Contains(out, "# pass 0") {
+		t.Fatalf("node --test:\n%s", out)
+	}
+	t.Logf("node --test: %s", summary(out))
+}
+
+// TestTypeScriptApproval runs the TypeScript client's permission replies
+// against a runtime whose workers ask before a tool call ALLOWED_COMMANDS
+// does not allow.
+func TestTypeScriptApproval(t *testing.T) {
+	rt := spawnertest.Start(t, func(c *spawner.Config) {
+		c.WorkerEnv = map[string]string{"AGENT_PERSISTENT": "true", "AGENT_APPROVAL": "true"}
+	})
+	env := append(append(os.Environ(), rt.Env...), "STUB_CONTROL_URL="+stubControl(t, rt.Stub))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	dir := buildTypeScriptClient(t, ctx, env)
+	out := runIn(t, ctx, dir, env, "node", "--test", "test/approval/")
 	if !strings.Contains(out, "# fail 0") || strings.Contains(out, "# pass 0") {
 		t.Fatalf("node --test:\n%s", out)
 	}
