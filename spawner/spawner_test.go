@@ -83,8 +83,10 @@ func newFixture(t testing.TB, mod func(*Config)) *fixture {
 	}
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	s := New(cfg, dc, rc, &Images{Docker: dc, Redis: rc, Keys: cfg.Keys, BaseImage: cfg.BaseImage}, log)
-	// No container or volume of this test survives it.
+	// No container or volume of this test survives it (the spare
+	// namespaces' holders stop being made first).
 	testkit.CleanupLabelled(t, testkit.KeyPrefixLabel(prefix))
+	t.Cleanup(func() { s.netns.close(context.Background()) })
 	return &fixture{s: s, rc: rc, dc: dc, keys: cfg.Keys, stub: stub}
 }
 
