@@ -31,7 +31,7 @@ func TestGatewayKilledUnderLoad(t *testing.T) {
 		Recovered: "every task answered complete, once, by the worker it was sent to, within its run time + 15 s of the restart; no worker declared dead " +
 			"(no `dead` event), none replaced or re-created (same containers), the new gateway serves all six. " +
 			"Recovery time: the restart to the last answer of the tasks sent before it.",
-		Detected: "the restart to the moment every worker's wrapper has connected through the new gateway (its /stats).",
+		Detected:  "the restart to the moment every worker's wrapper has connected through the new gateway (its /stats).",
 		Heartbeat: 2 * time.Second,
 	})
 	c.StartManager("m1", nil)
