@@ -252,7 +252,11 @@ func (h *Host) Kill() (time.Time, int, error) {
 	h.killed = true
 	h.mu.Unlock()
 	if g != nil {
-		<-g.Exited()
+		select {
+		case <-g.Exited():
+		case <-time.After(5 * time.Second):
+			err = errors.Join(err, fmt.Errorf("faults: host %s: its gateway (pid %d) outlived the host's death", h.ID, g.Pid()))
+		}
 	}
 	return at, n, err
 }
