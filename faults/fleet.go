@@ -37,7 +37,7 @@ type Fleet struct {
 type Host struct {
 	ID         string // HOST_ID
 	Engine     *Engine
-	GatewayDir string // the host's GATEWAY_DIR (in the fleet's directory)
+	GatewayDir string // the host's GATEWAY_DIR: a short temporary directory (Fleet.Dir links to it)
 
 	mu      sync.Mutex
 	manager *Manager
@@ -85,12 +85,20 @@ func NewFleet(n int, images ...string) (*Fleet, error) {
 			f.Close()
 			return nil, err
 		}
-		gw := filepath.Join(f.Dir, id+"-gw")
-		if err := checkSocketRoom(gw); err != nil {
+		// The gateway's directory is a short one of its own (a socket's
+		// path is at most 107 bytes), named by a link in the fleet's
+		// directory so that a sweep finds it.
+		gw, err := gatewayDir()
+		if err != nil {
 			f.Close()
 			return nil, err
 		}
-		f.Hosts = append(f.Hosts, &Host{ID: id, Engine: e, GatewayDir: gw})
+		h := &Host{ID: id, Engine: e, GatewayDir: gw}
+		f.Hosts = append(f.Hosts, h)
+		if err := os.Symlink(gw, filepath.Join(f.Dir, id+gatewayLink)); err != nil {
+			f.Close()
+			return nil, err
+		}
 	}
 	var archive string
 	var saveErr error
@@ -273,12 +281,30 @@ func (f *Fleet) Close() error {
 		if g := h.Gateway(); g != nil && g.Running() {
 			g.Kill()
 		}
+		if rmErr := os.RemoveAll(h.GatewayDir); rmErr != nil {
+			err = errors.Join(err, rmErr)
+		}
 		return err
 	})
 	if rmErr := os.RemoveAll(f.Dir); rmErr != nil {
 		err = errors.Join(err, rmErr)
 	}
 	return err
+}
+
+// gatewayLink ends the name of a host's link, in the fleet's directory,
+// to its gateway's directory.
+const gatewayLink = "-gw"
+
+// removeGatewayDir removes the gateway directory link names: one that
+// gatewayDir made (in the temporary directory, named gw...), nothing
+// else.
+func removeGatewayDir(link string) {
+	target, err := os.Readlink(link)
+	if err != nil || filepath.Dir(target) != filepath.Clean(os.TempDir()) || !strings.HasPrefix(filepath.Base(target), "gw") {
+		return
+	}
+	_ = os.RemoveAll(target)
 }
 
 // ownerStamp identifies a live process: its pid and start time (a pid
@@ -317,6 +343,9 @@ func SweepStaleFleets() {
 		}
 		hosts, _ := os.ReadDir(dir)
 		for _, h := range hosts {
+			if h.Type()&os.ModeSymlink != 0 && strings.HasSuffix(h.Name(), gatewayLink) {
+				removeGatewayDir(filepath.Join(dir, h.Name()))
+			}
 			if h.IsDir() {
 				e := &Engine{Name: h.Name(), Dir: filepath.Join(dir, h.Name()), Cgroup: "agentvisor-fleet-" + d.Name() + "-" + h.Name()}
 				_ = e.Remove()

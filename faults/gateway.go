@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/agentvisor/agentvisor/gateway"
@@ -59,7 +60,10 @@ func startGateway(dir, logDir, upstream string) (*Gateway, error) {
 		_, err := c.Workers(ctx)
 		return err == nil
 	})
-	if !ready || !g.Running() {
+	if !g.Running() {
+		return nil, fmt.Errorf("worker-gateway on %s exited at start; its log:\n%s", dir, g.LogTail(20))
+	}
+	if !ready {
 		g.Kill()
 		return nil, fmt.Errorf("worker-gateway on %s did not answer on its control socket within %s; its log:\n%s", dir, GatewayReady, g.LogTail(20))
 	}
@@ -99,9 +103,10 @@ func gatewayDir() (string, error) {
 }
 
 // checkSocketRoom fails when a gateway on dir would make socket paths
-// longer than a unix socket's path may be (107 bytes).
+// longer than a unix socket's path may be (107 bytes; the gateway makes
+// room for a worker id of 64 characters, and refuses to start without).
 func checkSocketRoom(dir string) error {
-	if n := len(filepath.Join(dir, "00000000-0000-0000-0000-000000000000", gateway.EgressSocket)); n > 107 {
+	if n := len(filepath.Join(dir, strings.Repeat("x", 64), gateway.EgressSocket)); n > 107 {
 		return fmt.Errorf("faults: gateway directory %s makes socket paths of %d bytes (at most 107): set a shorter TMPDIR", dir, n)
 	}
 	return nil
