@@ -196,13 +196,6 @@ func (c *Case) ManagerEnv(id string) map[string]string {
 		"WORKER_ENV":              `{"AGENT_BIN":"` + FakeAgent + `","SESSION_POLICY":"new"}`,
 		"WORKER_NETWORK_MODE":     "sealed", // GATEWAY_DIR: the case's or the host's gateway (StartManager)
 	}
-	if c.Sentinel != nil {
-		// A sealed worker's gateway relays its redis.sock to one server
-		// and cannot follow a Sentinel deployment's primary across a
-		// failover (the manager refuses sealed workers with a sentinel
-		// URL): the Sentinel cases' workers use the host's network.
-		env["WORKER_NETWORK_MODE"] = "host"
-	}
 	if h := os.Getenv("DOCKER_HOST"); h != "" {
 		env["DOCKER_HOST"] = h
 	}
@@ -216,15 +209,20 @@ func (c *Case) ManagerEnv(id string) map[string]string {
 // environment, changed by extra; it waits until the manager reads the
 // command stream. Its workers sealed (the case's default), it gets the
 // case's gateway as GATEWAY_DIR, started first when none runs yet
-// (relaying to the case's Redis): every manager of the case is on one
-// host, so they share it.
+// (relaying to the case's Redis; with Options.Sentinel, to the primary
+// its sentinels name): every manager of the case is on one host, so they
+// share it.
 func (c *Case) StartManager(id string, extra map[string]string) *Manager {
 	c.T.Helper()
 	return c.launch(id, extra, func(dir string, env map[string]string) (*Manager, error) {
 		if env["WORKER_NETWORK_MODE"] == "sealed" {
 			g := c.Gateway()
 			if g == nil {
-				g = c.StartGateway(c.Redis.Addr)
+				upstream, err := upstreamOf(c.URL())
+				if err != nil {
+					return nil, err
+				}
+				g = c.StartGateway(upstream)
 			}
 			env["GATEWAY_DIR"] = g.Dir
 		}
@@ -240,7 +238,7 @@ func (c *Case) Gateway() *Gateway {
 }
 
 // StartGateway starts the case's worker-gateway on a new short directory,
-// relaying the workers' redis.sock to upstream (host:port): a case whose
+// relaying the workers' redis.sock to upstream (GATEWAY_REDIS): a case whose
 // workers reach Redis another way (a proxy) calls it before its first
 // manager. It is stopped (SIGTERM) when the case has ended, after the
 // final shutdown of the managers (their workers need Redis until they
@@ -270,7 +268,11 @@ func (c *Case) StartGateway(upstream string) *Gateway {
 		}
 		_ = os.RemoveAll(dir)
 	})
-	c.T.Logf("worker-gateway (pid %d) on %s, relaying to %s", g.Pid(), dir, upstream)
+	shown := upstream // host:port, or a sentinel URL with the sentinels' password
+	if strings.Contains(upstream, "://") {
+		shown = protocol.RedactRedisURL(upstream)
+	}
+	c.T.Logf("worker-gateway (pid %d) on %s, relaying to %s", g.Pid(), dir, shown)
 	return g
 }
 

@@ -22,9 +22,9 @@
 // one gateway (Case.StartGateway: a short temporary GATEWAY_DIR, relaying
 // to the case's Redis, started with the first manager, stopped after the
 // final shutdown); each simulated host of a fleet has its own, in the
-// host's cgroups so that it dies with the host. The Sentinel cases are
-// the exception: a gateway relays to one server and cannot follow a
-// primary across a failover, so their workers use the host's network.
+// host's cgroups so that it dies with the host. With a Sentinel
+// deployment (Options.Sentinel) the gateway follows the primary the
+// sentinels name.
 //
 // The harness (this package's non-test files) holds no case: Case (case.go)
 // sets up one case (its Redis, key prefix, managers) and tears it down

@@ -29,7 +29,9 @@ func GatewayBin() string { return filepath.Join(testkit.Root(), "bin", "worker-g
 const GatewayReady = 10 * time.Second
 
 // A Gateway is one worker-gateway process serving Dir (its GATEWAY_DIR),
-// relaying every worker's redis.sock to Upstream (GATEWAY_REDIS). No
+// relaying every worker's redis.sock to Upstream (GATEWAY_REDIS: one
+// server's host:port, or a sentinel URL without the data user's
+// credentials). No
 // GATEWAY_MODEL: the fake agent calls no model, and the wrapper dials
 // model.sock only when a call comes.
 type Gateway struct {
@@ -112,15 +114,18 @@ func checkSocketRoom(dir string) error {
 	return nil
 }
 
-// upstreamOf is the host:port of a redis:// URL: what a gateway relays
-// the workers' redis.sock to.
+// upstreamOf is GATEWAY_REDIS for the workers of a Redis URL: the
+// host:port of a redis:// URL's server; for a sentinel URL, the URL
+// without the data user's credentials (the gateway follows the primary
+// the sentinels name, and never holds a password but the sentinels').
 func upstreamOf(redisURL string) (string, error) {
 	u, err := protocol.ParseRedisURL(redisURL)
 	if err != nil {
 		return "", err
 	}
 	if u.Sentinel {
-		return "", fmt.Errorf("faults: a sealed worker's gateway relays to one server, not the Sentinel deployment %s", protocol.RedactRedisURL(redisURL))
+		u.Username, u.Password = "", ""
+		return u.String(), nil
 	}
 	if len(u.Addrs) != 1 {
 		return "", fmt.Errorf("faults: redis URL %s names no server", protocol.RedactRedisURL(redisURL))
