@@ -26,8 +26,8 @@ import (
 // a namespace, and a namespace is never used twice.
 //
 // Holders carry the key prefix label (so that every count and clean-up of
-// a prefix's containers sees them) but not the managed label: they are not
-// workers, and the reconciler leaves them to this component, which removes
+// a prefix's containers sees them) but not the managed label (set to
+// "false" over their image's): they are not workers, and the reconciler leaves them to this component, which removes
 // a holder that serves no container, is not one of its spare ones, and
 // whose manager is this one or no longer alive.
 
@@ -161,7 +161,9 @@ func (p *netnsPool) make(ctx context.Context) (string, error) {
 	ro := true
 	cfg := &container.Config{
 		Image: p.image(), Entrypoint: []string{"sleep", "infinity"}, User: "65534:65534",
-		Labels: map[string]string{labelRole: roleNetnsHolder, protocol.LabelKeyPrefix: p.prefix, labelHolderOf: p.managerID,
+		// Managed "false" over the base image's own "true": a holder is
+		// not a worker, and the reconciler must not take it for an orphan.
+		Labels: map[string]string{labelRole: roleNetnsHolder, protocol.LabelManaged: "false", protocol.LabelKeyPrefix: p.prefix, labelHolderOf: p.managerID,
 			ctlplane.LabelHost: p.host(), protocol.LabelCreatedAt: protocol.FormatTime(time.Now())},
 	}
 	hc := &container.HostConfig{

@@ -64,6 +64,9 @@ func (s *Reconciler) Reconcile(ctx context.Context) (ReconcileReport, error) {
 	now := s.now()
 	withContainer := map[string]bool{}
 	for _, c := range cs {
+		if c.Labels[labelRole] == roleNetnsHolder {
+			continue // a spare namespace's holder: the netns pool's (netns.go)
+		}
 		id := c.Labels[protocol.LabelWorkerID]
 		withContainer[id] = true
 		created, _ := protocol.ParseTime(c.Labels[protocol.LabelCreatedAt])

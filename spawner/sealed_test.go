@@ -438,3 +438,28 @@ func TestSealedWorkersJoinSpareNamespaces(t *testing.T) {
 		t.Fatalf("containers left: %d (%v)", len(cs), err)
 	}
 }
+
+// The reconciler leaves the spare namespaces' holders alone (they carry
+// the key prefix, and their image the managed label): a worker created
+// after a reconciliation still finds its spare.
+func TestReconcileKeepsSpareNamespaces(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.CreationGrace = 0 })
+	ctx := context.Background()
+	f.s.netns.take() // none ready: starts the refill
+	testkit.Eventually(t, "spare namespaces", time.Minute, func() bool { return f.s.netns.ready() >= f.s.cfg.SpareNetns })
+	rep, err := f.s.Reconcile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OrphansRemoved != 0 || rep.HoldersRemoved != 0 || f.s.netns.ready() != f.s.cfg.SpareNetns {
+		t.Fatalf("reconcile: %+v, %d spare left", rep, f.s.netns.ready())
+	}
+	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.send(t, f.keys.Input(info.WorkerID), protocol.Task{RequestID: "after-reconcile", Prompt: "Say done."})
+	if o := f.waitOutput(t, f.keys.Output(info.WorkerID), "after-reconcile", 2*time.Minute); o.Status != protocol.StatusComplete {
+		t.Fatalf("the task of a worker in a spare namespace: %+v", o)
+	}
+}
