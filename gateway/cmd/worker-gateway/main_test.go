@@ -4,9 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -320,5 +324,72 @@ func TestCredentialsFileBinary(t *testing.T) {
 	}
 	if strings.Contains(p.stderr.String(), secret) {
 		t.Fatalf("the log holds the secret: %s", p.stderr)
+	}
+}
+
+// GATEWAY_UPSTREAM_CA: the gateway trusts a private CA's host for the
+// HTTPS it speaks to a credentialed upstream (a loopback TLS server whose
+// certificate no system root signs); without it the same request fails.
+func TestUpstreamCABinary(t *testing.T) {
+	const token = "s3cret-upstream-ca-token"
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+token {
+			http.Error(w, "no credential", http.StatusUnauthorized)
+			return
+		}
+		_, _ = io.WriteString(w, "private host reached")
+	}))
+	defer up.Close()
+	port := up.Listener.Addr().(*net.TCPAddr).Port
+	tmp := t.TempDir()
+	ca := filepath.Join(tmp, "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: up.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	creds := filepath.Join(tmp, "credentials.json")
+	b := fmt.Sprintf(`[{"host": "127.0.0.1", "port": %d, "value": "Bearer %s"}]`, port, token)
+	if err := os.WriteFile(creds, []byte(b), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	get := func(env ...string) (int, string) {
+		t.Helper()
+		dir := shortDir(t)
+		p := startProc(t, dir, append([]string{"GATEWAY_REDIS=127.0.0.1:1", "GATEWAY_CREDENTIALS_FILE=" + creds}, env...)...)
+		defer func() { _ = p.cmd.Process.Signal(syscall.SIGTERM); <-p.exited }()
+		allow := []string{fmt.Sprintf("127.0.0.1:%d", port)}
+		if err := gateway.NewClient(dir).Open(context.Background(), "w1", allow); err != nil {
+			t.Fatal(err)
+		}
+		sock := filepath.Join(dir, "w1", gateway.EgressSocket)
+		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: "egress"}),
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", sock)
+			}}}
+		resp, err := hc.Get("http://127.0.0.1/repo.git/info/refs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get("GATEWAY_UPSTREAM_CA=" + ca); code != http.StatusOK || body != "private host reached" {
+		t.Fatalf("with GATEWAY_UPSTREAM_CA: %d %q", code, body)
+	}
+	if code, body := get(); code != http.StatusBadGateway || !strings.Contains(body, "certificate") {
+		t.Fatalf("without GATEWAY_UPSTREAM_CA: %d %q, want 502 naming the certificate", code, body)
+	}
+
+	// A file without a certificate stops the binary at start.
+	if err := os.WriteFile(ca, []byte("not a certificate\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	env := map[string]string{"GATEWAY_DIR": shortDir(t), "GATEWAY_REDIS": "127.0.0.1:1", "GATEWAY_UPSTREAM_CA": ca}
+	if code := run(context.Background(), func(k string) string { return env[k] }, &stderr); code != 2 ||
+		!strings.Contains(stderr.String(), "config: GATEWAY_UPSTREAM_CA: "+ca+": no PEM certificate in it") {
+		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 }
