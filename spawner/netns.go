@@ -22,24 +22,33 @@ import (
 // a tiny container of its own (a holder: sleep, no capabilities, read-only,
 // on the none network), and a sealed worker joins one holder's namespace
 // (network mode container:<holder>) instead of waiting for a new one.
-// One holder serves one worker and goes with it: no two workers ever share
-// a namespace, and a namespace is never used twice.
+// One holder serves one worker: no two workers ever share a namespace, and
+// a namespace is never used twice. Once the worker's container has started
+// in it, the holder is removed: the namespace lives on as long as the
+// worker's processes are in it, loopback and all (the engine stops, pauses,
+// execs into and removes such a container as any other; it cannot start it
+// again, which the runtime never does: a worker's next incarnation is a new
+// container).
 //
 // Holders carry the key prefix label (so that every count and clean-up of
 // a prefix's containers sees them) but not the managed label (set to
-// "false" over their image's): they are not workers, and the reconciler leaves them to this component, which removes
-// a holder that serves no container, is not one of its spare ones, and
-// whose manager is this one or no longer alive.
+// "false" over their image's): they are not workers, and the reconciler
+// leaves them to this component. A live manager marks its spare holders
+// in Redis (a key with a TTL of one lease, renewed while it runs); the
+// reconciliation removes every holder of the prefix on its engine that no
+// container waits to start in and that is not marked, or is one of its own
+// manager id's but not among its spares (left by an earlier run of the
+// same manager): a dead manager's spares go within one lease, or at once
+// when it comes back.
 
 // Holder labels: the role says what the container is, the manager which
 // manager's spare it was made as.
 const (
-	labelRole        = protocol.LabelPrefix + "role"
-	labelHolderOf    = protocol.LabelPrefix + "holder_manager"
-	roleNetnsHolder  = "netns-holder"
-	holderMemory     = 16 << 20
-	holderPids       = 8
-	holderTakenGrace = time.Minute // a holder handed out but not yet joined is the create's
+	labelRole       = protocol.LabelPrefix + "role"
+	labelHolderOf   = protocol.LabelPrefix + "holder_manager"
+	roleNetnsHolder = "netns-holder"
+	holderMemory    = 16 << 20
+	holderPids      = 8
 )
 
 // netnsParams is what the namespace pool is given.
@@ -49,8 +58,10 @@ type netnsParams struct {
 	prefix    string
 	managerID string
 	host      func() string
-	spare     int                                                // how many holders are kept ready; 0: none (each worker gets a new namespace)
-	live      func(ctx context.Context) (map[string]bool, error) // the live managers' ids
+	spare     int           // how many holders are kept ready; 0: none (each worker gets a new namespace)
+	markTTL   time.Duration // how long a spare's mark lasts unless renewed (LEASE_TTL: a dead manager's spares go within one lease)
+	mark      func(ctx context.Context, ids []string, ttl time.Duration) error
+	marked    func(ctx context.Context, ids []string) (map[string]bool, error)
 	log       interface{ Warn(string, ...any) }
 }
 
@@ -60,13 +71,39 @@ type netnsPool struct {
 
 	mu      sync.Mutex
 	free    []string             // holder container ids, ready
-	taken   map[string]time.Time // handed out, maybe not joined yet
+	taken   map[string]time.Time // handed out to creates, when
 	filling bool
 	closed  bool
+	stop    chan struct{} // closed by close: the marks' renewal ends
 }
 
 func newNetnsPool(p netnsParams) *netnsPool {
-	return &netnsPool{netnsParams: p, taken: map[string]time.Time{}}
+	pool := &netnsPool{netnsParams: p, stop: make(chan struct{}), taken: map[string]time.Time{}}
+	if p.spare > 0 {
+		go pool.renew()
+	}
+	return pool
+}
+
+// renew keeps the spare holders marked until the pool closes.
+func (p *netnsPool) renew() {
+	t := time.NewTicker(p.markTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		ids := append([]string(nil), p.free...)
+		p.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), p.markTTL/3)
+		if err := p.mark(ctx, ids, p.markTTL); err != nil {
+			p.log.Warn("spare netns holders not marked", "err", err)
+		}
+		cancel()
+	}
 }
 
 // take returns the network mode for a new sealed container: a spare
@@ -85,7 +122,7 @@ func (p *netnsPool) take() container.NetworkMode {
 	id := p.free[0]
 	p.free = p.free[1:]
 	p.taken[id] = time.Now()
-	return container.NetworkMode("container:" + id)
+	return container.NetworkMode("container:" + id) // still marked: the create has a TTL to start it
 }
 
 // holderOf returns the holder id of a network mode, or "".
@@ -97,16 +134,14 @@ func holderOf(mode container.NetworkMode) string {
 	return id
 }
 
-// release removes the holder of a container's network mode (the
-// container is gone, or was never made): its namespace is not used again.
+// release removes the holder of a container's network mode: the
+// container started in its namespace (which lives on with it), or was
+// never made. The namespace is not used again.
 func (p *netnsPool) release(ctx context.Context, mode container.NetworkMode) {
 	id := holderOf(mode)
 	if p == nil || id == "" {
 		return
 	}
-	p.mu.Lock()
-	delete(p.taken, id)
-	p.mu.Unlock()
 	p.remove(ctx, id)
 }
 
@@ -175,6 +210,10 @@ func (p *netnsPool) make(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if err := p.mark(ctx, []string{resp.ID}, p.markTTL); err != nil {
+		p.remove(ctx, resp.ID)
+		return "", err
+	}
 	if err := p.docker.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
 		p.remove(ctx, resp.ID)
 		return "", err
@@ -199,6 +238,9 @@ func (p *netnsPool) close(ctx context.Context) {
 		return
 	}
 	p.mu.Lock()
+	if !p.closed {
+		close(p.stop)
+	}
 	p.closed = true
 	free := p.free
 	p.free = nil
@@ -209,8 +251,8 @@ func (p *netnsPool) close(ctx context.Context) {
 }
 
 // sweep removes the holders of the key prefix on this engine that no
-// container joined, that are not spare here or just handed out, and whose
-// manager is this one or gone; it returns how many it removed.
+// live manager marks spare and no container waits to start in; it
+// returns how many it removed.
 func (p *netnsPool) sweep(ctx context.Context) int {
 	if p == nil {
 		return 0
@@ -220,28 +262,32 @@ func (p *netnsPool) sweep(ctx context.Context) int {
 	if err != nil || len(holders) == 0 {
 		return 0
 	}
-	all, err := p.docker.ContainerList(ctx, container.ListOptions{All: true})
+	created, err := p.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("status", "created"))})
 	if err != nil {
 		return 0
 	}
-	joined := map[string]bool{}
-	for _, c := range all {
+	waiting := map[string]bool{}
+	for _, c := range created {
 		if id := holderOf(container.NetworkMode(c.HostConfig.NetworkMode)); id != "" {
-			joined[id] = true
+			waiting[id] = true
 		}
 	}
-	live, err := p.live(ctx)
+	ids := make([]string, len(holders))
+	for i, h := range holders {
+		ids[i] = h.ID
+	}
+	marked, err := p.marked(ctx, ids)
 	if err != nil {
 		return 0
 	}
 	p.mu.Lock()
-	keep := map[string]bool{}
+	mine := map[string]bool{}
 	for _, id := range p.free {
-		keep[id] = true
+		mine[id] = true
 	}
-	for id, at := range p.taken {
-		if time.Since(at) < holderTakenGrace {
-			keep[id] = true
+	for id, at := range p.taken { // a create's, until it started (or one lease)
+		if time.Since(at) < p.markTTL {
+			mine[id] = true
 		} else {
 			delete(p.taken, id)
 		}
@@ -249,8 +295,8 @@ func (p *netnsPool) sweep(ctx context.Context) int {
 	p.mu.Unlock()
 	n := 0
 	for _, h := range holders {
-		owner := h.Labels[labelHolderOf]
-		if joined[h.ID] || keep[h.ID] || (owner != p.managerID && live[owner]) {
+		earlierRun := h.Labels[labelHolderOf] == p.managerID && !mine[h.ID]
+		if waiting[h.ID] || mine[h.ID] || (marked[h.ID] && !earlierRun) {
 			continue
 		}
 		p.remove(ctx, h.ID)

@@ -345,7 +345,7 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 			return protocol.WorkerInfo{}, errorf(protocol.CodeResourceExhausted, "the slot lease of %s ran out before its container was made", id)
 		}
 	}
-	if err := s.docker.ContainerStart(cctx, cid, container.StartOptions{}); err != nil {
+	if cid, err = s.startContainer(cctx, cid, id, commandID, spec, &img, now, &o); err != nil {
 		// The engine refused to start it: the create fails, so the
 		// worker goes (had this process died here instead, the
 		// reconciler would start it and the command, claimed by another
@@ -373,6 +373,32 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 	info := InfoFromHash(id, h)
 	info.Status, info.ContainerID, info.Image = protocol.ContainerRunning, cid, img.Tag
 	return info, nil
+}
+
+// startContainer starts a worker's container cid and returns its id. A
+// container that was to join a spare network namespace whose holder went
+// meanwhile (removed by hand) is made again on a namespace of its own;
+// one that joined is given its namespace for good (netns.go).
+func (s *Spawner) startContainer(ctx context.Context, cid, id, commandID string, spec protocol.WorkerSpec, img *Image, now time.Time, o *createOpts) (string, error) {
+	err := s.docker.ContainerStart(ctx, cid, container.StartOptions{})
+	if err != nil && holderOf(o.netns) != "" {
+		s.log.Warn("a spare network namespace was gone at start: the worker gets one of its own", "worker_id", id, "err", err)
+		_ = s.docker.ContainerRemove(context.WithoutCancel(ctx), cid, container.RemoveOptions{Force: true})
+		s.netns.release(ctx, o.netns)
+		o.netns = "none"
+		redisURL, uerr := s.users.redisURL(ctx, id, spec.Kind)
+		if uerr != nil {
+			return cid, uerr
+		}
+		if cid, err = s.createContainer(ctx, id, commandID, spec, img, redisURL, now, o); err != nil {
+			return cid, err
+		}
+		err = s.docker.ContainerStart(ctx, cid, container.StartOptions{})
+	}
+	if err == nil && holderOf(o.netns) != "" {
+		go s.netns.release(context.WithoutCancel(ctx), o.netns)
+	}
+	return cid, err
 }
 
 // createContainer makes a worker's container from img and returns its

@@ -1,7 +1,6 @@
 package spawner
 
 import (
-	"context"
 	"time"
 
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
@@ -63,14 +62,7 @@ func (p parts) netns() *netnsPool {
 		image = func() string { return s.images.BaseImage }
 	}
 	return newNetnsPool(netnsParams{docker: s.docker, image: image, prefix: s.keys.Prefix, managerID: s.cfg.ManagerID, host: s.Host,
-		spare: s.cfg.SpareNetns, log: s.log, live: func(ctx context.Context) (map[string]bool, error) {
-			states, err := s.rdb.ManagerStates(ctx)
-			live := map[string]bool{}
-			for _, h := range states {
-				live[h[ctlplane.ManagerFieldID]] = true
-			}
-			return live, err
-		}})
+		spare: s.cfg.SpareNetns, markTTL: s.cfg.LeaseTTL, log: s.log, mark: s.rdb.MarkSpareNetns, marked: s.rdb.SpareNetnsMarked})
 }
 
 func (p parts) volumeGC() *VolumeGC { return &VolumeGC{volumes: p.s.volumes} }
