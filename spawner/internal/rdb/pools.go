@@ -87,7 +87,8 @@ func (r *RDB) DropPoolMember(ctx context.Context, pool, id string) error {
 	return r.C.SRem(ctx, ctlplane.PoolMembersKey(r.Keys, pool), id).Err()
 }
 
-// poolMembersScript: KEYS members, workers, creating. It returns the
+// poolMembersScript: KEYS members, workers, creating (a sorted set of
+// leases). It returns the
 // members in the workers set and drops those neither there nor still
 // being created (retired, or a create that failed).
 var poolMembersScript = redis.NewScript(`
@@ -95,7 +96,7 @@ local live = {}
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   if redis.call('SISMEMBER', KEYS[2], id) == 1 then
     live[#live + 1] = id
-  elseif redis.call('SISMEMBER', KEYS[3], id) == 0 then
+  elseif not redis.call('ZSCORE', KEYS[3], id) then
     redis.call('SREM', KEYS[1], id)
   end
 end
