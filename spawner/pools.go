@@ -28,8 +28,8 @@ import (
 //   - recycle_after: an allocated worker that served this many tasks is
 //     retired when idle and replaced (its waiting tasks move), like a dead
 //     one.
-//   - idle_timeout: an allocated worker idle this long is paused (in
-//     place of IDLE_TIMEOUT_SECONDS).
+//   - idle_timeout: a worker of the pool (allocated, or of its size)
+//     idle this long is paused (in place of IDLE_TIMEOUT_SECONDS).
 //   - size: workers of the spec kept running from the manager's start,
 //     replaced when they die (PRD-018's pool size; for developer workers,
 //     which share a queue).
@@ -302,6 +302,7 @@ func (p *Pools) Start(ctx context.Context) { p.start(ctx, p.run) }
 
 func (p *Pools) run(ctx context.Context) {
 	s := p
+	s.backfill(ctx)
 	published := time.Time{}
 	every(ctx, 250*time.Millisecond, func(ctx context.Context) {
 		if time.Since(published) > 5*time.Second {
@@ -317,6 +318,22 @@ func (p *Pools) run(ctx context.Context) {
 		}
 		for i := range s.templates {
 			s.tendPool(ctx, &s.templates[i])
+		}
+	})
+}
+
+// backfill records in their pools' member sets the pool workers made
+// before the sets existed (their status hash names their pool): one read
+// of the fleet when a leader starts tending, none after.
+func (s *Pools) backfill(ctx context.Context) {
+	names := map[string]bool{}
+	for _, t := range s.templates {
+		names[t.Name] = true
+	}
+	_ = s.eachWorker(ctx, func(ctx context.Context, id string) {
+		pool, err := s.rdb.StatusField(ctx, id, protocol.StatusFieldPool)
+		if err == nil && names[pool] {
+			_ = s.rdb.AddPoolMember(ctx, pool, id)
 		}
 	})
 }

@@ -393,3 +393,26 @@ func TestPoolMetrics(t *testing.T) {
 		}
 	}
 }
+
+// A leader that starts tending records in the member sets the pool
+// workers made before them, and only those of its pools.
+func TestPoolBackfill(t *testing.T) {
+	u := newUnit(t, nil)
+	ctx := context.Background()
+	for id, pool := range map[string]string{"old-1": "p", "old-2": "p", "other": "q", "plain": ""} {
+		u.worker(t, id, "paused", u.now())
+		if pool != "" {
+			u.rc.HSet(ctx, u.keys.Status(id), protocol.StatusFieldPool, pool, protocol.StatusFieldPoolState, protocol.PoolWarm)
+		}
+	}
+	pools := newPools(u.s.env, []PoolTemplate{{Name: "p", Spec: fakeSpec}}, &poolWorkersFake{})
+	pools.backfill(ctx)
+	members, err := u.s.rdb.PoolMembers(ctx, "p")
+	slices.Sort(members)
+	if err != nil || !slices.Equal(members, []string{"old-1", "old-2"}) {
+		t.Fatalf("members %v %v", members, err)
+	}
+	if n := u.rc.Exists(ctx, ctlplane.PoolMembersKey(u.keys, "q")).Val(); n != 0 {
+		t.Error("a pool not configured here got a member set")
+	}
+}
