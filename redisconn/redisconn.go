@@ -66,7 +66,8 @@ func FromURL(u protocol.RedisURL) *redis.UniversalOptions {
 // URL still names the server, for TLS (its host is the server name) and
 // for the credentials. A sentinel URL is refused: its clients dial the
 // sentinels and then whichever server is the primary, which one socket
-// cannot stand for.
+// cannot stand for. With Sentinel, a sealed worker is given a plain URL
+// naming the master and its gateway follows the primary behind the socket.
 func ThroughSocket(o *redis.UniversalOptions, path string) error {
 	if o.MasterName != "" {
 		return errors.New("redisconn: a sentinel URL cannot go through a socket")

@@ -361,7 +361,7 @@ class Heartbeat(Document):
 
 @dataclass(kw_only=True)
 class LifecycleEvent(Document):
-    """One entry of worker:lifecycle, from the wrapper or the spawner."""
+    """One entry of worker:lifecycle, from the wrapper, the spawner or an operator (the dashboard)."""
 
     v: int = 1
     type: str = 'lifecycle'
@@ -405,9 +405,10 @@ class LifecycleEvent(Document):
                                   'allocated',
                                   'recycled',
                                   'host_lost',
-                                  'network_changed'],
+                                  'network_changed',
+                                  'operator_action'],
                          'required': True},
-               'source': {'enum': ['wrapper', 'spawner'], 'required': True},
+               'source': {'enum': ['wrapper', 'spawner', 'operator'], 'required': True},
                'timestamp': {'type': ['string'], 'required': True},
                'request_id': {'pattern': '^\\S+$',
                               'minLength': 1,

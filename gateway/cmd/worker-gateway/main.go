@@ -54,8 +54,8 @@ func configVars(c *config) []envconf.Var {
 	return []envconf.Var{
 		{Name: "GATEWAY_DIR", Default: DefaultDir, Value: envconf.String(&c.Dir),
 			Doc: "where control.sock and a directory of sockets per worker are"},
-		{Name: "GATEWAY_REDIS", Required: true, Value: envconf.Func(hostPort(&c.Redis)),
-			Doc: "the upstream Redis, host:port: what every worker's redis.sock is relayed to"},
+		{Name: "GATEWAY_REDIS", Required: true, Value: envconf.Func(redisUpstream(&c.Redis)),
+			Doc: "the upstream Redis, host:port, or a redis+sentinel:// URL (sentinels, master name, the sentinels' credentials only): what every worker's redis.sock is relayed to; for a sentinel URL, the primary the sentinels name at each connection"},
 		{Name: "GATEWAY_MODEL", Value: envconf.Func(hostPort(&c.Model)),
 			Doc: "the upstream model API, host:port: what every worker's model.sock is relayed to; unset: no model.sock"},
 		{Name: "GATEWAY_MAX_CONNS", Default: fmt.Sprint(gateway.DefaultMaxConns), Value: envconf.Int(&c.MaxConns, 1),
@@ -75,6 +75,17 @@ func hostPort(p *string) func(string) error {
 		host, port, err := net.SplitHostPort(s)
 		if err != nil || host == "" || port == "" || strings.ContainsAny(s, "/ ") {
 			return fmt.Errorf("want host:port, got %q", s)
+		}
+		*p = s
+		return nil
+	}
+}
+
+// redisUpstream checks GATEWAY_REDIS (gateway.ParseRedis) into p.
+func redisUpstream(p *string) func(string) error {
+	return func(s string) error {
+		if _, err := gateway.ParseRedis(s); err != nil {
+			return err
 		}
 		*p = s
 		return nil

@@ -42,6 +42,10 @@ func TestConfigFromEnv(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(c, config{Dir: DefaultDir, Redis: "127.0.0.1:6379", MaxConns: gateway.DefaultMaxConns, LogLevel: "info"}) {
 		t.Fatalf("%+v %v", c, err)
 	}
+	sentinel := "rediss+sentinel://10.0.0.1:26379,10.0.0.2/agentvisor/0?sentinel_password=s%40pw"
+	if c, err := configFromEnv(env(map[string]string{"GATEWAY_REDIS": sentinel})); err != nil || c.Redis != sentinel {
+		t.Fatalf("a sentinel GATEWAY_REDIS: %+v %v", c, err)
+	}
 	c, err = configFromEnv(env(map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379", "GATEWAY_ALLOW": "github.com, *.npmjs.org:443 ,"}))
 	if err != nil || !slices.Equal(c.Allow, []string{"github.com", "*.npmjs.org:443"}) {
 		t.Fatalf("GATEWAY_ALLOW: %+v %v", c, err)
@@ -50,8 +54,11 @@ func TestConfigFromEnv(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{nil, "config: GATEWAY_REDIS: required (the upstream Redis, host:port: what every worker's redis.sock is relayed to)"},
-		{map[string]string{"GATEWAY_REDIS": "redis://127.0.0.1:6379/0"}, `config: GATEWAY_REDIS: want host:port, got "redis://127.0.0.1:6379/0"`},
+		{nil, "config: GATEWAY_REDIS: required (the upstream Redis, host:port, or a redis+sentinel:// URL (sentinels, master name, the sentinels' credentials only): what every worker's redis.sock is relayed to; for a sentinel URL, the primary the sentinels name at each connection)"},
+		{map[string]string{"GATEWAY_REDIS": "redis://127.0.0.1:6379/0"}, `config: GATEWAY_REDIS: gateway: Redis: a redis:// URL: want host:port, or a redis+sentinel:// URL (the wrapper speaks TLS and AUTH end to end)`},
+		{map[string]string{"GATEWAY_REDIS": "u:secret@127.0.0.1:6379"}, `config: GATEWAY_REDIS: gateway: Redis: want host:port or a redis+sentinel:// URL, got an address with an @ (credentials?)`},
+		{map[string]string{"GATEWAY_REDIS": "redis+sentinel://:secret@127.0.0.1:26379/m"}, `config: GATEWAY_REDIS: gateway: Redis: the sentinel URL carries the data user's credentials, which the gateway must not hold: give only the sentinels' (sentinel_username, sentinel_password)`},
+		{map[string]string{"GATEWAY_REDIS": "redis+sentinel://127.0.0.1:26379"}, `config: GATEWAY_REDIS: gateway: Redis: protocol: bad redis URL: a sentinel URL needs the master's name as its path (/mymaster or /mymaster/0)`},
 		{map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379", "GATEWAY_MODEL": "api"}, `config: GATEWAY_MODEL: want host:port, got "api"`},
 		{map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379", "GATEWAY_MAX_CONNS": "0"}, `config: GATEWAY_MAX_CONNS: want a positive whole number, got "0"`},
 		{map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379", "GATEWAY_ALLOW": "github.com,*"}, `config: GATEWAY_ALLOW: gateway: allow entry "*": allows every host: that is host networking, not an allowlist; list the hosts (or *.suffix)`},
