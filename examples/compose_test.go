@@ -118,8 +118,9 @@ func TestComposeDownLeavesNothing(t *testing.T) {
 		return true
 	})
 	label := "label=" + testkit.KeyPrefixLabel(prefix)
-	if c, v := countLabelled(t, "ps", "-aq", "--filter", label), countLabelled(t, "volume", "ls", "-q", "--filter", label); c != 2 || v != 2 {
-		t.Fatalf("before down: %d containers, %d volumes of the prefix", c, v)
+	workers := countLabelled(t, "ps", "-aq", "--filter", label, "--filter", "label="+protocol.LabelWorkerID)
+	if v := countLabelled(t, "volume", "ls", "-q", "--filter", label); workers != 2 || v != 2 {
+		t.Fatalf("before down: %d worker containers, %d volumes of the prefix", workers, v)
 	}
 
 	start := time.Now()

@@ -47,10 +47,12 @@ type DownGateway interface {
 	Close(ctx context.Context, id string) error
 }
 
-// DownContainer is a container Down removes.
+// DownContainer is a container Down removes: a worker's, or another of
+// the prefix (Role: a sealed worker's network namespace holder).
 type DownContainer struct {
 	Name     string `json:"name"`
-	WorkerID string `json:"worker_id"`
+	WorkerID string `json:"worker_id,omitempty"`
+	Role     string `json:"role,omitempty"`
 	State    string `json:"state"`
 }
 
@@ -95,9 +97,11 @@ func (d *Down) PlanDown(ctx context.Context) (DownPlan, error) {
 	plan := DownPlan{Prefix: d.Keys.Prefix}
 	cctx, cancel := context.WithTimeout(ctx, d.timeout())
 	defer cancel()
-	owned := filters.NewArgs(filters.Arg("label", protocol.LabelManaged+"=true"),
-		filters.Arg("label", protocol.LabelKeyPrefix+"="+d.Keys.Prefix))
-	cs, err := d.Docker.ContainerList(cctx, container.ListOptions{All: true, Filters: owned})
+	// Every container of the prefix: the workers' (managed) and the
+	// spare network namespaces' holders (netns.go), which carry the
+	// prefix label only.
+	ofPrefix := filters.NewArgs(filters.Arg("label", protocol.LabelKeyPrefix+"="+d.Keys.Prefix))
+	cs, err := d.Docker.ContainerList(cctx, container.ListOptions{All: true, Filters: ofPrefix})
 	if err != nil {
 		return plan, fmt.Errorf("%w: list containers: %w", ErrEngineUnreachable, err)
 	}
@@ -108,9 +112,13 @@ func (d *Down) PlanDown(ctx context.Context) (DownPlan, error) {
 			name = trimSlash(c.Names[0])
 		}
 		id := c.Labels[protocol.LabelWorkerID]
-		plan.Containers = append(plan.Containers, DownContainer{Name: name, WorkerID: id, State: c.State})
-		ids[id] = id != ""
+		plan.Containers = append(plan.Containers, DownContainer{Name: name, WorkerID: id, Role: c.Labels[labelRole], State: c.State})
+		if id != "" {
+			ids[id] = true
+		}
 	}
+	owned := filters.NewArgs(filters.Arg("label", protocol.LabelManaged+"=true"),
+		filters.Arg("label", protocol.LabelKeyPrefix+"="+d.Keys.Prefix))
 	vs, err := d.Docker.VolumeList(cctx, volume.ListOptions{Filters: owned})
 	if err != nil {
 		return plan, fmt.Errorf("%w: list volumes: %w", ErrEngineUnreachable, err)

@@ -99,7 +99,11 @@ func renderDown(w io.Writer, verb string, p spawner.DownPlan) {
 	fmt.Fprintf(w, "prefix %q: %s %d container(s), %d volume(s), %d Redis user(s), %d gateway directory(ies)\n", p.Prefix, verb,
 		len(p.Containers), len(p.Volumes), len(p.RedisUsers), len(p.GatewayDirs))
 	for _, ct := range p.Containers {
-		fmt.Fprintf(w, "  container  %s  (worker %s, %s)\n", ct.Name, ct.WorkerID, ct.State)
+		what := "worker " + ct.WorkerID
+		if ct.WorkerID == "" {
+			what = ct.Role
+		}
+		fmt.Fprintf(w, "  container  %s  (%s, %s)\n", ct.Name, what, ct.State)
 	}
 	for _, v := range p.Volumes {
 		fmt.Fprintf(w, "  volume     %s\n", v)
