@@ -19,7 +19,8 @@ import (
 
 // Down takes a key prefix off a host when its manager is gone (a manager
 // that stops removes its workers itself, unless KEEP_WORKERS): every
-// container and project volume of the prefix on this engine, the
+// container of the prefix on this engine (the workers' and their network
+// namespaces' holders) and its project volumes, the
 // prefix's per-worker Redis users, and the socket directories the
 // host's worker-gateway keeps for those workers. PlanDown lists them and
 // changes nothing; Execute removes them. Nothing else of Redis is
