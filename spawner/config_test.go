@@ -114,9 +114,9 @@ func TestConfigBooleans(t *testing.T) {
 		return c, o, err
 	}
 	flags := func(c Config, o OpsConfig) []bool {
-		return []bool{c.ProjectVolumes, c.PruneBuildCache, c.ReplaceDead, o.GCDryRun, o.KeepWorkers}
+		return []bool{c.ProjectVolumes, c.PruneBuildCache, c.ReplaceDead, o.GCDryRun, o.KeepWorkers, o.RemoveVolumesAtStop}
 	}
-	names := []string{"WORKER_PROJECT_VOLUMES", "GC_PRUNE_BUILD_CACHE", "REPLACE_DEAD_WORKERS", "GC_DRY_RUN", "KEEP_WORKERS"}
+	names := []string{"WORKER_PROJECT_VOLUMES", "GC_PRUNE_BUILD_CACHE", "REPLACE_DEAD_WORKERS", "GC_DRY_RUN", "KEEP_WORKERS", "REMOVE_VOLUMES_AT_STOP"}
 	for _, spelling := range []struct {
 		s    string
 		want bool

@@ -121,6 +121,11 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 	if err := s.rdb.EndRetire(ctx, id, kind, protocol.AgentType(h[protocol.StatusFieldAgentType]), h[protocol.StatusFieldProjectID], s.now()); err != nil {
 		return true, redisError(err, "end retirement of %s", id)
 	}
+	if pool := h[protocol.StatusFieldPool]; pool != "" {
+		// Best effort: the pool's tending drops a member no longer in
+		// the workers set.
+		_ = s.rdb.DropPoolMember(ctx, pool, id)
+	}
 	s.log.Info("worker retired", "worker_id", id, "reason", r.reason)
 	return true, nil
 }

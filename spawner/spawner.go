@@ -170,10 +170,15 @@ func (s *Spawner) createCommand(ctx context.Context, commandID string, spec prot
 // createFor is createCommand without the metrics.
 func (s *Spawner) createFor(ctx context.Context, commandID string, spec protocol.WorkerSpec, forward func(ctx context.Context, host string) error) (protocol.WorkerInfo, error) {
 	if p := s.poolFor(spec); p != nil {
+		start := s.now()
 		if info, ok, err := s.allocate(ctx, commandID, p, forward); ok || err != nil {
 			return info, err
 		}
-		return s.create(ctx, commandID, spec, createOpts{pool: p.Name, poolState: protocol.PoolAllocated, forward: forward})
+		info, err := s.create(ctx, commandID, spec, createOpts{pool: p.Name, poolState: protocol.PoolAllocated, forward: forward})
+		if err == nil {
+			s.obs.poolAllocated(p.Name, "cold", s.now().Sub(start))
+		}
+		return info, err
 	}
 	return s.create(ctx, commandID, spec, createOpts{forward: forward})
 }
@@ -313,6 +318,11 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 				protocol.StatusFieldCreatedAt: protocol.FormatTime(now), protocol.StatusFieldHealth: string(protocol.HealthHealthy),
 				protocol.StatusFieldSpec: specJSON(spec), protocol.StatusFieldManagerID: s.cfg.ManagerID, protocol.StatusFieldHost: s.Host(),
 				protocol.StatusFieldPool: o.pool, protocol.StatusFieldPoolState: o.poolState})
+		}
+		if o.pool != "" {
+			if err := s.rdb.AddPoolMember(cctx, o.pool, id); err != nil {
+				return protocol.WorkerInfo{}, redisError(err, "pool %s", o.pool)
+			}
 		}
 		if err := s.volumes.touch(cctx, spec); err != nil {
 			return protocol.WorkerInfo{}, err

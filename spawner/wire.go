@@ -46,7 +46,7 @@ func (p parts) wake() *Wake {
 func (p parts) timeouts() *Timeouts {
 	c := p.s.cfg
 	return newTimeouts(timeoutsParams{env: p.s.env, workers: p.s, pause: p.s.Pause,
-		interval: max(c.HeartbeatInterval/4, 100*time.Millisecond), idle: c.IdleTimeout, paused: c.PauseTimeout})
+		interval: max(c.HeartbeatInterval/4, 100*time.Millisecond), idle: c.IdleTimeout, paused: c.PauseTimeout, poolIdle: poolIdle(c.Pools)})
 }
 
 func (p parts) reconciler() *Reconciler {
@@ -110,4 +110,15 @@ func (p parts) fleetLeader() *Leader {
 	jobs := []component{p.retention(), p.pools(), p.gone()}
 	jobs = append(jobs, p.s.obs.leaderJobs(p.s.env)...)
 	return newLeader(p.s.env, p.leases(), ctlplane.LeaderLease, jobs)
+}
+
+// poolIdle is every pool's idle_timeout (those that set one).
+func poolIdle(pools []PoolTemplate) map[string]time.Duration {
+	m := map[string]time.Duration{}
+	for _, p := range pools {
+		if p.IdleTimeout > 0 {
+			m[p.Name] = p.IdleTimeout
+		}
+	}
+	return m
 }

@@ -34,12 +34,22 @@ type Runtime struct {
 	Spawner *spawner.Spawner
 	// Gateway serves the sealed workers' sockets (nil when the test named
 	// another network mode or a gateway of its own).
-	Gateway  *gateway.Gateway
-	RedisURL string
+	Gateway *gateway.Gateway
+	// GatewayDir is the directory the manager's gateway serves
+	// (GATEWAY_DIR).
+	GatewayDir string
+	RedisURL   string
 	// Env is the environment a program under test needs to reach this
 	// runtime: REDIS_URL, WORKER_KEY_PREFIX, ANTHROPIC_BASE_URL, ...
 	Env []string
+
+	stopManager func()
 }
+
+// StopManager stops the manager as one that died would, leaving its
+// workers, their volumes and their Redis users behind (the test's end
+// still removes them). It is idempotent.
+func (rt *Runtime) StopManager() { rt.stopManager() }
 
 // Start starts a runtime; mod may change the manager's configuration. The
 // stub model answers every request with a complete stop output unless the
@@ -96,16 +106,19 @@ func Start(t testing.TB, mod func(*spawner.Config)) *Runtime {
 		defer close(done)
 		_ = (&spawner.Manager{S: s}).Run(ctx)
 	}()
-	t.Cleanup(func() {
+	stop := func() {
 		cancel()
 		<-done
+	}
+	t.Cleanup(func() {
+		stop()
 		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
 		defer scancel()
 		_ = s.Shutdown(sctx)
 		// No container or volume of this runtime survives the test.
 		testkit.RemoveLabelled(testkit.KeyPrefixLabel(prefix))
 	})
-	return &Runtime{Redis: r, RC: rc, Keys: cfg.Keys, Stub: stub, Spawner: s, Gateway: gw, RedisURL: r.URL(),
+	return &Runtime{Redis: r, RC: rc, Keys: cfg.Keys, Stub: stub, Spawner: s, Gateway: gw, GatewayDir: cfg.GatewayDir, RedisURL: r.URL(), stopManager: stop,
 		Env: []string{"REDIS_URL=" + r.URL(), "WORKER_KEY_PREFIX=" + prefix, "ANTHROPIC_BASE_URL=" + stub.URL,
 			"DROID_BASE_URL=" + stub.URL, "ANTHROPIC_API_KEY=sk-stub-0123456789"}}
 }

@@ -132,6 +132,14 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int 
 			return 1
 		}
 		log.Info("shutdown: every worker removed", "took", time.Since(start).String())
+		if ops.RemoveVolumesAtStop {
+			removed, err := s.RemoveVolumes(sctx)
+			if err != nil {
+				log.Error("shutdown: project volumes left", "removed", len(removed), "err", err)
+				return 1
+			}
+			log.Info("shutdown: project volumes removed", "volumes", len(removed))
+		}
 	}
 	return 0
 }

@@ -78,6 +78,11 @@ func ManagerStateKey(k protocol.Keys, managerID string) string { return join(k, 
 // create gets it.
 func PoolWarmSetKey(k protocol.Keys, pool string) string { return join(k, "pool", pool, "warm") }
 
+// PoolMembersKey is the set of every worker made for a pool (warm,
+// allocated or of its fixed size) until it is retired: the pool's tending
+// reads these workers, never the whole fleet.
+func PoolMembersKey(k protocol.Keys, pool string) string { return join(k, "pool", pool, "members") }
+
 // PoolStatsKey is the hash of a pool's counters: allocations,
 // allocation_wait_us (their sum), refills, recycles.
 func PoolStatsKey(k protocol.Keys, pool string) string { return join(k, "pool", pool, "stats") }
