@@ -39,7 +39,7 @@ type DockerProxy struct {
 	delays  []dockerDelay
 	lates   []dockerDelay
 	timers  []dockerTimer
-	late    sync.WaitGroup // calls forwarded late, in flight
+	late    sync.WaitGroup  // calls forwarded late, in flight
 	holders map[string]bool // container ids of the namespaces' holders
 }
 

@@ -111,4 +111,6 @@ func WorkerUsersKey(k protocol.Keys) string { return join(k, "worker_users") }
 // SpareNetnsKey is the string key, with a TTL, that says a spare network
 // namespace's holder container (its id) is kept by a live manager: a
 // holder without one is anyone's to remove.
-func SpareNetnsKey(k protocol.Keys, holderID string) string { return join(k, "netns", "spare", holderID) }
+func SpareNetnsKey(k protocol.Keys, holderID string) string {
+	return join(k, "netns", "spare", holderID)
+}
