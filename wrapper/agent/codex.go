@@ -137,7 +137,9 @@ func statusIn(msg string) int {
 // approval_policy never, on the command line. Codex hides variables whose
 // names hold KEY, SECRET or TOKEN from its commands by default; the
 // progress call needs WORKER_PROGRESS_TOKEN, so its shell environment
-// inherits everything (the wrapper already left its secrets out).
+// inherits everything (the wrapper already left its secrets out). Its
+// commands run in a login shell by default, whose /etc/profile resets
+// PATH and so loses worker-wrapper's directory: allow_login_shell=false.
 //
 // ALLOWED_COMMANDS: Codex's own rules (execpolicy) cannot say "refuse
 // everything else" without asking; as for Droid, a PreToolUse hook on
@@ -179,7 +181,7 @@ func (c codex) Argv(inv Invocation) []string {
 	argv = append(argv, "--json", "--skip-git-repo-check",
 		"-c", `approval_policy="never"`, "-c", `sandbox_mode="danger-full-access"`,
 		"-c", `shell_environment_policy.inherit="all"`, "-c", "shell_environment_policy.ignore_default_excludes=true",
-		"-c", "check_for_update_on_startup=false",
+		"-c", "allow_login_shell=false", "-c", "check_for_update_on_startup=false",
 		"-c", "developer_instructions="+tomlString(c.s.systemPrompt(inv)))
 	argv = append(argv, c.guardArgs()...)
 	if c.s.Model != "" {
