@@ -17,6 +17,12 @@ import (
 // whole prompt (InputTokens + CacheReadInputTokens +
 // CacheCreationInputTokens), of which input_tokens_details.cached_tokens
 // (CacheReadInputTokens) were read from the cache.
+//
+// Codex 0.171 offers its classic function tools (exec_command,
+// apply_patch, ...) in "tools" to a model it has no metadata for, such as
+// gpt-stub; its own models (its default one) get code mode instead, one
+// JavaScript "exec" tool in an additional_tools input item, which no step
+// drives. Run Codex against the stub with such a model name (-m).
 
 // responsesRequest is the part of a Responses request the stub reads.
 type responsesRequest struct {
