@@ -48,19 +48,43 @@ func (q responsesRequest) items() []json.RawMessage {
 	return nil
 }
 
-// toolNames returns the name of each function tool, or the type of a
-// built-in one (local_shell, web_search, ...).
+// toolNames returns the name of each function tool, the type of a
+// built-in one (local_shell, web_search, ...), and <namespace>__<tool>
+// for each tool of a namespace (mcp__tm__echo: Claude's name of an MCP
+// tool).
 func (q responsesRequest) toolNames() []string {
 	var names []string
 	for _, raw := range q.Tools {
-		var t struct{ Type, Name string }
+		var t struct {
+			Type, Name string
+			Tools      []struct{ Name string }
+		}
 		if json.Unmarshal(raw, &t) != nil {
 			continue
 		}
-		if t.Name == "" {
-			t.Name = t.Type
+		switch {
+		case t.Type == "namespace":
+			for _, nested := range t.Tools {
+				names = append(names, t.Name+"__"+nested.Name)
+			}
+		case t.Name == "":
+			names = append(names, t.Type)
+		default:
+			names = append(names, t.Name)
 		}
-		names = append(names, t.Name)
+	}
+	return names
+}
+
+// namespaces returns the names of the request's tool namespaces (Codex
+// offers an MCP server's tools in one, mcp__<server>).
+func (q responsesRequest) namespaces() []string {
+	var names []string
+	for _, raw := range q.Tools {
+		var t struct{ Type, Name string }
+		if json.Unmarshal(raw, &t) == nil && t.Type == "namespace" {
+			names = append(names, t.Name)
+		}
 	}
 	return names
 }
@@ -86,7 +110,7 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, body []b
 		writeResponsesError(w, *step.Error)
 		return
 	}
-	resp := newResponse(model, outputOf(step, rec.Tools), usage)
+	resp := newResponse(model, outputOf(step, rec.Tools, req.namespaces()), usage)
 	if req.Stream {
 		writeResponsesStream(w, resp)
 		return
@@ -165,8 +189,10 @@ func respID(prefix string) string {
 // outputOf returns the output items of a step: a message for its text,
 // then a function_call for its tool call. A tool call named "Bash" (the
 // Messages scripts' shell tool) goes to the request's shell tool when it
-// offers no Bash, so that one script drives every agent.
-func outputOf(step Step, tools []string) []map[string]any {
+// offers no Bash, so that one script drives every agent; a name
+// <namespace>__<tool> of one of the request's namespaces (Claude's name
+// of an MCP tool, mcp__<server>__<tool>) calls tool in that namespace.
+func outputOf(step Step, tools, namespaces []string) []map[string]any {
 	var out []map[string]any
 	if step.Text != "" || step.ToolUse == nil {
 		out = append(out, map[string]any{"type": "message", "id": respID("msg"), "status": "completed", "role": "assistant",
@@ -175,8 +201,14 @@ func outputOf(step Step, tools []string) []map[string]any {
 	if step.ToolUse != nil {
 		name, in := shellCall(step.ToolUse.Name, step.ToolUse.Input, tools)
 		args, _ := json.Marshal(in)
-		out = append(out, map[string]any{"type": "function_call", "id": respID("fc"), "call_id": respID("call"),
-			"name": name, "arguments": string(args), "status": "completed"})
+		call := map[string]any{"type": "function_call", "id": respID("fc"), "call_id": respID("call"),
+			"name": name, "arguments": string(args), "status": "completed"}
+		for _, ns := range namespaces {
+			if tool, ok := strings.CutPrefix(name, ns+"__"); ok {
+				call["namespace"], call["name"] = ns, tool
+			}
+		}
+		out = append(out, call)
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -110,6 +111,7 @@ func TestResponsesErrorsDelaysAndToolResults(t *testing.T) {
 		{Error: &HTTPError{Status: 429, Header: map[string]string{"retry-after": "1"}}},
 		{Text: `{"status": "complete", "result": {"echo": "` + ToolResultPlaceholder + `"}}`, DelayMS: 150},
 		{ToolUse: &ToolUse{Name: "read_file", Input: map[string]any{"path": "a"}}},
+		{ToolUse: &ToolUse{Name: "mcp__tm__echo", Input: map[string]any{"text": "x"}}},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -157,6 +159,17 @@ func TestResponsesErrorsDelaysAndToolResults(t *testing.T) {
 		t.Fatalf("call %v", call)
 	}
 
+	// Claude's name of an MCP tool calls it in Codex's namespace.
+	var mcp struct {
+		Output []struct{ Type, Name, Namespace, Arguments string }
+	}
+	resp = postResponses(t, s.URL, `{"model":"m","input":"x","tools":[{"type":"namespace","name":"mcp__tm","tools":[{"type":"function","name":"echo"}]}]}`)
+	json.NewDecoder(resp.Body).Decode(&mcp)
+	resp.Body.Close()
+	if len(mcp.Output) != 1 || mcp.Output[0].Namespace != "mcp__tm" || mcp.Output[0].Name != "echo" || mcp.Output[0].Arguments != `{"text":"x"}` {
+		t.Fatalf("MCP call %+v", mcp.Output)
+	}
+
 	req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/responses", strings.NewReader(codexRequest))
 	req.Header.Set("Authorization", "Bearer wrong")
 	resp, err = http.DefaultClient.Do(req)
@@ -168,7 +181,7 @@ func TestResponsesErrorsDelaysAndToolResults(t *testing.T) {
 	if resp.StatusCode != 401 || !strings.Contains(string(b), `"error":{`) {
 		t.Fatalf("a wrong key: %d %s", resp.StatusCode, b)
 	}
-	if reqs := s.Requests(); len(reqs) != 3 || !reqs[0].KeyOK || reqs[2].Step != 2 {
+	if reqs := s.Requests(); len(reqs) != 4 || !reqs[0].KeyOK || reqs[2].Step != 2 || !slices.Contains(reqs[3].Tools, "mcp__tm__echo") {
 		t.Fatalf("recorded %d requests", len(reqs))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -147,9 +148,14 @@ func statusIn(msg string) int {
 // guard`, given with -c (a flag, not a file the agent could edit), and
 // --dangerously-bypass-hook-trust runs it without a trust prompt.
 //
+// MCP servers: mcp_servers tables in config.toml, each required (Codex
+// does not start without it, and says which on stderr: CheckOutcome) and
+// given AGENT_MCP_TIMEOUT to start. Codex offers a server's tools in a
+// namespace, mcp__<server>, and reports a call as an mcp_tool_call item.
+//
 // Not supported: a persistent process (codex exec takes one prompt; its
-// app-server speaks another protocol), AGENT_APPROVAL, MCP servers, a
-// JSON schema for the stop output.
+// app-server speaks another protocol), AGENT_APPROVAL, a JSON schema for
+// the stop output.
 type codex struct{ s Settings }
 
 func init() { register(protocol.AgentCodex, func(s Settings) Adapter { return codex{s} }) }
@@ -253,16 +259,14 @@ func (codex) KeepsEnv(string) bool     { return false }
 func (codex) InstructionsFile() string { return "AGENTS.md" }
 
 // Setup writes ~/.codex/config.toml with the agentvisor model provider at
-// the proxy (replacing what an earlier worker on the same HOME wrote).
-// MCP servers are refused: this adapter does not give them to Codex.
+// the proxy and the spec's MCP servers (replacing what an earlier worker
+// on the same HOME wrote): a file, as the servers' env and headers are
+// secrets that a command line would show to any process.
 func (c codex) Setup(home string, api ModelAPI) error {
-	if len(c.s.MCPServers) > 0 {
-		return fmt.Errorf("mcp servers: the codex adapter does not support MCP servers yet")
-	}
 	if !c.s.AllowedCommands.ShellRules().All && c.s.SelfPath == "" {
 		return fmt.Errorf("codex guard: the wrapper's own path is unknown, so ALLOWED_COMMANDS cannot be enforced (set ALLOWED_COMMANDS=* to run without it)")
 	}
-	if api.URL == "" {
+	if api.URL == "" && len(c.s.MCPServers) == 0 {
 		return nil
 	}
 	if home == "" {
@@ -272,22 +276,96 @@ func (c codex) Setup(home string, api ModelAPI) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("codex config: %w", err)
 	}
-	return os.WriteFile(filepath.Join(dir, "config.toml"), []byte(codexConfig(api.URL)), 0o600)
+	return os.WriteFile(filepath.Join(dir, "config.toml"), []byte(c.config(api.URL)), 0o600)
 }
 
-// codexConfig is the config.toml that points Codex at the proxy.
-func codexConfig(proxyURL string) string {
-	return "# Written by the agentvisor wrapper at its start: the model API goes through its proxy.\n" +
-		"model_provider = " + tomlString(codexProvider) + "\n\n" +
-		"[model_providers." + codexProvider + "]\n" +
-		"name = " + tomlString(codexProvider) + "\n" +
-		"base_url = " + tomlString(strings.TrimSuffix(proxyURL, "/")+"/v1") + "\n" +
-		"wire_api = \"responses\"\n" +
-		"env_key = " + tomlString(codexTokenEnv) + "\n"
+// config is the config.toml that points Codex at the proxy (when there
+// is one) and gives it the spec's MCP servers.
+func (c codex) config(proxyURL string) string {
+	var b strings.Builder
+	b.WriteString("# Written by the agentvisor wrapper at its start: the model API goes through its proxy.\n")
+	if proxyURL != "" {
+		b.WriteString("model_provider = " + tomlString(codexProvider) + "\n\n" +
+			"[model_providers." + codexProvider + "]\n" +
+			"name = " + tomlString(codexProvider) + "\n" +
+			"base_url = " + tomlString(strings.TrimSuffix(proxyURL, "/")+"/v1") + "\n" +
+			"wire_api = \"responses\"\n" +
+			"env_key = " + tomlString(codexTokenEnv) + "\n")
+	}
+	for _, m := range c.s.MCPServers {
+		b.WriteString("\n" + c.mcpServer(m))
+	}
+	return b.String()
 }
 
+// mcpServer is one MCP server's table: required, so that Codex refuses to
+// start without it (CheckOutcome), and given AGENT_MCP_TIMEOUT to start.
+func (c codex) mcpServer(m protocol.MCPServer) string {
+	var b strings.Builder
+	b.WriteString("[mcp_servers." + tomlString(m.Name) + "]\n")
+	if m.URL != "" {
+		b.WriteString("url = " + tomlString(m.URL) + "\n")
+		if len(m.Headers) > 0 {
+			b.WriteString("http_headers = " + tomlTable(m.Headers) + "\n")
+		}
+	} else {
+		b.WriteString("command = " + tomlString(m.Command) + "\n")
+		args := make([]string, len(m.Args))
+		for i, a := range m.Args {
+			args[i] = tomlString(a)
+		}
+		b.WriteString("args = [" + strings.Join(args, ", ") + "]\n")
+		if len(m.Env) > 0 {
+			b.WriteString("env = " + tomlTable(m.Env) + "\n")
+		}
+	}
+	secs := max(int64(c.s.MCPTimeout.Seconds()), 1)
+	b.WriteString("required = true\nstartup_timeout_sec = " + strconv.FormatInt(secs, 10) + "\n")
+	return b.String()
+}
+
+// tomlTable is m as an inline TOML table, its keys quoted, in key order.
+func tomlTable(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = tomlString(k) + " = " + tomlString(m[k])
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+// CheckInit: nothing to check; Codex does not start without a required
+// server (CheckOutcome).
 func (codex) CheckInit(Event) *protocol.Error { return nil }
-func (codex) CheckOutcome(o Outcome) Outcome  { return o }
+
+// codexMCPRefusal is what Codex prints when a required MCP server did not
+// start or connect in time; the servers it names follow.
+const codexMCPRefusal = "required MCP servers failed to initialize"
+
+// CheckOutcome turns Codex's refusal to start without a server of the
+// spec (no thread, no result, codexMCPRefusal on stderr) into an abort
+// with MCP_UNAVAILABLE, naming what Codex said of the server.
+func (c codex) CheckOutcome(o Outcome) Outcome {
+	if len(c.s.MCPServers) == 0 || o.Aborted != nil || o.Init != nil || o.Result != nil || o.StartErr != nil {
+		return o
+	}
+	i := strings.Index(o.Stderr, codexMCPRefusal)
+	if i < 0 {
+		return o
+	}
+	said := o.Stderr[i+len(codexMCPRefusal):]
+	if j := strings.IndexByte(said, '\n'); j >= 0 {
+		said = said[:j]
+	}
+	said = strings.TrimSpace(strings.TrimPrefix(said, ":"))
+	o.Aborted = protocol.NewError(protocol.CodeMCPUnavailable, "MCP server not available: Codex would not start without it (waited up to %s): %s",
+		c.s.MCPTimeout, truncate(said, 500))
+	return o
+}
 
 // Model: Codex names no model in its output; the configured one.
 func (c codex) Model(init *Init) string {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
 )
@@ -149,8 +150,24 @@ func TestCodexSetupAndRoute(t *testing.T) {
 	if r := c.Route(get(nil)); r.Upstream != DefaultOpenAIUpstream {
 		t.Errorf("default route %+v", r)
 	}
-	mcp := adapterFor(t, protocol.AgentCodex, Settings{AllowedCommands: all, MCPServers: testServers})
-	if err := mcp.Setup(home, ModelAPI{}); err == nil {
-		t.Error("MCP servers were accepted")
+	mcp := adapterFor(t, protocol.AgentCodex, Settings{AllowedCommands: all, MCPServers: testServers, MCPTimeout: 20 * time.Second})
+	if err := mcp.Setup(home, ModelAPI{URL: "http://127.0.0.1:5555", Token: "tok"}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = os.ReadFile(filepath.Join(home, ".codex", "config.toml"))
+	for _, want := range []string{`[mcp_servers."tm"]`, `command = "/bin/testmcp"`, `args = ["-v"]`, `env = {"TAG" = "x"}`,
+		`[mcp_servers."web"]`, `url = "https://mcp.example/mcp"`, `http_headers = {"Authorization" = "Bearer t"}`,
+		"required = true\nstartup_timeout_sec = 20", `model_provider = "agentvisor"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("config.toml lacks %s:\n%s", want, b)
+		}
+	}
+	// Codex refuses to start without a required server: MCP_UNAVAILABLE.
+	o := mcp.CheckOutcome(Outcome{Exit: ExitStatus{Code: 1}, Stderr: "ERROR codex_core::session: Failed to create session: required MCP servers failed to initialize: web: handshaking failed\nmore"})
+	if o.Aborted == nil || o.Aborted.Code != protocol.CodeMCPUnavailable || !strings.Contains(o.Aborted.Message, "web: handshaking failed") || strings.Contains(o.Aborted.Message, "more") {
+		t.Fatalf("abort %+v", o.Aborted)
+	}
+	if o := mcp.CheckOutcome(Outcome{Exit: ExitStatus{Code: 1}, Stderr: "something else"}); o.Aborted != nil {
+		t.Errorf("another failure made %+v", o.Aborted)
 	}
 }
