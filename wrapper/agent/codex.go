@@ -170,6 +170,11 @@ const (
 	DefaultOpenAIUpstream = "https://api.openai.com"
 )
 
+// codexDocMaxBytes is how much of AGENTS.md (INSTRUCTIONS) Codex reads:
+// its default, 32 KiB, cuts a spec's instructions (up to
+// protocol.MaxInstructionsBytes) short.
+const codexDocMaxBytes = 1 << 20
+
 func (codex) Type() protocol.AgentType { return protocol.AgentCodex }
 func (codex) Name() string             { return "Codex" }
 
@@ -188,6 +193,7 @@ func (c codex) Argv(inv Invocation) []string {
 		"-c", `approval_policy="never"`, "-c", `sandbox_mode="danger-full-access"`,
 		"-c", `shell_environment_policy.inherit="all"`, "-c", "shell_environment_policy.ignore_default_excludes=true",
 		"-c", "allow_login_shell=false", "-c", "check_for_update_on_startup=false",
+		"-c", "project_doc_max_bytes="+strconv.Itoa(codexDocMaxBytes),
 		"-c", "developer_instructions="+tomlString(c.s.systemPrompt(inv)))
 	argv = append(argv, c.guardArgs()...)
 	if c.s.Model != "" {

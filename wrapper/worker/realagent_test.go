@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/wrapper/agent"
 )
 
 // These tests run the real claude, droid and codex binaries (installed by
@@ -60,7 +61,21 @@ func shellTool(agentType protocol.AgentType, command string) *stubmodel.ToolUse 
 // eachRealAgent runs fn, in parallel, for each agent type with its real
 // CLI, a stub model and a worker configured for them (not started yet).
 func eachRealAgent(t *testing.T, fn func(t *testing.T, agentType protocol.AgentType, e *env, stub *stubmodel.Server, environ []string)) {
+	eachRealAgentThat(t, func(agent.Capabilities) bool { return true }, fn)
+}
+
+// eachRealAgentThat is eachRealAgent for the agent types whose
+// capabilities keep says yes to.
+func eachRealAgentThat(t *testing.T, keep func(agent.Capabilities) bool,
+	fn func(t *testing.T, agentType protocol.AgentType, e *env, stub *stubmodel.Server, environ []string)) {
 	for _, agentType := range protocol.AgentTypes {
+		ad, err := agent.New(agentType, agent.Settings{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !keep(ad.Caps()) {
+			continue
+		}
 		t.Run(string(agentType), func(t *testing.T) {
 			t.Parallel()
 			e, stub, environ := realAgentEnv(t, agentType)
