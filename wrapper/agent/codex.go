@@ -28,7 +28,7 @@ import (
 // input_tokens include the cached ones (OpenAI's count), which the parser
 // splits into Input and CacheRead. No event gives one call's usage, so a
 // Codex run yields no Turn events (as Droid's): the wrapper's proxy
-// meters each call for the task's usage and cost.
+// meters each call for the task's usage, cost and context.
 type CodexParser struct {
 	thread string
 	last   string // the last agent message

@@ -113,7 +113,8 @@ func TestRealAgents(t *testing.T) {
 			if want := (4200*1 + 160*10 + 18000*0.1) / 1e6; agentType == protocol.AgentCodex && (!near(o.CostUSD, want) || !o.CostEstimated) {
 				t.Errorf("cost %v (estimated %v), want %v priced by MODEL_PRICES", o.CostUSD, o.CostEstimated, want)
 			}
-			if agentType == protocol.AgentClaude && o.ContextTokens != stubmodel.DefaultUsage.InputTokens+stubmodel.DefaultUsage.CacheReadInputTokens+stubmodel.DefaultUsage.CacheCreationInputTokens {
+			// Claude reports each call; for the others the proxy meters it.
+			if o.ContextTokens != stubmodel.DefaultUsage.InputTokens+stubmodel.DefaultUsage.CacheReadInputTokens+stubmodel.DefaultUsage.CacheCreationInputTokens {
 				t.Errorf("context tokens %d, want the last call's", o.ContextTokens)
 			}
 			_, prog := e.docs(out)

@@ -33,8 +33,8 @@ func TestRealCodexResumesTheProjectSession(t *testing.T) {
 	if last := reqs[len(reqs)-1].Text(); !strings.Contains(last, "FIRST-MARKER") || !strings.Contains(last, "second") {
 		t.Fatalf("the resumed request lacks the first turn:\n%s", last)
 	}
-	if !near(o2.CostUSD, codexCallUSD) || o2.Usage.Input != 2100 {
-		t.Fatalf("the resumed task's cost $%g, usage %+v: want its one call's, not the thread's", o2.CostUSD, o2.Usage)
+	if !near(o2.CostUSD, codexCallUSD) || o2.Usage.Input != 2100 || o2.ContextTokens != 11100 {
+		t.Fatalf("the resumed task's cost $%g, usage %+v, context %d: want its one call's, not the thread's", o2.CostUSD, o2.Usage, o2.ContextTokens)
 	}
 }
 
