@@ -205,7 +205,7 @@ func configVars(c *Config) []envconf.Var {
 		{Name: "WORKER_NETWORK_MODE", Default: NetworkSealed, Value: envconf.String(&c.NetworkMode), Doc: "the containers' network mode: sealed (no network: Redis and the model API through the host's gateway), or a Docker network mode (host, none, bridge, ...)"},
 		{Name: "GATEWAY_DIR", Default: "/run/agentvisor/gateway", Value: envconf.String(&c.GatewayDir), Doc: "the directory of this host's worker-gateway (its control socket, a socket directory per sealed worker)"},
 		{Name: "SEALED_SPARE_NETNS", Default: "2", Value: envconf.Int(&c.SpareNetns, 0), Doc: "network namespaces (each held by a tiny container) kept ready for sealed workers, so that a create does not wait for the engine to make one; each serves one worker and goes with it; 0: none"},
-		{Name: "WORKER_PASS_ENV", Default: "ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,FACTORY_API_KEY,OPENAI_API_KEY,DROID_BASE_URL",
+		{Name: "WORKER_PASS_ENV", Default: "ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,FACTORY_API_KEY,OPENAI_API_KEY,OPENAI_BASE_URL,DROID_BASE_URL",
 			Value: envconf.List(&c.PassEnv), Doc: "host variables passed to every worker (secrets from the host's environment only)"},
 		{Name: "WORKER_ENV", Value: envconf.Func(c.setWorkerEnv), Doc: "a JSON object of variables the operator sets in every worker"},
 		{Name: "POOLS", Doc: "warm pools and pool sizes, a JSON array of templates (read by poolsFromEnv)"},

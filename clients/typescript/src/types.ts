@@ -80,16 +80,16 @@ export type Id = string;
 
 export type Timestamp = string;
 
-export type AgentType = "claude" | "droid";
+export type AgentType = "claude" | "droid" | "codex";
 
 /** Every value of AgentType, in the schema's order. */
-export const agentTypeValues: readonly AgentType[] = ["claude","droid"];
+export const agentTypeValues: readonly AgentType[] = ["claude","droid","codex"];
 
-/** an agent type as a command may spell it; the manager normalises it to claude or droid */
-export type AgentTypeIn = "claude" | "droid" | "CLAUDE" | "DROID" | "FACTORY" | "Claude" | "Droid" | "Factory" | "factory" | "claude-code" | "claude_code" | "factory-droid" | "factory_droid";
+/** an agent type as a command may spell it; the manager normalises it to claude, droid or codex */
+export type AgentTypeIn = "claude" | "droid" | "codex" | "CODEX" | "Codex" | "openai-codex" | "openai_codex" | "CLAUDE" | "DROID" | "FACTORY" | "Claude" | "Droid" | "Factory" | "factory" | "claude-code" | "claude_code" | "factory-droid" | "factory_droid";
 
 /** Every value of AgentTypeIn, in the schema's order. */
-export const agentTypeInValues: readonly AgentTypeIn[] = ["claude","droid","CLAUDE","DROID","FACTORY","Claude","Droid","Factory","factory","claude-code","claude_code","factory-droid","factory_droid"];
+export const agentTypeInValues: readonly AgentTypeIn[] = ["claude","droid","codex","CODEX","Codex","openai-codex","openai_codex","CLAUDE","DROID","FACTORY","Claude","Droid","Factory","factory","claude-code","claude_code","factory-droid","factory_droid"];
 
 export type Kind = "long_lived" | "developer";
 
