@@ -135,9 +135,10 @@ func (t *taskRun) admit() bool {
 		return false
 	}
 	// Every delivery counts: of this entry (a redelivery after a restart
-	// or a lost reply), and the entries the spawner requeued before it.
+	// or a lost reply), and the entries the spawner requeued before it;
+	// so do the retries a wrapper ran before (the run's last attempt).
 	deliveries, _ := w.rdb.DeliveryCount(t.ctx, t.src.stream, t.src.group, t.entry.ID)
-	attempt := int(rec.Requeues + max(deliveries, 1))
+	attempt := int(max(rec.Requeues+max(deliveries, 1), rec.Attempt+1))
 	var answerErr *protocol.Error
 	if task.Answers != "" {
 		t.task, t.answered, answerErr = w.answeredRun(t.ctx, task)
