@@ -85,6 +85,7 @@ func TestConfigDefaults(t *testing.T) {
 		IdleTimeout: 600 * time.Second, PauseTimeout: 30 * time.Minute, ReplaceDead: true, BaseImage: DefaultBaseImage, ProjectVolumes: true,
 		VolumeRetention: 30 * 24 * time.Hour, ManagerID: hostname, HeartbeatInterval: 10 * time.Second, ReconcileInterval: time.Minute,
 		CreationGrace: 30 * time.Second, WorkerACL: "auto", LeaseTTL: 15 * time.Second, MaxReplacements: 3, ReplaceBackoff: time.Second,
+		Retry:     protocol.DefaultRetryPolicy(),
 		Retention: 24 * time.Hour, RunRetention: 24 * time.Hour, StreamMaxLen: 10000, ReplyTTL: time.Hour, HostLabels: map[string]string{}}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults\n%+v\nwant\n%+v", c, want)
