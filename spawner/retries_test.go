@@ -1,7 +1,16 @@
 package spawner
 
 import (
+	"context"
+	"errors"
+	"io"
 	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/build"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/client"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
 )
@@ -39,4 +48,76 @@ func TestHandsOn(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A worker whose container died with a task in flight: a task that asked
+// for retries is not answered but put back on the input, and the worker
+// is replaced, which runs it on attempt 2; a task that did not ask is
+// answered AGENT_CRASHED and the worker is not replaced.
+func TestDeadWorkersRetriedTaskGoesToItsReplacement(t *testing.T) {
+	for _, asked := range []bool{true, false} {
+		name := "asked"
+		if !asked {
+			name = "not asked"
+		}
+		t.Run(name, func(t *testing.T) {
+			u := newUnit(t, func(c *Config) { c.ReplaceBackoff = time.Millisecond })
+			u.s.images = &Images{Docker: presentImages{}, BaseImage: DefaultBaseImage, Keys: u.keys}
+			ctx := context.Background()
+			u.worker(t, "w", "running", u.now())
+			u.rc.HSet(ctx, u.keys.Status("w"), protocol.StatusFieldSpec, `{"agent_type":"claude"}`, protocol.StatusFieldRequestID, "r1")
+			task := protocol.NewTask("r1", "p")
+			if asked {
+				task.Retry = &protocol.RetryPolicy{Attempts: 2}
+			}
+			doc, _ := task.Encode()
+			u.rc.XAdd(ctx, &redis.XAddArgs{Stream: u.keys.Input("w"), Values: protocol.Values(doc)})
+			u.rc.XReadGroup(ctx, &redis.XReadGroupArgs{Group: protocol.WorkerGroup, Consumer: "w", Streams: []string{u.keys.Input("w"), ">"}, Count: 1})
+			u.rc.HSet(ctx, u.keys.Run("r1"), protocol.RunFieldStatus, "running", protocol.RunFieldAttempt, 1)
+
+			retireDied(ctx, u.s.env, u.s, "w", 3, false)
+
+			outs := u.outputs(t, "w")
+			by := u.rc.HGet(ctx, u.keys.Status("w"), protocol.StatusFieldReplacedBy).Val()
+			if !asked {
+				if o, ok := outs["r1"]; !ok || o.Error.Code != protocol.CodeAgentCrashed || o.Attempt != 1 {
+					t.Fatalf("the task that did not ask: %+v", outs)
+				}
+				if by != "" {
+					t.Fatalf("replaced by %s", by)
+				}
+				return
+			}
+			if len(outs) != 0 {
+				t.Fatalf("a task that asked for retries was answered: %+v", outs)
+			}
+			if by == "" {
+				t.Fatal("the worker was not replaced")
+			}
+			msgs, _ := u.rc.XRange(ctx, u.keys.Input(by), "-", "+").Result()
+			if len(msgs) != 1 {
+				t.Fatalf("the replacement's input holds %d entries, want the task", len(msgs))
+			}
+			if n, _ := u.s.rdb.LastAttempt(ctx, "r1"); n != 2 {
+				t.Fatalf("the task's next attempt is %d, want 2", n)
+			}
+			// Its last attempt allowed: the next death answers it.
+			u.rc.HSet(ctx, u.keys.Run("r1"), protocol.RunFieldAttempt, 2)
+			if h := u.s.handsOn(protocol.KindLongLived, task, protocol.CodeAgentCrashed, 2, retirement{died: true, replacing: true}); h {
+				t.Fatal("handed on past its attempts")
+			}
+		})
+	}
+}
+
+// presentImages is an engine that has every image: a replacement's
+// image is found, never built.
+type presentImages struct{}
+
+func (presentImages) ImageInspect(_ context.Context, ref string, _ ...client.ImageInspectOption) (image.InspectResponse, error) {
+	return image.InspectResponse{ID: "sha256:" + ref}, nil
+}
+
+func (presentImages) ImageBuild(context.Context, io.Reader, build.ImageBuildOptions) (build.ImageBuildResponse, error) {
+	return build.ImageBuildResponse{}, errors.New("presentImages: no builds")
 }
