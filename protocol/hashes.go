@@ -20,7 +20,7 @@ const (
 	StatusFieldTaskID       = "task_id"       // wrapper: the task in flight
 	StatusFieldOutputStream = "output_stream" // wrapper: where the in-flight task's output goes
 	StatusFieldTaskStarted  = "task_started_at"
-	StatusFieldAttempt      = "attempt" // wrapper: delivery count of the in-flight task
+	StatusFieldAttempt      = "attempt" // wrapper: the in-flight task's attempt (deliveries, hand-overs and retries)
 	StatusFieldTasksDone    = "tasks_completed"
 	StatusFieldAgentType    = "agent_type"   // spawner, at create
 	StatusFieldKind         = "kind"         // spawner, at create

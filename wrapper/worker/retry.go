@@ -34,7 +34,7 @@ func (t *taskRun) attempts() (protocol.Output, *rdb.TaskUsage) {
 		}
 		next := t.cur.attempt + 1
 		t.w.pub.progress(t.cur, fmt.Sprintf("retrying, attempt %d of %d: %s", next, policy.Attempts, o.Error.Code), protocol.LevelWarning)
-		t.log.Warn("task failed: retrying", "attempt", next, "of", policy.Attempts, "code", o.Error.Code, "backoff", policy.Backoff(next))
+		t.log.Warn("task failed: retrying", "attempt", next, "attempts", policy.Attempts, "code", o.Error.Code, "backoff", policy.Backoff(next))
 		if !t.backoff(policy.Backoff(next)) {
 			return t.stoppedRetrying(o), usage
 		}

@@ -30,7 +30,7 @@ type current struct {
 	task     protocol.Task
 	attempt  int
 	src      taskSource
-	deadline time.Time // when the task's timeout ends
+	deadline time.Time // when the current attempt's timeout ends (guarded by mu: a retry moves it)
 	cancel   *interruptible
 	steer    *taskSteer
 	spend    *taskSpend // what its model calls cost, as the proxy metered them (cost.go)
