@@ -68,6 +68,7 @@ type Spawner struct {
 
 	users   *workerUsers    // the workers' Redis users (ACL mode)
 	gateway Gateway         // this host's gateway, for sealed workers
+	netns   *netnsPool      // spare network namespaces for sealed workers (nil: not sealed)
 	volumes *projectVolumes // the project volumes on this engine
 	// connected holds a signal when the Redis client made a new
 	// connection (RedisConnected); the leader's health loop takes it.
@@ -99,9 +100,13 @@ func New(cfg Config, docker ContainerClient, rc redis.UniversalClient, images *I
 	if cfg.NetworkMode == NetworkSealed {
 		gw = gateway.NewClient(cfg.GatewayDir)
 	}
-	return &Spawner{env: e, cfg: cfg, docker: docker, images: images, users: newWorkerUsers(e, cfg.WorkerACL, cfg.RedisURLForWorkers), gateway: gw,
+	s := &Spawner{env: e, cfg: cfg, docker: docker, images: images, users: newWorkerUsers(e, cfg.WorkerACL, cfg.RedisURLForWorkers), gateway: gw,
 		volumes:  &projectVolumes{env: e, docker: docker, enabled: cfg.ProjectVolumes, retention: cfg.VolumeRetention},
 		instance: cfg.ManagerID + "/" + newWorkerID()[:8], stopping: make(chan struct{}), connected: make(chan struct{}, 1)}
+	if cfg.NetworkMode == NetworkSealed && docker != nil {
+		s.netns = parts{s}.netns()
+	}
+	return s
 }
 
 // BeginShutdown makes every create still waiting for a slot give up at
@@ -183,6 +188,9 @@ type createOpts struct {
 	// forward sends the create to another host of the fleet (nil: the
 	// create is made on this host only).
 	forward func(ctx context.Context, host string) error
+	// netns is a sealed container's network mode: a spare namespace's
+	// holder (container:<id>) or none (set by the create).
+	netns container.NetworkMode
 	// credentialHosts are the hosts the sealed worker's gateway adds a
 	// credential for (set by the create).
 	credentialHosts []string
@@ -316,7 +324,11 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 		if o.credentialHosts, err = s.openSealed(cctx, id, spec); err != nil {
 			return protocol.WorkerInfo{}, err
 		}
-		if cid, err = s.createContainer(cctx, id, commandID, spec, &img, redisURL, now, o); err != nil {
+		if s.sealed() {
+			o.netns = s.netns.take()
+		}
+		if cid, err = s.createContainer(cctx, id, commandID, spec, &img, redisURL, now, &o); err != nil {
+			s.netns.release(cctx, o.netns)
 			return protocol.WorkerInfo{}, err
 		}
 	case err != nil:
@@ -329,6 +341,7 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 		}
 		if !ok {
 			_ = s.docker.ContainerRemove(context.WithoutCancel(ctx), cid, container.RemoveOptions{Force: true})
+			s.netns.release(ctx, o.netns)
 			return protocol.WorkerInfo{}, errorf(protocol.CodeResourceExhausted, "the slot lease of %s ran out before its container was made", id)
 		}
 	}
@@ -366,10 +379,10 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 // id; a container the same command made meanwhile (a delivery of it on
 // another manager) is taken as it is. An image removed since EnsureImage
 // last saw it (an operator's docker rmi) is made again, once.
-func (s *Spawner) createContainer(ctx context.Context, id, commandID string, spec protocol.WorkerSpec, img *Image, redisURL string, now time.Time, o createOpts) (string, error) {
+func (s *Spawner) createContainer(ctx context.Context, id, commandID string, spec protocol.WorkerSpec, img *Image, redisURL string, now time.Time, o *createOpts) (string, error) {
 	for attempt := 0; ; attempt++ {
-		cfg, hc := s.containerConfig(id, commandID, spec, img.Tag, redisURL, now, o.credentialHosts)
-		cfg.Env = append(cfg.Env, poolEnv(spec, o)...)
+		cfg, hc := s.containerConfig(id, commandID, spec, img.Tag, redisURL, now, o.credentialHosts, o.netns)
+		cfg.Env = append(cfg.Env, poolEnv(spec, *o)...)
 		resp, err := s.docker.ContainerCreate(ctx, cfg, hc, nil, nil, ContainerName(id))
 		switch {
 		case err == nil:
@@ -380,6 +393,11 @@ func (s *Spawner) createContainer(ctx context.Context, id, commandID string, spe
 				return "", err
 			}
 			return c.ID, nil
+		case errdefs.IsNotFound(err) && holderOf(o.netns) != "":
+			// The spare namespace's holder went (removed by hand): a
+			// namespace of the container's own.
+			s.netns.release(ctx, o.netns)
+			o.netns = "none"
 		case errdefs.IsNotFound(err) && attempt == 0:
 			s.images.Forget(img.Tag)
 			again, ierr := s.images.EnsureImage(ctx, spec.AgentType, spec.Capabilities)
@@ -402,7 +420,7 @@ func (s *Spawner) hostNetwork() bool {
 
 // containerConfig is a worker's container: labels, environment, limits
 // and the hardening every worker gets.
-func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec, image, redisURL string, now time.Time, credentialHosts []string) (*container.Config, *container.HostConfig) {
+func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec, image, redisURL string, now time.Time, credentialHosts []string, netns container.NetworkMode) (*container.Config, *container.HostConfig) {
 	caps, _ := protocol.NormalizeCapabilities(spec.Capabilities)
 	capNames := make([]string, len(caps))
 	for i, c := range caps {
@@ -431,7 +449,7 @@ func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec
 		env = append(env, "WORKSPACE=/home/worker/workspace")
 	}
 	if s.sealed() {
-		env = append(env, s.sealContainer(id, hc, credentialHosts)...)
+		env = append(env, s.sealContainer(id, hc, credentialHosts, netns)...)
 	}
 	return &container.Config{Image: image, Env: env, Labels: labels, User: "1000:1000", StopTimeout: &stop}, hc
 }

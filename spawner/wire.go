@@ -1,6 +1,7 @@
 package spawner
 
 import (
+	"context"
 	"time"
 
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
@@ -51,8 +52,25 @@ func (p parts) timeouts() *Timeouts {
 
 func (p parts) reconciler() *Reconciler {
 	c := p.s.cfg
-	return newReconciler(reconcilerParams{env: p.s.env, docker: p.s.docker, workers: p.s, users: p.s.users, obs: &p.s.obs,
+	return newReconciler(reconcilerParams{env: p.s.env, docker: p.s.docker, workers: p.s, users: p.s.users, obs: &p.s.obs, netns: p.s.netns,
 		creationGrace: c.CreationGrace, interval: c.ReconcileInterval, leaseTTL: c.LeaseTTL})
+}
+
+func (p parts) netns() *netnsPool {
+	s := p.s
+	image := func() string { return s.cfg.BaseImage }
+	if s.images != nil {
+		image = func() string { return s.images.BaseImage }
+	}
+	return newNetnsPool(netnsParams{docker: s.docker, image: image, prefix: s.keys.Prefix, managerID: s.cfg.ManagerID, host: s.Host,
+		spare: s.cfg.SpareNetns, log: s.log, live: func(ctx context.Context) (map[string]bool, error) {
+			states, err := s.rdb.ManagerStates(ctx)
+			live := map[string]bool{}
+			for _, h := range states {
+				live[h[ctlplane.ManagerFieldID]] = true
+			}
+			return live, err
+		}})
 }
 
 func (p parts) volumeGC() *VolumeGC { return &VolumeGC{volumes: p.s.volumes} }

@@ -11,12 +11,14 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/docker/docker/client"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agentvisor/agentvisor/gateway"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/stubmodel"
@@ -25,11 +27,14 @@ import (
 
 // Runtime is a running manager and what it uses.
 type Runtime struct {
-	Redis    *testkit.Redis
-	RC       *redis.Client
-	Keys     protocol.Keys
-	Stub     *stubmodel.Server
-	Spawner  *spawner.Spawner
+	Redis   *testkit.Redis
+	RC      *redis.Client
+	Keys    protocol.Keys
+	Stub    *stubmodel.Server
+	Spawner *spawner.Spawner
+	// Gateway serves the sealed workers' sockets (nil when the test named
+	// another network mode or a gateway of its own).
+	Gateway  *gateway.Gateway
 	RedisURL string
 	// Env is the environment a program under test needs to reach this
 	// runtime: REDIS_URL, WORKER_KEY_PREFIX, ANTHROPIC_BASE_URL, ...
@@ -62,8 +67,21 @@ func Start(t testing.TB, mod func(*spawner.Config)) *Runtime {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Workers are sealed by default: the runtime's own gateway (in this
+	// process) serves them, unless mod names a network mode or a gateway
+	// of its own.
+	gwDir, err := os.MkdirTemp("", "gw") // short: a unix socket path is at most 107 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(gwDir) })
+	cfg.GatewayDir = gwDir
 	if mod != nil {
 		mod(&cfg)
+	}
+	var gw *gateway.Gateway
+	if cfg.NetworkMode == spawner.NetworkSealed && cfg.GatewayDir == gwDir {
+		gw = startGateway(t, gateway.Config{Dir: gwDir, Redis: r.Addr, Model: strings.TrimPrefix(stub.URL, "http://")})
 	}
 	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
@@ -91,7 +109,22 @@ func Start(t testing.TB, mod func(*spawner.Config)) *Runtime {
 		// No container or volume of this runtime survives the test.
 		testkit.RemoveLabelled(testkit.KeyPrefixLabel(prefix))
 	})
-	return &Runtime{Redis: r, RC: rc, Keys: cfg.Keys, Stub: stub, Spawner: s, RedisURL: r.URL(),
+	return &Runtime{Redis: r, RC: rc, Keys: cfg.Keys, Stub: stub, Spawner: s, Gateway: gw, RedisURL: r.URL(),
 		Env: []string{"REDIS_URL=" + r.URL(), "WORKER_KEY_PREFIX=" + prefix, "ANTHROPIC_BASE_URL=" + stub.URL,
 			"DROID_BASE_URL=" + stub.URL, "ANTHROPIC_API_KEY=sk-stub-0123456789"}}
+}
+
+// startGateway starts a gateway in the test's process, stopped when the
+// test ends (after the manager: cleanups run last first).
+func startGateway(t testing.TB, cfg gateway.Config) *gateway.Gateway {
+	t.Helper()
+	g, err := gateway.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Stop(context.Background()) })
+	return g
 }
