@@ -61,7 +61,7 @@ func TestDeadWorkersRetriedTaskGoesToItsReplacement(t *testing.T) {
 			name = "not asked"
 		}
 		t.Run(name, func(t *testing.T) {
-			u := newUnit(t, func(c *Config) { c.ReplaceBackoff = time.Millisecond })
+			u := newUnit(t, func(c *Config) { c.ReplaceBackoff, c.NetworkMode = time.Millisecond, "host" })
 			u.s.images = &Images{Docker: presentImages{}, BaseImage: DefaultBaseImage, Keys: u.keys}
 			ctx := context.Background()
 			u.worker(t, "w", "running", u.now())
