@@ -79,6 +79,9 @@ type Config struct {
 
 	TaskTimeout  time.Duration // TASK_TIMEOUT
 	StallTimeout time.Duration // STALL_TIMEOUT: no line from a live agent this long ends its task
+	// Retry (RETRY_ATTEMPTS, RETRY_BACKOFF_MS) fills what a task's retry
+	// policy leaves out; a task without one is never retried.
+	Retry protocol.RetryPolicy
 	// RecycleTasks and RecycleRSS recycle the persistent agent process
 	// after that many tasks, or once its group's RSS passed that many
 	// bytes (AGENT_RECYCLE_TASKS; AGENT_RECYCLE_RSS in MiB); 0 turns
@@ -278,6 +281,11 @@ func runVars(c *Config) []envconf.Var {
 	return []envconf.Var{
 		{Name: "TASK_TIMEOUT", Default: "600", Value: envconf.Duration(&c.TaskTimeout), Doc: "per-task timeout; a task's timeout_seconds overrides it"},
 		{Name: "STALL_TIMEOUT", Default: "5m", Value: envconf.Duration(&c.StallTimeout), Doc: "a live agent that prints nothing this long is stopped"},
+		{Name: protocol.EnvRetryAttempts, Default: strconv.Itoa(protocol.DefaultRetryAttempts), Value: envconf.Func(func(s string) (err error) { c.Retry.Attempts, err = protocol.ParseRetryAttempts(s); return err }),
+			Doc: "attempts in all of a task that asks for retries (`retry`) without saying how many"},
+		{Name: protocol.EnvRetryBackoffMS, Default: protocol.FormatRetryBackoffMS(protocol.DefaultRetryBackoffMS),
+			Value: envconf.Func(func(s string) (err error) { c.Retry.BackoffMS, err = protocol.ParseRetryBackoffMS(s); return err }),
+			Doc:   "ms to wait before the 2nd, 3rd... attempt (the last repeats) of a task whose `retry` gives no backoff_ms"},
 		{Name: "HEARTBEAT_INTERVAL", Default: "10", Value: envconf.Duration(&c.HeartbeatInterval), Doc: "the heartbeat key lives three intervals"},
 		{Name: "SHUTDOWN_GRACE", Default: "20", Value: envconf.Duration(&c.ShutdownGrace), Doc: "time a running task gets after SIGTERM"},
 		{Name: "RESULT_GRACE", Default: "3", Value: envconf.Duration(&c.ResultGrace), Doc: "time the agent may take to exit after its result line"},

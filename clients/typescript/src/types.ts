@@ -257,6 +257,7 @@ export interface Progress {
     port?: number;
   };
   steps_completed?: number;
+  steps_total?: number;
   timestamp: Timestamp;
 }
 
@@ -267,6 +268,7 @@ export interface ProgressReport {
   step: string;
   progress_pct?: number;
   output?: string;
+  steps_total?: number;
 }
 
 // reply.schema.json
@@ -336,5 +338,11 @@ export interface Task {
   timeout_seconds?: number;
   answers?: Id;
   max_budget_usd?: number;
+  /** Run the task again after a retryable failure: at most attempts in all, waiting backoff_ms[n-2] ms before attempt n (the last value repeats). An absent field takes the operator's default (RETRY_ATTEMPTS, 4; RETRY_BACKOFF_MS, 1000,2000,4000). */
+  retry?: {
+    attempts?: number;
+    backoff_ms?: number[];
+  };
+  trigger?: string;
   metadata?: Metadata;
 }
