@@ -295,6 +295,9 @@ func (p *netnsPool) sweep(ctx context.Context) int {
 	p.mu.Unlock()
 	n := 0
 	for _, h := range holders {
+		if h.Labels[labelRole] != roleNetnsHolder || h.Labels[protocol.LabelKeyPrefix] != p.prefix {
+			continue // what the filter should have left out: never remove a container that is not a holder
+		}
 		earlierRun := h.Labels[labelHolderOf] == p.managerID && !mine[h.ID]
 		if waiting[h.ID] || mine[h.ID] || (marked[h.ID] && !earlierRun) {
 			continue

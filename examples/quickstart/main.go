@@ -20,6 +20,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -27,6 +29,7 @@ import (
 	dockerclient "github.com/docker/docker/client"
 
 	"github.com/agentvisor/agentvisor/client"
+	"github.com/agentvisor/agentvisor/gateway"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/redisconn"
 	"github.com/agentvisor/agentvisor/spawner"
@@ -74,6 +77,17 @@ func run(ctx context.Context, prompt string) error {
 	defer dc.Close()
 	dc.NegotiateAPIVersion(ctx)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if cfg.NetworkMode == spawner.NetworkSealed {
+		// Workers are sealed (the default): their Redis and model API
+		// come through this host's gateway. A deployment runs
+		// worker-gateway beside the engine; without one, this program
+		// serves its worker's sockets itself.
+		stop, err := ensureGateway(ctx, &cfg, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	s := spawner.New(cfg, dc, rdb, &spawner.Images{Docker: dc, Redis: rdb, Keys: cfg.Keys}, log)
 
 	// 2. A worker: Claude Code in its own container (the image is built on
@@ -107,4 +121,55 @@ func run(ctx context.Context, prompt string) error {
 		return fmt.Errorf("the task ended %s: %+v", o.Status, o.Error)
 	}
 	return nil
+}
+
+// ensureGateway uses the host's gateway when one answers at GATEWAY_DIR,
+// else starts one in this process, in a directory of its own, relayed to
+// the workers' Redis and to the model API (ANTHROPIC_BASE_URL), and points
+// cfg at it. stop ends it.
+func ensureGateway(ctx context.Context, cfg *spawner.Config, log *slog.Logger) (stop func(), err error) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := gateway.NewClient(cfg.GatewayDir).Workers(cctx); err == nil {
+		return func() {}, nil
+	}
+	u, err := protocol.ParseRedisURL(cfg.RedisURLForWorkers)
+	if err != nil {
+		return nil, err
+	}
+	model, err := modelAddr(os.Getenv("ANTHROPIC_BASE_URL"))
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "gw") // short: a unix socket path is at most 107 bytes
+	if err != nil {
+		return nil, err
+	}
+	g, err := gateway.New(gateway.Config{Dir: dir, Redis: u.Addrs[0], Model: model, Log: log})
+	if err == nil {
+		err = g.Start()
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("start a gateway for the sealed worker: %w", err)
+	}
+	cfg.GatewayDir = dir
+	return func() { _ = g.Stop(context.Background()); os.RemoveAll(dir) }, nil
+}
+
+// modelAddr is the host:port of the model API's base URL (Anthropic's
+// when empty).
+func modelAddr(base string) (string, error) {
+	if base == "" {
+		base = "https://api.anthropic.com"
+	}
+	u, err := url.Parse(base)
+	if err != nil || u.Hostname() == "" {
+		return "", fmt.Errorf("ANTHROPIC_BASE_URL %q: not a URL", base)
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	return net.JoinHostPort(u.Hostname(), port), nil
 }
