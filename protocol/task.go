@@ -40,8 +40,12 @@ type Task struct {
 	Answers string `json:"answers,omitempty"`
 	// MaxBudgetUSD bounds what the task may spend on model calls (Claude's
 	// --max-budget-usd); 0: no bound but the project's budget.
-	MaxBudgetUSD float64        `json:"max_budget_usd,omitempty"`
-	Metadata     map[string]any `json:"metadata,omitempty"` // echoed back on the Output
+	MaxBudgetUSD float64 `json:"max_budget_usd,omitempty"`
+	// Priority orders the shared developer queue (priority.go): high,
+	// normal or low; "" is normal. A long-lived worker's own input is
+	// read in order, whatever the priority.
+	Priority Priority       `json:"priority,omitempty"`
+	Metadata map[string]any `json:"metadata,omitempty"` // echoed back on the Output
 }
 
 // DefaultProject is the project of a task that names none.
@@ -96,6 +100,9 @@ func (t Task) Validate() error {
 	}
 	if err := checkBudget("max_budget_usd", t.MaxBudgetUSD); err != nil {
 		return err
+	}
+	if !t.Priority.Valid() {
+		return fieldErr("priority", "is %q, want high, normal or low", t.Priority)
 	}
 	if t.TimeoutSeconds < 0 || t.TimeoutSeconds > MaxTimeoutSeconds {
 		return fieldErr("timeout_seconds", "is %d, want 0 to %d", t.TimeoutSeconds, MaxTimeoutSeconds)

@@ -94,6 +94,10 @@ type Config struct {
 	Approval          bool
 	ApprovalTimeout   time.Duration
 	HeartbeatInterval time.Duration // HEARTBEAT_INTERVAL
+	// DegradedCooldown (DEGRADED_COOLDOWN) is how long a degraded worker
+	// waits before its health check (doubled for each degradation in a
+	// row).
+	DegradedCooldown time.Duration
 	ShutdownGrace     time.Duration // SHUTDOWN_GRACE: time a running task gets after SIGTERM
 	ResultGrace       time.Duration // RESULT_GRACE
 	KillGrace         time.Duration // KILL_GRACE: SIGTERM to SIGKILL
@@ -277,6 +281,7 @@ func runVars(c *Config) []envconf.Var {
 		{Name: "TASK_TIMEOUT", Default: "600", Value: envconf.Duration(&c.TaskTimeout), Doc: "per-task timeout; a task's timeout_seconds overrides it"},
 		{Name: "STALL_TIMEOUT", Default: "5m", Value: envconf.Duration(&c.StallTimeout), Doc: "a live agent that prints nothing this long is stopped"},
 		{Name: "HEARTBEAT_INTERVAL", Default: "10", Value: envconf.Duration(&c.HeartbeatInterval), Doc: "the heartbeat key lives three intervals"},
+		{Name: "DEGRADED_COOLDOWN", Default: "60", Value: envconf.Duration(&c.DegradedCooldown), Doc: "a degraded worker's wait before its health check (a heartbeat round trip); doubled for each degradation in a row"},
 		{Name: "SHUTDOWN_GRACE", Default: "20", Value: envconf.Duration(&c.ShutdownGrace), Doc: "time a running task gets after SIGTERM"},
 		{Name: "RESULT_GRACE", Default: "3", Value: envconf.Duration(&c.ResultGrace), Doc: "time the agent may take to exit after its result line"},
 		{Name: "KILL_GRACE", Default: "5", Value: envconf.Duration(&c.KillGrace), Doc: "SIGTERM to SIGKILL"},

@@ -153,7 +153,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 // wire builds the parts that own the worker's state.
 func (w *Worker) wire() {
 	w.pub = newPublisher(w.rdb, w.cfg, w.log, w.now, w.redact)
-	w.state = newWorkerState(w.cfg.WorkerID, w.now)
+	w.state = newWorkerState(w.cfg.WorkerID, w.now, w.publishTransition)
 	w.cancels = &cancels{state: w.state, log: w.log, now: w.now}
 	w.steering = &steering{state: w.state, pub: w.pub, log: w.log, now: w.now, noResume: w.agent.Caps().NoResume}
 	w.approvals = &approvals{pub: w.pub, log: w.log, redact: w.redact, now: w.now, workerID: w.cfg.WorkerID, timeout: w.cfg.ApprovalTimeout}
