@@ -62,12 +62,17 @@ func (s *Spawner) Pause(ctx context.Context, id string) error {
 // busy says whether a worker has a task in flight, held or waiting.
 func (s *Spawner) busy(ctx context.Context, id string) (rdb.Busy, error) {
 	kind, _ := s.rdb.StatusField(ctx, id, protocol.StatusFieldKind)
-	_, input, group := s.inputOf(id, protocol.Kind(kind))
-	b, err := s.rdb.Busy(ctx, id, input, group)
-	if err != nil {
-		return b, redisError(err, "is %s busy", id)
+	k, _, group := s.inputOf(id, protocol.Kind(kind))
+	for _, input := range s.keys.InputsFor(k, id) {
+		b, err := s.rdb.Busy(ctx, id, input, group)
+		if err != nil {
+			return b, redisError(err, "is %s busy", id)
+		}
+		if b != rdb.NotBusy {
+			return b, nil
+		}
 	}
-	return b, nil
+	return rdb.NotBusy, nil
 }
 
 // inputOf returns a worker's kind (long-lived when its hash says none),

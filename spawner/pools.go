@@ -143,6 +143,12 @@ func (s *Spawner) allocate(ctx context.Context, commandID string, p *PoolTemplat
 			return protocol.WorkerInfo{}, false, err // the command made or took one: create continues it
 		}
 	}
+	var skipped []string // degraded warm workers taken out of the ready set
+	defer func() {
+		for _, id := range skipped {
+			_ = s.rdb.AddWarm(ctx, p.Name, id)
+		}
+	}()
 	for {
 		id, err := s.rdb.TakeWarm(ctx, p.Name)
 		if err != nil {
@@ -162,6 +168,13 @@ func (s *Spawner) allocate(ctx context.Context, commandID string, p *PoolTemplat
 				return protocol.WorkerInfo{Status: protocol.ContainerQueued, Host: rt.host}, true, errForwarded
 			}
 			return protocol.WorkerInfo{}, false, nil // made cold here
+		}
+		if health, _ := s.rdb.StatusField(ctx, id, protocol.StatusFieldHealth); health == string(protocol.HealthDegraded) {
+			// Not allocated; it goes back to the ready set when this
+			// allocation ends.
+			s.log.Warn("a degraded warm worker is not allocated", "pool", p.Name, "worker_id", id)
+			skipped = append(skipped, id)
+			continue
 		}
 		if commandID != "" {
 			if got, err := s.rdb.CommandWorker(ctx, commandID, id); err != nil {
@@ -255,8 +268,8 @@ func (p *Pools) run(ctx context.Context) {
 
 // poolMember is one worker of a pool as its status hash says.
 type poolMember struct {
-	id, state, container, workerState string
-	tasks                             int
+	id, state, container, workerState, health string
+	tasks                                     int
 }
 
 // tendPool brings one pool to its counts.
@@ -268,7 +281,7 @@ func (s *Pools) tendPool(ctx context.Context, p *PoolTemplate) {
 			return
 		}
 		members = append(members, poolMember{id: id, state: h[protocol.StatusFieldPoolState], container: h[protocol.StatusFieldContainer],
-			workerState: h[protocol.StatusFieldState], tasks: atoi(h[protocol.StatusFieldTasksDone])})
+			workerState: h[protocol.StatusFieldState], health: h[protocol.StatusFieldHealth], tasks: atoi(h[protocol.StatusFieldTasksDone])})
 	})
 	if err != nil {
 		return
@@ -283,8 +296,9 @@ func (s *Pools) tendPool(ctx context.Context, p *PoolTemplate) {
 		switch m.state {
 		case protocol.PoolWarm:
 			warmCount++
-			if !ready[m.id] && m.container == string(protocol.ContainerRunning) && m.workerState == string(protocol.WorkerIdle) {
-				// Started and idle: freeze it and offer it.
+			if !ready[m.id] && m.container == string(protocol.ContainerRunning) && m.workerState == string(protocol.WorkerIdle) &&
+				m.health != string(protocol.HealthDegraded) {
+				// Started, idle and not degraded: freeze it and offer it.
 				if err := s.workers.Pause(ctx, m.id); err == nil {
 					_ = s.rdb.AddWarm(ctx, p.Name, m.id)
 				}

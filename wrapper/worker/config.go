@@ -98,12 +98,12 @@ type Config struct {
 	// waits before its health check (doubled for each degradation in a
 	// row).
 	DegradedCooldown time.Duration
-	ShutdownGrace     time.Duration // SHUTDOWN_GRACE: time a running task gets after SIGTERM
-	ResultGrace       time.Duration // RESULT_GRACE
-	KillGrace         time.Duration // KILL_GRACE: SIGTERM to SIGKILL
-	ProgressAddr      string        // PROGRESS_ADDR
-	EventBuffer       int           // EVENT_BUFFER: events kept while Redis is down
-	PauseAfterOutput  bool          // PAUSE_AFTER_OUTPUT: ask the spawner to pause after each output
+	ShutdownGrace    time.Duration // SHUTDOWN_GRACE: time a running task gets after SIGTERM
+	ResultGrace      time.Duration // RESULT_GRACE
+	KillGrace        time.Duration // KILL_GRACE: SIGTERM to SIGKILL
+	ProgressAddr     string        // PROGRESS_ADDR
+	EventBuffer      int           // EVENT_BUFFER: events kept while Redis is down
+	PauseAfterOutput bool          // PAUSE_AFTER_OUTPUT: ask the spawner to pause after each output
 
 	// StreamMaxLen (STREAM_MAXLEN) is the approximate MAXLEN of every
 	// XADD the wrapper makes; 0 turns trimming off.

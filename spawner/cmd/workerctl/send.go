@@ -14,7 +14,7 @@ import (
 )
 
 func sendCmd(c *ctl) *cobra.Command {
-	var project, reqID string
+	var project, reqID, priority string
 	var newSession, wait bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
@@ -44,7 +44,8 @@ owner asked), 4 blocked, 5 failed, 6 no output within --timeout.`,
 				project = row.ProjectID
 			}
 			tasks := &client.Tasks{Redis: c.rdb, Keys: c.keys, Wait: c.wait}
-			sent, err := tasks.Send(ctx, id, protocol.Task{RequestID: reqID, ProjectID: project, Prompt: a[1], ForceNewSession: newSession})
+			sent, err := tasks.Send(ctx, id, protocol.Task{RequestID: reqID, ProjectID: project, Prompt: a[1], ForceNewSession: newSession,
+				Priority: protocol.Priority(priority)})
 			var se *spawner.Error
 			if errors.As(err, &se) && se.Code == protocol.CodeInvalidTask {
 				return fail(exitUsage, "send: %v", err)
@@ -83,6 +84,7 @@ owner asked), 4 blocked, 5 failed, 6 no output within --timeout.`,
 	f := cmd.Flags()
 	f.StringVar(&project, "project", "", "the task's project (default: the worker's)")
 	f.StringVar(&reqID, "id", "", "the request id (default: cli-<nanoseconds>)")
+	f.StringVar(&priority, "priority", "", "high, normal or low: the developer queue the task goes to (a long-lived worker reads its input in order)")
 	f.BoolVar(&newSession, "new-session", false, "start a new agent session instead of continuing the project's")
 	f.BoolVar(&wait, "wait", false, "wait for the task's output; the exit code says how it ended")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "with --wait: how long to wait for the output")
