@@ -19,7 +19,8 @@ const (
 	EventFailed         Event = "failed"          // the wrapper itself failed
 	// EventStateChanged: the worker's state or health changed (detail:
 	// a TransitionRecord: from, to, from_health, to_health, reason,
-	// in_previous_ms).
+	// in_previous_ms). The spawner publishes it too, for the state
+	// changes it makes (paused, woken, failed, stopped).
 	EventStateChanged Event = "state_changed"
 	// EventHandedOff: a developer worker gave a task it read to the
 	// worker that holds its project's session (detail: to, project_id).

@@ -85,6 +85,18 @@ func TestManagerCommandsPauseWakeAndCrash(t *testing.T) {
 		t.Fatalf("task 2: %+v", o)
 	}
 	t.Logf("paused worker woke and answered in %v", time.Since(start))
+	// The manager's state changes are transitions too: in the worker's
+	// history and on the lifecycle stream, with the time spent before.
+	testkit.Eventually(t, "paused and woken in the history", 10*time.Second, func() bool {
+		docs, _ := f.rc.LRange(ctx, f.keys.StatusHistory(id), 0, -1).Result()
+		seen := map[string]bool{}
+		for _, d := range docs {
+			if r, err := protocol.DecodeTransitionRecord([]byte(d)); err == nil && r.Reason != "" {
+				seen[string(r.From)+">"+string(r.To)] = true
+			}
+		}
+		return seen["idle>paused"] && seen["paused>idle"] && seen["idle>busy"] && seen["starting>idle"]
+	})
 
 	// Killed mid-task: a failed output, classified, without waiting for a heartbeat.
 	f.stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{{Text: "slow", DelayMS: 30000}}})
