@@ -97,6 +97,13 @@ func TestManagerCommandsPauseWakeAndCrash(t *testing.T) {
 		}
 		return seen["idle>paused"] && seen["paused>idle"] && seen["idle>busy"] && seen["starting>idle"]
 	})
+	// The wake is recorded before the task it woke the worker for.
+	docs, _ := f.rc.LRange(ctx, f.keys.StatusHistory(id), 0, -1).Result()
+	for _, d := range docs {
+		if r, _ := protocol.DecodeTransitionRecord([]byte(d)); strings.HasPrefix(r.Reason, "spawner:") && r.From != protocol.WorkerIdle && r.From != protocol.WorkerPaused {
+			t.Errorf("the manager moved the worker from %s: %+v", r.From, r)
+		}
+	}
 
 	// Killed mid-task: a failed output, classified, without waiting for a heartbeat.
 	f.stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{{Text: "slow", DelayMS: 30000}}})

@@ -186,13 +186,14 @@ func (s *Spawner) allocate(ctx context.Context, commandID string, p *PoolTemplat
 		}
 		// The hot path: one engine call (the unpause, by name: no inspect)
 		// and a few Redis writes; the reply is built from the status hash.
+		// Its status first, while it is frozen (Unpause says why).
+		s.wakeStatus(ctx, id)
 		if err := s.docker.ContainerUnpause(ctx, ContainerName(id)); err != nil {
 			// Gone meanwhile (died, retired), or not paused: the next one.
 			s.log.Warn("a warm worker could not be woken", "pool", p.Name, "worker_id", id, "err", err)
 			continue
 		}
-		s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldPoolState: protocol.PoolAllocated,
-			protocol.StatusFieldContainer: string(protocol.ContainerRunning), protocol.StatusFieldState: string(protocol.WorkerIdle)})
+		s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldPoolState: protocol.PoolAllocated})
 		wait := s.now().Sub(start)
 		s.lifecycle(ctx, id, protocol.EventUnpaused, nil)
 		s.lifecycle(ctx, id, protocol.EventAllocated, map[string]any{"pool": p.Name, "wait_ms": wait.Milliseconds()})
