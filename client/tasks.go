@@ -147,6 +147,24 @@ func (t *Tasks) Answer(ctx context.Context, s Sent, permissionID string, allow b
 	return nil
 }
 
+// Message steers the running task: text the agent reads as a user
+// message of the task's session while it works (PROTOCOL.md, "Message").
+func (t *Tasks) Message(ctx context.Context, s Sent, text string) error {
+	m := protocol.NewMessage(s.RequestID, text)
+	if err := m.Validate(); err != nil {
+		return Errorf(protocol.CodeInvalidCommand, "message: %v", err)
+	}
+	doc, err := m.Encode()
+	if err != nil {
+		return Errorf(protocol.CodeInvalidCommand, "message: %v", err)
+	}
+	r := streams{t.Redis, t.Wait}
+	if err := r.send(ctx, s.control(), doc); err != nil {
+		return redisError(err, "message to %s", s.RequestID)
+	}
+	return nil
+}
+
 // Watch calls fn with each progress event and permission request of the
 // task and then with its output, and returns nil after the output. It returns ErrAwaitTimeout
 // when ctx's deadline passes first, ctx.Err() when ctx is cancelled, and

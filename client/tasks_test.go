@@ -145,3 +145,27 @@ func TestSendRoutesDeveloperTasksByPriority(t *testing.T) {
 		t.Errorf("priority urgent: %v, want INVALID_TASK", err)
 	}
 }
+
+// A message to a running task is a message document on the task's input
+// stream; an empty one is refused with INVALID_COMMAND and not written.
+func TestTasksMessage(t *testing.T) {
+	rc := testkit.NewRedisClient(t)
+	keys := protocol.Keys{Prefix: "msgtest"}
+	ctx := context.Background()
+	tasks := &Tasks{Redis: rc, Keys: keys}
+	s := Sent{RequestID: "r1", WorkerID: "w1", Input: keys.Input("w1")}
+	if err := tasks.Message(ctx, s, ""); !HasCode(err, protocol.CodeInvalidCommand) {
+		t.Fatalf("an empty message: %v, want INVALID_COMMAND", err)
+	}
+	if err := tasks.Message(ctx, s, "use the v2 API"); err != nil {
+		t.Fatal(err)
+	}
+	in, err := rc.XRange(ctx, keys.Input("w1"), "-", "+").Result()
+	if err != nil || len(in) != 1 {
+		t.Fatalf("input stream: %v %v", in, err)
+	}
+	data, _ := protocol.EntryData(in[0].Values)
+	if m, err := protocol.DecodeMessage(data); err != nil || m.RequestID != "r1" || m.Text != "use the v2 API" {
+		t.Fatalf("message written: %+v %v", m, err)
+	}
+}

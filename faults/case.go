@@ -108,6 +108,7 @@ type Case struct {
 	notes     []string
 	settled   map[string][]Answer // the answers when the checks ended
 	fleet     *Fleet              // the case's simulated hosts, if any
+	gateway   *Gateway            // the case's worker-gateway, once a sealed manager started
 	stops     []func()            // run before the final shutdown
 	counts    []func()            // run after it, before the containers left are counted
 	afters    []func()            // run at the very end (what the managers need until they stop)
@@ -193,6 +194,7 @@ func (c *Case) ManagerEnv(id string) map[string]string {
 		"WORKER_MEMORY_LIMIT":     "256m",
 		"LEASE_TTL":               c.Lease.String(),
 		"WORKER_ENV":              `{"AGENT_BIN":"` + FakeAgent + `","SESSION_POLICY":"new"}`,
+		"WORKER_NETWORK_MODE":     "sealed", // GATEWAY_DIR: the case's or the host's gateway (StartManager)
 	}
 	if h := os.Getenv("DOCKER_HOST"); h != "" {
 		env["DOCKER_HOST"] = h
@@ -205,10 +207,95 @@ func (c *Case) ManagerEnv(id string) map[string]string {
 
 // StartManager starts a worker-manager with MANAGER_ID id and the case's
 // environment, changed by extra; it waits until the manager reads the
-// command stream.
+// command stream. Its workers sealed (the case's default), it gets the
+// case's gateway as GATEWAY_DIR, started first when none runs yet
+// (relaying to the case's Redis; with Options.Sentinel, to the primary
+// its sentinels name): every manager of the case is on one host, so they
+// share it.
 func (c *Case) StartManager(id string, extra map[string]string) *Manager {
 	c.T.Helper()
-	return c.launch(id, extra, func(dir string, env map[string]string) (*Manager, error) { return startManager(dir, id, env) })
+	return c.launch(id, extra, func(dir string, env map[string]string) (*Manager, error) {
+		if env["WORKER_NETWORK_MODE"] == "sealed" {
+			g := c.Gateway()
+			if g == nil {
+				upstream, err := upstreamOf(c.URL())
+				if err != nil {
+					return nil, err
+				}
+				g = c.StartGateway(upstream)
+			}
+			env["GATEWAY_DIR"] = g.Dir
+		}
+		return startManager(dir, id, env)
+	})
+}
+
+// Gateway returns the case's worker-gateway (nil before one started).
+func (c *Case) Gateway() *Gateway {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gateway
+}
+
+// StartGateway starts the case's worker-gateway on a new short directory,
+// relaying the workers' redis.sock to upstream (GATEWAY_REDIS): a case whose
+// workers reach Redis another way (a proxy) calls it before its first
+// manager. It is stopped (SIGTERM) when the case has ended, after the
+// final shutdown of the managers (their workers need Redis until they
+// stop), and its directory removed.
+func (c *Case) StartGateway(upstream string) *Gateway {
+	c.T.Helper()
+	if c.Gateway() != nil {
+		c.T.Fatal("faults: the case's gateway was started already")
+	}
+	dir, err := gatewayDir()
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	g, err := startGateway(dir, c.T.TempDir(), upstream)
+	if err != nil {
+		os.RemoveAll(dir)
+		c.T.Fatal(err)
+	}
+	c.mu.Lock()
+	c.gateway = g
+	c.mu.Unlock()
+	c.AfterFinish(func() {
+		if g := c.Gateway(); g.Running() {
+			if exited, took := g.terminate(10 * time.Second); !exited {
+				c.T.Errorf("worker-gateway did not exit within %s of SIGTERM; its log:\n%s", roundDur(took), g.LogTail(20))
+			}
+		}
+		_ = os.RemoveAll(dir)
+	})
+	shown := upstream // host:port, or a sentinel URL with the sentinels' password
+	if strings.Contains(upstream, "://") {
+		shown = protocol.RedactRedisURL(upstream)
+	}
+	c.T.Logf("worker-gateway (pid %d) on %s, relaying to %s", g.Pid(), dir, shown)
+	return g
+}
+
+// RestartGateway starts the case's gateway again on its directory, as a
+// supervisor restarts a crashed one (its process must have exited).
+func (c *Case) RestartGateway() *Gateway {
+	c.T.Helper()
+	g, err := c.restartGateway()
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	return g
+}
+
+func (c *Case) restartGateway() (*Gateway, error) {
+	g, err := c.Gateway().Restart()
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.gateway = g
+	c.mu.Unlock()
+	return g, nil
 }
 
 // launch starts a manager with the case's environment changed by extra,
@@ -384,6 +471,11 @@ func (c *Case) finish() {
 			t.Errorf("restart redis for the final count: %v", err)
 		}
 	}
+	if g := c.Gateway(); g != nil && !g.Running() {
+		if _, err := c.restartGateway(); err != nil {
+			t.Errorf("restart the gateway for the final shutdown: %v", err)
+		}
+	}
 	c.Settle()
 	managers := c.shutDown()
 	left := c.orphans()
@@ -403,6 +495,9 @@ func (c *Case) finish() {
 	if !row.Pass || os.Getenv("FAULTS_DEBUG") != "" {
 		for _, m := range managers {
 			t.Logf("manager %s (pid %d), last lines of its log:\n%s", m.ID, m.Pid(), m.LogTail(20))
+		}
+		if g := c.Gateway(); g != nil {
+			t.Logf("worker-gateway (pid %d), last lines of its log:\n%s", g.Pid(), g.LogTail(20))
 		}
 	}
 	c.RC.Close()

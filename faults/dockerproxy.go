@@ -3,6 +3,7 @@ package faults
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log"
 	"net"
@@ -22,6 +23,11 @@ import (
 // calls (the engine seems to hang) or act at the moment the manager makes
 // a given call (SIGKILL it between ContainerCreate and ContainerStart).
 // Point the manager at it with DOCKER_HOST=Host().
+//
+// Its faults and delays are for the calls on workers' containers: the
+// spare network namespaces' holders a manager makes for sealed workers
+// (spawner/netns.go; created without a name) go through untouched, except
+// for Stall, which holds every call as a hung engine would.
 type DockerProxy struct {
 	sock string
 	dir  string
@@ -33,7 +39,8 @@ type DockerProxy struct {
 	delays  []dockerDelay
 	lates   []dockerDelay
 	timers  []dockerTimer
-	late    sync.WaitGroup // calls forwarded late, in flight
+	late    sync.WaitGroup  // calls forwarded late, in flight
+	holders map[string]bool // container ids of the namespaces' holders
 }
 
 type dockerTimer struct {
@@ -183,10 +190,43 @@ func (p *DockerProxy) DelayRequest(method, pathRe string, fn func() time.Duratio
 	p.lates = append(p.lates, dockerDelay{method: method, path: regexp.MustCompile(pathRe), fn: fn})
 }
 
+var containerPath = regexp.MustCompile(`^/containers/([^/]+)/`)
+
+// holderCallLocked reports whether r is a call on a spare namespace's
+// holder: its create (a container create without a name) or a call on a
+// container the proxy saw made so.
+func (p *DockerProxy) holderCallLocked(r *http.Request, path string) bool {
+	if r.Method == http.MethodPost && path == "/containers/create" {
+		return r.URL.Query().Get("name") == ""
+	}
+	m := containerPath.FindStringSubmatch(path)
+	return m != nil && p.holders[m[1]]
+}
+
+// noteHolder records the id of a holder the engine made.
+func (p *DockerProxy) noteHolder(resp *http.Response) {
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	var made struct{ Id string }
+	if err != nil || json.Unmarshal(body, &made) != nil || made.Id == "" {
+		return
+	}
+	p.mu.Lock()
+	if p.holders == nil {
+		p.holders = map[string]bool{}
+	}
+	p.holders[made.Id] = true
+	p.mu.Unlock()
+}
+
 func (p *DockerProxy) lateBy(r *http.Request) time.Duration {
 	path := apiVersion.ReplaceAllString(r.URL.Path, "")
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.holderCallLocked(r, path) {
+		return 0
+	}
 	var d time.Duration
 	for _, h := range p.lates {
 		if h.method == r.Method && h.path.MatchString(path) {
@@ -210,6 +250,13 @@ func (p *DockerProxy) delayResponse(resp *http.Response) error {
 	r := resp.Request
 	path := apiVersion.ReplaceAllString(r.URL.Path, "")
 	p.mu.Lock()
+	if p.holderCallLocked(r, path) {
+		p.mu.Unlock()
+		if path == "/containers/create" && resp.StatusCode == http.StatusCreated {
+			p.noteHolder(resp)
+		}
+		return nil
+	}
 	var d time.Duration
 	for _, h := range p.delays {
 		if h.method == r.Method && h.path.MatchString(path) {
@@ -264,8 +311,9 @@ func (p *DockerProxy) hold(r *http.Request) bool {
 	p.mu.Lock()
 	stalled := p.stalled
 	var fns []func() bool
+	holder := p.holderCallLocked(r, path)
 	for _, h := range p.hooks {
-		if h.method == r.Method && h.path.MatchString(path) {
+		if !holder && h.method == r.Method && h.path.MatchString(path) {
 			fns = append(fns, h.fn)
 		}
 	}

@@ -56,6 +56,8 @@ func (c *Case) WatchCreations() *Creations {
 			ev := Created{At: time.Unix(0, ns), ContainerID: f[1]}
 			if len(f) > 2 {
 				ev.WorkerID = f[2]
+			} else {
+				continue // a spare network namespace's holder (spawner/netns.go), not a worker
 			}
 			w.mu.Lock()
 			w.evs = append(w.evs, ev)

@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -31,13 +32,25 @@ type Fleet struct {
 	Hosts []*Host
 }
 
-// Host is one simulated machine: its engine and its current manager.
+// Host is one simulated machine: its engine, its current manager and,
+// its workers sealed, its worker-gateway serving GatewayDir.
 type Host struct {
-	ID     string // HOST_ID
-	Engine *Engine
+	ID         string // HOST_ID
+	Engine     *Engine
+	GatewayDir string // the host's GATEWAY_DIR: a short temporary directory (Fleet.Dir links to it)
 
 	mu      sync.Mutex
 	manager *Manager
+	gateway *Gateway
+	killed  bool // the host died: its next gateway boots on an empty directory
+}
+
+// Gateway returns the host's current worker-gateway (nil before the
+// first).
+func (h *Host) Gateway() *Gateway {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.gateway
 }
 
 // Manager returns the host's current manager (nil before the first).
@@ -72,7 +85,20 @@ func NewFleet(n int, images ...string) (*Fleet, error) {
 			f.Close()
 			return nil, err
 		}
-		f.Hosts = append(f.Hosts, &Host{ID: id, Engine: e})
+		// The gateway's directory is a short one of its own (a socket's
+		// path is at most 107 bytes), named by a link in the fleet's
+		// directory so that a sweep finds it.
+		gw, err := gatewayDir()
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		h := &Host{ID: id, Engine: e, GatewayDir: gw}
+		f.Hosts = append(f.Hosts, h)
+		if err := os.Symlink(gw, filepath.Join(f.Dir, id+gatewayLink)); err != nil {
+			f.Close()
+			return nil, err
+		}
 	}
 	var archive string
 	var saveErr error
@@ -140,16 +166,18 @@ func saveImages(archive string, images []string) error {
 }
 
 // HostEnv is what a host's manager needs on top of a fleet-wide
-// environment: its engine and its host id.
+// environment: its engine, its host id and its gateway's directory.
 func (h *Host) HostEnv() map[string]string {
-	return map[string]string{"DOCKER_HOST": h.Engine.Host(), "HOST_ID": h.ID}
+	return map[string]string{"DOCKER_HOST": h.Engine.Host(), "HOST_ID": h.ID, "GATEWAY_DIR": h.GatewayDir}
 }
 
 // StartManager starts a worker-manager for the host (env plus HostEnv;
 // MANAGER_ID id unless env sets it; DOCKER_HOST the host's engine unless
 // env points it elsewhere, a DockerProxy in front of that engine) and
-// moves it into the host's cgroups: it dies with the host. Its log goes
-// under dir.
+// moves it into the host's cgroups: it dies with the host. Its workers
+// sealed (unless env sets another WORKER_NETWORK_MODE), the host's
+// gateway is started first when it does not run (StartGateway). Its log
+// goes under dir.
 func (h *Host) StartManager(dir, id string, env map[string]string) (*Manager, error) {
 	// The managers of the simulated hosts share this machine's hostname,
 	// the default MANAGER_ID: the same consumer name in the managers'
@@ -161,6 +189,15 @@ func (h *Host) StartManager(dir, id string, env map[string]string) (*Manager, er
 	for k, v := range h.HostEnv() {
 		if _, set := env[k]; !set || k != "DOCKER_HOST" {
 			all[k] = v
+		}
+	}
+	if mode := all["WORKER_NETWORK_MODE"]; mode == "" || mode == "sealed" {
+		upstream, err := upstreamOf(cmp.Or(all["WORKER_REDIS_URL"], all["REDIS_URL"]))
+		if err != nil {
+			return nil, err
+		}
+		if _, err := h.StartGateway(dir, upstream); err != nil {
+			return nil, err
 		}
 	}
 	m, err := startManager(dir, id, all)
@@ -177,14 +214,57 @@ func (h *Host) StartManager(dir, id string, env map[string]string) (*Manager, er
 	return m, nil
 }
 
-// Kill is the host's death (Engine.Kill: its manager, dockerd, containerd,
-// shims and containers, all at once); it returns the moment of death and
-// how many processes died.
+// StartGateway starts the host's worker-gateway on GatewayDir, relaying
+// to upstream (host:port), unless it runs already, and moves it into the
+// host's cgroups like the manager: it dies with the host. After the host
+// died, the directory is emptied first, as a reboot empties /run. Its log
+// goes under logDir.
+func (h *Host) StartGateway(logDir, upstream string) (*Gateway, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if g := h.gateway; g != nil && g.Running() {
+		if g.Upstream != upstream {
+			return nil, fmt.Errorf("faults: host %s: its gateway relays to %s, not %s", h.ID, g.Upstream, upstream)
+		}
+		return g, nil
+	}
+	if h.killed {
+		if err := os.RemoveAll(h.GatewayDir); err != nil {
+			return nil, err
+		}
+		h.killed = false
+	}
+	g, err := startGateway(h.GatewayDir, logDir, upstream)
+	if err != nil {
+		return nil, fmt.Errorf("faults: host %s: %w", h.ID, err)
+	}
+	if err := h.Engine.Adopt(g.Pid()); err != nil {
+		g.Kill()
+		return nil, err
+	}
+	h.gateway = g
+	return g, nil
+}
+
+// Kill is the host's death (Engine.Kill: its manager, gateway, dockerd,
+// containerd, shims and containers, all at once); it returns the moment
+// of death and how many processes died.
 func (h *Host) Kill() (time.Time, int, error) {
 	n := len(h.Engine.Pids())
 	at, err := h.Engine.Kill()
 	if m := h.Manager(); m != nil {
 		<-m.Exited()
+	}
+	h.mu.Lock()
+	g := h.gateway
+	h.killed = true
+	h.mu.Unlock()
+	if g != nil {
+		select {
+		case <-g.Exited():
+		case <-time.After(5 * time.Second):
+			err = errors.Join(err, fmt.Errorf("faults: host %s: its gateway (pid %d) outlived the host's death", h.ID, g.Pid()))
+		}
 	}
 	return at, n, err
 }
@@ -195,12 +275,36 @@ func (f *Fleet) Close() error {
 		if m := h.Manager(); m != nil && m.Running() {
 			m.Kill()
 		}
-		return h.Engine.Remove()
+		err := h.Engine.Remove()
+		// The gateway last: the engine's SIGTERM stops the containers,
+		// whose wrappers reach Redis through it until then.
+		if g := h.Gateway(); g != nil && g.Running() {
+			g.Kill()
+		}
+		if rmErr := os.RemoveAll(h.GatewayDir); rmErr != nil {
+			err = errors.Join(err, rmErr)
+		}
+		return err
 	})
 	if rmErr := os.RemoveAll(f.Dir); rmErr != nil {
 		err = errors.Join(err, rmErr)
 	}
 	return err
+}
+
+// gatewayLink ends the name of a host's link, in the fleet's directory,
+// to its gateway's directory.
+const gatewayLink = "-gw"
+
+// removeGatewayDir removes the gateway directory link names: one that
+// gatewayDir made (in the temporary directory, named gw...), nothing
+// else.
+func removeGatewayDir(link string) {
+	target, err := os.Readlink(link)
+	if err != nil || filepath.Dir(target) != filepath.Clean(os.TempDir()) || !strings.HasPrefix(filepath.Base(target), "gw") {
+		return
+	}
+	_ = os.RemoveAll(target)
 }
 
 // ownerStamp identifies a live process: its pid and start time (a pid
@@ -239,6 +343,9 @@ func SweepStaleFleets() {
 		}
 		hosts, _ := os.ReadDir(dir)
 		for _, h := range hosts {
+			if h.Type()&os.ModeSymlink != 0 && strings.HasSuffix(h.Name(), gatewayLink) {
+				removeGatewayDir(filepath.Join(dir, h.Name()))
+			}
 			if h.IsDir() {
 				e := &Engine{Name: h.Name(), Dir: filepath.Join(dir, h.Name()), Cgroup: "agentvisor-fleet-" + d.Name() + "-" + h.Name()}
 				_ = e.Remove()
@@ -285,6 +392,23 @@ func EnsureWorkerImage(redisURL, logDir string) (string, error) {
 	if h := os.Getenv("DOCKER_HOST"); h != "" {
 		env["DOCKER_HOST"] = h
 	}
+	// Its worker is sealed, like every worker of the suite: a gateway of
+	// its own.
+	upstream, err := upstreamOf(redisURL)
+	if err != nil {
+		return "", err
+	}
+	gwDir, err := gatewayDir()
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(gwDir)
+	g, err := startGateway(gwDir, logDir, upstream)
+	if err != nil {
+		return "", err
+	}
+	defer g.terminate(10 * time.Second)
+	env["GATEWAY_DIR"] = gwDir
 	m, err := startManager(logDir, "warm", env)
 	if err != nil {
 		return "", err

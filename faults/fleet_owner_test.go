@@ -21,7 +21,7 @@ func TestCommandsReachTheWorkersHost(t *testing.T) {
 	const hb = 2 * time.Second
 	c := NewCase(t, Options{
 		Name: "commands and control requests on a worker read by another host's manager (2 hosts)",
-		Fault: "Two hosts (Docker engines of their own, one manager each, one Redis); host-2 alone has the label docker=true. " +
+		Fault: "Two hosts (Docker engines of their own, one manager and one worker-gateway each, one Redis); host-2 alone has the label docker=true. " +
 			"A create asks for that label; a create asks for a host that does not exist. Then pause, unpause, a wrapper's pause " +
 			"request and delete of the worker are each sent while host-2's manager is frozen (SIGSTOP, under HOST_TTL), so host-1's " +
 			"manager reads them.",

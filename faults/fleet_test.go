@@ -31,10 +31,10 @@ func TestHostLostMidLoad(t *testing.T) {
 	c := NewCase(t, Options{
 		Name: "host lost mid-load (3 hosts, one killed whole, then restarted)",
 		Fault: fmt.Sprintf("Three hosts, each a Docker engine of its own with one manager (HOST_ID host-1..3, MAX_CONCURRENT_WORKERS=%d, "+
-			"heartbeats every %s, HOST_TTL 2 intervals), share one Redis; %d long-lived workers are created (spread by free slots), "+
-			"then %d tasks of %.1f s (%d per worker). Once host-2's workers run their tasks, host-2 dies: its cgroup (manager, dockerd, "+
-			"containerd, shims, containers) is frozen and SIGKILLed at one instant. After the load, host-2's engine and manager "+
-			"(same HOST_ID) start again, and a create placed on host-2 follows.",
+			"heartbeats every %s, HOST_TTL 2 intervals) and one worker-gateway (sealed workers), share one Redis; %d long-lived workers "+
+			"are created (spread by free slots), then %d tasks of %.1f s (%d per worker). Once host-2's workers run their tasks, host-2 "+
+			"dies: its cgroup (manager, gateway, dockerd, containerd, shims, containers) is frozen and SIGKILLed at one instant. After "+
+			"the load, host-2's engine, gateway and manager (same HOST_ID) start again, and a create placed on host-2 follows.",
 			maxPerHost, hb, hosts*perHost, hosts*perHost*tasksPerWorker, float64(taskMS)/1000, tasksPerWorker),
 		Recovered: "every task answered once within 3 heartbeat intervals + one lease + 45 s of the kill (a task of a host-2 worker may " +
 			"fail HOST_LOST or be moved to a replacement); host-2's workers declared lost (`host_lost` event) within 3 heartbeat " +

@@ -3,6 +3,7 @@ module github.com/agentvisor/agentvisor/faults
 go 1.26.0
 
 require (
+	github.com/agentvisor/agentvisor/gateway v0.0.0
 	github.com/agentvisor/agentvisor/protocol v0.0.0
 	github.com/agentvisor/agentvisor/redisconn v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -20,3 +21,7 @@ replace github.com/agentvisor/agentvisor/protocol => ../protocol
 replace github.com/agentvisor/agentvisor/redisconn => ../redisconn
 
 replace github.com/agentvisor/agentvisor/testkit => ../testkit
+
+replace github.com/agentvisor/agentvisor/gateway => ../gateway
+
+replace github.com/agentvisor/agentvisor/envconf => ../envconf

@@ -42,8 +42,8 @@ var (
 )
 
 // ensureBuilt builds, once per test binary, the OS base (when missing),
-// BaseImage and bin/worker-manager. A build that fails fails the test: a
-// case never runs against a stale binary or image.
+// BaseImage, bin/worker-manager and bin/worker-gateway. A build that
+// fails fails the test: a case never runs against a stale binary or image.
 func ensureBuilt(t testing.TB) {
 	t.Helper()
 	if err := Build(); err != nil {
@@ -51,8 +51,9 @@ func ensureBuilt(t testing.TB) {
 	}
 }
 
-// Build builds, once per process, the OS base (when missing), BaseImage
-// and bin/worker-manager (ensureBuilt for programs: cmd/fleet).
+// Build builds, once per process, the OS base (when missing), BaseImage,
+// bin/worker-manager and bin/worker-gateway (ensureBuilt for programs:
+// cmd/fleet).
 func Build() error {
 	buildOnce.Do(func() { buildErr = build() })
 	return buildErr
@@ -62,10 +63,15 @@ func build() error {
 	if err := testkit.BuildFakeAgentImage(BaseImage, "worker-base-faults"); err != nil {
 		return err
 	}
-	cmd := exec.Command("go", "build", "-o", ManagerBin(), "./cmd/worker-manager")
-	cmd.Dir = filepath.Join(testkit.Root(), "spawner")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build worker-manager: %v\n%s", err, out)
+	for _, b := range []struct{ module, pkg, out string }{
+		{"spawner", "./cmd/worker-manager", ManagerBin()},
+		{"gateway", "./cmd/worker-gateway", GatewayBin()},
+	} {
+		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
+		cmd.Dir = filepath.Join(testkit.Root(), b.module)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", filepath.Base(b.out), err, out)
+		}
 	}
 	return nil
 }

@@ -100,17 +100,20 @@ func TestConnectionResetAfterXReadGroupReply(t *testing.T) {
 // reset) is cut.
 func lostReply(t *testing.T, cut testkit.Cut) {
 	name, fault := "a lost XREADGROUP reply (connection dropped after Redis delivered a task)",
-		"The worker reaches Redis through a loopback TCP proxy (WORKER_REDIS_URL), which drops the connection as soon as Redis answers the worker's "+
+		"The worker reaches Redis through a loopback TCP proxy (its gateway's upstream, and WORKER_REDIS_URL), which drops the connection as soon as Redis answers the worker's "+
 			"first XREADGROUP that delivers a task, before the reply reaches the worker: the task is delivered (pending in the worker's name) "+
 			"but the worker never saw it. A second task follows."
 	if cut == testkit.CutAfterReply {
 		name, fault = "connection reset right after an XREADGROUP reply",
-			"The worker reaches Redis through a loopback TCP proxy (WORKER_REDIS_URL), which passes on the reply of the worker's first XREADGROUP "+
+			"The worker reaches Redis through a loopback TCP proxy (its gateway's upstream, and WORKER_REDIS_URL), which passes on the reply of the worker's first XREADGROUP "+
 				"that delivers a task, then resets the connection. A second task follows."
 	}
 	c := NewCase(t, Options{Name: name, Fault: fault,
 		Recovered: "both tasks answered complete within 15 s of the cut. Recovery time: cut to the first task's answer."})
 	proxy := testkit.StartProxy(t, c.Redis.Addr)
+	// The sealed worker's redis.sock is relayed to the proxy, which
+	// WORKER_REDIS_URL names as well (the URL the wrapper logs in with).
+	c.StartGateway(proxy.Addr)
 	c.StartManager("m1", map[string]string{"WORKER_REDIS_URL": proxy.URL()})
 	w := c.Create(protocol.KindLongLived, 30*time.Second)
 	if _, ok := c.WaitEvent(w, protocol.EventStarted, "", 30*time.Second); !ok {

@@ -38,8 +38,9 @@ func sentinelFailover(t *testing.T, kind string) {
 	}
 	c := NewCase(t, Options{
 		Name: "Redis Sentinel: " + kind + " mid-load (4 workers, a task every 100 ms)",
-		Fault: "A primary with a password (so workers connect as ACL users of their own), a replica and three sentinels on loopback; the manager, the workers " +
-			"and the case reach Redis through the redis+sentinel:// URL, WAIT for one replica on the writes that matter (the default). Four long-lived workers " +
+		Fault: "A primary with a password (so workers connect as ACL users of their own), a replica and three sentinels on loopback; the manager " +
+			"and the case reach Redis through the redis+sentinel:// URL, the sealed workers through their gateway, which relays to the primary the sentinels name; " +
+			"all WAIT for one replica on the writes that matter (the default). Four long-lived workers " +
 			"get a task (fake agent, 200 ms) every 100 ms for 12 s, round robin; 4 s in: " + fault,
 		Recovered: "every task answered complete within 60 s of the load's end, no worker replaced; at most 2 answers per task (PROTOCOL.md: one more per failover). " +
 			"Recovery time: the fault to the first output every worker stored on the new primary (it authenticates there again).",

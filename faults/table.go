@@ -80,6 +80,7 @@ func WriteFile(path string, rs []Row, took time.Duration) error {
 	b.WriteString("- **orphans**: containers of the case's key prefix left after a final shutdown of its managers (SIGTERM, SIGKILL past the stop timeout + 5 s), plus workers that should not exist (an unrequested replacement, a worker re-created without end);\n")
 	b.WriteString("- **detection**: from the fault to the runtime's first visible answer to it (a failed Output, a replacement, a refusal), where the case has one (defined per case below);\n")
 	b.WriteString("- **recovery time**: from the fault to the moment the case counts as recovered (defined per case below).\n\n")
+	b.WriteString("The workers are sealed, as by default (`WORKER_NETWORK_MODE=sealed`): their containers have no network, and their wrappers reach Redis through the unix sockets of a real `worker-gateway` (bin/worker-gateway), one per host: one per case, one per simulated host in the fleet cases; in the Sentinel cases it relays to the primary the sentinels name.\n\n")
 	b.WriteString("Goal: 0 lost, 0 duplicated, 0 orphans in every row, and every case recovered within its bound. A case that misses it fails its test. ")
 	b.WriteString("[faults/BEFORE-LEASES.md](faults/BEFORE-LEASES.md) is the same suite on the code before the control plane's leases and claims.\n\n")
 	b.WriteString(Table(rs))

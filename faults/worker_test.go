@@ -99,13 +99,14 @@ func TestWorkerCannotHeartbeat(t *testing.T) {
 	)
 	c := NewCase(t, Options{
 		Name: "a worker that cannot heartbeat (bad WORKER_REDIS_URL)",
-		Fault: "The manager gives its workers a Redis URL that nothing answers (WORKER_REDIS_URL=redis://127.0.0.1:1/0): " +
+		Fault: "The workers' Redis is an address that nothing answers (their gateway relays redis.sock to 127.0.0.1:1; WORKER_REDIS_URL=redis://127.0.0.1:1/0): " +
 			"the worker starts but never beats. Containers made are counted for 30 s once past the cap of 4, else until 15 s pass without one (90 s at most).",
 		Recovered: "the create answered; the worker replaced at most 3 times (at most 4 containers made), then left alone for 15 s. " +
 			"Recovery time: from the create to the last container made.",
 		Detected: "the first container made to the second (the worker judged dead and replaced).",
 		Env:      map[string]string{"WORKER_REDIS_URL": "redis://127.0.0.1:1/0"},
 	})
+	c.StartGateway("127.0.0.1:1") // a sealed worker's Redis is its gateway's upstream
 	c.StartManager("m1", nil)
 	creates := c.WatchCreations()
 	t0 := time.Now()

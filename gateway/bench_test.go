@@ -225,3 +225,65 @@ func BenchmarkEgressHTTPS(b *testing.B) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
+
+// A new connection and a PING through redis.sock of a gateway relaying to
+// host:port, and through one following a Sentinel primary (the primary
+// the sentinels name, cached for PrimaryCacheFor: a lookup of the three
+// sentinels now and then), alternated on one run to the same primary.
+// The run lasts several cache periods, so the p99 holds the lookups.
+func BenchmarkGatewayRedisDialSentinel(b *testing.B) {
+	s := testkit.StartSentinel(b, testkit.SentinelOptions{})
+	socks := map[string]string{}
+	for k, redis := range map[string]string{"direct": s.Servers[0].Addr, "sentinel": gatewaySentinelURL(s)} {
+		dir, err := mkdirShort()
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		g, err := New(Config{Dir: dir, Redis: redis})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := g.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer g.Stop(context.Background())
+		if err := NewClient(dir).Open(context.Background(), "bench", nil); err != nil {
+			b.Fatal(err)
+		}
+		socks[k] = sockOf(dir, "bench", RedisSocket)
+	}
+	sample := func(k string) time.Duration {
+		start := time.Now()
+		nc, err := net.Dial("unix", socks[k])
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer nc.Close()
+		if err := (&bufConn{nc, bufio.NewReader(nc)}).ping(); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	for range 100 {
+		sample("direct")
+		sample("sentinel")
+	}
+	b.ResetTimer()
+	var lat map[string][]float64
+	for range b.N {
+		lat = map[string][]float64{}
+		end := time.Now().Add(4 * PrimaryCacheFor)
+		for time.Now().Before(end) {
+			for _, k := range []string{"direct", "sentinel"} {
+				lat[k] = append(lat[k], us(sample(k)))
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	b.StopTimer()
+	for _, k := range []string{"direct", "sentinel"} {
+		b.ReportMetric(rank(lat[k], 50), "redis-connect-gateway-"+k+"-p50-us")
+		b.ReportMetric(rank(lat[k], 99), "redis-connect-gateway-"+k+"-p99-us")
+	}
+}

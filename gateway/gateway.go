@@ -80,8 +80,12 @@ const DefaultMaxConns = 256
 
 // Config configures a Gateway.
 type Config struct {
-	Dir   string       // where control.sock and the workers' directories are
-	Redis string       // the upstream Redis, host:port (TCP)
+	Dir string // where control.sock and the workers' directories are
+	// Redis is the upstream Redis: host:port (TCP), or a sentinel URL
+	// (redis+sentinel://host1:port1,host2:port2/master, without the data
+	// user's credentials; ParseRedis), whose primary each connection is
+	// relayed to and followed across failovers (sentinel.go).
+	Redis string
 	Model string       // the upstream model API, host:port (TCP); "": no model.sock
 	Log   *slog.Logger // nil: discard
 	// MaxConns bounds the connections one worker holds open at once (0:
@@ -115,6 +119,10 @@ type Config struct {
 	// host (nil: the system's roots); an empty ServerName is the
 	// request's host. For tests (a loopback TLS server) and embedding.
 	UpstreamTLS *tls.Config
+	// SentinelTLS configures the TLS the gateway speaks to the sentinels
+	// of a rediss+sentinel:// Redis (nil: the system's roots, ServerName
+	// the sentinel's host). For tests and embedding.
+	SentinelTLS *tls.Config
 }
 
 var idRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
@@ -162,6 +170,13 @@ type Gateway struct {
 	credsFile credentialsFile
 	stopPoll  chan struct{}
 
+	// primary follows the Sentinel primary (nil: Config.Redis is
+	// host:port); watching its sentinels runs from Start to Stop.
+	primary   *sentinels
+	stopWatch context.CancelFunc
+	watching  sync.WaitGroup
+	redisLog  string // Config.Redis as logs show it (no password)
+
 	mu      sync.Mutex
 	workers map[string]*worker
 	started bool
@@ -176,8 +191,9 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("gateway: no Dir")
 	}
-	if _, _, err := net.SplitHostPort(cfg.Redis); err != nil {
-		return nil, fmt.Errorf("gateway: Redis: want host:port, got %q", cfg.Redis)
+	sentinelURL, err := ParseRedis(cfg.Redis)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Model != "" {
 		if _, _, err := net.SplitHostPort(cfg.Model); err != nil {
@@ -218,6 +234,11 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	cfg.Credentials = slices.Clone(cfg.Credentials)
 	g := &Gateway{cfg: cfg, log: log, defaults: defaults, workers: map[string]*worker{}, done: make(chan struct{}), stopPoll: make(chan struct{})}
+	g.redisLog = cfg.Redis
+	if sentinelURL != nil {
+		g.redisLog = sentinelURL.Redacted()
+		g.primary = newSentinels(*sentinelURL, cfg.SentinelTLS, cfg.DialTimeout, log, g.closeOldRedis)
+	}
 	g.creds.Store(&static)
 	if cfg.CredentialsFile != "" {
 		// Read at New, so that a bad file stops the gateway before it
@@ -340,7 +361,12 @@ func (g *Gateway) Start() error {
 	if g.cfg.CredentialsFile != "" {
 		go g.pollCredentials()
 	}
-	g.log.Info("gateway started", "dir", g.cfg.Dir, "redis", g.cfg.Redis, "model", g.cfg.Model, "workers", len(g.workers))
+	if g.primary != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		g.stopWatch = cancel
+		g.primary.watch(ctx, &g.watching)
+	}
+	g.log.Info("gateway started", "dir", g.cfg.Dir, "redis", g.redisLog, "model", g.cfg.Model, "workers", len(g.workers))
 	return nil
 }
 
@@ -366,6 +392,9 @@ func (g *Gateway) Stop(ctx context.Context) error {
 	}
 	g.stopped = true
 	close(g.stopPoll)
+	if g.stopWatch != nil {
+		g.stopWatch()
+	}
 	srv, ctl := g.srv, g.ctl
 	workers := g.closeWorkers()
 	g.mu.Unlock()
@@ -384,8 +413,27 @@ func (g *Gateway) Stop(ctx context.Context) error {
 			err = werr
 		}
 	}
+	g.watching.Wait()
 	g.log.Info("gateway stopped")
 	return err
+}
+
+// closeOldRedis closes every relayed connection to a Redis primary the
+// sentinels no longer name, on every worker: the wrappers reconnect
+// through the same socket and reach the new one.
+func (g *Gateway) closeOldRedis() {
+	gen := g.primary.gen.Load()
+	g.mu.Lock()
+	ws := make([]*worker, 0, len(g.workers))
+	for _, w := range g.workers {
+		ws = append(ws, w)
+	}
+	g.mu.Unlock()
+	n := 0
+	for _, w := range ws {
+		n += w.closeOldPrimary(gen)
+	}
+	g.log.Info("redis connections to the old primary closed", "connections", n)
 }
 
 // closeWorkers closes every worker (g.mu held) and returns them.
@@ -670,7 +718,10 @@ type worker struct {
 	closed    bool
 	listeners []*unixListener
 	conns     map[net.Conn]struct{}
-	wg        sync.WaitGroup
+	// redisUps are the upstream connections to a Sentinel primary, each
+	// with the gen of the primary it was dialled to (sentinels.gen).
+	redisUps map[net.Conn]uint64
+	wg       sync.WaitGroup
 
 	accepted, open, refused, dialErrors, bytesUp, bytesDown atomic.Int64
 	egressAllowed, egressRefused, egressCredentialed        atomic.Int64
@@ -678,7 +729,7 @@ type worker struct {
 
 func newWorker(g *Gateway, spec WorkerSpec, allow allowlist, dir string) *worker {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &worker{g: g, id: spec.WorkerID, dir: dir, ctx: ctx, cancel: cancel, s: spec, conns: map[net.Conn]struct{}{}}
+	w := &worker{g: g, id: spec.WorkerID, dir: dir, ctx: ctx, cancel: cancel, s: spec, conns: map[net.Conn]struct{}{}, redisUps: map[net.Conn]uint64{}}
 	w.allow.Store(&allow)
 	return w
 }
@@ -812,6 +863,42 @@ func (w *worker) track(c net.Conn, on, client bool) bool {
 	return true
 }
 
+// trackPrimary records up as a connection to the primary of gen, or
+// reports false when the sentinels named another since: a connection
+// dialled just before a switch must not outlive the sweep of
+// closeOldRedis, which takes w.mu after gen moved on.
+func (w *worker) trackPrimary(up net.Conn, gen uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.g.primary.gen.Load() != gen {
+		return false
+	}
+	w.redisUps[up] = gen
+	return true
+}
+
+func (w *worker) untrackPrimary(up net.Conn) {
+	w.mu.Lock()
+	delete(w.redisUps, up)
+	w.mu.Unlock()
+}
+
+// closeOldPrimary closes every connection of the worker to a primary
+// older than gen; each relay then closes its container's side.
+func (w *worker) closeOldPrimary(gen uint64) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for c, g := range w.redisUps {
+		if g != gen {
+			c.Close()
+			delete(w.redisUps, c)
+			n++
+		}
+	}
+	return n
+}
+
 // relay dials addr and copies bytes both ways between c and it until both
 // sides are done. Nothing the container sends ends the process: a panic
 // here closes this connection only.
@@ -826,11 +913,28 @@ func (w *worker) relay(c net.Conn, name, addr string, log *slog.Logger) {
 		if up != nil {
 			up.Close()
 			w.track(up, false, false)
+			w.untrackPrimary(up)
 		}
 	}()
-	d := net.Dialer{Timeout: w.g.cfg.DialTimeout}
-	var err error
-	up, err = d.DialContext(w.ctx, "tcp", addr)
+	sentinel := name == RedisSocket && w.g.primary != nil
+	var (
+		gen uint64
+		err error
+	)
+	if sentinel {
+		var primary string
+		addr = w.g.redisLog // what a failed lookup logs: never the sentinels' password
+		if primary, gen, err = w.g.primary.primary(w.ctx); err == nil {
+			addr = primary
+		}
+	}
+	if err == nil {
+		d := net.Dialer{Timeout: w.g.cfg.DialTimeout}
+		up, err = d.DialContext(w.ctx, "tcp", addr)
+		if err != nil && sentinel {
+			w.g.primary.forget(addr)
+		}
+	}
 	if err != nil {
 		up = nil
 		w.dialErrors.Add(1)
@@ -839,10 +943,14 @@ func (w *worker) relay(c net.Conn, name, addr string, log *slog.Logger) {
 		}
 		return
 	}
-	// The upstream is tracked to be closed with the worker.
+	// The upstream is tracked to be closed with the worker, and a
+	// primary's when the sentinels name another.
 	if !w.track(up, true, false) {
 		up = nil
 		return
+	}
+	if sentinel && !w.trackPrimary(up, gen) {
+		return // the deferred cleanup closes it
 	}
 	done := make(chan struct{})
 	go func() {

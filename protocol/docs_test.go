@@ -17,6 +17,7 @@ import (
 var markdownDocs = []string{
 	"../README.md", "../SECURITY.md", "../BENCHMARKS.md", "../FAULTS.md", "PROTOCOL.md", "../spawner/CONTROLPLANE.md",
 	"../spawner/README.md", "../wrapper/README.md", "../images/README.md", "../docs/kubernetes.md", "../gateway/README.md",
+	"../clients/python/README.md", "../clients/typescript/README.md",
 }
 
 // Every code fence of the documents opens and closes: a closing fence is

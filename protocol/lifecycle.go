@@ -54,11 +54,18 @@ const (
 	EventNetworkChanged Event = "network_changed"
 )
 
+// EventOperatorAction is published by the operator's dashboard (source
+// operator) when a person acted on a worker through it: detail.action
+// (cancel, message, allow, deny, pause, resume, delete), detail.operator
+// (who: the name given at login, or "ops"), and what the action wrote
+// (detail.permission_id, detail.command_id, detail.code on failure).
+const EventOperatorAction Event = "operator_action"
+
 var events = map[Event]bool{
 	EventStarted: true, EventTaskStarted: true, EventTaskCompleted: true, EventTaskFailed: true, EventTaskCancelled: true, EventBudgetWarning: true,
 	EventPauseRequested: true, EventStopping: true, EventStopped: true, EventFailed: true, EventStateChanged: true, EventHandedOff: true,
 	EventCreated: true, EventQueued: true, EventPaused: true, EventUnpaused: true, EventDied: true,
-	EventOOM: true, EventDead: true, EventDegraded: true, EventRecovered: true, EventRemoved: true, EventReplaceFailed: true, EventAllocated: true, EventRecycled: true, EventHostLost: true, EventNetworkChanged: true,
+	EventOOM: true, EventDead: true, EventDegraded: true, EventRecovered: true, EventRemoved: true, EventReplaceFailed: true, EventAllocated: true, EventRecycled: true, EventHostLost: true, EventNetworkChanged: true, EventOperatorAction: true,
 }
 
 // Valid reports whether e is a known event.
@@ -68,6 +75,8 @@ func (e Event) Valid() bool { return events[e] }
 const (
 	SourceWrapper = "wrapper"
 	SourceSpawner = "spawner"
+	// SourceOperator: a person, through the dashboard (operator_action).
+	SourceOperator = "operator"
 )
 
 // Lifecycle is one entry of the lifecycle stream.
@@ -94,8 +103,8 @@ func (l Lifecycle) Validate() error {
 	if !l.Event.Valid() {
 		return fieldErr("event", "unknown event %q", l.Event)
 	}
-	if l.Source != SourceWrapper && l.Source != SourceSpawner {
-		return fieldErr("source", "is %q, want wrapper or spawner", l.Source)
+	if l.Source != SourceWrapper && l.Source != SourceSpawner && l.Source != SourceOperator {
+		return fieldErr("source", "is %q, want wrapper, spawner or operator", l.Source)
 	}
 	if l.Timestamp.IsZero() {
 		return fieldErr("timestamp", "required")

@@ -19,8 +19,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 
@@ -63,7 +66,8 @@ func FromURL(u protocol.RedisURL) *redis.UniversalOptions {
 // URL still names the server, for TLS (its host is the server name) and
 // for the credentials. A sentinel URL is refused: its clients dial the
 // sentinels and then whichever server is the primary, which one socket
-// cannot stand for.
+// cannot stand for. With Sentinel, a sealed worker is given a plain URL
+// naming the master and its gateway follows the primary behind the socket.
 func ThroughSocket(o *redis.UniversalOptions, path string) error {
 	if o.MasterName != "" {
 		return errors.New("redisconn: a sentinel URL cannot go through a socket")
@@ -94,7 +98,9 @@ func ThroughSocket(o *redis.UniversalOptions, path string) error {
 // so the rest of a program does not care which.
 func NewClient(o *redis.UniversalOptions) *redis.Client {
 	if o.MasterName != "" {
-		return redis.NewFailoverClient(o.Failover())
+		c := redis.NewFailoverClient(o.Failover())
+		rememberSentinels(c, o)
+		return c
 	}
 	return redis.NewClient(o.Simple())
 }
@@ -216,30 +222,111 @@ func XAdd(ctx context.Context, c redis.Cmdable, p protocol.WaitPolicy, args *red
 		if !short {
 			back = min(2*back, 2*time.Second)
 		}
-		found, xerr := c.XRange(ctx, args.Stream, id, id).Result()
-		if xerr != nil {
-			short, err = false, xerr // the primary still unreachable
-			continue
-		}
-		if len(found) > 0 {
-			if short {
-				return id, err // a live primary that has it, without enough replicas
-			}
-			return id, nil // on the primary the client reaches after the failover
-		}
-		// The primary the client reaches now has not got it: add it
-		// again, under a new id.
-		a := *args
-		a.ID = ""
-		err = PipelineWait(ctx, c, p, func(pipe redis.Pipeliner) { add = pipe.XAdd(ctx, &a) })
-		if add.Val() != "" {
-			id = add.Val()
-			if err == nil || IsNotReplicated(err) {
-				return id, err
-			}
+		var done bool
+		id, err, done = confirm(ctx, c, p, args, id, short, err)
+		if done {
+			return id, err
 		}
 		short = false
 	}
+}
+
+// confirm looks for entry id of args.Stream on the primary and, when it is
+// not there, adds it again (under a new id). For a client of a sentinel
+// URL the primary is the one the sentinels name now, reached directly: the
+// client itself may still be connected to a demoted primary that has the
+// entry until its resync drops it. done is false while no primary could
+// be asked or the add again was not made. prev is the short answer that
+// led here, returned when the primary has the entry.
+func confirm(ctx context.Context, c redis.Cmdable, p protocol.WaitPolicy, args *redis.XAddArgs, id string, short bool, prev error) (string, error, bool) {
+	on, release, err := primaryOf(ctx, c)
+	if err != nil {
+		return id, err, false
+	}
+	defer release()
+	found, err := on.XRange(ctx, args.Stream, id, id).Result()
+	if err != nil {
+		return id, err, false // the primary still unreachable
+	}
+	if len(found) > 0 {
+		if short {
+			return id, prev, true // a live primary that has it, without enough replicas
+		}
+		return id, nil, true // on the primary reached after the failover
+	}
+	a := *args
+	a.ID = ""
+	var add *redis.StringCmd
+	err = PipelineWait(ctx, on, p, func(pipe redis.Pipeliner) { add = pipe.XAdd(ctx, &a) })
+	if add.Val() != "" && (err == nil || IsNotReplicated(err)) {
+		return add.Val(), err, true
+	}
+	return id, err, false
+}
+
+// sentinelClients holds the options of every failover client NewClient
+// made, so that confirm can ask their sentinels for the primary. A client
+// that is no longer referenced leaves the map.
+var sentinelClients sync.Map // weak.Pointer[redis.Client] -> *redis.UniversalOptions
+
+func rememberSentinels(c *redis.Client, o *redis.UniversalOptions) {
+	key := weak.Make(c)
+	sentinelClients.Store(key, o)
+	runtime.AddCleanup(c, func(k weak.Pointer[redis.Client]) { sentinelClients.Delete(k) }, key)
+}
+
+// primaryOf returns what to read the primary through: c itself, or for a
+// failover client a direct client of the primary its sentinels name (most
+// of those that answer), which release closes.
+func primaryOf(ctx context.Context, c redis.Cmdable) (redis.Cmdable, func(), error) {
+	rc, ok := c.(*redis.Client)
+	if !ok {
+		return c, func() {}, nil
+	}
+	v, ok := sentinelClients.Load(weak.Make(rc))
+	if !ok {
+		return c, func() {}, nil
+	}
+	o := v.(*redis.UniversalOptions)
+	addr, err := namedPrimary(ctx, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	direct := redis.NewClient(&redis.Options{
+		Addr: addr, Username: o.Username, Password: o.Password, DB: o.DB,
+		TLSConfig: o.TLSConfig, MaxRetries: -1, PoolSize: 1,
+	})
+	return direct, func() { direct.Close() }, nil
+}
+
+// namedPrimary asks every sentinel of o for the primary's address and
+// returns the one most of those that answered name.
+func namedPrimary(ctx context.Context, o *redis.UniversalOptions) (string, error) {
+	votes := map[string]int{}
+	var lastErr error
+	for _, a := range o.Addrs {
+		sc := redis.NewSentinelClient(&redis.Options{
+			Addr: a, Username: o.SentinelUsername, Password: o.SentinelPassword,
+			TLSConfig: o.TLSConfig, MaxRetries: -1, DialTimeout: time.Second,
+		})
+		hp, err := sc.GetMasterAddrByName(ctx, o.MasterName).Result()
+		sc.Close()
+		if err != nil || len(hp) != 2 {
+			lastErr = err
+			continue
+		}
+		votes[net.JoinHostPort(hp[0], hp[1])]++
+	}
+	best, n := "", 0
+	for addr, c := range votes {
+		if c > n || (c == n && addr < best) {
+			best, n = addr, c
+		}
+	}
+	if best == "" {
+		return "", fmt.Errorf("redisconn: no sentinel named the primary %q (last: %v)", o.MasterName, lastErr)
+	}
+	return best, nil
 }
 
 // SetLogger sends go-redis's own messages to log instead of its default

@@ -100,6 +100,8 @@ var rows = []row{
 		[]string{"model-api-proxy-direct-p99-ms"}, "the same proxy dialling the model directly, alternating in the same run"},
 	{"Redis PING through the worker gateway (unix socket → relay → TCP), open connection, p99", "redis-ping-gateway-p99-us", "µs", "≤ baseline + 100 µs", addedAtMost(100),
 		[]string{"redis-ping-direct-p99-us"}, "the same PING straight to Redis over TCP, alternating"},
+	{"New Redis connection and PING through a worker gateway following a Sentinel primary (the sentinels asked when the 1 s cache runs out), p99", "redis-connect-gateway-sentinel-p99-us", "µs", "≤ baseline + 500 µs", addedAtMost(500),
+		[]string{"redis-connect-gateway-direct-p99-us"}, "the same through a gateway relaying to the primary's host:port, alternating"},
 	{"HTTPS GET through the worker gateway's egress.sock (CONNECT → allowlist → dial → relay, TLS handshake, GET; new connection), p99", "egress-https-gateway-p99-ms", "ms", "≤ baseline + 2 ms", addedAtMost(2),
 		[]string{"egress-https-direct-p99-ms"}, "the same HTTPS GET straight to the loopback TLS server, alternating"},
 	{"Worker gateway RSS, 100 workers open", "gateway-100-workers-rss-MB", "MB", "< 30 MB", below(30),

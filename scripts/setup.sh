@@ -3,7 +3,8 @@
 #
 # Installs what is missing (redis-server, docker.io, debootstrap, nodejs/npm,
 # prometheus with promtool for the alert rules' tests, chromium for the
-# dashboard's, python3-redis for the Python client; Debian's redis-server also runs Redis Sentinel, as
+# dashboard's, docker-compose (Compose v1: bookworm has no v2 plugin) for the
+# example compose project's test, python3-redis for the Python client; Debian's redis-server also runs Redis Sentinel, as
 # `redis-server sentinel.conf --sentinel`, which is how the Sentinel tests
 # start theirs: no redis-sentinel package is needed)
 # and starts a Docker engine when none answers. It is idempotent: a second run
@@ -35,9 +36,10 @@ declare -A want=(
   [promtool]=prometheus
   [chromium]=chromium
   [git]=git
+  [docker-compose]=docker-compose
 )
 missing=()
-for cmd in redis-server dockerd debootstrap node npm prometheus promtool chromium git; do
+for cmd in redis-server dockerd debootstrap node npm prometheus promtool chromium git docker-compose; do
   if ! command -v "$cmd" >/dev/null 2>&1 && [[ " ${missing[*]} " != *" ${want[$cmd]} "* ]]; then
     missing+=("${want[$cmd]}")
   fi

@@ -2,9 +2,12 @@ package spawner
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentvisor/agentvisor/envconf"
@@ -27,7 +30,8 @@ type Config struct {
 	StopTimeout        time.Duration // WORKER_STOP_TIMEOUT; the wrapper's grace is 10 s shorter
 	NetworkMode        string        // WORKER_NETWORK_MODE
 	GatewayDir         string        // GATEWAY_DIR
-	RedisURLForWorkers string        // WORKER_REDIS_URL: the Redis URL as workers see it (default REDIS_URL)
+	SpareNetns         int           // SEALED_SPARE_NETNS
+	RedisURLForWorkers string        // WORKER_REDIS_URL: the Redis URL as workers see it (default REDIS_URL; made plain for sealed workers: sealSentinelURL)
 	// RedisWait is REDIS_WAIT_REPLICAS and REDIS_WAIT_TIMEOUT as given
 	// ("" when unset), passed to the workers: WAIT's policy for their
 	// writes that matter (protocol.ParseWaitPolicy; its default follows
@@ -116,6 +120,33 @@ type Config struct {
 	HostTTL time.Duration
 }
 
+// sealSentinelURL turns a sentinel WORKER_REDIS_URL into what a sealed
+// worker connects with. Its redis.sock reaches the primary the gateway's
+// sentinels name (gateway/README.md), so the worker's URL names one
+// server: redis:// (rediss:// for rediss+sentinel://) with the master's
+// name as host, the data user's credentials and db, and no sentinel
+// credentials (the worker never talks to a sentinel). Over TLS the
+// master's name is the server name the wrapper checks: every server's
+// certificate must name it. WAIT's default stays a sentinel URL's (one
+// replica), given to the workers as REDIS_WAIT_REPLICAS.
+func (c *Config) sealSentinelURL(wu protocol.RedisURL) error {
+	plain := protocol.RedisURL{TLS: wu.TLS, Addrs: []string{net.JoinHostPort(wu.Master, protocol.DefaultRedisPort)},
+		DB: wu.DB, Username: wu.Username, Password: wu.Password}
+	if _, err := protocol.ParseRedisURL(plain.String()); err != nil || strings.ContainsAny(wu.Master, ":%") {
+		return envconf.Errorf("WORKER_REDIS_URL", "%w: sealed workers reach the primary by the master's name, which must be a host name (letters, digits, '-', '.', '_')", ErrSealedMasterName)
+	}
+	policy, _ := protocol.ParseWaitPolicy(c.RedisWait.Replicas, c.RedisWait.Timeout, wu)
+	if c.RedisWait.Replicas == "" {
+		c.RedisWait.Replicas = strconv.Itoa(policy.Replicas)
+	}
+	c.RedisURLForWorkers = plain.String()
+	return nil
+}
+
+// ErrSealedMasterName is the error of a sentinel WORKER_REDIS_URL whose
+// master's name cannot be the host of a sealed worker's Redis URL.
+var ErrSealedMasterName = errors.New("spawner: the sentinel master's name cannot be a sealed worker's Redis host")
+
 // ConfigFromEnv reads the configuration; errors name the variable.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	var c Config
@@ -133,8 +164,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
 	if c.NetworkMode == NetworkSealed && wu.Sentinel {
-		// The gateway relays one socket to one server.
-		return Config{}, envconf.Errorf("WORKER_NETWORK_MODE", "sealed workers reach Redis through their gateway, which relays to one server: WORKER_REDIS_URL must be redis:// or rediss://, not a sentinel URL")
+		if err := c.sealSentinelURL(wu); err != nil {
+			return Config{}, err
+		}
 	}
 	if c.Pools, err = poolsFromEnv(getenv); err != nil {
 		return Config{}, envconf.Errorf("POOLS", "%w", err)
@@ -170,8 +202,9 @@ func configVars(c *Config) []envconf.Var {
 		{Name: "WORKER_CPU_LIMIT", Default: "0.5", Value: envconf.PositiveFloat(&c.CPULimit), Doc: "cores per container; limits.cpus overrides it"},
 		{Name: "WORKER_PIDS_LIMIT", Default: "512", Value: envconf.Int(&c.PidsLimit, 16), Doc: "processes per container; limits.pids overrides it"},
 		{Name: "WORKER_STOP_TIMEOUT", Default: "30s", Value: envconf.DurationMin(&c.StopTimeout, 12*time.Second), Doc: "docker stop timeout; the wrapper's grace is 10 s shorter"},
-		{Name: "WORKER_NETWORK_MODE", Default: "host", Value: envconf.String(&c.NetworkMode), Doc: "the containers' network mode: sealed (no network: Redis and the model API through the host's gateway), or a Docker network mode (host, none, bridge, ...)"},
+		{Name: "WORKER_NETWORK_MODE", Default: NetworkSealed, Value: envconf.String(&c.NetworkMode), Doc: "the containers' network mode: sealed (no network: Redis and the model API through the host's gateway), or a Docker network mode (host, none, bridge, ...)"},
 		{Name: "GATEWAY_DIR", Default: "/run/agentvisor/gateway", Value: envconf.String(&c.GatewayDir), Doc: "the directory of this host's worker-gateway (its control socket, a socket directory per sealed worker)"},
+		{Name: "SEALED_SPARE_NETNS", Default: "2", Value: envconf.Int(&c.SpareNetns, 0), Doc: "network namespaces (each held by a tiny container) kept ready for sealed workers, so that a create does not wait for the engine to make one; each serves one worker and goes with it; 0: none"},
 		{Name: "WORKER_PASS_ENV", Default: "ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,FACTORY_API_KEY,OPENAI_API_KEY,DROID_BASE_URL",
 			Value: envconf.List(&c.PassEnv), Doc: "host variables passed to every worker (secrets from the host's environment only)"},
 		{Name: "WORKER_ENV", Value: envconf.Func(c.setWorkerEnv), Doc: "a JSON object of variables the operator sets in every worker"},

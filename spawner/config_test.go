@@ -80,7 +80,7 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	hostname, _ := os.Hostname()
 	want := Config{RedisURL: "redis://127.0.0.1:1/0", Keys: protocol.Keys{Prefix: "worker"}, MaxWorkers: 10, CreationTimeout: 5 * time.Minute,
-		MemoryLimit: 512 << 20, CPULimit: 0.5, PidsLimit: 512, StopTimeout: 30 * time.Second, NetworkMode: "host", GatewayDir: "/run/agentvisor/gateway", RedisURLForWorkers: "redis://127.0.0.1:1/0",
+		MemoryLimit: 512 << 20, CPULimit: 0.5, PidsLimit: 512, StopTimeout: 30 * time.Second, NetworkMode: NetworkSealed, GatewayDir: "/run/agentvisor/gateway", RedisURLForWorkers: "redis://127.0.0.1:1/0",
 		PassEnv:     []string{"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "FACTORY_API_KEY", "OPENAI_API_KEY", "DROID_BASE_URL"},
 		IdleTimeout: 600 * time.Second, PauseTimeout: 30 * time.Minute, ReplaceDead: true, BaseImage: DefaultBaseImage, ProjectVolumes: true,
 		VolumeRetention: 30 * 24 * time.Hour, ManagerID: hostname, HeartbeatInterval: 10 * time.Second, ReconcileInterval: time.Minute,
@@ -114,9 +114,9 @@ func TestConfigBooleans(t *testing.T) {
 		return c, o, err
 	}
 	flags := func(c Config, o OpsConfig) []bool {
-		return []bool{c.ProjectVolumes, c.PruneBuildCache, c.ReplaceDead, o.GCDryRun, o.KeepWorkers}
+		return []bool{c.ProjectVolumes, c.PruneBuildCache, c.ReplaceDead, o.GCDryRun, o.KeepWorkers, o.RemoveVolumesAtStop}
 	}
-	names := []string{"WORKER_PROJECT_VOLUMES", "GC_PRUNE_BUILD_CACHE", "REPLACE_DEAD_WORKERS", "GC_DRY_RUN", "KEEP_WORKERS"}
+	names := []string{"WORKER_PROJECT_VOLUMES", "GC_PRUNE_BUILD_CACHE", "REPLACE_DEAD_WORKERS", "GC_DRY_RUN", "KEEP_WORKERS", "REMOVE_VOLUMES_AT_STOP"}
 	for _, spelling := range []struct {
 		s    string
 		want bool

@@ -94,5 +94,8 @@ func (s *Spawner) Shutdown(ctx context.Context) error {
 			return nil
 		})
 	}
-	return g.Wait()
+	err = g.Wait()
+	s.netns.close(ctx) // the spare namespaces; the workers' went with them
+	s.netns.sweep(ctx)
+	return err
 }

@@ -46,6 +46,7 @@ type Metrics struct {
 	transitions    *prometheus.CounterVec   // from, to
 	imageBuilds    *prometheus.CounterVec   // agent, outcome
 	buildSeconds   *prometheus.HistogramVec // agent
+	poolWait       *prometheus.HistogramVec // pool, source
 
 	maxProjects int
 	mu          sync.Mutex
@@ -113,6 +114,9 @@ func NewMetrics(rc redis.Cmdable, keys protocol.Keys, maxProjects int) *Metrics 
 		Help: "Worker images built (a create whose image was missing), by agent and outcome (ok, error)."}, []string{"agent", "outcome"})).(*prometheus.CounterVec)
 	m.buildSeconds = f(prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "agentvisor_image_build_duration_seconds",
 		Help: "Worker image builds, by agent.", Buckets: []float64{1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600}}, []string{"agent"})).(*prometheus.HistogramVec)
+	m.poolWait = f(prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "agentvisor_pool_allocation_wait_seconds",
+		Help:    "How long a create of a pool's spec waited for its worker, by pool and source (warm: taken from the warm set; cold: none was ready, made fresh).",
+		Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60, 120}}, []string{"pool", "source"})).(*prometheus.HistogramVec)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&stateCollector{r: rdb.New(rc, keys)})
 	return m

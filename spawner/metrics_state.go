@@ -22,10 +22,14 @@ var (
 	retiringDesc = prometheus.NewDesc("agentvisor_workers_retiring", "Workers being retired (their slot not yet free).", nil, nil)
 	oldestDesc   = prometheus.NewDesc("agentvisor_oldest_task_running_seconds", "How long the oldest task in flight has run (0 when none).", nil, nil)
 	scrapeDesc   = prometheus.NewDesc("agentvisor_state_scrape_errors", "1 when this scrape could not read the state from Redis.", nil, nil)
+	poolUseDesc  = prometheus.NewDesc("agentvisor_pool_utilization", "A warm pool's allocated workers over its warm and allocated ones (0 when it has none).",
+		[]string{"pool"}, nil)
+	poolSizeDesc = prometheus.NewDesc("agentvisor_pool_workers", "A pool's workers, by pool and pool state (warm: ready; allocated; member: of its fixed size).",
+		[]string{"pool", "pool_state"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{workersDesc, queueDesc, creatingDesc, retiringDesc, oldestDesc, scrapeDesc} {
+	for _, d := range []*prometheus.Desc{workersDesc, queueDesc, creatingDesc, retiringDesc, oldestDesc, scrapeDesc, poolUseDesc, poolSizeDesc} {
 		ch <- d
 	}
 }
@@ -79,4 +83,22 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(creatingDesc, prometheus.GaugeValue, float64(st.Creating))
 	ch <- prometheus.MustNewConstMetric(retiringDesc, prometheus.GaugeValue, float64(st.Retiring))
 	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, oldest)
+	if err := c.collectPools(ctx, ch); err != nil {
+		failed = 1
+	}
+}
+
+// collectPools sends every published pool's utilisation and workers.
+func (c *stateCollector) collectPools(ctx context.Context, ch chan<- prometheus.Metric) error {
+	pools, err := ListPools(ctx, c.r.C, c.r.Keys)
+	if err != nil {
+		return err
+	}
+	for _, p := range pools {
+		ch <- prometheus.MustNewConstMetric(poolUseDesc, prometheus.GaugeValue, p.Utilization, p.Name)
+		for state, n := range map[string]int{protocol.PoolWarm: p.Warm, protocol.PoolAllocated: p.Allocated, protocol.PoolMember: p.Members} {
+			ch <- prometheus.MustNewConstMetric(poolSizeDesc, prometheus.GaugeValue, float64(n), p.Name, state)
+		}
+	}
+	return nil
 }

@@ -50,6 +50,15 @@ func (o *observer) woken(start time.Time, err error) {
 	o.m.wakeSeconds.Observe(time.Since(start).Seconds())
 }
 
+// poolAllocated records how long a create of a pool's spec waited for its
+// worker: source is "warm" (allocated) or "cold" (made fresh).
+func (o *observer) poolAllocated(pool, source string, wait time.Duration) {
+	if o.m == nil {
+		return
+	}
+	o.m.poolWait.WithLabelValues(pool, source).Observe(wait.Seconds())
+}
+
 func (o *observer) reconciled(now time.Time, rep ReconcileReport) {
 	o.lastReconcile.Store(now.UnixMilli())
 	if o.m == nil {

@@ -32,6 +32,11 @@ type OpsConfig struct {
 	// KeepWorkers (KEEP_WORKERS): the workers keep running when the
 	// manager stops.
 	KeepWorkers bool
+	// RemoveVolumesAtStop (REMOVE_VOLUMES_AT_STOP): a manager that
+	// removed its workers at its stop removes this host's project volumes
+	// of its key prefix too (a compose project's `down` then leaves
+	// nothing; the sessions they held are lost).
+	RemoveVolumesAtStop bool
 	// OpsToken is the operator token /metrics and the dashboard require:
 	// OPS_TOKEN, else the content of OPS_TOKEN_FILE (trimmed), else ""
 	// (the manager then makes one and prints it once at start).
@@ -56,6 +61,7 @@ func opsVars(c *OpsConfig) []envconf.Var {
 		{Name: "GC_INTERVAL", Default: "24h", Value: envconf.Duration(&c.GCInterval), Doc: "how often the leader collects images"},
 		{Name: "GC_DRY_RUN", Default: "false", Value: envconf.Bool(&c.GCDryRun), Doc: "the GC logs what it would remove, and removes nothing"},
 		{Name: "KEEP_WORKERS", Default: "false", Value: envconf.Bool(&c.KeepWorkers), Doc: "leave the workers running when the manager stops"},
+		{Name: "REMOVE_VOLUMES_AT_STOP", Default: "false", Value: envconf.Bool(&c.RemoveVolumesAtStop), Doc: "a manager that removed its workers at its stop removes its project volumes on this host too"},
 		{Name: "OPS_TOKEN", Default: "", Value: envconf.Func(c.setOpsToken), Doc: "the operator token /metrics and the dashboard require (unset: OPS_TOKEN_FILE, else one made at start and printed once)"},
 		{Name: "OPS_TOKEN_FILE", Default: "", Value: envconf.Func(c.readOpsToken), Doc: "a file holding the operator token (what Prometheus's credentials_file reads too)"},
 	}

@@ -1,6 +1,7 @@
 package spawner
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
@@ -15,8 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// OpsCookie is the cookie a browser holds after /login: the operator
-// token, HttpOnly and SameSite=Strict (no other site's page can send it).
+// OpsCookie is the cookie a browser holds after /login: a session signed
+// with a key made from the operator token (opssession.go), HttpOnly and
+// SameSite=Strict (no other site's page can send it).
 const OpsCookie = "agentvisor_ops"
 
 // ServeOps listens on addr (host:port; port 0 picks one) and serves
@@ -55,28 +57,46 @@ func ServeOps(addr string, m *Metrics, page http.Handler, token string, log *slo
 // RequireToken lets a request through to next only with the operator
 // token: as a bearer token (`Authorization: Bearer <token>`, what
 // Prometheus sends with its authorization setting and what scripts use),
-// or as the OpsCookie a browser got from `GET /login?token=<token>`,
-// which sets it and redirects to the page. Anything else is 401.
+// or as the session cookie (OpsCookie) a browser got from
+// `GET /login?token=<token>[&operator=<name>]`, which sets it and
+// redirects to the page. Anything else is 401. The request's context
+// then says who makes it (OperatorFrom).
 func RequireToken(token string, next http.Handler) http.Handler {
 	want := []byte(token)
 	ok := func(got string) bool { return got != "" && subtle.ConstantTimeCompare([]byte(got), want) == 1 }
+	keys := newSessionKeys(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/login" {
+			name := r.URL.Query().Get("operator")
+			if name == "" {
+				name = DefaultOperator
+			}
 			if r.Method != http.MethodGet || !ok(r.URL.Query().Get("token")) {
 				unauthorized(w)
 				return
 			}
-			http.SetCookie(w, &http.Cookie{Name: OpsCookie, Value: token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+			if !operatorName.MatchString(name) {
+				http.Error(w, "operator: want 1 to 64 letters, digits, '_', '.', '@', '-'", http.StatusBadRequest)
+				return
+			}
+			http.SetCookie(w, &http.Cookie{Name: OpsCookie, Value: keys.newSession(name), Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
 			http.Redirect(w, r, "/", http.StatusSeeOther)
 			return
 		}
 		if bearer, found := cutPrefixFold(r.Header.Get("Authorization"), "Bearer "); found && ok(bearer) {
-			next.ServeHTTP(w, r)
+			op := Operator{Name: DefaultOperator}
+			if name := r.Header.Get(OperatorHeader); operatorName.MatchString(name) {
+				op.Name = name
+			}
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), operatorKey{}, op)))
 			return
 		}
-		if c, err := r.Cookie(OpsCookie); err == nil && ok(c.Value) {
-			next.ServeHTTP(w, r)
-			return
+		if c, err := r.Cookie(OpsCookie); err == nil {
+			if name, valid := keys.check(c.Value); valid {
+				op := Operator{Name: name, CSRF: keys.csrf(c.Value)}
+				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), operatorKey{}, op)))
+				return
+			}
 		}
 		unauthorized(w)
 	})

@@ -52,7 +52,9 @@ func TestOpsEndpointRequiresTheToken(t *testing.T) {
 		{"a wrong login", "/login?token=" + token + "x", nil, http.StatusUnauthorized},
 		{"the bearer token", "/metrics", bearer("Bearer " + token), http.StatusOK},
 		{"the bearer token, scheme in lower case", "/", bearer("bearer " + token), http.StatusOK},
-		{"the cookie", "/events", cookie(token), http.StatusOK},
+		{"the token as the cookie", "/events", cookie(token), http.StatusUnauthorized},
+		{"a forged session", "/events", cookie("ops.00." + strings.Repeat("0", 64)), http.StatusUnauthorized},
+		{"a bad operator name", "/login?token=" + token + "&operator=a%20b", nil, http.StatusBadRequest},
 	} {
 		if resp := get(c.path, c.set); resp.StatusCode != c.want {
 			t.Errorf("%s: %d, want %d", c.name, resp.StatusCode, c.want)
@@ -63,11 +65,68 @@ func TestOpsEndpointRequiresTheToken(t *testing.T) {
 		t.Fatalf("login: %d to %q, want 303 to /", resp.StatusCode, resp.Header.Get("Location"))
 	}
 	cs := resp.Cookies()
-	if len(cs) != 1 || cs[0].Name != OpsCookie || cs[0].Value != token || !cs[0].HttpOnly || cs[0].SameSite != http.SameSiteStrictMode {
+	if len(cs) != 1 || cs[0].Name != OpsCookie || strings.Contains(cs[0].Value, token) || !cs[0].HttpOnly || cs[0].SameSite != http.SameSiteStrictMode {
 		t.Fatalf("login cookie: %+v", cs)
 	}
 	if resp := get("/", cookie(cs[0].Value)); resp.StatusCode != http.StatusOK {
 		t.Errorf("the page with the login's cookie: %d", resp.StatusCode)
+	}
+	// A session of another token is refused.
+	other := httptest.NewServer(RequireToken(NewOpsToken(), page))
+	defer other.Close()
+	req, _ := http.NewRequest(http.MethodGet, other.URL+"/", nil)
+	req.AddCookie(cs[0])
+	if resp, err := noRedirect.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a session of another token: %v %v", resp.StatusCode, err)
+	}
+}
+
+// Who acts: the name given at login (else "ops"), or with a bearer token
+// the X-Agentvisor-Operator header (else "ops"); a cookie's request
+// carries a CSRF token tied to its session, a bearer's none.
+func TestOpsOperatorIdentity(t *testing.T) {
+	token := NewOpsToken()
+	page := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		op, _ := OperatorFrom(r.Context())
+		io.WriteString(w, op.Name+" "+op.CSRF)
+	})
+	srv := httptest.NewServer(RequireToken(token, page))
+	defer srv.Close()
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	login := func(q string) *http.Cookie {
+		resp, err := noRedirect.Get(srv.URL + "/login?token=" + token + q)
+		if err != nil || len(resp.Cookies()) != 1 {
+			t.Fatalf("login%s: %v", q, err)
+		}
+		return resp.Cookies()[0]
+	}
+	body := func(set func(*http.Request)) string {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+		set(req)
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	alice, anon := login("&operator=alice"), login("")
+	a1 := body(func(r *http.Request) { r.AddCookie(alice) })
+	a2 := body(func(r *http.Request) { r.AddCookie(alice) })
+	o := body(func(r *http.Request) { r.AddCookie(anon) })
+	if !strings.HasPrefix(a1, "alice ") || len(a1) < 40 || a1 != a2 || !strings.HasPrefix(o, "ops ") || o[4:] == a1[6:] {
+		t.Errorf("sessions: %q %q %q", a1, a2, o)
+	}
+	b := body(func(r *http.Request) {
+		r.Header.Set("Authorization", "Bearer "+token)
+		r.Header.Set(OperatorHeader, "deploy-bot")
+	})
+	if b != "deploy-bot " {
+		t.Errorf("bearer with a name: %q", b)
+	}
+	if b := body(func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+token) }); b != "ops " {
+		t.Errorf("bearer: %q", b)
 	}
 }
 

@@ -22,13 +22,21 @@ import (
 //     create whose spec is the template's takes one (an SPOP, then an
 //     unpause: no container is made) and the pool refills in the
 //     background; with no warm worker ready the create is made cold.
+//     A warm worker waits paused for as long as it takes: the pause
+//     timeout does not retire it.
 //   - max_total: the pool's workers, warm and allocated, never exceed it.
 //   - recycle_after: an allocated worker that served this many tasks is
 //     retired when idle and replaced (its waiting tasks move), like a dead
 //     one.
+//   - idle_timeout: a worker of the pool (allocated, or of its size)
+//     idle this long is paused (in place of IDLE_TIMEOUT_SECONDS).
 //   - size: workers of the spec kept running from the manager's start,
 //     replaced when they die (PRD-018's pool size; for developer workers,
 //     which share a queue).
+//
+// A number left out takes the design's policy (PoolDefaults): min_warm 3
+// (0 for a pool with a size or of developers), max_total 20 (or more when
+// min_warm or size asks), recycle_after 10, idle_timeout 5m.
 //
 // Pools count against MAX_CONCURRENT_WORKERS and give way to explicit
 // creates: a refill never takes a slot while a create waits for one, and a
@@ -36,16 +44,78 @@ import (
 
 var poolName = regexp.MustCompile(`^[a-zA-Z0-9_.-]{1,64}$`)
 
+// PoolDefaults are the numbers a pool template that leaves them out gets
+// (the design's pool policy).
+var PoolDefaults = struct {
+	MinWarm, MaxTotal, RecycleAfter int
+	IdleTimeout                     time.Duration
+}{MinWarm: 3, MaxTotal: 20, RecycleAfter: 10, IdleTimeout: 5 * time.Minute}
+
 // PoolTemplate is one pool of the configuration.
 type PoolTemplate struct {
-	Name         string              `json:"name"`
-	Spec         protocol.WorkerSpec `json:"spec"`
-	MinWarm      int                 `json:"min_warm"`
-	MaxTotal     int                 `json:"max_total"`
-	RecycleAfter int                 `json:"recycle_after"`
-	Size         int                 `json:"size"`
+	Name         string
+	Spec         protocol.WorkerSpec
+	MinWarm      int
+	MaxTotal     int
+	RecycleAfter int
+	Size         int
+	IdleTimeout  time.Duration // 0: IDLE_TIMEOUT_SECONDS
 
 	key string // the spec's canonical form, for matching
+}
+
+// poolJSON is a template as written: a number left out is nil.
+type poolJSON struct {
+	Name         string              `json:"name"`
+	Spec         protocol.WorkerSpec `json:"spec"`
+	MinWarm      *int                `json:"min_warm,omitempty"`
+	MaxTotal     *int                `json:"max_total,omitempty"`
+	RecycleAfter *int                `json:"recycle_after,omitempty"`
+	Size         int                 `json:"size,omitempty"`
+	IdleTimeout  string              `json:"idle_timeout,omitempty"` // a Go duration ("5m")
+}
+
+// MarshalJSON writes a template with every number (as published for
+// `workerctl pools`).
+func (p PoolTemplate) MarshalJSON() ([]byte, error) {
+	j := poolJSON{Name: p.Name, Spec: p.Spec, MinWarm: &p.MinWarm, MaxTotal: &p.MaxTotal, RecycleAfter: &p.RecycleAfter, Size: p.Size}
+	if p.IdleTimeout > 0 {
+		j.IdleTimeout = p.IdleTimeout.String()
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads a template, unknown fields refused, and fills the
+// numbers left out with PoolDefaults.
+func (p *PoolTemplate) UnmarshalJSON(data []byte) error {
+	var j poolJSON
+	dec := json.NewDecoder(bytesReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return err
+	}
+	*p = PoolTemplate{Name: j.Name, Spec: j.Spec, Size: j.Size, RecycleAfter: PoolDefaults.RecycleAfter, IdleTimeout: PoolDefaults.IdleTimeout}
+	if j.MinWarm != nil {
+		p.MinWarm = *j.MinWarm
+	} else if j.Size == 0 && j.Spec.Kind != protocol.KindDeveloper {
+		p.MinWarm = PoolDefaults.MinWarm
+	}
+	if j.MaxTotal != nil {
+		p.MaxTotal = *j.MaxTotal
+	} else {
+		p.MaxTotal = max(PoolDefaults.MaxTotal, p.MinWarm, p.Size)
+	}
+	if j.RecycleAfter != nil {
+		p.RecycleAfter = *j.RecycleAfter
+	}
+	if j.IdleTimeout != "" {
+		d, err := time.ParseDuration(j.IdleTimeout)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("pool %s: idle_timeout %q: want a positive duration such as 5m", j.Name, j.IdleTimeout)
+		}
+		p.IdleTimeout = d
+	}
+	return nil
 }
 
 // ParsePools reads pool templates from JSON (an array) and checks them.
@@ -68,9 +138,6 @@ func ParsePools(data []byte) ([]PoolTemplate, error) {
 		}
 		if p.MinWarm < 0 || p.MaxTotal < 0 || p.RecycleAfter < 0 || p.Size < 0 {
 			return nil, fmt.Errorf("pool %s: counts must not be negative", p.Name)
-		}
-		if p.MaxTotal == 0 {
-			p.MaxTotal = max(p.MinWarm, p.Size)
 		}
 		if p.MinWarm > p.MaxTotal || p.Size > p.MaxTotal {
 			return nil, fmt.Errorf("pool %s: min_warm and size must not pass max_total", p.Name)
@@ -198,6 +265,7 @@ func (s *Spawner) allocate(ctx context.Context, commandID string, p *PoolTemplat
 		s.lifecycle(ctx, id, protocol.EventUnpaused, nil)
 		s.lifecycle(ctx, id, protocol.EventAllocated, map[string]any{"pool": p.Name, "wait_ms": wait.Milliseconds()})
 		_ = s.rdb.CountPool(ctx, p.Name, map[string]int64{"allocations": 1, "allocation_wait_us": wait.Microseconds()})
+		s.obs.poolAllocated(p.Name, "warm", wait)
 		h, err := s.rdb.Status(ctx, id)
 		if err != nil {
 			return protocol.WorkerInfo{}, true, redisError(err, "status of %s", id)
@@ -248,6 +316,7 @@ func (p *Pools) Start(ctx context.Context) { p.start(ctx, p.run) }
 
 func (p *Pools) run(ctx context.Context) {
 	s := p
+	s.backfill(ctx)
 	published := time.Time{}
 	every(ctx, 250*time.Millisecond, func(ctx context.Context) {
 		if time.Since(published) > 5*time.Second {
@@ -267,25 +336,43 @@ func (p *Pools) run(ctx context.Context) {
 	})
 }
 
+// backfill records in their pools' member sets the pool workers made
+// before the sets existed (their status hash names their pool): one read
+// of the fleet when a leader starts tending, none after.
+func (s *Pools) backfill(ctx context.Context) {
+	names := map[string]bool{}
+	for _, t := range s.templates {
+		names[t.Name] = true
+	}
+	_ = s.eachWorker(ctx, func(ctx context.Context, id string) {
+		pool, err := s.rdb.StatusField(ctx, id, protocol.StatusFieldPool)
+		if err == nil && names[pool] {
+			_ = s.rdb.AddPoolMember(ctx, pool, id)
+		}
+	})
+}
+
 // poolMember is one worker of a pool as its status hash says.
 type poolMember struct {
 	id, state, container, workerState, health string
 	tasks                                     int
 }
 
-// tendPool brings one pool to its counts.
+// tendPool brings one pool to its counts. It reads the pool's own
+// members only (PoolMembers), never every worker's status.
 func (s *Pools) tendPool(ctx context.Context, p *PoolTemplate) {
+	ids, err := s.rdb.PoolMembers(ctx, p.Name)
+	if err != nil {
+		return
+	}
 	var members []poolMember
-	err := s.eachWorker(ctx, func(ctx context.Context, id string) {
+	for _, id := range ids {
 		h, err := s.rdb.Status(ctx, id)
-		if err != nil || h[protocol.StatusFieldPool] != p.Name {
+		if err != nil {
 			return
 		}
 		members = append(members, poolMember{id: id, state: h[protocol.StatusFieldPoolState], container: h[protocol.StatusFieldContainer],
 			workerState: h[protocol.StatusFieldState], health: h[protocol.StatusFieldHealth], tasks: atoi(h[protocol.StatusFieldTasksDone])})
-	})
-	if err != nil {
-		return
 	}
 	warm, _ := s.rdb.Warm(ctx, p.Name)
 	ready := map[string]bool{}
@@ -393,16 +480,16 @@ func ListPools(ctx context.Context, rc redis.Cmdable, keys protocol.Keys) ([]Poo
 
 func poolFigures(ctx context.Context, r *rdb.RDB, pools []PoolTemplate) ([]PoolStatus, error) {
 	out := make([]PoolStatus, 0, len(pools))
-	ids, err := r.Workers(ctx)
-	if err != nil {
-		return nil, redisError(err, "pools")
-	}
 	for _, p := range pools {
 		st := PoolStatus{Name: p.Name, MinWarm: p.MinWarm, MaxTotal: p.MaxTotal}
+		ids, err := r.PoolMembers(ctx, p.Name)
+		if err != nil {
+			return nil, redisError(err, "pool %s", p.Name)
+		}
 		for _, id := range ids {
 			h, err := r.Status(ctx, id)
-			if err != nil || h[protocol.StatusFieldPool] != p.Name {
-				continue
+			if err != nil {
+				return nil, redisError(err, "status of %s", id)
 			}
 			switch h[protocol.StatusFieldPoolState] {
 			case protocol.PoolAllocated:

@@ -18,6 +18,7 @@ type ReconcileReport struct {
 	Exited         int // workers whose container exited unseen, retired
 	TakenOver      int // retirements whose manager died, finished
 	UsersDeleted   int // Redis users of workers that are gone (a create cut short)
+	HoldersRemoved int // spare network namespaces' holders that serve no worker (netns.go)
 	ContainersSeen int
 	WorkersKnown   int
 }
@@ -63,6 +64,9 @@ func (s *Reconciler) Reconcile(ctx context.Context) (ReconcileReport, error) {
 	now := s.now()
 	withContainer := map[string]bool{}
 	for _, c := range cs {
+		if c.Labels[labelRole] == roleNetnsHolder {
+			continue // a spare namespace's holder: the netns pool's (netns.go)
+		}
 		id := c.Labels[protocol.LabelWorkerID]
 		withContainer[id] = true
 		created, _ := protocol.ParseTime(c.Labels[protocol.LabelCreatedAt])
@@ -99,6 +103,7 @@ func (s *Reconciler) Reconcile(ctx context.Context) (ReconcileReport, error) {
 	s.syncPaused(ctx, workers, placed)
 	rep.TakenOver = s.finishRetirements(ctx, placed)
 	rep.UsersDeleted = s.dropStrayUsers(ctx)
+	rep.HoldersRemoved = s.netns.sweep(ctx)
 	s.log.Info("reconciled", "orphans_removed", rep.OrphansRemoved, "missing_retired", rep.MissingMarked,
 		"states_fixed", rep.StatesFixed, "started", rep.Started, "exited", rep.Exited, "taken_over", rep.TakenOver, "containers", rep.ContainersSeen)
 	s.obs.reconciled(s.now(), rep)
@@ -241,6 +246,7 @@ type reconcilerParams struct {
 	workers       retirer
 	users         *workerUsers
 	obs           *observer
+	netns         *netnsPool    // its holders that serve nothing go at each reconciliation (nil: none)
 	creationGrace time.Duration // CREATION_GRACE: a younger container may be a create's
 	interval      time.Duration // RECONCILE_INTERVAL
 	leaseTTL      time.Duration // retirements whose lease ran out are taken over every third of it

@@ -121,6 +121,11 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 	if err := s.rdb.EndRetire(ctx, id, kind, protocol.AgentType(h[protocol.StatusFieldAgentType]), h[protocol.StatusFieldProjectID], s.now()); err != nil {
 		return true, redisError(err, "end retirement of %s", id)
 	}
+	if pool := h[protocol.StatusFieldPool]; pool != "" {
+		// Best effort: the pool's tending drops a member no longer in
+		// the workers set.
+		_ = s.rdb.DropPoolMember(ctx, pool, id)
+	}
 	s.log.Info("worker retired", "worker_id", id, "reason", r.reason)
 	return true, nil
 }
@@ -167,6 +172,9 @@ func (s *Spawner) removeContainer(ctx context.Context, id string, graceful bool)
 	}
 	if err := s.docker.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) && !s.goneSoon(ctx, c.ID) {
 		return engineError(err, "remove worker %s", id)
+	}
+	if c.HostConfig != nil {
+		s.netns.release(ctx, c.HostConfig.NetworkMode) // its namespace goes with it
 	}
 	return nil
 }

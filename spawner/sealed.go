@@ -78,12 +78,16 @@ func (s *Spawner) closeSealed(ctx context.Context, id string) {
 	}
 }
 
-// sealContainer gives a sealed worker's container no network and its
+// sealContainer gives a sealed worker's container no network (a spare
+// namespace of netns's holder, or one of its own) and its
 // socket directory, and tells the wrapper where its sockets are and which
 // hosts the gateway adds a credential for (the wrapper points git at
 // them over http://, through the gateway).
-func (s *Spawner) sealContainer(id string, hc *container.HostConfig, credentialHosts []string) []string {
+func (s *Spawner) sealContainer(id string, hc *container.HostConfig, credentialHosts []string, netns container.NetworkMode) []string {
 	hc.NetworkMode = "none"
+	if holderOf(netns) != "" {
+		hc.NetworkMode = netns // a spare namespace, loopback only as well (netns.go)
+	}
 	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(s.cfg.GatewayDir, id), Target: sealedMount, ReadOnly: true})
 	env := []string{"REDIS_SOCKET=" + sealedMount + "/" + gateway.RedisSocket, "MODEL_SOCKET=" + sealedMount + "/" + gateway.ModelSocket,
 		"EGRESS_SOCKET=" + sealedMount + "/" + gateway.EgressSocket}

@@ -8,19 +8,26 @@ import (
 
 	"github.com/agentvisor/agentvisor/gateway"
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // BenchmarkSealedCreate: create → the wrapper's started event of a sealed
-// worker (its gateway's sockets opened first, Redis through them) against
-// the same with host networking, alternating, in the same run.
+// worker (its gateway's sockets opened first, a spare network namespace
+// joined, Redis through the sockets) against the same with host
+// networking, alternating, in the same run.
 func BenchmarkSealedCreate(b *testing.B) {
 	dir := shortDir(b)
 	sealed := newFixture(b, func(c *Config) { c.NetworkMode, c.GatewayDir = NetworkSealed, dir })
-	host := newFixture(b, nil)
+	host := newFixture(b, func(c *Config) { c.NetworkMode = "host" })
 	startTestGateway(b, gateway.Config{Dir: dir, Redis: sealed.rc.Options().Addr, Model: strings.TrimPrefix(sealed.stub.URL, "http://")})
 	ctx := context.Background()
 	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude}
 	startOf := func(f *fixture) float64 {
+		// The spare namespaces are made between creates, as a manager
+		// makes them while it waits for work: not during a timed one.
+		if f.s.netns != nil {
+			testkit.Eventually(b, "the spare namespaces", time.Minute, func() bool { return f.s.netns.ready() >= f.s.cfg.SpareNetns })
+		}
 		from := lastID(f.rc, f.keys.Lifecycle())
 		t0 := time.Now()
 		info, err := f.s.Create(ctx, spec)

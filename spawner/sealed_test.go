@@ -3,6 +3,7 @@ package spawner
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/errdefs"
 
 	"github.com/agentvisor/agentvisor/gateway"
 	"github.com/agentvisor/agentvisor/protocol"
@@ -354,5 +359,107 @@ func outsideAt(server string) func(ctx context.Context, network, addr string) (n
 	return func(ctx context.Context, network, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, network, server)
+	}
+}
+
+// Host networking is an opt-in: a worker there has no allowlist to change,
+// and set_network says so with a stable code.
+func TestSetNetworkRefusedWhenNotSealed(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.NetworkMode = "host" })
+	_, err := f.s.SetNetwork(context.Background(), "any", protocol.Network{Allow: []string{"a.test"}})
+	var e *Error
+	if !errors.As(err, &e) || e.Code != protocol.CodeInvalidCommand || !strings.Contains(err.Error(), "not sealed") {
+		t.Fatalf("set_network on host networking: %v", err)
+	}
+}
+
+// Sealed workers join spare network namespaces made ahead of time: each
+// worker its own holder's (never shared, never used twice), loopback only,
+// and the holder goes with the worker; the spare ones go with the manager.
+func TestSealedWorkersJoinSpareNamespaces(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	holders := map[string]bool{}
+	var ids []string
+	for i := 0; i < 3; i++ {
+		if i > 0 { // the first create finds none ready and starts the refill
+			testkit.Eventually(t, "spare namespaces", time.Minute, func() bool { return f.s.netns.ready() >= f.s.cfg.SpareNetns })
+		}
+		info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, info.WorkerID)
+		c, err := f.dc.ContainerInspect(ctx, ContainerName(info.WorkerID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := holderOf(c.HostConfig.NetworkMode)
+		if i == 0 {
+			if c.HostConfig.NetworkMode != "none" {
+				t.Fatalf("the first worker's network %q, want none (no spare yet)", c.HostConfig.NetworkMode)
+			}
+			continue
+		}
+		if h == "" || holders[h] {
+			t.Fatalf("worker %d: network %q: want a spare namespace of its own", i, c.HostConfig.NetworkMode)
+		}
+		holders[h] = true
+		hc, err := f.dc.ContainerInspect(ctx, h)
+		if err != nil || hc.HostConfig.NetworkMode != "none" || hc.Config.Labels[labelRole] != roleNetnsHolder || hc.Config.User != "65534:65534" {
+			t.Fatalf("holder %s: %v %+v", h, err, hc.HostConfig)
+		}
+		// Loopback only inside, as on the none network.
+		out, err := exec.Command("docker", "exec", ContainerName(info.WorkerID), "cat", "/proc/net/dev").CombinedOutput()
+		if err != nil {
+			t.Fatalf("/proc/net/dev: %v %s", err, out)
+		}
+		for _, line := range strings.Split(string(out), "\n")[2:] {
+			if name, _, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && name != "lo" {
+				t.Fatalf("worker %d has interface %q:\n%s", i, name, out)
+			}
+		}
+	}
+	// A deleted worker's holder goes with it.
+	for _, id := range ids {
+		if err := f.s.Delete(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for h := range holders {
+		if _, err := f.dc.ContainerInspect(ctx, h); !IsNotFound(err) && !errdefs.IsNotFound(err) {
+			t.Fatalf("holder %s of a deleted worker: %v", h, err)
+		}
+	}
+	// The spare ones go at the stop; nothing of the prefix is left.
+	f.s.netns.close(ctx)
+	cs, err := f.dc.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", protocol.LabelKeyPrefix+"="+f.keys.Prefix))})
+	if err != nil || len(cs) != 0 {
+		t.Fatalf("containers left: %d (%v)", len(cs), err)
+	}
+}
+
+// The reconciler leaves the spare namespaces' holders alone (they carry
+// the key prefix, and their image the managed label): a worker created
+// after a reconciliation still finds its spare.
+func TestReconcileKeepsSpareNamespaces(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.CreationGrace = 0 })
+	ctx := context.Background()
+	f.s.netns.take() // none ready: starts the refill
+	testkit.Eventually(t, "spare namespaces", time.Minute, func() bool { return f.s.netns.ready() >= f.s.cfg.SpareNetns })
+	rep, err := f.s.Reconcile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OrphansRemoved != 0 || rep.HoldersRemoved != 0 || f.s.netns.ready() != f.s.cfg.SpareNetns {
+		t.Fatalf("reconcile: %+v, %d spare left", rep, f.s.netns.ready())
+	}
+	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.send(t, f.keys.Input(info.WorkerID), protocol.Task{RequestID: "after-reconcile", Prompt: "Say done."})
+	if o := f.waitOutput(t, f.keys.Output(info.WorkerID), "after-reconcile", 2*time.Minute); o.Status != protocol.StatusComplete {
+		t.Fatalf("the task of a worker in a spare namespace: %+v", o)
 	}
 }

@@ -68,6 +68,7 @@ type Spawner struct {
 
 	users   *workerUsers    // the workers' Redis users (ACL mode)
 	gateway Gateway         // this host's gateway, for sealed workers
+	netns   *netnsPool      // spare network namespaces for sealed workers (nil: not sealed)
 	volumes *projectVolumes // the project volumes on this engine
 	// connected holds a signal when the Redis client made a new
 	// connection (RedisConnected); the leader's health loop takes it.
@@ -99,9 +100,13 @@ func New(cfg Config, docker ContainerClient, rc redis.UniversalClient, images *I
 	if cfg.NetworkMode == NetworkSealed {
 		gw = gateway.NewClient(cfg.GatewayDir)
 	}
-	return &Spawner{env: e, cfg: cfg, docker: docker, images: images, users: newWorkerUsers(e, cfg.WorkerACL, cfg.RedisURLForWorkers), gateway: gw,
+	s := &Spawner{env: e, cfg: cfg, docker: docker, images: images, users: newWorkerUsers(e, cfg.WorkerACL, cfg.RedisURLForWorkers), gateway: gw,
 		volumes:  &projectVolumes{env: e, docker: docker, enabled: cfg.ProjectVolumes, retention: cfg.VolumeRetention},
 		instance: cfg.ManagerID + "/" + newWorkerID()[:8], stopping: make(chan struct{}), connected: make(chan struct{}, 1)}
+	if cfg.NetworkMode == NetworkSealed && docker != nil {
+		s.netns = parts{s}.netns()
+	}
+	return s
 }
 
 // BeginShutdown makes every create still waiting for a slot give up at
@@ -165,10 +170,15 @@ func (s *Spawner) createCommand(ctx context.Context, commandID string, spec prot
 // createFor is createCommand without the metrics.
 func (s *Spawner) createFor(ctx context.Context, commandID string, spec protocol.WorkerSpec, forward func(ctx context.Context, host string) error) (protocol.WorkerInfo, error) {
 	if p := s.poolFor(spec); p != nil {
+		start := s.now()
 		if info, ok, err := s.allocate(ctx, commandID, p, forward); ok || err != nil {
 			return info, err
 		}
-		return s.create(ctx, commandID, spec, createOpts{pool: p.Name, poolState: protocol.PoolAllocated, forward: forward})
+		info, err := s.create(ctx, commandID, spec, createOpts{pool: p.Name, poolState: protocol.PoolAllocated, forward: forward})
+		if err == nil {
+			s.obs.poolAllocated(p.Name, "cold", s.now().Sub(start))
+		}
+		return info, err
 	}
 	return s.create(ctx, commandID, spec, createOpts{forward: forward})
 }
@@ -183,6 +193,9 @@ type createOpts struct {
 	// forward sends the create to another host of the fleet (nil: the
 	// create is made on this host only).
 	forward func(ctx context.Context, host string) error
+	// netns is a sealed container's network mode: a spare namespace's
+	// holder (container:<id>) or none (set by the create).
+	netns container.NetworkMode
 	// credentialHosts are the hosts the sealed worker's gateway adds a
 	// credential for (set by the create).
 	credentialHosts []string
@@ -308,6 +321,11 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 				protocol.StatusFieldSpec: specJSON(spec), protocol.StatusFieldManagerID: s.cfg.ManagerID, protocol.StatusFieldHost: s.Host(),
 				protocol.StatusFieldPool: o.pool, protocol.StatusFieldPoolState: o.poolState})
 		}
+		if o.pool != "" {
+			if err := s.rdb.AddPoolMember(cctx, o.pool, id); err != nil {
+				return protocol.WorkerInfo{}, redisError(err, "pool %s", o.pool)
+			}
+		}
 		if err := s.volumes.touch(cctx, spec); err != nil {
 			return protocol.WorkerInfo{}, err
 		}
@@ -318,7 +336,11 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 		if o.credentialHosts, err = s.openSealed(cctx, id, spec); err != nil {
 			return protocol.WorkerInfo{}, err
 		}
-		if cid, err = s.createContainer(cctx, id, commandID, spec, &img, redisURL, now, o); err != nil {
+		if s.sealed() {
+			o.netns = s.netns.take()
+		}
+		if cid, err = s.createContainer(cctx, id, commandID, spec, &img, redisURL, now, &o); err != nil {
+			s.netns.release(cctx, o.netns)
 			return protocol.WorkerInfo{}, err
 		}
 	case err != nil:
@@ -331,10 +353,11 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 		}
 		if !ok {
 			_ = s.docker.ContainerRemove(context.WithoutCancel(ctx), cid, container.RemoveOptions{Force: true})
+			s.netns.release(ctx, o.netns)
 			return protocol.WorkerInfo{}, errorf(protocol.CodeResourceExhausted, "the slot lease of %s ran out before its container was made", id)
 		}
 	}
-	if err := s.docker.ContainerStart(cctx, cid, container.StartOptions{}); err != nil {
+	if cid, err = s.startContainer(cctx, cid, id, commandID, spec, &img, now, &o); err != nil {
 		// The engine refused to start it: the create fails, so the
 		// worker goes (had this process died here instead, the
 		// reconciler would start it and the command, claimed by another
@@ -364,14 +387,40 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 	return info, nil
 }
 
+// startContainer starts a worker's container cid and returns its id. A
+// container that was to join a spare network namespace whose holder went
+// meanwhile (removed by hand) is made again on a namespace of its own;
+// one that joined is given its namespace for good (netns.go).
+func (s *Spawner) startContainer(ctx context.Context, cid, id, commandID string, spec protocol.WorkerSpec, img *Image, now time.Time, o *createOpts) (string, error) {
+	err := s.docker.ContainerStart(ctx, cid, container.StartOptions{})
+	if err != nil && holderOf(o.netns) != "" {
+		s.log.Warn("a spare network namespace was gone at start: the worker gets one of its own", "worker_id", id, "err", err)
+		_ = s.docker.ContainerRemove(context.WithoutCancel(ctx), cid, container.RemoveOptions{Force: true})
+		s.netns.release(ctx, o.netns)
+		o.netns = "none"
+		redisURL, uerr := s.users.redisURL(ctx, id, spec.Kind)
+		if uerr != nil {
+			return cid, uerr
+		}
+		if cid, err = s.createContainer(ctx, id, commandID, spec, img, redisURL, now, o); err != nil {
+			return cid, err
+		}
+		err = s.docker.ContainerStart(ctx, cid, container.StartOptions{})
+	}
+	if err == nil && holderOf(o.netns) != "" {
+		go s.netns.release(context.WithoutCancel(ctx), o.netns)
+	}
+	return cid, err
+}
+
 // createContainer makes a worker's container from img and returns its
 // id; a container the same command made meanwhile (a delivery of it on
 // another manager) is taken as it is. An image removed since EnsureImage
 // last saw it (an operator's docker rmi) is made again, once.
-func (s *Spawner) createContainer(ctx context.Context, id, commandID string, spec protocol.WorkerSpec, img *Image, redisURL string, now time.Time, o createOpts) (string, error) {
+func (s *Spawner) createContainer(ctx context.Context, id, commandID string, spec protocol.WorkerSpec, img *Image, redisURL string, now time.Time, o *createOpts) (string, error) {
 	for attempt := 0; ; attempt++ {
-		cfg, hc := s.containerConfig(id, commandID, spec, img.Tag, redisURL, now, o.credentialHosts)
-		cfg.Env = append(cfg.Env, poolEnv(spec, o)...)
+		cfg, hc := s.containerConfig(id, commandID, spec, img.Tag, redisURL, now, o.credentialHosts, o.netns)
+		cfg.Env = append(cfg.Env, poolEnv(spec, *o)...)
 		resp, err := s.docker.ContainerCreate(ctx, cfg, hc, nil, nil, ContainerName(id))
 		switch {
 		case err == nil:
@@ -382,6 +431,11 @@ func (s *Spawner) createContainer(ctx context.Context, id, commandID string, spe
 				return "", err
 			}
 			return c.ID, nil
+		case errdefs.IsNotFound(err) && holderOf(o.netns) != "":
+			// The spare namespace's holder went (removed by hand): a
+			// namespace of the container's own.
+			s.netns.release(ctx, o.netns)
+			o.netns = "none"
 		case errdefs.IsNotFound(err) && attempt == 0:
 			s.images.Forget(img.Tag)
 			again, ierr := s.images.EnsureImage(ctx, spec.AgentType, spec.Capabilities)
@@ -404,7 +458,7 @@ func (s *Spawner) hostNetwork() bool {
 
 // containerConfig is a worker's container: labels, environment, limits
 // and the hardening every worker gets.
-func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec, image, redisURL string, now time.Time, credentialHosts []string) (*container.Config, *container.HostConfig) {
+func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec, image, redisURL string, now time.Time, credentialHosts []string, netns container.NetworkMode) (*container.Config, *container.HostConfig) {
 	caps, _ := protocol.NormalizeCapabilities(spec.Capabilities)
 	capNames := make([]string, len(caps))
 	for i, c := range caps {
@@ -433,7 +487,7 @@ func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec
 		env = append(env, "WORKSPACE=/home/worker/workspace")
 	}
 	if s.sealed() {
-		env = append(env, s.sealContainer(id, hc, credentialHosts)...)
+		env = append(env, s.sealContainer(id, hc, credentialHosts, netns)...)
 	}
 	return &container.Config{Image: image, Env: env, Labels: labels, User: "1000:1000", StopTimeout: &stop}, hc
 }

@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/agentvisor/agentvisor/gateway"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/stubmodel"
@@ -69,13 +71,22 @@ func newFixture(t testing.TB, mod func(*Config)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Workers are sealed by default: the fixture's own gateway serves
+	// them, unless the test names a network mode or a gateway of its own.
+	gwDir := shortDir(t)
+	cfg.GatewayDir = gwDir
 	if mod != nil {
 		mod(&cfg)
 	}
+	if cfg.NetworkMode == NetworkSealed && cfg.GatewayDir == gwDir {
+		startTestGateway(t, gateway.Config{Dir: gwDir, Redis: r.Addr, Model: strings.TrimPrefix(stub.URL, "http://")})
+	}
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	s := New(cfg, dc, rc, &Images{Docker: dc, Redis: rc, Keys: cfg.Keys, BaseImage: cfg.BaseImage}, log)
-	// No container or volume of this test survives it.
+	// No container or volume of this test survives it (the spare
+	// namespaces' holders stop being made first).
 	testkit.CleanupLabelled(t, testkit.KeyPrefixLabel(prefix))
+	t.Cleanup(func() { s.netns.close(context.Background()) })
 	return &fixture{s: s, rc: rc, dc: dc, keys: cfg.Keys, stub: stub}
 }
 
@@ -156,8 +167,15 @@ func TestWorkerLifecycle(t *testing.T) {
 		t.Fatalf("container config: user %q mem %d cpu %d pids %v capdrop %v secopt %v labels %v",
 			c.Config.User, hc.Memory, hc.NanoCPUs, hc.PidsLimit, hc.CapDrop, hc.SecurityOpt, c.Config.Labels)
 	}
-	if len(c.Mounts) != 1 || c.Mounts[0].Name != ProjectVolume(f.keys.Prefix, spec.AgentType, spec.ProjectID) {
-		t.Fatalf("mounts %+v", c.Mounts)
+	// Its project's volume, and (sealed, the default) its gateway
+	// directory, read-only; no network of its own.
+	mounts := map[string]container.MountPoint{}
+	for _, m := range c.Mounts {
+		mounts[m.Destination] = m
+	}
+	if len(c.Mounts) != 2 || mounts["/home/worker"].Name != ProjectVolume(f.keys.Prefix, spec.AgentType, spec.ProjectID) ||
+		mounts[sealedMount].Type != "bind" || mounts[sealedMount].RW || hc.NetworkMode != "none" {
+		t.Fatalf("mounts %+v, network %q", c.Mounts, hc.NetworkMode)
 	}
 
 	// A task reaches the worker through its input stream.

@@ -8,8 +8,10 @@ import (
 )
 
 // Timeouts pauses a worker idle longer than IdleTimeout (through Pause,
-// so never one with a task) and retires one paused longer than
-// PauseTimeout. It runs on the leader.
+// so never one with a task; a pool's worker after its pool's
+// idle_timeout) and retires one paused longer than PauseTimeout, save a
+// pool's warm worker, which is paused on purpose while it waits for a
+// create. It runs on the leader.
 type Timeouts struct {
 	job
 	timeoutsParams
@@ -23,6 +25,7 @@ type timeoutsParams struct {
 	interval time.Duration                              // how often every worker is checked
 	idle     time.Duration                              // IDLE_TIMEOUT
 	paused   time.Duration                              // PAUSE_TIMEOUT
+	poolIdle map[string]time.Duration                   // a pool's idle_timeout, by pool name
 }
 
 func newTimeouts(p timeoutsParams) *Timeouts { return &Timeouts{timeoutsParams: p} }
@@ -51,7 +54,8 @@ func (t *Timeouts) run(ctx context.Context) {
 }
 
 // timeoutFields are the fields of a worker's status hash that check reads.
-var timeoutFields = []string{protocol.StatusFieldContainer, protocol.StatusFieldState, protocol.StatusFieldUpdatedAt}
+var timeoutFields = []string{protocol.StatusFieldContainer, protocol.StatusFieldState, protocol.StatusFieldUpdatedAt,
+	protocol.StatusFieldPool, protocol.StatusFieldPoolState}
 
 // check pauses or retires one worker past its timeout, from its status
 // fields (timeoutFields).
@@ -62,7 +66,13 @@ func (t *Timeouts) check(ctx context.Context, id string, h map[string]string) {
 		return
 	}
 	since := s.now().Sub(updated)
+	idle := s.idle
+	if d := s.poolIdle[h[protocol.StatusFieldPool]]; d > 0 {
+		idle = d
+	}
 	switch {
+	case h[protocol.StatusFieldPoolState] == protocol.PoolWarm:
+		// Waiting for a create: its pool pauses it and keeps it.
 	case h[protocol.StatusFieldContainer] == string(protocol.ContainerPaused) && since > s.paused:
 		s.log.Info("paused past the pause timeout: retiring", "worker_id", id)
 		s.lifecycle(ctx, id, protocol.EventStopping, map[string]any{"reason": "pause_timeout"})
@@ -70,7 +80,7 @@ func (t *Timeouts) check(ctx context.Context, id string, h map[string]string) {
 			msg: "the worker was retired after its pause timeout before it ran this task"}); err != nil {
 			s.log.Warn("retire after the pause timeout", "worker_id", id, "err", err)
 		}
-	case h[protocol.StatusFieldContainer] == string(protocol.ContainerRunning) && h[protocol.StatusFieldState] == string(protocol.WorkerIdle) && since > s.idle:
+	case h[protocol.StatusFieldContainer] == string(protocol.ContainerRunning) && h[protocol.StatusFieldState] == string(protocol.WorkerIdle) && since > idle:
 		if err := s.pause(ctx, id); err != nil && !IsBusy(err) && !IsNotFound(err) {
 			s.log.Warn("pause after the idle timeout", "worker_id", id, "err", err)
 		} else if err == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"regexp"
 	"time"
 
@@ -85,6 +86,26 @@ func (s *Spawner) Volumes(ctx context.Context) ([]Volume, error) { return s.volu
 // container uses (CONFLICT when one does).
 func (s *Spawner) RemoveVolume(ctx context.Context, name string) error {
 	return s.volumes.remove(ctx, name)
+}
+
+// RemoveVolumes removes every project volume of this key prefix on this
+// host's engine that no container uses, and returns their names; a
+// volume in use is left (its name in the error).
+func (s *Spawner) RemoveVolumes(ctx context.Context) ([]string, error) {
+	vs, err := s.volumes.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, v := range vs {
+		if err := s.volumes.remove(ctx, v.Name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, v.Name)
+	}
+	return removed, errors.Join(errs...)
 }
 
 func (s *projectVolumes) list(ctx context.Context) ([]Volume, error) {

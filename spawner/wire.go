@@ -46,13 +46,23 @@ func (p parts) wake() *Wake {
 func (p parts) timeouts() *Timeouts {
 	c := p.s.cfg
 	return newTimeouts(timeoutsParams{env: p.s.env, workers: p.s, pause: p.s.Pause,
-		interval: max(c.HeartbeatInterval/4, 100*time.Millisecond), idle: c.IdleTimeout, paused: c.PauseTimeout})
+		interval: max(c.HeartbeatInterval/4, 100*time.Millisecond), idle: c.IdleTimeout, paused: c.PauseTimeout, poolIdle: poolIdle(c.Pools)})
 }
 
 func (p parts) reconciler() *Reconciler {
 	c := p.s.cfg
-	return newReconciler(reconcilerParams{env: p.s.env, docker: p.s.docker, workers: p.s, users: p.s.users, obs: &p.s.obs,
+	return newReconciler(reconcilerParams{env: p.s.env, docker: p.s.docker, workers: p.s, users: p.s.users, obs: &p.s.obs, netns: p.s.netns,
 		creationGrace: c.CreationGrace, interval: c.ReconcileInterval, leaseTTL: c.LeaseTTL})
+}
+
+func (p parts) netns() *netnsPool {
+	s := p.s
+	image := func() string { return s.cfg.BaseImage }
+	if s.images != nil {
+		image = func() string { return s.images.BaseImage }
+	}
+	return newNetnsPool(netnsParams{docker: s.docker, image: image, prefix: s.keys.Prefix, managerID: s.cfg.ManagerID, host: s.Host,
+		spare: s.cfg.SpareNetns, markTTL: s.cfg.LeaseTTL, log: s.log, mark: s.rdb.MarkSpareNetns, marked: s.rdb.SpareNetnsMarked})
 }
 
 func (p parts) volumeGC() *VolumeGC { return &VolumeGC{volumes: p.s.volumes} }
@@ -100,4 +110,15 @@ func (p parts) fleetLeader() *Leader {
 	jobs := []component{p.retention(), p.pools(), p.gone()}
 	jobs = append(jobs, p.s.obs.leaderJobs(p.s.env)...)
 	return newLeader(p.s.env, p.leases(), ctlplane.LeaderLease, jobs)
+}
+
+// poolIdle is every pool's idle_timeout (those that set one).
+func poolIdle(pools []PoolTemplate) map[string]time.Duration {
+	m := map[string]time.Duration{}
+	for _, p := range pools {
+		if p.IdleTimeout > 0 {
+			m[p.Name] = p.IdleTimeout
+		}
+	}
+	return m
 }

@@ -27,6 +27,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -191,6 +192,23 @@ func (r *Redis) Stop() error {
 // crash, with no chance to write anything more. With Persist, Start brings
 // back every write it acknowledged.
 func (r *Redis) Kill() error { return r.Stop() }
+
+// Pause stops the server's process (SIGSTOP) without ending it: its
+// connections stay open and unanswered, as across a network partition,
+// until Resume (SIGCONT). Stop and Kill end a paused server too.
+func (r *Redis) Pause() error { return r.signal(syscall.SIGSTOP) }
+
+// Resume lets a paused server run again.
+func (r *Redis) Resume() error { return r.signal(syscall.SIGCONT) }
+
+func (r *Redis) signal(sig syscall.Signal) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return errors.New("testkit: redis-server does not run")
+	}
+	return r.cmd.Process.Signal(sig)
+}
 
 // Running reports whether the server process runs.
 func (r *Redis) Running() bool {

@@ -2,7 +2,9 @@
 // timeline: a worker-manager, a Claude worker with the GIT capability that
 // commits a file and reports progress through its shell tool, stops with
 // its JSON output, is paused, is woken by a second task of the same project
-// and resumes its session, and asks its task's owner before a command
+// and resumes its session, has its egress refused off its allowlist,
+// clones a private git host over HTTPS with a credential the gateway adds
+// (the agent never holds it), and asks its task's owner before a command
 // outside its ALLOWED_COMMANDS (an approval); a Droid worker, whose second
 // task is cancelled while it runs; the usage per project; and a clean-up
 // that leaves no container behind.
@@ -114,6 +116,8 @@ const (
 	promptRecall = `Which file did you commit in the previous task? Finish with the JSON {"status": "complete", "result": {"file": "<its name>"}}.`
 	promptEgress = `Run git ls-remote https://example.com/agentvisor.git on its own and tell me whether it answered. ` +
 		`Finish with the JSON {"status": "complete", "result": {"reachable": <true or false>}}.`
+	promptClone = `Clone ` + gitCloneURL + ` with git on its own, then run git -C shop log --oneline and tell me its commits. ` +
+		`Finish with the JSON {"status": "complete", "result": {"cloned": "shop"}}.`
 	promptApprove = `Run the shell command touch approved.txt on its own, then run git status --short. ` +
 		`Finish with the JSON {"status": "complete", "result": {"file": "approved.txt"}}.`
 	promptLong  = `Run the shell command sleep 30, then finish with the JSON {"status": "complete", "result": {}}.`
@@ -153,6 +157,14 @@ var (
 	scriptEgress = stubmodel.Script{Steps: []stubmodel.Step{
 		{ToolUse: bash("reach a host off the allowlist", "git ls-remote https://example.com/agentvisor.git")},
 		{Text: "The host did not answer: the worker may not reach it.\n{\"status\": \"complete\", \"result\": {\"reachable\": false}}"},
+	}}
+	// The clone's last answer is held back a few seconds: the agent waits
+	// for it, running, while the demo looks for the token in its container
+	// (a worker is paused right after its output).
+	scriptClone = stubmodel.Script{Steps: []stubmodel.Step{
+		{ToolUse: bash("clone the shop's repository", "git clone -q "+gitCloneURL)},
+		{ToolUse: bash("show its history", "git -C shop log --oneline")},
+		{Text: "Cloned shop.git: one commit.\n{\"status\": \"complete\", \"result\": {\"cloned\": \"shop\"}}", DelayMS: 6000},
 	}}
 	scriptCommit = stubmodel.Script{Steps: []stubmodel.Step{
 		{Text: "I will create the repository, commit the file and report progress.", ToolUse: bash("create the repository", "git init -q .")},
@@ -199,6 +211,7 @@ type demo struct {
 	stub  *stubmodel.Server // nil with the real API
 	cli   *client.Commands
 	tasks *client.Tasks
+	git   *gitServer // the private git host the Claude worker clones
 
 	metricsAddr string // where the manager serves /metrics and the dashboard
 	opsToken    string // the operator token they require
@@ -231,12 +244,18 @@ func (d *demo) name(id string) string {
 
 func (d *demo) run(ctx context.Context) error {
 	d.names, d.events = map[string]string{}, map[string]chan protocol.Event{}
-	if err := d.connect(ctx); err != nil {
+	err := d.connect(ctx)
+	if err != nil {
 		return err
 	}
 	defer d.rdb.Close()
 
 	d.section("set-up")
+	if d.git, err = startGitServer(filepath.Join(d.logDir, "git")); err != nil {
+		return err
+	}
+	defer func() { _ = d.git.close() }()
+	d.say("private git host https://%s/%s (git http-backend; a CA of its own, made now; Basic auth with a token only the gateway holds)", d.git.allow(), gitRepo)
 	env, closeStub, err := d.managerEnv()
 	if err != nil {
 		return err
@@ -302,7 +321,7 @@ func (d *demo) connect(ctx context.Context) error {
 // model, which the returned function stops.
 func (d *demo) managerEnv() ([]string, func(), error) {
 	d.opsToken = spawner.NewOpsToken()
-	env := []string{"REDIS_URL=" + d.managerURL, "WORKER_KEY_PREFIX=" + d.keys.Prefix, "MANAGER_ID=demo", "HEARTBEAT_INTERVAL=2s", poolsEnv(), workerEnv,
+	env := []string{"REDIS_URL=" + d.managerURL, "WORKER_KEY_PREFIX=" + d.keys.Prefix, "MANAGER_ID=demo", "HEARTBEAT_INTERVAL=2s", d.poolsEnv(), workerEnv,
 		"WORKER_STOP_TIMEOUT=12s", "WORKER_NETWORK_MODE=sealed", "GATEWAY_DIR=" + d.gatewayDir(), "METRICS_ADDR=" + envOr("DEMO_METRICS_ADDR", "127.0.0.1:0"),
 		"OPS_TOKEN=" + d.opsToken}
 	if key := os.Getenv("ANTHROPIC_API_KEY"); key != "" && os.Getenv("DEMO_STUB") != "true" {
@@ -392,7 +411,12 @@ func (d *demo) startGateway() (*exec.Cmd, error) {
 	}
 	cmd := exec.Command(d.gatewayBin)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	cmd.Env = append(os.Environ(), "GATEWAY_DIR="+d.gatewayDir(), "GATEWAY_REDIS="+u.Addrs[0], "GATEWAY_MODEL="+model)
+	creds := filepath.Join(d.logDir, "gateway-credentials.json")
+	if err := d.git.writeCredentials(creds, projectShop); err != nil {
+		return nil, err
+	}
+	cmd.Env = append(os.Environ(), "GATEWAY_DIR="+d.gatewayDir(), "GATEWAY_REDIS="+u.Addrs[0], "GATEWAY_MODEL="+model,
+		"GATEWAY_CREDENTIALS_FILE="+creds, "GATEWAY_UPSTREAM_CA="+d.git.caFile)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
@@ -410,6 +434,7 @@ func (d *demo) startGateway() (*exec.Cmd, error) {
 	}
 	d.say("worker-gateway started (pid %d): the workers are sealed, no network of their own; Redis (%s) and the model (%s) through its sockets in %s",
 		cmd.Process.Pid, u.Addrs[0], model, d.gatewayDir())
+	d.say("the gateway holds the git host's token (GATEWAY_CREDENTIALS_FILE, mode 0600, for project %s) and trusts its CA (GATEWAY_UPSTREAM_CA)", projectShop)
 	return cmd, nil
 }
 
@@ -574,16 +599,18 @@ func (d *demo) waitEvent(id string, want protocol.Event, timeout time.Duration) 
 }
 
 // claudeSpec is the Claude worker of the demo, and the template of its
-// warm pool: a create of exactly this spec takes the warm worker.
-func claudeSpec() protocol.WorkerSpec {
+// warm pool: a create of exactly this spec takes the warm worker. Its
+// egress allowlist names the private git host alone.
+func (d *demo) claudeSpec() protocol.WorkerSpec {
 	return protocol.WorkerSpec{AgentType: protocol.AgentClaude, ProjectID: projectShop,
-		Capabilities: []protocol.Capability{protocol.CapGit}, Instructions: instructions, AllowedCommands: allowClaude}
+		Capabilities: []protocol.Capability{protocol.CapGit}, Instructions: instructions, AllowedCommands: allowClaude,
+		Network: &protocol.Network{Allow: []string{d.git.allow()}}}
 }
 
 // poolsEnv is the manager's POOLS: one warm Claude worker of the demo's
 // spec, made ahead with its Claude process up, then paused.
-func poolsEnv() string {
-	b, _ := json.Marshal([]map[string]any{{"name": "claude-shop", "spec": claudeSpec(), "min_warm": 1, "max_total": 2}})
+func (d *demo) poolsEnv() string {
+	b, _ := json.Marshal([]map[string]any{{"name": "claude-shop", "spec": d.claudeSpec(), "min_warm": 1, "max_total": 2}})
 	return "POOLS=" + string(b)
 }
 
@@ -607,7 +634,7 @@ func (d *demo) claudeWorker(ctx context.Context) error {
 	if err := d.awaitWarm(ctx); err != nil {
 		return err
 	}
-	id, err := d.create(ctx, "claude-1", claudeSpec())
+	id, err := d.create(ctx, "claude-1", d.claudeSpec())
 	if err != nil {
 		return err
 	}
@@ -650,11 +677,14 @@ func (d *demo) claudeWorker(ctx context.Context) error {
 	if err := d.egress(ctx, id); err != nil {
 		return err
 	}
+	if err := d.gitClone(ctx, id); err != nil {
+		return err
+	}
 	return d.approval(ctx, id)
 }
 
 // egress has the sealed Claude worker's agent reach a host its allowlist
-// does not name (it has none): the gateway refuses the connection before
+// does not name (it names the private git host alone): the gateway refuses the connection before
 // any name is resolved, and the task's consumer sees the refusal as a
 // warning.
 func (d *demo) egress(ctx context.Context, id string) error {

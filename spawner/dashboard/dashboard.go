@@ -28,8 +28,9 @@ import (
 //go:embed static
 var static embed.FS
 
-// Dashboard serves the page (/), its files (/static/) and its stream
-// (/events).
+// Dashboard serves the page (/), a page per worker (/workers/{id}), their
+// files (/static/), the stream (/events), the task history the charts
+// draw (/history) and the actions (actions.go).
 type Dashboard struct {
 	Redis redis.Cmdable
 	Keys  protocol.Keys
@@ -40,6 +41,12 @@ type Dashboard struct {
 	// Recent is how many lifecycle entries a page gets when it opens
 	// (default 50).
 	Recent int64
+	// Wait is WAIT's policy for the documents the actions write (zero:
+	// no WAIT), as client.Tasks.Wait.
+	Wait protocol.WaitPolicy
+	// CommandTimeout bounds how long a pause, resume or delete waits for
+	// the manager's reply (default 1 min).
+	CommandTimeout time.Duration
 }
 
 // Handler returns the dashboard's routes.
@@ -50,6 +57,11 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.ServeFileFS(w, r, files, "index.html")
 	})
+	mux.HandleFunc("GET /workers/{id}", func(w http.ResponseWriter, r *http.Request) {
+		http.ServeFileFS(w, r, files, "worker.html")
+	})
+	mux.HandleFunc("GET /history", d.history)
+	d.actionRoutes(mux)
 	mux.HandleFunc("GET /state", func(w http.ResponseWriter, r *http.Request) {
 		st, err := d.State(r.Context())
 		if err != nil {

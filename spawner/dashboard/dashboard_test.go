@@ -23,18 +23,19 @@ import (
 	"github.com/agentvisor/agentvisor/spawner/dashboard"
 	"github.com/agentvisor/agentvisor/spawner/spawnertest"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // The dashboard in headless Chromium (Debian's chromium): it lists the
-// running workers of a live runtime, and an event XADDed to a stream
-// appears on the page within a second. With DASHBOARD_SCREENSHOT=path it
+// running workers of a live runtime, its charts draw the task that ran,
+// and an event XADDed to a stream appears on the page within a second. With DASHBOARD_SCREENSHOT=path it
 // also writes a screenshot there (the README's).
 func TestDashboardInChromium(t *testing.T) {
 	chrome, err := exec.LookPath("chromium")
 	if err != nil {
 		t.Fatal("chromium is not installed (make setup installs Debian's): ", err)
 	}
-	rt := spawnertest.Start(t, nil)
+	rt := spawnertest.Start(t, func(c *spawner.Config) { c.BaseImage = testkit.WorkerBaseImage() })
 	ctx := context.Background()
 	cli := &client.Commands{Redis: rt.RC, Keys: rt.Keys, Timeout: 3 * time.Minute}
 	var ids []string
@@ -54,6 +55,9 @@ func TestDashboardInChromium(t *testing.T) {
 	tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if o, err := (&client.Tasks{Redis: rt.RC, Keys: rt.Keys}).Run(tctx, ids[0], protocol.Task{ProjectID: "shop", Prompt: "Fix it."}, nil); err != nil || o.Status != protocol.StatusComplete {
+		t.Fatalf("task: %+v %v", o, err)
+	}
+	if o, err := (&client.Tasks{Redis: rt.RC, Keys: rt.Keys}).Run(tctx, ids[1], protocol.Task{ProjectID: "docs", Prompt: "Write it."}, nil); err != nil || o.Status != protocol.StatusComplete {
 		t.Fatalf("task: %+v %v", o, err)
 	}
 
@@ -80,6 +84,15 @@ func TestDashboardInChromium(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#conn.live`)),
 	); err != nil {
 		t.Fatalf("the page does not list the workers: %v", err)
+	}
+	// The charts draw the task: a line of project shop in the tasks and
+	// cost charts, a bar of its duration.
+	if err := chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS(`#chart-tasks path.series[data-project="shop"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#chart-cost path.series[data-project="shop"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#chart-cost path.series[data-project="docs"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#chart-durations rect.bar`)),
+	); err != nil {
+		t.Fatalf("the charts do not draw the task: %v", err)
 	}
 	text := func(sel string) string {
 		t.Helper()

@@ -11,12 +11,14 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/docker/docker/client"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agentvisor/agentvisor/gateway"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/stubmodel"
@@ -25,16 +27,29 @@ import (
 
 // Runtime is a running manager and what it uses.
 type Runtime struct {
-	Redis    *testkit.Redis
-	RC       *redis.Client
-	Keys     protocol.Keys
-	Stub     *stubmodel.Server
-	Spawner  *spawner.Spawner
-	RedisURL string
+	Redis   *testkit.Redis
+	RC      *redis.Client
+	Keys    protocol.Keys
+	Stub    *stubmodel.Server
+	Spawner *spawner.Spawner
+	// Gateway serves the sealed workers' sockets (nil when the test named
+	// another network mode or a gateway of its own).
+	Gateway *gateway.Gateway
+	// GatewayDir is the directory the manager's gateway serves
+	// (GATEWAY_DIR).
+	GatewayDir string
+	RedisURL   string
 	// Env is the environment a program under test needs to reach this
 	// runtime: REDIS_URL, WORKER_KEY_PREFIX, ANTHROPIC_BASE_URL, ...
 	Env []string
+
+	stopManager func()
 }
+
+// StopManager stops the manager as one that died would, leaving its
+// workers, their volumes and their Redis users behind (the test's end
+// still removes them). It is idempotent.
+func (rt *Runtime) StopManager() { rt.stopManager() }
 
 // Start starts a runtime; mod may change the manager's configuration. The
 // stub model answers every request with a complete stop output unless the
@@ -58,8 +73,21 @@ func Start(t testing.TB, mod func(*spawner.Config)) *Runtime {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Workers are sealed by default: the runtime's own gateway (in this
+	// process) serves them, unless mod names a network mode or a gateway
+	// of its own.
+	gwDir, err := os.MkdirTemp("", "gw") // short: a unix socket path is at most 107 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(gwDir) })
+	cfg.GatewayDir = gwDir
 	if mod != nil {
 		mod(&cfg)
+	}
+	var gw *gateway.Gateway
+	if cfg.NetworkMode == spawner.NetworkSealed && cfg.GatewayDir == gwDir {
+		gw = startGateway(t, gateway.Config{Dir: gwDir, Redis: r.Addr, Model: strings.TrimPrefix(stub.URL, "http://")})
 	}
 	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
@@ -78,16 +106,34 @@ func Start(t testing.TB, mod func(*spawner.Config)) *Runtime {
 		defer close(done)
 		_ = (&spawner.Manager{S: s}).Run(ctx)
 	}()
-	t.Cleanup(func() {
+	stop := func() {
 		cancel()
 		<-done
+	}
+	t.Cleanup(func() {
+		stop()
 		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
 		defer scancel()
 		_ = s.Shutdown(sctx)
 		// No container or volume of this runtime survives the test.
 		testkit.RemoveLabelled(testkit.KeyPrefixLabel(prefix))
 	})
-	return &Runtime{Redis: r, RC: rc, Keys: cfg.Keys, Stub: stub, Spawner: s, RedisURL: r.URL(),
+	return &Runtime{Redis: r, RC: rc, Keys: cfg.Keys, Stub: stub, Spawner: s, Gateway: gw, GatewayDir: cfg.GatewayDir, RedisURL: r.URL(), stopManager: stop,
 		Env: []string{"REDIS_URL=" + r.URL(), "WORKER_KEY_PREFIX=" + prefix, "ANTHROPIC_BASE_URL=" + stub.URL,
 			"DROID_BASE_URL=" + stub.URL, "ANTHROPIC_API_KEY=sk-stub-0123456789"}}
+}
+
+// startGateway starts a gateway in the test's process, stopped when the
+// test ends (after the manager: cleanups run last first).
+func startGateway(t testing.TB, cfg gateway.Config) *gateway.Gateway {
+	t.Helper()
+	g, err := gateway.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Stop(context.Background()) })
+	return g
 }

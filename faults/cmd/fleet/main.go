@@ -1,10 +1,12 @@
 // Command fleet shows a fleet at work on one machine, as one timeline
 // (`make fleet`): three simulated hosts, each a Docker engine of its own
 // (dockerd, containerd, data root) with a worker-manager (HOST_ID host-1,
-// host-2, host-3), on one Redis it starts itself; creates spread by free
+// host-2, host-3) and a worker-gateway (the workers are sealed: their
+// containers have no network, their wrappers reach Redis through the
+// host's gateway), on one Redis it starts itself; creates spread by free
 // slots; a load of tasks for the wrapper's fake agent; host-2 killed whole
-// in the middle of it (manager, engine, containerd, shims and containers
-// SIGKILLed at one instant, as a machine that loses power); every task
+// in the middle of it (manager, gateway, engine, containerd, shims and
+// containers SIGKILLed at one instant, as a machine that loses power); every task
 // answered exactly once; host-2 restarted, reconciled (its old containers
 // removed) and back in placement (the next create lands on it). It ends
 // with a summary line and exits 1 unless nothing was lost, duplicated or
@@ -217,7 +219,8 @@ func (r *run) startManagers(ctx context.Context, redisURL string) error {
 		if err != nil {
 			return err
 		}
-		r.say("%s: worker-manager pid %d (HOST_ID %s, MAX_CONCURRENT_WORKERS %d, DOCKER_HOST %s)", h.ID, m.Pid(), h.ID, r.perHost, h.Engine.Host())
+		r.say("%s: worker-manager pid %d (HOST_ID %s, MAX_CONCURRENT_WORKERS %d, DOCKER_HOST %s); sealed workers, worker-gateway pid %d (GATEWAY_DIR %s)",
+			h.ID, m.Pid(), h.ID, r.perHost, h.Engine.Host(), h.Gateway().Pid(), h.GatewayDir)
 	}
 	if err := r.waitHosts(ctx, r.hosts, 30*time.Second); err != nil {
 		return err
@@ -280,7 +283,7 @@ func (r *run) loadAndKill(ctx context.Context, ids, victims []string, victim *fa
 	if err != nil {
 		return nil, 0, err
 	}
-	r.say("host-2 KILLED: its manager, dockerd, containerd, shims and containers (%d processes) frozen and SIGKILLed at one instant", procs)
+	r.say("host-2 KILLED: its manager, gateway, dockerd, containerd, shims and containers (%d processes) frozen and SIGKILLed at one instant", procs)
 	var declared time.Duration
 	for _, w := range victims {
 		if err := r.waitEvent(ctx, killed, w, protocol.EventHostLost, 3*r.hb+30*time.Second); err != nil {
@@ -324,7 +327,7 @@ func (r *run) restart(ctx context.Context, victim *faults.Host) (comeback, error
 	if err != nil {
 		return c, err
 	}
-	r.say("host-2: worker-manager pid %d started under the same HOST_ID", m.Pid())
+	r.say("host-2: worker-gateway pid %d and worker-manager pid %d started under the same HOST_ID", victim.Gateway().Pid(), m.Pid())
 	c.removed = r.waitFor(ctx, 60*time.Second, func() bool { return len(r.engineContainers(victim)) == 0 })
 	if c.removed {
 		r.say("host-2 reconciled: its %d old containers removed (their workers were retired and replaced), %s after the restart", len(old), since(t0))

@@ -16,6 +16,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"log/slog"
@@ -44,7 +46,10 @@ type config struct {
 	MaxConns int
 	Allow    []string
 	Creds    string
-	LogLevel string
+	// UpstreamCA is a PEM file of CA certificates trusted for a
+	// credentialed request's upstream besides the system's roots.
+	UpstreamCA string
+	LogLevel   string
 }
 
 // DefaultDir is GATEWAY_DIR's default.
@@ -54,8 +59,8 @@ func configVars(c *config) []envconf.Var {
 	return []envconf.Var{
 		{Name: "GATEWAY_DIR", Default: DefaultDir, Value: envconf.String(&c.Dir),
 			Doc: "where control.sock and a directory of sockets per worker are"},
-		{Name: "GATEWAY_REDIS", Required: true, Value: envconf.Func(hostPort(&c.Redis)),
-			Doc: "the upstream Redis, host:port: what every worker's redis.sock is relayed to"},
+		{Name: "GATEWAY_REDIS", Required: true, Value: envconf.Func(redisUpstream(&c.Redis)),
+			Doc: "the upstream Redis, host:port, or a redis+sentinel:// URL (sentinels, master name, the sentinels' credentials only): what every worker's redis.sock is relayed to; for a sentinel URL, the primary the sentinels name at each connection"},
 		{Name: "GATEWAY_MODEL", Value: envconf.Func(hostPort(&c.Model)),
 			Doc: "the upstream model API, host:port: what every worker's model.sock is relayed to; unset: no model.sock"},
 		{Name: "GATEWAY_MAX_CONNS", Default: fmt.Sprint(gateway.DefaultMaxConns), Value: envconf.Int(&c.MaxConns, 1),
@@ -64,6 +69,8 @@ func configVars(c *config) []envconf.Var {
 			Doc: "the operator's egress allowlist, comma-separated, in force for every worker besides its own; empty: none"},
 		{Name: "GATEWAY_CREDENTIALS_FILE", Value: envconf.String(&c.Creds),
 			Doc: "a JSON file of credentials the gateway adds to workers' requests (gateway/README.md); mode 0600 or the gateway refuses to start; read again on SIGHUP and when it changes; empty: none"},
+		{Name: "GATEWAY_UPSTREAM_CA", Value: envconf.Func(upstreamCA(&c.UpstreamCA)),
+			Doc: "a PEM file of CA certificates trusted, besides the system's, for the HTTPS the gateway speaks to a credentialed host (a private git host or registry); empty: the system's alone"},
 		{Name: "LOG_LEVEL", Default: "info", Value: envconf.Enum(&c.LogLevel, "debug", "info", "warn", "error"),
 			Doc: "debug, info, warn or error; JSON lines on stderr"},
 	}
@@ -81,6 +88,17 @@ func hostPort(p *string) func(string) error {
 	}
 }
 
+// redisUpstream checks GATEWAY_REDIS (gateway.ParseRedis) into p.
+func redisUpstream(p *string) func(string) error {
+	return func(s string) error {
+		if _, err := gateway.ParseRedis(s); err != nil {
+			return err
+		}
+		*p = s
+		return nil
+	}
+}
+
 // allowList parses a comma-separated egress allowlist into p.
 func allowList(p *[]string) func(string) error {
 	return func(s string) error {
@@ -91,6 +109,48 @@ func allowList(p *[]string) func(string) error {
 		*p = l
 		return nil
 	}
+}
+
+// upstreamCA checks GATEWAY_UPSTREAM_CA (a readable PEM file with at
+// least one certificate) into p.
+func upstreamCA(p *string) func(string) error {
+	return func(s string) error {
+		if _, err := upstreamRoots(s); err != nil {
+			return err
+		}
+		*p = s
+		return nil
+	}
+}
+
+// upstreamRoots is the system's roots and the CA certificates of the PEM
+// file at path.
+func upstreamRoots(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool() // no system roots here: the file's alone
+	}
+	if !roots.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s: no PEM certificate in it", path)
+	}
+	return roots, nil
+}
+
+// upstreamTLS is gateway.Config.UpstreamTLS for GATEWAY_UPSTREAM_CA: nil
+// (the system's roots) when it is unset.
+func upstreamTLS(path string) (*tls.Config, error) {
+	if path == "" {
+		return nil, nil
+	}
+	roots, err := upstreamRoots(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: GATEWAY_UPSTREAM_CA: %w", err)
+	}
+	return &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}, nil
 }
 
 func configFromEnv(getenv func(string) string) (config, error) {
@@ -110,8 +170,13 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) int 
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.LogLevel))
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	upTLS, err := upstreamTLS(c.UpstreamCA)
+	if err != nil {
+		log.Error("invalid configuration", "err", err)
+		return 2
+	}
 	g, err := gateway.New(gateway.Config{Dir: c.Dir, Redis: c.Redis, Model: c.Model, MaxConns: c.MaxConns, Allow: c.Allow,
-		CredentialsFile: c.Creds, Log: log})
+		CredentialsFile: c.Creds, UpstreamTLS: upTLS, Log: log})
 	if err != nil {
 		log.Error("invalid configuration", "err", err)
 		return 2

@@ -4,9 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,6 +46,10 @@ func TestConfigFromEnv(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(c, config{Dir: DefaultDir, Redis: "127.0.0.1:6379", MaxConns: gateway.DefaultMaxConns, LogLevel: "info"}) {
 		t.Fatalf("%+v %v", c, err)
 	}
+	sentinel := "rediss+sentinel://10.0.0.1:26379,10.0.0.2/agentvisor/0?sentinel_password=s%40pw"
+	if c, err := configFromEnv(env(map[string]string{"GATEWAY_REDIS": sentinel})); err != nil || c.Redis != sentinel {
+		t.Fatalf("a sentinel GATEWAY_REDIS: %+v %v", c, err)
+	}
 	c, err = configFromEnv(env(map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379", "GATEWAY_ALLOW": "github.com, *.npmjs.org:443 ,"}))
 	if err != nil || !slices.Equal(c.Allow, []string{"github.com", "*.npmjs.org:443"}) {
 		t.Fatalf("GATEWAY_ALLOW: %+v %v", c, err)
@@ -50,8 +58,11 @@ func TestConfigFromEnv(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{nil, "config: GATEWAY_REDIS: required (the upstream Redis, host:port: what every worker's redis.sock is relayed to)"},
-		{map[string]string{"GATEWAY_REDIS": "redis://127.0.0.1:6379/0"}, `config: GATEWAY_REDIS: want host:port, got "redis://127.0.0.1:6379/0"`},
+		{nil, "config: GATEWAY_REDIS: required (the upstream Redis, host:port, or a redis+sentinel:// URL (sentinels, master name, the sentinels' credentials only): what every worker's redis.sock is relayed to; for a sentinel URL, the primary the sentinels name at each connection)"},
+		{map[string]string{"GATEWAY_REDIS": "redis://127.0.0.1:6379/0"}, `config: GATEWAY_REDIS: gateway: Redis: a redis:// URL: want host:port, or a redis+sentinel:// URL (the wrapper speaks TLS and AUTH end to end)`},
+		{map[string]string{"GATEWAY_REDIS": "u:secret@127.0.0.1:6379"}, `config: GATEWAY_REDIS: gateway: Redis: want host:port or a redis+sentinel:// URL, got an address with an @ (credentials?)`},
+		{map[string]string{"GATEWAY_REDIS": "redis+sentinel://:secret@127.0.0.1:26379/m"}, `config: GATEWAY_REDIS: gateway: Redis: the sentinel URL carries the data user's credentials, which the gateway must not hold: give only the sentinels' (sentinel_username, sentinel_password)`},
+		{map[string]string{"GATEWAY_REDIS": "redis+sentinel://127.0.0.1:26379"}, `config: GATEWAY_REDIS: gateway: Redis: protocol: bad redis URL: a sentinel URL needs the master's name as its path (/mymaster or /mymaster/0)`},
 		{map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379", "GATEWAY_MODEL": "api"}, `config: GATEWAY_MODEL: want host:port, got "api"`},
 		{map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379", "GATEWAY_MAX_CONNS": "0"}, `config: GATEWAY_MAX_CONNS: want a positive whole number, got "0"`},
 		{map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379", "GATEWAY_ALLOW": "github.com,*"}, `config: GATEWAY_ALLOW: gateway: allow entry "*": allows every host: that is host networking, not an allowlist; list the hosts (or *.suffix)`},
@@ -313,5 +324,72 @@ func TestCredentialsFileBinary(t *testing.T) {
 	}
 	if strings.Contains(p.stderr.String(), secret) {
 		t.Fatalf("the log holds the secret: %s", p.stderr)
+	}
+}
+
+// GATEWAY_UPSTREAM_CA: the gateway trusts a private CA's host for the
+// HTTPS it speaks to a credentialed upstream (a loopback TLS server whose
+// certificate no system root signs); without it the same request fails.
+func TestUpstreamCABinary(t *testing.T) {
+	const token = "s3cret-upstream-ca-token"
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+token {
+			http.Error(w, "no credential", http.StatusUnauthorized)
+			return
+		}
+		_, _ = io.WriteString(w, "private host reached")
+	}))
+	defer up.Close()
+	port := up.Listener.Addr().(*net.TCPAddr).Port
+	tmp := t.TempDir()
+	ca := filepath.Join(tmp, "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: up.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	creds := filepath.Join(tmp, "credentials.json")
+	b := fmt.Sprintf(`[{"host": "127.0.0.1", "port": %d, "value": "Bearer %s"}]`, port, token)
+	if err := os.WriteFile(creds, []byte(b), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	get := func(env ...string) (int, string) {
+		t.Helper()
+		dir := shortDir(t)
+		p := startProc(t, dir, append([]string{"GATEWAY_REDIS=127.0.0.1:1", "GATEWAY_CREDENTIALS_FILE=" + creds}, env...)...)
+		defer func() { _ = p.cmd.Process.Signal(syscall.SIGTERM); <-p.exited }()
+		allow := []string{fmt.Sprintf("127.0.0.1:%d", port)}
+		if err := gateway.NewClient(dir).Open(context.Background(), "w1", allow); err != nil {
+			t.Fatal(err)
+		}
+		sock := filepath.Join(dir, "w1", gateway.EgressSocket)
+		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: "egress"}),
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", sock)
+			}}}
+		resp, err := hc.Get("http://127.0.0.1/repo.git/info/refs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get("GATEWAY_UPSTREAM_CA=" + ca); code != http.StatusOK || body != "private host reached" {
+		t.Fatalf("with GATEWAY_UPSTREAM_CA: %d %q", code, body)
+	}
+	if code, body := get(); code != http.StatusBadGateway || !strings.Contains(body, "certificate") {
+		t.Fatalf("without GATEWAY_UPSTREAM_CA: %d %q, want 502 naming the certificate", code, body)
+	}
+
+	// A file without a certificate stops the binary at start.
+	if err := os.WriteFile(ca, []byte("not a certificate\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	env := map[string]string{"GATEWAY_DIR": shortDir(t), "GATEWAY_REDIS": "127.0.0.1:1", "GATEWAY_UPSTREAM_CA": ca}
+	if code := run(context.Background(), func(k string) string { return env[k] }, &stderr); code != 2 ||
+		!strings.Contains(stderr.String(), "config: GATEWAY_UPSTREAM_CA: "+ca+": no PEM certificate in it") {
+		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agentvisor/agentvisor/gateway"
 	"github.com/agentvisor/agentvisor/redisconn"
 	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/spawner/dashboard"
@@ -71,6 +72,7 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int 
 	rdb := redisconn.NewClient(opt)
 	defer rdb.Close()
 	warnIfOpen(ctx, opt, log)
+	warnIfNoGateway(ctx, cfg, log)
 	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		log.Error("docker client", "err", err)
@@ -130,6 +132,14 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int 
 			return 1
 		}
 		log.Info("shutdown: every worker removed", "took", time.Since(start).String())
+		if ops.RemoveVolumesAtStop {
+			removed, err := s.RemoveVolumes(sctx)
+			if err != nil {
+				log.Error("shutdown: project volumes left", "removed", len(removed), "err", err)
+				return 1
+			}
+			log.Info("shutdown: project volumes removed", "volumes", len(removed))
+		}
 	}
 	return 0
 }
@@ -151,5 +161,25 @@ func warnIfOpen(ctx context.Context, opt *redis.UniversalOptions, log *slog.Logg
 	if open {
 		log.Warn("redis lets anyone in without a password: any process that reaches it (an agent in a worker too) can read and forge every worker's data; "+
 			"turn the default user off or set a password (scripts/redis.sh does both for the project's Redis)", "addrs", opt.Addrs)
+	}
+}
+
+// warnIfNoGateway logs a warning when workers are not sealed (an opt-in
+// to less isolation), and an error when they are (the default) and
+// this host's gateway does not answer on its control socket: every create
+// is refused (UPSTREAM_UNAVAILABLE) until worker-gateway runs. The manager
+// starts anyway: the gateway may come up after it, and the workers it
+// already has keep their sockets (the gateway serves them, not the manager).
+func warnIfNoGateway(ctx context.Context, cfg spawner.Config, log *slog.Logger) {
+	if cfg.NetworkMode != spawner.NetworkSealed {
+		log.Warn("workers are not sealed (WORKER_NETWORK_MODE="+cfg.NetworkMode+"): an agent reaches whatever that network reaches (with host, every loopback service of this host); "+
+			"sealed, the default, gives it the gateway's sockets only", "network_mode", cfg.NetworkMode)
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := gateway.NewClient(cfg.GatewayDir).Workers(cctx); err != nil {
+		log.Error("workers are sealed (WORKER_NETWORK_MODE=sealed, the default) and this host's gateway does not answer: creates fail until worker-gateway runs with GATEWAY_DIR="+cfg.GatewayDir+
+			" (or set WORKER_NETWORK_MODE=host to give workers the host's network)", "gateway_dir", cfg.GatewayDir, "err", err)
 	}
 }

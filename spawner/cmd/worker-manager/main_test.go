@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,10 +15,12 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentvisor/agentvisor/client"
+	"github.com/agentvisor/agentvisor/gateway"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/stubmodel"
@@ -52,6 +55,8 @@ func TestPrometheusScrapesManager(t *testing.T) {
 		t.Fatal(err)
 	}
 	env["OPS_TOKEN_FILE"] = tokenFile
+	// Its workers are sealed (the default): this host's gateway first.
+	env["GATEWAY_DIR"] = startGateway(t, r.Addr, stub.URL)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
@@ -230,6 +235,54 @@ func TestMetricsAddrInUse(t *testing.T) {
 	}
 }
 
+// Workers are sealed by default; a manager started where no gateway
+// answers says so at once, naming the directory it looked in, and runs
+// (creates are refused until the gateway comes); one that finds its
+// gateway says nothing of the kind; one told to give workers the host's
+// network warns that they are not sealed.
+func TestManagerSaysWhenItsGatewayIsMissing(t *testing.T) {
+	r, rc := testkit.StartRedisClient(t)
+	defer rc.Close()
+	for _, tc := range []struct {
+		name    string
+		gateway bool
+		mode    string // WORKER_NETWORK_MODE; empty: the default
+	}{{"no gateway", false, ""}, {"a gateway", true, ""}, {"host network", false, "host"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tc.gateway {
+				dir = startGateway(t, r.Addr, "http://127.0.0.1:1")
+			}
+			keys := protocol.Keys{Prefix: fmt.Sprintf("gw%d", time.Now().UnixNano())}
+			env := map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": keys.Prefix, "MANAGER_ID": "gw", "GATEWAY_DIR": dir, "WORKER_NETWORK_MODE": tc.mode}
+			var logBuf syncBuffer
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan int, 1)
+			go func() {
+				done <- run(ctx, func(k string) string { return env[k] }, slog.New(slog.NewJSONHandler(&logBuf, nil)))
+			}()
+			// The check comes before the manager reads commands; its state
+			// in Redis says it got past it.
+			testkit.Eventually(t, "a manager state", 15*time.Second, func() bool {
+				ms, _ := spawner.ListManagers(ctx, rc, keys)
+				return len(ms) > 0
+			})
+			cancel()
+			if code := <-done; code != 0 {
+				t.Fatalf("exit %d", code)
+			}
+			said := strings.Contains(logBuf.String(), "gateway does not answer") && strings.Contains(logBuf.String(), dir)
+			if want := !tc.gateway && tc.mode == ""; said != want {
+				t.Fatalf("logged the missing gateway: %v, want %v; log:\n%s", said, want, logBuf.String())
+			}
+			unsealed := strings.Contains(logBuf.String(), "workers are not sealed")
+			if unsealed != (tc.mode == "host") {
+				t.Fatalf("logged less isolation: %v, want %v; log:\n%s", unsealed, tc.mode == "host", logBuf.String())
+			}
+		})
+	}
+}
+
 func freeAddr(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -237,4 +290,44 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// startGateway starts a gateway in the test's process, in a directory
+// short enough for unix socket paths, relayed to Redis at redisAddr and
+// the model API at modelURL; it returns the directory.
+func startGateway(t *testing.T, redisAddr, modelURL string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	g, err := gateway.New(gateway.Config{Dir: dir, Redis: redisAddr, Model: strings.TrimPrefix(modelURL, "http://")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Stop(context.Background()) })
+	return dir
+}
+
+// syncBuffer is a bytes.Buffer the manager's goroutines may write to while
+// the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

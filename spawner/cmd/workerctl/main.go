@@ -17,7 +17,8 @@
 // Exit codes: 0 done (a task complete, or cancelled: the task ended as
 // its owner asked); 1 failed (an error reply, Redis unreachable); 2 bad
 // usage; 3 no such worker; 4 the task ended blocked; 5 the task ended
-// failed; 6 timed out waiting.
+// failed; 6 timed out waiting; 7 Redis or the Docker engine unreachable
+// (down).
 package main
 
 import (
@@ -46,6 +47,8 @@ const (
 	exitBlocked  = 4
 	exitTaskFail = 5
 	exitTimeout  = 6
+	// exitUnreachable: Redis or the Docker engine did not answer (down).
+	exitUnreachable = 7
 )
 
 // exitError carries the exit code an error ends workerctl with.
@@ -70,10 +73,17 @@ func main() {
 
 // run executes one command line and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runWith(ctx, os.Stdin, args, stdout, stderr)
+}
+
+// runWith is run with the standard input given (down's question reads
+// its answer there).
+func runWith(ctx context.Context, stdin io.Reader, args []string, stdout, stderr io.Writer) int {
 	c := &ctl{out: stdout}
 	defer c.close()
 	root := newRoot(c)
 	root.SetArgs(longFlags(root, args))
+	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
@@ -109,7 +119,8 @@ act as a manager (gc, reconcile, volumes) REDIS_MANAGER_URL. Flags may
 be written -flag or --flag.
 
 Exit codes: 0 done (a task complete or cancelled), 1 failed, 2 bad
-usage, 3 no such worker, 4 task blocked, 5 task failed, 6 timed out.`,
+usage, 3 no such worker, 4 task blocked, 5 task failed, 6 timed out,
+7 Redis or the Docker engine unreachable (down).`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		// No command: the usage, and exit 2. An unknown one: exit 2 too.
@@ -146,7 +157,7 @@ usage, 3 no such worker, 4 task blocked, 5 task failed, 6 timed out.`,
 		cmd.GroupID = "workers"
 		root.AddCommand(cmd)
 	}
-	for _, cmd := range []*cobra.Command{managersCmd(c), reconcileCmd(c), resetContextCmd(c), gcCmd(c), volumesCmd(c), poolsCmd(c)} {
+	for _, cmd := range []*cobra.Command{managersCmd(c), reconcileCmd(c), resetContextCmd(c), gcCmd(c), volumesCmd(c), poolsCmd(c), downCmd(c)} {
 		cmd.GroupID = "ops"
 		root.AddCommand(cmd)
 	}

@@ -1,10 +1,8 @@
 // The dashboard's page: one EventSource, no polling. "state" events
-// replace the tables; "entry" events add a line to the timeline.
+// replace the tables; "entry" events add a line to the timeline, and an
+// output to the charts (charts.js), which start from GET history.
 "use strict";
 
-const $ = (sel) => document.querySelector(sel);
-const short = (id) => (id || "").slice(0, 8);
-const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 const cell = (v, cls) => `<td${cls ? ` class="${cls}"` : ""}>${esc(v === "" || v == null ? "-" : v)}</td>`;
 
 function ago(seconds) {
@@ -21,7 +19,7 @@ function since(iso) {
 function renderState(st) {
   $("#workers tbody").innerHTML = st.workers.map((w) =>
     `<tr data-worker="${esc(w.worker_id)}">` +
-    `<td class="id" title="${esc(w.worker_id)}">${esc(short(w.worker_id))}</td>` +
+    `<td class="id" title="${esc(w.worker_id)}"><a href="workers/${encodeURIComponent(w.worker_id)}">${esc(short(w.worker_id))}</a></td>` +
     cell(w.agent_type) + cell(w.project_id) + cell(w.state, w.state) + cell(w.status) +
     cell(w.health, w.health) + cell(w.request_id) + cell(ago(w.heartbeat_age_s)) + cell(w.host) + "</tr>").join("");
   $("#usage tbody").innerHTML = st.usage.map((u) =>
@@ -38,6 +36,10 @@ function renderState(st) {
 function describe(doc) {
   switch (doc.type) {
     case "lifecycle":
+      if (doc.event === "operator_action") {
+        const d = doc.detail || {};
+        return [`${d.action} by ${d.operator}`, `${doc.request_id || ""}${d.code ? ` failed: ${d.code}` : ""}`];
+      }
       return [doc.event, `${doc.source || ""} ${doc.request_id || ""}`];
     case "progress":
       return [doc.step, `${doc.request_id}${doc.progress_pct != null ? ` ${doc.progress_pct}%` : ""} ${doc.output || ""}`];
@@ -70,5 +72,15 @@ function addEntry(e) {
 const es = new EventSource("events");
 es.addEventListener("open", () => { $("#conn").textContent = "live"; $("#conn").classList.add("live"); });
 es.addEventListener("error", () => { $("#conn").textContent = "reconnecting…"; $("#conn").classList.remove("live"); });
-es.addEventListener("state", (m) => renderState(JSON.parse(m.data)));
-es.addEventListener("entry", (m) => addEntry(JSON.parse(m.data)));
+let projectOf = {};
+es.addEventListener("state", (m) => {
+  const st = JSON.parse(m.data);
+  projectOf = Object.fromEntries(st.workers.map((w) => [w.worker_id, w.project_id]));
+  renderState(st);
+});
+es.addEventListener("entry", (m) => {
+  const e = JSON.parse(m.data);
+  addEntry(e);
+  if (e.doc && e.doc.type === "output") charts.add(e.doc, projectOf);
+});
+charts.load("history");

@@ -24,6 +24,7 @@ func TestKeyNames(t *testing.T) {
 		{"managers", ManagersKey(k), "worker:managers"},
 		{"manager state", ManagerStateKey(k, "m1"), "worker:manager:m1"},
 		{"pool warm", PoolWarmSetKey(k, "p1"), "worker:pool:p1:warm"},
+		{"pool members", PoolMembersKey(k, "p1"), "worker:pool:p1:members"},
 		{"pool stats", PoolStatsKey(k, "p1"), "worker:pool:p1:stats"},
 		{"pools", PoolsKey(k), "worker:pools"},
 		{"images", ImagesLastUsedKey(k), "worker:images:last_used"},

@@ -78,6 +78,11 @@ func ManagerStateKey(k protocol.Keys, managerID string) string { return join(k, 
 // create gets it.
 func PoolWarmSetKey(k protocol.Keys, pool string) string { return join(k, "pool", pool, "warm") }
 
+// PoolMembersKey is the set of every worker made for a pool (warm,
+// allocated or of its fixed size) until it is retired: the pool's tending
+// reads these workers, never the whole fleet.
+func PoolMembersKey(k protocol.Keys, pool string) string { return join(k, "pool", pool, "members") }
+
 // PoolStatsKey is the hash of a pool's counters: allocations,
 // allocation_wait_us (their sum), refills, recycles.
 func PoolStatsKey(k protocol.Keys, pool string) string { return join(k, "pool", pool, "stats") }
@@ -102,3 +107,10 @@ func VolumesLastUsedKey(k protocol.Keys) string { return join(k, "volumes", "las
 // users can be made again after a Redis restart (ACL users are not in the
 // append-only file). It never holds a password.
 func WorkerUsersKey(k protocol.Keys) string { return join(k, "worker_users") }
+
+// SpareNetnsKey is the string key, with a TTL, that says a spare network
+// namespace's holder container (its id) is kept by a live manager: a
+// holder without one is anyone's to remove.
+func SpareNetnsKey(k protocol.Keys, holderID string) string {
+	return join(k, "netns", "spare", holderID)
+}

@@ -3,6 +3,8 @@ package rdb
 import (
 	"context"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
@@ -73,4 +75,37 @@ func (r *RDB) PublishPools(ctx context.Context, templates map[string]string) err
 // PoolTemplates returns the recorded pool templates (name → JSON).
 func (r *RDB) PoolTemplates(ctx context.Context) (map[string]string, error) {
 	return r.C.HGetAll(ctx, ctlplane.PoolsKey(r.Keys)).Result()
+}
+
+// AddPoolMember records a worker made for a pool.
+func (r *RDB) AddPoolMember(ctx context.Context, pool, id string) error {
+	return r.C.SAdd(ctx, ctlplane.PoolMembersKey(r.Keys, pool), id).Err()
+}
+
+// DropPoolMember forgets a retired worker of a pool.
+func (r *RDB) DropPoolMember(ctx context.Context, pool, id string) error {
+	return r.C.SRem(ctx, ctlplane.PoolMembersKey(r.Keys, pool), id).Err()
+}
+
+// poolMembersScript: KEYS members, workers, creating (a sorted set of
+// leases). It returns the
+// members in the workers set and drops those neither there nor still
+// being created (retired, or a create that failed).
+var poolMembersScript = redis.NewScript(`
+local live = {}
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if redis.call('SISMEMBER', KEYS[2], id) == 1 then
+    live[#live + 1] = id
+  elseif not redis.call('ZSCORE', KEYS[3], id) then
+    redis.call('SREM', KEYS[1], id)
+  end
+end
+return live
+`)
+
+// PoolMembers returns the workers of a pool that joined and are not
+// retired, in one round trip, reading only the pool's own members.
+func (r *RDB) PoolMembers(ctx context.Context, pool string) ([]string, error) {
+	return poolMembersScript.Run(ctx, r.C, []string{ctlplane.PoolMembersKey(r.Keys, pool), r.Keys.Workers(),
+		ctlplane.CreatingKey(r.Keys)}).StringSlice()
 }

@@ -1,0 +1,318 @@
+"""What the sync and asyncio clients share: key names, the documents they
+write, how they read what the runtime writes. No I/O here."""
+
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Optional
+
+from . import types
+from ._doc import DocumentError
+from .errors import AgentvisorError, from_info
+
+DEFAULT_PREFIX = "worker"
+DEFAULT_STREAM_MAXLEN = 10000
+DEFAULT_PROJECT = "default"
+COMMAND_TIMEOUT = 360.0  # a create may wait for a slot (WORKER_CREATION_TIMEOUT, 5 min)
+TASK_TIMEOUT = 660.0  # a task's default timeout (600 s), and a little
+BLOCK_MS = 1000  # the longest single XREAD BLOCK: a timeout is checked at least this often
+
+# Writes a run hash (field/value pairs) unless it exists: the sender makes
+# the run requested; the wrapper moves it on, never back.
+CREATE_RUN = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1
+"""
+
+
+class Keys:
+    """Every stream and key name, under a prefix (WORKER_KEY_PREFIX)."""
+
+    def __init__(self, prefix=DEFAULT_PREFIX):
+        prefix = prefix or DEFAULT_PREFIX
+        if any(c in prefix for c in " \t\r\n{}") or prefix.startswith(":") or prefix.endswith(":"):
+            raise AgentvisorError("INVALID_COMMAND", f"key prefix {prefix!r}: must not contain whitespace or braces, nor start or end with ':'")
+        self.prefix = prefix
+
+    def _join(self, *parts):
+        return ":".join((self.prefix,) + parts)
+
+    def commands(self):
+        return self._join("commands")
+
+    def lifecycle(self):
+        return self._join("lifecycle")
+
+    def status(self, worker_id):
+        return self._join("status", worker_id)
+
+    def heartbeat(self, worker_id):
+        return self._join("heartbeat", worker_id)
+
+    def input(self, worker_id, kind="long_lived"):
+        return self._join("developer", "input") if kind == "developer" else self._join(worker_id, "input")
+
+    def output(self, worker_id, kind="long_lived"):
+        return self._join("developer", "output") if kind == "developer" else self._join(worker_id, "output")
+
+    def run(self, request_id):
+        return self._join("run", request_id)
+
+    def workers(self):
+        return self._join("workers")
+
+    def usage_project(self, project):
+        return self._join("usage", "project", project)
+
+    def budget(self, project):
+        return self._join("budget", "project", project)
+
+    def replies(self, client):
+        return self._join("replies", client)
+
+
+def now():
+    """The time as the protocol writes it: RFC 3339, UTC, nanoseconds."""
+    ns = time.time_ns()
+    return datetime.fromtimestamp(ns // 10**9, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{ns % 10**9:09d}Z"
+
+
+def new_id(prefix, nbytes=8):
+    return f"{prefix}-{secrets.token_hex(nbytes)}"
+
+
+def stream_maxlen(environ=None):
+    env = os.environ if environ is None else environ
+    v = env.get("STREAM_MAXLEN", "").strip()
+    return int(v) if v.isdigit() else DEFAULT_STREAM_MAXLEN
+
+
+def entry_data(fields):
+    """The JSON of a stream entry's one field, data."""
+    data = fields.get("data") if isinstance(fields, dict) else None
+    if data is None:
+        raise DocumentError("INTERNAL_ERROR", "stream entry without a data field")
+    return data
+
+
+def make_command(action, **fields):
+    """A command document, checked against the schema (INVALID_COMMAND)."""
+    doc = {"v": 1, "type": "command", "command_id": fields.pop("command_id", None) or new_id("cmd"), "action": action}
+    doc.update({k: _plain(v) for k, v in fields.items() if v is not None})
+    return types.Command.from_dict(doc, code="INVALID_COMMAND")
+
+
+def make_task(prompt, request_id=None, **fields):
+    """A task document, checked against the schema (INVALID_TASK)."""
+    doc = {"v": 1, "type": "task", "request_id": request_id or f"task-{time.time_ns()}", "prompt": prompt}
+    doc.update({k: _plain(v) for k, v in fields.items() if v is not None})
+    return types.Task.from_dict(doc, code="INVALID_TASK")
+
+
+def _plain(v):
+    return v.to_dict() if isinstance(v, types.Document) else v
+
+
+def decode_reply(fields, command_id):
+    """The reply of command_id in a reply stream entry, or None (another
+    command's, or no reply at all)."""
+    try:
+        reply = types.Reply.from_json(entry_data(fields))
+    except AgentvisorError:
+        return None
+    return reply if reply.command_id == command_id else None
+
+
+def check_reply(reply):
+    """Returns a reply that is ok; raises its error otherwise."""
+    if not reply.ok:
+        raise from_info(reply.error, reply)
+    return reply
+
+
+@dataclass
+class Event:
+    """One decoded entry of the lifecycle or an output stream. doc is a
+    LifecycleEvent, Progress, PermissionRequest or Output, unless error says
+    why the entry could not be decoded (data then holds it as read)."""
+
+    stream: str
+    id: str
+    type: str = ""
+    doc: Any = None
+    data: str = ""
+    error: Optional[AgentvisorError] = None
+
+    @property
+    def request_id(self):
+        return getattr(self.doc, "request_id", None)
+
+    @property
+    def worker_id(self):
+        return getattr(self.doc, "worker_id", None)
+
+
+_EVENT_CLASSES = {
+    "lifecycle": types.LifecycleEvent,
+    "progress": types.Progress,
+    "output": types.Output,
+    "permission_request": types.PermissionRequest,
+}
+
+
+def decode_event(stream, entry_id, fields):
+    ev = Event(stream=stream, id=entry_id)
+    try:
+        ev.data = entry_data(fields)
+        raw = json.loads(ev.data)
+        ev.type = raw.get("type", "") if isinstance(raw, dict) else ""
+        cls = _EVENT_CLASSES.get(ev.type)
+        if cls is None:
+            raise DocumentError("INTERNAL_ERROR", f"unexpected entry type {ev.type!r} on {stream}")
+        ev.doc = cls.from_dict(raw)
+    except ValueError as e:
+        ev.error = DocumentError("INTERNAL_ERROR", f"entry {entry_id} of {stream}: not JSON: {e}")
+    except AgentvisorError as e:
+        ev.error = e
+    return ev
+
+
+@dataclass
+class SentInfo:
+    """A task on its way: where its output will appear, and the entry of
+    that stream after which to look for it."""
+
+    request_id: str
+    worker_id: str
+    input: str
+    output: str
+    after: str = "0-0"
+
+
+def run_args(task, worker_id, kind):
+    """The field/value pairs of a new run hash (requested)."""
+    t = now()
+    return [
+        "request_id", task.request_id, "task_id", task.task_id or "",
+        "worker_id", "" if kind == "developer" else worker_id,
+        "project_id", task.project_id or DEFAULT_PROJECT, "status", "requested",
+        "created_at", t, "updated_at", t,
+    ]
+
+
+def task_events(sent, entries):
+    """The entries of sent's task among an output stream's (id, fields):
+    yields (last id, event or None); the event after which to stop is its
+    output."""
+    for entry_id, fields in entries:
+        ev = decode_event(sent.output, entry_id, fields)
+        if ev.doc is not None and ev.request_id == sent.request_id and ev.type in ("progress", "permission_request", "output"):
+            yield entry_id, ev
+        else:
+            yield entry_id, None
+
+
+@dataclass
+class WorkerStatus:
+    """A worker's status hash and its last heartbeat (None when it has none
+    or it does not decode)."""
+
+    id: str
+    hash: dict = field(default_factory=dict)
+    heartbeat: Optional[types.Heartbeat] = None
+
+    @property
+    def status(self):
+        return self.hash.get("status", "")
+
+    @property
+    def kind(self):
+        return self.hash.get("kind", "") or "long_lived"
+
+
+def worker_status(worker_id, h, beat):
+    if not h:
+        raise AgentvisorError("NOT_FOUND", f"no worker {worker_id}")
+    hb = None
+    if beat:
+        try:
+            hb = types.Heartbeat.from_json(beat)
+        except AgentvisorError:
+            pass
+    return WorkerStatus(worker_id, dict(h), hb)
+
+
+@dataclass
+class Run:
+    """A run hash (PROTOCOL.md, "Run hash"): every field as a string."""
+
+    request_id: str
+    hash: dict = field(default_factory=dict)
+
+    @property
+    def status(self):
+        return self.hash.get("status", "")
+
+    @property
+    def terminal(self):
+        return self.status in ("completed", "failed")
+
+    def get(self, name, default=""):
+        return self.hash.get(name, default)
+
+
+def run_of(request_id, h):
+    if not h:
+        raise AgentvisorError("NOT_FOUND", f"no run {request_id}")
+    return Run(request_id, dict(h))
+
+
+@dataclass
+class Budget:
+    """A project's budget (limit_usd 0: none) and what it has spent."""
+
+    project_id: str
+    limit_usd: float = 0.0
+    warn_usd: float = 0.0
+    spent_usd: float = 0.0
+
+
+def _num(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def budget_of(project, limit, warn, spent):
+    return Budget(project, _num(limit), _num(warn), _num(spent))
+
+
+@dataclass
+class Usage:
+    """What a project's tasks used (PROTOCOL.md, "Sessions and usage")."""
+
+    project_id: str
+    tasks: int = 0
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_creation: int = 0
+    cost_usd: float = 0.0
+
+
+def usage_of(project, h):
+    n = {k: int(_num(h.get(k))) for k in ("tasks", "input", "output", "cache_read", "cache_creation")}
+    return Usage(project, cost_usd=_num(h.get("cost_usd")), **n)
+
+
+def output_error(out):
+    """The error of an output that did not complete (None for complete
+    and blocked)."""
+    if out.status in ("failed", "cancelled") and out.error is not None:
+        return from_info(out.error, out)
+    return None

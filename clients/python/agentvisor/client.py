@@ -1,0 +1,341 @@
+"""The synchronous client."""
+
+import os
+import time
+
+import redis
+
+from . import _core, redisurl, types
+from ._core import Keys, SentInfo
+from .errors import AgentvisorError, AgentvisorTimeout, redis_error
+
+
+class _Streams:
+    """XADD (confirmed by WAIT when the policy asks), and blocking reads."""
+
+    def __init__(self, r, wait, maxlen):
+        self.r, self.wait, self.maxlen = r, wait, maxlen
+
+    def last_id(self, stream):
+        msgs = self.r.xrevrange(stream, "+", "-", count=1)
+        return msgs[0][0] if msgs else "0-0"
+
+    def add(self, stream, doc, redo=None):
+        """Adds doc; with WAIT, a write the primary reached after a
+        failover lacks is made again there, preceded by redo(pipeline)
+        (what else the write needs there: a task's run)."""
+        fields = {"data": doc.to_json()}
+        if self.wait.replicas <= 0:
+            return self.r.xadd(stream, fields, maxlen=self.maxlen or None, approximate=True)
+        # WAIT counts the writes of its own connection: one pipeline.
+        for attempt in range(3):
+            pipe = self.r.pipeline(transaction=False)
+            if attempt > 0 and redo is not None:
+                redo(pipe)
+            pipe.xadd(stream, fields, maxlen=self.maxlen or None, approximate=True)
+            pipe.execute_command("WAIT", self.wait.replicas, self.wait.timeout_ms)
+            *_, entry_id, acked = pipe.execute()
+            if acked >= self.wait.replicas:
+                return entry_id
+            # Short: the primary may be an old one about to be demoted, and
+            # redis-py asks the sentinels only when it connects: look again
+            # on fresh connections, on the primary they name by then.
+            time.sleep(self.wait.timeout_ms / 1000)
+            self.r.connection_pool.disconnect()
+            if self.r.xrange(stream, entry_id, entry_id):
+                return entry_id  # kept: no replica in sync, nothing more to wait for
+        return entry_id
+
+    def read(self, streams, block_ms, count=100):
+        return self.r.xread(streams, count=count, block=max(1, int(block_ms)))
+
+
+class Task:
+    """A task sent to a worker: await its output, follow its events, cancel
+    it, steer it, answer its permission requests."""
+
+    def __init__(self, client, info):
+        self._c = client
+        self.info = info
+
+    @property
+    def request_id(self):
+        return self.info.request_id
+
+    @property
+    def worker_id(self):
+        return self.info.worker_id
+
+    def events(self, timeout=_core.TASK_TIMEOUT):
+        """Yields the task's progress events and permission requests (as
+        Event, .doc a Progress or PermissionRequest), then its output, and
+        ends. AgentvisorTimeout when the output does not come in time."""
+        deadline = time.monotonic() + timeout
+        last = self.info.after or "0-0"
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AgentvisorTimeout(f"task {self.request_id}: no output within {timeout}s")
+            try:
+                res = self._c._streams.read({self.info.output: last}, min(left * 1000, _core.BLOCK_MS))
+            except redis.RedisError as e:
+                raise redis_error(e, f"await {self.request_id}") from e
+            for _stream, entries in res or []:
+                for entry_id, ev in _core.task_events(self.info, entries):
+                    last = entry_id
+                    if ev is not None:
+                        yield ev
+                        if ev.type == "output":
+                            return
+
+    def result(self, timeout=_core.TASK_TIMEOUT, on_progress=None, check=False):
+        """The task's output (whatever its status), calling on_progress with
+        each Progress before it. check=True raises the output's error (its
+        code, retryable) when it failed or was cancelled."""
+        for ev in self.events(timeout):
+            if ev.type == "output":
+                err = _core.output_error(ev.doc)
+                if check and err is not None:
+                    raise err
+                return ev.doc
+            if ev.type == "progress" and on_progress is not None:
+                on_progress(ev.doc)
+        raise AgentvisorError("INTERNAL_ERROR", "events ended without an output")
+
+    def cancel(self, reason=""):
+        """Asks the worker to end the task, queued or running."""
+        doc = types.Cancel.from_dict({"v": 1, "type": "cancel", "request_id": self.request_id, "reason": reason or None, "timestamp": _core.now()}, code="INVALID_COMMAND")
+        self._c._add(self.info.input, doc, f"cancel {self.request_id}")
+
+    def message(self, text):
+        """Steers the running task: text reaches the agent as a user message."""
+        doc = types.Message.from_dict({"v": 1, "type": "message", "request_id": self.request_id, "text": text}, code="INVALID_COMMAND")
+        self._c._add(self.info.input, doc, f"message to {self.request_id}")
+
+    def answer_permission(self, permission_id, allow, message=""):
+        """Allows or denies a permission request of the task (AGENT_APPROVAL)."""
+        doc = types.PermissionReply.from_dict({"v": 1, "type": "permission_reply", "request_id": self.request_id,
+                                               "permission_id": permission_id, "allow": bool(allow), "message": message or None}, code="INVALID_COMMAND")
+        self._c._add(self.info.input, doc, f"answer {permission_id} of {self.request_id}")
+
+    def allow(self, permission_id):
+        self.answer_permission(permission_id, True)
+
+    def deny(self, permission_id, message=""):
+        self.answer_permission(permission_id, False, message)
+
+    def answer(self, prompt, **fields):
+        """Answers the task's question (it ended blocked): a new task on the
+        same worker that continues its session. Returns that Task."""
+        return self._c.send(self.worker_id, prompt, answers=self.request_id, **fields)
+
+    def run(self):
+        """The task's run hash."""
+        return self._c.run(self.request_id)
+
+
+class Client:
+    """A client of the runtime over one Redis: commands to the managers,
+    tasks to workers, the state the runtime keeps.
+
+        with Client.from_env() as c:
+            w = c.create_worker(agent_type="claude", project_id="demo")
+            out = c.send(w.worker_id, "Say hello.").result(timeout=300)
+    """
+
+    def __init__(self, redis_client, prefix=None, wait=None, name=None, command_timeout=_core.COMMAND_TIMEOUT, maxlen=None):
+        self.redis = redis_client
+        self.keys = Keys(prefix if prefix is not None else os.environ.get("WORKER_KEY_PREFIX", ""))
+        self.wait = wait or redisurl.WaitPolicy()
+        self.name = name
+        self.command_timeout = command_timeout
+        self._streams = _Streams(redis_client, self.wait, _core.stream_maxlen() if maxlen is None else maxlen)
+
+    @classmethod
+    def from_url(cls, url, prefix=None, timeout=30.0, **kw):
+        """A client of the Redis at url (redis://, rediss://,
+        redis+sentinel://, rediss+sentinel://); prefix defaults to
+        WORKER_KEY_PREFIX, WAIT to REDIS_WAIT_REPLICAS and REDIS_WAIT_TIMEOUT."""
+        u = redisurl.parse(url)
+        kw.setdefault("wait", redisurl.WaitPolicy.from_env(u))
+        return cls(redisurl.connect(u, timeout), prefix=prefix, **kw)
+
+    @classmethod
+    def from_env(cls, **kw):
+        """A client of REDIS_URL, under WORKER_KEY_PREFIX."""
+        url = os.environ.get("REDIS_URL")
+        if not url:
+            raise AgentvisorError("INVALID_COMMAND", "REDIS_URL is not set")
+        return cls.from_url(url, **kw)
+
+    def close(self):
+        self.redis.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _add(self, stream, doc, what, redo=None):
+        try:
+            return self._streams.add(stream, doc, redo)
+        except redis.RedisError as e:
+            raise redis_error(e, what) from e
+
+    # Commands.
+
+    def command(self, action, timeout=None, **fields):
+        """Sends a command (PROTOCOL.md, "Commands and replies") and returns
+        its Reply; a reply that is not ok raises AgentvisorError with its
+        code; no reply within timeout raises AgentvisorTimeout."""
+        stream = self.keys.replies(self.name or _core.new_id("client", 6))
+        cmd = _core.make_command(action, reply_to=stream, timestamp=_core.now(), **fields)
+        timeout = self.command_timeout if timeout is None else timeout
+        try:
+            # Replies after the stream's last entry before the command: "$"
+            # would miss one written before the first XREAD.
+            last = self._streams.last_id(stream)
+        except redis.RedisError as e:
+            raise redis_error(e, "reply stream") from e
+        self._add(self.keys.commands(), cmd, "send command")
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                res = self._streams.read({stream: last}, min(left * 1000, _core.BLOCK_MS))
+            except redis.RedisError as e:
+                raise redis_error(e, "read reply") from e
+            for _s, entries in res or []:
+                for entry_id, fields_ in entries:
+                    last = entry_id
+                    reply = _core.decode_reply(fields_, cmd.command_id)
+                    if reply is not None:
+                        return _core.check_reply(reply)
+        raise AgentvisorTimeout(f"no reply to {cmd.command_id} within {timeout}s")
+
+    def create_worker(self, spec=None, timeout=None, **spec_fields):
+        """Creates a worker (spec: a CommandSpec, a dict, or its fields as
+        keywords: agent_type="claude", project_id=...); returns its Worker."""
+        spec = spec if spec is not None else spec_fields
+        return self.command("create", spec=spec, timeout=timeout).worker
+
+    def delete_worker(self, worker_id, timeout=None):
+        self.command("delete", worker_id=worker_id, timeout=timeout)
+
+    def pause_worker(self, worker_id, timeout=None):
+        return self.command("pause", worker_id=worker_id, timeout=timeout).worker
+
+    def unpause_worker(self, worker_id, timeout=None):
+        return self.command("unpause", worker_id=worker_id, timeout=timeout).worker
+
+    def list_workers(self, timeout=None):
+        return self.command("list", timeout=timeout).workers or []
+
+    def set_budget(self, project_id, limit_usd, warn_usd=None, timeout=None):
+        """Sets a project's budget (limit_usd 0 removes it)."""
+        budget = {"limit_usd": limit_usd} if warn_usd is None else {"limit_usd": limit_usd, "warn_usd": warn_usd}
+        self.command("set_budget", project_id=project_id, budget=budget, timeout=timeout)
+
+    def reset_context(self, project_id, agent_type, timeout=None):
+        self.command("reset_context", project_id=project_id, agent_type=agent_type, timeout=timeout)
+
+    # Tasks.
+
+    def send(self, worker_id, prompt, request_id=None, **task_fields):
+        """Sends a task to a worker (or the developer queue for a developer
+        worker) and returns its Task; the run hash exists from now
+        (requested). NOT_FOUND for a worker without a status hash."""
+        task = _core.make_task(prompt, request_id, **task_fields)
+        try:
+            kind = self.redis.hget(self.keys.status(worker_id), "kind")
+        except redis.RedisError as e:
+            raise redis_error(e, f"send: read worker {worker_id}") from e
+        if kind is None:
+            raise AgentvisorError("NOT_FOUND", f"no worker {worker_id}")
+        kind = kind or "long_lived"
+        info = SentInfo(task.request_id, worker_id, self.keys.input(worker_id, kind), self.keys.output(worker_id, kind))
+        run = _core.run_args(task, worker_id, kind)
+
+        def make_run(pipe):
+            pipe.eval(_core.CREATE_RUN, 1, self.keys.run(task.request_id), *run)
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.xrevrange(info.output, "+", "-", count=1)
+            make_run(pipe)
+            last, _ = pipe.execute()
+        except redis.RedisError as e:
+            raise redis_error(e, f"send: output stream of {worker_id} and run {task.request_id}") from e
+        info.after = last[0][0] if last else "0-0"
+        self._add(info.input, task, f"send: task {task.request_id} to {worker_id}", make_run)
+        return Task(self, info)
+
+    def run_task(self, worker_id, prompt, timeout=_core.TASK_TIMEOUT, on_progress=None, check=False, **task_fields):
+        """Sends a task and awaits its output."""
+        return self.send(worker_id, prompt, **task_fields).result(timeout, on_progress, check)
+
+    def task(self, worker_id, request_id, after="0-0", kind="long_lived"):
+        """The Task of a request sent before (by this process or another):
+        its events are read from after (by default, the stream's start)."""
+        return Task(self, SentInfo(request_id, worker_id, self.keys.input(worker_id, kind), self.keys.output(worker_id, kind), after))
+
+    # State.
+
+    def worker_status(self, worker_id):
+        """A worker's status hash and heartbeat; NOT_FOUND when it has none."""
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.hgetall(self.keys.status(worker_id))
+            pipe.get(self.keys.heartbeat(worker_id))
+            h, beat = pipe.execute()
+        except redis.RedisError as e:
+            raise redis_error(e, f"status of {worker_id}") from e
+        return _core.worker_status(worker_id, h, beat)
+
+    def workers(self):
+        """The ids of the live workers, sorted."""
+        try:
+            return sorted(self.redis.smembers(self.keys.workers()))
+        except redis.RedisError as e:
+            raise redis_error(e, "workers") from e
+
+    def run(self, request_id):
+        """A run hash; NOT_FOUND when there is none."""
+        try:
+            return _core.run_of(request_id, self.redis.hgetall(self.keys.run(request_id)))
+        except redis.RedisError as e:
+            raise redis_error(e, f"run {request_id}") from e
+
+    def budget(self, project_id):
+        """A project's budget and its spending."""
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.hmget(self.keys.budget(project_id), "limit_usd", "warn_usd")
+            pipe.hget(self.keys.usage_project(project_id), "cost_usd")
+            (limit, warn), spent = pipe.execute()
+        except redis.RedisError as e:
+            raise redis_error(e, f"budget of {project_id}") from e
+        return _core.budget_of(project_id, limit, warn, spent)
+
+    def usage(self, project_id):
+        """A project's usage counters (zeros when it has none)."""
+        try:
+            return _core.usage_of(project_id, self.redis.hgetall(self.keys.usage_project(project_id)))
+        except redis.RedisError as e:
+            raise redis_error(e, f"usage of {project_id}") from e
+
+    def lifecycle(self, from_start=False, timeout=None):
+        """Yields the lifecycle stream's events (Event, .doc a
+        LifecycleEvent) as they come, from its start or from now, until
+        timeout seconds pass (None: for ever)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        stream = self.keys.lifecycle()
+        try:
+            last = "0-0" if from_start else self._streams.last_id(stream)
+            while deadline is None or (left := deadline - time.monotonic()) > 0:
+                block = _core.BLOCK_MS if deadline is None else min(left * 1000, _core.BLOCK_MS)
+                for _s, entries in self._streams.read({stream: last}, block) or []:
+                    for entry_id, fields in entries:
+                        last = entry_id
+                        yield _core.decode_event(stream, entry_id, fields)
+        except redis.RedisError as e:
+            raise redis_error(e, "lifecycle") from e

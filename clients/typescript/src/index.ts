@@ -1,0 +1,11 @@
+export { AgentvisorClient, type ClientOptions, type CreatedWorker, type WorkerSpec } from './client.js';
+export { AgentvisorError, hasCode, isRetryable } from './errors.js';
+export { Keys, defaultPrefix } from './keys.js';
+export { RedisUrlError, parseRedisUrl, parseWaitPolicy, redactRedisUrl, redisOptions, type RedisAddress, type RedisUrl, type WaitPolicy } from './redisurl.js';
+export { decodeEntry, type StreamEvent } from './streams.js';
+export { AwaitTimeoutError, taskDoc, type AwaitOptions, type SentTask, type TaskEvent, type TaskInput } from './tasks.js';
+export type { ProjectBudget, ProjectUsage, RunRecord, WorkerStatus } from './fleet.js';
+export type { CallOptions } from './conn.js';
+export type { CommandInput } from './commands.js';
+export type { WatchOptions } from './watch.js';
+export * from './types.js';

@@ -1,0 +1,50 @@
+import { AgentvisorError } from './errors.js';
+import type { Kind } from './types.js';
+
+/** The first segment of every stream and key name, unless WORKER_KEY_PREFIX sets another. */
+export const defaultPrefix = 'worker';
+
+/**
+ * Keys builds the Redis stream and key names of PROTOCOL.md ("Streams and
+ * keys") under a prefix ("worker" by default; WORKER_KEY_PREFIX in every
+ * component of a deployment that sets another).
+ */
+export class Keys {
+  readonly prefix: string;
+
+  constructor(prefix = defaultPrefix) {
+    if (prefix === '') prefix = defaultPrefix;
+    if (/[\s{}]/.test(prefix) || prefix.startsWith(':') || prefix.endsWith(':')) {
+      throw new AgentvisorError('INVALID_COMMAND', `key prefix ${JSON.stringify(prefix)}: must not contain whitespace or braces, nor start or end with ':'`);
+    }
+    this.prefix = prefix;
+  }
+
+  private join(...parts: string[]): string {
+    return [this.prefix, ...parts].join(':');
+  }
+
+  commands(): string { return this.join('commands'); }
+  lifecycle(): string { return this.join('lifecycle'); }
+  replies(client: string): string { return this.join('replies', client); }
+  status(workerId: string): string { return this.join('status', workerId); }
+  heartbeat(workerId: string): string { return this.join('heartbeat', workerId); }
+  input(workerId: string): string { return this.join(workerId, 'input'); }
+  output(workerId: string): string { return this.join(workerId, 'output'); }
+  developerInput(): string { return this.join('developer', 'input'); }
+  developerOutput(): string { return this.join('developer', 'output'); }
+  run(requestId: string): string { return this.join('run', requestId); }
+  workers(): string { return this.join('workers'); }
+  usageProject(projectId: string): string { return this.join('usage', 'project', projectId); }
+  projectBudget(projectId: string): string { return this.join('budget', 'project', projectId); }
+
+  /** The input stream a worker of kind reads: its own, or the developer queue. */
+  inputFor(kind: Kind, workerId: string): string {
+    return kind === 'developer' ? this.developerInput() : this.input(workerId);
+  }
+
+  /** The output stream a worker of kind writes: its own, or the developer queue's. */
+  outputFor(kind: Kind, workerId: string): string {
+    return kind === 'developer' ? this.developerOutput() : this.output(workerId);
+  }
+}

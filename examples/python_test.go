@@ -1,0 +1,186 @@
+package examples
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentvisor/agentvisor/spawner"
+	"github.com/agentvisor/agentvisor/spawner/spawnertest"
+	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/testkit"
+)
+
+// python is Debian's interpreter, which has python3-redis (a pyenv
+// python3 first on PATH may not).
+const python = "/usr/bin/python3"
+
+// TestPythonClient runs the Python client against a live runtime: the
+// Python quickstart (examples/python), then the client's unittest suite
+// (clients/python/tests), whose live cases script the stub model through
+// a loopback endpoint of this test (STUB_SCRIPT_URL). Workers ask their
+// owner before a tool call ALLOWED_COMMANDS does not allow and keep
+// their agent process between tasks, so that approval, steering and a
+// fast cancel can be exercised.
+func TestPythonClient(t *testing.T) {
+	if out, err := exec.Command(python, "-c", "import redis, redis.asyncio.sentinel; print(redis.__version__)").CombinedOutput(); err != nil {
+		t.Fatalf("%s lacks python3-redis (apt-get install python3-redis): %v\n%s", python, err, out)
+	}
+	rt := spawnertest.Start(t, func(c *spawner.Config) {
+		c.WorkerEnv = map[string]string{"AGENT_PERSISTENT": "true", "AGENT_APPROVAL": "true"}
+	})
+	clientDir, err := filepath.Abs("../clients/python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), rt.Env...)
+	env = append(env, "PYTHONPATH="+clientDir, "PYTHONDONTWRITEBYTECODE=1", "STUB_SCRIPT_URL="+scriptEndpoint(t, rt.Stub), "AGENTVISOR_LIVE=1")
+
+	t.Run("quickstart", func(t *testing.T) {
+		rt.Stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
+			{ToolUse: &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": `worker-wrapper progress --step "Greeting" --pct 100`, "description": "progress"}}},
+			{Text: "Hello!\n{\"status\": \"complete\", \"result\": {\"greeting\": \"hello\"}}"},
+		}})
+		cmd := exec.Command(python, "python/quickstart.py")
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		got := string(out)
+		for _, want := range []string{"worker ", " created", "progress: Greeting", `output: complete, result {"greeting": "hello"}`, "deleted"} {
+			if !strings.Contains(got, want) {
+				t.Errorf("the Python quickstart did not print %q", want)
+			}
+		}
+		if err != nil || t.Failed() {
+			t.Fatalf("python quickstart: %v\n%s", err, got)
+		}
+	})
+
+	t.Run("unittest", func(t *testing.T) {
+		cmd := exec.Command(python, "-m", "unittest", "discover", "-v", "-s", "tests", "-t", ".")
+		cmd.Dir, cmd.Env = clientDir, env
+		out, err := cmd.CombinedOutput()
+		got := string(out)
+		if err != nil || !strings.Contains(got, "\nOK") || strings.Contains(got, "skipped") {
+			t.Fatalf("python -m unittest: %v\n%s", err, got)
+		}
+		if !strings.Contains(got, "test_live") {
+			t.Fatalf("the live tests did not run:\n%s", got)
+		}
+		t.Logf("%s", got)
+	})
+}
+
+// scriptEndpoint serves, on a loopback port, POST /script: a stub model
+// script as JSON (stubmodel.Script), given to the runtime's stub.
+func scriptEndpoint(t *testing.T, stub *stubmodel.Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var s stubmodel.Script
+		if r.Method != http.MethodPost || r.URL.Path != "/script" {
+			http.Error(w, "POST /script", http.StatusNotFound)
+			return
+		}
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&s); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		stub.SetScript(s)
+		w.WriteHeader(http.StatusNoContent)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String() + "/script"
+}
+
+// sentinelScript sends a task through a redis+sentinel:// URL, waits for a
+// line on stdin (the test fails the primary over meanwhile), then sends
+// another: the client follows the new primary.
+const sentinelScript = `
+import os, sys
+from agentvisor import Client
+c = Client.from_url(os.environ["SENTINEL_URL"], prefix="sn")
+assert c.wait.replicas == 1, c.wait
+c.redis.hset("sn:status:w1", mapping={"kind": "long_lived"})
+for rid in ("r1", "r2"):
+    t = c.send("w1", "hello", request_id=rid)
+    print("sent", t.request_id, c.run(rid).status, flush=True)
+    if rid == "r1":
+        sys.stdin.readline()
+`
+
+// TestPythonClientSentinel connects the Python client through Redis
+// Sentinel (with the servers' and the sentinels' passwords): a task sent
+// with WAIT for a replica, a failover, a task sent to the new primary.
+func TestPythonClientSentinel(t *testing.T) {
+	s := testkit.StartSentinel(t, testkit.SentinelOptions{Password: "srv-pw", SentinelPassword: "sn-pw"})
+	old, err := s.Primary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientDir, err := filepath.Abs("../clients/python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(python, "-c", sentinelScript)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+clientDir, "SENTINEL_URL="+s.URL(), "REDIS_WAIT_TIMEOUT=2s")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() || lines.Text() != "sent r1 requested" {
+		cmd.Wait()
+		t.Fatalf("before the failover: %q\n%s", lines.Text(), stderr.String())
+	}
+	if err := s.Failover(); err != nil {
+		t.Fatal(err)
+	}
+	primary, err := s.WaitNewPrimary(old, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(stdin, "go\n")
+	if !lines.Scan() || lines.Text() != "sent r2 requested" {
+		cmd.Wait()
+		t.Fatalf("after the failover: %q\n%s", lines.Text(), stderr.String())
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("python: %v\n%s", err, stderr.String())
+	}
+	// Both tasks are on the new primary: r1 replicated before the
+	// failover (WAIT), r2 written there.
+	entries, err := primary.DoArray("XRANGE", "sn:w1:input", "-", "+")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(entries, " ")
+	for _, want := range []string{`"request_id":"r1"`, `"request_id":"r2"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the new primary's input stream lacks %s: %s", want, got)
+		}
+	}
+}

@@ -1,0 +1,446 @@
+package gateway
+
+// Following a Sentinel primary. When Config.Redis is a sentinel URL, each
+// connection to a worker's redis.sock is relayed to the server the
+// sentinels name as the primary now, and a new primary closes every
+// relayed connection to another one, so that the wrappers reconnect
+// through the same socket and reach it.
+//
+// The gateway speaks the few commands it needs (AUTH, SENTINEL
+// GET-MASTER-ADDR-BY-NAME, SUBSCRIBE) in plain RESP rather than through
+// go-redis: it needs a vote of several sentinels per lookup and one
+// subscription per sentinel, which go-redis's failover client does not
+// give (it trusts the first sentinel that answers), and it keeps the data
+// plane's binary on the standard library.
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// PrimaryCacheFor is how long the primary the sentinels named serves new
+// connections before they are asked again. A +switch-master announcement
+// replaces it at once.
+const PrimaryCacheFor = time.Second
+
+// ParseRedis checks a Config.Redis: host:port, or a sentinel URL
+// (redis+sentinel:// or rediss+sentinel://) of which the gateway uses the
+// sentinels' addresses, the master's name and the sentinels' credentials.
+// A sentinel URL that carries the data user's credentials is refused: the
+// gateway relays bytes and never authenticates to the primary, so it must
+// not hold them. It returns the parsed URL, or nil for host:port.
+func ParseRedis(s string) (*protocol.RedisURL, error) {
+	if !strings.Contains(s, "://") {
+		host, port, err := net.SplitHostPort(s)
+		if err != nil || host == "" || port == "" || strings.ContainsAny(s, "/ @") {
+			got := fmt.Sprintf("%q", s)
+			if strings.Contains(s, "@") {
+				got = "an address with an @ (credentials?)" // never quoted: it may hold a password
+			}
+			return nil, fmt.Errorf("gateway: Redis: want host:port or a redis+sentinel:// URL, got %s", got)
+		}
+		return nil, nil
+	}
+	u, err := protocol.ParseRedisURL(s)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: Redis: %w", err)
+	}
+	if !u.Sentinel {
+		return nil, fmt.Errorf("gateway: Redis: a %s:// URL: want host:port, or a redis+sentinel:// URL (the wrapper speaks TLS and AUTH end to end)", u.Scheme())
+	}
+	if u.Username != "" || u.Password != "" {
+		return nil, errors.New("gateway: Redis: the sentinel URL carries the data user's credentials, which the gateway must not hold: give only the sentinels' (sentinel_username, sentinel_password)")
+	}
+	return &u, nil
+}
+
+// sentinels finds the primary of one master through its sentinels and
+// follows it: a lookup asks them all, and a subscription on each to
+// +switch-master learns of a new primary at once.
+type sentinels struct {
+	u        protocol.RedisURL
+	tls      *tls.Config // nil: plain TCP to the sentinels
+	timeout  time.Duration
+	log      *slog.Logger
+	onSwitch func() // called, outside mu, after gen moved on
+
+	// gen counts the primaries seen: it moves on with each new one, and a
+	// relayed connection dialled under an older gen is closed.
+	gen atomic.Uint64
+
+	mu       sync.Mutex
+	addr     string    // the primary last named; "" before the first
+	at       time.Time // when addr was last confirmed
+	inTheAir *lookup   // the lookup under way, shared by every caller
+}
+
+// lookup is one round of questions to the sentinels, its answer shared by
+// the connections that wait for it.
+type lookup struct {
+	done chan struct{}
+	addr string
+	err  error
+}
+
+func newSentinels(u protocol.RedisURL, tlsConfig *tls.Config, timeout time.Duration, log *slog.Logger, onSwitch func()) *sentinels {
+	if u.TLS && tlsConfig == nil {
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	if !u.TLS {
+		tlsConfig = nil
+	}
+	return &sentinels{u: u, tls: tlsConfig, timeout: timeout, log: log, onSwitch: onSwitch}
+}
+
+// primary returns the primary's address and the gen it belongs to: the
+// cached one when it is fresh, else the sentinels' answer now.
+func (s *sentinels) primary(ctx context.Context) (string, uint64, error) {
+	s.mu.Lock()
+	if s.addr != "" && time.Since(s.at) < PrimaryCacheFor {
+		addr, gen := s.addr, s.gen.Load()
+		s.mu.Unlock()
+		return addr, gen, nil
+	}
+	l := s.inTheAir
+	if l == nil {
+		l = &lookup{done: make(chan struct{})}
+		s.inTheAir = l
+		go s.run(l, s.gen.Load())
+	}
+	s.mu.Unlock()
+	select {
+	case <-l.done:
+	case <-ctx.Done():
+		return "", 0, ctx.Err()
+	}
+	if l.err != nil {
+		return "", 0, l.err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr, s.gen.Load(), nil
+}
+
+// run asks the sentinels for l and stores their answer, unless a switch
+// came meanwhile (its primary is newer than what they were asked).
+func (s *sentinels) run(l *lookup, gen uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*s.timeout)
+	defer cancel()
+	l.addr, l.err = s.ask(ctx)
+	s.mu.Lock()
+	s.inTheAir = nil
+	moved := false
+	if l.err == nil && s.gen.Load() == gen {
+		s.setLocked(l.addr)
+		moved = s.gen.Load() != gen // the sentinels name a new primary: a switch not announced to us
+	}
+	s.mu.Unlock()
+	close(l.done)
+	if moved && s.onSwitch != nil {
+		s.onSwitch()
+	}
+}
+
+// setLocked makes addr the primary (s.mu held), moving gen on when it is
+// a new one.
+func (s *sentinels) setLocked(addr string) {
+	if s.addr != "" && s.addr != addr {
+		s.gen.Add(1)
+		s.log.Info("redis primary changed", "master", s.u.Master, "old", s.addr, "new", addr)
+	} else if s.addr == "" {
+		s.log.Info("redis primary found", "master", s.u.Master, "addr", addr)
+	}
+	s.addr, s.at = addr, time.Now()
+}
+
+// switchTo is a +switch-master announcement of addr: it becomes the
+// primary at once, and the connections to another one are closed.
+func (s *sentinels) switchTo(addr string) {
+	s.mu.Lock()
+	before := s.gen.Load()
+	s.setLocked(addr)
+	moved := s.gen.Load() != before
+	s.mu.Unlock()
+	if moved && s.onSwitch != nil {
+		s.onSwitch()
+	}
+}
+
+// forget drops the cached primary (it refused a dial): the next
+// connection asks the sentinels.
+func (s *sentinels) forget(addr string) {
+	s.mu.Lock()
+	if s.addr == addr {
+		s.at = time.Time{}
+	}
+	s.mu.Unlock()
+}
+
+// ask asks every sentinel at once for the primary's address and returns
+// the one most of those answering name: at once when a majority of all
+// the sentinels agree, else once every one answered or failed.
+func (s *sentinels) ask(ctx context.Context) (string, error) {
+	type answer struct {
+		addr string
+		err  error
+	}
+	ch := make(chan answer, len(s.u.Addrs))
+	for _, a := range s.u.Addrs {
+		go func() {
+			addr, err := s.askOne(ctx, a)
+			ch <- answer{addr, err}
+		}()
+	}
+	votes := map[string]int{}
+	answered := 0
+	var lastErr error
+	for range s.u.Addrs {
+		r := <-ch
+		if r.err != nil {
+			lastErr = r.err
+			continue
+		}
+		answered++
+		votes[r.addr]++
+		if votes[r.addr] > len(s.u.Addrs)/2 {
+			return r.addr, nil
+		}
+	}
+	if answered == 0 {
+		return "", fmt.Errorf("gateway: no sentinel of %s answered: %w", s.u.Master, lastErr)
+	}
+	for addr, n := range votes {
+		if n > answered/2 {
+			return addr, nil
+		}
+	}
+	return "", fmt.Errorf("gateway: the sentinels of %s disagree on the primary (%d answered): a failover under way", s.u.Master, answered)
+}
+
+// askOne asks the sentinel at addr for the primary's address.
+func (s *sentinels) askOne(ctx context.Context, addr string) (string, error) {
+	c, err := s.dial(ctx, addr)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	if err := c.send("SENTINEL", "GET-MASTER-ADDR-BY-NAME", s.u.Master); err != nil {
+		return "", err
+	}
+	r, err := c.read()
+	if err != nil {
+		return "", fmt.Errorf("gateway: sentinel %s: %w", addr, err)
+	}
+	if len(r) != 2 || r[0] == "" || r[1] == "" {
+		return "", fmt.Errorf("gateway: sentinel %s knows no master %s", addr, s.u.Master)
+	}
+	return net.JoinHostPort(r[0], r[1]), nil
+}
+
+// dial connects to the sentinel at addr (TLS for rediss+sentinel) and
+// authenticates with the sentinels' credentials.
+func (s *sentinels) dial(ctx context.Context, addr string) (*respConn, error) {
+	d := net.Dialer{Timeout: s.timeout}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: sentinel %s: %w", addr, err)
+	}
+	if s.tls != nil {
+		cfg := s.tls.Clone()
+		if cfg.ServerName == "" {
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(nc, cfg)
+		hctx, cancel := context.WithTimeout(ctx, s.timeout)
+		err := tc.HandshakeContext(hctx)
+		cancel()
+		if err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("gateway: sentinel %s: TLS: %w", addr, err)
+		}
+		nc = tc
+	}
+	c := &respConn{Conn: nc, r: bufio.NewReader(nc)}
+	if s.u.SentinelPassword != "" {
+		_ = c.SetDeadline(time.Now().Add(s.timeout))
+		args := []string{"AUTH", s.u.SentinelPassword}
+		if s.u.SentinelUsername != "" {
+			args = []string{"AUTH", s.u.SentinelUsername, s.u.SentinelPassword}
+		}
+		if err := c.send(args...); err == nil {
+			_, err = c.read()
+		}
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("gateway: sentinel %s: AUTH: %w", addr, err)
+		}
+		_ = c.SetDeadline(time.Time{})
+	}
+	return c, nil
+}
+
+// watch keeps a subscription to +switch-master on every sentinel until
+// ctx ends, each dialled again after a pause when it drops.
+func (s *sentinels) watch(ctx context.Context, wg *sync.WaitGroup) {
+	for _, a := range s.u.Addrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			back := 100 * time.Millisecond
+			for ctx.Err() == nil {
+				if s.subscribe(ctx, a) {
+					back = 100 * time.Millisecond
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(back):
+				}
+				back = min(2*back, 5*time.Second)
+			}
+		}()
+	}
+}
+
+// subscribe subscribes to +switch-master on the sentinel at addr and
+// follows what it announces until the connection or ctx ends. It reports
+// whether the subscription was made. Once subscribed it asks the
+// sentinels again: a switch announced while it was away is not missed.
+func (s *sentinels) subscribe(ctx context.Context, addr string) bool {
+	c, err := s.dial(ctx, addr)
+	if err != nil {
+		s.log.Debug("sentinel subscription", "sentinel", addr, "err", err)
+		return false
+	}
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(s.timeout))
+	if err := c.send("SUBSCRIBE", "+switch-master"); err != nil {
+		return false
+	}
+	if _, err := c.read(); err != nil {
+		s.log.Debug("sentinel subscription", "sentinel", addr, "err", err)
+		return false
+	}
+	_ = c.SetDeadline(time.Time{})
+	s.forgetAll()
+	for {
+		m, err := c.read()
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("sentinel subscription lost: subscribing again", "sentinel", addr, "err", err)
+			}
+			return true
+		}
+		// ["message", "+switch-master", "<master> <old ip> <old port> <new ip> <new port>"]
+		if len(m) != 3 || m[0] != "message" {
+			continue
+		}
+		f := strings.Fields(m[2])
+		if len(f) != 5 || f[0] != s.u.Master {
+			continue
+		}
+		s.switchTo(net.JoinHostPort(f[3], f[4]))
+	}
+}
+
+// forgetAll drops the cached primary, whichever it is.
+func (s *sentinels) forgetAll() {
+	s.mu.Lock()
+	s.at = time.Time{}
+	s.mu.Unlock()
+}
+
+// respConn is a connection speaking RESP2: commands out as arrays of bulk
+// strings, replies in flattened to strings.
+type respConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *respConn) send(words ...string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(words))
+	for _, w := range words {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(w), w)
+	}
+	_, err := io.WriteString(c.Conn, b.String())
+	return err
+}
+
+// maxReply bounds what one reply may hold: a sentinel's answers are a few
+// short strings.
+const maxReply = 64 << 10
+
+// read reads one reply: a string or integer as one element, an array's
+// elements (nested arrays flattened), a nil as "". An error reply is an
+// error.
+func (c *respConn) read() ([]string, error) {
+	var out []string
+	err := c.readInto(&out, 0)
+	return out, err
+}
+
+func (c *respConn) readInto(out *[]string, depth int) error {
+	if depth > 4 {
+		return errors.New("redis reply nested too deep")
+	}
+	line, err := c.r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	line = strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")
+	if line == "" {
+		return errors.New("empty redis reply")
+	}
+	switch line[0] {
+	case '+', ':':
+		*out = append(*out, line[1:])
+		return nil
+	case '-':
+		return fmt.Errorf("redis: %s", printable(line[1:]))
+	case '$':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n > maxReply {
+			return fmt.Errorf("redis reply %q not understood", printable(line))
+		}
+		if n < 0 {
+			*out = append(*out, "")
+			return nil
+		}
+		b := make([]byte, n+2)
+		if _, err := io.ReadFull(c.r, b); err != nil {
+			return err
+		}
+		*out = append(*out, string(b[:n]))
+		return nil
+	case '*':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n > 64 {
+			return fmt.Errorf("redis reply %q not understood", printable(line))
+		}
+		for range max(n, 0) {
+			if err := c.readInto(out, depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("redis reply %q not understood", printable(line))
+}

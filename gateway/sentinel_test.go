@@ -1,0 +1,275 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/redisconn"
+	"github.com/agentvisor/agentvisor/testkit"
+)
+
+// gatewaySentinelURL is the deployment's sentinel URL as the gateway
+// takes it: the sentinels, the master's name, the sentinels' password,
+// never the servers' one.
+func gatewaySentinelURL(s *testkit.Sentinel) string {
+	var addrs []string
+	for _, sn := range s.Sentinels {
+		addrs = append(addrs, sn.Addr)
+	}
+	u := "redis+sentinel://" + strings.Join(addrs, ",") + "/" + s.Master
+	if s.SentinelPassword != "" {
+		u += "?sentinel_password=" + s.SentinelPassword
+	}
+	return u
+}
+
+// startSentinelGateway serves worker "w" of a gateway following s's
+// primary and returns its redis.sock.
+func startSentinelGateway(t *testing.T, s *testkit.Sentinel) (*Gateway, string) {
+	t.Helper()
+	dir := shortDir(t)
+	g, c := startGatewayWith(t, Config{Dir: dir, Redis: gatewaySentinelURL(s)})
+	if err := c.Open(context.Background(), "w", nil); err != nil {
+		t.Fatal(err)
+	}
+	return g, sockOf(dir, "w", RedisSocket)
+}
+
+// wrapperClient is the client a sealed worker's wrapper makes: the plain
+// URL the manager gives it (the master's name as host, the data user's
+// credentials) through redis.sock.
+func wrapperClient(t *testing.T, s *testkit.Sentinel, sock string) *redis.Client {
+	t.Helper()
+	o, err := redisconn.Options("redis://:" + s.Password + "@" + s.Master + ":6379/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := redisconn.ThroughSocket(o, sock); err != nil {
+		t.Fatal(err)
+	}
+	// The wrapper's settings (wrapper/internal/rdb): no retry of go-redis's
+	// own, short timeouts.
+	o.MaxRetries, o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.ContextTimeoutEnabled = -1, 2*time.Second, 3*time.Second, 3*time.Second, true
+	c := redisconn.NewClient(o)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// dialAuthed is dialRaw, then AUTH password.
+func dialAuthed(t *testing.T, sock, password string) *rawConn {
+	t.Helper()
+	c := dialRaw(t, sock)
+	if _, err := io.WriteString(c, "AUTH "+password+"\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := c.r.ReadString('\n'); err != nil || line != "+OK\r\n" {
+		t.Fatalf("AUTH: %q %v", line, err)
+	}
+	return c
+}
+
+// A gateway given a sentinel URL relays a worker's redis.sock to the
+// primary the sentinels name: PING and XADD reach it.
+func TestSentinelRelaysToPrimary(t *testing.T) {
+	s := testkit.StartSentinel(t, testkit.SentinelOptions{Password: "pw", SentinelPassword: "spw"})
+	_, sock := startSentinelGateway(t, s)
+	c := wrapperClient(t, s, sock)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING through the socket: %v", err)
+	}
+	if err := c.XAdd(ctx, &redis.XAddArgs{Stream: "s", Values: []any{"data", "{}"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Primary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := p.DoArray("XLEN", "s"); err != nil || len(n) != 1 || n[0] != "1" {
+		t.Fatalf("the primary %s has %q entries (%v), want 1", p.Addr, n, err)
+	}
+	if p != s.Servers[0] {
+		t.Fatalf("the sentinels name %s, not the first primary", p.Addr)
+	}
+}
+
+// The wrapper's writes (redisconn.XAdd with WAIT) go on across a
+// failover through the same socket: the gateway closes the connections to
+// the old primary, the client reconnects and reaches the new one, and
+// every entry confirmed is on it, none lost.
+func TestSentinelFailoverThroughSocket(t *testing.T) {
+	s := testkit.StartSentinel(t, testkit.SentinelOptions{Password: "pw", SentinelPassword: "spw"})
+	_, sock := startSentinelGateway(t, s)
+	c := wrapperClient(t, s, sock)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := protocol.WaitPolicy{Replicas: 1, Timeout: protocol.DefaultRedisWaitTimeout}
+	var ids []string
+	short, failed := 0, 0
+	add := func() error {
+		id, err := redisconn.XAdd(ctx, c, p, &redis.XAddArgs{Stream: "s", Values: []any{"data", "{}"}})
+		if redisconn.IsNotReplicated(err) {
+			short, err = short+1, nil // on the new primary before its replica is back
+		}
+		if err != nil && id == "" && ctx.Err() == nil {
+			// The add itself failed, its connection cut: not made, the
+			// caller's to send again (the wrapper does, with backoff).
+			failed++
+			time.Sleep(50 * time.Millisecond)
+			return nil
+		}
+		if err == nil {
+			ids = append(ids, id)
+		}
+		return err
+	}
+	if err := add(); err != nil {
+		t.Fatal(err)
+	}
+	held := dialAuthed(t, sock, s.Password) // a connection open across the failover
+	if err := held.ping(); err != nil {
+		t.Fatal(err)
+	}
+	old, _ := s.Primary()
+	if err := s.Failover(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		for ctx.Err() == nil && len(ids) < 200 {
+			if err := add(); err != nil {
+				done <- err
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		done <- nil
+	}()
+	nw, err := s.WaitNewPrimary(old, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("XAdd: %v", err)
+	}
+	if err := held.ping(); err == nil {
+		t.Fatal("a connection to the old primary still answers after the failover")
+	}
+	n, err := c.XLen(ctx, "s").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := "?"
+	if a, err := nw.DoArray("XLEN", "s"); err == nil && len(a) == 1 {
+		got = a[0]
+	}
+	t.Logf("%d entries added across the failover (%d not acknowledged by a replica, %d adds cut and sent again), the new primary %s has %s", len(ids), short, failed, nw.Addr, got)
+	if n != int64(len(ids)) || got != strconv.Itoa(len(ids)) {
+		t.Fatalf("the stream has %d entries through the socket, %s on the new primary; %d were confirmed", n, got, len(ids))
+	}
+	if role, _ := c.Do(ctx, "ROLE").Slice(); len(role) == 0 || role[0] != "master" {
+		t.Fatalf("the socket reaches a server of role %v after the failover, want master", role)
+	}
+}
+
+// A primary that stops answering (paused: a partition) cannot close its
+// connections itself: the gateway closes them when the sentinels announce
+// the new primary (+switch-master), and the next connection through the
+// same socket reaches the new one.
+func TestSentinelSwitchClosesStalledConnections(t *testing.T) {
+	s := testkit.StartSentinel(t, testkit.SentinelOptions{Password: "pw"})
+	_, sock := startSentinelGateway(t, s)
+	held := dialAuthed(t, sock, s.Password)
+	old, err := s.Primary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = old.Resume() })
+	nw, err := s.WaitNewPrimary(old, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The held connection is closed by the gateway: EOF, not a timeout.
+	_ = held.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := held.r.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Fatalf("the connection to the paused primary: %v, want EOF (closed by the gateway)", err)
+	}
+	c := wrapperClient(t, s, sock)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	testkit.Eventually(t, "a new connection reaches the new primary", 10*time.Second, func() bool {
+		return c.Set(ctx, "k", "v", 0).Err() == nil
+	})
+	if v, err := nw.DoArray("GET", "k"); err != nil || len(v) != 1 || v[0] != "v" {
+		t.Fatalf("the new primary %s has k=%q (%v)", nw.Addr, v, err)
+	}
+}
+
+// A sentinel that is down, or names no such master, is outvoted or
+// fails the connection: the container's connection is closed, counted as
+// a dial error, and the gateway goes on. Its logs never show the
+// sentinels' password.
+func TestSentinelLookupFailures(t *testing.T) {
+	s := testkit.StartSentinel(t, testkit.SentinelOptions{SentinelPassword: "sentinel-secret"})
+	if err := s.Sentinels[2].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	_, sock := startSentinelGateway(t, s)
+	if err := dialRaw(t, sock).ping(); err != nil {
+		t.Fatalf("with one sentinel of three down: %v", err)
+	}
+	dir, logs := shortDir(t), &syncBuf{}
+	g, c := startGatewayWith(t, Config{Dir: dir, Log: slog.New(slog.NewJSONHandler(logs, nil)),
+		Redis: "redis+sentinel://" + s.Sentinels[0].Addr + "/nosuchmaster?sentinel_password=" + s.SentinelPassword})
+	if err := c.Open(context.Background(), "w", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := dialRaw(t, sockOf(dir, "w", RedisSocket)).ping(); err == nil {
+		t.Fatal("a master the sentinels do not know was relayed")
+	}
+	testkit.Eventually(t, "the dial error counted", 5*time.Second, func() bool { return g.Stats()["w"].DialErrors == 1 })
+	if l := logs.String(); !strings.Contains(l, "knows no master nosuchmaster") || strings.Contains(l, s.SentinelPassword) {
+		t.Fatalf("the logs: want the lookup's error, never the sentinels' password:\n%s", l)
+	}
+}
+
+func TestParseRedis(t *testing.T) {
+	for _, tc := range []struct {
+		in       string
+		sentinel bool
+		err      string
+	}{
+		{in: "127.0.0.1:6379"},
+		{in: "redis+sentinel://a:26379,b/m/0?sentinel_username=u&sentinel_password=p", sentinel: true},
+		{in: "rediss+sentinel://a/m", sentinel: true},
+		{in: "redis+sentinel://:pw@a/m", err: "data user's credentials"},
+		{in: "redis+sentinel://user:@a/m", err: "data user's credentials"},
+		{in: "rediss://a:6380", err: "a rediss:// URL"},
+		{in: "a", err: `got "a"`},
+		{in: "u:pw@a:1", err: "an @ (credentials?)"},
+	} {
+		u, err := ParseRedis(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) || strings.Contains(err.Error(), "pw") {
+				t.Errorf("%s: %v, want an error with %q and no password", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || (u != nil) != tc.sentinel {
+			t.Errorf("%s: %+v %v", tc.in, u, err)
+		}
+	}
+}

@@ -1,0 +1,229 @@
+package spawner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/errdefs"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
+)
+
+// Down takes a key prefix off a host when its manager is gone (a manager
+// that stops removes its workers itself, unless KEEP_WORKERS): every
+// container of the prefix on this engine (the workers' and their network
+// namespaces' holders) and its project volumes, the
+// prefix's per-worker Redis users, and the socket directories the
+// host's worker-gateway keeps for those workers. PlanDown lists them and
+// changes nothing; Execute removes them. Nothing else of Redis is
+// touched: a manager started later finds the workers gone and retires
+// them as it would after any loss.
+
+// Sentinel errors of PlanDown: which service did not answer.
+var (
+	ErrEngineUnreachable = errors.New("spawner: the Docker engine did not answer")
+	ErrRedisUnreachable  = errors.New("spawner: Redis did not answer")
+)
+
+// DownEngine is what Down asks of the Docker engine.
+type DownEngine interface {
+	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
+	ContainerRemove(ctx context.Context, containerID string, options container.RemoveOptions) error
+	VolumeList(ctx context.Context, options volume.ListOptions) (volume.ListResponse, error)
+	VolumeRemove(ctx context.Context, volumeID string, force bool) error
+}
+
+// DownGateway is what Down asks of the host's worker-gateway
+// (gateway.Client); nil when there is none to ask.
+type DownGateway interface {
+	Workers(ctx context.Context) ([]string, error)
+	Close(ctx context.Context, id string) error
+}
+
+// DownContainer is a container Down removes: a worker's, or another of
+// the prefix (Role: a sealed worker's network namespace holder).
+type DownContainer struct {
+	Name     string `json:"name"`
+	WorkerID string `json:"worker_id,omitempty"`
+	Role     string `json:"role,omitempty"`
+	State    string `json:"state"`
+}
+
+// DownPlan is what Down finds of a key prefix, and, after Execute, what
+// it removed.
+type DownPlan struct {
+	Prefix      string          `json:"prefix"`
+	Containers  []DownContainer `json:"containers"`
+	Volumes     []string        `json:"volumes"`
+	RedisUsers  []string        `json:"redis_users"`  // worker ids whose Redis user goes
+	GatewayDirs []string        `json:"gateway_dirs"` // worker ids whose gateway directory goes
+	// GatewayError says why the gateway was not asked (it did not answer,
+	// or none is configured): its directories are left.
+	GatewayError string `json:"gateway_error,omitempty"`
+}
+
+// Empty reports whether there is nothing to remove.
+func (p DownPlan) Empty() bool {
+	return len(p.Containers)+len(p.Volumes)+len(p.RedisUsers)+len(p.GatewayDirs) == 0
+}
+
+// Down holds what PlanDown and Execute use.
+type Down struct {
+	Docker  DownEngine
+	Redis   redis.Cmdable
+	Keys    protocol.Keys
+	Gateway DownGateway   // nil: no gateway
+	Timeout time.Duration // of each engine, Redis and gateway call (0: 30s)
+}
+
+func (d *Down) timeout() time.Duration {
+	if d.Timeout > 0 {
+		return d.Timeout
+	}
+	return 30 * time.Second
+}
+
+// PlanDown lists what Down would remove. An engine or Redis that does
+// not answer is an error (ErrEngineUnreachable, ErrRedisUnreachable); a
+// gateway that does not is noted in the plan.
+func (d *Down) PlanDown(ctx context.Context) (DownPlan, error) {
+	plan := DownPlan{Prefix: d.Keys.Prefix}
+	cctx, cancel := context.WithTimeout(ctx, d.timeout())
+	defer cancel()
+	// Every container of the prefix: the workers' (managed) and the
+	// spare network namespaces' holders (netns.go), which carry the
+	// prefix label only.
+	ofPrefix := filters.NewArgs(filters.Arg("label", protocol.LabelKeyPrefix+"="+d.Keys.Prefix))
+	cs, err := d.Docker.ContainerList(cctx, container.ListOptions{All: true, Filters: ofPrefix})
+	if err != nil {
+		return plan, fmt.Errorf("%w: list containers: %w", ErrEngineUnreachable, err)
+	}
+	ids := map[string]bool{}
+	for _, c := range cs {
+		name := c.ID[:min(12, len(c.ID))]
+		if len(c.Names) > 0 {
+			name = trimSlash(c.Names[0])
+		}
+		id := c.Labels[protocol.LabelWorkerID]
+		plan.Containers = append(plan.Containers, DownContainer{Name: name, WorkerID: id, Role: c.Labels[labelRole], State: c.State})
+		if id != "" {
+			ids[id] = true
+		}
+	}
+	owned := filters.NewArgs(filters.Arg("label", protocol.LabelManaged+"=true"),
+		filters.Arg("label", protocol.LabelKeyPrefix+"="+d.Keys.Prefix))
+	vs, err := d.Docker.VolumeList(cctx, volume.ListOptions{Filters: owned})
+	if err != nil {
+		return plan, fmt.Errorf("%w: list volumes: %w", ErrEngineUnreachable, err)
+	}
+	for _, v := range vs.Volumes {
+		plan.Volumes = append(plan.Volumes, v.Name)
+	}
+	r := rdb.New(d.Redis, d.Keys)
+	if err := d.Redis.Ping(cctx).Err(); err != nil {
+		return plan, fmt.Errorf("%w: %w", ErrRedisUnreachable, err)
+	}
+	acl, err := r.ACLSupported(cctx)
+	if err != nil {
+		return plan, fmt.Errorf("%w: %w", ErrRedisUnreachable, err)
+	}
+	if acl {
+		if plan.RedisUsers, err = r.WorkerUsers(cctx); err != nil {
+			return plan, fmt.Errorf("%w: worker users: %w", ErrRedisUnreachable, err)
+		}
+	}
+	workers, err := r.Workers(cctx)
+	if err != nil {
+		return plan, fmt.Errorf("%w: workers: %w", ErrRedisUnreachable, err)
+	}
+	for _, id := range append(workers, plan.RedisUsers...) {
+		ids[id] = true
+	}
+	plan.GatewayDirs, plan.GatewayError = d.gatewayDirs(cctx, ids)
+	sort.Slice(plan.Containers, func(i, j int) bool { return plan.Containers[i].Name < plan.Containers[j].Name })
+	sort.Strings(plan.Volumes)
+	sort.Strings(plan.RedisUsers)
+	return plan, nil
+}
+
+// gatewayDirs returns the gateway's workers that are the prefix's (ids),
+// or why it was not asked.
+func (d *Down) gatewayDirs(ctx context.Context, ids map[string]bool) ([]string, string) {
+	if d.Gateway == nil {
+		return nil, "no gateway configured"
+	}
+	served, err := d.Gateway.Workers(ctx)
+	if err != nil {
+		return nil, err.Error()
+	}
+	var out []string
+	for _, id := range served {
+		if ids[id] {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out, ""
+}
+
+// Execute removes what plan lists, containers first (killed: their
+// manager is gone, no one waits for their tasks), then their volumes,
+// gateway directories and Redis users. It returns what it removed; an
+// error stops it at the first part that failed (a thing already gone is
+// no error).
+func (d *Down) Execute(ctx context.Context, plan DownPlan) (DownPlan, error) {
+	done := DownPlan{Prefix: plan.Prefix, GatewayError: plan.GatewayError}
+	for _, c := range plan.Containers {
+		cctx, cancel := context.WithTimeout(ctx, d.timeout())
+		err := d.Docker.ContainerRemove(cctx, c.Name, container.RemoveOptions{Force: true})
+		cancel()
+		if err != nil && !errdefs.IsNotFound(err) {
+			return done, fmt.Errorf("remove container %s: %w", c.Name, err)
+		}
+		done.Containers = append(done.Containers, c)
+	}
+	for _, v := range plan.Volumes {
+		cctx, cancel := context.WithTimeout(ctx, d.timeout())
+		err := d.Docker.VolumeRemove(cctx, v, true)
+		cancel()
+		if err != nil && !errdefs.IsNotFound(err) {
+			return done, fmt.Errorf("remove volume %s: %w", v, err)
+		}
+		done.Volumes = append(done.Volumes, v)
+	}
+	for _, id := range plan.GatewayDirs {
+		cctx, cancel := context.WithTimeout(ctx, d.timeout())
+		err := d.Gateway.Close(cctx, id)
+		cancel()
+		if err != nil {
+			return done, fmt.Errorf("close worker %s at the gateway: %w", id, err)
+		}
+		done.GatewayDirs = append(done.GatewayDirs, id)
+	}
+	r := rdb.New(d.Redis, d.Keys)
+	for _, id := range plan.RedisUsers {
+		cctx, cancel := context.WithTimeout(ctx, d.timeout())
+		err := r.DeleteWorkerUser(cctx, id)
+		cancel()
+		if err != nil {
+			return done, fmt.Errorf("%w: delete the Redis user of %s: %w", ErrRedisUnreachable, id, err)
+		}
+		done.RedisUsers = append(done.RedisUsers, id)
+	}
+	return done, nil
+}
+
+func trimSlash(name string) string {
+	if len(name) > 0 && name[0] == '/' {
+		return name[1:]
+	}
+	return name
+}

@@ -1,0 +1,306 @@
+package spawner
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/errdefs"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
+)
+
+// A sealed worker's container has a network namespace of its own with
+// loopback only. The engine makes one at the container's start, and that
+// costs more than the rest of the start together (measured: a start on
+// Docker's none network takes 100-200 ms longer than on the host's). So
+// the spawner keeps a few namespaces made ahead of time: each is held by
+// a tiny container of its own (a holder: sleep, no capabilities, read-only,
+// on the none network), and a sealed worker joins one holder's namespace
+// (network mode container:<holder>) instead of waiting for a new one.
+// One holder serves one worker: no two workers ever share a namespace, and
+// a namespace is never used twice. Once the worker's container has started
+// in it, the holder is removed: the namespace lives on as long as the
+// worker's processes are in it, loopback and all (the engine stops, pauses,
+// execs into and removes such a container as any other; it cannot start it
+// again, which the runtime never does: a worker's next incarnation is a new
+// container).
+//
+// Holders carry the key prefix label (so that every count and clean-up of
+// a prefix's containers sees them) but not the managed label (set to
+// "false" over their image's): they are not workers, and the reconciler
+// leaves them to this component. A live manager marks its spare holders
+// in Redis (a key with a TTL of one lease, renewed while it runs); the
+// reconciliation removes every holder of the prefix on its engine that no
+// container waits to start in and that is not marked, or is one of its own
+// manager id's but not among its spares (left by an earlier run of the
+// same manager): a dead manager's spares go within one lease, or at once
+// when it comes back.
+
+// Holder labels: the role says what the container is, the manager which
+// manager's spare it was made as.
+const (
+	labelRole       = protocol.LabelPrefix + "role"
+	labelHolderOf   = protocol.LabelPrefix + "holder_manager"
+	roleNetnsHolder = "netns-holder"
+	holderMemory    = 16 << 20
+	holderPids      = 8
+)
+
+// netnsParams is what the namespace pool is given.
+type netnsParams struct {
+	docker    ContainerClient
+	image     func() string // the image holders run (the worker base image)
+	prefix    string
+	managerID string
+	host      func() string
+	spare     int           // how many holders are kept ready; 0: none (each worker gets a new namespace)
+	markTTL   time.Duration // how long a spare's mark lasts unless renewed (LEASE_TTL: a dead manager's spares go within one lease)
+	mark      func(ctx context.Context, ids []string, ttl time.Duration) error
+	marked    func(ctx context.Context, ids []string) (map[string]bool, error)
+	log       interface{ Warn(string, ...any) }
+}
+
+// netnsPool keeps spare holders and hands them out.
+type netnsPool struct {
+	netnsParams
+
+	mu      sync.Mutex
+	free    []string             // holder container ids, ready
+	taken   map[string]time.Time // handed out to creates, when
+	filling bool
+	closed  bool
+	stop    chan struct{} // closed by close: the marks' renewal ends
+}
+
+func newNetnsPool(p netnsParams) *netnsPool {
+	pool := &netnsPool{netnsParams: p, stop: make(chan struct{}), taken: map[string]time.Time{}}
+	if p.spare > 0 {
+		go pool.renew()
+	}
+	return pool
+}
+
+// renew keeps the spare holders marked until the pool closes.
+func (p *netnsPool) renew() {
+	t := time.NewTicker(p.markTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		ids := append([]string(nil), p.free...)
+		p.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), p.markTTL/3)
+		if err := p.mark(ctx, ids, p.markTTL); err != nil {
+			p.log.Warn("spare netns holders not marked", "err", err)
+		}
+		cancel()
+	}
+}
+
+// take returns the network mode for a new sealed container: a spare
+// holder's namespace, or Docker's none network when no spare is ready.
+// Either way a refill starts.
+func (p *netnsPool) take() container.NetworkMode {
+	if p == nil || p.spare <= 0 {
+		return "none"
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer p.kickLocked()
+	if len(p.free) == 0 {
+		return "none"
+	}
+	id := p.free[0]
+	p.free = p.free[1:]
+	p.taken[id] = time.Now()
+	return container.NetworkMode("container:" + id) // still marked: the create has a TTL to start it
+}
+
+// holderOf returns the holder id of a network mode, or "".
+func holderOf(mode container.NetworkMode) string {
+	id, ok := strings.CutPrefix(string(mode), "container:")
+	if !ok {
+		return ""
+	}
+	return id
+}
+
+// release removes the holder of a container's network mode: the
+// container started in its namespace (which lives on with it), or was
+// never made. The namespace is not used again.
+func (p *netnsPool) release(ctx context.Context, mode container.NetworkMode) {
+	id := holderOf(mode)
+	if p == nil || id == "" {
+		return
+	}
+	p.remove(ctx, id)
+}
+
+func (p *netnsPool) remove(ctx context.Context, id string) {
+	err := p.docker.ContainerRemove(context.WithoutCancel(ctx), id, container.RemoveOptions{Force: true})
+	if err != nil && !errdefs.IsNotFound(err) {
+		p.log.Warn("netns holder not removed", "container_id", id, "err", err)
+	}
+}
+
+// kickLocked starts a refill unless one runs or the pool is closed.
+func (p *netnsPool) kickLocked() {
+	if p.filling || p.closed || len(p.free) >= p.spare {
+		return
+	}
+	p.filling = true
+	go p.fill()
+}
+
+// fill makes holders until spare are ready.
+func (p *netnsPool) fill() {
+	for {
+		p.mu.Lock()
+		if p.closed || len(p.free) >= p.spare {
+			p.filling = false
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		id, err := p.make(ctx)
+		cancel()
+		p.mu.Lock()
+		switch {
+		case err != nil:
+			p.filling = false
+			p.mu.Unlock()
+			p.log.Warn("netns holder not made: sealed workers get a namespace of their own meanwhile", "err", err)
+			return
+		case p.closed:
+			p.mu.Unlock()
+			p.remove(context.Background(), id)
+			continue
+		}
+		p.free = append(p.free, id)
+		p.mu.Unlock()
+	}
+}
+
+// make creates and starts one holder.
+func (p *netnsPool) make(ctx context.Context) (string, error) {
+	ro := true
+	cfg := &container.Config{
+		Image: p.image(), Entrypoint: []string{"sleep", "infinity"}, User: "65534:65534",
+		// Managed "false" over the base image's own "true": a holder is
+		// not a worker, and the reconciler must not take it for an orphan.
+		Labels: map[string]string{labelRole: roleNetnsHolder, protocol.LabelManaged: "false", protocol.LabelKeyPrefix: p.prefix, labelHolderOf: p.managerID,
+			ctlplane.LabelHost: p.host(), protocol.LabelCreatedAt: protocol.FormatTime(time.Now())},
+	}
+	hc := &container.HostConfig{
+		NetworkMode: "none", ReadonlyRootfs: ro, CapDrop: []string{"ALL"}, SecurityOpt: []string{"no-new-privileges"},
+		Resources: container.Resources{Memory: holderMemory, PidsLimit: ptr(int64(holderPids)), NanoCPUs: 1e8},
+		Init:      ptr(false),
+	}
+	resp, err := p.docker.ContainerCreate(ctx, cfg, hc, nil, nil, "")
+	if err != nil {
+		return "", err
+	}
+	if err := p.mark(ctx, []string{resp.ID}, p.markTTL); err != nil {
+		p.remove(ctx, resp.ID)
+		return "", err
+	}
+	if err := p.docker.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+		p.remove(ctx, resp.ID)
+		return "", err
+	}
+	return resp.ID, nil
+}
+
+// ready returns how many spare holders are ready.
+func (p *netnsPool) ready() int {
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.free)
+}
+
+// close stops refills and removes the spare holders (a manager's stop:
+// the holders of its workers go with them).
+func (p *netnsPool) close(ctx context.Context) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	if !p.closed {
+		close(p.stop)
+	}
+	p.closed = true
+	free := p.free
+	p.free = nil
+	p.mu.Unlock()
+	for _, id := range free {
+		p.remove(ctx, id)
+	}
+}
+
+// sweep removes the holders of the key prefix on this engine that no
+// live manager marks spare and no container waits to start in; it
+// returns how many it removed.
+func (p *netnsPool) sweep(ctx context.Context) int {
+	if p == nil {
+		return 0
+	}
+	holders, err := p.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
+		filters.Arg("label", labelRole+"="+roleNetnsHolder), filters.Arg("label", protocol.LabelKeyPrefix+"="+p.prefix))})
+	if err != nil || len(holders) == 0 {
+		return 0
+	}
+	created, err := p.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("status", "created"))})
+	if err != nil {
+		return 0
+	}
+	waiting := map[string]bool{}
+	for _, c := range created {
+		if id := holderOf(container.NetworkMode(c.HostConfig.NetworkMode)); id != "" {
+			waiting[id] = true
+		}
+	}
+	ids := make([]string, len(holders))
+	for i, h := range holders {
+		ids[i] = h.ID
+	}
+	marked, err := p.marked(ctx, ids)
+	if err != nil {
+		return 0
+	}
+	p.mu.Lock()
+	mine := map[string]bool{}
+	for _, id := range p.free {
+		mine[id] = true
+	}
+	for id, at := range p.taken { // a create's, until it started (or one lease)
+		if time.Since(at) < p.markTTL {
+			mine[id] = true
+		} else {
+			delete(p.taken, id)
+		}
+	}
+	p.mu.Unlock()
+	n := 0
+	for _, h := range holders {
+		earlierRun := h.Labels[labelHolderOf] == p.managerID && !mine[h.ID]
+		if waiting[h.ID] || mine[h.ID] || (marked[h.ID] && !earlierRun) {
+			continue
+		}
+		p.remove(ctx, h.ID)
+		n++
+	}
+	return n
+}
