@@ -48,13 +48,15 @@ var ErrAwaitTimeout = errors.New("client: no output before the deadline")
 // developer worker). The worker's kind comes from its status hash: a
 // worker without one is NOT_FOUND.
 func (t *Tasks) Send(ctx context.Context, workerID string, task protocol.Task) (Sent, error) {
-	kind, err := t.Redis.HGet(ctx, t.Keys.Status(workerID), protocol.StatusFieldKind).Result()
-	if errors.Is(err, redis.Nil) {
-		return Sent{}, Errorf(protocol.CodeNotFound, "no worker %s", workerID)
-	}
+	st, err := t.Redis.HMGet(ctx, t.Keys.Status(workerID), protocol.StatusFieldKind, protocol.StatusFieldAgentType).Result()
 	if err != nil {
 		return Sent{}, redisError(err, "send: read worker %s", workerID)
 	}
+	kind, isWorker := st[0].(string)
+	if !isWorker {
+		return Sent{}, Errorf(protocol.CodeNotFound, "no worker %s", workerID)
+	}
+	agentType, _ := st[1].(string)
 	k := protocol.Kind(kind)
 	if k == "" {
 		k = protocol.KindLongLived
@@ -88,7 +90,8 @@ func (t *Tasks) Send(ctx context.Context, workerID string, task protocol.Task) (
 	last := pipe.XRevRangeN(ctx, sent.Output, "+", "-", 1)
 	createRunScript.Eval(ctx, pipe, []string{t.Keys.Run(task.RequestID)},
 		protocol.RunFieldRequestID, task.RequestID, protocol.RunFieldTaskID, task.TaskID, protocol.RunFieldWorkerID, runWorker,
-		protocol.RunFieldProjectID, task.Project(), protocol.RunFieldStatus, string(protocol.RunRequested),
+		protocol.RunFieldProjectID, task.Project(), protocol.RunFieldAgentSlug, agentType, protocol.RunFieldTrigger, task.Trigger,
+		protocol.RunFieldStatus, string(protocol.RunRequested),
 		protocol.RunFieldCreatedAt, now, protocol.RunFieldUpdatedAt, now)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return Sent{}, redisError(err, "send: output stream of %s and run %s", workerID, task.RequestID)

@@ -86,13 +86,14 @@ func TestSendCreatesTheRun(t *testing.T) {
 	keys := protocol.Keys{Prefix: "runsent"}
 	ctx := context.Background()
 	tasks := &Tasks{Redis: rc, Keys: keys}
-	rc.HSet(ctx, keys.Status("w1"), protocol.StatusFieldKind, string(protocol.KindLongLived))
+	rc.HSet(ctx, keys.Status("w1"), protocol.StatusFieldKind, string(protocol.KindLongLived), protocol.StatusFieldAgentType, string(protocol.AgentDroid))
 	rc.HSet(ctx, keys.Status("d1"), protocol.StatusFieldKind, string(protocol.KindDeveloper))
-	if _, err := tasks.Send(ctx, "w1", protocol.Task{RequestID: "r1", TaskID: "T-1", ProjectID: "p", Prompt: "x"}); err != nil {
+	if _, err := tasks.Send(ctx, "w1", protocol.Task{RequestID: "r1", TaskID: "T-1", ProjectID: "p", Prompt: "x", Trigger: "manual"}); err != nil {
 		t.Fatal(err)
 	}
 	run, err := protocol.RunFromHash(rc.HGetAll(ctx, keys.Run("r1")).Val())
-	if err != nil || run.State != protocol.RunRequested || run.WorkerID != "w1" || run.ProjectID != "p" || run.TaskID != "T-1" || run.CreatedAt.IsZero() {
+	if err != nil || run.State != protocol.RunRequested || run.WorkerID != "w1" || run.ProjectID != "p" || run.TaskID != "T-1" || run.CreatedAt.IsZero() ||
+		run.AgentSlug != "droid" || run.Trigger != "manual" {
 		t.Fatalf("run after send: %+v %v", run, err)
 	}
 	if _, err := tasks.Send(ctx, "d1", protocol.Task{RequestID: "r2", ProjectID: "p", Prompt: "x"}); err != nil {

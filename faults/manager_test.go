@@ -158,7 +158,9 @@ func TestManagerKilledBetweenCreateAndStart(t *testing.T) {
 	}
 	var states []string
 	for _, x := range c.Containers() {
-		states = append(states, x.State)
+		if x.WorkerID != "" { // not a spare network namespace's holder
+			states = append(states, x.State)
+		}
 	}
 	if len(states) != 1 || states[0] != "created" {
 		t.Fatalf("after the kill: containers %v, want one created", states)
@@ -181,7 +183,9 @@ func TestManagerKilledBetweenCreateAndStart(t *testing.T) {
 	c.Settle()
 	stuck := 0
 	for _, x := range c.Containers() {
-		if x.State == "created" {
+		// A spare namespace's holder may be between its create and start
+		// now; one left over counts among the orphans at the end.
+		if x.State == "created" && x.WorkerID != "" {
 			stuck++
 		}
 	}

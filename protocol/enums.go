@@ -11,13 +11,14 @@ type AgentType string
 const (
 	AgentClaude AgentType = "claude" // Claude Code
 	AgentDroid  AgentType = "droid"  // Factory Droid
+	AgentCodex  AgentType = "codex"  // OpenAI's Codex CLI
 )
 
 // AgentTypes lists every agent type, in a stable order.
-var AgentTypes = []AgentType{AgentClaude, AgentDroid}
+var AgentTypes = []AgentType{AgentClaude, AgentDroid, AgentCodex}
 
 // Valid reports whether a is a known agent type.
-func (a AgentType) Valid() bool { return a == AgentClaude || a == AgentDroid }
+func (a AgentType) Valid() bool { return a == AgentClaude || a == AgentDroid || a == AgentCodex }
 
 // ParseAgentType accepts the canonical names and the seeds' spellings
 // (CLAUDE, FACTORY), case-insensitively, and returns the canonical name.
@@ -27,8 +28,10 @@ func ParseAgentType(s string) (AgentType, error) {
 		return AgentClaude, nil
 	case "droid", "factory", "factory-droid", "factory_droid":
 		return AgentDroid, nil
+	case "codex", "openai-codex", "openai_codex":
+		return AgentCodex, nil
 	}
-	return "", fmt.Errorf("protocol: unknown agent type %q (want claude or droid)", s)
+	return "", fmt.Errorf("protocol: unknown agent type %q (want claude, droid or codex)", s)
 }
 
 // Kind says which streams a worker reads.

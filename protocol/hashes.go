@@ -21,7 +21,7 @@ const (
 	StatusFieldTaskID       = "task_id"       // wrapper: the task in flight
 	StatusFieldOutputStream = "output_stream" // wrapper: where the in-flight task's output goes
 	StatusFieldTaskStarted  = "task_started_at"
-	StatusFieldAttempt      = "attempt" // wrapper: delivery count of the in-flight task
+	StatusFieldAttempt      = "attempt" // wrapper: the in-flight task's attempt (deliveries, hand-overs and retries)
 	StatusFieldTasksDone    = "tasks_completed"
 	StatusFieldAgentType    = "agent_type"   // spawner, at create
 	StatusFieldKind         = "kind"         // spawner, at create
@@ -59,6 +59,8 @@ const (
 	RunFieldTaskID         = "task_id"
 	RunFieldWorkerID       = "worker_id"
 	RunFieldProjectID      = "project_id"
+	RunFieldAgentSlug      = "agent_slug" // the worker's agent type (claude, droid)
+	RunFieldTrigger        = "trigger"    // the task's trigger
 	RunFieldStatus         = "status"
 	RunFieldCurrentStep    = "current_step"
 	RunFieldStepsTotal     = "steps_total"
@@ -126,6 +128,8 @@ func (r *Run) Hash() map[string]any {
 		RunFieldTaskID:         r.TaskID,
 		RunFieldWorkerID:       r.WorkerID,
 		RunFieldProjectID:      r.ProjectID,
+		RunFieldAgentSlug:      r.AgentSlug,
+		RunFieldTrigger:        r.Trigger,
 		RunFieldStatus:         string(r.State),
 		RunFieldCurrentStep:    r.CurrentStep,
 		RunFieldStepsTotal:     strconv.Itoa(r.StepsTotal),
@@ -145,7 +149,7 @@ func RunFromHash(h map[string]string) (*Run, error) {
 	}
 	r := &Run{
 		RequestID: h[RunFieldRequestID], TaskID: h[RunFieldTaskID], WorkerID: h[RunFieldWorkerID],
-		ProjectID: h[RunFieldProjectID], State: RunState(h[RunFieldStatus]),
+		ProjectID: h[RunFieldProjectID], AgentSlug: h[RunFieldAgentSlug], Trigger: h[RunFieldTrigger], State: RunState(h[RunFieldStatus]),
 		CurrentStep: h[RunFieldCurrentStep], Error: h[RunFieldError],
 	}
 	if !r.State.Valid() {

@@ -57,6 +57,7 @@ const (
 	SessionReasonReset        = "reset_context"        // a reset_context command cleared it
 	SessionReasonHeld         = "held_by_other_worker" // another worker holds the project's session
 	SessionReasonAnswers      = "answers"              // the task answers a run: its session, whatever the policy says
+	SessionReasonRetry        = "retry"                // a retry continues the session of the attempt before
 )
 
 // SessionDecision records how the wrapper chose the session of a task.
@@ -100,7 +101,8 @@ type Output struct {
 	Error         *Error `json:"error,omitempty"`
 	// Answers is the task's answers: the request whose session it continued.
 	Answers string `json:"answers,omitempty"`
-	// Attempt counts deliveries of a developer-queue task (1 for the first).
+	// Attempt counts the task's attempts (1 for the first): its
+	// deliveries, the spawner's hand-overs and the wrapper's retries.
 	Attempt   int            `json:"attempt,omitempty"`
 	Metadata  map[string]any `json:"metadata,omitempty"` // the task's metadata, echoed
 	Timestamp time.Time      `json:"timestamp"`

@@ -52,8 +52,11 @@ type Progress struct {
 	Refused *Refusal `json:"refused,omitempty"`
 	// StepsCompleted is the run's count of progress steps so far,
 	// this one included.
-	StepsCompleted int       `json:"steps_completed,omitempty"`
-	Timestamp      time.Time `json:"timestamp"`
+	StepsCompleted int `json:"steps_completed,omitempty"`
+	// StepsTotal is the run's count of steps in all, when the agent said
+	// (a progress report's steps_total).
+	StepsTotal int       `json:"steps_total,omitempty"`
+	Timestamp  time.Time `json:"timestamp"`
 }
 
 // Validate checks every field of p.
@@ -112,6 +115,9 @@ func (p Progress) validateReport() error {
 	if p.StepsCompleted < 0 {
 		return fieldErr("steps_completed", "negative")
 	}
+	if p.StepsTotal < 0 || p.StepsTotal > MaxStepsTotal {
+		return fieldErr("steps_total", "is %d, want 0 to %d", p.StepsTotal, MaxStepsTotal)
+	}
 	if p.Timestamp.IsZero() {
 		return fieldErr("timestamp", "required")
 	}
@@ -138,7 +144,13 @@ type ProgressReport struct {
 	Step        string `json:"step"`
 	ProgressPct *int   `json:"progress_pct,omitempty"`
 	Output      string `json:"output,omitempty"`
+	// StepsTotal is how many steps the run has in all, when the agent
+	// knows (0: unknown, or unchanged since it last said).
+	StepsTotal int `json:"steps_total,omitempty"`
 }
+
+// MaxStepsTotal bounds a run's announced count of steps.
+const MaxStepsTotal = 100_000
 
 // DecodeProgressReport parses a progress report strictly (no v or type:
 // it does not cross Redis).
@@ -147,7 +159,7 @@ func DecodeProgressReport(data []byte) (ProgressReport, error) {
 	if err := decodeBare("progress report", data, &r); err != nil {
 		return r, err
 	}
-	p := Progress{Step: r.Step, ProgressPct: r.ProgressPct, Output: r.Output, Timestamp: time.Unix(1, 0)}
+	p := Progress{Step: r.Step, ProgressPct: r.ProgressPct, Output: r.Output, StepsTotal: r.StepsTotal, Timestamp: time.Unix(1, 0)}
 	if err := p.validateReport(); err != nil {
 		return r, wrapField("progress report", err)
 	}

@@ -9,7 +9,7 @@ import "strings"
 // budget), the credentials passed from the host,
 // and those that change how programs load or find each other.
 var (
-	reservedEnvPrefixes = []string{"WORKER_", "AGENT_", "REDIS", "SESSION_", "ANTHROPIC_", "FACTORY_", "OPENAI_", "DROID_", "API_", "LD_"}
+	reservedEnvPrefixes = []string{"WORKER_", "AGENT_", "REDIS", "SESSION_", "ANTHROPIC_", "FACTORY_", "OPENAI_", "CODEX_", "DROID_", "API_", "LD_"}
 	reservedEnvNames    = map[string]bool{
 		"ALLOWED_COMMANDS": true, "HEARTBEAT_INTERVAL": true, "SHUTDOWN_GRACE": true, "PROGRESS_ADDR": true,
 		"INSTRUCTIONS": true, "USER_ID": true, "TASK_TIMEOUT": true, "STALL_TIMEOUT": true, "APPROVAL_TIMEOUT": true, "RESULT_GRACE": true, "KILL_GRACE": true,

@@ -70,6 +70,8 @@ type Run struct {
 	TaskID         string
 	WorkerID       string
 	ProjectID      string
+	AgentSlug      string // the agent that runs it: the worker's agent type
+	Trigger        string // what started it (the task's trigger)
 	State          RunState
 	CurrentStep    string
 	StepsTotal     int // 0 when unknown

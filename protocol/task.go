@@ -41,12 +41,21 @@ type Task struct {
 	// MaxBudgetUSD bounds what the task may spend on model calls (Claude's
 	// --max-budget-usd); 0: no bound but the project's budget.
 	MaxBudgetUSD float64 `json:"max_budget_usd,omitempty"`
+	// Retry asks for the task to be run again after a retryable failure
+	// (retry.go); nil: it is never retried.
+	Retry *RetryPolicy `json:"retry,omitempty"`
+	// Trigger says what started the task ("manual", "cron", "webhook"):
+	// free text for the producer, kept on the run hash.
+	Trigger string `json:"trigger,omitempty"`
 	// Priority orders the shared developer queue (priority.go): high,
 	// normal or low; "" is normal. A long-lived worker's own input is
 	// read in order, whatever the priority.
 	Priority Priority       `json:"priority,omitempty"`
 	Metadata map[string]any `json:"metadata,omitempty"` // echoed back on the Output
 }
+
+// MaxTriggerBytes bounds a task's trigger.
+const MaxTriggerBytes = 200
 
 // DefaultProject is the project of a task that names none.
 const DefaultProject = "default"
@@ -104,10 +113,27 @@ func (t Task) Validate() error {
 	if !t.Priority.Valid() {
 		return fieldErr("priority", "is %q, want high, normal or low", t.Priority)
 	}
+	if len(t.Trigger) > MaxTriggerBytes || !utf8.ValidString(t.Trigger) {
+		return fieldErr("trigger", "want at most %d bytes of UTF-8", MaxTriggerBytes)
+	}
+	if t.Retry != nil {
+		if err := t.Retry.Validate("retry"); err != nil {
+			return err
+		}
+	}
 	if t.TimeoutSeconds < 0 || t.TimeoutSeconds > MaxTimeoutSeconds {
 		return fieldErr("timeout_seconds", "is %d, want 0 to %d", t.TimeoutSeconds, MaxTimeoutSeconds)
 	}
 	return nil
+}
+
+// RetryPolicy is the task's retry policy with def filling what it leaves
+// out, and whether it asked for retries at all.
+func (t Task) RetryPolicy(def RetryPolicy) (RetryPolicy, bool) {
+	if t.Retry == nil {
+		return RetryPolicy{}, false
+	}
+	return t.Retry.Resolve(def), true
 }
 
 // Encode returns the JSON document of t, with v and type set.

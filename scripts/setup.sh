@@ -129,6 +129,10 @@ CLAUDE_PKG=@anthropic-ai/claude-code-linux-x64
 CLAUDE_VERSION=${CLAUDE_VERSION:-2.1.197}
 DROID_PKG=@factory/cli-linux-x64
 DROID_VERSION=${DROID_VERSION:-0.225.2}
+# Codex's npm package is a node launcher whose native binary comes in a
+# platform package published as a version suffix of @openai/codex itself.
+CODEX_PKG=@openai/codex-linux-x64
+CODEX_VERSION=${CODEX_VERSION:-0.171.0}
 installed_version() { # package -> version installed in AGENTS_DIR, or nothing
   local pj="$AGENTS_DIR/node_modules/$1/package.json"
   [ -f "$pj" ] && node -e 'process.stdout.write(require(process.argv[1]).version)' "$pj" 2>/dev/null
@@ -136,6 +140,7 @@ installed_version() { # package -> version installed in AGENTS_DIR, or nothing
 pkgs=()
 [ "$(installed_version $CLAUDE_PKG)" = "$CLAUDE_VERSION" ] || pkgs+=("$CLAUDE_PKG@$CLAUDE_VERSION")
 [ "$(installed_version $DROID_PKG)" = "$DROID_VERSION" ] || pkgs+=("$DROID_PKG@$DROID_VERSION")
+[ "$(installed_version $CODEX_PKG)" = "$CODEX_VERSION-linux-x64" ] || pkgs+=("$CODEX_PKG@npm:@openai/codex@$CODEX_VERSION-linux-x64")
 if [ ${#pkgs[@]} -gt 0 ]; then
   log "installing the agent CLIs from npm into $AGENTS_DIR: ${pkgs[*]}"
   mkdir -p "$AGENTS_DIR"
@@ -143,7 +148,8 @@ if [ ${#pkgs[@]} -gt 0 ]; then
   npm install --prefix "$AGENTS_DIR" --no-audit --no-fund --loglevel=error "${pkgs[@]}" >/dev/null
   changed=1
 fi
-for link in "claude:$AGENTS_DIR/node_modules/$CLAUDE_PKG/claude" "droid:$AGENTS_DIR/node_modules/$DROID_PKG/bin/droid"; do
+for link in "claude:$AGENTS_DIR/node_modules/$CLAUDE_PKG/claude" "droid:$AGENTS_DIR/node_modules/$DROID_PKG/bin/droid" \
+  "codex:$AGENTS_DIR/node_modules/$CODEX_PKG/vendor/x86_64-unknown-linux-musl/bin/codex"; do
   name=${link%%:*}; target=${link#*:}
   if [ "$(readlink "/usr/local/bin/$name" 2>/dev/null)" != "$target" ]; then
     ln -sf "$target" "/usr/local/bin/$name"
@@ -153,5 +159,5 @@ for link in "claude:$AGENTS_DIR/node_modules/$CLAUDE_PKG/claude" "droid:$AGENTS_
 done
 
 if [ $changed = 0 ]; then
-  log "nothing to do: redis-server, docker.io, debootstrap, node, npm, prometheus, promtool, chromium, git, python3-redis, claude $CLAUDE_VERSION and droid $DROID_VERSION are installed and the Docker engine answers"
+  log "nothing to do: redis-server, docker.io, debootstrap, node, npm, prometheus, promtool, chromium, git, python3-redis, claude $CLAUDE_VERSION, droid $DROID_VERSION and codex $CODEX_VERSION are installed and the Docker engine answers"
 fi

@@ -178,6 +178,7 @@ func TestCapabilityImages(t *testing.T) {
 		{protocol.AgentClaude, protocol.CapCurl, "curl --version", "curl "},
 		{protocol.AgentClaude, protocol.CapDocker, "docker --version", "Docker version"},
 		{protocol.AgentDroid, protocol.CapGit, "droid --version && git --version", "git version"},
+		{protocol.AgentCodex, protocol.CapGit, "codex --version && git --version", "codex-cli 0.171.0\ngit version"},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.agent)+"/"+string(tt.cap), func(t *testing.T) {

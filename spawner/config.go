@@ -95,6 +95,10 @@ type Config struct {
 	// after ReplaceBackoff (REPLACE_BACKOFF) doubled each time.
 	MaxReplacements int
 	ReplaceBackoff  time.Duration
+	// Retry (RETRY_ATTEMPTS, RETRY_BACKOFF_MS) fills what a task's retry
+	// policy leaves out, here (a dead worker's task put back) and in the
+	// workers, which get it in their environment.
+	Retry protocol.RetryPolicy
 	// Retention (RETENTION): how long a retired worker's status hash and
 	// streams stay in Redis.
 	Retention time.Duration
@@ -205,7 +209,7 @@ func configVars(c *Config) []envconf.Var {
 		{Name: "WORKER_NETWORK_MODE", Default: NetworkSealed, Value: envconf.String(&c.NetworkMode), Doc: "the containers' network mode: sealed (no network: Redis and the model API through the host's gateway), or a Docker network mode (host, none, bridge, ...)"},
 		{Name: "GATEWAY_DIR", Default: "/run/agentvisor/gateway", Value: envconf.String(&c.GatewayDir), Doc: "the directory of this host's worker-gateway (its control socket, a socket directory per sealed worker)"},
 		{Name: "SEALED_SPARE_NETNS", Default: "2", Value: envconf.Int(&c.SpareNetns, 0), Doc: "network namespaces (each held by a tiny container) kept ready for sealed workers, so that a create does not wait for the engine to make one; each serves one worker and goes with it; 0: none"},
-		{Name: "WORKER_PASS_ENV", Default: "ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,FACTORY_API_KEY,OPENAI_API_KEY,DROID_BASE_URL",
+		{Name: "WORKER_PASS_ENV", Default: "ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,FACTORY_API_KEY,OPENAI_API_KEY,OPENAI_BASE_URL,DROID_BASE_URL",
 			Value: envconf.List(&c.PassEnv), Doc: "host variables passed to every worker (secrets from the host's environment only)"},
 		{Name: "WORKER_ENV", Value: envconf.Func(c.setWorkerEnv), Doc: "a JSON object of variables the operator sets in every worker"},
 		{Name: "POOLS", Doc: "warm pools and pool sizes, a JSON array of templates (read by poolsFromEnv)"},
@@ -226,6 +230,12 @@ func configVars(c *Config) []envconf.Var {
 			Doc: "leases of creates, retirements and the leader; a dead manager's commands are claimed after it"},
 		{Name: "MAX_REPLACEMENTS", Default: "3", Value: envconf.Int(&c.MaxReplacements, 0), Doc: "replacements in a row of a worker that keeps dying"},
 		{Name: "REPLACE_BACKOFF", Default: "1s", Value: envconf.Duration(&c.ReplaceBackoff), Doc: "the wait before a replacement, doubled each time"},
+		{Name: protocol.EnvRetryAttempts, Default: strconv.Itoa(protocol.DefaultRetryAttempts),
+			Value: envconf.Func(func(s string) (err error) { c.Retry.Attempts, err = protocol.ParseRetryAttempts(s); return err }),
+			Doc:   "attempts in all of a task that asks for retries without saying how many (passed to the workers)"},
+		{Name: protocol.EnvRetryBackoffMS, Default: protocol.FormatRetryBackoffMS(protocol.DefaultRetryBackoffMS),
+			Value: envconf.Func(func(s string) (err error) { c.Retry.BackoffMS, err = protocol.ParseRetryBackoffMS(s); return err }),
+			Doc:   "ms before each retry of such a task (passed to the workers)"},
 		{Name: "RETENTION", Default: envconf.FormatDuration(rdb.DefaultRetention), Value: envconf.Duration(&c.Retention), Doc: "a retired worker's keys expire after it"},
 		{Name: protocol.EnvStreamMaxLen, Default: strconv.FormatInt(protocol.DefaultStreamMaxLen, 10), Value: envconf.Int(&c.StreamMaxLen, 100),
 			Doc: "approximate MAXLEN of every XADD (passed to the workers)"},
@@ -310,6 +320,7 @@ func withDefaults(c *Config) {
 			_ = v.SetDefault() // the table's defaults parse
 		}
 	}
+	c.Retry = c.Retry.Resolve(protocol.DefaultRetryPolicy())
 	if c.ManagerID == "" {
 		c.ManagerID, _ = os.Hostname()
 	}

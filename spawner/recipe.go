@@ -21,6 +21,10 @@ var agentPackages = map[protocol.AgentType]agentPackage{
 		"ac894a9ab63440cc8780f457fcc616363d37f6f6f2a480af23d8d57b7aecf57cb64673649724a3c8fc6a87ad9069dce7ce87ed10edb7b98435b4578f710fff6e", "claude"},
 	protocol.AgentDroid: {"@factory/cli-linux-x64", "0.225.2",
 		"d5cb4f989c00aacd2cfd0362685a7abf1afdd0041aee3dd5805ccb9ecf4e6937dfcce09de1cb04c4da4be30f7db4d9412e641b6d8aa9d2b5079408680fc477d4", "bin/droid"},
+	// Codex's platform package is published as a version of @openai/codex
+	// itself; its binary is static (musl).
+	protocol.AgentCodex: {"@openai/codex", "0.171.0-linux-x64",
+		"97ae8d664420764d82de96dc7d42c3cf8db2114079f3531503a23e638dd6a78388a84cbbdc709d999d064e37801d8db272e1f8374d1df55b0baf04f58f1b214f", "vendor/x86_64-unknown-linux-musl/bin/codex"},
 }
 
 // NPMRegistry is where the agent packages come from.

@@ -33,6 +33,9 @@ type retirement struct {
 	// msg as they are, WORKER_GONE).
 	late     bool
 	hostLost bool // its host was lost: its container is out of reach, a replacement is placed anew
+	// replacing is set by retire: a replacement of the worker is coming,
+	// which a task that asked for retries is put back for.
+	replacing bool
 }
 
 // retire is the one path by which a worker ends, whatever the cause
@@ -42,8 +45,9 @@ type retirement struct {
 //     replaces it from then on;
 //  2. its container is stopped (graceful) or killed, and removed;
 //  3. every task it held or had not read is answered once (a developer
-//     task goes back to the queue, up to MaxAttempts), or moved to its
-//     replacement;
+//     task goes back to the queue, up to MaxAttempts; a task that asked
+//     for retries goes back on the input for the replacement, which a
+//     death of a worker holding one brings), or moved to its replacement;
 //  4. its project's session hold is released, its keys expire after the
 //     retention, and it leaves the retiring set.
 //
@@ -93,7 +97,9 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 	s.writeStatusOn(ctx, hostOf(h, s), id, fields)
 
 	kind, input, group := s.inputOf(id, protocol.Kind(h[protocol.StatusFieldKind]))
-	replacing := r.replace && s.cfg.ReplaceDead && kind == protocol.KindLongLived && h[protocol.StatusFieldSpec] != ""
+	replacing := s.cfg.ReplaceDead && kind == protocol.KindLongLived && h[protocol.StatusFieldSpec] != "" &&
+		(r.replace || (r.died && s.retriesInFlight(ctx, id, h, input, group)))
+	r.replacing = replacing
 	if err := s.answerHeld(ctx, id, h, kind, s.keys.InputsFor(kind, id), group, r, replacing); err != nil {
 		return true, err
 	}
@@ -305,23 +311,23 @@ func (s *Spawner) answer(ctx context.Context, id string, h map[string]string, ki
 	if !inFlight && !r.died && !r.late {
 		code, msg = protocol.CodeTerminated, fmt.Sprintf("the worker was %s before it ran this task", r.reason)
 	}
-	attempts, err := s.rdb.Attempts(ctx, t.RequestID)
+	attempt, err := s.rdb.LastAttempt(ctx, t.RequestID)
 	if err != nil {
 		return redisError(err, "attempts of %s", t.RequestID)
 	}
-	if kind == protocol.KindDeveloper && e.Msg.ID != "" && code.Retryable() && attempts+1 < MaxAttempts {
+	if e.Msg.ID != "" && s.handsOn(kind, t, code, attempt, r) {
 		n, err := s.rdb.Requeue(ctx, t.RequestID, input, group, e.Msg)
 		if err != nil {
 			return redisError(err, "requeue %s", t.RequestID)
 		}
 		if n > 0 {
-			s.log.Info("developer task handed to another worker", "request_id", t.RequestID, "attempt", n+1, "code", code)
+			s.log.Info("a dead worker's task put back on its input", "request_id", t.RequestID, "kind", kind, "attempt", attempt+1, "code", code)
 		}
 		return nil
 	}
 	o := protocol.Output{RequestID: t.RequestID, TaskID: t.TaskID, ProjectID: t.Project(), WorkerID: id,
 		AgentType: protocol.AgentType(h[protocol.StatusFieldAgentType]), Status: protocol.StatusFailed,
-		Error: protocol.NewError(code, "%s", msg), Attempt: attempts + 1, Timestamp: s.now()}
+		Error: protocol.NewError(code, "%s", msg), Attempt: attempt, Timestamp: s.now()}
 	if inFlight {
 		o.ProjectID = h[protocol.StatusFieldProjectID]
 		if started, err := protocol.ParseTime(h[protocol.StatusFieldTaskStarted]); err == nil && !started.IsZero() {

@@ -507,6 +507,8 @@ func (s *Spawner) workerEnv(id string, spec protocol.WorkerSpec, redisURL string
 		"HEARTBEAT_INTERVAL=" + s.cfg.HeartbeatInterval.String(),
 		protocol.EnvStreamMaxLen + "=" + strconv.FormatInt(s.cfg.StreamMaxLen, 10),
 		protocol.EnvRunRetention + "=" + s.cfg.RunRetention.String(),
+		protocol.EnvRetryAttempts + "=" + strconv.Itoa(s.cfg.Retry.Attempts),
+		protocol.EnvRetryBackoffMS + "=" + protocol.FormatRetryBackoffMS(s.cfg.Retry.BackoffMS),
 	}
 	if v := s.cfg.RedisWait.Replicas; v != "" {
 		env = append(env, protocol.EnvRedisWaitReplicas+"="+v)

@@ -1,7 +1,8 @@
-// Package stubmodel is a small stand-in for the Anthropic Messages API, on
-// loopback, so that the real Claude Code and Factory Droid binaries can run
-// in tests, benchmarks and the demo without a vendor. It answers
-// POST /v1/messages (streaming SSE or not) by following a script of steps:
+// Package stubmodel is a small stand-in for the Anthropic Messages API and
+// the OpenAI Responses API, on loopback, so that the real Claude Code,
+// Factory Droid and Codex binaries can run in tests, benchmarks and the
+// demo without a vendor. It answers POST /v1/messages and POST
+// /v1/responses (streaming SSE or not) by following one script of steps:
 // text, tool calls with given input, HTTP errors and delays, each with the
 // usage figures it reports. It records what every request carried (model,
 // system prompt, turns) so that tests can assert on it.
@@ -103,7 +104,7 @@ func (r Request) Text() string {
 				walk(e)
 			}
 		case map[string]any:
-			for _, k := range []string{"text", "content"} {
+			for _, k := range []string{"text", "content", "output"} {
 				if e, ok := x[k]; ok {
 					walk(e)
 				}
@@ -175,7 +176,8 @@ func (s *Server) SetScript(script Script) {
 	s.mu.Unlock()
 }
 
-// Requests returns a copy of the recorded requests to /v1/messages.
+// Requests returns a copy of the recorded requests to /v1/messages and
+// /v1/responses (Request.Path tells which).
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -190,7 +192,8 @@ func (s *Server) OtherRequests() []string {
 }
 
 // SetAPIKey makes the server answer 401 (authentication_error), as the
-// real API does, to a request to /v1/messages that does not carry key as
+// real APIs do, to a request to /v1/messages or /v1/responses that does
+// not carry key as
 // x-api-key or as a bearer token; "" takes any credential again. Refused
 // requests go to OtherRequests as "401 METHOD /path".
 func (s *Server) SetAPIKey(key string) {
@@ -210,31 +213,25 @@ func (s *Server) Reset() {
 var DefaultFinal = Step{Text: "Done.\n{\"status\": \"complete\", \"result\": {}}"}
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || !strings.HasPrefix(r.URL.Path, "/v1/messages") {
+	responses := r.URL.Path == "/v1/responses"
+	if r.Method != http.MethodPost || !(responses || strings.HasPrefix(r.URL.Path, "/v1/messages")) {
 		s.mu.Lock()
 		s.other = append(s.other, r.Method+" "+r.URL.Path)
 		s.mu.Unlock()
-		http.Error(w, `{"type":"error","error":{"type":"not_found_error","message":"the stub serves /v1/messages only"}}`, http.StatusNotFound)
+		http.Error(w, `{"type":"error","error":{"type":"not_found_error","message":"the stub serves /v1/messages and /v1/responses only"}}`, http.StatusNotFound)
 		return
 	}
-	s.mu.Lock()
-	key := s.apiKey
-	s.mu.Unlock()
-	got := r.Header.Get("X-Api-Key")
-	if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && got == "" {
-		got = bearer
-	}
-	keyOK := key != "" && got == key
-	if key != "" && !keyOK {
-		s.mu.Lock()
-		s.other = append(s.other, "401 "+r.Method+" "+r.URL.Path)
-		s.mu.Unlock()
-		writeError(w, HTTPError{Status: 401, Message: "invalid x-api-key"})
+	keyOK, ok := s.authorize(w, r, responses)
+	if !ok {
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if responses {
+		s.serveResponses(w, r, body, keyOK)
 		return
 	}
 	if strings.HasSuffix(r.URL.Path, "/count_tokens") {
@@ -260,7 +257,56 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, t := range req.Tools {
 		rec.Tools = append(rec.Tools, t.Name)
 	}
+	step, usage, model := s.take(rec)
+	step = withToolResult(step, lastToolResult(req.Messages))
+	if model == "" {
+		model = "claude-stub"
+	}
+	if !hold(r, step) {
+		return
+	}
+	if step.Error != nil {
+		writeError(w, *step.Error)
+		return
+	}
+	msgID := fmt.Sprintf("msg_stub_%d", len(s.Requests()))
+	if req.Stream {
+		writeStream(w, msgID, model, step, usage)
+		return
+	}
+	writeMessage(w, msgID, model, step, usage)
+}
 
+// authorize checks the request's credential against SetAPIKey's key and
+// answers 401 in the API's own error shape when it is wrong; ok is false
+// then. keyOK says the request carried the set key.
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request, responses bool) (keyOK, ok bool) {
+	s.mu.Lock()
+	key := s.apiKey
+	s.mu.Unlock()
+	got := r.Header.Get("X-Api-Key")
+	if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && got == "" {
+		got = bearer
+	}
+	keyOK = key != "" && got == key
+	if key != "" && !keyOK {
+		s.mu.Lock()
+		s.other = append(s.other, "401 "+r.Method+" "+r.URL.Path)
+		s.mu.Unlock()
+		e := HTTPError{Status: 401, Message: "invalid x-api-key"}
+		if responses {
+			writeResponsesError(w, e)
+		} else {
+			writeError(w, e)
+		}
+		return false, false
+	}
+	return keyOK, true
+}
+
+// take records rec and returns the script's next step (or the fallback),
+// the usage it reports and the script's model name ("" for the request's).
+func (s *Server) take(rec Request) (Step, Usage, string) {
 	s.mu.Lock()
 	step, idx := DefaultFinal, -1
 	if s.script.Fallback != nil {
@@ -281,31 +327,23 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if step.Usage != nil {
 		usage = *step.Usage
 	}
-	step = withToolResult(step, req.Messages)
 	if model == "" {
-		model = req.Model
+		model = rec.Model
 	}
-	if model == "" {
-		model = "claude-stub"
-	}
+	return step, usage, model
+}
 
-	if step.DelayMS > 0 {
-		select {
-		case <-time.After(time.Duration(step.DelayMS) * time.Millisecond):
-		case <-r.Context().Done():
-			return
-		}
+// hold waits out the step's delay; false when the client went away.
+func hold(r *http.Request, step Step) bool {
+	if step.DelayMS <= 0 {
+		return true
 	}
-	if step.Error != nil {
-		writeError(w, *step.Error)
-		return
+	select {
+	case <-time.After(time.Duration(step.DelayMS) * time.Millisecond):
+		return true
+	case <-r.Context().Done():
+		return false
 	}
-	msgID := fmt.Sprintf("msg_stub_%d", len(s.Requests()))
-	if req.Stream {
-		writeStream(w, msgID, model, step, usage)
-		return
-	}
-	writeMessage(w, msgID, model, step, usage)
 }
 
 func cleanHeader(h http.Header) http.Header {

@@ -60,12 +60,12 @@ func lastToolResult(messages []json.RawMessage) string {
 }
 
 // withToolResult returns step with ToolResultPlaceholder in its text
-// replaced for a request carrying messages.
-func withToolResult(step Step, messages []json.RawMessage) Step {
+// replaced by result.
+func withToolResult(step Step, result string) Step {
 	if !strings.Contains(step.Text, ToolResultPlaceholder) {
 		return step
 	}
-	quoted, _ := json.Marshal(lastToolResult(messages))
+	quoted, _ := json.Marshal(result)
 	step.Text = strings.ReplaceAll(step.Text, ToolResultPlaceholder, string(quoted[1:len(quoted)-1]))
 	return step
 }

@@ -43,7 +43,11 @@ func TestRunsPollingAndEvents(t *testing.T) {
 		return protocol.Output{RequestID: req, WorkerID: worker, AgentType: protocol.AgentClaude, Status: protocol.StatusComplete,
 			Result: json.RawMessage(`{"ok":true}`), Timestamp: now}
 	}
-	rc.HSet(ctx, keys.Run("r1"), protocol.RunFieldRequestID, "r1", protocol.RunFieldWorkerID, worker, protocol.RunFieldStatus, "completed")
+	run := protocol.NewRun("r1", "", worker, "p", now)
+	run.AgentSlug, run.Trigger, run.StepsTotal, run.StepsCompleted, run.CurrentStep = "claude", "cron", 4, 4, "finalize"
+	run.State = protocol.RunCompleted
+	rc.HSet(ctx, keys.Run("r1"), run.Hash())
+	rc.HSet(ctx, keys.Run("r1"), protocol.RunFieldAttempt, 2)
 	put(progress("r1", "half way"))
 	put(progress("r2", "another run's step"))
 	put(output("r1"))
@@ -66,7 +70,9 @@ func TestRunsPollingAndEvents(t *testing.T) {
 	var rec map[string]string
 	_ = json.NewDecoder(resp.Body).Decode(&rec)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || rec["status"] != "completed" || rec["worker_id"] != worker {
+	if resp.StatusCode != 200 || rec["status"] != "completed" || rec["worker_id"] != worker || rec["agent_slug"] != "claude" ||
+		rec["trigger"] != "cron" || rec["steps_total"] != "4" || rec["steps_completed"] != "4" || rec["current_step"] != "finalize" ||
+		rec["attempt"] != "2" {
 		t.Fatalf("GET /runs/r1: %d %v", resp.StatusCode, rec)
 	}
 	for path, want := range map[string]int{"/runs/none": 404, "/runs/bad%20id": 400, "/runs/none/events": 404} {

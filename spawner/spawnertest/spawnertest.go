@@ -68,7 +68,11 @@ func Start(t testing.TB, mod func(*spawner.Config)) *Runtime {
 	t.Setenv("DROID_BASE_URL", stub.URL)
 	t.Setenv("ANTHROPIC_API_KEY", "sk-stub-0123456789")
 	prefix := fmt.Sprintf("st%d", time.Now().UnixNano())
-	env := map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": prefix, "WORKER_STOP_TIMEOUT": "12s", "HEARTBEAT_INTERVAL": "2s"}
+	// Workers are built on the worker-base testkit built from this tree
+	// (WORKER_BASE_IMAGE when the test names its own), so that they run
+	// this tree's wrapper.
+	env := map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": prefix, "WORKER_STOP_TIMEOUT": "12s", "HEARTBEAT_INTERVAL": "2s",
+		"WORKER_BASE_IMAGE": testkit.WorkerBaseImage()}
 	cfg, err := spawner.ConfigFromEnv(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)

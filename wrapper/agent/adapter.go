@@ -12,7 +12,8 @@ import (
 // for a task and as a persistent process, how to read it, what it must be
 // given (permissions, MCP servers, the model API, its files), how its
 // cost is known, and what it supports. The wrapper asks its adapter and
-// never the agent's type. One file per CLI (claude.go, droid.go) holds
+// never the agent's type. One file per CLI (claude.go, droid.go,
+// codex.go) holds
 // its adapter; New picks one.
 type Adapter interface {
 	// Type is the agent's type; Name its name in messages (Claude).
@@ -93,6 +94,9 @@ type Capabilities struct {
 	OneShotMCP bool
 	// JSONSchema: the CLI takes the stop output's JSON schema.
 	JSONSchema bool
+	// NoPersistent says why the agent has no persistent process
+	// (AGENT_PERSISTENT); "" when it has one.
+	NoPersistent string
 }
 
 // Invocation is one agent run's command line.
@@ -118,7 +122,15 @@ type ModelRoute struct {
 	// Direct says which service the agent talks to by itself when it is
 	// not proxied.
 	Direct string
+	// Credential, when set, is what the proxy sends upstream in place of
+	// the wrapper's Anthropic credentials (ANTHROPIC_API_KEY,
+	// ANTHROPIC_AUTH_TOKEN): another vendor's key.
+	Credential *Credential
 }
+
+// Credential is a model API credential the proxy sends upstream: APIKey
+// as x-api-key, else AuthToken as a bearer token.
+type Credential struct{ APIKey, AuthToken string }
 
 // Settings are what an adapter is built from: the worker's configuration
 // of its agent.

@@ -26,7 +26,7 @@ func TestEveryAgentTypeHasAnAdapter(t *testing.T) {
 			t.Errorf("%s: adapter %T of type %s, name %q", typ, a, a.Type(), a.Name())
 		}
 	}
-	if _, err := New("codex", Settings{}); err == nil {
+	if _, err := New("aider", Settings{}); err == nil {
 		t.Error("an adapter for an unknown agent type")
 	}
 }

@@ -15,9 +15,10 @@ import (
 // DroidParser parses `droid exec -o stream-json`.
 //
 // Droid reports usage only on its completion line, summed over the run; it
-// gives no per-call usage, so a Droid run yields no Turn events and the
-// runner falls back to the summed figures for the context size (an upper
-// bound, which errs towards starting a new session early).
+// gives no per-call usage, so a Droid run yields no Turn events: the
+// wrapper takes the context size from its proxy's last metered call, or
+// without a proxy from the summed figures (an upper bound, which errs
+// towards starting a new session early).
 type DroidParser struct{}
 
 var _ Parser = DroidParser{}

@@ -136,7 +136,7 @@ func TestDroidErrorLines(t *testing.T) {
 
 func TestParsersIgnoreGarbage(t *testing.T) {
 	for _, line := range []string{"", "not json", "[1,2]", `{"type":"mystery"}`, `{"type":"result"`, "\xff\xfe", `"string"`, `{"type":"assistant","message":5}`} {
-		for name, p := range map[string]Parser{"claude": ClaudeParser{}, "droid": DroidParser{}} {
+		for name, p := range map[string]Parser{"claude": ClaudeParser{}, "droid": DroidParser{}, "codex": &CodexParser{}} {
 			for _, ev := range p.ParseLine([]byte(line)) {
 				if ev.Result != nil || ev.Init != nil {
 					t.Errorf("%s: %q gave %+v", name, line, ev)

@@ -2,8 +2,9 @@
 // API. The agent never holds the real API key: it gets the proxy's URL and
 // a random token that only this proxy takes. The proxy checks the token,
 // replaces it with the real credential and forwards the request to the
-// configured upstream; answers, server-sent events included, stream back
-// unbuffered.
+// configured upstream, path and all (the Anthropic Messages API, the
+// OpenAI Responses API); answers, server-sent events included, stream
+// back unbuffered.
 package apiproxy
 
 import (

@@ -68,7 +68,8 @@ func (t *parkingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // RetryAt is when a rate-limited request may be sent again, from the
 // answer's headers: retry-after (seconds or an HTTP date), else the
-// earliest anthropic-ratelimit-*-reset (RFC 3339) in the future, else a
+// earliest anthropic-ratelimit-*-reset (RFC 3339) in the future or
+// OpenAI's x-ratelimit-reset-requests/-tokens (a duration), else a
 // backoff of 2 s doubled per attempt, at most a minute (a 529 overloaded
 // answer carries none).
 func RetryAt(h http.Header, now time.Time, attempt int) time.Time {
@@ -85,6 +86,12 @@ func RetryAt(h http.Header, now time.Time, attempt int) time.Time {
 		"Anthropic-Ratelimit-Input-Tokens-Reset", "Anthropic-Ratelimit-Output-Tokens-Reset"} {
 		if at, err := time.Parse(time.RFC3339, h.Get(name)); err == nil && at.After(now) && (earliest.IsZero() || at.Before(earliest)) {
 			earliest = at
+		}
+	}
+	// OpenAI's resets are durations from now ("1s", "6m0s", "20ms").
+	for _, name := range []string{"X-Ratelimit-Reset-Requests", "X-Ratelimit-Reset-Tokens"} {
+		if d, err := time.ParseDuration(h.Get(name)); err == nil && d > 0 && (earliest.IsZero() || now.Add(d).Before(earliest)) {
+			earliest = now.Add(d)
 		}
 	}
 	if !earliest.IsZero() {

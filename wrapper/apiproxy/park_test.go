@@ -19,6 +19,7 @@ func TestRetryAt(t *testing.T) {
 		{"earliest ratelimit reset", map[string]string{
 			"Anthropic-Ratelimit-Tokens-Reset":   now.Add(40 * time.Second).Format(time.RFC3339),
 			"Anthropic-Ratelimit-Requests-Reset": now.Add(20 * time.Second).Format(time.RFC3339)}, 1, 20 * time.Second},
+		{"OpenAI's earliest reset, a duration", map[string]string{"X-Ratelimit-Reset-Requests": "6m0s", "X-Ratelimit-Reset-Tokens": "1.5s"}, 1, 1500 * time.Millisecond},
 		{"a reset in the past is no reset", map[string]string{"Anthropic-Ratelimit-Requests-Reset": now.Add(-time.Second).Format(time.RFC3339)}, 1, 2 * time.Second},
 		{"no header: backoff", nil, 3, 8 * time.Second},
 		{"no header: backoff at most a minute", nil, 9, time.Minute},

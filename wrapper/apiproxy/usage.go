@@ -16,7 +16,8 @@ import (
 // tokens as they arrive, and stops a task whose cost passes its
 // max_budget_usd while the agent is still working.
 
-// UsageFunc sees the tokens of the model's answers (Messages API) as they
+// UsageFunc sees the tokens of the model's answers (Messages API, and the
+// Responses API's response.completed) as they
 // stream through the proxy: each call gives what one answer added since
 // the last call for it (a streamed answer reports its input and cache
 // tokens with message_start, its output tokens with each message_delta),
@@ -86,7 +87,11 @@ func (r *usageReader) Read(p []byte) (int, error) {
 	r.keep(p[:n], maxUsageBody)
 	if err == io.EOF && !r.over {
 		v := gjson.ParseBytes(r.buf)
-		r.update(v.Get("model").String(), protocol.Usage{}, v.Get("usage"))
+		if v.Get("object").String() == "response" {
+			r.response(v)
+		} else {
+			r.update(v.Get("model").String(), protocol.Usage{}, v.Get("usage"))
+		}
 		r.over = true // reported: once
 	}
 	return n, err
@@ -121,20 +126,42 @@ func (r *usageReader) scan(b []byte) {
 	}
 }
 
-// line reads the usage of a message_start or message_delta event's data.
+// line reads the usage of a message_start or message_delta event's data
+// (Messages API), or of a response.completed (Responses API).
 func (r *usageReader) line(line []byte) {
 	data, ok := bytes.CutPrefix(line, []byte("data:"))
-	if !ok || (!bytes.Contains(data, []byte("message_start")) && !bytes.Contains(data, []byte("message_delta"))) {
+	if !ok || (!bytes.Contains(data, []byte("message_start")) && !bytes.Contains(data, []byte("message_delta")) &&
+		!bytes.Contains(data, []byte("response.completed"))) {
 		return
 	}
 	v := gjson.ParseBytes(data)
 	switch v.Get("type").String() {
+	case "response.completed":
+		r.response(v.Get("response"))
 	case "message_start":
 		m := v.Get("message")
 		r.model, r.sent = m.Get("model").String(), protocol.Usage{}
 		r.sent = r.update(r.model, r.sent, m.Get("usage"))
 	case "message_delta":
 		r.sent = r.update(r.model, r.sent, v.Get("usage"))
+	}
+}
+
+// response reports the usage of a Responses API answer (OpenAI's, which
+// Codex speaks): its input_tokens include the cached ones
+// (input_tokens_details.cached_tokens), which count as cache reads. The
+// answer gives its usage once, at its end; an answer whose final event is
+// longer than maxUsageLine (it repeats the whole output) goes unmetered.
+func (r *usageReader) response(v gjson.Result) {
+	u := v.Get("usage")
+	if !u.IsObject() {
+		return
+	}
+	in, cached := max(u.Get("input_tokens").Int(), 0), max(u.Get("input_tokens_details.cached_tokens").Int(), 0)
+	cached = min(cached, in)
+	d := protocol.Usage{Input: in - cached, CacheRead: cached, Output: max(u.Get("output_tokens").Int(), 0)}
+	if d != (protocol.Usage{}) {
+		r.report(v.Get("model").String(), d)
 	}
 }
 

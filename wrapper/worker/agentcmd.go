@@ -19,6 +19,7 @@ You run unattended: nobody reads your terminal. Two channels reach the people wh
 
 1. Progress ("I keep going"). At each major step, run this in your shell; it returns at once:
    worker-wrapper progress --step "<what you are doing>" --pct <0-100>
+   Once you know how many steps the task has, add --total <steps>.
 
 2. Stop output ("I stopped"). When you stop, for whatever reason, end your final message with exactly one JSON object:
    {"status": "complete", "result": {...}}            the task is done; result says what you produced

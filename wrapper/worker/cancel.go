@@ -135,6 +135,29 @@ func (c *interruptible) abortWith(e *protocol.Error) bool {
 	return true
 }
 
+// channel is what the agent's Spec.Interrupt waits on.
+func (c *interruptible) channel() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.interrupt
+}
+
+// rearm readies the task for another attempt after the wrapper's abort
+// ended the one before (a rate limit past its timeout): the abort is
+// forgotten and a new channel waits for the next interrupt. It reports
+// false, leaving all as it is, when a cancel came.
+func (c *interruptible) rearm() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cancelled {
+		return false
+	}
+	if c.abort != nil {
+		c.abort, c.interrupt = nil, make(chan struct{})
+	}
+	return true
+}
+
 // state is whether a cancel came, its reason, and the wrapper's abort.
 func (c *interruptible) state() (cancelled bool, reason string, abort *protocol.Error) {
 	c.mu.Lock()

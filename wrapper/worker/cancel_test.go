@@ -69,7 +69,7 @@ func modelAsked(t *testing.T, stub *stubmodel.Server, marker string) {
 // CANCELLED, long before the model's answer would have come; the agent's
 // process group is gone (per task) or the process lives on (persistent);
 // and the project's next task resumes the session, its model request
-// carrying the cancelled task's prompt (Claude).
+// carrying the cancelled task's prompt (Claude, Codex).
 func TestCancelRunningTask(t *testing.T) {
 	for _, tt := range []struct {
 		name       string
@@ -80,6 +80,7 @@ func TestCancelRunningTask(t *testing.T) {
 		{"claude-persistent", protocol.AgentClaude, true},
 		{"droid-per-task", protocol.AgentDroid, false},
 		{"droid-persistent", protocol.AgentDroid, true},
+		{"codex-per-task", protocol.AgentCodex, false},
 	} {
 		persistent := tt.persistent
 		t.Run(tt.name, func(t *testing.T) {

@@ -79,6 +79,9 @@ type Config struct {
 
 	TaskTimeout  time.Duration // TASK_TIMEOUT
 	StallTimeout time.Duration // STALL_TIMEOUT: no line from a live agent this long ends its task
+	// Retry (RETRY_ATTEMPTS, RETRY_BACKOFF_MS) fills what a task's retry
+	// policy leaves out; a task without one is never retried.
+	Retry protocol.RetryPolicy
 	// RecycleTasks and RecycleRSS recycle the persistent agent process
 	// after that many tasks, or once its group's RSS passed that many
 	// bytes (AGENT_RECYCLE_TASKS; AGENT_RECYCLE_RSS in MiB); 0 turns
@@ -200,6 +203,8 @@ func (c *Config) checkAgentModes() error {
 		return envconf.Errorf("AGENT_PREWARM", "needs AGENT_PERSISTENT=true")
 	case c.JSONSchema && !c.caps().JSONSchema:
 		return envconf.Errorf("AGENT_JSON_SCHEMA", "only Claude takes a JSON schema")
+	case c.Persistent && c.caps().NoPersistent != "":
+		return envconf.Errorf("AGENT_PERSISTENT", "not for this agent: %s", c.caps().NoPersistent)
 	case c.Persistent && (c.Kind != protocol.KindLongLived || c.PTY):
 		return envconf.Errorf("AGENT_PERSISTENT", "only for a long-lived worker without a pty")
 	case c.Approval && !c.Persistent && c.caps().Approvals:
@@ -244,11 +249,11 @@ func identityVars(c *Config, u *protocol.RedisURL, replicas, timeout *string) []
 func agentVars(c *Config) []envconf.Var {
 	return []envconf.Var{
 		{Name: "AGENT_TYPE", Required: true, Value: envconf.Func(func(s string) (err error) { c.AgentType, err = protocol.ParseAgentType(s); return err }),
-			Doc: "claude or droid"},
-		{Name: "AGENT_BIN", DefaultDoc: "`claude` / `droid` on `PATH`", Value: envconf.String(&c.AgentBin), Doc: "the agent's executable"},
+			Doc: "claude, droid or codex"},
+		{Name: "AGENT_BIN", DefaultDoc: "`claude` / `droid` / `codex` on `PATH`", Value: envconf.String(&c.AgentBin), Doc: "the agent's executable"},
 		{Name: "AGENT_ARGS", Value: envconf.Func(func(s string) (err error) { c.AgentArgs, err = parseArgs(s); return err }),
 			Doc: "extra flags: a JSON array, or words separated by spaces"},
-		{Name: "AGENT_MODEL", Value: envconf.String(&c.AgentModel), Doc: "--model (Claude) or -m (Droid)"},
+		{Name: "AGENT_MODEL", Value: envconf.String(&c.AgentModel), Doc: "--model (Claude) or -m (Droid, Codex)"},
 		{Name: "AGENT_PTY", Default: "false", Value: envconf.Bool(&c.PTY), Doc: "run the agent on a pseudo-terminal"},
 		{Name: "AGENT_SKIP_PERMISSIONS", Default: "true", Value: envconf.Bool(&c.SkipPermissions), Doc: "with ALLOWED_COMMANDS=* only: the agents' skip-permissions flags"},
 		{Name: "AGENT_JSON_SCHEMA", Default: "false", Value: envconf.Bool(&c.JSONSchema), Doc: "give Claude the stop output schema"},
@@ -280,6 +285,11 @@ func runVars(c *Config) []envconf.Var {
 	return []envconf.Var{
 		{Name: "TASK_TIMEOUT", Default: "600", Value: envconf.Duration(&c.TaskTimeout), Doc: "per-task timeout; a task's timeout_seconds overrides it"},
 		{Name: "STALL_TIMEOUT", Default: "5m", Value: envconf.Duration(&c.StallTimeout), Doc: "a live agent that prints nothing this long is stopped"},
+		{Name: protocol.EnvRetryAttempts, Default: strconv.Itoa(protocol.DefaultRetryAttempts), Value: envconf.Func(func(s string) (err error) { c.Retry.Attempts, err = protocol.ParseRetryAttempts(s); return err }),
+			Doc: "attempts in all of a task that asks for retries (`retry`) without saying how many"},
+		{Name: protocol.EnvRetryBackoffMS, Default: protocol.FormatRetryBackoffMS(protocol.DefaultRetryBackoffMS),
+			Value: envconf.Func(func(s string) (err error) { c.Retry.BackoffMS, err = protocol.ParseRetryBackoffMS(s); return err }),
+			Doc:   "ms to wait before the 2nd, 3rd... attempt (the last repeats) of a task whose `retry` gives no backoff_ms"},
 		{Name: "HEARTBEAT_INTERVAL", Default: "10", Value: envconf.Duration(&c.HeartbeatInterval), Doc: "the heartbeat key lives three intervals"},
 		{Name: "DEGRADED_COOLDOWN", Default: "60", Value: envconf.Duration(&c.DegradedCooldown), Doc: "a degraded worker's wait before its health check (a heartbeat round trip); doubled for each degradation in a row"},
 		{Name: "SHUTDOWN_GRACE", Default: "20", Value: envconf.Duration(&c.ShutdownGrace), Doc: "time a running task gets after SIGTERM"},
@@ -307,6 +317,8 @@ var elsewhereVars = []envconf.Var{
 	{Name: "ANTHROPIC_API_KEY", Doc: "the model API key, held by the wrapper's proxy only"},
 	{Name: "ANTHROPIC_AUTH_TOKEN", Doc: "used instead of ANTHROPIC_API_KEY when that is unset, as a bearer token"},
 	{Name: "ANTHROPIC_BASE_URL", DefaultDoc: "`https://api.anthropic.com`", Doc: "where the proxy forwards Claude's calls"},
+	{Name: "OPENAI_API_KEY", Doc: "Codex's model API key, held by the wrapper's proxy only (sent upstream as a bearer token)"},
+	{Name: "OPENAI_BASE_URL", DefaultDoc: "`https://api.openai.com`", Doc: "where the proxy forwards Codex's calls (a trailing /v1 is dropped: Codex's paths carry it)"},
 	{Name: "FACTORY_API_KEY", Doc: "Droid's login to Factory, passed to Droid only without DROID_BASE_URL"},
 	{Name: "LOG_LEVEL", DefaultDoc: "`info`", Doc: "debug for more"},
 }

@@ -53,6 +53,9 @@ type taskSpend struct {
 	priced   bool // some of them had a price
 	over     bool // past max_budget_usd: further model calls are refused
 	unpriced bool // a model without a price was seen (the task was told)
+	// last is the input side of the last model call metered (its
+	// answer's first report with input figures): the session's context.
+	last protocol.Usage
 }
 
 // ownTurn counts a turn of the wrapper's own until the function it
@@ -95,6 +98,9 @@ func (s *spending) meter(model string, delta protocol.Usage) {
 	sp := cur.spend
 	sp.mu.Lock()
 	sp.usage, sp.costUSD, sp.metered, sp.priced = sp.usage.Add(delta), sp.costUSD+cost, true, sp.priced || priced
+	if delta.Context() > 0 {
+		sp.last = protocol.Usage{Input: delta.Input, CacheRead: delta.CacheRead, CacheCreation: delta.CacheCreation}
+	}
 	limit, spent := cur.task.MaxBudgetUSD, sp.costUSD
 	stopped := false
 	if limit > 0 && spent > limit && !sp.over {
@@ -183,10 +189,21 @@ func (s *spending) estimate(cur *current, oc agent.Outcome) (cost float64, usage
 }
 
 // withEstimate puts the estimate in a run's result, as the cost the
-// agent would have reported: the session record counts it.
+// agent would have reported: the session record counts it. An agent that
+// reports no call's usage (Droid, Codex) gets the last metered call as
+// its last turn: the session's context, where its summed usage would only
+// bound it (Codex's sums the whole thread in a resumed session).
 func (s *spending) withEstimate(cur *current, oc agent.Outcome) agent.Outcome {
 	if s.agent.Caps().ReportsCost || oc.Result == nil {
 		return oc
+	}
+	if oc.LastTurn == nil {
+		cur.spend.mu.Lock()
+		last := cur.spend.last
+		cur.spend.mu.Unlock()
+		if last.Context() > 0 {
+			oc.LastTurn = &agent.Turn{MessageID: "metered", Usage: last}
+		}
 	}
 	r := *oc.Result
 	r.CostUSD, _, _ = s.estimate(cur, oc)

@@ -42,7 +42,10 @@ func (h *healer) rateLimit(status, attempt int, retryAt time.Time) bool {
 	if cur == nil {
 		return false
 	}
-	if retryAt.After(cur.deadline) {
+	cur.mu.Lock()
+	deadline := cur.deadline // a retry moves it
+	cur.mu.Unlock()
+	if retryAt.After(deadline) {
 		e := protocol.NewError(protocol.CodeRateLimited, "the model API is rate limited (HTTP %d, attempt %d) until %s, past the task's timeout",
 			status, attempt, retryAt.UTC().Format(time.RFC3339))
 		if cur.cancel.abortWith(e) {

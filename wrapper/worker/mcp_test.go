@@ -53,6 +53,12 @@ func (e *env) echoTask(stub *stubmodel.Server, agentType protocol.AgentType, ser
 	o := e.waitOutputs(e.keys.Output(e.cfg.WorkerID), n, 60*time.Second)[n-1]
 	var result struct{ Echo string }
 	_ = json.Unmarshal(o.Result, &result)
+	if agentType == protocol.AgentCodex {
+		// Codex heads an MCP tool's answer: "Wall time: ...\nOutput:\n".
+		if _, after, ok := strings.Cut(result.Echo, "\nOutput:\n"); ok && strings.HasPrefix(result.Echo, "Wall time: ") {
+			result.Echo = after
+		}
+	}
 	return o, result.Echo
 }
 
@@ -215,8 +221,8 @@ func TestMCPWithPersistentClaude(t *testing.T) {
 
 // The agent waits for a server that takes a while to start (2 s here):
 // both CLIs would otherwise begin without it. A server that never answers
-// fails the task when AGENT_MCP_TIMEOUT (3 s here) runs out (Claude; Droid
-// gives up by its own limit, about 30 s).
+// fails the task when AGENT_MCP_TIMEOUT (3 s here) runs out (Claude,
+// Codex; Droid gives up by its own limit, about 30 s).
 func TestSlowAndHungMCPServers(t *testing.T) {
 	bin := buildTestMCP(t)
 	eachRealAgent(t, func(t *testing.T, agentType protocol.AgentType, e *env, stub *stubmodel.Server, environ []string) {
@@ -227,23 +233,25 @@ func TestSlowAndHungMCPServers(t *testing.T) {
 			t.Fatalf("slow server: %+v (result %s, error %+v)", o, o.Result, o.Error)
 		}
 	})
-	t.Run("claude hung", func(t *testing.T) {
-		t.Parallel()
-		e, _, environ := realAgentEnv(t, protocol.AgentClaude)
-		e.cfg.MCPServers = []protocol.MCPServer{{Name: "hung", Command: "sleep", Args: []string{"600"}}}
-		e.cfg.MCPTimeout = 3 * time.Second
-		e.start(environ...)
-		in, out := e.keys.Input(e.cfg.WorkerID), e.keys.Output(e.cfg.WorkerID)
-		start := time.Now()
-		e.send(in, protocol.Task{RequestID: "hung", Prompt: "Call the echo tool."})
-		o := e.waitOutputs(out, 1, 60*time.Second)[0]
-		took := time.Since(start)
-		if o.Error == nil || o.Error.Code != protocol.CodeMCPUnavailable || !strings.Contains(o.Error.Message, "hung") {
-			t.Fatalf("hung server: %+v (error %+v), want MCP_UNAVAILABLE", o, o.Error)
-		}
-		if took < 3*time.Second || took > 20*time.Second {
-			t.Errorf("MCP_UNAVAILABLE after %s, want about AGENT_MCP_TIMEOUT (3s)", took)
-		}
-		t.Logf("after %s: %s", took.Round(time.Millisecond), o.Error.Message)
-	})
+	for _, agentType := range []protocol.AgentType{protocol.AgentClaude, protocol.AgentCodex} {
+		t.Run(string(agentType)+" hung", func(t *testing.T) {
+			t.Parallel()
+			e, _, environ := realAgentEnv(t, agentType)
+			e.cfg.MCPServers = []protocol.MCPServer{{Name: "hung", Command: "sleep", Args: []string{"600"}}}
+			e.cfg.MCPTimeout = 3 * time.Second
+			e.start(environ...)
+			in, out := e.keys.Input(e.cfg.WorkerID), e.keys.Output(e.cfg.WorkerID)
+			start := time.Now()
+			e.send(in, protocol.Task{RequestID: "hung", Prompt: "Call the echo tool."})
+			o := e.waitOutputs(out, 1, 60*time.Second)[0]
+			took := time.Since(start)
+			if o.Error == nil || o.Error.Code != protocol.CodeMCPUnavailable || !strings.Contains(o.Error.Message, "hung") {
+				t.Fatalf("hung server: %+v (error %+v), want MCP_UNAVAILABLE", o, o.Error)
+			}
+			if took < 3*time.Second || took > 20*time.Second {
+				t.Errorf("MCP_UNAVAILABLE after %s, want about AGENT_MCP_TIMEOUT (3s)", took)
+			}
+			t.Logf("after %s: %s", took.Round(time.Millisecond), o.Error.Message)
+		})
+	}
 }

@@ -34,8 +34,9 @@ func (w *Worker) output(task protocol.Task, oc agent.Outcome, v agent.Verdict, p
 	if r := oc.Result; r != nil {
 		o.SessionID = r.SessionID
 		// The context is what the LAST API call used; the result's usage
-		// sums every call of the run. Droid reports no per-call usage: its
-		// summed figure is an upper bound.
+		// sums every call of the run. Droid and Codex report no per-call
+		// usage: the proxy's last metered call stands for it
+		// (spending.withEstimate), else the sum is an upper bound.
 		o.ContextTokens = r.Usage.Context()
 	}
 	if oc.LastTurn != nil {

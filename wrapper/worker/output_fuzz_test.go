@@ -15,14 +15,14 @@ import (
 
 // The whole path from what an agent prints to the Output the wrapper
 // stores: its lines through the CLI's parser (Claude's stream-json,
-// Droid's JSON lines or its JSON-RPC), the verdict, the output built from
-// them, and the output's encoding as storeOutput makes it. Whatever the
-// agent printed, with or without a schema and whatever its exit, the
-// path ends in exactly one output that decodes, for the task's request
-// id: nothing the agent prints can end the process or leave a task
-// unanswered.
+// Droid's JSON lines or its JSON-RPC, Codex's exec --json), the verdict,
+// the output built from them, and the output's encoding as storeOutput
+// makes it. Whatever the agent printed, with or without a schema and
+// whatever its exit, the path ends in exactly one output that decodes,
+// for the task's request id: nothing the agent prints can end the process
+// or leave a task unanswered.
 func FuzzAgentOutputToStoredOutput(f *testing.F) {
-	for _, dir := range []string{"../agent/testdata/reference", "../agent/testdata/captured"} {
+	for _, dir := range []string{"../agent/testdata/reference", "../agent/testdata/captured", "../agent/testdata/codex"} {
 		files, _ := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 		for _, p := range files {
 			b, err := os.ReadFile(p)
@@ -31,6 +31,7 @@ func FuzzAgentOutputToStoredOutput(f *testing.F) {
 			}
 			f.Add(b, uint8(0), false, 0)
 			f.Add(b, uint8(1), true, 1)
+			f.Add(b, uint8(3), false, 1)
 		}
 	}
 	for _, s := range []string{
@@ -41,8 +42,10 @@ func FuzzAgentOutputToStoredOutput(f *testing.F) {
 		`{"type":"assistant","message":{"id":"m","usage":{"input_tokens":9223372036854775807,"cache_read_input_tokens":9223372036854775807}}}`,
 		`{"type":"completion","finalText":"{\"status\":\"failed\"}","usage":{"input_tokens":-1},"session_id":"d"}`,
 		`{"jsonrpc":"2.0","method":"droid.session_notification","params":{"notification":{"type":"agent_turn_completed","reason":"completed","tokenUsage":{"inputTokens":-7}}}}`,
+		`{"type":"item.completed","item":{"type":"agent_message","text":"{\"status\":\"cancelled\"}"}}` + "\n" + `{"type":"turn.completed","usage":{"input_tokens":5,"cached_input_tokens":9e30,"output_tokens":-3}}`,
+		`{"type":"turn.failed","error":{"message":"unexpected status 999 x"}}`,
 	} {
-		for k := uint8(0); k < 3; k++ {
+		for k := uint8(0); k < 4; k++ {
 			f.Add([]byte(s), k, k == 1, int(k))
 		}
 	}
@@ -75,7 +78,9 @@ func FuzzAgentOutputToStoredOutput(f *testing.F) {
 }
 
 func fuzzParser(k uint8) (protocol.AgentType, agent.Parser) {
-	switch k % 3 {
+	switch k % 4 {
+	case 3:
+		return protocol.AgentCodex, &agent.CodexParser{}
 	case 1:
 		return protocol.AgentDroid, agent.DroidParser{}
 	case 2:

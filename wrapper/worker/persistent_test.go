@@ -9,6 +9,7 @@ import (
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/stubmodel"
 	"github.com/agentvisor/agentvisor/testkit"
+	"github.com/agentvisor/agentvisor/wrapper/agent"
 )
 
 // taskPIDs returns the agent pid of every task_started event, in order.
@@ -69,7 +70,8 @@ func TestPersistentClaude(t *testing.T) {
 // Droid's new session open), before any task; the first task that wants
 // a new session runs in it.
 func TestPrewarmedAgentServesTheFirstTask(t *testing.T) {
-	eachRealAgent(t, func(t *testing.T, agentType protocol.AgentType, e *env, stub *stubmodel.Server, environ []string) {
+	persistent := func(c agent.Capabilities) bool { return c.NoPersistent == "" }
+	eachRealAgentThat(t, persistent, func(t *testing.T, agentType protocol.AgentType, e *env, stub *stubmodel.Server, environ []string) {
 		e.cfg.Persistent, e.cfg.Prewarm = true, true
 		e.start(environ...)
 		stub.SetScript(stubmodel.Script{Fallback: &stubmodel.Step{Text: finalText}})

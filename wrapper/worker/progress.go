@@ -110,15 +110,20 @@ func (p *progressServer) report(token string, rep protocol.ProgressReport) (int,
 		return 0, errNoRun
 	}
 	cur.mu.Lock()
+	prevTotal := cur.run.StepsTotal
+	if rep.StepsTotal > 0 {
+		cur.run.StepsTotal = rep.StepsTotal
+	}
 	if err := cur.run.Step(rep.Step, w.now()); err != nil {
+		cur.run.StepsTotal = prevTotal
 		cur.mu.Unlock()
 		w.pub.refusal(cur, "progress", rep.Step, err.Error())
 		return 0, errNoRun
 	}
-	n := cur.run.StepsCompleted
+	n, total := cur.run.StepsCompleted, cur.run.StepsTotal
 	cur.mu.Unlock()
 	w.pub.run(cur)
-	w.pub.event(cur, protocol.Progress{Step: rep.Step, ProgressPct: rep.ProgressPct, Output: rep.Output})
+	w.pub.event(cur, protocol.Progress{Step: rep.Step, ProgressPct: rep.ProgressPct, Output: rep.Output, StepsTotal: total})
 	return n, nil
 }
 
@@ -188,13 +193,20 @@ func progressCommand(args []string, getenv func(string) string, stdout, stderr i
 			rep.ProgressPct = &n
 		case "--output", "-o":
 			rep.Output = val
+		case "--total", "-t":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 1 || n > protocol.MaxStepsTotal {
+				fmt.Fprintf(stderr, "worker-wrapper progress: --total %q: want a whole number from 1 to %d\n", val, protocol.MaxStepsTotal)
+				return 2
+			}
+			rep.StepsTotal = n
 		default:
-			fmt.Fprintf(stderr, "worker-wrapper progress: unknown flag %s\nusage: worker-wrapper progress --step TEXT [--pct N] [--output TEXT]\n", flag)
+			fmt.Fprintf(stderr, "worker-wrapper progress: unknown flag %s\nusage: worker-wrapper progress --step TEXT [--pct N] [--total N] [--output TEXT]\n", flag)
 			return 2
 		}
 	}
 	if rep.Step == "" {
-		fmt.Fprintln(stderr, "usage: worker-wrapper progress --step TEXT [--pct N] [--output TEXT]")
+		fmt.Fprintln(stderr, "usage: worker-wrapper progress --step TEXT [--pct N] [--total N] [--output TEXT]")
 		return 2
 	}
 	url := getenv("WORKER_PROGRESS_URL")

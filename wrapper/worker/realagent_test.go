@@ -8,10 +8,12 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/wrapper/agent"
 )
 
-// These tests run the real claude and droid binaries (installed by `make
-// setup`) through the wrapper, against the stub model server.
+// These tests run the real claude, droid and codex binaries (installed by
+// `make setup`) through the wrapper, against the stub model server (its
+// Messages API for the first two, its Responses API for Codex).
 
 func realAgentEnv(t *testing.T, agentType protocol.AgentType) (*env, *stubmodel.Server, []string) {
 	t.Helper()
@@ -28,13 +30,26 @@ func realAgentEnv(t *testing.T, agentType protocol.AgentType) (*env, *stubmodel.
 	e.cfg.AgentBin = bin
 	e.cfg.ResultGrace = 2 * time.Second
 	environ := []string{"HOME=" + t.TempDir(), "ANTHROPIC_API_KEY=sk-stub-key-0123456789"}
-	if agentType == protocol.AgentClaude {
+	switch agentType {
+	case protocol.AgentClaude:
 		environ = append(environ, "ANTHROPIC_BASE_URL="+stub.URL)
-	} else {
+	case protocol.AgentCodex:
+		environ = append(environ, "OPENAI_API_KEY=sk-stub-key-0123456789", "OPENAI_BASE_URL="+stub.URL+"/v1")
+		// The stub answers under the model asked for, which MODEL_PRICES
+		// prices (OpenAI's models have no default price).
+		e.cfg.AgentModel = "gpt-stub"
+		if e.cfg.Prices, err = protocol.ParseModelPrices(codexStubPrices); err != nil {
+			t.Fatal(err)
+		}
+	default:
 		e.cfg.DroidBaseURL = stub.URL
 	}
 	return e, stub, environ
 }
+
+// codexStubPrices prices the model realAgentEnv gives Codex: $1 per
+// million input tokens, $10 output, $0.1 cache reads.
+const codexStubPrices = `{"gpt-stub": {"input": 1, "output": 10, "cache_read": 0.1, "cache_write": 0}}`
 
 func shellTool(agentType protocol.AgentType, command string) *stubmodel.ToolUse {
 	if agentType == protocol.AgentDroid {
@@ -46,7 +61,21 @@ func shellTool(agentType protocol.AgentType, command string) *stubmodel.ToolUse 
 // eachRealAgent runs fn, in parallel, for each agent type with its real
 // CLI, a stub model and a worker configured for them (not started yet).
 func eachRealAgent(t *testing.T, fn func(t *testing.T, agentType protocol.AgentType, e *env, stub *stubmodel.Server, environ []string)) {
+	eachRealAgentThat(t, func(agent.Capabilities) bool { return true }, fn)
+}
+
+// eachRealAgentThat is eachRealAgent for the agent types whose
+// capabilities keep says yes to.
+func eachRealAgentThat(t *testing.T, keep func(agent.Capabilities) bool,
+	fn func(t *testing.T, agentType protocol.AgentType, e *env, stub *stubmodel.Server, environ []string)) {
 	for _, agentType := range protocol.AgentTypes {
+		ad, err := agent.New(agentType, agent.Settings{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !keep(ad.Caps()) {
+			continue
+		}
 		t.Run(string(agentType), func(t *testing.T) {
 			t.Parallel()
 			e, stub, environ := realAgentEnv(t, agentType)
@@ -74,10 +103,18 @@ func TestRealAgents(t *testing.T) {
 			if o.Status != protocol.StatusComplete || string(o.Result) != `{"pr":42}` || o.SessionID == "" {
 				t.Fatalf("complete: %+v (error %+v)", o, o.Error)
 			}
-			if o.Usage.Input != 2*stubmodel.DefaultUsage.InputTokens {
+			wantInput := 2 * stubmodel.DefaultUsage.InputTokens
+			if agentType == protocol.AgentCodex { // OpenAI counts no cache writes apart
+				wantInput += 2 * stubmodel.DefaultUsage.CacheCreationInputTokens
+			}
+			if o.Usage.Input != wantInput || o.Usage.CacheRead != 2*stubmodel.DefaultUsage.CacheReadInputTokens {
 				t.Errorf("usage %+v, want the sum of two calls", o.Usage)
 			}
-			if agentType == protocol.AgentClaude && o.ContextTokens != stubmodel.DefaultUsage.InputTokens+stubmodel.DefaultUsage.CacheReadInputTokens+stubmodel.DefaultUsage.CacheCreationInputTokens {
+			if want := (4200*1 + 160*10 + 18000*0.1) / 1e6; agentType == protocol.AgentCodex && (!near(o.CostUSD, want) || !o.CostEstimated) {
+				t.Errorf("cost %v (estimated %v), want %v priced by MODEL_PRICES", o.CostUSD, o.CostEstimated, want)
+			}
+			// Claude reports each call; for the others the proxy meters it.
+			if o.ContextTokens != stubmodel.DefaultUsage.InputTokens+stubmodel.DefaultUsage.CacheReadInputTokens+stubmodel.DefaultUsage.CacheCreationInputTokens {
 				t.Errorf("context tokens %d, want the last call's", o.ContextTokens)
 			}
 			_, prog := e.docs(out)

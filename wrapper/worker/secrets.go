@@ -23,7 +23,7 @@ import (
 var wrapperOnly = map[string]bool{
 	"REDIS_URL": true, "INSTRUCTIONS": true, "CREDENTIAL_HOSTS": true,
 	"ANTHROPIC_API_KEY": true, "ANTHROPIC_AUTH_TOKEN": true, "ANTHROPIC_BASE_URL": true,
-	"OPENAI_API_KEY": true, "DROID_BASE_URL": true, "FACTORY_API_KEY": true,
+	"OPENAI_API_KEY": true, "OPENAI_BASE_URL": true, "DROID_BASE_URL": true, "FACTORY_API_KEY": true,
 	"WORKER_KIND": true, "WORKER_KEY_PREFIX": true, "AGENT_TYPE": true, "AGENT_BIN": true, "AGENT_ARGS": true,
 	"AGENT_MODEL": true, "AGENT_SKIP_PERMISSIONS": true, "AGENT_JSON_SCHEMA": true, "AGENT_PERSISTENT": true,
 	"AGENT_PTY": true, "ALLOWED_COMMANDS": true, "TASK_TIMEOUT": true, "STALL_TIMEOUT": true,
@@ -43,7 +43,8 @@ type modelAPI struct{ url, token string }
 // startModelProxy starts the proxy between the agent and the model API, to
 // the upstream its adapter routes it to (Adapter.Route), with the real
 // credential of the wrapper's environment (ANTHROPIC_API_KEY, or
-// ANTHROPIC_AUTH_TOKEN as a bearer token). It returns nil for an agent
+// ANTHROPIC_AUTH_TOKEN as a bearer token; the route's own credential when
+// it names one, as Codex's OPENAI_API_KEY). It returns nil for an agent
 // that talks to its vendor by itself.
 func (w *Worker) startModelProxy() (*apiproxy.Proxy, error) {
 	get := w.getenv
@@ -57,6 +58,9 @@ func (w *Worker) startModelProxy() (*apiproxy.Proxy, error) {
 		return nil, nil
 	}
 	cfg.Upstream = route.Upstream
+	if c := route.Credential; c != nil { // another vendor's key (Codex: OPENAI_API_KEY)
+		cfg.APIKey, cfg.AuthToken = c.APIKey, c.AuthToken
+	}
 	p, err := apiproxy.Start("127.0.0.1:0", cfg)
 	if err != nil {
 		return nil, fmt.Errorf("model API proxy: %w", err)

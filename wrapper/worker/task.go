@@ -31,7 +31,7 @@ type current struct {
 	task     protocol.Task
 	attempt  int
 	src      taskSource
-	deadline time.Time // when the task's timeout ends
+	deadline time.Time // when the current attempt's timeout ends (guarded by mu: a retry moves it)
 	cancel   *interruptible
 	steer    *taskSteer
 	spend    *taskSpend // what its model calls cost, as the proxy metered them (cost.go)
@@ -87,6 +87,7 @@ func (c *current) transition(to protocol.RunState, at time.Time) {
 type taskRun struct {
 	w     *Worker
 	ctx   context.Context // once read, a task's own Redis work outlives shutdown: its output, usage and session record are kept
+	stop  context.Context // ends when shutdown begins: no further attempt starts
 	log   *slog.Logger
 	src   taskSource
 	entry *rdb.Entry
@@ -99,13 +100,12 @@ type taskRun struct {
 
 // runTask runs a task entry to its output: admit, execute, finish.
 func (w *Worker) runTask(ctx context.Context, src taskSource, e *rdb.Entry, task protocol.Task) {
-	t := &taskRun{w: w, ctx: context.WithoutCancel(ctx), src: src, entry: e, task: task,
+	t := &taskRun{w: w, ctx: context.WithoutCancel(ctx), stop: ctx, src: src, entry: e, task: task,
 		log: w.log.With("request_id", task.RequestID, "task_id", task.TaskID, "project_id", task.Project())}
 	if !t.admit() {
 		return
 	}
-	outcome, plan, oomBefore := t.execute()
-	o, usage := t.output(outcome, plan, oomBefore)
+	o, usage := t.attempts()
 	t.finish(o, usage)
 	t.w.budgetWarning(t.task, t.budget, o.CostUSD)
 }
@@ -136,9 +136,10 @@ func (t *taskRun) admit() bool {
 		return false
 	}
 	// Every delivery counts: of this entry (a redelivery after a restart
-	// or a lost reply), and the entries the spawner requeued before it.
+	// or a lost reply), and the entries the spawner requeued before it;
+	// so do the retries a wrapper ran before (the run's last attempt).
 	deliveries, _ := w.rdb.DeliveryCount(t.ctx, t.src.stream, t.src.group, t.entry.ID)
-	attempt := int(rec.Requeues + max(deliveries, 1))
+	attempt := int(max(rec.Requeues+max(deliveries, 1), rec.Attempt+1))
 	var answerErr *protocol.Error
 	if task.Answers != "" {
 		t.task, t.answered, answerErr = w.answeredRun(t.ctx, task)
@@ -158,7 +159,9 @@ func (t *taskRun) admit() bool {
 // start makes the task the one in flight, queued, and publishes so.
 func (t *taskRun) start(attempt int) bool {
 	w, task, now := t.w, t.task, t.w.now()
-	cur := newCurrent(task, t.src, protocol.NewRun(task.RequestID, task.TaskID, w.cfg.WorkerID, task.Project(), now))
+	run := protocol.NewRun(task.RequestID, task.TaskID, w.cfg.WorkerID, task.Project(), now)
+	run.AgentSlug, run.Trigger = string(w.cfg.AgentType), task.Trigger
+	cur := newCurrent(task, t.src, run)
 	cur.attempt, cur.token, cur.deadline = attempt, newToken(), now.Add(task.Timeout(w.cfg.TaskTimeout))
 	ok, err := w.state.begin(cur)
 	if err != nil {
@@ -205,19 +208,23 @@ func (t *taskRun) refusal(answerErr *protocol.Error) *protocol.Output {
 	return nil
 }
 
-// execute runs the agent in the task's session: the task's turn, the
-// turns of the steering messages that came during it, and the run again
-// in a new session when a resume failed. oomBefore is the OOM kill count
-// before the agent started.
-func (t *taskRun) execute() (outcome agent.Outcome, plan SessionPlan, oomBefore int64) {
+// execute runs the agent in the task's session (resume, when not "": the
+// session of the attempt before, which a retry continues): the task's
+// turn, the turns of the steering messages that came during it, and the
+// run again in a new session when a resume failed. oomBefore is the OOM
+// kill count before the agent started.
+func (t *taskRun) execute(resume string) (outcome agent.Outcome, plan SessionPlan, oomBefore int64) {
 	w, task, cur := t.w, t.task, t.cur
 	w.spend.unenforced(cur)
 	plan = w.sessions.Decide(t.ctx, task)
 	if task.Answers != "" {
 		plan = answerPlan(plan, t.answered)
 	}
+	if resume != "" {
+		plan = retryPlan(plan, resume)
+	}
 	spec := w.agentSpec(task, invocationFor(w.agent, task, plan), cur)
-	spec.Interrupt = cur.cancel.interrupt
+	spec.Interrupt = cur.cancel.channel()
 	spec.OnStart = func(pid int) {
 		cur.mu.Lock()
 		cur.agentPID = pid

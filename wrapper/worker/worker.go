@@ -147,6 +147,9 @@ func New(cfg Config, opts Options) (*Worker, error) {
 		// The agent's MCP check reads its run for one task (Droid: its
 		// refusal to start under --add-tools, its init line's tools).
 		w.log.Warn("AGENT_PERSISTENT: a " + ad.Name() + " worker with MCP servers runs one process per task")
+	case cfg.Persistent && ad.Caps().NoPersistent != "":
+		// FromEnv refuses it; a Config made otherwise runs per task.
+		w.log.Warn("AGENT_PERSISTENT: a " + ad.Name() + " worker runs one process per task: " + ad.Caps().NoPersistent)
 	case cfg.Persistent:
 		w.persist = &persistentAgent{log: w.log, argv: ad.PersistentArgv, input: ad.Input,
 			opens: ad.Caps().OpensSession, recycleTasks: cfg.RecycleTasks, recycleRSS: cfg.RecycleRSS}

@@ -171,8 +171,12 @@ func (e *env) lifecycle() []string {
 	return names
 }
 
+// fakeAgentTypes are the agent types whose CLIs the fake agent plays
+// (internal/fakeagent); Codex runs for real only (realagent_test.go).
+var fakeAgentTypes = []protocol.AgentType{protocol.AgentClaude, protocol.AgentDroid}
+
 func TestTaskCompletesWithProgressStatusAndPauseRequest(t *testing.T) {
-	for _, agentType := range protocol.AgentTypes {
+	for _, agentType := range fakeAgentTypes {
 		t.Run(string(agentType), func(t *testing.T) {
 			e := newEnv(t, agentType, protocol.KindLongLived)
 			e.start()

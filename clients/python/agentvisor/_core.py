@@ -193,13 +193,15 @@ class SentInfo:
     after: str = "0-0"
 
 
-def run_args(task, worker_id, kind):
-    """The field/value pairs of a new run hash (requested)."""
+def run_args(task, worker_id, kind, agent_type=None):
+    """The field/value pairs of a new run hash (requested); agent_type is
+    the worker's (the run's agent_slug)."""
     t = now()
     return [
         "request_id", task.request_id, "task_id", task.task_id or "",
         "worker_id", "" if kind == "developer" else worker_id,
-        "project_id", task.project_id or DEFAULT_PROJECT, "status", "requested",
+        "project_id", task.project_id or DEFAULT_PROJECT,
+        "agent_slug", agent_type or "", "trigger", task.trigger or "", "status", "requested",
         "created_at", t, "updated_at", t,
     ]
 

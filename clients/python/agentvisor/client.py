@@ -247,14 +247,14 @@ class Client:
         (requested). NOT_FOUND for a worker without a status hash."""
         task = _core.make_task(prompt, request_id, **task_fields)
         try:
-            kind = self.redis.hget(self.keys.status(worker_id), "kind")
+            kind, agent_type = self.redis.hmget(self.keys.status(worker_id), "kind", "agent_type")
         except redis.RedisError as e:
             raise redis_error(e, f"send: read worker {worker_id}") from e
         if kind is None:
             raise AgentvisorError("NOT_FOUND", f"no worker {worker_id}")
         kind = kind or "long_lived"
         info = SentInfo(task.request_id, worker_id, self.keys.input(worker_id, kind), self.keys.output(worker_id, kind))
-        run = _core.run_args(task, worker_id, kind)
+        run = _core.run_args(task, worker_id, kind, agent_type)
 
         def make_run(pipe):
             pipe.eval(_core.CREATE_RUN, 1, self.keys.run(task.request_id), *run)

@@ -170,6 +170,11 @@ class CommandSpec(Document):
 
     _FIELDS = {'agent_type': {'enum': ['claude',
                                        'droid',
+                                       'codex',
+                                       'CODEX',
+                                       'Codex',
+                                       'openai-codex',
+                                       'openai_codex',
                                        'CLAUDE',
                                        'DROID',
                                        'FACTORY',
@@ -265,6 +270,11 @@ class Command(Document):
                               'required': False},
                'agent_type': {'enum': ['claude',
                                        'droid',
+                                       'codex',
+                                       'CODEX',
+                                       'Codex',
+                                       'openai-codex',
+                                       'openai_codex',
                                        'CLAUDE',
                                        'DROID',
                                        'FACTORY',
@@ -573,7 +583,7 @@ class Output(Document):
                              'maxLength': 200,
                              'type': ['string'],
                              'required': True},
-               'agent_type': {'enum': ['claude', 'droid'], 'required': False},
+               'agent_type': {'enum': ['claude', 'droid', 'codex'], 'required': False},
                'status': {'enum': ['complete', 'blocked', 'failed', 'cancelled'], 'required': True},
                'response': {'type': ['string'], 'required': False},
                'result': {'type': ['object', 'null'], 'required': False},
@@ -702,6 +712,7 @@ class Progress(Document):
     level: Optional[str] = None
     refused: Optional[ProgressRefused] = None
     steps_completed: Optional[int] = None
+    steps_total: Optional[int] = None
     timestamp: str
 
     _FIELDS = {'v': {'const': 1, 'required': True},
@@ -727,6 +738,7 @@ class Progress(Document):
                'level': {'enum': ['info', 'warning'], 'required': False},
                'refused': {'class': 'ProgressRefused', 'type': ['object'], 'required': False},
                'steps_completed': {'minimum': 0, 'type': ['integer'], 'required': False},
+               'steps_total': {'minimum': 0, 'maximum': 100000, 'type': ['integer'], 'required': False},
                'timestamp': {'type': ['string'], 'required': True}}
     _OPEN = False
 
@@ -738,10 +750,12 @@ class ProgressReport(Document):
     step: str
     progress_pct: Optional[int] = None
     output: Optional[str] = None
+    steps_total: Optional[int] = None
 
     _FIELDS = {'step': {'minLength': 1, 'maxLength': 1024, 'type': ['string'], 'required': True},
                'progress_pct': {'minimum': 0, 'maximum': 100, 'type': ['integer'], 'required': False},
-               'output': {'maxLength': 65536, 'type': ['string'], 'required': False}}
+               'output': {'maxLength': 65536, 'type': ['string'], 'required': False},
+               'steps_total': {'minimum': 0, 'maximum': 100000, 'type': ['integer'], 'required': False}}
     _OPEN = False
 
 
@@ -788,7 +802,7 @@ class Worker(Document):
                'state': {'enum': ['starting', 'idle', 'busy', 'paused', 'stopping', 'stopped', 'failed'],
                          'required': False},
                'health': {'enum': ['unknown', 'healthy', 'degraded'], 'required': False},
-               'agent_type': {'enum': ['claude', 'droid'], 'required': False},
+               'agent_type': {'enum': ['claude', 'droid', 'codex'], 'required': False},
                'kind': {'enum': ['long_lived', 'developer'], 'required': False},
                'project_id': {'type': ['string'], 'required': False},
                'container_id': {'type': ['string'], 'required': False},
@@ -854,6 +868,21 @@ class WorkerStopOutput(Document):
 
 
 @dataclass(kw_only=True)
+class TaskRetry(Document):
+    """Run the task again after a retryable failure: at most attempts in all, waiting backoff_ms[n-2] ms before attempt n (the last value repeats). An absent field takes the operator's default (RETRY_ATTEMPTS, 4; RETRY_BACKOFF_MS, 1000,2000,4000)."""
+
+    attempts: Optional[int] = None
+    backoff_ms: Optional[list[int]] = None
+
+    _FIELDS = {'attempts': {'minimum': 0, 'maximum': 10, 'type': ['integer'], 'required': False},
+               'backoff_ms': {'maxItems': 10,
+                              'items': {'minimum': 0, 'maximum': 600000, 'type': ['integer']},
+                              'type': ['array'],
+                              'required': False}}
+    _OPEN = False
+
+
+@dataclass(kw_only=True)
 class Task(Document):
     """A request to a worker, added to worker:{id}:input or worker:developer:input."""
 
@@ -868,6 +897,8 @@ class Task(Document):
     answers: Optional[str] = None
     max_budget_usd: Optional[float] = None
     priority: Optional[str] = None
+    retry: Optional[TaskRetry] = None
+    trigger: Optional[str] = None
     metadata: Optional[dict[str, Any]] = None
 
     _FIELDS = {'v': {'const': 1, 'required': True},
@@ -897,8 +928,10 @@ class Task(Document):
                            'required': False},
                'max_budget_usd': {'minimum': 0, 'maximum': 1000000, 'type': ['number'], 'required': False},
                'priority': {'enum': ['high', 'normal', 'low'], 'required': False},
+               'retry': {'class': 'TaskRetry', 'type': ['object'], 'required': False},
+               'trigger': {'maxLength': 200, 'type': ['string'], 'required': False},
                'metadata': {'type': ['object'], 'required': False}}
     _OPEN = False
 
 
-CLASSES = {'Cancel': Cancel, 'CommandNetwork': CommandNetwork, 'CommandBudget': CommandBudget, 'CommandSpecLimits': CommandSpecLimits, 'CommandSpecPlacement': CommandSpecPlacement, 'CommandSpecNetwork': CommandSpecNetwork, 'CommandSpecMcpServersItem': CommandSpecMcpServersItem, 'CommandSpec': CommandSpec, 'Command': Command, 'ControlRequest': ControlRequest, 'Heartbeat': Heartbeat, 'LifecycleEvent': LifecycleEvent, 'Message': Message, 'ErrorInfo': ErrorInfo, 'OutputSession': OutputSession, 'Usage': Usage, 'Output': Output, 'PermissionReply': PermissionReply, 'PermissionRequest': PermissionRequest, 'ProgressRefused': ProgressRefused, 'Progress': Progress, 'ProgressReport': ProgressReport, 'WorkerNetwork': WorkerNetwork, 'Worker': Worker, 'Reply': Reply, 'WorkerStopOutput': WorkerStopOutput, 'Task': Task}
+CLASSES = {'Cancel': Cancel, 'CommandNetwork': CommandNetwork, 'CommandBudget': CommandBudget, 'CommandSpecLimits': CommandSpecLimits, 'CommandSpecPlacement': CommandSpecPlacement, 'CommandSpecNetwork': CommandSpecNetwork, 'CommandSpecMcpServersItem': CommandSpecMcpServersItem, 'CommandSpec': CommandSpec, 'Command': Command, 'ControlRequest': ControlRequest, 'Heartbeat': Heartbeat, 'LifecycleEvent': LifecycleEvent, 'Message': Message, 'ErrorInfo': ErrorInfo, 'OutputSession': OutputSession, 'Usage': Usage, 'Output': Output, 'PermissionReply': PermissionReply, 'PermissionRequest': PermissionRequest, 'ProgressRefused': ProgressRefused, 'Progress': Progress, 'ProgressReport': ProgressReport, 'WorkerNetwork': WorkerNetwork, 'Worker': Worker, 'Reply': Reply, 'WorkerStopOutput': WorkerStopOutput, 'TaskRetry': TaskRetry, 'Task': Task}

@@ -102,6 +102,9 @@ class FakeRedis:
     def hget(self, key, field):
         return self.hashes.get(key, {}).get(field)
 
+    def hmget(self, key, *fields):
+        return [self.hashes.get(key, {}).get(f) for f in fields]
+
     def hgetall(self, key):
         return dict(self.hashes.get(key, {}))
 
@@ -194,18 +197,20 @@ def progress(request_id, step):
 class TaskTest(unittest.TestCase):
     def setUp(self):
         self.r = FakeRedis()
-        self.r.hashes["p:status:w1"] = {"kind": "long_lived", "status": "idle"}
+        self.r.hashes["p:status:w1"] = {"kind": "long_lived", "status": "idle", "agent_type": "claude"}
         # An output of an earlier task: before the send, never this task's.
         self.r.xadd("p:w1:output", {"data": json.dumps(output("r1", result={"old": True}))})
         self.c = Client(self.r, prefix="p")
 
     def test_send_makes_the_run_and_reads_after_the_last_output(self):
-        t = self.c.send("w1", "hello", request_id="r1", task_id="T-1")
+        t = self.c.send("w1", "hello", request_id="r1", task_id="T-1", trigger="cron", retry={"attempts": 2})
         run = self.c.run("r1")
         self.assertEqual((run.status, run.get("worker_id"), run.get("task_id"), run.get("project_id")), ("requested", "w1", "T-1", "default"))
+        self.assertEqual((run.get("agent_slug"), run.get("trigger")), ("claude", "cron"))
         self.assertEqual(t.info.after, "1-0")
         task = json.loads(self.r.streams["p:w1:input"][0][1]["data"])
-        self.assertEqual(task, {"v": 1, "type": "task", "request_id": "r1", "prompt": "hello", "task_id": "T-1"})
+        self.assertEqual(task, {"v": 1, "type": "task", "request_id": "r1", "prompt": "hello", "task_id": "T-1",
+                                "trigger": "cron", "retry": {"attempts": 2}})
         for doc in (progress("other", "not mine"), progress("r1", "Step 1"), output("r1", result={"new": True}), progress("r1", "after")):
             self.r.xadd("p:w1:output", {"data": json.dumps(doc)})
         seen = [(ev.type, getattr(ev.doc, "step", None)) for ev in t.events(timeout=1)]

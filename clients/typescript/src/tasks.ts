@@ -21,6 +21,10 @@ export interface TaskInput {
   answers?: string;
   /** What the task may spend on model calls, in US dollars. */
   maxBudgetUsd?: number;
+  /** Ask to be run again after a retryable failure: attempts in all, ms before each retry; {} takes the operator's defaults (4; 1000, 2000, 4000). */
+  retry?: { attempts?: number; backoffMs?: number[] };
+  /** What started the task ("manual", "cron"), kept on its run. */
+  trigger?: string;
   metadata?: Record<string, unknown>;
 }
 
@@ -65,6 +69,12 @@ export function taskDoc(t: TaskInput): Task {
   if (t.timeoutSeconds !== undefined) doc.timeout_seconds = t.timeoutSeconds;
   if (t.answers) doc.answers = t.answers;
   if (t.maxBudgetUsd !== undefined) doc.max_budget_usd = t.maxBudgetUsd;
+  if (t.retry !== undefined) {
+    doc.retry = {};
+    if (t.retry.attempts !== undefined) doc.retry.attempts = t.retry.attempts;
+    if (t.retry.backoffMs !== undefined) doc.retry.backoff_ms = t.retry.backoffMs;
+  }
+  if (t.trigger) doc.trigger = t.trigger;
   if (t.metadata !== undefined) doc.metadata = t.metadata;
   for (const f of ['request_id', 'task_id', 'project_id', 'answers'] as const) checkId(f, doc[f], 'INVALID_TASK', f !== 'request_id');
   const size = typeof doc.prompt === 'string' ? Buffer.byteLength(doc.prompt) : 0;
@@ -96,8 +106,9 @@ export async function sendTask(c: Conn, workerId: string, input: TaskInput): Pro
   checkId('worker_id', workerId, 'INVALID_TASK');
   const doc = taskDoc(input);
   let kind: string | null;
+  let agentType: string | null;
   try {
-    kind = await c.redis.hget(c.keys.status(workerId), 'kind');
+    [kind, agentType] = await c.redis.hmget(c.keys.status(workerId), 'kind', 'agent_type');
   } catch (e) {
     throw redisError(e, `send: read worker ${workerId}`);
   }
@@ -111,7 +122,8 @@ export async function sendTask(c: Conn, workerId: string, input: TaskInput): Pro
   p.xrevrange(sent.output, '+', '-', 'COUNT', 1);
   p.eval(createRunScript, 1, c.keys.run(doc.request_id),
     'request_id', doc.request_id, 'task_id', doc.task_id ?? '', 'worker_id', k === 'developer' ? '' : workerId,
-    'project_id', doc.project_id || 'default', 'status', 'requested', 'created_at', now, 'updated_at', now);
+    'project_id', doc.project_id || 'default', 'agent_slug', agentType ?? '', 'trigger', doc.trigger ?? '',
+    'status', 'requested', 'created_at', now, 'updated_at', now);
   let res;
   try {
     res = (await p.exec()) ?? [];

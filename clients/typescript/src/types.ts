@@ -80,16 +80,16 @@ export type Id = string;
 
 export type Timestamp = string;
 
-export type AgentType = "claude" | "droid";
+export type AgentType = "claude" | "droid" | "codex";
 
 /** Every value of AgentType, in the schema's order. */
-export const agentTypeValues: readonly AgentType[] = ["claude","droid"];
+export const agentTypeValues: readonly AgentType[] = ["claude","droid","codex"];
 
-/** an agent type as a command may spell it; the manager normalises it to claude or droid */
-export type AgentTypeIn = "claude" | "droid" | "CLAUDE" | "DROID" | "FACTORY" | "Claude" | "Droid" | "Factory" | "factory" | "claude-code" | "claude_code" | "factory-droid" | "factory_droid";
+/** an agent type as a command may spell it; the manager normalises it to claude, droid or codex */
+export type AgentTypeIn = "claude" | "droid" | "codex" | "CODEX" | "Codex" | "openai-codex" | "openai_codex" | "CLAUDE" | "DROID" | "FACTORY" | "Claude" | "Droid" | "Factory" | "factory" | "claude-code" | "claude_code" | "factory-droid" | "factory_droid";
 
 /** Every value of AgentTypeIn, in the schema's order. */
-export const agentTypeInValues: readonly AgentTypeIn[] = ["claude","droid","CLAUDE","DROID","FACTORY","Claude","Droid","Factory","factory","claude-code","claude_code","factory-droid","factory_droid"];
+export const agentTypeInValues: readonly AgentTypeIn[] = ["claude","droid","codex","CODEX","Codex","openai-codex","openai_codex","CLAUDE","DROID","FACTORY","Claude","Droid","Factory","factory","claude-code","claude_code","factory-droid","factory_droid"];
 
 export type Kind = "long_lived" | "developer";
 
@@ -257,6 +257,7 @@ export interface Progress {
     port?: number;
   };
   steps_completed?: number;
+  steps_total?: number;
   timestamp: Timestamp;
 }
 
@@ -267,6 +268,7 @@ export interface ProgressReport {
   step: string;
   progress_pct?: number;
   output?: string;
+  steps_total?: number;
 }
 
 // reply.schema.json
@@ -337,5 +339,11 @@ export interface Task {
   answers?: Id;
   max_budget_usd?: number;
   priority?: "high" | "normal" | "low";
+  /** Run the task again after a retryable failure: at most attempts in all, waiting backoff_ms[n-2] ms before attempt n (the last value repeats). An absent field takes the operator's default (RETRY_ATTEMPTS, 4; RETRY_BACKOFF_MS, 1000,2000,4000). */
+  retry?: {
+    attempts?: number;
+    backoff_ms?: number[];
+  };
+  trigger?: string;
   metadata?: Metadata;
 }

@@ -58,9 +58,12 @@ func TestWorkerctl(t *testing.T) {
 		{ToolUse: &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": `worker-wrapper progress --step "Half way" --pct 50`, "description": "progress"}}},
 		{Text: "Done.\n{\"status\": \"complete\", \"result\": {\"answer\": 42}}"},
 	}})
-	out := must(exitOK, "send", short, "Do it.", "-wait", "-id", "t1")
+	out := must(exitOK, "send", short, "Do it.", "-wait", "-id", "t1", "-retry", "2")
 	if !strings.Contains(out, `"Half way" 50%`) || !strings.Contains(out, `{"answer":42}`) {
 		t.Errorf("send -wait printed:\n%s", out)
+	}
+	if run := rt.RC.HGetAll(context.Background(), rt.Keys.Run("t1")).Val(); run["trigger"] != "manual" || run["agent_slug"] != "claude" || run["attempt"] != "1" {
+		t.Errorf("the run of a task sent by workerctl: %v", run)
 	}
 	// Blocked: exit 4; failed: exit 5; -json prints the Output.
 	rt.Stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{{Text: "{\"status\": \"blocked\", \"question\": \"Which DB?\"}"}}})

@@ -14,8 +14,9 @@ import (
 )
 
 func sendCmd(c *ctl) *cobra.Command {
-	var project, reqID, priority string
+	var project, reqID, priority, trigger string
 	var newSession, wait bool
+	var retry int
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "send WORKER PROMPT",
@@ -44,8 +45,12 @@ owner asked), 4 blocked, 5 failed, 6 no output within --timeout.`,
 				project = row.ProjectID
 			}
 			tasks := &client.Tasks{Redis: c.rdb, Keys: c.keys, Wait: c.wait}
-			sent, err := tasks.Send(ctx, id, protocol.Task{RequestID: reqID, ProjectID: project, Prompt: a[1], ForceNewSession: newSession,
-				Priority: protocol.Priority(priority)})
+			task := protocol.Task{RequestID: reqID, ProjectID: project, Prompt: a[1], ForceNewSession: newSession, Trigger: trigger,
+				Priority: protocol.Priority(priority)}
+			if retry > 0 {
+				task.Retry = &protocol.RetryPolicy{Attempts: retry}
+			}
+			sent, err := tasks.Send(ctx, id, task)
 			var se *spawner.Error
 			if errors.As(err, &se) && se.Code == protocol.CodeInvalidTask {
 				return fail(exitUsage, "send: %v", err)
@@ -86,6 +91,8 @@ owner asked), 4 blocked, 5 failed, 6 no output within --timeout.`,
 	f.StringVar(&reqID, "id", "", "the request id (default: cli-<nanoseconds>)")
 	f.StringVar(&priority, "priority", "", "high, normal or low: the developer queue the task goes to (a long-lived worker reads its input in order)")
 	f.BoolVar(&newSession, "new-session", false, "start a new agent session instead of continuing the project's")
+	f.IntVar(&retry, "retry", 0, "ask for retries after a retryable failure: attempts in all, the first included (0: never retried); the backoff is the manager's RETRY_BACKOFF_MS")
+	f.StringVar(&trigger, "trigger", "manual", "what started the task, kept on its run (the run hash's trigger)")
 	f.BoolVar(&wait, "wait", false, "wait for the task's output; the exit code says how it ended")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "with --wait: how long to wait for the output")
 	return cmd

@@ -3,6 +3,7 @@ package rdb
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -226,6 +227,23 @@ func (r *RDB) Attempts(ctx context.Context, requestID string) (int, error) {
 		return 0, nil
 	}
 	return n, err
+}
+
+// LastAttempt returns the attempt a run is on: the last one a wrapper
+// ran (its own retries counted), or the hand-overs plus one when that is
+// more.
+func (r *RDB) LastAttempt(ctx context.Context, requestID string) (int, error) {
+	vals, err := r.C.HMGet(ctx, r.Keys.Run(requestID), protocol.RunFieldAttempts, protocol.RunFieldAttempt).Result()
+	if err != nil {
+		return 0, err
+	}
+	n := [2]int{}
+	for i, v := range vals {
+		if s, ok := v.(string); ok {
+			n[i], _ = strconv.Atoi(s)
+		}
+	}
+	return max(n[0]+1, n[1]), nil
 }
 
 // moveScript moves an entry from one stream to another unless it is gone

@@ -45,7 +45,7 @@ func run() int {
 		case "guard": // Droid's PreToolUse hook: may this command run?
 			return worker.GuardCommand(os.Stdin, os.Getenv, os.Stderr)
 		case "-h", "--help", "help":
-			fmt.Println("usage: worker-wrapper            (serve tasks; configuration from the environment)\n       worker-wrapper progress --step TEXT [--pct N] [--output TEXT]\n       worker-wrapper guard           (Droid's PreToolUse hook; reads the hook's JSON on stdin)")
+			fmt.Println("usage: worker-wrapper            (serve tasks; configuration from the environment)\n       worker-wrapper progress --step TEXT [--pct N] [--total N] [--output TEXT]\n       worker-wrapper guard           (Droid's PreToolUse hook; reads the hook's JSON on stdin)")
 			return 0
 		default:
 			fmt.Fprintf(os.Stderr, "worker-wrapper: unknown command %q\n", os.Args[1])

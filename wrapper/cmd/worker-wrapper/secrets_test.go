@@ -116,7 +116,7 @@ func TestAgentFindsNoSecret(t *testing.T) {
 
 // TestRealAgentsFindNoSecret runs the wrapper binary as a process under
 // uid 1000 (the test runs as root, as `make test` does) with the real
-// claude and droid, whose scripted shell tool call tries the wrapper's
+// claude, droid and codex, whose scripted shell tool call tries the wrapper's
 // /proc files, its own environment and its home: the tool's output, as the
 // stub model gets it, holds neither the Redis password nor the API key, and
 // every model call arrived with the real key, added by the wrapper's proxy.
@@ -143,6 +143,17 @@ func TestRealAgentsFindNoSecret(t *testing.T) {
 				return &stubmodel.ToolUse{Name: "Execute", Input: map[string]any{"command": c, "riskLevel": "low", "riskLevelReason": "reads files"}}
 			},
 			"~/.factory/settings.json", `"apiKey": "agentvisor-proxy-`},
+		{protocol.AgentCodex,
+			// A model Codex has no metadata for gets its classic function
+			// tools, which the stub's scripts drive (its own models get
+			// code mode's JavaScript tool).
+			func(u string) []string {
+				return []string{"OPENAI_BASE_URL=" + u, "OPENAI_API_KEY=" + apiKey, "AGENT_MODEL=gpt-stub"}
+			},
+			func(c string) *stubmodel.ToolUse {
+				return &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": c}} // the stub maps it to exec_command
+			},
+			"~/.codex/config.toml", "AGENTVISOR_MODEL_TOKEN=agentvisor-proxy-"},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.agent), func(t *testing.T) {

@@ -162,13 +162,16 @@ func (r *RDB) RunState(ctx context.Context, requestID string) (protocol.RunState
 type RunRecord struct {
 	State    protocol.RunState // "" when the run is unknown
 	Requeues int64             // protocol.RunFieldAttempts: hand-overs by the spawner
+	// Attempt is the last attempt a wrapper ran (protocol.RunFieldAttempt;
+	// 0 for none): it counts the wrapper's own retries too.
+	Attempt int64
 }
 
 // RunRecord reads the state of a run and how often the spawner requeued it.
 func (r *RDB) RunRecord(ctx context.Context, requestID string) (RunRecord, error) {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
-	vals, err := r.c.HMGet(ctx, r.Keys.Run(requestID), protocol.RunFieldStatus, protocol.RunFieldAttempts).Result()
+	vals, err := r.c.HMGet(ctx, r.Keys.Run(requestID), protocol.RunFieldStatus, protocol.RunFieldAttempts, protocol.RunFieldAttempt).Result()
 	if err != nil {
 		return RunRecord{}, fmt.Errorf("rdb: read run %s: %w", requestID, err)
 	}
@@ -178,6 +181,9 @@ func (r *RDB) RunRecord(ctx context.Context, requestID string) (RunRecord, error
 	}
 	if s, ok := vals[1].(string); ok {
 		rec.Requeues, _ = strconv.ParseInt(s, 10, 64)
+	}
+	if s, ok := vals[2].(string); ok {
+		rec.Attempt, _ = strconv.ParseInt(s, 10, 64)
 	}
 	return rec, nil
 }

@@ -23,6 +23,9 @@ test('taskDoc makes the wire task and refuses what the worker would (INVALID_TAS
   assert.equal(d.type, 'task');
   assert.match(d.request_id, /^task-\d+-[0-9a-f]{8}$/);
   assert.deepEqual({ ...d, request_id: 'x' }, { v: 1, type: 'task', request_id: 'x', prompt: 'hi', project_id: 'p', timeout_seconds: 60, max_budget_usd: 1.5, metadata: { chat: 1 } });
+  const r = taskDoc({ prompt: 'hi', requestId: 'r', trigger: 'cron', retry: { attempts: 2, backoffMs: [500] } });
+  assert.deepEqual({ trigger: r.trigger, retry: r.retry }, { trigger: 'cron', retry: { attempts: 2, backoff_ms: [500] } });
+  assert.deepEqual(taskDoc({ prompt: 'hi', retry: {} }).retry, {});
   for (const bad of [{ prompt: '' }, { prompt: 'x', requestId: 'has space' }, { prompt: 'x', timeoutSeconds: 90000 }, { prompt: 'x', maxBudgetUsd: -1 }, { prompt: 'x'.repeat((1 << 20) + 1) }]) {
     assert.throws(() => taskDoc(bad), (e) => hasCode(e, 'INVALID_TASK') && e.retryable === false, JSON.stringify(bad).slice(0, 60));
   }
