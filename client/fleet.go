@@ -51,6 +51,23 @@ func (f *Fleet) Worker(ctx context.Context, id string) (WorkerStatus, error) {
 	return all[0], nil
 }
 
+// History reads a worker's last state and health transitions, newest
+// first (at most protocol.MaxStatusHistory); an entry that does not
+// decode is left out.
+func (f *Fleet) History(ctx context.Context, id string) ([]protocol.TransitionRecord, error) {
+	docs, err := f.Redis.LRange(ctx, f.Keys.StatusHistory(id), 0, protocol.MaxStatusHistory-1).Result()
+	if err != nil {
+		return nil, redisError(err, "history of %s", id)
+	}
+	out := make([]protocol.TransitionRecord, 0, len(docs))
+	for _, d := range docs {
+		if r, err := protocol.DecodeTransitionRecord([]byte(d)); err == nil {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
 // Statuses reads the status of the given workers in one round trip,
 // leaving out those without a status hash.
 func (f *Fleet) Statuses(ctx context.Context, ids []string) ([]WorkerStatus, error) {

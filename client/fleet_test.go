@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -63,5 +64,29 @@ func TestFleetReads(t *testing.T) {
 	}
 	if all, err := f.Entries(ctx, keys.Lifecycle()); err != nil || len(all) != 3 {
 		t.Fatalf("entries %d %v", len(all), err)
+	}
+}
+
+// History reads a worker's transitions newest first, leaving out what
+// does not decode.
+func TestFleetHistory(t *testing.T) {
+	rc := testkit.NewRedisClient(t)
+	keys := protocol.Keys{Prefix: "histtest"}
+	ctx := context.Background()
+	f := &Fleet{Redis: rc, Keys: keys}
+	for _, tr := range []protocol.WorkerTransition{
+		{From: protocol.WorkerStarting, To: protocol.WorkerIdle, Reason: "started", InPrevious: time.Second},
+		{From: protocol.WorkerIdle, To: protocol.WorkerBusy, Reason: "task r1", InPrevious: 2 * time.Second},
+	} {
+		doc, _ := json.Marshal(tr.Record())
+		rc.LPush(ctx, keys.StatusHistory("w1"), doc)
+	}
+	rc.LPush(ctx, keys.StatusHistory("w1"), "not json")
+	h, err := f.History(ctx, "w1")
+	if err != nil || len(h) != 2 || h[0].To != protocol.WorkerBusy || h[0].InPreviousMS != 2000 || h[1].Reason != "started" {
+		t.Fatalf("history %+v %v", h, err)
+	}
+	if h, err := f.History(ctx, "nobody"); err != nil || len(h) != 0 {
+		t.Errorf("no history: %+v %v", h, err)
 	}
 }

@@ -31,8 +31,12 @@ type Sent struct {
 	RequestID string
 	WorkerID  string
 	Input     string // the input stream the task went to
-	Output    string // the output stream the worker answers on
-	After     string // the output stream's last entry id before the send
+	// Control is where the task's cancel and permission replies go: the
+	// worker's input, or the normal developer queue for a developer task
+	// of any priority ("" in a Sent made by hand: Input).
+	Control string
+	Output  string // the output stream the worker answers on
+	After   string // the output stream's last entry id before the send
 }
 
 // ErrAwaitTimeout is returned by Await and Watch when their context's
@@ -69,9 +73,11 @@ func (t *Tasks) Send(ctx context.Context, workerID string, task protocol.Task) (
 	}
 	r := streams{t.Redis, t.Wait}
 	sent := Sent{RequestID: task.RequestID, WorkerID: workerID, Input: t.Keys.InputFor(k, workerID), Output: t.Keys.OutputFor(k, workerID)}
+	sent.Control = sent.Input
 	runWorker := workerID
 	if k == protocol.KindDeveloper {
-		runWorker = "" // whichever developer worker reads it says so
+		runWorker = ""                                       // whichever developer worker reads it says so
+		sent.Input = t.Keys.DeveloperInputFor(task.Priority) // its priority's queue
 	}
 	now := protocol.FormatTime(time.Now())
 	// One round trip: the output stream's last entry (outputs after it are
@@ -100,6 +106,14 @@ func (t *Tasks) Send(ctx context.Context, workerID string, task protocol.Task) (
 	return sent, nil
 }
 
+// control is where the task's cancel and permission replies go.
+func (s Sent) control() string {
+	if s.Control != "" {
+		return s.Control
+	}
+	return s.Input
+}
+
 // createRunScript writes a run hash (field/value pairs) unless it exists.
 var createRunScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
@@ -115,7 +129,7 @@ func (t *Tasks) Cancel(ctx context.Context, s Sent, reason string) error {
 		return Errorf(protocol.CodeInvalidCommand, "cancel: %v", err)
 	}
 	r := streams{t.Redis, t.Wait}
-	if err := r.send(ctx, s.Input, doc); err != nil {
+	if err := r.send(ctx, s.control(), doc); err != nil {
 		return redisError(err, "cancel %s", s.RequestID)
 	}
 	return nil
@@ -130,7 +144,7 @@ func (t *Tasks) Answer(ctx context.Context, s Sent, permissionID string, allow b
 		return Errorf(protocol.CodeInvalidCommand, "answer: %v", err)
 	}
 	r := streams{t.Redis, t.Wait}
-	if err := r.send(ctx, s.Input, doc); err != nil {
+	if err := r.send(ctx, s.control(), doc); err != nil {
 		return redisError(err, "answer %s of %s", permissionID, s.RequestID)
 	}
 	return nil
@@ -148,7 +162,7 @@ func (t *Tasks) Message(ctx context.Context, s Sent, text string) error {
 		return Errorf(protocol.CodeInvalidCommand, "message: %v", err)
 	}
 	r := streams{t.Redis, t.Wait}
-	if err := r.send(ctx, s.Input, doc); err != nil {
+	if err := r.send(ctx, s.control(), doc); err != nil {
 		return redisError(err, "message to %s", s.RequestID)
 	}
 	return nil

@@ -111,6 +111,42 @@ func TestSendCreatesTheRun(t *testing.T) {
 	}
 }
 
+// A developer task goes to its priority's queue; its cancel goes to the
+// normal queue, where every developer worker follows the cancels of any
+// priority. A long-lived worker's task goes to its input whatever its
+// priority.
+func TestSendRoutesDeveloperTasksByPriority(t *testing.T) {
+	rc := testkit.NewRedisClient(t)
+	keys := protocol.Keys{Prefix: "priotest"}
+	ctx := context.Background()
+	tasks := &Tasks{Redis: rc, Keys: keys}
+	rc.HSet(ctx, keys.Status("dev"), protocol.StatusFieldKind, string(protocol.KindDeveloper))
+	rc.HSet(ctx, keys.Status("ll"), protocol.StatusFieldKind, string(protocol.KindLongLived))
+	for _, p := range []protocol.Priority{"", protocol.PriorityHigh, protocol.PriorityNormal, protocol.PriorityLow} {
+		sent, err := tasks.Send(ctx, "dev", protocol.Task{RequestID: "r-" + string(p.Or()) + string(p), Prompt: "x", Priority: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sent.Input != keys.DeveloperInputFor(p) || sent.Control != keys.DeveloperInput() {
+			t.Errorf("priority %q: input %s, control %s", p, sent.Input, sent.Control)
+		}
+		if err := tasks.Cancel(ctx, sent, "no"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(stream string) int64 { n, _ := rc.XLen(ctx, stream).Result(); return n }
+	if h, n, l := count(keys.DeveloperInputFor(protocol.PriorityHigh)), count(keys.DeveloperInput()), count(keys.DeveloperInputFor(protocol.PriorityLow)); h != 1 || n != 2+4 || l != 1 {
+		t.Errorf("high %d, normal %d (2 tasks, 4 cancels), low %d", h, n, l)
+	}
+	sent, err := tasks.Send(ctx, "ll", protocol.Task{Prompt: "x", Priority: protocol.PriorityHigh})
+	if err != nil || sent.Input != keys.Input("ll") || sent.Control != keys.Input("ll") {
+		t.Errorf("long-lived: %+v %v", sent, err)
+	}
+	if _, err := tasks.Send(ctx, "dev", protocol.Task{Prompt: "x", Priority: "urgent"}); !HasCode(err, protocol.CodeInvalidTask) {
+		t.Errorf("priority urgent: %v, want INVALID_TASK", err)
+	}
+}
+
 // A message to a running task is a message document on the task's input
 // stream; an empty one is refused with INVALID_COMMAND and not written.
 func TestTasksMessage(t *testing.T) {

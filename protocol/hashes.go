@@ -10,7 +10,8 @@ import (
 // PROTOCOL.md; values are strings, times RFC 3339 in UTC.
 const (
 	StatusFieldState        = "status"        // WorkerState: wrapper (starting..stopped), spawner (paused, failed)
-	StatusFieldHealth       = "health"        // Health: spawner
+	StatusFieldHealth       = "health"        // Health: wrapper (unknown, healthy at its first heartbeat, degraded by its tasks), spawner (degraded by its probes)
+	StatusFieldStateSince   = "state_since"   // wrapper: when the state (or health) began
 	StatusFieldContainer    = "container"     // ContainerStatus: spawner
 	StatusFieldStartedAt    = "started_at"    // wrapper, when it started
 	StatusFieldUpdatedAt    = "updated_at"    // every writer

@@ -76,6 +76,11 @@ func (k Keys) Control() string { return k.join("control") }
 // Status is the hash that holds the current status of one worker.
 func (k Keys) Status(workerID string) string { return k.join("status", workerID) }
 
+// StatusHistory is the list of a worker's last state and health
+// transitions (TransitionRecord documents, newest first, at most
+// MaxStatusHistory).
+func (k Keys) StatusHistory(workerID string) string { return k.join("status", workerID, "history") }
+
 // Heartbeat is the key, with a TTL, that a live worker refreshes.
 func (k Keys) Heartbeat(workerID string) string { return k.join("heartbeat", workerID) }
 
@@ -87,8 +92,43 @@ func (k Keys) Input(workerID string) string { return k.join(workerID, "input") }
 func (k Keys) Output(workerID string) string { return k.join(workerID, "output") }
 
 // DeveloperInput is the task stream shared by every developer worker,
-// read through the DeveloperGroup consumer group.
+// read through the DeveloperGroup consumer group: the queue of the
+// normal priority (and of a task that names none).
 func (k Keys) DeveloperInput() string { return k.join("developer", "input") }
+
+// DeveloperInputFor is the developer queue of priority p: the normal one
+// is DeveloperInput, high and low have a stream each
+// ("worker:developer:input:high").
+func (k Keys) DeveloperInputFor(p Priority) string {
+	if p == PriorityNormal || p == "" {
+		return k.DeveloperInput()
+	}
+	return k.join("developer", "input", string(p))
+}
+
+// DeveloperInputs are the developer queues, highest priority first.
+func (k Keys) DeveloperInputs() []string {
+	out := make([]string, len(Priorities))
+	for i, p := range Priorities {
+		out[i] = k.DeveloperInputFor(p)
+	}
+	return out
+}
+
+// InputsFor are every stream a worker of kind reads through its group:
+// its own input, or the developer queues (highest priority first).
+func (k Keys) InputsFor(kind Kind, workerID string) []string {
+	if kind == KindDeveloper {
+		return k.DeveloperInputs()
+	}
+	return []string{k.Input(workerID)}
+}
+
+// DeveloperIdle is the sorted set of the developer workers that are idle
+// and healthy (score: the unix ms of their last heartbeat while so); a
+// developer worker hands a task of a project whose session another one
+// holds to that one only while it is there (affinity.go).
+func (k Keys) DeveloperIdle() string { return k.join("developer", "idle") }
 
 // DeveloperOutput is the output stream shared by every developer worker.
 func (k Keys) DeveloperOutput() string { return k.join("developer", "output") }

@@ -17,6 +17,14 @@ const (
 	EventStopping       Event = "stopping"        // shutdown began (SIGTERM)
 	EventStopped        Event = "stopped"         // clean shutdown finished
 	EventFailed         Event = "failed"          // the wrapper itself failed
+	// EventStateChanged: the worker's state or health changed (detail:
+	// a TransitionRecord: from, to, from_health, to_health, reason,
+	// in_previous_ms). The spawner publishes it too, for the state
+	// changes it makes (paused, woken, failed, stopped).
+	EventStateChanged Event = "state_changed"
+	// EventHandedOff: a developer worker gave a task it read to the
+	// worker that holds its project's session (detail: to, project_id).
+	EventHandedOff Event = "task_handed_off"
 )
 
 // Events the spawner publishes.
@@ -55,7 +63,7 @@ const EventOperatorAction Event = "operator_action"
 
 var events = map[Event]bool{
 	EventStarted: true, EventTaskStarted: true, EventTaskCompleted: true, EventTaskFailed: true, EventTaskCancelled: true, EventBudgetWarning: true,
-	EventPauseRequested: true, EventStopping: true, EventStopped: true, EventFailed: true,
+	EventPauseRequested: true, EventStopping: true, EventStopped: true, EventFailed: true, EventStateChanged: true, EventHandedOff: true,
 	EventCreated: true, EventQueued: true, EventPaused: true, EventUnpaused: true, EventDied: true,
 	EventOOM: true, EventDead: true, EventDegraded: true, EventRecovered: true, EventRemoved: true, EventReplaceFailed: true, EventAllocated: true, EventRecycled: true, EventHostLost: true, EventNetworkChanged: true, EventOperatorAction: true,
 }

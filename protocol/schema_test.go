@@ -78,6 +78,7 @@ func TestSchemasRefuseWhatDecodersRefuse(t *testing.T) {
 		{"task.schema.json", `{"v":1,"type":"task","request_id":"r","prompt":"p","x":1}`},
 		{"task.schema.json", `{"v":1,"type":"task","request_id":"a b","prompt":"p"}`},
 		{"task.schema.json", `{"v":1,"type":"task","request_id":"r","prompt":"p","timeout_seconds":-5}`},
+		{"task.schema.json", `{"v":1,"type":"task","request_id":"r","prompt":"p","priority":"urgent"}`},
 		{"output.schema.json", `{"v":1,"type":"output","request_id":"r","worker_id":"w","status":"failed","usage":{"input":0,"output":0,"cache_read":0,"cache_creation":0},"context_tokens":0,"cost_usd":0,"duration_ms":0,"timestamp":"2026-01-01T00:00:00Z"}`},
 		{"output.schema.json", `{"v":1,"type":"output","request_id":"r","worker_id":"w","status":"blocked","usage":{"input":0,"output":0,"cache_read":0,"cache_creation":0},"context_tokens":0,"cost_usd":0,"duration_ms":0,"timestamp":"2026-01-01T00:00:00Z"}`},
 		{"lifecycle.schema.json", `{"v":1,"type":"lifecycle","worker_id":"w","event":"started","source":"wrapper","timestamp":"yesterday"}`},

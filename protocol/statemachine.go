@@ -174,13 +174,21 @@ func CheckWorkerTransition(from, to WorkerState) error {
 	return &TransitionError{Machine: "worker", From: string(from), To: string(to)}
 }
 
-// Health is the second dimension of a worker's state.
+// Health is the second dimension of a worker's state. A worker starts
+// unknown; its first heartbeat makes it healthy; worker-side failures in
+// a row make it degraded (health.go).
 type Health string
 
 const (
+	HealthUnknown  Health = "unknown"
 	HealthHealthy  Health = "healthy"
 	HealthDegraded Health = "degraded"
 )
+
+// Valid reports whether h is a known health.
+func (h Health) Valid() bool {
+	return h == HealthUnknown || h == HealthHealthy || h == HealthDegraded
+}
 
 // WorkerTransition records one change of a worker's state or health.
 type WorkerTransition struct {
@@ -203,11 +211,14 @@ type WorkerMachine struct {
 	Health   Health
 	Entered  time.Time          // when the current state (or health) began
 	History  []WorkerTransition // oldest first, at most MaxWorkerHistory
+
+	// Streak is the health record of the tasks that ended (health.go).
+	Streak FailureStreak
 }
 
-// NewWorkerMachine returns a machine in state starting, healthy.
+// NewWorkerMachine returns a machine in state starting, health unknown.
 func NewWorkerMachine(workerID string, now time.Time) *WorkerMachine {
-	return &WorkerMachine{WorkerID: workerID, State: WorkerStarting, Health: HealthHealthy, Entered: now}
+	return &WorkerMachine{WorkerID: workerID, State: WorkerStarting, Health: HealthUnknown, Entered: now}
 }
 
 // Transition moves m to state to for reason, or refuses with a
@@ -219,8 +230,9 @@ func (m *WorkerMachine) Transition(to WorkerState, reason string, now time.Time)
 	return m.record(to, m.Health, reason, now), nil
 }
 
-// SetHealth changes m's health for reason. It is refused in a terminal
-// state; setting the health it already has records nothing.
+// SetHealth changes m's health for reason (to healthy or degraded: no
+// worker goes back to unknown). It is refused in a terminal state;
+// setting the health it already has records nothing.
 func (m *WorkerMachine) SetHealth(h Health, reason string, now time.Time) (WorkerTransition, bool, error) {
 	if h != HealthHealthy && h != HealthDegraded {
 		return WorkerTransition{}, false, fmt.Errorf("protocol: unknown health %q", h)

@@ -175,7 +175,7 @@ func TestWorkerMachineRecordsReasonsAndDurations(t *testing.T) {
 	if err != nil || !changed {
 		t.Fatalf("SetHealth: %v %v", changed, err)
 	}
-	if tr.From != WorkerPaused || tr.To != WorkerPaused || tr.FromHealth != HealthHealthy || tr.ToHealth != HealthDegraded || tr.InPrevious != 6*time.Second {
+	if tr.From != WorkerPaused || tr.To != WorkerPaused || tr.FromHealth != HealthUnknown || tr.ToHealth != HealthDegraded || tr.InPrevious != 6*time.Second {
 		t.Errorf("health change recorded as %+v", tr)
 	}
 	if _, changed, _ := m.SetHealth(HealthDegraded, "again", t0.Add(21*time.Second)); changed {

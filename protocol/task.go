@@ -46,7 +46,11 @@ type Task struct {
 	Retry *RetryPolicy `json:"retry,omitempty"`
 	// Trigger says what started the task ("manual", "cron", "webhook"):
 	// free text for the producer, kept on the run hash.
-	Trigger  string         `json:"trigger,omitempty"`
+	Trigger string `json:"trigger,omitempty"`
+	// Priority orders the shared developer queue (priority.go): high,
+	// normal or low; "" is normal. A long-lived worker's own input is
+	// read in order, whatever the priority.
+	Priority Priority       `json:"priority,omitempty"`
 	Metadata map[string]any `json:"metadata,omitempty"` // echoed back on the Output
 }
 
@@ -105,6 +109,9 @@ func (t Task) Validate() error {
 	}
 	if err := checkBudget("max_budget_usd", t.MaxBudgetUSD); err != nil {
 		return err
+	}
+	if !t.Priority.Valid() {
+		return fieldErr("priority", "is %q, want high, normal or low", t.Priority)
 	}
 	if len(t.Trigger) > MaxTriggerBytes || !utf8.ValidString(t.Trigger) {
 		return fieldErr("trigger", "want at most %d bytes of UTF-8", MaxTriggerBytes)

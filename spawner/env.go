@@ -31,11 +31,41 @@ func (e *env) writeStatus(ctx context.Context, id string, fields map[string]any)
 	e.writeStatusOn(ctx, e.Host(), id, fields)
 }
 
-// writeStatusOn is writeStatus for a worker of the given host.
+// writeStatusOn is writeStatus for a worker of the given host. A write
+// that changes the worker's state (paused, woken, failed, stopped) is a
+// transition of its state machine, published as the wrapper publishes
+// its own (transition).
 func (e *env) writeStatusOn(ctx context.Context, host, id string, fields map[string]any) {
+	to, changes := fields[protocol.StatusFieldState].(string)
+	var prev []string
+	if changes {
+		prev, _ = e.rdb.StatusValues(ctx, id, protocol.StatusFieldState, protocol.StatusFieldHealth, protocol.StatusFieldStateSince)
+		fields[protocol.StatusFieldStateSince] = protocol.FormatTime(e.now())
+	}
 	if err := e.rdb.WriteStatus(ctx, id, host, e.now(), fields); err != nil {
 		e.log.Warn("status not written", "worker_id", id, "err", err)
+		return
 	}
+	if len(prev) == 3 && prev[0] != "" && prev[0] != to {
+		e.transition(ctx, host, id, prev, protocol.WorkerState(to))
+	}
+}
+
+// transition publishes a state change the spawner made: prev is the
+// status hash's state, health and state_since before it.
+func (e *env) transition(ctx context.Context, host, id string, prev []string, to protocol.WorkerState) {
+	now := e.now()
+	h := protocol.Health(prev[1])
+	tr := protocol.WorkerTransition{From: protocol.WorkerState(prev[0]), To: to, FromHealth: h, ToHealth: h,
+		Reason: "spawner: " + string(to), At: now}
+	if since, err := protocol.ParseTime(prev[2]); err == nil && !since.IsZero() && now.After(since) {
+		tr.InPrevious = now.Sub(since)
+	}
+	rec := tr.Record()
+	if err := e.rdb.PushHistory(ctx, id, rec); err != nil {
+		e.log.Warn("history not written", "worker_id", id, "err", err)
+	}
+	e.lifecycleOn(ctx, host, id, protocol.EventStateChanged, rec.Detail())
 }
 
 // lifecycle publishes an event of a worker of this host.

@@ -174,7 +174,11 @@ func (h *Health) probe(ctx context.Context, id string, doc []byte, now time.Time
 	fresh := err == nil && beatFresh(hb, now, s.interval)
 	if fresh {
 		st.failures = 0
-		if tr, changed, _ := st.machine.SetHealth(protocol.HealthHealthy, "heartbeat fresh again", now); changed {
+		// The first fresh beat it sees makes the probe's record healthy
+		// and writes nothing: the wrapper says healthy at its first
+		// heartbeat, and may be degraded by its own tasks. Only a worker
+		// the probes degraded is written back healthy.
+		if tr, changed, _ := st.machine.SetHealth(protocol.HealthHealthy, "heartbeat fresh again", now); changed && tr.FromHealth == protocol.HealthDegraded {
 			s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldHealth: string(protocol.HealthHealthy)})
 			s.lifecycle(ctx, id, protocol.EventRecovered, map[string]any{"degraded_for_ms": tr.InPrevious.Milliseconds()})
 		}

@@ -85,7 +85,6 @@ func TestManagerCommandsPauseWakeAndCrash(t *testing.T) {
 		t.Fatalf("task 2: %+v", o)
 	}
 	t.Logf("paused worker woke and answered in %v", time.Since(start))
-
 	// Killed mid-task: a failed output, classified, without waiting for a heartbeat.
 	f.stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{{Text: "slow", DelayMS: 30000}}})
 	testkit.Eventually(t, "the worker paused again", 15*time.Second, func() bool {
@@ -96,6 +95,26 @@ func TestManagerCommandsPauseWakeAndCrash(t *testing.T) {
 	testkit.Eventually(t, "task 3 running", 30*time.Second, func() bool {
 		return f.rc.HGet(ctx, f.keys.Status(id), protocol.StatusFieldRequestID).Val() == "m-3"
 	})
+	// The manager's state changes are transitions too: in the worker's
+	// history and on the lifecycle stream, with the time spent before.
+	testkit.Eventually(t, "paused and woken in the history", 10*time.Second, func() bool {
+		docs, _ := f.rc.LRange(ctx, f.keys.StatusHistory(id), 0, -1).Result()
+		seen := map[string]bool{}
+		for _, d := range docs {
+			if r, err := protocol.DecodeTransitionRecord([]byte(d)); err == nil && r.Reason != "" {
+				seen[string(r.From)+">"+string(r.To)] = true
+			}
+		}
+		return seen["idle>paused"] && seen["paused>idle"] && seen["idle>busy"] && seen["starting>idle"]
+	})
+	// The manager moves a worker from idle (a pause) or paused (a wake)
+	// only: never over the busy of the task that woke it.
+	docs, _ := f.rc.LRange(ctx, f.keys.StatusHistory(id), 0, -1).Result()
+	for _, d := range docs {
+		if r, _ := protocol.DecodeTransitionRecord([]byte(d)); strings.HasPrefix(r.Reason, "spawner:") && r.From != protocol.WorkerIdle && r.From != protocol.WorkerPaused {
+			t.Errorf("the manager moved the worker from %s: %+v", r.From, r)
+		}
+	}
 	time.Sleep(300 * time.Millisecond)
 	killed := time.Now()
 	if out, err := exec.Command("docker", "kill", "-s", "KILL", ContainerName(id)).CombinedOutput(); err != nil {

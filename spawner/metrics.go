@@ -42,6 +42,8 @@ type Metrics struct {
 	crashToOutput  prometheus.Histogram
 	lifecycle      *prometheus.CounterVec   // event
 	heartbeatsMiss *prometheus.CounterVec   // event (degraded, dead)
+	stateSeconds   *prometheus.HistogramVec // state, health: time spent in a state before it changed
+	transitions    *prometheus.CounterVec   // from, to
 	imageBuilds    *prometheus.CounterVec   // agent, outcome
 	buildSeconds   *prometheus.HistogramVec // agent
 	poolWait       *prometheus.HistogramVec // pool, source
@@ -102,6 +104,12 @@ func NewMetrics(rc redis.Cmdable, keys protocol.Keys, maxProjects int) *Metrics 
 		Help: "Lifecycle events, by event (the protocol's fixed set)."}, []string{"event"})).(*prometheus.CounterVec)
 	m.heartbeatsMiss = f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentvisor_heartbeats_missed_total",
 		Help: "Workers judged on missed heartbeats: degraded (stale probes) or dead (heartbeat expired)."}, []string{"event"})).(*prometheus.CounterVec)
+	m.stateSeconds = f(prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "agentvisor_worker_state_duration_seconds",
+		Help:    "Time a worker spent in a state (with a health) before it changed, from its state_changed events, by state and health.",
+		Buckets: []float64{.1, .5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 24 * 3600}}, []string{"state", "health"})).(*prometheus.HistogramVec)
+	m.transitions = f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentvisor_worker_transitions_total",
+		Help: "Worker state changes (state_changed events), by from and to (a state, or a health for a change of health alone)."},
+		[]string{"from", "to"})).(*prometheus.CounterVec)
 	m.imageBuilds = f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentvisor_image_builds_total",
 		Help: "Worker images built (a create whose image was missing), by agent and outcome (ok, error)."}, []string{"agent", "outcome"})).(*prometheus.CounterVec)
 	m.buildSeconds = f(prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "agentvisor_image_build_duration_seconds",
@@ -136,4 +144,32 @@ func (m *Metrics) ImageBuilt(agent protocol.AgentType, took time.Duration, err e
 	}
 	m.imageBuilds.WithLabelValues(string(agent), oc).Inc()
 	m.buildSeconds.WithLabelValues(string(agent)).Observe(took.Seconds())
+}
+
+// stateChanged counts a state_changed event's transition (its detail, a
+// protocol.TransitionRecord) and the time spent in the state it left.
+// Labels outside the protocol's states and healths are "unknown".
+func (m *Metrics) stateChanged(detail map[string]any) {
+	str := func(k string) string { v, _ := detail[k].(string); return v }
+	state := func(v string) string {
+		if protocol.WorkerState(v).Valid() {
+			return v
+		}
+		return "unknown"
+	}
+	health := func(v string) string {
+		if protocol.Health(v).Valid() {
+			return v
+		}
+		return "unknown"
+	}
+	from, to := state(str("from")), state(str("to"))
+	fromHealth, toHealth := health(str("from_health")), health(str("to_health"))
+	if from == to && fromHealth != toHealth {
+		from, to = fromHealth, toHealth
+	}
+	m.transitions.WithLabelValues(from, to).Inc()
+	if ms, ok := detail["in_previous_ms"].(float64); ok && ms >= 0 {
+		m.stateSeconds.WithLabelValues(state(str("from")), fromHealth).Observe(ms / 1000)
+	}
 }

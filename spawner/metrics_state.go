@@ -67,8 +67,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			state = "unknown"
 		}
 		health := s(1)
-		if health != string(protocol.HealthHealthy) && health != string(protocol.HealthDegraded) {
-			health = "unknown"
+		if !protocol.Health(health).Valid() {
+			health = string(protocol.HealthUnknown)
 		}
 		agent := s(2)
 		if !protocol.AgentType(agent).Valid() {

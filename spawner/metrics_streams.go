@@ -60,6 +60,8 @@ func (sm *streamMetrics) count(ev client.Event, died map[string]time.Time) {
 			}
 		case protocol.EventDegraded, protocol.EventDead:
 			m.heartbeatsMiss.WithLabelValues(string(l.Event)).Inc()
+		case protocol.EventStateChanged:
+			m.stateChanged(l.Detail)
 		case protocol.EventRemoved:
 			delete(died, l.WorkerID)
 		}

@@ -143,6 +143,14 @@ func TestMetricsFromStreams(t *testing.T) {
 	now := time.Now()
 	testkit.XAdd(t, rc, keys.Lifecycle(), testkit.Doc(protocol.Lifecycle{WorkerID: "w1", Event: protocol.EventDegraded, Source: "spawner", Timestamp: now}))
 	testkit.XAdd(t, rc, keys.Lifecycle(), testkit.Doc(protocol.Lifecycle{WorkerID: "w1", Event: protocol.EventDied, Source: "spawner", Timestamp: now}))
+	for _, tr := range []protocol.WorkerTransition{
+		{From: protocol.WorkerIdle, To: protocol.WorkerBusy, FromHealth: protocol.HealthHealthy, ToHealth: protocol.HealthHealthy, InPrevious: 2 * time.Second},
+		{From: protocol.WorkerBusy, To: protocol.WorkerIdle, FromHealth: protocol.HealthHealthy, ToHealth: protocol.HealthHealthy, InPrevious: 30 * time.Second},
+		{From: protocol.WorkerIdle, To: protocol.WorkerIdle, FromHealth: protocol.HealthHealthy, ToHealth: protocol.HealthDegraded, InPrevious: time.Second},
+	} {
+		testkit.XAdd(t, rc, keys.Lifecycle(), testkit.Doc(protocol.Lifecycle{WorkerID: "w2", Event: protocol.EventStateChanged, Source: "wrapper",
+			Timestamp: now, Detail: tr.Record().Detail()}))
+	}
 	time.Sleep(20 * time.Millisecond)
 	testkit.XAdd(t, rc, keys.Output("w1"), testkit.Doc(protocol.Output{Timestamp: now, RequestID: "r1", WorkerID: "w1", AgentType: "claude", ProjectID: "shop",
 		Status: protocol.StatusFailed, Error: &protocol.Error{Code: protocol.CodeKilled, Message: "killed"}, DurationMS: 1500}))
@@ -168,6 +176,8 @@ func TestMetricsFromStreams(t *testing.T) {
 		{"second project is _other", testutil.ToFloat64(m.cost.WithLabelValues("_other")), 0.25},
 		{"degraded", testutil.ToFloat64(m.heartbeatsMiss.WithLabelValues("degraded")), 1},
 		{"crash to output observed", float64(testutil.CollectAndCount(m.crashToOutput)), 1},
+		{"idle>busy", testutil.ToFloat64(m.transitions.WithLabelValues("idle", "busy")), 1},
+		{"healthy>degraded", testutil.ToFloat64(m.transitions.WithLabelValues("healthy", "degraded")), 1},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
@@ -196,6 +206,8 @@ func TestMetricsFromStreams(t *testing.T) {
 		`agentvisor_cost_usd_total{project="shop"} 0.5`,
 		`agentvisor_crash_to_output_seconds_count 1`,
 		`agentvisor_task_duration_seconds_count{agent="claude",status="failed"} 2`,
+		`agentvisor_worker_state_duration_seconds_sum{health="healthy",state="busy"} 30`,
+		`agentvisor_worker_state_duration_seconds_count{health="healthy",state="idle"} 2`,
 		`process_resident_memory_bytes`,
 	} {
 		if !strings.Contains(string(body), want) {

@@ -62,12 +62,17 @@ func (s *Spawner) Pause(ctx context.Context, id string) error {
 // busy says whether a worker has a task in flight, held or waiting.
 func (s *Spawner) busy(ctx context.Context, id string) (rdb.Busy, error) {
 	kind, _ := s.rdb.StatusField(ctx, id, protocol.StatusFieldKind)
-	_, input, group := s.inputOf(id, protocol.Kind(kind))
-	b, err := s.rdb.Busy(ctx, id, input, group)
-	if err != nil {
-		return b, redisError(err, "is %s busy", id)
+	k, _, group := s.inputOf(id, protocol.Kind(kind))
+	for _, input := range s.keys.InputsFor(k, id) {
+		b, err := s.rdb.Busy(ctx, id, input, group)
+		if err != nil {
+			return b, redisError(err, "is %s busy", id)
+		}
+		if b != rdb.NotBusy {
+			return b, nil
+		}
 	}
-	return b, nil
+	return rdb.NotBusy, nil
 }
 
 // inputOf returns a worker's kind (long-lived when its hash says none),
@@ -92,18 +97,39 @@ func (s *Spawner) stateNow(ctx context.Context, id string) *container.State {
 // Unpause wakes a paused worker. The engine is asked to unpause it at
 // once (a wake-up makes one engine call); a worker that was not paused
 // (another caller woke it first) is no error.
+//
+// The status says so before the engine call: the wrapper is frozen until
+// then, so its state (paused -> idle, a transition) cannot race with its
+// own next one (idle -> busy, as it takes the task that woke it).
 func (s *Spawner) Unpause(ctx context.Context, id string) error {
+	woke := s.wakeStatus(ctx, id)
 	if err := s.docker.ContainerUnpause(ctx, ContainerName(id)); err != nil {
 		if errdefs.IsNotFound(err) {
 			return noContainer(id)
 		}
-		if st := s.stateNow(ctx, id); st != nil && !st.Paused {
+		st := s.stateNow(ctx, id)
+		if st != nil && !st.Paused {
 			return nil
+		}
+		if st != nil && woke {
+			s.writeStatus(context.WithoutCancel(ctx), id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerPaused),
+				protocol.StatusFieldState: string(protocol.WorkerPaused)})
 		}
 		return engineError(err, "unpause worker %s", id)
 	}
-	s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerRunning),
-		protocol.StatusFieldState: string(protocol.WorkerIdle)})
 	s.lifecycle(ctx, id, protocol.EventUnpaused, nil)
 	return nil
+}
+
+// wakeStatus writes the status of a worker about to be unpaused: its
+// container running and, if its status says paused, its state idle. It
+// reports whether it changed the state.
+func (s *env) wakeStatus(ctx context.Context, id string) bool {
+	fields := map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerRunning)}
+	state, _ := s.rdb.StatusField(ctx, id, protocol.StatusFieldState)
+	if state == string(protocol.WorkerPaused) {
+		fields[protocol.StatusFieldState] = string(protocol.WorkerIdle)
+	}
+	s.writeStatus(ctx, id, fields)
+	return state == string(protocol.WorkerPaused)
 }

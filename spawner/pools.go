@@ -210,6 +210,12 @@ func (s *Spawner) allocate(ctx context.Context, commandID string, p *PoolTemplat
 			return protocol.WorkerInfo{}, false, err // the command made or took one: create continues it
 		}
 	}
+	var skipped []string // degraded warm workers taken out of the ready set
+	defer func() {
+		for _, id := range skipped {
+			_ = s.rdb.AddWarm(ctx, p.Name, id)
+		}
+	}()
 	for {
 		id, err := s.rdb.TakeWarm(ctx, p.Name)
 		if err != nil {
@@ -230,6 +236,13 @@ func (s *Spawner) allocate(ctx context.Context, commandID string, p *PoolTemplat
 			}
 			return protocol.WorkerInfo{}, false, nil // made cold here
 		}
+		if health, _ := s.rdb.StatusField(ctx, id, protocol.StatusFieldHealth); health == string(protocol.HealthDegraded) {
+			// Not allocated; it goes back to the ready set when this
+			// allocation ends.
+			s.log.Warn("a degraded warm worker is not allocated", "pool", p.Name, "worker_id", id)
+			skipped = append(skipped, id)
+			continue
+		}
 		if commandID != "" {
 			if got, err := s.rdb.CommandWorker(ctx, commandID, id); err != nil {
 				return protocol.WorkerInfo{}, false, redisError(err, "command %s", commandID)
@@ -240,13 +253,14 @@ func (s *Spawner) allocate(ctx context.Context, commandID string, p *PoolTemplat
 		}
 		// The hot path: one engine call (the unpause, by name: no inspect)
 		// and a few Redis writes; the reply is built from the status hash.
+		// Its status first, while it is frozen (Unpause says why).
+		s.wakeStatus(ctx, id)
 		if err := s.docker.ContainerUnpause(ctx, ContainerName(id)); err != nil {
 			// Gone meanwhile (died, retired), or not paused: the next one.
 			s.log.Warn("a warm worker could not be woken", "pool", p.Name, "worker_id", id, "err", err)
 			continue
 		}
-		s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldPoolState: protocol.PoolAllocated,
-			protocol.StatusFieldContainer: string(protocol.ContainerRunning), protocol.StatusFieldState: string(protocol.WorkerIdle)})
+		s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldPoolState: protocol.PoolAllocated})
 		wait := s.now().Sub(start)
 		s.lifecycle(ctx, id, protocol.EventUnpaused, nil)
 		s.lifecycle(ctx, id, protocol.EventAllocated, map[string]any{"pool": p.Name, "wait_ms": wait.Milliseconds()})
@@ -340,8 +354,8 @@ func (s *Pools) backfill(ctx context.Context) {
 
 // poolMember is one worker of a pool as its status hash says.
 type poolMember struct {
-	id, state, container, workerState string
-	tasks                             int
+	id, state, container, workerState, health string
+	tasks                                     int
 }
 
 // tendPool brings one pool to its counts. It reads the pool's own
@@ -358,7 +372,7 @@ func (s *Pools) tendPool(ctx context.Context, p *PoolTemplate) {
 			return
 		}
 		members = append(members, poolMember{id: id, state: h[protocol.StatusFieldPoolState], container: h[protocol.StatusFieldContainer],
-			workerState: h[protocol.StatusFieldState], tasks: atoi(h[protocol.StatusFieldTasksDone])})
+			workerState: h[protocol.StatusFieldState], health: h[protocol.StatusFieldHealth], tasks: atoi(h[protocol.StatusFieldTasksDone])})
 	}
 	warm, _ := s.rdb.Warm(ctx, p.Name)
 	ready := map[string]bool{}
@@ -370,8 +384,9 @@ func (s *Pools) tendPool(ctx context.Context, p *PoolTemplate) {
 		switch m.state {
 		case protocol.PoolWarm:
 			warmCount++
-			if !ready[m.id] && m.container == string(protocol.ContainerRunning) && m.workerState == string(protocol.WorkerIdle) {
-				// Started and idle: freeze it and offer it.
+			if !ready[m.id] && m.container == string(protocol.ContainerRunning) && m.workerState == string(protocol.WorkerIdle) &&
+				m.health != string(protocol.HealthDegraded) {
+				// Started, idle and not degraded: freeze it and offer it.
 				if err := s.workers.Pause(ctx, m.id); err == nil {
 					_ = s.rdb.AddWarm(ctx, p.Name, m.id)
 				}

@@ -34,9 +34,13 @@ func (r *Retention) run(ctx context.Context) {
 // trimInputs trims every input stream once and returns how many entries
 // went.
 func (s *Retention) trimInputs(ctx context.Context) int {
-	n, err := s.rdb.TrimInput(ctx, s.keys.DeveloperInput(), protocol.DeveloperGroup)
-	if err != nil {
-		s.log.Warn("trim the developer queue", "err", err)
+	n := 0
+	for _, queue := range s.keys.DeveloperInputs() {
+		k, err := s.rdb.TrimInput(ctx, queue, protocol.DeveloperGroup)
+		if err != nil {
+			s.log.Warn("trim a developer queue", "stream", queue, "err", err)
+		}
+		n += k
 	}
 	_ = s.eachWorker(ctx, func(ctx context.Context, id string) {
 		k, err := s.rdb.TrimInput(ctx, s.keys.Input(id), protocol.WorkerGroup)

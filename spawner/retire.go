@@ -100,7 +100,7 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 	replacing := s.cfg.ReplaceDead && kind == protocol.KindLongLived && h[protocol.StatusFieldSpec] != "" &&
 		(r.replace || (r.died && s.retriesInFlight(ctx, id, h, input, group)))
 	r.replacing = replacing
-	if err := s.answerHeld(ctx, id, h, kind, input, group, r, replacing); err != nil {
+	if err := s.answerHeld(ctx, id, h, kind, s.keys.InputsFor(kind, id), group, r, replacing); err != nil {
 		return true, err
 	}
 	detail := map[string]any{"reason": r.reason}
@@ -201,10 +201,31 @@ func (s *Spawner) goneSoon(ctx context.Context, containerID string) bool {
 // retryable developer task goes back to the queue; with a replacement
 // coming, a long-lived worker's held tasks other than the one in flight
 // are put back on its input, unread, for the replacement.
-func (s *Spawner) answerHeld(ctx context.Context, id string, h map[string]string, kind protocol.Kind, input, group string, r retirement, replacing bool) error {
+func (s *Spawner) answerHeld(ctx context.Context, id string, h map[string]string, kind protocol.Kind, inputs []string, group string, r retirement, replacing bool) error {
+	inFlight := h[protocol.StatusFieldRequestID]
+	answeredInFlight := false
+	for _, input := range inputs {
+		found, err := s.answerHeldOn(ctx, id, h, kind, input, group, r, replacing)
+		if err != nil {
+			return err
+		}
+		answeredInFlight = answeredInFlight || found
+	}
+	if inFlight != "" && !answeredInFlight {
+		// Its entry is gone (acknowledged): answer the run all the same
+		// unless it is terminal.
+		e := rdb.Entry{Task: protocol.Task{RequestID: inFlight, TaskID: h[protocol.StatusFieldTaskID]}, OK: true}
+		return s.answer(ctx, id, h, kind, inputs[0], group, e, true, r)
+	}
+	return nil
+}
+
+// answerHeldOn is answerHeld for one input stream; it reports whether
+// it answered the task in flight.
+func (s *Spawner) answerHeldOn(ctx context.Context, id string, h map[string]string, kind protocol.Kind, input, group string, r retirement, replacing bool) (bool, error) {
 	held, err := s.rdb.Held(ctx, input, group, id)
 	if err != nil {
-		return redisError(err, "tasks held by %s", id)
+		return false, redisError(err, "tasks held by %s", id)
 	}
 	inFlight := h[protocol.StatusFieldRequestID]
 	answeredInFlight := false
@@ -218,21 +239,15 @@ func (s *Spawner) answerHeld(ctx context.Context, id string, h map[string]string
 		answeredInFlight = answeredInFlight || isInFlight
 		if replacing && !isInFlight {
 			if _, err := s.rdb.Move(ctx, input, input, e.Msg, group); err != nil {
-				return redisError(err, "put back a task of %s", id)
+				return false, redisError(err, "put back a task of %s", id)
 			}
 			continue
 		}
 		if err := s.answer(ctx, id, h, kind, input, group, e, isInFlight, r); err != nil {
-			return err
+			return false, err
 		}
 	}
-	if inFlight != "" && !answeredInFlight {
-		// Its entry is gone (acknowledged): answer the run all the same
-		// unless it is terminal.
-		e := rdb.Entry{Task: protocol.Task{RequestID: inFlight, TaskID: h[protocol.StatusFieldTaskID]}, OK: true}
-		return s.answer(ctx, id, h, kind, input, group, e, true, r)
-	}
-	return nil
+	return answeredInFlight, nil
 }
 
 // answerWaiting answers the tasks on a retired long-lived worker's input

@@ -296,8 +296,10 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 	}
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := s.rdb.EnsureGroup(cctx, s.keys.InputFor(spec.Kind, id), protocol.GroupFor(spec.Kind)); err != nil {
-		return protocol.WorkerInfo{}, redisError(err, "input group of %s", id)
+	for _, input := range s.keys.InputsFor(spec.Kind, id) {
+		if err := s.rdb.EnsureGroup(cctx, input, protocol.GroupFor(spec.Kind)); err != nil {
+			return protocol.WorkerInfo{}, redisError(err, "input group of %s", id)
+		}
 	}
 	now := s.now()
 	cid := ""
@@ -315,7 +317,7 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 				protocol.StatusFieldState: string(protocol.WorkerStarting), protocol.StatusFieldContainer: string(protocol.ContainerStarting),
 				protocol.StatusFieldAgentType: string(spec.AgentType), protocol.StatusFieldKind: string(spec.Kind),
 				protocol.StatusFieldProjectID: spec.ProjectID, protocol.StatusFieldImage: img.Tag,
-				protocol.StatusFieldCreatedAt: protocol.FormatTime(now), protocol.StatusFieldHealth: string(protocol.HealthHealthy),
+				protocol.StatusFieldCreatedAt: protocol.FormatTime(now), protocol.StatusFieldHealth: string(protocol.HealthUnknown),
 				protocol.StatusFieldSpec: specJSON(spec), protocol.StatusFieldManagerID: s.cfg.ManagerID, protocol.StatusFieldHost: s.Host(),
 				protocol.StatusFieldPool: o.pool, protocol.StatusFieldPoolState: o.poolState})
 		}

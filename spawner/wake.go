@@ -2,6 +2,7 @@ package spawner
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
@@ -37,9 +38,9 @@ func newWake(p wakeParams) *Wake { return &Wake{wakeParams: p} }
 
 // pausedWorker is a worker of the paused set that Wake watches.
 type pausedWorker struct {
-	input   string    // its input stream
-	group   string    // and that stream's consumer group
-	after   string    // the last entry the group delivered: a later one is a task waiting
+	inputs  []string  // its input streams (the developer queues for a developer worker)
+	group   string    // and their consumer group
+	after   []string  // of each input, the last entry the group delivered: a later one is a task waiting
 	checked time.Time // when it was last checked
 	notTill time.Time // after a wake-up, no other before this
 }
@@ -92,7 +93,7 @@ func (w *Wake) run(ctx context.Context) {
 		}
 		for _, stream := range got {
 			for id, p := range w.watched {
-				if p.input == stream && time.Now().After(p.notTill) {
+				if slices.Contains(p.inputs, stream) && time.Now().After(p.notTill) {
 					w.check(ctx, id, p)
 				}
 			}
@@ -124,8 +125,8 @@ func (w *Wake) watch(ctx context.Context, ids []string) map[string]string {
 			if err != nil {
 				continue
 			}
-			_, input, group := s.inputOf(id, protocol.Kind(kind))
-			p = &pausedWorker{input: input, group: group}
+			k, _, group := s.inputOf(id, protocol.Kind(kind))
+			p = &pausedWorker{inputs: s.keys.InputsFor(k, id), group: group}
 			w.watched[id] = p
 		}
 		if now.Before(p.notTill) {
@@ -134,11 +135,13 @@ func (w *Wake) watch(ctx context.Context, ids []string) map[string]string {
 		if now.Sub(p.checked) >= wakeRecheck {
 			w.check(ctx, id, p)
 		}
-		if p.after == "" || now.Before(p.notTill) {
+		if len(p.after) != len(p.inputs) || now.Before(p.notTill) {
 			continue
 		}
-		if from, ok := streams[p.input]; !ok || lessID(p.after, from) {
-			streams[p.input] = p.after
+		for i, input := range p.inputs {
+			if from, ok := streams[input]; !ok || lessID(p.after[i], from) {
+				streams[input] = p.after[i]
+			}
 		}
 	}
 	return streams
@@ -148,18 +151,26 @@ func (w *Wake) watch(ctx context.Context, ids []string) map[string]string {
 // waiting, and otherwise records what its group delivered.
 func (w *Wake) check(ctx context.Context, id string, p *pausedWorker) {
 	s := w
-	b, delivered, err := s.rdb.BusyDelivered(ctx, id, p.input, p.group)
-	if err != nil {
-		s.log.Warn("wake on input: is the worker busy", "worker_id", id, "err", err)
-		return
+	b := rdb.NotBusy
+	after := make([]string, len(p.inputs))
+	for i, input := range p.inputs {
+		busy, delivered, err := s.rdb.BusyDelivered(ctx, id, input, p.group)
+		if err != nil {
+			s.log.Warn("wake on input: is the worker busy", "worker_id", id, "err", err)
+			return
+		}
+		after[i] = delivered
+		if b == rdb.NotBusy {
+			b = busy
+		}
 	}
-	p.checked, p.after = time.Now(), delivered
+	p.checked, p.after = time.Now(), after
 	if b == rdb.NotBusy {
 		return
 	}
 	p.notTill = time.Now().Add(wakeBackoff)
 	start := time.Now()
-	err = s.unpause(ctx, id)
+	err := s.unpause(ctx, id)
 	s.obs.woken(start, err)
 	if err != nil && !IsNotFound(err) {
 		s.log.Warn("wake on input", "worker_id", id, "err", err)

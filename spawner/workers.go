@@ -119,7 +119,7 @@ func InfoFromHash(id string, h map[string]string) protocol.WorkerInfo {
 	if !info.State.Valid() {
 		info.State = ""
 	}
-	if info.Health != protocol.HealthHealthy && info.Health != protocol.HealthDegraded {
+	if !info.Health.Valid() {
 		info.Health = ""
 	}
 	return info

@@ -97,12 +97,16 @@ type Config struct {
 	Approval          bool
 	ApprovalTimeout   time.Duration
 	HeartbeatInterval time.Duration // HEARTBEAT_INTERVAL
-	ShutdownGrace     time.Duration // SHUTDOWN_GRACE: time a running task gets after SIGTERM
-	ResultGrace       time.Duration // RESULT_GRACE
-	KillGrace         time.Duration // KILL_GRACE: SIGTERM to SIGKILL
-	ProgressAddr      string        // PROGRESS_ADDR
-	EventBuffer       int           // EVENT_BUFFER: events kept while Redis is down
-	PauseAfterOutput  bool          // PAUSE_AFTER_OUTPUT: ask the spawner to pause after each output
+	// DegradedCooldown (DEGRADED_COOLDOWN) is how long a degraded worker
+	// waits before its health check (doubled for each degradation in a
+	// row).
+	DegradedCooldown time.Duration
+	ShutdownGrace    time.Duration // SHUTDOWN_GRACE: time a running task gets after SIGTERM
+	ResultGrace      time.Duration // RESULT_GRACE
+	KillGrace        time.Duration // KILL_GRACE: SIGTERM to SIGKILL
+	ProgressAddr     string        // PROGRESS_ADDR
+	EventBuffer      int           // EVENT_BUFFER: events kept while Redis is down
+	PauseAfterOutput bool          // PAUSE_AFTER_OUTPUT: ask the spawner to pause after each output
 
 	// StreamMaxLen (STREAM_MAXLEN) is the approximate MAXLEN of every
 	// XADD the wrapper makes; 0 turns trimming off.
@@ -287,6 +291,7 @@ func runVars(c *Config) []envconf.Var {
 			Value: envconf.Func(func(s string) (err error) { c.Retry.BackoffMS, err = protocol.ParseRetryBackoffMS(s); return err }),
 			Doc:   "ms to wait before the 2nd, 3rd... attempt (the last repeats) of a task whose `retry` gives no backoff_ms"},
 		{Name: "HEARTBEAT_INTERVAL", Default: "10", Value: envconf.Duration(&c.HeartbeatInterval), Doc: "the heartbeat key lives three intervals"},
+		{Name: "DEGRADED_COOLDOWN", Default: "60", Value: envconf.Duration(&c.DegradedCooldown), Doc: "a degraded worker's wait before its health check (a heartbeat round trip); doubled for each degradation in a row"},
 		{Name: "SHUTDOWN_GRACE", Default: "20", Value: envconf.Duration(&c.ShutdownGrace), Doc: "time a running task gets after SIGTERM"},
 		{Name: "RESULT_GRACE", Default: "3", Value: envconf.Duration(&c.ResultGrace), Doc: "time the agent may take to exit after its result line"},
 		{Name: "KILL_GRACE", Default: "5", Value: envconf.Duration(&c.KillGrace), Doc: "SIGTERM to SIGKILL"},

@@ -100,7 +100,7 @@ func TestConfigDefaults(t *testing.T) {
 	want := Config{WorkerID: "w1", RedisURL: "redis://127.0.0.1:1/0", RedisWait: protocol.WaitPolicy{Timeout: protocol.DefaultRedisWaitTimeout},
 		Keys: protocol.Keys{Prefix: "worker"}, AgentType: protocol.AgentDroid, Kind: protocol.KindLongLived, AgentBin: "droid", SkipPermissions: true,
 		Workspace: "/workspace", TaskTimeout: 600 * time.Second, StallTimeout: 5 * time.Minute, Retry: protocol.DefaultRetryPolicy(), RecycleTasks: 100, RecycleRSS: 1024 << 20,
-		ApprovalTimeout: 5 * time.Minute, HeartbeatInterval: 10 * time.Second, ShutdownGrace: 20 * time.Second, ResultGrace: 3 * time.Second,
+		ApprovalTimeout: 5 * time.Minute, HeartbeatInterval: 10 * time.Second, DegradedCooldown: time.Minute, ShutdownGrace: 20 * time.Second, ResultGrace: 3 * time.Second,
 		KillGrace: 5 * time.Second, ProgressAddr: "127.0.0.1:0", EventBuffer: 1000, PauseAfterOutput: true, StreamMaxLen: 10000,
 		RunRetention: 24 * time.Hour, SessionPolicy: "project", MCPTimeout: 30 * time.Second,
 		Sessions: SessionConfig{ContextThreshold: 150000, StaleAfter: 24 * time.Hour, Affinity: 30 * time.Minute, Summarize: true}}

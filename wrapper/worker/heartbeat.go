@@ -26,8 +26,12 @@ func (w *Worker) heartbeat(ctx context.Context) {
 			// After Redis comes back, the pool's idle connections are dead:
 			// each failed write drops one, so a few tries in a row reach a
 			// fresh connection within this beat instead of one per beat.
+			key := w.cfg.Keys.Heartbeat(w.cfg.WorkerID)
 			for try := 0; try < 3; try++ {
-				err := w.rdb.SetEx(ctx, w.cfg.Keys.Heartbeat(w.cfg.WorkerID), doc, ttl)
+				err := w.rdb.SetEx(ctx, key, doc, ttl)
+				if err == nil {
+					w.beaten(ctx, key, doc)
+				}
 				if err == nil || ctx.Err() != nil || rdb.IsServerError(err) {
 					break
 				}

@@ -12,28 +12,27 @@ import (
 	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
 )
 
-// loop reads and runs tasks until ctx ends. It reads this consumer's own
-// pending entries (delivered, never acknowledged) before new ones: at
-// start, and again after any read error, since a read whose reply was lost
-// (a connection reset after Redis delivered) leaves its entry pending here
-// and nowhere else.
+// loop reads and runs tasks until ctx ends, through an inputReader
+// (queue.go). It reads this consumer's own pending entries (delivered,
+// never acknowledged) before new ones: at start, and again after any
+// read error, since a read whose reply was lost (a connection reset
+// after Redis delivered) leaves its entry pending here and nowhere else.
 func (w *Worker) loop(ctx context.Context) {
-	stream := w.cfg.Keys.InputFor(w.cfg.Kind, w.cfg.WorkerID)
-	group := protocol.GroupFor(w.cfg.Kind)
+	in := w.newInputReader()
 	defer context.AfterFunc(ctx, w.rdb.StopReading)()
 	backoff := newBackoff()
-	groupReady, pending := false, true
+	groupReady := false
 	again := false // a timed-out read was just retried without waiting
 	for ctx.Err() == nil {
 		if !groupReady {
-			if err := w.rdb.EnsureGroup(ctx, stream, group); err != nil {
-				w.log.Warn("input not reachable, retrying", "stream", stream, "err", err)
+			if err := in.ensureGroups(ctx); err != nil {
+				w.log.Warn("input not reachable, retrying", "streams", in.streams, "err", err)
 				backoff.wait(ctx)
 				continue
 			}
 			groupReady = true
 		}
-		e, err := w.rdb.ReadTask(ctx, stream, group, w.cfg.WorkerID, pending, 5*time.Second)
+		e, own, err := in.next(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -41,25 +40,24 @@ func (w *Worker) loop(ctx context.Context) {
 			if errors.Is(err, rdb.ErrNoGroup) {
 				groupReady = false
 			}
-			pending = true
+			in.pending = true
 			if timedOut(err) && !again {
 				// The read used up its own deadline: the container was
 				// paused through it (the clock ran on), or Redis did not
 				// answer for that long. Read again at once, this worker's
 				// pending entries first (the task that woke it may be
 				// one); a second failure in a row waits its backoff.
-				w.log.Info("read input timed out (paused meanwhile?), reading again", "stream", stream, "err", err)
+				w.log.Info("read input timed out (paused meanwhile?), reading again", "streams", in.streams, "err", err)
 				again = true
 				continue
 			}
-			w.log.Warn("read input failed, retrying with this worker's pending entries first", "stream", stream, "err", err)
+			w.log.Warn("read input failed, retrying with this worker's pending entries first", "streams", in.streams, "err", err)
 			backoff.wait(ctx)
 			continue
 		}
 		backoff.reset()
 		again = false
 		if e == nil {
-			pending = false // the backlog of this consumer is done
 			continue
 		}
 		if ctx.Err() != nil {
@@ -67,7 +65,8 @@ func (w *Worker) loop(ctx context.Context) {
 			// start, or for the spawner to hand on.
 			return
 		}
-		w.serve(ctx, taskSource{stream: stream, group: group, entryID: e.ID, output: w.cfg.Keys.OutputFor(w.cfg.Kind, w.cfg.WorkerID)}, e)
+		src := taskSource{stream: e.Stream, group: in.group, entryID: e.ID, output: w.cfg.Keys.OutputFor(w.cfg.Kind, w.cfg.WorkerID), own: own}
+		w.serve(ctx, src, &e.Entry)
 	}
 }
 
@@ -95,6 +94,9 @@ func (w *Worker) route(ctx context.Context, src taskSource, e *rdb.Entry) {
 	task, err := protocol.DecodeTask(data)
 	if err != nil {
 		w.reject(src, data, err)
+		return
+	}
+	if w.handOff(ctx, src, task) {
 		return
 	}
 	w.runTask(ctx, src, e, task)
@@ -150,7 +152,13 @@ const lookAheadCount = 1000
 // lookAhead notes the cancels that follow a task's entry on its input: a
 // task queued behind others (or while the worker was paused) and
 // cancelled meanwhile is answered without running.
+// A developer task's cancels go on the normal developer queue whatever
+// its priority (entry ids grow across streams, so the cancels after the
+// task's entry are there).
 func (w *Worker) lookAhead(ctx context.Context, log *slog.Logger, stream, entryID string) {
+	if w.cfg.Kind == protocol.KindDeveloper {
+		stream = w.cfg.Keys.DeveloperInput()
+	}
 	entries, err := w.rdb.After(ctx, stream, entryID, lookAheadCount)
 	if err != nil {
 		log.Warn("cancel look-ahead failed; a cancel will still interrupt the task", "err", err)

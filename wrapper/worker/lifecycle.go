@@ -193,10 +193,10 @@ func (w *Worker) transition(to protocol.WorkerState, reason string) {
 	w.pushStatus(map[string]any{})
 }
 
-// pushStatus writes fields of the status hash, with the worker's state.
+// pushStatus writes fields of the status hash, with the worker's state,
+// health and since when.
 func (w *Worker) pushStatus(fields map[string]any) {
-	fields[protocol.StatusFieldState] = string(w.state.snapshot().state)
-	w.pub.status(fields)
+	w.pub.status(stateFields(w.state.snapshot(), fields))
 }
 
 // requestPause asks the spawner to pause this worker, now idle: the

@@ -13,6 +13,11 @@ import (
 // the model API proxy's hooks read them.
 type workerState struct {
 	now func() time.Time
+	// emit publishes each change of the machine (transitions.go); it is
+	// called after the lock is released, in the order of the changes.
+	emit func(protocol.WorkerTransition)
+	// emitMu keeps the changes' publication in their order.
+	emitMu sync.Mutex
 
 	mu       sync.Mutex // guards the fields below
 	machine  *protocol.WorkerMachine
@@ -21,8 +26,27 @@ type workerState struct {
 	done     int64
 }
 
-func newWorkerState(workerID string, now func() time.Time) *workerState {
-	return &workerState{now: now, machine: protocol.NewWorkerMachine(workerID, now())}
+func newWorkerState(workerID string, now func() time.Time, emit func(protocol.WorkerTransition)) *workerState {
+	return &workerState{now: now, emit: emit, machine: protocol.NewWorkerMachine(workerID, now())}
+}
+
+// change runs fn on the machine under the lock, then publishes the
+// transition it made, if any.
+func (s *workerState) change(fn func(m *protocol.WorkerMachine) (protocol.WorkerTransition, bool, error)) error {
+	s.emitMu.Lock()
+	defer s.emitMu.Unlock()
+	s.mu.Lock()
+	tr, changed, err := fn(s.machine)
+	s.mu.Unlock()
+	if changed && err == nil && s.emit != nil {
+		s.emit(tr)
+	}
+	return err
+}
+
+// moved adapts a Transition's result to change's.
+func moved(tr protocol.WorkerTransition, err error) (protocol.WorkerTransition, bool, error) {
+	return tr, err == nil, err
 }
 
 // current is the task in flight, nil when idle.
@@ -49,52 +73,102 @@ func (s *workerState) owner(token string) (cur *current, own bool) {
 // begin makes cur the task in flight and the worker busy, unless shutdown
 // began (then it returns false).
 func (s *workerState) begin(cur *current) (bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopping {
-		return false, nil
-	}
-	s.cur = cur
-	_, err := s.machine.Transition(protocol.WorkerBusy, "task "+cur.task.RequestID, s.now())
-	return true, err
+	began := false
+	err := s.change(func(m *protocol.WorkerMachine) (protocol.WorkerTransition, bool, error) {
+		if s.stopping {
+			return protocol.WorkerTransition{}, false, nil
+		}
+		s.cur, began = cur, true
+		return moved(m.Transition(protocol.WorkerBusy, "task "+cur.task.RequestID, s.now()))
+	})
+	return began, err
 }
 
 // end counts the task in flight done and makes the worker idle (a
 // stopping worker stays stopping); it returns the count.
 func (s *workerState) end(reason string) (int64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.cur = nil
-	s.done++
-	var err error
-	if !s.stopping {
-		_, err = s.machine.Transition(protocol.WorkerIdle, reason, s.now())
-	}
-	return s.done, err
+	var done int64
+	err := s.change(func(m *protocol.WorkerMachine) (protocol.WorkerTransition, bool, error) {
+		s.cur = nil
+		s.done++
+		done = s.done
+		if s.stopping {
+			return protocol.WorkerTransition{}, false, nil
+		}
+		return moved(m.Transition(protocol.WorkerIdle, reason, s.now()))
+	})
+	return done, err
 }
 
 // stop marks the worker stopping; it returns the request in flight.
 func (s *workerState) stop() (string, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.stopping = true
-	_, err := s.machine.Transition(protocol.WorkerStopping, "shutdown", s.now())
-	if s.cur != nil {
-		return s.cur.task.RequestID, err
-	}
-	return "", err
+	reqID := ""
+	err := s.change(func(m *protocol.WorkerMachine) (protocol.WorkerTransition, bool, error) {
+		s.stopping = true
+		if s.cur != nil {
+			reqID = s.cur.task.RequestID
+		}
+		return moved(m.Transition(protocol.WorkerStopping, "shutdown", s.now()))
+	})
+	return reqID, err
 }
 
 func (s *workerState) transition(to protocol.WorkerState, reason string) error {
+	return s.change(func(m *protocol.WorkerMachine) (protocol.WorkerTransition, bool, error) {
+		return moved(m.Transition(to, reason, s.now()))
+	})
+}
+
+// beat records a heartbeat written: the first makes the worker healthy.
+func (s *workerState) beat() bool {
+	changed := false
+	_ = s.change(func(m *protocol.WorkerMachine) (protocol.WorkerTransition, bool, error) {
+		if m.Health != protocol.HealthUnknown || m.State.Terminal() {
+			return protocol.WorkerTransition{}, false, nil
+		}
+		tr, ok, err := m.SetHealth(protocol.HealthHealthy, "first heartbeat", s.now())
+		changed = ok && err == nil
+		return tr, ok, err
+	})
+	return changed
+}
+
+// taskEnded records how a task ended (its error code, "" when it did not
+// fail; ran: its agent ran) in the worker's health; it reports whether
+// the health changed.
+func (s *workerState) taskEnded(code protocol.Code, ran bool) bool {
+	changed := false
+	_ = s.change(func(m *protocol.WorkerMachine) (protocol.WorkerTransition, bool, error) {
+		tr, ok := m.TaskEnded(code, ran, s.now())
+		changed = ok
+		return tr, ok, nil
+	})
+	return changed
+}
+
+// healthCheckDue reports whether a degraded worker's cool-down passed.
+func (s *workerState) healthCheckDue(cooldown time.Duration) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, err := s.machine.Transition(to, reason, s.now())
-	return err
+	return s.machine.HealthCheckDue(cooldown, s.now())
+}
+
+// healthCheckPassed makes a degraded worker healthy again.
+func (s *workerState) healthCheckPassed(check string) bool {
+	changed := false
+	_ = s.change(func(m *protocol.WorkerMachine) (protocol.WorkerTransition, bool, error) {
+		tr, ok := m.HealthCheckPassed(check, s.now())
+		changed = ok
+		return tr, ok, nil
+	})
+	return changed
 }
 
 // snapshot is the state as one reading.
 type snapshot struct {
 	state    protocol.WorkerState
+	health   protocol.Health
+	since    time.Time // when the state (or health) began
 	stopping bool
 	cur      *current
 	done     int64
@@ -103,5 +177,5 @@ type snapshot struct {
 func (s *workerState) snapshot() snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return snapshot{state: s.machine.State, stopping: s.stopping, cur: s.cur, done: s.done}
+	return snapshot{state: s.machine.State, health: s.machine.Health, since: s.machine.Entered, stopping: s.stopping, cur: s.cur, done: s.done}
 }

@@ -22,6 +22,7 @@ import (
 type taskSource struct {
 	stream, group, entryID string // its input entry
 	output                 string // its output stream; "" for a run of the wrapper's own
+	own                    bool   // the entry was this worker's already when read (pending): never handed on
 }
 
 // current is a task in flight. Its cancel, steering and spend own their
@@ -307,6 +308,7 @@ func (t *taskRun) finish(o protocol.Output, usage *rdb.TaskUsage) {
 	if err != nil {
 		log.Error("worker state", "err", err)
 	}
+	w.noteTaskEnded(o, usage != nil)
 	w.publishFinished(log, o, done, published)
 }
 

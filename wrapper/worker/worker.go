@@ -3,10 +3,13 @@
 // Worker is the composition root: it builds the parts below and wires
 // them. A task entry's path, file by file:
 //
-//   - input.go: reading the input (own pending entries first), and routing
-//     each entry by its type: a task to task.go; a cancel, a steering
-//     message or a permission reply to its part; the input's follower and
-//     look-ahead, which see those before their turn;
+//   - input.go: the read loop, and routing each entry by its type: a task
+//     to task.go (or, on the developer queue, to the worker holding its
+//     project's session: affinity.go); a cancel, a steering message or a
+//     permission reply to its part; the input's follower and look-ahead,
+//     which see those before their turn;
+//   - queue.go: what is read next (own pending entries first; the
+//     developer queues by priority; nothing new while degraded);
 //   - recover.go: a panic in one entry's handling ends that entry, not
 //     the worker; an output that does not validate is still answered;
 //   - task.go: one task's run, admit → execute → finish (taskRun), and the
@@ -21,6 +24,8 @@
 // The parts a task's run asks, each owning its state (and its lock):
 //
 //   - state.go: the worker's state machine and the task in flight;
+//     transitions.go: each change published (lifecycle, history, status),
+//     and the health (first heartbeat, task failures, health check);
 //   - cancel.go: cancels seen, and a task's interrupt (cancels,
 //     interruptible);
 //   - steer.go: steering messages (steering, taskSteer);
@@ -156,7 +161,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 // wire builds the parts that own the worker's state.
 func (w *Worker) wire() {
 	w.pub = newPublisher(w.rdb, w.cfg, w.log, w.now, w.redact)
-	w.state = newWorkerState(w.cfg.WorkerID, w.now)
+	w.state = newWorkerState(w.cfg.WorkerID, w.now, w.publishTransition)
 	w.cancels = &cancels{state: w.state, log: w.log, now: w.now}
 	w.steering = &steering{state: w.state, pub: w.pub, log: w.log, now: w.now, noResume: w.agent.Caps().NoResume}
 	w.approvals = &approvals{pub: w.pub, log: w.log, redact: w.redact, now: w.now, workerID: w.cfg.WorkerID, timeout: w.cfg.ApprovalTimeout}

@@ -401,6 +401,8 @@ class LifecycleEvent(Document):
                                   'stopping',
                                   'stopped',
                                   'failed',
+                                  'state_changed',
+                                  'task_handed_off',
                                   'created',
                                   'queued',
                                   'paused',
@@ -799,7 +801,7 @@ class Worker(Document):
                           'required': True},
                'state': {'enum': ['starting', 'idle', 'busy', 'paused', 'stopping', 'stopped', 'failed'],
                          'required': False},
-               'health': {'enum': ['healthy', 'degraded'], 'required': False},
+               'health': {'enum': ['unknown', 'healthy', 'degraded'], 'required': False},
                'agent_type': {'enum': ['claude', 'droid', 'codex'], 'required': False},
                'kind': {'enum': ['long_lived', 'developer'], 'required': False},
                'project_id': {'type': ['string'], 'required': False},
@@ -894,6 +896,7 @@ class Task(Document):
     timeout_seconds: Optional[int] = None
     answers: Optional[str] = None
     max_budget_usd: Optional[float] = None
+    priority: Optional[str] = None
     retry: Optional[TaskRetry] = None
     trigger: Optional[str] = None
     metadata: Optional[dict[str, Any]] = None
@@ -924,6 +927,7 @@ class Task(Document):
                            'type': ['string'],
                            'required': False},
                'max_budget_usd': {'minimum': 0, 'maximum': 1000000, 'type': ['number'], 'required': False},
+               'priority': {'enum': ['high', 'normal', 'low'], 'required': False},
                'retry': {'class': 'TaskRetry', 'type': ['object'], 'required': False},
                'trigger': {'maxLength': 200, 'type': ['string'], 'required': False},
                'metadata': {'type': ['object'], 'required': False}}

@@ -153,7 +153,7 @@ export interface Lifecycle {
   v: Version;
   type: "lifecycle";
   worker_id: Id;
-  event: "started" | "task_started" | "task_completed" | "task_failed" | "task_cancelled" | "budget_warning" | "pause_requested" | "stopping" | "stopped" | "failed" | "created" | "queued" | "paused" | "unpaused" | "died" | "oom" | "dead" | "degraded" | "recovered" | "removed" | "replace_failed" | "allocated" | "recycled" | "host_lost" | "network_changed" | "operator_action";
+  event: "started" | "task_started" | "task_completed" | "task_failed" | "task_cancelled" | "budget_warning" | "pause_requested" | "stopping" | "stopped" | "failed" | "state_changed" | "task_handed_off" | "created" | "queued" | "paused" | "unpaused" | "died" | "oom" | "dead" | "degraded" | "recovered" | "removed" | "replace_failed" | "allocated" | "recycled" | "host_lost" | "network_changed" | "operator_action";
   source: "wrapper" | "spawner" | "operator";
   timestamp: Timestamp;
   request_id?: Id;
@@ -277,7 +277,7 @@ export interface ReplyWorker {
   worker_id: Id;
   status: "queued" | "starting" | "running" | "paused" | "stopped" | "failed";
   state?: "starting" | "idle" | "busy" | "paused" | "stopping" | "stopped" | "failed";
-  health?: "healthy" | "degraded";
+  health?: "unknown" | "healthy" | "degraded";
   agent_type?: AgentType;
   kind?: Kind;
   project_id?: string;
@@ -338,6 +338,7 @@ export interface Task {
   timeout_seconds?: number;
   answers?: Id;
   max_budget_usd?: number;
+  priority?: "high" | "normal" | "low";
   /** Run the task again after a retryable failure: at most attempts in all, waiting backoff_ms[n-2] ms before attempt n (the last value repeats). An absent field takes the operator's default (RETRY_ATTEMPTS, 4; RETRY_BACKOFF_MS, 1000,2000,4000). */
   retry?: {
     attempts?: number;

@@ -95,6 +95,8 @@ type workerRow struct {
 	protocol.WorkerInfo
 	CreatedAt time.Time           `json:"created_at,omitzero"`
 	Heartbeat *protocol.Heartbeat `json:"heartbeat,omitempty"`
+	// History is the worker's last transitions, newest first (status).
+	History []protocol.TransitionRecord `json:"history,omitempty"`
 }
 
 // read reads a worker's status hash and heartbeat.

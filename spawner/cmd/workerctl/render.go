@@ -85,6 +85,20 @@ func renderWorker(w io.Writer, r workerRow) error {
 	} else {
 		line("heartbeat", "none (paused, stopped, or not started)")
 	}
+	if err := tw.Flush(); err != nil || len(r.History) == 0 {
+		return err
+	}
+	fmt.Fprintln(w, "\ntransitions (newest first):")
+	tw = table(w)
+	fmt.Fprintln(tw, "AT\tFROM\tTO\tAFTER\tREASON")
+	for _, t := range r.History {
+		from, to := string(t.From), string(t.To)
+		if t.FromHealth != t.ToHealth {
+			from, to = from+"/"+string(t.FromHealth), to+"/"+string(t.ToHealth)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.At.Local().Format(time.TimeOnly), from, to,
+			(time.Duration(t.InPreviousMS) * time.Millisecond).String(), t.Reason)
+	}
 	return tw.Flush()
 }
 

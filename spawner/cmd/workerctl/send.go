@@ -14,7 +14,7 @@ import (
 )
 
 func sendCmd(c *ctl) *cobra.Command {
-	var project, reqID, trigger string
+	var project, reqID, priority, trigger string
 	var newSession, wait bool
 	var retry int
 	var timeout time.Duration
@@ -45,7 +45,8 @@ owner asked), 4 blocked, 5 failed, 6 no output within --timeout.`,
 				project = row.ProjectID
 			}
 			tasks := &client.Tasks{Redis: c.rdb, Keys: c.keys, Wait: c.wait}
-			task := protocol.Task{RequestID: reqID, ProjectID: project, Prompt: a[1], ForceNewSession: newSession, Trigger: trigger}
+			task := protocol.Task{RequestID: reqID, ProjectID: project, Prompt: a[1], ForceNewSession: newSession, Trigger: trigger,
+				Priority: protocol.Priority(priority)}
 			if retry > 0 {
 				task.Retry = &protocol.RetryPolicy{Attempts: retry}
 			}
@@ -88,6 +89,7 @@ owner asked), 4 blocked, 5 failed, 6 no output within --timeout.`,
 	f := cmd.Flags()
 	f.StringVar(&project, "project", "", "the task's project (default: the worker's)")
 	f.StringVar(&reqID, "id", "", "the request id (default: cli-<nanoseconds>)")
+	f.StringVar(&priority, "priority", "", "high, normal or low: the developer queue the task goes to (a long-lived worker reads its input in order)")
 	f.BoolVar(&newSession, "new-session", false, "start a new agent session instead of continuing the project's")
 	f.IntVar(&retry, "retry", 0, "ask for retries after a retryable failure: attempts in all, the first included (0: never retried); the backoff is the manager's RETRY_BACKOFF_MS")
 	f.StringVar(&trigger, "trigger", "manual", "what started the task, kept on its run (the run hash's trigger)")

@@ -29,22 +29,27 @@ func (r *RDB) WorkerUser(id string) string { return r.WorkerUserPrefix() + id }
 var workerCommands = []string{
 	"-@all", "+@connection", "-@dangerous", "+ping",
 	"+xadd", "+xreadgroup", "+xread", "+xack", "+xgroup|create", "+xpending", "+xrange", "+xrevrange", "+xlen", "+xinfo|groups",
+	"+xclaim", "+lpush", "+ltrim", "+zadd", "+zrem", "+zscore",
 	"+hset", "+hget", "+hmget", "+hgetall", "+hdel", "+hincrby", "+hincrbyfloat", "+hexists",
 	"+set", "+get", "+setex", "+del", "+exists", "+expire", "+pexpire", "+ttl", "+pttl",
 	"+eval", "+evalsha", "+script|load", "+script|exists", "+multi", "+exec", "+discard",
 }
 
 // WorkerACL returns the ACL rules of a worker's user: its commands, and
-// its keys (read and write unless marked): its status hash and heartbeat,
-// its input and output streams (the developer queue's for a developer
-// worker), run hashes, sessions, project contexts and usage counters
+// its keys (read and write unless marked): its status hash, history and
+// heartbeat, its input and output streams (the developer queues' and
+// their idle set for a developer worker), run hashes, sessions, project contexts and usage counters
 // (keyed by request and project, which no worker owns alone), write
 // only to the lifecycle and control streams, and read only the project
 // budgets.
 func (r *RDB) WorkerACL(id string, kind protocol.Kind) []string {
 	k := r.Keys
-	keys := []string{k.Status(id), k.Heartbeat(id), k.Run("*"), k.Session("*", "*"), k.ProjectContext("*"), k.UsageProject("*"),
-		k.UsageSession("*"), k.UsageWorker(id), k.InputFor(kind, id), k.OutputFor(kind, id)}
+	keys := []string{k.Status(id), k.StatusHistory(id), k.Heartbeat(id), k.Run("*"), k.Session("*", "*"), k.ProjectContext("*"), k.UsageProject("*"),
+		k.UsageSession("*"), k.UsageWorker(id), k.OutputFor(kind, id)}
+	keys = append(keys, k.InputsFor(kind, id)...)
+	if kind == protocol.KindDeveloper {
+		keys = append(keys, k.DeveloperIdle())
+	}
 	rules := append([]string{}, workerCommands...)
 	rules = append(rules, "resetchannels")
 	for _, key := range keys {

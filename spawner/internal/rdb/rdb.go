@@ -6,6 +6,7 @@ package rdb
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"time"
@@ -183,6 +184,36 @@ func (r *RDB) StatusField(ctx context.Context, id, field string) (string, error)
 		return "", nil
 	}
 	return v, err
+}
+
+// StatusValues returns fields of a worker's status hash, in order ("" for
+// a field it lacks).
+func (r *RDB) StatusValues(ctx context.Context, id string, fields ...string) ([]string, error) {
+	vals, err := r.C.HMGet(ctx, r.Keys.Status(id), fields...).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(vals))
+	for i, v := range vals {
+		out[i], _ = v.(string)
+	}
+	return out, nil
+}
+
+// PushHistory pushes a transition on a worker's history, kept to its
+// protocol.MaxStatusHistory newest entries.
+func (r *RDB) PushHistory(ctx context.Context, id string, rec protocol.TransitionRecord) error {
+	doc, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	key := r.Keys.StatusHistory(id)
+	_, err = r.C.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.LPush(ctx, key, doc)
+		p.LTrim(ctx, key, 0, protocol.MaxStatusHistory-1)
+		return nil
+	})
+	return err
 }
 
 // Heartbeat returns a worker's heartbeat document (nil when expired).

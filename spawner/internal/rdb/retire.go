@@ -65,8 +65,8 @@ return 0
 `)
 
 // EndRetire finishes a retirement: the project session hold of the worker
-// is released, its keys expire after the retention (its status hash,
-// heartbeat, and for a long-lived worker its input and output streams),
+// is released, its keys expire after the retention (its status hash and
+// history, heartbeat, and for a long-lived worker its input and output streams),
 // and it leaves Retiring.
 func (r *RDB) EndRetire(ctx context.Context, id string, kind protocol.Kind, agent protocol.AgentType, project string, now time.Time) error {
 	k := r.Keys
@@ -76,7 +76,7 @@ func (r *RDB) EndRetire(ctx context.Context, id string, kind protocol.Kind, agen
 		}
 	}
 	pipe := r.C.TxPipeline()
-	keys := []string{k.Status(id), k.UsageWorker(id)}
+	keys := []string{k.Status(id), k.StatusHistory(id), k.UsageWorker(id)}
 	if kind != protocol.KindDeveloper {
 		keys = append(keys, k.Input(id), k.Output(id))
 	}
@@ -84,6 +84,7 @@ func (r *RDB) EndRetire(ctx context.Context, id string, kind protocol.Kind, agen
 		pipe.Expire(ctx, key, r.Retention)
 	}
 	pipe.Del(ctx, k.Heartbeat(id))
+	pipe.ZRem(ctx, k.DeveloperIdle(), id)
 	pipe.ZRem(ctx, ctlplane.RetiringKey(k), id)
 	if kind != protocol.KindDeveloper {
 		pipe.ZAdd(ctx, ctlplane.RetiredKey(k), redis.Z{Score: float64(ms(now)), Member: id})

@@ -108,36 +108,6 @@ type Entry struct {
 	Values map[string]any
 }
 
-// ReadTask reads one entry of stream through group as consumer. With
-// pending, it returns the consumer's own entries that were delivered but
-// not acknowledged (nil when none); otherwise it waits up to block for a
-// new one (nil when none came).
-func (r *RDB) ReadTask(ctx context.Context, stream, group, consumer string, pending bool, block time.Duration) (*Entry, error) {
-	id := ">"
-	if pending {
-		id, block = "0", -1
-	}
-	args := &redis.XReadGroupArgs{Group: group, Consumer: consumer, Streams: []string{stream, id}, Count: 1, Block: block}
-	tctx, cancel := context.WithTimeout(ctx, r.Timeout+max(block, 0))
-	defer cancel()
-	res, err := r.reader.XReadGroup(tctx, args).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
-	if err != nil {
-		if strings.HasPrefix(err.Error(), "NOGROUP") {
-			return nil, ErrNoGroup
-		}
-		return nil, fmt.Errorf("rdb: read %s: %w", stream, err)
-	}
-	for _, s := range res {
-		for _, m := range s.Messages {
-			return &Entry{ID: m.ID, Values: m.Values}, nil
-		}
-	}
-	return nil, nil
-}
-
 // IsServerError reports whether err is Redis refusing a command for good
 // (an error reply such as WRONGTYPE, NOPERM, or NOSCRIPT when the script
 // cannot be loaded again), not a connection that failed: retrying the same

@@ -29,11 +29,12 @@ func TestFinishTaskPublishesOnceAndAcks(t *testing.T) {
 	if err := db.XAdd(ctx, in, doc); err != nil {
 		t.Fatal(err)
 	}
-	e, err := db.ReadTask(ctx, in, "g", "c1", false, time.Second)
-	if err != nil || e == nil {
-		t.Fatalf("read: %v %v", e, err)
+	got, err := db.ReadGroup(ctx, []string{in}, "g", "c1", false, 1, time.Second)
+	if err != nil || len(got) != 1 || got[0].Stream != in {
+		t.Fatalf("read: %v %v", got, err)
 	}
-	if p, _ := db.ReadTask(ctx, in, "g", "c1", true, 0); p == nil || p.ID != e.ID {
+	e := got[0]
+	if p, _ := db.ReadGroup(ctx, []string{in}, "g", "c1", true, 10, 0); len(p) != 1 || p[0].ID != e.ID {
 		t.Fatalf("pending read gave %v", p)
 	}
 	if n, _ := db.DeliveryCount(ctx, in, "g", e.ID); n != 2 {
@@ -53,7 +54,7 @@ func TestFinishTaskPublishesOnceAndAcks(t *testing.T) {
 	if st, _ := db.RunState(ctx, "r1"); st != protocol.RunCompleted {
 		t.Fatalf("run state %q", st)
 	}
-	if p, _ := db.ReadTask(ctx, in, "g", "c1", true, 0); p != nil {
+	if p, _ := db.ReadGroup(ctx, []string{in}, "g", "c1", true, 10, 0); len(p) != 0 {
 		t.Fatalf("entry still pending after finish: %v", p)
 	}
 	if st, _ := db.RunState(ctx, "unknown"); st != "" {
