@@ -215,7 +215,7 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	model, err := parseModel(cfg.Model)
+	model, err := ParseModel(cfg.Model)
 	if err != nil {
 		return nil, err
 	}

@@ -46,10 +46,10 @@ var (
 	modelMaxHeaderBytes = 1 << 20
 )
 
-// parseModel reads Config.Model: host:port (HTTPS), or a URL
+// ParseModel reads Config.Model: host:port (HTTPS), or a URL
 // https://host[:port] or http://host[:port] (plain HTTP: a model server on
 // the host itself, as tests and the demo's stub have). "" is no model.
-func parseModel(s string) (*url.URL, error) {
+func ParseModel(s string) (*url.URL, error) {
 	if s == "" {
 		return nil, nil
 	}

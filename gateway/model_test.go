@@ -264,7 +264,7 @@ func TestModelConfig(t *testing.T) {
 		"https://api.anthropic.com": "https://api.anthropic.com",
 		"http://127.0.0.1:8080/":    "http://127.0.0.1:8080",
 	} {
-		u, err := parseModel(in)
+		u, err := ParseModel(in)
 		if err != nil || u.String() != want {
 			t.Errorf("%q: %v %v, want %s", in, u, err, want)
 		}

@@ -62,7 +62,7 @@ func TestEscapeSuite(t *testing.T) {
 	if cfg.NetworkMode != NetworkSealed {
 		t.Fatalf("the default network mode is %q, want sealed", cfg.NetworkMode)
 	}
-	startTestGateway(t, gateway.Config{Dir: gwDir, Redis: r.Addr, Model: strings.TrimPrefix(stub.URL, "http://")})
+	gw := startTestGateway(t, gateway.Config{Dir: gwDir, Redis: r.Addr, Model: stub.URL})
 	// A service of the host on loopback, standing for the dashboard and
 	// /metrics (which also want the operator token).
 	ops := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ops-page-reached") }))
@@ -90,6 +90,17 @@ func TestEscapeSuite(t *testing.T) {
 		}
 		return fmt.Sprintf(`printf '%s' | perl -MIO::Socket::UNIX -e '$s=IO::Socket::UNIX->new(Peer=>"/run/agentvisor/redis.sock") or die "no socket: $!"; local $/; print $s <STDIN>; sysread($s,$b,4096); print $b'; echo`, cmd)
 	}
+	// model calls the model API through the worker's model.sock (the
+	// gateway's, which the agent can connect to as well as the wrapper)
+	// with a key of the agent's own and the extra header given, and prints
+	// the answer's status line marked MODELSOCK-name.
+	model := func(name, header string) string {
+		return `perl -MIO::Socket::UNIX -e '$s=IO::Socket::UNIX->new(Peer=>"/run/agentvisor/model.sock") or die "no socket: $!"; ` +
+			`$b=q({"model":"claude-stub","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}); ` +
+			`print $s "POST /v1/messages HTTP/1.1\r\nHost: api.anthropic.com\r\nx-api-key: sk-ant-agents-own-key\r\n` + header +
+			`anthropic-version: 2023-06-01\r\ncontent-type: application/json\r\ncontent-length: ".length($b)."\r\nConnection: close\r\n\r\n$b"; ` +
+			`$a=<$s>; print "MODELSOCK-` + name + ` $a"'`
+	}
 	// tcp tries a TCP connect and says which way it went, marked with
 	// name so that the assertions below find each probe's answer.
 	tcp := func(name, host, port string) string {
@@ -115,6 +126,10 @@ func TestEscapeSuite(t *testing.T) {
 		resp("XADD", victimInput, "*", "data", `{"v":1,"type":"task","request_id":"forged","prompt":"x"}`),
 		resp("HGETALL", cfg.Keys.Status(victim.WorkerID)),
 		resp("KEYS", "*"),
+		// The model API through the worker's own socket: it wants the
+		// worker's token, which only the wrapper holds.
+		model("OWNKEY", ""),
+		model("GUESSED", gateway.ModelTokenHeader+": agentvisor-worker-guessed\\r\\n"),
 	}
 	var steps []stubmodel.Step
 	for _, a := range attempts {
@@ -140,6 +155,17 @@ func TestEscapeSuite(t *testing.T) {
 	saw := seen.String()
 	if !strings.Contains(saw, "NOAUTH") && !strings.Contains(saw, "WRONGPASS") && !strings.Contains(saw, "NOPERM") {
 		t.Errorf("the agent's Redis attempts through its socket were not refused as expected; it saw:\n%s", tail(saw, 3000))
+	}
+	// The agent's own model calls through model.sock were refused by the
+	// gateway and never reached the model (every request the model saw
+	// carried the real key, checked above).
+	for _, probe := range []string{"OWNKEY", "GUESSED"} {
+		if !strings.Contains(saw, "MODELSOCK-"+probe+" HTTP/1.1 403") {
+			t.Errorf("the agent's model call through model.sock (%s) was not refused 403; it saw:\n%s", probe, tail(saw, 3000))
+		}
+	}
+	if st := gw.Stats()[agent.WorkerID]; st.ModelRefused != 2 || st.ModelRequests == 0 {
+		t.Errorf("the gateway's model stats for the agent's worker: %+v, want 2 refused and the wrapper's calls forwarded", st)
 	}
 	for _, probe := range []string{"HOSTREDIS", "HOSTOPS", "OUTSIDE"} {
 		if strings.Contains(saw, probe+"-CONNECTED") || !strings.Contains(saw, probe+"-FAILED") {
