@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -54,7 +55,8 @@ func TestEscapeSuite(t *testing.T) {
 	prefix := fmt.Sprintf("esc%d", time.Now().UnixNano())
 	gwDir := shortDir(t)
 	cfg, err := ConfigFromEnv(func(k string) string {
-		return map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": prefix, "WORKER_STOP_TIMEOUT": "12s", "WORKER_REDIS_ACL": "on", "GATEWAY_DIR": gwDir}[k]
+		return map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": prefix, "WORKER_STOP_TIMEOUT": "12s", "WORKER_REDIS_ACL": "on", "GATEWAY_DIR": gwDir,
+			"WORKER_BASE_IMAGE": os.Getenv("WORKER_BASE_IMAGE")}[k] // a checkout's own wrapper, as newFixture
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +69,7 @@ func TestEscapeSuite(t *testing.T) {
 	// /metrics (which also want the operator token).
 	ops := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ops-page-reached") }))
 	t.Cleanup(ops.Close)
-	s := New(cfg, dc, rc, &Images{Docker: dc, Redis: rc, Keys: cfg.Keys}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	s := New(cfg, dc, rc, &Images{Docker: dc, Redis: rc, Keys: cfg.Keys, BaseImage: cfg.BaseImage}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	testkit.CleanupLabelled(t, testkit.KeyPrefixLabel(prefix))
 	ctx := context.Background()
 	victim, err := s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
