@@ -69,6 +69,9 @@ func (w *Worker) startModelProxy() (*apiproxy.Proxy, error) {
 	// The token is good for this proxy only, but for anyone who can reach
 	// its port: it is redacted like the secrets it stands for.
 	w.redact.secrets = append(w.redact.secrets, p.Token)
+	if t := w.cfg.ModelSocketToken; t != "" { // the agent never sees it: redacted should it turn up
+		w.redact.secrets = append(w.redact.secrets, t)
+	}
 	return p, nil
 }
 
