@@ -12,11 +12,15 @@
 //	{id}/               0755  one directory per worker, mounted into its container
 //	{id}/worker.json    0600  what the gateway was told (id, allow, project): read back at start
 //	{id}/redis.sock     0666  relayed to Config.Redis over TCP
-//	{id}/model.sock     0666  relayed to Config.Model over TCP (absent when Model is "")
+//	{id}/model.sock     0666  HTTP, forwarded to Config.Model over HTTPS with the worker's token (absent when Model is "")
 //	{id}/egress.sock    0666  an HTTP forward proxy (CONNECT and http://) to what the worker's allowlist names
 //
-// redis.sock and model.sock are plain byte relays: the wrapper speaks
-// Redis, TLS or HTTP end to end through them. egress.sock is the agent's
+// redis.sock is a plain byte relay: the wrapper speaks Redis (or TLS)
+// end to end through it, and Redis wants the worker user's password.
+// model.sock takes HTTP requests that carry the worker's token, which
+// only its wrapper holds, and forwards them to the model API over HTTPS
+// (model.go): the agent beside the wrapper, which can connect to it too,
+// reaches no model API through it with a key of its own. egress.sock is the agent's
 // way out, host by host, as the worker's allowlist and the operator's
 // (Config.Allow) say (egress.go, allow.go); it adds the operator's
 // credentials to plain HTTP requests for the hosts they are for, which it
@@ -42,6 +46,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -86,7 +91,10 @@ type Config struct {
 	// user's credentials; ParseRedis), whose primary each connection is
 	// relayed to and followed across failovers (sentinel.go).
 	Redis string
-	Model string       // the upstream model API, host:port (TCP); "": no model.sock
+	// Model is the upstream model API: host:port (spoken to over HTTPS),
+	// or a URL https://host[:port], or http://host[:port] for a plain
+	// HTTP model server on the host (a test's stub); "": no model.sock.
+	Model string
 	Log   *slog.Logger // nil: discard
 	// MaxConns bounds the connections one worker holds open at once (0:
 	// DefaultMaxConns): a container that opens connections without end
@@ -116,8 +124,9 @@ type Config struct {
 	// change (0: 10 s).
 	CredentialsPoll time.Duration
 	// UpstreamTLS configures the TLS the gateway speaks to a credentialed
-	// host (nil: the system's roots); an empty ServerName is the
-	// request's host. For tests (a loopback TLS server) and embedding.
+	// host and to the model API (nil: the system's roots); an empty
+	// ServerName is the request's host. For tests (a loopback TLS server)
+	// and embedding.
 	UpstreamTLS *tls.Config
 	// SentinelTLS configures the TLS the gateway speaks to the sentinels
 	// of a rediss+sentinel:// Redis (nil: the system's roots, ServerName
@@ -146,6 +155,12 @@ type WorkerSpec struct {
 	// ProjectID is the project the worker works for: a credential scoped
 	// to projects applies to the workers of those projects.
 	ProjectID string `json:"project_id,omitempty"`
+	// ModelToken is the secret every request of the worker's model.sock
+	// carries (ModelTokenHeader): its wrapper's, made by the manager.
+	// Empty on a PUT of an open worker: the token it has stays. A worker
+	// without one has every model request refused. The control API never
+	// shows it.
+	ModelToken string `json:"model_token,omitempty"`
 }
 
 // validProject reports why p cannot be a worker's project id, or nil: at
@@ -162,6 +177,11 @@ type Gateway struct {
 	cfg      Config
 	log      *slog.Logger
 	defaults allowlist // Config.Allow
+
+	// model is Config.Model parsed (nil: none); modelTr carries every
+	// worker's model requests to it.
+	model   *url.URL
+	modelTr *http.Transport
 
 	// creds are the credentials in force: Config.Credentials, then the
 	// file's. credsMu serialises reloads; credsFile is the version read.
@@ -195,10 +215,9 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Model != "" {
-		if _, _, err := net.SplitHostPort(cfg.Model); err != nil {
-			return nil, fmt.Errorf("gateway: Model: want host:port, got %q", cfg.Model)
-		}
+	model, err := ParseModel(cfg.Model)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = DefaultMaxConns
@@ -233,7 +252,10 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	cfg.Credentials = slices.Clone(cfg.Credentials)
-	g := &Gateway{cfg: cfg, log: log, defaults: defaults, workers: map[string]*worker{}, done: make(chan struct{}), stopPoll: make(chan struct{})}
+	g := &Gateway{cfg: cfg, log: log, defaults: defaults, model: model, workers: map[string]*worker{}, done: make(chan struct{}), stopPoll: make(chan struct{})}
+	if model != nil {
+		g.modelTr = g.newModelTransport()
+	}
 	g.redisLog = cfg.Redis
 	if sentinelURL != nil {
 		g.redisLog = sentinelURL.Redacted()
@@ -414,6 +436,9 @@ func (g *Gateway) Stop(ctx context.Context) error {
 		}
 	}
 	g.watching.Wait()
+	if g.modelTr != nil {
+		g.modelTr.CloseIdleConnections()
+	}
 	g.log.Info("gateway stopped")
 	return err
 }
@@ -518,17 +543,25 @@ func (g *Gateway) openLocked(spec WorkerSpec) (*worker, error) {
 	}
 	dir := filepath.Join(g.cfg.Dir, spec.WorkerID)
 	if w := g.workers[spec.WorkerID]; w != nil && w.intact() {
-		if old := w.spec(); !slices.Equal(old.Allow, spec.Allow) || old.ProjectID != spec.ProjectID {
+		old := w.spec()
+		if spec.ModelToken == "" {
+			spec.ModelToken = old.ModelToken
+		}
+		if !slices.Equal(old.Allow, spec.Allow) || old.ProjectID != spec.ProjectID || old.ModelToken != spec.ModelToken {
 			if err := writeSpec(dir, spec); err != nil {
 				return nil, err
 			}
 			w.setSpec(spec, allow)
-			g.log.Info("worker's spec changed", "worker_id", spec.WorkerID, "allow", spec.Allow, "project_id", spec.ProjectID)
+			g.log.Info("worker's spec changed", "worker_id", spec.WorkerID, "allow", spec.Allow, "project_id", spec.ProjectID,
+				"model_token_changed", old.ModelToken != spec.ModelToken)
 		}
 		return w, nil
 	} else if w != nil {
 		// Its sockets were removed under it: serve it anew.
 		g.log.Warn("worker's sockets missing: opening it again", "worker_id", spec.WorkerID)
+		if spec.ModelToken == "" {
+			spec.ModelToken = w.spec().ModelToken
+		}
 		w.close()
 		delete(g.workers, spec.WorkerID)
 	}
@@ -549,28 +582,35 @@ func (g *Gateway) openLocked(spec WorkerSpec) (*worker, error) {
 		return nil, err
 	}
 	w := newWorker(g, spec, allow, dir)
-	ups := []struct{ name, addr string }{{RedisSocket, g.cfg.Redis}, {ModelSocket, g.cfg.Model}}
-	for _, up := range ups {
-		if up.addr == "" {
-			_ = os.Remove(filepath.Join(dir, up.name))
-			continue
-		}
-		l, err := listenUnix(g.cfg.Dir, dir, up.name, WorkerSocketMode)
-		if err != nil {
-			w.close()
-			return nil, fmt.Errorf("gateway: worker %s: %s: %w", spec.WorkerID, up.name, err)
-		}
-		w.serve(l, up.name, up.addr)
-	}
-	l, err := listenUnix(g.cfg.Dir, dir, EgressSocket, WorkerSocketMode)
-	if err != nil {
+	if err := g.listenWorker(w, dir); err != nil {
 		w.close()
-		return nil, fmt.Errorf("gateway: worker %s: %s: %w", spec.WorkerID, EgressSocket, err)
+		return nil, err
 	}
-	w.serveEgress(l)
 	g.workers[spec.WorkerID] = w
 	g.log.Info("worker opened", "worker_id", spec.WorkerID, "dir", dir)
 	return w, nil
+}
+
+// listenWorker makes and serves a new worker's sockets in dir.
+func (g *Gateway) listenWorker(w *worker, dir string) error {
+	l, err := listenUnix(g.cfg.Dir, dir, RedisSocket, WorkerSocketMode)
+	if err != nil {
+		return fmt.Errorf("gateway: worker %s: %s: %w", w.id, RedisSocket, err)
+	}
+	w.serve(l, RedisSocket, g.cfg.Redis)
+	if g.model == nil {
+		_ = os.Remove(filepath.Join(dir, ModelSocket))
+	} else {
+		if l, err = listenUnix(g.cfg.Dir, dir, ModelSocket, WorkerSocketMode); err != nil {
+			return fmt.Errorf("gateway: worker %s: %s: %w", w.id, ModelSocket, err)
+		}
+		w.serveModel(l)
+	}
+	if l, err = listenUnix(g.cfg.Dir, dir, EgressSocket, WorkerSocketMode); err != nil {
+		return fmt.Errorf("gateway: worker %s: %s: %w", w.id, EgressSocket, err)
+	}
+	w.serveEgress(l)
+	return nil
 }
 
 // SpecError is a WorkerSpec the gateway refuses (a bad allowlist entry).
@@ -632,6 +672,10 @@ type WorkerStats struct {
 	// EgressCredentialed counts the allowed requests the gateway added a
 	// credential to.
 	EgressCredentialed int64 `json:"egress_credentialed"`
+	// Requests on model.sock: forwarded to the model API (with the
+	// worker's token), and answered 403 (without it: the agent's own).
+	ModelRequests int64 `json:"model_requests"`
+	ModelRefused  int64 `json:"model_refused"`
 }
 
 // Stats returns every open worker's counters.
@@ -643,7 +687,8 @@ func (g *Gateway) Stats() map[string]WorkerStats {
 		m[id] = WorkerStats{Accepted: w.accepted.Load(), Open: w.open.Load(), Refused: w.refused.Load(),
 			DialErrors: w.dialErrors.Load(), BytesUp: w.bytesUp.Load(), BytesDown: w.bytesDown.Load(),
 			EgressAllowed: w.egressAllowed.Load(), EgressRefused: w.egressRefused.Load(),
-			EgressCredentialed: w.egressCredentialed.Load()}
+			EgressCredentialed: w.egressCredentialed.Load(),
+			ModelRequests:      w.modelForwarded.Load(), ModelRefused: w.modelRefused.Load()}
 	}
 	return m
 }
@@ -711,13 +756,16 @@ type worker struct {
 	ctx    context.Context // done when the worker is closed: aborts dials
 	cancel context.CancelFunc
 
-	mu        sync.Mutex
-	s         WorkerSpec
-	allow     atomic.Pointer[allowlist] // s.Allow parsed: read at each egress request
-	egress    *egress
-	closed    bool
-	listeners []*unixListener
-	conns     map[net.Conn]struct{}
+	mu    sync.Mutex
+	s     WorkerSpec
+	allow atomic.Pointer[allowlist] // s.Allow parsed: read at each egress request
+	// modelToken is s.ModelToken, read at each model request.
+	modelToken atomic.Pointer[string]
+	egress     *egress
+	model      *modelProxy
+	closed     bool
+	listeners  []*unixListener
+	conns      map[net.Conn]struct{}
 	// redisUps are the upstream connections to a Sentinel primary, each
 	// with the gen of the primary it was dialled to (sentinels.gen).
 	redisUps map[net.Conn]uint64
@@ -725,12 +773,14 @@ type worker struct {
 
 	accepted, open, refused, dialErrors, bytesUp, bytesDown atomic.Int64
 	egressAllowed, egressRefused, egressCredentialed        atomic.Int64
+	modelForwarded, modelRefused                            atomic.Int64
 }
 
 func newWorker(g *Gateway, spec WorkerSpec, allow allowlist, dir string) *worker {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &worker{g: g, id: spec.WorkerID, dir: dir, ctx: ctx, cancel: cancel, s: spec, conns: map[net.Conn]struct{}{}, redisUps: map[net.Conn]uint64{}}
 	w.allow.Store(&allow)
+	w.modelToken.Store(&spec.ModelToken)
 	return w
 }
 
@@ -750,6 +800,7 @@ func (w *worker) setSpec(s WorkerSpec, allow allowlist) {
 	w.mu.Lock()
 	w.s = s
 	w.allow.Store(&allow)
+	w.modelToken.Store(&s.ModelToken)
 	w.mu.Unlock()
 }
 
@@ -791,6 +842,20 @@ func (w *worker) serveEgress(l *unixListener) {
 	go func() {
 		defer w.wg.Done()
 		e.serve(l)
+	}()
+}
+
+// serveModel serves the worker's model proxy on l.
+func (w *worker) serveModel(l *unixListener) {
+	m := newModelProxy(w)
+	w.mu.Lock()
+	w.listeners = append(w.listeners, l)
+	w.model = m
+	w.wg.Add(1)
+	w.mu.Unlock()
+	go func() {
+		defer w.wg.Done()
+		m.serve(l)
 	}()
 }
 
@@ -1016,11 +1081,14 @@ func (w *worker) close() {
 	for c := range w.conns {
 		c.Close()
 	}
-	e := w.egress
+	e, m := w.egress, w.model
 	w.mu.Unlock()
-	// Outside w.mu: the proxy's connections leave w.conns as they close.
+	// Outside w.mu: the proxies' connections leave w.conns as they close.
 	if e != nil {
 		e.close()
+	}
+	if m != nil {
+		m.close()
 	}
 }
 

@@ -500,42 +500,6 @@ func TestDialFailureClosesConnection(t *testing.T) {
 	}
 }
 
-// model.sock relays to the model API (HTTP here, TLS in production: the
-// relay reads nothing of it); with no Model there is no model.sock.
-func TestModelSocket(t *testing.T) {
-	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "model saw %s %s", r.Method, r.URL.Path)
-	}))
-	defer model.Close()
-	r := testkit.StartRedis(t)
-	dir := shortDir(t)
-	_, c := startGateway(t, dir, r.Addr, model.Listener.Addr().String())
-	if err := c.Open(context.Background(), "m", nil); err != nil {
-		t.Fatal(err)
-	}
-	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return net.Dial("unix", sockOf(dir, "m", ModelSocket))
-	}}}
-	resp, err := hc.Post("http://api.anthropic.com/v1/messages", "application/json", strings.NewReader(`{}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if string(b) != "model saw POST /v1/messages" {
-		t.Fatalf("%q", b)
-	}
-
-	dir2 := shortDir(t)
-	_, c2 := startGateway(t, dir2, r.Addr, "")
-	if err := c2.Open(context.Background(), "m", nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Lstat(sockOf(dir2, "m", ModelSocket)); !os.IsNotExist(err) {
-		t.Fatalf("model.sock without a Model: %v", err)
-	}
-}
-
 // A container that opens connections without end gets MaxConns of them;
 // the others are closed at once and the gateway goes on serving; bytes
 // that are no Redis are relayed and answered by Redis, not the gateway.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -54,7 +55,8 @@ func TestEscapeSuite(t *testing.T) {
 	prefix := fmt.Sprintf("esc%d", time.Now().UnixNano())
 	gwDir := shortDir(t)
 	cfg, err := ConfigFromEnv(func(k string) string {
-		return map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": prefix, "WORKER_STOP_TIMEOUT": "12s", "WORKER_REDIS_ACL": "on", "GATEWAY_DIR": gwDir}[k]
+		return map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": prefix, "WORKER_STOP_TIMEOUT": "12s", "WORKER_REDIS_ACL": "on", "GATEWAY_DIR": gwDir,
+			"WORKER_BASE_IMAGE": os.Getenv("WORKER_BASE_IMAGE")}[k] // a checkout's own wrapper, as newFixture
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -62,12 +64,12 @@ func TestEscapeSuite(t *testing.T) {
 	if cfg.NetworkMode != NetworkSealed {
 		t.Fatalf("the default network mode is %q, want sealed", cfg.NetworkMode)
 	}
-	startTestGateway(t, gateway.Config{Dir: gwDir, Redis: r.Addr, Model: strings.TrimPrefix(stub.URL, "http://")})
+	gw := startTestGateway(t, gateway.Config{Dir: gwDir, Redis: r.Addr, Model: stub.URL})
 	// A service of the host on loopback, standing for the dashboard and
 	// /metrics (which also want the operator token).
 	ops := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ops-page-reached") }))
 	t.Cleanup(ops.Close)
-	s := New(cfg, dc, rc, &Images{Docker: dc, Redis: rc, Keys: cfg.Keys}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	s := New(cfg, dc, rc, &Images{Docker: dc, Redis: rc, Keys: cfg.Keys, BaseImage: cfg.BaseImage}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	testkit.CleanupLabelled(t, testkit.KeyPrefixLabel(prefix))
 	ctx := context.Background()
 	victim, err := s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
@@ -89,6 +91,17 @@ func TestEscapeSuite(t *testing.T) {
 			cmd += fmt.Sprintf("$%d\\r\\n%s\\r\\n", len(a), a)
 		}
 		return fmt.Sprintf(`printf '%s' | perl -MIO::Socket::UNIX -e '$s=IO::Socket::UNIX->new(Peer=>"/run/agentvisor/redis.sock") or die "no socket: $!"; local $/; print $s <STDIN>; sysread($s,$b,4096); print $b'; echo`, cmd)
+	}
+	// model calls the model API through the worker's model.sock (the
+	// gateway's, which the agent can connect to as well as the wrapper)
+	// with a key of the agent's own and the extra header given, and prints
+	// the answer's status line marked MODELSOCK-name.
+	model := func(name, header string) string {
+		return `perl -MIO::Socket::UNIX -e '$s=IO::Socket::UNIX->new(Peer=>"/run/agentvisor/model.sock") or die "no socket: $!"; ` +
+			`$b=q({"model":"claude-stub","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}); ` +
+			`print $s "POST /v1/messages HTTP/1.1\r\nHost: api.anthropic.com\r\nx-api-key: sk-ant-agents-own-key\r\n` + header +
+			`anthropic-version: 2023-06-01\r\ncontent-type: application/json\r\ncontent-length: ".length($b)."\r\nConnection: close\r\n\r\n$b"; ` +
+			`$a=<$s>; print "MODELSOCK-` + name + ` $a"'`
 	}
 	// tcp tries a TCP connect and says which way it went, marked with
 	// name so that the assertions below find each probe's answer.
@@ -115,6 +128,10 @@ func TestEscapeSuite(t *testing.T) {
 		resp("XADD", victimInput, "*", "data", `{"v":1,"type":"task","request_id":"forged","prompt":"x"}`),
 		resp("HGETALL", cfg.Keys.Status(victim.WorkerID)),
 		resp("KEYS", "*"),
+		// The model API through the worker's own socket: it wants the
+		// worker's token, which only the wrapper holds.
+		model("OWNKEY", ""),
+		model("GUESSED", gateway.ModelTokenHeader+": agentvisor-worker-guessed\\r\\n"),
 	}
 	var steps []stubmodel.Step
 	for _, a := range attempts {
@@ -140,6 +157,17 @@ func TestEscapeSuite(t *testing.T) {
 	saw := seen.String()
 	if !strings.Contains(saw, "NOAUTH") && !strings.Contains(saw, "WRONGPASS") && !strings.Contains(saw, "NOPERM") {
 		t.Errorf("the agent's Redis attempts through its socket were not refused as expected; it saw:\n%s", tail(saw, 3000))
+	}
+	// The agent's own model calls through model.sock were refused by the
+	// gateway and never reached the model (every request the model saw
+	// carried the real key, checked above).
+	for _, probe := range []string{"OWNKEY", "GUESSED"} {
+		if !strings.Contains(saw, "MODELSOCK-"+probe+" HTTP/1.1 403") {
+			t.Errorf("the agent's model call through model.sock (%s) was not refused 403; it saw:\n%s", probe, tail(saw, 3000))
+		}
+	}
+	if st := gw.Stats()[agent.WorkerID]; st.ModelRefused != 2 || st.ModelRequests == 0 {
+		t.Errorf("the gateway's model stats for the agent's worker: %+v, want 2 refused and the wrapper's calls forwarded", st)
 	}
 	for _, probe := range []string{"HOSTREDIS", "HOSTOPS", "OUTSIDE"} {
 		if strings.Contains(saw, probe+"-CONNECTED") || !strings.Contains(saw, probe+"-FAILED") {

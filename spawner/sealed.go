@@ -2,6 +2,8 @@ package spawner
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"path/filepath"
 	"strings"
@@ -22,13 +24,16 @@ import (
 //
 //   - redis.sock relays to the fleet's Redis, where the wrapper logs in as
 //     the worker's own ACL user (REDIS_SOCKET);
-//   - model.sock relays to the model API, for the wrapper's proxy, which
-//     stays the agent's only way to the model (MODEL_SOCKET).
+//   - model.sock takes the wrapper's proxy's model calls (plain HTTP) and
+//     forwards them to the model API over HTTPS (MODEL_SOCKET); the proxy
+//     stays the agent's only way to the model.
 //
 // The agent can call both sockets itself: neither gives it more than it
-// has (Redis wants the worker user's password, which only the wrapper
-// holds; the model API wants the key, which only the wrapper's proxy
-// holds).
+// has. Redis wants the worker user's password, and model.sock the
+// worker's token (made at create, given to the gateway and to the
+// wrapper as MODEL_SOCKET_TOKEN), both of which only the wrapper holds:
+// with a model key of its own, the agent still reaches no model API
+// through model.sock, unmetered and unbudgeted.
 const sealedMount = "/run/agentvisor"
 
 // Gateway is what the spawner asks of its host's gateway: a worker's
@@ -46,17 +51,18 @@ func (s *Spawner) sealed() bool { return s.cfg.NetworkMode == NetworkSealed }
 const NetworkSealed = "sealed"
 
 // openSealed opens a worker's socket directory at the gateway, with its
-// egress allowlist and its project (which scopes the credentials the
-// gateway adds); opening again replaces them. It returns the hosts the
-// gateway has a credential for, for this worker.
-func (s *Spawner) openSealed(ctx context.Context, id string, spec protocol.WorkerSpec) ([]string, error) {
+// egress allowlist, its project (which scopes the credentials the
+// gateway adds) and its model token ("": the one the gateway has stays);
+// opening again replaces them. It returns the hosts the gateway has a
+// credential for, for this worker.
+func (s *Spawner) openSealed(ctx context.Context, id string, spec protocol.WorkerSpec, modelToken string) ([]string, error) {
 	if !s.sealed() {
 		return nil, nil
 	}
 	if s.gateway == nil {
 		return nil, errorf(protocol.CodeInternalError, "WORKER_NETWORK_MODE=sealed without a gateway")
 	}
-	gs := gateway.WorkerSpec{WorkerID: id, ProjectID: spec.ProjectID}
+	gs := gateway.WorkerSpec{WorkerID: id, ProjectID: spec.ProjectID, ModelToken: modelToken}
 	if spec.Network != nil {
 		gs.Allow = spec.Network.Allow
 	}
@@ -78,21 +84,29 @@ func (s *Spawner) closeSealed(ctx context.Context, id string) {
 	}
 }
 
+// newModelToken makes a sealed worker's model token: 32 random bytes in
+// hex, with a prefix that says what it is when it turns up somewhere.
+func newModelToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return "agentvisor-worker-" + hex.EncodeToString(b)
+}
+
 // sealContainer gives a sealed worker's container no network (a spare
-// namespace of netns's holder, or one of its own) and its
-// socket directory, and tells the wrapper where its sockets are and which
-// hosts the gateway adds a credential for (the wrapper points git at
-// them over http://, through the gateway).
-func (s *Spawner) sealContainer(id string, hc *container.HostConfig, credentialHosts []string, netns container.NetworkMode) []string {
+// namespace of o.netns's holder, or one of its own) and its socket
+// directory, and tells the wrapper where its sockets are, its model token,
+// and which hosts the gateway adds a credential for (the wrapper points
+// git at them over http://, through the gateway).
+func (s *Spawner) sealContainer(id string, hc *container.HostConfig, o *createOpts) []string {
 	hc.NetworkMode = "none"
-	if holderOf(netns) != "" {
-		hc.NetworkMode = netns // a spare namespace, loopback only as well (netns.go)
+	if holderOf(o.netns) != "" {
+		hc.NetworkMode = o.netns // a spare namespace, loopback only as well (netns.go)
 	}
 	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(s.cfg.GatewayDir, id), Target: sealedMount, ReadOnly: true})
 	env := []string{"REDIS_SOCKET=" + sealedMount + "/" + gateway.RedisSocket, "MODEL_SOCKET=" + sealedMount + "/" + gateway.ModelSocket,
-		"EGRESS_SOCKET=" + sealedMount + "/" + gateway.EgressSocket}
-	if len(credentialHosts) > 0 {
-		env = append(env, "CREDENTIAL_HOSTS="+strings.Join(credentialHosts, ","))
+		"EGRESS_SOCKET=" + sealedMount + "/" + gateway.EgressSocket, "MODEL_SOCKET_TOKEN=" + o.modelToken}
+	if len(o.credentialHosts) > 0 {
+		env = append(env, "CREDENTIAL_HOSTS="+strings.Join(o.credentialHosts, ","))
 	}
 	return env
 }
@@ -118,7 +132,7 @@ func (s *Spawner) SetNetwork(ctx context.Context, id string, network protocol.Ne
 		return protocol.WorkerInfo{}, errorf(protocol.CodeNotFound, "worker %s", id)
 	}
 	spec.Network = &network
-	if _, err := s.openSealed(ctx, id, spec); err != nil {
+	if _, err := s.openSealed(ctx, id, spec, ""); err != nil {
 		return protocol.WorkerInfo{}, err
 	}
 	s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldSpec: specJSON(spec)})

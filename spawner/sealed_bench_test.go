@@ -2,7 +2,6 @@ package spawner
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +18,7 @@ func BenchmarkSealedCreate(b *testing.B) {
 	dir := shortDir(b)
 	sealed := newFixture(b, func(c *Config) { c.NetworkMode, c.GatewayDir = NetworkSealed, dir })
 	host := newFixture(b, func(c *Config) { c.NetworkMode = "host" })
-	startTestGateway(b, gateway.Config{Dir: dir, Redis: sealed.rc.Options().Addr, Model: strings.TrimPrefix(sealed.stub.URL, "http://")})
+	startTestGateway(b, gateway.Config{Dir: dir, Redis: sealed.rc.Options().Addr, Model: sealed.stub.URL})
 	ctx := context.Background()
 	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude}
 	startOf := func(f *fixture) float64 {

@@ -3,6 +3,7 @@ package spawner
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -25,16 +26,24 @@ import (
 	"github.com/agentvisor/agentvisor/testkit"
 )
 
-// A sealed worker (the real claude, the stub model) works through its
-// gateway's sockets alone: its task is answered, its container has no
+// A sealed worker (the real claude, the stub model served over TLS, as
+// the model API is) works through its gateway's sockets alone: its task
+// is answered, its model calls carried by the gateway (the worker's token
+// on each, HTTPS to the model, the server verified), its container has no
 // network, and from inside it the host's Redis, the model server and any
 // name are out of reach. Deleting it closes its sockets at the gateway.
 func TestSealedWorker(t *testing.T) {
 	dir := shortDir(t)
 	f := newFixture(t, func(c *Config) { c.NetworkMode, c.GatewayDir = NetworkSealed, dir })
+	model := httptest.NewUnstartedServer(f.stub)
+	model.StartTLS()
+	t.Cleanup(model.Close)
+	roots := x509.NewCertPool()
+	roots.AddCert(model.Certificate())
+	t.Setenv("ANTHROPIC_BASE_URL", model.URL) // what the wrapper's proxy names; the gateway dials GATEWAY_MODEL
 	redisAddr := f.rc.Options().Addr
-	modelAddr := strings.TrimPrefix(f.stub.URL, "http://")
-	g := startTestGateway(t, gateway.Config{Dir: dir, Redis: redisAddr, Model: modelAddr})
+	modelAddr := model.Listener.Addr().String()
+	g := startTestGateway(t, gateway.Config{Dir: dir, Redis: redisAddr, Model: modelAddr, UpstreamTLS: &tls.Config{RootCAs: roots}})
 	ctx := context.Background()
 
 	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
@@ -48,8 +57,8 @@ func TestSealedWorker(t *testing.T) {
 	if len(f.stub.Requests()) == 0 {
 		t.Fatal("the model saw no call: the task did not go through model.sock")
 	}
-	if st := g.Stats()[info.WorkerID]; st.Accepted < 2 {
-		t.Fatalf("the gateway relayed %d connections for the worker, want its Redis and model connections", st.Accepted)
+	if st := g.Stats()[info.WorkerID]; st.Accepted < 2 || st.ModelRequests == 0 || st.ModelRefused != 0 {
+		t.Fatalf("the gateway's stats for the worker: %+v, want its Redis and model connections, its model calls forwarded, none refused", st)
 	}
 
 	c, err := f.dc.ContainerInspect(ctx, ContainerName(info.WorkerID))
@@ -132,7 +141,7 @@ func TestSealedWorkerEgress(t *testing.T) {
 	defer upstream.Close()
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(upstream.URL, "http://"))
 	f := newFixture(t, func(c *Config) { c.NetworkMode, c.GatewayDir = NetworkSealed, dir })
-	g := startTestGateway(t, gateway.Config{Dir: dir, Redis: f.rc.Options().Addr, Model: strings.TrimPrefix(f.stub.URL, "http://"),
+	g := startTestGateway(t, gateway.Config{Dir: dir, Redis: f.rc.Options().Addr, Model: f.stub.URL,
 		Resolver: outsideResolver, DialEgress: outsideAt(strings.TrimPrefix(upstream.URL, "http://"))})
 	ctx := context.Background()
 
@@ -252,7 +261,7 @@ func startTestGateway(t testing.TB, cfg gateway.Config) *gateway.Gateway {
 func TestSealedWorkerSurvivesAGatewayRestart(t *testing.T) {
 	dir := shortDir(t)
 	f := newFixture(t, func(c *Config) { c.NetworkMode, c.GatewayDir, c.HeartbeatInterval = NetworkSealed, dir, time.Second })
-	cfg := gateway.Config{Dir: dir, Redis: f.rc.Options().Addr, Model: strings.TrimPrefix(f.stub.URL, "http://")}
+	cfg := gateway.Config{Dir: dir, Redis: f.rc.Options().Addr, Model: f.stub.URL}
 	g := startTestGateway(t, cfg) // stopped by the test, then again (a no-op) when it ends
 	// A manager runs: its health loop would declare a dead worker dead.
 	f.startManager(t)
@@ -294,7 +303,7 @@ func TestSealedWorkerGitCloneWithTheGatewaysCredential(t *testing.T) {
 	srv := testkit.StartGitServer(t, user, token)
 	dir := shortDir(t)
 	f := newFixture(t, func(c *Config) { c.NetworkMode, c.GatewayDir = NetworkSealed, dir })
-	startTestGateway(t, gateway.Config{Dir: dir, Redis: f.rc.Options().Addr, Model: strings.TrimPrefix(f.stub.URL, "http://"),
+	startTestGateway(t, gateway.Config{Dir: dir, Redis: f.rc.Options().Addr, Model: f.stub.URL,
 		Credentials: []gateway.Credential{{Host: "git.example.test", Username: user, Password: token, Projects: []string{"shop"}}},
 		UpstreamTLS: &tls.Config{RootCAs: srv.Roots, ServerName: "example.com"},
 		Resolver:    outsideResolver, DialEgress: outsideAt(strings.TrimPrefix(srv.URL, "https://"))})

@@ -199,6 +199,11 @@ type createOpts struct {
 	// credentialHosts are the hosts the sealed worker's gateway adds a
 	// credential for (set by the create).
 	credentialHosts []string
+	// modelToken is the sealed worker's token, which its gateway wants on
+	// every request of model.sock: made by the create, given to the
+	// gateway and to the wrapper (MODEL_SOCKET_TOKEN, in the container's
+	// environment like REDIS_URL's password), never to Redis.
+	modelToken string
 }
 
 // create is CreateFor without the pools.
@@ -333,7 +338,8 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 		if err != nil {
 			return protocol.WorkerInfo{}, err
 		}
-		if o.credentialHosts, err = s.openSealed(cctx, id, spec); err != nil {
+		o.modelToken = newModelToken()
+		if o.credentialHosts, err = s.openSealed(cctx, id, spec, o.modelToken); err != nil {
 			return protocol.WorkerInfo{}, err
 		}
 		if s.sealed() {
@@ -419,7 +425,7 @@ func (s *Spawner) startContainer(ctx context.Context, cid, id, commandID string,
 // last saw it (an operator's docker rmi) is made again, once.
 func (s *Spawner) createContainer(ctx context.Context, id, commandID string, spec protocol.WorkerSpec, img *Image, redisURL string, now time.Time, o *createOpts) (string, error) {
 	for attempt := 0; ; attempt++ {
-		cfg, hc := s.containerConfig(id, commandID, spec, img.Tag, redisURL, now, o.credentialHosts, o.netns)
+		cfg, hc := s.containerConfig(id, commandID, spec, img.Tag, redisURL, now, o)
 		cfg.Env = append(cfg.Env, poolEnv(spec, *o)...)
 		resp, err := s.docker.ContainerCreate(ctx, cfg, hc, nil, nil, ContainerName(id))
 		switch {
@@ -458,7 +464,7 @@ func (s *Spawner) hostNetwork() bool {
 
 // containerConfig is a worker's container: labels, environment, limits
 // and the hardening every worker gets.
-func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec, image, redisURL string, now time.Time, credentialHosts []string, netns container.NetworkMode) (*container.Config, *container.HostConfig) {
+func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec, image, redisURL string, now time.Time, o *createOpts) (*container.Config, *container.HostConfig) {
 	caps, _ := protocol.NormalizeCapabilities(spec.Capabilities)
 	capNames := make([]string, len(caps))
 	for i, c := range caps {
@@ -487,7 +493,7 @@ func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec
 		env = append(env, "WORKSPACE=/home/worker/workspace")
 	}
 	if s.sealed() {
-		env = append(env, s.sealContainer(id, hc, credentialHosts, netns)...)
+		env = append(env, s.sealContainer(id, hc, o)...)
 	}
 	return &container.Config{Image: image, Env: env, Labels: labels, User: "1000:1000", StopTimeout: &stop}, hc
 }

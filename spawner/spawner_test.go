@@ -79,7 +79,7 @@ func newFixture(t testing.TB, mod func(*Config)) *fixture {
 		mod(&cfg)
 	}
 	if cfg.NetworkMode == NetworkSealed && cfg.GatewayDir == gwDir {
-		startTestGateway(t, gateway.Config{Dir: gwDir, Redis: r.Addr, Model: strings.TrimPrefix(stub.URL, "http://")})
+		startTestGateway(t, gateway.Config{Dir: gwDir, Redis: r.Addr, Model: stub.URL})
 	}
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	s := New(cfg, dc, rc, &Images{Docker: dc, Redis: rc, Keys: cfg.Keys, BaseImage: cfg.BaseImage}, log)

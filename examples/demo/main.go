@@ -400,7 +400,7 @@ func (d *demo) startGateway() (*exec.Cmd, error) {
 	}
 	model := "api.anthropic.com:443"
 	if d.stub != nil {
-		model = strings.TrimPrefix(d.stub.URL, "http://")
+		model = d.stub.URL // plain HTTP: a stub on this host
 	}
 	if err := os.MkdirAll(d.logDir, 0o755); err != nil {
 		return nil, err

@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -91,7 +90,7 @@ func Start(t testing.TB, mod func(*spawner.Config)) *Runtime {
 	}
 	var gw *gateway.Gateway
 	if cfg.NetworkMode == spawner.NetworkSealed && cfg.GatewayDir == gwDir {
-		gw = startGateway(t, gateway.Config{Dir: gwDir, Redis: r.Addr, Model: strings.TrimPrefix(stub.URL, "http://")})
+		gw = startGateway(t, gateway.Config{Dir: gwDir, Redis: r.Addr, Model: stub.URL})
 	}
 	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {

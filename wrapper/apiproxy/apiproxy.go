@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -23,6 +24,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/agentvisor/agentvisor/gateway"
 )
 
 // DefaultUpstream is the Anthropic API, where requests go when no
@@ -33,13 +36,21 @@ const DefaultUpstream = "https://api.anthropic.com"
 // one of APIKey and AuthToken is used: APIKey when both are set.
 type Config struct {
 	Upstream string // base URL of the model API, e.g. https://api.anthropic.com
-	// UpstreamSocket, when set, is a unix socket every upstream connection
-	// goes through (a sealed worker's gateway relays it to Upstream's
-	// host): TLS and the Host header still name Upstream.
+	// UpstreamSocket, when set, is a unix socket every upstream request
+	// goes through: a sealed worker's model.sock, where the host's gateway
+	// takes plain HTTP and forwards it to the model API over HTTPS. Each
+	// request then carries UpstreamToken (the worker's token, in the
+	// header gateway.ModelTokenHeader), without which the gateway refuses
+	// it; Upstream's scheme and host are the gateway's business, its path
+	// still prefixes every request's.
 	UpstreamSocket string
-	APIKey         string // sent upstream as x-api-key (ANTHROPIC_API_KEY)
-	AuthToken      string // sent upstream as Authorization: Bearer (ANTHROPIC_AUTH_TOKEN)
-	Logger         *slog.Logger
+	UpstreamToken  string
+	// TLS configures the TLS spoken to an https Upstream (nil: the
+	// system's roots). For tests and embedding.
+	TLS       *tls.Config
+	APIKey    string // sent upstream as x-api-key (ANTHROPIC_API_KEY)
+	AuthToken string // sent upstream as Authorization: Bearer (ANTHROPIC_AUTH_TOKEN)
+	Logger    *slog.Logger
 	// OnUpstreamError, when set, sees the status and headers of every
 	// error answer (4xx, 5xx) of the upstream, before the agent does: the
 	// wrapper stops a task at the first 401 or 403 (the proxy's own
@@ -92,6 +103,15 @@ func Start(addr string, cfg Config) (*Proxy, error) {
 	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
 		return nil, fmt.Errorf("apiproxy: address %q is not a loopback address", addr)
 	}
+	if cfg.UpstreamSocket != "" {
+		if cfg.UpstreamToken == "" {
+			return nil, errors.New("apiproxy: an upstream socket without its token (MODEL_SOCKET_TOKEN): the gateway would refuse every call")
+		}
+		// Plain HTTP to the gateway, which speaks TLS to the model.
+		sealed := *up
+		sealed.Scheme = "http"
+		up = &sealed
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("apiproxy: listen: %w", err)
@@ -103,7 +123,7 @@ func Start(addr string, cfg Config) (*Proxy, error) {
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:       p.rewrite,
 		FlushInterval: -1, // server-sent events reach the agent as the upstream writes them
-		Transport:     &parkingTransport{next: newTransport(cfg.UpstreamSocket), limited: cfg.OnRateLimit, now: time.Now},
+		Transport:     &parkingTransport{next: newTransport(cfg.UpstreamSocket, cfg.TLS), limited: cfg.OnRateLimit, now: time.Now},
 		ErrorHandler:  p.upstreamError,
 		ModifyResponse: func(resp *http.Response) error {
 			if resp.StatusCode >= 400 && cfg.OnUpstreamError != nil {
@@ -162,6 +182,10 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(p.upstream)
 	pr.Out.Header.Del("X-Api-Key")
 	pr.Out.Header.Del("Authorization")
+	pr.Out.Header.Del(gateway.ModelTokenHeader)
+	if p.cfg.UpstreamSocket != "" {
+		pr.Out.Header.Set(gateway.ModelTokenHeader, p.cfg.UpstreamToken)
+	}
 	if p.cfg.OnUsage != nil {
 		// The transport then asks for gzip itself and decodes the answer,
 		// so the meter reads it; the agent gets it plain, on loopback.
@@ -199,9 +223,12 @@ func (b *bufferPool) Put(buf []byte) { b.pool.Put(&buf) }
 // newTransport is http.DefaultTransport's settings, with more idle
 // connections kept per host: every request goes to the one upstream;
 // through socket when one is given, and then never through an HTTP proxy.
-func newTransport(socket string) *http.Transport {
+func newTransport(socket string, tlsConfig *tls.Config) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConnsPerHost = 16
+	if tlsConfig != nil {
+		t.TLSClientConfig = tlsConfig.Clone()
+	}
 	if socket != "" {
 		t.Proxy = nil
 		t.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {

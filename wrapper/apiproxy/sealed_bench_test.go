@@ -1,47 +1,29 @@
 package apiproxy
 
 import (
-	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/agentvisor/agentvisor/gateway"
 )
 
 // BenchmarkProxyThroughGateway: the streaming model call of
 // BenchmarkProxyLatency through the wrapper's proxy as a sealed worker
-// makes it (the proxy's upstream connections through the gateway's
-// model.sock, a real gateway relaying to the stub) against the same proxy
-// dialling the stub directly, alternately, in the same run: what the
-// sealed worker's model path adds.
+// makes it (plain HTTP with the worker's token to the gateway's
+// model.sock, a real gateway forwarding it to the stub over TLS) against
+// the same proxy speaking TLS to the stub directly, alternately, in the
+// same run: what the sealed worker's model path adds.
 func BenchmarkProxyThroughGateway(b *testing.B) {
 	stub := startStub(b)
-	dir, err := os.MkdirTemp("", "gwb")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	g, err := gateway.New(gateway.Config{Dir: dir, Redis: "127.0.0.1:1", Model: strings.TrimPrefix(stub.URL, "http://")})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := g.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer g.Stop(context.Background())
-	if err := gateway.NewClient(dir).Open(context.Background(), "bench", nil); err != nil {
-		b.Fatal(err)
-	}
-	direct, err := Start("127.0.0.1:0", Config{Upstream: stub.URL, APIKey: realKey})
+	url, roots := tlsStub(b, stub)
+	_, sock := startGateway(b, strings.TrimPrefix(url, "https://"), roots, workerToken)
+	direct, err := Start("127.0.0.1:0", Config{Upstream: url, APIKey: realKey, TLS: roots})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer direct.Close()
-	sealed, err := Start("127.0.0.1:0", Config{Upstream: stub.URL, APIKey: realKey, UpstreamSocket: dir + "/bench/" + gateway.ModelSocket})
+	sealed, err := Start("127.0.0.1:0", Config{Upstream: url, APIKey: realKey, UpstreamSocket: sock, UpstreamToken: workerToken})
 	if err != nil {
 		b.Fatal(err)
 	}

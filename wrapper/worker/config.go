@@ -28,6 +28,10 @@ type Config struct {
 	// worker has no network, its gateway relays them.
 	RedisSocket string
 	ModelSocket string
+	// ModelSocketToken (MODEL_SOCKET_TOKEN): the worker's token, which the
+	// gateway wants on every request of MODEL_SOCKET; the agent never
+	// gets it (secrets.go).
+	ModelSocketToken string
 	// EgressSocket (EGRESS_SOCKET): the gateway's egress proxy for the
 	// agent; the wrapper's loopback front (package egress) is the agent's
 	// HTTP_PROXY and HTTPS_PROXY.
@@ -230,7 +234,8 @@ func identityVars(c *Config, u *protocol.RedisURL, replicas, timeout *string) []
 		{Name: "REDIS_URL", Required: true, Value: envconf.Func(func(s string) (err error) { c.RedisURL = s; *u, err = protocol.ParseRedisURL(s); return err }),
 			Doc: "redis://, rediss://, redis+sentinel:// or rediss+sentinel://"},
 		{Name: "REDIS_SOCKET", Value: envconf.String(&c.RedisSocket), Doc: "a unix socket every Redis connection goes through (a sealed worker's gateway; set by the manager)"},
-		{Name: "MODEL_SOCKET", Value: envconf.String(&c.ModelSocket), Doc: "a unix socket every connection of the model API proxy goes through (a sealed worker's gateway; set by the manager)"},
+		{Name: "MODEL_SOCKET", Value: envconf.String(&c.ModelSocket), Doc: "a unix socket every request of the model API proxy goes through, plain HTTP (a sealed worker's gateway, which speaks HTTPS to the model API; set by the manager)"},
+		{Name: "MODEL_SOCKET_TOKEN", Value: envconf.String(&c.ModelSocketToken), Doc: "the worker's token, sent on every request of MODEL_SOCKET: the gateway refuses a request without it (set by the manager; never the agent's)"},
 		{Name: "EGRESS_SOCKET", Value: envconf.String(&c.EgressSocket), Doc: "the gateway's egress proxy for the agent, which allows the worker's allowlist only (a sealed worker; set by the manager)"},
 		{Name: "CREDENTIAL_HOSTS", Value: envconf.Func(c.setCredentialHosts),
 			Doc: "comma-separated hosts the gateway adds a credential to (a sealed worker; set by the manager from the gateway's credential_hosts): the agent's git reaches them as http://host/ through the egress proxy"},

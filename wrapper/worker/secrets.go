@@ -21,7 +21,7 @@ import (
 // Droid's FACTORY_API_KEY, its login to Factory). Whatever else is in the environment (such as a
 // spec's variables meant for the agent's tools) passes on.
 var wrapperOnly = map[string]bool{
-	"REDIS_URL": true, "INSTRUCTIONS": true, "CREDENTIAL_HOSTS": true,
+	"REDIS_URL": true, "MODEL_SOCKET_TOKEN": true, "INSTRUCTIONS": true, "CREDENTIAL_HOSTS": true,
 	"ANTHROPIC_API_KEY": true, "ANTHROPIC_AUTH_TOKEN": true, "ANTHROPIC_BASE_URL": true,
 	"OPENAI_API_KEY": true, "OPENAI_BASE_URL": true, "DROID_BASE_URL": true, "FACTORY_API_KEY": true,
 	"WORKER_KIND": true, "WORKER_KEY_PREFIX": true, "AGENT_TYPE": true, "AGENT_BIN": true, "AGENT_ARGS": true,
@@ -49,7 +49,7 @@ type modelAPI struct{ url, token string }
 func (w *Worker) startModelProxy() (*apiproxy.Proxy, error) {
 	get := w.getenv
 	cfg := apiproxy.Config{APIKey: get("ANTHROPIC_API_KEY"), AuthToken: get("ANTHROPIC_AUTH_TOKEN"), Logger: w.log,
-		OnUpstreamError: w.heal.upstreamError, OnRateLimit: w.heal.rateLimit, UpstreamSocket: w.cfg.ModelSocket}
+		OnUpstreamError: w.heal.upstreamError, OnRateLimit: w.heal.rateLimit, UpstreamSocket: w.cfg.ModelSocket, UpstreamToken: w.cfg.ModelSocketToken}
 	if !w.agent.Caps().ReportsCost { // the wrapper meters the agent's calls (cost.go)
 		cfg.OnUsage, cfg.Refuse = w.spend.meter, w.spend.refuse
 	}
@@ -69,6 +69,9 @@ func (w *Worker) startModelProxy() (*apiproxy.Proxy, error) {
 	// The token is good for this proxy only, but for anyone who can reach
 	// its port: it is redacted like the secrets it stands for.
 	w.redact.secrets = append(w.redact.secrets, p.Token)
+	if t := w.cfg.ModelSocketToken; t != "" { // the agent never sees it: redacted should it turn up
+		w.redact.secrets = append(w.redact.secrets, t)
+	}
 	return p, nil
 }
 

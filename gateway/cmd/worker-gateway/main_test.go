@@ -63,7 +63,7 @@ func TestConfigFromEnv(t *testing.T) {
 		{map[string]string{"GATEWAY_REDIS": "u:secret@127.0.0.1:6379"}, `config: GATEWAY_REDIS: gateway: Redis: want host:port or a redis+sentinel:// URL, got an address with an @ (credentials?)`},
 		{map[string]string{"GATEWAY_REDIS": "redis+sentinel://:secret@127.0.0.1:26379/m"}, `config: GATEWAY_REDIS: gateway: Redis: the sentinel URL carries the data user's credentials, which the gateway must not hold: give only the sentinels' (sentinel_username, sentinel_password)`},
 		{map[string]string{"GATEWAY_REDIS": "redis+sentinel://127.0.0.1:26379"}, `config: GATEWAY_REDIS: gateway: Redis: protocol: bad redis URL: a sentinel URL needs the master's name as its path (/mymaster or /mymaster/0)`},
-		{map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379", "GATEWAY_MODEL": "api"}, `config: GATEWAY_MODEL: want host:port, got "api"`},
+		{map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379", "GATEWAY_MODEL": "api"}, `config: GATEWAY_MODEL: gateway: Model: want host:port or an http(s) URL, got "api"`},
 		{map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379", "GATEWAY_MAX_CONNS": "0"}, `config: GATEWAY_MAX_CONNS: want a positive whole number, got "0"`},
 		{map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379", "GATEWAY_ALLOW": "github.com,*"}, `config: GATEWAY_ALLOW: gateway: allow entry "*": allows every host: that is host networking, not an allowlist; list the hosts (or *.suffix)`},
 		{map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379", "LOG_LEVEL": "chatty"}, `config: LOG_LEVEL: want debug, info, warn or error, got "chatty"`},

@@ -1,0 +1,181 @@
+package gateway
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// The model proxy: Dir/{id}/model.sock is a reverse proxy (HTTP over the
+// unix socket) to the model API, Config.Model, for worker id alone. Every
+// request must carry the worker's token (WorkerSpec.ModelToken) in the
+// header ModelTokenHeader: the manager makes it at the worker's creation
+// and gives it to the gateway and to the worker's wrapper, whose
+// environment the agent cannot read. A request without it, or with
+// another, is answered 403 and counted (WorkerStats.ModelRefused); a
+// worker opened without a token has every request refused. So the agent,
+// which can connect to model.sock as well as the wrapper, reaches no
+// model API through it, whatever key it holds: model calls go through
+// the wrapper's proxy, metered and budgeted.
+//
+// A request that passes loses the token header and is forwarded, method,
+// path, query, headers and body as they came, to Config.Model over HTTPS
+// (the gateway verifies the server: Config.UpstreamTLS, the system's
+// roots by default), its Host header the model's. The answer streams
+// back as it comes, every write flushed (server-sent events).
+
+// ModelTokenHeader carries a worker's token on each request of its
+// model.sock.
+const ModelTokenHeader = "X-Agentvisor-Worker-Token"
+
+// Bounds on what a container sends model.sock: a request's header within
+// modelHeaderTimeout, at most modelMaxHeaderBytes; an idle connection is
+// closed after modelIdleTimeout.
+var (
+	modelHeaderTimeout  = 10 * time.Second
+	modelIdleTimeout    = 2 * time.Minute
+	modelMaxHeaderBytes = 1 << 20
+)
+
+// ParseModel reads Config.Model: host:port (HTTPS), or a URL
+// https://host[:port] or http://host[:port] (plain HTTP: a model server on
+// the host itself, as tests and the demo's stub have). "" is no model.
+func ParseModel(s string) (*url.URL, error) {
+	if s == "" {
+		return nil, nil
+	}
+	if !strings.Contains(s, "://") {
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			return nil, fmt.Errorf("gateway: Model: want host:port or an http(s) URL, got %q", s)
+		}
+		return &url.URL{Scheme: "https", Host: s}, nil
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		return nil, fmt.Errorf("gateway: Model: want host:port or an http(s) URL (scheme and host only), got %q", s)
+	}
+	return &url.URL{Scheme: u.Scheme, Host: u.Host}, nil
+}
+
+// newModelTransport is the transport of every worker's model requests:
+// to the one upstream, never through the gateway's own proxy settings,
+// the answer passed on as it comes (no gzip asked and undone on the
+// wrapper's behalf: the wrapper asks for what it reads).
+func (g *Gateway) newModelTransport() *http.Transport {
+	d := &net.Dialer{Timeout: g.cfg.DialTimeout, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                 nil,
+		DialContext:           d.DialContext,
+		MaxIdleConns:          64,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
+		TLSClientConfig:       g.cfg.UpstreamTLS.Clone(), // nil: the system's roots, ServerName the model's host
+		TLSHandshakeTimeout:   10 * time.Second,
+		ForceAttemptHTTP2:     true,
+	}
+}
+
+// modelProxy is one worker's model.sock server.
+type modelProxy struct {
+	w   *worker
+	log *slog.Logger
+	srv *http.Server
+	rp  *httputil.ReverseProxy
+}
+
+func newModelProxy(w *worker) *modelProxy {
+	m := &modelProxy{w: w, log: w.g.log.With("worker_id", w.id, "socket", ModelSocket)}
+	errLog := slog.NewLogLogger(m.log.Handler(), slog.LevelDebug)
+	up := w.g.model
+	m.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(up) // the model's host in the URL and the Host header
+			pr.Out.Header.Del(ModelTokenHeader)
+		},
+		Transport:     w.g.modelTr,
+		FlushInterval: -1, // every write of the answer flushed: server-sent events come as sent
+		ErrorLog:      errLog,
+		ErrorHandler:  m.upstreamError,
+	}
+	m.srv = &http.Server{
+		Handler:                      m,
+		ReadHeaderTimeout:            modelHeaderTimeout,
+		IdleTimeout:                  modelIdleTimeout,
+		MaxHeaderBytes:               modelMaxHeaderBytes,
+		DisableGeneralOptionsHandler: true,
+		ErrorLog:                     errLog,
+	}
+	return m
+}
+
+// serve serves model.sock on l until the worker is closed; its
+// connections are the worker's (counted, bounded by MaxConns, closed with
+// it).
+func (m *modelProxy) serve(l *unixListener) {
+	tl := &trackingListener{unixListener: l, w: m.w}
+	for {
+		err := m.srv.Serve(tl)
+		if m.w.ctx.Err() != nil || errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
+			return
+		}
+		m.log.Warn("model proxy", "err", err)
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-m.w.ctx.Done():
+			return
+		}
+	}
+}
+
+func (m *modelProxy) close() { _ = m.srv.Close() }
+
+func (m *modelProxy) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	if !m.w.modelTokenOK(r.Header.Get(ModelTokenHeader)) {
+		m.w.modelRefused.Add(1)
+		why := "wrong token"
+		if r.Header.Get(ModelTokenHeader) == "" {
+			why = "no token"
+		}
+		m.log.Warn("model request refused: not the worker's token", "why", why, "method", r.Method, "path", r.URL.Path)
+		writeModelError(rw, http.StatusForbidden, "permission_error",
+			"agentvisor gateway: model.sock takes only the worker's own requests ("+ModelTokenHeader+")")
+		return
+	}
+	m.w.modelForwarded.Add(1)
+	m.rp.ServeHTTP(rw, r)
+}
+
+func (m *modelProxy) upstreamError(rw http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) { // the wrapper went away, or the worker closed
+		return
+	}
+	m.w.dialErrors.Add(1)
+	m.log.Warn("model API unreachable", "model", m.w.g.model.Host, "path", r.URL.Path, "err", err)
+	writeModelError(rw, http.StatusBadGateway, "api_error", "agentvisor gateway: model API unreachable")
+}
+
+// modelTokenOK says whether got is the worker's token (none: nothing is).
+func (w *worker) modelTokenOK(got string) bool {
+	want := *w.modelToken.Load()
+	return want != "" && got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// writeModelError answers in the Messages API's error shape, which the
+// wrapper and the agents parse.
+func writeModelError(w http.ResponseWriter, status int, typ, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": msg}})
+}
