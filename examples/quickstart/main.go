@@ -20,8 +20,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -137,9 +135,9 @@ func ensureGateway(ctx context.Context, cfg *spawner.Config, log *slog.Logger) (
 	if err != nil {
 		return nil, err
 	}
-	model, err := modelAddr(os.Getenv("ANTHROPIC_BASE_URL"))
-	if err != nil {
-		return nil, err
+	model := os.Getenv("ANTHROPIC_BASE_URL") // the gateway takes the URL's scheme and host
+	if model == "" {
+		model = "https://api.anthropic.com"
 	}
 	dir, err := os.MkdirTemp("", "gw") // short: a unix socket path is at most 107 bytes
 	if err != nil {
@@ -155,21 +153,4 @@ func ensureGateway(ctx context.Context, cfg *spawner.Config, log *slog.Logger) (
 	}
 	cfg.GatewayDir = dir
 	return func() { _ = g.Stop(context.Background()); os.RemoveAll(dir) }, nil
-}
-
-// modelAddr is the host:port of the model API's base URL (Anthropic's
-// when empty).
-func modelAddr(base string) (string, error) {
-	if base == "" {
-		base = "https://api.anthropic.com"
-	}
-	u, err := url.Parse(base)
-	if err != nil || u.Hostname() == "" {
-		return "", fmt.Errorf("ANTHROPIC_BASE_URL %q: not a URL", base)
-	}
-	port := u.Port()
-	if port == "" {
-		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
-	}
-	return net.JoinHostPort(u.Hostname(), port), nil
 }
