@@ -44,6 +44,7 @@ type Metrics struct {
 	heartbeatsMiss *prometheus.CounterVec   // event (degraded, dead)
 	stateSeconds   *prometheus.HistogramVec // state, health: time spent in a state before it changed
 	transitions    *prometheus.CounterVec   // from, to
+	refusals       *prometheus.CounterVec   // kind
 	imageBuilds    *prometheus.CounterVec   // agent, outcome
 	buildSeconds   *prometheus.HistogramVec // agent
 	poolWait       *prometheus.HistogramVec // pool, source
@@ -110,6 +111,9 @@ func NewMetrics(rc redis.Cmdable, keys protocol.Keys, maxProjects int) *Metrics 
 	m.transitions = f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentvisor_worker_transitions_total",
 		Help: "Worker state changes (state_changed events), by from and to (a state, or a health for a change of health alone)."},
 		[]string{"from", "to"})).(*prometheus.CounterVec)
+	m.refusals = f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentvisor_refusals_total",
+		Help: "What a worker refused its agent (the warning events with refused set), by kind: network (a connection off a sealed worker's egress allowlist), command (a tool call ALLOWED_COMMANDS does not allow), progress (a progress call refused)."},
+		[]string{"kind"})).(*prometheus.CounterVec)
 	m.imageBuilds = f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentvisor_image_builds_total",
 		Help: "Worker images built (a create whose image was missing), by agent and outcome (ok, error)."}, []string{"agent", "outcome"})).(*prometheus.CounterVec)
 	m.buildSeconds = f(prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "agentvisor_image_build_duration_seconds",

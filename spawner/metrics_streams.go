@@ -65,6 +65,8 @@ func (sm *streamMetrics) count(ev client.Event, died map[string]time.Time) {
 		case protocol.EventRemoved:
 			delete(died, l.WorkerID)
 		}
+	case ev.Progress != nil && ev.Progress.Refused != nil:
+		m.refusals.WithLabelValues(refusalKind(ev.Progress.Refused.Tool)).Inc()
 	case ev.Output != nil:
 		o := ev.Output
 		agent := string(o.AgentType)
@@ -91,4 +93,13 @@ func (sm *streamMetrics) count(ev client.Event, died map[string]time.Time) {
 			delete(died, o.WorkerID)
 		}
 	}
+}
+
+// refusalKind is the metrics' kind of a refusal of tool: a bounded set.
+func refusalKind(tool string) string {
+	switch tool {
+	case "network", "progress":
+		return tool
+	}
+	return "command"
 }

@@ -159,6 +159,10 @@ func TestMetricsFromStreams(t *testing.T) {
 	testkit.XAdd(t, rc, keys.Output("w2"), testkit.Doc(protocol.Output{Timestamp: now, RequestID: "r3", WorkerID: "w2", AgentType: "claude", ProjectID: "docs",
 		Status: protocol.StatusFailed, Error: &protocol.Error{Code: protocol.CodeResumeFailed, Message: "x"}, Usage: protocol.Usage{Input: 7}, CostUSD: 0.25}))
 
+	testkit.XAdd(t, rc, keys.Output("w2"), testkit.Doc(protocol.Progress{Timestamp: now, RequestID: "r2", WorkerID: "w2",
+		Level: protocol.LevelWarning, Step: "refused: network example.com:443", Refused: &protocol.Refusal{Tool: "network", Host: "example.com", Port: 443}}))
+	testkit.XAdd(t, rc, keys.Output("w2"), testkit.Doc(protocol.Progress{Timestamp: now, RequestID: "r2", WorkerID: "w2",
+		Level: protocol.LevelWarning, Step: "refused: Bash", Refused: &protocol.Refusal{Tool: "Bash", Command: "rm -rf /"}}))
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) && testutil.ToFloat64(m.tasks.WithLabelValues("claude", "failed", "RESUME_FAILED")) < 1 {
 		time.Sleep(20 * time.Millisecond)
@@ -178,6 +182,8 @@ func TestMetricsFromStreams(t *testing.T) {
 		{"crash to output observed", float64(testutil.CollectAndCount(m.crashToOutput)), 1},
 		{"idle>busy", testutil.ToFloat64(m.transitions.WithLabelValues("idle", "busy")), 1},
 		{"healthy>degraded", testutil.ToFloat64(m.transitions.WithLabelValues("healthy", "degraded")), 1},
+		{"egress refused", testutil.ToFloat64(m.refusals.WithLabelValues("network")), 1},
+		{"command refused", testutil.ToFloat64(m.refusals.WithLabelValues("command")), 1},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
