@@ -179,40 +179,5 @@ class LiveTest(unittest.TestCase):
         self.assertEqual(cm.exception.code, "NOT_FOUND")
 
 
-
-@unittest.skipUnless(LIVE, "needs the live runtime of examples/python_test.go (AGENTVISOR_LIVE=1)")
-class LivePriorityTest(unittest.TestCase):
-    """A developer worker: a high task, on its own queue, is cancelled
-    through the normal queue; a low one runs to its output."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.c = Client.from_env()
-        cls.worker = cls.c.create_worker(agent_type="claude", kind="developer", project_id=PROJECT + "-dev")
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.c.delete_worker(cls.worker.worker_id)
-        finally:
-            cls.c.close()
-
-    def test_priorities_and_control_on_the_developer_queue(self):
-        wid = self.worker.worker_id
-        script({"text": "Thinking...", "delay_ms": 60000})
-        high = self.c.send(wid, "Think long.", project_id=PROJECT + "-dev", priority="high")
-        self.assertEqual((high.info.input, high.info.control_stream), (self.c.keys.developer_input("high"), self.c.keys.developer_input()))
-        wait_for(lambda: self.c.run(high.request_id).status == "running", timeout=120)
-        high.cancel("not now")
-        with self.assertRaises(AgentvisorError) as cm:
-            high.result(timeout=60, check=True)
-        self.assertEqual(cm.exception.code, "CANCELLED")
-        script(final(result={"low": True}))
-        low = self.c.send(wid, "Quick.", project_id=PROJECT + "-dev", priority="low")
-        self.assertEqual(low.info.input, self.c.keys.developer_input("low"))
-        self.assertEqual(low.result(timeout=180, check=True).result, {"low": True})
-        self.assertEqual(self.c.run(low.request_id).get("worker_id"), wid)
-
-
 if __name__ == "__main__":
     unittest.main()
