@@ -78,6 +78,28 @@ func TestPythonClient(t *testing.T) {
 	})
 }
 
+// TestPythonClientDeveloperQueue runs the Python client's developer
+// worker case (clients/python/tests/live_developer.py) against a runtime of
+// its own: TestPythonClient's workers are persistent, which a developer
+// worker cannot be. A task of high priority goes to its queue and is
+// cancelled through the normal one; a task of low priority completes.
+func TestPythonClientDeveloperQueue(t *testing.T) {
+	rt := spawnertest.Start(t, nil)
+	clientDir, err := filepath.Abs("../clients/python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(python, "-m", "unittest", "-v", "tests.live_developer")
+	cmd.Dir = clientDir
+	cmd.Env = append(append(os.Environ(), rt.Env...), "PYTHONPATH="+clientDir, "PYTHONDONTWRITEBYTECODE=1", "STUB_SCRIPT_URL="+scriptEndpoint(t, rt.Stub))
+	out, err := cmd.CombinedOutput()
+	got := string(out)
+	if err != nil || !strings.Contains(got, "\nOK") || !strings.Contains(got, "test_priorities_and_control_on_the_developer_queue") {
+		t.Fatalf("python -m unittest tests.live_developer: %v\n%s", err, got)
+	}
+	t.Logf("%s", got)
+}
+
 // scriptEndpoint serves, on a loopback port, POST /script: a stub model
 // script as JSON (stubmodel.Script), given to the runtime's stub.
 func scriptEndpoint(t *testing.T, stub *stubmodel.Server) string {

@@ -53,8 +53,23 @@ class Keys:
     def heartbeat(self, worker_id):
         return self._join("heartbeat", worker_id)
 
-    def input(self, worker_id, kind="long_lived"):
-        return self._join("developer", "input") if kind == "developer" else self._join(worker_id, "input")
+    def input(self, worker_id, kind="long_lived", priority=None):
+        """A worker's input: for a developer worker, the developer queue of
+        the task's priority (high, normal, low; None is normal)."""
+        return self.developer_input(priority) if kind == "developer" else self._join(worker_id, "input")
+
+    def developer_input(self, priority=None):
+        """The developer queue of a priority: the normal one is
+        developer:input, high and low have a stream each."""
+        if priority in (None, "", "normal"):
+            return self._join("developer", "input")
+        if priority not in ("high", "low"):
+            raise AgentvisorError("INVALID_TASK", f"priority {priority!r}: want high, normal or low")
+        return self._join("developer", "input", priority)
+
+    def developer_inputs(self):
+        """The developer queues, highest priority first."""
+        return [self.developer_input(p) for p in ("high", "normal", "low")]
 
     def output(self, worker_id, kind="long_lived"):
         return self._join("developer", "output") if kind == "developer" else self._join(worker_id, "output")
@@ -184,13 +199,28 @@ def decode_event(stream, entry_id, fields):
 @dataclass
 class SentInfo:
     """A task on its way: where its output will appear, and the entry of
-    that stream after which to look for it."""
+    that stream after which to look for it. input is the stream the task
+    went to; control is where its cancel, messages and permission replies
+    go: the worker's input, or the normal developer queue for a developer
+    task of any priority ("" in a SentInfo made by hand: input)."""
 
     request_id: str
     worker_id: str
     input: str
     output: str
     after: str = "0-0"
+    control: str = ""
+
+    @property
+    def control_stream(self):
+        return self.control or self.input
+
+
+def sent_info(keys, task, worker_id, kind):
+    """Where task goes for a worker of kind: a developer task to its
+    priority's queue, its control documents to the normal one."""
+    return SentInfo(task.request_id, worker_id, keys.input(worker_id, kind, task.priority),
+                    keys.output(worker_id, kind), control=keys.input(worker_id, kind))
 
 
 def run_args(task, worker_id, kind, agent_type=None):

@@ -105,18 +105,18 @@ class Task:
     def cancel(self, reason=""):
         """Asks the worker to end the task, queued or running."""
         doc = types.Cancel.from_dict({"v": 1, "type": "cancel", "request_id": self.request_id, "reason": reason or None, "timestamp": _core.now()}, code="INVALID_COMMAND")
-        self._c._add(self.info.input, doc, f"cancel {self.request_id}")
+        self._c._add(self.info.control_stream, doc, f"cancel {self.request_id}")
 
     def message(self, text):
         """Steers the running task: text reaches the agent as a user message."""
         doc = types.Message.from_dict({"v": 1, "type": "message", "request_id": self.request_id, "text": text}, code="INVALID_COMMAND")
-        self._c._add(self.info.input, doc, f"message to {self.request_id}")
+        self._c._add(self.info.control_stream, doc, f"message to {self.request_id}")
 
     def answer_permission(self, permission_id, allow, message=""):
         """Allows or denies a permission request of the task (AGENT_APPROVAL)."""
         doc = types.PermissionReply.from_dict({"v": 1, "type": "permission_reply", "request_id": self.request_id,
                                                "permission_id": permission_id, "allow": bool(allow), "message": message or None}, code="INVALID_COMMAND")
-        self._c._add(self.info.input, doc, f"answer {permission_id} of {self.request_id}")
+        self._c._add(self.info.control_stream, doc, f"answer {permission_id} of {self.request_id}")
 
     def allow(self, permission_id):
         self.answer_permission(permission_id, True)
@@ -253,7 +253,7 @@ class Client:
         if kind is None:
             raise AgentvisorError("NOT_FOUND", f"no worker {worker_id}")
         kind = kind or "long_lived"
-        info = SentInfo(task.request_id, worker_id, self.keys.input(worker_id, kind), self.keys.output(worker_id, kind))
+        info = _core.sent_info(self.keys, task, worker_id, kind)
         run = _core.run_args(task, worker_id, kind, agent_type)
 
         def make_run(pipe):

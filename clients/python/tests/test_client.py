@@ -21,6 +21,15 @@ class KeysTest(unittest.TestCase):
         self.assertEqual(k.output("w1"), "staging:worker:w1:output")
         self.assertEqual(k.input("w1", "developer"), "staging:worker:developer:input")
         self.assertEqual(k.output("w1", "developer"), "staging:worker:developer:output")
+        self.assertEqual(k.input("w1", "developer", "high"), "staging:worker:developer:input:high")
+        self.assertEqual(k.input("w1", "developer", "normal"), "staging:worker:developer:input")
+        self.assertEqual(k.input("w1", "developer", "low"), "staging:worker:developer:input:low")
+        self.assertEqual(k.input("w1", "long_lived", "high"), "staging:worker:w1:input")  # a long-lived worker has one input
+        self.assertEqual(k.developer_inputs(), ["staging:worker:developer:input:high", "staging:worker:developer:input",
+                                                "staging:worker:developer:input:low"])
+        with self.assertRaises(AgentvisorError) as cm:
+            k.developer_input("urgent")
+        self.assertEqual(cm.exception.code, "INVALID_TASK")
         self.assertEqual(k.run("r1"), "staging:worker:run:r1")
         self.assertEqual(k.status("w1"), "staging:worker:status:w1")
         self.assertEqual(k.budget("p"), "staging:worker:budget:project:p")
@@ -267,6 +276,52 @@ class TaskTest(unittest.TestCase):
         self.assertIsNone(ev.doc)
 
 
+class DeveloperPriorityTest(unittest.TestCase):
+    def setUp(self):
+        self.r = FakeRedis()
+        self.r.hashes["p:status:d1"] = {"kind": "developer", "status": "idle", "agent_type": "claude"}
+        self.r.hashes["p:status:w1"] = {"kind": "long_lived", "status": "idle", "agent_type": "claude"}
+        self.c = Client(self.r, prefix="p")
+
+    def types_on(self, stream):
+        return [json.loads(f["data"])["type"] for _, f in self.r.streams.get(stream, [])]
+
+    def test_a_developer_task_goes_to_its_prioritys_queue(self):
+        for rid, prio, stream in (("r1", "high", "p:developer:input:high"), ("r2", "low", "p:developer:input:low"),
+                                  ("r3", "normal", "p:developer:input"), ("r4", None, "p:developer:input")):
+            with self.subTest(priority=prio):
+                t = self.c.send("d1", "hello", request_id=rid, priority=prio)
+                self.assertEqual((t.info.input, t.info.control_stream, t.info.output), (stream, "p:developer:input", "p:developer:output"))
+                ids = [json.loads(f["data"])["request_id"] for _, f in self.r.streams[stream]]
+                self.assertIn(rid, ids)
+        self.assertEqual(json.loads(self.r.streams["p:developer:input:high"][0][1]["data"])["priority"], "high")
+        self.assertEqual(self.c.run("r1").get("worker_id"), "")
+
+    def test_control_documents_of_a_developer_task_go_to_the_normal_queue(self):
+        t = self.c.send("d1", "hello", request_id="r5", priority="high")
+        t.cancel("changed my mind")
+        t.message("use staging")
+        t.deny("perm-1", "not here")
+        t.allow("perm-2")
+        self.assertEqual(self.types_on("p:developer:input:high"), ["task"])
+        self.assertEqual(self.types_on("p:developer:input"), ["cancel", "message", "permission_reply", "permission_reply"])
+        # A Task made again from its request id knows the same control queue.
+        self.c.task("d1", "r5", kind="developer").cancel()
+        self.assertEqual(self.types_on("p:developer:input")[-1], "cancel")
+
+    def test_a_long_lived_worker_ignores_the_priority(self):
+        t = self.c.send("w1", "hello", request_id="r6", priority="low")
+        t.cancel()
+        self.assertEqual((t.info.input, t.info.control_stream), ("p:w1:input", "p:w1:input"))
+        self.assertEqual(self.types_on("p:w1:input"), ["task", "cancel"])
+
+    def test_a_bad_priority_is_not_sent(self):
+        with self.assertRaises(AgentvisorError) as cm:
+            self.c.send("d1", "hello", priority="urgent")
+        self.assertEqual(cm.exception.code, "INVALID_TASK")
+        self.assertEqual(self.r.streams, {})
+
+
 class FakeAsyncRedis:
     """FakeRedis, awaited."""
 
@@ -306,6 +361,23 @@ class AsyncTest(unittest.TestCase):
             r.xadd("p:developer:output", {"data": json.dumps(output("r1"))})
             return [ev.type async for ev in t.events(timeout=1)]
         self.assertEqual(asyncio.run(main()), ["progress", "output"])
+
+    def test_a_priority_picks_the_queue_and_control_goes_to_the_normal_one(self):
+        r = FakeRedis()
+        r.hashes["p:status:d1"] = {"kind": "developer"}
+
+        async def main():
+            c = AsyncClient(FakeAsyncRedis(r), prefix="p")
+            t = await c.send("d1", "hello", request_id="r1", priority="low")
+            await t.cancel("no")
+            await t.message("steer")
+            await t.allow("perm-1")
+            await t.deny("perm-2")
+            return t.info.input
+        self.assertEqual(asyncio.run(main()), "p:developer:input:low")
+        self.assertEqual([json.loads(f["data"])["type"] for _, f in r.streams["p:developer:input:low"]], ["task"])
+        self.assertEqual([json.loads(f["data"])["type"] for _, f in r.streams["p:developer:input"]],
+                         ["cancel", "message", "permission_reply", "permission_reply"])
 
 
 if __name__ == "__main__":

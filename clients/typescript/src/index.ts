@@ -1,6 +1,6 @@
 export { AgentvisorClient, type ClientOptions, type CreatedWorker, type WorkerSpec } from './client.js';
 export { AgentvisorError, hasCode, isRetryable } from './errors.js';
-export { Keys, defaultPrefix } from './keys.js';
+export { Keys, defaultPrefix, priorities, type Priority } from './keys.js';
 export { RedisUrlError, parseRedisUrl, parseWaitPolicy, redactRedisUrl, redisOptions, type RedisAddress, type RedisUrl, type WaitPolicy } from './redisurl.js';
 export { decodeEntry, type StreamEvent } from './streams.js';
 export { AwaitTimeoutError, taskDoc, type AwaitOptions, type SentTask, type TaskEvent, type TaskInput } from './tasks.js';

@@ -1,5 +1,11 @@
 import { AgentvisorError } from './errors.js';
-import type { Kind } from './types.js';
+import type { Kind, Task } from './types.js';
+
+/** A task's priority on the developer queue (none is normal). */
+export type Priority = NonNullable<Task['priority']>;
+
+/** The priorities, highest first. */
+export const priorities: readonly Priority[] = ['high', 'normal', 'low'];
 
 /** The first segment of every stream and key name, unless WORKER_KEY_PREFIX sets another. */
 export const defaultPrefix = 'worker';
@@ -31,16 +37,26 @@ export class Keys {
   heartbeat(workerId: string): string { return this.join('heartbeat', workerId); }
   input(workerId: string): string { return this.join(workerId, 'input'); }
   output(workerId: string): string { return this.join(workerId, 'output'); }
-  developerInput(): string { return this.join('developer', 'input'); }
+  /** The developer queue of a priority: the normal one is developer:input, high and low have a stream each. */
+  developerInput(priority?: Priority): string {
+    if (priority === undefined || priority === 'normal') return this.join('developer', 'input');
+    if (!priorities.includes(priority)) throw new AgentvisorError('INVALID_TASK', `priority ${JSON.stringify(priority)}: want high, normal or low`);
+    return this.join('developer', 'input', priority);
+  }
+  /** The developer queues, highest priority first. */
+  developerInputs(): string[] { return priorities.map((p) => this.developerInput(p)); }
   developerOutput(): string { return this.join('developer', 'output'); }
   run(requestId: string): string { return this.join('run', requestId); }
   workers(): string { return this.join('workers'); }
   usageProject(projectId: string): string { return this.join('usage', 'project', projectId); }
   projectBudget(projectId: string): string { return this.join('budget', 'project', projectId); }
 
-  /** The input stream a worker of kind reads: its own, or the developer queue. */
-  inputFor(kind: Kind, workerId: string): string {
-    return kind === 'developer' ? this.developerInput() : this.input(workerId);
+  /**
+   * The input stream a worker of kind reads: its own, or the developer
+   * queue of the task's priority (a long-lived worker has one input).
+   */
+  inputFor(kind: Kind, workerId: string, priority?: Priority): string {
+    return kind === 'developer' ? this.developerInput(priority) : this.input(workerId);
   }
 
   /** The output stream a worker of kind writes: its own, or the developer queue's. */

@@ -5,6 +5,7 @@
 import { AgentvisorError, redisError } from './errors.js';
 import { type CallOptions, type Conn, checkId, checkSignal, randomId } from './conn.js';
 import { type StreamEvent, decodeEntry, readStreams, sendDoc } from './streams.js';
+import { type Priority, priorities } from './keys.js';
 import type { Cancel, Kind, Message, Output, PermissionReply, PermissionRequest, Progress, Task } from './types.js';
 
 /** A task as the caller gives it; requestId is made when absent. */
@@ -25,6 +26,8 @@ export interface TaskInput {
   retry?: { attempts?: number; backoffMs?: number[] };
   /** What started the task ("manual", "cron"), kept on its run. */
   trigger?: string;
+  /** Picks a developer worker's queue (absent: normal); a long-lived worker ignores it. */
+  priority?: Priority;
   metadata?: Record<string, unknown>;
 }
 
@@ -32,8 +35,14 @@ export interface TaskInput {
 export interface SentTask {
   requestId: string;
   workerId: string;
-  /** The input stream the task went to (its cancels, messages and permission replies go there too). */
+  /** The input stream the task went to. */
   input: string;
+  /**
+   * Where the task's cancel, messages and permission replies go: the
+   * worker's input, or the normal developer queue for a developer task of
+   * any priority (absent in a SentTask made by hand: input).
+   */
+  control?: string;
   /** The output stream the worker answers on. */
   output: string;
   /** The output stream's last entry id before the send. */
@@ -75,6 +84,7 @@ export function taskDoc(t: TaskInput): Task {
     if (t.retry.backoffMs !== undefined) doc.retry.backoff_ms = t.retry.backoffMs;
   }
   if (t.trigger) doc.trigger = t.trigger;
+  if (t.priority !== undefined) doc.priority = t.priority;
   if (t.metadata !== undefined) doc.metadata = t.metadata;
   for (const f of ['request_id', 'task_id', 'project_id', 'answers'] as const) checkId(f, doc[f], 'INVALID_TASK', f !== 'request_id');
   const size = typeof doc.prompt === 'string' ? Buffer.byteLength(doc.prompt) : 0;
@@ -83,6 +93,9 @@ export function taskDoc(t: TaskInput): Task {
   if (ts !== undefined && !(Number.isInteger(ts) && ts >= 0 && ts <= 86400)) throw new AgentvisorError('INVALID_TASK', `field timeout_seconds: is ${ts}, want an integer from 0 to 86400`);
   const mb = doc.max_budget_usd;
   if (mb !== undefined && !(typeof mb === 'number' && mb >= 0 && mb <= 1e6)) throw new AgentvisorError('INVALID_TASK', `field max_budget_usd: is ${mb}, want 0 to 1000000`);
+  if (doc.priority !== undefined && !priorities.includes(doc.priority)) {
+    throw new AgentvisorError('INVALID_TASK', `field priority: is ${JSON.stringify(doc.priority)}, want high, normal or low`);
+  }
   if (doc.metadata !== undefined && (doc.metadata === null || typeof doc.metadata !== 'object' || Array.isArray(doc.metadata))) {
     throw new AgentvisorError('INVALID_TASK', 'field metadata: want an object');
   }
@@ -98,9 +111,10 @@ return 1
 `;
 
 /**
- * Puts a task on a worker's input stream (or the developer queue for a
- * developer worker) and creates its run hash, requested. The worker's
- * kind comes from its status hash: a worker without one is NOT_FOUND.
+ * Puts a task on a worker's input stream (or, for a developer worker, the
+ * developer queue of its priority) and creates its run hash, requested.
+ * The worker's kind comes from its status hash: a worker without one is
+ * NOT_FOUND.
  */
 export async function sendTask(c: Conn, workerId: string, input: TaskInput): Promise<SentTask> {
   checkId('worker_id', workerId, 'INVALID_TASK');
@@ -114,7 +128,10 @@ export async function sendTask(c: Conn, workerId: string, input: TaskInput): Pro
   }
   if (kind === null) throw new AgentvisorError('NOT_FOUND', `no worker ${workerId}`);
   const k: Kind = kind === 'developer' ? 'developer' : 'long_lived';
-  const sent: SentTask = { requestId: doc.request_id, workerId, input: c.keys.inputFor(k, workerId), output: c.keys.outputFor(k, workerId), after: '0-0' };
+  const sent: SentTask = {
+    requestId: doc.request_id, workerId, input: c.keys.inputFor(k, workerId, doc.priority),
+    control: c.keys.inputFor(k, workerId), output: c.keys.outputFor(k, workerId), after: '0-0',
+  };
   const now = new Date().toISOString();
   // One round trip: the output stream's last entry (outputs after it are
   // the task's) and the run.
@@ -137,12 +154,17 @@ export async function sendTask(c: Conn, workerId: string, input: TaskInput): Pro
   return sent;
 }
 
+/** Where the task's cancel, messages and permission replies go. */
+function controlOf(s: SentTask): string {
+  return s.control || s.input;
+}
+
 /** Asks the worker to end the task, queued or running: its output is then cancelled, unless it ended before. */
 export async function cancelTask(c: Conn, s: SentTask, reason = ''): Promise<void> {
   const doc: Cancel = { v: 1, type: 'cancel', request_id: s.requestId, timestamp: new Date().toISOString() };
   if (reason) doc.reason = reason;
   if (Buffer.byteLength(reason) > 1024) throw new AgentvisorError('INVALID_COMMAND', 'cancel: field reason: at most 1024 B');
-  await sendDoc(c.redis, c.wait, s.input, doc, `cancel ${s.requestId}`);
+  await sendDoc(c.redis, c.wait, controlOf(s), doc, `cancel ${s.requestId}`);
 }
 
 /** Steers a running task: text the agent gets as a user message of the task's session. */
@@ -150,7 +172,7 @@ export async function sendMessage(c: Conn, s: SentTask, text: string): Promise<v
   const n = Buffer.byteLength(text ?? '');
   if (n < 1 || n > 65536) throw new AgentvisorError('INVALID_COMMAND', 'message: field text: want 1 B to 64 KiB');
   const doc: Message = { v: 1, type: 'message', request_id: s.requestId, text };
-  await sendDoc(c.redis, c.wait, s.input, doc, `message to ${s.requestId}`);
+  await sendDoc(c.redis, c.wait, controlOf(s), doc, `message to ${s.requestId}`);
 }
 
 /** Answers a permission request of the task: allow or deny the tool call, with a message the model reads when denied. */
@@ -159,7 +181,7 @@ export async function replyPermission(c: Conn, s: SentTask, permissionId: string
   if (Buffer.byteLength(message) > 1024) throw new AgentvisorError('INVALID_COMMAND', 'permission_reply: field message: at most 1024 B');
   const doc: PermissionReply = { v: 1, type: 'permission_reply', request_id: s.requestId, permission_id: permissionId, allow };
   if (message) doc.message = message;
-  await sendDoc(c.redis, c.wait, s.input, doc, `answer ${permissionId} of ${s.requestId}`);
+  await sendDoc(c.redis, c.wait, controlOf(s), doc, `answer ${permissionId} of ${s.requestId}`);
 }
 
 /**

@@ -167,6 +167,30 @@ test('watch follows the lifecycle and the output streams', async () => {
   assert.ok(!seen.some((e) => e.type === 'invalid'), 'every entry decodes');
 });
 
+test('a developer task goes to its priority\'s queue; its cancel, to the normal queue, ends it', async () => {
+  const devProject = `${project}-dev`;
+  const dev = (await client.createWorker({ agent_type: 'claude', kind: 'developer', project_id: devProject })).workerId;
+  try {
+    await setScript([{ ...final({ status: 'complete', result: {} }), delay_ms: 120_000 }]);
+    const high = await client.sendTask(dev, { prompt: 'Take your time.', projectId: devProject, priority: 'high' });
+    assert.deepEqual([high.input, high.control], [client.keys.developerInput('high'), client.keys.developerInput()]);
+    await untilRun(high.requestId, ['running'], 2 * minute);
+    await client.cancelTask(high, 'not now');
+    const cancelled = await client.awaitOutput(high, { timeoutMs: minute });
+    assert.equal(cancelled.status, 'cancelled', JSON.stringify(cancelled));
+    assert.equal(cancelled.error.code, 'CANCELLED');
+    await setScript([final({ status: 'complete', result: { low: true } })]);
+    const low = await client.sendTask(dev, { prompt: 'Quick.', projectId: devProject, priority: 'low' });
+    assert.equal(low.input, client.keys.developerInput('low'));
+    const out = await client.awaitOutput(low, { timeoutMs: 3 * minute });
+    assert.equal(out.status, 'complete', JSON.stringify(out));
+    assert.deepEqual(out.result, { low: true });
+    assert.equal((await client.getRun(low.requestId)).workerId, dev);
+  } finally {
+    await client.deleteWorker(dev);
+  }
+});
+
 test('deleteWorker retires the worker', async () => {
   await client.deleteWorker(workerId);
   assert.ok(!(await client.workerIds()).includes(workerId));
