@@ -39,6 +39,19 @@ type Event struct {
 	// JSON-RPC mode), which a persistent process answers with its
 	// Dialect's Refuse.
 	Request *AgentRequest
+	// Write is what the parser answers the agent on its stdin (an ACP
+	// client's answers to the agent's requests, its next request while
+	// it opens a session): a persistent process writes it as it comes.
+	Write []byte
+	// Progress is a note of the agent's work the task's owner sees as a
+	// progress event (an ACP agent's plans and tool calls).
+	Progress *ProgressNote
+}
+
+// ProgressNote is one progress event's step and level ("" or warning).
+type ProgressNote struct {
+	Step  string
+	Level string
 }
 
 // AgentRequest is a JSON-RPC request of the agent to its client.
@@ -55,6 +68,9 @@ type ControlResponse struct {
 	Subtype   string // success or error
 	Error     string
 	Code      int // the JSON-RPC error code (Droid); 0 otherwise
+	// NotFound: the session to resume is not there (or the agent cannot
+	// load one); Open gives ErrSessionNotFound.
+	NotFound bool
 }
 
 // PermissionAsk is a can_use_tool control request of Claude: answer it with
