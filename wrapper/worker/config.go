@@ -45,13 +45,13 @@ type Config struct {
 	AgentType protocol.AgentType // AGENT_TYPE (required): claude or droid
 	Kind      protocol.Kind      // WORKER_KIND: long_lived or developer
 
-	AgentBin   string   // AGENT_BIN: the agent's executable (claude or droid on PATH)
-	AgentArgs  []string // AGENT_ARGS: extra flags, a JSON array or words separated by spaces
+	AgentBin  string   // AGENT_BIN: the agent's executable (claude or droid on PATH)
+	AgentArgs []string // AGENT_ARGS: extra flags, a JSON array or words separated by spaces
 	// AgentCommand is AGENT_COMMAND: the command line of an agent that
 	// speaks ACP (AGENT_TYPE=acp).
 	AgentCommand []string
-	AgentModel string   // AGENT_MODEL: --model (claude) or -m (droid)
-	PTY        bool     // AGENT_PTY: run the agent on a pseudo-terminal
+	AgentModel   string // AGENT_MODEL: --model (claude) or -m (droid)
+	PTY          bool   // AGENT_PTY: run the agent on a pseudo-terminal
 	// SkipPermissions (AGENT_SKIP_PERMISSIONS) matters only
 	// with ALLOWED_COMMANDS=*: Claude --dangerously-skip-permissions and
 	// Droid --skip-permissions-unsafe; false: Claude dontAsk with every
