@@ -31,7 +31,9 @@ import (
 //     instructions;
 //   - ALLOWED_COMMANDS: permission bash "ask" (every other tool
 //     "allow"), so each shell command is a session/request_permission the
-//     wrapper decides; "*" makes bash "allow".
+//     wrapper decides; "*" makes bash "allow". A refused command does not
+//     end the turn (experimental.continue_loop_on_deny): the model is told
+//     and goes on, as with the other agents.
 //
 // OPENCODE_DISABLE_MODELS_FETCH and the other switches in Env keep
 // OpenCode from reaching its own services (models.dev, updates, plugins,
@@ -116,6 +118,9 @@ func (o opencode) config(proxyURL, instructions string) map[string]any {
 		"instructions": []string{instructions},
 		"permission":   map[string]any{"bash": bash},
 		"agent":        map[string]any{"title": map[string]any{"disable": true}},
+		// A refused command ends OpenCode's turn by default; the other
+		// agents tell the model and go on.
+		"experimental": map[string]any{"continue_loop_on_deny": true},
 	}
 	if proxyURL != "" {
 		cfg["model"] = opencodeProvider + "/" + model

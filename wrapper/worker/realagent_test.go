@@ -31,7 +31,7 @@ func realAgentEnv(t *testing.T, agentType protocol.AgentType) (*env, *stubmodel.
 	e.cfg.ResultGrace = 2 * time.Second
 	environ := []string{"HOME=" + t.TempDir(), "ANTHROPIC_API_KEY=sk-stub-key-0123456789"}
 	switch agentType {
-	case protocol.AgentClaude:
+	case protocol.AgentClaude, protocol.AgentOpenCode:
 		environ = append(environ, "ANTHROPIC_BASE_URL="+stub.URL)
 	case protocol.AgentCodex:
 		environ = append(environ, "OPENAI_API_KEY=sk-stub-key-0123456789", "OPENAI_BASE_URL="+stub.URL+"/v1")
@@ -52,8 +52,11 @@ func realAgentEnv(t *testing.T, agentType protocol.AgentType) (*env, *stubmodel.
 const codexStubPrices = `{"gpt-stub": {"input": 1, "output": 10, "cache_read": 0.1, "cache_write": 0}}`
 
 func shellTool(agentType protocol.AgentType, command string) *stubmodel.ToolUse {
-	if agentType == protocol.AgentDroid {
+	switch agentType {
+	case protocol.AgentDroid:
 		return &stubmodel.ToolUse{Name: "Execute", Input: map[string]any{"command": command, "riskLevel": "low", "riskLevelReason": "reports progress"}}
+	case protocol.AgentOpenCode:
+		return &stubmodel.ToolUse{Name: "bash", Input: map[string]any{"command": command, "description": "report progress"}}
 	}
 	return &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": command, "description": "report progress"}}
 }
