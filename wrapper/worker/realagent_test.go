@@ -15,6 +15,13 @@ import (
 // `make setup`) through the wrapper, against the stub model server (its
 // Messages API for the first two, its Responses API for Codex).
 
+// realAgentTypes are the agent types the tests over every real agent
+// run (eachRealAgent, TestRealAgents). OpenCode is not among them: its
+// own tests (realopencode_test.go) back what the README's matrix says of
+// it; acp is no CLI of its own (the fake ACP agent stands in for one,
+// acp_test.go).
+var realAgentTypes = []protocol.AgentType{protocol.AgentClaude, protocol.AgentDroid, protocol.AgentCodex}
+
 func realAgentEnv(t *testing.T, agentType protocol.AgentType) (*env, *stubmodel.Server, []string) {
 	t.Helper()
 	bin, err := exec.LookPath(string(agentType))
@@ -71,7 +78,7 @@ func eachRealAgent(t *testing.T, fn func(t *testing.T, agentType protocol.AgentT
 // capabilities keep says yes to.
 func eachRealAgentThat(t *testing.T, keep func(agent.Capabilities) bool,
 	fn func(t *testing.T, agentType protocol.AgentType, e *env, stub *stubmodel.Server, environ []string)) {
-	for _, agentType := range protocol.AgentTypes {
+	for _, agentType := range realAgentTypes {
 		ad, err := agent.New(agentType, agent.Settings{})
 		if err != nil {
 			t.Fatal(err)
@@ -88,7 +95,7 @@ func eachRealAgentThat(t *testing.T, keep func(agent.Capabilities) bool,
 }
 
 func TestRealAgents(t *testing.T) {
-	for _, agentType := range protocol.AgentTypes {
+	for _, agentType := range realAgentTypes {
 		t.Run(string(agentType), func(t *testing.T) {
 			t.Parallel()
 			e, stub, environ := realAgentEnv(t, agentType)
