@@ -194,3 +194,31 @@ func TestACPConfig(t *testing.T) {
 		t.Fatalf("config %+v, err %v", c.AgentCommand, err)
 	}
 }
+
+// A steering message for a running ACP task cannot join its turn (ACP has
+// no such request): it is the session's next prompt, run right after the
+// turn, part of the same task, whose output is that last turn's.
+func TestACPSteer(t *testing.T) {
+	for _, persistent := range []bool{false, true} {
+		t.Run(map[bool]string{false: "per-task", true: "persistent"}[persistent], func(t *testing.T) {
+			t.Parallel()
+			e, environ := acpEnv(t, persistent)
+			e.start(environ...)
+			input := e.keys.Input(e.cfg.WorkerID)
+			e.send(input, protocol.Task{RequestID: "s1", ProjectID: "p", Prompt: "fake:sleep 1"})
+			testkit.Eventually(t, "the task running", 10*time.Second, func() bool { return len(e.taskPIDs()) >= 1 })
+			e.sendMessage(input, "s1", "fake:history")
+			r := fakeResult(t, e.outputOf("s1", 15*time.Second))
+			// The first prompt of a new session carries the wrapper's
+			// section: ACP has no system prompt.
+			if r.Prompts != 2 || len(r.History) != 1 || !strings.HasPrefix(r.History[0], "# Working as an autonomous worker") ||
+				!strings.HasSuffix(r.History[0], "\n\nfake:sleep 1") {
+				t.Fatalf("the steered task's result %+v: want the message as the session's second prompt", r)
+			}
+			_, prog := e.docs(e.keys.Output(e.cfg.WorkerID))
+			if steps := strings.Join(progressSteps(prog, "s1"), "|"); !strings.Contains(steps, "message queued for the task's next turn") {
+				t.Errorf("progress %q", steps)
+			}
+		})
+	}
+}
