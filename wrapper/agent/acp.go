@@ -33,7 +33,8 @@ func (acp) Type() protocol.AgentType { return protocol.AgentACP }
 func (acp) Name() string             { return "ACP agent" }
 
 // acpCaps are what every ACP agent supports here.
-var acpCaps = Capabilities{Converses: true, Approvals: true, OpensSession: true}
+var acpCaps = Capabilities{Converses: true, Approvals: true, OpensSession: true,
+	NoMCPCheck: "ACP reports no MCP server's status: the agent goes on without a server that did not start"}
 
 func (acp) Caps() Capabilities { return acpCaps }
 

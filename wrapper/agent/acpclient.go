@@ -415,7 +415,7 @@ func (c *ACPClient) update(u gjson.Result) []Event {
 // toolNote notes a tool call as progress once it runs (an agent may
 // announce it pending, before its input and title are known: OpenCode's
 // title is then the tool's name, and later its command), and again if it
-// fails.
+// fails; never the progress call, which is a progress event of its own.
 func (c *ACPClient) toolNote(id string, u gjson.Result) []Event {
 	t := c.tools[id]
 	if t == nil {
@@ -424,6 +424,9 @@ func (c *ACPClient) toolNote(id string, u gjson.Result) []Event {
 	}
 	if title := u.Get("title").String(); title != "" {
 		t.title = title
+	}
+	if cmd, _ := acpShellCommand(u); isProgressCall(cmd) || isProgressCall(t.title) {
+		return nil // the progress call is its own progress event
 	}
 	switch status := u.Get("status").String(); {
 	case status == "failed" && !t.failed:
@@ -434,6 +437,12 @@ func (c *ACPClient) toolNote(id string, u gjson.Result) []Event {
 		return []Event{{Progress: &ProgressNote{Step: cutText("tool: "+t.title, 1024)}}}
 	}
 	return nil
+}
+
+// isProgressCall reports whether a shell command is the runtime's own
+// progress call.
+func isProgressCall(command string) bool {
+	return strings.HasPrefix(strings.TrimSpace(command), "worker-wrapper progress")
 }
 
 // acpToolName names an ACP tool call as the other agents' are named: a

@@ -97,6 +97,9 @@ type Capabilities struct {
 	// NoPersistent says why the agent has no persistent process
 	// (AGENT_PERSISTENT); "" when it has one.
 	NoPersistent string
+	// NoMCPCheck says why a missing MCP server of the spec is not found
+	// at start (no MCP_UNAVAILABLE); "" when it is.
+	NoMCPCheck string
 	// Converses: the agent takes its prompt on a control channel even for
 	// one task (ACP): a process of its own is run as a persistent process
 	// for one message (Spec.Converse), which can ask for approvals.

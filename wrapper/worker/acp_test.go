@@ -54,7 +54,8 @@ func progressSteps(ps []protocol.Progress, requestID string) []string {
 
 // A task of an ACP agent, in a process of its own and in the persistent
 // process: its stop output read from the final message; its plan, its
-// tool call and its progress call as progress events; a shell command
+// tool call and its progress call as progress events (the progress call
+// not twice); a shell command
 // ALLOWED_COMMANDS allows runs, one it does not is rejected and reported;
 // the client's fs method is refused (no capability declared); the next
 // task of the project continues the session (session/load in a new
@@ -64,18 +65,26 @@ func TestACPTasks(t *testing.T) {
 		t.Run(map[bool]string{false: "per-task", true: "persistent"}[persistent], func(t *testing.T) {
 			t.Parallel()
 			e, environ := acpEnv(t, persistent)
+			var err error
+			if e.cfg.AllowedCommands, err = protocol.ParseAllowedCommandsEnv("worker.progress,echo.*"); err != nil {
+				t.Fatal(err)
+			}
 			e.start(environ...)
-			o1 := e.runTask(protocol.Task{RequestID: "a1", ProjectID: "p", Prompt: "fake:plan\nfake:tool worker-wrapper progress --step Testing --pct 50\nfake:fs"})
+			o1 := e.runTask(protocol.Task{RequestID: "a1", ProjectID: "p",
+				Prompt: "fake:plan\nfake:tool echo hi\nfake:tool worker-wrapper progress --step Testing --pct 50\nfake:fs"})
 			r1 := fakeResult(t, o1)
 			if !strings.HasPrefix(r1.Tool, "ran:") || !r1.FSError || !strings.Contains(r1.FSCaps, `"terminal":false`) || o1.SessionID == "" {
 				t.Fatalf("first task: %+v, session %q", r1, o1.SessionID)
 			}
 			_, prog := e.docs(e.keys.Output(e.cfg.WorkerID))
 			steps := strings.Join(progressSteps(prog, "a1"), "|")
-			for _, want := range []string{"plan: [x] read the code; [>] fix the bug", "tool: worker-wrapper progress --step Testing --pct 50", "Testing"} {
+			for _, want := range []string{"plan: [x] read the code; [>] fix the bug", "tool: echo hi", "Testing"} {
 				if !strings.Contains(steps, want) {
 					t.Errorf("progress %q lacks %q", steps, want)
 				}
+			}
+			if strings.Contains(steps, "tool: worker-wrapper") {
+				t.Errorf("the progress call was noted as a tool call too: %q", steps)
 			}
 
 			o2 := e.runTask(protocol.Task{RequestID: "a2", ProjectID: "p", Prompt: "fake:tool rm -rf /tmp/nothing\nfake:history"})

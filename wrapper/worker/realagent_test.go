@@ -20,7 +20,7 @@ import (
 // own tests (realopencode_test.go) back what the README's matrix says of
 // it; acp is no CLI of its own (the fake ACP agent stands in for one,
 // acp_test.go).
-var realAgentTypes = []protocol.AgentType{protocol.AgentClaude, protocol.AgentDroid, protocol.AgentCodex}
+var realAgentTypes = []protocol.AgentType{protocol.AgentClaude, protocol.AgentDroid, protocol.AgentCodex, protocol.AgentOpenCode}
 
 func realAgentEnv(t *testing.T, agentType protocol.AgentType) (*env, *stubmodel.Server, []string) {
 	t.Helper()
