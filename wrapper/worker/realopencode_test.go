@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -100,5 +102,68 @@ func TestRealOpenCodeCancel(t *testing.T) {
 	o2 := e.runTask(protocol.Task{RequestID: "k2", ProjectID: "p", Prompt: "after"})
 	if pids := e.taskPIDs(); o2.Status != protocol.StatusComplete || o2.SessionID != o0.SessionID || pids[len(pids)-1] != pids[0] {
 		t.Fatalf("after the cancel: %+v (error %+v), pids %v", o2, o2.Error, pids)
+	}
+}
+
+// An OpenCode task's max_budget_usd is guarded by the wrapper from what
+// its proxy meters: the call that passes it stops the task,
+// BUDGET_EXCEEDED, in the middle of a 30 s command.
+func TestRealOpenCodeMaxBudget(t *testing.T) {
+	e, stub, environ := realAgentEnv(t, protocol.AgentOpenCode)
+	allowed, err := protocol.ParseAllowedCommandsEnv("worker.progress,sleep.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cfg.AllowedCommands = allowed
+	e.start(environ...)
+	big := stubmodel.Usage{InputTokens: 2_000_000, OutputTokens: 80}
+	stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
+		{ToolUse: shellTool(protocol.AgentOpenCode, `worker-wrapper progress --step "one"`)},
+		{ToolUse: shellTool(protocol.AgentOpenCode, "sleep 30"), Usage: &big},
+		{ToolUse: shellTool(protocol.AgentOpenCode, `worker-wrapper progress --step "never"`)},
+	}, Fallback: &stubmodel.Step{Text: finalText}})
+	start := time.Now()
+	o := e.runTask(protocol.Task{RequestID: "b1", ProjectID: "p", Prompt: "spend", MaxBudgetUSD: 1})
+	if o.Status != protocol.StatusFailed || o.Error.Code != protocol.CodeBudgetExceeded || !o.CostEstimated || o.CostUSD < 1 {
+		t.Fatalf("output %+v (error %+v)", o, o.Error)
+	}
+	if took := time.Since(start); took > 25*time.Second {
+		t.Fatalf("the task took %v: the budget did not stop the 30 s command", took)
+	}
+	if n := len(stub.Requests()); n != 2 {
+		t.Fatalf("%d model calls reached the stub, want 2", n)
+	}
+}
+
+// With AGENT_APPROVAL, a command ALLOWED_COMMANDS does not allow is a
+// permission_request to the task's owner (OpenCode asks over ACP, in a
+// process of its own per task): allowed, it runs.
+func TestRealOpenCodeApproval(t *testing.T) {
+	e, stub, environ := realAgentEnv(t, protocol.AgentOpenCode)
+	e.cfg.Approval, e.cfg.ApprovalTimeout = true, 60*time.Second
+	e.start(environ...)
+	marker := filepath.Join(t.TempDir(), "approved")
+	stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
+		{ToolUse: shellTool(protocol.AgentOpenCode, "touch "+marker)},
+	}, Fallback: &stubmodel.Step{Text: finalText}})
+	input := e.keys.Input(e.cfg.WorkerID)
+	e.send(input, protocol.Task{RequestID: "ap", Prompt: "touch it"})
+	var p protocol.PermissionRequest
+	testkit.Eventually(t, "permission request", 60*time.Second, func() bool {
+		ps := e.permissionRequests()
+		if len(ps) > 0 {
+			p = ps[0]
+		}
+		return len(ps) > 0
+	})
+	if p.Tool != "Bash" || !strings.Contains(string(p.Input), "touch "+marker) {
+		t.Fatalf("permission request %+v", p)
+	}
+	e.sendDoc(input)(protocol.NewPermissionReply("ap", p.PermissionID, true, "").Encode())
+	if o := e.outputOf("ap", 60*time.Second); o.Status != protocol.StatusComplete {
+		t.Fatalf("output %+v (error %+v)", o, o.Error)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the approved command did not run: %v", err)
 	}
 }
