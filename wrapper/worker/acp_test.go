@@ -231,3 +231,18 @@ func TestACPSteer(t *testing.T) {
 		})
 	}
 }
+
+// An ACP agent that offers no session/load: the project's next task
+// cannot continue the session, and runs in a new one (the session
+// policy's fallback of a failed resume), complete.
+func TestACPWithoutLoadSession(t *testing.T) {
+	e, environ := acpEnv(t, false)
+	e.start(append(environ, "FAKEACP_NO_LOAD=1")...)
+	o1 := e.runTask(protocol.Task{RequestID: "n1", ProjectID: "p", Prompt: "first"})
+	fakeResult(t, o1)
+	o2 := e.runTask(protocol.Task{RequestID: "n2", ProjectID: "p", Prompt: "fake:history"})
+	if r := fakeResult(t, o2); o2.SessionID == o1.SessionID || len(r.History) != 0 || o2.Session == nil || o2.Session.Action != "new" {
+		t.Fatalf("second task: %+v, %s, session %q (first %q)", r, decision(o2), o2.SessionID, o1.SessionID)
+	}
+	t.Logf("decision %s, resume error %q", decision(o2), o2.Session.ResumeError)
+}
