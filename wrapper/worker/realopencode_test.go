@@ -142,7 +142,7 @@ func TestRealOpenCodeApproval(t *testing.T) {
 	e, stub, environ := realAgentEnv(t, protocol.AgentOpenCode)
 	e.cfg.Approval, e.cfg.ApprovalTimeout = true, 60*time.Second
 	e.start(environ...)
-	marker := filepath.Join(t.TempDir(), "approved")
+	marker := filepath.Join(e.cfg.Workspace, "approved") // in the workspace: OpenCode asks again for a path outside it
 	stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
 		{ToolUse: shellTool(protocol.AgentOpenCode, "touch "+marker)},
 	}, Fallback: &stubmodel.Step{Text: finalText}})
