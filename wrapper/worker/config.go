@@ -260,7 +260,7 @@ func agentVars(c *Config) []envconf.Var {
 			Doc: "with AGENT_TYPE=acp (required then): the command that speaks ACP on its stdio, a JSON array or words separated by spaces"},
 		{Name: "AGENT_ARGS", Value: envconf.Func(func(s string) (err error) { c.AgentArgs, err = parseArgs(s); return err }),
 			Doc: "extra flags: a JSON array, or words separated by spaces"},
-		{Name: "AGENT_MODEL", Value: envconf.String(&c.AgentModel), Doc: "--model (Claude) or -m (Droid, Codex)"},
+		{Name: "AGENT_MODEL", Value: envconf.String(&c.AgentModel), Doc: "--model (Claude), -m (Droid, Codex), or OpenCode's configured model"},
 		{Name: "AGENT_PTY", Default: "false", Value: envconf.Bool(&c.PTY), Doc: "run the agent on a pseudo-terminal"},
 		{Name: "AGENT_SKIP_PERMISSIONS", Default: "true", Value: envconf.Bool(&c.SkipPermissions), Doc: "with ALLOWED_COMMANDS=* only: the agents' skip-permissions flags"},
 		{Name: "AGENT_JSON_SCHEMA", Default: "false", Value: envconf.Bool(&c.JSONSchema), Doc: "give Claude the stop output schema"},
