@@ -236,3 +236,19 @@ func TestACPRunFakeAgent(t *testing.T) {
 		t.Fatalf("cancel: interrupted %v, result %+v, after %v", o.Interrupted, o.Result, time.Since(start))
 	}
 }
+
+// An interrupt while the agent opens its session (a slow boot) ends the
+// run at once, interrupted, without waiting for the agent.
+func TestACPInterruptWhileOpening(t *testing.T) {
+	s := ACPSession{Cwd: t.TempDir()}
+	spec := fakeACPSpec(t, s, "", "hi")
+	spec.Argv = []string{"sh", "-c", "sleep 30"} // never answers initialize
+	interrupt := make(chan struct{})
+	spec.Interrupt = interrupt
+	time.AfterFunc(300*time.Millisecond, func() { close(interrupt) })
+	start := time.Now()
+	o := Run(context.Background(), spec)
+	if !o.Interrupted || o.Result != nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("interrupted %v, result %+v, after %v", o.Interrupted, o.Result, time.Since(start))
+	}
+}

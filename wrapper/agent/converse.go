@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"errors"
+	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -16,6 +18,8 @@ const conversationOpenTimeout = 60 * time.Second
 // message, then closed. A session to resume that the agent does not have
 // gives a failed result of no turns, as a failed resume of the other
 // agents does, so that the session policy runs the task in a new session.
+// A cancel or an interrupt while the agent opens its session kills it: the
+// outcome is Cancelled or Interrupted, with no result.
 func runConversation(ctx context.Context, spec Spec) Outcome {
 	start := time.Now()
 	spec.Dialect, spec.Parser = spec.Converse()
@@ -23,19 +27,37 @@ func runConversation(ctx context.Context, spec Spec) Outcome {
 	if err != nil {
 		return Outcome{StartErr: err, Exit: ExitStatus{Code: StartErrorCode(err)}, Duration: time.Since(start)}
 	}
-	defer proc.Close()
 	open := conversationOpenTimeout
 	if spec.Timeout > 0 {
 		open = min(open, spec.Timeout)
 	}
-	if err := proc.Open(open); err != nil {
-		out := Outcome{Init: proc.init, Result: &Result{IsError: true, Subtype: "error", Text: err.Error()}, Duration: time.Since(start)}
+	var cancelled, interrupted atomic.Bool
+	opened := make(chan struct{})
+	go func() { // a cancel while the agent boots need not wait for it
+		select {
+		case <-ctx.Done():
+			cancelled.Store(true)
+		case <-spec.Interrupt:
+			interrupted.Store(true)
+		case <-opened:
+			return
+		}
+		signalGroup(proc.pgid, syscall.SIGKILL)
+	}()
+	err = proc.Open(open)
+	close(opened)
+	if err != nil {
+		proc.Close()
+		out := Outcome{Init: proc.init, Cancelled: cancelled.Load(), Interrupted: interrupted.Load(), Duration: time.Since(start)}
+		if !out.Cancelled && !out.Interrupted {
+			out.Result = &Result{IsError: true, Subtype: "error", Text: err.Error()}
+		}
 		if !errors.Is(err, ErrSessionNotFound) {
-			proc.Close()
 			out.Exit, out.Stderr = proc.exit, proc.stderr.String()
 		}
 		return out
 	}
+	defer proc.Close()
 	if spec.OnProcess != nil {
 		spec.OnProcess(proc)
 	}
