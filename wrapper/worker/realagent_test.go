@@ -11,15 +11,14 @@ import (
 	"github.com/agentvisor/agentvisor/wrapper/agent"
 )
 
-// These tests run the real claude, droid and codex binaries (installed by
-// `make setup`) through the wrapper, against the stub model server (its
-// Messages API for the first two, its Responses API for Codex).
+// These tests run the real claude, droid, codex and opencode binaries
+// (installed by `make setup`) through the wrapper, against the stub model
+// server (its Messages API for Claude, Droid and OpenCode, its Responses
+// API for Codex).
 
 // realAgentTypes are the agent types the tests over every real agent
-// run (eachRealAgent, TestRealAgents). OpenCode is not among them: its
-// own tests (realopencode_test.go) back what the README's matrix says of
-// it; acp is no CLI of its own (the fake ACP agent stands in for one,
-// acp_test.go).
+// run (eachRealAgent, TestRealAgents): every CLI. acp is no CLI of its
+// own: the fake ACP agent stands in for one (acp_test.go).
 var realAgentTypes = []protocol.AgentType{protocol.AgentClaude, protocol.AgentDroid, protocol.AgentCodex, protocol.AgentOpenCode}
 
 func realAgentEnv(t *testing.T, agentType protocol.AgentType) (*env, *stubmodel.Server, []string) {
