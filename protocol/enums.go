@@ -12,13 +12,24 @@ const (
 	AgentClaude AgentType = "claude" // Claude Code
 	AgentDroid  AgentType = "droid"  // Factory Droid
 	AgentCodex  AgentType = "codex"  // OpenAI's Codex CLI
+	// AgentOpenCode is OpenCode (sst/opencode), driven over ACP.
+	AgentOpenCode AgentType = "opencode"
+	// AgentACP is any agent that speaks the Agent Client Protocol, run
+	// with the worker's AGENT_COMMAND.
+	AgentACP AgentType = "acp"
 )
 
 // AgentTypes lists every agent type, in a stable order.
-var AgentTypes = []AgentType{AgentClaude, AgentDroid, AgentCodex}
+var AgentTypes = []AgentType{AgentClaude, AgentDroid, AgentCodex, AgentOpenCode, AgentACP}
 
 // Valid reports whether a is a known agent type.
-func (a AgentType) Valid() bool { return a == AgentClaude || a == AgentDroid || a == AgentCodex }
+func (a AgentType) Valid() bool {
+	switch a {
+	case AgentClaude, AgentDroid, AgentCodex, AgentOpenCode, AgentACP:
+		return true
+	}
+	return false
+}
 
 // ParseAgentType accepts the canonical names and the seeds' spellings
 // (CLAUDE, FACTORY), case-insensitively, and returns the canonical name.
@@ -30,8 +41,12 @@ func ParseAgentType(s string) (AgentType, error) {
 		return AgentDroid, nil
 	case "codex", "openai-codex", "openai_codex":
 		return AgentCodex, nil
+	case "opencode", "open-code", "opencode-ai":
+		return AgentOpenCode, nil
+	case "acp":
+		return AgentACP, nil
 	}
-	return "", fmt.Errorf("protocol: unknown agent type %q (want claude, droid or codex)", s)
+	return "", fmt.Errorf("protocol: unknown agent type %q (want claude, droid, codex, opencode or acp)", s)
 }
 
 // Kind says which streams a worker reads.

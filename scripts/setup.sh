@@ -133,6 +133,11 @@ DROID_VERSION=${DROID_VERSION:-0.225.2}
 # platform package published as a version suffix of @openai/codex itself.
 CODEX_PKG=@openai/codex-linux-x64
 CODEX_VERSION=${CODEX_VERSION:-0.171.0}
+# OpenCode's npm package is a node launcher too; its native binary is the
+# platform package opencode-linux-x64. The wrapper drives it over ACP
+# (`opencode acp`).
+OPENCODE_PKG=opencode-linux-x64
+OPENCODE_VERSION=${OPENCODE_VERSION:-1.18.33}
 installed_version() { # package -> version installed in AGENTS_DIR, or nothing
   local pj="$AGENTS_DIR/node_modules/$1/package.json"
   [ -f "$pj" ] && node -e 'process.stdout.write(require(process.argv[1]).version)' "$pj" 2>/dev/null
@@ -141,6 +146,7 @@ pkgs=()
 [ "$(installed_version $CLAUDE_PKG)" = "$CLAUDE_VERSION" ] || pkgs+=("$CLAUDE_PKG@$CLAUDE_VERSION")
 [ "$(installed_version $DROID_PKG)" = "$DROID_VERSION" ] || pkgs+=("$DROID_PKG@$DROID_VERSION")
 [ "$(installed_version $CODEX_PKG)" = "$CODEX_VERSION-linux-x64" ] || pkgs+=("$CODEX_PKG@npm:@openai/codex@$CODEX_VERSION-linux-x64")
+[ "$(installed_version $OPENCODE_PKG)" = "$OPENCODE_VERSION" ] || pkgs+=("$OPENCODE_PKG@$OPENCODE_VERSION")
 if [ ${#pkgs[@]} -gt 0 ]; then
   log "installing the agent CLIs from npm into $AGENTS_DIR: ${pkgs[*]}"
   mkdir -p "$AGENTS_DIR"
@@ -149,7 +155,8 @@ if [ ${#pkgs[@]} -gt 0 ]; then
   changed=1
 fi
 for link in "claude:$AGENTS_DIR/node_modules/$CLAUDE_PKG/claude" "droid:$AGENTS_DIR/node_modules/$DROID_PKG/bin/droid" \
-  "codex:$AGENTS_DIR/node_modules/$CODEX_PKG/vendor/x86_64-unknown-linux-musl/bin/codex"; do
+  "codex:$AGENTS_DIR/node_modules/$CODEX_PKG/vendor/x86_64-unknown-linux-musl/bin/codex" \
+  "opencode:$AGENTS_DIR/node_modules/$OPENCODE_PKG/bin/opencode"; do
   name=${link%%:*}; target=${link#*:}
   if [ "$(readlink "/usr/local/bin/$name" 2>/dev/null)" != "$target" ]; then
     ln -sf "$target" "/usr/local/bin/$name"
@@ -159,5 +166,5 @@ for link in "claude:$AGENTS_DIR/node_modules/$CLAUDE_PKG/claude" "droid:$AGENTS_
 done
 
 if [ $changed = 0 ]; then
-  log "nothing to do: redis-server, docker.io, debootstrap, node, npm, prometheus, promtool, chromium, git, python3-redis, claude $CLAUDE_VERSION, droid $DROID_VERSION and codex $CODEX_VERSION are installed and the Docker engine answers"
+  log "nothing to do: redis-server, docker.io, debootstrap, node, npm, prometheus, promtool, chromium, git, python3-redis, claude $CLAUDE_VERSION, droid $DROID_VERSION codex $CODEX_VERSION and opencode $OPENCODE_VERSION are installed and the Docker engine answers"
 fi

@@ -25,13 +25,21 @@ var agentPackages = map[protocol.AgentType]agentPackage{
 	// itself; its binary is static (musl).
 	protocol.AgentCodex: {"@openai/codex", "0.171.0-linux-x64",
 		"97ae8d664420764d82de96dc7d42c3cf8db2114079f3531503a23e638dd6a78388a84cbbdc709d999d064e37801d8db272e1f8374d1df55b0baf04f58f1b214f", "vendor/x86_64-unknown-linux-musl/bin/codex"},
+	// OpenCode's platform package (unscoped); the wrapper runs `opencode
+	// acp`. An acp worker has no package here: its image brings the agent
+	// that AGENT_COMMAND names.
+	protocol.AgentOpenCode: {"opencode-linux-x64", "1.18.33",
+		"abfb7fde9d824f1393f72da4be37ac6ff2d969bdbed5eaa5861580d3605eea68d3b6662d341701b2b239c83a38170ed948f056da8c8c20630d46a88a4238805b", "bin/opencode"},
 }
 
 // NPMRegistry is where the agent packages come from.
 var NPMRegistry = "https://registry.npmjs.org"
 
 func (p agentPackage) tarballURL() string {
-	_, short, _ := strings.Cut(p.name, "/")
+	short := p.name
+	if _, name, scoped := strings.Cut(p.name, "/"); scoped {
+		short = name
+	}
 	return fmt.Sprintf("%s/%s/-/%s-%s.tgz", NPMRegistry, p.name, short, p.version)
 }
 

@@ -13,8 +13,8 @@ import (
 // given (permissions, MCP servers, the model API, its files), how its
 // cost is known, and what it supports. The wrapper asks its adapter and
 // never the agent's type. One file per CLI (claude.go, droid.go,
-// codex.go) holds
-// its adapter; New picks one.
+// codex.go, opencode.go; acp.go for any ACP agent) holds its adapter;
+// New picks one.
 type Adapter interface {
 	// Type is the agent's type; Name its name in messages (Claude).
 	Type() protocol.AgentType
@@ -97,6 +97,13 @@ type Capabilities struct {
 	// NoPersistent says why the agent has no persistent process
 	// (AGENT_PERSISTENT); "" when it has one.
 	NoPersistent string
+	// NoMCPCheck says why a missing MCP server of the spec is not found
+	// at start (no MCP_UNAVAILABLE); "" when it is.
+	NoMCPCheck string
+	// Converses: the agent takes its prompt on a control channel even for
+	// one task (ACP): a process of its own is run as a persistent process
+	// for one message (Spec.Converse), which can ask for approvals.
+	Converses bool
 }
 
 // Invocation is one agent run's command line.
@@ -158,6 +165,8 @@ type Settings struct {
 	// time (an MCP configuration, a hook's settings).
 	RuntimeDir string
 	SelfPath   string // the wrapper's executable
+	// Command is an ACP agent's command line (AGENT_COMMAND).
+	Command []string
 }
 
 // systemPrompt is what inv's run appends to the agent's system prompt.
@@ -192,6 +201,6 @@ func New(t protocol.AgentType, s Settings) (Adapter, error) {
 	if !ok {
 		return nil, fmt.Errorf("agent: no adapter for agent type %q", t)
 	}
-	s.Args = slices.Clone(s.Args)
+	s.Args, s.Command = slices.Clone(s.Args), slices.Clone(s.Command)
 	return newAdapter(s), nil
 }

@@ -139,6 +139,10 @@ func (d *DroidRPC) Refuse(r AgentRequest) []byte {
 	return append(b, '\n')
 }
 
+// Answer implements Dialect: Droid asks for no permission
+// (autoRejectPermissionRequests).
+func (d *DroidRPC) Answer(PermissionAsk, bool, string) []byte { return nil }
+
 // Echoes implements Dialect: Droid echoes every user message it takes.
 func (d *DroidRPC) Echoes() bool { return true }
 

@@ -1,14 +1,15 @@
-// Package agent runs a coding agent (Claude Code or Factory Droid) as a
+// Package agent runs a coding agent (Claude Code, Factory Droid, Codex,
+// OpenCode or any agent that speaks the Agent Client Protocol) as a
 // subprocess, one process per task (Run) or one kept across messages
 // (Persistent), and turns its JSON output into normalised events: the
 // session, each API call's usage, tool calls, API retries and errors, and
 // the final result. One supervisor (supervise.go) watches either kind of
 // process: stall, timeout, cancel, interrupt, and the drain of its output.
-// Each CLI has one adapter (Adapter; claude.go, droid.go): its command
-// lines, its parser, its control channel's dialect, how permissions and
-// MCP servers are given to it, its model environment and what it
-// supports; New is the one place that picks one. Judge turns an outcome
-// into one status.
+// Each CLI has one adapter (Adapter; claude.go, droid.go, codex.go,
+// opencode.go, acp.go): its command lines, its parser, its control
+// channel's dialect, how permissions and MCP servers are given to it, its
+// model environment and what it supports; New is the one place that
+// picks one. Judge turns an outcome into one status.
 package agent
 
 import (
@@ -39,6 +40,19 @@ type Event struct {
 	// JSON-RPC mode), which a persistent process answers with its
 	// Dialect's Refuse.
 	Request *AgentRequest
+	// Write is what the parser answers the agent on its stdin (an ACP
+	// client's answers to the agent's requests, its next request while
+	// it opens a session): a persistent process writes it as it comes.
+	Write []byte
+	// Progress is a note of the agent's work the task's owner sees as a
+	// progress event (an ACP agent's plans and tool calls).
+	Progress *ProgressNote
+}
+
+// ProgressNote is one progress event's step and level ("" or warning).
+type ProgressNote struct {
+	Step  string
+	Level string
 }
 
 // AgentRequest is a JSON-RPC request of the agent to its client.
@@ -55,6 +69,9 @@ type ControlResponse struct {
 	Subtype   string // success or error
 	Error     string
 	Code      int // the JSON-RPC error code (Droid); 0 otherwise
+	// NotFound: the session to resume is not there (or the agent cannot
+	// load one); Open gives ErrSessionNotFound.
+	NotFound bool
 }
 
 // PermissionAsk is a can_use_tool control request of Claude: answer it with

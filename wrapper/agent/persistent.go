@@ -48,20 +48,23 @@ type Persistent struct {
 }
 
 // Dialect is how a persistent agent process takes its input: Claude's
-// stream-json messages and control requests (ClaudeInput), or Droid's
-// JSON-RPC (DroidRPC).
+// stream-json messages and control requests (ClaudeInput), Droid's
+// JSON-RPC (DroidRPC), or the Agent Client Protocol (ACPClient).
 type Dialect interface {
 	// Open is the request that readies the process, and the id of its
 	// answer (an Event.Control): Claude's initialize, Droid's session.
 	Open() (line []byte, id string)
 	// Message is a user message: a task's prompt, or (steer) one for the
-	// turn in progress.
+	// turn in progress; nil when the agent takes none into a running turn.
 	Message(text string, steer bool) []byte
 	// Interrupt ends the turn in progress; the process stays.
 	Interrupt() []byte
 	// Refuse answers a request the agent made of its client
 	// (Event.Request); nil when there is nothing to write.
 	Refuse(r AgentRequest) []byte
+	// Answer is the answer to a permission the agent asked
+	// (Event.Permission); nil when the agent takes none (any more).
+	Answer(ask PermissionAsk, allow bool, message string) []byte
 	// Echoes reports whether the process echoes each user message it
 	// takes (Event.Replay).
 	Echoes() bool
@@ -99,6 +102,25 @@ func (ClaudeInput) Interrupt() []byte {
 // Refuse implements Dialect: Claude's requests (can_use_tool) are
 // answered by AnswerPermission.
 func (ClaudeInput) Refuse(AgentRequest) []byte { return nil }
+
+// Answer implements Dialect: the control response to a can_use_tool
+// request: allow (with the tool call's input unchanged) or deny (with a
+// message the model reads).
+func (ClaudeInput) Answer(ask PermissionAsk, allow bool, message string) []byte {
+	var decision map[string]any
+	if allow {
+		input := ask.Input
+		if len(input) == 0 {
+			input = json.RawMessage(`{}`)
+		}
+		decision = map[string]any{"behavior": "allow", "updatedInput": input}
+	} else {
+		decision = map[string]any{"behavior": "deny", "message": message}
+	}
+	b, _ := json.Marshal(map[string]any{"type": "control_response", "response": map[string]any{
+		"subtype": "success", "request_id": ask.ID, "response": decision}})
+	return append(b, '\n')
+}
 
 // Echoes implements Dialect.
 func (c ClaudeInput) Echoes() bool { return c.Replay }
@@ -183,6 +205,11 @@ func (p *Persistent) Open(timeout time.Duration) error {
 				if ev.Init != nil {
 					p.init = ev.Init
 				}
+				if ev.Write != nil {
+					if err := p.write(ev.Write); err != nil {
+						return fmt.Errorf("agent: open: %w", err)
+					}
+				}
 				c := ev.Control
 				if c == nil || c.RequestID != id {
 					continue
@@ -190,7 +217,7 @@ func (p *Persistent) Open(timeout time.Duration) error {
 				switch {
 				case c.Subtype == "success":
 					return nil
-				case c.Code == droidSessionNotFound:
+				case c.Code == droidSessionNotFound || c.NotFound:
 					return fmt.Errorf("%w: %s", ErrSessionNotFound, c.Error)
 				}
 				return fmt.Errorf("agent: open: %s", c.Error)
@@ -226,8 +253,12 @@ func (p *Persistent) Alive() bool {
 // after, which the Send in progress waits for too (when the process echoes
 // what it takes). Safe from any goroutine.
 func (p *Persistent) Inject(text string) error {
+	b := p.dialect.Message(text, true)
+	if b == nil {
+		return ErrNoSteer
+	}
 	p.injected.Add(1)
-	return p.write(p.dialect.Message(text, true))
+	return p.write(b)
 }
 
 func (p *Persistent) write(b []byte) error {
@@ -237,27 +268,24 @@ func (p *Persistent) write(b []byte) error {
 	return err
 }
 
-// AnswerPermission answers a can_use_tool control request: allow (with
-// the tool call's input unchanged) or deny (with a message the model
-// reads). Safe from any goroutine.
+// AnswerPermission answers a permission the agent asked (Claude's
+// can_use_tool, an ACP agent's session/request_permission): allow, or
+// deny with a message the model reads. Safe from any goroutine.
 func (p *Persistent) AnswerPermission(ask PermissionAsk, allow bool, message string) error {
-	var decision map[string]any
-	if allow {
-		input := ask.Input
-		if len(input) == 0 {
-			input = json.RawMessage(`{}`)
-		}
-		decision = map[string]any{"behavior": "allow", "updatedInput": input}
-	} else {
-		decision = map[string]any{"behavior": "deny", "message": message}
+	b := p.dialect.Answer(ask, allow, message)
+	if b == nil {
+		return ErrNoAnswer
 	}
-	b, err := json.Marshal(map[string]any{"type": "control_response", "response": map[string]any{
-		"subtype": "success", "request_id": ask.ID, "response": decision}})
-	if err != nil {
-		return err
-	}
-	return p.write(append(b, '\n'))
+	return p.write(b)
 }
+
+// ErrNoAnswer is AnswerPermission's error when the agent no longer waits
+// for the answer (its turn was cancelled), or takes none.
+var ErrNoAnswer = errors.New("agent: the agent does not wait for this answer")
+
+// ErrNoSteer is Inject's error for an agent that takes no message into a
+// running turn (ACP): the message waits for the next turn.
+var ErrNoSteer = errors.New("agent: the agent takes no message into a running turn")
 
 // ClaudeInterrupt is the control request that ends Claude's turn in
 // progress in stream-json input mode; the process stays for the next
@@ -366,6 +394,9 @@ func (t *turn) see(ev Event) {
 		if b := t.p.dialect.Refuse(*ev.Request); b != nil {
 			go func() { _ = t.p.write(b) }()
 		}
+	}
+	if ev.Write != nil {
+		go func() { _ = t.p.write(ev.Write) }()
 	}
 	if ev.Replay {
 		t.echoed++

@@ -79,6 +79,14 @@ type Spec struct {
 	Check func(Event) *protocol.Error
 	// Starter starts the process (default DirectStarter).
 	Starter Starter
+	// Converse, when set, makes Run drive an agent that takes its prompt
+	// on a control channel (ACP) as a persistent process for one message:
+	// Converse gives the new process's dialect and parser; Run opens it,
+	// sends Stdin as its one message, and closes it.
+	Converse func() (Dialect, Parser)
+	// OnProcess, when set, is called with that process once it is open
+	// (the worker answers its permission requests through it).
+	OnProcess func(*Persistent)
 }
 
 // Outcome is everything Run learnt about one agent process.
@@ -121,6 +129,9 @@ type Outcome struct {
 // Run: the group is killed at the end.
 func Run(ctx context.Context, spec Spec) (out Outcome) {
 	spec = withDefaults(spec)
+	if spec.Converse != nil {
+		return runConversation(ctx, spec)
+	}
 	start := time.Now()
 	defer func() { out.Duration = time.Since(start) }()
 	a, exit, err := startRun(spec)

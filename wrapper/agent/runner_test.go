@@ -14,14 +14,14 @@ import (
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
-var fakeAgent string
+var fakeAgent, fakeACP string
 
 func TestMain(m *testing.M) {
 	var dir string
 	testbin.Main(func() int {
-		fakeAgent = filepath.Join(dir, "fakeagent")
+		fakeAgent, fakeACP = filepath.Join(dir, "fakeagent"), filepath.Join(dir, "fakeacp")
 		return m.Run()
-	}, map[string]string{"fakeagent": testbin.FakeAgent}, &dir)
+	}, map[string]string{"fakeagent": testbin.FakeAgent, "fakeacp": testbin.FakeACP}, &dir)
 }
 
 func fakeSpec(droid bool, prompt string) Spec {

@@ -35,7 +35,8 @@ func (c *Config) agentSettings() agent.Settings {
 	return agent.Settings{Bin: c.AgentBin, Args: c.AgentArgs, Model: c.AgentModel, Workspace: c.Workspace, PTY: c.PTY,
 		SystemPrompt: SystemPromptSection, AllowedCommands: c.AllowedCommands, SkipPermissions: c.SkipPermissions,
 		JSONSchema: c.JSONSchema, Approval: c.Approval, MCPServers: c.MCPServers, MCPTimeout: c.MCPTimeout,
-		BaseURL: c.DroidBaseURL, RuntimeDir: filepath.Join(os.TempDir(), "agentvisor-"+c.WorkerID), SelfPath: c.SelfPath}
+		BaseURL: c.DroidBaseURL, RuntimeDir: filepath.Join(os.TempDir(), "agentvisor-"+c.WorkerID), SelfPath: c.SelfPath,
+		Command: c.AgentCommand}
 }
 
 // AgentEnv builds the agent's environment from the wrapper's: everything

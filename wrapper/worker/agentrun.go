@@ -17,7 +17,7 @@ import (
 
 // agentSpec is how to run the agent for a task of the run cur.
 func (w *Worker) agentSpec(task protocol.Task, inv Invocation, cur *current) agent.Spec {
-	return agent.Spec{
+	spec := agent.Spec{
 		Argv: w.agent.Argv(inv), Stdin: w.agent.Stdin(inv), Env: w.agentEnv(cur.progressToken(), task),
 		Dir: w.cfg.Workspace, Parser: w.agent.Parser(), PTY: w.cfg.PTY, Timeout: task.Timeout(w.cfg.TaskTimeout),
 		ResultGrace: w.cfg.ResultGrace, KillGrace: w.cfg.KillGrace, Starter: w.starter, Check: w.agent.CheckInit,
@@ -33,8 +33,24 @@ func (w *Worker) agentSpec(task protocol.Task, inv Invocation, cur *current) age
 				r := ev.Retry
 				w.pub.progress(cur, fmt.Sprintf("model API retry %d/%d (HTTP %d, %s), next in %d ms", r.Attempt, r.MaxRetries, r.Status, r.Error, int(math.Round(r.DelayMS))), protocol.LevelWarning)
 			}
+			if ev.Progress != nil {
+				w.pub.progress(cur, ev.Progress.Step, ev.Progress.Level)
+			}
 		},
 	}
+	w.converse(&spec, inv, cur)
+	return spec
+}
+
+// converse makes spec run an agent that takes its prompt on a control
+// channel (ACP) as a one-message persistent process for inv's session,
+// whose permission requests the task's approvals answer.
+func (w *Worker) converse(spec *agent.Spec, inv Invocation, cur *current) {
+	if !w.agent.Caps().Converses {
+		return
+	}
+	spec.Converse = func() (agent.Dialect, agent.Parser) { return w.agent.Input(inv.ResumeID) }
+	spec.OnProcess = cur.steer.attach
 }
 
 // agentEnv is the agent's environment for a run whose progress token is
@@ -50,10 +66,10 @@ func (w *Worker) runAgent(ctx context.Context, task protocol.Task, plan SessionP
 	// budget is a flag of the process (Claude's --max-budget-usd); a
 	// budget the wrapper guards (cost.go) lets the persistent process
 	// serve it.
+	defer cur.steer.detach()
 	if !w.persist.usable() || (task.MaxBudgetUSD > 0 && w.agent.Caps().BudgetFlag) {
 		return agent.Run(ctx, spec)
 	}
-	defer cur.steer.detach()
 	inv := invocationFor(w.agent, task, plan)
 	return w.persist.run(ctx, persistentTask{prompt: inv.Prompt, plan: plan, inv: inv, spec: spec,
 		env:      func(token string) []string { return w.agentEnv(token, task) },
@@ -81,6 +97,7 @@ func (w *Worker) steerTurns(ctx context.Context, task protocol.Task, plan Sessio
 		inv := invocationFor(w.agent, next, p)
 		s := spec
 		s.Argv, s.Stdin, s.OnStart = w.agent.Argv(inv), w.agent.Stdin(inv), nil
+		w.converse(&s, inv, cur)
 		w.pub.progress(cur, "message: running it as the next turn of the task's session", "")
 		o = mergeTurns(o, w.runAgent(ctx, next, p, cur, s))
 	}

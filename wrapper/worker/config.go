@@ -49,10 +49,13 @@ type Config struct {
 	AgentType protocol.AgentType // AGENT_TYPE (required): claude or droid
 	Kind      protocol.Kind      // WORKER_KIND: long_lived or developer
 
-	AgentBin   string   // AGENT_BIN: the agent's executable (claude or droid on PATH)
-	AgentArgs  []string // AGENT_ARGS: extra flags, a JSON array or words separated by spaces
-	AgentModel string   // AGENT_MODEL: --model (claude) or -m (droid)
-	PTY        bool     // AGENT_PTY: run the agent on a pseudo-terminal
+	AgentBin  string   // AGENT_BIN: the agent's executable (claude or droid on PATH)
+	AgentArgs []string // AGENT_ARGS: extra flags, a JSON array or words separated by spaces
+	// AgentCommand is AGENT_COMMAND: the command line of an agent that
+	// speaks ACP (AGENT_TYPE=acp).
+	AgentCommand []string
+	AgentModel   string // AGENT_MODEL: --model (claude) or -m (droid)
+	PTY          bool   // AGENT_PTY: run the agent on a pseudo-terminal
 	// SkipPermissions (AGENT_SKIP_PERMISSIONS) matters only
 	// with ALLOWED_COMMANDS=*: Claude --dangerously-skip-permissions and
 	// Droid --skip-permissions-unsafe; false: Claude dontAsk with every
@@ -211,7 +214,13 @@ func (c *Config) checkAgentModes() error {
 		return envconf.Errorf("AGENT_PERSISTENT", "not for this agent: %s", c.caps().NoPersistent)
 	case c.Persistent && (c.Kind != protocol.KindLongLived || c.PTY):
 		return envconf.Errorf("AGENT_PERSISTENT", "only for a long-lived worker without a pty")
-	case c.Approval && !c.Persistent && c.caps().Approvals:
+	case c.AgentType == protocol.AgentACP && len(c.AgentCommand) == 0:
+		return envconf.Errorf("AGENT_COMMAND", "required with AGENT_TYPE=acp: the command that speaks ACP")
+	case c.AgentType != protocol.AgentACP && len(c.AgentCommand) > 0:
+		return envconf.Errorf("AGENT_COMMAND", "only with AGENT_TYPE=acp (AGENT_BIN names the other agents' executables)")
+	case c.PTY && c.caps().Converses:
+		return envconf.Errorf("AGENT_PTY", "not for an ACP agent: its stdio carries the protocol")
+	case c.Approval && !c.Persistent && c.caps().Approvals && !c.caps().Converses:
 		return envconf.Errorf("AGENT_APPROVAL", "needs AGENT_PERSISTENT=true: Claude asks on the persistent process's control channel")
 	}
 	return nil
@@ -254,11 +263,13 @@ func identityVars(c *Config, u *protocol.RedisURL, replicas, timeout *string) []
 func agentVars(c *Config) []envconf.Var {
 	return []envconf.Var{
 		{Name: "AGENT_TYPE", Required: true, Value: envconf.Func(func(s string) (err error) { c.AgentType, err = protocol.ParseAgentType(s); return err }),
-			Doc: "claude, droid or codex"},
-		{Name: "AGENT_BIN", DefaultDoc: "`claude` / `droid` / `codex` on `PATH`", Value: envconf.String(&c.AgentBin), Doc: "the agent's executable"},
+			Doc: "claude, droid, codex, opencode or acp (any agent that speaks ACP, given AGENT_COMMAND)"},
+		{Name: "AGENT_BIN", DefaultDoc: "`claude` / `droid` / `codex` / `opencode` on `PATH`", Value: envconf.String(&c.AgentBin), Doc: "the agent's executable"},
+		{Name: "AGENT_COMMAND", Value: envconf.Func(func(s string) (err error) { c.AgentCommand, err = parseArgs(s); return err }),
+			Doc: "with AGENT_TYPE=acp (required then): the command that speaks ACP on its stdio, a JSON array or words separated by spaces"},
 		{Name: "AGENT_ARGS", Value: envconf.Func(func(s string) (err error) { c.AgentArgs, err = parseArgs(s); return err }),
 			Doc: "extra flags: a JSON array, or words separated by spaces"},
-		{Name: "AGENT_MODEL", Value: envconf.String(&c.AgentModel), Doc: "--model (Claude) or -m (Droid, Codex)"},
+		{Name: "AGENT_MODEL", Value: envconf.String(&c.AgentModel), Doc: "--model (Claude), -m (Droid, Codex), or OpenCode's configured model"},
 		{Name: "AGENT_PTY", Default: "false", Value: envconf.Bool(&c.PTY), Doc: "run the agent on a pseudo-terminal"},
 		{Name: "AGENT_SKIP_PERMISSIONS", Default: "true", Value: envconf.Bool(&c.SkipPermissions), Doc: "with ALLOWED_COMMANDS=* only: the agents' skip-permissions flags"},
 		{Name: "AGENT_JSON_SCHEMA", Default: "false", Value: envconf.Bool(&c.JSONSchema), Doc: "give Claude the stop output schema"},

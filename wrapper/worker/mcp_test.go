@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/wrapper/agent"
 )
 
 // buildTestMCP builds the repository's test MCP server (../../testmcp, on
@@ -30,8 +31,11 @@ func buildTestMCP(t *testing.T) string {
 // mcpToolName is the name under which each CLI offers the model a tool of
 // an MCP server.
 func mcpToolName(agentType protocol.AgentType, server, tool string) string {
-	if agentType == protocol.AgentDroid {
+	switch agentType {
+	case protocol.AgentDroid:
 		return server + "___" + tool
+	case protocol.AgentOpenCode:
+		return server + "_" + tool
 	}
 	return "mcp__" + server + "__" + tool
 }
@@ -98,7 +102,8 @@ func TestMCPServerToolReachesTheOutput(t *testing.T) {
 // comes.
 func TestBrokenMCPServerFailsFast(t *testing.T) {
 	bin := buildTestMCP(t)
-	eachRealAgent(t, func(t *testing.T, agentType protocol.AgentType, e *env, stub *stubmodel.Server, environ []string) {
+	checks := func(c agent.Capabilities) bool { return c.NoMCPCheck == "" } // OpenCode: ACP says nothing of its servers
+	eachRealAgentThat(t, checks, func(t *testing.T, agentType protocol.AgentType, e *env, stub *stubmodel.Server, environ []string) {
 		e.cfg.MCPServers = []protocol.MCPServer{
 			{Name: "tm", Command: bin},
 			{Name: "broken", Command: "false"},

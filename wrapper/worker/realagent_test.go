@@ -11,9 +11,15 @@ import (
 	"github.com/agentvisor/agentvisor/wrapper/agent"
 )
 
-// These tests run the real claude, droid and codex binaries (installed by
-// `make setup`) through the wrapper, against the stub model server (its
-// Messages API for the first two, its Responses API for Codex).
+// These tests run the real claude, droid, codex and opencode binaries
+// (installed by `make setup`) through the wrapper, against the stub model
+// server (its Messages API for Claude, Droid and OpenCode, its Responses
+// API for Codex).
+
+// realAgentTypes are the agent types the tests over every real agent
+// run (eachRealAgent, TestRealAgents): every CLI. acp is no CLI of its
+// own: the fake ACP agent stands in for one (acp_test.go).
+var realAgentTypes = []protocol.AgentType{protocol.AgentClaude, protocol.AgentDroid, protocol.AgentCodex, protocol.AgentOpenCode}
 
 func realAgentEnv(t *testing.T, agentType protocol.AgentType) (*env, *stubmodel.Server, []string) {
 	t.Helper()
@@ -31,7 +37,7 @@ func realAgentEnv(t *testing.T, agentType protocol.AgentType) (*env, *stubmodel.
 	e.cfg.ResultGrace = 2 * time.Second
 	environ := []string{"HOME=" + t.TempDir(), "ANTHROPIC_API_KEY=sk-stub-key-0123456789"}
 	switch agentType {
-	case protocol.AgentClaude:
+	case protocol.AgentClaude, protocol.AgentOpenCode:
 		environ = append(environ, "ANTHROPIC_BASE_URL="+stub.URL)
 	case protocol.AgentCodex:
 		environ = append(environ, "OPENAI_API_KEY=sk-stub-key-0123456789", "OPENAI_BASE_URL="+stub.URL+"/v1")
@@ -52,8 +58,11 @@ func realAgentEnv(t *testing.T, agentType protocol.AgentType) (*env, *stubmodel.
 const codexStubPrices = `{"gpt-stub": {"input": 1, "output": 10, "cache_read": 0.1, "cache_write": 0}}`
 
 func shellTool(agentType protocol.AgentType, command string) *stubmodel.ToolUse {
-	if agentType == protocol.AgentDroid {
+	switch agentType {
+	case protocol.AgentDroid:
 		return &stubmodel.ToolUse{Name: "Execute", Input: map[string]any{"command": command, "riskLevel": "low", "riskLevelReason": "reports progress"}}
+	case protocol.AgentOpenCode:
+		return &stubmodel.ToolUse{Name: "bash", Input: map[string]any{"command": command, "description": "report progress"}}
 	}
 	return &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": command, "description": "report progress"}}
 }
@@ -68,7 +77,7 @@ func eachRealAgent(t *testing.T, fn func(t *testing.T, agentType protocol.AgentT
 // capabilities keep says yes to.
 func eachRealAgentThat(t *testing.T, keep func(agent.Capabilities) bool,
 	fn func(t *testing.T, agentType protocol.AgentType, e *env, stub *stubmodel.Server, environ []string)) {
-	for _, agentType := range protocol.AgentTypes {
+	for _, agentType := range realAgentTypes {
 		ad, err := agent.New(agentType, agent.Settings{})
 		if err != nil {
 			t.Fatal(err)
@@ -85,7 +94,7 @@ func eachRealAgentThat(t *testing.T, keep func(agent.Capabilities) bool,
 }
 
 func TestRealAgents(t *testing.T) {
-	for _, agentType := range protocol.AgentTypes {
+	for _, agentType := range realAgentTypes {
 		t.Run(string(agentType), func(t *testing.T) {
 			t.Parallel()
 			e, stub, environ := realAgentEnv(t, agentType)

@@ -18,7 +18,7 @@ import (
 // scripted shell tool call to print its environment and Droid's settings,
 // holds neither the key nor the Redis URL, only the proxy's URL and token.
 func TestModelAPIOnlyThroughTheProxy(t *testing.T) {
-	for _, agentType := range protocol.AgentTypes {
+	for _, agentType := range realAgentTypes {
 		t.Run(string(agentType), func(t *testing.T) {
 			t.Parallel()
 			e, stub, environ := realAgentEnv(t, agentType)

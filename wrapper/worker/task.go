@@ -242,6 +242,7 @@ func (t *taskRun) execute(resume string) (outcome agent.Outcome, plan SessionPla
 	cancel()
 	outcome, plan = w.sessions.Complete(t.ctx, task, plan, outcome, func(inv Invocation) agent.Outcome {
 		spec.Argv, spec.Stdin = w.agent.Argv(inv), w.agent.Stdin(inv)
+		w.converse(&spec, inv, cur)
 		rerunCtx, cancel := w.terminate.context(t.ctx)
 		defer cancel()
 		return w.spend.withEstimate(cur, agent.Run(rerunCtx, spec))

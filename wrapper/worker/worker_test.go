@@ -22,14 +22,15 @@ import (
 	"github.com/agentvisor/agentvisor/testkit"
 )
 
-var bins struct{ fake, wrapper string }
+var bins struct{ fake, fakeACP, wrapper string }
 
 func TestMain(m *testing.M) {
 	var dir string
 	testbin.Main(func() int {
 		bins.fake, bins.wrapper = filepath.Join(dir, "fakeagent"), filepath.Join(dir, "worker-wrapper")
+		bins.fakeACP = filepath.Join(dir, "fakeacp")
 		return m.Run()
-	}, map[string]string{"fakeagent": testbin.FakeAgent, "worker-wrapper": testbin.Wrapper}, &dir)
+	}, map[string]string{"fakeagent": testbin.FakeAgent, "worker-wrapper": testbin.Wrapper, "fakeacp": testbin.FakeACP}, &dir)
 }
 
 // env is one test's Redis, client and worker configuration.
@@ -44,12 +45,16 @@ type env struct {
 func newEnv(t *testing.T, agentType protocol.AgentType, kind protocol.Kind) *env {
 	t.Helper()
 	r, rc := testkit.StartRedisClient(t)
-	cfg, err := FromEnv(mapEnv(map[string]string{
+	vars := map[string]string{
 		"WORKER_ID": "w-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), "REDIS_URL": r.URL(),
 		"AGENT_TYPE": string(agentType), "WORKER_KIND": string(kind), "AGENT_BIN": bins.fake,
 		"WORKSPACE": t.TempDir(), "ALLOWED_COMMANDS": "worker.progress", "HEARTBEAT_INTERVAL": "200ms",
 		"RESULT_GRACE": "300ms", "KILL_GRACE": "300ms",
-	}))
+	}
+	if agentType == protocol.AgentACP { // the fake ACP agent (internal/fakeacp)
+		vars["AGENT_COMMAND"] = bins.fakeACP
+	}
+	cfg, err := FromEnv(mapEnv(vars))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 // Import paths of the programs tests build.
 const (
 	FakeAgent = "github.com/agentvisor/agentvisor/wrapper/internal/fakeagent"
+	FakeACP   = "github.com/agentvisor/agentvisor/wrapper/internal/fakeacp"
 	Wrapper   = "github.com/agentvisor/agentvisor/wrapper/cmd/worker-wrapper"
 )
 
