@@ -88,6 +88,8 @@ type Worker struct {
 	// persist is the persistent agent (AGENT_PERSISTENT), nil otherwise;
 	// owned by the task loop's goroutine.
 	persist *persistentAgent
+	// wind is a cancelled task's agent run still winding down (winddown.go).
+	wind windDown
 
 	progress     atomic.Pointer[progressServer] // set once by Run
 	shutdownOnce sync.Once                      // beginShutdown
