@@ -114,24 +114,32 @@ func (w *Worker) prewarm() {
 // runOwnTurn runs a turn of the wrapper's own in the agent (a retiring
 // session's summary): no output stream, no progress, no cost of the
 // task's; its usage and cost go to the project's counters (countOwnTurn).
-// Terminate stops it.
+// With a persistent agent it runs there, in the session it resumes (a
+// persistent Droid loads it from its files, where `droid exec` would ask
+// its vendor's cloud). Terminate stops it.
 func (w *Worker) runOwnTurn(ctx context.Context, task protocol.Task, inv Invocation, timeout time.Duration) agent.Outcome {
 	cur := newCurrent(task, taskSource{}, protocol.NewRun(task.RequestID, "", w.cfg.WorkerID, task.Project(), w.now()))
 	spec := w.agentSpec(task, inv, cur)
 	spec.Timeout = min(timeout, w.cfg.TaskTimeout)
-	o := w.ownRun(ctx, cur, spec)
+	o := w.ownRun(ctx, task, inv, cur, spec)
 	w.countOwnTurn(ctx, task.Project(), inv.ResumeID, cur, o)
 	return o
 }
 
-// ownRun runs spec as a turn of the wrapper's own, its model calls
-// metered to cur.
-func (w *Worker) ownRun(ctx context.Context, cur *current, spec agent.Spec) agent.Outcome {
+// ownRun runs spec (inv's) as a turn of the wrapper's own, its model calls
+// metered to cur: in the persistent agent when there is one, in a process
+// of its own otherwise.
+func (w *Worker) ownRun(ctx context.Context, task protocol.Task, inv Invocation, cur *current, spec agent.Spec) agent.Outcome {
 	w.wind.settle()
 	defer w.spend.ownTurn(cur)()
 	ctx, cancel := w.terminate.context(ctx)
 	defer cancel()
-	return agent.Run(ctx, spec)
+	if !w.persist.usable() {
+		return agent.Run(ctx, spec)
+	}
+	plan := SessionPlan{ResumeID: inv.ResumeID}
+	return w.persist.run(ctx, persistentTask{prompt: inv.Prompt, plan: plan, inv: inv, spec: spec,
+		env: func(token string) []string { return w.agentEnv(token, task) }, useToken: cur.setToken})
 }
 
 // countOwnTurn adds what a turn of the wrapper's own used, as a task's

@@ -293,3 +293,48 @@ func TestProjectSessionsFromTheirDependencies(t *testing.T) {
 		t.Fatalf("the new session's context %q", plan.Context)
 	}
 }
+
+// A retiring session's summary turn runs in the persistent agent, in the
+// session it resumes: a persistent Droid loads it from its files, where a
+// `droid exec` would ask its vendor's cloud and fail. Its usage goes to the
+// project's counters beside the tasks', in no task's output.
+func TestPersistentSummaryTurn(t *testing.T) {
+	for _, agentType := range []protocol.AgentType{protocol.AgentClaude, protocol.AgentDroid} {
+		t.Run(string(agentType), func(t *testing.T) {
+			e, stub, environ := realAgentEnv(t, agentType)
+			e.cfg.Persistent = true
+			e.start(environ...)
+			stub.SetScript(stubmodel.Script{Fallback: &stubmodel.Step{Text: finalText}})
+			o1 := e.runTask(protocol.Task{RequestID: "p1", ProjectID: "zeta", Prompt: "FIRST-TASK-MARKER: set up"})
+			if o1.Status != protocol.StatusComplete || o1.SessionID == "" {
+				t.Fatalf("task 1: %+v (error %+v)", o1, o1.Error)
+			}
+			// The session's context is past the threshold: the next task
+			// retires it, with a summary first.
+			e.rc.HSet(context.Background(), e.keys.Session(agentType, "zeta"), protocol.SessionFieldContextTokens, 1_000_000)
+			summaryUsage := stubmodel.Usage{InputTokens: 7, OutputTokens: 3, CacheReadInputTokens: 5, CacheCreationInputTokens: 1}
+			stub.SetScript(stubmodel.Script{
+				Steps:    []stubmodel.Step{{Text: "SUMMARY-MARKER: a Go service.", Usage: &summaryUsage}},
+				Fallback: &stubmodel.Step{Text: finalText},
+			})
+			stub.Reset()
+			o2 := e.runTask(protocol.Task{RequestID: "p2", ProjectID: "zeta", Prompt: "second"})
+			if decision(o2) != "new/context_overflow" || o2.Status != protocol.StatusComplete || o2.SessionID == o1.SessionID {
+				t.Fatalf("task 2: %s %+v (error %+v)", decision(o2), o2, o2.Error)
+			}
+			reqs := stub.Requests()
+			if len(reqs) < 2 || !strings.Contains(reqs[0].Text(), "about to be retired") || !strings.Contains(reqs[0].Text(), "FIRST-TASK-MARKER") {
+				t.Fatalf("no summary turn in the old session (%d requests)", len(reqs))
+			}
+			if text, _ := e.rc.Get(context.Background(), e.keys.ProjectContext("zeta")).Result(); !strings.Contains(text, "SUMMARY-MARKER") {
+				t.Fatalf("stored project context %q", text)
+			}
+			got, _ := e.rc.HGetAll(context.Background(), e.keys.UsageProject("zeta")).Result()
+			want := o1.Usage.Add(o2.Usage).Add(protocol.Usage{Input: 7, Output: 3, CacheRead: 5, CacheCreation: 1})
+			if got["input"] != strconv.FormatInt(want.Input, 10) || got["output"] != strconv.FormatInt(want.Output, 10) ||
+				got["cache_read"] != strconv.FormatInt(want.CacheRead, 10) || got["tasks"] != "2" {
+				t.Fatalf("project usage %v, want the 2 tasks' and the summary's %+v", got, want)
+			}
+		})
+	}
+}

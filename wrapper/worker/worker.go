@@ -22,7 +22,8 @@
 //
 //   - state.go: the worker's state machine and the task in flight;
 //   - cancel.go: cancels seen, and a task's interrupt (cancels,
-//     interruptible);
+//     interruptible); winddown.go: a cancelled task's agent winding down
+//     after its output (windDown);
 //   - steer.go: steering messages (steering, taskSteer);
 //   - approve.go: permissions asked of the task's owner (approvals);
 //   - cost.go: the cost of an agent that reports none, priced from the
