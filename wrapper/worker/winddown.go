@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -72,6 +74,20 @@ func (f *followed) detach() (o agent.Outcome, ok bool) {
 	return o, true
 }
 
+// agentRun is a task's agent run on a goroutine of its own: its outcome,
+// or the panic that ended it, once done closed.
+type agentRun struct {
+	done     chan struct{}
+	o        agent.Outcome
+	panicked any
+}
+
+// taskPanic is a panic of a task's agent run, raised again on the task's
+// goroutine, where the task boundary (recover.go) answers it.
+type taskPanic struct{ value any }
+
+func (p taskPanic) String() string { return fmt.Sprint(p.value) }
+
 // runCancellable runs the task's agent (runAgent) and returns its
 // outcome; or, once a cancel interrupted it after its session was known,
 // an interrupted outcome at once and the channel that closes when the
@@ -85,26 +101,34 @@ func (w *Worker) runCancellable(ctx context.Context, task protocol.Task, plan Se
 			onEvent(ev)
 		}
 	}
-	done := make(chan struct{})
-	var o agent.Outcome
+	run := &agentRun{done: make(chan struct{})}
 	go func() {
-		defer close(done)
-		o = w.runAgent(ctx, task, plan, cur, spec)
+		defer close(run.done)
+		defer func() {
+			if p := recover(); p != nil {
+				w.log.Error("the agent run panicked", "request_id", task.RequestID, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				run.panicked = p
+			}
+		}()
+		run.o = w.runAgent(ctx, task, plan, cur, spec)
 	}()
 	interrupt := spec.Interrupt
 	for {
 		select {
-		case <-done:
-			return o, nil
+		case <-run.done:
+			if run.panicked != nil {
+				panic(taskPanic{run.panicked})
+			}
+			return run.o, nil
 		case <-interrupt:
 			interrupt = nil
 			if cancelled, _, _ := cur.cancel.state(); !cancelled {
 				continue // the wrapper's own abort: its outcome is awaited
 			}
 			if early, ok := f.detach(); ok {
-				w.wind.done = done
-				go w.windDownEnded(task, early, done, &o, time.Now())
-				return early, done
+				w.wind.done = run.done
+				go w.windDownEnded(task, early, run, time.Now())
+				return early, run.done
 			}
 		}
 	}
@@ -112,17 +136,17 @@ func (w *Worker) runCancellable(ctx context.Context, task protocol.Task, plan Se
 
 // windDownEnded waits for the end of a cancelled task's run, and adds to
 // the usage counters what its agent reported beyond the task's output
-// (early: the outcome the output was made of; final, read once done
-// closed: the run's). Claude's interrupted result sums the task's calls
-// with their cost, which the output could not wait for.
-func (w *Worker) windDownEnded(task protocol.Task, early agent.Outcome, done <-chan struct{}, final *agent.Outcome, since time.Time) {
-	<-done
+// (early: the outcome the output was made of). Claude's interrupted
+// result sums the task's calls with their cost, which the output could
+// not wait for.
+func (w *Worker) windDownEnded(task protocol.Task, early agent.Outcome, run *agentRun, since time.Time) {
+	<-run.done
 	w.log.Info("cancelled task's agent wound down", "request_id", task.RequestID, "after_output_ms", time.Since(since).Milliseconds())
-	if !w.agent.Caps().ReportsCost { // the proxy metered its calls, with the task
+	if run.panicked != nil || !w.agent.Caps().ReportsCost { // (else the proxy metered its calls, with the task)
 		return
 	}
 	eu, ec := taskUsage(early)
-	fu, fc := taskUsage(*final)
+	fu, fc := taskUsage(run.o)
 	more := protocol.Usage{Input: fu.Input - eu.Input, Output: fu.Output - eu.Output,
 		CacheRead: fu.CacheRead - eu.CacheRead, CacheCreation: fu.CacheCreation - eu.CacheCreation}
 	if more.Input < 0 || more.Output < 0 || more.CacheRead < 0 || more.CacheCreation < 0 || fc < ec ||
