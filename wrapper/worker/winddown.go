@@ -41,11 +41,15 @@ func (d *windDown) settle() {
 // followed is what a run's events told so far, for an outcome made before
 // the run ends.
 type followed struct {
+	start  time.Time
+	inited chan struct{} // closed at the first init line
+
 	mu       sync.Mutex // guards the fields below
 	out      agent.Outcome
-	start    time.Time
 	detached bool // the task's outcome was made: later events are not the task's
 }
+
+func newFollowed() *followed { return &followed{start: time.Now(), inited: make(chan struct{})} }
 
 // see records ev, and reports whether it still belongs to the task.
 func (f *followed) see(ev agent.Event) bool {
@@ -53,6 +57,9 @@ func (f *followed) see(ev agent.Event) bool {
 	defer f.mu.Unlock()
 	if f.detached {
 		return false
+	}
+	if ev.Init != nil && f.out.Init == nil {
+		close(f.inited)
 	}
 	f.out.Record(ev, time.Since(f.start))
 	return true
@@ -94,7 +101,7 @@ func (p taskPanic) String() string { return fmt.Sprint(p.value) }
 // run, winding down in the background (w.wind), ended.
 func (w *Worker) runCancellable(ctx context.Context, task protocol.Task, plan SessionPlan, cur *current, spec agent.Spec) (agent.Outcome, <-chan struct{}) {
 	w.wind.settle()
-	f := &followed{start: time.Now()}
+	f := newFollowed()
 	onEvent := spec.OnEvent
 	spec.OnEvent = func(ev agent.Event) {
 		if f.see(ev) && onEvent != nil {
@@ -112,7 +119,9 @@ func (w *Worker) runCancellable(ctx context.Context, task protocol.Task, plan Se
 		}()
 		run.o = w.runAgent(ctx, task, plan, cur, spec)
 	}()
-	interrupt := spec.Interrupt
+	// A cancel that came before the init line waits for it: until then
+	// the session is not known, nor is it the project's.
+	interrupt, inited := spec.Interrupt, (<-chan struct{})(nil)
 	for {
 		select {
 		case <-run.done:
@@ -122,9 +131,11 @@ func (w *Worker) runCancellable(ctx context.Context, task protocol.Task, plan Se
 			return run.o, nil
 		case <-interrupt:
 			interrupt = nil
-			if cancelled, _, _ := cur.cancel.state(); !cancelled {
-				continue // the wrapper's own abort: its outcome is awaited
-			}
+			if cancelled, _, _ := cur.cancel.state(); cancelled {
+				inited = f.inited
+			} // else the wrapper's own abort: its outcome is awaited
+		case <-inited:
+			inited = nil
 			if early, ok := f.detach(); ok {
 				w.wind.done = run.done
 				go w.windDownEnded(task, early, run, time.Now())
