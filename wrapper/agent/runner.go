@@ -292,6 +292,11 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // was killed: only a process that left the group can hold it that long.
 const hardDrainGrace = 10 * time.Second
 
+// Record adds ev, seen at a time since the start, to the outcome as Run
+// does: for a caller that follows a run's events (Spec.OnEvent) and needs
+// an outcome before the run ends.
+func (o *Outcome) Record(ev Event, at time.Duration) { o.record(ev, at) }
+
 func (o *Outcome) record(ev Event, at time.Duration) {
 	o.Events++
 	switch {

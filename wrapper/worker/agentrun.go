@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/wrapper/agent"
+	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
 )
 
 // How a task's agent runs (the execute step of task.go): its spec, in the
@@ -128,14 +129,52 @@ func (w *Worker) prewarm() {
 }
 
 // runOwnTurn runs a turn of the wrapper's own in the agent (a retiring
-// session's summary): no output stream, no progress, no cost of the task's;
-// Terminate stops it.
+// session's summary): no output stream, no progress, no cost of the
+// task's; its usage and cost go to the project's counters (countOwnTurn).
+// With a persistent agent it runs there, in the session it resumes (a
+// persistent Droid loads it from its files, where `droid exec` would ask
+// its vendor's cloud). Terminate stops it.
 func (w *Worker) runOwnTurn(ctx context.Context, task protocol.Task, inv Invocation, timeout time.Duration) agent.Outcome {
 	cur := newCurrent(task, taskSource{}, protocol.NewRun(task.RequestID, "", w.cfg.WorkerID, task.Project(), w.now()))
 	spec := w.agentSpec(task, inv, cur)
 	spec.Timeout = min(timeout, w.cfg.TaskTimeout)
-	defer w.spend.ownTurn()()
+	o := w.ownRun(ctx, task, inv, cur, spec)
+	w.countOwnTurn(ctx, task.Project(), inv.ResumeID, cur, o)
+	return o
+}
+
+// ownRun runs spec (inv's) as a turn of the wrapper's own, its model calls
+// metered to cur: in the persistent agent when there is one, in a process
+// of its own otherwise.
+func (w *Worker) ownRun(ctx context.Context, task protocol.Task, inv Invocation, cur *current, spec agent.Spec) agent.Outcome {
+	w.wind.settle()
+	defer w.spend.ownTurn(cur)()
 	ctx, cancel := w.terminate.context(ctx)
 	defer cancel()
-	return agent.Run(ctx, spec)
+	if !w.persist.usable() {
+		return agent.Run(ctx, spec)
+	}
+	plan := SessionPlan{ResumeID: inv.ResumeID}
+	return w.persist.run(ctx, persistentTask{prompt: inv.Prompt, plan: plan, inv: inv, spec: spec,
+		env: func(token string) []string { return w.agentEnv(token, task) }, useToken: cur.setToken})
+}
+
+// countOwnTurn adds what a turn of the wrapper's own used, as a task's
+// output would report it (Droid's: the calls the proxy metered, at their
+// estimated cost), to the usage counters of the project, the worker and
+// the session it ran in. No task counts.
+func (w *Worker) countOwnTurn(ctx context.Context, project, session string, cur *current, oc agent.Outcome) {
+	if oc.StartErr != nil {
+		return
+	}
+	var o protocol.Output
+	o.Usage, o.CostUSD = taskUsage(oc)
+	w.spend.estimateCost(&o, cur, oc)
+	if o.Usage == (protocol.Usage{}) && o.CostUSD == 0 {
+		return
+	}
+	u := rdb.TaskUsage{Project: project, Session: session, Worker: w.cfg.WorkerID, Usage: o.Usage, CostUSD: o.CostUSD}
+	if err := w.rdb.AddUsage(context.WithoutCancel(ctx), u); err != nil {
+		w.log.Warn("the usage of the wrapper's own turn is not counted", "project_id", project, "err", err)
+	}
 }

@@ -2,6 +2,10 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -112,11 +116,18 @@ func TestCancelRunningTask(t *testing.T) {
 			if took > 30*time.Second {
 				t.Fatalf("the cancel took %v: the model's answer came first", took)
 			}
+			// The output does not wait for the interrupted agent's wind-down
+			// (it saves its turn): a process per task is gone soon after,
+			// the persistent one lives on.
 			pids := e.taskPIDs()
 			agentPID := pids[len(pids)-1]
-			alive := syscall.Kill(agentPID, 0) == nil
-			if alive != persistent {
-				t.Fatalf("agent process %d alive after the cancel: %v (persistent %v)", agentPID, alive, persistent)
+			if persistent {
+				time.Sleep(2 * time.Second)
+				if syscall.Kill(agentPID, 0) != nil {
+					t.Fatalf("the persistent agent %d died after the cancel", agentPID)
+				}
+			} else {
+				testkit.Eventually(t, "the agent's exit", 10*time.Second, func() bool { return syscall.Kill(agentPID, 0) != nil })
 			}
 			run, _ := e.rc.HGetAll(context.Background(), e.keys.Run("c1")).Result()
 			if run[protocol.RunFieldStatus] != string(protocol.RunFailed) || !strings.HasPrefix(run[protocol.RunFieldError], "CANCELLED: ") {
@@ -215,4 +226,56 @@ func TestCancelQueuedTask(t *testing.T) {
 	if len(outs) != 3 {
 		t.Fatalf("%d outputs, want 3 (q0, q1, q2; none for the cancel of an unknown task)", len(outs))
 	}
+}
+
+// A cancel is answered once the agent is interrupted, not once it is done
+// stopping: the agent (the fake's slow-interrupt, an interrupted Claude
+// under a CPU limit) has not finished saving its turn when the cancelled
+// output is there. The next task's agent starts only after that agent
+// ended (no two runs in a session at once), in the same session; and the
+// usage the interrupted agent reported while winding down (its result's,
+// with its cost) is in the project's counters beside the output's.
+func TestCancelAnswersBeforeTheAgentWoundDown(t *testing.T) {
+	e := newEnv(t, protocol.AgentClaude, protocol.KindLongLived)
+	e.start()
+	input := e.keys.Input(e.cfg.WorkerID)
+	e.send(input, protocol.Task{RequestID: "w1", ProjectID: "delta", Prompt: "fake:slow-interrupt"})
+	testkit.Eventually(t, "the agent's first turn", 10*time.Second, func() bool {
+		return len(e.taskPIDs()) == 1 && e.rc.HGet(context.Background(), e.keys.Status(e.cfg.WorkerID), protocol.StatusFieldRequestID).Val() == "w1"
+	})
+	time.Sleep(200 * time.Millisecond) // its init line and first turn read
+	e.sendCancel(input, "w1", "changed plans")
+	o1 := e.outputOf("w1", 10*time.Second)
+	woundDown := filepath.Join(e.cfg.Workspace, "wound-down.txt")
+	if _, err := os.Stat(woundDown); err == nil {
+		t.Fatal("the cancelled output waited for the interrupted agent to wind down")
+	}
+	if o1.Status != protocol.StatusCancelled || o1.SessionID == "" || o1.Usage.Input != 2001 {
+		t.Fatalf("cancelled output %+v: want the session and the usage of the turn before the cancel", o1)
+	}
+
+	e.send(input, protocol.Task{RequestID: "w2", ProjectID: "delta", Prompt: "fake:stamp"})
+	o2 := e.outputOf("w2", 10*time.Second)
+	b, err := os.ReadFile(woundDown)
+	if err != nil {
+		t.Fatalf("the interrupted agent never finished saving its turn: %v", err)
+	}
+	doneNS, _ := strconv.ParseInt(string(b), 10, 64)
+	var stamp struct {
+		StartNS int64 `json:"start_ns"`
+	}
+	if err := json.Unmarshal(o2.Result, &stamp); err != nil || stamp.StartNS <= doneNS {
+		t.Fatalf("the next task's agent started at %d, the interrupted one wound down at %d (%v)", stamp.StartNS, doneNS, err)
+	}
+	if o2.Status != protocol.StatusComplete || decision(o2) != "resume/continued" || o2.SessionID != o1.SessionID {
+		t.Fatalf("next task: %s %+v, want the cancelled task's session %s resumed", decision(o2), o2, o1.SessionID)
+	}
+	// The counters: the interrupted result's usage (4000 input, $0.03425)
+	// for w1, whose output said 2001 at no known cost, and w2's.
+	testkit.Eventually(t, "the wind-down's usage counted", 5*time.Second, func() bool {
+		got, _ := e.rc.HGetAll(context.Background(), e.keys.UsageProject("delta")).Result()
+		cost, _ := strconv.ParseFloat(got["cost_usd"], 64)
+		return got["input"] == strconv.FormatInt(4000+o2.Usage.Input, 10) && got["tasks"] == "2" &&
+			cost > 0.03425+o2.CostUSD-1e-9 && cost < 0.03425+o2.CostUSD+1e-9
+	})
 }

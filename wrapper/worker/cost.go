@@ -38,9 +38,10 @@ type spending struct {
 	direct func() string
 
 	mu sync.Mutex // guards the fields below
-	// ownTurns counts the wrapper's own agent runs in progress (a
-	// retiring session's summary): their model calls are not the task's.
-	ownTurns int
+	// own is the wrapper's own agent run in progress (a retiring
+	// session's summary), nil when none: its model calls are its own,
+	// not the task's.
+	own      *current
 	unpriced map[string]bool // the models logged as having no price
 }
 
@@ -58,27 +59,28 @@ type taskSpend struct {
 	last protocol.Usage
 }
 
-// ownTurn counts a turn of the wrapper's own until the function it
-// returns is called.
-func (s *spending) ownTurn() func() {
+// ownTurn meters the model calls to cur, a turn of the wrapper's own,
+// until the function it returns is called.
+func (s *spending) ownTurn(cur *current) func() {
 	s.mu.Lock()
-	s.ownTurns++
+	before := s.own
+	s.own = cur
 	s.mu.Unlock()
 	return func() {
 		s.mu.Lock()
-		s.ownTurns--
+		s.own = before
 		s.mu.Unlock()
 	}
 }
 
-// task is the task in flight whose model calls count: none during a turn
-// of the wrapper's own.
+// task is the run whose model calls count: the wrapper's own turn while
+// one runs (it has no max_budget_usd), else the task in flight.
 func (s *spending) task() *current {
 	s.mu.Lock()
-	own := s.ownTurns > 0
+	own := s.own
 	s.mu.Unlock()
-	if own {
-		return nil
+	if own != nil {
+		return own
 	}
 	return s.state.current()
 }

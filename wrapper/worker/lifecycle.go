@@ -58,6 +58,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer context.AfterFunc(ctx, w.beginShutdown)()
 	w.loop(ctx)
 	w.beginShutdown() // done already, or waits until done: stopping goes before stopped
+	w.wind.settle()
 	w.persist.close()
 	w.stopped()
 	return nil

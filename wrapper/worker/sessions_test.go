@@ -93,9 +93,11 @@ func TestClaudeProjectSessions(t *testing.T) {
 	}
 
 	// alpha's context is now 2 x 11 100 (two calls' worth): the next task
-	// retires the session, asking it for a summary first.
+	// retires the session, asking it for a summary first. The summaries'
+	// usage is their own, to be found in the counters.
+	summaryUsage := stubmodel.Usage{InputTokens: 7, OutputTokens: 3, CacheReadInputTokens: 5, CacheCreationInputTokens: 1}
 	stub.SetScript(stubmodel.Script{
-		Steps:    []stubmodel.Step{{Text: "## Architecture\nSUMMARY-MARKER: a Go service.\n{\"status\": \"complete\"}"}},
+		Steps:    []stubmodel.Step{{Text: "## Architecture\nSUMMARY-MARKER: a Go service.\n{\"status\": \"complete\"}", Usage: &summaryUsage}},
 		Fallback: &stubmodel.Step{Text: finalText},
 	})
 	stub.Reset()
@@ -116,7 +118,16 @@ func TestClaudeProjectSessions(t *testing.T) {
 		t.Fatalf("stored project context %q", ctxText)
 	}
 
-	// A day later the session is stale.
+	// The summary turn counts in the retired session's counters.
+	if got, _ := rc.HGetAll(context.Background(), e.keys.UsageSession(o1.SessionID)).Result(); got["input"] != strconv.FormatInt(o1.Usage.Input+o2.Usage.Input+7, 10) || got["tasks"] != "2" {
+		t.Fatalf("retired session's usage %v: want its 2 tasks' and the summary's 7 input tokens", got)
+	}
+
+	// A day later the session is stale: it too is summarised.
+	stub.SetScript(stubmodel.Script{
+		Steps:    []stubmodel.Step{{Text: "SUMMARY-MARKER again.", Usage: &summaryUsage}},
+		Fallback: &stubmodel.Step{Text: finalText},
+	})
 	clk.advance(25 * time.Hour)
 	if o := e.runTask(protocol.Task{RequestID: "s6", ProjectID: "alpha", Prompt: "after a day"}); decision(o) != "new/stale" {
 		t.Fatalf("stale: %s", decision(o))
@@ -131,24 +142,41 @@ func TestClaudeProjectSessions(t *testing.T) {
 		t.Fatalf("lost session: %s %+v %+v", decision(o7), o7, o7.Session)
 	}
 
-	// Usage per project is the sum over its tasks (the summary turn is
-	// the wrapper's, not a task's).
-	var want protocol.Usage
-	var cost float64
+	// Usage per project is the sum over its tasks and the two summary
+	// turns (the wrapper's, not tasks: no output reports them); the
+	// worker's, over every task and those turns.
+	summaries := protocol.Usage{Input: 2 * 7, Output: 2 * 3, CacheRead: 2 * 5, CacheCreation: 2 * 1}
+	var want, all protocol.Usage
+	var cost, allCost float64
 	outs, _ := e.docs(e.keys.Output(e.cfg.WorkerID))
 	for _, o := range outs {
+		all, allCost = all.Add(o.Usage), allCost+o.CostUSD
 		if o.ProjectID == "alpha" {
 			want = want.Add(o.Usage)
 			cost += o.CostUSD
 		}
 	}
-	got, _ := rc.HGetAll(context.Background(), e.keys.UsageProject("alpha")).Result()
-	if got["input"] != strconv.FormatInt(want.Input, 10) || got["output"] != strconv.FormatInt(want.Output, 10) ||
-		got["cache_read"] != strconv.FormatInt(want.CacheRead, 10) || got["tasks"] != "5" {
-		t.Fatalf("project usage %v, want the sum %+v over 5 tasks", got, want)
-	}
-	if c, _ := strconv.ParseFloat(got["cost_usd"], 64); c < cost*0.999 || c > cost*1.001 {
-		t.Fatalf("project cost %v, want %v", got["cost_usd"], cost)
+	for _, c := range []struct {
+		key   string
+		usage protocol.Usage
+		cost  float64
+		tasks string
+		whose string
+	}{
+		{e.keys.UsageProject("alpha"), want.Add(summaries), cost, "5", "project"},
+		{e.keys.UsageWorker(e.cfg.WorkerID), all.Add(summaries), allCost, "7", "worker"},
+	} {
+		got, _ := rc.HGetAll(context.Background(), c.key).Result()
+		if got["input"] != strconv.FormatInt(c.usage.Input, 10) || got["output"] != strconv.FormatInt(c.usage.Output, 10) ||
+			got["cache_read"] != strconv.FormatInt(c.usage.CacheRead, 10) || got["cache_creation"] != strconv.FormatInt(c.usage.CacheCreation, 10) ||
+			got["tasks"] != c.tasks {
+			t.Fatalf("%s usage %v, want the sum %+v over %s tasks and 2 summaries", c.whose, got, c.usage, c.tasks)
+		}
+		// The summaries cost something too (Claude prices the stub's
+		// model as its default).
+		if v, _ := strconv.ParseFloat(got["cost_usd"], 64); v <= c.cost*1.0001 {
+			t.Fatalf("%s cost %v: want the tasks' %v and the summaries'", c.whose, got["cost_usd"], c.cost)
+		}
 	}
 	sess, _ := rc.HGetAll(context.Background(), e.keys.Session(protocol.AgentClaude, "alpha")).Result()
 	if sess["worker_id"] != e.cfg.WorkerID || sess["session_id"] != o7.SessionID || sess["tasks"] != "1" {
@@ -263,5 +291,50 @@ func TestProjectSessionsFromTheirDependencies(t *testing.T) {
 	}
 	if plan.Context != "## Architecture\nSUMMARY key=[REDACTED]" { // stored redacted
 		t.Fatalf("the new session's context %q", plan.Context)
+	}
+}
+
+// A retiring session's summary turn runs in the persistent agent, in the
+// session it resumes: a persistent Droid loads it from its files, where a
+// `droid exec` would ask its vendor's cloud and fail. Its usage goes to the
+// project's counters beside the tasks', in no task's output.
+func TestPersistentSummaryTurn(t *testing.T) {
+	for _, agentType := range []protocol.AgentType{protocol.AgentClaude, protocol.AgentDroid} {
+		t.Run(string(agentType), func(t *testing.T) {
+			e, stub, environ := realAgentEnv(t, agentType)
+			e.cfg.Persistent = true
+			e.start(environ...)
+			stub.SetScript(stubmodel.Script{Fallback: &stubmodel.Step{Text: finalText}})
+			o1 := e.runTask(protocol.Task{RequestID: "p1", ProjectID: "zeta", Prompt: "FIRST-TASK-MARKER: set up"})
+			if o1.Status != protocol.StatusComplete || o1.SessionID == "" {
+				t.Fatalf("task 1: %+v (error %+v)", o1, o1.Error)
+			}
+			// The session's context is past the threshold: the next task
+			// retires it, with a summary first.
+			e.rc.HSet(context.Background(), e.keys.Session(agentType, "zeta"), protocol.SessionFieldContextTokens, 1_000_000)
+			summaryUsage := stubmodel.Usage{InputTokens: 7, OutputTokens: 3, CacheReadInputTokens: 5, CacheCreationInputTokens: 1}
+			stub.SetScript(stubmodel.Script{
+				Steps:    []stubmodel.Step{{Text: "SUMMARY-MARKER: a Go service.", Usage: &summaryUsage}},
+				Fallback: &stubmodel.Step{Text: finalText},
+			})
+			stub.Reset()
+			o2 := e.runTask(protocol.Task{RequestID: "p2", ProjectID: "zeta", Prompt: "second"})
+			if decision(o2) != "new/context_overflow" || o2.Status != protocol.StatusComplete || o2.SessionID == o1.SessionID {
+				t.Fatalf("task 2: %s %+v (error %+v)", decision(o2), o2, o2.Error)
+			}
+			reqs := stub.Requests()
+			if len(reqs) < 2 || !strings.Contains(reqs[0].Text(), "about to be retired") || !strings.Contains(reqs[0].Text(), "FIRST-TASK-MARKER") {
+				t.Fatalf("no summary turn in the old session (%d requests)", len(reqs))
+			}
+			if text, _ := e.rc.Get(context.Background(), e.keys.ProjectContext("zeta")).Result(); !strings.Contains(text, "SUMMARY-MARKER") {
+				t.Fatalf("stored project context %q", text)
+			}
+			got, _ := e.rc.HGetAll(context.Background(), e.keys.UsageProject("zeta")).Result()
+			want := o1.Usage.Add(o2.Usage).Add(protocol.Usage{Input: 7, Output: 3, CacheRead: 5, CacheCreation: 1})
+			if got["input"] != strconv.FormatInt(want.Input, 10) || got["output"] != strconv.FormatInt(want.Output, 10) ||
+				got["cache_read"] != strconv.FormatInt(want.CacheRead, 10) || got["tasks"] != "2" {
+				t.Fatalf("project usage %v, want the 2 tasks' and the summary's %+v", got, want)
+			}
+		})
 	}
 }

@@ -237,9 +237,13 @@ func (t *taskRun) execute(resume string) (outcome agent.Outcome, plan SessionPla
 
 	oomBefore = oomKills()
 	agentCtx, cancel := w.terminate.context(t.ctx)
-	outcome = w.agent.CheckOutcome(w.runAgent(agentCtx, task, plan, cur, spec))
-	outcome = w.spend.withEstimate(cur, w.steerTurns(agentCtx, task, plan, cur, spec, outcome))
-	cancel()
+	outcome, winding := w.runCancellable(agentCtx, task, plan, cur, spec)
+	outcome = w.spend.withEstimate(cur, w.steerTurns(agentCtx, task, plan, cur, spec, w.agent.CheckOutcome(outcome)))
+	if winding == nil {
+		cancel()
+	} else {
+		go func() { <-winding; cancel() }() // the run goes on after the task's output (winddown.go)
+	}
 	outcome, plan = w.sessions.Complete(t.ctx, task, plan, outcome, func(inv Invocation) agent.Outcome {
 		spec.Argv, spec.Stdin = w.agent.Argv(inv), w.agent.Stdin(inv)
 		w.converse(&spec, inv, cur)

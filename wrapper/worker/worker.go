@@ -27,7 +27,8 @@
 //     transitions.go: each change published (lifecycle, history, status),
 //     and the health (first heartbeat, task failures, health check);
 //   - cancel.go: cancels seen, and a task's interrupt (cancels,
-//     interruptible);
+//     interruptible); winddown.go: a cancelled task's agent winding down
+//     after its output (windDown);
 //   - steer.go: steering messages (steering, taskSteer);
 //   - approve.go: permissions asked of the task's owner (approvals);
 //   - cost.go: the cost of an agent that reports none, priced from the
@@ -93,6 +94,8 @@ type Worker struct {
 	// persist is the persistent agent (AGENT_PERSISTENT), nil otherwise;
 	// owned by the task loop's goroutine.
 	persist *persistentAgent
+	// wind is a cancelled task's agent run still winding down (winddown.go).
+	wind windDown
 
 	progress     atomic.Pointer[progressServer] // set once by Run
 	shutdownOnce sync.Once                      // beginShutdown

@@ -12,7 +12,11 @@
 // hog (allocates memory until the OOM killer ends it), hang-after-turn (one
 // assistant message with its usage, then nothing), snoop (tries to read the
 // wrapper's secrets from /proc and the home directory as an attacker
-// would, and writes what it got to snoop.txt in its working directory).
+// would, and writes what it got to snoop.txt in its working directory),
+// slow-interrupt (one assistant message, then waits; SIGINT makes it take
+// 500 ms to save its turn, write the time it is done to wound-down.txt in
+// its working directory, print an error result with usage and cost, and
+// exit, as an interrupted Claude under a CPU limit does).
 package main
 
 import (
@@ -201,6 +205,9 @@ func (a *agent) begin(modes map[string]bool, resume string) {
 	if modes["ignore-sigterm"] {
 		signal.Ignore(syscall.SIGTERM)
 	}
+	if modes["slow-interrupt"] {
+		a.slowInterrupt()
+	}
 	a.init()
 	if modes["leak-secret"] {
 		fmt.Fprintf(os.Stderr, "auth failed with key %s\n", os.Getenv("ANTHROPIC_API_KEY"))
@@ -267,9 +274,27 @@ func (a *agent) hang(modes map[string]bool, sleepMS int) {
 	if modes["ignore-sigterm"] {
 		time.Sleep(time.Hour)
 	}
+	if modes["slow-interrupt"] {
+		a.assistant("working", 1)
+		time.Sleep(time.Hour)
+	}
 	if sleepMS > 0 {
 		time.Sleep(time.Duration(sleepMS) * time.Millisecond)
 	}
+}
+
+// slowInterrupt makes SIGINT end the process as slowly as an interrupted
+// Claude under a CPU limit: its turn saved, then its result, then its exit.
+func (a *agent) slowInterrupt() {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT)
+	go func() {
+		<-sig
+		time.Sleep(500 * time.Millisecond)
+		_ = os.WriteFile("wound-down.txt", []byte(strconv.FormatInt(time.Now().UnixNano(), 10)), 0o644)
+		a.result("[Request interrupted by user]", true, nil)
+		os.Exit(0)
+	}()
 }
 
 // hog allocates anonymous memory, touched, without end: under a memory

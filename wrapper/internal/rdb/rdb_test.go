@@ -183,3 +183,40 @@ func TestMalformedURLErrorHasNoPassword(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+// Usage outside any task (a summary turn) adds to the project's and the
+// worker's counters without counting a task, and to the session's only
+// while its counters exist, keeping their expiry.
+func TestAddUsageCountsNoTask(t *testing.T) {
+	db, _ := openTest(t)
+	ctx := context.Background()
+	f := Finish{RequestID: "r1", OutputStream: "worker:w:output", Output: []byte(`{"x":1}`), InputStream: "worker:w:input", Group: "g",
+		Run: map[string]any{"status": "completed"}, RunRetention: time.Hour,
+		Usage: &TaskUsage{Project: "p", Session: "s", Worker: "w", Usage: protocol.Usage{Input: 10, Output: 2}, CostUSD: 0.5}}
+	if _, err := db.FinishTask(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	for _, session := range []string{"s", "gone"} {
+		u := TaskUsage{Project: "p", Session: session, Worker: "w", Usage: protocol.Usage{Input: 7, Output: 3, CacheRead: 5, CacheCreation: 1}, CostUSD: 0.25}
+		if err := db.AddUsage(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for key, want := range map[string][]string{
+		db.Keys.UsageProject("p"): {"24", "8", "10", "2", "1", "1"}, // the task's and both turns'
+		db.Keys.UsageWorker("w"):  {"24", "8", "10", "2", "1", "1"},
+		db.Keys.UsageSession("s"): {"17", "5", "5", "1", "1", "0.75"},
+	} {
+		h, _ := db.c.HGetAll(ctx, key).Result()
+		got := []string{h["input"], h["output"], h["cache_read"], h["cache_creation"], h["tasks"], h["cost_usd"]}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("%s = %v, want input, output, cache_read, cache_creation, tasks, cost %v", key, h, want)
+		}
+	}
+	if n, _ := db.c.Exists(ctx, db.Keys.UsageSession("gone")).Result(); n != 0 {
+		t.Error("a session's counters that had expired were made again, with no expiry")
+	}
+	if ttl, _ := db.c.PTTL(ctx, db.Keys.UsageSession("s")).Result(); ttl <= 0 || ttl > time.Hour {
+		t.Errorf("session usage TTL %v, want its expiry kept", ttl)
+	}
+}
