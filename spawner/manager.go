@@ -43,6 +43,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 	}
 	p := parts{s}
+	s.netns.warm()
 	commands, controls, crashes := p.commands(m.MaxInFlight), p.controls(), p.crashes()
 	hostLeader, leader := p.hostLeader(m.GC), p.fleetLeader()
 	// A host that comes back settles its engine before it takes creates:

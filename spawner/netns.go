@@ -106,6 +106,17 @@ func (p *netnsPool) renew() {
 	}
 }
 
+// warm starts making the spare holders (a manager's start: its first
+// sealed create finds one ready).
+func (p *netnsPool) warm() {
+	if p == nil || p.spare <= 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.kickLocked()
+}
+
 // take returns the network mode for a new sealed container: a spare
 // holder's namespace, or Docker's none network when no spare is ready.
 // Either way a refill starts.
