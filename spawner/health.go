@@ -132,7 +132,7 @@ func (h *Health) canJudge() bool {
 }
 
 // healthFields are the fields of a worker's status hash that check reads.
-var healthFields = []string{protocol.StatusFieldContainer, protocol.StatusFieldState, protocol.StatusFieldUpdatedAt, protocol.StatusFieldCreatedAt}
+var healthFields = []string{protocol.StatusFieldContainer, protocol.StatusFieldState, protocol.StatusFieldUpdatedAt, protocol.StatusFieldCreatedAt, protocol.StatusFieldIncarnatedAt}
 
 // check judges one worker from its status fields (healthFields) and its
 // heartbeat document (nil: expired), read together.
@@ -147,6 +147,9 @@ func (h *Health) check(ctx context.Context, id string, st map[string]string, hb 
 			return // shutting down: its exit is the crash watcher's
 		}
 		created, _ := protocol.ParseTime(st[protocol.StatusFieldCreatedAt])
+		if inc, err := protocol.ParseTime(st[protocol.StatusFieldIncarnatedAt]); err == nil && inc.After(created) {
+			created = inc // a new incarnation starts as a create does
+		}
 		if created.IsZero() || now.Sub(created) < protocol.HeartbeatTTLIntervals*s.interval || !h.canJudge() {
 			return // still starting, or this manager cannot tell yet
 		}
@@ -206,7 +209,7 @@ func (h *Health) dead(ctx context.Context, id string) {
 		defer h.retires.Done()
 		// A replacement waits its backoff: the loop goes on meanwhile.
 		if _, err := s.workers.retire(ctx, id, retirement{reason: protocol.RemovedDead, died: true, exitCode: 137, code: protocol.CodeKilled,
-			msg: "the worker's heartbeat expired: it was killed", replace: true}); err != nil {
+			msg: "the worker's heartbeat expired: it was killed", replace: true, unasked: true}); err != nil {
 			s.log.Warn("retire a dead worker", "worker_id", id, "err", err)
 		}
 	}()

@@ -3,7 +3,6 @@ package spawner
 import (
 	"context"
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -109,9 +108,9 @@ func TestManagerCommandsPauseWakeAndCrash(t *testing.T) {
 	if run, _ := f.rc.HGet(ctx, f.keys.Run("m-3"), "status").Result(); run != "failed" {
 		t.Errorf("run status %q", run)
 	}
-	testkit.Eventually(t, "the dead container removed", 10*time.Second, func() bool {
-		out, _ := exec.Command("docker", "ps", "-aq", "--filter", "name="+ContainerName(id)).Output()
-		return strings.TrimSpace(string(out)) == ""
+	// The worker lives on: a new container under its id.
+	testkit.Eventually(t, "a new incarnation", 30*time.Second, func() bool {
+		return f.rc.HGet(ctx, f.keys.Status(id), protocol.StatusFieldIncarnation).Val() == "2"
 	})
 }
 

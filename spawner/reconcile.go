@@ -90,7 +90,7 @@ func (s *Reconciler) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		// and the set was read before the list: the container is gone,
 		// without the manager seeing it die: a death all the same.
 		if ok, err := s.workers.retire(ctx, id, retirement{reason: protocol.RemovedGone, died: true, exitCode: -1, code: protocol.CodeKilled,
-			msg: "the worker's container is gone (removed while no manager watched)"}); err != nil {
+			msg: "the worker's container is gone (removed while no manager watched)", unasked: true}); err != nil {
 			s.log.Warn("retire a worker whose container is gone", "worker_id", id, "err", err)
 		} else if ok {
 			rep.MissingMarked++

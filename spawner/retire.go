@@ -33,6 +33,10 @@ type retirement struct {
 	// msg as they are, WORKER_GONE).
 	late     bool
 	hostLost bool // its host was lost: its container is out of reach, a replacement is placed anew
+	// unasked: the container ended (or vanished) without the runtime
+	// asking; a long-lived worker with a spec gets a new incarnation
+	// under its id (incarnation.go).
+	unasked bool
 }
 
 // retire is the one path by which a worker ends, whatever the cause
@@ -79,7 +83,19 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 	if err := s.removeContainer(ctx, id, r.graceful); err != nil {
 		return true, err // the retirement stays leased: the leader finishes it
 	}
-	s.closeSealed(ctx, id)
+	kind, input, group := s.inputOf(id, protocol.Kind(h[protocol.StatusFieldKind]))
+	// A long-lived worker with a spec that died lives on under its id (a
+	// new incarnation, incarnation.go), unless its host was lost (then a
+	// replacement of a new id is placed on another host, replace.go).
+	respawn := s.cfg.ReplaceDead && kind == protocol.KindLongLived && h[protocol.StatusFieldSpec] != ""
+	// A warm pool worker belongs to no consumer yet: its pool refills.
+	reincarnating := respawn && r.unasked && !r.hostLost && h[protocol.StatusFieldPoolState] != protocol.PoolWarm
+	replacing := respawn && r.replace || reincarnating
+	if !reincarnating {
+		// The socket directory belongs to the identity: closed only when
+		// the identity ends.
+		s.closeSealed(ctx, id)
+	}
 	state, container := protocol.WorkerStopped, protocol.ContainerStopped
 	fields := map[string]any{}
 	if r.died {
@@ -92,10 +108,16 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 	fields[protocol.StatusFieldState], fields[protocol.StatusFieldContainer] = string(state), string(container)
 	s.writeStatusOn(ctx, hostOf(h, s), id, fields)
 
-	kind, input, group := s.inputOf(id, protocol.Kind(h[protocol.StatusFieldKind]))
-	replacing := r.replace && s.cfg.ReplaceDead && kind == protocol.KindLongLived && h[protocol.StatusFieldSpec] != ""
 	if err := s.answerHeld(ctx, id, h, kind, input, group, r, replacing); err != nil {
 		return true, err
+	}
+	if reincarnating {
+		lives, err := s.reincarnate(ctx, id, h)
+		if err != nil || lives {
+			return true, err
+		}
+		replacing = false
+		s.closeSealed(ctx, id)
 	}
 	detail := map[string]any{"reason": r.reason}
 	if replacing {

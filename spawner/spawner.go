@@ -304,7 +304,8 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 				protocol.StatusFieldProjectID: spec.ProjectID, protocol.StatusFieldImage: img.Tag,
 				protocol.StatusFieldCreatedAt: protocol.FormatTime(now), protocol.StatusFieldHealth: string(protocol.HealthHealthy),
 				protocol.StatusFieldSpec: specJSON(spec), protocol.StatusFieldManagerID: s.cfg.ManagerID, protocol.StatusFieldHost: s.Host(),
-				protocol.StatusFieldPool: o.pool, protocol.StatusFieldPoolState: o.poolState})
+				protocol.StatusFieldPool: o.pool, protocol.StatusFieldPoolState: o.poolState,
+				protocol.StatusFieldIncarnation: 1, protocol.StatusFieldIncarnatedAt: protocol.FormatTime(now)})
 		}
 		if err := s.volumes.touch(cctx, spec); err != nil {
 			return protocol.WorkerInfo{}, err
@@ -343,7 +344,7 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 		}
 		return protocol.WorkerInfo{}, serr
 	}
-	detail := map[string]any{"container_id": cid, "image": img.Tag}
+	detail := map[string]any{"container_id": cid, "image": img.Tag, "incarnation": 1}
 	if o.pool != "" {
 		detail["pool"], detail["pool_state"] = o.pool, o.poolState
 	}
