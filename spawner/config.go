@@ -55,9 +55,10 @@ type Config struct {
 	// least EvictPausedAfter and has no input waiting, instead of queueing.
 	EvictPaused      bool
 	EvictPausedAfter time.Duration
-	// ReplaceDead (REPLACE_DEAD_WORKERS): a long-lived worker found dead
-	// by its health (heartbeat expired) is replaced by a new worker of the
-	// same spec, which gets the tasks still waiting on the old input.
+	// ReplaceDead (REPLACE_DEAD_WORKERS): a long-lived worker whose
+	// container ended without the runtime asking (crash, OOM, engine stop,
+	// heartbeat expired) gets a new incarnation under its id, which serves
+	// the tasks still waiting on its input.
 	ReplaceDead    bool
 	BaseImage      string // WORKER_BASE_IMAGE
 	ProjectVolumes bool   // WORKER_PROJECT_VOLUMES: a per-project volume for the agent's home
@@ -233,7 +234,7 @@ func configVars(c *Config) []envconf.Var {
 		{Name: "IDLE_TIMEOUT_SECONDS", Default: "600", Value: envconf.IntOf(&c.IdleTimeout, 1, time.Second), Doc: "seconds: an idle worker is paused"},
 		{Name: "PAUSE_TIMEOUT", Default: "30m", Value: envconf.Duration(&c.PauseTimeout), Doc: "a worker paused this long is removed"},
 		{Name: "EVICT_PAUSED_AFTER", DefaultDoc: "(off)", Value: envconf.Func(c.setEvictPaused), Doc: "at the limit, evict the worker paused longest (0: any)"},
-		{Name: "REPLACE_DEAD_WORKERS", Default: "true", Value: envconf.Bool(&c.ReplaceDead), Doc: "replace a worker found dead by its health"},
+		{Name: "REPLACE_DEAD_WORKERS", Default: "true", Value: envconf.Bool(&c.ReplaceDead), Doc: "a long-lived worker whose container ended unasked gets a new incarnation under its id"},
 		{Name: "HEARTBEAT_INTERVAL", Default: "10s", Value: envconf.Duration(&c.HeartbeatInterval), Doc: "given to the workers; a heartbeat expires after 3"},
 		{Name: "RECONCILE_INTERVAL", Default: "60s", Value: envconf.Duration(&c.ReconcileInterval), Doc: "reconciliation of containers and Redis"},
 		{Name: "CREATION_GRACE", Default: "30s", Value: envconf.Duration(&c.CreationGrace), Doc: "a labelled container younger than this is not an orphan yet"},
