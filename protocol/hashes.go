@@ -46,7 +46,8 @@ const (
 	StatusFieldIncarnation      = "incarnation"
 	StatusFieldIncarnatedAt     = "incarnated_at"
 	StatusFieldIncarnationTasks = "incarnation_tasks"
-	StatusFieldRetiredAt        = "retired_at" // when it left Workers
+	StatusFieldHibernatedAt     = "hibernated_at" // when it was last hibernated
+	StatusFieldRetiredAt        = "retired_at"    // when it left Workers
 	StatusFieldRetireReason     = "retire_reason"
 	StatusFieldPool             = "pool"       // the warm pool the worker belongs to ("" for none)
 	StatusFieldPoolState        = "pool_state" // PoolWarm, PoolAllocated or PoolMember

@@ -67,7 +67,7 @@ func (s *Spawner) reincarnate(ctx context.Context, id string, h map[string]strin
 		protocol.StatusFieldAttempt: "", protocol.StatusFieldHealth: string(protocol.HealthHealthy),
 		protocol.StatusFieldReplacements: chain + 1, protocol.StatusFieldIncarnation: n,
 		protocol.StatusFieldIncarnatedAt: protocol.FormatTime(s.now()), protocol.StatusFieldIncarnationTasks: done})
-	if err := s.incarnate(ctx, id, spec, h, n); err != nil {
+	if err := s.incarnate(ctx, id, spec, h, n, s.revive); err != nil {
 		s.log.Warn("a new incarnation was not made", "worker_id", id, "err", err)
 		s.lifecycle(ctx, id, protocol.EventReplaceFailed, map[string]any{"code": ProtocolError(err).Code, "error": err.Error()})
 		return false, nil
@@ -76,11 +76,28 @@ func (s *Spawner) reincarnate(ctx context.Context, id string, h map[string]strin
 	return true, nil
 }
 
-// incarnate makes and starts the container of incarnation n of a worker
-// being retired, then brings the worker back into Workers. A container
-// that does not start is removed and the worker retired for good (the
-// caller sees no error: the identity has ended).
-func (s *Spawner) incarnate(ctx context.Context, id string, spec protocol.WorkerSpec, h map[string]string, n int) error {
+// errLostRace: a new incarnation's container was made, but the worker
+// was taken meanwhile (a delete won over a wake): the container is gone.
+var errLostRace = errorf(protocol.CodeConflict, "the worker was deleted while its new incarnation was made")
+
+// revive brings a worker the caller is retiring back into Workers.
+func (s *Spawner) revive(ctx context.Context, id string) error {
+	ok, err := s.rdb.Revive(ctx, id)
+	if err != nil {
+		return redisError(err, "revive %s", id)
+	}
+	if !ok {
+		return errLostRace
+	}
+	return nil
+}
+
+// incarnate makes and starts the container of incarnation n of a worker,
+// joining it to Workers through enter (revive after a death, the wake's
+// join after a hibernation) before it starts, so that its death is seen.
+// A container that does not start is removed and the worker retired for
+// good (the caller sees no error: the identity has ended).
+func (s *Spawner) incarnate(ctx context.Context, id string, spec protocol.WorkerSpec, h map[string]string, n int, enter func(ctx context.Context, id string) error) error {
 	img, err := s.images.EnsureImage(ctx, spec.AgentType, spec.Capabilities)
 	if err != nil {
 		return &Error{Code: protocol.CodeInternalError, Err: err}
@@ -103,13 +120,10 @@ func (s *Spawner) incarnate(ctx context.Context, id string, spec protocol.Worker
 	if err != nil {
 		return err
 	}
-	// Back in Workers before it starts: its death from now on is seen.
-	if ok, err := s.rdb.Revive(cctx, id); err != nil || !ok {
+	// In Workers before it starts: its death from now on is seen.
+	if err := enter(cctx, id); err != nil {
 		_ = s.docker.ContainerRemove(context.WithoutCancel(ctx), cid, container.RemoveOptions{Force: true})
-		if err != nil {
-			return redisError(err, "revive %s", id)
-		}
-		return errorf(protocol.CodeConflict, "worker %s is no longer being retired by this manager", id)
+		return err
 	}
 	if err := s.docker.ContainerStart(cctx, cid, container.StartOptions{}); err != nil {
 		serr := engineError(err, "start container of %s", id)

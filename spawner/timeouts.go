@@ -8,8 +8,10 @@ import (
 )
 
 // Timeouts pauses a worker idle longer than IdleTimeout (through Pause,
-// so never one with a task) and retires one paused longer than
-// PauseTimeout. It runs on the leader.
+// so never one with a task), and hibernates one idle (running or paused)
+// longer than HibernateAfter or paused longer than PauseTimeout (one that
+// cannot hibernate, a developer or warm pool worker, is retired). It
+// runs on the leader.
 type Timeouts struct {
 	job
 	timeoutsParams
@@ -18,11 +20,14 @@ type Timeouts struct {
 // timeoutsParams is what Timeouts is built from.
 type timeoutsParams struct {
 	*env
-	workers  retirer
-	pause    func(ctx context.Context, id string) error // Spawner.Pause
-	interval time.Duration                              // how often every worker is checked
-	idle     time.Duration                              // IDLE_TIMEOUT
-	paused   time.Duration                              // PAUSE_TIMEOUT
+	workers retirer
+	pause   func(ctx context.Context, id string) error // Spawner.Pause
+	// hibernate hibernates an idle worker with a reason (Spawner.hibernate).
+	hibernateWorker func(ctx context.Context, id, reason string) error
+	interval        time.Duration // how often every worker is checked
+	idle            time.Duration // IDLE_TIMEOUT
+	paused          time.Duration // PAUSE_TIMEOUT
+	hibernateAfter  time.Duration // HIBERNATE_AFTER (0: only the pause timeout hibernates)
 }
 
 func newTimeouts(p timeoutsParams) *Timeouts { return &Timeouts{timeoutsParams: p} }
@@ -51,7 +56,8 @@ func (t *Timeouts) run(ctx context.Context) {
 }
 
 // timeoutFields are the fields of a worker's status hash that check reads.
-var timeoutFields = []string{protocol.StatusFieldContainer, protocol.StatusFieldState, protocol.StatusFieldUpdatedAt}
+var timeoutFields = []string{protocol.StatusFieldContainer, protocol.StatusFieldState, protocol.StatusFieldUpdatedAt,
+	protocol.StatusFieldKind, protocol.StatusFieldSpec, protocol.StatusFieldPoolState}
 
 // check pauses or retires one worker past its timeout, from its status
 // fields (timeoutFields).
@@ -62,19 +68,32 @@ func (t *Timeouts) check(ctx context.Context, id string, h map[string]string) {
 		return
 	}
 	since := s.now().Sub(updated)
+	paused := h[protocol.StatusFieldContainer] == string(protocol.ContainerPaused)
+	idle := h[protocol.StatusFieldContainer] == string(protocol.ContainerRunning) && h[protocol.StatusFieldState] == string(protocol.WorkerIdle)
 	switch {
-	case h[protocol.StatusFieldContainer] == string(protocol.ContainerPaused) && since > s.paused:
+	case hibernatable(h) && s.hibernateAfter > 0 && (paused || idle) && since > s.hibernateAfter:
+		t.hibernate(ctx, id, hibernateIdle)
+	case hibernatable(h) && paused && since > s.paused:
+		t.hibernate(ctx, id, hibernatePauseTimeout)
+	case paused && since > s.paused:
 		s.log.Info("paused past the pause timeout: retiring", "worker_id", id)
 		s.lifecycle(ctx, id, protocol.EventStopping, map[string]any{"reason": "pause_timeout"})
 		if _, err := s.workers.retire(ctx, id, retirement{reason: protocol.RemovedPauseTimeout, graceful: true, code: protocol.CodeTerminated,
 			msg: "the worker was retired after its pause timeout before it ran this task"}); err != nil {
 			s.log.Warn("retire after the pause timeout", "worker_id", id, "err", err)
 		}
-	case h[protocol.StatusFieldContainer] == string(protocol.ContainerRunning) && h[protocol.StatusFieldState] == string(protocol.WorkerIdle) && since > s.idle:
+	case idle && since > s.idle:
 		if err := s.pause(ctx, id); err != nil && !IsBusy(err) && !IsNotFound(err) {
 			s.log.Warn("pause after the idle timeout", "worker_id", id, "err", err)
 		} else if err == nil {
 			s.log.Info("idle past the idle timeout: paused", "worker_id", id)
 		}
+	}
+}
+
+// hibernate hibernates one idle worker past a timeout.
+func (t *Timeouts) hibernate(ctx context.Context, id, reason string) {
+	if err := t.hibernateWorker(ctx, id, reason); err != nil && !IsBusy(err) && !IsNotFound(err) {
+		t.log.Warn("hibernate an idle worker", "worker_id", id, "reason", reason, "err", err)
 	}
 }

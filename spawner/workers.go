@@ -39,6 +39,14 @@ func (s *Spawner) Delete(ctx context.Context, id string) error {
 		return redisError(err, "workers set")
 	}
 	if !member {
+		if h, err := s.rdb.Status(ctx, id); err == nil && h[protocol.StatusFieldContainer] == string(protocol.ContainerHibernated) {
+			if ended, err := s.endHibernated(ctx, id, h); ended || err != nil {
+				return err
+			}
+			if member, _ := s.rdb.IsWorker(ctx, id); member {
+				return s.Delete(ctx, id) // a wake won: retired as it runs
+			}
+		}
 		if _, err := s.find(ctx, id); err != nil {
 			return err
 		}
@@ -69,7 +77,7 @@ func (s *Spawner) Status(ctx context.Context, id string) (protocol.WorkerInfo, e
 		if len(h) == 0 {
 			return protocol.WorkerInfo{}, err
 		}
-		if info.Status != protocol.ContainerQueued && info.Status != protocol.ContainerFailed {
+		if info.Status != protocol.ContainerQueued && info.Status != protocol.ContainerFailed && info.Status != protocol.ContainerHibernated {
 			info.Status = protocol.ContainerStopped
 		}
 		return info, nil
