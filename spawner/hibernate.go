@@ -138,11 +138,16 @@ func (s *Spawner) wakeHibernated(ctx context.Context, id string) error {
 	}
 	slot, _, err := s.admit(ctx, id, spec.Placement, createOpts{})
 	if err != nil {
-		s.writeStatus(context.WithoutCancel(ctx), id, map[string]any{protocol.StatusFieldState: string(protocol.WorkerHibernated),
-			protocol.StatusFieldContainer: string(protocol.ContainerHibernated), protocol.StatusFieldError: err.Error()})
+		s.stillHibernated(ctx, id, err)
 		return err
 	}
 	defer slot.stop()
+	if hib, err := s.rdb.IsHibernated(ctx, host, id); err != nil || !hib {
+		// Deleted while the wake waited for its slot.
+		_ = s.rdb.Leave(context.WithoutCancel(ctx), id)
+		s.ended(ctx, id)
+		return redisError(err, "hibernated set")
+	}
 	n := max(atoi(h[protocol.StatusFieldIncarnation]), 1) + 1
 	s.writeStatus(ctx, id, map[string]any{
 		protocol.StatusFieldState: string(protocol.WorkerStarting), protocol.StatusFieldContainer: string(protocol.ContainerStarting),
@@ -164,14 +169,34 @@ func (s *Spawner) wakeHibernated(ctx context.Context, id string) error {
 	if err != nil {
 		_ = s.rdb.Leave(context.WithoutCancel(ctx), id)
 		if err != errLostRace {
-			s.writeStatus(context.WithoutCancel(ctx), id, map[string]any{protocol.StatusFieldState: string(protocol.WorkerHibernated),
-				protocol.StatusFieldContainer: string(protocol.ContainerHibernated), protocol.StatusFieldError: err.Error()})
+			s.stillHibernated(ctx, id, err)
 			return err
 		}
+		s.ended(ctx, id)
 		return nil
 	}
 	s.log.Info("hibernated worker woken", "worker_id", id, "incarnation", n)
 	return nil
+}
+
+// stillHibernated writes back the status of a hibernated worker whose
+// wake failed (the next task, or the wake-up loop's recheck, tries again),
+// unless a delete ended it meanwhile.
+func (s *Spawner) stillHibernated(ctx context.Context, id string, cause error) {
+	ctx = context.WithoutCancel(ctx)
+	if hib, err := s.rdb.IsHibernated(ctx, s.Host(), id); err != nil || !hib {
+		s.ended(ctx, id)
+		return
+	}
+	s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldState: string(protocol.WorkerHibernated),
+		protocol.StatusFieldContainer: string(protocol.ContainerHibernated), protocol.StatusFieldError: cause.Error()})
+}
+
+// ended writes the status of a worker a delete ended while a wake of it
+// ran (the wake's writes may have come after the delete's).
+func (s *Spawner) ended(ctx context.Context, id string) {
+	s.writeStatus(context.WithoutCancel(ctx), id, map[string]any{protocol.StatusFieldState: string(protocol.WorkerStopped),
+		protocol.StatusFieldContainer: string(protocol.ContainerStopped)})
 }
 
 // endHibernated ends the identity of a hibernated worker (a delete): it
@@ -198,4 +223,12 @@ func (s *Spawner) endHibernated(ctx context.Context, id string, h map[string]str
 	}
 	s.log.Info("hibernated worker deleted", "worker_id", id)
 	return true, nil
+}
+
+// isHibernated reports whether a worker of this status hash is in its
+// host's hibernated set (its status may say queued or starting while a
+// wake runs).
+func (s *Spawner) isHibernated(ctx context.Context, id string, h map[string]string) bool {
+	hib, err := s.rdb.IsHibernated(ctx, hostOf(h, s), id)
+	return err == nil && hib
 }

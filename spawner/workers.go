@@ -39,7 +39,7 @@ func (s *Spawner) Delete(ctx context.Context, id string) error {
 		return redisError(err, "workers set")
 	}
 	if !member {
-		if h, err := s.rdb.Status(ctx, id); err == nil && h[protocol.StatusFieldContainer] == string(protocol.ContainerHibernated) {
+		if h, err := s.rdb.Status(ctx, id); err == nil && s.isHibernated(ctx, id, h) {
 			if ended, err := s.endHibernated(ctx, id, h); ended || err != nil {
 				return err
 			}
