@@ -126,10 +126,13 @@ func TestShutdownLeavesNoContainer(t *testing.T) {
 	if err := f.s.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if ws, _ := f.s.List(ctx); len(ws) != 0 {
-		t.Fatalf("%d workers left", len(ws))
+	if cs := containersOf(t, f); len(cs) != 0 {
+		t.Fatalf("%d containers left", len(cs))
 	}
-	t.Logf("4 workers removed in %v", time.Since(start))
+	if ws, _ := f.s.List(ctx); len(ws) != 4 || ws[0].Status != protocol.ContainerHibernated {
+		t.Fatalf("after the shutdown, workers %+v: want 4 hibernated", ws)
+	}
+	t.Logf("4 workers hibernated in %v", time.Since(start))
 }
 
 // A create that asks for DOCKER is answered with a warning: the

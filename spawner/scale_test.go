@@ -160,10 +160,16 @@ func TestShutdownOfTwentyWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	took := time.Since(start)
-	if ws, _ := f.s.List(ctx); len(ws) != 0 || took > 30*time.Second {
-		t.Fatalf("%d workers left, shutdown took %v", len(ws), took)
+	if cs := containersOf(t, f); len(cs) != 0 || took > 30*time.Second {
+		t.Fatalf("%d containers left, shutdown took %v", len(cs), took)
 	}
-	t.Logf("20 workers removed in %v", took)
+	ws, _ := f.s.List(ctx)
+	for _, w := range ws {
+		if w.Status != protocol.ContainerHibernated {
+			t.Errorf("worker %s %s after the shutdown, want hibernated", w.WorkerID, w.Status)
+		}
+	}
+	t.Logf("20 workers hibernated in %v", took)
 }
 
 func TestManagerRestartLosesNoCommandAndDuplicatesNothing(t *testing.T) {

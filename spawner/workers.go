@@ -134,8 +134,8 @@ func InfoFromHash(id string, h map[string]string) protocol.WorkerInfo {
 }
 
 // List returns every worker of this key prefix: those with a container
-// on this host's engine (as the engine says), and the members of other
-// hosts (as Redis says).
+// on this host's engine (as the engine says), this host's hibernated
+// workers and the members of other hosts (as Redis says).
 func (s *Spawner) List(ctx context.Context) ([]protocol.WorkerInfo, error) {
 	cs, err := s.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: s.managedFilter()})
 	if err != nil {
@@ -158,6 +158,19 @@ func (s *Spawner) List(ctx context.Context) ([]protocol.WorkerInfo, error) {
 			continue
 		}
 		out = append(out, info)
+	}
+	hibernated, err := s.rdb.HibernatedOn(ctx, s.Host())
+	if err != nil {
+		return nil, redisError(err, "hibernated workers")
+	}
+	for _, id := range hibernated {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		if info, err := s.Status(ctx, id); err == nil {
+			out = append(out, info)
+		}
 	}
 	for id, host := range placed {
 		if seen[id] || s.fleet.mine(host) {
