@@ -193,3 +193,55 @@ func TestManagerStopHibernatesAndTheNextTaskWakes(t *testing.T) {
 		}
 	}
 }
+
+// A hibernated worker whose project volume is gone (as on another host)
+// resumes its session from the session store: the agent's transcript is
+// restored before the resume, and the model sees the earlier turns.
+func TestWokenWorkerResumesItsSessionFromTheStore(t *testing.T) {
+	f := newFixture(t, nil)
+	f.startManager(t)
+	ctx := context.Background()
+	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude, ProjectID: "moved"}
+	info, err := f.s.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := info.WorkerID
+	t.Cleanup(func() {
+		if t.Failed() {
+			logs, _ := exec.Command("docker", "logs", "--tail", "60", ContainerName(id)).CombinedOutput()
+			ls, _ := exec.Command("docker", "exec", ContainerName(id), "find", "/home/worker", "-name", "*.jsonl").CombinedOutput()
+			t.Logf("logs:\n%s\nsession files:\n%s", logs, ls)
+		}
+	})
+	f.send(t, f.keys.Input(id), protocol.Task{RequestID: "sess-1", ProjectID: "moved", Prompt: "remember the code word pelican"})
+	if o := f.waitOutput(t, f.keys.Output(id), "sess-1", time.Minute); o.Status != protocol.StatusComplete {
+		t.Fatalf("task 1: %+v", o)
+	}
+	testkit.Eventually(t, "the session's files stored", 10*time.Second, func() bool {
+		return f.rc.Exists(ctx, f.keys.SessionFiles(protocol.AgentClaude, "moved")).Val() == 1
+	})
+	if err := f.s.Hibernate(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	waitHibernated(t, f, id, 30*time.Second)
+	vol := ProjectVolume(f.keys.Prefix, protocol.AgentClaude, "moved")
+	if out, err := exec.Command("docker", "volume", "rm", vol).CombinedOutput(); err != nil {
+		t.Fatalf("docker volume rm: %v %s", err, out)
+	}
+	f.stub.Reset()
+	f.send(t, f.keys.Input(id), protocol.Task{RequestID: "sess-2", ProjectID: "moved", Prompt: "what was the code word?"})
+	o := f.waitOutput(t, f.keys.Output(id), "sess-2", time.Minute)
+	if o.Status != protocol.StatusComplete || o.Session == nil || o.Session.Action != protocol.SessionResume || o.Session.ResumeError != nil {
+		t.Fatalf("task 2 after the wake on a new volume: %+v session %+v", o, o.Session)
+	}
+	seen := false
+	for _, r := range f.stub.Requests() {
+		for _, m := range r.Messages {
+			seen = seen || strings.Contains(string(m), "pelican")
+		}
+	}
+	if !seen {
+		t.Fatal("the model did not see the earlier turns: the session was not restored")
+	}
+}
