@@ -37,6 +37,9 @@ type Health struct {
 	upSince time.Time       // since when every read of the loop succeeded; zero while failing
 	users   time.Time       // when the worker users were last checked
 	retires sync.WaitGroup  // retirements begun by dead
+	// incarnation is the incarnated_at each worker was last seen with: a
+	// new incarnation is judged afresh.
+	incarnation map[string]string
 }
 
 // healthParams is what Health is built from.
@@ -123,6 +126,11 @@ func (h *Health) run(ctx context.Context) {
 				delete(h.judged, id)
 			}
 		}
+		for id := range h.incarnation {
+			if !seen[id] {
+				delete(h.incarnation, id)
+			}
+		}
 	})
 }
 
@@ -138,6 +146,14 @@ var healthFields = []string{protocol.StatusFieldContainer, protocol.StatusFieldS
 // heartbeat document (nil: expired), read together.
 func (h *Health) check(ctx context.Context, id string, st map[string]string, hb []byte) {
 	s := h
+	if inc := st[protocol.StatusFieldIncarnatedAt]; h.incarnation[id] != inc {
+		if h.incarnation == nil {
+			h.incarnation = map[string]string{}
+		}
+		h.incarnation[id] = inc
+		delete(h.judged, id)
+		delete(h.probes, id)
+	}
 	if st[protocol.StatusFieldContainer] != string(protocol.ContainerRunning) {
 		return // starting, paused or ended: not judged
 	}

@@ -78,6 +78,14 @@ func (s *Spawner) hibernate(ctx context.Context, id, reason string, graceful boo
 	if err := s.answerHeld(ctx, id, h, kind, input, group, r, true); err != nil {
 		return err
 	}
+	return s.hibernated(ctx, id, h, reason)
+}
+
+// hibernated ends the hibernation of a worker the caller is retiring,
+// whose container is gone and whose held tasks are settled: its socket
+// directory and Redis user go, its status says hibernated, and it leaves
+// Retiring for its host's hibernated set.
+func (s *Spawner) hibernated(ctx context.Context, id string, h map[string]string, reason string) error {
 	s.closeSealed(ctx, id)
 	if err := s.users.drop(ctx, id); err != nil {
 		return err

@@ -57,7 +57,8 @@ func (s *Spawner) reincarnate(ctx context.Context, id string, h map[string]strin
 	case <-ctx.Done():
 		return false, ctx.Err()
 	case <-s.stopping:
-		return false, nil // the manager stops: no new container now
+		// The manager stops: no new container now, and no end either.
+		return true, s.hibernated(ctx, id, h, hibernateShutdown)
 	case <-time.After(wait):
 	}
 	n := max(atoi(h[protocol.StatusFieldIncarnation]), 1) + 1
