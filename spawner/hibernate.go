@@ -49,7 +49,7 @@ func (s *Spawner) hibernate(ctx context.Context, id, reason string, graceful boo
 	}
 	owns, _, err := s.rdb.BeginRetire(ctx, id, "hibernating", s.now(), s.cfg.LeaseTTL)
 	if err != nil || !owns {
-		return redisError(err, "hibernate %s", id) // nil when another caller retires it
+		return maybeRedisError(err, "hibernate %s", id) // nil when another caller retires it
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StopTimeout+time.Minute)
 	defer cancel()
@@ -123,7 +123,7 @@ func (s *Spawner) wakeHibernated(ctx context.Context, id string) error {
 	host := s.Host()
 	name := "wake:" + id
 	if ok, err := s.rdb.TakeLease(ctx, name, s.instance, s.cfg.LeaseTTL); err != nil || !ok {
-		return redisError(err, "wake lease of %s", id) // nil: another wake is under way
+		return maybeRedisError(err, "wake lease of %s", id) // nil: another wake is under way
 	}
 	held := renewEvery(ctx, s.cfg.LeaseTTL/3, func(ctx context.Context) bool {
 		ok, err := s.rdb.TakeLease(ctx, name, s.instance, s.cfg.LeaseTTL)
@@ -131,7 +131,7 @@ func (s *Spawner) wakeHibernated(ctx context.Context, id string) error {
 	})
 	defer func() { held.stop(); _ = s.rdb.ReleaseLease(context.WithoutCancel(ctx), name, s.instance) }()
 	if hib, err := s.rdb.IsHibernated(ctx, host, id); err != nil || !hib {
-		return redisError(err, "hibernated set") // nil: woken or deleted meanwhile
+		return maybeRedisError(err, "hibernated set") // nil: woken or deleted meanwhile
 	}
 	h, err := s.rdb.Status(ctx, id)
 	if err != nil {
@@ -154,7 +154,7 @@ func (s *Spawner) wakeHibernated(ctx context.Context, id string) error {
 		// Deleted while the wake waited for its slot.
 		_ = s.rdb.Leave(context.WithoutCancel(ctx), id)
 		s.ended(ctx, id)
-		return redisError(err, "hibernated set")
+		return maybeRedisError(err, "hibernated set")
 	}
 	n := max(atoi(h[protocol.StatusFieldIncarnation]), 1) + 1
 	s.writeStatus(ctx, id, map[string]any{
@@ -215,7 +215,7 @@ func (s *Spawner) ended(ctx context.Context, id string) {
 func (s *Spawner) endHibernated(ctx context.Context, id string, h map[string]string) (bool, error) {
 	took, err := s.rdb.Unhibernate(ctx, hostOf(h, s), id)
 	if err != nil || !took {
-		return false, redisError(err, "hibernated set")
+		return false, maybeRedisError(err, "hibernated set")
 	}
 	kind, input, group := s.inputOf(id, protocol.Kind(h[protocol.StatusFieldKind]))
 	r := retirement{reason: protocol.RemovedDeleted, late: true, code: protocol.CodeWorkerGone,
@@ -239,4 +239,12 @@ func (s *Spawner) endHibernated(ctx context.Context, id string, h map[string]str
 func (s *Spawner) isHibernated(ctx context.Context, id string, h map[string]string) bool {
 	hib, err := s.rdb.IsHibernated(ctx, hostOf(h, s), id)
 	return err == nil && hib
+}
+
+// maybeRedisError is redisError, or nil for no error.
+func maybeRedisError(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	return redisError(err, format, args...)
 }

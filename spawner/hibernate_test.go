@@ -245,3 +245,42 @@ func TestWokenWorkerResumesItsSessionFromTheStore(t *testing.T) {
 		t.Fatal("the model did not see the earlier turns: the session was not restored")
 	}
 }
+
+// Two managers that wake the same hibernated worker at once make one new
+// incarnation: the wake lease lets one through, the other finds the
+// worker woken.
+func TestTwoWakesMakeOneIncarnation(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := info.WorkerID
+	if err := f.s.Hibernate(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	waitHibernated(t, f, id, 30*time.Second)
+	other := f.as("manager-2")
+	errs := make(chan error, 2)
+	for _, s := range []*Spawner{f.s, other} {
+		go func() { errs <- s.wakeHibernated(ctx, id) }()
+	}
+	for i := 0; i < 2; i++ {
+		if err := <-errs; err != nil {
+			t.Fatalf("a wake: %v", err)
+		}
+	}
+	if n := f.countEvents(t, id, protocol.EventCreated); n != 2 {
+		t.Fatalf("%d created events, want 2 (the create, one wake)", n)
+	}
+	if n := f.rc.HGet(ctx, f.keys.Status(id), protocol.StatusFieldIncarnation).Val(); n != "2" {
+		t.Fatalf("incarnation %q", n)
+	}
+	if cs := containersOf(t, f); len(cs) != 1 {
+		t.Fatalf("%d containers, want 1", len(cs))
+	}
+	if !f.rc.SIsMember(ctx, f.keys.Workers(), id).Val() {
+		t.Fatal("the woken worker is not a member")
+	}
+}
