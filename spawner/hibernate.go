@@ -24,6 +24,7 @@ const (
 	hibernateIdle         = "idle"          // HIBERNATE_AFTER
 	hibernatePauseTimeout = "pause_timeout" // PAUSE_TIMEOUT
 	hibernateShutdown     = "shutdown"      // the manager stopped
+	hibernateEvicted      = "evicted"       // EVICT_PAUSED: a create took its slot
 )
 
 // hibernatable reports whether a worker of this status hash can hibernate:
