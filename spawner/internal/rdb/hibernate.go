@@ -68,3 +68,33 @@ func (r *RDB) WakeJoin(ctx context.Context, host, id string) (int, error) {
 	k := r.Keys
 	return wakeJoinScript.Run(ctx, r.C, []string{ctlplane.HostHibernatedKey(k, host), ctlplane.CreatingKey(k), k.Workers()}, id).Int()
 }
+
+// adoptScript: KEYS lost host's hibernated set, this host's, the
+// worker's status hash; ARGV id, this host. Returns 1 when adopted now.
+var adoptScript = script(`
+if redis.call('SMOVE', KEYS[1], KEYS[2], ARGV[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[3], '` + protocol.StatusFieldHost + `', ARGV[2])
+return 1
+`)
+
+// Adopt makes the hibernated workers of a lost host this host's, and
+// returns those it adopted: the next task to each wakes it here (its
+// session restored from the session store).
+func (r *RDB) Adopt(ctx context.Context, lost, host string) ([]string, error) {
+	k := r.Keys
+	ids, err := r.HibernatedOn(ctx, lost)
+	if err != nil {
+		return nil, err
+	}
+	var adopted []string
+	for _, id := range ids {
+		n, err := adoptScript.Run(ctx, r.C, []string{ctlplane.HostHibernatedKey(k, lost), ctlplane.HostHibernatedKey(k, host), k.Status(id)}, id, host).Int()
+		if err != nil {
+			return adopted, err
+		}
+		if n == 1 {
+			adopted = append(adopted, id)
+		}
+	}
+	return adopted, nil
+}
