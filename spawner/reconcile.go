@@ -7,6 +7,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
 // ReconcileReport counts what one reconciliation fixed.
@@ -71,8 +72,16 @@ func (s *Reconciler) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		}
 		old := now.Sub(created) >= s.creationGrace
 		switch {
-		case member[id]:
+		case member[id] && s.fleet.mine(placed[id]):
 			s.reconcileMember(ctx, id, c, old, &rep)
+		case member[id] && old && c.Labels[ctlplane.LabelHost] == s.Host():
+			// A container this host made for a worker now placed on
+			// another (woken or made there while this host was lost): an
+			// earlier incarnation's.
+			if err := s.docker.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err == nil {
+				rep.OrphansRemoved++
+				s.log.Info("container of a worker now on another host removed", "container_id", c.ID, "worker_id", id, "host", placed[id])
+			}
 		case known[id] || !old:
 			// A create or a retirement under way: theirs.
 		default:
