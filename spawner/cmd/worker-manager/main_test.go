@@ -302,7 +302,7 @@ func startGateway(t *testing.T, redisAddr, modelURL string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	g, err := gateway.New(gateway.Config{Dir: dir, Redis: redisAddr, Model: strings.TrimPrefix(modelURL, "http://")})
+	g, err := gateway.New(gateway.Config{Dir: dir, Redis: redisAddr, Model: modelURL}) // the URL: plain HTTP to the stub
 	if err != nil {
 		t.Fatal(err)
 	}
