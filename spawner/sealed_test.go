@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -21,6 +20,7 @@ import (
 	"github.com/docker/docker/errdefs"
 
 	"github.com/agentvisor/agentvisor/gateway"
+	"github.com/agentvisor/agentvisor/gateway/gatewaytest"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/stubmodel"
 	"github.com/agentvisor/agentvisor/testkit"
@@ -116,14 +116,7 @@ func TestSealedCreateWithoutAGateway(t *testing.T) {
 
 // shortDir is a temporary directory with a short path: a unix socket's
 // path has at most 107 bytes, and t.TempDir's are long.
-func shortDir(t testing.TB) string {
-	dir, err := os.MkdirTemp("", "gw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
+func shortDir(t testing.TB) string { return gatewaytest.Dir(t) }
 
 // The agent's egress in a sealed worker (the real claude, its Bash tool
 // driven by the stub model, speaking to its HTTP_PROXY): an allowed host
@@ -243,15 +236,7 @@ func (f *fixture) refusedConnection(t *testing.T, worker, requestID string) *pro
 // the test ends.
 func startTestGateway(t testing.TB, cfg gateway.Config) *gateway.Gateway {
 	t.Helper()
-	g, err := gateway.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = g.Stop(context.Background()) })
-	return g
+	return gatewaytest.Start(t, cfg)
 }
 
 // A gateway restarted (stopped, its connections cut, and started again on

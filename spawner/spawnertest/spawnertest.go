@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/gateway"
+	"github.com/agentvisor/agentvisor/gateway/gatewaytest"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/stubmodel"
@@ -79,18 +80,16 @@ func Start(t testing.TB, mod func(*spawner.Config)) *Runtime {
 	// Workers are sealed by default: the runtime's own gateway (in this
 	// process) serves them, unless mod names a network mode or a gateway
 	// of its own.
-	gwDir, err := os.MkdirTemp("", "gw") // short: a unix socket path is at most 107 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(gwDir) })
+	gwDir := gatewaytest.Dir(t)
 	cfg.GatewayDir = gwDir
 	if mod != nil {
 		mod(&cfg)
 	}
 	var gw *gateway.Gateway
 	if cfg.NetworkMode == spawner.NetworkSealed && cfg.GatewayDir == gwDir {
-		gw = startGateway(t, gateway.Config{Dir: gwDir, Redis: r.Addr, Model: stub.URL})
+		// Started before the manager, so stopped after it (cleanups run
+		// last first).
+		gw = gatewaytest.Start(t, gateway.Config{Dir: gwDir, Redis: r.Addr, Model: stub.URL})
 	}
 	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
@@ -124,19 +123,4 @@ func Start(t testing.TB, mod func(*spawner.Config)) *Runtime {
 	return &Runtime{Redis: r, RC: rc, Keys: cfg.Keys, Stub: stub, Spawner: s, Gateway: gw, GatewayDir: cfg.GatewayDir, RedisURL: r.URL(), stopManager: stop,
 		Env: []string{"REDIS_URL=" + r.URL(), "WORKER_KEY_PREFIX=" + prefix, "ANTHROPIC_BASE_URL=" + stub.URL,
 			"DROID_BASE_URL=" + stub.URL, "ANTHROPIC_API_KEY=sk-stub-0123456789"}}
-}
-
-// startGateway starts a gateway in the test's process, stopped when the
-// test ends (after the manager: cleanups run last first).
-func startGateway(t testing.TB, cfg gateway.Config) *gateway.Gateway {
-	t.Helper()
-	g, err := gateway.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = g.Stop(context.Background()) })
-	return g
 }

@@ -6,12 +6,12 @@ import (
 	"crypto/x509"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/agentvisor/agentvisor/gateway"
+	"github.com/agentvisor/agentvisor/gateway/gatewaytest"
 	"github.com/agentvisor/agentvisor/stubmodel"
 )
 
@@ -34,19 +34,8 @@ func tlsStub(t testing.TB, stub *stubmodel.Server) (string, *tls.Config) {
 // gateway and the worker's model.sock.
 func startGateway(t testing.TB, model string, roots *tls.Config, token string) (*gateway.Gateway, string) {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "gwp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	g, err := gateway.New(gateway.Config{Dir: dir, Redis: "127.0.0.1:1", Model: model, UpstreamTLS: roots})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = g.Stop(context.Background()) })
+	dir := gatewaytest.Dir(t)
+	g := gatewaytest.Start(t, gateway.Config{Dir: dir, Redis: "127.0.0.1:1", Model: model, UpstreamTLS: roots})
 	info, err := gateway.NewClient(dir).OpenSpec(context.Background(), gateway.WorkerSpec{WorkerID: "w", ModelToken: token})
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/gateway"
+	"github.com/agentvisor/agentvisor/gateway/gatewaytest"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/stubmodel"
@@ -292,24 +293,12 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// startGateway starts a gateway in the test's process, in a directory
-// short enough for unix socket paths, relayed to Redis at redisAddr and
-// the model API at modelURL; it returns the directory.
+// startGateway starts a gateway in the test's process, relayed to Redis
+// at redisAddr and the model API at modelURL; it returns its directory.
 func startGateway(t *testing.T, redisAddr, modelURL string) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "gw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	g, err := gateway.New(gateway.Config{Dir: dir, Redis: redisAddr, Model: modelURL}) // the URL: plain HTTP to the stub
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = g.Stop(context.Background()) })
+	dir := gatewaytest.Dir(t)
+	gatewaytest.Start(t, gateway.Config{Dir: dir, Redis: redisAddr, Model: modelURL}) // the URL: plain HTTP to the stub
 	return dir
 }
 
