@@ -164,7 +164,8 @@ func TestMetricsFromStreams(t *testing.T) {
 	testkit.XAdd(t, rc, keys.Output("w2"), testkit.Doc(protocol.Progress{Timestamp: now, RequestID: "r2", WorkerID: "w2",
 		Level: protocol.LevelWarning, Step: "refused: Bash", Refused: &protocol.Refusal{Tool: "Bash", Command: "rm -rf /"}}))
 	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) && testutil.ToFloat64(m.tasks.WithLabelValues("claude", "failed", "RESUME_FAILED")) < 1 {
+	for time.Now().Before(deadline) && (testutil.ToFloat64(m.tasks.WithLabelValues("claude", "failed", "RESUME_FAILED")) < 1 ||
+		testutil.ToFloat64(m.refusals.WithLabelValues("command")) < 1) { // the last entries written
 		time.Sleep(20 * time.Millisecond)
 	}
 	for _, c := range []struct {
