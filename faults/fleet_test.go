@@ -218,7 +218,15 @@ func hostContainers(t *testing.T, h *Host, prefix string) []string {
 		t.Errorf("docker ps on %s: %v", h.ID, err)
 		return nil
 	}
-	return strings.Fields(strings.ReplaceAll(strings.TrimSpace(string(out)), " ", ":"))
+	var ws []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		// A line without a worker id (" running") is a spare network
+		// namespace's holder (spawner/netns.go): the manager's, not a worker.
+		if id, state, ok := strings.Cut(line, " "); ok && id != "" {
+			ws = append(ws, id+":"+state)
+		}
+	}
+	return ws
 }
 
 func hostCounts(n map[string]int) string {
