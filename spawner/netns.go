@@ -309,8 +309,9 @@ func (p *netnsPool) sweep(ctx context.Context) int {
 		if h.Labels[labelRole] != roleNetnsHolder || h.Labels[protocol.LabelKeyPrefix] != p.prefix {
 			continue // what the filter should have left out: never remove a container that is not a holder
 		}
-		if made, _ := protocol.ParseTime(h.Labels[protocol.LabelCreatedAt]); time.Since(made) < p.markTTL {
-			continue // being made (a refill between its create and its place among the spares)
+		made, _ := protocol.ParseTime(h.Labels[protocol.LabelCreatedAt])
+		if h.Labels[labelHolderOf] == p.managerID && time.Since(made) < p.markTTL {
+			continue // this manager's refill, between the holder's create and its place among the spares
 		}
 		earlierRun := h.Labels[labelHolderOf] == p.managerID && !mine[h.ID]
 		if waiting[h.ID] || mine[h.ID] || (marked[h.ID] && !earlierRun) {
