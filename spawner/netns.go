@@ -255,6 +255,7 @@ func (p *netnsPool) close(ctx context.Context) {
 	p.closed = true
 	free := p.free
 	p.free = nil
+	p.taken = map[string]time.Time{} // a create's by now started (and released) or gone: the last sweep takes the rest
 	p.mu.Unlock()
 	for _, id := range free {
 		p.remove(ctx, id)
