@@ -179,9 +179,6 @@ func (s *Spawner) removeContainer(ctx context.Context, id string, graceful bool)
 	if err := s.docker.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) && !s.goneSoon(ctx, c.ID) {
 		return engineError(err, "remove worker %s", id)
 	}
-	if c.HostConfig != nil {
-		s.netns.release(ctx, c.HostConfig.NetworkMode) // its namespace goes with it
-	}
 	return nil
 }
 

@@ -103,25 +103,8 @@ func TestMain(m *testing.M) {
 // proc is a worker-gateway process of a test.
 type proc struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *testkit.SyncBuffer
 	exited chan struct{}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startProc starts worker-gateway on dir and waits until its control
@@ -132,7 +115,7 @@ func startProc(t testing.TB, dir string, env ...string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd: exec.Command(bin), stderr: &syncBuffer{}, exited: make(chan struct{})}
+	p := &proc{cmd: exec.Command(bin), stderr: &testkit.SyncBuffer{}, exited: make(chan struct{})}
 	p.cmd.Env = append([]string{"GATEWAY_DIR=" + dir, "PATH=" + os.Getenv("PATH")}, env...)
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -256,7 +254,7 @@ func TestManagerSaysWhenItsGatewayIsMissing(t *testing.T) {
 			}
 			keys := protocol.Keys{Prefix: fmt.Sprintf("gw%d", time.Now().UnixNano())}
 			env := map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": keys.Prefix, "MANAGER_ID": "gw", "GATEWAY_DIR": dir, "WORKER_NETWORK_MODE": tc.mode}
-			var logBuf syncBuffer
+			var logBuf testkit.SyncBuffer
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan int, 1)
 			go func() {
@@ -300,23 +298,4 @@ func startGateway(t *testing.T, redisAddr, modelURL string) string {
 	dir := gatewaytest.Dir(t)
 	gatewaytest.Start(t, gateway.Config{Dir: dir, Redis: redisAddr, Model: modelURL}) // the URL: plain HTTP to the stub
 	return dir
-}
-
-// syncBuffer is a bytes.Buffer the manager's goroutines may write to while
-// the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
