@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/gateway"
+	"github.com/agentvisor/agentvisor/gateway/gatewaytest"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/stubmodel"
 	"github.com/agentvisor/agentvisor/testkit"
@@ -53,7 +54,7 @@ func TestEscapeSuite(t *testing.T) {
 	t.Setenv("ANTHROPIC_BASE_URL", stub.URL)
 	t.Setenv("ANTHROPIC_API_KEY", apiKey)
 	prefix := fmt.Sprintf("esc%d", time.Now().UnixNano())
-	gwDir := shortDir(t)
+	gwDir := gatewaytest.Dir(t)
 	cfg, err := ConfigFromEnv(func(k string) string {
 		return map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": prefix, "WORKER_STOP_TIMEOUT": "12s", "WORKER_REDIS_ACL": "on", "GATEWAY_DIR": gwDir,
 			"WORKER_BASE_IMAGE": os.Getenv("WORKER_BASE_IMAGE")}[k] // a checkout's own wrapper, as newFixture
@@ -64,7 +65,7 @@ func TestEscapeSuite(t *testing.T) {
 	if cfg.NetworkMode != NetworkSealed {
 		t.Fatalf("the default network mode is %q, want sealed", cfg.NetworkMode)
 	}
-	gw := startTestGateway(t, gateway.Config{Dir: gwDir, Redis: r.Addr, Model: stub.URL})
+	gw := gatewaytest.Start(t, gateway.Config{Dir: gwDir, Redis: r.Addr, Model: stub.URL})
 	// A service of the host on loopback, standing for the dashboard and
 	// /metrics (which also want the operator token).
 	ops := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ops-page-reached") }))

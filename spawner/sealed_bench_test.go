@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/gateway"
+	"github.com/agentvisor/agentvisor/gateway/gatewaytest"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/testkit"
 )
@@ -15,10 +16,10 @@ import (
 // joined, Redis through the sockets) against the same with host
 // networking, alternating, in the same run.
 func BenchmarkSealedCreate(b *testing.B) {
-	dir := shortDir(b)
+	dir := gatewaytest.Dir(b)
 	sealed := newFixture(b, func(c *Config) { c.NetworkMode, c.GatewayDir = NetworkSealed, dir })
 	host := newFixture(b, func(c *Config) { c.NetworkMode = "host" })
-	startTestGateway(b, gateway.Config{Dir: dir, Redis: sealed.rc.Options().Addr, Model: sealed.stub.URL})
+	gatewaytest.Start(b, gateway.Config{Dir: dir, Redis: sealed.rc.Options().Addr, Model: sealed.stub.URL})
 	ctx := context.Background()
 	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude}
 	startOf := func(f *fixture) float64 {

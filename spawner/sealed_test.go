@@ -33,7 +33,7 @@ import (
 // network, and from inside it the host's Redis, the model server and any
 // name are out of reach. Deleting it closes its sockets at the gateway.
 func TestSealedWorker(t *testing.T) {
-	dir := shortDir(t)
+	dir := gatewaytest.Dir(t)
 	f := newFixture(t, func(c *Config) { c.NetworkMode, c.GatewayDir = NetworkSealed, dir })
 	model := httptest.NewUnstartedServer(f.stub)
 	model.StartTLS()
@@ -43,7 +43,7 @@ func TestSealedWorker(t *testing.T) {
 	t.Setenv("ANTHROPIC_BASE_URL", model.URL) // what the wrapper's proxy names; the gateway dials GATEWAY_MODEL
 	redisAddr := f.rc.Options().Addr
 	modelAddr := model.Listener.Addr().String()
-	g := startTestGateway(t, gateway.Config{Dir: dir, Redis: redisAddr, Model: modelAddr, UpstreamTLS: &tls.Config{RootCAs: roots}})
+	g := gatewaytest.Start(t, gateway.Config{Dir: dir, Redis: redisAddr, Model: modelAddr, UpstreamTLS: &tls.Config{RootCAs: roots}})
 	ctx := context.Background()
 
 	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
@@ -104,7 +104,7 @@ func TestSealedWorker(t *testing.T) {
 // Without a gateway a sealed create fails with UPSTREAM_UNAVAILABLE and
 // leaves no container.
 func TestSealedCreateWithoutAGateway(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.NetworkMode, c.GatewayDir = NetworkSealed, shortDir(t) })
+	f := newFixture(t, func(c *Config) { c.NetworkMode, c.GatewayDir = NetworkSealed, gatewaytest.Dir(t) })
 	_, err := f.s.Create(context.Background(), protocol.WorkerSpec{AgentType: protocol.AgentClaude})
 	if ProtocolError(err).Code != protocol.CodeUpstreamUnavailable {
 		t.Fatalf("create without a gateway: %v, want UPSTREAM_UNAVAILABLE", err)
@@ -114,10 +114,6 @@ func TestSealedCreateWithoutAGateway(t *testing.T) {
 	}
 }
 
-// shortDir is a temporary directory with a short path: a unix socket's
-// path has at most 107 bytes, and t.TempDir's are long.
-func shortDir(t testing.TB) string { return gatewaytest.Dir(t) }
-
 // The agent's egress in a sealed worker (the real claude, its Bash tool
 // driven by the stub model, speaking to its HTTP_PROXY): an allowed host
 // goes through the gateway to its server (the gateway resolves the name);
@@ -125,7 +121,7 @@ func shortDir(t testing.TB) string { return gatewaytest.Dir(t) }
 // it; after set_network, the newly allowed host passes and the removed one
 // is refused.
 func TestSealedWorkerEgress(t *testing.T) {
-	dir := shortDir(t)
+	dir := gatewaytest.Dir(t)
 	hits := make(chan string, 16)
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits <- r.Host
@@ -134,7 +130,7 @@ func TestSealedWorkerEgress(t *testing.T) {
 	defer upstream.Close()
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(upstream.URL, "http://"))
 	f := newFixture(t, func(c *Config) { c.NetworkMode, c.GatewayDir = NetworkSealed, dir })
-	g := startTestGateway(t, gateway.Config{Dir: dir, Redis: f.rc.Options().Addr, Model: f.stub.URL,
+	g := gatewaytest.Start(t, gateway.Config{Dir: dir, Redis: f.rc.Options().Addr, Model: f.stub.URL,
 		Resolver: outsideResolver, DialEgress: outsideAt(strings.TrimPrefix(upstream.URL, "http://"))})
 	ctx := context.Background()
 
@@ -232,22 +228,15 @@ func (f *fixture) refusedConnection(t *testing.T, worker, requestID string) *pro
 	return nil
 }
 
-// startTestGateway starts a gateway in the test's process, stopped when
-// the test ends.
-func startTestGateway(t testing.TB, cfg gateway.Config) *gateway.Gateway {
-	t.Helper()
-	return gatewaytest.Start(t, cfg)
-}
-
 // A gateway restarted (stopped, its connections cut, and started again on
 // the same directory, as after a crash) costs a sealed worker nothing: the
 // wrapper reconnects to Redis and the model through the same sockets, its
 // next task is answered, and it is never declared dead.
 func TestSealedWorkerSurvivesAGatewayRestart(t *testing.T) {
-	dir := shortDir(t)
+	dir := gatewaytest.Dir(t)
 	f := newFixture(t, func(c *Config) { c.NetworkMode, c.GatewayDir, c.HeartbeatInterval = NetworkSealed, dir, time.Second })
 	cfg := gateway.Config{Dir: dir, Redis: f.rc.Options().Addr, Model: f.stub.URL}
-	g := startTestGateway(t, cfg) // stopped by the test, then again (a no-op) when it ends
+	g := gatewaytest.Start(t, cfg) // stopped by the test, then again (a no-op) when it ends
 	// A manager runs: its health loop would declare a dead worker dead.
 	f.startManager(t)
 	ctx := context.Background()
@@ -263,7 +252,7 @@ func TestSealedWorkerSurvivesAGatewayRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second) // the wrapper's connections are cut and it notices
-	g2 := startTestGateway(t, cfg)
+	g2 := gatewaytest.Start(t, cfg)
 	if ws := g2.Workers(); len(ws) != 1 || ws[0] != info.WorkerID {
 		t.Fatalf("the restarted gateway serves %v", ws)
 	}
@@ -286,9 +275,9 @@ func TestSealedWorkerSurvivesAGatewayRestart(t *testing.T) {
 func TestSealedWorkerGitCloneWithTheGatewaysCredential(t *testing.T) {
 	const user, token = "git", "tok-0a9c7e51-never-in-the-worker"
 	srv := testkit.StartGitServer(t, user, token)
-	dir := shortDir(t)
+	dir := gatewaytest.Dir(t)
 	f := newFixture(t, func(c *Config) { c.NetworkMode, c.GatewayDir = NetworkSealed, dir })
-	startTestGateway(t, gateway.Config{Dir: dir, Redis: f.rc.Options().Addr, Model: f.stub.URL,
+	gatewaytest.Start(t, gateway.Config{Dir: dir, Redis: f.rc.Options().Addr, Model: f.stub.URL,
 		Credentials: []gateway.Credential{{Host: "git.example.test", Username: user, Password: token, Projects: []string{"shop"}}},
 		UpstreamTLS: &tls.Config{RootCAs: srv.Roots, ServerName: "example.com"},
 		Resolver:    outsideResolver, DialEgress: outsideAt(strings.TrimPrefix(srv.URL, "https://"))})

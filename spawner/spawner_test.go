@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/agentvisor/agentvisor/gateway"
+	"github.com/agentvisor/agentvisor/gateway/gatewaytest"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/stubmodel"
@@ -73,13 +74,13 @@ func newFixture(t testing.TB, mod func(*Config)) *fixture {
 	}
 	// Workers are sealed by default: the fixture's own gateway serves
 	// them, unless the test names a network mode or a gateway of its own.
-	gwDir := shortDir(t)
+	gwDir := gatewaytest.Dir(t)
 	cfg.GatewayDir = gwDir
 	if mod != nil {
 		mod(&cfg)
 	}
 	if cfg.NetworkMode == NetworkSealed && cfg.GatewayDir == gwDir {
-		startTestGateway(t, gateway.Config{Dir: gwDir, Redis: r.Addr, Model: stub.URL})
+		gatewaytest.Start(t, gateway.Config{Dir: gwDir, Redis: r.Addr, Model: stub.URL})
 	}
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	s := New(cfg, dc, rc, &Images{Docker: dc, Redis: rc, Keys: cfg.Keys, BaseImage: cfg.BaseImage}, log)
