@@ -317,19 +317,9 @@ func sendItem(send func(string, map[string]any), i int, item map[string]any) {
 
 // writeResponsesError answers e in OpenAI's error shape.
 func writeResponsesError(w http.ResponseWriter, e HTTPError) {
-	if e.Type == "" {
-		e.Type = openAIErrorType(e.Status)
-	}
-	if e.Message == "" {
-		e.Message = http.StatusText(e.Status)
-	}
-	for k, v := range e.Header {
-		w.Header().Set(k, v)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(e.Status)
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
-		"type": e.Type, "message": e.Message, "param": nil, "code": e.Type}})
+	writeErrorAs(w, e, openAIErrorType, func(typ, msg string) any {
+		return map[string]any{"error": map[string]any{"type": typ, "message": msg, "param": nil, "code": typ}}
+	})
 }
 
 func openAIErrorType(status int) string {

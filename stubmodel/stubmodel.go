@@ -377,9 +377,18 @@ func systemText(raw json.RawMessage) string {
 	return string(raw)
 }
 
+// writeError answers e in Anthropic's error shape.
 func writeError(w http.ResponseWriter, e HTTPError) {
+	writeErrorAs(w, e, errorType, func(typ, msg string) any {
+		return map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": msg}}
+	})
+}
+
+// writeErrorAs answers e: its status, headers and the body an API's shape
+// makes of its type (typeOf's for the status when e has none) and message.
+func writeErrorAs(w http.ResponseWriter, e HTTPError, typeOf func(status int) string, body func(typ, msg string) any) {
 	if e.Type == "" {
-		e.Type = errorType(e.Status)
+		e.Type = typeOf(e.Status)
 	}
 	if e.Message == "" {
 		e.Message = http.StatusText(e.Status)
@@ -389,7 +398,7 @@ func writeError(w http.ResponseWriter, e HTTPError) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(e.Status)
-	_ = json.NewEncoder(w).Encode(map[string]any{"type": "error", "error": map[string]string{"type": e.Type, "message": e.Message}})
+	_ = json.NewEncoder(w).Encode(body(e.Type, e.Message))
 }
 
 func errorType(status int) string {
