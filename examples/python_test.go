@@ -2,10 +2,7 @@ package examples
 
 import (
 	"bufio"
-	"encoding/json"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,7 +23,7 @@ const python = "/usr/bin/python3"
 // TestPythonClient runs the Python client against a live runtime: the
 // Python quickstart (examples/python), then the client's unittest suite
 // (clients/python/tests), whose live cases script the stub model through
-// a loopback endpoint of this test (STUB_SCRIPT_URL). Workers ask their
+// a loopback endpoint of this test (STUB_SCRIPT_URL: stubControl's POST /script). Workers ask their
 // owner before a tool call ALLOWED_COMMANDS does not allow and keep
 // their agent process between tasks, so that approval, steering and a
 // fast cancel can be exercised.
@@ -42,7 +39,7 @@ func TestPythonClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := append(os.Environ(), rt.Env...)
-	env = append(env, "PYTHONPATH="+clientDir, "PYTHONDONTWRITEBYTECODE=1", "STUB_SCRIPT_URL="+scriptEndpoint(t, rt.Stub), "AGENTVISOR_LIVE=1")
+	env = append(env, "PYTHONPATH="+clientDir, "PYTHONDONTWRITEBYTECODE=1", "STUB_SCRIPT_URL="+stubControl(t, rt.Stub)+"/script", "AGENTVISOR_LIVE=1")
 
 	t.Run("quickstart", func(t *testing.T) {
 		rt.Stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
@@ -91,41 +88,13 @@ func TestPythonClientDeveloperQueue(t *testing.T) {
 	}
 	cmd := exec.Command(python, "-m", "unittest", "-v", "tests.live_developer")
 	cmd.Dir = clientDir
-	cmd.Env = append(append(os.Environ(), rt.Env...), "PYTHONPATH="+clientDir, "PYTHONDONTWRITEBYTECODE=1", "STUB_SCRIPT_URL="+scriptEndpoint(t, rt.Stub))
+	cmd.Env = append(append(os.Environ(), rt.Env...), "PYTHONPATH="+clientDir, "PYTHONDONTWRITEBYTECODE=1", "STUB_SCRIPT_URL="+stubControl(t, rt.Stub)+"/script")
 	out, err := cmd.CombinedOutput()
 	got := string(out)
 	if err != nil || !strings.Contains(got, "\nOK") || !strings.Contains(got, "test_priorities_and_control_on_the_developer_queue") {
 		t.Fatalf("python -m unittest tests.live_developer: %v\n%s", err, got)
 	}
 	t.Logf("%s", got)
-}
-
-// scriptEndpoint serves, on a loopback port, POST /script: a stub model
-// script as JSON (stubmodel.Script), given to the runtime's stub.
-func scriptEndpoint(t *testing.T, stub *stubmodel.Server) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var s stubmodel.Script
-		if r.Method != http.MethodPost || r.URL.Path != "/script" {
-			http.Error(w, "POST /script", http.StatusNotFound)
-			return
-		}
-		dec := json.NewDecoder(r.Body)
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&s); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		stub.SetScript(s)
-		w.WriteHeader(http.StatusNoContent)
-	})}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { srv.Close() })
-	return "http://" + ln.Addr().String() + "/script"
 }
 
 // sentinelScript sends a task through a redis+sentinel:// URL, waits for a
