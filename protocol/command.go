@@ -285,6 +285,9 @@ const (
 	ContainerPaused   ContainerStatus = "paused"
 	ContainerStopped  ContainerStatus = "stopped"
 	ContainerFailed   ContainerStatus = "failed"
+	// ContainerHibernated: the worker has no container until a task on
+	// its input wakes it.
+	ContainerHibernated ContainerStatus = "hibernated"
 )
 
 // WorkerInfo describes one worker in a reply.

@@ -39,11 +39,19 @@ const (
 // pool.
 const (
 	StatusFieldManagerID    = "manager_id"   // the manager that made the worker
-	StatusFieldReplacements = "replacements" // how many dead workers this one's chain replaced
-	StatusFieldRetiredAt    = "retired_at"   // when it left Workers
-	StatusFieldRetireReason = "retire_reason"
-	StatusFieldPool         = "pool"       // the warm pool the worker belongs to ("" for none)
-	StatusFieldPoolState    = "pool_state" // PoolWarm, PoolAllocated or PoolMember
+	StatusFieldReplacements = "replacements" // how many incarnations in a row died before completing a task
+	// StatusFieldIncarnation counts the containers the worker's identity
+	// has had (1 for the first); StatusFieldIncarnatedAt is when the
+	// current one was made, StatusFieldIncarnationTasks the worker's
+	// tasks_completed then (a task completed since resets replacements).
+	StatusFieldIncarnation      = "incarnation"
+	StatusFieldIncarnatedAt     = "incarnated_at"
+	StatusFieldIncarnationTasks = "incarnation_tasks"
+	StatusFieldHibernatedAt     = "hibernated_at" // when it was last hibernated
+	StatusFieldRetiredAt        = "retired_at"    // when it left Workers
+	StatusFieldRetireReason     = "retire_reason"
+	StatusFieldPool             = "pool"       // the warm pool the worker belongs to ("" for none)
+	StatusFieldPoolState        = "pool_state" // PoolWarm, PoolAllocated or PoolMember
 )
 
 // States of a pool worker (StatusFieldPoolState).

@@ -163,6 +163,12 @@ func (k Keys) Session(agent AgentType, projectID string) string {
 	return k.join("session", string(agent), projectID)
 }
 
+// SessionFiles is the session store's copy of a project's current agent
+// session files (gzip of a JSON document; see PROTOCOL.md, Session store).
+func (k Keys) SessionFiles(agent AgentType, projectID string) string {
+	return k.join("session", string(agent), projectID, "files")
+}
+
 // ProjectContext is the string key that holds a project's stored context
 // (the summary of its retired sessions).
 func (k Keys) ProjectContext(projectID string) string { return k.join("project", projectID, "context") }

@@ -52,6 +52,10 @@ const (
 	// EventNetworkChanged: a sealed worker's egress allowlist was replaced
 	// (set_network; detail: allow).
 	EventNetworkChanged Event = "network_changed"
+	// EventHibernated: the worker's container was removed, its identity
+	// kept (detail: reason idle, pause_timeout or shutdown); a task on its
+	// input wakes it (created, detail.woken).
+	EventHibernated Event = "hibernated"
 )
 
 // EventOperatorAction is published by the operator's dashboard (source
@@ -65,7 +69,7 @@ var events = map[Event]bool{
 	EventStarted: true, EventTaskStarted: true, EventTaskCompleted: true, EventTaskFailed: true, EventTaskCancelled: true, EventBudgetWarning: true,
 	EventPauseRequested: true, EventStopping: true, EventStopped: true, EventFailed: true, EventStateChanged: true, EventHandedOff: true,
 	EventCreated: true, EventQueued: true, EventPaused: true, EventUnpaused: true, EventDied: true,
-	EventOOM: true, EventDead: true, EventDegraded: true, EventRecovered: true, EventRemoved: true, EventReplaceFailed: true, EventAllocated: true, EventRecycled: true, EventHostLost: true, EventNetworkChanged: true, EventOperatorAction: true,
+	EventOOM: true, EventDead: true, EventDegraded: true, EventRecovered: true, EventRemoved: true, EventReplaceFailed: true, EventAllocated: true, EventRecycled: true, EventHostLost: true, EventNetworkChanged: true, EventOperatorAction: true, EventHibernated: true,
 }
 
 // Valid reports whether e is a known event.

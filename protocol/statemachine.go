@@ -141,22 +141,28 @@ const (
 	WorkerStopping WorkerState = "stopping"
 	WorkerStopped  WorkerState = "stopped" // terminal: clean stop
 	WorkerFailed   WorkerState = "failed"  // terminal: crashed, killed, or dead
+	// WorkerHibernated: the worker has no container (idle past
+	// HIBERNATE_AFTER or its pause timeout, or its manager stopped); a task
+	// on its input makes it a new one (starting).
+	WorkerHibernated WorkerState = "hibernated"
 )
 
 // WorkerStates lists every worker state.
-var WorkerStates = []WorkerState{WorkerStarting, WorkerIdle, WorkerBusy, WorkerPaused, WorkerStopping, WorkerStopped, WorkerFailed}
+var WorkerStates = []WorkerState{WorkerStarting, WorkerIdle, WorkerBusy, WorkerPaused, WorkerStopping, WorkerStopped, WorkerFailed, WorkerHibernated}
 
 // WorkerTransitions is the table of allowed worker transitions. A busy
 // worker is never paused (its task would be stranded): it goes idle first.
 // A paused worker wakes up idle, then takes a task.
 var WorkerTransitions = map[WorkerState][]WorkerState{
 	WorkerStarting: {WorkerIdle, WorkerStopping, WorkerFailed},
-	WorkerIdle:     {WorkerBusy, WorkerPaused, WorkerStopping, WorkerFailed},
+	WorkerIdle:     {WorkerBusy, WorkerPaused, WorkerStopping, WorkerFailed, WorkerHibernated},
 	WorkerBusy:     {WorkerIdle, WorkerStopping, WorkerFailed},
-	WorkerPaused:   {WorkerIdle, WorkerStopping, WorkerFailed},
-	WorkerStopping: {WorkerStopped, WorkerFailed},
-	WorkerStopped:  {},
-	WorkerFailed:   {},
+	WorkerPaused:   {WorkerIdle, WorkerStopping, WorkerFailed, WorkerHibernated},
+	WorkerStopping: {WorkerStopped, WorkerFailed, WorkerHibernated},
+	// A hibernated worker is woken as a new container, which starts.
+	WorkerHibernated: {WorkerStarting, WorkerStopped},
+	WorkerStopped:    {},
+	WorkerFailed:     {},
 }
 
 // Valid reports whether s is a known worker state.

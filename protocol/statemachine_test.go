@@ -20,6 +20,10 @@ var wantWorker = map[string]bool{
 	"busy->idle": true, "busy->stopping": true, "busy->failed": true,
 	"paused->idle": true, "paused->stopping": true, "paused->failed": true,
 	"stopping->stopped": true, "stopping->failed": true,
+	// Hibernation: an idle, paused or stopping worker's container goes, its
+	// identity stays; a wake makes a new container, a delete ends it.
+	"idle->hibernated": true, "paused->hibernated": true, "stopping->hibernated": true,
+	"hibernated->starting": true, "hibernated->stopped": true,
 }
 
 func TestRunTransitions(t *testing.T) {

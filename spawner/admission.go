@@ -110,7 +110,8 @@ func (s *Spawner) keepSlot(id string) *renewal {
 	})
 }
 
-// evictOldestPaused retires the worker paused longest (at least
+// evictOldestPaused hibernates (or, one that cannot hibernate, retires)
+// the worker paused longest (at least
 // EvictPausedAfter, with no task waiting) to free a slot for the create
 // of forID, and says whether it did.
 func (s *Spawner) evictOldestPaused(ctx context.Context, forID string) bool {
@@ -143,6 +144,14 @@ func (s *Spawner) evictOldestPaused(ctx context.Context, forID string) bool {
 	}
 	s.log.Info("at the worker limit: evicting the worker paused longest", "worker_id", victim, "paused_for", now.Sub(since).String(), "for", forID)
 	s.lifecycle(ctx, victim, protocol.EventStopping, map[string]any{"reason": "evicted", "paused_for_ms": now.Sub(since).Milliseconds(), "for_worker": forID})
+	if h, err := s.rdb.Status(ctx, victim); err == nil && hibernatable(h) {
+		// Its identity stays: hibernated, woken by its next task.
+		err := s.hibernate(ctx, victim, hibernateEvicted, false)
+		if err != nil {
+			s.log.Warn("evict a paused worker", "worker_id", victim, "err", err)
+		}
+		return err == nil
+	}
 	done, err := s.retire(ctx, victim, retirement{reason: protocol.RemovedEvicted, graceful: true, code: protocol.CodeTerminated,
 		msg: fmt.Sprintf("the worker was evicted for %s before it ran this task", forID)})
 	if err != nil {

@@ -50,15 +50,19 @@ type Config struct {
 	// may set the runtime's own variables (AGENT_BIN, AGENT_ARGS, ...).
 	WorkerEnv    map[string]string
 	IdleTimeout  time.Duration // IDLE_TIMEOUT_SECONDS: an idle worker is paused
-	PauseTimeout time.Duration // PAUSE_TIMEOUT: a paused worker is terminated
+	PauseTimeout time.Duration // PAUSE_TIMEOUT: a paused worker is hibernated (removed if it cannot be)
+	// HibernateAfter (HIBERNATE_AFTER): a long-lived worker idle (running
+	// or paused) this long is hibernated (0: only the pause timeout does).
+	HibernateAfter time.Duration
 	// EvictPaused (EVICT_PAUSED_AFTER set, off by default): at the limit, a
 	// create removes the worker paused longest, if it has been paused at
 	// least EvictPausedAfter and has no input waiting, instead of queueing.
 	EvictPaused      bool
 	EvictPausedAfter time.Duration
-	// ReplaceDead (REPLACE_DEAD_WORKERS): a long-lived worker found dead
-	// by its health (heartbeat expired) is replaced by a new worker of the
-	// same spec, which gets the tasks still waiting on the old input.
+	// ReplaceDead (REPLACE_DEAD_WORKERS): a long-lived worker whose
+	// container ended without the runtime asking (crash, OOM, engine stop,
+	// heartbeat expired) gets a new incarnation under its id, which serves
+	// the tasks still waiting on its input.
 	ReplaceDead    bool
 	BaseImage      string // WORKER_BASE_IMAGE
 	ProjectVolumes bool   // WORKER_PROJECT_VOLUMES: a per-project volume for the agent's home
@@ -243,9 +247,10 @@ func configVars(c *Config) []envconf.Var {
 			Doc: "a run hash expires this long after its terminal state (passed to the workers)"},
 		{Name: "REPLY_TTL", Default: envconf.FormatDuration(rdb.DefaultReplyTTL), Value: envconf.Duration(&c.ReplyTTL), Doc: "a reply stream expires this long after its last reply"},
 		{Name: "IDLE_TIMEOUT_SECONDS", Default: "600", Value: envconf.IntOf(&c.IdleTimeout, 1, time.Second), Doc: "seconds: an idle worker is paused"},
-		{Name: "PAUSE_TIMEOUT", Default: "30m", Value: envconf.Duration(&c.PauseTimeout), Doc: "a worker paused this long is removed"},
+		{Name: "PAUSE_TIMEOUT", Default: "30m", Value: envconf.Duration(&c.PauseTimeout), Doc: "a worker paused this long is hibernated (a developer or warm pool worker is removed)"},
+		{Name: "HIBERNATE_AFTER", Default: "0", Value: durationOrOff(&c.HibernateAfter), Doc: "a long-lived worker idle this long is hibernated (0: off)"},
 		{Name: "EVICT_PAUSED_AFTER", DefaultDoc: "(off)", Value: envconf.Func(c.setEvictPaused), Doc: "at the limit, evict the worker paused longest (0: any)"},
-		{Name: "REPLACE_DEAD_WORKERS", Default: "true", Value: envconf.Bool(&c.ReplaceDead), Doc: "replace a worker found dead by its health"},
+		{Name: "REPLACE_DEAD_WORKERS", Default: "true", Value: envconf.Bool(&c.ReplaceDead), Doc: "a long-lived worker whose container ended unasked gets a new incarnation under its id"},
 		{Name: "HEARTBEAT_INTERVAL", Default: "10s", Value: envconf.Duration(&c.HeartbeatInterval), Doc: "given to the workers; a heartbeat expires after 3"},
 		{Name: "RECONCILE_INTERVAL", Default: "60s", Value: envconf.Duration(&c.ReconcileInterval), Doc: "reconciliation of containers and Redis"},
 		{Name: "CREATION_GRACE", Default: "30s", Value: envconf.Duration(&c.CreationGrace), Doc: "a labelled container younger than this is not an orphan yet"},
@@ -331,4 +336,19 @@ func withDefaults(c *Config) {
 		}
 		c.HostTTL = ctlplane.DefaultHostTTLIntervals * hb
 	}
+}
+
+// durationOrOff fills p with a positive duration, or 0 for "0" or "off".
+func durationOrOff(p *time.Duration) envconf.Value {
+	return envconf.Func(func(s string) error {
+		if s == "0" || s == "off" {
+			*p = 0
+			return nil
+		}
+		d, err := envconf.ParseDuration(s)
+		if err == nil {
+			*p = d
+		}
+		return err
+	})
 }

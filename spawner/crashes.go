@@ -118,12 +118,12 @@ func retireDied(ctx context.Context, s *env, w retirer, id string, exitCode int,
 	if member, err := s.rdb.IsWorker(ctx, id); err != nil || !member {
 		return // retired on purpose (its container stopped by retire), or already handled
 	}
-	r := retirement{reason: protocol.RemovedDied, died: true, exitCode: exitCode, oom: oom}
+	r := retirement{reason: protocol.RemovedDied, died: true, exitCode: exitCode, oom: oom, unasked: true}
 	r.code, r.msg = classify(exitCode, oom)
 	if req, _ := s.rdb.StatusField(ctx, id, protocol.StatusFieldRequestID); exitCode == 0 && !oom && req == "" {
 		// A clean exit with no task in flight (stopped from outside): an
 		// end, not a crash.
-		r = retirement{reason: protocol.RemovedExited, code: protocol.CodeTerminated, msg: "the worker exited before it ran this task"}
+		r = retirement{reason: protocol.RemovedExited, code: protocol.CodeTerminated, msg: "the worker exited before it ran this task", unasked: true}
 	}
 	if _, err := w.retire(ctx, id, r); err != nil {
 		s.log.Warn("retire a worker that died", "worker_id", id, "err", err)

@@ -107,8 +107,8 @@ func TestEngineRestartUnderTheManager(t *testing.T) {
 		t.Fatalf("the task the engine restart killed: %+v", o)
 	}
 	t.Logf("forwarded %v after the restart began: %s %s", time.Since(restarted), o.Error.Code, o.Error.Message)
-	testkit.Eventually(t, "the dead worker out of the workers set", 30*time.Second, func() bool {
-		return !f.rc.SIsMember(ctx, f.keys.Workers(), w1.WorkerID).Val()
+	testkit.Eventually(t, "the dead worker's next incarnation", 30*time.Second, func() bool {
+		return f.rc.HGet(ctx, f.keys.Status(w1.WorkerID), protocol.StatusFieldIncarnation).Val() == "2"
 	})
 	if n := countOutputs(t, f, f.keys.Output(w1.WorkerID), "before-restart"); n != 1 {
 		t.Errorf("%d outputs for the killed task, want exactly 1", n)

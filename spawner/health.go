@@ -37,6 +37,9 @@ type Health struct {
 	upSince time.Time       // since when every read of the loop succeeded; zero while failing
 	users   time.Time       // when the worker users were last checked
 	retires sync.WaitGroup  // retirements begun by dead
+	// incarnation is the incarnated_at each worker was last seen with: a
+	// new incarnation is judged afresh.
+	incarnation map[string]string
 }
 
 // healthParams is what Health is built from.
@@ -123,6 +126,11 @@ func (h *Health) run(ctx context.Context) {
 				delete(h.judged, id)
 			}
 		}
+		for id := range h.incarnation {
+			if !seen[id] {
+				delete(h.incarnation, id)
+			}
+		}
 	})
 }
 
@@ -132,12 +140,20 @@ func (h *Health) canJudge() bool {
 }
 
 // healthFields are the fields of a worker's status hash that check reads.
-var healthFields = []string{protocol.StatusFieldContainer, protocol.StatusFieldState, protocol.StatusFieldUpdatedAt, protocol.StatusFieldCreatedAt}
+var healthFields = []string{protocol.StatusFieldContainer, protocol.StatusFieldState, protocol.StatusFieldUpdatedAt, protocol.StatusFieldCreatedAt, protocol.StatusFieldIncarnatedAt}
 
 // check judges one worker from its status fields (healthFields) and its
 // heartbeat document (nil: expired), read together.
 func (h *Health) check(ctx context.Context, id string, st map[string]string, hb []byte) {
 	s := h
+	if inc := st[protocol.StatusFieldIncarnatedAt]; h.incarnation[id] != inc {
+		if h.incarnation == nil {
+			h.incarnation = map[string]string{}
+		}
+		h.incarnation[id] = inc
+		delete(h.judged, id)
+		delete(h.probes, id)
+	}
 	if st[protocol.StatusFieldContainer] != string(protocol.ContainerRunning) {
 		return // starting, paused or ended: not judged
 	}
@@ -147,6 +163,9 @@ func (h *Health) check(ctx context.Context, id string, st map[string]string, hb 
 			return // shutting down: its exit is the crash watcher's
 		}
 		created, _ := protocol.ParseTime(st[protocol.StatusFieldCreatedAt])
+		if inc, err := protocol.ParseTime(st[protocol.StatusFieldIncarnatedAt]); err == nil && inc.After(created) {
+			created = inc // a new incarnation starts as a create does
+		}
 		if created.IsZero() || now.Sub(created) < protocol.HeartbeatTTLIntervals*s.interval || !h.canJudge() {
 			return // still starting, or this manager cannot tell yet
 		}
@@ -210,7 +229,7 @@ func (h *Health) dead(ctx context.Context, id string) {
 		defer h.retires.Done()
 		// A replacement waits its backoff: the loop goes on meanwhile.
 		if _, err := s.workers.retire(ctx, id, retirement{reason: protocol.RemovedDead, died: true, exitCode: 137, code: protocol.CodeKilled,
-			msg: "the worker's heartbeat expired: it was killed", replace: true}); err != nil {
+			msg: "the worker's heartbeat expired: it was killed", replace: true, unasked: true}); err != nil {
 			s.log.Warn("retire a dead worker", "worker_id", id, "err", err)
 		}
 	}()

@@ -162,6 +162,13 @@ func (w *HostWatch) lost(ctx context.Context, h rdb.HostInfo) {
 			s.log.Info("entries of a lost host moved back to the shared stream", "host", h.ID, "stream", pair[1], "count", n)
 		}
 	}
+	// Its hibernated workers have no container to lose: this host wakes
+	// them from now on.
+	if ids, err := s.rdb.Adopt(ctx, h.ID, s.Host()); err != nil {
+		s.log.Warn("adopt a lost host's hibernated workers", "host", h.ID, "err", err)
+	} else if len(ids) > 0 {
+		s.log.Info("hibernated workers of a lost host adopted", "host", h.ID, "workers", len(ids))
+	}
 	placed, err := s.rdb.Placements(ctx)
 	if err != nil {
 		return

@@ -71,9 +71,12 @@ func (m *Manager) Run(ctx context.Context) error {
 	return nil
 }
 
-// Shutdown retires every worker of this key prefix on this host, in
-// parallel: the manager, stopping, leaves no container behind. Every
-// worker is tried; the first error is returned.
+// Shutdown ends every container of this key prefix on this host, in
+// parallel: the manager, stopping, leaves no container behind, and ends
+// no identity a consumer holds. A long-lived worker with a spec is
+// hibernated (its wrapper gets the stop timeout to finish its task; the
+// next task to its id wakes it under a running manager); any other is
+// retired. Every worker is tried; the first error is returned.
 func (s *Spawner) Shutdown(ctx context.Context) error {
 	all, err := s.List(ctx)
 	if err != nil {
@@ -89,7 +92,13 @@ func (s *Spawner) Shutdown(ctx context.Context) error {
 	g.SetLimit(32)
 	for _, w := range ws {
 		g.Go(func() error {
-			if err := s.Delete(ctx, w.WorkerID); err != nil && !IsNotFound(err) {
+			h, err := s.rdb.Status(ctx, w.WorkerID)
+			if err == nil && hibernatable(h) {
+				err = s.hibernate(ctx, w.WorkerID, hibernateShutdown, true)
+			} else {
+				err = s.Delete(ctx, w.WorkerID)
+			}
+			if err != nil && !IsNotFound(err) {
 				return err
 			}
 			return nil

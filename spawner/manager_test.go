@@ -128,9 +128,9 @@ func TestManagerCommandsPauseWakeAndCrash(t *testing.T) {
 	if run, _ := f.rc.HGet(ctx, f.keys.Run("m-3"), "status").Result(); run != "failed" {
 		t.Errorf("run status %q", run)
 	}
-	testkit.Eventually(t, "the dead container removed", 10*time.Second, func() bool {
-		out, _ := exec.Command("docker", "ps", "-aq", "--filter", "name="+ContainerName(id)).Output()
-		return strings.TrimSpace(string(out)) == ""
+	// The worker lives on: a new container under its id.
+	testkit.Eventually(t, "a new incarnation", 30*time.Second, func() bool {
+		return f.rc.HGet(ctx, f.keys.Status(id), protocol.StatusFieldIncarnation).Val() == "2"
 	})
 }
 
@@ -146,10 +146,13 @@ func TestShutdownLeavesNoContainer(t *testing.T) {
 	if err := f.s.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if ws, _ := f.s.List(ctx); len(ws) != 0 {
-		t.Fatalf("%d workers left", len(ws))
+	if cs := containersOf(t, f); len(cs) != 0 {
+		t.Fatalf("%d containers left", len(cs))
 	}
-	t.Logf("4 workers removed in %v", time.Since(start))
+	if ws, _ := f.s.List(ctx); len(ws) != 4 || ws[0].Status != protocol.ContainerHibernated {
+		t.Fatalf("after the shutdown, workers %+v: want 4 hibernated", ws)
+	}
+	t.Logf("4 workers hibernated in %v", time.Since(start))
 }
 
 // A create that asks for DOCKER is answered with a warning: the

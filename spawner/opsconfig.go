@@ -60,7 +60,7 @@ func opsVars(c *OpsConfig) []envconf.Var {
 		{Name: "GC_RETENTION", Default: "168h", Value: envconf.Duration(&c.GCRetention), Doc: "a worker image unused this long is removed by the leader's GC"},
 		{Name: "GC_INTERVAL", Default: "24h", Value: envconf.Duration(&c.GCInterval), Doc: "how often the leader collects images"},
 		{Name: "GC_DRY_RUN", Default: "false", Value: envconf.Bool(&c.GCDryRun), Doc: "the GC logs what it would remove, and removes nothing"},
-		{Name: "KEEP_WORKERS", Default: "false", Value: envconf.Bool(&c.KeepWorkers), Doc: "leave the workers running when the manager stops"},
+		{Name: "KEEP_WORKERS", Default: "false", Value: envconf.Bool(&c.KeepWorkers), Doc: "leave the workers running when the manager stops (else they are hibernated or removed)"},
 		{Name: "REMOVE_VOLUMES_AT_STOP", Default: "false", Value: envconf.Bool(&c.RemoveVolumesAtStop), Doc: "a manager that removed its workers at its stop removes its project volumes on this host too"},
 		{Name: "OPS_TOKEN", Default: "", Value: envconf.Func(c.setOpsToken), Doc: "the operator token /metrics and the dashboard require (unset: OPS_TOKEN_FILE, else one made at start and printed once)"},
 		{Name: "OPS_TOKEN_FILE", Default: "", Value: envconf.Func(c.readOpsToken), Doc: "a file holding the operator token (what Prometheus's credentials_file reads too)"},

@@ -7,6 +7,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
 // ReconcileReport counts what one reconciliation fixed.
@@ -75,8 +76,16 @@ func (s *Reconciler) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		}
 		old := now.Sub(created) >= s.creationGrace
 		switch {
-		case member[id]:
+		case member[id] && s.fleet.mine(placed[id]):
 			s.reconcileMember(ctx, id, c, old, &rep)
+		case member[id] && old && c.Labels[ctlplane.LabelHost] == s.Host():
+			// A container this host made for a worker now placed on
+			// another (woken or made there while this host was lost): an
+			// earlier incarnation's.
+			if err := s.docker.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err == nil {
+				rep.OrphansRemoved++
+				s.log.Info("container of a worker now on another host removed", "container_id", c.ID, "worker_id", id, "host", placed[id])
+			}
 		case known[id] || !old:
 			// A create or a retirement under way: theirs.
 		default:
@@ -94,7 +103,7 @@ func (s *Reconciler) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		// and the set was read before the list: the container is gone,
 		// without the manager seeing it die: a death all the same.
 		if ok, err := s.workers.retire(ctx, id, retirement{reason: protocol.RemovedGone, died: true, exitCode: -1, code: protocol.CodeKilled,
-			msg: "the worker's container is gone (removed while no manager watched)"}); err != nil {
+			msg: "the worker's container is gone (removed while no manager watched)", unasked: true}); err != nil {
 			s.log.Warn("retire a worker whose container is gone", "worker_id", id, "err", err)
 		} else if ok {
 			rep.MissingMarked++

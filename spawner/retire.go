@@ -33,9 +33,14 @@ type retirement struct {
 	// msg as they are, WORKER_GONE).
 	late     bool
 	hostLost bool // its host was lost: its container is out of reach, a replacement is placed anew
-	// replacing is set by retire: a replacement of the worker is coming,
-	// which a task that asked for retries is put back for.
+	// replacing is set by retire: a next incarnation or a replacement of
+	// the worker is coming, which a task that asked for retries is put
+	// back on the input for.
 	replacing bool
+	// unasked: the container ended (or vanished) without the runtime
+	// asking; a long-lived worker with a spec gets a new incarnation
+	// under its id (incarnation.go).
+	unasked bool
 }
 
 // retire is the one path by which a worker ends, whatever the cause
@@ -46,8 +51,9 @@ type retirement struct {
 //  2. its container is stopped (graceful) or killed, and removed;
 //  3. every task it held or had not read is answered once (a developer
 //     task goes back to the queue, up to MaxAttempts; a task that asked
-//     for retries goes back on the input for the replacement, which a
-//     death of a worker holding one brings), or moved to its replacement;
+//     for retries goes back on the input for the worker's next
+//     incarnation, or for its replacement, which a death of a worker
+//     holding one brings), or moved to its replacement;
 //  4. its project's session hold is released, its keys expire after the
 //     retention, and it leaves the retiring set.
 //
@@ -83,7 +89,19 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 	if err := s.removeContainer(ctx, id, r.graceful); err != nil {
 		return true, err // the retirement stays leased: the leader finishes it
 	}
-	s.closeSealed(ctx, id)
+	kind, input, group := s.inputOf(id, protocol.Kind(h[protocol.StatusFieldKind]))
+	// A long-lived worker with a spec that died lives on under its id (a
+	// new incarnation, incarnation.go), unless its host was lost (then a
+	// replacement of a new id is placed on another host, replace.go).
+	respawn := s.cfg.ReplaceDead && kind == protocol.KindLongLived && h[protocol.StatusFieldSpec] != ""
+	// A warm pool worker belongs to no consumer yet: its pool refills.
+	reincarnating := respawn && r.unasked && !r.hostLost && h[protocol.StatusFieldPoolState] != protocol.PoolWarm
+	replacing := respawn && r.replace || reincarnating
+	if !reincarnating {
+		// The socket directory belongs to the identity: closed only when
+		// the identity ends.
+		s.closeSealed(ctx, id)
+	}
 	state, container := protocol.WorkerStopped, protocol.ContainerStopped
 	fields := map[string]any{}
 	if r.died {
@@ -96,12 +114,21 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 	fields[protocol.StatusFieldState], fields[protocol.StatusFieldContainer] = string(state), string(container)
 	s.writeStatusOn(ctx, hostOf(h, s), id, fields)
 
-	kind, input, group := s.inputOf(id, protocol.Kind(h[protocol.StatusFieldKind]))
-	replacing := s.cfg.ReplaceDead && kind == protocol.KindLongLived && h[protocol.StatusFieldSpec] != "" &&
-		(r.replace || (r.died && s.retriesInFlight(ctx, id, h, input, group)))
+	// A death that brings no new incarnation (a takeover, a stuck start)
+	// still brings a replacement when its task in flight asked for
+	// retries (retries.go).
+	replacing = replacing || respawn && !reincarnating && r.died && s.retriesInFlight(ctx, id, h, input, group)
 	r.replacing = replacing
 	if err := s.answerHeld(ctx, id, h, kind, s.keys.InputsFor(kind, id), group, r, replacing); err != nil {
 		return true, err
+	}
+	if reincarnating {
+		lives, err := s.reincarnate(ctx, id, h)
+		if err != nil || lives {
+			return true, err
+		}
+		replacing = false
+		s.closeSealed(ctx, id)
 	}
 	detail := map[string]any{"reason": r.reason}
 	if replacing {

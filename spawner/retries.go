@@ -8,11 +8,12 @@ import (
 
 // A dead worker's task that asked for retries (protocol.RetryPolicy) is
 // not answered while its policy leaves an attempt: it goes back on the
-// input, and the worker's replacement runs it on the next attempt. A
-// death of a long-lived worker whose task in flight asked for retries
-// therefore brings a replacement, whatever killed it (the same bounds,
-// MAX_REPLACEMENTS and REPLACE_BACKOFF, apply). A task that did not ask
-// is answered, as a re-run has side effects.
+// input, and the worker's next incarnation (the same id, incarnation.go)
+// runs it on the next attempt. A death that brings no new incarnation (a
+// takeover, a lost host) brings a replacement when the task in flight
+// asked for retries, whatever killed it; the same bounds,
+// MAX_REPLACEMENTS and REPLACE_BACKOFF, apply either way. A task that did
+// not ask is answered, as a re-run has side effects.
 
 // retriesInFlight reports whether the task a dead worker had in flight
 // asked for retries.
@@ -37,8 +38,8 @@ func (s *Spawner) retriesInFlight(ctx context.Context, id string, h map[string]s
 // back on the input rather than being answered, on attempt+1: a developer
 // task with a retryable code, to another developer worker, up to
 // MaxAttempts (or the attempts its retry policy asks, if more); a
-// long-lived worker's task that asked for retries, for the worker's
-// replacement, while its policy leaves an attempt.
+// long-lived worker's task that asked for retries, for the worker's next
+// incarnation or replacement, while its policy leaves an attempt.
 func (s *Spawner) handsOn(kind protocol.Kind, t protocol.Task, code protocol.Code, attempt int, r retirement) bool {
 	policy, asked := t.RetryPolicy(s.cfg.Retry)
 	if kind == protocol.KindDeveloper {

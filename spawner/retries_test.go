@@ -51,10 +51,11 @@ func TestHandsOn(t *testing.T) {
 }
 
 // A worker whose container died with a task in flight: a task that asked
-// for retries is not answered but put back on the input, and the worker
-// is replaced, which runs it on attempt 2; a task that did not ask is
-// answered AGENT_CRASHED and the worker is not replaced.
-func TestDeadWorkersRetriedTaskGoesToItsReplacement(t *testing.T) {
+// for retries is not answered but put back on the worker's input, for
+// its next incarnation (the same id), which runs it on attempt 2; a task
+// that did not ask is answered AGENT_CRASHED. Either way the worker is
+// not replaced under another id.
+func TestDeadWorkersRetriedTaskGoesToItsNextIncarnation(t *testing.T) {
 	for _, asked := range []bool{true, false} {
 		name := "asked"
 		if !asked {
@@ -91,12 +92,24 @@ func TestDeadWorkersRetriedTaskGoesToItsReplacement(t *testing.T) {
 			if len(outs) != 0 {
 				t.Fatalf("a task that asked for retries was answered: %+v", outs)
 			}
-			if by == "" {
-				t.Fatal("the worker was not replaced")
+			if by != "" {
+				t.Fatalf("replaced by %s: want a new incarnation under its id", by)
 			}
-			msgs, _ := u.rc.XRange(ctx, u.keys.Input(by), "-", "+").Result()
-			if len(msgs) != 1 {
-				t.Fatalf("the replacement's input holds %d entries, want the task", len(msgs))
+			if n := u.rc.HGet(ctx, u.keys.Status("w"), protocol.StatusFieldIncarnation).Val(); n != "2" {
+				t.Fatalf("incarnation %q, want 2", n)
+			}
+			groups, _ := u.rc.XInfoGroups(ctx, u.keys.Input("w")).Result()
+			var unread []redis.XMessage
+			if len(groups) == 1 {
+				unread, _ = u.rc.XRange(ctx, u.keys.Input("w"), "("+groups[0].LastDeliveredID, "+").Result()
+			}
+			var back protocol.Task
+			if len(unread) == 1 {
+				data, _ := unread[0].Values["data"].(string)
+				back, _ = protocol.DecodeTask([]byte(data))
+			}
+			if back.RequestID != "r1" {
+				t.Fatalf("the worker's input holds %d unread entries, want the task: %+v", len(unread), unread)
 			}
 			if n, _ := u.s.rdb.LastAttempt(ctx, "r1"); n != 2 {
 				t.Fatalf("the task's next attempt is %d, want 2", n)

@@ -104,6 +104,10 @@ func TestEvictOldestPausedWorker(t *testing.T) {
 	if _, err := f.s.find(ctx, ws[1].WorkerID); !IsNotFound(err) {
 		t.Fatalf("the paused worker without input was not evicted (%v)", err)
 	}
+	// Evicted, it keeps its identity: hibernated.
+	if st, err := f.s.Status(ctx, ws[1].WorkerID); err != nil || st.Status != protocol.ContainerHibernated {
+		t.Fatalf("the evicted worker: %+v %v", st, err)
+	}
 	if _, err := f.s.find(ctx, ws[0].WorkerID); err != nil {
 		t.Fatalf("the worker with a task waiting was evicted: %v", err)
 	}
@@ -160,10 +164,16 @@ func TestShutdownOfTwentyWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	took := time.Since(start)
-	if ws, _ := f.s.List(ctx); len(ws) != 0 || took > 30*time.Second {
-		t.Fatalf("%d workers left, shutdown took %v", len(ws), took)
+	if cs := containersOf(t, f); len(cs) != 0 || took > 30*time.Second {
+		t.Fatalf("%d containers left, shutdown took %v", len(cs), took)
 	}
-	t.Logf("20 workers removed in %v", took)
+	ws, _ := f.s.List(ctx)
+	for _, w := range ws {
+		if w.Status != protocol.ContainerHibernated {
+			t.Errorf("worker %s %s after the shutdown, want hibernated", w.WorkerID, w.Status)
+		}
+	}
+	t.Logf("20 workers hibernated in %v", took)
 }
 
 func TestManagerRestartLosesNoCommandAndDuplicatesNothing(t *testing.T) {

@@ -324,7 +324,8 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 				protocol.StatusFieldProjectID: spec.ProjectID, protocol.StatusFieldImage: img.Tag,
 				protocol.StatusFieldCreatedAt: protocol.FormatTime(now), protocol.StatusFieldHealth: string(protocol.HealthUnknown),
 				protocol.StatusFieldSpec: specJSON(spec), protocol.StatusFieldManagerID: s.cfg.ManagerID, protocol.StatusFieldHost: s.Host(),
-				protocol.StatusFieldPool: o.pool, protocol.StatusFieldPoolState: o.poolState})
+				protocol.StatusFieldPool: o.pool, protocol.StatusFieldPoolState: o.poolState,
+				protocol.StatusFieldIncarnation: 1, protocol.StatusFieldIncarnatedAt: protocol.FormatTime(now)})
 		}
 		if o.pool != "" {
 			if err := s.rdb.AddPoolMember(cctx, o.pool, id); err != nil {
@@ -374,7 +375,7 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 		}
 		return protocol.WorkerInfo{}, serr
 	}
-	detail := map[string]any{"container_id": cid, "image": img.Tag}
+	detail := map[string]any{"container_id": cid, "image": img.Tag, "incarnation": 1}
 	if o.pool != "" {
 		detail["pool"], detail["pool_state"] = o.pool, o.poolState
 	}

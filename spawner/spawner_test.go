@@ -82,7 +82,7 @@ func newFixture(t testing.TB, mod func(*Config)) *fixture {
 	if cfg.NetworkMode == NetworkSealed && cfg.GatewayDir == gwDir {
 		gatewaytest.Start(t, gateway.Config{Dir: gwDir, Redis: r.Addr, Model: stub.URL})
 	}
-	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	log := slog.New(slog.NewJSONHandler(testLogOut(), nil))
 	s := New(cfg, dc, rc, &Images{Docker: dc, Redis: rc, Keys: cfg.Keys, BaseImage: cfg.BaseImage}, log)
 	// No container or volume of this test survives it (the spare
 	// namespaces' holders stop being made first).
@@ -286,4 +286,13 @@ func TestConcurrencyLimitQueues(t *testing.T) {
 	case <-time.After(40 * time.Second):
 		t.Fatal("the queued create was not served when the slot freed")
 	}
+}
+
+// testLogOut is where a fixture's manager logs: nowhere, unless
+// SPAWNER_TEST_LOG=1 (stderr).
+func testLogOut() io.Writer {
+	if os.Getenv("SPAWNER_TEST_LOG") == "1" {
+		return os.Stderr
+	}
+	return io.Discard
 }

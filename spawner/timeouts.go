@@ -9,7 +9,9 @@ import (
 
 // Timeouts pauses a worker idle longer than IdleTimeout (through Pause,
 // so never one with a task; a pool's worker after its pool's
-// idle_timeout) and retires one paused longer than PauseTimeout, save a
+// idle_timeout), and hibernates one idle (running or paused) longer than
+// HibernateAfter or paused longer than PauseTimeout (one that cannot
+// hibernate, such as a developer worker, is retired), save a
 // pool's warm worker, which is paused on purpose while it waits for a
 // create. It runs on the leader.
 type Timeouts struct {
@@ -20,12 +22,15 @@ type Timeouts struct {
 // timeoutsParams is what Timeouts is built from.
 type timeoutsParams struct {
 	*env
-	workers  retirer
-	pause    func(ctx context.Context, id string) error // Spawner.Pause
-	interval time.Duration                              // how often every worker is checked
-	idle     time.Duration                              // IDLE_TIMEOUT
-	paused   time.Duration                              // PAUSE_TIMEOUT
-	poolIdle map[string]time.Duration                   // a pool's idle_timeout, by pool name
+	workers retirer
+	pause   func(ctx context.Context, id string) error // Spawner.Pause
+	// hibernate hibernates an idle worker with a reason (Spawner.hibernate).
+	hibernateWorker func(ctx context.Context, id, reason string) error
+	interval        time.Duration            // how often every worker is checked
+	idle            time.Duration            // IDLE_TIMEOUT
+	paused          time.Duration            // PAUSE_TIMEOUT
+	hibernateAfter  time.Duration            // HIBERNATE_AFTER (0: only the pause timeout hibernates)
+	poolIdle        map[string]time.Duration // a pool's idle_timeout, by pool name
 }
 
 func newTimeouts(p timeoutsParams) *Timeouts { return &Timeouts{timeoutsParams: p} }
@@ -55,7 +60,7 @@ func (t *Timeouts) run(ctx context.Context) {
 
 // timeoutFields are the fields of a worker's status hash that check reads.
 var timeoutFields = []string{protocol.StatusFieldContainer, protocol.StatusFieldState, protocol.StatusFieldUpdatedAt,
-	protocol.StatusFieldPool, protocol.StatusFieldPoolState}
+	protocol.StatusFieldPool, protocol.StatusFieldPoolState, protocol.StatusFieldKind, protocol.StatusFieldSpec}
 
 // check pauses or retires one worker past its timeout, from its status
 // fields (timeoutFields).
@@ -66,25 +71,38 @@ func (t *Timeouts) check(ctx context.Context, id string, h map[string]string) {
 		return
 	}
 	since := s.now().Sub(updated)
-	idle := s.idle
+	idleAfter := s.idle
 	if d := s.poolIdle[h[protocol.StatusFieldPool]]; d > 0 {
-		idle = d
+		idleAfter = d
 	}
+	paused := h[protocol.StatusFieldContainer] == string(protocol.ContainerPaused)
+	idle := h[protocol.StatusFieldContainer] == string(protocol.ContainerRunning) && h[protocol.StatusFieldState] == string(protocol.WorkerIdle)
 	switch {
 	case h[protocol.StatusFieldPoolState] == protocol.PoolWarm:
 		// Waiting for a create: its pool pauses it and keeps it.
-	case h[protocol.StatusFieldContainer] == string(protocol.ContainerPaused) && since > s.paused:
+	case hibernatable(h) && s.hibernateAfter > 0 && (paused || idle) && since > s.hibernateAfter:
+		t.hibernate(ctx, id, hibernateIdle)
+	case hibernatable(h) && paused && since > s.paused:
+		t.hibernate(ctx, id, hibernatePauseTimeout)
+	case paused && since > s.paused:
 		s.log.Info("paused past the pause timeout: retiring", "worker_id", id)
 		s.lifecycle(ctx, id, protocol.EventStopping, map[string]any{"reason": "pause_timeout"})
 		if _, err := s.workers.retire(ctx, id, retirement{reason: protocol.RemovedPauseTimeout, graceful: true, code: protocol.CodeTerminated,
 			msg: "the worker was retired after its pause timeout before it ran this task"}); err != nil {
 			s.log.Warn("retire after the pause timeout", "worker_id", id, "err", err)
 		}
-	case h[protocol.StatusFieldContainer] == string(protocol.ContainerRunning) && h[protocol.StatusFieldState] == string(protocol.WorkerIdle) && since > idle:
+	case idle && since > idleAfter:
 		if err := s.pause(ctx, id); err != nil && !IsBusy(err) && !IsNotFound(err) {
 			s.log.Warn("pause after the idle timeout", "worker_id", id, "err", err)
 		} else if err == nil {
 			s.log.Info("idle past the idle timeout: paused", "worker_id", id)
 		}
+	}
+}
+
+// hibernate hibernates one idle worker past a timeout.
+func (t *Timeouts) hibernate(ctx context.Context, id, reason string) {
+	if err := t.hibernateWorker(ctx, id, reason); err != nil && !IsBusy(err) && !IsNotFound(err) {
+		t.log.Warn("hibernate an idle worker", "worker_id", id, "reason", reason, "err", err)
 	}
 }

@@ -3,6 +3,7 @@ package spawner
 import (
 	"context"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
@@ -18,31 +19,41 @@ import (
 // worker is checked (rdb.BusyDelivered: a task in flight, held or
 // waiting) when it enters the set, which finds a task that arrived while
 // its pause was in flight, when its input gets an entry, and every
-// wakeRecheck. It runs on the host's leader.
+// wakeRecheck. The host's hibernated workers are watched the same way: a
+// task waiting for one makes it a new incarnation (resume, in a goroutine
+// of its own: it may wait for a slot). It runs on the host's leader.
 type Wake struct {
 	job
 	wakeParams
 
 	// Owned by the loop's goroutine.
 	watched map[string]*pausedWorker
+	resumes sync.WaitGroup
+	mu      sync.Mutex
+	waking  map[string]bool // hibernated workers whose resume runs
 }
 
 // wakeParams is what Wake is built from.
 type wakeParams struct {
 	*env
 	unpause func(ctx context.Context, id string) error // Spawner.Unpause
-	obs     *observer
+	// hibernated lists this host's hibernated workers; resume wakes one
+	// (Spawner.wakeHibernated).
+	hibernated func(ctx context.Context) ([]string, error)
+	resume     func(ctx context.Context, id string) error
+	obs        *observer
 }
 
 func newWake(p wakeParams) *Wake { return &Wake{wakeParams: p} }
 
 // pausedWorker is a worker of the paused set that Wake watches.
 type pausedWorker struct {
-	inputs  []string  // its input streams (the developer queues for a developer worker)
-	group   string    // and their consumer group
-	after   []string  // of each input, the last entry the group delivered: a later one is a task waiting
-	checked time.Time // when it was last checked
-	notTill time.Time // after a wake-up, no other before this
+	inputs     []string  // its input streams (the developer queues for a developer worker)
+	group      string    // and their consumer group
+	after      []string  // of each input, the last entry the group delivered: a later one is a task waiting
+	checked    time.Time // when it was last checked
+	notTill    time.Time // after a wake-up, no other before this
+	hibernated bool      // it has no container: a wake-up is a new incarnation
 }
 
 const (
@@ -62,10 +73,15 @@ func (w *Wake) Start(ctx context.Context) { w.start(ctx, w.run) }
 
 func (w *Wake) run(ctx context.Context) {
 	s := w
-	w.watched = map[string]*pausedWorker{}
+	w.watched, w.waking = map[string]*pausedWorker{}, map[string]bool{}
+	defer w.resumes.Wait()
 	retry := newRetry()
 	for ctx.Err() == nil {
 		ids, err := s.rdb.Paused(ctx, s.Host())
+		var hib []string
+		if err == nil && s.hibernated != nil {
+			hib, err = s.hibernated(ctx)
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("wake on input: read the paused set", "err", err)
@@ -74,7 +90,7 @@ func (w *Wake) run(ctx context.Context) {
 			continue
 		}
 		retry.Reset()
-		streams := w.watch(ctx, ids)
+		streams := w.watch(ctx, ids, hib)
 		if len(streams) == 0 {
 			sleepCtx(ctx, wakeInterval)
 			continue
@@ -105,12 +121,17 @@ func (w *Wake) run(ctx context.Context) {
 // checks the new ones and those due, and returns the inputs to read: each
 // stream with the entry to read after (the earliest of its workers', for
 // the developer queue that several share).
-func (w *Wake) watch(ctx context.Context, ids []string) map[string]string {
+func (w *Wake) watch(ctx context.Context, ids, hibernated []string) map[string]string {
 	s := w
-	paused := make(map[string]bool, len(ids))
+	paused := make(map[string]bool, len(ids)+len(hibernated))
 	for _, id := range ids {
 		paused[id] = true
 	}
+	hib := make(map[string]bool, len(hibernated))
+	for _, id := range hibernated {
+		paused[id], hib[id] = true, true
+	}
+	ids = append(ids, hibernated...)
 	for id := range w.watched {
 		if !paused[id] {
 			delete(w.watched, id) // woken, or retired
@@ -129,6 +150,7 @@ func (w *Wake) watch(ctx context.Context, ids []string) map[string]string {
 			p = &pausedWorker{inputs: s.keys.InputsFor(k, id), group: group}
 			w.watched[id] = p
 		}
+		p.hibernated = hib[id]
 		if now.Before(p.notTill) {
 			continue
 		}
@@ -151,10 +173,14 @@ func (w *Wake) watch(ctx context.Context, ids []string) map[string]string {
 // waiting, and otherwise records what its group delivered.
 func (w *Wake) check(ctx context.Context, id string, p *pausedWorker) {
 	s := w
+	busyOf := s.rdb.BusyDelivered
+	if p.hibernated {
+		busyOf = s.rdb.BusyAnyway
+	}
 	b := rdb.NotBusy
 	after := make([]string, len(p.inputs))
 	for i, input := range p.inputs {
-		busy, delivered, err := s.rdb.BusyDelivered(ctx, id, input, p.group)
+		busy, delivered, err := busyOf(ctx, id, input, p.group)
 		if err != nil {
 			s.log.Warn("wake on input: is the worker busy", "worker_id", id, "err", err)
 			return
@@ -169,12 +195,40 @@ func (w *Wake) check(ctx context.Context, id string, p *pausedWorker) {
 		return
 	}
 	p.notTill = time.Now().Add(wakeBackoff)
+	if p.hibernated {
+		w.resumeOnce(ctx, id)
+		return
+	}
 	start := time.Now()
 	err := s.unpause(ctx, id)
 	s.obs.woken(start, err)
 	if err != nil && !IsNotFound(err) {
 		s.log.Warn("wake on input", "worker_id", id, "err", err)
 	}
+}
+
+// resumeOnce wakes a hibernated worker in a goroutine, unless its wake
+// runs already.
+func (w *Wake) resumeOnce(ctx context.Context, id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.waking[id] || w.resume == nil {
+		return
+	}
+	w.waking[id] = true
+	w.resumes.Add(1)
+	go func() {
+		defer w.resumes.Done()
+		start := time.Now()
+		err := w.resume(ctx, id)
+		w.obs.woken(start, err)
+		if err != nil && ctx.Err() == nil {
+			w.log.Warn("wake a hibernated worker", "worker_id", id, "err", err)
+		}
+		w.mu.Lock()
+		delete(w.waking, id)
+		w.mu.Unlock()
+	}()
 }
 
 // lessID orders two stream entry ids ("ms-seq").

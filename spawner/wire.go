@@ -1,6 +1,7 @@
 package spawner
 
 import (
+	"context"
 	"time"
 
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
@@ -40,13 +41,16 @@ func (p parts) health() *Health {
 }
 
 func (p parts) wake() *Wake {
-	return newWake(wakeParams{env: p.s.env, unpause: p.s.Unpause, obs: &p.s.obs})
+	hibernated := func(ctx context.Context) ([]string, error) { return p.s.rdb.HibernatedOn(ctx, p.s.Host()) }
+	return newWake(wakeParams{env: p.s.env, unpause: p.s.Unpause, hibernated: hibernated, resume: p.s.wakeHibernated, obs: &p.s.obs})
 }
 
 func (p parts) timeouts() *Timeouts {
 	c := p.s.cfg
-	return newTimeouts(timeoutsParams{env: p.s.env, workers: p.s, pause: p.s.Pause,
-		interval: max(c.HeartbeatInterval/4, 100*time.Millisecond), idle: c.IdleTimeout, paused: c.PauseTimeout, poolIdle: poolIdle(c.Pools)})
+	hibernate := func(ctx context.Context, id, reason string) error { return p.s.hibernate(ctx, id, reason, false) }
+	return newTimeouts(timeoutsParams{env: p.s.env, workers: p.s, pause: p.s.Pause, hibernateWorker: hibernate,
+		interval: max(c.HeartbeatInterval/4, 100*time.Millisecond), idle: c.IdleTimeout, paused: c.PauseTimeout,
+		hibernateAfter: c.HibernateAfter, poolIdle: poolIdle(c.Pools)})
 }
 
 func (p parts) reconciler() *Reconciler {

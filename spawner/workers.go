@@ -39,6 +39,14 @@ func (s *Spawner) Delete(ctx context.Context, id string) error {
 		return redisError(err, "workers set")
 	}
 	if !member {
+		if h, err := s.rdb.Status(ctx, id); err == nil && s.isHibernated(ctx, id, h) {
+			if ended, err := s.endHibernated(ctx, id, h); ended || err != nil {
+				return err
+			}
+			if member, _ := s.rdb.IsWorker(ctx, id); member {
+				return s.Delete(ctx, id) // a wake won: retired as it runs
+			}
+		}
 		if _, err := s.find(ctx, id); err != nil {
 			return err
 		}
@@ -69,7 +77,7 @@ func (s *Spawner) Status(ctx context.Context, id string) (protocol.WorkerInfo, e
 		if len(h) == 0 {
 			return protocol.WorkerInfo{}, err
 		}
-		if info.Status != protocol.ContainerQueued && info.Status != protocol.ContainerFailed {
+		if info.Status != protocol.ContainerQueued && info.Status != protocol.ContainerFailed && info.Status != protocol.ContainerHibernated {
 			info.Status = protocol.ContainerStopped
 		}
 		return info, nil
@@ -126,8 +134,8 @@ func InfoFromHash(id string, h map[string]string) protocol.WorkerInfo {
 }
 
 // List returns every worker of this key prefix: those with a container
-// on this host's engine (as the engine says), and the members of other
-// hosts (as Redis says).
+// on this host's engine (as the engine says), this host's hibernated
+// workers and the members of other hosts (as Redis says).
 func (s *Spawner) List(ctx context.Context) ([]protocol.WorkerInfo, error) {
 	cs, err := s.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: s.managedFilter()})
 	if err != nil {
@@ -150,6 +158,19 @@ func (s *Spawner) List(ctx context.Context) ([]protocol.WorkerInfo, error) {
 			continue
 		}
 		out = append(out, info)
+	}
+	hibernated, err := s.rdb.HibernatedOn(ctx, s.Host())
+	if err != nil {
+		return nil, redisError(err, "hibernated workers")
+	}
+	for _, id := range hibernated {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		if info, err := s.Status(ctx, id); err == nil {
+			out = append(out, info)
+		}
 	}
 	for id, host := range placed {
 		if seen[id] || s.fleet.mine(host) {

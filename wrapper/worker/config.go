@@ -3,6 +3,7 @@ package worker
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -129,6 +130,13 @@ type Config struct {
 	// Sessions tunes the project policy: SESSION_CONTEXT_THRESHOLD,
 	// SESSION_STALE_AFTER, SESSION_AFFINITY, SESSION_SUMMARIZE.
 	Sessions SessionConfig
+	// SessionStore (SESSION_STORE): "redis" saves each session's files to
+	// Redis after each task and restores them before a resume when they
+	// are not here; "off" keeps them in the agent's home only.
+	// SessionStoreMax (SESSION_STORE_MAX_BYTES) caps one session's
+	// compressed files; a larger one is not stored.
+	SessionStore    string
+	SessionStoreMax int
 
 	// DroidBaseURL (DROID_BASE_URL) points Droid at an Anthropic-compatible
 	// API through a custom model in ~/.factory/settings.json.
@@ -323,6 +331,8 @@ func runVars(c *Config) []envconf.Var {
 		{Name: "SESSION_STALE_AFTER", Default: "24h", Value: envconf.Duration(&c.Sessions.StaleAfter), Doc: "a session idle this long is retired"},
 		{Name: "SESSION_AFFINITY", Default: "30m", Value: envconf.Duration(&c.Sessions.Affinity), Doc: "how long a project's session stays bound to its worker"},
 		{Name: "SESSION_SUMMARIZE", Default: "true", Value: envconf.Bool(&c.Sessions.Summarize), Doc: "a retiring session summarises the project for the next one"},
+		{Name: "SESSION_STORE", Default: "redis", Value: envconf.Enum(&c.SessionStore, "redis", "off"), Doc: "redis: save each session's files to Redis so that another container resumes it; off: none"},
+		{Name: "SESSION_STORE_MAX_BYTES", Default: "8388608", Value: envconf.Int(&c.SessionStoreMax, 1), Doc: "a session whose files are larger compressed is not stored"},
 	}
 }
 
@@ -395,3 +405,18 @@ func parseArgs(s string) ([]string, error) {
 // envMCPTimeout is how long an MCP server may take to start (Claude's own
 // default, 30 s).
 const envMCPTimeout = "AGENT_MCP_TIMEOUT"
+
+// sessionFiles is the session store of the worker's configuration (nil:
+// SESSION_STORE=off). Sessions are kept as long as a session may be
+// continued (SESSION_STALE_AFTER).
+func (c Config) sessionFiles(store SessionBlobs, log *slog.Logger) *SessionFiles {
+	if c.SessionStore == "off" {
+		return nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return nil
+	}
+	return &SessionFiles{Home: home, Dirs: sessionDirs, Store: store, MaxBytes: c.SessionStoreMax,
+		TTL: c.Sessions.withDefaults().StaleAfter, Log: log}
+}

@@ -103,7 +103,8 @@ func TestConfigDefaults(t *testing.T) {
 		ApprovalTimeout: 5 * time.Minute, HeartbeatInterval: 10 * time.Second, DegradedCooldown: time.Minute, ShutdownGrace: 20 * time.Second, ResultGrace: 3 * time.Second,
 		KillGrace: 5 * time.Second, ProgressAddr: "127.0.0.1:0", EventBuffer: 1000, PauseAfterOutput: true, StreamMaxLen: 10000,
 		RunRetention: 24 * time.Hour, SessionPolicy: "project", MCPTimeout: 30 * time.Second,
-		Sessions: SessionConfig{ContextThreshold: 150000, StaleAfter: 24 * time.Hour, Affinity: 30 * time.Minute, Summarize: true}}
+		Sessions:     SessionConfig{ContextThreshold: 150000, StaleAfter: 24 * time.Hour, Affinity: 30 * time.Minute, Summarize: true},
+		SessionStore: "redis", SessionStoreMax: 8 << 20}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults\n%+v\nwant\n%+v", c, want)
 	}

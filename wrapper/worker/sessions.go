@@ -129,6 +129,10 @@ type SessionDeps struct {
 	WorkerID string
 	// Redact, when set, cleans a summary of secrets before it is stored.
 	Redact func(string) string
+	// Files, when set, saves the session's files to the session store
+	// after each task and restores them before a resume when they are not
+	// here.
+	Files *SessionFiles
 }
 
 // NewProjectSessions returns the project policy.
@@ -190,7 +194,25 @@ func (p *ProjectSessions) Decide(ctx context.Context, task protocol.Task) Sessio
 	}
 	plan.ResumeID = prev
 	plan.Decision = protocol.SessionDecision{Action: protocol.SessionResume, Reason: protocol.SessionReasonContinued, PreviousSessionID: prev}
+	p.restoreFiles(ctx, project, prev)
 	return plan
+}
+
+// restoreFiles brings a session's files from the session store when this
+// container has none (a resume without them fails and falls back to a new
+// session with the project's context, saying so).
+func (p *ProjectSessions) restoreFiles(ctx context.Context, project, sessionID string) {
+	if p.d.Files == nil {
+		return
+	}
+	start := p.d.Now()
+	ok, err := p.d.Files.Restore(ctx, p.d.AgentType, project, sessionID)
+	switch {
+	case err != nil:
+		p.log().Warn("session files not restored from the session store", "session_id", sessionID, "project_id", project, "err", err)
+	case ok:
+		p.log().Info("session files restored from the session store", "session_id", sessionID, "project_id", project, "took", p.d.Now().Sub(start).String())
+	}
 }
 
 // summaryTimeout bounds a retiring session's summary turn.
@@ -300,6 +322,11 @@ func (p *ProjectSessions) Complete(ctx context.Context, task protocol.Task, plan
 	}
 	if _, err := d.Store.SaveSession(ctx, d.AgentType, task.Project(), d.WorkerID, isNew, cost, fields); err != nil {
 		p.log().Warn("session not recorded", "err", err)
+	}
+	if d.Files != nil {
+		if err := d.Files.Save(ctx, d.AgentType, task.Project(), sid); err != nil {
+			p.log().Warn("session files not saved to the session store", "session_id", sid, "err", err)
+		}
 	}
 	p.log().Info("session recorded", "project_id", task.Project(), "session_id", sid, "action", plan.Decision.Action,
 		"reason", plan.Decision.Reason, "context_tokens", contextTokens, "threshold", p.threshold(window))

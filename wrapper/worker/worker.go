@@ -142,7 +142,7 @@ func New(cfg Config, opts Options) (*Worker, error) {
 			w.sessions = NewSessions{}
 		} else {
 			w.sessions = NewProjectSessions(SessionDeps{Store: r, Run: w.runOwnTurn, Now: w.now, Log: w.log,
-				AgentType: cfg.AgentType, Agent: ad, WorkerID: cfg.WorkerID, Redact: w.redact.Redact}, cfg.Sessions)
+				AgentType: cfg.AgentType, Agent: ad, WorkerID: cfg.WorkerID, Redact: w.redact.Redact, Files: cfg.sessionFiles(r, w.log)}, cfg.Sessions)
 		}
 	}
 	switch {

@@ -153,7 +153,7 @@ export interface Lifecycle {
   v: Version;
   type: "lifecycle";
   worker_id: Id;
-  event: "started" | "task_started" | "task_completed" | "task_failed" | "task_cancelled" | "budget_warning" | "pause_requested" | "stopping" | "stopped" | "failed" | "state_changed" | "task_handed_off" | "created" | "queued" | "paused" | "unpaused" | "died" | "oom" | "dead" | "degraded" | "recovered" | "removed" | "replace_failed" | "allocated" | "recycled" | "host_lost" | "network_changed" | "operator_action";
+  event: "started" | "task_started" | "task_completed" | "task_failed" | "task_cancelled" | "budget_warning" | "pause_requested" | "stopping" | "stopped" | "failed" | "state_changed" | "task_handed_off" | "created" | "queued" | "paused" | "unpaused" | "died" | "oom" | "dead" | "degraded" | "recovered" | "removed" | "replace_failed" | "allocated" | "recycled" | "host_lost" | "network_changed" | "operator_action" | "hibernated";
   source: "wrapper" | "spawner" | "operator";
   timestamp: Timestamp;
   request_id?: Id;
@@ -275,8 +275,8 @@ export interface ProgressReport {
 
 export interface ReplyWorker {
   worker_id: Id;
-  status: "queued" | "starting" | "running" | "paused" | "stopped" | "failed";
-  state?: "starting" | "idle" | "busy" | "paused" | "stopping" | "stopped" | "failed";
+  status: "queued" | "starting" | "running" | "paused" | "stopped" | "failed" | "hibernated";
+  state?: "starting" | "idle" | "busy" | "paused" | "stopping" | "stopped" | "failed" | "hibernated";
   health?: "unknown" | "healthy" | "degraded";
   agent_type?: AgentType;
   kind?: Kind;

@@ -131,7 +131,7 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int 
 			log.Error("shutdown: workers left", "err", err)
 			return 1
 		}
-		log.Info("shutdown: every worker removed", "took", time.Since(start).String())
+		log.Info("shutdown: every worker hibernated or removed", "took", time.Since(start).String())
 		if ops.RemoveVolumesAtStop {
 			removed, err := s.RemoveVolumes(sctx)
 			if err != nil {

@@ -63,6 +63,13 @@ func HostKey(k protocol.Keys, host string) string { return join(k, "host", host)
 // wake-up loop reads it instead of every worker's status.
 func HostPausedKey(k protocol.Keys, host string) string { return join(k, "paused", "host", host) }
 
+// HostHibernatedKey is the set of the hibernated workers of one host:
+// they have no container, hold no slot, and the host's wake-up loop
+// watches their inputs.
+func HostHibernatedKey(k protocol.Keys, host string) string {
+	return join(k, "hibernated", "host", host)
+}
+
 // ManagersKey is the set of the manager ids that have written a state
 // hash; a member whose state hash has expired is a manager gone (readers
 // drop it).

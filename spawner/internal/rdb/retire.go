@@ -113,3 +113,23 @@ func (r *RDB) Delivered(ctx context.Context, stream, group, id string) error {
 	}
 	return err
 }
+
+// reviveScript: KEYS workers, retiring, status, heartbeat; ARGV id. A
+// worker whose retirement its owner turned into a new incarnation comes
+// back into Workers under its id; the old incarnation's heartbeat goes.
+// Returns 1 when it left Retiring now, 0 when it was not there.
+var reviveScript = script(`
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return 0 end
+redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[3], '` + protocol.StatusFieldRetireReason + `', '` + protocol.StatusFieldRetiredAt + `')
+redis.call('DEL', KEYS[4])
+return 1
+`)
+
+// Revive moves a worker the caller is retiring from Retiring back into
+// Workers (its slot stays taken throughout); false when it was not being
+// retired.
+func (r *RDB) Revive(ctx context.Context, id string) (bool, error) {
+	n, err := reviveScript.Run(ctx, r.C, []string{r.Keys.Workers(), ctlplane.RetiringKey(r.Keys), r.Keys.Status(id), r.Keys.Heartbeat(id)}, id).Int()
+	return n == 1, err
+}

@@ -30,7 +30,8 @@ const (
 )
 
 // busyScript: KEYS status hash, input stream, workers set; ARGV group,
-// consumer (the worker id).
+// consumer (the worker id), and "any" to look at a worker that is not a
+// member (being retired or hibernated).
 // One read of everything that says a task is in flight, atomic with the
 // entries' delivery, so that no task can slip between the checks. It
 // answers {reason, the group's last-delivered id ("0-0" when none)}:
@@ -38,7 +39,7 @@ const (
 var busyScript = script(`
 $LESS
 $DELIVERED
-if redis.call('SISMEMBER', KEYS[3], ARGV[2]) == 0 then return {'ending', '0-0'} end
+if ARGV[3] ~= 'any' and redis.call('SISMEMBER', KEYS[3], ARGV[2]) == 0 then return {'ending', '0-0'} end
 local h = redis.call('HMGET', KEYS[1], '$WORKER_STATE', '$WORKER_REQUEST')
 if h[1] == '$STOPPING' or h[1] == '$STOPPED' then return {'ending', '0-0'} end
 if h[1] == '$BUSY' or (h[2] and h[2] ~= '') then return {'task_in_flight', '0-0'} end
@@ -65,7 +66,18 @@ func (r *RDB) Busy(ctx context.Context, id, input, group string) (Busy, error) {
 // delivered ("0-0" when none): an entry after it is a task waiting, so a
 // blocking read of input from it returns when one comes.
 func (r *RDB) BusyDelivered(ctx context.Context, id, input, group string) (Busy, string, error) {
-	res, err := busyScript.Run(ctx, r.C, []string{r.Keys.Status(id), input, r.Keys.Workers()}, group, id).StringSlice()
+	return r.busy(ctx, id, input, group, "")
+}
+
+// BusyAnyway is BusyDelivered for a worker that is not a member of
+// Workers (being hibernated, or hibernated): a task in flight, held or
+// waiting on its input.
+func (r *RDB) BusyAnyway(ctx context.Context, id, input, group string) (Busy, string, error) {
+	return r.busy(ctx, id, input, group, "any")
+}
+
+func (r *RDB) busy(ctx context.Context, id, input, group, mode string) (Busy, string, error) {
+	res, err := busyScript.Run(ctx, r.C, []string{r.Keys.Status(id), input, r.Keys.Workers()}, group, id, mode).StringSlice()
 	if err != nil {
 		return NotBusy, "", err
 	}

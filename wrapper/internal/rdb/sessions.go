@@ -120,3 +120,21 @@ func Int64Field(fields map[string]string, name string) int64 {
 	n, _ := strconv.ParseInt(fields[name], 10, 64)
 	return n
 }
+
+// SaveSessionFiles stores the project's session files blob for ttl.
+func (r *RDB) SaveSessionFiles(ctx context.Context, agent protocol.AgentType, project string, blob []byte, ttl time.Duration) error {
+	ctx, cancel := r.ctx(ctx)
+	defer cancel()
+	return r.c.Set(ctx, r.Keys.SessionFiles(agent, project), blob, ttl).Err()
+}
+
+// SessionFiles returns the project's session files blob (nil: none).
+func (r *RDB) SessionFiles(ctx context.Context, agent protocol.AgentType, project string) ([]byte, error) {
+	ctx, cancel := r.ctx(ctx)
+	defer cancel()
+	b, err := r.c.Get(ctx, r.Keys.SessionFiles(agent, project)).Bytes()
+	if err == redis.Nil {
+		return nil, nil
+	}
+	return b, err
+}

@@ -1,0 +1,253 @@
+package spawner
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
+)
+
+// Hibernation removes a long-lived worker's container and keeps its
+// identity (incarnation.go): its id, spec, streams, status hash and
+// project volume stay; its slot, memory, Redis user (made again, same
+// name, at the wake) and gateway socket directory (opened again at the
+// wake) are given back. The agent's session is in the project volume, so
+// a worker woken on the same host resumes it. A task, cancel or message
+// on its input wakes it: a new incarnation, admitted like a create (a
+// slot, queued at the limit), made under a lease so that two wakes never
+// make two; the task is then served.
+
+// Reasons of a hibernation (the hibernated event's detail.reason).
+const (
+	hibernateIdle         = "idle"          // HIBERNATE_AFTER
+	hibernatePauseTimeout = "pause_timeout" // PAUSE_TIMEOUT
+	hibernateShutdown     = "shutdown"      // the manager stopped
+	hibernateEvicted      = "evicted"       // EVICT_PAUSED: a create took its slot
+)
+
+// hibernatable reports whether a worker of this status hash can hibernate:
+// long-lived, with a spec to make it again, and no warm pool worker (its
+// pool makes another).
+func hibernatable(h map[string]string) bool {
+	kind := protocol.Kind(h[protocol.StatusFieldKind])
+	return (kind == protocol.KindLongLived || kind == "") && h[protocol.StatusFieldSpec] != "" && h[protocol.StatusFieldPoolState] != protocol.PoolWarm
+}
+
+// hibernate removes a worker's container and keeps its identity. An idle
+// worker (graceful false) is paused first, so that it reads no task while
+// its container goes: a busy one is not hibernated (WORKER_BUSY). A
+// graceful hibernation (the manager's stop) gives the wrapper the stop
+// timeout to finish its task. What the wrapper held and had not finished
+// is put back on its input for the next incarnation (the task in flight,
+// if unanswered, is answered TERMINATED).
+func (s *Spawner) hibernate(ctx context.Context, id, reason string, graceful bool) error {
+	if !graceful {
+		if err := s.Pause(ctx, id); err != nil {
+			return err
+		}
+	}
+	owns, _, err := s.rdb.BeginRetire(ctx, id, "hibernating", s.now(), s.cfg.LeaseTTL)
+	if err != nil || !owns {
+		return maybeRedisError(err, "hibernate %s", id) // nil when another caller retires it
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StopTimeout+time.Minute)
+	defer cancel()
+	lease := s.keepRetiring(ctx, id)
+	defer lease.stop()
+	h, err := s.rdb.Status(ctx, id)
+	if err != nil {
+		return redisError(err, "status of %s", id)
+	}
+	kind, input, group := s.inputOf(id, protocol.Kind(h[protocol.StatusFieldKind]))
+	if !graceful {
+		if b, _, err := s.rdb.BusyAnyway(ctx, id, input, group); err == nil && b != rdb.NotBusy && b != rdb.BusyEnding {
+			// A task came as it was frozen: it stays, awake.
+			_, _ = s.rdb.Revive(ctx, id)
+			_ = s.Unpause(ctx, id)
+			return errorf(protocol.CodeWorkerBusy, "worker %s became busy (%s): not hibernated", id, b)
+		}
+	}
+	if err := s.removeContainer(ctx, id, graceful); err != nil {
+		return err // the retirement stays leased: the leader ends it
+	}
+	if h, err = s.rdb.Status(ctx, id); err != nil {
+		return redisError(err, "status of %s", id)
+	}
+	// The next incarnation comes with the wake: a task in flight that
+	// asked for retries goes back on the input for it (retries.go).
+	r := retirement{reason: protocol.RemovedReason("hibernated"), code: protocol.CodeTerminated, msg: "the worker was hibernated while it ran this task", replacing: true}
+	if err := s.answerHeld(ctx, id, h, kind, s.keys.InputsFor(kind, id), group, r, true); err != nil {
+		return err
+	}
+	return s.hibernated(ctx, id, h, reason)
+}
+
+// hibernated ends the hibernation of a worker the caller is retiring,
+// whose container is gone and whose held tasks are settled: its socket
+// directory and Redis user go, its status says hibernated, and it leaves
+// Retiring for its host's hibernated set.
+func (s *Spawner) hibernated(ctx context.Context, id string, h map[string]string, reason string) error {
+	s.closeSealed(ctx, id)
+	if err := s.users.drop(ctx, id); err != nil {
+		return err
+	}
+	s.writeStatus(ctx, id, map[string]any{
+		protocol.StatusFieldState: string(protocol.WorkerHibernated), protocol.StatusFieldContainer: string(protocol.ContainerHibernated),
+		protocol.StatusFieldRequestID: "", protocol.StatusFieldTaskID: "", protocol.StatusFieldOutputStream: "", protocol.StatusFieldTaskStarted: "",
+		protocol.StatusFieldContainerID: "", protocol.StatusFieldHibernatedAt: protocol.FormatTime(s.now())})
+	if _, err := s.rdb.Hibernate(ctx, id, s.Host()); err != nil {
+		return redisError(err, "hibernate %s", id)
+	}
+	s.lifecycle(ctx, id, protocol.EventHibernated, map[string]any{"reason": reason, "incarnation": atoi(h[protocol.StatusFieldIncarnation])})
+	s.log.Info("worker hibernated", "worker_id", id, "reason", reason)
+	return nil
+}
+
+// Hibernate hibernates an idle worker now (as HIBERNATE_AFTER does).
+func (s *Spawner) Hibernate(ctx context.Context, id string) error {
+	h, err := s.rdb.Status(ctx, id)
+	if err != nil {
+		return redisError(err, "status of %s", id)
+	}
+	if !hibernatable(h) {
+		return errorf(protocol.CodeInvalidCommand, "worker %s cannot hibernate (only a long-lived worker with a spec, not a warm pool worker)", id)
+	}
+	return s.hibernate(ctx, id, hibernateIdle, false)
+}
+
+// wakeHibernated makes a new incarnation of a hibernated worker of this
+// host. A lease makes one wake at a time per worker; the wake is
+// admitted like a create (it may queue for a slot) and joins Workers in
+// one step with its leaving the hibernated set, unless a delete took it
+// out first (then its container is removed).
+func (s *Spawner) wakeHibernated(ctx context.Context, id string) error {
+	host := s.Host()
+	name := "wake:" + id
+	if ok, err := s.rdb.TakeLease(ctx, name, s.instance, s.cfg.LeaseTTL); err != nil || !ok {
+		return maybeRedisError(err, "wake lease of %s", id) // nil: another wake is under way
+	}
+	held := renewEvery(ctx, s.cfg.LeaseTTL/3, func(ctx context.Context) bool {
+		ok, err := s.rdb.TakeLease(ctx, name, s.instance, s.cfg.LeaseTTL)
+		return err != nil || ok
+	})
+	defer func() { held.stop(); _ = s.rdb.ReleaseLease(context.WithoutCancel(ctx), name, s.instance) }()
+	if hib, err := s.rdb.IsHibernated(ctx, host, id); err != nil || !hib {
+		return maybeRedisError(err, "hibernated set") // nil: woken or deleted meanwhile
+	}
+	h, err := s.rdb.Status(ctx, id)
+	if err != nil {
+		return redisError(err, "status of %s", id)
+	}
+	var spec protocol.WorkerSpec
+	if err := json.Unmarshal([]byte(h[protocol.StatusFieldSpec]), &spec); err != nil {
+		return errorf(protocol.CodeInternalError, "worker %s: unreadable spec: %v", id, err)
+	}
+	if spec.Kind == "" {
+		spec.Kind = protocol.KindLongLived
+	}
+	slot, _, err := s.admit(ctx, id, spec.Placement, createOpts{})
+	if err != nil {
+		s.stillHibernated(ctx, id, err)
+		return err
+	}
+	defer slot.stop()
+	if hib, err := s.rdb.IsHibernated(ctx, host, id); err != nil || !hib {
+		// Deleted while the wake waited for its slot.
+		_ = s.rdb.Leave(context.WithoutCancel(ctx), id)
+		s.ended(ctx, id)
+		return maybeRedisError(err, "hibernated set")
+	}
+	n := max(atoi(h[protocol.StatusFieldIncarnation]), 1) + 1
+	s.writeStatus(ctx, id, map[string]any{
+		protocol.StatusFieldState: string(protocol.WorkerStarting), protocol.StatusFieldContainer: string(protocol.ContainerStarting),
+		protocol.StatusFieldHealth: string(protocol.HealthHealthy), protocol.StatusFieldIncarnation: n,
+		protocol.StatusFieldIncarnatedAt: protocol.FormatTime(s.now()), protocol.StatusFieldIncarnationTasks: h[protocol.StatusFieldTasksDone],
+		protocol.StatusFieldReplacements: 0, protocol.StatusFieldHost: host})
+	join := func(ctx context.Context, id string) error {
+		switch got, err := s.rdb.WakeJoin(ctx, host, id); {
+		case err != nil:
+			return redisError(err, "wake %s", id)
+		case got == 0:
+			return errLostRace
+		case got < 0:
+			return errorf(protocol.CodeResourceExhausted, "the slot lease of %s ran out before its container was made", id)
+		}
+		return nil
+	}
+	err = s.incarnate(ctx, id, spec, h, n, join)
+	if err != nil {
+		_ = s.rdb.Leave(context.WithoutCancel(ctx), id)
+		if err != errLostRace {
+			s.stillHibernated(ctx, id, err)
+			return err
+		}
+		s.ended(ctx, id)
+		return nil
+	}
+	s.log.Info("hibernated worker woken", "worker_id", id, "incarnation", n)
+	return nil
+}
+
+// stillHibernated writes back the status of a hibernated worker whose
+// wake failed (the next task, or the wake-up loop's recheck, tries again),
+// unless a delete ended it meanwhile.
+func (s *Spawner) stillHibernated(ctx context.Context, id string, cause error) {
+	ctx = context.WithoutCancel(ctx)
+	if hib, err := s.rdb.IsHibernated(ctx, s.Host(), id); err != nil || !hib {
+		s.ended(ctx, id)
+		return
+	}
+	s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldState: string(protocol.WorkerHibernated),
+		protocol.StatusFieldContainer: string(protocol.ContainerHibernated), protocol.StatusFieldError: cause.Error()})
+}
+
+// ended writes the status of a worker a delete ended while a wake of it
+// ran (the wake's writes may have come after the delete's).
+func (s *Spawner) ended(ctx context.Context, id string) {
+	s.writeStatus(context.WithoutCancel(ctx), id, map[string]any{protocol.StatusFieldState: string(protocol.WorkerStopped),
+		protocol.StatusFieldContainer: string(protocol.ContainerStopped)})
+}
+
+// endHibernated ends the identity of a hibernated worker (a delete): it
+// leaves the hibernated set (winning over a wake that has not joined
+// yet), the tasks waiting on its input are answered WORKER_GONE, and it
+// is retired as any deleted worker (keys expire after the retention,
+// later tasks answered WORKER_GONE). It reports whether it did.
+func (s *Spawner) endHibernated(ctx context.Context, id string, h map[string]string) (bool, error) {
+	took, err := s.rdb.Unhibernate(ctx, hostOf(h, s), id)
+	if err != nil || !took {
+		return false, maybeRedisError(err, "hibernated set")
+	}
+	kind, input, group := s.inputOf(id, protocol.Kind(h[protocol.StatusFieldKind]))
+	r := retirement{reason: protocol.RemovedDeleted, late: true, code: protocol.CodeWorkerGone,
+		msg: "the worker " + id + " was deleted while hibernated: send it to another worker"}
+	if err := s.answerWaiting(ctx, id, h, input, group, r); err != nil {
+		return true, err
+	}
+	s.writeStatusOn(ctx, hostOf(h, s), id, map[string]any{protocol.StatusFieldState: string(protocol.WorkerStopped),
+		protocol.StatusFieldContainer: string(protocol.ContainerStopped)})
+	s.lifecycleOn(ctx, hostOf(h, s), id, protocol.EventRemoved, map[string]any{"reason": protocol.RemovedDeleted, "hibernated": true})
+	if err := s.rdb.EndRetire(ctx, id, kind, protocol.AgentType(h[protocol.StatusFieldAgentType]), h[protocol.StatusFieldProjectID], s.now()); err != nil {
+		return true, redisError(err, "end %s", id)
+	}
+	s.log.Info("hibernated worker deleted", "worker_id", id)
+	return true, nil
+}
+
+// isHibernated reports whether a worker of this status hash is in its
+// host's hibernated set (its status may say queued or starting while a
+// wake runs).
+func (s *Spawner) isHibernated(ctx context.Context, id string, h map[string]string) bool {
+	hib, err := s.rdb.IsHibernated(ctx, hostOf(h, s), id)
+	return err == nil && hib
+}
+
+// maybeRedisError is redisError, or nil for no error.
+func maybeRedisError(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	return redisError(err, format, args...)
+}

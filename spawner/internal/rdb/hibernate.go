@@ -1,0 +1,100 @@
+package rdb
+
+import (
+	"context"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
+)
+
+// Hibernation: a worker leaves Workers for Retiring (BeginRetire, so one
+// caller does it and nothing judges it meanwhile), its container goes,
+// then it leaves Retiring for its host's hibernated set (no slot). A
+// wake takes it from that set into Workers, in one step with its admitted
+// create's slot (WakeJoin); a delete takes it out (Unhibernate). Whoever
+// removes it from the set first wins.
+
+// hibernateScript: KEYS retiring, host hibernated, status, heartbeat,
+// placement; ARGV id.
+var hibernateScript = script(`
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], '` + protocol.StatusFieldRetireReason + `', '` + protocol.StatusFieldRetiredAt + `')
+redis.call('DEL', KEYS[4])
+redis.call('HDEL', KEYS[5], ARGV[1])
+return 1
+`)
+
+// Hibernate ends the caller's retirement of id as a hibernation on host;
+// false when id was not being retired.
+func (r *RDB) Hibernate(ctx context.Context, id, host string) (bool, error) {
+	k := r.Keys
+	n, err := hibernateScript.Run(ctx, r.C, []string{ctlplane.RetiringKey(k), ctlplane.HostHibernatedKey(k, host), k.Status(id), k.Heartbeat(id), k.Placement()}, id).Int()
+	return n == 1, err
+}
+
+// HibernatedOn returns the hibernated workers of host.
+func (r *RDB) HibernatedOn(ctx context.Context, host string) ([]string, error) {
+	return r.C.SMembers(ctx, ctlplane.HostHibernatedKey(r.Keys, host)).Result()
+}
+
+// IsHibernated reports whether id is a hibernated worker of host.
+func (r *RDB) IsHibernated(ctx context.Context, host, id string) (bool, error) {
+	return r.C.SIsMember(ctx, ctlplane.HostHibernatedKey(r.Keys, host), id).Result()
+}
+
+// Unhibernate takes id out of host's hibernated set and reports whether
+// this call did (a delete that wins over a wake).
+func (r *RDB) Unhibernate(ctx context.Context, host, id string) (bool, error) {
+	n, err := r.C.SRem(ctx, ctlplane.HostHibernatedKey(r.Keys, host), id).Result()
+	return n == 1, err
+}
+
+// wakeJoinScript: KEYS host hibernated, creating, workers; ARGV id.
+// Returns 1 when the woken worker joined Workers, 0 when it is no longer
+// hibernated (a delete won), -1 when its admitted slot's lease was lost
+// (it stays hibernated).
+var wakeJoinScript = script(`
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 0 then return 0 end
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return -1 end
+redis.call('SREM', KEYS[1], ARGV[1])
+redis.call('SADD', KEYS[3], ARGV[1])
+return 1
+`)
+
+// WakeJoin makes a woken worker of host a member of Workers in place of
+// its admitted slot and its hibernation (see wakeJoinScript).
+func (r *RDB) WakeJoin(ctx context.Context, host, id string) (int, error) {
+	k := r.Keys
+	return wakeJoinScript.Run(ctx, r.C, []string{ctlplane.HostHibernatedKey(k, host), ctlplane.CreatingKey(k), k.Workers()}, id).Int()
+}
+
+// adoptScript: KEYS lost host's hibernated set, this host's, the
+// worker's status hash; ARGV id, this host. Returns 1 when adopted now.
+var adoptScript = script(`
+if redis.call('SMOVE', KEYS[1], KEYS[2], ARGV[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[3], '` + protocol.StatusFieldHost + `', ARGV[2])
+return 1
+`)
+
+// Adopt makes the hibernated workers of a lost host this host's, and
+// returns those it adopted: the next task to each wakes it here (its
+// session restored from the session store).
+func (r *RDB) Adopt(ctx context.Context, lost, host string) ([]string, error) {
+	k := r.Keys
+	ids, err := r.HibernatedOn(ctx, lost)
+	if err != nil {
+		return nil, err
+	}
+	var adopted []string
+	for _, id := range ids {
+		n, err := adoptScript.Run(ctx, r.C, []string{ctlplane.HostHibernatedKey(k, lost), ctlplane.HostHibernatedKey(k, host), k.Status(id)}, id, host).Int()
+		if err != nil {
+			return adopted, err
+		}
+		if n == 1 {
+			adopted = append(adopted, id)
+		}
+	}
+	return adopted, nil
+}

@@ -1,0 +1,124 @@
+package worker
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/testkit"
+	"github.com/agentvisor/agentvisor/wrapper/agent"
+	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
+)
+
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A project's session moves to another container through the session
+// store: the worker that ran it saves its files after the task, and a
+// worker with an empty home (another host, a new volume) restores them
+// before it resumes the session. Nothing else of the home travels, and a
+// session too large for the cap is not stored.
+func TestSessionFilesMoveToAnotherHome(t *testing.T) {
+	r := testkit.StartRedis(t)
+	keys := protocol.Keys{}
+	store, err := rdb.Open(r.URL(), "", keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	ctx := context.Background()
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	homeA, homeB := t.TempDir(), t.TempDir()
+	transcript := ".claude/projects/-home-worker-workspace/sess-1.jsonl"
+	writeFile(t, filepath.Join(homeA, transcript), `{"type":"user","message":"remember 42"}`+"\n")
+	writeFile(t, filepath.Join(homeA, ".claude/projects/-home-worker-workspace/other.jsonl"), "another session\n")
+	writeFile(t, filepath.Join(homeA, ".claude/settings.json"), "{}")
+
+	var clk clock
+	policy := func(home string) *ProjectSessions {
+		files := &SessionFiles{Home: home, Dirs: sessionDirs, Store: store, MaxBytes: 1 << 20, TTL: time.Hour, Log: log}
+		return NewProjectSessions(SessionDeps{Store: store, Now: clk.now, Log: log, AgentType: protocol.AgentClaude, WorkerID: "w1", Files: files},
+			SessionConfig{})
+	}
+	task := protocol.Task{RequestID: "r1", ProjectID: "proj", Prompt: "remember 42"}
+	a := policy(homeA)
+	plan := a.Decide(ctx, task)
+	if plan.ResumeID != "" {
+		t.Fatalf("first task: %+v", plan)
+	}
+	a.Complete(ctx, task, plan, agent.Outcome{Result: &agent.Result{SessionID: "sess-1"}}, nil)
+	if ttl := r.Client(t).TTL(ctx, keys.SessionFiles(protocol.AgentClaude, "proj")).Val(); ttl <= 0 || ttl > time.Hour {
+		t.Fatalf("session files kept for %v, want the store's TTL", ttl)
+	}
+
+	b := policy(homeB)
+	plan = b.Decide(ctx, protocol.Task{RequestID: "r2", ProjectID: "proj", Prompt: "what was it?"})
+	if plan.ResumeID != "sess-1" {
+		t.Fatalf("second task: %+v", plan)
+	}
+	got, err := os.ReadFile(filepath.Join(homeB, transcript))
+	if err != nil || string(got) != `{"type":"user","message":"remember 42"}`+"\n" {
+		t.Fatalf("restored transcript %q %v", got, err)
+	}
+	for _, rel := range []string{".claude/projects/-home-worker-workspace/other.jsonl", ".claude/settings.json"} {
+		if _, err := os.Stat(filepath.Join(homeB, rel)); !os.IsNotExist(err) {
+			t.Errorf("%s travelled with the session (%v)", rel, err)
+		}
+	}
+	// Files already here are not overwritten.
+	writeFile(t, filepath.Join(homeB, transcript), "newer here\n")
+	if ok, err := b.d.Files.Restore(ctx, protocol.AgentClaude, "proj", "sess-1"); ok || err != nil {
+		t.Fatalf("restore over files present: %v %v", ok, err)
+	}
+	// Another session's id finds nothing to restore.
+	if ok, err := b.d.Files.Restore(ctx, protocol.AgentClaude, "proj", "sess-2"); ok || err == nil {
+		t.Fatalf("restore of a session the store does not have: %v %v", ok, err)
+	}
+	// Over the cap: not stored, the store keeps the last one.
+	big := &SessionFiles{Home: homeA, Dirs: sessionDirs, Store: store, MaxBytes: 10, TTL: time.Hour, Log: log}
+	if err := big.Save(ctx, protocol.AgentClaude, "proj", "sess-1"); err == nil {
+		t.Fatal("a session over the cap was stored")
+	}
+}
+
+// A stored blob cannot write outside the agent's home.
+func TestSessionFilesStayInTheHome(t *testing.T) {
+	r := testkit.StartRedis(t)
+	store, err := rdb.Open(r.URL(), "", protocol.Keys{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	ctx := context.Background()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	_ = json.NewEncoder(zw).Encode(sessionBlob{SessionID: "s", Files: []sessionFile{{Path: "../escaped", Data: []byte("x")}}})
+	_ = zw.Close()
+	if err := store.SaveSessionFiles(ctx, protocol.AgentClaude, "p", buf.Bytes(), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	parent := t.TempDir()
+	home := filepath.Join(parent, "home")
+	f := &SessionFiles{Home: home, Dirs: sessionDirs, Store: store}
+	if ok, err := f.Restore(ctx, protocol.AgentClaude, "p", "s"); ok || err == nil {
+		t.Fatalf("a path out of the home was restored: %v %v", ok, err)
+	}
+	if _, err := os.Stat(filepath.Join(parent, "escaped")); !os.IsNotExist(err) {
+		t.Fatalf("a file was written outside the home (%v)", err)
+	}
+}
