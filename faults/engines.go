@@ -130,7 +130,9 @@ func (e *Engine) Start() error {
 		// socket, a data root) are the default engine's.
 		"--config-file", filepath.Join(e.Dir, "daemon.json"),
 	}
-	if err := os.WriteFile(filepath.Join(e.Dir, "daemon.json"), []byte("{}\n"), 0o644); err != nil {
+	// live-restore as the default engine has it (scripts/setup.sh): the
+	// containers outlive a restart of dockerd.
+	if err := os.WriteFile(filepath.Join(e.Dir, "daemon.json"), []byte(`{"live-restore": true}`+"\n"), 0o644); err != nil {
 		logf.Close()
 		return err
 	}
@@ -296,6 +298,26 @@ func (e *Engine) Stop(bound time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// KillDaemon is a crash of the engine alone (as an upgrade that kills
+// it, or the OOM killer): dockerd gets SIGKILL; containerd, the shims and
+// the containers are left running (live-restore). Start brings dockerd
+// back over them.
+func (e *Engine) KillDaemon() (time.Time, error) {
+	if !e.Running() {
+		return time.Time{}, fmt.Errorf("faults: engine %s does not run", e.Name)
+	}
+	at := time.Now()
+	if err := e.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return at, fmt.Errorf("faults: kill dockerd %s: %w", e.Name, err)
+	}
+	select {
+	case <-e.done:
+	case <-time.After(10 * time.Second):
+		return at, fmt.Errorf("faults: dockerd %s did not exit within 10 s of SIGKILL", e.Name)
+	}
+	return at, nil
 }
 
 // Remove stops the engine, then removes every trace of it: the mounts it

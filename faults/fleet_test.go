@@ -36,10 +36,11 @@ func TestHostLostMidLoad(t *testing.T) {
 			"dies: its cgroup (manager, gateway, dockerd, containerd, shims, containers) is frozen and SIGKILLed at one instant. After "+
 			"the load, host-2's engine, gateway and manager (same HOST_ID) start again, and a create placed on host-2 follows.",
 			maxPerHost, hb, hosts*perHost, hosts*perHost*tasksPerWorker, float64(taskMS)/1000, tasksPerWorker),
-		Recovered: "every task answered once within 3 heartbeat intervals + one lease + 45 s of the kill (a task of a host-2 worker may " +
-			"fail HOST_LOST or be moved to a replacement); host-2's workers declared lost (`host_lost` event) within 3 heartbeat " +
-			"intervals of the kill and replaced on the surviving hosts (at most one replacement each); after the restart, host-2's " +
-			"manager removes its old containers before anything else runs there (no retired worker starts a task again), and the " +
+		Recovered: "every task answered once within 3 heartbeat intervals + one lease + 45 s of the kill (a task in flight on host-2 may " +
+			"fail HOST_LOST; the others wait for their worker's new incarnation); host-2's workers declared lost (`host_lost` event) within 3 heartbeat " +
+			"intervals of the kill and each woken under its own id on a surviving host (one new incarnation each, its session restored from the " +
+			"session store) and answering a task there; after the restart, host-2's manager removes its old containers before anything else " +
+			"runs there (none of them starts a task again), and the " +
 			"create placed on host-2 is served there and answers a task. Recovery time: kill to the last task's answer.",
 		Detected:   "kill to the last `host_lost` event of host-2's workers (the goal is 3 heartbeat intervals).",
 		MaxWorkers: maxPerHost,
@@ -151,7 +152,20 @@ func TestHostLostMidLoad(t *testing.T) {
 			t.Errorf("replacement %s was made on the dead host", short(w))
 		}
 	}
-	c.Unwanted(len(replacements)-len(doomed), "more replacements than workers lost")
+	c.Unwanted(len(replacements)-len(doomed), "more new incarnations than workers lost")
+	// Each of host-2's workers lives on under its id, on a surviving host.
+	var after []string
+	for _, w := range doomed {
+		after = append(after, c.Task(w, "after the loss", Complete))
+	}
+	if _, ok := c.WaitAnswered(after, 60*time.Second); !ok {
+		t.Errorf("host-2's worker ids did not all answer a task after the loss within 60 s")
+	}
+	for _, w := range doomed {
+		if h := c.RC.HGet(ctx, c.Keys.Status(w), protocol.StatusFieldHost).Val(); h == victim.ID {
+			t.Errorf("worker %s still placed on the dead host", short(w))
+		}
+	}
 
 	// host-2 comes back: reconcile first, then placement.
 	restarted := time.Now()
@@ -167,10 +181,10 @@ func TestHostLostMidLoad(t *testing.T) {
 	}
 	for _, w := range doomed {
 		if _, ok := c.WaitEventSince(restarted, w, protocol.EventStarted, "", 0); ok {
-			t.Errorf("retired worker %s started again after its host's restart", short(w))
+			t.Errorf("worker %s started again after its host's restart (an old container of host-2?)", short(w))
 		}
 		if _, ok := c.WaitEventSince(restarted, w, protocol.EventTaskStarted, "", 0); ok {
-			t.Errorf("retired worker %s ran a task again after its host's restart", short(w))
+			t.Errorf("worker %s ran a task after its host's restart (an old container of host-2?)", short(w))
 		}
 	}
 	spec := c.Spec(protocol.KindLongLived)

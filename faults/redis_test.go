@@ -32,8 +32,9 @@ func redisOutage(t *testing.T, outage time.Duration) {
 		Fault: fmt.Sprintf("Six healthy workers run tasks of %.0f s; Redis gets SIGKILL and is restarted on its port %.0f s later "+
 			"(append-only file: no acknowledged write is lost). 2 s into the outage a seventh worker, also busy, is killed (docker kill -s KILL).",
 			work.Seconds(), outage.Seconds()),
-		Recovered: "the six tasks answered complete (no healthy worker declared dead, none replaced) within their run time + 10 s, and the killed worker's task " +
-			"answered within 3 heartbeat intervals + 5 s of Redis's return. Recovery time: Redis back to the last answer.",
+		Recovered: "the six tasks answered complete (no healthy worker declared dead, none given a new container) within their run time + 10 s, the killed worker's task " +
+			"answered within 3 heartbeat intervals + 5 s of Redis's return, and the killed worker's id, in its one new incarnation, answering a task after it. " +
+			"Recovery time: Redis back to the last answer.",
 		Detected: "Redis back to the answer of the task of the worker killed during the outage.",
 	})
 	c.StartManager("m1", nil)
@@ -71,8 +72,22 @@ func redisOutage(t *testing.T, outage time.Duration) {
 	workBound := time.Until(started.Add(work + 10*time.Second))
 	last, ok := c.WaitAnswered(tasks, workBound)
 	c.Settle()
-	replaced := creates.Since(down)
-	c.Unwanted(len(replaced), "replacements made for workers that were alive")
+	alive, reincarnated := 0, 0
+	for _, cr := range creates.Since(down) {
+		if cr.WorkerID == workers[busy] {
+			reincarnated++
+		} else {
+			alive++
+		}
+	}
+	c.Unwanted(alive, "new containers made for workers that were alive")
+	c.Unwanted(reincarnated-1, "more than one new incarnation of the killed worker")
+	// The killed worker's identity outlives its container: its id answers.
+	after := c.Task(workers[busy], "after the outage", Complete)
+	if _, ok := c.WaitAnswered([]string{after}, 30*time.Second); !ok {
+		c.NotRecovered(30*time.Second, "the killed worker's id did not answer a task after its new incarnation")
+		return
+	}
 	switch {
 	case !deadOK:
 		c.NotRecovered(deadBound, "the task of the worker killed during the outage was not answered within 3 heartbeat intervals + 5 s of Redis's return")

@@ -101,7 +101,9 @@ if ! engine_answers; then
   fi
   if ! dockerd_alive; then
     log "starting the Docker engine (log: $DOCKERD_LOG)"
-    setsid nohup dockerd --bridge=none --iptables=false --ip-masq=false \
+    # --live-restore: the containers outlive a restart of dockerd (an
+    # upgrade, a crash), so the workers in them go on working.
+    setsid nohup dockerd --bridge=none --iptables=false --ip-masq=false --live-restore \
       --pidfile "$DOCKERD_PIDFILE" >>"$DOCKERD_LOG" 2>&1 </dev/null &
     changed=1
   else
@@ -117,6 +119,14 @@ if ! engine_answers; then
     exit 1
   fi
   log "the Docker engine answers"
+fi
+
+# An engine this script did not start may run without live-restore: then
+# a restart of dockerd stops every worker's container (each worker starts
+# again as a new incarnation). Said, not changed: restarting the engine
+# here would stop what runs on it.
+if [ "$(timeout 10 docker info -f '{{.LiveRestoreEnabled}}' 2>/dev/null)" = false ]; then
+  log "note: the Docker engine runs without live-restore; a restart of dockerd will stop every worker's container (start dockerd with --live-restore)"
 fi
 
 # --- the agent CLIs ----------------------------------------------------------

@@ -15,9 +15,14 @@ import (
 // is host "a"; host "b" is another manager's, live or lost. The real
 // engines side by side are the fault suite's (faults/, host lost mid-load).
 
-func fleetUnit(t *testing.T) *unit {
+func fleetUnit(t *testing.T, mods ...func(*Config)) *unit {
 	t.Helper()
-	u := newUnit(t, func(c *Config) { c.HostID, c.HostTTL = "a", 2*time.Second })
+	u := newUnit(t, func(c *Config) {
+		c.HostID, c.HostTTL = "a", 2*time.Second
+		for _, m := range mods {
+			m(c)
+		}
+	})
 	ctx := context.Background()
 	for _, st := range []string{u.keys.Commands(), u.keys.Control(), u.keys.HostCommands("a"), u.keys.HostCommands("b"), u.keys.HostControl("b")} {
 		if err := u.s.rdb.EnsureGroup(ctx, st, protocol.ManagerGroup); err != nil {
@@ -225,5 +230,51 @@ func TestFleetConfig(t *testing.T) {
 	s := New(Config{HeartbeatInterval: 3 * time.Second, HostID: "h"}, nil, nil, nil, nil)
 	if s.cfg.HostTTL != 6*time.Second || s.Host() != "h" {
 		t.Errorf("HostTTL %s, host %q", s.cfg.HostTTL, s.Host())
+	}
+}
+
+// A long-lived worker of a lost host keeps its id: hibernated on the host
+// that saw the loss and woken there at once (a new incarnation), its
+// task in flight answered HOST_LOST and the task waiting on its input
+// left for the new incarnation.
+func TestALostHostsWorkerLivesOnHere(t *testing.T) {
+	u := fleetUnit(t, func(c *Config) { c.NetworkMode = "host" })
+	u.s.images = &Images{Docker: presentImages{}, BaseImage: DefaultBaseImage, Keys: u.keys}
+	ctx := context.Background()
+	now := u.now()
+	u.hostB(t, -time.Second)
+	u.worker(t, "moved", "", now.Add(-time.Minute))
+	u.place(t, "moved", "b")
+	u.rc.HSet(ctx, u.keys.Status("moved"), protocol.StatusFieldSpec, `{"agent_type":"claude","kind":"long-lived"}`, protocol.StatusFieldIncarnation, 1,
+		protocol.StatusFieldRequestID, "r-held")
+	u.beat(t, "moved", now.Add(-5*time.Second))
+	u.task(t, "moved", "r-held", true)
+	u.task(t, "moved", "r-waiting", false)
+
+	w := parts{u.s}.hostWatch()
+	w.judged = map[string]bool{}
+	hosts, err := u.s.rdb.Hosts(ctx)
+	if err != nil || len(hosts) != 1 {
+		t.Fatal(hosts, err)
+	}
+	w.lost(ctx, hosts[0])
+	w.retires.Wait()
+	if !u.rc.SIsMember(ctx, u.keys.Workers(), "moved").Val() {
+		st := u.rc.HGetAll(ctx, u.keys.Status("moved")).Val()
+		t.Fatalf("the lost host's worker is not a member again (woken here): status %v", st)
+	}
+	st := u.rc.HGetAll(ctx, u.keys.Status("moved")).Val()
+	if st[protocol.StatusFieldHost] != "a" || st[protocol.StatusFieldIncarnation] != "2" {
+		t.Fatalf("status after the wake: host %q incarnation %q, want a and 2", st[protocol.StatusFieldHost], st[protocol.StatusFieldIncarnation])
+	}
+	if _, err := u.d.ContainerInspect(ctx, ContainerName("moved")); err != nil {
+		t.Fatalf("no container of the new incarnation on this host's engine: %v", err)
+	}
+	outs := u.outputs(t, "moved")
+	if len(outs) != 1 || outs["r-held"].Error == nil || outs["r-held"].Error.Code != protocol.CodeHostLost {
+		t.Fatalf("outputs: %+v (want the task in flight answered HOST_LOST, the waiting one left for the new incarnation)", outs)
+	}
+	if n := u.rc.XLen(ctx, u.keys.Input("moved")).Val(); n != 2 {
+		t.Fatalf("input has %d entries", n)
 	}
 }

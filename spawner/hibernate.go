@@ -25,6 +25,7 @@ const (
 	hibernatePauseTimeout = "pause_timeout" // PAUSE_TIMEOUT
 	hibernateShutdown     = "shutdown"      // the manager stopped
 	hibernateEvicted      = "evicted"       // EVICT_PAUSED: a create took its slot
+	hibernateHostLost     = "host_lost"     // its host was lost: woken on the host that saw it
 )
 
 // hibernatable reports whether a worker of this status hash can hibernate:
@@ -96,7 +97,7 @@ func (s *Spawner) hibernated(ctx context.Context, id string, h map[string]string
 	s.writeStatus(ctx, id, map[string]any{
 		protocol.StatusFieldState: string(protocol.WorkerHibernated), protocol.StatusFieldContainer: string(protocol.ContainerHibernated),
 		protocol.StatusFieldRequestID: "", protocol.StatusFieldTaskID: "", protocol.StatusFieldOutputStream: "", protocol.StatusFieldTaskStarted: "",
-		protocol.StatusFieldContainerID: "", protocol.StatusFieldHibernatedAt: protocol.FormatTime(s.now())})
+		protocol.StatusFieldContainerID: "", protocol.StatusFieldHibernatedAt: protocol.FormatTime(s.now()), protocol.StatusFieldHost: s.Host()})
 	if _, err := s.rdb.Hibernate(ctx, id, s.Host()); err != nil {
 		return redisError(err, "hibernate %s", id)
 	}

@@ -32,7 +32,7 @@ type retirement struct {
 	// late: the tasks came after the retirement (answered with code and
 	// msg as they are, WORKER_GONE).
 	late     bool
-	hostLost bool // its host was lost: its container is out of reach, a replacement is placed anew
+	hostLost bool // its host was lost: its container is out of reach; the worker lives on on this host
 	// replacing is set by retire: a next incarnation or a replacement of
 	// the worker is coming, which a task that asked for retries is put
 	// back on the input for.
@@ -90,12 +90,14 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 		return true, err // the retirement stays leased: the leader finishes it
 	}
 	kind, input, group := s.inputOf(id, protocol.Kind(h[protocol.StatusFieldKind]))
-	// A long-lived worker with a spec that died lives on under its id (a
-	// new incarnation, incarnation.go), unless its host was lost (then a
-	// replacement of a new id is placed on another host, replace.go).
+	// A long-lived worker with a spec that died lives on under its id: a
+	// new incarnation on this host (incarnation.go), or, its host lost,
+	// hibernated on this host and woken here at once (hibernate.go). A
+	// warm pool worker belongs to no consumer yet: its pool refills.
 	respawn := s.cfg.ReplaceDead && kind == protocol.KindLongLived && h[protocol.StatusFieldSpec] != ""
-	// A warm pool worker belongs to no consumer yet: its pool refills.
-	reincarnating := respawn && r.unasked && !r.hostLost && h[protocol.StatusFieldPoolState] != protocol.PoolWarm
+	ours := h[protocol.StatusFieldPoolState] != protocol.PoolWarm
+	reincarnating := respawn && r.unasked && !r.hostLost && ours
+	migrating := respawn && r.hostLost && r.replace && ours
 	replacing := respawn && r.replace || reincarnating
 	if !reincarnating {
 		// The socket directory belongs to the identity: closed only when
@@ -121,6 +123,17 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 	r.replacing = replacing
 	if err := s.answerHeld(ctx, id, h, kind, s.keys.InputsFor(kind, id), group, r, replacing); err != nil {
 		return true, err
+	}
+	if migrating {
+		if err := s.hibernated(ctx, id, h, hibernateHostLost); err != nil {
+			return true, err
+		}
+		// Woken now (a slot, the wake's lease); one that cannot be stays
+		// hibernated here, and the next task on its input wakes it.
+		if err := s.wakeHibernated(ctx, id); err != nil {
+			s.log.Warn("a lost host's worker was not woken here", "worker_id", id, "err", err)
+		}
+		return true, nil
 	}
 	if reincarnating {
 		lives, err := s.reincarnate(ctx, id, h)
