@@ -71,6 +71,9 @@ func redisOutage(t *testing.T, outage time.Duration) {
 	}
 	workBound := time.Until(started.Add(work + 10*time.Second))
 	last, ok := c.WaitAnswered(tasks, workBound)
+	// The killed worker's identity outlives its container: its id answers.
+	after := c.Task(workers[busy], "after the outage", Complete)
+	_, afterOK := c.WaitAnswered([]string{after}, 30*time.Second)
 	c.Settle()
 	alive, reincarnated := 0, 0
 	for _, cr := range creates.Since(down) {
@@ -82,17 +85,13 @@ func redisOutage(t *testing.T, outage time.Duration) {
 	}
 	c.Unwanted(alive, "new containers made for workers that were alive")
 	c.Unwanted(reincarnated-1, "more than one new incarnation of the killed worker")
-	// The killed worker's identity outlives its container: its id answers.
-	after := c.Task(workers[busy], "after the outage", Complete)
-	if _, ok := c.WaitAnswered([]string{after}, 30*time.Second); !ok {
-		c.NotRecovered(30*time.Second, "the killed worker's id did not answer a task after its new incarnation")
-		return
-	}
 	switch {
 	case !deadOK:
 		c.NotRecovered(deadBound, "the task of the worker killed during the outage was not answered within 3 heartbeat intervals + 5 s of Redis's return")
 	case !ok:
 		c.NotRecovered(workBound, "tasks of healthy workers unanswered")
+	case !afterOK:
+		c.NotRecovered(30*time.Second, "the killed worker's id did not answer a task after its new incarnation")
 	default:
 		if d := c.First(doomed).At; d.After(last) {
 			last = d

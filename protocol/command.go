@@ -20,6 +20,7 @@ const (
 	ActionResetContext Action = "reset_context" // forget a project's session and stored context
 	ActionSetBudget    Action = "set_budget"    // set (or, with limit 0, remove) a project's budget
 	ActionSetNetwork   Action = "set_network"   // change a running sealed worker's egress allowlist
+	ActionHibernate    Action = "hibernate"     // remove an idle long-lived worker's container, keep the worker (a task wakes it)
 )
 
 // Limits are a worker container's resource limits; zero values take the
@@ -203,7 +204,7 @@ func (c Command) Validate() error {
 			return fieldErr("spec", "required for create")
 		}
 		return c.Spec.validate("spec")
-	case ActionDelete, ActionStatus, ActionPause, ActionUnpause:
+	case ActionDelete, ActionStatus, ActionPause, ActionUnpause, ActionHibernate:
 		if c.WorkerID == "" {
 			return fieldErr("worker_id", "required for %s", c.Action)
 		}
@@ -310,6 +311,10 @@ type WorkerInfo struct {
 	UpdatedAt   time.Time       `json:"updated_at,omitzero"`
 	Host        string          `json:"host,omitempty"`    // the host whose engine runs it
 	Network     *Network        `json:"network,omitempty"` // a sealed worker's egress allowlist in force
+	// Incarnation counts the worker's containers: 1 for the first, one
+	// more for each made under the same id (after a death, a lost host,
+	// a hibernation).
+	Incarnation int `json:"incarnation,omitempty"`
 }
 
 // Reply answers one command on the stream the command named.

@@ -50,10 +50,12 @@ type commandsParams struct {
 // commandTarget is what commands act on: the Spawner's operations.
 type commandTarget interface {
 	createCommand(ctx context.Context, commandID string, spec protocol.WorkerSpec, forward func(ctx context.Context, host string) error) (protocol.WorkerInfo, error)
+	resume(ctx context.Context, id string, spec protocol.WorkerSpec) (protocol.WorkerInfo, bool, error)
 	Delete(ctx context.Context, id string) error
 	Status(ctx context.Context, id string) (protocol.WorkerInfo, error)
 	Pause(ctx context.Context, id string) error
 	Unpause(ctx context.Context, id string) error
+	Hibernate(ctx context.Context, id string) error
 	List(ctx context.Context) ([]protocol.WorkerInfo, error)
 	ResetContext(ctx context.Context, agent protocol.AgentType, project string) error
 	SetBudget(ctx context.Context, project string, b protocol.Budget) error
@@ -235,7 +237,7 @@ func (c *Commands) runCommand(ctx context.Context, cmd protocol.Command, reply *
 	var err error
 	var info protocol.WorkerInfo
 	switch cmd.Action {
-	case protocol.ActionDelete, protocol.ActionPause, protocol.ActionUnpause, protocol.ActionSetNetwork:
+	case protocol.ActionDelete, protocol.ActionPause, protocol.ActionUnpause, protocol.ActionSetNetwork, protocol.ActionHibernate:
 		if done, ferr := c.route(ctx, cmd, forward); done || ferr != nil {
 			if ferr != nil {
 				reply.OK, reply.Error = false, ProtocolError(ferr)
@@ -245,11 +247,19 @@ func (c *Commands) runCommand(ctx context.Context, cmd protocol.Command, reply *
 	}
 	switch cmd.Action {
 	case protocol.ActionCreate:
+		if cmd.WorkerID != "" {
+			var resumed bool
+			if info, resumed, err = s.resume(ctx, cmd.WorkerID, *cmd.Spec); resumed || err != nil {
+				reply.WorkerID = cmd.WorkerID
+				break
+			}
+			reply.Warnings = append(reply.Warnings, "worker "+cmd.WorkerID+" is gone or of another agent or project: a new worker was made")
+		}
 		info, err = s.createCommand(ctx, cmd.ID, *cmd.Spec, forward)
 		if errors.Is(err, errForwarded) {
 			return true
 		}
-		reply.WorkerID, reply.Warnings = info.WorkerID, protocol.SpecWarnings(*cmd.Spec)
+		reply.WorkerID, reply.Warnings = info.WorkerID, append(reply.Warnings, protocol.SpecWarnings(*cmd.Spec)...)
 	case protocol.ActionDelete:
 		err = s.Delete(ctx, cmd.WorkerID)
 		reply.WorkerID = cmd.WorkerID
@@ -261,6 +271,10 @@ func (c *Commands) runCommand(ctx context.Context, cmd protocol.Command, reply *
 		}
 	case protocol.ActionUnpause:
 		if err = s.Unpause(ctx, cmd.WorkerID); err == nil {
+			info, err = s.Status(ctx, cmd.WorkerID)
+		}
+	case protocol.ActionHibernate:
+		if err = s.Hibernate(ctx, cmd.WorkerID); err == nil {
 			info, err = s.Status(ctx, cmd.WorkerID)
 		}
 	case protocol.ActionList:

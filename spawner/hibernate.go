@@ -191,6 +191,41 @@ func (s *Spawner) wakeHibernated(ctx context.Context, id string) error {
 	return nil
 }
 
+// resume answers a create that names an existing worker (its command's
+// worker_id: a consumer that keeps one worker per user asks for it
+// back). A hibernated worker of the same agent and project is woken (here
+// when it is this host's; another host's is answered as it is, and the
+// next task wakes it there); a live one of the same agent and project is
+// answered as it is. resumed false: nothing of the kind exists, and the
+// caller makes a new worker.
+func (s *Spawner) resume(ctx context.Context, id string, spec protocol.WorkerSpec) (protocol.WorkerInfo, bool, error) {
+	h, err := s.rdb.Status(ctx, id)
+	if err != nil {
+		return protocol.WorkerInfo{}, false, redisError(err, "status of %s", id)
+	}
+	var had protocol.WorkerSpec
+	if len(h) == 0 || json.Unmarshal([]byte(h[protocol.StatusFieldSpec]), &had) != nil ||
+		had.AgentType != spec.AgentType || had.ProjectID != spec.ProjectID {
+		return protocol.WorkerInfo{}, false, nil
+	}
+	member, err := s.rdb.IsWorker(ctx, id)
+	if err != nil {
+		return protocol.WorkerInfo{}, false, redisError(err, "workers set")
+	}
+	if !member {
+		if !s.isHibernated(ctx, id, h) {
+			return protocol.WorkerInfo{}, false, nil // ended
+		}
+		if hostOf(h, s) == s.Host() {
+			if err := s.wakeHibernated(ctx, id); err != nil {
+				return protocol.WorkerInfo{}, true, err
+			}
+		}
+	}
+	info, err := s.Status(ctx, id)
+	return info, true, err
+}
+
 // stillHibernated writes back the status of a hibernated worker whose
 // wake failed (the next task, or the wake-up loop's recheck, tries again),
 // unless a delete ended it meanwhile.

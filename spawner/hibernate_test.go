@@ -297,3 +297,55 @@ func TestTwoWakesMakeOneIncarnation(t *testing.T) {
 		t.Fatal("the woken worker is not a member")
 	}
 }
+
+// A create that names a hibernated worker of the same agent and project
+// (its worker_id) is answered with that worker, woken; one that names a
+// worker of another project, or none that exists, gets a new worker and
+// a warning saying so.
+func TestCreateNamingAHibernatedWorkerWakesIt(t *testing.T) {
+	f := newFixture(t, nil)
+	f.startManager(t)
+	ctx := context.Background()
+	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude, ProjectID: "again"}
+	info, err := f.s.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := info.WorkerID
+	if err := f.s.Hibernate(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	waitHibernated(t, f, id, 30*time.Second)
+	c := parts{f.s}.commands(1)
+	create := func(name string, spec protocol.WorkerSpec) protocol.Reply {
+		reply := protocol.Reply{OK: true}
+		c.runCommand(ctx, protocol.Command{ID: "c-" + name, Action: protocol.ActionCreate, WorkerID: name, Spec: &spec}, &reply, nil)
+		return reply
+	}
+	r := create(id, spec)
+	if !r.OK || r.WorkerID != id || r.Worker == nil || r.Worker.Status != protocol.ContainerRunning {
+		t.Fatalf("create naming the hibernated worker: %+v %+v", r, r.Error)
+	}
+	if n := f.rc.HGet(ctx, f.keys.Status(id), protocol.StatusFieldIncarnation).Val(); n != "2" {
+		t.Errorf("incarnation %q after the create woke it, want 2", n)
+	}
+	// Named again while it runs: the same worker, nothing made.
+	if r := create(id, spec); !r.OK || r.WorkerID != id {
+		t.Fatalf("create naming the running worker: %+v", r)
+	}
+	if n := f.countEvents(t, id, protocol.EventCreated); n != 2 {
+		t.Errorf("%d created events, want 2 (create, wake)", n)
+	}
+	for _, tc := range []struct {
+		name string
+		spec protocol.WorkerSpec
+	}{{id, protocol.WorkerSpec{AgentType: protocol.AgentClaude, ProjectID: "other"}}, {"no-such-worker", spec}} {
+		r := create(tc.name, tc.spec)
+		if !r.OK || r.WorkerID == "" || r.WorkerID == id || len(r.Warnings) == 0 || !strings.Contains(r.Warnings[0], "a new worker was made") {
+			t.Fatalf("create naming %s for project %s: %+v", tc.name, tc.spec.ProjectID, r)
+		}
+		if err := f.s.Delete(ctx, r.WorkerID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

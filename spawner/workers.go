@@ -122,6 +122,7 @@ func InfoFromHash(id string, h map[string]string) protocol.WorkerInfo {
 	if json.Unmarshal([]byte(h[protocol.StatusFieldSpec]), &spec) == nil && spec.Network != nil {
 		info.Network = spec.Network
 	}
+	info.Incarnation, _ = strconv.Atoi(h[protocol.StatusFieldIncarnation])
 	info.StartedAt, _ = protocol.ParseTime(h[protocol.StatusFieldStartedAt])
 	info.UpdatedAt, _ = protocol.ParseTime(h[protocol.StatusFieldUpdatedAt])
 	if !info.State.Valid() {

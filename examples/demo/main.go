@@ -680,7 +680,62 @@ func (d *demo) claudeWorker(ctx context.Context) error {
 	if err := d.gitClone(ctx, id); err != nil {
 		return err
 	}
-	return d.approval(ctx, id)
+	if err := d.approval(ctx, id); err != nil {
+		return err
+	}
+	return d.hibernation(ctx, id, o1.SessionID)
+}
+
+// hibernation hibernates the idle Claude worker (its container goes, its
+// slot and memory are given back; its id, streams and session stay) and
+// wakes it with a task that continues the session.
+func (d *demo) hibernation(ctx context.Context, id, session string) error {
+	d.section("hibernation: the worker gives back its container, keeps its id and session")
+	r, err := d.cli.Do(ctx, protocol.Command{Action: protocol.ActionHibernate, WorkerID: id})
+	if err != nil {
+		return err
+	}
+	n, err := d.containersOf(ctx, id)
+	if err != nil {
+		return err
+	}
+	if r.Worker == nil || r.Worker.Status != protocol.ContainerHibernated || n != 0 {
+		return fmt.Errorf("hibernate %s: status %+v, %d containers left", d.name(id), r.Worker, n)
+	}
+	d.say("command hibernate: %s is %s (0 containers; its slot and memory are free)", d.name(id), r.Worker.Status)
+	start := time.Now()
+	o, err := d.send(ctx, id, projectShop, "shop-4", promptRecall, scriptRecall)
+	if err != nil {
+		return err
+	}
+	if o.SessionID != session || o.Session == nil || o.Session.Action != protocol.SessionResume {
+		return fmt.Errorf("task shop-4 after the wake did not resume session %s: session %s %+v", session, o.SessionID, o.Session)
+	}
+	st, err := d.cli.Do(ctx, protocol.Command{Action: protocol.ActionStatus, WorkerID: id})
+	if err != nil {
+		return err
+	}
+	d.say("task shop-4 woke %s (incarnation %d, %s from the task to its answer) and resumed session %s", d.name(id), st.Worker.Incarnation,
+		time.Since(start).Round(10*time.Millisecond), short(o.SessionID))
+	if d.stub != nil {
+		reqs := d.stub.Requests()
+		if !strings.Contains(reqs[len(reqs)-1].Text(), "add a file hello.txt") {
+			return fmt.Errorf("task shop-4: the woken worker's session did not carry the first task's turns to the model")
+		}
+		d.say("the model got the first task's turns: the session outlived the container")
+	}
+	return d.waitEvent(id, protocol.EventPaused, 30*time.Second)
+}
+
+// containersOf counts the containers of a worker on the engine.
+func (d *demo) containersOf(ctx context.Context, id string) (int, error) {
+	dc, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
+	if err != nil {
+		return 0, err
+	}
+	defer dc.Close()
+	cs, err := dc.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", protocol.LabelWorkerID+"="+id))})
+	return len(cs), err
 }
 
 // egress has the sealed Claude worker's agent reach a host its allowlist

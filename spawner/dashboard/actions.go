@@ -67,6 +67,7 @@ func (d *Dashboard) actionRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /workers/{id}/deny", d.guard("deny", d.answer(false)))
 	mux.HandleFunc("POST /workers/{id}/pause", d.guard("pause", d.command(protocol.ActionPause)))
 	mux.HandleFunc("POST /workers/{id}/resume", d.guard("resume", d.command(protocol.ActionUnpause)))
+	mux.HandleFunc("POST /workers/{id}/hibernate", d.guard("hibernate", d.command(protocol.ActionHibernate)))
 	mux.HandleFunc("POST /workers/{id}/delete", d.guard("delete", d.command(protocol.ActionDelete)))
 }
 

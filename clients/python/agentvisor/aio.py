@@ -209,6 +209,9 @@ class AsyncClient:
     async def unpause_worker(self, worker_id, timeout=None):
         return (await self.command("unpause", worker_id=worker_id, timeout=timeout)).worker
 
+    async def hibernate_worker(self, worker_id, timeout=None):
+        return (await self.command("hibernate", worker_id=worker_id, timeout=timeout)).worker
+
     async def list_workers(self, timeout=None):
         return (await self.command("list", timeout=timeout)).workers or []
 

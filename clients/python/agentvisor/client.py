@@ -228,6 +228,11 @@ class Client:
     def unpause_worker(self, worker_id, timeout=None):
         return self.command("unpause", worker_id=worker_id, timeout=timeout).worker
 
+    def hibernate_worker(self, worker_id, timeout=None):
+        """Hibernates an idle long-lived worker: its container goes, its id,
+        streams and session stay; the next task wakes it."""
+        return self.command("hibernate", worker_id=worker_id, timeout=timeout).worker
+
     def list_workers(self, timeout=None):
         return self.command("list", timeout=timeout).workers or []
 

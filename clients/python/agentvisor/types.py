@@ -261,7 +261,8 @@ class Command(Document):
                                    'list',
                                    'reset_context',
                                    'set_budget',
-                                   'set_network'],
+                                   'set_network',
+                                   'hibernate'],
                           'required': True},
                'network': {'class': 'CommandNetwork', 'type': ['object'], 'required': False},
                'budget': {'class': 'CommandBudget', 'type': ['object'], 'required': False},
@@ -805,6 +806,7 @@ class Worker(Document):
     started_at: Optional[str] = None
     updated_at: Optional[str] = None
     host: Optional[str] = None
+    incarnation: Optional[int] = None
     network: Optional[WorkerNetwork] = None
 
     _FIELDS = {'worker_id': {'pattern': '^\\S+$',
@@ -837,6 +839,7 @@ class Worker(Document):
                'started_at': {'type': ['string'], 'required': False},
                'updated_at': {'type': ['string'], 'required': False},
                'host': {'type': ['string'], 'required': False},
+               'incarnation': {'minimum': 1, 'type': ['integer'], 'required': False},
                'network': {'class': 'WorkerNetwork', 'type': ['object'], 'required': False}}
     _OPEN = False
 

@@ -129,6 +129,14 @@ export class AgentvisorClient {
     return (await this.command({ action: 'unpause', worker_id: workerId }, opts)).worker;
   }
 
+  /**
+   * Hibernates an idle long-lived worker: its container goes, its id,
+   * streams and session stay; the next task on its input wakes it.
+   */
+  async hibernateWorker(workerId: string, opts: CallOptions = {}): Promise<ReplyWorker | undefined> {
+    return (await this.command({ action: 'hibernate', worker_id: workerId }, opts)).worker;
+  }
+
   /** Forgets a project's agent session and stored context. */
   async resetContext(projectId: string, agentType: AgentTypeIn, opts: CallOptions = {}): Promise<void> {
     await this.command({ action: 'reset_context', project_id: projectId, agent_type: agentType }, opts);

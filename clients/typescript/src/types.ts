@@ -19,7 +19,7 @@ export interface Command {
   v: Version;
   type: "command";
   command_id: Id;
-  action: "create" | "delete" | "status" | "pause" | "unpause" | "list" | "reset_context" | "set_budget" | "set_network";
+  action: "create" | "delete" | "status" | "pause" | "unpause" | "list" | "reset_context" | "set_budget" | "set_network" | "hibernate";
   /** set_network's egress allowlist for worker_id (the same syntax as spec.network). */
   network?: {
     allow?: string[];
@@ -291,6 +291,8 @@ export interface ReplyWorker {
   started_at?: Timestamp;
   updated_at?: Timestamp;
   host?: string;
+  /** Which container of the worker this is: 1 for the first, one more for each new container under the same worker id (after a death, a lost host, a hibernation). */
+  incarnation?: number;
   /** A sealed worker's egress allowlist in force. */
   network?: {
     allow?: string[];

@@ -153,7 +153,7 @@ usage, 3 no such worker, 4 task blocked, 5 task failed, 6 timed out,
 	})
 	root.AddGroup(&cobra.Group{ID: "workers", Title: "Workers:"}, &cobra.Group{ID: "ops", Title: "Operations:"})
 	for _, cmd := range []*cobra.Command{listCmd(c), statusCmd(c), eventsCmd(c), spawnCmd(c), sendCmd(c),
-		pauseCmd(c), resumeCmd(c), killCmd(c), usageCmd(c), budgetCmd(c), networkCmd(c)} {
+		pauseCmd(c), resumeCmd(c), hibernateCmd(c), killCmd(c), usageCmd(c), budgetCmd(c), networkCmd(c)} {
 		cmd.GroupID = "workers"
 		root.AddCommand(cmd)
 	}
