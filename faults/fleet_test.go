@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -76,6 +77,20 @@ func TestHostLostMidLoad(t *testing.T) {
 	}
 	if len(doomed) == 0 {
 		t.Fatal("no worker was placed on host-2")
+	}
+	// A hibernated worker of host-2: no container to lose, adopted by the
+	// host that handles the loss, woken there by its next task.
+	spec := c.Spec(protocol.KindLongLived)
+	spec.Placement = &protocol.Placement{Host: victim.ID}
+	made := c.Send(protocol.Command{Action: protocol.ActionCreate, Spec: &spec}, ReplyOK, "create of the worker hibernated on host-2")
+	a, err := c.WaitOne(made, 60*time.Second)
+	if err != nil || !a.OK {
+		t.Fatalf("set-up: the create placed on host-2: %v %s", err, a.Desc)
+	}
+	sleeper := a.Worker
+	hib := c.Send(protocol.Command{Action: protocol.ActionHibernate, WorkerID: sleeper}, ReplyOK, "hibernate the worker on host-2")
+	if a, err := c.WaitOne(hib, 60*time.Second); err != nil || !a.OK {
+		t.Fatalf("set-up: hibernate the worker on host-2: %v %s", err, a.Desc)
 	}
 
 	// The load.
@@ -153,15 +168,16 @@ func TestHostLostMidLoad(t *testing.T) {
 		}
 	}
 	c.Unwanted(len(replacements)-len(doomed), "more new incarnations than workers lost")
-	// Each of host-2's workers lives on under its id, on a surviving host.
+	// Each of host-2's workers, the hibernated one too, lives on under its
+	// id, on a surviving host.
 	var after []string
-	for _, w := range doomed {
+	for _, w := range append(slices.Clone(doomed), sleeper) {
 		after = append(after, c.Task(w, "after the loss", Complete))
 	}
 	if _, ok := c.WaitAnswered(after, 60*time.Second); !ok {
 		t.Errorf("host-2's worker ids did not all answer a task after the loss within 60 s")
 	}
-	for _, w := range doomed {
+	for _, w := range append(slices.Clone(doomed), sleeper) {
 		if h := c.RC.HGet(ctx, c.Keys.Status(w), protocol.StatusFieldHost).Val(); h == victim.ID {
 			t.Errorf("worker %s still placed on the dead host", short(w))
 		}
@@ -187,10 +203,8 @@ func TestHostLostMidLoad(t *testing.T) {
 			t.Errorf("worker %s ran a task after its host's restart (an old container of host-2?)", short(w))
 		}
 	}
-	spec := c.Spec(protocol.KindLongLived)
-	spec.Placement = &protocol.Placement{Host: victim.ID}
 	create := c.Send(protocol.Command{Action: protocol.ActionCreate, Spec: &spec}, ReplyOK, "create placed on host-2 after its restart")
-	a, err := c.WaitOne(create, 60*time.Second)
+	a, err = c.WaitOne(create, 60*time.Second)
 	if err != nil || !a.OK {
 		t.Fatalf("the create placed on host-2 after its restart: %v %s", err, a.Desc)
 	}
