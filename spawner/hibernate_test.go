@@ -46,6 +46,20 @@ func waitHibernated(t *testing.T, f *fixture, id string, within time.Duration) {
 	})
 }
 
+// hibernatedWorker creates a worker of spec and hibernates it.
+func hibernatedWorker(t *testing.T, f *fixture, spec protocol.WorkerSpec) string {
+	t.Helper()
+	info, err := f.s.Create(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.s.Hibernate(context.Background(), info.WorkerID); err != nil {
+		t.Fatal(err)
+	}
+	waitHibernated(t, f, info.WorkerID, 30*time.Second)
+	return info.WorkerID
+}
+
 // A worker idle past HIBERNATE_AFTER loses its container and its slot,
 // keeps its id, and a task sent to it wakes it as a new incarnation that
 // answers it.
@@ -108,15 +122,7 @@ func TestDeleteWinsOverAWake(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.MaxWorkers = 1 })
 	f.startManager(t)
 	ctx := context.Background()
-	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := info.WorkerID
-	if err := f.s.Hibernate(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	waitHibernated(t, f, id, 30*time.Second)
+	id := hibernatedWorker(t, f, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
 	blocker, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
 	if err != nil {
 		t.Fatal(err)
@@ -265,15 +271,7 @@ func TestWokenWorkerResumesItsSessionFromTheStore(t *testing.T) {
 func TestTwoWakesMakeOneIncarnation(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx := context.Background()
-	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := info.WorkerID
-	if err := f.s.Hibernate(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	waitHibernated(t, f, id, 30*time.Second)
+	id := hibernatedWorker(t, f, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
 	other := f.as("manager-2")
 	errs := make(chan error, 2)
 	for _, s := range []*Spawner{f.s, other} {
@@ -307,15 +305,7 @@ func TestCreateNamingAHibernatedWorkerWakesIt(t *testing.T) {
 	f.startManager(t)
 	ctx := context.Background()
 	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude, ProjectID: "again"}
-	info, err := f.s.Create(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := info.WorkerID
-	if err := f.s.Hibernate(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	waitHibernated(t, f, id, 30*time.Second)
+	id := hibernatedWorker(t, f, spec)
 	c := parts{f.s}.commands(1)
 	create := func(name string, spec protocol.WorkerSpec) protocol.Reply {
 		reply := protocol.Reply{OK: true}
