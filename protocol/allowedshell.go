@@ -78,19 +78,44 @@ func (a AllowedCommands) AllowsShell(line string) bool {
 }
 
 // simpleCommandWords splits a simple shell command into its words; ok is
-// false when the line has anything but words and quotes.
+// false when the line has anything but words and quotes (a backslash
+// outside single quotes too).
 func simpleCommandWords(line string) (words []string, ok bool) {
+	words, ok = splitShell(line, false)
+	if !ok || (len(words) > 0 && strings.Contains(words[0], "=")) { // FOO=1 cmd: an assignment first
+		return nil, false
+	}
+	return words, true
+}
+
+// ShellWords splits line into words as a POSIX shell reads them: blanks
+// part words, single quotes keep everything, double quotes keep all but a
+// backslash before $ ` " or \, a backslash outside quotes keeps the next
+// character. ok is false for an unterminated quote, a backslash before a
+// line break or at the end, an expansion in double quotes ($ or `
+// unescaped), and any other shell syntax outside quotes (; & | < > ( ) $
+// ` and line breaks): such a line is no plain list of words.
+func ShellWords(line string) (words []string, ok bool) { return splitShell(line, true) }
+
+// splitShell is ShellWords; without escapes a backslash outside single
+// quotes makes ok false.
+func splitShell(line string, escapes bool) (words []string, ok bool) {
 	var cur strings.Builder
 	inWord := false
 	for i := 0; i < len(line); i++ {
-		c := line[i]
-		switch {
+		switch c := line[i]; {
 		case c == ' ' || c == '\t':
 			if inWord {
-				words = append(words, cur.String())
+				words, inWord = append(words, cur.String()), false
 				cur.Reset()
-				inWord = false
 			}
+		case c == '\\':
+			if !escapes || i+1 == len(line) || line[i+1] == '\n' {
+				return nil, false
+			}
+			i++
+			cur.WriteByte(line[i])
+			inWord = true
 		case c == '\'':
 			j := strings.IndexByte(line[i+1:], '\'')
 			if j < 0 {
@@ -100,18 +125,12 @@ func simpleCommandWords(line string) (words []string, ok bool) {
 			i += j + 1
 			inWord = true
 		case c == '"':
-			j := strings.IndexByte(line[i+1:], '"')
-			if j < 0 {
+			end, ok := doubleQuoted(line, i+1, escapes, &cur)
+			if !ok {
 				return nil, false
 			}
-			s := line[i+1 : i+1+j]
-			if strings.ContainsAny(s, "$`\\") {
-				return nil, false
-			}
-			cur.WriteString(s)
-			i += j + 1
-			inWord = true
-		case strings.IndexByte(";&|<>()$`\\\n\r", c) >= 0:
+			i, inWord = end, true
+		case strings.IndexByte(";&|<>()$`\n\r", c) >= 0:
 			return nil, false
 		default:
 			cur.WriteByte(c)
@@ -121,8 +140,28 @@ func simpleCommandWords(line string) (words []string, ok bool) {
 	if inWord {
 		words = append(words, cur.String())
 	}
-	if len(words) > 0 && strings.Contains(words[0], "=") { // FOO=1 cmd: an assignment first
-		return nil, false
-	}
 	return words, true
+}
+
+// doubleQuoted reads a double-quoted string from line[start:] into cur
+// and returns the index of its closing quote; ok is false when it does
+// not close, or holds an unescaped $ or ` (an expansion), a backslash
+// before a line break, or (without escapes) any backslash.
+func doubleQuoted(line string, start int, escapes bool, cur *strings.Builder) (end int, ok bool) {
+	for i := start; i < len(line); i++ {
+		switch c := line[i]; {
+		case c == '"':
+			return i, true
+		case c == '$' || c == '`' || (c == '\\' && !escapes):
+			return 0, false
+		case c == '\\' && i+1 < len(line) && strings.IndexByte("$`\"\\", line[i+1]) >= 0:
+			i++
+			cur.WriteByte(line[i])
+		case c == '\\' && i+1 < len(line) && line[i+1] == '\n':
+			return 0, false
+		default:
+			cur.WriteByte(c)
+		}
+	}
+	return 0, false
 }

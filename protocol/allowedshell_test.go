@@ -112,3 +112,48 @@ func FuzzAllowsShell(f *testing.F) {
 		}
 	})
 }
+
+// ShellWords reads quotes and backslashes as a POSIX shell does, and
+// refuses a line with any other shell syntax.
+func TestShellWords(t *testing.T) {
+	for _, tt := range []struct {
+		line string
+		want []string // nil: not ok
+	}{
+		{`a  b	c`, []string{"a", "b", "c"}},
+		{`'a b' "c d" e\ f`, []string{"a b", "c d", "e f"}},
+		{`'it'\''s' "say \"hi\" \$x \\ \z"`, []string{"it's", `say "hi" $x \ \z`}},
+		{`/bin/bash -c "echo 'it'\"'\"'s'"`, []string{"/bin/bash", "-c", `echo 'it'"'"'s'`}},
+		{`''`, []string{""}},
+		{``, []string{}},
+		{`a; b`, nil}, {`a | b`, nil}, {`a > f`, nil}, {`$(id)`, nil}, {"`id`", nil}, {`"$HOME"`, nil},
+		{`'open`, nil}, {`"open`, nil}, {`a\`, nil}, {"a\\\nb", nil}, {"a\nb", nil}, {`(a)`, nil},
+	} {
+		got, ok := ShellWords(tt.line)
+		if ok != (tt.want != nil) || (ok && !slices.Equal(got, tt.want) && !(len(got) == 0 && len(tt.want) == 0)) {
+			t.Errorf("ShellWords(%q) = %q, %v; want %q", tt.line, got, ok, tt.want)
+		}
+	}
+}
+
+// FuzzShellWords: whatever the line, ShellWords does not panic, and the
+// words it reads, each single-quoted again, read back the same.
+func FuzzShellWords(f *testing.F) {
+	for _, s := range []string{`/bin/bash -c 'echo hi'`, `/bin/bash -c "a \"b\" 'c'"`, `a\ b 'c d' "e\\f"`, `"$x"`, `'`, `\`, "a\nb"} {
+		f.Add(s)
+	}
+	quote := func(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+	f.Fuzz(func(t *testing.T, line string) {
+		words, ok := ShellWords(line)
+		if !ok {
+			return
+		}
+		quoted := make([]string, len(words))
+		for i, w := range words {
+			quoted[i] = quote(w)
+		}
+		if again, ok := ShellWords(strings.Join(quoted, " ")); !ok || !slices.Equal(again, words) {
+			t.Fatalf("%q: words %q, quoted again %q (%v)", line, words, again, ok)
+		}
+	})
+}

@@ -23,7 +23,7 @@ func allowed(t *testing.T, s string) protocol.AllowedCommands {
 }
 
 // parseAll feeds lines to c and returns their events.
-func parseAll(c *ACPClient, lines ...string) []Event {
+func parseAll(c Parser, lines ...string) []Event {
 	var evs []Event
 	for _, l := range lines {
 		evs = append(evs, c.ParseLine([]byte(l))...)
@@ -130,7 +130,7 @@ func TestACPClientTurn(t *testing.T) {
 	if strings.Join(notes, "|") != "plan: [x] a; [>] b; [ ] c|tool: go test ./..." || tools != 1 {
 		t.Fatalf("notes %q, %d tool calls", notes, tools)
 	}
-	if w := written(evs); len(w) != 1 || w[0].Get("id").Int() != 7 || w[0].Get("error.code").Int() != acpMethodNotFound {
+	if w := written(evs); len(w) != 1 || w[0].Get("id").Int() != 7 || w[0].Get("error.code").Int() != rpcMethodNotFound {
 		t.Fatalf("fs request answered %v", w)
 	}
 	if res == nil || res.IsError || res.Text != "Done.\n{\"status\": \"complete\"}" || res.SessionID != "s1" || res.Usage.Input != 10 || res.Usage.CacheRead != 5 {

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"encoding/json"
 	"regexp"
 	"strconv"
 	"strings"
@@ -52,10 +51,11 @@ type ACPClient struct {
 	resumeID string
 	seq      atomic.Int64
 
+	asks pendingAsks[acpAsk] // permission requests waiting for the owner
+
 	mu        sync.Mutex // guards the fields below: set by the reading goroutine, read by the task loop
 	sessionID string
-	prompted  bool              // a prompt went to this process
-	asks      map[string]acpAsk // permission requests waiting for the owner, by request id (JSON)
+	prompted  bool // a prompt went to this process
 
 	// The parser's state, owned by the goroutine that reads the output.
 	opened    bool
@@ -94,17 +94,13 @@ type acpAsk struct{ allow, reject string }
 // The ids of the client's requests say what each answer is.
 const (
 	acpProtocolVersion = 1
-	acpInitID          = "agentvisor-init"
-	acpOpenID          = "agentvisor-open"
 	acpPromptID        = "agentvisor-prompt-"
-	// acpMethodNotFound is JSON-RPC's "method not found".
-	acpMethodNotFound = -32601
 )
 
 // NewACPClient returns the dialect and parser of one ACP agent process
 // whose session is resumeID ("": a new one).
 func NewACPClient(session ACPSession, resumeID string) *ACPClient {
-	return &ACPClient{session: session, resumeID: resumeID, asks: map[string]acpAsk{}, tools: map[string]*acpTool{}}
+	return &ACPClient{session: session, resumeID: resumeID, tools: map[string]*acpTool{}}
 }
 
 var (
@@ -112,37 +108,15 @@ var (
 	_ Parser  = (*ACPClient)(nil)
 )
 
-func acpRequest(id, method string, params any) []byte {
-	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
-	return append(b, '\n')
-}
-
-func acpNotification(method string, params any) []byte {
-	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": method, "params": params})
-	return append(b, '\n')
-}
-
-// acpResult answers the agent's request id (raw JSON) with result.
-func acpResult(id string, result any) []byte {
-	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(id), "result": result})
-	return append(b, '\n')
-}
-
-func acpError(id string, code int, message string) []byte {
-	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(id),
-		"error": map[string]any{"code": code, "message": message}})
-	return append(b, '\n')
-}
-
 // Open implements Dialect: initialize, declaring no fs or terminal
 // capability. The session is opened on its answer (ParseLine).
 func (c *ACPClient) Open() ([]byte, string) {
-	return acpRequest(acpInitID, "initialize", map[string]any{
+	return rpcRequest(rpcInitID, "initialize", map[string]any{
 		"protocolVersion": acpProtocolVersion,
 		"clientCapabilities": map[string]any{
 			"fs": map[string]any{"readTextFile": false, "writeTextFile": false}, "terminal": false},
 		"clientInfo": map[string]any{"name": "agentvisor", "version": "1"},
-	}), acpOpenID
+	}), rpcOpenID
 }
 
 // openSession is session/load of the session to resume, or session/new.
@@ -150,9 +124,9 @@ func (c *ACPClient) openSession() []byte {
 	params := map[string]any{"cwd": c.session.Cwd, "mcpServers": acpMCPServers(c.session.MCPServers)}
 	if c.resumeID != "" {
 		params["sessionId"] = c.resumeID
-		return acpRequest(acpOpenID, "session/load", params)
+		return rpcRequest(rpcOpenID, "session/load", params)
 	}
-	return acpRequest(acpOpenID, "session/new", params)
+	return rpcRequest(rpcOpenID, "session/new", params)
 }
 
 // acpMCPServers are the spec's MCP servers as ACP gives them to a
@@ -194,22 +168,18 @@ func (c *ACPClient) Message(text string, steer bool) []byte {
 		text = c.session.Preamble + "\n\n" + text
 	}
 	id := acpPromptID + strconv.FormatInt(c.seq.Add(1), 10)
-	return acpRequest(id, "session/prompt", map[string]any{"sessionId": sid,
+	return rpcRequest(id, "session/prompt", map[string]any{"sessionId": sid,
 		"prompt": []any{map[string]any{"type": "text", "text": text}}})
 }
 
 // Interrupt implements Dialect: session/cancel, and the answer cancelled
 // to every permission request still waiting.
 func (c *ACPClient) Interrupt() []byte {
-	c.mu.Lock()
-	sid := c.sessionID
 	var out []byte
-	for id := range c.asks {
-		out = append(out, acpResult(id, map[string]any{"outcome": map[string]any{"outcome": "cancelled"}})...)
+	for _, id := range c.asks.takeAll() {
+		out = append(out, rpcResult(id, map[string]any{"outcome": map[string]any{"outcome": "cancelled"}})...)
 	}
-	clear(c.asks)
-	c.mu.Unlock()
-	return append(out, acpNotification("session/cancel", map[string]any{"sessionId": sid})...)
+	return append(out, rpcNotification("session/cancel", map[string]any{"sessionId": c.SessionID()})...)
 }
 
 // Refuse implements Dialect: the client answers the agent's requests as
@@ -220,10 +190,7 @@ func (c *ACPClient) Refuse(AgentRequest) []byte { return nil }
 // (AGENT_APPROVAL); nil when it is no longer waiting (the turn was
 // cancelled).
 func (c *ACPClient) Answer(ask PermissionAsk, allow bool, _ string) []byte {
-	c.mu.Lock()
-	a, ok := c.asks[ask.ID]
-	delete(c.asks, ask.ID)
-	c.mu.Unlock()
+	a, ok := c.asks.take(ask.ID)
 	if !ok {
 		return nil
 	}
@@ -237,9 +204,9 @@ func (c *ACPClient) Answer(ask PermissionAsk, allow bool, _ string) []byte {
 // cancelled when there is no such option.
 func acpSelect(id, option string) []byte {
 	if option == "" {
-		return acpResult(id, map[string]any{"outcome": map[string]any{"outcome": "cancelled"}})
+		return rpcResult(id, map[string]any{"outcome": map[string]any{"outcome": "cancelled"}})
 	}
-	return acpResult(id, map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": option}})
+	return rpcResult(id, map[string]any{"outcome": map[string]any{"outcome": "selected", "optionId": option}})
 }
 
 // Echoes implements Dialect: ACP echoes no prompt.
@@ -257,19 +224,11 @@ func (c *ACPClient) SessionID() string {
 }
 
 // ParseLine implements Parser.
-func (c *ACPClient) ParseLine(line []byte) []Event {
-	v, ok := jsonObject(line)
-	if !ok || v.Get("jsonrpc").String() != "2.0" {
-		return nil
-	}
-	method, id := v.Get("method").String(), v.Get("id")
-	switch {
-	case method != "" && id.Exists():
-		return c.request(id.Raw, method, v.Get("params"))
-	case method == "session/update":
-		return c.update(v.Get("params.update"))
-	case method == "" && id.Exists():
-		return c.response(id.String(), v)
+func (c *ACPClient) ParseLine(line []byte) []Event { return parseRPC(c, line) }
+
+func (c *ACPClient) notification(method string, params gjson.Result) []Event {
+	if method == "session/update" {
+		return c.update(params.Get("update"))
 	}
 	return nil
 }
@@ -277,25 +236,21 @@ func (c *ACPClient) ParseLine(line []byte) []Event {
 func (c *ACPClient) response(id string, v gjson.Result) []Event {
 	e := v.Get("error")
 	switch {
-	case id == acpInitID && e.Exists():
-		return acpOpenFailed(acpErrorText(e), false)
-	case id == acpInitID:
+	case id == rpcInitID && e.Exists():
+		return rpcOpenFailed(rpcErrorText(e), false)
+	case id == rpcInitID:
 		if c.resumeID != "" && !v.Get("result.agentCapabilities.loadSession").Bool() {
-			return acpOpenFailed("the agent offers no session/load", true)
+			return rpcOpenFailed("the agent offers no session/load", true)
 		}
 		return []Event{{Write: c.openSession()}}
-	case id == acpOpenID && e.Exists():
-		return acpOpenFailed(acpErrorText(e), c.resumeID != "")
-	case id == acpOpenID:
+	case id == rpcOpenID && e.Exists():
+		return rpcOpenFailed(rpcErrorText(e), c.resumeID != "")
+	case id == rpcOpenID:
 		return c.opensSession(v.Get("result"))
 	case strings.HasPrefix(id, acpPromptID):
 		return c.promptEnded(v)
 	}
 	return nil
-}
-
-func acpOpenFailed(msg string, notFound bool) []Event {
-	return []Event{{Control: &ControlResponse{RequestID: acpOpenID, Subtype: "error", Error: msg, NotFound: notFound}}}
 }
 
 // opensSession takes the answer to session/new or session/load: the
@@ -318,10 +273,7 @@ func (c *ACPClient) opensSession(result gjson.Result) []Event {
 	})
 	c.opened = true
 	c.resetTurn()
-	return []Event{
-		{Init: &Init{SessionID: sid, Model: c.model}},
-		{Control: &ControlResponse{RequestID: acpOpenID, Subtype: "success"}},
-	}
+	return rpcOpened(sid, c.model)
 }
 
 func (c *ACPClient) resetTurn() {
@@ -338,7 +290,7 @@ func (c *ACPClient) promptEnded(v gjson.Result) []Event {
 	defer c.resetTurn()
 	sid := c.SessionID()
 	if e := v.Get("error"); e.Exists() {
-		msg := acpErrorText(e)
+		msg := rpcErrorText(e)
 		return []Event{{Result: &Result{Text: msg, IsError: true, Subtype: "error", APIErrorStatus: acpErrorStatus(msg),
 			SessionID: sid, Turns: c.turns}}}
 	}
@@ -361,26 +313,6 @@ func acpErrorStatus(msg string) int {
 		return n
 	}
 	return errorStatus(msg)
-}
-
-// acpErrorText is a JSON-RPC error's message, with its data when any.
-func acpErrorText(e gjson.Result) string {
-	msg := e.Get("message").String()
-	if d := e.Get("data"); d.Exists() {
-		s := d.String()
-		if d.IsObject() {
-			if m := d.Get("message").String(); m != "" {
-				s = m
-			}
-		}
-		if s != "" && s != msg {
-			msg += ": " + s
-		}
-	}
-	if msg == "" {
-		msg = "error " + e.Get("code").String()
-	}
-	return msg
 }
 
 // update is one session/update notification of the turn in progress.
@@ -407,7 +339,7 @@ func (c *ACPClient) update(u gjson.Result) []Event {
 	case "tool_call_update":
 		return c.toolNote(u.Get("toolCallId").String(), u)
 	case "plan":
-		return []Event{{Progress: &ProgressNote{Step: cutText(acpPlan(u.Get("entries")), 1024)}}}
+		return []Event{{Progress: &ProgressNote{Step: cutText(planLine(u.Get("entries"), "content"), 1024)}}}
 	}
 	return nil
 }
@@ -458,18 +390,20 @@ func acpToolName(u gjson.Result) string {
 	return kind
 }
 
-// acpPlan is a plan update as one line: "plan: [x] a; [>] b; [ ] c".
-func acpPlan(entries gjson.Result) string {
+// planLine is a plan as one line, "plan: [x] a; [>] b; [ ] c": each
+// entry's text (its field text) and status (completed, in progress as
+// ACP's in_progress or Codex's inProgress, else pending).
+func planLine(entries gjson.Result, text string) string {
 	var parts []string
 	entries.ForEach(func(_, e gjson.Result) bool {
 		mark := "[ ]"
 		switch e.Get("status").String() {
 		case "completed":
 			mark = "[x]"
-		case "in_progress":
+		case "in_progress", "inProgress":
 			mark = "[>]"
 		}
-		parts = append(parts, mark+" "+e.Get("content").String())
+		parts = append(parts, mark+" "+e.Get(text).String())
 		return true
 	})
 	return "plan: " + strings.Join(parts, "; ")
@@ -491,7 +425,7 @@ func (c *ACPClient) request(id, method string, params gjson.Result) []Event {
 	if method == "session/request_permission" {
 		return c.permission(id, params)
 	}
-	return []Event{{Write: acpError(id, acpMethodNotFound,
+	return []Event{{Write: rpcError(id, rpcMethodNotFound,
 		"agentvisor serves no "+method+": the agent works with its own tools inside the worker's container")}}
 }
 
@@ -517,17 +451,11 @@ func (c *ACPClient) permission(id string, params gjson.Result) []Event {
 	})
 	tc := params.Get("toolCall")
 	command, shell := acpShellCommand(tc)
-	if !shell || c.session.Allowed.AllowsShell(command) {
+	if !shell {
 		return []Event{{Write: acpSelect(id, a.allow)}}
 	}
-	input, _ := json.Marshal(map[string]string{"command": command})
-	if c.session.Approval {
-		c.mu.Lock()
-		c.asks[id] = a
-		c.mu.Unlock()
-		return []Event{{Permission: &PermissionAsk{ID: id, Tool: "Bash", Input: input}}}
-	}
-	return []Event{{Write: acpSelect(id, a.reject)}, {Denied: &Denial{Tool: "Bash", Input: input}}}
+	rules := commandRules{allowed: c.session.Allowed, approval: c.session.Approval}
+	return decide(rules, &c.asks, id, command, a, acpSelect(id, a.allow), acpSelect(id, a.reject))
 }
 
 // acpShellCommand is the shell command a tool call runs: its rawInput's

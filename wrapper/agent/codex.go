@@ -78,13 +78,18 @@ func (p *CodexParser) ParseLine(line []byte) []Event {
 			SessionID: p.thread, Turns: p.turns}}}
 	case "turn.completed":
 		u := v.Get("usage")
-		in, cached := tokens(u.Get("input_tokens")), tokens(u.Get("cached_input_tokens"))
-		cached = min(cached, in)
 		return []Event{{Result: &Result{Text: p.last, SessionID: p.thread, Turns: p.turns,
-			Usage: protocol.Usage{Input: in - cached, CacheRead: cached, Output: tokens(u.Get("output_tokens")),
-				CacheCreation: tokens(u.Get("cache_write_input_tokens"))}}}}
+			Usage: openAIUsage(tokens(u.Get("input_tokens")), tokens(u.Get("cached_input_tokens")),
+				tokens(u.Get("output_tokens")), tokens(u.Get("cache_write_input_tokens")))}}}
 	}
 	return nil
+}
+
+// openAIUsage is usage as OpenAI counts it, whose input tokens include the
+// cached ones: those are counted as cache reads, the rest as input.
+func openAIUsage(input, cached, output, cacheWrite int64) protocol.Usage {
+	cached = min(cached, input)
+	return protocol.Usage{Input: input - cached, CacheRead: cached, Output: output, CacheCreation: cacheWrite}
 }
 
 // started turns the start of a tool item into a ToolCall: a command as
@@ -126,6 +131,15 @@ func statusIn(msg string) int {
 
 // OpenAI's Codex CLI's adapter: one `codex exec --json` process per task,
 // the prompt on stdin; `codex exec resume <thread>` continues a session.
+// A long-lived worker's persistent process (AGENT_PERSISTENT) is `codex
+// app-server`, Codex's own JSON-RPC server (CodexAppServer): a task is a
+// turn of the project's thread, a cancel interrupts the turn, and its
+// approval requests carry ALLOWED_COMMANDS and AGENT_APPROVAL. The
+// app-server rather than ACP: Codex speaks ACP only through Zed's
+// adapter, codex-acp, a separate program and package with releases of its
+// own, where the app-server ships in the same binary and gives the
+// turn's usage, interrupts, and approvals of commands, patches and MCP
+// tool calls.
 //
 // The model API: Setup declares in ~/.codex/config.toml a model provider,
 // agentvisor, at the wrapper's proxy (the Responses API, wire_api
@@ -133,29 +147,34 @@ func statusIn(msg string) int {
 // proxy's token, never the real key. The proxy forwards to
 // OPENAI_BASE_URL (default https://api.openai.com) with OPENAI_API_KEY.
 //
-// Sandbox and approvals: a worker's container is the sandbox, and nobody
-// answers in a headless run: sandbox_mode danger-full-access and
-// approval_policy never, on the command line. Codex hides variables whose
-// names hold KEY, SECRET or TOKEN from its commands by default; the
-// progress call needs WORKER_PROGRESS_TOKEN, so its shell environment
-// inherits everything (the wrapper already left its secrets out). Its
-// commands run in a login shell by default, whose /etc/profile resets
-// PATH and so loses worker-wrapper's directory: allow_login_shell=false.
+// Sandbox and approvals: a worker's container is the sandbox:
+// sandbox_mode danger-full-access. Nobody answers in a headless run:
+// approval_policy never, on the command line; the app-server's thread
+// asks the wrapper under an ALLOWED_COMMANDS list (CodexAppServer).
+// Codex hides variables whose names hold KEY, SECRET or TOKEN from its
+// commands by default; the progress call needs WORKER_PROGRESS_TOKEN, so
+// its shell environment inherits everything (the wrapper already left its
+// secrets out). Its commands run in a login shell by default, whose
+// /etc/profile resets PATH and so loses worker-wrapper's directory:
+// allow_login_shell=false.
 //
-// ALLOWED_COMMANDS: Codex's own rules (execpolicy) cannot say "refuse
-// everything else" without asking; as for Droid, a PreToolUse hook on
-// Bash (Codex's name for its shell tools in hooks) runs `worker-wrapper
-// guard`, given with -c (a flag, not a file the agent could edit), and
-// --dangerously-bypass-hook-trust runs it without a trust prompt.
+// ALLOWED_COMMANDS in a process per task: Codex's own rules (execpolicy)
+// cannot say "refuse everything else" without asking; as for Droid, a
+// PreToolUse hook on Bash (Codex's name for its shell tools in hooks)
+// runs `worker-wrapper guard`, given with -c (a flag, not a file the agent
+// could edit), and --dangerously-bypass-hook-trust runs it without a
+// trust prompt. In the app-server, which runs no such hook, the wrapper
+// answers Codex's approval requests.
 //
 // MCP servers: mcp_servers tables in config.toml, each required (Codex
 // does not start without it, and says which on stderr: CheckOutcome) and
 // given AGENT_MCP_TIMEOUT to start. Codex offers a server's tools in a
 // namespace, mcp__<server>, and reports a call as an mcp_tool_call item.
+// An app-server refuses the thread without one: the task then runs in a
+// process of its own, whose refusal fails it MCP_UNAVAILABLE.
 //
-// Not supported: a persistent process (codex exec takes one prompt; its
-// app-server speaks another protocol), AGENT_APPROVAL, a JSON schema for
-// the stop output.
+// Not supported: AGENT_APPROVAL in a process per task (nobody can answer
+// `codex exec`), a JSON schema for the stop output.
 type codex struct{ s Settings }
 
 func init() { register(protocol.AgentCodex, func(s Settings) Adapter { return codex{s} }) }
@@ -178,9 +197,7 @@ const codexDocMaxBytes = 1 << 20
 func (codex) Type() protocol.AgentType { return protocol.AgentCodex }
 func (codex) Name() string             { return "Codex" }
 
-func (codex) Caps() Capabilities {
-	return Capabilities{NoPersistent: "codex exec runs one prompt per process (its app-server, a JSON-RPC process, has no adapter here)"}
-}
+func (codex) Caps() Capabilities { return Capabilities{Approvals: true, OpensSession: true} }
 
 // Argv is `codex exec --json` (or `codex exec resume ... <thread>`) with
 // the prompt read from stdin ("-"; on a pty, in argv).
@@ -189,12 +206,8 @@ func (c codex) Argv(inv Invocation) []string {
 	if inv.ResumeID != "" {
 		argv = append(argv, "resume")
 	}
-	argv = append(argv, "--json", "--skip-git-repo-check",
-		"-c", `approval_policy="never"`, "-c", `sandbox_mode="danger-full-access"`,
-		"-c", `shell_environment_policy.inherit="all"`, "-c", "shell_environment_policy.ignore_default_excludes=true",
-		"-c", "allow_login_shell=false", "-c", "check_for_update_on_startup=false",
-		"-c", "project_doc_max_bytes="+strconv.Itoa(codexDocMaxBytes),
-		"-c", "developer_instructions="+tomlString(c.s.systemPrompt(inv)))
+	argv = append(argv, "--json", "--skip-git-repo-check")
+	argv = append(argv, c.settings(inv)...)
 	argv = append(argv, c.guardArgs()...)
 	if c.s.Model != "" {
 		argv = append(argv, "-m", c.s.Model)
@@ -207,6 +220,15 @@ func (c codex) Argv(inv Invocation) []string {
 		return append(argv, inv.Prompt)
 	}
 	return append(argv, "-")
+}
+
+// settings are the -c settings of both modes: see codex.
+func (c codex) settings(inv Invocation) []string {
+	return []string{"-c", `approval_policy="never"`, "-c", `sandbox_mode="danger-full-access"`,
+		"-c", `shell_environment_policy.inherit="all"`, "-c", "shell_environment_policy.ignore_default_excludes=true",
+		"-c", "allow_login_shell=false", "-c", "check_for_update_on_startup=false",
+		"-c", "project_doc_max_bytes=" + strconv.Itoa(codexDocMaxBytes),
+		"-c", "developer_instructions=" + tomlString(c.s.systemPrompt(inv))}
 }
 
 // tomlString quotes s as a TOML basic string: JSON's escapes are TOML's.
@@ -227,14 +249,26 @@ func (c codex) guardArgs() []string {
 
 func (c codex) Stdin(inv Invocation) []byte { return c.s.stdin(inv) }
 
-// PersistentArgv: Codex has no persistent mode here (Caps.NoPersistent);
-// the configuration refuses AGENT_PERSISTENT, so this is never run.
-func (c codex) PersistentArgv(inv Invocation) []string { return c.Argv(inv) }
+// PersistentArgv is `codex app-server` on stdio with the settings of a
+// process per task, its model a setting too (the app-server takes no -m);
+// no hook: the thread's approval requests are answered instead
+// (CodexAppServer). The thread is opened on stdin (Input).
+func (c codex) PersistentArgv(inv Invocation) []string {
+	argv := append([]string{c.s.Bin, "app-server"}, c.settings(inv)...)
+	if c.s.Model != "" {
+		argv = append(argv, "-c", "model="+tomlString(c.s.Model))
+	}
+	return append(argv, c.s.Args...)
+}
 
 func (codex) Parser() Parser { return &CodexParser{} }
 
-// Input: none (no persistent mode); the parser for completeness.
-func (codex) Input(string) (Dialect, Parser) { return nil, &CodexParser{} }
+// Input is one CodexAppServer, dialect and parser, for the thread
+// resumeID ("": a new one).
+func (c codex) Input(resumeID string) (Dialect, Parser) {
+	rpc := NewCodexAppServer(CodexSession{Cwd: c.s.Workspace, Allowed: c.s.AllowedCommands, Approval: c.s.Approval}, resumeID)
+	return rpc, rpc
+}
 
 // WithContext puts the project's context in the developer instructions.
 func (codex) WithContext(inv Invocation, section string) Invocation {

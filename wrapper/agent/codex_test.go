@@ -122,8 +122,21 @@ func TestCodexArgv(t *testing.T) {
 	if got := strings.Join(adapterFor(t, protocol.AgentCodex, Settings{Bin: "codex", AllowedCommands: all}).Argv(Invocation{}), " "); strings.Contains(got, "hook") {
 		t.Errorf("ALLOWED_COMMANDS=* still hooks: %q", got)
 	}
-	if c.Caps().NoPersistent == "" || c.Caps().ReportsCost {
-		t.Errorf("caps %+v", c.Caps())
+	if caps := c.Caps(); caps.NoPersistent != "" || !caps.Approvals || !caps.OpensSession || caps.ReportsCost {
+		t.Errorf("caps %+v", caps)
+	}
+
+	// The persistent process: the app-server with the same settings, its
+	// model as a setting, no hook (its approval requests are answered).
+	got = strings.Join(c.PersistentArgv(Invocation{Extra: "CTX"}), " ")
+	for _, want := range []string{"codex app-server -c", `approval_policy="never"`, `sandbox_mode="danger-full-access"`,
+		"allow_login_shell=false", `developer_instructions="SYS \"q\"\nline\nCTX"`, `-c model="gpt-5-codex" --extra`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("persistent argv %q lacks %q", got, want)
+		}
+	}
+	if strings.Contains(got, "hook") || strings.Contains(got, "--json") || strings.Contains(got, " -m ") {
+		t.Errorf("persistent argv %q", got)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidwall/gjson"
+
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/stubmodel"
 	"github.com/agentvisor/agentvisor/testkit"
@@ -31,16 +33,36 @@ func (e *env) permissionRequests() []protocol.PermissionRequest {
 	return out
 }
 
-// With AGENT_APPROVAL the real claude asks before each shell command that
-// ALLOWED_COMMANDS does not allow: one allowed by the owner runs, one
-// denied does not (the model reads why), one left unanswered is denied
-// after APPROVAL_TIMEOUT.
+// With AGENT_APPROVAL the real claude, and a persistent Codex (its
+// app-server), ask before each shell command that ALLOWED_COMMANDS does
+// not allow: one allowed by the owner runs, one denied does not, one left
+// unanswered is denied after APPROVAL_TIMEOUT. The model reads why
+// (Claude: the owner's reason; Codex, which takes no reason: that the
+// user rejected it).
 func TestApprovalAllowsAndDenies(t *testing.T) {
-	e, stub, environ := realAgentEnv(t, protocol.AgentClaude)
+	for _, tt := range []struct {
+		agent  protocol.AgentType
+		denial string // what the model reads of the denial
+	}{
+		{protocol.AgentClaude, "DENY-MARKER"},
+		{protocol.AgentCodex, "rejected by user"},
+	} {
+		t.Run(string(tt.agent), func(t *testing.T) {
+			t.Parallel()
+			e := approvesAndDenies(t, tt.agent, tt.denial)
+			if tt.agent == protocol.AgentCodex {
+				e.ranInAppServer()
+			}
+		})
+	}
+}
+
+func approvesAndDenies(t *testing.T, agentType protocol.AgentType, denial string) *env {
+	e, stub, environ := realAgentEnv(t, agentType)
 	e.cfg.Persistent, e.cfg.Approval, e.cfg.ApprovalTimeout = true, true, 2*time.Second
 	dir := t.TempDir()
 	touch := func(name string) *stubmodel.ToolUse {
-		return shellTool(protocol.AgentClaude, "touch "+filepath.Join(dir, name))
+		return shellTool(agentType, "touch "+filepath.Join(dir, name))
 	}
 	stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
 		{ToolUse: touch("allowed")}, {ToolUse: touch("denied")}, {ToolUse: touch("unanswered")},
@@ -49,7 +71,7 @@ func TestApprovalAllowsAndDenies(t *testing.T) {
 	input := e.keys.Input(e.cfg.WorkerID)
 	e.send(input, protocol.Task{RequestID: "ap-1", Prompt: "make three files"})
 
-	answer := func(n int, allow bool, msg string) protocol.PermissionRequest {
+	answer := func(n int, name string, allow bool, msg string) {
 		var p protocol.PermissionRequest
 		testkit.Eventually(t, "permission request", 60*time.Second, func() bool {
 			ps := e.permissionRequests()
@@ -58,17 +80,16 @@ func TestApprovalAllowsAndDenies(t *testing.T) {
 			}
 			return len(ps) >= n
 		})
-		if p.Tool != "Bash" || !strings.Contains(string(p.Input), "touch") || p.RequestID != "ap-1" {
-			t.Fatalf("permission request %d: %+v", n, p)
+		if p.Tool != "Bash" || gjson.GetBytes(p.Input, "command").String() != "touch "+filepath.Join(dir, name) || p.RequestID != "ap-1" {
+			t.Fatalf("permission request %d: %+v (%s)", n, p, p.Input)
 		}
 		if n < 3 {
 			e.sendDoc(input)(protocol.NewPermissionReply("ap-1", p.PermissionID, allow, msg).Encode())
 		}
-		return p
 	}
-	answer(1, true, "")
-	answer(2, false, "DENY-MARKER not that one")
-	answer(3, false, "") // unanswered: the timeout denies it
+	answer(1, "allowed", true, "")
+	answer(2, "denied", false, "DENY-MARKER not that one")
+	answer(3, "unanswered", false, "") // unanswered: the timeout denies it
 	o := e.outputOf("ap-1", 60*time.Second)
 	if o.Status != protocol.StatusComplete {
 		t.Fatalf("output %+v (error %+v)", o, o.Error)
@@ -79,8 +100,8 @@ func TestApprovalAllowsAndDenies(t *testing.T) {
 		}
 	}
 	reqs := stub.Requests()
-	if !strings.Contains(reqs[2].Text(), "DENY-MARKER") {
-		t.Error("the model did not read the owner's reason for the denial")
+	if len(reqs) != 4 || !strings.Contains(reqs[2].Text(), denial) {
+		t.Errorf("%d model requests; the model did not read the denial (%q)", len(reqs), denial)
 	}
 	_, progress := e.docs(e.keys.Output(e.cfg.WorkerID))
 	var verdicts []string
@@ -89,7 +110,9 @@ func TestApprovalAllowsAndDenies(t *testing.T) {
 			verdicts = append(verdicts, p.Step)
 		}
 	}
-	if len(verdicts) != 3 || !strings.HasSuffix(verdicts[0], "allowed") || !strings.Contains(verdicts[2], "no answer within 2s") {
+	if len(verdicts) != 3 || !strings.HasSuffix(verdicts[0], "allowed") || !strings.Contains(verdicts[1], "DENY-MARKER") ||
+		!strings.Contains(verdicts[2], "no answer within 2s") {
 		t.Fatalf("verdicts %q", verdicts)
 	}
+	return e
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -85,6 +86,7 @@ func TestCancelRunningTask(t *testing.T) {
 		{"droid-per-task", protocol.AgentDroid, false},
 		{"droid-persistent", protocol.AgentDroid, true},
 		{"codex-per-task", protocol.AgentCodex, false},
+		{"codex-persistent", protocol.AgentCodex, true},
 	} {
 		persistent := tt.persistent
 		t.Run(tt.name, func(t *testing.T) {
@@ -278,4 +280,55 @@ func TestCancelAnswersBeforeTheAgentWoundDown(t *testing.T) {
 		return got["input"] == strconv.FormatInt(4000+o2.Usage.Input, 10) && got["tasks"] == "2" &&
 			cost > 0.03425+o2.CostUSD-1e-9 && cost < 0.03425+o2.CostUSD+1e-9
 	})
+}
+
+// sleepSeconds is how long the command of cancelsDuringACommand sleeps: a
+// figure no other process on the machine sleeps, so that pgrep finds this
+// one.
+const sleepSeconds = "29.917"
+
+// cancelsDuringACommand: a cancel of a task of agentType's persistent
+// process while its command runs (a 30 s sleep) ends the turn and the
+// command (OpenCode's session/cancel, Codex's turn/interrupt): the output
+// within 2 s, CANCELLED. The process stays and serves the session's next
+// task, whose model request carries the cancelled turn. It returns the
+// worker's env.
+func cancelsDuringACommand(t *testing.T, agentType protocol.AgentType) *env {
+	e, stub, environ := realAgentEnv(t, agentType)
+	allowed, err := protocol.ParseAllowedCommandsEnv("sleep.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cfg.AllowedCommands, e.cfg.Persistent = allowed, true
+	e.start(environ...)
+	stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
+		{Text: finalText},
+		{ToolUse: shellTool(agentType, "sleep "+sleepSeconds)},
+	}, Fallback: &stubmodel.Step{Text: finalText}})
+	o0 := e.runTask(protocol.Task{RequestID: "k0", ProjectID: "p", Prompt: "warm up"})
+	if o0.Status != protocol.StatusComplete {
+		t.Fatalf("warm-up: %+v (error %+v)", o0, o0.Error)
+	}
+	sleeping := func() bool { return exec.Command("pgrep", "-f", "-x", "sleep "+sleepSeconds).Run() == nil }
+	input := e.keys.Input(e.cfg.WorkerID)
+	e.send(input, protocol.Task{RequestID: "k1", ProjectID: "p", Prompt: "CANCEL-MARKER sleep a while"})
+	testkit.Eventually(t, "the sleep running", 60*time.Second, sleeping)
+	start := time.Now()
+	e.sendCancel(input, "k1", "not needed")
+	o1 := e.outputOf("k1", 30*time.Second)
+	took := time.Since(start)
+	t.Logf("cancel → output: %v", took)
+	if o1.Status != protocol.StatusCancelled || o1.Error == nil || o1.Error.Code != protocol.CodeCancelled || took > 2*time.Second {
+		t.Fatalf("cancel: %+v (error %+v) after %v", o1, o1.Error, took)
+	}
+	testkit.Eventually(t, "the cancelled turn's command gone", 5*time.Second, func() bool { return !sleeping() })
+	o2 := e.runTask(protocol.Task{RequestID: "k2", ProjectID: "p", Prompt: "after"})
+	if pids := e.taskPIDs(); o2.Status != protocol.StatusComplete || o2.SessionID != o0.SessionID || decision(o2) != "resume/continued" || pids[len(pids)-1] != pids[0] {
+		t.Fatalf("after the cancel: %s %+v (error %+v), pids %v", decision(o2), o2, o2.Error, pids)
+	}
+	reqs := stub.Requests()
+	if !strings.Contains(reqs[len(reqs)-1].Text(), "CANCEL-MARKER") {
+		t.Fatal("the next task's model request lacks the cancelled turn")
+	}
+	return e
 }

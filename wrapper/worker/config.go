@@ -201,35 +201,37 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	return c, nil
 }
 
-// caps is what the configured agent can do (its adapter's Caps); none
-// for an agent type without an adapter, which the table refused.
-func (c *Config) caps() agent.Capabilities {
+// agentCaps is what the configured agent can do (its adapter's Caps), and
+// its name; no capability for an agent type without an adapter, which the
+// table refused.
+func (c *Config) agentCaps() (agent.Capabilities, string) {
 	ad, err := agent.New(c.AgentType, c.agentSettings())
 	if err != nil {
-		return agent.Capabilities{}
+		return agent.Capabilities{}, string(c.AgentType)
 	}
-	return ad.Caps()
+	return ad.Caps(), ad.Name()
 }
 
 // checkAgentModes checks the rules across the agent's variables.
 func (c *Config) checkAgentModes() error {
+	caps, name := c.agentCaps()
 	switch {
 	case c.Prewarm && !c.Persistent:
 		return envconf.Errorf("AGENT_PREWARM", "needs AGENT_PERSISTENT=true")
-	case c.JSONSchema && !c.caps().JSONSchema:
+	case c.JSONSchema && !caps.JSONSchema:
 		return envconf.Errorf("AGENT_JSON_SCHEMA", "only Claude takes a JSON schema")
-	case c.Persistent && c.caps().NoPersistent != "":
-		return envconf.Errorf("AGENT_PERSISTENT", "not for this agent: %s", c.caps().NoPersistent)
+	case c.Persistent && caps.NoPersistent != "":
+		return envconf.Errorf("AGENT_PERSISTENT", "not for this agent: %s", caps.NoPersistent)
 	case c.Persistent && (c.Kind != protocol.KindLongLived || c.PTY):
 		return envconf.Errorf("AGENT_PERSISTENT", "only for a long-lived worker without a pty")
 	case c.AgentType == protocol.AgentACP && len(c.AgentCommand) == 0:
 		return envconf.Errorf("AGENT_COMMAND", "required with AGENT_TYPE=acp: the command that speaks ACP")
 	case c.AgentType != protocol.AgentACP && len(c.AgentCommand) > 0:
 		return envconf.Errorf("AGENT_COMMAND", "only with AGENT_TYPE=acp (AGENT_BIN names the other agents' executables)")
-	case c.PTY && c.caps().Converses:
+	case c.PTY && caps.Converses:
 		return envconf.Errorf("AGENT_PTY", "not for an ACP agent: its stdio carries the protocol")
-	case c.Approval && !c.Persistent && c.caps().Approvals && !c.caps().Converses:
-		return envconf.Errorf("AGENT_APPROVAL", "needs AGENT_PERSISTENT=true: Claude asks on the persistent process's control channel")
+	case c.Approval && !c.Persistent && caps.Approvals && !caps.Converses:
+		return envconf.Errorf("AGENT_APPROVAL", "needs AGENT_PERSISTENT=true: %s asks on the persistent process's control channel", name)
 	}
 	return nil
 }

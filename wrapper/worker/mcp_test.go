@@ -187,40 +187,51 @@ func TestMCPSecrets(t *testing.T) {
 	}
 }
 
-// A persistent Claude process (AGENT_PERSISTENT, and AGENT_PREWARM, as
-// warm pools run it) has the spec's servers too: its tools work across tasks, and a broken
-// server fails every task with MCP_UNAVAILABLE (an abort is no death of
-// the process that would turn persistence off).
-func TestMCPWithPersistentClaude(t *testing.T) {
+// A persistent Claude or Codex process (AGENT_PERSISTENT, and
+// AGENT_PREWARM, as warm pools run it) has the spec's servers too: its
+// tools work across tasks (a persistent Codex's MCP tool calls approved by
+// the wrapper), and a broken server fails every task with MCP_UNAVAILABLE
+// (Claude: an abort, no death of the process that would turn persistence
+// off; Codex refuses to open the thread, and the task's own `codex exec`
+// names the server).
+func TestMCPWithPersistentAgents(t *testing.T) {
 	bin := buildTestMCP(t)
 	working := []protocol.MCPServer{{Name: "tm", Command: bin, Env: map[string]string{"TESTMCP_TAG": "p"}}}
 	broken := []protocol.MCPServer{{Name: "tm", Command: bin}, {Name: "broken", Command: "false"}}
-	for _, tc := range []struct {
-		name    string
-		servers []protocol.MCPServer
-		prewarm bool // AGENT_PREWARM: the process starts before the first task
-	}{
-		{"working", working, false},
-		{"broken", broken, false},
-		{"working prewarmed", working, true},
-		{"broken prewarmed", broken, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			e, stub, environ := realAgentEnv(t, protocol.AgentClaude)
-			e.cfg.Persistent, e.cfg.Prewarm = true, tc.prewarm
-			e.cfg.MCPServers, e.cfg.MCPTimeout = tc.servers, 20*time.Second
-			e.start(environ...)
-			for i, text := range []string{"first", "second"} {
-				o, echo := e.echoTask(stub, protocol.AgentClaude, "tm", text, strings.ReplaceAll(tc.name, " ", "-")+"-"+text, i+1)
-				switch {
-				case strings.HasPrefix(tc.name, "broken") && (o.Error == nil || o.Error.Code != protocol.CodeMCPUnavailable):
-					t.Fatalf("task %d: %+v (error %+v), want MCP_UNAVAILABLE", i, o, o.Error)
-				case strings.HasPrefix(tc.name, "working") && (o.Status != protocol.StatusComplete || echo != echoAnswer(text, "p")):
-					t.Fatalf("task %d: %+v (result %s, error %+v)", i, o, o.Result, o.Error)
+	for _, agentType := range []protocol.AgentType{protocol.AgentClaude, protocol.AgentCodex} {
+		for _, tc := range []struct {
+			name    string
+			servers []protocol.MCPServer
+			prewarm bool // AGENT_PREWARM: the process starts before the first task
+		}{
+			{"working", working, false},
+			{"broken", broken, false},
+			{"working prewarmed", working, true},
+			{"broken prewarmed", broken, true},
+		} {
+			t.Run(string(agentType)+" "+tc.name, func(t *testing.T) {
+				t.Parallel()
+				e, stub, environ := realAgentEnv(t, agentType)
+				e.cfg.Persistent, e.cfg.Prewarm = true, tc.prewarm
+				e.cfg.MCPServers, e.cfg.MCPTimeout = tc.servers, 20*time.Second
+				if agentType == protocol.AgentCodex { // a list: Codex asks before each MCP tool call
+					e.cfg.AllowedCommands, _ = protocol.ParseAllowedCommands([]string{"git.status"})
 				}
-			}
-		})
+				e.start(environ...)
+				for i, text := range []string{"first", "second"} {
+					o, echo := e.echoTask(stub, agentType, "tm", text, strings.ReplaceAll(tc.name, " ", "-")+"-"+text, i+1)
+					switch {
+					case strings.HasPrefix(tc.name, "broken") && (o.Error == nil || o.Error.Code != protocol.CodeMCPUnavailable):
+						t.Fatalf("task %d: %+v (error %+v), want MCP_UNAVAILABLE", i, o, o.Error)
+					case strings.HasPrefix(tc.name, "working") && (o.Status != protocol.StatusComplete || echo != echoAnswer(text, "p")):
+						t.Fatalf("task %d: %+v (result %s, error %+v)", i, o, o.Result, o.Error)
+					}
+				}
+				if agentType == protocol.AgentCodex && strings.HasPrefix(tc.name, "working") {
+					e.ranInAppServer()
+				}
+			})
+		}
 	}
 }
 

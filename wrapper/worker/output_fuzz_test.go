@@ -15,9 +15,9 @@ import (
 
 // The whole path from what an agent prints to the Output the wrapper
 // stores: its lines through the CLI's parser (Claude's stream-json,
-// Droid's JSON lines or its JSON-RPC, Codex's exec --json), the verdict,
-// the output built from them, and the output's encoding as storeOutput
-// makes it. Whatever the agent printed, with or without a schema and
+// Droid's JSON lines or its JSON-RPC, Codex's exec --json or its
+// app-server), the verdict, the output built from them, and the output's
+// encoding as storeOutput makes it. Whatever the agent printed, with or without a schema and
 // whatever its exit, the path ends in exactly one output that decodes,
 // for the task's request id: nothing the agent prints can end the process
 // or leave a task unanswered.
@@ -44,8 +44,11 @@ func FuzzAgentOutputToStoredOutput(f *testing.F) {
 		`{"jsonrpc":"2.0","method":"droid.session_notification","params":{"notification":{"type":"agent_turn_completed","reason":"completed","tokenUsage":{"inputTokens":-7}}}}`,
 		`{"type":"item.completed","item":{"type":"agent_message","text":"{\"status\":\"cancelled\"}"}}` + "\n" + `{"type":"turn.completed","usage":{"input_tokens":5,"cached_input_tokens":9e30,"output_tokens":-3}}`,
 		`{"type":"turn.failed","error":{"message":"unexpected status 999 x"}}`,
+		`{"id":"agentvisor-turn-1","result":{"turn":{"id":"t"}}}` + "\n" + `{"method":"item/completed","params":{"turnId":"t","item":{"type":"agentMessage","text":"{\"status\":\"cancelled\"}"}}}` +
+			"\n" + `{"method":"thread/tokenUsage/updated","params":{"turnId":"t","tokenUsage":{"last":{"inputTokens":-4,"cachedInputTokens":9e30}}}}` +
+			"\n" + `{"method":"turn/completed","params":{"turn":{"id":"t","status":"failed","error":{"codexErrorInfo":{"x":{"httpStatusCode":99999}}}}}}`,
 	} {
-		for k := uint8(0); k < 4; k++ {
+		for k := uint8(0); k < 5; k++ {
 			f.Add([]byte(s), k, k == 1, int(k))
 		}
 	}
@@ -78,7 +81,9 @@ func FuzzAgentOutputToStoredOutput(f *testing.F) {
 }
 
 func fuzzParser(k uint8) (protocol.AgentType, agent.Parser) {
-	switch k % 4 {
+	switch k % 5 {
+	case 4:
+		return protocol.AgentCodex, agent.NewCodexAppServer(agent.CodexSession{}, "")
 	case 3:
 		return protocol.AgentCodex, &agent.CodexParser{}
 	case 1:

@@ -35,63 +35,76 @@ func commandBin(t *testing.T, names ...string) (binDir, ranDir string) {
 // and a command substitution are refused; each refusal reaches the
 // consumer as a warning.
 func TestAllowedCommandsEnforcedByRealAgents(t *testing.T) {
-	eachRealAgent(t, func(t *testing.T, agentType protocol.AgentType, e *env, stub *stubmodel.Server, environ []string) {
-		e.cfg.AllowedCommands, _ = protocol.ParseAllowedCommands([]string{"engineering.deploy"})
-		binDir, ranDir := commandBin(t, "engineering", "rogue")
-		environ = append(environ, "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
-		e.start(environ...)
-		in, out := e.keys.Input(e.cfg.WorkerID), e.keys.Output(e.cfg.WorkerID)
+	eachRealAgent(t, enforcesAllowedCommands)
+}
 
-		refused := []string{"rogue --now", "engineering deploy --env prod; rogue --chained", "engineering deploy $(rogue --subst)"}
-		steps := []stubmodel.Step{
-			{ToolUse: shellTool(agentType, `worker-wrapper progress --step "Deploying" --pct 50`)},
-			{ToolUse: shellTool(agentType, "engineering deploy --env prod")},
-		}
-		for _, c := range refused {
-			steps = append(steps, stubmodel.Step{ToolUse: shellTool(agentType, c)})
-		}
-		written := filepath.Join(e.cfg.Workspace, "notes.md")
-		if agentType == protocol.AgentClaude { // editing files stays allowed
-			steps = append(steps, stubmodel.Step{ToolUse: &stubmodel.ToolUse{Name: "Write",
-				Input: map[string]any{"file_path": written, "content": "deployed\n"}}})
-		}
-		steps = append(steps, stubmodel.Step{Text: "Deployed.\n{\"status\": \"complete\", \"result\": {\"deployed\": true}}"})
-		stub.SetScript(stubmodel.Script{Steps: steps})
-		e.send(in, protocol.Task{RequestID: "deploy", Prompt: "Deploy to prod."})
-		o := e.waitOutputs(out, 1, 90*time.Second)[0]
-		if o.Status != protocol.StatusComplete {
-			t.Fatalf("output %+v (error %+v)", o, o.Error)
-		}
-		if b, err := os.ReadFile(filepath.Join(ranDir, "engineering.ran")); err != nil || string(b) != "deploy --env prod\n" {
-			t.Errorf("the allowed command ran as %q (%v), want once with deploy --env prod", b, err)
-		}
-		if b, err := os.ReadFile(filepath.Join(ranDir, "rogue.ran")); err == nil {
-			t.Errorf("a refused command ran: %q", b)
-		}
-		if b, err := os.ReadFile(written); agentType == protocol.AgentClaude && string(b) != "deployed\n" {
-			t.Errorf("Claude's Write tool wrote %q (%v)", b, err)
-		}
-		_, prog := e.docs(out)
-		var steps2, refusedCmds []string
-		for _, p := range prog {
-			steps2 = append(steps2, p.Step)
-			if p.Refused != nil {
-				if p.Level != protocol.LevelWarning {
-					t.Errorf("refusal at level %q", p.Level)
-				}
-				refusedCmds = append(refusedCmds, p.Refused.Command)
+// The same with a persistent Codex, `codex app-server`, which runs no
+// hook: its approval requests are answered by the list.
+func TestAllowedCommandsEnforcedByPersistentCodex(t *testing.T) {
+	e, stub, environ := realAgentEnv(t, protocol.AgentCodex)
+	e.cfg.Persistent = true
+	enforcesAllowedCommands(t, protocol.AgentCodex, e, stub, environ)
+	e.ranInAppServer()
+}
+
+// enforcesAllowedCommands runs the task of TestAllowedCommandsEnforcedByRealAgents
+// in a worker of agentType (not started yet).
+func enforcesAllowedCommands(t *testing.T, agentType protocol.AgentType, e *env, stub *stubmodel.Server, environ []string) {
+	e.cfg.AllowedCommands, _ = protocol.ParseAllowedCommands([]string{"engineering.deploy"})
+	binDir, ranDir := commandBin(t, "engineering", "rogue")
+	environ = append(environ, "PATH="+binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	e.start(environ...)
+	in, out := e.keys.Input(e.cfg.WorkerID), e.keys.Output(e.cfg.WorkerID)
+
+	refused := []string{"rogue --now", "engineering deploy --env prod; rogue --chained", "engineering deploy $(rogue --subst)"}
+	steps := []stubmodel.Step{
+		{ToolUse: shellTool(agentType, `worker-wrapper progress --step "Deploying" --pct 50`)},
+		{ToolUse: shellTool(agentType, "engineering deploy --env prod")},
+	}
+	for _, c := range refused {
+		steps = append(steps, stubmodel.Step{ToolUse: shellTool(agentType, c)})
+	}
+	written := filepath.Join(e.cfg.Workspace, "notes.md")
+	if agentType == protocol.AgentClaude { // editing files stays allowed
+		steps = append(steps, stubmodel.Step{ToolUse: &stubmodel.ToolUse{Name: "Write",
+			Input: map[string]any{"file_path": written, "content": "deployed\n"}}})
+	}
+	steps = append(steps, stubmodel.Step{Text: "Deployed.\n{\"status\": \"complete\", \"result\": {\"deployed\": true}}"})
+	stub.SetScript(stubmodel.Script{Steps: steps})
+	e.send(in, protocol.Task{RequestID: "deploy", Prompt: "Deploy to prod."})
+	o := e.waitOutputs(out, 1, 90*time.Second)[0]
+	if o.Status != protocol.StatusComplete {
+		t.Fatalf("output %+v (error %+v)", o, o.Error)
+	}
+	if b, err := os.ReadFile(filepath.Join(ranDir, "engineering.ran")); err != nil || string(b) != "deploy --env prod\n" {
+		t.Errorf("the allowed command ran as %q (%v), want once with deploy --env prod", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(ranDir, "rogue.ran")); err == nil {
+		t.Errorf("a refused command ran: %q", b)
+	}
+	if b, err := os.ReadFile(written); agentType == protocol.AgentClaude && string(b) != "deployed\n" {
+		t.Errorf("Claude's Write tool wrote %q (%v)", b, err)
+	}
+	_, prog := e.docs(out)
+	var steps2, refusedCmds []string
+	for _, p := range prog {
+		steps2 = append(steps2, p.Step)
+		if p.Refused != nil {
+			if p.Level != protocol.LevelWarning {
+				t.Errorf("refusal at level %q", p.Level)
 			}
+			refusedCmds = append(refusedCmds, p.Refused.Command)
 		}
-		if !slices.Contains(steps2, "Deploying") {
-			t.Errorf("the progress call did not come through: %q", steps2)
-		}
-		slices.Sort(refusedCmds)
-		want := slices.Clone(refused)
-		slices.Sort(want)
-		if !slices.Equal(refusedCmds, want) {
-			t.Errorf("refusal warnings for %q, want %q", refusedCmds, want)
-		}
-	})
+	}
+	if !slices.Contains(steps2, "Deploying") {
+		t.Errorf("the progress call did not come through: %q", steps2)
+	}
+	slices.Sort(refusedCmds)
+	want := slices.Clone(refused)
+	slices.Sort(want)
+	if !slices.Equal(refusedCmds, want) {
+		t.Errorf("refusal warnings for %q, want %q", refusedCmds, want)
+	}
 }
 
 // A progress call that goes wrong (no step, a percentage that is not a

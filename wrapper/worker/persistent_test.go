@@ -106,32 +106,9 @@ func TestPersistentDroid(t *testing.T) {
 	e, stub, environ := realAgentEnv(t, protocol.AgentDroid)
 	e.cfg.Persistent = true
 	e.start(environ...)
-	stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
-		{ToolUse: shellTool(protocol.AgentDroid, `worker-wrapper progress --step "droid step" --pct 50`)},
-		{Text: finalText},
-	}, Fallback: &stubmodel.Step{Text: finalText}})
-
-	o1 := e.runTask(protocol.Task{RequestID: "d1", ProjectID: "delta", Prompt: "PERSIST-MARKER first"})
-	o2 := e.runTask(protocol.Task{RequestID: "d2", ProjectID: "delta", Prompt: "second"})
-	if o1.Status != protocol.StatusComplete || o2.Status != protocol.StatusComplete || decision(o2) != "resume/continued" || o2.SessionID != o1.SessionID {
-		t.Fatalf("outputs %s %+v (error %+v) / %s %+v (error %+v)", decision(o1), o1, o1.Error, decision(o2), o2, o2.Error)
-	}
-	if o1.Usage.Input != 2*stubmodel.DefaultUsage.InputTokens || o2.Usage.Input != stubmodel.DefaultUsage.InputTokens {
-		t.Errorf("usage %+v / %+v: want each task's own calls", o1.Usage, o2.Usage)
-	}
-	_, prog := e.docs(e.keys.Output(e.cfg.WorkerID))
-	if len(prog) != 1 || prog[0].Step != "droid step" || prog[0].RequestID != "d1" {
-		t.Fatalf("progress through Droid's Execute: %+v", prog)
-	}
+	o1, _ := e.followUpInOneProcess(stub, protocol.AgentDroid)
 	pids := e.taskPIDs()
-	if len(pids) != 2 || pids[0] != pids[1] {
-		t.Fatalf("task pids %v: the follow-up did not reuse the process", pids)
-	}
 	reqs := stub.Requests()
-	last := reqs[len(reqs)-1]
-	if !strings.Contains(last.Text(), "PERSIST-MARKER") || !strings.Contains(last.System, "worker-wrapper progress") {
-		t.Fatal("the follow-up's request lacks the earlier turns or the wrapper's system prompt section")
-	}
 
 	// The process group dies between tasks: the next task starts another
 	// process, which loads the session, and completes in it.
@@ -160,4 +137,39 @@ func TestPersistentDroid(t *testing.T) {
 	if n := len(pids); n < 4 || pids[n-2] == pids[0] || pids[n-1] == pids[n-2] {
 		t.Fatalf("task pids %v: want a new process after the death and for the other project", pids)
 	}
+}
+
+// followUpInOneProcess runs two tasks of a project in the persistent agent
+// of e (started), the first with a progress call through the agent's
+// shell tool: both complete in one process and session, each with its own
+// calls' usage, and the follow-up's model request carries the first turn
+// and the wrapper's system prompt section.
+func (e *env) followUpInOneProcess(stub *stubmodel.Server, agentType protocol.AgentType) (o1, o2 protocol.Output) {
+	t := e.t
+	t.Helper()
+	step := string(agentType) + " step"
+	stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
+		{ToolUse: shellTool(agentType, `worker-wrapper progress --step "`+step+`" --pct 50`)},
+		{Text: finalText},
+	}, Fallback: &stubmodel.Step{Text: finalText}})
+	o1 = e.runTask(protocol.Task{RequestID: "f1", ProjectID: "delta", Prompt: "PERSIST-MARKER first"})
+	o2 = e.runTask(protocol.Task{RequestID: "f2", ProjectID: "delta", Prompt: "second"})
+	if o1.Status != protocol.StatusComplete || o2.Status != protocol.StatusComplete || decision(o2) != "resume/continued" || o2.SessionID != o1.SessionID {
+		t.Fatalf("outputs %s %+v (error %+v) / %s %+v (error %+v)", decision(o1), o1, o1.Error, decision(o2), o2, o2.Error)
+	}
+	if o1.Usage.Input != 2*o2.Usage.Input || o2.Usage.Input == 0 {
+		t.Errorf("usage %+v / %+v: want each task's own calls", o1.Usage, o2.Usage)
+	}
+	_, prog := e.docs(e.keys.Output(e.cfg.WorkerID))
+	if len(prog) != 1 || prog[0].Step != step || prog[0].RequestID != "f1" {
+		t.Fatalf("progress through the %s shell tool: %+v", agentType, prog)
+	}
+	if pids := e.taskPIDs(); len(pids) != 2 || pids[0] != pids[1] {
+		t.Fatalf("task pids %v: the follow-up did not reuse the process", pids)
+	}
+	reqs := stub.Requests()
+	if last := reqs[len(reqs)-1]; !strings.Contains(last.Text(), "PERSIST-MARKER") || !strings.Contains(last.System, "worker-wrapper progress") {
+		t.Fatal("the follow-up's request lacks the earlier turns or the wrapper's system prompt section")
+	}
+	return o1, o2
 }

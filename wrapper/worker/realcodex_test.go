@@ -1,6 +1,9 @@
 package worker
 
 import (
+	"fmt"
+	"maps"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -8,6 +11,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // Codex's calls at codexStubPrices: one answer of the stub's default usage
@@ -79,11 +83,98 @@ func TestRealCodexMaxBudget(t *testing.T) {
 	}
 }
 
-// AGENT_PERSISTENT is refused for Codex at start, with the reason.
-func TestCodexRefusesPersistent(t *testing.T) {
-	_, err := FromEnv(mapEnv(map[string]string{"WORKER_ID": "w", "REDIS_URL": "redis://127.0.0.1:1/0", "AGENT_TYPE": "codex",
-		"AGENT_PERSISTENT": "true"}))
-	if err == nil || !strings.Contains(err.Error(), "AGENT_PERSISTENT") || !strings.Contains(err.Error(), "codex exec") {
-		t.Fatalf("err %v", err)
+// A Codex worker takes AGENT_PERSISTENT (`codex app-server`); its
+// AGENT_APPROVAL needs it (`codex exec` asks nobody), and says so.
+func TestCodexPersistentAndApprovalConfig(t *testing.T) {
+	base := map[string]string{"WORKER_ID": "w", "REDIS_URL": "redis://127.0.0.1:1/0", "AGENT_TYPE": "codex"}
+	with := func(kv ...string) map[string]string {
+		m := maps.Clone(base)
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	if _, err := FromEnv(mapEnv(with("AGENT_PERSISTENT", "true", "AGENT_APPROVAL", "true"))); err != nil {
+		t.Fatalf("persistent Codex with approvals: %v", err)
+	}
+	_, err := FromEnv(mapEnv(with("AGENT_APPROVAL", "true")))
+	if err == nil || !strings.Contains(err.Error(), "AGENT_APPROVAL") || !strings.Contains(err.Error(), "Codex asks") {
+		t.Fatalf("approvals in a process per task: %v", err)
+	}
+}
+
+// A persistent Codex (`codex app-server`) serves a project's follow-up in
+// the same process and thread (followUpInOneProcess: its progress call
+// approved by the wrapper, as the list always allows it; the wrapper's
+// section in its developer instructions), each task's usage, cost and
+// context its own. A process that dies between tasks is replaced by one
+// that resumes the thread (thread/resume); a task of another project gets
+// a process of its own.
+func TestPersistentCodex(t *testing.T) {
+	e, stub, environ := realAgentEnv(t, protocol.AgentCodex)
+	e.cfg.Persistent = true
+	allowed, err := protocol.ParseAllowedCommandsEnv("git.status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cfg.AllowedCommands = allowed
+	e.start(environ...)
+	o1, o2 := e.followUpInOneProcess(stub, protocol.AgentCodex)
+	if o1.Usage.Input != 2*2100 || !near(o2.CostUSD, codexCallUSD) || o2.ContextTokens != 11100 {
+		t.Errorf("usage %+v, cost $%g, context %d: want each task's own calls", o1.Usage, o2.CostUSD, o2.ContextTokens)
+	}
+	e.ranInAppServer()
+	pids := e.taskPIDs()
+
+	// The process group dies between tasks: the next task starts another
+	// app-server, which resumes the thread, and completes in it.
+	syscall.Kill(-pids[0], syscall.SIGKILL)
+	testkit.Eventually(t, "the agent's death", 5*time.Second, func() bool { return syscall.Kill(pids[0], 0) != nil })
+	o3 := e.runTask(protocol.Task{RequestID: "x3", ProjectID: "delta", Prompt: "third"})
+	if o3.Status != protocol.StatusComplete || o3.SessionID != o1.SessionID || decision(o3) != "resume/continued" {
+		t.Fatalf("after the process died: %s %+v (error %+v)", decision(o3), o3, o3.Error)
+	}
+	reqs := stub.Requests()
+	if last := reqs[len(reqs)-1].Text(); !strings.Contains(last, "PERSIST-MARKER") || !strings.Contains(last, "third") {
+		t.Fatalf("the resumed thread's request lacks the earlier turns:\n%s", last)
+	}
+	if pids := e.taskPIDs(); len(pids) != 3 || pids[2] == pids[0] {
+		t.Fatalf("task pids %v: want the third task in a new process", pids)
+	}
+	e.ranInAppServer()
+
+	// Another project: another process, a new thread.
+	o4 := e.runTask(protocol.Task{RequestID: "x4", ProjectID: "epsilon", Prompt: "OTHER-PROJECT"})
+	if o4.Status != protocol.StatusComplete || o4.SessionID == o1.SessionID || o4.SessionID == "" {
+		t.Fatalf("another project: %s %+v", decision(o4), o4)
+	}
+	reqs = stub.Requests()
+	if strings.Contains(reqs[len(reqs)-1].Text(), "PERSIST-MARKER") {
+		t.Fatal("the other project's thread carries the first one's turns")
+	}
+	if pids := e.taskPIDs(); len(pids) != 4 || pids[3] == pids[2] {
+		t.Fatalf("task pids %v: want another process for the other project", pids)
+	}
+	e.ranInAppServer()
+}
+
+// A cancel of a running task of a persistent Codex (a 30 s command) is
+// turn/interrupt: see cancelsDuringACommand.
+func TestPersistentCodexCancel(t *testing.T) {
+	e := cancelsDuringACommand(t, protocol.AgentCodex)
+	e.ranInAppServer()
+}
+
+// ranInAppServer fails the test unless the last task ran in a persistent
+// `codex app-server`, still running (not in a `codex exec` of its own).
+func (e *env) ranInAppServer() {
+	e.t.Helper()
+	pids := e.taskPIDs()
+	if len(pids) == 0 {
+		e.t.Fatal("no task started")
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pids[len(pids)-1]))
+	if err != nil || !strings.Contains(string(cmdline), "\x00app-server\x00") {
+		e.t.Fatalf("the task's agent %d is no running codex app-server: %q (%v)", pids[len(pids)-1], cmdline, err)
 	}
 }

@@ -64,45 +64,9 @@ func TestRealOpenCodeTaskAndSession(t *testing.T) {
 }
 
 // A cancel of a running OpenCode task (a 30 s command) is session/cancel:
-// the output within 2 s, CANCELLED; the persistent process stays and
-// serves the next task of the session.
+// see cancelsDuringACommand.
 func TestRealOpenCodeCancel(t *testing.T) {
-	e, stub, environ := realAgentEnv(t, protocol.AgentOpenCode)
-	allowed, err := protocol.ParseAllowedCommandsEnv("worker.progress,sleep.*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.cfg.AllowedCommands, e.cfg.Persistent = allowed, true
-	e.start(environ...)
-	stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
-		{Text: finalText},
-		{ToolUse: shellTool(protocol.AgentOpenCode, "sleep 30")},
-	}, Fallback: &stubmodel.Step{Text: finalText}})
-	o0 := e.runTask(protocol.Task{RequestID: "k0", ProjectID: "p", Prompt: "warm up"})
-	if o0.Status != protocol.StatusComplete {
-		t.Fatalf("warm-up: %+v (error %+v)", o0, o0.Error)
-	}
-	input := e.keys.Input(e.cfg.WorkerID)
-	e.send(input, protocol.Task{RequestID: "k1", ProjectID: "p", Prompt: "sleep a while"})
-	testkit.Eventually(t, "the sleep running", 60*time.Second, func() bool {
-		_, prog := e.docs(e.keys.Output(e.cfg.WorkerID))
-		for _, p := range prog {
-			if p.RequestID == "k1" && strings.HasPrefix(p.Step, "tool: sleep") {
-				return true
-			}
-		}
-		return false
-	})
-	start := time.Now()
-	e.sendCancel(input, "k1", "not needed")
-	o1 := e.outputOf("k1", 30*time.Second)
-	if took := time.Since(start); o1.Status != protocol.StatusCancelled || took > 2*time.Second {
-		t.Fatalf("cancel: %+v (error %+v) after %v", o1, o1.Error, took)
-	}
-	o2 := e.runTask(protocol.Task{RequestID: "k2", ProjectID: "p", Prompt: "after"})
-	if pids := e.taskPIDs(); o2.Status != protocol.StatusComplete || o2.SessionID != o0.SessionID || pids[len(pids)-1] != pids[0] {
-		t.Fatalf("after the cancel: %+v (error %+v), pids %v", o2, o2.Error, pids)
-	}
+	cancelsDuringACommand(t, protocol.AgentOpenCode)
 }
 
 // An OpenCode task's max_budget_usd is guarded by the wrapper from what

@@ -21,8 +21,8 @@ func stopText(s string) string { return s + "\n{\"status\": \"complete\", \"resu
 // of the turn carries it), or as the next turn of the task's session when
 // it came during the turn's last call (persistent: Claude answers it in a
 // turn of its own, which the task waits for; per task: the wrapper resumes
-// the session with it; Codex too). One output, the steered turn's; the next task
-// gets its own answer.
+// the session with it; Codex too, per task and persistent). One output,
+// the steered turn's; the next task gets its own answer.
 func TestSteerReachesTheModel(t *testing.T) {
 	for _, tt := range []struct {
 		name       string
@@ -36,6 +36,7 @@ func TestSteerReachesTheModel(t *testing.T) {
 		{"droid-persistent-into-the-turn", protocol.AgentDroid, true, true},
 		{"droid-persistent-next-turn", protocol.AgentDroid, true, false},
 		{"codex-per-task-next-turn", protocol.AgentCodex, false, false},
+		{"codex-persistent-next-turn", protocol.AgentCodex, true, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			e, stub, environ := realAgentEnv(t, tt.agent)
