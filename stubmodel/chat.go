@@ -100,16 +100,8 @@ func (s *Server) serveChat(w http.ResponseWriter, r *http.Request, body []byte, 
 	for _, t := range req.Tools {
 		rec.Tools = append(rec.Tools, t.Function.Name)
 	}
-	step, usage, model := s.take(rec)
-	step = withToolResult(step, toolResult)
-	if model == "" {
-		model = "gpt-stub"
-	}
-	if !hold(r, step) {
-		return
-	}
-	if step.Error != nil {
-		writeOpenAIError(w, *step.Error)
+	step, usage, model, ok := s.answer(w, r, rec, toolResult, "gpt-stub", writeOpenAIError)
+	if !ok {
 		return
 	}
 	id, msg, finish := respID("chatcmpl"), chatAnswer(step, rec.Tools), "stop"

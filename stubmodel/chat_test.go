@@ -11,14 +11,7 @@ import (
 )
 
 func postChat(t *testing.T, url, body string) *http.Response {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer secret")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp
+	return postOpenAI(t, url, "/v1/chat/completions", "secret", body)
 }
 
 // readChunks reads a Chat Completions stream: its chunks, and whether it
@@ -177,12 +170,7 @@ func TestChatErrorsDelaysAndToolResults(t *testing.T) {
 		t.Fatalf("done %v, call %q", done, name)
 	}
 
-	req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/chat/completions", strings.NewReader(qwenRequest))
-	req.Header.Set("Authorization", "Bearer wrong")
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp = postOpenAI(t, s.URL, "/v1/chat/completions", "wrong", qwenRequest)
 	b, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != 401 || !strings.Contains(string(b), `"invalid_api_key"`) {

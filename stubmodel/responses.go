@@ -98,16 +98,8 @@ func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, body []b
 	items := req.items()
 	rec := Request{At: time.Now(), Path: r.URL.Path, Model: req.Model, Stream: req.Stream, System: instructions(req.Instructions, items),
 		Messages: items, Tools: req.toolNames(), Header: cleanHeader(r.Header), Body: body, KeyOK: keyOK}
-	step, usage, model := s.take(rec)
-	step = withToolResult(step, lastFunctionOutput(items))
-	if model == "" {
-		model = "gpt-stub"
-	}
-	if !hold(r, step) {
-		return
-	}
-	if step.Error != nil {
-		writeOpenAIError(w, *step.Error)
+	step, usage, model, ok := s.answer(w, r, rec, lastFunctionOutput(items), "gpt-stub", writeOpenAIError)
+	if !ok {
 		return
 	}
 	resp := newResponse(model, outputOf(step, rec.Tools, req.namespaces()), usage)

@@ -261,16 +261,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, t := range req.Tools {
 		rec.Tools = append(rec.Tools, t.Name)
 	}
-	step, usage, model := s.take(rec)
-	step = withToolResult(step, lastToolResult(req.Messages))
-	if model == "" {
-		model = "claude-stub"
-	}
-	if !hold(r, step) {
-		return
-	}
-	if step.Error != nil {
-		writeError(w, *step.Error)
+	step, usage, model, ok := s.answer(w, r, rec, lastToolResult(req.Messages), "claude-stub", writeError)
+	if !ok {
 		return
 	}
 	msgID := fmt.Sprintf("msg_stub_%d", len(s.Requests()))
@@ -335,6 +327,29 @@ func (s *Server) take(rec Request) (Step, Usage, string) {
 		model = rec.Model
 	}
 	return step, usage, model
+}
+
+// answer records rec and takes the script's next step, as every API
+// answers it: ToolResultPlaceholder replaced by toolResult, the model the
+// script's, else the request's, else fallbackModel, held for its delay.
+// An error step is answered here, in the API's shape (writeErr); ok is
+// false when nothing is left to answer (an error, or the client went
+// away).
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, rec Request, toolResult, fallbackModel string,
+	writeErr func(http.ResponseWriter, HTTPError)) (step Step, usage Usage, model string, ok bool) {
+	step, usage, model = s.take(rec)
+	step = withToolResult(step, toolResult)
+	if model == "" {
+		model = fallbackModel
+	}
+	if !hold(r, step) {
+		return step, usage, model, false
+	}
+	if step.Error != nil {
+		writeErr(w, *step.Error)
+		return step, usage, model, false
+	}
+	return step, usage, model, true
 }
 
 // hold waits out the step's delay; false when the client went away.
