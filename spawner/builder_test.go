@@ -179,6 +179,7 @@ func TestCapabilityImages(t *testing.T) {
 		{protocol.AgentClaude, protocol.CapDocker, "docker --version", "Docker version"},
 		{protocol.AgentDroid, protocol.CapGit, "droid --version && git --version", "git version"},
 		{protocol.AgentCodex, protocol.CapGit, "codex --version && git --version", "codex-cli 0.171.0\ngit version"},
+		{protocol.AgentQwen, protocol.CapGit, "qwen --version && node --version && git --version", "0.24.4\nv22.23.5\ngit version"},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.agent)+"/"+string(tt.cap), func(t *testing.T) {

@@ -92,22 +92,14 @@ func (q responsesRequest) namespaces() []string {
 func (s *Server) serveResponses(w http.ResponseWriter, r *http.Request, body []byte, keyOK bool) {
 	var req responsesRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		writeResponsesError(w, HTTPError{Status: 400, Message: "body is not JSON: " + err.Error()})
+		writeOpenAIError(w, HTTPError{Status: 400, Message: "body is not JSON: " + err.Error()})
 		return
 	}
 	items := req.items()
 	rec := Request{At: time.Now(), Path: r.URL.Path, Model: req.Model, Stream: req.Stream, System: instructions(req.Instructions, items),
 		Messages: items, Tools: req.toolNames(), Header: cleanHeader(r.Header), Body: body, KeyOK: keyOK}
-	step, usage, model := s.take(rec)
-	step = withToolResult(step, lastFunctionOutput(items))
-	if model == "" {
-		model = "gpt-stub"
-	}
-	if !hold(r, step) {
-		return
-	}
-	if step.Error != nil {
-		writeResponsesError(w, *step.Error)
+	step, usage, model, ok := s.answer(w, r, rec, lastFunctionOutput(items), "gpt-stub", writeOpenAIError)
+	if !ok {
 		return
 	}
 	resp := newResponse(model, outputOf(step, rec.Tools, req.namespaces()), usage)
@@ -214,8 +206,9 @@ func outputOf(step Step, tools, namespaces []string) []map[string]any {
 }
 
 // shellCall maps a "Bash" call with input {"command": "..."} onto the shell
-// tool a Responses request offers: exec_command ({"cmd": "..."}) or shell
-// ({"command": ["bash", "-lc", "..."]}). Any other call is left as it is.
+// tool an OpenAI request offers: exec_command ({"cmd": "..."}), shell
+// ({"command": ["bash", "-lc", "..."]}), or Qwen Code's run_shell_command
+// ({"command": "..."}). Any other call is left as it is.
 func shellCall(name string, in map[string]any, tools []string) (string, map[string]any) {
 	if in == nil {
 		in = map[string]any{}
@@ -231,6 +224,8 @@ func shellCall(name string, in map[string]any, tools []string) (string, map[stri
 		return "shell", map[string]any{"command": []string{"bash", "-lc", cmd}}
 	case contains(tools, "shell_command"):
 		return "shell_command", map[string]any{"command": cmd}
+	case contains(tools, "run_shell_command"):
+		return "run_shell_command", map[string]any{"command": cmd}
 	}
 	return name, in
 }
@@ -244,8 +239,14 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// openAIInput is the input tokens of u as OpenAI counts them: the whole
+// prompt, cached or not.
+func openAIInput(u Usage) int64 {
+	return u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens
+}
+
 func newResponse(model string, output []map[string]any, u Usage) map[string]any {
-	input := u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens
+	input := openAIInput(u)
 	return map[string]any{
 		"id": respID("resp"), "object": "response", "created_at": time.Now().Unix(), "status": "in_progress",
 		"model": model, "output": output, "error": nil, "incomplete_details": nil,
@@ -315,8 +316,8 @@ func sendItem(send func(string, map[string]any), i int, item map[string]any) {
 	send("response.output_item.done", map[string]any{"output_index": i, "item": item})
 }
 
-// writeResponsesError answers e in OpenAI's error shape.
-func writeResponsesError(w http.ResponseWriter, e HTTPError) {
+// writeOpenAIError answers e in OpenAI's error shape (both of its APIs).
+func writeOpenAIError(w http.ResponseWriter, e HTTPError) {
 	writeErrorAs(w, e, openAIErrorType, func(typ, msg string) any {
 		return map[string]any{"error": map[string]any{"type": typ, "message": msg, "param": nil, "code": typ}}
 	})

@@ -11,15 +11,21 @@ import (
 	"time"
 )
 
-func postResponses(t *testing.T, url, body string) *http.Response {
+// postOpenAI posts body to one of the OpenAI APIs' paths with key as the
+// bearer token.
+func postOpenAI(t *testing.T, url, path, key, body string) *http.Response {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url+"/v1/responses", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer secret")
+	req, _ := http.NewRequest(http.MethodPost, url+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return resp
+}
+
+func postResponses(t *testing.T, url, body string) *http.Response {
+	return postOpenAI(t, url, "/v1/responses", "secret", body)
 }
 
 type sseEvent struct {
@@ -170,12 +176,7 @@ func TestResponsesErrorsDelaysAndToolResults(t *testing.T) {
 		t.Fatalf("MCP call %+v", mcp.Output)
 	}
 
-	req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/responses", strings.NewReader(codexRequest))
-	req.Header.Set("Authorization", "Bearer wrong")
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp = postOpenAI(t, s.URL, "/v1/responses", "wrong", codexRequest)
 	b, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != 401 || !strings.Contains(string(b), `"error":{`) {

@@ -1,8 +1,9 @@
 // Package stubmodel is a small stand-in for the Anthropic Messages API and
-// the OpenAI Responses API, on loopback, so that the real Claude Code,
-// Factory Droid and Codex binaries can run in tests, benchmarks and the
-// demo without a vendor. It answers POST /v1/messages and POST
-// /v1/responses (streaming SSE or not) by following one script of steps:
+// OpenAI's Responses and Chat Completions APIs, on loopback, so that the
+// real Claude Code, Factory Droid, Codex, OpenCode and Qwen Code binaries
+// can run in tests, benchmarks and the demo without a vendor. It answers
+// POST /v1/messages, /v1/responses and /v1/chat/completions (streaming
+// SSE or not) by following one script of steps:
 // text, tool calls with given input, HTTP errors and delays, each with the
 // usage figures it reports. It records what every request carried (model,
 // system prompt, turns) so that tests can assert on it.
@@ -72,7 +73,7 @@ type Script struct {
 // figures of the reference transcripts (../shared/reference).
 var DefaultUsage = Usage{InputTokens: 2000, OutputTokens: 80, CacheReadInputTokens: 9000, CacheCreationInputTokens: 100}
 
-// Request is what one request to /v1/messages carried.
+// Request is what one model request carried (any of the three APIs).
 type Request struct {
 	At       time.Time
 	Path     string
@@ -176,8 +177,8 @@ func (s *Server) SetScript(script Script) {
 	s.mu.Unlock()
 }
 
-// Requests returns a copy of the recorded requests to /v1/messages and
-// /v1/responses (Request.Path tells which).
+// Requests returns a copy of the recorded requests to /v1/messages,
+// /v1/responses and /v1/chat/completions (Request.Path tells which).
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -192,9 +193,8 @@ func (s *Server) OtherRequests() []string {
 }
 
 // SetAPIKey makes the server answer 401 (authentication_error), as the
-// real APIs do, to a request to /v1/messages or /v1/responses that does
-// not carry key as
-// x-api-key or as a bearer token; "" takes any credential again. Refused
+// real APIs do, to a request to any of its APIs that does not carry key
+// as x-api-key or as a bearer token; "" takes any credential again. Refused
 // requests go to OtherRequests as "401 METHOD /path".
 func (s *Server) SetAPIKey(key string) {
 	s.mu.Lock()
@@ -213,15 +213,15 @@ func (s *Server) Reset() {
 var DefaultFinal = Step{Text: "Done.\n{\"status\": \"complete\", \"result\": {}}"}
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	responses := r.URL.Path == "/v1/responses"
-	if r.Method != http.MethodPost || !(responses || strings.HasPrefix(r.URL.Path, "/v1/messages")) {
+	responses, chat := r.URL.Path == "/v1/responses", r.URL.Path == "/v1/chat/completions"
+	if r.Method != http.MethodPost || !(responses || chat || strings.HasPrefix(r.URL.Path, "/v1/messages")) {
 		s.mu.Lock()
 		s.other = append(s.other, r.Method+" "+r.URL.Path)
 		s.mu.Unlock()
-		http.Error(w, `{"type":"error","error":{"type":"not_found_error","message":"the stub serves /v1/messages and /v1/responses only"}}`, http.StatusNotFound)
+		http.Error(w, `{"type":"error","error":{"type":"not_found_error","message":"the stub serves /v1/messages, /v1/responses and /v1/chat/completions only"}}`, http.StatusNotFound)
 		return
 	}
-	keyOK, ok := s.authorize(w, r, responses)
+	keyOK, ok := s.authorize(w, r, responses || chat)
 	if !ok {
 		return
 	}
@@ -230,8 +230,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if responses {
+	switch {
+	case responses:
 		s.serveResponses(w, r, body, keyOK)
+		return
+	case chat:
+		s.serveChat(w, r, body, keyOK)
 		return
 	}
 	if strings.HasSuffix(r.URL.Path, "/count_tokens") {
@@ -257,16 +261,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, t := range req.Tools {
 		rec.Tools = append(rec.Tools, t.Name)
 	}
-	step, usage, model := s.take(rec)
-	step = withToolResult(step, lastToolResult(req.Messages))
-	if model == "" {
-		model = "claude-stub"
-	}
-	if !hold(r, step) {
-		return
-	}
-	if step.Error != nil {
-		writeError(w, *step.Error)
+	step, usage, model, ok := s.answer(w, r, rec, lastToolResult(req.Messages), "claude-stub", writeError)
+	if !ok {
 		return
 	}
 	msgID := fmt.Sprintf("msg_stub_%d", len(s.Requests()))
@@ -278,9 +274,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // authorize checks the request's credential against SetAPIKey's key and
-// answers 401 in the API's own error shape when it is wrong; ok is false
-// then. keyOK says the request carried the set key.
-func (s *Server) authorize(w http.ResponseWriter, r *http.Request, responses bool) (keyOK, ok bool) {
+// answers 401 in the API's own error shape (openAI: OpenAI's) when it is
+// wrong; ok is false then. keyOK says the request carried the set key.
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request, openAI bool) (keyOK, ok bool) {
 	s.mu.Lock()
 	key := s.apiKey
 	s.mu.Unlock()
@@ -294,8 +290,8 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, responses boo
 		s.other = append(s.other, "401 "+r.Method+" "+r.URL.Path)
 		s.mu.Unlock()
 		e := HTTPError{Status: 401, Message: "invalid x-api-key"}
-		if responses {
-			writeResponsesError(w, e)
+		if openAI {
+			writeOpenAIError(w, e)
 		} else {
 			writeError(w, e)
 		}
@@ -331,6 +327,29 @@ func (s *Server) take(rec Request) (Step, Usage, string) {
 		model = rec.Model
 	}
 	return step, usage, model
+}
+
+// answer records rec and takes the script's next step, as every API
+// answers it: ToolResultPlaceholder replaced by toolResult, the model the
+// script's, else the request's, else fallbackModel, held for its delay.
+// An error step is answered here, in the API's shape (writeErr); ok is
+// false when nothing is left to answer (an error, or the client went
+// away).
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, rec Request, toolResult, fallbackModel string,
+	writeErr func(http.ResponseWriter, HTTPError)) (step Step, usage Usage, model string, ok bool) {
+	step, usage, model = s.take(rec)
+	step = withToolResult(step, toolResult)
+	if model == "" {
+		model = fallbackModel
+	}
+	if !hold(r, step) {
+		return step, usage, model, false
+	}
+	if step.Error != nil {
+		writeErr(w, *step.Error)
+		return step, usage, model, false
+	}
+	return step, usage, model, true
 }
 
 // hold waits out the step's delay; false when the client went away.

@@ -25,9 +25,18 @@ import (
 //     before the first prompt of a new session;
 //   - MCP servers go in session/new and session/load, but ACP reports no
 //     server's status: a missing one is not detected at start.
-type acp struct{ s Settings }
+//
+// An agent the wrapper does configure (OpenCode, Qwen Code) embeds acp
+// with no preamble: its system prompt carries the wrapper's section.
+type acp struct {
+	s Settings
+	// preamble goes before the first prompt of a new session.
+	preamble string
+}
 
-func init() { register(protocol.AgentACP, func(s Settings) Adapter { return acp{s} }) }
+func init() {
+	register(protocol.AgentACP, func(s Settings) Adapter { return acp{s: s, preamble: s.SystemPrompt} })
+}
 
 func (acp) Type() protocol.AgentType { return protocol.AgentACP }
 func (acp) Name() string             { return "ACP agent" }
@@ -57,13 +66,8 @@ func (a acp) Input(resumeID string) (Dialect, Parser) {
 }
 
 func (a acp) session() ACPSession {
-	return acpSession(a.s, a.s.SystemPrompt)
-}
-
-// acpSession is the session of an ACP agent of settings s; preamble goes
-// before a new session's first prompt.
-func acpSession(s Settings, preamble string) ACPSession {
-	return ACPSession{Cwd: s.Workspace, MCPServers: s.MCPServers, Allowed: s.AllowedCommands, Approval: s.Approval, Preamble: preamble}
+	return ACPSession{Cwd: a.s.Workspace, MCPServers: a.s.MCPServers, Allowed: a.s.AllowedCommands, Approval: a.s.Approval,
+		Preamble: a.preamble}
 }
 
 // WithContext puts the project's context in the prompt.

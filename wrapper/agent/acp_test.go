@@ -146,6 +146,51 @@ func TestACPClientTurn(t *testing.T) {
 	}
 }
 
+// Qwen Code's turn: an empty message chunk after each model call (it
+// carries the call's usage) starts no message; the progress call, named
+// only in its permission request, is no "tool:" note; a message before a
+// tool's update (its hook's refusal) is not part of the final one.
+func TestACPClientQwenTurn(t *testing.T) {
+	c := NewACPClient(ACPSession{Allowed: allowed(t, "*")}, "")
+	parseAll(c, `{"jsonrpc":"2.0","id":"agentvisor-open","result":{"sessionId":"s1"}}`)
+	up := func(u string) string {
+		return `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":` + u + `}}`
+	}
+	usage := up(`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":""},"_meta":{"usage":{"inputTokens":11100}}}`)
+	evs := parseAll(c,
+		up(`{"sessionUpdate":"tool_call","toolCallId":"c1","status":"pending","title":"Shell","kind":"execute","rawInput":{}}`),
+		usage,
+		`{"jsonrpc":"2.0","id":0,"method":"session/request_permission","params":{"sessionId":"s1","options":[{"optionId":"proceed_once","kind":"allow_once"},{"optionId":"cancel","kind":"reject_once"}],`+
+			`"toolCall":{"toolCallId":"c1","status":"pending","title":"worker-wrapper progress --step x","kind":"execute","rawInput":{"command":"worker-wrapper progress --step x"}}}}`,
+		up(`{"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"completed"}`),
+		up(`{"sessionUpdate":"tool_call","toolCallId":"c2","status":"pending","title":"Shell","kind":"execute","rawInput":{}}`),
+		usage,
+		up(`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"PreToolUse blocked: run_shell_command"}}`),
+		up(`{"sessionUpdate":"tool_call_update","toolCallId":"c2","status":"failed","title":"Shell: rm -rf /","rawInput":{"command":"rm -rf /"}}`),
+		up(`{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"Done."}}`),
+		usage,
+		`{"jsonrpc":"2.0","id":"agentvisor-prompt-1","result":{"stopReason":"end_turn"}}`)
+	var notes []string
+	var res *Result
+	for _, ev := range evs {
+		switch {
+		case ev.Progress != nil:
+			notes = append(notes, ev.Progress.Step)
+		case ev.Result != nil:
+			res = ev.Result
+		}
+	}
+	if strings.Join(notes, "|") != "tool failed: Shell: rm -rf /" {
+		t.Fatalf("notes %q", notes)
+	}
+	if w := written(evs); len(w) != 1 || w[0].Get("result.outcome.optionId").String() != "proceed_once" {
+		t.Fatalf("permission answered %v", w)
+	}
+	if res == nil || res.Text != "Done." || res.Turns != 4 {
+		t.Fatalf("result %+v: want the last message, two tool calls and two messages", res)
+	}
+}
+
 func permissionLine(id int, command string) string {
 	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": "session/request_permission", "params": map[string]any{
 		"sessionId": "s1", "toolCall": map[string]any{"toolCallId": "t", "kind": "execute", "rawInput": map[string]any{"command": command}},

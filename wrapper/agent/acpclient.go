@@ -69,9 +69,10 @@ type ACPClient struct {
 // acpTool is a tool call of the turn: its latest title, and whether its
 // start was noted as progress.
 type acpTool struct {
-	title  string
-	noted  bool
-	failed bool
+	title   string
+	command string // the shell command it runs, once an update named it
+	noted   bool
+	failed  bool
 }
 
 // ACPSession is what an ACP agent's session is opened with, and how its
@@ -322,14 +323,16 @@ func (c *ACPClient) update(u gjson.Result) []Event {
 	}
 	switch u.Get("sessionUpdate").String() {
 	case "agent_message_chunk":
+		text := u.Get("content.text").String()
+		if u.Get("content.type").String() != "text" || text == "" {
+			return nil // no text: Qwen Code's carrier of a model call's usage (_meta), which starts no message
+		}
 		if !c.inMessage {
 			c.message.Reset()
 			c.inMessage = true
 			c.turns++
 		}
-		if u.Get("content.type").String() == "text" {
-			c.message.WriteString(u.Get("content.text").String())
-		}
+		c.message.WriteString(text)
 	case "tool_call":
 		c.inMessage = false
 		c.turns++
@@ -337,6 +340,7 @@ func (c *ACPClient) update(u gjson.Result) []Event {
 		c.tools[id] = &acpTool{title: u.Get("title").String()}
 		return append([]Event{{ToolCall: &ToolCall{Name: acpToolName(u), Input: rawOr(u.Get("rawInput").Raw)}}}, c.toolNote(id, u)...)
 	case "tool_call_update":
+		c.inMessage = false // the message after a tool's update is a new one
 		return c.toolNote(u.Get("toolCallId").String(), u)
 	case "plan":
 		return []Event{{Progress: &ProgressNote{Step: cutText(planLine(u.Get("entries"), "content"), 1024)}}}
@@ -349,15 +353,8 @@ func (c *ACPClient) update(u gjson.Result) []Event {
 // title is then the tool's name, and later its command), and again if it
 // fails; never the progress call, which is a progress event of its own.
 func (c *ACPClient) toolNote(id string, u gjson.Result) []Event {
-	t := c.tools[id]
-	if t == nil {
-		t = &acpTool{}
-		c.tools[id] = t
-	}
-	if title := u.Get("title").String(); title != "" {
-		t.title = title
-	}
-	if cmd, _ := acpShellCommand(u); isProgressCall(cmd) || isProgressCall(t.title) {
+	t := c.tool(id, u)
+	if isProgressCall(t.command) || isProgressCall(t.title) {
 		return nil // the progress call is its own progress event
 	}
 	switch status := u.Get("status").String(); {
@@ -369,6 +366,24 @@ func (c *ACPClient) toolNote(id string, u gjson.Result) []Event {
 		return []Event{{Progress: &ProgressNote{Step: cutText("tool: "+t.title, 1024)}}}
 	}
 	return nil
+}
+
+// tool is the tool call id of the turn, its title and command updated
+// from u (a tool_call or tool_call_update, or a permission request's
+// toolCall: Qwen Code names the command only there or in a later update).
+func (c *ACPClient) tool(id string, u gjson.Result) *acpTool {
+	t := c.tools[id]
+	if t == nil {
+		t = &acpTool{}
+		c.tools[id] = t
+	}
+	if title := u.Get("title").String(); title != "" {
+		t.title = title
+	}
+	if cmd, _ := acpShellCommand(u); cmd != "" {
+		t.command = cmd
+	}
+	return t
 }
 
 // isProgressCall reports whether a shell command is the runtime's own
@@ -450,6 +465,7 @@ func (c *ACPClient) permission(id string, params gjson.Result) []Event {
 		return true
 	})
 	tc := params.Get("toolCall")
+	c.tool(tc.Get("toolCallId").String(), tc)
 	command, shell := acpShellCommand(tc)
 	if !shell {
 		return []Event{{Write: acpSelect(id, a.allow)}}

@@ -13,7 +13,8 @@ import (
 // given (permissions, MCP servers, the model API, its files), how its
 // cost is known, and what it supports. The wrapper asks its adapter and
 // never the agent's type. One file per CLI (claude.go, droid.go,
-// codex.go, opencode.go; acp.go for any ACP agent) holds its adapter;
+// codex.go, opencode.go, qwen.go; acp.go for any ACP agent) holds its
+// adapter;
 // New picks one.
 type Adapter interface {
 	// Type is the agent's type; Name its name in messages (Claude).

@@ -276,10 +276,14 @@ func (codex) WithContext(inv Invocation, section string) Invocation {
 	return inv
 }
 
-// Route: Codex goes through the proxy, to OPENAI_BASE_URL (without a
-// trailing /v1, which Codex's requests carry) or the OpenAI API, with
-// OPENAI_API_KEY as the bearer token.
-func (codex) Route(getenv func(string) string) ModelRoute {
+// Route: Codex goes through the proxy to OpenAI's API (openAIRoute).
+func (codex) Route(getenv func(string) string) ModelRoute { return openAIRoute(getenv) }
+
+// openAIRoute is the route of an agent of OpenAI's APIs: through the
+// proxy, to OPENAI_BASE_URL (without a trailing /v1, which the agent's
+// requests carry) or the OpenAI API, with OPENAI_API_KEY as the bearer
+// token.
+func openAIRoute(getenv func(string) string) ModelRoute {
 	up := strings.TrimSuffix(strings.TrimSuffix(getenv("OPENAI_BASE_URL"), "/"), "/v1")
 	if up == "" {
 		up = DefaultOpenAIUpstream

@@ -1,12 +1,12 @@
 // Package agent runs a coding agent (Claude Code, Factory Droid, Codex,
-// OpenCode or any agent that speaks the Agent Client Protocol) as a
-// subprocess, one process per task (Run) or one kept across messages
+// OpenCode, Qwen Code or any agent that speaks the Agent Client Protocol)
+// as a subprocess, one process per task (Run) or one kept across messages
 // (Persistent), and turns its JSON output into normalised events: the
 // session, each API call's usage, tool calls, API retries and errors, and
 // the final result. One supervisor (supervise.go) watches either kind of
 // process: stall, timeout, cancel, interrupt, and the drain of its output.
 // Each CLI has one adapter (Adapter; claude.go, droid.go, codex.go,
-// opencode.go, acp.go): its command lines, its parser, its control
+// opencode.go, qwen.go, acp.go): its command lines, its parser, its control
 // channel's dialect, how permissions and MCP servers are given to it, its
 // model environment and what it supports; New is the one place that
 // picks one. Judge turns an outcome into one status.

@@ -41,7 +41,7 @@ import (
 type opencode struct{ acp }
 
 func init() {
-	register(protocol.AgentOpenCode, func(s Settings) Adapter { return opencode{acp{s}} })
+	register(protocol.AgentOpenCode, func(s Settings) Adapter { return opencode{acp{s: s}} })
 }
 
 // OpenCode's provider, the variable its key is read from, and its
@@ -61,16 +61,6 @@ func (o opencode) Argv(Invocation) []string {
 }
 
 func (o opencode) PersistentArgv(inv Invocation) []string { return o.Argv(inv) }
-
-// session: OpenCode has the wrapper's section in its instructions.
-func (o opencode) session() ACPSession { return acpSession(o.s, "") }
-
-func (o opencode) Parser() Parser { return NewACPClient(o.session(), "") }
-
-func (o opencode) Input(resumeID string) (Dialect, Parser) {
-	c := NewACPClient(o.session(), resumeID)
-	return c, c
-}
 
 // Route: through the proxy, to ANTHROPIC_BASE_URL or the Anthropic API.
 func (opencode) Route(getenv func(string) string) ModelRoute {

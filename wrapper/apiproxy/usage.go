@@ -16,8 +16,8 @@ import (
 // tokens as they arrive, and stops a task whose cost passes its
 // max_budget_usd while the agent is still working.
 
-// UsageFunc sees the tokens of the model's answers (Messages API, and the
-// Responses API's response.completed) as they
+// UsageFunc sees the tokens of the model's answers (Messages API, the
+// Responses API's response.completed, Chat Completions' usage) as they
 // stream through the proxy: each call gives what one answer added since
 // the last call for it (a streamed answer reports its input and cache
 // tokens with message_start, its output tokens with each message_delta),
@@ -87,9 +87,12 @@ func (r *usageReader) Read(p []byte) (int, error) {
 	r.keep(p[:n], maxUsageBody)
 	if err == io.EOF && !r.over {
 		v := gjson.ParseBytes(r.buf)
-		if v.Get("object").String() == "response" {
+		switch v.Get("object").String() {
+		case "response":
 			r.response(v)
-		} else {
+		case "chat.completion":
+			r.sent = r.chat(v, r.sent)
+		default:
 			r.update(v.Get("model").String(), protocol.Usage{}, v.Get("usage"))
 		}
 		r.over = true // reported: once
@@ -127,14 +130,19 @@ func (r *usageReader) scan(b []byte) {
 }
 
 // line reads the usage of a message_start or message_delta event's data
-// (Messages API), or of a response.completed (Responses API).
+// (Messages API), of a response.completed (Responses API), or of a chunk
+// with a usage (Chat Completions).
 func (r *usageReader) line(line []byte) {
 	data, ok := bytes.CutPrefix(line, []byte("data:"))
 	if !ok || (!bytes.Contains(data, []byte("message_start")) && !bytes.Contains(data, []byte("message_delta")) &&
-		!bytes.Contains(data, []byte("response.completed"))) {
+		!bytes.Contains(data, []byte("response.completed")) && !bytes.Contains(data, []byte(`"usage"`))) {
 		return
 	}
 	v := gjson.ParseBytes(data)
+	if v.Get("object").String() == "chat.completion.chunk" {
+		r.sent = r.chat(v, r.sent)
+		return
+	}
 	switch v.Get("type").String() {
 	case "response.completed":
 		r.response(v.Get("response"))
@@ -165,6 +173,23 @@ func (r *usageReader) response(v gjson.Result) {
 	}
 }
 
+// chat reports what the usage of a Chat Completions answer or chunk v
+// (OpenAI's, which Qwen Code speaks) adds to sent, and returns the new
+// totals. Its prompt_tokens include the cached ones
+// (prompt_tokens_details.cached_tokens), which count as cache reads. The
+// API gives the usage once, in the last chunk; a server that repeats its
+// running totals in every chunk is counted once too.
+func (r *usageReader) chat(v gjson.Result, sent protocol.Usage) protocol.Usage {
+	u := v.Get("usage")
+	if !u.IsObject() {
+		return sent
+	}
+	r.model = v.Get("model").String()
+	in, cached := max(u.Get("prompt_tokens").Int(), 0), max(u.Get("prompt_tokens_details.cached_tokens").Int(), 0)
+	cached = min(cached, in)
+	return r.add(r.model, sent, protocol.Usage{Input: in - cached, CacheRead: cached, Output: max(u.Get("completion_tokens").Int(), 0)})
+}
+
 // update reports what the usage u (the API's running totals for one
 // message, any of its fields present) adds to sent, and returns the new
 // totals.
@@ -172,18 +197,24 @@ func (r *usageReader) update(model string, sent protocol.Usage, u gjson.Result) 
 	if !u.IsObject() {
 		return sent
 	}
-	now := sent
+	var got protocol.Usage
 	for _, f := range []struct {
 		name string
 		dst  *int64
 	}{
-		{"input_tokens", &now.Input}, {"output_tokens", &now.Output},
-		{"cache_read_input_tokens", &now.CacheRead}, {"cache_creation_input_tokens", &now.CacheCreation},
+		{"input_tokens", &got.Input}, {"output_tokens", &got.Output},
+		{"cache_read_input_tokens", &got.CacheRead}, {"cache_creation_input_tokens", &got.CacheCreation},
 	} {
-		if v := u.Get(f.name); v.Exists() && v.Int() > *f.dst {
-			*f.dst = v.Int()
-		}
+		*f.dst = u.Get(f.name).Int()
 	}
+	return r.add(model, sent, got)
+}
+
+// add reports what the running totals got add to sent (a field that did
+// not grow adds nothing), and returns the new totals.
+func (r *usageReader) add(model string, sent, got protocol.Usage) protocol.Usage {
+	now := protocol.Usage{Input: max(sent.Input, got.Input), Output: max(sent.Output, got.Output),
+		CacheRead: max(sent.CacheRead, got.CacheRead), CacheCreation: max(sent.CacheCreation, got.CacheCreation)}
 	delta := protocol.Usage{Input: now.Input - sent.Input, Output: now.Output - sent.Output,
 		CacheRead: now.CacheRead - sent.CacheRead, CacheCreation: now.CacheCreation - sent.CacheCreation}
 	if delta != (protocol.Usage{}) {

@@ -111,6 +111,25 @@ func TestUsageReaderSSE(t *testing.T) {
 	}
 }
 
+// A Chat Completions stream: chunks with "usage": null, then running
+// totals repeated in two chunks (as some OpenAI-compatible servers send
+// them) are counted once, the cached prompt tokens as cache reads.
+func TestUsageReaderChatChunks(t *testing.T) {
+	chunk := func(usage string) string {
+		return `data: {"id":"c","object":"chat.completion.chunk","model":"qwen-x","choices":[],"usage":` + usage + "}\n\n"
+	}
+	stream := chunk("null") + chunk(`{"prompt_tokens":1000,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":900}}`) +
+		chunk(`{"prompt_tokens":1000,"completion_tokens":12,"prompt_tokens_details":{"cached_tokens":900}}`) + "data: [DONE]\n\n"
+	var log usageLog
+	r := &usageReader{ReadCloser: io.NopCloser(iotest.OneByteReader(strings.NewReader(stream))), sse: true, report: log.add}
+	if _, err := io.ReadAll(r); err != nil {
+		t.Fatal(err)
+	}
+	if u, models := log.total(); u != (protocol.Usage{Input: 100, CacheRead: 900, Output: 12}) || len(models) != 2 || models[0] != "qwen-x" {
+		t.Fatalf("metered %+v in %v", u, models)
+	}
+}
+
 func TestUsageReaderJSON(t *testing.T) {
 	for _, tt := range []struct {
 		name string

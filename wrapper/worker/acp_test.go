@@ -14,7 +14,7 @@ import (
 
 // These tests run the wrapper's ACP adapter (AGENT_TYPE=acp) against the
 // fake ACP agent (internal/fakeacp): a real process speaking ACP on its
-// stdio; realopencode_test.go runs the real OpenCode.
+// stdio; realacp_test.go runs the real OpenCode and Qwen Code.
 
 // acpEnv is a worker of the fake ACP agent, whose sessions live in a
 // directory of the test's; environ is what start needs.

@@ -273,13 +273,13 @@ func identityVars(c *Config, u *protocol.RedisURL, replicas, timeout *string) []
 func agentVars(c *Config) []envconf.Var {
 	return []envconf.Var{
 		{Name: "AGENT_TYPE", Required: true, Value: envconf.Func(func(s string) (err error) { c.AgentType, err = protocol.ParseAgentType(s); return err }),
-			Doc: "claude, droid, codex, opencode or acp (any agent that speaks ACP, given AGENT_COMMAND)"},
-		{Name: "AGENT_BIN", DefaultDoc: "`claude` / `droid` / `codex` / `opencode` on `PATH`", Value: envconf.String(&c.AgentBin), Doc: "the agent's executable"},
+			Doc: "claude, droid, codex, opencode, qwen or acp (any agent that speaks ACP, given AGENT_COMMAND)"},
+		{Name: "AGENT_BIN", DefaultDoc: "`claude` / `droid` / `codex` / `opencode` / `qwen` on `PATH`", Value: envconf.String(&c.AgentBin), Doc: "the agent's executable"},
 		{Name: "AGENT_COMMAND", Value: envconf.Func(func(s string) (err error) { c.AgentCommand, err = parseArgs(s); return err }),
 			Doc: "with AGENT_TYPE=acp (required then): the command that speaks ACP on its stdio, a JSON array or words separated by spaces"},
 		{Name: "AGENT_ARGS", Value: envconf.Func(func(s string) (err error) { c.AgentArgs, err = parseArgs(s); return err }),
 			Doc: "extra flags: a JSON array, or words separated by spaces"},
-		{Name: "AGENT_MODEL", Value: envconf.String(&c.AgentModel), Doc: "--model (Claude), -m (Droid, Codex), or OpenCode's configured model"},
+		{Name: "AGENT_MODEL", Value: envconf.String(&c.AgentModel), Doc: "--model (Claude, Qwen Code), -m (Droid, Codex), or OpenCode's configured model"},
 		{Name: "AGENT_PTY", Default: "false", Value: envconf.Bool(&c.PTY), Doc: "run the agent on a pseudo-terminal"},
 		{Name: "AGENT_SKIP_PERMISSIONS", Default: "true", Value: envconf.Bool(&c.SkipPermissions), Doc: "with ALLOWED_COMMANDS=* only: the agents' skip-permissions flags"},
 		{Name: "AGENT_JSON_SCHEMA", Default: "false", Value: envconf.Bool(&c.JSONSchema), Doc: "give Claude the stop output schema"},

@@ -11,15 +11,15 @@ import (
 	"github.com/agentvisor/agentvisor/wrapper/agent"
 )
 
-// These tests run the real claude, droid, codex and opencode binaries
-// (installed by `make setup`) through the wrapper, against the stub model
-// server (its Messages API for Claude, Droid and OpenCode, its Responses
-// API for Codex).
+// These tests run the real claude, droid, codex, opencode and qwen
+// binaries (installed by `make setup`) through the wrapper, against the
+// stub model server (its Messages API for Claude, Droid and OpenCode, its
+// Responses API for Codex, its Chat Completions for Qwen Code).
 
 // realAgentTypes are the agent types the tests over every real agent
 // run (eachRealAgent, TestRealAgents): every CLI. acp is no CLI of its
 // own: the fake ACP agent stands in for one (acp_test.go).
-var realAgentTypes = []protocol.AgentType{protocol.AgentClaude, protocol.AgentDroid, protocol.AgentCodex, protocol.AgentOpenCode}
+var realAgentTypes = []protocol.AgentType{protocol.AgentClaude, protocol.AgentDroid, protocol.AgentCodex, protocol.AgentOpenCode, protocol.AgentQwen}
 
 func realAgentEnv(t *testing.T, agentType protocol.AgentType) (*env, *stubmodel.Server, []string) {
 	t.Helper()
@@ -39,12 +39,12 @@ func realAgentEnv(t *testing.T, agentType protocol.AgentType) (*env, *stubmodel.
 	switch agentType {
 	case protocol.AgentClaude, protocol.AgentOpenCode:
 		environ = append(environ, "ANTHROPIC_BASE_URL="+stub.URL)
-	case protocol.AgentCodex:
+	case protocol.AgentCodex, protocol.AgentQwen:
 		environ = append(environ, "OPENAI_API_KEY=sk-stub-key-0123456789", "OPENAI_BASE_URL="+stub.URL+"/v1")
 		// The stub answers under the model asked for, which MODEL_PRICES
-		// prices (OpenAI's models have no default price).
+		// prices (OpenAI's and Qwen's models have no default price).
 		e.cfg.AgentModel = "gpt-stub"
-		if e.cfg.Prices, err = protocol.ParseModelPrices(codexStubPrices); err != nil {
+		if e.cfg.Prices, err = protocol.ParseModelPrices(openAIStubPrices); err != nil {
 			t.Fatal(err)
 		}
 	default:
@@ -53,10 +53,18 @@ func realAgentEnv(t *testing.T, agentType protocol.AgentType) (*env, *stubmodel.
 	return e, stub, environ
 }
 
-// codexStubPrices prices the model realAgentEnv gives Codex: $1 per
-// million input tokens, $10 output, $0.1 cache reads.
-const codexStubPrices = `{"gpt-stub": {"input": 1, "output": 10, "cache_read": 0.1, "cache_write": 0}}`
+// openAIStubPrices prices the model realAgentEnv gives Codex and Qwen
+// Code: $1 per million input tokens, $10 output, $0.1 cache reads.
+const openAIStubPrices = `{"gpt-stub": {"input": 1, "output": 10, "cache_read": 0.1, "cache_write": 0}}`
 
+// openAIAgent says whether the agent speaks OpenAI's APIs (Codex the
+// Responses API, Qwen Code Chat Completions).
+func openAIAgent(agentType protocol.AgentType) bool {
+	return agentType == protocol.AgentCodex || agentType == protocol.AgentQwen
+}
+
+// shellTool is a call of the agent's shell tool; "Bash" for the agents of
+// OpenAI's APIs, whose shell tool the stub finds in their request.
 func shellTool(agentType protocol.AgentType, command string) *stubmodel.ToolUse {
 	switch agentType {
 	case protocol.AgentDroid:
@@ -113,13 +121,13 @@ func TestRealAgents(t *testing.T) {
 				t.Fatalf("complete: %+v (error %+v)", o, o.Error)
 			}
 			wantInput := 2 * stubmodel.DefaultUsage.InputTokens
-			if agentType == protocol.AgentCodex { // OpenAI counts no cache writes apart
+			if openAIAgent(agentType) { // OpenAI counts no cache writes apart
 				wantInput += 2 * stubmodel.DefaultUsage.CacheCreationInputTokens
 			}
 			if o.Usage.Input != wantInput || o.Usage.CacheRead != 2*stubmodel.DefaultUsage.CacheReadInputTokens {
 				t.Errorf("usage %+v, want the sum of two calls", o.Usage)
 			}
-			if want := (4200*1 + 160*10 + 18000*0.1) / 1e6; agentType == protocol.AgentCodex && (!near(o.CostUSD, want) || !o.CostEstimated) {
+			if want := (4200*1 + 160*10 + 18000*0.1) / 1e6; openAIAgent(agentType) && (!near(o.CostUSD, want) || !o.CostEstimated) {
 				t.Errorf("cost %v (estimated %v), want %v priced by MODEL_PRICES", o.CostUSD, o.CostEstimated, want)
 			}
 			// Claude reports each call; for the others the proxy meters it.

@@ -14,7 +14,7 @@ import (
 	"github.com/agentvisor/agentvisor/testkit"
 )
 
-// Codex's calls at codexStubPrices: one answer of the stub's default usage
+// Codex's calls at openAIStubPrices: one answer of the stub's default usage
 // (2100 input tokens as OpenAI counts them, 80 output, 9000 cached).
 const codexCallUSD = (2100*1 + 80*10 + 9000*0.1) / 1e6
 

@@ -80,16 +80,16 @@ export type Id = string;
 
 export type Timestamp = string;
 
-export type AgentType = "claude" | "droid" | "codex" | "opencode" | "acp";
+export type AgentType = "claude" | "droid" | "codex" | "opencode" | "qwen" | "acp";
 
 /** Every value of AgentType, in the schema's order. */
-export const agentTypeValues: readonly AgentType[] = ["claude","droid","codex","opencode","acp"];
+export const agentTypeValues: readonly AgentType[] = ["claude","droid","codex","opencode","qwen","acp"];
 
-/** an agent type as a command may spell it; the manager normalises it to claude, droid, codex, opencode or acp */
-export type AgentTypeIn = "claude" | "droid" | "codex" | "opencode" | "acp" | "OPENCODE" | "OpenCode" | "open-code" | "opencode-ai" | "ACP" | "CODEX" | "Codex" | "openai-codex" | "openai_codex" | "CLAUDE" | "DROID" | "FACTORY" | "Claude" | "Droid" | "Factory" | "factory" | "claude-code" | "claude_code" | "factory-droid" | "factory_droid";
+/** an agent type as a command may spell it; the manager normalises it to claude, droid, codex, opencode, qwen or acp */
+export type AgentTypeIn = "claude" | "droid" | "codex" | "opencode" | "qwen" | "acp" | "QWEN" | "Qwen" | "qwen-code" | "qwen_code" | "OPENCODE" | "OpenCode" | "open-code" | "opencode-ai" | "ACP" | "CODEX" | "Codex" | "openai-codex" | "openai_codex" | "CLAUDE" | "DROID" | "FACTORY" | "Claude" | "Droid" | "Factory" | "factory" | "claude-code" | "claude_code" | "factory-droid" | "factory_droid";
 
 /** Every value of AgentTypeIn, in the schema's order. */
-export const agentTypeInValues: readonly AgentTypeIn[] = ["claude","droid","codex","opencode","acp","OPENCODE","OpenCode","open-code","opencode-ai","ACP","CODEX","Codex","openai-codex","openai_codex","CLAUDE","DROID","FACTORY","Claude","Droid","Factory","factory","claude-code","claude_code","factory-droid","factory_droid"];
+export const agentTypeInValues: readonly AgentTypeIn[] = ["claude","droid","codex","opencode","qwen","acp","QWEN","Qwen","qwen-code","qwen_code","OPENCODE","OpenCode","open-code","opencode-ai","ACP","CODEX","Codex","openai-codex","openai_codex","CLAUDE","DROID","FACTORY","Claude","Droid","Factory","factory","claude-code","claude_code","factory-droid","factory_droid"];
 
 export type Kind = "long_lived" | "developer";
 

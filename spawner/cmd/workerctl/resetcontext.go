@@ -18,7 +18,7 @@ func resetContextCmd(c *ctl) *cobra.Command {
 		Args:  args(1, "PROJECT"),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			if !protocol.AgentType(agent).Valid() {
-				return fail(exitUsage, "reset-context: --agent %q: want claude, droid, codex, opencode or acp", agent)
+				return fail(exitUsage, "reset-context: --agent %q: want claude, droid, codex, opencode, qwen or acp", agent)
 			}
 			r, err := c.do(cmd.Context(), protocol.Command{Action: protocol.ActionResetContext, ProjectID: a[0],
 				AgentType: protocol.AgentType(agent)}, timeout)
@@ -32,8 +32,8 @@ func resetContextCmd(c *ctl) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&agent, "agent", string(protocol.AgentClaude), "whose session: claude, droid, codex, opencode or acp")
+	cmd.Flags().StringVar(&agent, "agent", string(protocol.AgentClaude), "whose session: claude, droid, codex, opencode, qwen or acp")
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long to wait for the manager's reply")
-	_ = cmd.RegisterFlagCompletionFunc("agent", fixed(string(protocol.AgentClaude), string(protocol.AgentDroid), string(protocol.AgentCodex), string(protocol.AgentOpenCode), string(protocol.AgentACP)))
+	_ = cmd.RegisterFlagCompletionFunc("agent", fixed(string(protocol.AgentClaude), string(protocol.AgentDroid), string(protocol.AgentCodex), string(protocol.AgentOpenCode), string(protocol.AgentQwen), string(protocol.AgentACP)))
 	return cmd
 }

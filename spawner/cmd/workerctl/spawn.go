@@ -60,7 +60,7 @@ func spawnCmd(c *ctl) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&agent, "agent", "", "the agent: claude, droid, codex, opencode or acp (required)")
+	f.StringVar(&agent, "agent", "", "the agent: claude, droid, codex, opencode, qwen or acp (required)")
 	f.StringVar(&kind, "kind", "", "long_lived (reads its own input; the default) or developer (the shared developer queue)")
 	f.StringVar(&project, "project", "", "the project the worker's sessions and volume belong to")
 	f.StringArrayVar(&caps, "cap", nil, "a capability of the image: GIT, GITHUB_CLI, CURL, DOCKER (repeatable)")
@@ -70,7 +70,7 @@ func spawnCmd(c *ctl) *cobra.Command {
 	f.Float64Var(&cpus, "cpus", 0, "CPU limit in cores such as 0.5 (default: the manager's WORKER_CPU_LIMIT)")
 	f.StringArrayVar(&env, "env", nil, "NAME=VALUE set in the worker's environment (repeatable)")
 	f.DurationVar(&timeout, "timeout", 6*time.Minute, "how long to wait for the manager's reply (a create may queue for a slot)")
-	_ = cmd.RegisterFlagCompletionFunc("agent", fixed(string(protocol.AgentClaude), string(protocol.AgentDroid), string(protocol.AgentCodex), string(protocol.AgentOpenCode), string(protocol.AgentACP)))
+	_ = cmd.RegisterFlagCompletionFunc("agent", fixed(string(protocol.AgentClaude), string(protocol.AgentDroid), string(protocol.AgentCodex), string(protocol.AgentOpenCode), string(protocol.AgentQwen), string(protocol.AgentACP)))
 	_ = cmd.RegisterFlagCompletionFunc("kind", fixed(string(protocol.KindLongLived), string(protocol.KindDeveloper)))
 	capNames := make([]string, len(protocol.Capabilities))
 	for i, cp := range protocol.Capabilities {

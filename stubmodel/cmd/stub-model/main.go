@@ -1,6 +1,6 @@
-// Command stub-model serves the stub Anthropic Messages API and OpenAI
-// Responses API on loopback, following a script file, for the demo and
-// for trying the agents by hand:
+// Command stub-model serves the stub Anthropic Messages API and OpenAI's
+// Responses and Chat Completions APIs on loopback, following a script
+// file, for the demo and for trying the agents by hand:
 //
 //	stub-model -addr 127.0.0.1:8089 -script script.json
 //

@@ -116,10 +116,11 @@ func TestAgentFindsNoSecret(t *testing.T) {
 
 // TestRealAgentsFindNoSecret runs the wrapper binary as a process under
 // uid 1000 (the test runs as root, as `make test` does) with the real
-// claude, droid and codex, whose scripted shell tool call tries the wrapper's
-// /proc files, its own environment and its home: the tool's output, as the
-// stub model gets it, holds neither the Redis password nor the API key, and
-// every model call arrived with the real key, added by the wrapper's proxy.
+// claude, droid, codex and qwen, whose scripted shell tool call tries the
+// wrapper's /proc files, its own environment and its settings: the tool's
+// output, as the stub model gets it, holds neither the Redis password nor
+// the API key, and every model call arrived with the real key, added by
+// the wrapper's proxy.
 func TestRealAgentsFindNoSecret(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("this test runs the wrapper under uid 1000 and needs root for that (make test runs as root)")
@@ -154,6 +155,14 @@ func TestRealAgentsFindNoSecret(t *testing.T) {
 				return &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": c}} // the stub maps it to exec_command
 			},
 			"~/.codex/config.toml", "AGENTVISOR_MODEL_TOKEN=agentvisor-proxy-"},
+		{protocol.AgentQwen,
+			func(u string) []string {
+				return []string{"OPENAI_BASE_URL=" + u + "/v1", "OPENAI_API_KEY=" + apiKey, "AGENT_MODEL=gpt-stub"}
+			},
+			func(c string) *stubmodel.ToolUse {
+				return &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": c}} // the stub maps it to run_shell_command
+			},
+			`"$QWEN_CODE_SYSTEM_SETTINGS_PATH"`, "OPENAI_API_KEY=agentvisor-proxy-"},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.agent), func(t *testing.T) {
