@@ -148,7 +148,14 @@ func (s *Spawner) wakeHibernated(ctx context.Context, id string) error {
 	if spec.Kind == "" {
 		spec.Kind = protocol.KindLongLived
 	}
-	slot, _, err := s.admit(ctx, id, spec.Placement, createOpts{})
+	// A worker wakes where it hibernated (this host: its own, or the
+	// one that adopted it from a lost host): the spec's host pin was the
+	// create's; its labels still hold.
+	var wakeOn *protocol.Placement
+	if spec.Placement != nil {
+		wakeOn = &protocol.Placement{Labels: spec.Placement.Labels}
+	}
+	slot, _, err := s.admit(ctx, id, wakeOn, createOpts{})
 	if err != nil {
 		s.stillHibernated(ctx, id, err)
 		return err
