@@ -306,6 +306,7 @@ func (c *Case) launch(id string, extra map[string]string, start func(dir string,
 	for k, v := range extra {
 		env[k] = v
 	}
+	launched := time.Now()
 	m, err := start(c.T.TempDir(), env)
 	if err != nil {
 		c.T.Fatal(err)
@@ -314,8 +315,9 @@ func (c *Case) launch(id string, extra map[string]string, start func(dir string,
 	c.managers = append(c.managers, m)
 	c.mu.Unlock()
 	// Ready: it reads the command stream under its MANAGER_ID (the
-	// consumer name the README documents).
-	if !c.waitFor(15*time.Second, func() bool { return !m.Running() || c.consumerSeen(id) }) || !m.Running() {
+	// consumer name the README documents), since it was launched (a
+	// manager started again under its id finds its consumer there).
+	if !c.waitFor(15*time.Second, func() bool { return !m.Running() || c.consumerSeen(id, launched) }) || !m.Running() {
 		c.T.Fatalf("manager %s did not start reading commands (no consumer %q in group %s) within 15 s; its log:\n%s",
 			id, id, protocol.ManagerGroup, m.LogTail(30))
 	}
@@ -323,14 +325,14 @@ func (c *Case) launch(id string, extra map[string]string, start func(dir string,
 }
 
 // consumerSeen reports whether id is a consumer of the managers group on
-// the command stream: it has read commands at least once.
-func (c *Case) consumerSeen(id string) bool {
+// the command stream that has read commands since since.
+func (c *Case) consumerSeen(id string, since time.Time) bool {
 	cs, err := c.RC.XInfoConsumers(context.Background(), c.Keys.Commands(), protocol.ManagerGroup).Result()
 	if err != nil {
 		return false
 	}
 	for _, x := range cs {
-		if x.Name == id {
+		if x.Name == id && x.Idle < time.Since(since) {
 			return true
 		}
 	}
@@ -494,10 +496,10 @@ func (c *Case) finish() {
 	}
 	if !row.Pass || os.Getenv("FAULTS_DEBUG") != "" {
 		for _, m := range managers {
-			t.Logf("manager %s (pid %d), last lines of its log:\n%s", m.ID, m.Pid(), m.LogTail(20))
+			t.Logf("manager %s (pid %d), last lines of its log:\n%s", m.ID, m.Pid(), m.LogTail(logLines()))
 		}
 		if g := c.Gateway(); g != nil {
-			t.Logf("worker-gateway (pid %d), last lines of its log:\n%s", g.Pid(), g.LogTail(20))
+			t.Logf("worker-gateway (pid %d), last lines of its log:\n%s", g.Pid(), g.LogTail(logLines()))
 		}
 	}
 	c.RC.Close()
@@ -590,4 +592,13 @@ func (c *Case) verdict(row Row, tally Tally, notes []string) (failures, _ []stri
 		notes = append(notes, "the case itself failed (see the test log)")
 	}
 	return failures, notes
+}
+
+// logLines is how many last lines of each process's log a failed case
+// prints: FAULTS_LOG_LINES, default 20.
+func logLines() int {
+	if n, err := strconv.Atoi(os.Getenv("FAULTS_LOG_LINES")); err == nil && n > 0 {
+		return n
+	}
+	return 20
 }

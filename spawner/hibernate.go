@@ -124,6 +124,10 @@ func (s *Spawner) Hibernate(ctx context.Context, id string) error {
 // one step with its leaving the hibernated set, unless a delete took it
 // out first (then its container is removed).
 func (s *Spawner) wakeHibernated(ctx context.Context, id string) error {
+	if _, running := s.waking.LoadOrStore(id, true); running {
+		return nil // this process wakes it already
+	}
+	defer s.waking.Delete(id)
 	host := s.Host()
 	name := "wake:" + id
 	if ok, err := s.rdb.TakeLease(ctx, name, s.instance, s.cfg.LeaseTTL); err != nil || !ok {
@@ -148,17 +152,29 @@ func (s *Spawner) wakeHibernated(ctx context.Context, id string) error {
 	if spec.Kind == "" {
 		spec.Kind = protocol.KindLongLived
 	}
-	// A worker wakes where it hibernated (this host: its own, or the
-	// one that adopted it from a lost host): the spec's host pin was the
-	// create's; its labels still hold.
+	// The spec's host pin was its create's (the host may be lost since);
+	// its labels still hold.
 	var wakeOn *protocol.Placement
 	if spec.Placement != nil {
 		wakeOn = &protocol.Placement{Labels: spec.Placement.Labels}
 	}
-	slot, _, err := s.admit(ctx, id, wakeOn, createOpts{})
+	// The fleet's placement may choose another host with more room: the
+	// worker is handed to it (its hibernated set), whose wake finds the
+	// slot reserved for it.
+	handOff := func(ctx context.Context, to string) error {
+		if _, err := s.rdb.MoveHibernated(ctx, host, to, id); err != nil {
+			return redisError(err, "hand %s to host %s", id, to)
+		}
+		s.log.Info("hibernated worker handed to the host placed to wake it", "worker_id", id, "host", to)
+		return nil
+	}
+	slot, to, err := s.admit(ctx, id, wakeOn, createOpts{forward: handOff})
 	if err != nil {
 		s.stillHibernated(ctx, id, err)
 		return err
+	}
+	if to != host {
+		return handOff(ctx, to)
 	}
 	defer slot.stop()
 	if hib, err := s.rdb.IsHibernated(ctx, host, id); err != nil || !hib {
@@ -185,14 +201,20 @@ func (s *Spawner) wakeHibernated(ctx context.Context, id string) error {
 		return nil
 	}
 	err = s.incarnate(ctx, id, spec, h, n, join)
-	if err != nil {
-		_ = s.rdb.Leave(context.WithoutCancel(ctx), id)
-		if err != errLostRace {
-			s.stillHibernated(ctx, id, err)
-			return err
+	if err == errLostRace {
+		// No longer hibernated: a delete won, or another manager's wake
+		// joined first (then its slot and placement stay as they are).
+		if member, merr := s.rdb.IsWorker(context.WithoutCancel(ctx), id); merr == nil && member {
+			return nil
 		}
+		_ = s.rdb.Leave(context.WithoutCancel(ctx), id)
 		s.ended(ctx, id)
 		return nil
+	}
+	if err != nil {
+		_ = s.rdb.Leave(context.WithoutCancel(ctx), id)
+		s.stillHibernated(ctx, id, err)
+		return err
 	}
 	s.log.Info("hibernated worker woken", "worker_id", id, "incarnation", n)
 	return nil

@@ -70,6 +70,10 @@ type Spawner struct {
 	gateway Gateway         // this host's gateway, for sealed workers
 	netns   *netnsPool      // spare network namespaces for sealed workers (nil: not sealed)
 	volumes *projectVolumes // the project volumes on this engine
+	// waking holds the hibernated workers a wake of this process runs
+	// for: the wake lease is per process, and two callers of one process
+	// (the wake loop, a lost host's handling) must not both make one.
+	waking sync.Map
 	// connected holds a signal when the Redis client made a new
 	// connection (RedisConnected); the leader's health loop takes it.
 	connected chan struct{}

@@ -81,20 +81,27 @@ return 1
 // returns those it adopted: the next task to each wakes it here (its
 // session restored from the session store).
 func (r *RDB) Adopt(ctx context.Context, lost, host string) ([]string, error) {
-	k := r.Keys
 	ids, err := r.HibernatedOn(ctx, lost)
 	if err != nil {
 		return nil, err
 	}
 	var adopted []string
 	for _, id := range ids {
-		n, err := adoptScript.Run(ctx, r.C, []string{ctlplane.HostHibernatedKey(k, lost), ctlplane.HostHibernatedKey(k, host), k.Status(id)}, id, host).Int()
+		moved, err := r.MoveHibernated(ctx, lost, host, id)
 		if err != nil {
 			return adopted, err
 		}
-		if n == 1 {
+		if moved {
 			adopted = append(adopted, id)
 		}
 	}
 	return adopted, nil
+}
+
+// MoveHibernated makes a hibernated worker of host from one of host to
+// (its status names to), and reports whether this call moved it.
+func (r *RDB) MoveHibernated(ctx context.Context, from, to, id string) (bool, error) {
+	k := r.Keys
+	n, err := adoptScript.Run(ctx, r.C, []string{ctlplane.HostHibernatedKey(k, from), ctlplane.HostHibernatedKey(k, to), k.Status(id)}, id, to).Int()
+	return n == 1, err
 }
