@@ -100,8 +100,9 @@ func envOr(name, def string) string {
 
 // The two projects of the demo: sessions and usage belong to a project.
 const (
-	projectShop = "demo-shop"
-	projectDocs = "demo-docs"
+	projectShop  = "demo-shop"
+	projectDocs  = "demo-docs"
+	projectCodex = "demo-codex"
 )
 
 const instructions = `You are a worker of the agentvisor demo. Work in your current directory.
@@ -121,7 +122,10 @@ const (
 	promptApprove = `Run the shell command touch approved.txt on its own, then run git status --short. ` +
 		`Finish with the JSON {"status": "complete", "result": {"file": "approved.txt"}}.`
 	promptLong  = `Run the shell command sleep 30, then finish with the JSON {"status": "complete", "result": {}}.`
-	promptDroid = `Count the files in your current directory with ls -A, report it by running: worker-wrapper progress --step "Counted files" --pct 100 --output "<count> files". ` +
+	promptCodex = `Create an empty file status.txt with touch, then report it by running: worker-wrapper progress --step "Created status.txt" --pct 100. ` +
+		`Finish with the JSON {"status": "complete", "result": {"file": "status.txt"}}.`
+	promptCodexRecall = `Which file did you create in the previous task? Finish with the JSON {"status": "complete", "result": {"file": "<its name>"}}.`
+	promptDroid       = `Count the files in your current directory with ls -A, report it by running: worker-wrapper progress --step "Counted files" --pct 100 --output "<count> files". ` +
 		`Finish with the JSON {"status": "complete", "result": {"files": <count>}}.`
 )
 
@@ -132,6 +136,7 @@ const (
 var (
 	allowClaude = []string{"git.*"}
 	allowDroid  = []string{"ls", "sleep"}
+	allowCodex  = []string{"touch"}
 )
 
 // workerEnv is the manager's WORKER_ENV: every worker keeps one agent
@@ -145,7 +150,8 @@ const workerEnv = `WORKER_ENV={"AGENT_PERSISTENT":"true","AGENT_APPROVAL":"true"
 // the stub's Droid model (the wrapper's custom model, "agentvisor") gets
 // Sonnet's price. Against the real API the defaults price
 // claude-sonnet-4-5.
-const stubPrices = `MODEL_PRICES={"agentvisor": {"input": 3, "output": 15, "cache_read": 0.3, "cache_write": 3.75}}`
+const stubPrices = `MODEL_PRICES={"agentvisor": {"input": 3, "output": 15, "cache_read": 0.3, "cache_write": 3.75}, ` +
+	`"gpt-stub": {"input": 1.25, "output": 10, "cache_read": 0.125, "cache_write": 0}}`
 
 // bash is a call of Claude's shell tool.
 func bash(description, command string) *stubmodel.ToolUse {
@@ -173,6 +179,14 @@ var (
 		{ToolUse: bash("commit hello.txt", `git -c user.name=demo -c user.email=demo@localhost commit -qm "Add hello.txt"`)},
 		{ToolUse: bash("report progress", `worker-wrapper progress --step "Committed hello.txt" --pct 100 --output "Add hello.txt"`)},
 		{Text: "hello.txt is committed.\n{\"status\": \"complete\", \"result\": {\"file\": \"hello.txt\"}}"},
+	}}
+	scriptCodex = stubmodel.Script{Steps: []stubmodel.Step{
+		{ToolUse: bash("create status.txt", "touch status.txt")},
+		{ToolUse: bash("report progress", `worker-wrapper progress --step "Created status.txt" --pct 100`)},
+		{Text: "status.txt is there.\n{\"status\": \"complete\", \"result\": {\"file\": \"status.txt\"}}"},
+	}}
+	scriptCodexRecall = stubmodel.Script{Steps: []stubmodel.Step{
+		{Text: "In the previous task I created status.txt.\n{\"status\": \"complete\", \"result\": {\"file\": \"status.txt\"}}"},
 	}}
 	scriptRecall = stubmodel.Script{Steps: []stubmodel.Step{
 		{Text: "In the previous task I committed hello.txt.\n{\"status\": \"complete\", \"result\": {\"file\": \"hello.txt\"}}"},
@@ -282,7 +296,7 @@ func (d *demo) run(ctx context.Context) error {
 			_ = manager.Wait()
 		}
 	}()
-	for _, step := range []func(context.Context) error{d.dashboard, d.claudeWorker, d.droidWorker, d.usage, d.metrics} {
+	for _, step := range []func(context.Context) error{d.dashboard, d.claudeWorker, d.droidWorker, d.codexWorker, d.usage, d.metrics} {
 		if err := step(ctx); err != nil {
 			return err
 		}
@@ -333,7 +347,8 @@ func (d *demo) managerEnv() ([]string, func(), error) {
 		return nil, nil, err
 	}
 	d.say("stub model server (Anthropic Messages API stand-in) listening on %s", d.stub.URL)
-	env = append(env, "ANTHROPIC_BASE_URL="+d.stub.URL, "DROID_BASE_URL="+d.stub.URL, "ANTHROPIC_API_KEY=sk-demo-stub-key", stubPrices)
+	env = append(env, "ANTHROPIC_BASE_URL="+d.stub.URL, "DROID_BASE_URL="+d.stub.URL, "ANTHROPIC_API_KEY=sk-demo-stub-key",
+		"OPENAI_BASE_URL="+d.stub.URL, "OPENAI_API_KEY=sk-demo-stub-key", stubPrices)
 	return env, func() { _ = d.stub.Close() }, nil
 }
 
@@ -343,8 +358,9 @@ func (d *demo) forgetEarlierRuns(ctx context.Context) error {
 	if _, err := d.cleanUp(ctx); err != nil {
 		return err
 	}
-	for _, p := range []string{projectShop, projectDocs} {
-		d.rdb.Del(ctx, d.keys.UsageProject(p), d.keys.Session(protocol.AgentClaude, p), d.keys.Session(protocol.AgentDroid, p), d.keys.ProjectContext(p))
+	for _, p := range []string{projectShop, projectDocs, projectCodex} {
+		d.rdb.Del(ctx, d.keys.UsageProject(p), d.keys.Session(protocol.AgentClaude, p), d.keys.Session(protocol.AgentDroid, p),
+			d.keys.Session(protocol.AgentCodex, p), d.keys.ProjectContext(p))
 	}
 	return nil
 }
@@ -802,6 +818,41 @@ func (d *demo) approval(ctx context.Context, id string) error {
 	return d.waitEvent(id, protocol.EventPaused, 30*time.Second)
 }
 
+// codexWorker runs OpenAI's Codex as a third agent (its persistent
+// `codex app-server`, the Responses API through the same sealed gateway
+// and the wrapper's proxy): a task with a progress call, then a second
+// one that continues its thread. With the real Anthropic API it is left
+// out: it needs OpenAI's.
+func (d *demo) codexWorker(ctx context.Context) error {
+	if d.stub == nil {
+		d.say("the Codex worker is left out: it needs the OpenAI API (the stub stands in for both)")
+		return nil
+	}
+	d.section("a third agent: a Codex worker (OpenAI's Responses API, through the same sealed gateway)")
+	id, err := d.create(ctx, "codex-1", protocol.WorkerSpec{AgentType: protocol.AgentCodex, ProjectID: projectCodex, Instructions: instructions,
+		AllowedCommands: allowCodex, Model: "gpt-stub"})
+	if err != nil {
+		return err
+	}
+	o1, err := d.send(ctx, id, projectCodex, "codex-1", promptCodex, scriptCodex)
+	if err != nil {
+		return err
+	}
+	o2, err := d.send(ctx, id, projectCodex, "codex-2", promptCodexRecall, scriptCodexRecall)
+	if err != nil {
+		return err
+	}
+	if o2.SessionID != o1.SessionID {
+		return fmt.Errorf("task codex-2 did not continue codex-1's thread %s: %s", o1.SessionID, o2.SessionID)
+	}
+	reqs := d.stub.Requests()
+	if !strings.Contains(reqs[len(reqs)-1].Text(), "status.txt with touch") {
+		return fmt.Errorf("task codex-2: the model did not get codex-1's turns")
+	}
+	d.say("thread %s continued: the model got the first task's turns (one codex app-server process served both)", short(o2.SessionID))
+	return d.waitEvent(id, protocol.EventPaused, 30*time.Second)
+}
+
 func (d *demo) droidWorker(ctx context.Context) error {
 	d.section("a Droid worker")
 	spec := protocol.WorkerSpec{AgentType: protocol.AgentDroid, ProjectID: projectDocs, Instructions: instructions,
@@ -867,7 +918,7 @@ func (d *demo) usage(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	fmt.Fprintf(d.out, "  %-10s %5s %8s %8s %10s %10s %9s\n", "PROJECT", "TASKS", "INPUT", "OUTPUT", "CACHE_RD", "CACHE_WR", "COST_USD")
-	for _, p := range []string{projectShop, projectDocs} {
+	for _, p := range []string{projectShop, projectDocs, projectCodex} {
 		h, err := d.rdb.HGetAll(ctx, d.keys.UsageProject(p)).Result()
 		if err != nil {
 			return err
