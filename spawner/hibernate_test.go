@@ -24,7 +24,7 @@ func containersOf(t *testing.T, f *fixture) []string {
 // workerContainersOf lists the workers' containers (any state) of a
 // fixture's prefix, without the spare network namespaces' holders
 // (netns.go), which carry the prefix but are no workers.
-func workerContainersOf(t *testing.T, f *fixture) []string {
+func workerContainersOf(t testing.TB, f *fixture) []string {
 	t.Helper()
 	out, err := exec.Command("docker", "ps", "-aq", "--filter", "label="+protocol.LabelKeyPrefix+"="+f.keys.Prefix,
 		"--filter", "label="+protocol.LabelManaged+"=true").Output()
@@ -35,7 +35,7 @@ func workerContainersOf(t *testing.T, f *fixture) []string {
 }
 
 // waitHibernated waits until a worker is hibernated with no container.
-func waitHibernated(t *testing.T, f *fixture, id string, within time.Duration) {
+func waitHibernated(t testing.TB, f *fixture, id string, within time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	testkit.Eventually(t, "worker "+id+" hibernated", within, func() bool {

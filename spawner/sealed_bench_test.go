@@ -34,7 +34,7 @@ func BenchmarkSealedCreate(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		_, at := f.waitEvent(b, from, info.WorkerID, protocol.EventStarted, time.Minute)
+		at := f.waitEvent(b, from, info.WorkerID, protocol.EventStarted, time.Minute)
 		if err := f.s.Delete(ctx, info.WorkerID); err != nil {
 			b.Fatal(err)
 		}
