@@ -150,7 +150,11 @@ func (w *Wake) watch(ctx context.Context, ids, hibernated []string) map[string]s
 			p = &pausedWorker{inputs: s.keys.InputsFor(k, id), group: group}
 			w.watched[id] = p
 		}
-		p.hibernated = hib[id]
+		if p.hibernated != hib[id] {
+			// Paused a moment ago, hibernated now: a task that waits
+			// wakes it at once, whatever the paused worker's back-off.
+			p.hibernated, p.notTill, p.checked = hib[id], time.Time{}, time.Time{}
+		}
 		if now.Before(p.notTill) {
 			continue
 		}
@@ -191,7 +195,9 @@ func (w *Wake) check(ctx context.Context, id string, p *pausedWorker) {
 		}
 	}
 	p.checked, p.after = time.Now(), after
-	if b == rdb.NotBusy {
+	if b == rdb.NotBusy || b == rdb.BusyEnding && !p.hibernated {
+		// A paused worker being retired or hibernated is not woken:
+		// its retirement unpauses or removes it.
 		return
 	}
 	p.notTill = time.Now().Add(wakeBackoff)
