@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentvisor/agentvisor/protocol"
 )
@@ -52,9 +53,27 @@ type sessionBlob struct {
 	Files     []sessionFile `json:"files"`
 }
 
+// sessionFile is one file: its text as a JSON string when it is UTF-8
+// (a transcript: gzip compresses it well), else its bytes (base64, which
+// compresses badly).
 type sessionFile struct {
 	Path string `json:"path"` // relative to the agent's home
-	Data []byte `json:"data"`
+	Text string `json:"text,omitempty"`
+	Data []byte `json:"data,omitempty"`
+}
+
+func newSessionFile(rel string, data []byte) sessionFile {
+	if utf8.Valid(data) {
+		return sessionFile{Path: rel, Text: string(data)}
+	}
+	return sessionFile{Path: rel, Data: data}
+}
+
+func (f sessionFile) bytes() []byte {
+	if f.Data != nil {
+		return f.Data
+	}
+	return []byte(f.Text)
 }
 
 // files returns the paths (relative to Home) of the session's files.
@@ -87,7 +106,7 @@ func (s *SessionFiles) Save(ctx context.Context, agent protocol.AgentType, proje
 		if err != nil {
 			return err
 		}
-		doc.Files = append(doc.Files, sessionFile{Path: rel, Data: data})
+		doc.Files = append(doc.Files, newSessionFile(rel, data))
 	}
 	if len(doc.Files) == 0 {
 		return nil
@@ -141,7 +160,7 @@ func (s *SessionFiles) Restore(ctx context.Context, agent protocol.AgentType, pr
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return false, err
 		}
-		if err := os.WriteFile(path, f.Data, 0o600); err != nil {
+		if err := os.WriteFile(path, f.bytes(), 0o600); err != nil {
 			return false, err
 		}
 	}

@@ -126,3 +126,56 @@ func TestSessionFilesStayInTheHome(t *testing.T) {
 		t.Fatalf("a file was written outside the home (%v)", err)
 	}
 }
+
+// Files are stored as text when they are UTF-8 (gzip compresses a JSON
+// string far better than base64) and as bytes otherwise; a blob of either
+// kind, and one written before text existed ("data" only), restores the
+// same bytes.
+func TestSessionFilesTextAndBytes(t *testing.T) {
+	r := testkit.StartRedis(t)
+	store, err := rdb.Open(r.URL(), "", protocol.Keys{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	ctx := context.Background()
+	text, binary := []byte(`{"type":"user","message":"héllo"}`+"\n"), []byte{0xff, 0xfe, 0x00, 'x'}
+	if f := newSessionFile("a", text); f.Text == "" || f.Data != nil {
+		t.Fatalf("a UTF-8 file: %+v", f)
+	}
+	if f := newSessionFile("b", binary); f.Text != "" || !bytes.Equal(f.Data, binary) {
+		t.Fatalf("a binary file: %+v", f)
+	}
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	_ = json.NewEncoder(zw).Encode(map[string]any{"session_id": "s", "files": []map[string]any{
+		{"path": ".claude/projects/x/s.jsonl", "data": text}, {"path": ".claude/projects/x/s.bin", "data": binary}}})
+	_ = zw.Close()
+	if err := store.SaveSessionFiles(ctx, protocol.AgentClaude, "old", buf.Bytes(), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	f := &SessionFiles{Home: home, Dirs: sessionDirs, Store: store}
+	if ok, err := f.Restore(ctx, protocol.AgentClaude, "old", "s"); !ok || err != nil {
+		t.Fatalf("restore of a blob with data only: %v %v", ok, err)
+	}
+	for name, want := range map[string][]byte{"s.jsonl": text, "s.bin": binary} {
+		if got, _ := os.ReadFile(filepath.Join(home, ".claude/projects/x", name)); !bytes.Equal(got, want) {
+			t.Fatalf("%s restored as %q, want %q", name, got, want)
+		}
+	}
+	// Saved now and restored elsewhere: the same bytes.
+	if err := f.Save(ctx, protocol.AgentClaude, "new", "s"); err != nil {
+		t.Fatal(err)
+	}
+	other := t.TempDir()
+	g := &SessionFiles{Home: other, Dirs: sessionDirs, Store: store}
+	if ok, err := g.Restore(ctx, protocol.AgentClaude, "new", "s"); !ok || err != nil {
+		t.Fatalf("restore: %v %v", ok, err)
+	}
+	for name, want := range map[string][]byte{"s.jsonl": text, "s.bin": binary} {
+		if got, _ := os.ReadFile(filepath.Join(other, ".claude/projects/x", name)); !bytes.Equal(got, want) {
+			t.Fatalf("%s restored as %q, want %q", name, got, want)
+		}
+	}
+}
