@@ -136,7 +136,7 @@ const (
 var (
 	allowClaude = []string{"git.*"}
 	allowDroid  = []string{"ls", "sleep"}
-	allowCodex  = []string{"touch"}
+	allowCodex  = []string{"touch", "sleep"}
 )
 
 // workerEnv is the manager's WORKER_ENV: every worker keeps one agent
@@ -184,6 +184,10 @@ var (
 		{ToolUse: bash("create status.txt", "touch status.txt")},
 		{ToolUse: bash("report progress", `worker-wrapper progress --step "Created status.txt" --pct 100`)},
 		{Text: "status.txt is there.\n{\"status\": \"complete\", \"result\": {\"file\": \"status.txt\"}}"},
+	}}
+	scriptCodexLong = stubmodel.Script{Steps: []stubmodel.Step{
+		{ToolUse: bash("wait", "sleep 30")},
+		{Text: "Slept.\n{\"status\": \"complete\", \"result\": {}}"},
 	}}
 	scriptCodexRecall = stubmodel.Script{Steps: []stubmodel.Step{
 		{Text: "In the previous task I created status.txt.\n{\"status\": \"complete\", \"result\": {\"file\": \"status.txt\"}}"},
@@ -850,7 +854,10 @@ func (d *demo) codexWorker(ctx context.Context) error {
 		return fmt.Errorf("task codex-2: the model did not get codex-1's turns")
 	}
 	d.say("thread %s continued: the model got the first task's turns (one codex app-server process served both)", short(o2.SessionID))
-	return d.waitEvent(id, protocol.EventPaused, 30*time.Second)
+	if err := d.waitEvent(id, protocol.EventPaused, 30*time.Second); err != nil {
+		return err
+	}
+	return d.cancel(ctx, id, projectCodex, "codex-3", "codex app-server", scriptCodexLong)
 }
 
 func (d *demo) droidWorker(ctx context.Context) error {
@@ -875,15 +882,17 @@ func (d *demo) droidWorker(ctx context.Context) error {
 	if err := d.waitEvent(id, protocol.EventPaused, 30*time.Second); err != nil {
 		return err
 	}
-	return d.cancel(ctx, id)
+	return d.cancel(ctx, id, projectDocs, "docs-2", "Droid", scriptLong)
 }
 
 // cancel gives the Droid worker a long task and cancels it while it runs:
 // the persistent Droid gets an interrupt (its command is killed, the
 // process serves on) and the task's one output is cancelled.
-func (d *demo) cancel(ctx context.Context, id string) error {
-	d.section("a cancel: a running task is ended on request")
-	sent, err := d.put(ctx, id, projectDocs, "docs-2", promptLong, scriptLong)
+// cancel gives a worker a task that runs a 30 s sleep and cancels it
+// once the agent runs it; the worker's agent process serves on.
+func (d *demo) cancel(ctx context.Context, id, project, requestID, agentName string, script stubmodel.Script) error {
+	d.section("a cancel: a running " + agentName + " task is ended on request")
+	sent, err := d.put(ctx, id, project, requestID, promptLong, script)
 	if err != nil {
 		return err
 	}
@@ -908,7 +917,7 @@ func (d *demo) cancel(ctx context.Context, id string) error {
 	if _, err := d.await(ctx, sent, protocol.StatusCancelled, nil); err != nil {
 		return err
 	}
-	d.say("task %s cancelled %.0f ms after the cancel was sent; the Droid process serves on", sent.RequestID, float64(time.Since(t0).Microseconds())/1000)
+	d.say("task %s cancelled %.0f ms after the cancel was sent; the %s process serves on", sent.RequestID, float64(time.Since(t0).Microseconds())/1000, agentName)
 	return d.waitEvent(id, protocol.EventPaused, 30*time.Second)
 }
 
