@@ -26,7 +26,6 @@ func (t *taskRun) attempts() (protocol.Output, *rdb.TaskUsage) {
 	for {
 		outcome, plan, oomBefore := t.execute(resume)
 		o, usage := t.output(outcome, plan, oomBefore)
-		t.persist = plan.persist
 		// Droid's cost is the proxy's meter of the whole task: already the
 		// sum of its attempts.
 		o, usage = spent.add(o, usage, !t.w.agent.Caps().ReportsCost && t.cur.spend.isMetered())

@@ -19,11 +19,6 @@ type SessionPlan struct {
 	Context  string // the project's stored context, injected into a new session
 	Decision protocol.SessionDecision
 	held     bool // this worker holds the project's session record
-	// persist, when set, saves the session's files to the session store:
-	// after the task's output is stored (a consumer does not wait for
-	// it) and before the worker turns idle (nothing pauses or hibernates
-	// it in the middle).
-	persist func(ctx context.Context)
 }
 
 // SessionPolicy chooses the agent session of each task and learns from
@@ -329,11 +324,8 @@ func (p *ProjectSessions) Complete(ctx context.Context, task protocol.Task, plan
 		p.log().Warn("session not recorded", "err", err)
 	}
 	if d.Files != nil {
-		project, log := task.Project(), p.log()
-		plan.persist = func(ctx context.Context) {
-			if err := d.Files.Save(ctx, d.AgentType, project, sid); err != nil {
-				log.Warn("session files not saved to the session store", "session_id", sid, "err", err)
-			}
+		if err := d.Files.Save(ctx, d.AgentType, task.Project(), sid); err != nil {
+			p.log().Warn("session files not saved to the session store", "session_id", sid, "err", err)
 		}
 	}
 	p.log().Info("session recorded", "project_id", task.Project(), "session_id", sid, "action", plan.Decision.Action,

@@ -96,8 +96,6 @@ type taskRun struct {
 
 	answered rdb.AnsweredRun
 	budget   rdb.ProjectSpend
-	// persist saves the last attempt's session files (SessionPlan.persist).
-	persist func(ctx context.Context)
 }
 
 // runTask runs a task entry to its output: admit, execute, finish.
@@ -310,9 +308,6 @@ func (t *taskRun) finish(o protocol.Output, usage *rdb.TaskUsage) {
 	// Progress and status events of the task go first.
 	_ = w.pub.out.Flush(context.Background())
 	published := w.pub.storeOutput(log, cur.src, o, runFields, usage)
-	if t.persist != nil {
-		t.persist(t.ctx)
-	}
 
 	done, err := w.state.end("task " + o.RequestID + " " + string(o.Status))
 	if err != nil {
