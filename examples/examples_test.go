@@ -143,9 +143,14 @@ func TestDemo(t *testing.T) {
 		"resume session", "droid-1  progress  \"Counted files\" 100%", "droid-1  output    docs-1",
 		"claude-1 permission_request perm-", "permission_reply → ", "claude-1 output    shop-3", "the allowed touch ran",
 		"droid-1  output    docs-2", " cancelled CANCELLED (cancelled while running", "droid-1  lifecycle task_cancelled",
-		"demo-shop      5", "demo-docs      2", "0 worker containers left", "demo complete",
-		"dashboard: http://127.0.0.1:", `agentvisor_tasks_total{agent="claude",code="",status="complete"} 5`,
+		"command hibernate: claude-1 is hibernated (0 containers", "task shop-4 woke claude-1 (incarnation 2,",
+		"the session outlived the container",
+		"codex-1  progress  \"Created status.txt\" 100%", "codex-1  output    codex-2", "resume session (continued)",
+		"one codex app-server process served both", "codex-1  output    codex-3", "codex-1  lifecycle task_cancelled",
+		"demo-shop      6", "demo-docs      2", "demo-codex     3", "0 worker containers left", "demo complete",
+		"dashboard: http://127.0.0.1:", `agentvisor_tasks_total{agent="claude",code="",status="complete"} 6`,
 		`agentvisor_tasks_total{agent="droid",code="CANCELLED",status="cancelled"} 1`,
+		`agentvisor_tasks_total{agent="codex",code="CANCELLED",status="cancelled"} 1`,
 		`agentvisor_cost_usd_total{project="demo-shop"}`,
 	} {
 		if !strings.Contains(got, want) {

@@ -923,7 +923,7 @@ func (d *demo) cancel(ctx context.Context, id, project, requestID, agentName str
 
 // usage prints the cumulative usage per project, as the wrappers count it.
 func (d *demo) usage(ctx context.Context) error {
-	d.section("usage per project (worker:usage:project:<id>; Droid's cost is the wrapper's estimate from its usage)")
+	d.section("usage per project (worker:usage:project:<id>; Droid's and Codex's cost is the wrapper's estimate from their usage)")
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	fmt.Fprintf(d.out, "  %-10s %5s %8s %8s %10s %10s %9s\n", "PROJECT", "TASKS", "INPUT", "OUTPUT", "CACHE_RD", "CACHE_WR", "COST_USD")
