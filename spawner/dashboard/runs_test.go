@@ -123,11 +123,14 @@ func TestRunsPollingAndEvents(t *testing.T) {
 
 	// A run still going: its events come as the worker writes them.
 	rc.HSet(ctx, keys.Run("r3"), protocol.RunFieldRequestID, "r3", protocol.RunFieldWorkerID, worker, protocol.RunFieldStatus, "running")
+	wrote := make(chan struct{})
 	go func() {
+		defer close(wrote)
 		time.Sleep(500 * time.Millisecond)
 		put(progress("r3", "working"))
 		put(output("r3"))
 		rc.HSet(ctx, keys.Run("r3"), protocol.RunFieldStatus, "completed")
 	}()
 	check(events("/runs/r3/events", 10*time.Second), "r3", "working")
+	<-wrote // the writer's last calls use the test's client
 }

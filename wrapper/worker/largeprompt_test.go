@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +27,17 @@ func TestLargestPromptReachesRealAgents(t *testing.T) {
 		stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{{Text: "Read it.\n{\"status\": \"complete\", \"result\": {\"ok\": true}}"}}})
 		e.send(in, protocol.Task{RequestID: "big", Prompt: prompt})
 		o := e.waitOutputs(out, 1, 90*time.Second)[0]
+		if agentType == protocol.AgentQwen {
+			// Qwen Code checks the prompt against its model's context
+			// window (128 Ki tokens for a model it does not know) before
+			// it sends it, and says how many tokens it counted: the whole
+			// prompt reached it.
+			m := regexp.MustCompile(`Estimated prompt tokens: (\d+)`).FindStringSubmatch(o.Response)
+			if n, _ := strconv.Atoi(m1(m)); o.Status != protocol.StatusFailed || n < protocol.MaxPromptBytes/4 {
+				t.Fatalf("Qwen Code: output %+v (error %+v): want its refusal counting the whole prompt (%d tokens or more)", o, o.Error, protocol.MaxPromptBytes/4)
+			}
+			return
+		}
 		if o.Status != protocol.StatusComplete {
 			t.Fatalf("output %+v (error %+v)", o, o.Error)
 		}
@@ -68,4 +81,12 @@ func TestLargestInstructionsReachRealAgents(t *testing.T) {
 				strings.Contains(got, head), strings.Contains(got, tail), len(got))
 		}
 	})
+}
+
+// m1 is a match's first group, or "".
+func m1(m []string) string {
+	if len(m) < 2 {
+		return ""
+	}
+	return m[1]
 }
