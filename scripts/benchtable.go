@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -47,7 +48,7 @@ func ratioAtMost(x float64) func(v, base float64) bool {
 	return func(v, base float64) bool { return base > 0 && v/base <= x }
 }
 
-var rows = []row{
+var rows = slices.Concat([]row{
 	{"Wrapper idle RSS", "idle-rss-MB", "MB", "≤ 15 MB", atMost(15), []string{"baseline-idle-go-rss-MB"}, "an idle Go process"},
 	{"Wrapper idle CPU, 10 s heartbeats", "idle-cpu-%-of-core", "% of a core", "< 0.05 %", below(0.05), []string{"baseline-idle-cpu-%"}, "an idle Go process"},
 	{"Task XADD → agent start, p99", "xadd-to-agent-start-p99-ms", "ms", "< 10 ms", below(10),
@@ -65,10 +66,7 @@ var rows = []row{
 	{"Real claude task through a worker container at the default CPU limit (0.5 CPU), median", "worker-cpu-0.5-median-ms", "ms", "", nil,
 		[]string{"direct-claude-host-median-ms"}, "the same claude -p run directly, no limit"},
 	{"The wrapper's own share of that task (wall time − the agent's run), median", "worker-cpu-0.5-wrapper-share-median-ms", "ms", "< 10 ms", below(10), nil, ""},
-	{"Follow-up task, persistent Claude process, median", "follow-up-persistent-median-ms", "ms", "ratio < 1", ratioAtMost(0.99),
-		[]string{"follow-up-per-task-median-ms"}, "a claude process per task"},
-	{"Follow-up task, persistent Droid process (JSON-RPC mode), median", "droid-follow-up-persistent-median-ms", "ms", "ratio ≤ 0.1", ratioAtMost(0.1),
-		[]string{"droid-follow-up-per-task-median-ms"}, "a droid exec per task"},
+}, agentRows(), []row{
 	{"Cancel of a running task → cancelled Output, claude per task, max of 10", "cancel-per-task-max-ms", "ms", "< 2000 ms", below(2000), nil, ""},
 	{"Cancel of a running task → cancelled Output, persistent claude, max of 10", "cancel-persistent-max-ms", "ms", "< 200 ms", below(200), nil, ""},
 	{"Cancel of a running task in a worker container at the default limits (sealed, 0.5 CPU) → cancelled Output, claude per task, p50 of 10", "cancel-worker-per-task-p50-ms", "ms", "", nil, nil, ""},
@@ -141,6 +139,54 @@ var rows = []row{
 		"fleet-300-registration-p95-ms", "ms", "< 100 ms", below(100), []string{"fleet-10-registration-p95-ms"}, "the same at 10 workers"},
 	{"Fleet of 3 hosts, 300 workers: create → reply, p95", "fleet-300-create-p95-ms", "ms", "ratio ≤ 1.3", ratioAtMost(1.3),
 		[]string{"fleet-300-bare-create-start-p95-ms"}, "a bare container create + start of the same image on the same engines, p95"},
+})
+
+// benchAgents are the real agents BenchmarkAgents (wrapper/cmd/worker-wrapper)
+// runs, whose metrics are named <agent>-<figure>: each with its name as
+// people read it, its persistent process, the process per task that is
+// held against, and the goal of that ratio. Where a process takes seconds
+// to start (Droid; OpenCode and Qwen Code, whose bundle Node.js loads, as
+// wrapper/README.md says), the persistent process is to save nearly all
+// of a follow-up (≤ 0.1); where one starts in under a second (Claude,
+// Codex), it is to save something (< 1).
+var benchAgents = []struct {
+	agent, name, persistent, perTask, goal string
+	ratio                                  float64
+}{
+	{"claude", "Claude", "Claude process", "a claude process per task", "ratio < 1", 0.99},
+	{"droid", "Droid", "Droid process (JSON-RPC mode)", "a droid exec per task", "ratio ≤ 0.1", 0.1},
+	{"codex", "Codex", "Codex process (codex app-server)", "a codex exec per task", "ratio < 1", 0.99},
+	{"opencode", "OpenCode", "OpenCode process (one ACP process)", "an opencode acp process per task", "ratio ≤ 0.1", 0.1},
+	{"qwen", "Qwen Code", "Qwen Code process (one ACP process)", "a qwen --acp process per task", "ratio ≤ 0.1", 0.1},
+}
+
+// agentRows are BenchmarkAgents' rows, a figure at a time for every agent.
+func agentRows() []row {
+	var rows []row
+	for _, a := range benchAgents {
+		m := a.agent + "-"
+		rows = append(rows, row{"Task XADD → agent start (the wrapper's task_started event), real " + a.name + ", a process per task, p50 of 20",
+			m + "xadd-to-agent-start-p50-ms", "ms", "", nil, []string{m + "baseline-redis-hop-p50-ms", m + "baseline-bare-start-p50-ms"},
+			"one Redis hop + a bare start of " + a.agent + " (its exec returned), p50s"})
+	}
+	for _, a := range benchAgents {
+		m := a.agent + "-"
+		rows = append(rows, row{"Task XADD → agent start, real " + a.name + ", a process per task, max of 20 (a bound on the p99)",
+			m + "xadd-to-agent-start-p99-ms", "ms", "< 10 ms", below(10), []string{m + "baseline-redis-hop-p99-ms", m + "baseline-bare-start-p99-ms"},
+			"one Redis hop + a bare start of " + a.agent + ", maxes"})
+	}
+	for _, a := range benchAgents {
+		m := a.agent + "-"
+		rows = append(rows, row{"First task of a fresh worker (XADD → Output, one model call), real " + a.name + ", a process per task, median of 3",
+			m + "first-task-median-ms", "ms", "", nil, []string{m + "first-task-agent-run-median-ms"},
+			"the agent's run in those tasks, as the wrapper timed it (their duration_ms), median"})
+	}
+	for _, a := range benchAgents {
+		m := a.agent + "-"
+		rows = append(rows, row{"Follow-up task, persistent " + a.persistent + ", median", m + "follow-up-persistent-median-ms", "ms",
+			a.goal, ratioAtMost(a.ratio), []string{m + "follow-up-per-task-median-ms"}, a.perTask})
+	}
+	return rows
 }
 
 // The scale curve (BenchmarkFleetScaleCurve, faults/): one line per fleet

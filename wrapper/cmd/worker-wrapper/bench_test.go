@@ -155,23 +155,8 @@ func BenchmarkLatencies(b *testing.B) {
 	// Baselines in the same run: one Redis hop (XADD seen by a blocked
 	// XREAD), and a bare fork/exec of the same fake agent (exec -> its
 	// first instruction).
-	var hops, execs []float64
-	hop := "bench:hop"
-	for i := 0; i < n; i++ {
-		got := make(chan float64, 1)
-		go func() {
-			res, err := rc.XRead(ctx, &redis.XReadArgs{Streams: []string{hop, "$"}, Block: 5 * time.Second}).Result()
-			if err != nil {
-				got <- -1
-				return
-			}
-			sent, _ := strconv.ParseInt(res[0].Messages[0].Values["ns"].(string), 10, 64)
-			got <- float64(time.Now().UnixNano()-sent) / 1e6
-		}()
-		time.Sleep(2 * time.Millisecond) // the reader is blocked
-		rc.XAdd(ctx, &redis.XAddArgs{Stream: hop, Values: map[string]any{"ns": time.Now().UnixNano()}})
-		hops = append(hops, <-got)
-	}
+	hops := redisHops(rc, n)
+	var execs []float64
 	for i := 0; i < 50; i++ {
 		before := time.Now().UnixNano()
 		out, err := exec.Command(bins.fake, "-p", "fake:stamp", "--output-format", "stream-json").Output()
@@ -192,19 +177,55 @@ func BenchmarkLatencies(b *testing.B) {
 
 var startNSRe = regexp.MustCompile(`start_ns[^0-9]*([0-9]+)`)
 
+// redisHops measures n Redis hops (ms): an XADD seen by an XREAD blocked
+// on the stream, from before the XADD to the XREAD's return.
+func redisHops(rc *redis.Client, n int) []float64 {
+	ctx := context.Background()
+	var hops []float64
+	hop := "bench:hop"
+	for i := 0; i < n; i++ {
+		got := make(chan float64, 1)
+		go func() {
+			res, err := rc.XRead(ctx, &redis.XReadArgs{Streams: []string{hop, "$"}, Block: 5 * time.Second}).Result()
+			if err != nil {
+				got <- -1
+				return
+			}
+			sent, _ := strconv.ParseInt(res[0].Messages[0].Values["ns"].(string), 10, 64)
+			got <- float64(time.Now().UnixNano()-sent) / 1e6
+		}()
+		time.Sleep(2 * time.Millisecond) // the reader is blocked
+		rc.XAdd(ctx, &redis.XAddArgs{Stream: hop, Values: map[string]any{"ns": time.Now().UnixNano()}})
+		hops = append(hops, <-got)
+	}
+	return hops
+}
+
 // claudeAndStub finds the real claude CLI and starts a stub model that
 // completes every request; the stub stops when the benchmark ends.
 func claudeAndStub(b *testing.B) (string, *stubmodel.Server) {
-	claude, err := exec.LookPath("claude")
+	return realCLI(b, protocol.AgentClaude), completingStub(b)
+}
+
+// realCLI is the path of the real CLI of agentType, installed by `make
+// setup`.
+func realCLI(b *testing.B, agentType protocol.AgentType) string {
+	bin, err := exec.LookPath(string(agentType))
 	if err != nil {
-		b.Fatalf("the real claude CLI is not installed (run `make setup`): %v", err)
+		b.Fatalf("the real %s CLI is not installed (run `make setup`): %v", agentType, err)
 	}
+	return bin
+}
+
+// completingStub starts a stub model that answers every request at once
+// with a stop output, complete; it stops when the benchmark ends.
+func completingStub(b *testing.B) *stubmodel.Server {
 	stub, err := stubmodel.Start(stubmodel.Script{Fallback: &stubmodel.Step{Text: "Done.\n{\"status\": \"complete\", \"result\": {}}"}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { stub.Close() })
-	return claude, stub
+	return stub
 }
 
 // BenchmarkTaskOverhead runs the same real `claude -p` task directly and
@@ -249,68 +270,4 @@ func BenchmarkTaskOverhead(b *testing.B) {
 	b.ReportMetric(d, "direct-claude-median-ms")
 	b.ReportMetric(w, "via-wrapper-median-ms")
 	b.ReportMetric(w/d, "wall-time-ratio")
-}
-
-// BenchmarkFollowUp measures a follow-up message in a project's session
-// (task XADD -> Output readable), with one claude process per task
-// (resumed with --resume) and with the persistent process
-// (AGENT_PERSISTENT), against the same stub.
-func BenchmarkFollowUp(b *testing.B) {
-	claude, stub := claudeAndStub(b)
-	env := []string{"ANTHROPIC_BASE_URL=" + stub.URL, "AGENT_TYPE=claude", "AGENT_BIN=" + claude}
-	perTask, persistent := followUpMedian(b, env, false), followUpMedian(b, env, true)
-	b.ReportMetric(perTask, "follow-up-per-task-median-ms")
-	b.ReportMetric(persistent, "follow-up-persistent-median-ms")
-	b.ReportMetric(persistent/perTask, "persistent-to-per-task-ratio")
-}
-
-// BenchmarkDroidFollowUp is BenchmarkFollowUp with the real droid: one
-// `droid exec` per task (whose resume goes through Factory's cloud,
-// unreachable here, so each follow-up also runs again in a new session:
-// what a Droid worker costs without AGENT_PERSISTENT) against the
-// persistent process in Droid's JSON-RPC mode.
-func BenchmarkDroidFollowUp(b *testing.B) {
-	droid, err := exec.LookPath("droid")
-	if err != nil {
-		b.Fatalf("the real droid CLI is not installed (run `make setup`): %v", err)
-	}
-	_, stub := claudeAndStub(b)
-	env := []string{"DROID_BASE_URL=" + stub.URL, "AGENT_TYPE=droid", "AGENT_BIN=" + droid}
-	perTask, persistent := followUpMedian(b, env, false), followUpMedian(b, env, true)
-	b.ReportMetric(perTask, "droid-follow-up-per-task-median-ms")
-	b.ReportMetric(persistent, "droid-follow-up-persistent-median-ms")
-	b.ReportMetric(persistent/perTask, "droid-persistent-to-per-task-ratio")
-}
-
-// followUpMedian runs a wrapper with agentEnv (the agent and its model)
-// and gives it 8 tasks of one project; it returns the median time from a
-// follow-up's XADD to its Output (the first task starts the session).
-func followUpMedian(b *testing.B, agentEnv []string, persistent bool) float64 {
-	r, rc := testkit.StartRedisClient(b)
-	defer rc.Close()
-	env := append([]string{"HOME=" + b.TempDir(), "PATH=/usr/local/bin:/usr/bin:/bin", "ANTHROPIC_API_KEY=x", "WORKER_ID=bb-1",
-		"REDIS_URL=" + r.URL(), "WORKSPACE=" + b.TempDir(), "PAUSE_AFTER_OUTPUT=false", "AGENT_PERSISTENT=" + strconv.FormatBool(persistent)},
-		agentEnv...)
-	cmd, _ := startWrapper(b, env)
-	defer cmd.Process.Kill()
-	keys := protocol.Keys{}
-	last := "0-0" // the stream is new: "$" could miss an output written before the first XREAD
-	var ms []float64
-	for i := 0; i < 8; i++ {
-		t0 := time.Now()
-		sendTask(b, rc, keys.Input("bb-1"), protocol.Task{RequestID: "f-" + strconv.Itoa(i), ProjectID: "bench", Prompt: "next step"})
-		res, err := rc.XRead(context.Background(), &redis.XReadArgs{Streams: []string{keys.Output("bb-1"), last}, Block: time.Minute}).Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		last = res[0].Messages[0].ID
-		data, _ := protocol.EntryData(res[0].Messages[0].Values)
-		if o, err := protocol.DecodeOutput(data); err != nil || o.Status != protocol.StatusComplete {
-			b.Fatalf("follow-up %d: %+v (%v)", i, o, err)
-		}
-		if i > 0 { // the first task starts the session
-			ms = append(ms, float64(time.Since(t0).Microseconds())/1000)
-		}
-	}
-	return percentile(ms, 0.5)
 }

@@ -127,38 +127,26 @@ func TestRealAgentsFindNoSecret(t *testing.T) {
 	}
 	tests := []struct {
 		agent protocol.AgentType
-		env   func(stubURL string) []string
 		tool  func(command string) *stubmodel.ToolUse
 		home  string // the agent's own settings
 		token string // how the proxy's token shows in its environment or settings
 	}{
 		{protocol.AgentClaude,
-			func(u string) []string { return []string{"ANTHROPIC_BASE_URL=" + u} },
 			func(c string) *stubmodel.ToolUse {
 				return &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": c, "description": "look around"}}
 			},
 			"~/.claude.json ~/.claude/settings.json", "ANTHROPIC_API_KEY=agentvisor-proxy-"},
 		{protocol.AgentDroid,
-			func(u string) []string { return []string{"DROID_BASE_URL=" + u} },
 			func(c string) *stubmodel.ToolUse {
 				return &stubmodel.ToolUse{Name: "Execute", Input: map[string]any{"command": c, "riskLevel": "low", "riskLevelReason": "reads files"}}
 			},
 			"~/.factory/settings.json", `"apiKey": "agentvisor-proxy-`},
 		{protocol.AgentCodex,
-			// A model Codex has no metadata for gets its classic function
-			// tools, which the stub's scripts drive (its own models get
-			// code mode's JavaScript tool).
-			func(u string) []string {
-				return []string{"OPENAI_BASE_URL=" + u, "OPENAI_API_KEY=" + apiKey, "AGENT_MODEL=gpt-stub"}
-			},
 			func(c string) *stubmodel.ToolUse {
 				return &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": c}} // the stub maps it to exec_command
 			},
 			"~/.codex/config.toml", "AGENTVISOR_MODEL_TOKEN=agentvisor-proxy-"},
 		{protocol.AgentQwen,
-			func(u string) []string {
-				return []string{"OPENAI_BASE_URL=" + u + "/v1", "OPENAI_API_KEY=" + apiKey, "AGENT_MODEL=gpt-stub"}
-			},
 			func(c string) *stubmodel.ToolUse {
 				return &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": c}} // the stub maps it to run_shell_command
 			},
@@ -178,7 +166,7 @@ func TestRealAgentsFindNoSecret(t *testing.T) {
 			cmd.Env = append([]string{"WORKER_ID=" + workerID, "REDIS_URL=" + r.URL(), "AGENT_TYPE=" + string(tt.agent),
 				"AGENT_BIN=" + bin, "WORKSPACE=" + workspace, "HOME=" + home, "PATH=/usr/local/bin:/usr/bin:/bin",
 				"ANTHROPIC_API_KEY=" + apiKey, "RESULT_GRACE=2",
-				"ALLOWED_COMMANDS=*"}, tt.env(stub.URL)...) // the worst case: the agent may run anything
+				"ALLOWED_COMMANDS=*"}, stubModelEnv(tt.agent, stub.URL, apiKey)...) // the worst case: the agent may run anything
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1000, Gid: 1000}}
 			var out strings.Builder
 			cmd.Stdout, cmd.Stderr = &out, &out
