@@ -412,13 +412,14 @@ const envMCPTimeout = "AGENT_MCP_TIMEOUT"
 // SESSION_STORE=off). Sessions are kept as long as a session may be
 // continued (SESSION_STALE_AFTER).
 func (c Config) sessionFiles(store SessionBlobs, log *slog.Logger) *SessionFiles {
-	if c.SessionStore == "off" {
+	dirs := agentSessionDirs[c.AgentType]
+	if c.SessionStore == "off" || len(dirs) == 0 {
 		return nil
 	}
 	home, err := os.UserHomeDir()
 	if err != nil {
 		return nil
 	}
-	return &SessionFiles{Home: home, Dirs: sessionDirs, Store: store, MaxBytes: c.SessionStoreMax,
+	return &SessionFiles{Home: home, Dirs: dirs, Store: store, MaxBytes: c.SessionStoreMax,
 		TTL: c.Sessions.withDefaults().StaleAfter, Log: log}
 }

@@ -44,8 +44,19 @@ type SessionFiles struct {
 	Log      *slog.Logger
 }
 
-// sessionDirs are where the agents keep their sessions, under their home.
-var sessionDirs = []string{".claude/projects", ".factory/sessions"}
+// agentSessionDirs are where each agent keeps a session's files, under
+// its home: files whose names hold the session id (Claude's and Qwen
+// Code's <id>.jsonl, Droid's <id>.jsonl and .settings.json, Codex's
+// rollout-<time>-<thread id>.jsonl). OpenCode keeps a session in records
+// spread over its storage (and a database in later versions), which
+// file names do not tie to the session: it has no session store, its
+// sessions stay in the project volume, as an ACP agent's do.
+var agentSessionDirs = map[protocol.AgentType][]string{
+	protocol.AgentClaude: {".claude/projects"},
+	protocol.AgentDroid:  {".factory/sessions"},
+	protocol.AgentCodex:  {".codex/sessions"},
+	protocol.AgentQwen:   {".qwen"},
+}
 
 // sessionBlob is the stored document.
 type sessionBlob struct {
@@ -82,7 +93,7 @@ func (s *SessionFiles) files(sessionID string) []string {
 	for _, dir := range s.Dirs {
 		root := filepath.Join(s.Home, dir)
 		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !strings.HasPrefix(d.Name(), sessionID) {
+			if err != nil || d.IsDir() || !strings.Contains(d.Name(), sessionID) {
 				return nil
 			}
 			if rel, err := filepath.Rel(s.Home, path); err == nil {

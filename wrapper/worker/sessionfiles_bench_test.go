@@ -222,7 +222,7 @@ func BenchmarkSessionStore(b *testing.B) {
 		}
 		// No cap: the size is measured whatever it is (the default cap,
 		// SESSION_STORE_MAX_BYTES, is compared below).
-		files := &SessionFiles{Home: home, Dirs: sessionDirs, Store: store, TTL: time.Hour, Log: log}
+		files := &SessionFiles{Home: home, Dirs: agentSessionDirs[protocol.AgentClaude], Store: store, TTL: time.Hour, Log: log}
 		var save, restore, bareSave, bareRestore []float64
 		for i := range size.rounds {
 			t0 := time.Now()
@@ -231,7 +231,7 @@ func BenchmarkSessionStore(b *testing.B) {
 			}
 			save = append(save, msPerMB(time.Since(t0), mb))
 
-			to := &SessionFiles{Home: filepath.Join(b.TempDir(), fmt.Sprint(i)), Dirs: sessionDirs, Store: store, Log: log}
+			to := &SessionFiles{Home: filepath.Join(b.TempDir(), fmt.Sprint(i)), Dirs: agentSessionDirs[protocol.AgentClaude], Store: store, Log: log}
 			t0 = time.Now()
 			if ok, err := to.Restore(ctx, protocol.AgentClaude, project, sessionID); err != nil || !ok {
 				b.Fatalf("restore: %v %v", ok, err)

@@ -51,7 +51,7 @@ func TestSessionFilesMoveToAnotherHome(t *testing.T) {
 
 	var clk clock
 	policy := func(home string) *ProjectSessions {
-		files := &SessionFiles{Home: home, Dirs: sessionDirs, Store: store, MaxBytes: 1 << 20, TTL: time.Hour, Log: log}
+		files := &SessionFiles{Home: home, Dirs: agentSessionDirs[protocol.AgentClaude], Store: store, MaxBytes: 1 << 20, TTL: time.Hour, Log: log}
 		return NewProjectSessions(SessionDeps{Store: store, Now: clk.now, Log: log, AgentType: protocol.AgentClaude, WorkerID: "w1", Files: files},
 			SessionConfig{})
 	}
@@ -90,7 +90,7 @@ func TestSessionFilesMoveToAnotherHome(t *testing.T) {
 		t.Fatalf("restore of a session the store does not have: %v %v", ok, err)
 	}
 	// Over the cap: not stored, the store keeps the last one.
-	big := &SessionFiles{Home: homeA, Dirs: sessionDirs, Store: store, MaxBytes: 10, TTL: time.Hour, Log: log}
+	big := &SessionFiles{Home: homeA, Dirs: agentSessionDirs[protocol.AgentClaude], Store: store, MaxBytes: 10, TTL: time.Hour, Log: log}
 	if err := big.Save(ctx, protocol.AgentClaude, "proj", "sess-1"); err == nil {
 		t.Fatal("a session over the cap was stored")
 	}
@@ -114,7 +114,7 @@ func TestSessionFilesStayInTheHome(t *testing.T) {
 	}
 	parent := t.TempDir()
 	home := filepath.Join(parent, "home")
-	f := &SessionFiles{Home: home, Dirs: sessionDirs, Store: store}
+	f := &SessionFiles{Home: home, Dirs: agentSessionDirs[protocol.AgentClaude], Store: store}
 	if ok, err := f.Restore(ctx, protocol.AgentClaude, "p", "s"); ok || err == nil {
 		t.Fatalf("a path out of the home was restored: %v %v", ok, err)
 	}
@@ -151,7 +151,7 @@ func TestSessionFilesTextAndBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	home := t.TempDir()
-	f := &SessionFiles{Home: home, Dirs: sessionDirs, Store: store}
+	f := &SessionFiles{Home: home, Dirs: agentSessionDirs[protocol.AgentClaude], Store: store}
 	if ok, err := f.Restore(ctx, protocol.AgentClaude, "old", "s"); !ok || err != nil {
 		t.Fatalf("restore of a blob with data only: %v %v", ok, err)
 	}
@@ -165,13 +165,54 @@ func TestSessionFilesTextAndBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := t.TempDir()
-	g := &SessionFiles{Home: other, Dirs: sessionDirs, Store: store}
+	g := &SessionFiles{Home: other, Dirs: agentSessionDirs[protocol.AgentClaude], Store: store}
 	if ok, err := g.Restore(ctx, protocol.AgentClaude, "new", "s"); !ok || err != nil {
 		t.Fatalf("restore: %v %v", ok, err)
 	}
 	for name, want := range map[string][]byte{"s.jsonl": text, "s.bin": binary} {
 		if got, _ := os.ReadFile(filepath.Join(other, ".claude/projects/x", name)); !bytes.Equal(got, want) {
 			t.Fatalf("%s restored as %q, want %q", name, got, want)
+		}
+	}
+}
+
+// Each agent's session files are found where it keeps them, by the
+// session id in their names: Codex's rollout-<time>-<thread id>.jsonl
+// under ~/.codex/sessions/<date>/ moves to another home; OpenCode, whose
+// files do not name the session, has no session store.
+func TestSessionFilesOfEachAgent(t *testing.T) {
+	r := testkit.StartRedis(t)
+	store, err := rdb.Open(r.URL(), "", protocol.Keys{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	ctx := context.Background()
+	thread := "019a6f4e-2b1c-7d3e-9f00-1234567890ab"
+	rollout := ".codex/sessions/2026/11/28/rollout-2026-11-28T10-00-00-" + thread + ".jsonl"
+	homeA, homeB := t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(homeA, rollout), `{"type":"session_meta"}`+"\n")
+	writeFile(t, filepath.Join(homeA, ".codex/sessions/2026/11/28/rollout-2026-11-28T09-00-00-another.jsonl"), "another\n")
+	dirs := agentSessionDirs[protocol.AgentCodex]
+	a := &SessionFiles{Home: homeA, Dirs: dirs, Store: store}
+	if err := a.Save(ctx, protocol.AgentCodex, "p", thread); err != nil {
+		t.Fatal(err)
+	}
+	b := &SessionFiles{Home: homeB, Dirs: dirs, Store: store}
+	if ok, err := b.Restore(ctx, protocol.AgentCodex, "p", thread); !ok || err != nil {
+		t.Fatalf("restore of a Codex thread: %v %v", ok, err)
+	}
+	if got, err := os.ReadFile(filepath.Join(homeB, rollout)); err != nil || string(got) != `{"type":"session_meta"}`+"\n" {
+		t.Fatalf("the rollout restored: %q %v", got, err)
+	}
+	if _, err := os.Stat(filepath.Join(homeB, ".codex/sessions/2026/11/28/rollout-2026-11-28T09-00-00-another.jsonl")); !os.IsNotExist(err) {
+		t.Fatalf("another session's file travelled too (%v)", err)
+	}
+	for agent, want := range map[protocol.AgentType]bool{protocol.AgentClaude: true, protocol.AgentDroid: true, protocol.AgentCodex: true,
+		protocol.AgentQwen: true, protocol.AgentOpenCode: false, protocol.AgentACP: false} {
+		cfg := Config{AgentType: agent, SessionStore: "redis"}
+		if got := cfg.sessionFiles(store, nil) != nil; got != want {
+			t.Errorf("%s: a session store %v, want %v", agent, got, want)
 		}
 	}
 }
