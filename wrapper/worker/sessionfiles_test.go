@@ -36,11 +36,7 @@ func writeFile(t *testing.T, path, data string) {
 func TestSessionFilesMoveToAnotherHome(t *testing.T) {
 	r := testkit.StartRedis(t)
 	keys := protocol.Keys{}
-	store, err := rdb.Open(r.URL(), "", keys)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openStore(t, r.URL())
 	ctx := context.Background()
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	homeA, homeB := t.TempDir(), t.TempDir()
@@ -98,12 +94,7 @@ func TestSessionFilesMoveToAnotherHome(t *testing.T) {
 
 // A stored blob cannot write outside the agent's home.
 func TestSessionFilesStayInTheHome(t *testing.T) {
-	r := testkit.StartRedis(t)
-	store, err := rdb.Open(r.URL(), "", protocol.Keys{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := sessionStore(t)
 	ctx := context.Background()
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
@@ -128,12 +119,7 @@ func TestSessionFilesStayInTheHome(t *testing.T) {
 // kind, and one written before text existed ("data" only), restores the
 // same bytes.
 func TestSessionFilesTextAndBytes(t *testing.T) {
-	r := testkit.StartRedis(t)
-	store, err := rdb.Open(r.URL(), "", protocol.Keys{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := sessionStore(t)
 	ctx := context.Background()
 	text, binary := []byte(`{"type":"user","message":"héllo"}`+"\n"), []byte{0xff, 0xfe, 0x00, 'x'}
 	if f := newSessionFile("a", text); f.Text == "" || f.Data != nil {
@@ -181,12 +167,7 @@ func TestSessionFilesTextAndBytes(t *testing.T) {
 // under ~/.codex/sessions/<date>/ moves to another home; OpenCode, whose
 // files do not name the session, has no session store.
 func TestSessionFilesOfEachAgent(t *testing.T) {
-	r := testkit.StartRedis(t)
-	store, err := rdb.Open(r.URL(), "", protocol.Keys{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := sessionStore(t)
 	ctx := context.Background()
 	thread := "019a6f4e-2b1c-7d3e-9f00-1234567890ab"
 	rollout := ".codex/sessions/2026/11/28/rollout-2026-11-28T10-00-00-" + thread + ".jsonl"
@@ -215,4 +196,21 @@ func TestSessionFilesOfEachAgent(t *testing.T) {
 			t.Errorf("%s: a session store %v, want %v", agent, got, want)
 		}
 	}
+}
+
+// sessionStore is the wrapper's Redis store on a server of the test's own.
+func sessionStore(t *testing.T) *rdb.RDB {
+	t.Helper()
+	return openStore(t, testkit.StartRedis(t).URL())
+}
+
+// openStore opens the wrapper's Redis store at url until the test ends.
+func openStore(t *testing.T, url string) *rdb.RDB {
+	t.Helper()
+	store, err := rdb.Open(url, "", protocol.Keys{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return store
 }
