@@ -33,7 +33,7 @@ func redisOutage(t *testing.T, outage time.Duration) {
 			"(append-only file: no acknowledged write is lost). 2 s into the outage a seventh worker, also busy, is killed (docker kill -s KILL).",
 			work.Seconds(), outage.Seconds()),
 		Recovered: "the six tasks answered complete (no healthy worker declared dead, none given a new container) within their run time + 10 s, the killed worker's task " +
-			"answered within 3 heartbeat intervals + 5 s of Redis's return, and the killed worker's id, in its one new incarnation, answering a task after it. " +
+			"answered within 4 heartbeat intervals + 5 s of Redis's return, and the killed worker's id, in its one new incarnation, answering a task after it. " +
 			"Recovery time: Redis back to the last answer.",
 		Detected: "Redis back to the answer of the task of the worker killed during the outage.",
 	})
@@ -64,7 +64,7 @@ func redisOutage(t *testing.T, outage time.Duration) {
 	up := time.Now()
 	t.Logf("redis down for %s", roundDur(up.Sub(down)))
 
-	deadBound := 3*c.Opt.Heartbeat + 5*time.Second
+	deadBound := (protocol.HeartbeatTTLIntervals+1)*c.Opt.Heartbeat + 5*time.Second
 	_, deadOK := c.WaitAnswered([]string{doomed}, deadBound)
 	if a := c.First(doomed); !a.At.IsZero() {
 		c.Detection(a.At.Sub(up))
@@ -87,7 +87,7 @@ func redisOutage(t *testing.T, outage time.Duration) {
 	c.Unwanted(reincarnated-1, "more than one new incarnation of the killed worker")
 	switch {
 	case !deadOK:
-		c.NotRecovered(deadBound, "the task of the worker killed during the outage was not answered within 3 heartbeat intervals + 5 s of Redis's return")
+		c.NotRecovered(deadBound, "the task of the worker killed during the outage was not answered within 4 heartbeat intervals + 5 s of Redis's return")
 	case !ok:
 		c.NotRecovered(workBound, "tasks of healthy workers unanswered")
 	case !afterOK:

@@ -132,7 +132,7 @@ func (s *Spawner) evictOldestPaused(ctx context.Context, forID string) bool {
 		if err != nil || now.Sub(at) < s.cfg.EvictPausedAfter {
 			continue
 		}
-		if b, err := s.busy(ctx, id); err != nil || b != "" {
+		if b, err := s.busyNow(ctx, id); err != nil || b != "" {
 			continue
 		}
 		if victim == "" || at.Before(since) {

@@ -117,6 +117,39 @@ func TestPauseEligibility(t *testing.T) {
 	}
 }
 
+// A pause sent on a task's output is not refused for the moment the
+// wrapper's status still names the answered task: it waits for the
+// status to say idle. A task whose run is not answered stays a refusal.
+func TestPauseOnTheOutputWaitsForIdle(t *testing.T) {
+	u := newUnit(t, nil)
+	ctx := context.Background()
+	answered := func(id, req string, state protocol.RunState) {
+		u.rc.HSet(ctx, u.keys.Status(id), protocol.StatusFieldRequestID, req)
+		u.rc.HSet(ctx, u.keys.Run(req), protocol.RunFieldStatus, string(state))
+	}
+	u.worker(t, "done", "running", u.now())
+	answered("done", "done-r", protocol.RunCompleted)
+	go func() {
+		time.Sleep(150 * time.Millisecond) // the wrapper's status write, after its output
+		u.rc.HSet(ctx, u.keys.Status("done"), protocol.StatusFieldRequestID, "")
+	}()
+	if err := u.s.Pause(ctx, "done"); err != nil {
+		t.Fatalf("pause on the output: %v", err)
+	}
+	if c, _ := u.d.ContainerInspect(ctx, ContainerName("done")); !c.State.Paused {
+		t.Error("not paused")
+	}
+	u.worker(t, "running", "running", u.now())
+	answered("running", "running-r", protocol.RunRunning)
+	start := time.Now()
+	if err := u.s.Pause(ctx, "running"); !IsBusy(err) {
+		t.Fatalf("pause of a worker whose task runs: %v, want WORKER_BUSY", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("a refusal of a running task waited %v", d)
+	}
+}
+
 // Liveness is judged only after the judge has been connected for
 // JudgeAfterIntervals: a worker silent because Redis was away is not
 // killed; one still silent after that is.

@@ -14,9 +14,11 @@ const DegradedAfter = 3
 
 // JudgeAfterIntervals is how long, in heartbeat intervals, the judging
 // manager must have been connected to Redis without a break before a
-// missing heartbeat counts: after an outage every live worker has beaten
-// again by then, and one really dead is found one interval later.
-const JudgeAfterIntervals = 2
+// missing heartbeat counts: the silence that kills a worker at any other
+// time (its key's TTL), counted from Redis's return, so a live worker
+// slow to reconnect (its pool's dead connections, a loaded host, its
+// Redis user made again) has as long to beat as ever.
+const JudgeAfterIntervals = protocol.HeartbeatTTLIntervals
 
 // Health checks every running worker every quarter heartbeat interval. A
 // heartbeat older than one and a half intervals is a failed probe;

@@ -74,7 +74,8 @@ type netnsPool struct {
 	taken   map[string]time.Time // handed out to creates, when
 	filling bool
 	closed  bool
-	stop    chan struct{} // closed by close: the marks' renewal ends
+	stop    chan struct{}  // closed by close: the marks' renewal ends
+	fills   sync.WaitGroup // the refill under way: close waits for it to remove what it made
 }
 
 func newNetnsPool(p netnsParams) *netnsPool {
@@ -169,7 +170,11 @@ func (p *netnsPool) kickLocked() {
 		return
 	}
 	p.filling = true
-	go p.fill()
+	p.fills.Add(1)
+	go func() {
+		defer p.fills.Done()
+		p.fill()
+	}()
 }
 
 // fill makes holders until spare are ready.
@@ -259,6 +264,15 @@ func (p *netnsPool) close(ctx context.Context) {
 	p.mu.Unlock()
 	for _, id := range free {
 		p.remove(ctx, id)
+	}
+	// A holder being made as the pool closed is removed by its refill,
+	// which sees the pool closed: wait for it, or a stopped manager
+	// leaves that one behind.
+	done := make(chan struct{})
+	go func() { p.fills.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
 	}
 }
 

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -51,6 +52,25 @@ func realAgentEnv(t *testing.T, agentType protocol.AgentType) (*env, *stubmodel.
 		e.cfg.DroidBaseURL = stub.URL
 	}
 	return e, stub, environ
+}
+
+// requestCarrying returns the text of the first request to the stub that
+// holds marker (a tool's output, a turn of an earlier task): an agent may
+// send requests of its own around the turn (a summary, a side query), so
+// the last request is not always the one. It fails listing each
+// request's end when none holds it.
+func requestCarrying(t *testing.T, reqs []stubmodel.Request, marker string) string {
+	t.Helper()
+	var ends []string
+	for i, r := range reqs {
+		text := r.Text()
+		if strings.Contains(text, marker) {
+			return text
+		}
+		ends = append(ends, fmt.Sprintf("request %d (%d messages) ends: %q", i, len(r.Messages), text[max(0, len(text)-600):]))
+	}
+	t.Fatalf("no request of %d holds %q:\n%s", len(reqs), marker, strings.Join(ends, "\n"))
+	return ""
 }
 
 // openAIStubPrices prices the model realAgentEnv gives Codex and Qwen
@@ -142,9 +162,7 @@ func TestRealAgents(t *testing.T) {
 			if len(reqs) < 2 || !strings.Contains(reqs[0].System, "worker-wrapper progress") {
 				t.Errorf("the system prompt lacks the wrapper's section (%d requests)", len(reqs))
 			}
-			if !strings.Contains(reqs[len(reqs)-1].Text(), "progress recorded") {
-				t.Errorf("the tool result did not reach the model: %q", reqs[len(reqs)-1].Text())
-			}
+			requestCarrying(t, reqs[1:], "progress recorded") // the tool result reached the model
 
 			// 2. Blocked with a question.
 			stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{

@@ -30,7 +30,7 @@ func TestModelAPIOnlyThroughTheProxy(t *testing.T) {
 			}
 			e.start(environ...)
 			stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
-				{ToolUse: shellTool(agentType, `env; cat "$HOME/.factory/settings.json" 2>&1`)},
+				{ToolUse: shellTool(agentType, envProbe)},
 				{Text: "Done.\n{\"status\": \"complete\", \"result\": {}}"},
 			}})
 			e.send(e.keys.Input(e.cfg.WorkerID), protocol.Task{RequestID: "snoop", Prompt: "Print your environment."})
@@ -49,7 +49,7 @@ func TestModelAPIOnlyThroughTheProxy(t *testing.T) {
 					t.Errorf("request %d arrived without the real key", i)
 				}
 			}
-			seen := reqs[len(reqs)-1].Text() // the tool's output, as the model got it
+			seen := requestCarrying(t, reqs, "WORKER_PROGRESS_URL=") // the tool's output, as the model got it
 			if !strings.Contains(seen, "WORKER_PROGRESS_URL=") {
 				t.Fatalf("the tool's output did not reach the model:\n%s", seen)
 			}
@@ -74,6 +74,12 @@ func TestModelAPIOnlyThroughTheProxy(t *testing.T) {
 		})
 	}
 }
+
+// envProbe prints the agent's environment and Droid's settings, each
+// line cut to 300 bytes: the test runner's own environment (a CI's may be
+// large) must not make the output long enough for an agent to shorten or
+// summarize it before the model sees it.
+const envProbe = `env | cut -c1-300; cat "$HOME/.factory/settings.json" 2>&1 | cut -c1-300`
 
 func TestAgentEnvHoldsNoSecret(t *testing.T) {
 	base := []string{"PATH=/bin", "HOME=/home/worker", "REDIS_URL=redis://:pw@h:1/0", "INSTRUCTIONS=x",
