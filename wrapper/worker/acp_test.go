@@ -109,7 +109,7 @@ func TestACPTasks(t *testing.T) {
 }
 
 // A cancel of a running ACP task is session/cancel: the output comes
-// within 2 s, CANCELLED, and the next task continues the session (in the
+// long before the command would end, CANCELLED, and the next task continues the session (in the
 // same process when persistent).
 func TestACPCancel(t *testing.T) {
 	for _, persistent := range []bool{false, true} {
@@ -126,7 +126,7 @@ func TestACPCancel(t *testing.T) {
 			start := time.Now()
 			e.sendCancel(input, "c1", "not needed")
 			o1 := e.outputOf("c1", 10*time.Second)
-			if took := time.Since(start); o1.Status != protocol.StatusCancelled || took > 2*time.Second {
+			if took := time.Since(start); o1.Status != protocol.StatusCancelled || took > cancelEndsIt {
 				t.Fatalf("cancel: %+v (error %+v) after %v", o1, o1.Error, took)
 			}
 			o2 := e.runTask(protocol.Task{RequestID: "c2", ProjectID: "p", Prompt: "fake:history"})

@@ -287,12 +287,18 @@ func TestCancelAnswersBeforeTheAgentWoundDown(t *testing.T) {
 // one.
 const sleepSeconds = "29.917"
 
+// cancelEndsIt bounds a cancel's output in the tests whose command runs
+// 30 s: an output this soon came from the cancel, not from the command's
+// end. How soon it comes is BenchmarkCancel's figure (worker-wrapper), measured,
+// not asserted.
+const cancelEndsIt = 10 * time.Second
+
 // cancelsDuringACommand: a cancel of a task of agentType's persistent
 // process while its command runs (a 30 s sleep) ends the turn and the
 // command (OpenCode's session/cancel, Codex's turn/interrupt): the output
-// within 2 s, CANCELLED. The process stays and serves the session's next
-// task, whose model request carries the cancelled turn. It returns the
-// worker's env.
+// comes long before the command would end, CANCELLED. The process stays
+// and serves the session's next task, whose model request carries the
+// cancelled turn. It returns the worker's env.
 func cancelsDuringACommand(t *testing.T, agentType protocol.AgentType) *env {
 	e, stub, environ := realAgentEnv(t, agentType)
 	allowed, err := protocol.ParseAllowedCommandsEnv("sleep.*")
@@ -318,7 +324,7 @@ func cancelsDuringACommand(t *testing.T, agentType protocol.AgentType) *env {
 	o1 := e.outputOf("k1", 30*time.Second)
 	took := time.Since(start)
 	t.Logf("cancel → output: %v", took)
-	if o1.Status != protocol.StatusCancelled || o1.Error == nil || o1.Error.Code != protocol.CodeCancelled || took > 2*time.Second {
+	if o1.Status != protocol.StatusCancelled || o1.Error == nil || o1.Error.Code != protocol.CodeCancelled || took > cancelEndsIt {
 		t.Fatalf("cancel: %+v (error %+v) after %v", o1, o1.Error, took)
 	}
 	testkit.Eventually(t, "the cancelled turn's command gone", 5*time.Second, func() bool { return !sleeping() })

@@ -100,8 +100,8 @@ func TestRealACPAgentTaskAndSession(t *testing.T) {
 }
 
 // A cancel of a running task (a 30 s command) is session/cancel: the
-// output within 2 s, CANCELLED; the persistent process stays and serves
-// the next task of the session.
+// output comes long before the command would end, CANCELLED; the
+// persistent process stays and serves the next task of the session.
 func TestRealACPAgentCancel(t *testing.T) {
 	eachRealACPAgent(t, func(t *testing.T, a realACPAgent, e *env, stub *stubmodel.Server, environ []string) {
 		allowed, err := protocol.ParseAllowedCommandsEnv("worker.progress," + a.allow)
@@ -133,7 +133,7 @@ func TestRealACPAgentCancel(t *testing.T) {
 		e.sendCancel(input, "k1", "not needed")
 		o1 := e.outputOf("k1", 30*time.Second)
 		took := time.Since(start)
-		if o1.Status != protocol.StatusCancelled || took > 2*time.Second {
+		if o1.Status != protocol.StatusCancelled || took > cancelEndsIt {
 			t.Fatalf("cancel: %+v (error %+v) after %v", o1, o1.Error, took)
 		}
 		t.Logf("%s: the output %v after the cancel", a.agent, took)
