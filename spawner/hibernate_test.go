@@ -77,6 +77,10 @@ func TestIdleWorkerHibernatesAndATaskWakesIt(t *testing.T) {
 		t.Fatalf("task 1: %+v", o)
 	}
 	waitHibernated(t, f, id, 30*time.Second)
+	// The event follows the status: the hibernation's last step.
+	testkit.Eventually(t, "the hibernated event", 10*time.Second, func() bool {
+		return f.countEvents(t, id, protocol.EventHibernated) >= 1
+	})
 	if n := f.countEvents(t, id, protocol.EventHibernated); n != 1 {
 		t.Errorf("%d hibernated events", n)
 	}

@@ -3,6 +3,7 @@ package spawner
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -68,6 +69,11 @@ func (m *Manager) Run(ctx context.Context) error {
 	for _, c := range []component{commands, controls, watch, leader, hostLeader, crashes} {
 		c.Stop()
 	}
+	// The spare namespaces it warmed go with it (a Shutdown after it
+	// finds the pool closed).
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	s.netns.close(stopCtx)
 	return nil
 }
 

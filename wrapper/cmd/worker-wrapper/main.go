@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
+	"github.com/agentvisor/agentvisor/wrapper/logsink"
 	"github.com/agentvisor/agentvisor/wrapper/reaper"
 	"github.com/agentvisor/agentvisor/wrapper/seal"
 	"github.com/agentvisor/agentvisor/wrapper/worker"
@@ -56,7 +57,11 @@ func run() int {
 	if strings.EqualFold(os.Getenv("LOG_LEVEL"), "debug") {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// The log never blocks the wrapper: nobody reads a container's stderr
+	// while its engine restarts (logsink).
+	sink := logsink.New(os.Stderr, 0)
+	defer sink.Close(2 * time.Second)
+	log := slog.New(slog.NewJSONHandler(sink, &slog.HandlerOptions{Level: level}))
 	rdb.SetLogger(log)
 
 	// Before anything else: the agent, under the same uid, must find no
