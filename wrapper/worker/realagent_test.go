@@ -159,8 +159,11 @@ func TestRealAgents(t *testing.T) {
 				t.Fatalf("progress through the %s shell tool: %+v", agentType, prog)
 			}
 			reqs := stub.Requests()
-			if len(reqs) < 2 || !strings.Contains(reqs[0].System, "worker-wrapper progress") {
-				t.Errorf("the system prompt lacks the wrapper's section (%d requests)", len(reqs))
+			if len(reqs) < 2 {
+				t.Fatalf("%d model requests, want the task's and the tool result's", len(reqs))
+			}
+			if !strings.Contains(reqs[0].System, "worker-wrapper progress") {
+				t.Errorf("the system prompt lacks the wrapper's section")
 			}
 			requestCarrying(t, reqs[1:], "progress recorded") // the tool result reached the model
 
