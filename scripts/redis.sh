@@ -91,8 +91,14 @@ write_if_changed "$CREDS" <<EOF && changed="$changed credentials.env"
 REDIS_MANAGER_URL=redis://manager:$MANAGER_PW@$HOST:$PORT/0
 REDIS_CONSUMER_URL=redis://consumer:$CONSUMER_PW@$HOST:$PORT/0
 EOF
+# The default user is off: no connection can log in as it. Its rules still
+# allow every command on every key because Redis 7.0 checks the append-only
+# file's replay against them: with none, every MULTI/EXEC block and every
+# script of several writes in the file is refused at start ("ACLs rules
+# changed between the moment the transaction was accumulated and the EXEC
+# call"), and those writes are lost with a restart.
 write_if_changed "$ACLFILE" <<EOF && changed="$changed users.acl"
-user default off resetchannels -@all
+user default off resetchannels ~* +@all
 user manager on #$(sha "$MANAGER_PW") resetchannels ~$PREFIX:* +@all -@dangerous +acl|setuser +acl|deluser +acl|users +acl|whoami
 user consumer on #$(sha "$CONSUMER_PW") resetchannels ~$PREFIX:* +@all -@dangerous
 EOF

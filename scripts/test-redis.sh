@@ -5,7 +5,8 @@
 #  1. the Redis it starts refuses a client without credentials (NOAUTH),
 #     takes the manager URL and the consumer URL of credentials.env (0600),
 #     confines the consumer to worker:* and no admin command, lets the
-#     manager make and delete users, and keeps an append-only file;
+#     manager make and delete users, and keeps an append-only file whose
+#     transactions and scripts survive a restart;
 #  2. a second run changes nothing and says so;
 #  3. an older set-up of the project (no password, its pid file in the
 #     directory) is restarted with the secure configuration, same URLs;
@@ -87,6 +88,17 @@ else
     bad "no append-only file with the write in $dir/appendonlydir"
   fi
   redis-cli -h 127.0.0.1 -p "$port" config get bind 2>/dev/null | grep -q "0.0.0.0" && bad "bound beyond loopback"
+  # Writes made in a transaction and by a script of several writes (as the
+  # runtime makes most of its writes) are still there after a restart:
+  # Redis replays its append-only file under the default user's rules.
+  printf 'MULTI\nSET worker:test:tx1 1\nSET worker:test:tx2 1\nEXEC\n' | redis-cli --no-auth-warning -u "$REDIS_CONSUMER_URL" >/dev/null 2>&1
+  cli "$REDIS_CONSUMER_URL" eval "redis.call('set', KEYS[1], 1); redis.call('set', KEYS[2], 1)" 2 worker:test:lua1 worker:test:lua2 >/dev/null
+  kill "$(cat "$dir/redis.pid")"
+  for _ in $(seq 50); do [ -f "$dir/redis.pid" ] || break; sleep 0.1; done
+  run >/dev/null
+  kept=$(for k in tx1 tx2 lua1 lua2; do cli "$REDIS_CONSUMER_URL" exists "worker:test:$k"; done | tr -d '\n')
+  [ "$kept" = 1111 ] && ok "a transaction's and a script's writes survive a restart" ||
+    bad "after a restart, worker:test:tx1 tx2 lua1 lua2 exist: $kept ($(grep -c CRITICAL "$dir/redis.log") CRITICAL lines in redis.log)"
 fi
 
 # 2. A second run changes nothing.

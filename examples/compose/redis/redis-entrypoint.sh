@@ -15,8 +15,11 @@ BIND=${REDIS_BIND:-127.0.0.1}
 sha() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
 acl=$(mktemp /tmp/users.acl.XXXXXX)
 chmod 600 "$acl"
+# The default user is off (nobody logs in as it); its rules allow all
+# because Redis 7.0 replays the append-only file under them, and would
+# drop every transaction and multi-write script in it otherwise.
 cat >"$acl" <<ACL
-user default off resetchannels -@all
+user default off resetchannels ~* +@all
 user manager on #$(sha "$MANAGER_PASSWORD") resetchannels ~$PREFIX:* +@all -@dangerous +acl|setuser +acl|deluser +acl|users +acl|whoami
 user consumer on #$(sha "$CONSUMER_PASSWORD") resetchannels ~$PREFIX:* +@all -@dangerous
 ACL
