@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,14 +30,34 @@ type WorkerStatus struct {
 	Heartbeat *protocol.Heartbeat
 }
 
-// Workers returns the ids of the workers set, sorted.
+// Workers returns the ids of every worker, sorted: the members of the
+// workers set (each with a container, or one being made) and the
+// hibernated workers of every host of the fleet (no container, the
+// identity kept: a task wakes them).
 func (f *Fleet) Workers(ctx context.Context) ([]string, error) {
 	ids, err := f.Redis.SMembers(ctx, f.Keys.Workers()).Result()
 	if err != nil {
 		return nil, redisError(err, "workers")
 	}
+	hosts, err := f.Redis.ZRange(ctx, f.Keys.Hosts(), 0, -1).Result()
+	if err != nil {
+		return nil, redisError(err, "hosts")
+	}
+	if len(hosts) > 0 {
+		pipe := f.Redis.Pipeline()
+		sets := make([]*redis.StringSliceCmd, len(hosts))
+		for i, h := range hosts {
+			sets[i] = pipe.SMembers(ctx, f.Keys.Hibernated(h))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, redisError(err, "hibernated workers")
+		}
+		for _, s := range sets {
+			ids = append(ids, s.Val()...)
+		}
+	}
 	sort.Strings(ids)
-	return ids, nil
+	return slices.Compact(ids), nil
 }
 
 // Worker reads one worker's status; NOT_FOUND when it has none.

@@ -3,8 +3,11 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/testkit"
@@ -69,6 +72,23 @@ func TestFleetReads(t *testing.T) {
 
 // History reads a worker's transitions newest first, leaving out what
 // does not decode.
+// Workers lists the hibernated workers of every host beside the members
+// of the workers set: a consumer that holds a hibernated worker's id finds
+// it (list, status, send).
+func TestFleetWorkersHoldTheHibernated(t *testing.T) {
+	rc := testkit.NewRedisClient(t)
+	keys := protocol.Keys{Prefix: "hibtest"}
+	ctx := context.Background()
+	rc.SAdd(ctx, keys.Workers(), "live")
+	rc.ZAdd(ctx, keys.Hosts(), redis.Z{Score: 1, Member: "h1"}, redis.Z{Score: 2, Member: "h2"})
+	rc.SAdd(ctx, keys.Hibernated("h1"), "sleeping-1")
+	rc.SAdd(ctx, keys.Hibernated("h2"), "sleeping-2", "live") // a wake under way
+	ids, err := (&Fleet{Redis: rc, Keys: keys}).Workers(ctx)
+	if err != nil || strings.Join(ids, " ") != "live sleeping-1 sleeping-2" {
+		t.Fatalf("workers %v %v, want the live one and each host's hibernated ones, once each", ids, err)
+	}
+}
+
 func TestFleetHistory(t *testing.T) {
 	rc := testkit.NewRedisClient(t)
 	keys := protocol.Keys{Prefix: "histtest"}

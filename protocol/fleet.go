@@ -8,7 +8,7 @@ package protocol
 // CONTROLPLANE.md, "Fleet: hosts, placement and host loss", says what
 // holds.
 //
-// The four keys below are the control plane's own; they are named here,
+// The keys below are the control plane's own; they are named here,
 // not with the rest of its names in the spawner, because the fault suite
 // (a module apart from the spawner) watches them from outside to check
 // what a fleet does. The rest of this file is the contract: the host on a
@@ -24,6 +24,12 @@ func (k Keys) Hosts() string { return k.join("hosts") }
 // written when a create is admitted to a host and removed when the slot
 // is given back.
 func (k Keys) Placement() string { return k.join("placement") }
+
+// Hibernated is the set of the hibernated workers of one host: they have
+// no container and hold no slot; their status hash stays, and a task on
+// their input wakes them. A worker of the fleet is a member of Workers or
+// of one host's Hibernated.
+func (k Keys) Hibernated(host string) string { return k.join("hibernated", "host", host) }
 
 // HostCommands is the stream of the commands forwarded to one host (a
 // create placed there, an action on one of its workers), read by its

@@ -18,7 +18,8 @@ import (
 )
 
 // Down takes a key prefix off a host when its manager is gone (a manager
-// that stops removes its workers itself, unless KEEP_WORKERS): every
+// that stops hibernates or removes its workers itself, unless
+// KEEP_WORKERS): every
 // container of the prefix on this engine (the workers' and their network
 // namespaces' holders) and its project volumes, the
 // prefix's per-worker Redis users, and the socket directories the

@@ -231,6 +231,8 @@ type demo struct {
 	tasks *client.Tasks
 	git   *gitServer // the private git host the Claude worker clones
 
+	earlier []string // workers an earlier run left, deleted once the manager is up
+
 	metricsAddr string // where the manager serves /metrics and the dashboard
 	opsToken    string // the operator token they require
 
@@ -300,6 +302,9 @@ func (d *demo) run(ctx context.Context) error {
 			_ = manager.Wait()
 		}
 	}()
+	if err := d.deleteEarlierWorkers(ctx); err != nil {
+		return err
+	}
 	for _, step := range []func(context.Context) error{d.dashboard, d.claudeWorker, d.droidWorker, d.codexWorker, d.usage, d.metrics} {
 		if err := step(ctx); err != nil {
 			return err
@@ -357,14 +362,53 @@ func (d *demo) managerEnv() ([]string, func(), error) {
 }
 
 // forgetEarlierRuns removes what an earlier run of the demo left in its
-// projects: containers, volumes, usage, sessions and stored context.
+// projects: volumes, usage, sessions, stored context and session files,
+// and the tasks still waiting on the inputs of its workers (a manager's
+// stop hibernates long-lived workers, whose identity outlives it: the
+// next task would wake one). Those workers are deleted once this run's
+// manager is up (deleteEarlierWorkers).
 func (d *demo) forgetEarlierRuns(ctx context.Context) error {
 	if _, err := d.cleanUp(ctx); err != nil {
 		return err
 	}
 	for _, p := range []string{projectShop, projectDocs, projectCodex} {
-		d.rdb.Del(ctx, d.keys.UsageProject(p), d.keys.Session(protocol.AgentClaude, p), d.keys.Session(protocol.AgentDroid, p),
-			d.keys.Session(protocol.AgentCodex, p), d.keys.ProjectContext(p))
+		for _, a := range []protocol.AgentType{protocol.AgentClaude, protocol.AgentDroid, protocol.AgentCodex} {
+			d.rdb.Del(ctx, d.keys.Session(a, p), d.keys.SessionFiles(a, p))
+		}
+		d.rdb.Del(ctx, d.keys.UsageProject(p), d.keys.ProjectContext(p))
+	}
+	f := &client.Fleet{Redis: d.rdb, Keys: d.keys}
+	ids, err := f.Workers(ctx)
+	if err != nil {
+		return err
+	}
+	sts, err := f.Statuses(ctx, ids)
+	if err != nil {
+		return err
+	}
+	d.earlier = nil
+	for _, st := range sts {
+		switch st.Hash[protocol.StatusFieldProjectID] {
+		case projectShop, projectDocs, projectCodex:
+			d.earlier = append(d.earlier, st.ID)
+			kind := protocol.Kind(st.Hash[protocol.StatusFieldKind])
+			d.rdb.Del(ctx, d.keys.InputsFor(kind, st.ID)...)
+		}
+	}
+	return nil
+}
+
+// deleteEarlierWorkers deletes the workers an earlier run of the demo
+// left (forgetEarlierRuns), through this run's manager.
+func (d *demo) deleteEarlierWorkers(ctx context.Context) error {
+	if len(d.earlier) == 0 {
+		return nil
+	}
+	d.say("deleting %d workers an earlier run of the demo left (hibernated by its manager's stop, or lost with it)", len(d.earlier))
+	for _, id := range d.earlier {
+		if _, err := d.cli.Do(ctx, protocol.Command{Action: protocol.ActionDelete, WorkerID: id}); err != nil && !client.IsNotFound(err) {
+			return fmt.Errorf("delete the earlier run's worker %s: %w", id, err)
+		}
 	}
 	return nil
 }
@@ -385,7 +429,7 @@ func (d *demo) watch(ctx context.Context) (stop func()) {
 // no container behind.
 func (d *demo) shutDown(ctx context.Context, manager *exec.Cmd) error {
 	d.section("clean-up")
-	d.say("worker-manager: SIGTERM (it removes every worker it owns)")
+	d.say("worker-manager: SIGTERM (it hibernates its long-lived workers and removes the others: no container is left)")
 	t0 := time.Now()
 	_ = manager.Process.Signal(syscall.SIGTERM)
 	if err := manager.Wait(); err != nil {
@@ -958,7 +1002,7 @@ func (d *demo) cleanUp(ctx context.Context) (int, error) {
 	for _, p := range []struct {
 		a protocol.AgentType
 		p string
-	}{{protocol.AgentClaude, projectShop}, {protocol.AgentDroid, projectDocs}} {
+	}{{protocol.AgentClaude, projectShop}, {protocol.AgentDroid, projectDocs}, {protocol.AgentCodex, projectCodex}} {
 		if err := dc.VolumeRemove(ctx, spawner.ProjectVolume(d.keys.Prefix, p.a, p.p), true); err != nil && !dockerclient.IsErrNotFound(err) {
 			return len(cs), err
 		}

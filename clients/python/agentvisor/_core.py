@@ -80,6 +80,14 @@ class Keys:
     def workers(self):
         return self._join("workers")
 
+    def hosts(self):
+        """The fleet's hosts (a sorted set)."""
+        return self._join("hosts")
+
+    def hibernated(self, host):
+        """The hibernated workers of one host (no container; a task wakes them)."""
+        return self._join("hibernated", "host", host)
+
     def usage_project(self, project):
         return self._join("usage", "project", project)
 

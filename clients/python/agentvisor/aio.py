@@ -265,8 +265,12 @@ class AsyncClient:
         return _core.worker_status(worker_id, h, beat)
 
     async def workers(self):
+        """The ids of every worker, sorted (see Client.workers)."""
         try:
-            return sorted(await self.redis.smembers(self.keys.workers()))
+            ids = set(await self.redis.smembers(self.keys.workers()))
+            for host in await self.redis.zrange(self.keys.hosts(), 0, -1):
+                ids |= set(await self.redis.smembers(self.keys.hibernated(host)))
+            return sorted(ids)
         except redis.RedisError as e:
             raise redis_error(e, "workers") from e
 

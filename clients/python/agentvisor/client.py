@@ -297,9 +297,14 @@ class Client:
         return _core.worker_status(worker_id, h, beat)
 
     def workers(self):
-        """The ids of the live workers, sorted."""
+        """The ids of every worker, sorted: those of the workers set and
+        the hibernated ones of every host (no container; a task wakes
+        them)."""
         try:
-            return sorted(self.redis.smembers(self.keys.workers()))
+            ids = set(self.redis.smembers(self.keys.workers()))
+            for host in self.redis.zrange(self.keys.hosts(), 0, -1):
+                ids |= set(self.redis.smembers(self.keys.hibernated(host)))
+            return sorted(ids)
         except redis.RedisError as e:
             raise redis_error(e, "workers") from e
 

@@ -82,10 +82,17 @@ export async function getWorker(c: Conn, workerId: string): Promise<WorkerStatus
   return ws;
 }
 
-/** The ids of the live workers (the workers set), sorted. */
+/**
+ * The ids of every worker, sorted: the workers set's and the hibernated
+ * ones of every host (no container; a task wakes them).
+ */
 export async function listWorkerIds(c: Conn): Promise<string[]> {
   try {
-    return (await c.redis.smembers(c.keys.workers())).sort();
+    const ids = new Set(await c.redis.smembers(c.keys.workers()));
+    for (const host of await c.redis.zrange(c.keys.hosts(), 0, -1)) {
+      for (const id of await c.redis.smembers(c.keys.hibernated(host))) ids.add(id);
+    }
+    return [...ids].sort();
   } catch (e) {
     throw redisError(e, 'workers');
   }

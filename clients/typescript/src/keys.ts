@@ -48,6 +48,10 @@ export class Keys {
   developerOutput(): string { return this.join('developer', 'output'); }
   run(requestId: string): string { return this.join('run', requestId); }
   workers(): string { return this.join('workers'); }
+  /** The fleet's hosts (a sorted set). */
+  hosts(): string { return this.join('hosts'); }
+  /** The hibernated workers of one host (no container; a task wakes them). */
+  hibernated(host: string): string { return this.join('hibernated', 'host', host); }
   usageProject(projectId: string): string { return this.join('usage', 'project', projectId); }
   projectBudget(projectId: string): string { return this.join('budget', 'project', projectId); }
 

@@ -9,9 +9,10 @@
 // METRICS_ADDR (127.0.0.1:9464; off to disable), and keeps its state in
 // Redis for `workerctl managers`.
 //
-// SIGTERM or SIGINT: stop reading commands, finish those in flight, and
-// remove every worker of its key prefix (set KEEP_WORKERS=true to leave
-// them running).
+// SIGTERM or SIGINT: stop reading commands, finish those in flight, then
+// hibernate the long-lived workers of this host (their identity kept: the
+// next task to each wakes it under a running manager) and remove the
+// others (set KEEP_WORKERS=true to leave them all running).
 package main
 
 import (

@@ -20,7 +20,7 @@ func downCmd(c *ctl) *cobra.Command {
 		Use:   "down",
 		Short: "Remove every container, volume, Redis user and gateway directory of this prefix (a manager gone)",
 		Long: `down is for a key prefix whose worker-manager is gone (a manager that
-stops removes its workers itself, unless KEEP_WORKERS). It removes, on
+stops hibernates or removes its workers itself, unless KEEP_WORKERS). It removes, on
 this host's engine, every container (killed) and project volume of the
 prefix; the prefix's per-worker Redis users; and, when this host's
 worker-gateway answers (GATEWAY_DIR), the socket directories of those

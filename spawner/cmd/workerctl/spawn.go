@@ -17,7 +17,7 @@ func spawnCmd(c *ctl) *cobra.Command {
 	var timeout time.Duration
 	var caps, allow, env []string
 	cmd := &cobra.Command{
-		Use:     "spawn --agent claude|droid [flags]",
+		Use:     "spawn --agent " + agentChoices() + " [flags]",
 		Short:   "Ask a worker-manager for a worker; prints its id",
 		Example: `  workerctl spawn --agent claude --project shop --cap GIT --allow 'git.*'`,
 		Args:    args(0, "no argument"),
@@ -78,4 +78,13 @@ func spawnCmd(c *ctl) *cobra.Command {
 	}
 	_ = cmd.RegisterFlagCompletionFunc("cap", fixed(capNames...))
 	return cmd
+}
+
+// agentChoices is every agent type, as the usage line offers them.
+func agentChoices() string {
+	names := make([]string, len(protocol.AgentTypes))
+	for i, a := range protocol.AgentTypes {
+		names[i] = string(a)
+	}
+	return strings.Join(names, "|")
 }

@@ -66,9 +66,7 @@ func HostPausedKey(k protocol.Keys, host string) string { return join(k, "paused
 // HostHibernatedKey is the set of the hibernated workers of one host:
 // they have no container, hold no slot, and the host's wake-up loop
 // watches their inputs.
-func HostHibernatedKey(k protocol.Keys, host string) string {
-	return join(k, "hibernated", "host", host)
-}
+func HostHibernatedKey(k protocol.Keys, host string) string { return k.Hibernated(host) }
 
 // ManagersKey is the set of the manager ids that have written a state
 // hash; a member whose state hash has expired is a manager gone (readers
