@@ -32,16 +32,16 @@ type WorkerStatus struct {
 
 // Workers returns the ids of every worker, sorted: the members of the
 // workers set (each with a container, or one being made) and the
-// hibernated workers of every host of the fleet (no container, the
+// hibernated workers of every host that has had some (no container, the
 // identity kept: a task wakes them).
 func (f *Fleet) Workers(ctx context.Context) ([]string, error) {
 	ids, err := f.Redis.SMembers(ctx, f.Keys.Workers()).Result()
 	if err != nil {
 		return nil, redisError(err, "workers")
 	}
-	hosts, err := f.Redis.ZRange(ctx, f.Keys.Hosts(), 0, -1).Result()
+	hosts, err := f.Redis.SMembers(ctx, f.Keys.HibernatedHosts()).Result()
 	if err != nil {
-		return nil, redisError(err, "hosts")
+		return nil, redisError(err, "hosts with hibernated workers")
 	}
 	if len(hosts) > 0 {
 		pipe := f.Redis.Pipeline()

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/testkit"
 )
@@ -80,7 +78,7 @@ func TestFleetWorkersHoldTheHibernated(t *testing.T) {
 	keys := protocol.Keys{Prefix: "hibtest"}
 	ctx := context.Background()
 	rc.SAdd(ctx, keys.Workers(), "live")
-	rc.ZAdd(ctx, keys.Hosts(), redis.Z{Score: 1, Member: "h1"}, redis.Z{Score: 2, Member: "h2"})
+	rc.SAdd(ctx, keys.HibernatedHosts(), "h1", "h2") // h2's managers stopped: it is in no other list
 	rc.SAdd(ctx, keys.Hibernated("h1"), "sleeping-1")
 	rc.SAdd(ctx, keys.Hibernated("h2"), "sleeping-2", "live") // a wake under way
 	ids, err := (&Fleet{Redis: rc, Keys: keys}).Workers(ctx)

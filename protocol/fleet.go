@@ -31,6 +31,12 @@ func (k Keys) Placement() string { return k.join("placement") }
 // of one host's Hibernated.
 func (k Keys) Hibernated(host string) string { return k.join("hibernated", "host", host) }
 
+// HibernatedHosts is the set of the hosts that have had a hibernated
+// worker: a listing of the workers reads Hibernated of each (a host whose
+// managers stopped has left Hosts, and its hibernated workers are still
+// workers).
+func (k Keys) HibernatedHosts() string { return k.join("hibernated", "hosts") }
+
 // HostCommands is the stream of the commands forwarded to one host (a
 // create placed there, an action on one of its workers), read by its
 // managers through ManagerGroup.

@@ -3,10 +3,12 @@ package spawner
 import (
 	"context"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/testkit"
 )
@@ -201,6 +203,12 @@ func TestManagerStopHibernatesAndTheNextTaskWakes(t *testing.T) {
 	}
 	for _, id := range ids {
 		waitHibernated(t, f, id, time.Second)
+	}
+	// With no manager running (its host has left the fleet's hosts), a
+	// consumer still finds them: they are workers, hibernated.
+	listed, err := (&client.Fleet{Redis: f.rc, Keys: f.keys}).Workers(ctx)
+	if err != nil || !slices.Contains(listed, ids[0]) || !slices.Contains(listed, ids[1]) {
+		t.Fatalf("the workers a consumer lists after the stop: %v %v, want both hibernated ones", listed, err)
 	}
 
 	again := f.as(f.s.cfg.ManagerID)

@@ -43,6 +43,9 @@ func (m *Manager) Run(ctx context.Context) error {
 			return fmt.Errorf("spawner: create group on %s: %w", stream, err)
 		}
 	}
+	if err := s.rdb.NoteHibernatedHost(ctx, me); err != nil {
+		return fmt.Errorf("spawner: hosts with hibernated workers: %w", err)
+	}
 	p := parts{s}
 	s.netns.warm()
 	commands, controls, crashes := p.commands(m.MaxInFlight), p.controls(), p.crashes()

@@ -80,9 +80,9 @@ class Keys:
     def workers(self):
         return self._join("workers")
 
-    def hosts(self):
-        """The fleet's hosts (a sorted set)."""
-        return self._join("hosts")
+    def hibernated_hosts(self):
+        """The hosts that have had a hibernated worker (a set)."""
+        return self._join("hibernated", "hosts")
 
     def hibernated(self, host):
         """The hibernated workers of one host (no container; a task wakes them)."""

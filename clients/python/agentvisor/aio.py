@@ -268,7 +268,7 @@ class AsyncClient:
         """The ids of every worker, sorted (see Client.workers)."""
         try:
             ids = set(await self.redis.smembers(self.keys.workers()))
-            for host in await self.redis.zrange(self.keys.hosts(), 0, -1):
+            for host in await self.redis.smembers(self.keys.hibernated_hosts()):
                 ids |= set(await self.redis.smembers(self.keys.hibernated(host)))
             return sorted(ids)
         except redis.RedisError as e:

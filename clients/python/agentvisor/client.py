@@ -302,7 +302,7 @@ class Client:
         them)."""
         try:
             ids = set(self.redis.smembers(self.keys.workers()))
-            for host in self.redis.zrange(self.keys.hosts(), 0, -1):
+            for host in self.redis.smembers(self.keys.hibernated_hosts()):
                 ids |= set(self.redis.smembers(self.keys.hibernated(host)))
             return sorted(ids)
         except redis.RedisError as e:

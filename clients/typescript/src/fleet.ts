@@ -89,7 +89,7 @@ export async function getWorker(c: Conn, workerId: string): Promise<WorkerStatus
 export async function listWorkerIds(c: Conn): Promise<string[]> {
   try {
     const ids = new Set(await c.redis.smembers(c.keys.workers()));
-    for (const host of await c.redis.zrange(c.keys.hosts(), 0, -1)) {
+    for (const host of await c.redis.smembers(c.keys.hibernatedHosts())) {
       for (const id of await c.redis.smembers(c.keys.hibernated(host))) ids.add(id);
     }
     return [...ids].sort();

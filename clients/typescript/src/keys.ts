@@ -48,8 +48,8 @@ export class Keys {
   developerOutput(): string { return this.join('developer', 'output'); }
   run(requestId: string): string { return this.join('run', requestId); }
   workers(): string { return this.join('workers'); }
-  /** The fleet's hosts (a sorted set). */
-  hosts(): string { return this.join('hosts'); }
+  /** The hosts that have had a hibernated worker (a set). */
+  hibernatedHosts(): string { return this.join('hibernated', 'hosts'); }
   /** The hibernated workers of one host (no container; a task wakes them). */
   hibernated(host: string): string { return this.join('hibernated', 'host', host); }
   usageProject(projectId: string): string { return this.join('usage', 'project', projectId); }

@@ -15,10 +15,11 @@ import (
 // removes it from the set first wins.
 
 // hibernateScript: KEYS retiring, host hibernated, status, heartbeat,
-// placement; ARGV id.
+// placement, hosts with hibernated workers; ARGV id, host.
 var hibernateScript = script(`
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
 redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('SADD', KEYS[6], ARGV[2])
 redis.call('HDEL', KEYS[3], '` + protocol.StatusFieldRetireReason + `', '` + protocol.StatusFieldRetiredAt + `')
 redis.call('DEL', KEYS[4])
 redis.call('HDEL', KEYS[5], ARGV[1])
@@ -29,8 +30,20 @@ return 1
 // false when id was not being retired.
 func (r *RDB) Hibernate(ctx context.Context, id, host string) (bool, error) {
 	k := r.Keys
-	n, err := hibernateScript.Run(ctx, r.C, []string{ctlplane.RetiringKey(k), ctlplane.HostHibernatedKey(k, host), k.Status(id), k.Heartbeat(id), k.Placement()}, id).Int()
+	n, err := hibernateScript.Run(ctx, r.C, []string{ctlplane.RetiringKey(k), ctlplane.HostHibernatedKey(k, host), k.Status(id), k.Heartbeat(id), k.Placement(),
+		k.HibernatedHosts()}, id, host).Int()
 	return n == 1, err
+}
+
+// NoteHibernatedHost records host among the hosts with hibernated
+// workers when it has some (its workers hibernated before the record
+// existed are then listed as well).
+func (r *RDB) NoteHibernatedHost(ctx context.Context, host string) error {
+	n, err := r.C.SCard(ctx, ctlplane.HostHibernatedKey(r.Keys, host)).Result()
+	if err != nil || n == 0 {
+		return err
+	}
+	return r.C.SAdd(ctx, r.Keys.HibernatedHosts(), host).Err()
 }
 
 // HibernatedOn returns the hibernated workers of host.
@@ -70,9 +83,11 @@ func (r *RDB) WakeJoin(ctx context.Context, host, id string) (int, error) {
 }
 
 // adoptScript: KEYS lost host's hibernated set, this host's, the
-// worker's status hash; ARGV id, this host. Returns 1 when adopted now.
+// worker's status hash, hosts with hibernated workers; ARGV id, this
+// host. Returns 1 when adopted now.
 var adoptScript = script(`
 if redis.call('SMOVE', KEYS[1], KEYS[2], ARGV[1]) == 0 then return 0 end
+redis.call('SADD', KEYS[4], ARGV[2])
 redis.call('HSET', KEYS[3], '` + protocol.StatusFieldHost + `', ARGV[2])
 return 1
 `)
@@ -102,6 +117,6 @@ func (r *RDB) Adopt(ctx context.Context, lost, host string) ([]string, error) {
 // (its status names to), and reports whether this call moved it.
 func (r *RDB) MoveHibernated(ctx context.Context, from, to, id string) (bool, error) {
 	k := r.Keys
-	n, err := adoptScript.Run(ctx, r.C, []string{ctlplane.HostHibernatedKey(k, from), ctlplane.HostHibernatedKey(k, to), k.Status(id)}, id, to).Int()
+	n, err := adoptScript.Run(ctx, r.C, []string{ctlplane.HostHibernatedKey(k, from), ctlplane.HostHibernatedKey(k, to), k.Status(id), k.HibernatedHosts()}, id, to).Int()
 	return n == 1, err
 }
