@@ -30,7 +30,7 @@ func TestModelAPIOnlyThroughTheProxy(t *testing.T) {
 			}
 			e.start(environ...)
 			stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
-				{ToolUse: shellTool(agentType, envProbe)},
+				{ToolUse: shellTool(agentType, lingering(agentType, envProbe))},
 				{Text: "Done.\n{\"status\": \"complete\", \"result\": {}}"},
 			}})
 			e.send(e.keys.Input(e.cfg.WorkerID), protocol.Task{RequestID: "snoop", Prompt: "Print your environment."})
