@@ -42,6 +42,10 @@ type Health struct {
 	// incarnation is the incarnated_at each worker was last seen with: a
 	// new incarnation is judged afresh.
 	incarnation map[string]string
+	// running is when this judge first saw each worker's container
+	// running: a container whose start was slow (the engine answering
+	// late) has its wrapper's first beat to come however old its create.
+	running map[string]time.Time
 }
 
 // healthParams is what Health is built from.
@@ -133,6 +137,11 @@ func (h *Health) run(ctx context.Context) {
 				delete(h.incarnation, id)
 			}
 		}
+		for id := range h.running {
+			if !seen[id] {
+				delete(h.running, id)
+			}
+		}
 	})
 }
 
@@ -155,11 +164,19 @@ func (h *Health) check(ctx context.Context, id string, st map[string]string, hb 
 		h.incarnation[id] = inc
 		delete(h.judged, id)
 		delete(h.probes, id)
-	}
-	if st[protocol.StatusFieldContainer] != string(protocol.ContainerRunning) {
-		return // starting, paused or ended: not judged
+		delete(h.running, id)
 	}
 	now := s.now()
+	if st[protocol.StatusFieldContainer] != string(protocol.ContainerRunning) {
+		delete(h.running, id)
+		return // starting, paused or ended: not judged
+	}
+	if h.running == nil {
+		h.running = map[string]time.Time{}
+	}
+	if _, seen := h.running[id]; !seen {
+		h.running[id] = now
+	}
 	if hb == nil {
 		if ending(st, now, s.stopTimeout) {
 			return // shutting down: its exit is the crash watcher's
@@ -168,7 +185,8 @@ func (h *Health) check(ctx context.Context, id string, st map[string]string, hb 
 		if inc, err := protocol.ParseTime(st[protocol.StatusFieldIncarnatedAt]); err == nil && inc.After(created) {
 			created = inc // a new incarnation starts as a create does
 		}
-		if created.IsZero() || now.Sub(created) < protocol.HeartbeatTTLIntervals*s.interval || !h.canJudge() {
+		ttl := protocol.HeartbeatTTLIntervals * s.interval
+		if created.IsZero() || now.Sub(created) < ttl || now.Sub(h.running[id]) < ttl || !h.canJudge() {
 			return // still starting, or this manager cannot tell yet
 		}
 		delete(h.probes, id)
