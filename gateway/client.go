@@ -91,6 +91,21 @@ func (c *Client) Close(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, "/workers/"+url.PathEscape(id), nil, nil)
 }
 
+// Rename makes open worker from the gateway's worker to: its directory
+// (renamed on disk), sockets and connections (Gateway.Rename).
+func (c *Client) Rename(ctx context.Context, from, to string) (WorkerInfo, error) {
+	if err := ValidID(from); err != nil {
+		return WorkerInfo{}, err
+	}
+	body, err := json.Marshal(map[string]string{"to": to})
+	if err != nil {
+		return WorkerInfo{}, err
+	}
+	var info WorkerInfo
+	err = c.do(ctx, http.MethodPost, "/workers/"+url.PathEscape(from)+"/rename", body, &info)
+	return info, err
+}
+
 // Workers returns the ids of the workers the gateway serves, sorted.
 func (c *Client) Workers(ctx context.Context) ([]string, error) {
 	var out struct {

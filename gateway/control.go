@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -52,6 +53,7 @@ func (g *Gateway) handler() http.Handler {
 	mux.HandleFunc("PUT /workers/{id}", g.putWorker)
 	mux.HandleFunc("DELETE /workers/{id}", g.deleteWorker)
 	mux.HandleFunc("GET /workers/{id}", g.getWorker)
+	mux.HandleFunc("POST /workers/{id}/rename", g.renameWorker)
 	mux.HandleFunc("GET /workers", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string][]string{"workers": g.Workers()})
 	})
@@ -104,6 +106,35 @@ func (g *Gateway) putWorker(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, g.info(spec))
+}
+
+func (g *Gateway) renameWorker(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		To string `json:"to"`
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err == nil {
+		err = json.Unmarshal(b, &body)
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("gateway: body: want {\"to\": ...}: %v", err))
+		return
+	}
+	switch err := g.Rename(r.PathValue("id"), body.To); {
+	case err == nil:
+		spec, _ := g.Worker(body.To)
+		writeJSON(w, http.StatusOK, g.info(spec))
+	case errors.Is(err, os.ErrNotExist):
+		writeError(w, http.StatusNotFound, err)
+	case errors.Is(err, os.ErrExist):
+		writeError(w, http.StatusConflict, err)
+	default:
+		if ValidID(r.PathValue("id")) != nil || ValidID(body.To) != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		writeError(w, http.StatusInternalServerError, err)
+	}
 }
 
 func (g *Gateway) getWorker(w http.ResponseWriter, r *http.Request) {

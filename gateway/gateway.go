@@ -644,6 +644,45 @@ func (g *Gateway) Close(ctx context.Context, id string) error {
 	return nil
 }
 
+// Rename makes open worker from's directory, sockets and connections
+// worker to's: the directory is renamed on disk (a container that mounts
+// it keeps it: a bind mount follows the directory, not its name), and
+// its worker.json says to. A worker-manager renames a warm pool worker's
+// directory after the hibernated worker that takes its container.
+func (g *Gateway) Rename(from, to string) error {
+	if err := ValidID(from); err != nil {
+		return err
+	}
+	if err := ValidID(to); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	w := g.workers[from]
+	if w == nil {
+		return fmt.Errorf("gateway: worker %s is not open: %w", from, os.ErrNotExist)
+	}
+	if g.workers[to] != nil {
+		return fmt.Errorf("gateway: worker %s is open already: %w", to, os.ErrExist)
+	}
+	dir := filepath.Join(g.cfg.Dir, to)
+	if err := os.Rename(w.dir, dir); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	w.mu.Lock()
+	w.id, w.dir = to, dir
+	w.s.WorkerID = to
+	for _, l := range w.listeners {
+		l.path = filepath.Join(dir, filepath.Base(l.path))
+	}
+	spec := w.s
+	w.mu.Unlock()
+	delete(g.workers, from)
+	g.workers[to] = w
+	g.log.Info("worker renamed", "worker_id", to, "was", from)
+	return writeSpec(dir, spec)
+}
+
 // Workers returns the ids of the open workers, sorted.
 func (g *Gateway) Workers() []string {
 	g.mu.Lock()

@@ -662,3 +662,53 @@ func TestDirTooLong(t *testing.T) {
 		t.Fatal("a Redis URL taken for host:port")
 	}
 }
+
+// Rename hands a worker's directory to another id: a connection opened
+// before goes on, the socket still answers under the directory's new
+// name (as in a container that mounted the old one), Close of the new id
+// closes it, and the old id is unknown.
+func TestRenameKeepsTheSocketsAndConnections(t *testing.T) {
+	r := testkit.StartRedis(t)
+	dir := shortDir(t)
+	_, c := startGateway(t, dir, r.Addr, "")
+	ctx := context.Background()
+	for _, id := range []string{"warm", "other"} {
+		if err := c.Open(ctx, id, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := dialRaw(t, sockOf(dir, "warm", RedisSocket))
+	if err := before.ping(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Rename(ctx, "warm", "other"); err == nil {
+		t.Fatal("a rename onto an open worker was taken")
+	}
+	info, err := c.Rename(ctx, "warm", "woken")
+	if err != nil || info.WorkerID != "woken" {
+		t.Fatalf("rename: %+v %v", info, err)
+	}
+	if err := before.ping(); err != nil {
+		t.Fatalf("the connection opened before the rename: %v", err)
+	}
+	if err := dialRaw(t, sockOf(dir, "woken", RedisSocket)).ping(); err != nil {
+		t.Fatalf("the socket under the new name: %v", err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "woken", WorkerFile))
+	if err != nil || !strings.Contains(string(b), `"woken"`) {
+		t.Fatalf("worker.json after the rename: %s %v", b, err)
+	}
+	ids, err := c.Workers(ctx)
+	if err != nil || !slices.Equal(ids, []string{"other", "woken"}) {
+		t.Fatalf("workers %v %v", ids, err)
+	}
+	if _, err := c.Rename(ctx, "warm", "again"); err == nil {
+		t.Fatal("the old id renamed again")
+	}
+	if err := c.Close(ctx, "woken"); err != nil {
+		t.Fatal(err)
+	}
+	if err := before.ping(); err == nil {
+		t.Fatal("the connection answers after Close of the new id")
+	}
+}

@@ -27,6 +27,7 @@ var decoders = map[string]func([]byte) (any, error){
 		return DecodeStopOutput(b)
 	},
 	"progress_report.schema.json": func(b []byte) (any, error) { return DecodeProgressReport(b) },
+	"adopt.schema.json":           func(b []byte) (any, error) { return DecodeAdopt(b) },
 }
 
 func TestRoundTrip(t *testing.T) {

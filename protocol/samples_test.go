@@ -35,6 +35,10 @@ func samples() map[string][]encoder {
 			NewPermissionReply("req-1", "perm-1", true, ""),
 			NewPermissionReply("req-1", "perm-2", false, "not on production"),
 		},
+		"adopt.schema.json": {
+			Adopt{WorkerID: "w-1"},
+			Adopt{WorkerID: "w-2", RedisUser: "agentvisor:worker:w-2"},
+		},
 		"message.schema.json": {
 			NewMessage("req-1", "Use the staging database, not production."),
 		},

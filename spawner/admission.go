@@ -124,7 +124,7 @@ func (s *Spawner) evictOldestPaused(ctx context.Context, forID string) bool {
 	now := s.now()
 	victim, since := "", time.Time{}
 	for _, c := range cs {
-		id := c.Labels[protocol.LabelWorkerID]
+		id := workerOf(c.Names, c.Labels)
 		if id == "" {
 			continue
 		}

@@ -67,7 +67,7 @@ func (c *Crashes) run(ctx context.Context) {
 				break read
 			case m := <-msgs:
 				retry.Reset()
-				id := m.Actor.Attributes[protocol.LabelWorkerID]
+				id := workerOf([]string{m.Actor.Attributes["name"]}, m.Actor.Attributes)
 				if id == "" {
 					continue
 				}
@@ -101,7 +101,7 @@ func (c *Crashes) exitedMeanwhile(ctx context.Context) {
 		return
 	}
 	for _, ct := range cs {
-		id := ct.Labels[protocol.LabelWorkerID]
+		id := workerOf(ct.Names, ct.Labels)
 		if member, err := s.rdb.IsWorker(ctx, id); id == "" || err != nil || !member {
 			continue
 		}

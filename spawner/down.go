@@ -113,7 +113,7 @@ func (d *Down) PlanDown(ctx context.Context) (DownPlan, error) {
 		if len(c.Names) > 0 {
 			name = trimSlash(c.Names[0])
 		}
-		id := c.Labels[protocol.LabelWorkerID]
+		id := workerOf(c.Names, c.Labels)
 		plan.Containers = append(plan.Containers, DownContainer{Name: name, WorkerID: id, Role: c.Labels[labelRole], State: c.State})
 		if id != "" {
 			ids[id] = true

@@ -99,6 +99,20 @@ func (d *fakeDocker) ContainerUnpause(_ context.Context, id string) error {
 	return d.setState(id, "unpause", "running")
 }
 
+func (d *fakeDocker) ContainerRename(_ context.Context, id, name string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.call("rename", id)
+	c, err := d.get(id)
+	if err != nil {
+		return err
+	}
+	delete(d.containers, c.name)
+	c.name = name
+	d.containers[name] = c
+	return nil
+}
+
 func (d *fakeDocker) ContainerRemove(_ context.Context, id string, _ container.RemoveOptions) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -152,6 +152,10 @@ func (s *Spawner) wakeHibernated(ctx context.Context, id string) error {
 	if spec.Kind == "" {
 		spec.Kind = protocol.KindLongLived
 	}
+	n := max(atoi(h[protocol.StatusFieldIncarnation]), 1) + 1
+	if done, err := s.wakeIntoWarm(ctx, id, spec, n); done || err != nil {
+		return err
+	}
 	// The spec's host pin was its create's (the host may be lost since);
 	// its labels still hold.
 	var wakeOn *protocol.Placement
@@ -183,7 +187,6 @@ func (s *Spawner) wakeHibernated(ctx context.Context, id string) error {
 		s.ended(ctx, id)
 		return maybeRedisError(err, "hibernated set")
 	}
-	n := max(atoi(h[protocol.StatusFieldIncarnation]), 1) + 1
 	s.writeStatus(ctx, id, map[string]any{
 		protocol.StatusFieldState: string(protocol.WorkerStarting), protocol.StatusFieldContainer: string(protocol.ContainerStarting),
 		protocol.StatusFieldHealth: string(protocol.HealthHealthy), protocol.StatusFieldIncarnation: n,

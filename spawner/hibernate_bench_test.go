@@ -84,8 +84,9 @@ func (f *fixture) hibernateNow(b *testing.B, id string) {
 //     included), against the same keys while it was awake and idle, and
 //     the containers left (0).
 //
-// A wake makes a container as a create does: no warm pool worker backs
-// it (a pool's warm workers are identities of their own).
+// A wake here makes a container as a create does: no pool has these
+// workers' specs (BenchmarkWakeFromPool measures the wake a warm pool
+// backs).
 func BenchmarkHibernation(b *testing.B) {
 	const rounds = 12
 	total := 100

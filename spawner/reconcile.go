@@ -68,7 +68,7 @@ func (s *Reconciler) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		if c.Labels[labelRole] == roleNetnsHolder {
 			continue // a spare namespace's holder: the netns pool's (netns.go)
 		}
-		id := c.Labels[protocol.LabelWorkerID]
+		id := workerOf(c.Names, c.Labels)
 		withContainer[id] = true
 		created, _ := protocol.ParseTime(c.Labels[protocol.LabelCreatedAt])
 		if created.IsZero() {

@@ -42,6 +42,7 @@ const sealedMount = "/run/agentvisor"
 type Gateway interface {
 	OpenSpec(ctx context.Context, spec gateway.WorkerSpec) (gateway.WorkerInfo, error)
 	Close(ctx context.Context, id string) error
+	Rename(ctx context.Context, from, to string) (gateway.WorkerInfo, error)
 }
 
 // sealed reports whether workers are sealed.

@@ -39,6 +39,7 @@ type ContainerClient interface {
 	ContainerRemove(ctx context.Context, containerID string, options container.RemoveOptions) error
 	ContainerPause(ctx context.Context, containerID string) error
 	ContainerUnpause(ctx context.Context, containerID string) error
+	ContainerRename(ctx context.Context, containerID, newContainerName string) error
 	ContainerInspect(ctx context.Context, containerID string) (container.InspectResponse, error)
 	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
 	Events(ctx context.Context, options events.ListOptions) (<-chan events.Message, <-chan error)
@@ -127,7 +128,24 @@ func newWorkerID() string {
 }
 
 // ContainerName is the name of a worker's container.
-func ContainerName(workerID string) string { return "agentvisor-" + workerID }
+func ContainerName(workerID string) string { return containerNamePrefix + workerID }
+
+// containerNamePrefix starts the name of every worker's container.
+const containerNamePrefix = "agentvisor-"
+
+// workerOf returns the worker a container serves: the one its name says
+// (ContainerName; a wake backed by a warm pool renames the warm worker's
+// container after the worker it wakes), else the one its label says (the
+// worker it was made for). names are the engine's (with or without the
+// leading "/").
+func workerOf(names []string, labels map[string]string) string {
+	for _, n := range names {
+		if id, ok := strings.CutPrefix(strings.TrimPrefix(n, "/"), containerNamePrefix); ok && id != "" {
+			return id
+		}
+	}
+	return labels[protocol.LabelWorkerID]
+}
 
 // managedFilter selects the containers of this spawner's key prefix.
 func (s *env) managedFilter() filters.Args {

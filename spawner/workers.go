@@ -149,7 +149,7 @@ func (s *Spawner) List(ctx context.Context) ([]protocol.WorkerInfo, error) {
 	out := make([]protocol.WorkerInfo, 0, len(cs))
 	seen := map[string]bool{}
 	for _, c := range cs {
-		id := c.Labels[protocol.LabelWorkerID]
+		id := workerOf(c.Names, c.Labels)
 		if id == "" {
 			continue
 		}

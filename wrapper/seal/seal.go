@@ -62,31 +62,46 @@ func Seal() ([]string, error) {
 		return readEnv(v)
 	}
 	environ := os.Environ()
-	kept := make([]string, 0, len(environ)+1)
+	if len(kept(environ)) == len(environ) {
+		return environ, nil // nothing to hide
+	}
+	return nil, Reexec(environ)
+}
+
+// kept is what of environ stays in the process's own environment.
+func kept(environ []string) []string {
+	out := make([]string, 0, len(environ)+1)
 	for _, kv := range environ {
 		name, value, _ := strings.Cut(kv, "=")
 		if Keep(name, value) {
-			kept = append(kept, kv)
+			out = append(out, kv)
 		}
 	}
-	if len(kept) == len(environ) {
-		return environ, nil // nothing to hide
-	}
+	return out
+}
+
+// Reexec re-executes the process (same pid) with environ as its whole
+// environment, handed over through a memfd as Seal does: the new image's
+// Seal returns it, and its own environment holds only what Keep allows.
+// It returns only on failure. The wrapper calls it to become another
+// worker (an adopt document): the process stays PID 1.
+func Reexec(environ []string) error {
+	keep := kept(environ)
 	fd, err := writeEnv(environ)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	kept = append(kept, EnvFD+"="+strconv.Itoa(fd))
+	keep = append(keep, EnvFD+"="+strconv.Itoa(fd))
 	// The binary's own path (resolved from /proc/self/exe), not
 	// /proc/self/exe itself: the process keeps its name (comm).
 	exe, err := os.Executable()
 	if err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("seal: own executable: %w", err)
+		return fmt.Errorf("seal: own executable: %w", err)
 	}
-	err = syscall.Exec(exe, os.Args, kept)
+	err = syscall.Exec(exe, os.Args, keep)
 	unix.Close(fd)
-	return nil, fmt.Errorf("seal: re-execute: %w", err)
+	return fmt.Errorf("seal: re-execute: %w", err)
 }
 
 // writeEnv stores environ, NUL-separated, in a memfd that stays open

@@ -81,7 +81,12 @@ func (w *Worker) route(ctx context.Context, src taskSource, e *rdb.Entry) {
 		w.reject(src, data, err)
 		return
 	}
-	if _, typ, _ := protocol.PeekType(data); typ == protocol.TypeCancel || typ == protocol.TypeMessage || typ == protocol.TypePermissionReply {
+	_, typ, _ := protocol.PeekType(data)
+	if typ == protocol.TypeAdopt {
+		w.adopt(ctx, src, data)
+		return
+	}
+	if typ == protocol.TypeCancel || typ == protocol.TypeMessage || typ == protocol.TypePermissionReply {
 		requestID, err := w.control(e.ID, typ, data)
 		if err != nil {
 			w.reject(src, data, err)

@@ -56,7 +56,10 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	w.started(p.url)
 	defer context.AfterFunc(ctx, w.beginShutdown)()
-	w.loop(ctx)
+	loopCtx, stopLoop := context.WithCancel(ctx)
+	defer stopLoop()
+	w.stopLoop.Store(&stopLoop)
+	w.loop(loopCtx)
 	w.beginShutdown() // done already, or waits until done: stopping goes before stopped
 	w.wind.settle()
 	w.persist.close()

@@ -58,6 +58,7 @@
 package worker
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"slices"
@@ -99,6 +100,10 @@ type Worker struct {
 
 	progress     atomic.Pointer[progressServer] // set once by Run
 	shutdownOnce sync.Once                      // beginShutdown
+	// stopLoop ends the task loop (set by Run); adoption is the worker
+	// an adopt document made this wrapper become (adopt.go).
+	stopLoop atomic.Pointer[context.CancelFunc]
+	adoption atomic.Pointer[Adoption]
 }
 
 // Options are the Worker's collaborators; zero values take defaults.

@@ -45,6 +45,26 @@ CODES = (
 
 
 @dataclass(kw_only=True)
+class Adopt(Document):
+    """Hands a warm pool worker's container to a hibernated worker (added to the warm worker's input by a worker-manager; consumers never send it): the wrapper logs in as redis_user with its own password and re-executes itself as worker_id."""
+
+    v: int = 1
+    type: str = 'adopt'
+    worker_id: str
+    redis_user: Optional[str] = None
+
+    _FIELDS = {'v': {'const': 1, 'required': True},
+               'type': {'const': 'adopt', 'required': True},
+               'worker_id': {'pattern': '^\\S+$',
+                             'minLength': 1,
+                             'maxLength': 200,
+                             'type': ['string'],
+                             'required': True},
+               'redis_user': {'pattern': '^[!-?A-~]{1,256}$', 'type': ['string'], 'required': False}}
+    _OPEN = False
+
+
+@dataclass(kw_only=True)
 class Cancel(Document):
     """Asks that a task end now, queued or running: added to the same input stream as the task (worker:{id}:input or worker:developer:input)."""
 
@@ -969,4 +989,4 @@ class Task(Document):
     _OPEN = False
 
 
-CLASSES = {'Cancel': Cancel, 'CommandNetwork': CommandNetwork, 'CommandBudget': CommandBudget, 'CommandSpecLimits': CommandSpecLimits, 'CommandSpecPlacement': CommandSpecPlacement, 'CommandSpecNetwork': CommandSpecNetwork, 'CommandSpecMcpServersItem': CommandSpecMcpServersItem, 'CommandSpec': CommandSpec, 'Command': Command, 'ControlRequest': ControlRequest, 'Heartbeat': Heartbeat, 'LifecycleEvent': LifecycleEvent, 'Message': Message, 'ErrorInfo': ErrorInfo, 'OutputSession': OutputSession, 'Usage': Usage, 'Output': Output, 'PermissionReply': PermissionReply, 'PermissionRequest': PermissionRequest, 'ProgressRefused': ProgressRefused, 'Progress': Progress, 'ProgressReport': ProgressReport, 'WorkerNetwork': WorkerNetwork, 'Worker': Worker, 'Reply': Reply, 'WorkerStopOutput': WorkerStopOutput, 'TaskRetry': TaskRetry, 'Task': Task}
+CLASSES = {'Adopt': Adopt, 'Cancel': Cancel, 'CommandNetwork': CommandNetwork, 'CommandBudget': CommandBudget, 'CommandSpecLimits': CommandSpecLimits, 'CommandSpecPlacement': CommandSpecPlacement, 'CommandSpecNetwork': CommandSpecNetwork, 'CommandSpecMcpServersItem': CommandSpecMcpServersItem, 'CommandSpec': CommandSpec, 'Command': Command, 'ControlRequest': ControlRequest, 'Heartbeat': Heartbeat, 'LifecycleEvent': LifecycleEvent, 'Message': Message, 'ErrorInfo': ErrorInfo, 'OutputSession': OutputSession, 'Usage': Usage, 'Output': Output, 'PermissionReply': PermissionReply, 'PermissionRequest': PermissionRequest, 'ProgressRefused': ProgressRefused, 'Progress': Progress, 'ProgressReport': ProgressReport, 'WorkerNetwork': WorkerNetwork, 'Worker': Worker, 'Reply': Reply, 'WorkerStopOutput': WorkerStopOutput, 'TaskRetry': TaskRetry, 'Task': Task}

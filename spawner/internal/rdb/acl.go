@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strings"
 
 	"github.com/agentvisor/agentvisor/protocol"
@@ -93,6 +94,25 @@ func (r *RDB) SetWorkerUser(ctx context.Context, id, password string, kind proto
 func (r *RDB) setUser(ctx context.Context, id, hash string, kind protocol.Kind) error {
 	rules := append([]string{"reset", "on", "#" + hash}, r.WorkerACL(id, kind)...)
 	return r.C.ACLSetUser(ctx, r.WorkerUser(id), rules...).Err()
+}
+
+// CopyWorkerUser makes (or resets) worker to's user with the password of
+// worker from's (its recorded hash: the password itself is only in from's
+// container) and to's rules: the wrapper in from's container can then log
+// in as to. It fails when from has no recorded user.
+func (r *RDB) CopyWorkerUser(ctx context.Context, from, to string, kind protocol.Kind) error {
+	v, err := r.C.HGet(ctx, ctlplane.WorkerUsersKey(r.Keys), from).Result()
+	if err != nil {
+		return err
+	}
+	_, hash, ok := strings.Cut(v, " ")
+	if !ok {
+		return fmt.Errorf("rdb: the record of %s's user is %q", from, v)
+	}
+	if err := r.C.HSet(ctx, ctlplane.WorkerUsersKey(r.Keys), to, string(kind)+" "+hash).Err(); err != nil {
+		return err
+	}
+	return r.setUser(ctx, to, hash, kind)
 }
 
 // RestoreWorkerUsers makes again the recorded worker users that Redis

@@ -82,6 +82,32 @@ func (r *RDB) WakeJoin(ctx context.Context, host, id string) (int, error) {
 	return wakeJoinScript.Run(ctx, r.C, []string{ctlplane.HostHibernatedKey(k, host), ctlplane.CreatingKey(k), k.Workers()}, id).Int()
 }
 
+// takeWarmScript: KEYS host hibernated, workers, placement, pool
+// members, host paused; ARGV woken id, warm id, host. The hibernated
+// worker takes the warm worker's slot and place: 1 done, 0 the woken one
+// is no longer hibernated (woken or deleted meanwhile), -1 the warm one is
+// no longer a worker (retired meanwhile).
+var takeWarmScript = script(`
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 0 then return 0 end
+if redis.call('SREM', KEYS[2], ARGV[2]) == 0 then return -1 end
+redis.call('SREM', KEYS[1], ARGV[1])
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[2])
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
+redis.call('SREM', KEYS[4], ARGV[2])
+redis.call('SREM', KEYS[5], ARGV[2])
+return 1
+`)
+
+// WakeIntoWarm makes hibernated worker id of host a member of Workers in
+// warm pool worker warm's place (its slot, its placement, its pool
+// membership go); see takeWarmScript for the answer.
+func (r *RDB) WakeIntoWarm(ctx context.Context, host, id, warm, pool string) (int, error) {
+	k := r.Keys
+	return takeWarmScript.Run(ctx, r.C, []string{ctlplane.HostHibernatedKey(k, host), k.Workers(), k.Placement(),
+		ctlplane.PoolMembersKey(k, pool), ctlplane.HostPausedKey(k, host)}, id, warm, host).Int()
+}
+
 // adoptScript: KEYS lost host's hibernated set, this host's, the
 // worker's status hash, hosts with hibernated workers; ARGV id, this
 // host. Returns 1 when adopted now.

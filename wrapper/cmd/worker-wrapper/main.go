@@ -135,6 +135,18 @@ func run() int {
 		w.Fail(err, 1, 2*time.Second)
 		return 1
 	}
+	if a := w.Adopted(); a != nil {
+		// A woken worker takes this container: the same process (PID 1)
+		// starts again as that worker, its configuration handed over as
+		// at any start (seal), never through the process's environment.
+		log.Info("re-executing as the adopted worker", "worker_id", a.WorkerID)
+		w.Close()
+		stopReaping()
+		sink.Close(2 * time.Second)
+		err := seal.Reexec(worker.AdoptedEnviron(environ, a))
+		fmt.Fprintf(os.Stderr, "worker-wrapper: re-execute as worker %s: %v\n", a.WorkerID, err)
+		return 1
+	}
 	log.Info("exit", "orphans_reaped", r.Orphans())
 	return 0
 }

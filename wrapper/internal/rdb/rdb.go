@@ -67,6 +67,24 @@ func Open(url, socket string, keys protocol.Keys) (*RDB, error) {
 		StreamMaxLen: protocol.DefaultStreamMaxLen}, nil
 }
 
+// CanLogIn reports, by an error, whether a new connection to the server
+// of url (through socket, when set) logs in and answers PING.
+func CanLogIn(ctx context.Context, url, socket string) error {
+	opt, err := redisconn.Options(url)
+	if err != nil {
+		return fmt.Errorf("rdb: the URL does not parse") // never quotes the URL
+	}
+	if socket != "" {
+		if err := redisconn.ThroughSocket(opt, socket); err != nil {
+			return fmt.Errorf("rdb: REDIS_SOCKET: %w", err)
+		}
+	}
+	opt.PoolSize, opt.MinIdleConns, opt.MaxRetries = 1, 0, -1
+	c := redisconn.NewClient(opt)
+	defer c.Close()
+	return c.Ping(ctx).Err()
+}
+
 // Close closes the connections.
 func (r *RDB) Close() error {
 	r.reader.Close()
