@@ -66,6 +66,7 @@ func (s *Spawner) wakeIntoWarm(ctx context.Context, id string, spec protocol.Wor
 		return true, err
 	}
 	if s.sealed() && s.gateway != nil {
+		s.closeSealed(ctx, id) // a directory of an earlier incarnation left open
 		if _, err := s.gateway.Rename(ctx, warm, id); err != nil {
 			return fail(errorf(protocol.CodeUpstreamUnavailable, "the gateway did not rename %s's sockets: %v", warm, err))
 		}
