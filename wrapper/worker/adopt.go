@@ -68,12 +68,14 @@ func adoptedURL(raw, user string) (string, error) {
 
 // AdoptedEnviron is environ with the identity of a: its WORKER_ID and
 // REDIS_URL replaced, everything else (the spec's settings, the sockets,
-// the model token) kept.
+// the model token) kept, but AGENT_PREWARM: the task that woke the
+// adopted worker waits, and a prewarm would start the agent before
+// reading it.
 func AdoptedEnviron(environ []string, a *Adoption) []string {
 	out := make([]string, 0, len(environ))
 	for _, kv := range environ {
 		switch {
-		case strings.HasPrefix(kv, "WORKER_ID="), strings.HasPrefix(kv, "REDIS_URL="):
+		case strings.HasPrefix(kv, "WORKER_ID="), strings.HasPrefix(kv, "REDIS_URL="), strings.HasPrefix(kv, "AGENT_PREWARM="):
 			continue
 		}
 		out = append(out, kv)

@@ -69,8 +69,9 @@ func TestAdoptNeedsTheWorkersLogin(t *testing.T) {
 	if err != nil || got.Username != "agentvisor:t:woken" || got.Password != "same-password" {
 		t.Fatalf("the adopted URL's user %q (password kept: %v), %v", got.Username, got.Password == "same-password", err)
 	}
-	env := AdoptedEnviron([]string{"PATH=/bin", "WORKER_ID=warm-1", "REDIS_URL=" + e.cfg.RedisURL, "MODEL_SOCKET_TOKEN=tok"}, a)
-	if !slices.Contains(env, "WORKER_ID=woken-1") || !slices.Contains(env, "MODEL_SOCKET_TOKEN=tok") || slices.Contains(env, "WORKER_ID=warm-1") {
+	env := AdoptedEnviron([]string{"PATH=/bin", "WORKER_ID=warm-1", "REDIS_URL=" + e.cfg.RedisURL, "MODEL_SOCKET_TOKEN=tok", "AGENT_PREWARM=true"}, a)
+	if !slices.Contains(env, "WORKER_ID=woken-1") || !slices.Contains(env, "MODEL_SOCKET_TOKEN=tok") || slices.Contains(env, "WORKER_ID=warm-1") ||
+		slices.Contains(env, "AGENT_PREWARM=true") {
 		t.Fatalf("the adopted environment: %q", env)
 	}
 	pending, err := e.rc.XPending(ctx, input, protocol.WorkerGroup).Result()
