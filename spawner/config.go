@@ -195,6 +195,14 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 // default, parser, documentation and the field of c it fills.
 // ConfigFromEnv reads it; the READMEs' tables are checked against it
 // (TestConfigTables).
+// Usage is the worker-manager's help text: every variable it reads.
+func Usage() string {
+	var c Config
+	var o OpsConfig
+	return envconf.Usage("worker-manager", "the control plane of the workers of one host (see spawner/README.md)",
+		append(configVars(&c), opsVars(&o)...))
+}
+
 func configVars(c *Config) []envconf.Var {
 	return []envconf.Var{
 		{Name: "REDIS_URL", Required: true, Value: envconf.Func(c.setRedisURL), Doc: "the manager's Redis: redis://, rediss://, redis+sentinel:// or rediss+sentinel://"},

@@ -30,6 +30,16 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "-h", "--help", "help":
+			var c config
+			fmt.Print(envconf.Usage("worker-gateway", "the sealed workers' only way out of their containers: Redis, the model API and allowed egress over unix sockets (see gateway/README.md)", configVars(&c)))
+			return
+		}
+		fmt.Fprintf(os.Stderr, "worker-gateway: no arguments (got %q); configuration is the environment's: worker-gateway --help\n", os.Args[1])
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	code := run(ctx, os.Getenv, os.Stderr)
 	stop()

@@ -37,6 +37,15 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "-h", "--help", "help":
+			fmt.Print(spawner.Usage())
+			return
+		}
+		fmt.Fprintf(os.Stderr, "worker-manager: no arguments (got %q); configuration is the environment's: worker-manager --help\n", os.Args[1])
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	code := run(ctx, os.Getenv, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
 	stop()
