@@ -18,6 +18,7 @@ import (
 //	PUT    /workers/{id}  body {"worker_id": id, "allow": [...], "project_id": p}: open (idempotent) → 200 WorkerInfo
 //	GET    /workers/{id}  → 200 WorkerInfo (the allowlist in force), 404 for a worker not open
 //	DELETE /workers/{id}  close: listeners, open connections, directory (idempotent) → 204
+//	POST   /workers/{id}/rename  body {"to": id2}: the worker becomes id2 (its directory renamed) → 200 WorkerInfo, 404, 409
 //	GET    /workers       → 200 {"workers": [id, ...]}
 //	GET    /stats         → 200 {"workers": {id: WorkerStats}}
 //

@@ -10,19 +10,24 @@ const TypeAdopt Type = "adopt"
 // the password of the warm worker's), then re-executes itself as
 // WorkerID: its heartbeat, input and output are the hibernated worker's
 // from then on. No secret travels in it, and a forged one changes
-// nothing: its login fails, and the wrapper goes on as it was.
+// nothing: the wrapper takes it only when redis_user is the per-worker
+// user of worker_id, another worker's than its own, and it can log in as
+// that user with its own password; otherwise it goes on as it was.
 // Consumers never send it.
 type Adopt struct {
 	V         int    `json:"v"`
 	Type      Type   `json:"type"`
-	WorkerID  string `json:"worker_id"`            // required: the hibernated worker the container becomes
-	RedisUser string `json:"redis_user,omitempty"` // the Redis user to log in as (none without per-worker users)
+	WorkerID  string `json:"worker_id"`  // required: the hibernated worker the container becomes
+	RedisUser string `json:"redis_user"` // required: the woken worker's Redis user, to log in as
 }
 
 // Validate checks every field of a.
 func (a Adopt) Validate() error {
 	if err := checkID("worker_id", a.WorkerID, true); err != nil {
 		return err
+	}
+	if a.RedisUser == "" {
+		return fieldErr("redis_user", "required")
 	}
 	if !validRedisUser(a.RedisUser) {
 		return fieldErr("redis_user", "is not a Redis user name (printable ASCII, no space, '@' or '/', at most 256 bytes)")

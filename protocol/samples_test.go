@@ -36,7 +36,6 @@ func samples() map[string][]encoder {
 			NewPermissionReply("req-1", "perm-2", false, "not on production"),
 		},
 		"adopt.schema.json": {
-			Adopt{WorkerID: "w-1"},
 			Adopt{WorkerID: "w-2", RedisUser: "agentvisor:worker:w-2"},
 		},
 		"message.schema.json": {

@@ -114,6 +114,7 @@ func (s *Spawner) Shutdown(ctx context.Context) error {
 		})
 	}
 	err = g.Wait()
+	s.adoptions.Wait()
 	s.netns.close(ctx) // the spare namespaces; the workers' went with them
 	s.netns.sweep(ctx)
 	return err

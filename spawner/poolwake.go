@@ -4,6 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/errdefs"
+
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
@@ -25,11 +28,18 @@ const adoptedForgetAfter = 30 * time.Second
 
 // wakeIntoWarm wakes hibernated worker id (incarnation n) in a warm pool
 // worker of this host. done false with no error: no warm worker of its
-// spec was ready here (the caller makes a container). done true: woken,
-// or found woken or deleted by another meanwhile.
+// spec was ready here, or workers have no Redis users of their own (an
+// adoption is proven by a login as the woken worker's own user): the
+// caller makes a container. done true: woken, or found woken or deleted
+// by another meanwhile.
+//
+// The container and the gateway directory take the woken worker's name
+// before the slot moves (the reconciler takes a container whose name and
+// label differ for a hand-over under way), and take the warm worker's
+// back when the slot does not move.
 func (s *Spawner) wakeIntoWarm(ctx context.Context, id string, spec protocol.WorkerSpec, n int) (bool, error) {
 	p := s.poolFor(spec)
-	if p == nil {
+	if p == nil || !s.users.aclMode(ctx) {
 		return false, nil
 	}
 	host := s.Host()
@@ -37,54 +47,77 @@ func (s *Spawner) wakeIntoWarm(ctx context.Context, id string, spec protocol.Wor
 	if warm == "" {
 		return false, nil
 	}
-	putBack := func() { _ = s.rdb.AddWarm(context.WithoutCancel(ctx), p.Name, warm) }
-	user := ""
-	if s.users.aclMode(ctx) {
-		if err := s.rdb.CopyWorkerUser(ctx, warm, id, spec.Kind); err != nil {
-			putBack()
-			return false, redisError(err, "the Redis user of %s", id)
-		}
-		user = s.rdb.WorkerUser(id)
-	}
-	switch got, err := s.rdb.WakeIntoWarm(ctx, host, id, warm, p.Name); {
-	case err != nil:
-		putBack()
-		return false, redisError(err, "wake %s into %s", id, warm)
-	case got == 0:
-		putBack() // woken or deleted meanwhile
-		return true, nil
-	case got < 0:
-		return false, nil // the warm worker was retired meanwhile: a container is made
-	}
-	// From here the container is the woken worker's: a failure leaves it
-	// a member of Workers whose container is gone or unready, which the
-	// health check and the reconciler answer as for any incarnation.
-	start := s.now()
-	fail := func(err error) (bool, error) {
-		s.log.Warn("a wake into a warm pool worker failed: its container is removed", "worker_id", id, "warm_worker_id", warm, "err", err)
-		_ = s.removeContainer(context.WithoutCancel(ctx), id, false)
-		return true, err
-	}
-	if s.sealed() && s.gateway != nil {
+	bg := context.WithoutCancel(ctx)
+	putBack := func() { _ = s.rdb.AddWarm(bg, p.Name, warm) }
+	sealed := s.sealed() && s.gateway != nil
+	if sealed {
 		s.closeSealed(ctx, id) // a directory of an earlier incarnation left open
 		if _, err := s.gateway.Rename(ctx, warm, id); err != nil {
-			return fail(errorf(protocol.CodeUpstreamUnavailable, "the gateway did not rename %s's sockets: %v", warm, err))
+			putBack()
+			return false, errorf(protocol.CodeUpstreamUnavailable, "the gateway did not rename %s's sockets: %v", warm, err)
+		}
+	}
+	undoNames := func() {
+		_ = s.docker.ContainerRename(bg, cid, ContainerName(warm))
+		if sealed {
+			_, _ = s.gateway.Rename(bg, id, warm)
 		}
 	}
 	if err := s.docker.ContainerRename(ctx, cid, ContainerName(id)); err != nil {
-		return fail(engineError(err, "rename the container of %s", warm))
+		if sealed {
+			_, _ = s.gateway.Rename(bg, id, warm)
+		}
+		putBack()
+		return false, engineError(err, "rename the container of %s", warm)
+	}
+	switch got, err := s.rdb.WakeIntoWarm(ctx, host, id, warm, p.Name); {
+	case err != nil:
+		undoNames()
+		putBack()
+		return false, redisError(err, "wake %s into %s", id, warm)
+	case got == 0:
+		undoNames()
+		putBack() // woken or deleted meanwhile
+		return true, nil
+	case got < 0:
+		undoNames()
+		return false, nil // the warm worker was retired meanwhile: a container is made
+	}
+	// From here the container is the woken worker's; on a failure it is
+	// removed and the worker retired as after a start that failed (a new
+	// incarnation follows), the warm worker's leftovers forgotten.
+	start := s.now()
+	fail := func(err error) (bool, error) {
+		s.log.Warn("a wake into a warm pool worker failed", "worker_id", id, "warm_worker_id", warm, "err", err)
+		_ = s.docker.ContainerRemove(bg, cid, container.RemoveOptions{Force: true})
+		s.forgetWarm(bg, warm)
+		if _, rerr := s.retire(bg, id, retirement{reason: protocol.RemovedStuck, died: true, exitCode: -1, code: protocol.CodeInternalError,
+			msg: err.Error(), replace: true, unasked: true}); rerr != nil {
+			s.log.Warn("retire a worker whose wake into a warm pool worker failed", "worker_id", id, "err", rerr)
+		}
+		return true, err
+	}
+	if err := s.rdb.CopyWorkerUser(ctx, warm, id, spec.Kind); err != nil {
+		return fail(redisError(err, "the Redis user of %s", id))
 	}
 	s.writeStatus(ctx, id, map[string]any{
 		protocol.StatusFieldState: string(protocol.WorkerStarting), protocol.StatusFieldContainer: string(protocol.ContainerRunning),
 		protocol.StatusFieldHealth: string(protocol.HealthHealthy), protocol.StatusFieldIncarnation: n,
 		protocol.StatusFieldIncarnatedAt: protocol.FormatTime(start), protocol.StatusFieldReplacements: 0,
 		protocol.StatusFieldContainerID: cid, protocol.StatusFieldHost: host, protocol.StatusFieldError: ""})
+	if member, err := s.rdb.IsWorker(ctx, id); err == nil && !member {
+		// Deleted since the slot moved: the delete found no container.
+		_ = s.docker.ContainerRemove(bg, cid, container.RemoveOptions{Force: true})
+		s.forgetWarm(bg, warm)
+		s.ended(ctx, id)
+		return true, nil
+	}
 	if err := s.docker.ContainerUnpause(ctx, cid); err != nil {
 		if c, ierr := s.docker.ContainerInspect(ctx, cid); ierr != nil || c.State == nil || !c.State.Running || c.State.Paused {
 			return fail(engineError(err, "unpause the container of %s", warm))
 		} // running already (never paused, or unpaused by another)
 	}
-	doc, err := protocol.Adopt{WorkerID: id, RedisUser: user}.Encode()
+	doc, err := protocol.Adopt{WorkerID: id, RedisUser: s.rdb.WorkerUser(id)}.Encode()
 	if err == nil {
 		err = s.rdb.AddEntry(ctx, s.keys.Input(warm), doc)
 	}
@@ -93,7 +126,11 @@ func (s *Spawner) wakeIntoWarm(ctx context.Context, id string, spec protocol.Wor
 	}
 	s.lifecycle(ctx, id, protocol.EventCreated, map[string]any{"container_id": cid, "incarnation": n, "pool": p.Name, "warm_worker_id": warm})
 	s.log.Info("hibernated worker woken in a warm pool worker", "worker_id", id, "incarnation", n, "pool", p.Name, "warm_worker_id", warm)
-	go s.forgetAdopted(id, warm)
+	s.adoptions.Add(1)
+	go func() {
+		defer s.adoptions.Done()
+		s.forgetAdopted(id, warm)
+	}()
 	return true, nil
 }
 
@@ -121,8 +158,12 @@ func (s *Spawner) readyWarm(ctx context.Context, pool string) (id, cid string) {
 			continue
 		}
 		c, err := s.docker.ContainerInspect(ctx, ContainerName(w))
-		if err != nil || c.State == nil || !(c.State.Running || c.State.Paused) {
+		switch {
+		case errdefs.IsNotFound(err):
 			continue // gone: its retirement is the crash watcher's
+		case err != nil || c.State == nil || !(c.State.Running || c.State.Paused):
+			back = append(back, w) // the engine did not answer, or it is not up yet: left in the pool
+			return "", ""
 		}
 		return w, c.ID
 	}
@@ -130,7 +171,7 @@ func (s *Spawner) readyWarm(ctx context.Context, pool string) (id, cid string) {
 
 // forgetAdopted removes what is left of a warm worker whose container a
 // woken worker took, once that worker beats (its wrapper re-executed as
-// it): the warm worker's status, heartbeat, streams and Redis user.
+// it) or adoptedForgetAfter has passed.
 func (s *Spawner) forgetAdopted(id, warm string) {
 	ctx, cancel := context.WithTimeout(context.Background(), adoptedForgetAfter+5*time.Second)
 	defer cancel()
@@ -141,8 +182,16 @@ func (s *Spawner) forgetAdopted(id, warm string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	s.forgetWarm(ctx, warm)
+}
+
+// forgetWarm removes a warm worker's keys and Redis user, and its
+// gateway directory when it still has one (its identity ended without a
+// retirement: a woken worker took its container).
+func (s *Spawner) forgetWarm(ctx context.Context, warm string) {
 	if err := s.users.drop(ctx, warm); err != nil {
 		s.log.Warn("the Redis user of an adopted warm worker was not deleted (the reconciler will)", "warm_worker_id", warm, "err", err)
 	}
+	s.closeSealed(ctx, warm)
 	s.rdb.C.Del(ctx, s.keys.Status(warm), s.keys.StatusHistory(warm), s.keys.Heartbeat(warm), s.keys.Input(warm), s.keys.Output(warm))
 }

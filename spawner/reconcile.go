@@ -69,7 +69,11 @@ func (s *Reconciler) Reconcile(ctx context.Context) (ReconcileReport, error) {
 			continue // a spare namespace's holder: the netns pool's (netns.go)
 		}
 		id := workerOf(c.Names, c.Labels)
+		made := c.Labels[protocol.LabelWorkerID] // the worker it was made for: another while a wake takes a warm pool worker's
 		withContainer[id] = true
+		if made != "" {
+			withContainer[made] = true
+		}
 		created, _ := protocol.ParseTime(c.Labels[protocol.LabelCreatedAt])
 		if created.IsZero() {
 			created = time.Unix(c.Created, 0)
@@ -86,8 +90,9 @@ func (s *Reconciler) Reconcile(ctx context.Context) (ReconcileReport, error) {
 				rep.OrphansRemoved++
 				s.log.Info("container of a worker now on another host removed", "container_id", c.ID, "worker_id", id, "host", placed[id])
 			}
-		case known[id] || !old:
-			// A create or a retirement under way: theirs.
+		case known[id] || !old || (made != id && (member[made] || known[made])):
+			// A create, a retirement, or a warm pool worker's hand-over to a
+			// woken worker under way: theirs.
 		default:
 			if err := s.docker.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err == nil {
 				rep.OrphansRemoved++

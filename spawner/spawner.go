@@ -75,6 +75,9 @@ type Spawner struct {
 	// for: the wake lease is per process, and two callers of one process
 	// (the wake loop, a lost host's handling) must not both make one.
 	waking sync.Map
+	// adoptions are the warm workers whose leftovers a wake into them
+	// will remove (poolwake.go): Shutdown waits for them.
+	adoptions sync.WaitGroup
 	// connected holds a signal when the Redis client made a new
 	// connection (RedisConnected); the leader's health loop takes it.
 	connected chan struct{}

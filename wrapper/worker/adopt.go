@@ -23,11 +23,14 @@ type Adoption struct {
 func (w *Worker) Adopted() *Adoption { return w.adoption.Load() }
 
 // adopt handles an adopt document read from the input, the worker idle
-// (the task loop reads it). It checks that the wrapper may log in as the
-// named Redis user with its own password (only a worker-manager that
-// gave that user this password can have sent it), acknowledges the
-// entry, and ends the task loop; a document it cannot act on is logged
-// and acknowledged, and the worker goes on as it was.
+// (the task loop reads it). It is taken only when the wrapper logs in to
+// Redis as a per-worker user of its own, the document names the user of
+// its worker_id in the same form (another worker's, never this one's),
+// and the wrapper can log in as that user with its own password: only a
+// worker-manager, which made that user with this password, can have sent
+// it. Then the entry is acknowledged and the task loop ends. A document
+// it cannot act on is logged and acknowledged, and the worker goes on as
+// it was.
 func (w *Worker) adopt(ctx context.Context, src taskSource, data []byte) {
 	defer w.pub.ack(src)
 	a, err := protocol.DecodeAdopt(data)
@@ -35,14 +38,22 @@ func (w *Worker) adopt(ctx context.Context, src taskSource, data []byte) {
 		w.log.Warn("adopt document refused", "err", err)
 		return
 	}
-	url, err := adoptedURL(w.cfg.RedisURL, a.RedisUser)
-	if err == nil {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	url, err := adoptedURL(w.cfg.RedisURL, w.cfg.WorkerID, a)
+	for try := 0; err == nil; try++ {
+		// A few tries: the login may fail for a moment (Redis restarted
+		// and its users not made again yet, the gateway switching to a
+		// new primary).
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		err = rdb.CanLogIn(cctx, url, w.cfg.RedisSocket)
 		cancel()
+		if err == nil || try == 4 || ctx.Err() != nil {
+			break
+		}
+		err = nil
+		time.Sleep(500 * time.Millisecond)
 	}
 	if err != nil {
-		w.log.Warn("adopt refused: the wrapper cannot log in as the worker to become", "worker_id", a.WorkerID, "err", err)
+		w.log.Warn("adopt refused", "worker_id", a.WorkerID, "err", err)
 		return
 	}
 	w.log.Info("adopted: this container now serves a woken worker", "worker_id", a.WorkerID)
@@ -52,18 +63,22 @@ func (w *Worker) adopt(ctx context.Context, src taskSource, data []byte) {
 	}
 }
 
-// adoptedURL is the wrapper's Redis URL with user as its user (the
-// password stays); the URL as it is when user is empty (no per-worker
-// users: every worker logs in alike).
-func adoptedURL(raw, user string) (string, error) {
-	if user == "" {
-		return raw, nil
-	}
+// adoptedURL is the wrapper's Redis URL with the user a names (the
+// password stays), when the wrapper's own user is a per-worker one
+// (<prefix><self>) and a names <prefix><a.WorkerID>, another worker's.
+func adoptedURL(raw, self string, a protocol.Adopt) (string, error) {
 	u, err := protocol.ParseRedisURL(raw)
 	if err != nil {
 		return "", fmt.Errorf("REDIS_URL does not parse")
 	}
-	return u.WithUser(user, u.Password).String(), nil
+	prefix, own := strings.CutSuffix(u.Username, self)
+	switch {
+	case !own || prefix == "":
+		return "", fmt.Errorf("this wrapper logs in as no Redis user of its own: no worker can take its container")
+	case a.WorkerID == self || a.RedisUser != prefix+a.WorkerID:
+		return "", fmt.Errorf("the document names user %q for worker %s, not %q", a.RedisUser, a.WorkerID, prefix+a.WorkerID)
+	}
+	return u.WithUser(a.RedisUser, u.Password).String(), nil
 }
 
 // AdoptedEnviron is environ with the identity of a: its WORKER_ID and

@@ -19,20 +19,20 @@ import (
 func TestAdoptNeedsTheWorkersLogin(t *testing.T) {
 	e := newEnv(t, protocol.AgentClaude, protocol.KindLongLived)
 	ctx := context.Background()
-	// The worker logs in as a user of its own, as under per-worker ACLs.
-	for _, user := range []string{"agentvisor:t:warm", "agentvisor:t:woken"} {
-		if err := e.rc.ACLSetUser(ctx, user, "reset", "on", ">same-password", "~*", "+@all").Err(); err != nil {
+	// The worker logs in as a user of its own, as under per-worker ACLs
+	// (agentvisor:<prefix>:<id>).
+	own := "agentvisor:t:" + e.cfg.WorkerID
+	for user, password := range map[string]string{own: "same-password", "agentvisor:t:woken-1": "same-password",
+		"agentvisor:t:woken-x": "another-password"} {
+		if err := e.rc.ACLSetUser(ctx, user, "reset", "on", ">"+password, "~*", "+@all").Err(); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := e.rc.ACLSetUser(ctx, "agentvisor:t:other", "reset", "on", ">another-password", "~*", "+@all").Err(); err != nil {
-		t.Fatal(err)
 	}
 	u, err := protocol.ParseRedisURL(e.cfg.RedisURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.cfg.RedisURL = u.WithUser("agentvisor:t:warm", "same-password").String()
+	e.cfg.RedisURL = u.WithUser(own, "same-password").String()
 	stop, w := e.start()
 	input := e.keys.Input(e.cfg.WorkerID)
 	adopt := func(a protocol.Adopt) {
@@ -45,16 +45,20 @@ func TestAdoptNeedsTheWorkersLogin(t *testing.T) {
 		}
 	}
 
-	adopt(protocol.Adopt{WorkerID: "woken-x", RedisUser: "agentvisor:t:other"}) // a forgery
+	// Forgeries: a user it cannot log in as; its own user, for another
+	// worker; another worker's user for a third.
+	adopt(protocol.Adopt{WorkerID: "woken-x", RedisUser: "agentvisor:t:woken-x"})
+	adopt(protocol.Adopt{WorkerID: "woken-y", RedisUser: own})
+	adopt(protocol.Adopt{WorkerID: "woken-z", RedisUser: "agentvisor:t:woken-1"})
 	e.send(input, protocol.Task{RequestID: "after-forgery", Prompt: "hello"})
-	if o := e.waitOutputs(e.keys.Output(e.cfg.WorkerID), 1, 30*time.Second)[0]; o.Status != protocol.StatusComplete {
-		t.Fatalf("the task after a forged adopt: %+v", o)
+	if o := e.waitOutputs(e.keys.Output(e.cfg.WorkerID), 1, 60*time.Second)[0]; o.Status != protocol.StatusComplete {
+		t.Fatalf("the task after forged adopts: %+v", o)
 	}
 	if w.Adopted() != nil {
-		t.Fatal("a forged adopt was taken")
+		t.Fatalf("a forged adopt was taken: %+v", w.Adopted())
 	}
 
-	adopt(protocol.Adopt{WorkerID: "woken-1", RedisUser: "agentvisor:t:woken"})
+	adopt(protocol.Adopt{WorkerID: "woken-1", RedisUser: "agentvisor:t:woken-1"})
 	testkit.Eventually(t, "the genuine adopt taken", 30*time.Second, func() bool { return w.Adopted() != nil })
 	// Run ends by itself: the worker stops as itself (its heartbeat goes).
 	testkit.Eventually(t, "the warm worker stopped", 30*time.Second, func() bool {
@@ -66,7 +70,7 @@ func TestAdoptNeedsTheWorkersLogin(t *testing.T) {
 		t.Fatalf("adopted %+v", a)
 	}
 	got, err := protocol.ParseRedisURL(a.RedisURL)
-	if err != nil || got.Username != "agentvisor:t:woken" || got.Password != "same-password" {
+	if err != nil || got.Username != "agentvisor:t:woken-1" || got.Password != "same-password" {
 		t.Fatalf("the adopted URL's user %q (password kept: %v), %v", got.Username, got.Password == "same-password", err)
 	}
 	env := AdoptedEnviron([]string{"PATH=/bin", "WORKER_ID=warm-1", "REDIS_URL=" + e.cfg.RedisURL, "MODEL_SOCKET_TOKEN=tok", "AGENT_PREWARM=true"}, a)

@@ -51,7 +51,7 @@ class Adopt(Document):
     v: int = 1
     type: str = 'adopt'
     worker_id: str
-    redis_user: Optional[str] = None
+    redis_user: str
 
     _FIELDS = {'v': {'const': 1, 'required': True},
                'type': {'const': 'adopt', 'required': True},
@@ -60,7 +60,7 @@ class Adopt(Document):
                              'maxLength': 200,
                              'type': ['string'],
                              'required': True},
-               'redis_user': {'pattern': '^[!-?A-~]{1,256}$', 'type': ['string'], 'required': False}}
+               'redis_user': {'pattern': '^[!-.0-?A-~]{1,256}$', 'type': ['string'], 'required': True}}
     _OPEN = False
 
 

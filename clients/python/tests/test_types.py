@@ -21,6 +21,7 @@ CLASS_OF = {
     "permission_request": types.PermissionRequest, "output": types.Output, "progress": types.Progress,
     "progress_report": types.ProgressReport, "lifecycle": types.LifecycleEvent, "heartbeat": types.Heartbeat,
     "command": types.Command, "reply": types.Reply, "control": types.ControlRequest, "stop_output": types.WorkerStopOutput,
+    "adopt": types.Adopt,
 }
 
 

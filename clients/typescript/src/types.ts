@@ -8,7 +8,7 @@ export interface Adopt {
   v: Version;
   type: "adopt";
   worker_id: Id;
-  redis_user?: string;
+  redis_user: string;
 }
 
 // cancel.schema.json

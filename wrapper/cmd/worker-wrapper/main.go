@@ -135,13 +135,21 @@ func run() int {
 		w.Fail(err, 1, 2*time.Second)
 		return 1
 	}
-	if a := w.Adopted(); a != nil {
+	if a := w.Adopted(); a != nil && ctx.Err() == nil {
 		// A woken worker takes this container: the same process (PID 1)
 		// starts again as that worker, its configuration handed over as
 		// at any start (seal), never through the process's environment.
+		// Every other process of the container goes first: nothing of
+		// this worker's uid runs while the new image is not yet sealed.
+		// (A stop asked meanwhile is a stop: no re-execution.)
 		log.Info("re-executing as the adopted worker", "worker_id", a.WorkerID)
 		w.Close()
 		stopReaping()
+		if os.Getpid() == 1 {
+			_ = syscall.Kill(-1, syscall.SIGKILL) // PID 1 of its namespace: every process but itself
+			time.Sleep(50 * time.Millisecond)
+			r.Reap() // what is left, the next image reaps
+		}
 		sink.Close(2 * time.Second)
 		err := seal.Reexec(worker.AdoptedEnviron(environ, a))
 		fmt.Fprintf(os.Stderr, "worker-wrapper: re-execute as worker %s: %v\n", a.WorkerID, err)
