@@ -37,6 +37,7 @@ func countLabelled(t *testing.T, args ...string) int {
 // `docker-compose down`: no container and no volume of the key prefix is
 // left, and none of the compose project.
 func TestComposeDownLeavesNothing(t *testing.T) {
+	testkit.RequireDocker(t) // the engine held shared: a test that restarts it waits
 	composeBin, err := exec.LookPath("docker-compose")
 	if err != nil {
 		t.Fatal("docker-compose is not installed (scripts/setup.sh installs Debian's docker-compose)")
