@@ -6,6 +6,14 @@ package gateway
 // relayed connection to another one, so that the wrappers reconnect
 // through the same socket and reach it.
 //
+// Between a replica's promotion and the sentinels' +switch-master (about
+// a second), the old primary still takes writes and drops them when it is
+// demoted. The leading sentinel announces that it starts choosing the
+// replica (+failover-state-select-slave) a sentinel tick or two before it
+// promotes one: from then the gateway fences the primary, closing every
+// relayed connection to it and holding new ones, until a sentinel names
+// the new primary, the leader aborts, or FenceFor passes.
+//
 // The gateway speaks the few commands it needs (AUTH, SENTINEL
 // GET-MASTER-ADDR-BY-NAME, SUBSCRIBE) in plain RESP rather than through
 // go-redis: it needs a vote of several sentinels per lookup and one
@@ -35,6 +43,21 @@ import (
 // connections before they are asked again. A +switch-master announcement
 // replaces it at once.
 const PrimaryCacheFor = time.Second
+
+// FenceFor bounds how long a failover under way holds new connections:
+// after it, the sentinels are asked again (a failover that takes longer
+// may let a write reach the old primary, as without a fence).
+const FenceFor = 5 * time.Second
+
+// The sentinels' channels the gateway follows: the new primary, the start
+// of a failover's choice of replica, and the ends of one that failed
+// before it promoted any.
+const (
+	chanSwitch      = "+switch-master"
+	chanSelectSlave = "+failover-state-select-slave"
+	chanNoGoodSlave = "-failover-abort-no-good-slave"
+	chanSlaveTimout = "-failover-abort-slave-timeout"
+)
 
 // ParseRedis checks a Config.Redis: host:port, or a sentinel URL
 // (redis+sentinel:// or rediss+sentinel://) of which the gateway uses the
@@ -85,6 +108,14 @@ type sentinels struct {
 	addr     string    // the primary last named; "" before the first
 	at       time.Time // when addr was last confirmed
 	inTheAir *lookup   // the lookup under way, shared by every caller
+	fence    *fence    // a failover under way: new connections wait
+}
+
+// fence is a failover under way, announced by the sentinel by.
+type fence struct {
+	by     string
+	lifted chan struct{}
+	timer  *time.Timer
 }
 
 // lookup is one round of questions to the sentinels, its answer shared by
@@ -109,6 +140,16 @@ func newSentinels(u protocol.RedisURL, tlsConfig *tls.Config, timeout time.Durat
 // cached one when it is fresh, else the sentinels' answer now.
 func (s *sentinels) primary(ctx context.Context) (string, uint64, error) {
 	s.mu.Lock()
+	for s.fence != nil {
+		lifted := s.fence.lifted
+		s.mu.Unlock()
+		select {
+		case <-lifted:
+		case <-ctx.Done():
+			return "", 0, ctx.Err()
+		}
+		s.mu.Lock()
+	}
 	if s.addr != "" && time.Since(s.at) < PrimaryCacheFor {
 		addr, gen := s.addr, s.gen.Load()
 		s.mu.Unlock()
@@ -173,10 +214,59 @@ func (s *sentinels) switchTo(addr string) {
 	before := s.gen.Load()
 	s.setLocked(addr)
 	moved := s.gen.Load() != before
+	s.liftLocked(s.fence, "new primary named")
 	s.mu.Unlock()
 	if moved && s.onSwitch != nil {
 		s.onSwitch()
 	}
+}
+
+// fenceFrom is the sentinel at by starting a failover: the connections to
+// the primary are closed and new ones wait, until a sentinel names the
+// new primary, by aborts, or FenceFor passes.
+func (s *sentinels) fenceFrom(by string) {
+	s.mu.Lock()
+	if s.fence != nil {
+		s.mu.Unlock()
+		return
+	}
+	f := &fence{by: by, lifted: make(chan struct{})}
+	f.timer = time.AfterFunc(FenceFor, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.liftLocked(f, "no new primary named within "+FenceFor.String())
+	})
+	s.fence = f
+	s.gen.Add(1) // every connection dialled before is to the old primary
+	s.at = time.Time{}
+	s.mu.Unlock()
+	s.log.Info("redis failover under way: connections to the primary closed, new ones held", "master", s.u.Master, "sentinel", by)
+	if s.onSwitch != nil {
+		s.onSwitch()
+	}
+}
+
+// abortFrom is the sentinel at by giving up a failover before it promoted
+// a replica: its fence, if it set one, is lifted.
+func (s *sentinels) abortFrom(by string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fence != nil && s.fence.by == by {
+		s.liftLocked(s.fence, "failover aborted")
+	}
+}
+
+// liftLocked ends fence f if it is the current one (s.mu held): held
+// connections go on, to the primary the sentinels name now.
+func (s *sentinels) liftLocked(f *fence, why string) {
+	if f == nil || s.fence != f {
+		return
+	}
+	s.fence = nil
+	f.timer.Stop()
+	close(f.lifted)
+	s.at = time.Time{}
+	s.log.Info("redis failover fence lifted", "master", s.u.Master, "why", why)
 }
 
 // forget drops the cached primary (it refused a dial): the next
@@ -317,7 +407,7 @@ func (s *sentinels) watch(ctx context.Context, wg *sync.WaitGroup) {
 	}
 }
 
-// subscribe subscribes to +switch-master on the sentinel at addr and
+// subscribe subscribes to the sentinel at addr's failover channels and
 // follows what it announces until the connection or ctx ends. It reports
 // whether the subscription was made. Once subscribed it asks the
 // sentinels again: a switch announced while it was away is not missed.
@@ -331,12 +421,15 @@ func (s *sentinels) subscribe(ctx context.Context, addr string) bool {
 	defer stop()
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(s.timeout))
-	if err := c.send("SUBSCRIBE", "+switch-master"); err != nil {
+	channels := []string{chanSwitch, chanSelectSlave, chanNoGoodSlave, chanSlaveTimout}
+	if err := c.send(append([]string{"SUBSCRIBE"}, channels...)...); err != nil {
 		return false
 	}
-	if _, err := c.read(); err != nil {
-		s.log.Debug("sentinel subscription", "sentinel", addr, "err", err)
-		return false
+	for range channels {
+		if _, err := c.read(); err != nil {
+			s.log.Debug("sentinel subscription", "sentinel", addr, "err", err)
+			return false
+		}
 	}
 	_ = c.SetDeadline(time.Time{})
 	s.forgetAll()
@@ -348,15 +441,25 @@ func (s *sentinels) subscribe(ctx context.Context, addr string) bool {
 			}
 			return true
 		}
-		// ["message", "+switch-master", "<master> <old ip> <old port> <new ip> <new port>"]
 		if len(m) != 3 || m[0] != "message" {
 			continue
 		}
 		f := strings.Fields(m[2])
-		if len(f) != 5 || f[0] != s.u.Master {
-			continue
+		switch m[1] {
+		case chanSwitch: // "<master> <old ip> <old port> <new ip> <new port>"
+			if len(f) == 5 && f[0] == s.u.Master {
+				s.switchTo(net.JoinHostPort(f[3], f[4]))
+			}
+		case chanSelectSlave, chanNoGoodSlave, chanSlaveTimout: // "master <master> <ip> <port>"
+			if len(f) != 4 || f[0] != "master" || f[1] != s.u.Master {
+				continue
+			}
+			if m[1] == chanSelectSlave {
+				s.fenceFrom(addr)
+			} else {
+				s.abortFrom(addr)
+			}
 		}
-		s.switchTo(net.JoinHostPort(f[3], f[4]))
 	}
 }
 

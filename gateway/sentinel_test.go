@@ -182,6 +182,81 @@ func TestSentinelFailoverThroughSocket(t *testing.T) {
 	}
 }
 
+// Between the promotion of a replica and the sentinels' +switch-master
+// (about a second here), the old primary still takes writes, and drops
+// them when it is demoted. The gateway holds a worker's connections from
+// the moment the sentinels start choosing the replica until they name the
+// new primary, so that no write through the socket reaches the old one:
+// every XADD that returned an id, sent without WAIT every few
+// milliseconds across the failover, is on the new primary.
+func TestSentinelFailoverLosesNoWriteThroughTheSocket(t *testing.T) {
+	s := testkit.StartSentinel(t, testkit.SentinelOptions{Password: "pw", SentinelPassword: "spw"})
+	_, sock := startSentinelGateway(t, s)
+	c := wrapperClient(t, s, sock)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	old, err := s.Primary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	type result struct {
+		acked  []string
+		failed int
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- r
+				return
+			default:
+			}
+			id, err := c.XAdd(ctx, &redis.XAddArgs{Stream: "s", Values: []any{"n", i}}).Result()
+			if err != nil {
+				r.failed++ // not taken, or not known to be: the caller's to send again
+			} else {
+				r.acked = append(r.acked, id)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if err := s.Failover(); err != nil {
+		t.Fatal(err)
+	}
+	nw, err := s.WaitNewPrimary(old, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // writes go on to the new primary
+	close(stop)
+	r := <-done
+	got, err := nw.DoArray("XRANGE", "s", "-", "+")
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := map[string]bool{}
+	for _, f := range got {
+		on[f] = true // ids and fields flattened: an id is found among them
+	}
+	var lost []string
+	for _, id := range r.acked {
+		if !on[id] {
+			lost = append(lost, id)
+		}
+	}
+	t.Logf("%d adds acknowledged across the failover, %d failed (sent again by a caller), %d lost", len(r.acked), r.failed, len(lost))
+	if len(r.acked) < 100 {
+		t.Fatalf("only %d adds acknowledged: the writer did not run across the failover", len(r.acked))
+	}
+	if len(lost) > 0 {
+		t.Fatalf("%d acknowledged adds are not on the new primary %s (first %s): they reached the old one after its replica's promotion", len(lost), nw.Addr, lost[0])
+	}
+}
+
 // A primary that stops answering (paused: a partition) cannot close its
 // connections itself: the gateway closes them when the sentinels announce
 // the new primary (+switch-master), and the next connection through the

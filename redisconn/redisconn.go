@@ -20,6 +20,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -299,34 +300,72 @@ func primaryOf(ctx context.Context, c redis.Cmdable) (redis.Cmdable, func(), err
 	return direct, func() { direct.Close() }, nil
 }
 
-// namedPrimary asks every sentinel of o for the primary's address and
-// returns the one most of those that answered name.
+// namedPrimary asks every sentinel of o for the primary and returns the
+// address named with the newest configuration epoch (a sentinel that has
+// not heard of a failover yet names the old primary under an older one),
+// the one most of them name among equals. While a sentinel says it is
+// failing the master over it returns an error: between the promotion of a
+// replica and the end of the failover the old primary still takes writes,
+// which it drops when it is demoted, so it must not be taken for the
+// primary. A sentinel user not allowed SENTINEL MASTER is asked for the
+// address alone.
 func namedPrimary(ctx context.Context, o *redis.UniversalOptions) (string, error) {
-	votes := map[string]int{}
+	votes := map[named]int{}
 	var lastErr error
 	for _, a := range o.Addrs {
 		sc := redis.NewSentinelClient(&redis.Options{
 			Addr: a, Username: o.SentinelUsername, Password: o.SentinelPassword,
 			TLSConfig: o.TLSConfig, MaxRetries: -1, DialTimeout: time.Second,
 		})
-		hp, err := sc.GetMasterAddrByName(ctx, o.MasterName).Result()
+		n, failing, err := askSentinel(ctx, sc, o.MasterName)
 		sc.Close()
-		if err != nil || len(hp) != 2 {
+		if err != nil {
 			lastErr = err
 			continue
 		}
-		votes[net.JoinHostPort(hp[0], hp[1])]++
+		if failing {
+			return "", fmt.Errorf("redisconn: sentinel %s is failing %q over", a, o.MasterName)
+		}
+		votes[named{n.addr, n.epoch}]++
 	}
-	best, n := "", 0
-	for addr, c := range votes {
-		if c > n || (c == n && addr < best) {
-			best, n = addr, c
+	var best named
+	bestVotes := 0
+	for n, c := range votes {
+		if n.epoch > best.epoch || (n.epoch == best.epoch && (c > bestVotes || (c == bestVotes && n.addr < best.addr))) {
+			best, bestVotes = n, c
 		}
 	}
-	if best == "" {
+	if best.addr == "" {
 		return "", fmt.Errorf("redisconn: no sentinel named the primary %q (last: %v)", o.MasterName, lastErr)
 	}
-	return best, nil
+	return best.addr, nil
+}
+
+// named is a primary as one sentinel names it: its address and the
+// configuration epoch the sentinel knows it under (0 when it may not say).
+type named struct {
+	addr  string
+	epoch int64
+}
+
+// askSentinel asks one sentinel for master's primary and whether it is
+// failing it over.
+func askSentinel(ctx context.Context, sc *redis.SentinelClient, master string) (n named, failing bool, err error) {
+	m, err := sc.Master(ctx, master).Result()
+	if err == nil && m["ip"] != "" && m["port"] != "" {
+		n.addr = net.JoinHostPort(m["ip"], m["port"])
+		n.epoch, _ = strconv.ParseInt(m["config-epoch"], 10, 64)
+		return n, strings.Contains(m["flags"], "failover_in_progress"), nil
+	}
+	hp, err := sc.GetMasterAddrByName(ctx, master).Result()
+	if err != nil || len(hp) != 2 {
+		if err == nil {
+			err = fmt.Errorf("the sentinel knows no master %q", master)
+		}
+		return n, false, err
+	}
+	n.addr = net.JoinHostPort(hp[0], hp[1])
+	return n, false, nil
 }
 
 // SetLogger sends go-redis's own messages to log instead of its default

@@ -135,6 +135,60 @@ func TestSentinelClientFollowsFailover(t *testing.T) {
 	}
 }
 
+// From a replica's promotion to the end of the failover, the old primary
+// still takes writes that its demotion drops: the primary a look for an
+// entry asks (namedPrimary) is never the old one once the replica is
+// promoted, although most sentinels name it until the failover ends.
+func TestNamedPrimaryIsNeverTheOldOneAfterAPromotion(t *testing.T) {
+	s := testkit.StartSentinel(t, testkit.SentinelOptions{Password: "pw", SentinelPassword: "spw"})
+	o, err := Options(s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := s.Primary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica := s.Servers[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var promoted atomic.Bool
+	go func() {
+		for ctx.Err() == nil {
+			if r, _ := replica.DoArray("ROLE"); len(r) > 0 && r[0] == "master" {
+				promoted.Store(true)
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	if err := s.Failover(); err != nil {
+		t.Fatal(err)
+	}
+	refused, wrong := 0, 0
+	for ctx.Err() == nil {
+		after := promoted.Load()
+		addr, err := namedPrimary(ctx, o)
+		switch {
+		case err != nil:
+			refused++
+		case addr == old.Addr && after:
+			wrong++
+		case addr == replica.Addr:
+			t.Logf("the new primary named; %d lookups refused while the sentinels failed over", refused)
+			if wrong > 0 {
+				t.Fatalf("the old primary %s was named %d times after its replica's promotion", old.Addr, wrong)
+			}
+			if refused == 0 {
+				t.Fatal("no lookup was refused during the failover: the test saw none of it")
+			}
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("the new primary was never named (wrong %d, refused %d)", wrong, refused)
+}
+
 // A WAIT whose connection breaks (the primary gone, as far as the client
 // can tell) is followed by a look for the entry: found, it is confirmed
 // and not added again.
