@@ -36,6 +36,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -791,14 +792,17 @@ func (d *demo) hibernation(ctx context.Context, id, session string) error {
 	return d.waitEvent(id, protocol.EventPaused, 30*time.Second)
 }
 
-// containersOf counts the containers of a worker on the engine.
+// containersOf counts the containers of a worker on the engine, found by
+// name: a container adopted from a warm pool keeps the label of the
+// worker it was made for.
 func (d *demo) containersOf(ctx context.Context, id string) (int, error) {
 	dc, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
 	if err != nil {
 		return 0, err
 	}
 	defer dc.Close()
-	cs, err := dc.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", protocol.LabelWorkerID+"="+id))})
+	name := "^/" + regexp.QuoteMeta(spawner.ContainerName(id)) + "$"
+	cs, err := dc.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("name", name))})
 	return len(cs), err
 }
 
