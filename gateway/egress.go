@@ -67,7 +67,7 @@ type egress struct {
 }
 
 func newEgress(w *worker) *egress {
-	e := &egress{w: w, log: w.g.log.With("worker_id", w.id, "socket", EgressSocket)}
+	e := &egress{w: w, log: w.logger(EgressSocket)}
 	errLog := slog.NewLogLogger(e.log.Handler(), slog.LevelDebug)
 	e.tr = &http.Transport{
 		Proxy:               nil, // never the gateway's own proxy settings

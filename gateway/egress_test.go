@@ -307,6 +307,27 @@ func TestEgressRefused(t *testing.T) {
 	}
 }
 
+// After a rename (a warm pool worker's container given to a woken worker)
+// the egress log names the worker the container serves now.
+func TestEgressLogNamesTheWorkerAfterARename(t *testing.T) {
+	e := newEgressEnv(t)
+	e.open(t, "warm", "git.example.test")
+	refuse := func(id, host string) {
+		t.Helper()
+		resp, body, _ := connect(t, e.sock(id), host+":443")
+		checkRefused(t, "CONNECT", resp, body, host+":443")
+		want := `"msg":"egress refused","worker_id":"` + id + `","socket":"egress.sock","host":"` + host + `"`
+		if !strings.Contains(e.log.String(), want) {
+			t.Fatalf("no line %s in the log:\n%s", want, e.log)
+		}
+	}
+	refuse("warm", "evil.example.test")
+	if _, err := e.c.Rename(context.Background(), "warm", "woken"); err != nil {
+		t.Fatal(err)
+	}
+	refuse("woken", "evil2.example.test")
+}
+
 // A PUT with a new list applies to the next request at once: the newly
 // allowed host goes through and the removed one is refused within 1 s,
 // on new connections; a tunnel opened before the change stays.

@@ -829,6 +829,48 @@ func (w *worker) allows(t target) bool {
 	return w.g.defaults.allows(t) || w.allow.Load().allows(t)
 }
 
+// logger is the log of one of the worker's sockets: each line names the
+// worker's id as it is when the line is written (a rename, a warm pool
+// worker's container given to a woken worker, changes it).
+func (w *worker) logger(socket string) *slog.Logger {
+	return slog.New(idHandler{h: w.g.log.Handler(), w: w}).With("socket", socket)
+}
+
+// ID returns the worker's id now.
+func (w *worker) ID() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.id
+}
+
+// idHandler writes worker_id, read at each line, then the attributes
+// given to the logger (With), then the line's own, through h.
+type idHandler struct {
+	h     slog.Handler
+	w     *worker
+	attrs []slog.Attr
+}
+
+func (i idHandler) Enabled(ctx context.Context, l slog.Level) bool { return i.h.Enabled(ctx, l) }
+
+func (i idHandler) Handle(ctx context.Context, r slog.Record) error {
+	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	out.AddAttrs(slog.String("worker_id", i.w.ID()))
+	out.AddAttrs(i.attrs...)
+	r.Attrs(func(a slog.Attr) bool { out.AddAttrs(a); return true })
+	return i.h.Handle(ctx, out)
+}
+
+func (i idHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return idHandler{h: i.h, w: i.w, attrs: append(slices.Clip(i.attrs), as...)}
+}
+
+// WithGroup writes the attributes given so far before worker_id: a group
+// holds what follows.
+func (i idHandler) WithGroup(name string) slog.Handler {
+	return idHandler{h: i.h.WithAttrs(i.attrs).WithGroup(name), w: i.w}
+}
+
 func (w *worker) spec() WorkerSpec {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -901,7 +943,7 @@ func (w *worker) serveModel(l *unixListener) {
 // acceptLoop accepts connections on l until it is closed (true), or a
 // panic ends it (false, after logging it): the caller starts it again.
 func (w *worker) acceptLoop(l *unixListener, name, addr string) (ended bool) {
-	log := w.g.log.With("worker_id", w.id, "socket", name)
+	log := w.logger(name)
 	defer func() {
 		if r := recover(); r != nil {
 			log.Error("accept loop panicked", "panic", r, "stack", string(debug.Stack()))
@@ -1138,6 +1180,6 @@ func (w *worker) wait(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("gateway: worker %s: connections still closing: %w", w.id, ctx.Err())
+		return fmt.Errorf("gateway: worker %s: connections still closing: %w", w.ID(), ctx.Err())
 	}
 }

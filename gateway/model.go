@@ -96,7 +96,7 @@ type modelProxy struct {
 }
 
 func newModelProxy(w *worker) *modelProxy {
-	m := &modelProxy{w: w, log: w.g.log.With("worker_id", w.id, "socket", ModelSocket)}
+	m := &modelProxy{w: w, log: w.logger(ModelSocket)}
 	errLog := slog.NewLogLogger(m.log.Handler(), slog.LevelDebug)
 	up := w.g.model
 	m.rp = &httputil.ReverseProxy{
