@@ -19,6 +19,7 @@ DEFAULT_PROJECT = "default"
 COMMAND_TIMEOUT = 360.0  # a create may wait for a slot (WORKER_CREATION_TIMEOUT, 5 min)
 TASK_TIMEOUT = 660.0  # a task's default timeout (600 s), and a little
 BLOCK_MS = 1000  # the longest single XREAD BLOCK: a timeout is checked at least this often
+LOOK_TIMEOUT = 30.0  # how long a write's look for its entry waits for a primary to read
 
 # Writes a run hash (field/value pairs) unless it exists: the sender makes
 # the run requested; the wrapper moves it on, never back.
@@ -96,6 +97,37 @@ class Keys:
 
     def replies(self, client):
         return self._join("replies", client)
+
+
+def named_primary(answers):
+    """The (host, port) of the primary a look for an entry reads, from
+    every sentinel's answer: None, or ((host, port), config epoch, failing
+    over). The address named under the newest configuration epoch (a
+    sentinel that has not heard of a failover names the old primary under
+    an older one), the one most of them name among equals, then the lowest.
+    None, "not yet", while a sentinel says it is failing the master over
+    (from the promotion of a replica to the end of the failover the old
+    primary still takes writes and answers reads, and drops them when it is
+    demoted), or when none answered."""
+    votes = {}
+    for answer in answers:
+        if answer is None:
+            continue
+        addr, epoch, failing = answer
+        if failing:
+            return None
+        votes[(epoch, addr)] = votes.get((epoch, addr), 0) + 1
+    if not votes:
+        return None
+    return min(votes, key=lambda k: (-k[0], -votes[k], k[1]))[1]
+
+
+def direct_kwargs(connection_kwargs, addr):
+    """A sentinel pool's connection keywords (the user, password, db and
+    TLS settings of its connections) for a connection of one's own to addr."""
+    kw = {k: v for k, v in connection_kwargs.items() if k != "connection_pool"}
+    kw["host"], kw["port"] = addr
+    return kw
 
 
 def now():

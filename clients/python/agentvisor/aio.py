@@ -7,10 +7,37 @@ import time
 
 import redis
 import redis.asyncio
+from redis.utils import str_if_bytes
 
 from . import _core, redisurl, types
 from ._core import Keys, SentInfo
 from .errors import AgentvisorError, AgentvisorTimeout, redis_error
+
+
+async def _primary_to_read(r):
+    """The asyncio form of agentvisor.client._primary_to_read."""
+    pool = getattr(r, "connection_pool", None)
+    if not isinstance(pool, redis.asyncio.SentinelConnectionPool):
+        return r
+    addr = _core.named_primary(await asyncio.gather(*(_ask_sentinel(s, pool.service_name) for s in pool.sentinel_manager.sentinels)))
+    if addr is None:
+        return None
+    cls = redis.asyncio.SSLConnection if issubclass(pool.connection_class, redis.asyncio.SSLConnection) else redis.asyncio.Connection
+    return redis.asyncio.Redis(connection_pool=redis.asyncio.ConnectionPool(connection_class=cls, **_core.direct_kwargs(pool.connection_kwargs, addr)))
+
+
+async def _ask_sentinel(s, master):
+    """One sentinel's answer for _core.named_primary (None when it gives none)."""
+    try:
+        m = await s.sentinel_master(master)
+        return (m["ip"], m["port"]), m["config-epoch"], "failover_in_progress" in m["flags"]
+    except (redis.RedisError, KeyError):
+        pass  # a sentinel user not allowed SENTINEL MASTER is asked for the address alone
+    try:
+        addr = await s.sentinel_get_master_addr_by_name(master)
+    except redis.RedisError:
+        return None
+    return ((str_if_bytes(addr[0]), addr[1]), 0, False) if addr else None
 
 
 class _Streams:
@@ -40,13 +67,29 @@ class _Streams:
             if acked >= self.wait.replicas:
                 return entry_id
             # Short: the primary may be an old one about to be demoted, and
-            # redis-py asks the sentinels only when it connects: look again
-            # on fresh connections, on the primary they name by then.
+            # redis-py asks the sentinels only when it connects: look on the
+            # primary they name by then, and add again on fresh connections.
             await asyncio.sleep(self.wait.timeout_ms / 1000)
             await self.r.connection_pool.disconnect()
-            if await self.r.xrange(stream, entry_id, entry_id):
+            if await self._on_primary(stream, entry_id):
                 return entry_id
         return entry_id
+
+    async def _on_primary(self, stream, entry_id):
+        """Whether the primary has the entry, read where _primary_to_read
+        says, again after a backoff while it says not yet."""
+        deadline = time.monotonic() + _core.LOOK_TIMEOUT
+        back = 0.1
+        while (on := await _primary_to_read(self.r)) is None:
+            if time.monotonic() + back > deadline:
+                raise redis.ConnectionError(f"no primary to look for {entry_id} of {stream} on within {_core.LOOK_TIMEOUT}s: a sentinel is failing it over, or none answers")
+            await asyncio.sleep(back)
+            back = min(2 * back, 2.0)
+        try:
+            return bool(await on.xrange(stream, entry_id, entry_id))
+        finally:
+            if on is not self.r:
+                await on.connection_pool.disconnect()
 
     async def read(self, streams, block_ms, count=100):
         return await self.r.xread(streams, count=count, block=max(1, int(block_ms)))

@@ -4,10 +4,41 @@ import os
 import time
 
 import redis
+import redis.sentinel
+from redis.utils import str_if_bytes
 
 from . import _core, redisurl, types
 from ._core import Keys, SentInfo
 from .errors import AgentvisorError, AgentvisorTimeout, redis_error
+
+
+def _primary_to_read(r):
+    """What a look for an entry reads: r itself for one server; for a
+    client of sentinels, a client of its own (the caller disconnects its
+    pool) of the primary _core.named_primary picks from their answers, since
+    r may still be connected to the old one; None while that is not yet."""
+    pool = getattr(r, "connection_pool", None)
+    if not isinstance(pool, redis.sentinel.SentinelConnectionPool):
+        return r
+    addr = _core.named_primary([_ask_sentinel(s, pool.service_name) for s in pool.sentinel_manager.sentinels])
+    if addr is None:
+        return None
+    cls = redis.SSLConnection if issubclass(pool.connection_class, redis.SSLConnection) else redis.Connection
+    return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=cls, **_core.direct_kwargs(pool.connection_kwargs, addr)))
+
+
+def _ask_sentinel(s, master):
+    """One sentinel's answer for _core.named_primary (None when it gives none)."""
+    try:
+        m = s.sentinel_master(master)
+        return (m["ip"], m["port"]), m["config-epoch"], "failover_in_progress" in m["flags"]
+    except (redis.RedisError, KeyError):
+        pass  # a sentinel user not allowed SENTINEL MASTER is asked for the address alone
+    try:
+        addr = s.sentinel_get_master_addr_by_name(master)
+    except redis.RedisError:
+        return None
+    return ((str_if_bytes(addr[0]), addr[1]), 0, False) if addr else None
 
 
 class _Streams:
@@ -38,13 +69,29 @@ class _Streams:
             if acked >= self.wait.replicas:
                 return entry_id
             # Short: the primary may be an old one about to be demoted, and
-            # redis-py asks the sentinels only when it connects: look again
-            # on fresh connections, on the primary they name by then.
+            # redis-py asks the sentinels only when it connects: look on the
+            # primary they name by then, and add again on fresh connections.
             time.sleep(self.wait.timeout_ms / 1000)
             self.r.connection_pool.disconnect()
-            if self.r.xrange(stream, entry_id, entry_id):
+            if self._on_primary(stream, entry_id):
                 return entry_id  # kept: no replica in sync, nothing more to wait for
         return entry_id
+
+    def _on_primary(self, stream, entry_id):
+        """Whether the primary has the entry, read where _primary_to_read
+        says, again after a backoff while it says not yet."""
+        deadline = time.monotonic() + _core.LOOK_TIMEOUT
+        back = 0.1
+        while (on := _primary_to_read(self.r)) is None:
+            if time.monotonic() + back > deadline:
+                raise redis.ConnectionError(f"no primary to look for {entry_id} of {stream} on within {_core.LOOK_TIMEOUT}s: a sentinel is failing it over, or none answers")
+            time.sleep(back)
+            back = min(2 * back, 2.0)
+        try:
+            return bool(on.xrange(stream, entry_id, entry_id))
+        finally:
+            if on is not self.r:
+                on.connection_pool.disconnect()
 
     def read(self, streams, block_ms, count=100):
         return self.r.xread(streams, count=count, block=max(1, int(block_ms)))

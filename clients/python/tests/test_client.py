@@ -7,10 +7,13 @@ import os
 import sys
 import unittest
 
+import redis
+import redis.asyncio
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from agentvisor import (AgentvisorError, AgentvisorTimeout, AsyncClient, BadRedisURL, Client, Keys,  # noqa: E402
-                        WaitPolicy, _core, parse_redis_url)
+                        WaitPolicy, _core, aio, client, parse_redis_url)
 
 
 class KeysTest(unittest.TestCase):
@@ -73,6 +76,26 @@ class RedisURLTest(unittest.TestCase):
         self.assertEqual(WaitPolicy.from_env(parse_redis_url("redis://h"), {"REDIS_WAIT_TIMEOUT": "250"}).timeout_ms, 250)
         with self.assertRaises(BadRedisURL):
             WaitPolicy.from_env(parse_redis_url("redis://h"), {"REDIS_WAIT_TIMEOUT": "2m"})
+
+    def test_named_primary(self):
+        old, new = ("10.0.0.1", 6379), ("10.0.0.2", 6379)
+        cases = [
+            ("the newest epoch, although most name the old one", [(old, 1, False), (old, 1, False), (new, 2, False)], new),
+            ("most among equal epochs", [(new, 1, False), (old, 1, False), (old, 1, False)], old),
+            ("the lowest address among equals", [(new, 1, False), (old, 1, False)], old),
+            ("a sentinel failing the master over: not yet", [(old, 1, True), (old, 1, False), None], None),
+            ("an address alone (no SENTINEL MASTER) under epoch 0", [(new, 0, False), None, None], new),
+            ("no answer: not yet", [None, None, None], None),
+        ]
+        for name, answers, want in cases:
+            with self.subTest(name):
+                self.assertEqual(_core.named_primary(answers), want)
+
+    def test_a_client_of_one_server_looks_on_itself(self):
+        r = redis.Redis(host="127.0.0.1", port=1)
+        self.assertIs(client._primary_to_read(r), r)
+        ar = redis.asyncio.Redis(host="127.0.0.1", port=1)
+        self.assertIs(asyncio.run(aio._primary_to_read(ar)), ar)
 
 
 class FakeRedis:

@@ -3,6 +3,7 @@
 // it reads (PROTOCOL.md, "Conventions": one field, data, per entry).
 import type { Redis } from 'ioredis';
 import { AgentvisorError, redisError } from './errors.js';
+import { primaryToRead } from './primary.js';
 import type { WaitPolicy } from './redisurl.js';
 import type { Lifecycle, Output, PermissionRequest, Progress } from './types.js';
 
@@ -66,11 +67,26 @@ export async function lastId(r: Redis, stream: string): Promise<string> {
 const sleep = (ms: number) => new Promise((res) => setTimeout(res, ms));
 
 /**
+ * Whether the primary has entry id of stream, read where primaryToRead
+ * says; throws while it says not yet (the caller looks again later).
+ */
+async function onPrimary(r: Redis, stream: string, id: string): Promise<boolean> {
+  const on = await primaryToRead(r);
+  if (on === null) throw new Error('no primary to look on yet: a sentinel is failing it over, or none answers');
+  try {
+    return (await on.xrange(stream, id, id)).length > 0;
+  } finally {
+    if (on !== r) on.disconnect();
+  }
+}
+
+/**
  * Adds a document to a stream, confirmed by WAIT when the policy asks: a
  * failover neither loses it nor, as far as a look at the new primary can
- * tell, adds it twice (redisconn.XAdd in Go). A primary with no replica in
- * sync keeps the entry: nothing more to wait for. Gives up after
- * deadlineMs with UPSTREAM_UNAVAILABLE.
+ * tell, adds it twice (redisconn.XAdd in Go). The look is made on the
+ * primary primaryToRead names, again after a backoff while it says not yet.
+ * A primary with no replica in sync keeps the entry: nothing more to wait
+ * for. Gives up after deadlineMs with UPSTREAM_UNAVAILABLE.
  */
 export async function sendDoc(r: Redis, wait: WaitPolicy, stream: string, doc: object, what: string, deadlineMs = 30000): Promise<string> {
   const data = JSON.stringify(doc);
@@ -85,10 +101,7 @@ export async function sendDoc(r: Redis, wait: WaitPolicy, stream: string, doc: o
   let lastErr: unknown;
   for (let back = 100; Date.now() < end; back = Math.min(2 * back, 2000)) {
     try {
-      if (id !== '') {
-        const found = await r.xrange(stream, id, id);
-        if (found.length > 0) return id; // on the primary reached after a failover
-      }
+      if (id !== '' && (await onPrimary(r, stream, id))) return id; // on the primary reached after a failover
       const p = add(r.pipeline());
       p.call('WAIT', wait.replicas, wait.timeoutMs);
       const res = (await p.exec()) ?? [];
@@ -101,8 +114,7 @@ export async function sendDoc(r: Redis, wait: WaitPolicy, stream: string, doc: o
         // Answered short: a look a WAIT timeout later tells a live primary
         // (it has the entry: no replica in sync, keep it) from an old one.
         await sleep(wait.timeoutMs);
-        const found = await r.xrange(stream, id, id);
-        if (found.length > 0) return id;
+        if (await onPrimary(r, stream, id)) return id;
         id = '';
         continue;
       }
