@@ -72,8 +72,8 @@ class _Streams:
             await asyncio.sleep(self.wait.timeout_ms / 1000)
             await self.r.connection_pool.disconnect()
             if await self._on_primary(stream, entry_id):
-                return entry_id
-        return entry_id
+                return entry_id  # kept: no replica in sync, nothing more to wait for
+        raise AgentvisorError("UPSTREAM_UNAVAILABLE", f"{stream}: added 3 times, and the primary had none of them when looked for: not confirmed", True)
 
     async def _on_primary(self, stream, entry_id):
         """Whether the primary has the entry, read where _primary_to_read

@@ -75,7 +75,7 @@ class _Streams:
             self.r.connection_pool.disconnect()
             if self._on_primary(stream, entry_id):
                 return entry_id  # kept: no replica in sync, nothing more to wait for
-        return entry_id
+        raise AgentvisorError("UPSTREAM_UNAVAILABLE", f"{stream}: added 3 times, and the primary had none of them when looked for: not confirmed", True)
 
     def _on_primary(self, stream, entry_id):
         """Whether the primary has the entry, read where _primary_to_read

@@ -52,6 +52,7 @@ class Adopt(Document):
     type: str = 'adopt'
     worker_id: str
     redis_user: str
+    credential_hosts: Optional[list[str]] = None
 
     _FIELDS = {'v': {'const': 1, 'required': True},
                'type': {'const': 'adopt', 'required': True},
@@ -60,7 +61,11 @@ class Adopt(Document):
                              'maxLength': 200,
                              'type': ['string'],
                              'required': True},
-               'redis_user': {'pattern': '^[!-.0-?A-~]{1,256}$', 'type': ['string'], 'required': True}}
+               'redis_user': {'pattern': '^[!-.0-?A-~]{1,256}$', 'type': ['string'], 'required': True},
+               'credential_hosts': {'maxItems': 256,
+                                    'items': {'minLength': 1, 'maxLength': 255, 'type': ['string']},
+                                    'type': ['array'],
+                                    'required': False}}
     _OPEN = False
 
 
