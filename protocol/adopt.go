@@ -1,5 +1,10 @@
 package protocol
 
+import (
+	"net/netip"
+	"strings"
+)
+
 // TypeAdopt is the type of an Adopt document.
 const TypeAdopt Type = "adopt"
 
@@ -19,6 +24,10 @@ type Adopt struct {
 	Type      Type   `json:"type"`
 	WorkerID  string `json:"worker_id"`  // required: the hibernated worker the container becomes
 	RedisUser string `json:"redis_user"` // required: the woken worker's Redis user, to log in as
+	// CredentialHosts are the hosts the gateway holds a credential for,
+	// for the woken worker (its CREDENTIAL_HOSTS from then on; none when
+	// empty): a credential may name the workers it is for.
+	CredentialHosts []string `json:"credential_hosts,omitempty"`
 }
 
 // Validate checks every field of a.
@@ -32,7 +41,32 @@ func (a Adopt) Validate() error {
 	if !validRedisUser(a.RedisUser) {
 		return fieldErr("redis_user", "is not a Redis user name (printable ASCII, no space, '@' or '/', at most 256 bytes)")
 	}
+	if len(a.CredentialHosts) > maxCredentialHosts {
+		return fieldErr("credential_hosts", "more than %d hosts", maxCredentialHosts)
+	}
+	for _, h := range a.CredentialHosts {
+		if !validCredentialHost(h) {
+			return fieldErr("credential_hosts", "%.64q is not a host name or an IP literal", h)
+		}
+	}
 	return nil
+}
+
+// maxCredentialHosts bounds an adopt document's credential_hosts.
+const maxCredentialHosts = 256
+
+// validCredentialHost accepts a host name, an IPv4 literal or an IPv6
+// literal in brackets, as CREDENTIAL_HOSTS takes them.
+func validCredentialHost(h string) bool {
+	if n, ok := NormalizeHostName(h); ok && n == h {
+		return true
+	}
+	if inner, ok := strings.CutPrefix(h, "["); ok {
+		a, err := netip.ParseAddr(strings.TrimSuffix(inner, "]"))
+		return err == nil && strings.HasSuffix(h, "]") && a.Is6() && a.Zone() == ""
+	}
+	a, err := netip.ParseAddr(h)
+	return err == nil && a.Is4()
 }
 
 // validRedisUser accepts the per-worker user names of the runtime

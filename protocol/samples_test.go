@@ -37,6 +37,7 @@ func samples() map[string][]encoder {
 		},
 		"adopt.schema.json": {
 			Adopt{WorkerID: "w-2", RedisUser: "agentvisor:worker:w-2"},
+			Adopt{WorkerID: "w-3", RedisUser: "agentvisor:worker:w-3", CredentialHosts: []string{"git.example.com", "10.0.0.7", "[fd00::7]"}},
 		},
 		"message.schema.json": {
 			NewMessage("req-1", "Use the staging database, not production."),

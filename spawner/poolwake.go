@@ -50,12 +50,15 @@ func (s *Spawner) wakeIntoWarm(ctx context.Context, id string, spec protocol.Wor
 	bg := context.WithoutCancel(ctx)
 	putBack := func() { _ = s.rdb.AddWarm(bg, p.Name, warm) }
 	sealed := s.sealed() && s.gateway != nil
+	var credentialHosts []string // the woken worker's: a credential may be for some workers only
 	if sealed {
 		s.closeSealed(ctx, id) // a directory of an earlier incarnation left open
-		if _, err := s.gateway.Rename(ctx, warm, id); err != nil {
+		info, err := s.gateway.Rename(ctx, warm, id)
+		if err != nil {
 			putBack()
 			return false, errorf(protocol.CodeUpstreamUnavailable, "the gateway did not rename %s's sockets: %v", warm, err)
 		}
+		credentialHosts = info.CredentialHosts
 	}
 	undoNames := func() {
 		_ = s.docker.ContainerRename(bg, cid, ContainerName(warm))
@@ -117,7 +120,7 @@ func (s *Spawner) wakeIntoWarm(ctx context.Context, id string, spec protocol.Wor
 			return fail(engineError(err, "unpause the container of %s", warm))
 		} // running already (never paused, or unpaused by another)
 	}
-	doc, err := protocol.Adopt{WorkerID: id, RedisUser: s.rdb.WorkerUser(id)}.Encode()
+	doc, err := protocol.Adopt{WorkerID: id, RedisUser: s.rdb.WorkerUser(id), CredentialHosts: credentialHosts}.Encode()
 	if err == nil {
 		err = s.rdb.AddEntry(ctx, s.keys.Input(warm), doc)
 	}

@@ -3,11 +3,17 @@ package spawner
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentvisor/agentvisor/client"
+	"github.com/agentvisor/agentvisor/gateway"
+	"github.com/agentvisor/agentvisor/gateway/gatewaytest"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/testkit"
 )
@@ -17,13 +23,22 @@ import (
 // container is one the pool made before the task came), the task is
 // answered under the hibernated worker's id, in its next incarnation, and
 // the warm worker's identity is gone (not listed, no Redis user, its
-// socket directory renamed).
+// socket directory renamed). A gateway credential for the woken worker
+// alone is in its wrapper's CREDENTIAL_HOSTS from the wake on.
 func TestWakeTakesAWarmPoolWorker(t *testing.T) {
 	buildBenchBase(t)
+	gwDir := gatewaytest.Dir(t)
 	f := newFixture(t, func(c *Config) {
 		useFakeAgent(c)
+		c.WorkerEnv["FAKE_AGENT_MODES"] = "fake:git-config" // each result: the git configuration the agent was given
 		c.Pools = []PoolTemplate{{Name: "warm", Spec: fakeSpec, MinWarm: 1, MaxTotal: 4, RecycleAfter: 100, key: specKey(fakeSpec)}}
+		c.GatewayDir = gwDir
 	})
+	credFile := filepath.Join(t.TempDir(), "credentials.json")
+	if err := os.WriteFile(credFile, []byte("[]"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw := gatewaytest.Start(t, gateway.Config{Dir: gwDir, Redis: f.rc.Options().Addr, Model: f.stub.URL, CredentialsFile: credFile})
 	f.startManager(t)
 	ctx := context.Background()
 	warmOnes := func() []string { ids, _ := f.s.rdb.Warm(ctx, "warm"); return ids }
@@ -31,6 +46,13 @@ func TestWakeTakesAWarmPoolWorker(t *testing.T) {
 	// A worker of the pool's spec, made cold (the warm one is left for
 	// the wake), hibernated.
 	id := hibernatedWorker(t, f, fakeSpec)
+	creds := `[{"host": "git.example.com", "value": "token only-for-the-woken", "workers": ["` + id + `"]}]`
+	if err := os.WriteFile(credFile, []byte(creds), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.ReloadCredentials(); err != nil {
+		t.Fatal(err)
+	}
 	testkit.Eventually(t, "a warm worker ready", time.Minute, func() bool { return len(warmOnes()) == 1 })
 	warm := warmOnes()[0]
 	before := map[string]bool{}
@@ -67,10 +89,17 @@ func TestWakeTakesAWarmPoolWorker(t *testing.T) {
 		t.Errorf("the warm worker's Redis user is left: %v", users)
 	}
 	// The woken worker goes on as any: a second task, then the pool is
-	// refilled with a new warm worker.
+	// refilled with a new warm worker. Its agent is given git's way to
+	// the host of the credential for the woken worker alone (the
+	// wrapper's CREDENTIAL_HOSTS came with the adopt document).
 	f.send(t, f.keys.Input(id), protocol.Task{RequestID: "after-wake", Prompt: "again"})
-	if o := f.waitOutput(t, f.keys.Output(id), "after-wake", time.Minute); o.Status != protocol.StatusComplete {
+	o = f.waitOutput(t, f.keys.Output(id), "after-wake", time.Minute)
+	if o.Status != protocol.StatusComplete {
 		t.Fatalf("the next task: %+v", o)
+	}
+	if !strings.Contains(string(o.Result), "git.example.com") {
+		out, _ := exec.Command("docker", "logs", "--tail", "40", c.ID).CombinedOutput()
+		t.Errorf("the agent's git configuration names no git.example.com: %s (response %q)\n%s", o.Result, o.Response, out)
 	}
 	testkit.Eventually(t, "the pool refilled", time.Minute, func() bool {
 		w := warmOnes()

@@ -17,6 +17,9 @@ import (
 type Adoption struct {
 	WorkerID string
 	RedisURL string // the Redis URL with the adopted worker's user, and this wrapper's password
+	// CredentialHosts are the adopted worker's CREDENTIAL_HOSTS: a
+	// gateway credential may be for some workers only.
+	CredentialHosts []string
 }
 
 // Adopted returns the worker this wrapper is to become, nil when none.
@@ -57,7 +60,7 @@ func (w *Worker) adopt(ctx context.Context, src taskSource, data []byte) {
 		return
 	}
 	w.log.Info("adopted: this container now serves a woken worker", "worker_id", a.WorkerID)
-	w.adoption.Store(&Adoption{WorkerID: a.WorkerID, RedisURL: url})
+	w.adoption.Store(&Adoption{WorkerID: a.WorkerID, RedisURL: url, CredentialHosts: a.CredentialHosts})
 	if stop := w.stopLoop.Load(); stop != nil {
 		(*stop)()
 	}
@@ -81,19 +84,24 @@ func adoptedURL(raw, self string, a protocol.Adopt) (string, error) {
 	return u.WithUser(a.RedisUser, u.Password).String(), nil
 }
 
-// AdoptedEnviron is environ with the identity of a: its WORKER_ID and
-// REDIS_URL replaced, everything else (the spec's settings, the sockets,
-// the model token) kept, but AGENT_PREWARM: the task that woke the
-// adopted worker waits, and a prewarm would start the agent before
-// reading it.
+// AdoptedEnviron is environ with the identity of a: its WORKER_ID,
+// REDIS_URL and CREDENTIAL_HOSTS replaced, everything else (the spec's
+// settings, the sockets, the model token) kept, but AGENT_PREWARM: the
+// task that woke the adopted worker waits, and a prewarm would start the
+// agent before reading it.
 func AdoptedEnviron(environ []string, a *Adoption) []string {
-	out := make([]string, 0, len(environ))
+	out := make([]string, 0, len(environ)+1)
 	for _, kv := range environ {
 		switch {
-		case strings.HasPrefix(kv, "WORKER_ID="), strings.HasPrefix(kv, "REDIS_URL="), strings.HasPrefix(kv, "AGENT_PREWARM="):
+		case strings.HasPrefix(kv, "WORKER_ID="), strings.HasPrefix(kv, "REDIS_URL="), strings.HasPrefix(kv, "AGENT_PREWARM="),
+			strings.HasPrefix(kv, "CREDENTIAL_HOSTS="):
 			continue
 		}
 		out = append(out, kv)
 	}
-	return append(out, "WORKER_ID="+a.WorkerID, "REDIS_URL="+a.RedisURL)
+	out = append(out, "WORKER_ID="+a.WorkerID, "REDIS_URL="+a.RedisURL)
+	if len(a.CredentialHosts) > 0 {
+		out = append(out, "CREDENTIAL_HOSTS="+strings.Join(a.CredentialHosts, ","))
+	}
+	return out
 }

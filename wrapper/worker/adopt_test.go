@@ -58,7 +58,7 @@ func TestAdoptNeedsTheWorkersLogin(t *testing.T) {
 		t.Fatalf("a forged adopt was taken: %+v", w.Adopted())
 	}
 
-	adopt(protocol.Adopt{WorkerID: "woken-1", RedisUser: "agentvisor:t:woken-1"})
+	adopt(protocol.Adopt{WorkerID: "woken-1", RedisUser: "agentvisor:t:woken-1", CredentialHosts: []string{"git.example.com", "10.0.0.7"}})
 	testkit.Eventually(t, "the genuine adopt taken", 30*time.Second, func() bool { return w.Adopted() != nil })
 	// Run ends by itself: the worker stops as itself (its heartbeat goes).
 	testkit.Eventually(t, "the warm worker stopped", 30*time.Second, func() bool {
@@ -73,9 +73,11 @@ func TestAdoptNeedsTheWorkersLogin(t *testing.T) {
 	if err != nil || got.Username != "agentvisor:t:woken-1" || got.Password != "same-password" {
 		t.Fatalf("the adopted URL's user %q (password kept: %v), %v", got.Username, got.Password == "same-password", err)
 	}
-	env := AdoptedEnviron([]string{"PATH=/bin", "WORKER_ID=warm-1", "REDIS_URL=" + e.cfg.RedisURL, "MODEL_SOCKET_TOKEN=tok", "AGENT_PREWARM=true"}, a)
+	env := AdoptedEnviron([]string{"PATH=/bin", "WORKER_ID=warm-1", "REDIS_URL=" + e.cfg.RedisURL, "MODEL_SOCKET_TOKEN=tok", "AGENT_PREWARM=true",
+		"CREDENTIAL_HOSTS=warm-only.example.com"}, a)
 	if !slices.Contains(env, "WORKER_ID=woken-1") || !slices.Contains(env, "MODEL_SOCKET_TOKEN=tok") || slices.Contains(env, "WORKER_ID=warm-1") ||
-		slices.Contains(env, "AGENT_PREWARM=true") {
+		slices.Contains(env, "AGENT_PREWARM=true") || !slices.Contains(env, "CREDENTIAL_HOSTS=git.example.com,10.0.0.7") ||
+		slices.Contains(env, "CREDENTIAL_HOSTS=warm-only.example.com") {
 		t.Fatalf("the adopted environment: %q", env)
 	}
 	pending, err := e.rc.XPending(ctx, input, protocol.WorkerGroup).Result()

@@ -9,6 +9,8 @@ export interface Adopt {
   type: "adopt";
   worker_id: Id;
   redis_user: string;
+  /** the hosts the gateway holds a credential for, for the woken worker: its CREDENTIAL_HOSTS from then on (none when absent) */
+  credential_hosts?: string[];
 }
 
 // cancel.schema.json

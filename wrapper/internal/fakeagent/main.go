@@ -8,7 +8,9 @@
 // crash-before-init, no-result, exit1-after-success, is-error,
 // hang-after-result, child-holds-stdout, big-line, garbage, orphans,
 // ignore-sigterm, api-retry, progress, sleep-<ms>, schema, resume-missing,
-// leak-secret, stamp (start and exit times in the result), progress-burst,
+// leak-secret, stamp (start and exit times in the result), git-config
+// (the git configuration it was given in its environment, GIT_CONFIG_*,
+// as the result), progress-burst,
 // hog (allocates memory until the OOM killer ends it), hang-after-turn (one
 // assistant message with its usage, then nothing), snoop (tries to read the
 // wrapper's secrets from /proc and the home directory as an attacker
@@ -62,7 +64,9 @@ func main() {
 	}
 	modes := map[string]bool{}
 	sleepMS := 0
-	for _, w := range strings.Fields(prompt) {
+	// FAKE_AGENT_MODES (words "fake:<mode>" too) holds for every run: a
+	// persistent worker's process reads no prompt from its command line.
+	for _, w := range strings.Fields(prompt + " " + os.Getenv("FAKE_AGENT_MODES")) {
 		if m, ok := strings.CutPrefix(w, "fake:"); ok {
 			modes[m] = true
 			if ms, ok := strings.CutPrefix(m, "sleep-"); ok {
@@ -184,6 +188,16 @@ func (a *agent) run(modes map[string]bool, sleepMS int, prompt, resume string) {
 	stop := stopJSON(modes)
 	if modes["progress-burst"] {
 		progressBurst()
+	}
+	if modes["git-config"] {
+		cfg := map[string]string{}
+		for _, kv := range os.Environ() {
+			if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, "GIT_CONFIG_") {
+				cfg[k] = v
+			}
+		}
+		b, _ := json.Marshal(cfg)
+		stop = `{"status": "complete", "result": ` + string(b) + `}`
 	}
 	if modes["stamp"] {
 		// The benchmarks read when the agent started and when it exited.
