@@ -354,7 +354,11 @@ func (p *Persistent) writeMessage(ctx context.Context, message []byte, timeout <
 		if err == nil {
 			return true
 		}
+		// Its stdin is gone: the process exited, or is exiting. What it
+		// printed before is still in its output: keep it (its result, or
+		// the error that ended it).
 		p.kill()
+		p.drainInto(out)
 		out.Exit = p.waitExit()
 	case <-timeout:
 		out.TimedOut = true
@@ -367,6 +371,30 @@ func (p *Persistent) writeMessage(ctx context.Context, message []byte, timeout <
 	}
 	out.Stderr = p.stderr.String()
 	return false
+}
+
+// drainInto records in out the events of a process that is gone, until
+// its output ends, or for DrainGrace when a process that left its group
+// holds it.
+func (p *Persistent) drainInto(out *Outcome) {
+	start := time.Now()
+	grace := time.After(p.spec.DrainGrace)
+	for {
+		select {
+		case evs, ok := <-p.events:
+			if !ok {
+				return
+			}
+			for _, ev := range evs {
+				if ev.Init != nil {
+					p.init = ev.Init
+				}
+				out.record(ev, time.Since(start))
+			}
+		case <-grace:
+			return
+		}
+	}
 }
 
 // turn is what one message's turn means to a persistent process: the

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -49,5 +50,31 @@ func TestPersistentSendBoundsTheWrite(t *testing.T) {
 				t.Fatalf("Send still blocked in its write after %v", time.Since(start))
 			}
 		})
+	}
+}
+
+// A process that printed its lines and exited before the message was
+// written (its stdin gone: the write fails) still has them in its
+// output: the outcome records them, its result with them, and the
+// process is no longer Alive.
+func TestPersistentSendToAnExitedProcessKeepsWhatItPrinted(t *testing.T) {
+	p, err := StartPersistent(fakeSpec(false, "exits at once, reading nothing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for syscall.Kill(p.Pid(), 0) == nil { // gone once its starter reaped it
+		if time.Now().After(deadline) {
+			t.Fatal("the fake agent did not exit")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	o := p.Send(context.Background(), ClaudeUserMessage("hello"), 5*time.Second, nil)
+	if o.Init == nil || o.Result == nil || o.Result.IsError {
+		t.Fatalf("the outcome lost what the process printed: init %v, result %+v, exit %v", o.Init != nil, o.Result, o.Exit)
+	}
+	if p.Alive() {
+		t.Error("an exited process is taken as alive")
 	}
 }
