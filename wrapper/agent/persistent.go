@@ -378,23 +378,12 @@ func (p *Persistent) writeMessage(ctx context.Context, message []byte, timeout <
 // holds it.
 func (p *Persistent) drainInto(out *Outcome) {
 	start := time.Now()
-	grace := time.After(p.spec.DrainGrace)
-	for {
-		select {
-		case evs, ok := <-p.events:
-			if !ok {
-				return
-			}
-			for _, ev := range evs {
-				if ev.Init != nil {
-					p.init = ev.Init
-				}
-				out.record(ev, time.Since(start))
-			}
-		case <-grace:
-			return
+	readToEnd(p.events, p.spec.DrainGrace, func(ev Event) {
+		if ev.Init != nil {
+			p.init = ev.Init
 		}
-	}
+		out.record(ev, time.Since(start))
+	})
 }
 
 // turn is what one message's turn means to a persistent process: the

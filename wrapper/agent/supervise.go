@@ -227,19 +227,26 @@ func (s *supervisor) exit(st ExitStatus) {
 // before, until its output ends; after DrainGrace a child holds it: kill
 // the group and read no more.
 func (s *supervisor) drainTurn() {
-	grace := time.After(s.spec.DrainGrace)
+	if !readToEnd(s.events, s.spec.DrainGrace, func(ev Event) { s.out.record(ev, time.Since(s.start)) }) {
+		s.kill()
+	}
+}
+
+// readToEnd passes each event of events to see until events closes
+// (true) or grace passed first (false).
+func readToEnd(events <-chan []Event, grace time.Duration, see func(Event)) bool {
+	timeout := time.After(grace)
 	for {
 		select {
-		case evs, ok := <-s.events:
+		case evs, ok := <-events:
 			if !ok {
-				return
+				return true
 			}
 			for _, ev := range evs {
-				s.out.record(ev, time.Since(s.start))
+				see(ev)
 			}
-		case <-grace:
-			s.kill()
-			return
+		case <-timeout:
+			return false
 		}
 	}
 }
