@@ -109,6 +109,9 @@ type sentinels struct {
 	at       time.Time // when addr was last confirmed
 	inTheAir *lookup   // the lookup under way, shared by every caller
 	fence    *fence    // a failover under way: new connections wait
+	// news counts what the sentinels announced (a switch, a fence, its
+	// end): a lookup asked before news came does not overwrite it.
+	news uint64
 }
 
 // fence is a failover under way, announced by the sentinel by.
@@ -121,9 +124,11 @@ type fence struct {
 // lookup is one round of questions to the sentinels, its answer shared by
 // the connections that wait for it.
 type lookup struct {
-	done chan struct{}
-	addr string
-	err  error
+	done   chan struct{}
+	addr   string
+	err    error
+	stored bool   // its answer became the primary
+	gen    uint64 // the gen it was stored under
 }
 
 func newSentinels(u protocol.RedisURL, tlsConfig *tls.Config, timeout time.Duration, log *slog.Logger, onSwitch func()) *sentinels {
@@ -137,56 +142,66 @@ func newSentinels(u protocol.RedisURL, tlsConfig *tls.Config, timeout time.Durat
 }
 
 // primary returns the primary's address and the gen it belongs to: the
-// cached one when it is fresh, else the sentinels' answer now.
+// cached one when it is fresh, else the sentinels' answer now. While a
+// failover is fenced it waits; a lookup overtaken by news (a fence, a
+// switch) is not taken: it starts over.
 func (s *sentinels) primary(ctx context.Context) (string, uint64, error) {
 	s.mu.Lock()
-	for s.fence != nil {
-		lifted := s.fence.lifted
+	for {
+		if f := s.fence; f != nil {
+			s.mu.Unlock()
+			select {
+			case <-f.lifted:
+			case <-ctx.Done():
+				return "", 0, ctx.Err()
+			}
+			s.mu.Lock()
+			continue
+		}
+		if s.addr != "" && time.Since(s.at) < PrimaryCacheFor {
+			addr, gen := s.addr, s.gen.Load()
+			s.mu.Unlock()
+			return addr, gen, nil
+		}
+		l := s.inTheAir
+		if l == nil {
+			l = &lookup{done: make(chan struct{})}
+			s.inTheAir = l
+			go s.run(l, s.news)
+		}
 		s.mu.Unlock()
 		select {
-		case <-lifted:
+		case <-l.done:
 		case <-ctx.Done():
 			return "", 0, ctx.Err()
 		}
+		if l.err != nil {
+			return "", 0, l.err
+		}
 		s.mu.Lock()
+		if l.stored && s.fence == nil && s.gen.Load() == l.gen {
+			s.mu.Unlock()
+			return l.addr, l.gen, nil
+		}
 	}
-	if s.addr != "" && time.Since(s.at) < PrimaryCacheFor {
-		addr, gen := s.addr, s.gen.Load()
-		s.mu.Unlock()
-		return addr, gen, nil
-	}
-	l := s.inTheAir
-	if l == nil {
-		l = &lookup{done: make(chan struct{})}
-		s.inTheAir = l
-		go s.run(l, s.gen.Load())
-	}
-	s.mu.Unlock()
-	select {
-	case <-l.done:
-	case <-ctx.Done():
-		return "", 0, ctx.Err()
-	}
-	if l.err != nil {
-		return "", 0, l.err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.addr, s.gen.Load(), nil
 }
 
-// run asks the sentinels for l and stores their answer, unless a switch
-// came meanwhile (its primary is newer than what they were asked).
-func (s *sentinels) run(l *lookup, gen uint64) {
+// run asks the sentinels for l and stores their answer, unless news came
+// meanwhile (a switch names a newer primary than they were asked; a
+// fence holds every connection).
+func (s *sentinels) run(l *lookup, news uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*s.timeout)
 	defer cancel()
-	l.addr, l.err = s.ask(ctx)
+	addr, err := s.ask(ctx)
 	s.mu.Lock()
 	s.inTheAir = nil
 	moved := false
-	if l.err == nil && s.gen.Load() == gen {
-		s.setLocked(l.addr)
-		moved = s.gen.Load() != gen // the sentinels name a new primary: a switch not announced to us
+	l.addr, l.err = addr, err
+	if err == nil && s.news == news {
+		before := s.gen.Load()
+		s.setLocked(addr)
+		l.stored, l.gen = true, s.gen.Load()
+		moved = l.gen != before // the sentinels name a new primary: a switch not announced to us
 	}
 	s.mu.Unlock()
 	close(l.done)
@@ -214,7 +229,8 @@ func (s *sentinels) switchTo(addr string) {
 	before := s.gen.Load()
 	s.setLocked(addr)
 	moved := s.gen.Load() != before
-	s.liftLocked(s.fence, "new primary named")
+	s.news++
+	s.liftLocked(s.fence, "new primary named", false)
 	s.mu.Unlock()
 	if moved && s.onSwitch != nil {
 		s.onSwitch()
@@ -226,7 +242,14 @@ func (s *sentinels) switchTo(addr string) {
 // new primary, by aborts, or FenceFor passes.
 func (s *sentinels) fenceFrom(by string) {
 	s.mu.Lock()
-	if s.fence != nil {
+	s.news++
+	if f := s.fence; f != nil {
+		// Another sentinel's failover (the first one's end not heard):
+		// it is the one to wait for now.
+		if f.by != by {
+			f.by = by
+			f.timer.Reset(FenceFor)
+		}
 		s.mu.Unlock()
 		return
 	}
@@ -234,7 +257,7 @@ func (s *sentinels) fenceFrom(by string) {
 	f.timer = time.AfterFunc(FenceFor, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		s.liftLocked(f, "no new primary named within "+FenceFor.String())
+		s.liftLocked(f, "no new primary named within "+FenceFor.String(), true)
 	})
 	s.fence = f
 	s.gen.Add(1) // every connection dialled before is to the old primary
@@ -252,20 +275,24 @@ func (s *sentinels) abortFrom(by string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fence != nil && s.fence.by == by {
-		s.liftLocked(s.fence, "failover aborted")
+		s.liftLocked(s.fence, "failover aborted", true)
 	}
 }
 
 // liftLocked ends fence f if it is the current one (s.mu held): held
-// connections go on, to the primary the sentinels name now.
-func (s *sentinels) liftLocked(f *fence, why string) {
+// connections go on, to the primary just announced, or when ask, to the
+// one the sentinels name now.
+func (s *sentinels) liftLocked(f *fence, why string, ask bool) {
 	if f == nil || s.fence != f {
 		return
 	}
 	s.fence = nil
+	s.news++
 	f.timer.Stop()
 	close(f.lifted)
-	s.at = time.Time{}
+	if ask {
+		s.at = time.Time{}
+	}
 	s.log.Info("redis failover fence lifted", "master", s.u.Master, "why", why)
 }
 
@@ -280,22 +307,27 @@ func (s *sentinels) forget(addr string) {
 }
 
 // ask asks every sentinel at once for the primary's address and returns
-// the one most of those answering name: at once when a majority of all
-// the sentinels agree, else once every one answered or failed.
+// the one named under the newest configuration epoch, most of those
+// answering naming it among equals: at once when a majority of all the
+// sentinels agree and none named another under a newer epoch, else once
+// every one answered or failed. A sentinel
+// failing the master over makes it an error: until the failover ends, the
+// old primary still takes writes that its demotion drops.
 func (s *sentinels) ask(ctx context.Context) (string, error) {
 	type answer struct {
-		addr string
-		err  error
+		n   namedPrimary
+		err error
 	}
 	ch := make(chan answer, len(s.u.Addrs))
 	for _, a := range s.u.Addrs {
 		go func() {
-			addr, err := s.askOne(ctx, a)
-			ch <- answer{addr, err}
+			n, err := s.askOne(ctx, a)
+			ch <- answer{n, err}
 		}()
 	}
-	votes := map[string]int{}
+	votes := map[namedPrimary]int{}
 	answered := 0
+	var newest int64 // the newest epoch heard: a majority under an older one is out of date
 	var lastErr error
 	for range s.u.Addrs {
 		r := <-ch
@@ -303,44 +335,87 @@ func (s *sentinels) ask(ctx context.Context) (string, error) {
 			lastErr = r.err
 			continue
 		}
+		if r.n.failing {
+			return "", fmt.Errorf("gateway: a sentinel of %s is failing it over", s.u.Master)
+		}
 		answered++
-		votes[r.addr]++
-		if votes[r.addr] > len(s.u.Addrs)/2 {
-			return r.addr, nil
+		votes[r.n]++
+		newest = max(newest, r.n.epoch)
+		if votes[r.n] > len(s.u.Addrs)/2 && r.n.epoch == newest {
+			return r.n.addr, nil
 		}
 	}
 	if answered == 0 {
 		return "", fmt.Errorf("gateway: no sentinel of %s answered: %w", s.u.Master, lastErr)
 	}
-	for addr, n := range votes {
-		if n > answered/2 {
-			return addr, nil
+	var best namedPrimary
+	bestVotes := 0
+	for n, v := range votes {
+		if n.epoch > best.epoch || (n.epoch == best.epoch && v > bestVotes) {
+			best, bestVotes = n, v
 		}
 	}
-	return "", fmt.Errorf("gateway: the sentinels of %s disagree on the primary (%d answered): a failover under way", s.u.Master, answered)
+	if bestVotes*2 <= answered && len(votes) > 1 && best.epoch == 0 {
+		return "", fmt.Errorf("gateway: the sentinels of %s disagree on the primary (%d answered): a failover under way", s.u.Master, answered)
+	}
+	return best.addr, nil
 }
 
-// askOne asks the sentinel at addr for the primary's address.
-func (s *sentinels) askOne(ctx context.Context, addr string) (string, error) {
+// namedPrimary is one sentinel's answer: the primary's address, the
+// configuration epoch it knows it under (0 when it may not say), and
+// whether it is failing the master over.
+type namedPrimary struct {
+	addr    string
+	epoch   int64
+	failing bool
+}
+
+// askOne asks the sentinel at addr for the primary: SENTINEL MASTER, or
+// for a sentinel user not allowed it, SENTINEL GET-MASTER-ADDR-BY-NAME.
+func (s *sentinels) askOne(ctx context.Context, addr string) (namedPrimary, error) {
 	c, err := s.dial(ctx, addr)
 	if err != nil {
-		return "", err
+		return namedPrimary{}, err
 	}
 	defer c.Close()
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl)
 	}
-	if err := c.send("SENTINEL", "GET-MASTER-ADDR-BY-NAME", s.u.Master); err != nil {
-		return "", err
+	if err := c.send("SENTINEL", "MASTER", s.u.Master); err != nil {
+		return namedPrimary{}, err
 	}
 	r, err := c.read()
+	var re replyError
+	switch {
+	case err == nil:
+		f := map[string]string{}
+		for i := 0; i+1 < len(r); i += 2 {
+			f[r[i]] = r[i+1]
+		}
+		if f["ip"] == "" || f["port"] == "" {
+			return namedPrimary{}, fmt.Errorf("gateway: sentinel %s knows no master %s", addr, s.u.Master)
+		}
+		epoch, _ := strconv.ParseInt(f["config-epoch"], 10, 64)
+		return namedPrimary{addr: net.JoinHostPort(f["ip"], f["port"]), epoch: epoch,
+			failing: strings.Contains(f["flags"], "failover_in_progress")}, nil
+	case !errors.As(err, &re):
+		return namedPrimary{}, fmt.Errorf("gateway: sentinel %s: %w", addr, err)
+	case strings.HasPrefix(string(re), "ERR No such master"):
+		return namedPrimary{}, fmt.Errorf("gateway: sentinel %s knows no master %s", addr, s.u.Master)
+	}
+	// An error reply (NOPERM: the sentinel user may ask for the address
+	// alone).
+	if err := c.send("SENTINEL", "GET-MASTER-ADDR-BY-NAME", s.u.Master); err != nil {
+		return namedPrimary{}, err
+	}
+	r, err = c.read()
 	if err != nil {
-		return "", fmt.Errorf("gateway: sentinel %s: %w", addr, err)
+		return namedPrimary{}, fmt.Errorf("gateway: sentinel %s: %w", addr, err)
 	}
 	if len(r) != 2 || r[0] == "" || r[1] == "" {
-		return "", fmt.Errorf("gateway: sentinel %s knows no master %s", addr, s.u.Master)
+		return namedPrimary{}, fmt.Errorf("gateway: sentinel %s knows no master %s", addr, s.u.Master)
 	}
-	return net.JoinHostPort(r[0], r[1]), nil
+	return namedPrimary{addr: net.JoinHostPort(r[0], r[1])}, nil
 }
 
 // dial connects to the sentinel at addr (TLS for rediss+sentinel) and
@@ -470,6 +545,11 @@ func (s *sentinels) forgetAll() {
 	s.mu.Unlock()
 }
 
+// replyError is an error reply of the server.
+type replyError string
+
+func (e replyError) Error() string { return "redis: " + string(e) }
+
 // respConn is a connection speaking RESP2: commands out as arrays of bulk
 // strings, replies in flattened to strings.
 type respConn struct {
@@ -517,7 +597,7 @@ func (c *respConn) readInto(out *[]string, depth int) error {
 		*out = append(*out, line[1:])
 		return nil
 	case '-':
-		return fmt.Errorf("redis: %s", printable(line[1:]))
+		return replyError(printable(line[1:]))
 	case '$':
 		n, err := strconv.Atoi(line[1:])
 		if err != nil || n > maxReply {
