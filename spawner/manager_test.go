@@ -3,6 +3,7 @@ package spawner
 import (
 	"context"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -97,16 +98,25 @@ func TestManagerCommandsPauseWakeAndCrash(t *testing.T) {
 	})
 	// The manager's state changes are transitions too: in the worker's
 	// history and on the lifecycle stream, with the time spent before.
-	testkit.Eventually(t, "paused and woken in the history", 10*time.Second, func() bool {
+	var history []string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		docs, _ := f.rc.LRange(ctx, f.keys.StatusHistory(id), 0, -1).Result()
 		seen := map[string]bool{}
+		history = history[:0]
 		for _, d := range docs {
 			if r, err := protocol.DecodeTransitionRecord([]byte(d)); err == nil && r.Reason != "" {
 				seen[string(r.From)+">"+string(r.To)] = true
+				history = append(history, string(r.From)+">"+string(r.To)+" ("+r.Reason+")")
 			}
 		}
-		return seen["idle>paused"] && seen["paused>idle"] && seen["idle>busy"] && seen["starting>idle"]
-	})
+		if seen["idle>paused"] && seen["paused>idle"] && seen["idle>busy"] && seen["starting>idle"] {
+			break
+		}
+		if time.Now().After(deadline) {
+			slices.Reverse(history)
+			t.Fatalf("paused and woken not in the history within 10 s; the history, oldest first:\n%s", strings.Join(history, "\n"))
+		}
+	}
 	// The manager moves a worker from idle (a pause) or paused (a wake)
 	// only: never over the busy of the task that woke it.
 	docs, _ := f.rc.LRange(ctx, f.keys.StatusHistory(id), 0, -1).Result()
