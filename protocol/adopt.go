@@ -55,8 +55,8 @@ func (a Adopt) Validate() error {
 // maxCredentialHosts bounds an adopt document's credential_hosts.
 const maxCredentialHosts = 256
 
-// validCredentialHost accepts a host name, an IPv4 literal or an IPv6
-// literal in brackets, as CREDENTIAL_HOSTS takes them.
+// validCredentialHost accepts a host name or an IP literal (IPv6 with or
+// without brackets, no zone), as CREDENTIAL_HOSTS takes them.
 func validCredentialHost(h string) bool {
 	if n, ok := NormalizeHostName(h); ok && n == h {
 		return true
@@ -66,7 +66,7 @@ func validCredentialHost(h string) bool {
 		return err == nil && strings.HasSuffix(h, "]") && a.Is6() && a.Zone() == ""
 	}
 	a, err := netip.ParseAddr(h)
-	return err == nil && a.Is4()
+	return err == nil && a.Zone() == ""
 }
 
 // validRedisUser accepts the per-worker user names of the runtime

@@ -278,7 +278,7 @@ func TestMCPServersEnvRoundTrip(t *testing.T) {
 // CREDENTIAL_HOSTS: each is a host name or an IP literal, or the document
 // is refused, naming the field.
 func TestDecodeAdoptCredentialHosts(t *testing.T) {
-	for _, bad := range []string{`""`, `"a,b"`, `"git.example.com:443"`, `"fd00::7"`, `"[10.0.0.1]"`, `"a b"`, `"UPPER.example.com"`} {
+	for _, bad := range []string{`""`, `"a,b"`, `"git.example.com:443"`, `"fe80::1%eth0"`, `"[10.0.0.1]"`, `"a b"`, `"UPPER.example.com"`} {
 		doc := `{"v":1,"type":"adopt","worker_id":"w","redis_user":"agentvisor:worker:w","credential_hosts":[` + bad + `]}`
 		_, err := DecodeAdopt([]byte(doc))
 		var de *DecodeError
@@ -286,8 +286,8 @@ func TestDecodeAdoptCredentialHosts(t *testing.T) {
 			t.Errorf("credential_hosts [%s]: %v, want an error naming the field", bad, err)
 		}
 	}
-	a, err := DecodeAdopt([]byte(`{"v":1,"type":"adopt","worker_id":"w","redis_user":"agentvisor:worker:w","credential_hosts":["git.example.com","10.0.0.7","[fd00::7]"]}`))
-	if err != nil || len(a.CredentialHosts) != 3 {
+	a, err := DecodeAdopt([]byte(`{"v":1,"type":"adopt","worker_id":"w","redis_user":"agentvisor:worker:w","credential_hosts":["git.example.com","10.0.0.7","[fd00::7]","2001:db8::1"]}`))
+	if err != nil || len(a.CredentialHosts) != 4 {
 		t.Fatalf("%+v %v", a, err)
 	}
 }

@@ -60,6 +60,16 @@ func (s *Spawner) wakeIntoWarm(ctx context.Context, id string, spec protocol.Wor
 		}
 		credentialHosts = info.CredentialHosts
 	}
+	adopt := protocol.Adopt{WorkerID: id, RedisUser: s.rdb.WorkerUser(id), CredentialHosts: credentialHosts}
+	if err := adopt.Validate(); err != nil {
+		// The wrapper would refuse it: a container is made instead.
+		s.log.Warn("no wake into a warm pool worker: its adopt document does not validate", "worker_id", id, "err", err)
+		if sealed {
+			_, _ = s.gateway.Rename(bg, id, warm)
+		}
+		putBack()
+		return false, nil
+	}
 	undoNames := func() {
 		_ = s.docker.ContainerRename(bg, cid, ContainerName(warm))
 		if sealed {
@@ -120,7 +130,7 @@ func (s *Spawner) wakeIntoWarm(ctx context.Context, id string, spec protocol.Wor
 			return fail(engineError(err, "unpause the container of %s", warm))
 		} // running already (never paused, or unpaused by another)
 	}
-	doc, err := protocol.Adopt{WorkerID: id, RedisUser: s.rdb.WorkerUser(id), CredentialHosts: credentialHosts}.Encode()
+	doc, err := adopt.Encode()
 	if err == nil {
 		err = s.rdb.AddEntry(ctx, s.keys.Input(warm), doc)
 	}
