@@ -357,6 +357,10 @@ func askSentinel(ctx context.Context, sc *redis.SentinelClient, master string) (
 		n.epoch, _ = strconv.ParseInt(m["config-epoch"], 10, 64)
 		return n, strings.Contains(m["flags"], "failover_in_progress"), nil
 	}
+	var reply redis.Error
+	if err != nil && !errors.As(err, &reply) {
+		return n, false, err // unreachable, or slow: asking again would only wait twice
+	}
 	hp, err := sc.GetMasterAddrByName(ctx, master).Result()
 	if err != nil || len(hp) != 2 {
 		if err == nil {

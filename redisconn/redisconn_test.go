@@ -1,8 +1,10 @@
 package redisconn
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -248,5 +250,47 @@ func TestThroughSocket(t *testing.T) {
 	so, _ := Options("redis+sentinel://h:26379/m")
 	if err := ThroughSocket(so, path); err == nil {
 		t.Fatal("a sentinel URL went through a socket")
+	}
+}
+
+// A sentinel that does not answer (hung, partitioned) is asked once: the
+// fallback for a user not allowed SENTINEL MASTER is for an error reply,
+// not for a timeout, which asking again would only double.
+func TestAHungSentinelIsAskedOnce(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var commands atomic.Int64
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if strings.HasPrefix(line, "*") { // a command: never answered
+						commands.Add(1)
+					}
+				}
+			}()
+		}
+	}()
+	sc := redis.NewSentinelClient(&redis.Options{Addr: l.Addr().String(), MaxRetries: -1, ReadTimeout: 200 * time.Millisecond,
+		DialTimeout: time.Second, Protocol: 2, DisableIdentity: true})
+	defer sc.Close()
+	if _, _, err := askSentinel(context.Background(), sc, "m"); err == nil {
+		t.Fatal("a hung sentinel answered")
+	}
+	if n := commands.Load(); n != 1 {
+		t.Fatalf("the hung sentinel was sent %d commands, want 1", n)
 	}
 }
