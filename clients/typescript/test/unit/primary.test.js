@@ -85,7 +85,7 @@ test('primaryToRead: how long the sentinels are waited on, and what they name', 
     { name: 'an answer beside a hung sentinel', modes: ['hang', 'answer'], want: primary },
     { name: 'a user not allowed SENTINEL MASTER gets the address alone', modes: ['noperm'], want: primary },
   ];
-  const timeoutMs = 750;
+  const timeoutMs = 2000; // a hung sentinel waited on twice, or one after another, takes 4 s or more
   for (const c of cases) {
     const servers = await Promise.all(c.modes.map((m) => standIn(m)));
     const r = sentinelClient(servers.map((s) => s.port));
@@ -94,7 +94,7 @@ test('primaryToRead: how long the sentinels are waited on, and what they name', 
       const on = await primaryToRead(r, timeoutMs);
       const took = Date.now() - start;
       assert.deepEqual(on && { host: on.options.host, port: on.options.port }, c.want, c.name);
-      assert.ok(took < 1.8 * timeoutMs, `${c.name}: took ${took} ms`);
+      assert.ok(took < 1.5 * timeoutMs, `${c.name}: took ${took} ms`);
       on?.disconnect();
     } finally {
       r.disconnect();
@@ -122,9 +122,9 @@ test('sendDoc: a look ends by the deadline, whatever hangs', async () => {
       };
       try {
         const start = Date.now();
-        await assert.rejects(sendDoc(r, { replicas: 1, timeoutMs: 10 }, 's', {}, 'task', 1000), (e) => e.code === 'UPSTREAM_UNAVAILABLE', c.name);
+        await assert.rejects(sendDoc(r, { replicas: 1, timeoutMs: 10 }, 's', {}, 'task', 2000), (e) => e.code === 'UPSTREAM_UNAVAILABLE', c.name);
         const took = Date.now() - start;
-        assert.ok(took < 2500, `${c.name}: took ${took} ms`);
+        assert.ok(took < 4000, `${c.name}: took ${took} ms`);
       } finally {
         servers.forEach((s) => s.close());
       }
