@@ -20,6 +20,7 @@ COMMAND_TIMEOUT = 360.0  # a create may wait for a slot (WORKER_CREATION_TIMEOUT
 TASK_TIMEOUT = 660.0  # a task's default timeout (600 s), and a little
 BLOCK_MS = 1000  # the longest single XREAD BLOCK: a timeout is checked at least this often
 LOOK_TIMEOUT = 30.0  # how long a write's look for its entry waits for a primary to read
+SENTINEL_TIMEOUT = 3.0  # the longest a look waits on one sentinel, to connect and for each reply
 
 # Writes a run hash (field/value pairs) unless it exists: the sender makes
 # the run requested; the wrapper moves it on, never back.
@@ -128,6 +129,19 @@ def direct_kwargs(connection_kwargs, addr):
     kw = {k: v for k, v in connection_kwargs.items() if k != "connection_pool"}
     kw["host"], kw["port"] = addr
     return kw
+
+
+def sentinel_wait(deadline):
+    """How long a look that must end by deadline (time.monotonic()) waits on
+    one sentinel: SENTINEL_TIMEOUT, or what is left (a tenth of a second at
+    least: a socket timeout of 0 would not wait at all)."""
+    return max(0.1, min(SENTINEL_TIMEOUT, deadline - time.monotonic()))
+
+
+def sentinel_kwargs(connection_kwargs, timeout):
+    """A sentinel client's connection keywords for a look's client of its
+    own, which waits at most timeout to connect and for each reply."""
+    return {**connection_kwargs, "socket_timeout": timeout, "socket_connect_timeout": timeout}
 
 
 def now():

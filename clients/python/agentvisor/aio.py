@@ -14,30 +14,35 @@ from ._core import Keys, SentInfo
 from .errors import AgentvisorError, AgentvisorTimeout, redis_error
 
 
-async def _primary_to_read(r):
+async def _primary_to_read(r, timeout=_core.SENTINEL_TIMEOUT):
     """The asyncio form of agentvisor.client._primary_to_read."""
     pool = getattr(r, "connection_pool", None)
     if not isinstance(pool, redis.asyncio.SentinelConnectionPool):
         return r
-    addr = _core.named_primary(await asyncio.gather(*(_ask_sentinel(s, pool.service_name) for s in pool.sentinel_manager.sentinels)))
+    sentinels = list(pool.sentinel_manager.sentinels)
+    addr = _core.named_primary(await asyncio.gather(*(_ask_sentinel(s, pool.service_name, timeout) for s in sentinels)))
     if addr is None:
         return None
     cls = redis.asyncio.SSLConnection if issubclass(pool.connection_class, redis.asyncio.SSLConnection) else redis.asyncio.Connection
     return redis.asyncio.Redis(connection_pool=redis.asyncio.ConnectionPool(connection_class=cls, **_core.direct_kwargs(pool.connection_kwargs, addr)))
 
 
-async def _ask_sentinel(s, master):
-    """One sentinel's answer for _core.named_primary (None when it gives none)."""
+async def _ask_sentinel(sentinel, master, timeout):
+    """The asyncio form of agentvisor.client._ask_sentinel."""
+    p = sentinel.connection_pool
+    s = redis.asyncio.Redis(connection_pool=redis.asyncio.ConnectionPool(connection_class=p.connection_class, **_core.sentinel_kwargs(p.connection_kwargs, timeout)))
     try:
-        m = await s.sentinel_master(master)
-        return (m["ip"], m["port"]), m["config-epoch"], "failover_in_progress" in m["flags"]
-    except (redis.RedisError, KeyError):
-        pass  # a sentinel user not allowed SENTINEL MASTER is asked for the address alone
-    try:
+        try:
+            m = await s.sentinel_master(master)
+            return (m["ip"], m["port"]), m["config-epoch"], "failover_in_progress" in m["flags"]
+        except (redis.ResponseError, KeyError):
+            pass  # a sentinel user not allowed SENTINEL MASTER is asked for the address alone
         addr = await s.sentinel_get_master_addr_by_name(master)
+        return ((str_if_bytes(addr[0]), addr[1]), 0, False) if addr else None
     except redis.RedisError:
-        return None
-    return ((str_if_bytes(addr[0]), addr[1]), 0, False) if addr else None
+        return None  # no answer (a timeout, a refused connection): not asked again
+    finally:
+        await s.connection_pool.disconnect()
 
 
 class _Streams:
@@ -80,7 +85,7 @@ class _Streams:
         says, again after a backoff while it says not yet."""
         deadline = time.monotonic() + _core.LOOK_TIMEOUT
         back = 0.1
-        while (on := await _primary_to_read(self.r)) is None:
+        while (on := await _primary_to_read(self.r, _core.sentinel_wait(deadline))) is None:
             if time.monotonic() + back > deadline:
                 raise redis.ConnectionError(f"no primary to look for {entry_id} of {stream} on within {_core.LOOK_TIMEOUT}s: a sentinel is failing it over, or none answers")
             await asyncio.sleep(back)

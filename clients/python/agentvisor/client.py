@@ -2,6 +2,7 @@
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import redis
 import redis.sentinel
@@ -12,33 +13,45 @@ from ._core import Keys, SentInfo
 from .errors import AgentvisorError, AgentvisorTimeout, redis_error
 
 
-def _primary_to_read(r):
+def _primary_to_read(r, timeout=_core.SENTINEL_TIMEOUT):
     """What a look for an entry reads: r itself for one server; for a
     client of sentinels, a client of its own (the caller disconnects its
     pool) of the primary _core.named_primary picks from their answers, since
-    r may still be connected to the old one; None while that is not yet."""
+    r may still be connected to the old one; None while that is not yet.
+    The sentinels are asked at once, each waited on at most timeout."""
     pool = getattr(r, "connection_pool", None)
     if not isinstance(pool, redis.sentinel.SentinelConnectionPool):
         return r
-    addr = _core.named_primary([_ask_sentinel(s, pool.service_name) for s in pool.sentinel_manager.sentinels])
+    # A copy: redis-py's discover_master reorders the list in place, from
+    # whichever thread connects.
+    sentinels = list(pool.sentinel_manager.sentinels)
+    with ThreadPoolExecutor(max(1, len(sentinels))) as ex:
+        answers = list(ex.map(lambda s: _ask_sentinel(s, pool.service_name, timeout), sentinels))
+    addr = _core.named_primary(answers)
     if addr is None:
         return None
     cls = redis.SSLConnection if issubclass(pool.connection_class, redis.SSLConnection) else redis.Connection
     return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=cls, **_core.direct_kwargs(pool.connection_kwargs, addr)))
 
 
-def _ask_sentinel(s, master):
-    """One sentinel's answer for _core.named_primary (None when it gives none)."""
+def _ask_sentinel(sentinel, master, timeout):
+    """One sentinel's answer for _core.named_primary (None when it gives
+    none), on a client of its own that waits at most timeout: a sentinel
+    that accepts and never replies costs that, not the socket timeout."""
+    p = sentinel.connection_pool
+    s = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=p.connection_class, **_core.sentinel_kwargs(p.connection_kwargs, timeout)))
     try:
-        m = s.sentinel_master(master)
-        return (m["ip"], m["port"]), m["config-epoch"], "failover_in_progress" in m["flags"]
-    except (redis.RedisError, KeyError):
-        pass  # a sentinel user not allowed SENTINEL MASTER is asked for the address alone
-    try:
+        try:
+            m = s.sentinel_master(master)
+            return (m["ip"], m["port"]), m["config-epoch"], "failover_in_progress" in m["flags"]
+        except (redis.ResponseError, KeyError):
+            pass  # a sentinel user not allowed SENTINEL MASTER is asked for the address alone
         addr = s.sentinel_get_master_addr_by_name(master)
+        return ((str_if_bytes(addr[0]), addr[1]), 0, False) if addr else None
     except redis.RedisError:
-        return None
-    return ((str_if_bytes(addr[0]), addr[1]), 0, False) if addr else None
+        return None  # no answer (a timeout, a refused connection): not asked again
+    finally:
+        s.connection_pool.disconnect()
 
 
 class _Streams:
@@ -82,7 +95,7 @@ class _Streams:
         says, again after a backoff while it says not yet."""
         deadline = time.monotonic() + _core.LOOK_TIMEOUT
         back = 0.1
-        while (on := _primary_to_read(self.r)) is None:
+        while (on := _primary_to_read(self.r, _core.sentinel_wait(deadline))) is None:
             if time.monotonic() + back > deadline:
                 raise redis.ConnectionError(f"no primary to look for {entry_id} of {stream} on within {_core.LOOK_TIMEOUT}s: a sentinel is failing it over, or none answers")
             time.sleep(back)

@@ -1,6 +1,6 @@
 // The primary that a look for an entry reads (sendDoc, after a WAIT that
 // answered short or failed), as redisconn's namedPrimary picks it in Go.
-import { Redis, type RedisOptions } from 'ioredis';
+import { Redis, ReplyError, type RedisOptions } from 'ioredis';
 
 /** A primary as one sentinel names it, with the configuration epoch it knows it under (0 when it may not say). */
 export interface Named {
@@ -12,16 +12,20 @@ export interface Named {
 
 const addr = (n: Named) => `${n.host}:${n.port}`;
 
+/** The longest a look waits on one sentinel, to connect and for each reply: a sentinel that accepts and never answers costs this, not the client's commandTimeout. */
+export const sentinelTimeoutMs = 3000;
+
 /**
  * What a look reads: r itself for one server; for a client of sentinels, a
  * connection of its own (the caller disconnects it) to the primary
  * namedPrimary picks from their answers, since r may still be connected to
- * the old one. null, "not yet", when namedPrimary names none.
+ * the old one. null, "not yet", when namedPrimary names none. The
+ * sentinels are asked at once, each waited on at most timeoutMs.
  */
-export async function primaryToRead(r: Redis): Promise<Redis | null> {
+export async function primaryToRead(r: Redis, timeoutMs = sentinelTimeoutMs): Promise<Redis | null> {
   const o = r.options;
   if (!o.sentinels?.length || !o.name) return r;
-  const answers = await Promise.all(o.sentinels.map((s) => askSentinel(o, s.host ?? 'localhost', s.port ?? 26379)));
+  const answers = await Promise.all(o.sentinels.map((s) => askSentinel(o, s.host ?? 'localhost', s.port ?? 26379, timeoutMs)));
   const best = namedPrimary(answers);
   if (best === null) return null;
   // The data connection's user, password, db and TLS (ioredis uses tls for
@@ -60,31 +64,61 @@ export function namedPrimary(answers: (Named | null)[]): Named | null {
   return best?.n ?? null;
 }
 
-/** Asks one sentinel for the primary of o.name and whether it is failing it over; null when it does not say. */
-async function askSentinel(o: RedisOptions, host: string, port: number): Promise<Named | null> {
+/**
+ * What p settles to, or late() when it has not within ms (p is left to
+ * settle on its own).
+ */
+export async function within<T>(p: Promise<T>, ms: number, late: () => T): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<T>((resolve, reject) => {
+    timer = setTimeout(() => {
+      try {
+        resolve(late());
+      } catch (e) {
+        reject(e);
+      }
+    }, ms);
+  });
+  try {
+    return await Promise.race([p, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Asks one sentinel for the primary of o.name and whether it is failing it
+ * over; null when it does not say within timeoutMs (ioredis's connect waits
+ * for replies of its own before the question is sent).
+ */
+async function askSentinel(o: RedisOptions, host: string, port: number, timeoutMs: number): Promise<Named | null> {
   const s = new Redis({
     host, port, username: o.sentinelUsername, password: o.sentinelPassword, tls: o.sentinelTLS,
-    connectTimeout: o.connectTimeout, commandTimeout: o.commandTimeout,
+    connectTimeout: timeoutMs, commandTimeout: timeoutMs,
     maxRetriesPerRequest: 0, retryStrategy: () => null, enableReadyCheck: false, lazyConnect: true,
   });
   s.on('error', () => {});
   try {
-    await s.connect();
-    try {
-      const kv = (await s.call('SENTINEL', 'MASTER', o.name!)) as string[];
-      const m = new Map<string, string>();
-      for (let i = 0; i + 1 < kv.length; i += 2) m.set(kv[i], kv[i + 1]);
-      if (m.get('ip') && m.get('port')) {
-        return { host: m.get('ip')!, port: Number(m.get('port')), epoch: Number(m.get('config-epoch')) || 0, failing: (m.get('flags') ?? '').includes('failover_in_progress') };
-      }
-    } catch {
-      // A sentinel user not allowed SENTINEL MASTER is asked for the address alone.
-    }
-    const hp = (await s.call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', o.name!)) as string[] | null;
-    return hp?.length === 2 ? { host: hp[0], port: Number(hp[1]), epoch: 0, failing: false } : null;
-  } catch {
-    return null;
+    return await within(ask(s, o.name!).catch(() => null), timeoutMs, () => null);
   } finally {
     s.disconnect();
   }
+}
+
+async function ask(s: Redis, name: string): Promise<Named | null> {
+  await s.connect();
+  try {
+    const kv = (await s.call('SENTINEL', 'MASTER', name)) as string[];
+    const m = new Map<string, string>();
+    for (let i = 0; i + 1 < kv.length; i += 2) m.set(kv[i], kv[i + 1]);
+    if (m.get('ip') && m.get('port')) {
+      return { host: m.get('ip')!, port: Number(m.get('port')), epoch: Number(m.get('config-epoch')) || 0, failing: (m.get('flags') ?? '').includes('failover_in_progress') };
+    }
+  } catch (e) {
+    // A sentinel user not allowed SENTINEL MASTER (an error reply) is asked
+    // for the address alone; one that did not answer is not asked again.
+    if (!(e instanceof ReplyError)) throw e;
+  }
+  const hp = (await s.call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', name)) as string[] | null;
+  return hp?.length === 2 ? { host: hp[0], port: Number(hp[1]), epoch: 0, failing: false } : null;
 }

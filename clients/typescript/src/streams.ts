@@ -3,7 +3,7 @@
 // it reads (PROTOCOL.md, "Conventions": one field, data, per entry).
 import type { Redis } from 'ioredis';
 import { AgentvisorError, redisError } from './errors.js';
-import { primaryToRead } from './primary.js';
+import { primaryToRead, sentinelTimeoutMs, within } from './primary.js';
 import type { WaitPolicy } from './redisurl.js';
 import type { Lifecycle, Output, PermissionRequest, Progress } from './types.js';
 
@@ -68,16 +68,25 @@ const sleep = (ms: number) => new Promise((res) => setTimeout(res, ms));
 
 /**
  * Whether the primary has entry id of stream, read where primaryToRead
- * says; throws while it says not yet (the caller looks again later).
+ * says; throws while it says not yet (the caller looks again later), and
+ * when the look is not done by end (a Date.now() time).
  */
-async function onPrimary(r: Redis, stream: string, id: string): Promise<boolean> {
-  const on = await primaryToRead(r);
-  if (on === null) throw new Error('no primary to look on yet: a sentinel is failing it over, or none answers');
-  try {
-    return (await on.xrange(stream, id, id)).length > 0;
-  } finally {
-    if (on !== r) on.disconnect();
-  }
+async function onPrimary(r: Redis, stream: string, id: string, end: number): Promise<boolean> {
+  const left = Math.max(1, end - Date.now());
+  let on: Redis | null = null;
+  const look = async () => {
+    on = await primaryToRead(r, Math.min(sentinelTimeoutMs, left));
+    if (on === null) throw new Error('no primary to look on yet: a sentinel is failing it over, or none answers');
+    try {
+      return (await on.xrange(stream, id, id)).length > 0;
+    } finally {
+      if (on !== r) on.disconnect();
+    }
+  };
+  return within(look(), left, () => {
+    if (on !== null && on !== r) on.disconnect(); // fails the read still waiting on it
+    throw new Error(`the look for ${id} was not done within ${left} ms`);
+  });
 }
 
 /**
@@ -101,7 +110,7 @@ export async function sendDoc(r: Redis, wait: WaitPolicy, stream: string, doc: o
   let lastErr: unknown;
   for (let back = 100; Date.now() < end; back = Math.min(2 * back, 2000)) {
     try {
-      if (id !== '' && (await onPrimary(r, stream, id))) return id; // on the primary reached after a failover
+      if (id !== '' && (await onPrimary(r, stream, id, end))) return id; // on the primary reached after a failover
       const p = add(r.pipeline());
       p.call('WAIT', wait.replicas, wait.timeoutMs);
       const res = (await p.exec()) ?? [];
@@ -114,7 +123,7 @@ export async function sendDoc(r: Redis, wait: WaitPolicy, stream: string, doc: o
         // Answered short: a look a WAIT timeout later tells a live primary
         // (it has the entry: no replica in sync, keep it) from an old one.
         await sleep(wait.timeoutMs);
-        if (await onPrimary(r, stream, id)) return id;
+        if (await onPrimary(r, stream, id, end)) return id;
         id = '';
         continue;
       }

@@ -1,0 +1,145 @@
+"""A look's questions to the sentinels, against stand-in sentinels on
+loopback: one that accepts and never replies, one whose user may not run
+SENTINEL MASTER, one that answers it."""
+
+import asyncio
+import os
+import socketserver
+import sys
+import threading
+import time
+import unittest
+from unittest import mock
+
+import redis
+import redis.asyncio.sentinel
+import redis.sentinel
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from agentvisor import _core, aio, client  # noqa: E402
+from agentvisor.client import _Streams  # noqa: E402
+
+PRIMARY = ("10.0.0.2", 6379)
+
+
+def bulk(s):
+    return b"$%d\r\n%s\r\n" % (len(s), s.encode())
+
+
+def array(items):
+    return b"*%d\r\n" % len(items) + b"".join(bulk(str(i)) for i in items)
+
+
+class StandIn(socketserver.ThreadingTCPServer):
+    """A sentinel on a free loopback port that speaks RESP as mode says:
+    "hang" reads commands and never replies, "noperm" refuses SENTINEL
+    MASTER with an error reply, "answer" names PRIMARY under epoch 3."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, mode):
+        self.mode = mode
+        super().__init__(("127.0.0.1", 0), _Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def addr(self):
+        return self.server_address
+
+    def stop(self):
+        self.shutdown()
+        self.server_close()
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    def handle(self):
+        while (head := self.rfile.readline()).startswith(b"*"):
+            args = []
+            for _ in range(int(head[1:])):
+                n = int(self.rfile.readline()[1:])
+                args.append(self.rfile.read(n + 2)[:-2].decode().upper())
+            reply = self.reply(args)
+            if reply is not None:
+                self.wfile.write(reply)
+
+    def reply(self, args):
+        mode = self.server.mode
+        if mode == "hang":
+            return None
+        if args[:2] == ["SENTINEL", "MASTER"]:
+            if mode == "noperm":
+                return b"-NOPERM this user has no permissions to run the 'sentinel|master' command\r\n"
+            return array(["name", "m", "ip", PRIMARY[0], "port", PRIMARY[1], "flags", "master", "config-epoch", 3])
+        if args[:2] == ["SENTINEL", "GET-MASTER-ADDR-BY-NAME"]:
+            return array(PRIMARY)
+        return b"-ERR unknown command\r\n"
+
+
+# The sentinel clients' own socket timeout: a look that waits on it (twice,
+# falling back after a timeout) takes 10 s, not the bound the tests check.
+SOCKET_TIMEOUT = 5.0
+
+
+class LookTest(unittest.TestCase):
+    def setUp(self):
+        self.servers = []
+
+    def tearDown(self):
+        for s in self.servers:
+            s.stop()
+
+    def sentinels(self, *modes):
+        self.servers += [StandIn(m) for m in modes]
+        return [s.addr for s in self.servers[-len(modes):]]
+
+    def sync_client(self, addrs):
+        return redis.sentinel.Sentinel(addrs, sentinel_kwargs={"socket_timeout": SOCKET_TIMEOUT}).master_for("m")
+
+    def async_client(self, addrs):
+        return redis.asyncio.sentinel.Sentinel(addrs, sentinel_kwargs={"socket_timeout": SOCKET_TIMEOUT}).master_for("m")
+
+    def test_the_primary_read_and_how_long_the_sentinels_are_waited_on(self):
+        cases = [
+            ("a hung sentinel is waited on once, for the look's timeout", ["hang"], None),
+            ("hung sentinels are waited on at once", ["hang", "hang", "hang"], None),
+            ("an answer beside a hung sentinel", ["hang", "answer"], PRIMARY),
+            ("a user not allowed SENTINEL MASTER gets the address alone", ["noperm"], PRIMARY),
+        ]
+        timeout = 2.0  # a sentinel waited on twice, or one after another, takes 4 s or more
+        for name, modes, want in cases:
+            addrs = self.sentinels(*modes)
+            with self.subTest(name, form="sync"):
+                start = time.monotonic()
+                on = client._primary_to_read(self.sync_client(addrs), timeout)
+                took = time.monotonic() - start
+                self.assertEqual(on and (on.connection_pool.connection_kwargs["host"], on.connection_pool.connection_kwargs["port"]), want)
+                self.assertLess(took, 1.5 * timeout)
+            with self.subTest(name, form="asyncio"):
+                start = time.monotonic()
+                on = asyncio.run(aio._primary_to_read(self.async_client(addrs), timeout))
+                took = time.monotonic() - start
+                self.assertEqual(on and (on.connection_pool.connection_kwargs["host"], on.connection_pool.connection_kwargs["port"]), want)
+                self.assertLess(took, 1.5 * timeout)
+
+    def test_a_look_gives_up_within_look_timeout(self):
+        """A WAIT answered short, then hung sentinels: the add fails within
+        LOOK_TIMEOUT and the WAIT timeout, not after the socket timeouts."""
+        addrs = self.sentinels("hang", "hang")
+        with mock.patch.object(_core, "LOOK_TIMEOUT", 2.0):
+            start = time.monotonic()
+            with self.assertRaises(redis.ConnectionError):
+                _Streams(self.sync_client(addrs), None, 0)._on_primary("s", "1-0")
+            self.assertLess(time.monotonic() - start, 4.0)
+
+            async def look():
+                await aio._Streams(self.async_client(addrs), None, 0)._on_primary("s", "1-0")
+            start = time.monotonic()
+            with self.assertRaises(redis.ConnectionError):
+                asyncio.run(look())
+            self.assertLess(time.monotonic() - start, 4.0)
+
+
+if __name__ == "__main__":
+    unittest.main()
