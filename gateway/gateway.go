@@ -595,19 +595,19 @@ func (g *Gateway) openLocked(spec WorkerSpec) (*worker, error) {
 func (g *Gateway) listenWorker(w *worker, dir string) error {
 	l, err := listenUnix(g.cfg.Dir, dir, RedisSocket, WorkerSocketMode)
 	if err != nil {
-		return fmt.Errorf("gateway: worker %s: %s: %w", w.id, RedisSocket, err)
+		return fmt.Errorf("gateway: worker %s: %s: %w", w.ID(), RedisSocket, err)
 	}
 	w.serve(l, RedisSocket, g.cfg.Redis)
 	if g.model == nil {
 		_ = os.Remove(filepath.Join(dir, ModelSocket))
 	} else {
 		if l, err = listenUnix(g.cfg.Dir, dir, ModelSocket, WorkerSocketMode); err != nil {
-			return fmt.Errorf("gateway: worker %s: %s: %w", w.id, ModelSocket, err)
+			return fmt.Errorf("gateway: worker %s: %s: %w", w.ID(), ModelSocket, err)
 		}
 		w.serveModel(l)
 	}
 	if l, err = listenUnix(g.cfg.Dir, dir, EgressSocket, WorkerSocketMode); err != nil {
-		return fmt.Errorf("gateway: worker %s: %s: %w", w.id, EgressSocket, err)
+		return fmt.Errorf("gateway: worker %s: %s: %w", w.ID(), EgressSocket, err)
 	}
 	w.serveEgress(l)
 	return nil
@@ -670,7 +670,8 @@ func (g *Gateway) Rename(from, to string) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	w.mu.Lock()
-	w.id, w.dir = to, dir
+	w.id.Store(&to)
+	w.dir = dir
 	w.s.WorkerID = to
 	for _, l := range w.listeners {
 		l.path = filepath.Join(dir, filepath.Base(l.path))
@@ -790,7 +791,7 @@ func (l *unixListener) Addr() net.Addr { return &net.UnixAddr{Name: l.path, Net:
 // worker is one open worker: its listeners and open connections.
 type worker struct {
 	g      *Gateway
-	id     string
+	id     atomic.Pointer[string] // the worker's id now (a rename changes it): read by every log line
 	dir    string
 	ctx    context.Context // done when the worker is closed: aborts dials
 	cancel context.CancelFunc
@@ -817,7 +818,8 @@ type worker struct {
 
 func newWorker(g *Gateway, spec WorkerSpec, allow allowlist, dir string) *worker {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &worker{g: g, id: spec.WorkerID, dir: dir, ctx: ctx, cancel: cancel, s: spec, conns: map[net.Conn]struct{}{}, redisUps: map[net.Conn]uint64{}}
+	w := &worker{g: g, dir: dir, ctx: ctx, cancel: cancel, s: spec, conns: map[net.Conn]struct{}{}, redisUps: map[net.Conn]uint64{}}
+	w.id.Store(&spec.WorkerID)
 	w.allow.Store(&allow)
 	w.modelToken.Store(&spec.ModelToken)
 	return w
@@ -837,11 +839,7 @@ func (w *worker) logger(socket string) *slog.Logger {
 }
 
 // ID returns the worker's id now.
-func (w *worker) ID() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.id
-}
+func (w *worker) ID() string { return *w.id.Load() }
 
 // idHandler writes worker_id, read at each line, then the attributes
 // given to the logger (With), then the line's own, through h.
