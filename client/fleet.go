@@ -35,14 +35,15 @@ type WorkerStatus struct {
 // hibernated workers of every host that has had some (no container, the
 // identity kept: a task wakes them).
 func (f *Fleet) Workers(ctx context.Context) ([]string, error) {
-	ids, err := f.Redis.SMembers(ctx, f.Keys.Workers()).Result()
-	if err != nil {
+	// One round trip for the sets, one more for the hibernated workers of
+	// the hosts that have had some.
+	first := f.Redis.Pipeline()
+	workers := first.SMembers(ctx, f.Keys.Workers())
+	hostsCmd := first.SMembers(ctx, f.Keys.HibernatedHosts())
+	if _, err := first.Exec(ctx); err != nil {
 		return nil, redisError(err, "workers")
 	}
-	hosts, err := f.Redis.SMembers(ctx, f.Keys.HibernatedHosts()).Result()
-	if err != nil {
-		return nil, redisError(err, "hosts with hibernated workers")
-	}
+	ids, hosts := workers.Val(), hostsCmd.Val()
 	if len(hosts) > 0 {
 		pipe := f.Redis.Pipeline()
 		sets := make([]*redis.StringSliceCmd, len(hosts))

@@ -68,8 +68,6 @@ func TestFleetReads(t *testing.T) {
 	}
 }
 
-// History reads a worker's transitions newest first, leaving out what
-// does not decode.
 // Workers lists the hibernated workers of every host beside the members
 // of the workers set: a consumer that holds a hibernated worker's id finds
 // it (list, status, send).
@@ -87,6 +85,8 @@ func TestFleetWorkersHoldTheHibernated(t *testing.T) {
 	}
 }
 
+// History reads a worker's transitions newest first, leaving out what
+// does not decode.
 func TestFleetHistory(t *testing.T) {
 	rc := testkit.NewRedisClient(t)
 	keys := protocol.Keys{Prefix: "histtest"}
