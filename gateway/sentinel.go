@@ -306,16 +306,14 @@ func (s *sentinels) forget(addr string) {
 	s.mu.Unlock()
 }
 
-// ask asks every sentinel at once for the primary's address and returns
-// the one named under the newest configuration epoch, most of those
-// answering naming it among equals: at once when a majority of all the
-// sentinels agree and none named another under a newer epoch, else once
-// every one answered or failed. A sentinel
-// failing the master over makes it an error: until the failover ends, the
-// old primary still takes writes that its demotion drops.
+// ask asks every sentinel at once for the primary's address: at once
+// when a majority of all the sentinels agree and none named another under
+// a newer epoch, else the one protocol.NewestPrimary chooses once every
+// one answered or failed (none while a sentinel is failing the master
+// over).
 func (s *sentinels) ask(ctx context.Context) (string, error) {
 	type answer struct {
-		n   namedPrimary
+		n   protocol.SentinelAnswer
 		err error
 	}
 	ch := make(chan answer, len(s.u.Addrs))
@@ -325,8 +323,8 @@ func (s *sentinels) ask(ctx context.Context) (string, error) {
 			ch <- answer{n, err}
 		}()
 	}
-	votes := map[namedPrimary]int{}
-	answered := 0
+	var answers []protocol.SentinelAnswer
+	votes := map[protocol.SentinelAnswer]int{}
 	var newest int64 // the newest epoch heard: a majority under an older one is out of date
 	var lastErr error
 	for range s.u.Addrs {
@@ -335,54 +333,39 @@ func (s *sentinels) ask(ctx context.Context) (string, error) {
 			lastErr = r.err
 			continue
 		}
-		if r.n.failing {
-			return "", fmt.Errorf("gateway: a sentinel of %s is failing it over", s.u.Master)
+		answers = append(answers, r.n)
+		if r.n.Failing {
+			break // NewestPrimary names none
 		}
-		answered++
 		votes[r.n]++
-		newest = max(newest, r.n.epoch)
-		if votes[r.n] > len(s.u.Addrs)/2 && r.n.epoch == newest {
-			return r.n.addr, nil
+		newest = max(newest, r.n.Epoch)
+		if votes[r.n] > len(s.u.Addrs)/2 && r.n.Epoch == newest {
+			return r.n.Addr, nil
 		}
 	}
-	if answered == 0 {
+	if len(answers) == 0 && lastErr != nil {
 		return "", fmt.Errorf("gateway: no sentinel of %s answered: %w", s.u.Master, lastErr)
 	}
-	var best namedPrimary
-	bestVotes := 0
-	for n, v := range votes {
-		if n.epoch > best.epoch || (n.epoch == best.epoch && v > bestVotes) {
-			best, bestVotes = n, v
-		}
+	addr, err := protocol.NewestPrimary(answers)
+	if err != nil {
+		return "", fmt.Errorf("gateway: the primary of %s: %w", s.u.Master, err)
 	}
-	if bestVotes*2 <= answered && len(votes) > 1 && best.epoch == 0 {
-		return "", fmt.Errorf("gateway: the sentinels of %s disagree on the primary (%d answered): a failover under way", s.u.Master, answered)
-	}
-	return best.addr, nil
-}
-
-// namedPrimary is one sentinel's answer: the primary's address, the
-// configuration epoch it knows it under (0 when it may not say), and
-// whether it is failing the master over.
-type namedPrimary struct {
-	addr    string
-	epoch   int64
-	failing bool
+	return addr, nil
 }
 
 // askOne asks the sentinel at addr for the primary: SENTINEL MASTER, or
 // for a sentinel user not allowed it, SENTINEL GET-MASTER-ADDR-BY-NAME.
-func (s *sentinels) askOne(ctx context.Context, addr string) (namedPrimary, error) {
+func (s *sentinels) askOne(ctx context.Context, addr string) (protocol.SentinelAnswer, error) {
 	c, err := s.dial(ctx, addr)
 	if err != nil {
-		return namedPrimary{}, err
+		return protocol.SentinelAnswer{}, err
 	}
 	defer c.Close()
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl)
 	}
 	if err := c.send("SENTINEL", "MASTER", s.u.Master); err != nil {
-		return namedPrimary{}, err
+		return protocol.SentinelAnswer{}, err
 	}
 	r, err := c.read()
 	var re replyError
@@ -393,29 +376,29 @@ func (s *sentinels) askOne(ctx context.Context, addr string) (namedPrimary, erro
 			f[r[i]] = r[i+1]
 		}
 		if f["ip"] == "" || f["port"] == "" {
-			return namedPrimary{}, fmt.Errorf("gateway: sentinel %s knows no master %s", addr, s.u.Master)
+			return protocol.SentinelAnswer{}, fmt.Errorf("gateway: sentinel %s knows no master %s", addr, s.u.Master)
 		}
 		epoch, _ := strconv.ParseInt(f["config-epoch"], 10, 64)
-		return namedPrimary{addr: net.JoinHostPort(f["ip"], f["port"]), epoch: epoch,
-			failing: strings.Contains(f["flags"], "failover_in_progress")}, nil
+		return protocol.SentinelAnswer{Addr: net.JoinHostPort(f["ip"], f["port"]), Epoch: epoch,
+			Failing: strings.Contains(f["flags"], "failover_in_progress")}, nil
 	case !errors.As(err, &re):
-		return namedPrimary{}, fmt.Errorf("gateway: sentinel %s: %w", addr, err)
+		return protocol.SentinelAnswer{}, fmt.Errorf("gateway: sentinel %s: %w", addr, err)
 	case strings.HasPrefix(string(re), "ERR No such master"):
-		return namedPrimary{}, fmt.Errorf("gateway: sentinel %s knows no master %s", addr, s.u.Master)
+		return protocol.SentinelAnswer{}, fmt.Errorf("gateway: sentinel %s knows no master %s", addr, s.u.Master)
 	}
 	// An error reply (NOPERM: the sentinel user may ask for the address
 	// alone).
 	if err := c.send("SENTINEL", "GET-MASTER-ADDR-BY-NAME", s.u.Master); err != nil {
-		return namedPrimary{}, err
+		return protocol.SentinelAnswer{}, err
 	}
 	r, err = c.read()
 	if err != nil {
-		return namedPrimary{}, fmt.Errorf("gateway: sentinel %s: %w", addr, err)
+		return protocol.SentinelAnswer{}, fmt.Errorf("gateway: sentinel %s: %w", addr, err)
 	}
 	if len(r) != 2 || r[0] == "" || r[1] == "" {
-		return namedPrimary{}, fmt.Errorf("gateway: sentinel %s knows no master %s", addr, s.u.Master)
+		return protocol.SentinelAnswer{}, fmt.Errorf("gateway: sentinel %s knows no master %s", addr, s.u.Master)
 	}
-	return namedPrimary{addr: net.JoinHostPort(r[0], r[1])}, nil
+	return protocol.SentinelAnswer{Addr: net.JoinHostPort(r[0], r[1])}, nil
 }
 
 // dial connects to the sentinel at addr (TLS for rediss+sentinel) and

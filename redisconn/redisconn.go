@@ -301,75 +301,54 @@ func primaryOf(ctx context.Context, c redis.Cmdable) (redis.Cmdable, func(), err
 }
 
 // namedPrimary asks every sentinel of o for the primary and returns the
-// address named with the newest configuration epoch (a sentinel that has
-// not heard of a failover yet names the old primary under an older one),
-// the one most of them name among equals. While a sentinel says it is
-// failing the master over it returns an error: between the promotion of a
-// replica and the end of the failover the old primary still takes writes,
-// which it drops when it is demoted, so it must not be taken for the
-// primary. A sentinel user not allowed SENTINEL MASTER is asked for the
-// address alone.
+// one protocol.NewestPrimary chooses from their answers (none while a
+// sentinel is failing the master over). A sentinel user not allowed
+// SENTINEL MASTER is asked for the address alone.
 func namedPrimary(ctx context.Context, o *redis.UniversalOptions) (string, error) {
-	votes := map[named]int{}
+	var answers []protocol.SentinelAnswer
 	var lastErr error
 	for _, a := range o.Addrs {
 		sc := redis.NewSentinelClient(&redis.Options{
 			Addr: a, Username: o.SentinelUsername, Password: o.SentinelPassword,
 			TLSConfig: o.TLSConfig, MaxRetries: -1, DialTimeout: time.Second,
 		})
-		n, failing, err := askSentinel(ctx, sc, o.MasterName)
+		n, err := askSentinel(ctx, sc, o.MasterName)
 		sc.Close()
 		if err != nil {
 			lastErr = err
 			continue
 		}
-		if failing {
-			return "", fmt.Errorf("redisconn: sentinel %s is failing %q over", a, o.MasterName)
-		}
-		votes[named{n.addr, n.epoch}]++
+		answers = append(answers, n)
 	}
-	var best named
-	bestVotes := 0
-	for n, c := range votes {
-		if n.epoch > best.epoch || (n.epoch == best.epoch && (c > bestVotes || (c == bestVotes && n.addr < best.addr))) {
-			best, bestVotes = n, c
-		}
+	addr, err := protocol.NewestPrimary(answers)
+	if err != nil {
+		return "", fmt.Errorf("redisconn: the primary of %q: %w (last error: %v)", o.MasterName, err, lastErr)
 	}
-	if best.addr == "" {
-		return "", fmt.Errorf("redisconn: no sentinel named the primary %q (last: %v)", o.MasterName, lastErr)
-	}
-	return best.addr, nil
+	return addr, nil
 }
 
-// named is a primary as one sentinel names it: its address and the
-// configuration epoch the sentinel knows it under (0 when it may not say).
-type named struct {
-	addr  string
-	epoch int64
-}
-
-// askSentinel asks one sentinel for master's primary and whether it is
-// failing it over.
-func askSentinel(ctx context.Context, sc *redis.SentinelClient, master string) (n named, failing bool, err error) {
+// askSentinel asks one sentinel for master's primary.
+func askSentinel(ctx context.Context, sc *redis.SentinelClient, master string) (n protocol.SentinelAnswer, err error) {
 	m, err := sc.Master(ctx, master).Result()
 	if err == nil && m["ip"] != "" && m["port"] != "" {
-		n.addr = net.JoinHostPort(m["ip"], m["port"])
-		n.epoch, _ = strconv.ParseInt(m["config-epoch"], 10, 64)
-		return n, strings.Contains(m["flags"], "failover_in_progress"), nil
+		n.Addr = net.JoinHostPort(m["ip"], m["port"])
+		n.Epoch, _ = strconv.ParseInt(m["config-epoch"], 10, 64)
+		n.Failing = strings.Contains(m["flags"], "failover_in_progress")
+		return n, nil
 	}
 	var reply redis.Error
 	if err != nil && !errors.As(err, &reply) {
-		return n, false, err // unreachable, or slow: asking again would only wait twice
+		return n, err // unreachable, or slow: asking again would only wait twice
 	}
 	hp, err := sc.GetMasterAddrByName(ctx, master).Result()
 	if err != nil || len(hp) != 2 {
 		if err == nil {
 			err = fmt.Errorf("the sentinel knows no master %q", master)
 		}
-		return n, false, err
+		return n, err
 	}
-	n.addr = net.JoinHostPort(hp[0], hp[1])
-	return n, false, nil
+	n.Addr = net.JoinHostPort(hp[0], hp[1])
+	return n, nil
 }
 
 // SetLogger sends go-redis's own messages to log instead of its default
