@@ -158,9 +158,16 @@ func FuzzParseRedisURL(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw string) {
 		u, err := ParseRedisURL(raw)
 		if err != nil {
-			if _, rest, ok := strings.Cut(raw, ":"); ok {
-				if pw, _, ok := strings.Cut(rest, "@"); ok && len(pw) >= 6 && strings.Contains(err.Error(), pw) {
-					t.Fatalf("error %q quotes %q", err, pw)
+			if before, rest, ok := strings.Cut(raw, ":"); ok {
+				if pw, after, ok := strings.Cut(rest, "@"); ok && len(pw) >= 6 && strings.Contains(err.Error(), pw) {
+					// The text may be words of a fixed message ("+senti" of
+					// "redis+sentinel://"): an error quotes the password
+					// only if it follows the password when it changes.
+					other := shiftAlnum(pw)
+					_, err2 := ParseRedisURL(before + ":" + other + "@" + after)
+					if other != pw && err2 != nil && strings.Contains(err2.Error(), other) {
+						t.Fatalf("error %q quotes %q", err2, other)
+					}
 				}
 			}
 			return
@@ -170,4 +177,20 @@ func FuzzParseRedisURL(f *testing.F) {
 			t.Fatalf("%q → %+v → %q → %+v, %v", raw, u, u.String(), back, err)
 		}
 	})
+}
+
+// shiftAlnum changes every letter and digit of s to the next of its kind
+// (z to a, 9 to 0) and keeps the rest, so a URL parses along the same path.
+func shiftAlnum(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == 'z', r == 'Z':
+			return r - 25
+		case r == '9':
+			return '0'
+		case r >= 'a' && r < 'z', r >= 'A' && r < 'Z', r >= '0' && r < '9':
+			return r + 1
+		}
+		return r
+	}, s)
 }
