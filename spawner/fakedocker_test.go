@@ -66,6 +66,9 @@ func (d *fakeDocker) ContainerCreate(_ context.Context, cfg *container.Config, _
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.call("create", name)
+	if name == "" { // the engine names it
+		name = fmt.Sprintf("anonymous-%d", len(d.calls))
+	}
 	if _, ok := d.containers[name]; ok {
 		return container.CreateResponse{}, errdefs.Conflict(fmt.Errorf("name %s in use", name))
 	}

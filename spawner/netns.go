@@ -30,6 +30,13 @@ import (
 // again, which the runtime never does: a worker's next incarnation is a new
 // container).
 //
+// The holder's removal and the refill it calls for are engine work (a
+// container removed, another made and started: 100 ms or more of the
+// engine's time), so they wait until the worker had its start to itself
+// (settle after it; measured, a refill beside the start made a sealed
+// create 15-20 ms slower than one on the host's network). A pool that runs
+// dry refills at once: a burst of creates needs namespaces more than quiet.
+//
 // Holders carry the key prefix label (so that every count and clean-up of
 // a prefix's containers sees them) but not the managed label (set to
 // "false" over their image's): they are not workers, and the reconciler
@@ -49,6 +56,10 @@ const (
 	roleNetnsHolder = "netns-holder"
 	holderMemory    = 16 << 20
 	holderPids      = 8
+	// netnsSettle: how long a started worker has the engine to itself
+	// before its holder goes and a spare is made (a wrapper is up and
+	// has said so well within it).
+	netnsSettle = 500 * time.Millisecond
 )
 
 // netnsParams is what the namespace pool is given.
@@ -59,6 +70,7 @@ type netnsParams struct {
 	managerID string
 	host      func() string
 	spare     int           // how many holders are kept ready; 0: none (each worker gets a new namespace)
+	settle    time.Duration // how long after a worker's start its holder goes and the refill starts
 	markTTL   time.Duration // how long a spare's mark lasts unless renewed (LEASE_TTL: a dead manager's spares go within one lease)
 	mark      func(ctx context.Context, ids []string, ttl time.Duration) error
 	marked    func(ctx context.Context, ids []string) (map[string]bool, error)
@@ -69,17 +81,18 @@ type netnsParams struct {
 type netnsPool struct {
 	netnsParams
 
-	mu      sync.Mutex
-	free    []string             // holder container ids, ready
-	taken   map[string]time.Time // handed out to creates, when
-	filling bool
-	closed  bool
-	stop    chan struct{}  // closed by close: the marks' renewal ends
-	fills   sync.WaitGroup // the refill under way: close waits for it to remove what it made
+	mu       sync.Mutex
+	free     []string               // holder container ids, ready
+	taken    map[string]time.Time   // handed out to creates, when
+	settling map[string]*time.Timer // holders of started workers, removed when their timer fires
+	filling  bool
+	closed   bool
+	stop     chan struct{}  // closed by close: the marks' renewal ends
+	fills    sync.WaitGroup // the refill under way: close waits for it to remove what it made
 }
 
 func newNetnsPool(p netnsParams) *netnsPool {
-	pool := &netnsPool{netnsParams: p, stop: make(chan struct{}), taken: map[string]time.Time{}}
+	pool := &netnsPool{netnsParams: p, stop: make(chan struct{}), taken: map[string]time.Time{}, settling: map[string]*time.Timer{}}
 	if p.spare > 0 {
 		go pool.renew()
 	}
@@ -120,20 +133,24 @@ func (p *netnsPool) warm() {
 
 // take returns the network mode for a new sealed container: a spare
 // holder's namespace, or Docker's none network when no spare is ready.
-// Either way a refill starts.
+// The refill starts at once when none is left, else once the worker
+// started (started) or its create failed (release).
 func (p *netnsPool) take() container.NetworkMode {
 	if p == nil || p.spare <= 0 {
 		return "none"
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	defer p.kickLocked()
 	if len(p.free) == 0 {
+		p.kickLocked()
 		return "none"
 	}
 	id := p.free[0]
 	p.free = p.free[1:]
 	p.taken[id] = time.Now()
+	if len(p.free) == 0 {
+		p.kickLocked()
+	}
 	return container.NetworkMode("container:" + id) // still marked: the create has a TTL to start it
 }
 
@@ -146,15 +163,45 @@ func holderOf(mode container.NetworkMode) string {
 	return id
 }
 
-// release removes the holder of a container's network mode: the
-// container started in its namespace (which lives on with it), or was
-// never made. The namespace is not used again.
+// release removes the holder of a container's network mode at once (its
+// container was never made, or did not start) and refills. The namespace
+// is not used again.
 func (p *netnsPool) release(ctx context.Context, mode container.NetworkMode) {
 	id := holderOf(mode)
 	if p == nil || id == "" {
 		return
 	}
 	p.remove(ctx, id)
+	p.mu.Lock()
+	p.kickLocked()
+	p.mu.Unlock()
+}
+
+// started removes the holder of a container that started in its
+// namespace (which lives on with it) settle later, and refills then.
+func (p *netnsPool) started(mode container.NetworkMode) {
+	id := holderOf(mode)
+	if p == nil || id == "" {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		go p.remove(context.Background(), id)
+		return
+	}
+	p.settling[id] = time.AfterFunc(p.settle, func() {
+		p.mu.Lock()
+		_, mine := p.settling[id]
+		delete(p.settling, id)
+		p.mu.Unlock()
+		if !mine {
+			return // close took it
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		p.release(ctx, mode)
+	})
 }
 
 func (p *netnsPool) remove(ctx context.Context, id string) {
@@ -237,6 +284,17 @@ func (p *netnsPool) make(ctx context.Context) (string, error) {
 	return resp.ID, nil
 }
 
+// settled reports whether the pool is at rest: every spare ready, no
+// holder waiting to go, no refill under way.
+func (p *netnsPool) settled() bool {
+	if p == nil {
+		return true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.free) >= p.spare && len(p.settling) == 0 && !p.filling
+}
+
 // ready returns how many spare holders are ready.
 func (p *netnsPool) ready() int {
 	if p == nil {
@@ -260,6 +318,11 @@ func (p *netnsPool) close(ctx context.Context) {
 	p.closed = true
 	free := p.free
 	p.free = nil
+	for id, t := range p.settling { // started workers' holders: now, not after the stop
+		t.Stop()
+		free = append(free, id)
+	}
+	p.settling = map[string]*time.Timer{}
 	p.taken = map[string]time.Time{} // a create's by now started (and released) or gone: the last sweep takes the rest
 	p.mu.Unlock()
 	for _, id := range free {

@@ -14,7 +14,8 @@ import (
 // BenchmarkSealedCreate: create → the wrapper's started event of a sealed
 // worker (its gateway's sockets opened first, a spare network namespace
 // joined, Redis through the sockets) against the same with host
-// networking, alternating, in the same run.
+// networking, alternating, in the same run. The gateway runs in the
+// benchmark's process (worker-gateway is a process of its own).
 func BenchmarkSealedCreate(b *testing.B) {
 	dir := gatewaytest.Dir(b)
 	sealed := newFixture(b, func(c *Config) { c.NetworkMode, c.GatewayDir = NetworkSealed, dir })
@@ -23,11 +24,10 @@ func BenchmarkSealedCreate(b *testing.B) {
 	ctx := context.Background()
 	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude}
 	startOf := func(f *fixture) float64 {
-		// The spare namespaces are made between creates, as a manager
-		// makes them while it waits for work: not during a timed one.
-		if f.s.netns != nil {
-			testkit.Eventually(b, "the spare namespaces", time.Minute, func() bool { return f.s.netns.ready() >= f.s.cfg.SpareNetns })
-		}
+		// The engine at rest before each create, sealed or not: the
+		// spare namespaces made and the last sealed worker's holder gone
+		// (a manager does that while it waits for work).
+		testkit.Eventually(b, "the spare namespaces", time.Minute, sealed.s.netns.settled)
 		from := lastID(f.rc, f.keys.Lifecycle())
 		t0 := time.Now()
 		info, err := f.s.Create(ctx, spec)

@@ -369,8 +369,8 @@ func TestSealedWorkersJoinSpareNamespaces(t *testing.T) {
 		if i > 0 { // the first create finds none ready and starts the refill
 			testkit.Eventually(t, "spare namespaces", time.Minute, func() bool { return f.s.netns.ready() >= f.s.cfg.SpareNetns })
 			// The spare holders: on the none network, labelled, nobody's
-			// uid. (A worker's holder is removed once the worker started
-			// in its namespace, which lives on with the worker.)
+			// uid. (A worker's holder is removed shortly after the worker
+			// started in its namespace, which lives on with the worker.)
 			hs, err := f.dc.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
 				filters.Arg("label", labelRole+"="+roleNetnsHolder), filters.Arg("label", protocol.LabelKeyPrefix+"="+f.keys.Prefix))})
 			if err != nil {
@@ -425,9 +425,10 @@ func TestSealedWorkersJoinSpareNamespaces(t *testing.T) {
 		}
 	}
 	for h := range holders {
-		if _, err := f.dc.ContainerInspect(ctx, h); !IsNotFound(err) && !errdefs.IsNotFound(err) {
-			t.Fatalf("holder %s of a deleted worker: %v", h, err)
-		}
+		testkit.Eventually(t, "the holder of a started worker gone", 10*time.Second, func() bool {
+			_, err := f.dc.ContainerInspect(ctx, h)
+			return IsNotFound(err) || errdefs.IsNotFound(err)
+		})
 	}
 	// The spare ones go at the stop; nothing of the prefix is left.
 	f.s.netns.close(ctx)

@@ -439,8 +439,8 @@ func (s *Spawner) startContainer(ctx context.Context, cid, id, commandID string,
 		}
 		err = s.docker.ContainerStart(ctx, cid, container.StartOptions{})
 	}
-	if err == nil && holderOf(o.netns) != "" {
-		go s.netns.release(context.WithoutCancel(ctx), o.netns)
+	if err == nil {
+		s.netns.started(o.netns)
 	}
 	return cid, err
 }

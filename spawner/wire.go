@@ -66,7 +66,7 @@ func (p parts) netns() *netnsPool {
 		image = func() string { return s.images.BaseImage }
 	}
 	return newNetnsPool(netnsParams{docker: s.docker, image: image, prefix: s.keys.Prefix, managerID: s.cfg.ManagerID, host: s.Host,
-		spare: s.cfg.SpareNetns, markTTL: s.cfg.LeaseTTL, log: s.log, mark: s.rdb.MarkSpareNetns, marked: s.rdb.SpareNetnsMarked})
+		spare: s.cfg.SpareNetns, settle: netnsSettle, markTTL: s.cfg.LeaseTTL, log: s.log, mark: s.rdb.MarkSpareNetns, marked: s.rdb.SpareNetnsMarked})
 }
 
 func (p parts) volumeGC() *VolumeGC { return &VolumeGC{volumes: p.s.volumes} }
