@@ -123,12 +123,22 @@ def named_primary(answers):
     return min(votes, key=lambda k: (-k[0], -votes[k], k[1]))[1]
 
 
-def direct_kwargs(connection_kwargs, addr):
+def direct_kwargs(connection_kwargs, addr, timeout=None):
     """A sentinel pool's connection keywords (the user, password, db and
-    TLS settings of its connections) for a connection of one's own to addr."""
+    TLS settings of its connections) for a connection of one's own to addr,
+    which waits at most timeout (when given) to connect and for each reply."""
     kw = {k: v for k, v in connection_kwargs.items() if k != "connection_pool"}
     kw["host"], kw["port"] = addr
+    if timeout is not None:
+        for k in ("socket_timeout", "socket_connect_timeout"):
+            kw[k] = timeout if kw.get(k) is None else min(kw[k], timeout)
     return kw
+
+
+def time_left(deadline):
+    """What is left until deadline (time.monotonic()), a tenth of a second
+    at least: a socket timeout of 0 would not wait at all."""
+    return max(0.1, deadline - time.monotonic())
 
 
 def sentinel_wait(deadline):

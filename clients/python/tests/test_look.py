@@ -34,13 +34,14 @@ def array(items):
 class StandIn(socketserver.ThreadingTCPServer):
     """A sentinel on a free loopback port that speaks RESP as mode says:
     "hang" reads commands and never replies, "noperm" refuses SENTINEL
-    MASTER with an error reply, "answer" names PRIMARY under epoch 3."""
+    MASTER with an error reply, "answer" names primary (PRIMARY unless
+    given) under epoch 3."""
 
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, mode):
-        self.mode = mode
+    def __init__(self, mode, primary=PRIMARY):
+        self.mode, self.primary = mode, primary
         super().__init__(("127.0.0.1", 0), _Handler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
@@ -71,9 +72,10 @@ class _Handler(socketserver.StreamRequestHandler):
         if args[:2] == ["SENTINEL", "MASTER"]:
             if mode == "noperm":
                 return b"-NOPERM this user has no permissions to run the 'sentinel|master' command\r\n"
-            return array(["name", "m", "ip", PRIMARY[0], "port", PRIMARY[1], "flags", "master", "config-epoch", 3])
+            p = self.server.primary
+            return array(["name", "m", "ip", p[0], "port", p[1], "flags", "master", "config-epoch", 3])
         if args[:2] == ["SENTINEL", "GET-MASTER-ADDR-BY-NAME"]:
-            return array(PRIMARY)
+            return array(self.server.primary)
         return b"-ERR unknown command\r\n"
 
 
@@ -137,6 +139,30 @@ class LookTest(unittest.TestCase):
                 await aio._Streams(self.async_client(addrs), None, 0)._on_primary("s", "1-0")
             start = time.monotonic()
             with self.assertRaises(redis.ConnectionError):
+                asyncio.run(look())
+            self.assertLess(time.monotonic() - start, 4.0)
+
+    def test_a_hung_primary_ends_the_look_within_look_timeout(self):
+        """The sentinels name a primary that accepts and never replies (the
+        data client has no socket timeout): the look fails within
+        LOOK_TIMEOUT, not never."""
+        primary = StandIn("hang")
+        sentinel = StandIn("answer", primary.addr)
+        self.servers += [primary, sentinel]
+        plain = lambda addrs: redis.sentinel.Sentinel(addrs, sentinel_kwargs={"socket_timeout": SOCKET_TIMEOUT}).master_for("m")  # noqa: E731
+        with mock.patch.object(_core, "LOOK_TIMEOUT", 2.0):
+            r = plain([sentinel.addr])
+            self.assertIsNone(r.connection_pool.connection_kwargs.get("socket_timeout"))
+            start = time.monotonic()
+            with self.assertRaises(redis.RedisError):
+                _Streams(r, None, 0)._on_primary("s", "1-0")
+            self.assertLess(time.monotonic() - start, 4.0)
+
+            async def look():
+                ar = redis.asyncio.sentinel.Sentinel([sentinel.addr], sentinel_kwargs={"socket_timeout": SOCKET_TIMEOUT}).master_for("m")
+                await aio._Streams(ar, None, 0)._on_primary("s", "1-0")
+            start = time.monotonic()
+            with self.assertRaises(redis.RedisError):
                 asyncio.run(look())
             self.assertLess(time.monotonic() - start, 4.0)
 
