@@ -88,7 +88,7 @@ type netnsPool struct {
 	filling  bool
 	closed   bool
 	stop     chan struct{}  // closed by close: the marks' renewal ends
-	fills    sync.WaitGroup // the refill under way: close waits for it to remove what it made
+	fills    sync.WaitGroup // the refill and the removals of started workers' holders under way: close waits for them
 }
 
 func newNetnsPool(p netnsParams) *netnsPool {
@@ -194,10 +194,14 @@ func (p *netnsPool) started(mode container.NetworkMode) {
 		p.mu.Lock()
 		_, mine := p.settling[id]
 		delete(p.settling, id)
+		if mine {
+			p.fills.Add(1) // before close can wait: close takes the map under the lock
+		}
 		p.mu.Unlock()
 		if !mine {
 			return // close took it
 		}
+		defer p.fills.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		p.release(ctx, mode)
@@ -329,8 +333,9 @@ func (p *netnsPool) close(ctx context.Context) {
 		p.remove(ctx, id)
 	}
 	// A holder being made as the pool closed is removed by its refill,
-	// which sees the pool closed: wait for it, or a stopped manager
-	// leaves that one behind.
+	// which sees the pool closed, and one whose timer fired is being
+	// removed: wait for them, or a stopped manager leaves them behind
+	// (its last sweep spares its own holders younger than a lease).
 	done := make(chan struct{})
 	go func() { p.fills.Wait(); close(done) }()
 	select {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 	"github.com/agentvisor/agentvisor/testkit"
 )
 
-func newTestNetnsPool(d *fakeDocker, settle time.Duration) *netnsPool {
+func newTestNetnsPool(d ContainerClient, settle time.Duration) *netnsPool {
 	return newNetnsPool(netnsParams{docker: d, image: func() string { return "base" }, prefix: "unit", managerID: "m1",
 		host: func() string { return "h1" }, spare: 2, settle: settle, markTTL: time.Minute,
 		mark:   func(context.Context, []string, time.Duration) error { return nil },
@@ -73,8 +74,57 @@ func TestNetnsPoolLeavesTheEngineToAStart(t *testing.T) {
 	if cs, _ := d.ContainerList(context.Background(), container.ListOptions{All: true}); len(cs) != 0 {
 		t.Fatalf("%d holders left after the stop", len(cs))
 	}
+	removed := d.count("remove")
 	time.Sleep(settle + 100*time.Millisecond) // the stopped timers do nothing
 	if n := d.count("create"); n != made+3 {
 		t.Fatalf("%d holders made, want %d", n, made+3)
+	}
+	if n := d.count("remove"); n != removed {
+		t.Fatalf("%d removals after the stop, want none", n-removed)
+	}
+}
+
+// gatedDocker holds the removal of one container until gate closes.
+type gatedDocker struct {
+	*fakeDocker
+	mu      sync.Mutex
+	hold    string
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (d *gatedDocker) ContainerRemove(ctx context.Context, id string, o container.RemoveOptions) error {
+	d.mu.Lock()
+	held := id == d.hold
+	d.mu.Unlock()
+	if held {
+		close(d.entered)
+		<-d.gate
+	}
+	return d.fakeDocker.ContainerRemove(ctx, id, o)
+}
+
+// A stop that comes while a started worker's holder is being removed
+// returns once it is gone: a manager that exits at once leaves none.
+func TestNetnsPoolStopWaitsForAHolderGoing(t *testing.T) {
+	d := &gatedDocker{fakeDocker: newFakeDocker(), entered: make(chan struct{}), gate: make(chan struct{})}
+	p := newTestNetnsPool(d, time.Millisecond)
+	p.warm()
+	testkit.Eventually(t, "the spare namespaces", 5*time.Second, p.settled)
+	mode := p.take()
+	holder := holderOf(mode)
+	d.mu.Lock()
+	d.hold = holder
+	d.mu.Unlock()
+	p.started(mode)
+	select {
+	case <-d.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder's removal never started")
+	}
+	go func() { time.Sleep(200 * time.Millisecond); close(d.gate) }()
+	p.close(context.Background())
+	if name := strings.TrimPrefix(holder, "cid-"); d.has(name) {
+		t.Fatalf("the stop returned with holder %s of a started worker still there", name)
 	}
 }
