@@ -152,22 +152,25 @@ func TestParseWaitPolicy(t *testing.T) {
 // FuzzParseRedisURL: no input panics, an error never quotes a password,
 // and what parses reads back the same from its String.
 func FuzzParseRedisURL(f *testing.F) {
-	for _, s := range []string{"redis://:pw@h:1/0", "rediss+sentinel://u:pw@h1:1,[::1]:2/m/3?sentinel_password=x", "redis://[::1]", "redis+sentinel://h/m%2Fx/0"} {
+	for _, s := range []string{"redis://:pw@h:1/0", "rediss+sentinel://u:pw@h1:1,[::1]:2/m/3?sentinel_password=x", "redis://[::1]", "redis+sentinel://h/m%2Fx/0",
+		"redis://user:secret99@h:0", "redis://user:secret%zz@h"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
 		u, err := ParseRedisURL(raw)
 		if err != nil {
-			if before, rest, ok := strings.Cut(raw, ":"); ok {
-				if pw, after, ok := strings.Cut(rest, "@"); ok && len(pw) >= 6 && strings.Contains(err.Error(), pw) {
-					// The text may be words of a fixed message ("+senti" of
-					// "redis+sentinel://"): an error quotes the password
-					// only if it follows the password when it changes.
-					other := shiftAlnum(pw)
-					_, err2 := ParseRedisURL(before + ":" + other + "@" + after)
-					if other != pw && err2 != nil && strings.Contains(err2.Error(), other) {
-						t.Fatalf("error %q quotes %q", err2, other)
-					}
+			for _, at := range passwordsIn(raw) {
+				pw := raw[at[0]:at[1]]
+				if len(pw) < 6 || !strings.Contains(err.Error(), pw) {
+					continue
+				}
+				// The text may be words of a fixed message ("+senti" of
+				// "redis+sentinel://"): an error quotes the password
+				// only if it follows the password when it changes.
+				other := shiftAlnum(pw)
+				_, err2 := ParseRedisURL(raw[:at[0]] + other + raw[at[1]:])
+				if other != pw && err2 != nil && strings.Contains(err2.Error(), other) {
+					t.Fatalf("error %q quotes %q", err2, other)
 				}
 			}
 			return
@@ -179,18 +182,47 @@ func FuzzParseRedisURL(f *testing.F) {
 	})
 }
 
-// shiftAlnum changes every letter and digit of s to the next of its kind
-// (z to a, 9 to 0) and keeps the rest, so a URL parses along the same path.
-func shiftAlnum(s string) string {
-	return strings.Map(func(r rune) rune {
-		switch {
-		case r == 'z', r == 'Z':
-			return r - 25
-		case r == '9':
-			return '0'
-		case r >= 'a' && r < 'z', r >= 'A' && r < 'Z', r >= '0' && r < '9':
-			return r + 1
+// passwordsIn returns where raw may hold a password, as [start, end)
+// offsets: between its first colon and the @ after it (any text), and the
+// password of its userinfo read as ParseRedisURL reads a URL's (after the
+// first colon of what comes before the authority's last @).
+func passwordsIn(raw string) [][2]int {
+	var at [][2]int
+	if i := strings.Index(raw, ":"); i >= 0 {
+		if j := strings.Index(raw[i+1:], "@"); j >= 0 {
+			at = append(at, [2]int{i + 1, i + 1 + j})
 		}
-		return r
-	}, s)
+	}
+	if k := strings.Index(raw, "://"); k >= 0 {
+		start := k + 3
+		authority, _, _ := strings.Cut(raw[start:], "?")
+		authority, _, _ = strings.Cut(authority, "/")
+		if a := strings.LastIndex(authority, "@"); a >= 0 {
+			if c := strings.Index(authority[:a], ":"); c >= 0 {
+				at = append(at, [2]int{start + c + 1, start + a})
+			}
+		}
+	}
+	return at
+}
+
+// shiftAlnum changes every letter and digit of s to the next of its kind
+// (z to a, 9 to 0) and keeps the rest, and the two characters after a %
+// (an escape stays one, a bad one stays bad), so a URL parses along the
+// same path.
+func shiftAlnum(s string) string {
+	b := []byte(s)
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '%':
+			i += 2
+		case c == 'z', c == 'Z':
+			b[i] = c - 25
+		case c == '9':
+			b[i] = '0'
+		case c >= 'a' && c < 'z', c >= 'A' && c < 'Z', c >= '0' && c < '9':
+			b[i] = c + 1
+		}
+	}
+	return string(b)
 }
