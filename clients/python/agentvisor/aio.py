@@ -14,7 +14,7 @@ from ._core import Keys, SentInfo
 from .errors import AgentvisorError, AgentvisorTimeout, redis_error
 
 
-async def _primary_to_read(r, timeout=_core.SENTINEL_TIMEOUT, read_timeout=None):
+async def _primary_to_read(r, timeout=_core.SENTINEL_TIMEOUT, deadline=None):
     """The asyncio form of agentvisor.client._primary_to_read."""
     pool = getattr(r, "connection_pool", None)
     if not isinstance(pool, redis.asyncio.SentinelConnectionPool):
@@ -24,7 +24,7 @@ async def _primary_to_read(r, timeout=_core.SENTINEL_TIMEOUT, read_timeout=None)
     if addr is None:
         return None
     cls = redis.asyncio.SSLConnection if issubclass(pool.connection_class, redis.asyncio.SSLConnection) else redis.asyncio.Connection
-    return redis.asyncio.Redis(connection_pool=redis.asyncio.ConnectionPool(connection_class=cls, **_core.direct_kwargs(pool.connection_kwargs, addr, read_timeout)))
+    return redis.asyncio.Redis(connection_pool=redis.asyncio.ConnectionPool(connection_class=cls, **_core.direct_kwargs(pool.connection_kwargs, addr, None if deadline is None else _core.time_left(deadline))))
 
 
 async def _ask_sentinel(sentinel, master, timeout):
@@ -85,7 +85,7 @@ class _Streams:
         says, again after a backoff while it says not yet."""
         deadline = time.monotonic() + _core.LOOK_TIMEOUT
         back = 0.1
-        while (on := await _primary_to_read(self.r, _core.sentinel_wait(deadline), _core.time_left(deadline))) is None:
+        while (on := await _primary_to_read(self.r, _core.sentinel_wait(deadline), deadline)) is None:
             if time.monotonic() + back > deadline:
                 raise redis.ConnectionError(f"no primary to look for {entry_id} of {stream} on within {_core.LOOK_TIMEOUT}s: a sentinel is failing it over, or none answers")
             await asyncio.sleep(back)

@@ -13,13 +13,14 @@ from ._core import Keys, SentInfo
 from .errors import AgentvisorError, AgentvisorTimeout, redis_error
 
 
-def _primary_to_read(r, timeout=_core.SENTINEL_TIMEOUT, read_timeout=None):
+def _primary_to_read(r, timeout=_core.SENTINEL_TIMEOUT, deadline=None):
     """What a look for an entry reads: r itself for one server; for a
     client of sentinels, a client of its own (the caller disconnects its
     pool) of the primary _core.named_primary picks from their answers, since
     r may still be connected to the old one; None while that is not yet.
     The sentinels are asked at once, each waited on at most timeout; the
-    client of the primary waits at most read_timeout (when given)."""
+    client of the primary waits at most what is left, once they answered,
+    until deadline (a time.monotonic() time, when given)."""
     pool = getattr(r, "connection_pool", None)
     if not isinstance(pool, redis.sentinel.SentinelConnectionPool):
         return r
@@ -32,7 +33,7 @@ def _primary_to_read(r, timeout=_core.SENTINEL_TIMEOUT, read_timeout=None):
     if addr is None:
         return None
     cls = redis.SSLConnection if issubclass(pool.connection_class, redis.SSLConnection) else redis.Connection
-    return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=cls, **_core.direct_kwargs(pool.connection_kwargs, addr, read_timeout)))
+    return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=cls, **_core.direct_kwargs(pool.connection_kwargs, addr, None if deadline is None else _core.time_left(deadline))))
 
 
 def _ask_sentinel(sentinel, master, timeout):
@@ -96,7 +97,7 @@ class _Streams:
         says, again after a backoff while it says not yet."""
         deadline = time.monotonic() + _core.LOOK_TIMEOUT
         back = 0.1
-        while (on := _primary_to_read(self.r, _core.sentinel_wait(deadline), _core.time_left(deadline))) is None:
+        while (on := _primary_to_read(self.r, _core.sentinel_wait(deadline), deadline)) is None:
             if time.monotonic() + back > deadline:
                 raise redis.ConnectionError(f"no primary to look for {entry_id} of {stream} on within {_core.LOOK_TIMEOUT}s: a sentinel is failing it over, or none answers")
             time.sleep(back)

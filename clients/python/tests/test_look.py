@@ -166,6 +166,28 @@ class LookTest(unittest.TestCase):
                 asyncio.run(look())
             self.assertLess(time.monotonic() - start, 4.0)
 
+    def test_the_read_waits_what_is_left_once_the_sentinels_answered(self):
+        """A hung sentinel beside one that names a hung primary: the wait on
+        the sentinel comes out of the look's time, and the read on the
+        primary gets only what is left of it."""
+        primary = StandIn("hang")
+        hung, sentinel = StandIn("hang"), StandIn("answer", primary.addr)
+        self.servers += [primary, hung, sentinel]
+        look = 2.0
+        with mock.patch.object(_core, "LOOK_TIMEOUT", look), mock.patch.object(_core, "SENTINEL_TIMEOUT", 1.0):
+            r = self.sync_client([hung.addr, sentinel.addr])
+            start = time.monotonic()
+            with self.assertRaises(redis.RedisError):
+                _Streams(r, None, 0)._on_primary("s", "1-0")
+            self.assertLess(time.monotonic() - start, look + 0.5)
+
+            async def on_primary():
+                await aio._Streams(self.async_client([hung.addr, sentinel.addr]), None, 0)._on_primary("s", "1-0")
+            start = time.monotonic()
+            with self.assertRaises(redis.RedisError):
+                asyncio.run(on_primary())
+            self.assertLess(time.monotonic() - start, look + 0.5)
+
 
 if __name__ == "__main__":
     unittest.main()
