@@ -351,6 +351,14 @@ func (p *netnsPool) sweep(ctx context.Context) int {
 	if p == nil {
 		return 0
 	}
+	// A spare short with no holder waiting to go (a create that failed
+	// between its take and its start and left its holder to a redelivery)
+	// is made now: nothing else would, until the pool ran dry.
+	p.mu.Lock()
+	if len(p.settling) == 0 {
+		p.kickLocked()
+	}
+	p.mu.Unlock()
 	holders, err := p.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
 		filters.Arg("label", labelRole+"="+roleNetnsHolder), filters.Arg("label", protocol.LabelKeyPrefix+"="+p.prefix))})
 	if err != nil || len(holders) == 0 {

@@ -128,3 +128,20 @@ func TestNetnsPoolStopWaitsForAHolderGoing(t *testing.T) {
 		t.Fatalf("the stop returned with holder %s of a started worker still there", name)
 	}
 }
+
+// A spare taken by a create that neither started nor released it (its
+// container left to a redelivery) is made again at the next sweep.
+func TestNetnsPoolSweepMakesAMissingSpare(t *testing.T) {
+	d := newFakeDocker()
+	p := newTestNetnsPool(d, time.Hour)
+	defer p.close(context.Background())
+	p.warm()
+	testkit.Eventually(t, "the spare namespaces", 5*time.Second, p.settled)
+	p.take()
+	time.Sleep(50 * time.Millisecond)
+	if p.ready() != 1 {
+		t.Fatalf("%d spares after a take with one left: no refill yet", p.ready())
+	}
+	p.sweep(context.Background())
+	testkit.Eventually(t, "the missing spare made by the sweep", 5*time.Second, func() bool { return p.ready() == 2 })
+}
