@@ -70,6 +70,13 @@ func TestManagerCommandsPauseWakeAndCrash(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
+	// The history keeps the last protocol.MaxStatusHistory transitions
+	// (health ones among them, which a loaded machine adds): the start's
+	// is looked for now, the manager's after its pause and wake.
+	testkit.Eventually(t, "the start in the history", 10*time.Second, func() bool {
+		return slices.Contains(transitionsOf(t, f, id), "starting>idle (started)")
+	})
+
 	// The wrapper asks for a pause after its output; the manager pauses it.
 	f.send(t, f.keys.Input(id), protocol.Task{RequestID: "m-1", Prompt: "first"})
 	if o := f.waitOutput(t, f.keys.Output(id), "m-1", time.Minute); o.Status != protocol.StatusComplete {
@@ -98,18 +105,14 @@ func TestManagerCommandsPauseWakeAndCrash(t *testing.T) {
 	})
 	// The manager's state changes are transitions too: in the worker's
 	// history and on the lifecycle stream, with the time spent before.
-	var history []string
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		docs, _ := f.rc.LRange(ctx, f.keys.StatusHistory(id), 0, -1).Result()
+		history := transitionsOf(t, f, id)
 		seen := map[string]bool{}
-		history = history[:0]
-		for _, d := range docs {
-			if r, err := protocol.DecodeTransitionRecord([]byte(d)); err == nil && r.Reason != "" {
-				seen[string(r.From)+">"+string(r.To)] = true
-				history = append(history, string(r.From)+">"+string(r.To)+" ("+r.Reason+")")
-			}
+		for _, h := range history {
+			from, _, _ := strings.Cut(h, " ")
+			seen[from] = true
 		}
-		if seen["idle>paused"] && seen["paused>idle"] && seen["idle>busy"] && seen["starting>idle"] {
+		if seen["idle>paused"] && seen["paused>idle"] && seen["idle>busy"] {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -142,6 +145,23 @@ func TestManagerCommandsPauseWakeAndCrash(t *testing.T) {
 	testkit.Eventually(t, "a new incarnation", 30*time.Second, func() bool {
 		return f.rc.HGet(ctx, f.keys.Status(id), protocol.StatusFieldIncarnation).Val() == "2"
 	})
+}
+
+// transitionsOf returns a worker's history, newest first, as
+// "from>to (reason)".
+func transitionsOf(t *testing.T, f *fixture, id string) []string {
+	t.Helper()
+	docs, err := f.rc.LRange(context.Background(), f.keys.StatusHistory(id), 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, d := range docs {
+		if r, err := protocol.DecodeTransitionRecord([]byte(d)); err == nil && r.Reason != "" {
+			out = append(out, string(r.From)+">"+string(r.To)+" ("+r.Reason+")")
+		}
+	}
+	return out
 }
 
 func TestShutdownLeavesNoContainer(t *testing.T) {
