@@ -94,9 +94,31 @@ func (r *Reaper) Run(ctx context.Context) {
 // Reap collects every child that has exited (wait4(-1, WNOHANG) until none
 // is left) and returns how many it collected.
 func (r *Reaper) Reap() int {
+	n, _ := r.reap()
+	return n
+}
+
+// ReapAll reaps until this process has no child left, or timeout passes,
+// and reports whether none is left: after a kill of every other process
+// of the container, it returns once they are all gone (each reparented to
+// PID 1 and collected), not after a guess at how long that takes.
+func (r *Reaper) ReapAll(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if _, none := r.reap(); none {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// reap is Reap, and reports whether no child is left at all (ECHILD).
+func (r *Reaper) reap() (n int, none bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := 0
 	for {
 		var ws syscall.WaitStatus
 		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
@@ -104,7 +126,7 @@ func (r *Reaper) Reap() int {
 			continue
 		}
 		if err != nil || pid <= 0 { // ECHILD: no children; 0: none exited
-			return n
+			return n, errors.Is(err, syscall.ECHILD)
 		}
 		n++
 		if ch, ok := r.waiting[pid]; ok {

@@ -2,11 +2,14 @@ package reaper
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -94,5 +97,46 @@ func TestReapsHundredOrphansAndDeliversExitStatus(t *testing.T) {
 	}
 	if _, err := r.Start(exec.Command("/nonexistent")); err == nil {
 		t.Fatal("starting a missing program gave no error")
+	}
+}
+
+// ReapAll returns once every child, and every orphan of a killed one, is
+// collected: as PID 1 does after it killed every other process of its
+// container, before it re-executes itself.
+func TestReapAllReturnsOnceNoChildIsLeft(t *testing.T) {
+	if err := BecomeSubreaper(); err != nil {
+		t.Fatal(err)
+	}
+	r := New()
+	var pids []int
+	for i := 0; i < 3; i++ {
+		// A shell whose own child outlives it: an orphan to collect.
+		cmd := exec.Command("sh", "-c", "sleep 30 & echo $!; wait")
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Start(cmd); err != nil {
+			t.Fatal(err)
+		}
+		var grandchild int
+		if _, err := fmt.Fscan(out, &grandchild); err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, cmd.Process.Pid, grandchild)
+	}
+	if r.ReapAll(50 * time.Millisecond) {
+		t.Fatal("ReapAll reported no child left while six run")
+	}
+	start := time.Now()
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if !r.ReapAll(5 * time.Second) {
+		t.Fatal("children left 5 s after they were killed")
+	}
+	t.Logf("every child and orphan collected %v after the kill", time.Since(start))
+	if _, err := syscall.Wait4(-1, nil, syscall.WNOHANG, nil); !errors.Is(err, syscall.ECHILD) {
+		t.Fatalf("wait4 after ReapAll: %v, want ECHILD", err)
 	}
 }

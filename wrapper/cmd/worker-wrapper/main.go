@@ -147,8 +147,9 @@ func run() int {
 		stopReaping()
 		if os.Getpid() == 1 {
 			_ = syscall.Kill(-1, syscall.SIGKILL) // PID 1 of its namespace: every process but itself
-			time.Sleep(50 * time.Millisecond)
-			r.Reap() // what is left, the next image reaps
+			if !r.ReapAll(time.Second) {
+				log.Warn("processes of the container not yet gone after a second; the new image reaps them")
+			}
 		}
 		sink.Close(2 * time.Second)
 		err := seal.Reexec(worker.AdoptedEnviron(environ, a))
