@@ -142,10 +142,9 @@ def time_left(deadline):
 
 
 def sentinel_wait(deadline):
-    """How long a look that must end by deadline (time.monotonic()) waits on
-    one sentinel: SENTINEL_TIMEOUT, or what is left (a tenth of a second at
-    least: a socket timeout of 0 would not wait at all)."""
-    return max(0.1, min(SENTINEL_TIMEOUT, deadline - time.monotonic()))
+    """How long a look that must end by deadline (time.monotonic(); None:
+    no end) waits on one sentinel: SENTINEL_TIMEOUT, or what is left."""
+    return SENTINEL_TIMEOUT if deadline is None else min(SENTINEL_TIMEOUT, time_left(deadline))
 
 
 def sentinel_kwargs(connection_kwargs, timeout):

@@ -14,13 +14,13 @@ from ._core import Keys, SentInfo
 from .errors import AgentvisorError, AgentvisorTimeout, redis_error
 
 
-async def _primary_to_read(r, timeout=_core.SENTINEL_TIMEOUT, deadline=None):
+async def _primary_to_read(r, deadline=None):
     """The asyncio form of agentvisor.client._primary_to_read."""
     pool = getattr(r, "connection_pool", None)
     if not isinstance(pool, redis.asyncio.SentinelConnectionPool):
         return r
     sentinels = list(pool.sentinel_manager.sentinels)
-    addr = _core.named_primary(await asyncio.gather(*(_ask_sentinel(s, pool.service_name, timeout) for s in sentinels)))
+    addr = _core.named_primary(await asyncio.gather(*(_ask_sentinel(s, pool.service_name, _core.sentinel_wait(deadline)) for s in sentinels)))
     if addr is None:
         return None
     cls = redis.asyncio.SSLConnection if issubclass(pool.connection_class, redis.asyncio.SSLConnection) else redis.asyncio.Connection
@@ -85,7 +85,7 @@ class _Streams:
         says, again after a backoff while it says not yet."""
         deadline = time.monotonic() + _core.LOOK_TIMEOUT
         back = 0.1
-        while (on := await _primary_to_read(self.r, _core.sentinel_wait(deadline), deadline)) is None:
+        while (on := await _primary_to_read(self.r, deadline)) is None:
             if time.monotonic() + back > deadline:
                 raise redis.ConnectionError(f"no primary to look for {entry_id} of {stream} on within {_core.LOOK_TIMEOUT}s: a sentinel is failing it over, or none answers")
             await asyncio.sleep(back)

@@ -13,14 +13,15 @@ from ._core import Keys, SentInfo
 from .errors import AgentvisorError, AgentvisorTimeout, redis_error
 
 
-def _primary_to_read(r, timeout=_core.SENTINEL_TIMEOUT, deadline=None):
+def _primary_to_read(r, deadline=None):
     """What a look for an entry reads: r itself for one server; for a
     client of sentinels, a client of its own (the caller disconnects its
     pool) of the primary _core.named_primary picks from their answers, since
     r may still be connected to the old one; None while that is not yet.
-    The sentinels are asked at once, each waited on at most timeout; the
-    client of the primary waits at most what is left, once they answered,
-    until deadline (a time.monotonic() time, when given)."""
+    The sentinels are asked at once, each waited on at most
+    _core.sentinel_wait(deadline); the client of the primary waits at most
+    what is left, once they answered, until deadline (a time.monotonic()
+    time, when given)."""
     pool = getattr(r, "connection_pool", None)
     if not isinstance(pool, redis.sentinel.SentinelConnectionPool):
         return r
@@ -28,7 +29,7 @@ def _primary_to_read(r, timeout=_core.SENTINEL_TIMEOUT, deadline=None):
     # whichever thread connects.
     sentinels = list(pool.sentinel_manager.sentinels)
     with ThreadPoolExecutor(max(1, len(sentinels))) as ex:
-        answers = list(ex.map(lambda s: _ask_sentinel(s, pool.service_name, timeout), sentinels))
+        answers = list(ex.map(lambda s: _ask_sentinel(s, pool.service_name, _core.sentinel_wait(deadline)), sentinels))
     addr = _core.named_primary(answers)
     if addr is None:
         return None
@@ -97,7 +98,7 @@ class _Streams:
         says, again after a backoff while it says not yet."""
         deadline = time.monotonic() + _core.LOOK_TIMEOUT
         back = 0.1
-        while (on := _primary_to_read(self.r, _core.sentinel_wait(deadline), deadline)) is None:
+        while (on := _primary_to_read(self.r, deadline)) is None:
             if time.monotonic() + back > deadline:
                 raise redis.ConnectionError(f"no primary to look for {entry_id} of {stream} on within {_core.LOOK_TIMEOUT}s: a sentinel is failing it over, or none answers")
             time.sleep(back)
