@@ -237,7 +237,7 @@ func TestSealedWorkerSurvivesAGatewayRestart(t *testing.T) {
 	// Heartbeats every 2 s expire after 6: the 2 s outage below leaves the
 	// wrapper 2 s or more to reconnect and beat, on a loaded machine too
 	// (with 1 s, a heartbeat sent just before the stop left it under one).
-	f := newFixture(t, func(c *Config) { c.NetworkMode, c.GatewayDir, c.HeartbeatInterval = NetworkSealed, dir, 2 * time.Second })
+	f := newFixture(t, func(c *Config) { c.NetworkMode, c.GatewayDir, c.HeartbeatInterval = NetworkSealed, dir, 2*time.Second })
 	cfg := gateway.Config{Dir: dir, Redis: f.rc.Options().Addr, Model: f.stub.URL}
 	g := gatewaytest.Start(t, cfg) // stopped by the test, then again (a no-op) when it ends
 	// A manager runs: its health loop would declare a dead worker dead.
