@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -49,22 +50,102 @@ type WorkerInfo struct {
 // maxBody bounds a request body of the control API.
 const maxBody = 1 << 20
 
-func (g *Gateway) handler() http.Handler {
+// workerDirectory is the open workers, as the control API asks of them.
+type workerDirectory interface {
+	open(spec WorkerSpec) error
+	close(ctx context.Context, id string) error
+	rename(from, to string) error
+	spec(id string) (WorkerSpec, bool)
+	ids() []string
+	stats() map[string]WorkerStats
+}
+
+// credentialHosts names the hosts with a credential for a worker.
+type credentialHosts interface {
+	hosts(id, project string) []string
+}
+
+// controlAPI serves the control API on control.sock, for the worker
+// manager (root only).
+type controlAPI struct {
+	dir          string   // Config.Dir
+	defaultAllow []string // Config.Allow, as given
+	model        bool     // whether workers have a model.sock
+	workers      workerDirectory
+	creds        credentialHosts
+	log          *slog.Logger
+
+	srv  *http.Server
+	path string        // control.sock, removed at stop
+	done chan struct{} // closed when the server returns
+}
+
+// controlParams are what the control API is built from.
+type controlParams struct {
+	dir          string
+	defaultAllow []string
+	model        bool
+	workers      workerDirectory
+	creds        credentialHosts
+	log          *slog.Logger
+}
+
+func newControlAPI(p controlParams) *controlAPI {
+	c := &controlAPI{dir: p.dir, defaultAllow: slices.Clone(p.defaultAllow), model: p.model, workers: p.workers,
+		creds: p.creds, log: p.log, done: make(chan struct{})}
+	c.srv = &http.Server{Handler: c.handler(), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelWarn)}
+	return c
+}
+
+// start listens on control.sock and serves it until stop.
+func (c *controlAPI) start() error {
+	l, err := listenUnix(c.dir, c.dir, ControlSocket, ControlSocketMode)
+	if err != nil {
+		return fmt.Errorf("gateway: control socket: %w", err)
+	}
+	c.path = l.path
+	go func() {
+		defer close(c.done)
+		if err := c.srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			c.log.Error("control socket", "err", err)
+		}
+	}()
+	return nil
+}
+
+// stop lets the requests under way finish until ctx is done, and removes
+// control.sock.
+func (c *controlAPI) stop(ctx context.Context) error {
+	if c.path == "" {
+		return nil // never started
+	}
+	err := c.srv.Shutdown(ctx)
+	_ = os.Remove(c.path)
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	return err
+}
+
+func (c *controlAPI) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("PUT /workers/{id}", g.putWorker)
-	mux.HandleFunc("DELETE /workers/{id}", g.deleteWorker)
-	mux.HandleFunc("GET /workers/{id}", g.getWorker)
-	mux.HandleFunc("POST /workers/{id}/rename", g.renameWorker)
+	mux.HandleFunc("PUT /workers/{id}", c.putWorker)
+	mux.HandleFunc("DELETE /workers/{id}", c.deleteWorker)
+	mux.HandleFunc("GET /workers/{id}", c.getWorker)
+	mux.HandleFunc("POST /workers/{id}/rename", c.renameWorker)
 	mux.HandleFunc("GET /workers", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string][]string{"workers": g.Workers()})
+		writeJSON(w, http.StatusOK, map[string][]string{"workers": c.workers.ids()})
 	})
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]map[string]WorkerStats{"workers": g.Stats()})
+		writeJSON(w, http.StatusOK, map[string]map[string]WorkerStats{"workers": c.workers.stats()})
 	})
 	return mux
 }
 
-func (g *Gateway) putWorker(w http.ResponseWriter, r *http.Request) {
+func (c *controlAPI) putWorker(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := ValidID(id); err != nil {
 		writeError(w, http.StatusBadRequest, err)
@@ -90,15 +171,8 @@ func (g *Gateway) putWorker(w http.ResponseWriter, r *http.Request) {
 	if spec.Allow == nil {
 		spec.Allow = []string{}
 	}
-	if err := ParseAllow(spec.Allow); err != nil {
-		writeError(w, http.StatusBadRequest, err)
-		return
-	}
-	if err := validProject(spec.ProjectID); err != nil {
-		writeError(w, http.StatusBadRequest, err)
-		return
-	}
-	if err := g.Open(spec); err != nil {
+	// A bad allowlist entry or project is a *SpecError: 400.
+	if err := c.workers.open(spec); err != nil {
 		status := http.StatusInternalServerError
 		if _, ok := errors.AsType[*SpecError](err); ok {
 			status = http.StatusBadRequest
@@ -106,10 +180,10 @@ func (g *Gateway) putWorker(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, g.info(spec))
+	writeJSON(w, http.StatusOK, c.info(spec))
 }
 
-func (g *Gateway) renameWorker(w http.ResponseWriter, r *http.Request) {
+func (c *controlAPI) renameWorker(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		To string `json:"to"`
 	}
@@ -121,10 +195,10 @@ func (g *Gateway) renameWorker(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Errorf("gateway: body: want {\"to\": ...}: %v", err))
 		return
 	}
-	switch err := g.Rename(r.PathValue("id"), body.To); {
+	switch err := c.workers.rename(r.PathValue("id"), body.To); {
 	case err == nil:
-		spec, _ := g.Worker(body.To)
-		writeJSON(w, http.StatusOK, g.info(spec))
+		spec, _ := c.workers.spec(body.To)
+		writeJSON(w, http.StatusOK, c.info(spec))
 	case errors.Is(err, os.ErrNotExist):
 		writeError(w, http.StatusNotFound, err)
 	case errors.Is(err, os.ErrExist):
@@ -138,36 +212,25 @@ func (g *Gateway) renameWorker(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (g *Gateway) getWorker(w http.ResponseWriter, r *http.Request) {
+func (c *controlAPI) getWorker(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := ValidID(id); err != nil {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	spec, ok := g.Worker(id)
+	spec, ok := c.workers.spec(id)
 	if !ok {
 		writeError(w, http.StatusNotFound, fmt.Errorf("gateway: worker %s is not open", id))
 		return
 	}
-	writeJSON(w, http.StatusOK, g.info(spec))
-}
-
-// Worker returns the spec of open worker id.
-func (g *Gateway) Worker(id string) (WorkerSpec, bool) {
-	g.mu.Lock()
-	wk := g.workers[id]
-	g.mu.Unlock()
-	if wk == nil {
-		return WorkerSpec{}, false
-	}
-	return wk.spec(), true
+	writeJSON(w, http.StatusOK, c.info(spec))
 }
 
 // info is what the control API says of a worker of that spec.
-func (g *Gateway) info(spec WorkerSpec) WorkerInfo {
-	dir := filepath.Join(g.cfg.Dir, spec.WorkerID)
+func (c *controlAPI) info(spec WorkerSpec) WorkerInfo {
+	dir := filepath.Join(c.dir, spec.WorkerID)
 	info := WorkerInfo{WorkerID: spec.WorkerID, Dir: dir, RedisSocket: filepath.Join(dir, RedisSocket),
-		EgressSocket: filepath.Join(dir, EgressSocket), Allow: slices.Clone(spec.Allow), DefaultAllow: slices.Clone(g.cfg.Allow)}
+		EgressSocket: filepath.Join(dir, EgressSocket), Allow: slices.Clone(spec.Allow), DefaultAllow: slices.Clone(c.defaultAllow)}
 	if info.Allow == nil {
 		info.Allow = []string{}
 	}
@@ -181,14 +244,14 @@ func (g *Gateway) info(spec WorkerSpec) WorkerInfo {
 		}
 	}
 	info.ProjectID = spec.ProjectID
-	info.CredentialHosts = g.credentials().hosts(spec.WorkerID, spec.ProjectID)
-	if g.cfg.Model != "" {
+	info.CredentialHosts = c.creds.hosts(spec.WorkerID, spec.ProjectID)
+	if c.model {
 		info.ModelSocket = filepath.Join(dir, ModelSocket)
 	}
 	return info
 }
 
-func (g *Gateway) deleteWorker(w http.ResponseWriter, r *http.Request) {
+func (c *controlAPI) deleteWorker(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := ValidID(id); err != nil {
 		writeError(w, http.StatusBadRequest, err)
@@ -198,7 +261,7 @@ func (g *Gateway) deleteWorker(w http.ResponseWriter, r *http.Request) {
 	// the answer waits for them a little, not for ever.
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	if err := g.Close(ctx, id); err != nil {
+	if err := c.workers.close(ctx, id); err != nil {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}

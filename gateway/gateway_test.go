@@ -619,17 +619,15 @@ func TestPanicInRelayClosesOnlyThatConnection(t *testing.T) {
 	if err := other.ping(); err != nil {
 		t.Fatal(err)
 	}
-	g.mu.Lock()
-	w := g.workers["p"]
-	g.mu.Unlock()
+	w := g.workers.get("p")
 	a, b := net.Pipe()
 	defer b.Close()
 	pc := &panicConn{Conn: a, closed: make(chan struct{})}
-	if !w.track(pc, true, true) {
+	if !w.take(pc, clientConn) {
 		t.Fatal("not tracked")
 	}
 	done := make(chan struct{})
-	go func() { defer close(done); w.relay(pc, RedisSocket, r.Addr, g.log) }()
+	go func() { defer close(done); g.redis.relay(w.side(RedisSocket), pc) }()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):

@@ -2,11 +2,10 @@ package gateway
 
 import (
 	"context"
-	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -67,13 +66,25 @@ func ParseModel(s string) (*url.URL, error) {
 	return &url.URL{Scheme: u.Scheme, Host: u.Host}, nil
 }
 
-// newModelTransport is the transport of every worker's model requests:
-// to the one upstream, never through the gateway's own proxy settings,
-// the answer passed on as it comes (no gzip asked and undone on the
-// wrapper's behalf: the wrapper asks for what it reads).
-func (g *Gateway) newModelTransport() *http.Transport {
-	d := &net.Dialer{Timeout: g.cfg.DialTimeout, KeepAlive: 30 * time.Second}
-	return &http.Transport{
+// modelAPI is the one model upstream every worker's model.sock forwards
+// to, and the one transport that carries all their requests (its idle
+// connections shared).
+type modelAPI struct {
+	upstream *url.URL
+	tr       *http.Transport
+}
+
+// newModelAPI is the model API of Config.Model (nil for ""): never
+// through the gateway's own proxy settings, the answer passed on as it
+// comes (no gzip asked and undone on the wrapper's behalf: the wrapper
+// asks for what it reads).
+func newModelAPI(model string, dialTimeout time.Duration, upstreamTLS *tls.Config) (*modelAPI, error) {
+	up, err := ParseModel(model)
+	if up == nil || err != nil {
+		return nil, err
+	}
+	d := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
+	tr := &http.Transport{
 		Proxy:                 nil,
 		DialContext:           d.DialContext,
 		MaxIdleConns:          64,
@@ -81,30 +92,39 @@ func (g *Gateway) newModelTransport() *http.Transport {
 		IdleConnTimeout:       90 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true,
-		TLSClientConfig:       g.cfg.UpstreamTLS.Clone(), // nil: the system's roots, ServerName the model's host
+		TLSClientConfig:       upstreamTLS.Clone(), // nil: the system's roots, ServerName the model's host
 		TLSHandshakeTimeout:   10 * time.Second,
 		ForceAttemptHTTP2:     true,
 	}
+	return &modelAPI{upstream: up, tr: tr}, nil
 }
 
-// modelProxy is one worker's model.sock server.
-type modelProxy struct {
-	w   *worker
-	log *slog.Logger
-	srv *http.Server
-	rp  *httputil.ReverseProxy
+// close drops the transport's idle connections, once no worker serves.
+func (a *modelAPI) close() { a.tr.CloseIdleConnections() }
+
+// tokenChecker is the worker whose token a model.sock wants.
+type tokenChecker interface {
+	modelTokenOK(got string) bool
 }
 
-func newModelProxy(w *worker) *modelProxy {
-	m := &modelProxy{w: w, log: w.logger(ModelSocket)}
-	errLog := slog.NewLogLogger(m.log.Handler(), slog.LevelDebug)
-	up := w.g.model
+// modelServer is one worker's model.sock server.
+type modelServer struct {
+	api   *modelAPI
+	side  workerSide
+	token tokenChecker
+	srv   *http.Server
+	rp    *httputil.ReverseProxy
+}
+
+func newModelServer(api *modelAPI, side workerSide, token tokenChecker) *modelServer {
+	m := &modelServer{api: api, side: side, token: token}
+	errLog := newErrorLog(side.log)
 	m.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(up) // the model's host in the URL and the Host header
+			pr.SetURL(api.upstream) // the model's host in the URL and the Host header
 			pr.Out.Header.Del(ModelTokenHeader)
 		},
-		Transport:     w.g.modelTr,
+		Transport:     api.tr,
 		FlushInterval: -1, // every write of the answer flushed: server-sent events come as sent
 		ErrorLog:      errLog,
 		ErrorHandler:  m.upstreamError,
@@ -120,56 +140,34 @@ func newModelProxy(w *worker) *modelProxy {
 	return m
 }
 
-// serve serves model.sock on l until the worker is closed; its
-// connections are the worker's (counted, bounded by MaxConns, closed with
-// it).
-func (m *modelProxy) serve(l *unixListener) {
-	tl := &trackingListener{unixListener: l, w: m.w}
-	for {
-		err := m.srv.Serve(tl)
-		if m.w.ctx.Err() != nil || errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
-			return
-		}
-		m.log.Warn("model proxy", "err", err)
-		select {
-		case <-time.After(100 * time.Millisecond):
-		case <-m.w.ctx.Done():
-			return
-		}
-	}
-}
+// serve serves model.sock on l until the worker is closed.
+func (m *modelServer) serve(l *unixListener) { serveHTTP(m.side, m.srv, l, "model proxy") }
 
-func (m *modelProxy) close() { _ = m.srv.Close() }
+func (m *modelServer) close() { _ = m.srv.Close() }
 
-func (m *modelProxy) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
-	if !m.w.modelTokenOK(r.Header.Get(ModelTokenHeader)) {
-		m.w.modelRefused.Add(1)
+func (m *modelServer) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	if !m.token.modelTokenOK(r.Header.Get(ModelTokenHeader)) {
+		m.side.stats.modelRefused.Add(1)
 		why := "wrong token"
 		if r.Header.Get(ModelTokenHeader) == "" {
 			why = "no token"
 		}
-		m.log.Warn("model request refused: not the worker's token", "why", why, "method", r.Method, "path", r.URL.Path)
+		m.side.log.Warn("model request refused: not the worker's token", "why", why, "method", r.Method, "path", r.URL.Path)
 		writeModelError(rw, http.StatusForbidden, "permission_error",
 			"agentvisor gateway: model.sock takes only the worker's own requests ("+ModelTokenHeader+")")
 		return
 	}
-	m.w.modelForwarded.Add(1)
+	m.side.stats.modelForwarded.Add(1)
 	m.rp.ServeHTTP(rw, r)
 }
 
-func (m *modelProxy) upstreamError(rw http.ResponseWriter, r *http.Request, err error) {
+func (m *modelServer) upstreamError(rw http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) { // the wrapper went away, or the worker closed
 		return
 	}
-	m.w.dialErrors.Add(1)
-	m.log.Warn("model API unreachable", "model", m.w.g.model.Host, "path", r.URL.Path, "err", err)
+	m.side.stats.dialErrors.Add(1)
+	m.side.log.Warn("model API unreachable", "model", m.api.upstream.Host, "path", r.URL.Path, "err", err)
 	writeModelError(rw, http.StatusBadGateway, "api_error", "agentvisor gateway: model API unreachable")
-}
-
-// modelTokenOK says whether got is the worker's token (none: nothing is).
-func (w *worker) modelTokenOK(got string) bool {
-	want := *w.modelToken.Load()
-	return want != "" && got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
 
 // writeModelError answers in the Messages API's error shape, which the

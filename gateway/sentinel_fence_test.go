@@ -117,7 +117,7 @@ func fakeSentinels(t *testing.T, fs ...*fakeSentinel) *sentinels {
 	for _, f := range fs {
 		u.Addrs = append(u.Addrs, f.addr)
 	}
-	return newSentinels(u, nil, 2*time.Second, slog.New(slog.DiscardHandler), nil)
+	return newSentinels(t.Context(), sentinelParams{url: u, timeout: 2 * time.Second, log: slog.New(slog.DiscardHandler)})
 }
 
 // A lookup under way when a failover is fenced does not hand its answer
