@@ -95,9 +95,8 @@ func ParseRedis(s string) (*protocol.RedisURL, error) {
 //
 // It is the relay's redisUpstream when Config.Redis is a sentinel URL.
 type sentinels struct {
-	u        protocol.RedisURL
-	tls      *tls.Config // nil: plain TCP to the sentinels
-	timeout  time.Duration
+	client   sentinelClient
+	master   string // the master's name, for logs
 	log      *slog.Logger
 	onSwitch func() // called, outside mu, after gen moved on
 	// life bounds the lookups, which no one caller owns (they are
@@ -156,7 +155,8 @@ func newSentinels(life context.Context, p sentinelParams) *sentinels {
 	if !p.url.TLS {
 		tlsConfig = nil
 	}
-	return &sentinels{u: p.url, tls: tlsConfig, timeout: p.timeout, log: p.log, onSwitch: p.onSwitch, life: life}
+	return &sentinels{client: sentinelClient{u: p.url, tls: tlsConfig, timeout: p.timeout}, master: p.url.Master,
+		log: p.log, onSwitch: p.onSwitch, life: life}
 }
 
 // generation is the generation of the primary in force.
@@ -213,9 +213,9 @@ func (s *sentinels) primary(ctx context.Context) (string, uint64, error) {
 // meanwhile (a switch names a newer primary than they were asked; a
 // fence holds every connection).
 func (s *sentinels) run(l *lookup, news uint64) {
-	ctx, cancel := context.WithTimeout(s.life, 2*s.timeout)
+	ctx, cancel := context.WithTimeout(s.life, 2*s.client.timeout)
 	defer cancel()
-	addr, err := s.ask(ctx)
+	addr, err := s.client.ask(ctx)
 	s.mu.Lock()
 	s.inTheAir = nil
 	moved := false
@@ -238,9 +238,9 @@ func (s *sentinels) run(l *lookup, news uint64) {
 func (s *sentinels) setLocked(addr string) {
 	if s.addr != "" && s.addr != addr {
 		s.gen.Add(1)
-		s.log.Info("redis primary changed", "master", s.u.Master, "old", s.addr, "new", addr)
+		s.log.Info("redis primary changed", "master", s.master, "old", s.addr, "new", addr)
 	} else if s.addr == "" {
-		s.log.Info("redis primary found", "master", s.u.Master, "addr", addr)
+		s.log.Info("redis primary found", "master", s.master, "addr", addr)
 	}
 	s.addr, s.at = addr, time.Now()
 }
@@ -286,7 +286,7 @@ func (s *sentinels) fenceFrom(by string) {
 	s.gen.Add(1) // every connection dialled before is to the old primary
 	s.at = time.Time{}
 	s.mu.Unlock()
-	s.log.Info("redis failover under way: connections to the primary closed, new ones held", "master", s.u.Master, "sentinel", by)
+	s.log.Info("redis failover under way: connections to the primary closed, new ones held", "master", s.master, "sentinel", by)
 	if s.onSwitch != nil {
 		s.onSwitch()
 	}
@@ -316,7 +316,7 @@ func (s *sentinels) liftLocked(f *fence, why string, ask bool) {
 	if ask {
 		s.at = time.Time{}
 	}
-	s.log.Info("redis failover fence lifted", "master", s.u.Master, "why", why)
+	s.log.Info("redis failover fence lifted", "master", s.master, "why", why)
 }
 
 // forget drops the cached primary (it refused a dial): the next

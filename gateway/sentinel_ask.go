@@ -17,20 +17,29 @@ import (
 // A lookup of the primary: every sentinel asked at once, their answers
 // weighed by configuration epoch and by vote.
 
+// sentinelClient speaks to the sentinels of one master: it asks them for
+// the primary, and dials one for a subscription. It holds no state
+// between calls; what they learn is the sentinels follower's.
+type sentinelClient struct {
+	u       protocol.RedisURL
+	tls     *tls.Config // nil: plain TCP to the sentinels
+	timeout time.Duration
+}
+
 // ask asks every sentinel at once for the primary's address: at once
 // when a majority of all the sentinels agree and none named another under
 // a newer epoch, else the one protocol.NewestPrimary chooses once every
 // one answered or failed (none while a sentinel is failing the master
 // over).
-func (s *sentinels) ask(ctx context.Context) (string, error) {
+func (sc *sentinelClient) ask(ctx context.Context) (string, error) {
 	type answer struct {
 		n   protocol.SentinelAnswer
 		err error
 	}
-	ch := make(chan answer, len(s.u.Addrs))
-	for _, a := range s.u.Addrs {
+	ch := make(chan answer, len(sc.u.Addrs))
+	for _, a := range sc.u.Addrs {
 		go func() {
-			n, err := s.askOne(ctx, a)
+			n, err := sc.askOne(ctx, a)
 			ch <- answer{n, err}
 		}()
 	}
@@ -38,7 +47,7 @@ func (s *sentinels) ask(ctx context.Context) (string, error) {
 	votes := map[protocol.SentinelAnswer]int{}
 	var newest int64 // the newest epoch heard: a majority under an older one is out of date
 	var lastErr error
-	for range s.u.Addrs {
+	for range sc.u.Addrs {
 		r := <-ch
 		if r.err != nil {
 			lastErr = r.err
@@ -50,24 +59,24 @@ func (s *sentinels) ask(ctx context.Context) (string, error) {
 		}
 		votes[r.n]++
 		newest = max(newest, r.n.Epoch)
-		if votes[r.n] > len(s.u.Addrs)/2 && r.n.Epoch == newest {
+		if votes[r.n] > len(sc.u.Addrs)/2 && r.n.Epoch == newest {
 			return r.n.Addr, nil
 		}
 	}
 	if len(answers) == 0 && lastErr != nil {
-		return "", fmt.Errorf("gateway: no sentinel of %s answered: %w", s.u.Master, lastErr)
+		return "", fmt.Errorf("gateway: no sentinel of %s answered: %w", sc.u.Master, lastErr)
 	}
 	addr, err := protocol.NewestPrimary(answers)
 	if err != nil {
-		return "", fmt.Errorf("gateway: the primary of %s: %w", s.u.Master, err)
+		return "", fmt.Errorf("gateway: the primary of %s: %w", sc.u.Master, err)
 	}
 	return addr, nil
 }
 
 // askOne asks the sentinel at addr for the primary: SENTINEL MASTER, or
 // for a sentinel user not allowed it, SENTINEL GET-MASTER-ADDR-BY-NAME.
-func (s *sentinels) askOne(ctx context.Context, addr string) (protocol.SentinelAnswer, error) {
-	c, err := s.dial(ctx, addr)
+func (sc *sentinelClient) askOne(ctx context.Context, addr string) (protocol.SentinelAnswer, error) {
+	c, err := sc.dial(ctx, addr)
 	if err != nil {
 		return protocol.SentinelAnswer{}, err
 	}
@@ -75,7 +84,7 @@ func (s *sentinels) askOne(ctx context.Context, addr string) (protocol.SentinelA
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl)
 	}
-	if err := c.send("SENTINEL", "MASTER", s.u.Master); err != nil {
+	if err := c.send("SENTINEL", "MASTER", sc.u.Master); err != nil {
 		return protocol.SentinelAnswer{}, err
 	}
 	r, err := c.read()
@@ -83,23 +92,23 @@ func (s *sentinels) askOne(ctx context.Context, addr string) (protocol.SentinelA
 		// An error reply: NOPERM (a sentinel user allowed the address
 		// alone), or a master it does not know, of which the question
 		// for the address alone says as much (no answer).
-		return s.askAddr(c, addr)
+		return sc.askAddr(c, addr)
 	}
 	if err != nil {
 		return protocol.SentinelAnswer{}, fmt.Errorf("gateway: sentinel %s: %w", addr, err)
 	}
-	return s.masterAnswer(addr, r)
+	return sc.masterAnswer(addr, r)
 }
 
 // masterAnswer reads the answer to SENTINEL MASTER: a flat list of
 // field names and values.
-func (s *sentinels) masterAnswer(addr string, r []string) (protocol.SentinelAnswer, error) {
+func (sc *sentinelClient) masterAnswer(addr string, r []string) (protocol.SentinelAnswer, error) {
 	f := map[string]string{}
 	for i := 0; i+1 < len(r); i += 2 {
 		f[r[i]] = r[i+1]
 	}
 	if f["ip"] == "" || f["port"] == "" {
-		return protocol.SentinelAnswer{}, fmt.Errorf("gateway: sentinel %s knows no master %s", addr, s.u.Master)
+		return protocol.SentinelAnswer{}, fmt.Errorf("gateway: sentinel %s knows no master %s", addr, sc.u.Master)
 	}
 	epoch, _ := strconv.ParseInt(f["config-epoch"], 10, 64)
 	return protocol.SentinelAnswer{Addr: net.JoinHostPort(f["ip"], f["port"]), Epoch: epoch,
@@ -108,8 +117,8 @@ func (s *sentinels) masterAnswer(addr string, r []string) (protocol.SentinelAnsw
 
 // askAddr asks the sentinel on c for the primary's address alone
 // (SENTINEL GET-MASTER-ADDR-BY-NAME), which tells no epoch.
-func (s *sentinels) askAddr(c *respConn, addr string) (protocol.SentinelAnswer, error) {
-	if err := c.send("SENTINEL", "GET-MASTER-ADDR-BY-NAME", s.u.Master); err != nil {
+func (sc *sentinelClient) askAddr(c *respConn, addr string) (protocol.SentinelAnswer, error) {
+	if err := c.send("SENTINEL", "GET-MASTER-ADDR-BY-NAME", sc.u.Master); err != nil {
 		return protocol.SentinelAnswer{}, err
 	}
 	r, err := c.read()
@@ -117,7 +126,7 @@ func (s *sentinels) askAddr(c *respConn, addr string) (protocol.SentinelAnswer, 
 		return protocol.SentinelAnswer{}, fmt.Errorf("gateway: sentinel %s: %w", addr, err)
 	}
 	if len(r) != 2 || r[0] == "" || r[1] == "" {
-		return protocol.SentinelAnswer{}, fmt.Errorf("gateway: sentinel %s knows no master %s", addr, s.u.Master)
+		return protocol.SentinelAnswer{}, fmt.Errorf("gateway: sentinel %s knows no master %s", addr, sc.u.Master)
 	}
 	return protocol.SentinelAnswer{Addr: net.JoinHostPort(r[0], r[1])}, nil
 }
@@ -125,19 +134,19 @@ func (s *sentinels) askAddr(c *respConn, addr string) (protocol.SentinelAnswer, 
 // dial connects to the sentinel at addr (TLS for rediss+sentinel) and
 // authenticates with the sentinels' credentials. The connection is closed
 // when ctx is done, whatever it waits for.
-func (s *sentinels) dial(ctx context.Context, addr string) (*respConn, error) {
-	d := net.Dialer{Timeout: s.timeout}
+func (sc *sentinelClient) dial(ctx context.Context, addr string) (*respConn, error) {
+	d := net.Dialer{Timeout: sc.timeout}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: sentinel %s: %w", addr, err)
 	}
-	if s.tls != nil {
-		cfg := s.tls.Clone()
+	if sc.tls != nil {
+		cfg := sc.tls.Clone()
 		if cfg.ServerName == "" {
 			cfg.ServerName, _, _ = net.SplitHostPort(addr)
 		}
 		tc := tls.Client(nc, cfg)
-		hctx, cancel := context.WithTimeout(ctx, s.timeout)
+		hctx, cancel := context.WithTimeout(ctx, sc.timeout)
 		err := tc.HandshakeContext(hctx)
 		cancel()
 		if err != nil {
@@ -147,11 +156,11 @@ func (s *sentinels) dial(ctx context.Context, addr string) (*respConn, error) {
 		nc = tc
 	}
 	c := newRespConn(ctx, nc)
-	if s.u.SentinelPassword != "" {
-		_ = c.SetDeadline(time.Now().Add(s.timeout))
-		args := []string{"AUTH", s.u.SentinelPassword}
-		if s.u.SentinelUsername != "" {
-			args = []string{"AUTH", s.u.SentinelUsername, s.u.SentinelPassword}
+	if sc.u.SentinelPassword != "" {
+		_ = c.SetDeadline(time.Now().Add(sc.timeout))
+		args := []string{"AUTH", sc.u.SentinelPassword}
+		if sc.u.SentinelUsername != "" {
+			args = []string{"AUTH", sc.u.SentinelUsername, sc.u.SentinelPassword}
 		}
 		if err := c.send(args...); err == nil {
 			_, err = c.read()

@@ -190,7 +190,7 @@ func TestLookupNamesNoPrimaryMidFailover(t *testing.T) {
 	s := fakeSentinels(t, a, b, leader)
 	a.delay.Store(int64(100 * time.Millisecond)) // the failing leader answers first
 	b.delay.Store(int64(100 * time.Millisecond))
-	if addr, err := s.ask(context.Background()); err == nil {
+	if addr, err := s.client.ask(context.Background()); err == nil {
 		t.Fatalf("a lookup named %q while a sentinel was failing the master over", addr)
 	}
 }

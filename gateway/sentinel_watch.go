@@ -16,7 +16,7 @@ import (
 // until ctx ends, and returns when they all have.
 func (s *sentinels) watch(ctx context.Context) {
 	var wg sync.WaitGroup
-	for _, a := range s.u.Addrs {
+	for _, a := range s.client.u.Addrs {
 		wg.Go(func() { s.follow(ctx, a) })
 	}
 	wg.Wait()
@@ -42,13 +42,13 @@ func (s *sentinels) follow(ctx context.Context, addr string) {
 // whether the subscription was made. Once subscribed it asks the
 // sentinels again: a switch announced while it was away is not missed.
 func (s *sentinels) subscribe(ctx context.Context, addr string) bool {
-	c, err := s.dial(ctx, addr)
+	c, err := s.client.dial(ctx, addr)
 	if err != nil {
 		s.log.Debug("sentinel subscription", "sentinel", addr, "err", err)
 		return false
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(s.timeout))
+	_ = c.SetDeadline(time.Now().Add(s.client.timeout))
 	channels := []string{chanSwitch, chanSelectSlave, chanNoGoodSlave, chanSlaveTimout}
 	if err := c.send(append([]string{"SUBSCRIBE"}, channels...)...); err != nil {
 		return false
@@ -75,11 +75,11 @@ func (s *sentinels) subscribe(ctx context.Context, addr string) bool {
 		f := strings.Fields(m[2])
 		switch m[1] {
 		case chanSwitch: // "<master> <old ip> <old port> <new ip> <new port>"
-			if len(f) == 5 && f[0] == s.u.Master {
+			if len(f) == 5 && f[0] == s.master {
 				s.switchTo(net.JoinHostPort(f[3], f[4]))
 			}
 		case chanSelectSlave, chanNoGoodSlave, chanSlaveTimout: // "master <master> <ip> <port>"
-			if len(f) != 4 || f[0] != "master" || f[1] != s.u.Master {
+			if len(f) != 4 || f[0] != "master" || f[1] != s.master {
 				continue
 			}
 			if m[1] == chanSelectSlave {
