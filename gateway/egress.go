@@ -293,7 +293,7 @@ func (e *egress) admit(ctx context.Context, rw http.ResponseWriter, t target) ([
 		e.refuse(rw, t, "is not on the worker's egress allowlist")
 		return nil, false
 	}
-	addrs, err := e.resolve(ctx, t)
+	addrs, err := e.policy.resolve(ctx, t)
 	if le, ok := errors.AsType[*localError](err); ok {
 		e.refuse(rw, t, le.Error())
 		return nil, false

@@ -55,13 +55,13 @@ var notForNames = []netip.Prefix{
 
 // resolve returns the addresses to dial for t: an IP literal's own, or
 // what the resolver says of a name, local addresses left out.
-func (e *egress) resolve(ctx context.Context, t target) ([]netip.Addr, error) {
+func (p *egressPolicy) resolve(ctx context.Context, t target) ([]netip.Addr, error) {
 	if t.addr.IsValid() {
 		return []netip.Addr{t.addr}, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.policy.dialTimeout)
+	ctx, cancel := context.WithTimeout(ctx, p.dialTimeout)
 	defer cancel()
-	hosts, err := e.policy.resolver(ctx, t.name)
+	hosts, err := p.resolver(ctx, t.name)
 	if err != nil {
 		return nil, err
 	}
@@ -88,11 +88,11 @@ func (e *egress) resolve(ctx context.Context, t target) ([]netip.Addr, error) {
 }
 
 // dial dials port on each of addrs in turn until one answers.
-func (e *egress) dial(ctx context.Context, addrs []netip.Addr, port uint16) (net.Conn, error) {
+func (p *egressPolicy) dial(ctx context.Context, addrs []netip.Addr, port uint16) (net.Conn, error) {
 	var first error
 	for _, a := range addrs {
-		dctx, cancel := context.WithTimeout(ctx, e.policy.dialTimeout)
-		c, err := e.policy.dialer(dctx, "tcp", netip.AddrPortFrom(a, port).String())
+		dctx, cancel := context.WithTimeout(ctx, p.dialTimeout)
+		c, err := p.dialer(dctx, "tcp", netip.AddrPortFrom(a, port).String())
 		cancel()
 		if err == nil {
 			return c, nil
@@ -136,22 +136,22 @@ func (e *egress) transportDial(ctx context.Context, _, addr string) (net.Conn, e
 		defer cancel()
 		stop := context.AfterFunc(rs.req, cancel)
 		defer stop()
-		return e.dial(dctx, rs.addrs, t.port)
+		return e.policy.dial(dctx, rs.addrs, t.port)
 	}
 	if !e.allows(t) {
 		return nil, fmt.Errorf("%s is not on the worker's egress allowlist", addr)
 	}
-	addrs, err := e.resolve(ctx, t)
+	addrs, err := e.policy.resolve(ctx, t)
 	if err != nil {
 		return nil, err
 	}
-	return e.dial(ctx, addrs, t.port)
+	return e.policy.dial(ctx, addrs, t.port)
 }
 
 // connect dials t and relays bytes both ways between it and the
 // container's connection, once answered 200.
 func (e *egress) connect(ctx context.Context, rw http.ResponseWriter, t target, addrs []netip.Addr) {
-	up, err := e.dial(ctx, addrs, t.port)
+	up, err := e.policy.dial(ctx, addrs, t.port)
 	if err != nil {
 		if ctx.Err() != nil {
 			return
