@@ -7,6 +7,7 @@ import (
 	"context"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/agentvisor/agentvisor/gateway"
 )
@@ -38,6 +39,11 @@ func Start(t testing.TB, cfg gateway.Config) *gateway.Gateway {
 	if err := g.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = g.Stop(context.Background()) })
+	t.Cleanup(func() {
+		// The test's own context is done by now: the stop gets a bound of its own.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = g.Stop(ctx)
+	})
 	return g
 }
