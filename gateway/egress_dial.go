@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"runtime/debug"
 	"sync/atomic"
 	"time"
 )
@@ -192,18 +191,5 @@ func (e *egress) connect(ctx context.Context, rw http.ResponseWriter, t target, 
 	}
 	// c counts the bytes itself (trackedConn).
 	var uncounted atomic.Int64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer func() {
-			if p := recover(); p != nil {
-				e.side.log.Error("egress relay panicked", "panic", p, "stack", string(debug.Stack()))
-				c.Close()
-				up.Close()
-			}
-		}()
-		pipe(up, c, &uncounted)
-	}()
-	pipe(c, up, &uncounted)
-	<-done
+	relayBoth(c, up, &uncounted, &uncounted, e.side.log, "egress relay panicked")
 }

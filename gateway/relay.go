@@ -134,20 +134,7 @@ func (r *redisRelay) relay(side workerSide, c net.Conn) {
 	if !r.track(up, gen) {
 		return // the deferred cleanup closes it
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer func() {
-			if p := recover(); p != nil {
-				side.log.Error("relay panicked", "panic", p, "stack", string(debug.Stack()))
-				c.Close()
-				up.Close()
-			}
-		}()
-		pipe(up, c, &side.stats.bytesUp)
-	}()
-	pipe(c, up, &side.stats.bytesDown)
-	<-done
+	relayBoth(c, up, &side.stats.bytesUp, &side.stats.bytesDown, side.log, "relay panicked")
 }
 
 // dial connects to the primary in force, and returns the connection and

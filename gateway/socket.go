@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -155,6 +156,27 @@ func (c *trackedConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return c.Close()
+}
+
+// relayBoth copies bytes both ways between the container's connection c
+// and its upstream up until both ways are done: c's bytes are counted
+// into sent, up's into got. A panic closes both, logged as msg: one
+// connection's bug ends that connection only.
+func relayBoth(c, up net.Conn, sent, got *atomic.Int64, log *slog.Logger, msg string) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error(msg, "panic", p, "stack", string(debug.Stack()))
+				c.Close()
+				up.Close()
+			}
+		}()
+		pipe(up, c, sent)
+	}()
+	pipe(c, up, got)
+	<-done
 }
 
 // pipe copies src to dst, counting bytes into n as they go. At src's end
