@@ -69,24 +69,30 @@ func (s *sentinels) subscribe(ctx context.Context, addr string) bool {
 			}
 			return true
 		}
-		if len(m) != 3 || m[0] != "message" {
-			continue
+		s.announced(addr, m)
+	}
+}
+
+// announced follows one message m of the sentinel at addr's
+// subscription: a new primary, a failover's start, or its abort.
+func (s *sentinels) announced(addr string, m []string) {
+	if len(m) != 3 || m[0] != "message" {
+		return
+	}
+	f := strings.Fields(m[2])
+	switch m[1] {
+	case chanSwitch: // "<master> <old ip> <old port> <new ip> <new port>"
+		if len(f) == 5 && f[0] == s.master {
+			s.switchTo(net.JoinHostPort(f[3], f[4]))
 		}
-		f := strings.Fields(m[2])
-		switch m[1] {
-		case chanSwitch: // "<master> <old ip> <old port> <new ip> <new port>"
-			if len(f) == 5 && f[0] == s.master {
-				s.switchTo(net.JoinHostPort(f[3], f[4]))
-			}
-		case chanSelectSlave, chanNoGoodSlave, chanSlaveTimout: // "master <master> <ip> <port>"
-			if len(f) != 4 || f[0] != "master" || f[1] != s.master {
-				continue
-			}
-			if m[1] == chanSelectSlave {
-				s.fenceFrom(addr)
-			} else {
-				s.abortFrom(addr)
-			}
+	case chanSelectSlave, chanNoGoodSlave, chanSlaveTimout: // "master <master> <ip> <port>"
+		if len(f) != 4 || f[0] != "master" || f[1] != s.master {
+			return
+		}
+		if m[1] == chanSelectSlave {
+			s.fenceFrom(addr)
+		} else {
+			s.abortFrom(addr)
 		}
 	}
 }
