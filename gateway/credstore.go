@@ -26,6 +26,12 @@ type credentialStore struct {
 	read credentialsFile // the version of the file in force (mu held)
 }
 
+// The calls of the egress proxy and of the control API.
+var (
+	_ credentialSource = (*credentialStore)(nil)
+	_ credentialHosts  = (*credentialStore)(nil)
+)
+
 // credentialParams are what the credential store is built from.
 type credentialParams struct {
 	static []Credential

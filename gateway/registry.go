@@ -26,6 +26,8 @@ type registry struct {
 	running bool // between start and closeAll: open refuses otherwise
 }
 
+var _ workerDirectory = (*registry)(nil) // the control API's calls
+
 // socketMaker makes and serves a new worker's sockets.
 type socketMaker interface {
 	listen(w *worker) error

@@ -19,6 +19,8 @@ type workerSockets struct {
 	egress *egressPolicy
 }
 
+var _ socketMaker = (*workerSockets)(nil) // the registry's call
+
 // listen makes and serves the sockets of w, in its directory.
 func (s *workerSockets) listen(w *worker) error {
 	dir := w.dir // w is new: nobody renames it yet

@@ -41,6 +41,13 @@ type worker struct {
 	wg        sync.WaitGroup // every goroutine serving the worker, and every connection it holds
 }
 
+// The calls the servers of a worker's sockets make of it.
+var (
+	_ connOwner    = (*worker)(nil)
+	_ egressWorker = (*worker)(nil)
+	_ tokenChecker = (*worker)(nil)
+)
+
 // newWorker is worker spec.WorkerID in dir, not serving yet; parent's end
 // closes it.
 func newWorker(parent context.Context, spec WorkerSpec, allow allowlist, dir string, maxConns int, log *slog.Logger) *worker {
