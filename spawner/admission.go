@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/engine"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
@@ -115,16 +114,14 @@ func (s *Spawner) keepSlot(id string) *renewal {
 // EvictPausedAfter, with no task waiting) to free a slot for the create
 // of forID, and says whether it did.
 func (s *Spawner) evictOldestPaused(ctx context.Context, forID string) bool {
-	f := s.managedFilter()
-	f.Add("status", "paused")
-	cs, err := s.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	cs, err := s.engine.List(ctx, engine.Filter{State: engine.Suspended})
 	if err != nil {
 		return false
 	}
 	now := s.now()
 	victim, since := "", time.Time{}
 	for _, c := range cs {
-		id := workerOf(c.Names, c.Labels)
+		id := c.Worker
 		if id == "" {
 			continue
 		}

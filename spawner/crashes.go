@@ -3,14 +3,11 @@ package spawner
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/events"
-
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/engine"
 )
 
 // Crashes follows the engine's events for this spawner's containers: a
@@ -29,7 +26,7 @@ type Crashes struct {
 // crashesParams is what Crashes is built from.
 type crashesParams struct {
 	*env
-	docker  ContainerClient
+	engine  engine.Engine
 	workers retirer
 }
 
@@ -50,9 +47,7 @@ func (c *Crashes) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		since := time.Now()
 		c.exitedMeanwhile(ctx)
-		f := s.managedFilter()
-		f.Add("type", string(events.ContainerEventType))
-		msgs, errs := s.docker.Events(ctx, events.ListOptions{Filters: f, Since: strconv.FormatInt(since.Unix(), 10)})
+		evs, errs := s.engine.Watch(ctx, since)
 		oom := map[string]bool{}
 	read:
 		for {
@@ -65,24 +60,21 @@ func (c *Crashes) run(ctx context.Context) {
 					sleepCtx(ctx, retry.NextBackOff())
 				}
 				break read
-			case m := <-msgs:
+			case ev := <-evs:
 				retry.Reset()
-				id := workerOf([]string{m.Actor.Attributes["name"]}, m.Actor.Attributes)
-				if id == "" {
-					continue
-				}
-				switch m.Action {
-				case events.ActionOOM:
+				id := ev.Worker
+				switch ev.Kind {
+				case engine.EventOOM:
 					oom[id] = true
 					s.lifecycle(ctx, id, protocol.EventOOM, nil)
-				case events.ActionDie:
-					code, _ := strconv.Atoi(m.Actor.Attributes["exitCode"])
+				case engine.EventDied:
+					code := ev.ExitCode
 					c.retires.Add(1)
 					go func(oom bool) { defer c.retires.Done(); retireDied(ctx, s.env, s.workers, id, code, oom) }(oom[id])
 					delete(oom, id)
-				case events.ActionPause:
+				case engine.EventSuspended:
 					s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerPaused)})
-				case events.ActionUnPause:
+				case engine.EventResumed:
 					s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerRunning)})
 				}
 			}
@@ -94,22 +86,20 @@ func (c *Crashes) run(ctx context.Context) {
 // event reached this manager.
 func (c *Crashes) exitedMeanwhile(ctx context.Context) {
 	s := c
-	f := s.managedFilter()
-	f.Add("status", "exited")
-	cs, err := s.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	cs, err := s.engine.List(ctx, engine.Filter{State: engine.Exited})
 	if err != nil {
 		return
 	}
 	for _, ct := range cs {
-		id := workerOf(ct.Names, ct.Labels)
+		id := ct.Worker
 		if member, err := s.rdb.IsWorker(ctx, id); id == "" || err != nil || !member {
 			continue
 		}
-		insp, err := s.docker.ContainerInspect(ctx, ct.ID)
+		insp, err := s.engine.Inspect(ctx, ct.ID)
 		if err != nil {
 			continue
 		}
-		retireDied(ctx, s.env, s.workers, id, insp.State.ExitCode, insp.State.OOMKilled)
+		retireDied(ctx, s.env, s.workers, id, insp.ExitCode, insp.OOMKilled)
 	}
 }
 

@@ -17,10 +17,10 @@ func TestReconcileDiff(t *testing.T) {
 	u := newUnit(t, nil)
 	ctx := context.Background()
 	old, young := u.now().Add(-time.Hour), u.now()
-	u.d.add("orphan-old", "running", u.labels("orphan-old", old), old)
-	u.d.add("orphan-young", "running", u.labels("orphan-young", young), young)
+	u.d.Add("orphan-old", "running", u.labels("orphan-old", old), old)
+	u.d.Add("orphan-young", "running", u.labels("orphan-young", young), young)
 	u.rc.ZAdd(ctx, ctlplane.CreatingKey(u.keys), redisZ(u.now().Add(time.Minute), "being-made"))
-	u.d.add(ContainerName("being-made"), "created", u.labels("being-made", old), old)
+	u.d.Add(ContainerName("being-made"), "created", u.labels("being-made", old), old)
 	u.worker(t, "stuck", "created", old) // joined, never started
 	u.worker(t, "fine", "running", old)  // nothing to do
 	u.worker(t, "vanished", "", old)     // member without a container
@@ -36,7 +36,7 @@ func TestReconcileDiff(t *testing.T) {
 	}
 	for name, want := range map[string]bool{"orphan-old": false, "orphan-young": true, ContainerName("being-made"): true,
 		ContainerName("stuck"): true, ContainerName("fine"): true, ContainerName("exited"): false} {
-		if u.d.has(name) != want {
+		if u.d.Has(name) != want {
 			t.Errorf("container %s present=%v, want %v", name, !want, want)
 		}
 	}
@@ -73,7 +73,7 @@ func TestRetirementTakeover(t *testing.T) {
 	if len(outs) != 2 {
 		t.Fatalf("outputs %v, want held and waiting answered once each", outs)
 	}
-	if u.d.has(ContainerName("w")) {
+	if u.d.Has(ContainerName("w")) {
 		t.Error("container left")
 	}
 	if n := u.rc.ZCard(ctx, ctlplane.RetiringKey(u.keys)).Val(); n != 0 {
@@ -160,7 +160,7 @@ func TestLivenessWaitsForAConnectedJudge(t *testing.T) {
 	h.probes, h.judged = map[string]*healthState{}, map[string]bool{}
 	h.upSince = u.now() // connected just now (after an outage)
 	healthCheck(t, h, "w")
-	if !u.d.has(ContainerName("w")) || len(h.judged) != 0 {
+	if !u.d.Has(ContainerName("w")) || len(h.judged) != 0 {
 		t.Fatal("judged dead right after the judge reconnected")
 	}
 	u.advance(JudgeAfterIntervals * u.s.cfg.HeartbeatInterval)
@@ -168,7 +168,7 @@ func TestLivenessWaitsForAConnectedJudge(t *testing.T) {
 	if !h.judged["w"] {
 		t.Fatal("a worker silent for the whole judging window was not judged dead")
 	}
-	testkit.Eventually(t, "the container of w removed", 5*time.Second, func() bool { return !u.d.has(ContainerName("w")) })
+	testkit.Eventually(t, "the container of w removed", 5*time.Second, func() bool { return !u.d.Has(ContainerName("w")) })
 	// A paused worker is never judged.
 	u.worker(t, "p", "paused", u.now().Add(-time.Hour))
 	healthCheck(t, h, "p")

@@ -7,13 +7,10 @@ import (
 	"sort"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/api/types/volume"
-	"github.com/docker/docker/errdefs"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/engine"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
@@ -30,16 +27,16 @@ import (
 
 // Sentinel errors of PlanDown: which service did not answer.
 var (
-	ErrEngineUnreachable = errors.New("spawner: the Docker engine did not answer")
+	ErrEngineUnreachable = errors.New("spawner: the engine did not answer")
 	ErrRedisUnreachable  = errors.New("spawner: Redis did not answer")
 )
 
-// DownEngine is what Down asks of the Docker engine.
+// DownEngine is what Down asks of the engine.
 type DownEngine interface {
-	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
-	ContainerRemove(ctx context.Context, containerID string, options container.RemoveOptions) error
-	VolumeList(ctx context.Context, options volume.ListOptions) (volume.ListResponse, error)
-	VolumeRemove(ctx context.Context, volumeID string, force bool) error
+	List(ctx context.Context, f engine.Filter) ([]engine.Instance, error)
+	Remove(ctx context.Context, id string) error
+	Volumes(ctx context.Context) ([]engine.Volume, error)
+	RemoveVolume(ctx context.Context, name string) error
 }
 
 // DownGateway is what Down asks of the host's worker-gateway
@@ -78,7 +75,7 @@ func (p DownPlan) Empty() bool {
 
 // Down holds what PlanDown and Execute use.
 type Down struct {
-	Docker  DownEngine
+	Engine  DownEngine
 	Redis   redis.Cmdable
 	Keys    protocol.Keys
 	Gateway DownGateway   // nil: no gateway
@@ -99,33 +96,29 @@ func (d *Down) PlanDown(ctx context.Context) (DownPlan, error) {
 	plan := DownPlan{Prefix: d.Keys.Prefix}
 	cctx, cancel := context.WithTimeout(ctx, d.timeout())
 	defer cancel()
-	// Every container of the prefix: the workers' (managed) and the
-	// spare network namespaces' holders (netns.go), which carry the
-	// prefix label only.
-	ofPrefix := filters.NewArgs(filters.Arg("label", protocol.LabelKeyPrefix+"="+d.Keys.Prefix))
-	cs, err := d.Docker.ContainerList(cctx, container.ListOptions{All: true, Filters: ofPrefix})
+	// Every instance of the prefix: the workers' and what the engine keeps
+	// beside them (Docker: spare network namespaces' holders).
+	cs, err := d.Engine.List(cctx, engine.Filter{Spares: true})
 	if err != nil {
 		return plan, fmt.Errorf("%w: list containers: %w", ErrEngineUnreachable, err)
 	}
 	ids := map[string]bool{}
 	for _, c := range cs {
-		name := c.ID[:min(12, len(c.ID))]
-		if len(c.Names) > 0 {
-			name = trimSlash(c.Names[0])
+		name := c.Name
+		if name == "" {
+			name = c.ID[:min(12, len(c.ID))]
 		}
-		id := workerOf(c.Names, c.Labels)
-		plan.Containers = append(plan.Containers, DownContainer{Name: name, WorkerID: id, Role: c.Labels[labelRole], State: c.State})
+		id := c.Worker
+		plan.Containers = append(plan.Containers, DownContainer{Name: name, WorkerID: id, Role: c.Role, State: string(c.State)})
 		if id != "" {
 			ids[id] = true
 		}
 	}
-	owned := filters.NewArgs(filters.Arg("label", protocol.LabelManaged+"=true"),
-		filters.Arg("label", protocol.LabelKeyPrefix+"="+d.Keys.Prefix))
-	vs, err := d.Docker.VolumeList(cctx, volume.ListOptions{Filters: owned})
+	vs, err := d.Engine.Volumes(cctx)
 	if err != nil {
 		return plan, fmt.Errorf("%w: list volumes: %w", ErrEngineUnreachable, err)
 	}
-	for _, v := range vs.Volumes {
+	for _, v := range vs {
 		plan.Volumes = append(plan.Volumes, v.Name)
 	}
 	r := rdb.New(d.Redis, d.Keys)
@@ -184,18 +177,18 @@ func (d *Down) Execute(ctx context.Context, plan DownPlan) (DownPlan, error) {
 	done := DownPlan{Prefix: plan.Prefix, GatewayError: plan.GatewayError}
 	for _, c := range plan.Containers {
 		cctx, cancel := context.WithTimeout(ctx, d.timeout())
-		err := d.Docker.ContainerRemove(cctx, c.Name, container.RemoveOptions{Force: true})
+		err := d.Engine.Remove(cctx, c.Name)
 		cancel()
-		if err != nil && !errdefs.IsNotFound(err) {
+		if err != nil {
 			return done, fmt.Errorf("remove container %s: %w", c.Name, err)
 		}
 		done.Containers = append(done.Containers, c)
 	}
 	for _, v := range plan.Volumes {
 		cctx, cancel := context.WithTimeout(ctx, d.timeout())
-		err := d.Docker.VolumeRemove(cctx, v, true)
+		err := d.Engine.RemoveVolume(cctx, v)
 		cancel()
-		if err != nil && !errdefs.IsNotFound(err) {
+		if err != nil {
 			return done, fmt.Errorf("remove volume %s: %w", v, err)
 		}
 		done.Volumes = append(done.Volumes, v)
@@ -220,11 +213,4 @@ func (d *Down) Execute(ctx context.Context, plan DownPlan) (DownPlan, error) {
 		done.RedisUsers = append(done.RedisUsers, id)
 	}
 	return done, nil
-}
-
-func trimSlash(name string) string {
-	if len(name) > 0 && name[0] == '/' {
-		return name[1:]
-	}
-	return name
 }

@@ -4,10 +4,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/docker/docker/errdefs"
-
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/engine"
 )
 
 // Error is a failure with a stable code, the same type a consumer's
@@ -42,21 +41,21 @@ func IsNotFound(err error) bool { return client.IsNotFound(err) }
 // task in flight.
 func IsBusy(err error) bool { return client.IsBusy(err) }
 
-// engineError classifies an error of the Docker engine by its kind, not
-// its text: a parameter the engine refuses is the command's fault
-// (INVALID_COMMAND); a conflict (a name in use, a container in the wrong
-// state) and a missing object have their own codes; anything else means
-// the engine is unavailable.
+// engineError classifies an engine's error by its kind (the engine
+// package's sentinels), not its text: a parameter the engine refuses is
+// the command's fault (INVALID_COMMAND); a conflict (a name in use, an
+// instance in the wrong state) and a missing object have their own codes;
+// anything else means the engine is unavailable.
 func engineError(err error, format string, args ...any) *Error {
 	wrapped := fmt.Errorf(format+": %w", append(args, err)...)
 	switch {
-	case errdefs.IsInvalidParameter(err):
+	case errors.Is(err, engine.ErrInvalid):
 		return &Error{Code: protocol.CodeInvalidCommand, Err: wrapped}
-	case errdefs.IsConflict(err):
+	case errors.Is(err, engine.ErrConflict):
 		return &Error{Code: protocol.CodeConflict, Err: wrapped}
-	case errdefs.IsNotFound(err):
+	case errors.Is(err, engine.ErrNotFound):
 		return &Error{Code: protocol.CodeNotFound, Err: wrapped}
-	case errdefs.IsForbidden(err), errdefs.IsUnauthorized(err):
+	case errors.Is(err, engine.ErrForbidden):
 		return &Error{Code: protocol.CodeForbidden, Err: wrapped}
 	}
 	return &Error{Code: protocol.CodeUpstreamUnavailable, Err: wrapped}

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/docker/docker/errdefs"
+	"github.com/agentvisor/agentvisor/spawner/engine"
 
 	"github.com/agentvisor/agentvisor/protocol"
 )
@@ -16,11 +16,11 @@ func TestEngineErrorsAreClassifiedByKind(t *testing.T) {
 		err  error
 		want protocol.Code
 	}{
-		{"invalid parameter", errdefs.InvalidParameter(base), protocol.CodeInvalidCommand},
-		{"conflict", errdefs.Conflict(base), protocol.CodeConflict},
-		{"not found", errdefs.NotFound(base), protocol.CodeNotFound},
-		{"forbidden", errdefs.Forbidden(base), protocol.CodeForbidden},
-		{"unavailable", errdefs.Unavailable(base), protocol.CodeUpstreamUnavailable},
+		{"invalid parameter", engine.Wrap(engine.ErrInvalid, base), protocol.CodeInvalidCommand},
+		{"conflict", engine.Wrap(engine.ErrConflict, base), protocol.CodeConflict},
+		{"not found", engine.Wrap(engine.ErrNotFound, base), protocol.CodeNotFound},
+		{"forbidden", engine.Wrap(engine.ErrForbidden, base), protocol.CodeForbidden},
+		{"unavailable", engine.Wrap(engine.ErrUnavailable, base), protocol.CodeUpstreamUnavailable},
 		{"anything else", base, protocol.CodeUpstreamUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,9 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types/system"
-
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/engine"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
@@ -34,13 +33,13 @@ type Fleet struct {
 
 	hostOnce sync.Once // resolves host, once
 	hostID   string    // HOST_ID, may be empty
-	info     func(ctx context.Context) (system.Info, error)
+	info     func(ctx context.Context) (engine.Info, error)
 	host     string // this manager's host id (Host)
 }
 
 // newFleet returns the fleet view of a manager whose host id is hostID
 // (empty: the engine's name from info, else the machine's).
-func newFleet(e *env, hostID string, info func(ctx context.Context) (system.Info, error)) *Fleet {
+func newFleet(e *env, hostID string, info func(ctx context.Context) (engine.Info, error)) *Fleet {
 	return &Fleet{e: e, hostID: hostID, info: info}
 }
 

@@ -84,8 +84,8 @@ func TestActionsOnAnotherHostsWorkerGoToThatHost(t *testing.T) {
 	if !u.rc.SIsMember(ctx, u.keys.Workers(), "wb").Val() {
 		t.Fatal("this manager retired a worker of a live host")
 	}
-	if len(u.d.calls) != 0 {
-		t.Fatalf("this manager called its engine for another host's worker: %v", u.d.calls)
+	if len(u.d.Calls()) != 0 {
+		t.Fatalf("this manager called its engine for another host's worker: %v", u.d.Calls())
 	}
 }
 

@@ -5,9 +5,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types/system"
-
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/engine"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
@@ -28,7 +27,7 @@ type hostPresenceParams struct {
 	ttl        time.Duration // HOST_TTL
 	maxWorkers int           // this host's slots
 	labels     map[string]string
-	info       func(ctx context.Context) (system.Info, error) // the engine's (nil: none)
+	info       func(ctx context.Context) (engine.Info, error) // the engine's (nil: none)
 }
 
 func newHostPresence(p hostPresenceParams) *HostPresence { return &HostPresence{hostPresenceParams: p} }

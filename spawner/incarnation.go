@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
@@ -119,22 +117,17 @@ func (s *Spawner) incarnate(ctx context.Context, id string, spec protocol.Worker
 	if o.credentialHosts, err = s.openSealed(cctx, id, spec, o.modelToken); err != nil {
 		return err
 	}
-	if s.sealed() {
-		o.netns = s.netns.take()
-	}
 	now := s.now()
 	cid, err := s.createContainer(cctx, id, "", spec, &img, redisURL, now, &o)
 	if err != nil {
-		s.netns.release(cctx, o.netns)
 		return err
 	}
 	// In Workers before it starts: its death from now on is seen.
 	if err := enter(cctx, id); err != nil {
-		_ = s.docker.ContainerRemove(context.WithoutCancel(ctx), cid, container.RemoveOptions{Force: true})
-		s.netns.release(ctx, o.netns)
+		_ = s.engine.Remove(context.WithoutCancel(ctx), cid)
 		return err
 	}
-	if cid, err = s.startContainer(cctx, cid, id, "", spec, &img, now, &o); err != nil {
+	if cid, err = s.engine.Start(cctx, cid); err != nil {
 		serr := engineError(err, "start container of %s", id)
 		if _, rerr := s.retire(ctx, id, retirement{reason: protocol.RemovedStuck, died: true, exitCode: -1, code: serr.Code, msg: serr.Err.Error()}); rerr != nil {
 			s.log.Warn("retire a worker whose new incarnation did not start", "worker_id", id, "err", rerr)

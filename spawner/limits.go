@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 
-	"github.com/docker/docker/errdefs"
 	"github.com/docker/go-units"
 
 	"github.com/agentvisor/agentvisor/protocol"
@@ -35,8 +34,6 @@ func (s *Spawner) pids(spec protocol.WorkerSpec) int64 {
 	return s.cfg.PidsLimit
 }
 
-func isConflict(err error) bool { return errdefs.IsConflict(err) }
-
 // checkLimits refuses (INVALID_COMMAND) a spec that asks for more cores
 // than the engine has. The memory floor is the protocol's own check.
 func (s *Spawner) checkLimits(ctx context.Context, spec protocol.WorkerSpec) error {
@@ -44,8 +41,8 @@ func (s *Spawner) checkLimits(ctx context.Context, spec protocol.WorkerSpec) err
 		return nil
 	}
 	s.cpuOnce.Do(func() {
-		if info, err := s.docker.Info(ctx); err == nil {
-			s.engineCPUs = info.NCPU
+		if info, err := s.engine.Info(ctx); err == nil {
+			s.engineCPUs = info.CPUs
 		}
 	})
 	if s.engineCPUs > 0 && spec.Limits.CPUs > float64(s.engineCPUs) {

@@ -47,7 +47,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		return fmt.Errorf("spawner: hosts with hibernated workers: %w", err)
 	}
 	p := parts{s}
-	s.netns.warm()
+	s.engine.Prepare()
 	commands, controls, crashes := p.commands(m.MaxInFlight), p.controls(), p.crashes()
 	hostLeader, leader := p.hostLeader(m.GC), p.fleetLeader()
 	// A host that comes back settles its engine before it takes creates:
@@ -76,7 +76,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	// finds the pool closed).
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	s.netns.close(stopCtx)
+	s.engine.Close(stopCtx)
 	return nil
 }
 
@@ -115,7 +115,7 @@ func (s *Spawner) Shutdown(ctx context.Context) error {
 	}
 	err = g.Wait()
 	s.adoptions.Wait()
-	s.netns.close(ctx) // the spare namespaces; the workers' went with them
-	s.netns.sweep(ctx)
+	s.engine.Close(ctx) // what it kept for creates; the workers' went with them
+	s.engine.Sweep(ctx)
 	return err
 }

@@ -2,12 +2,11 @@ package spawner
 
 import (
 	"context"
+	"errors"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/errdefs"
-
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/engine"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
@@ -23,10 +22,10 @@ func (s *Spawner) Pause(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if c.State != nil && c.State.Paused {
+	if c.State == engine.Suspended {
 		return nil
 	}
-	if c.State == nil || !c.State.Running {
+	if c.State != engine.Running {
 		return errorf(protocol.CodeNotFound, "worker %s is not running", id)
 	}
 	busy, err := s.busy(ctx, id)
@@ -36,9 +35,9 @@ func (s *Spawner) Pause(ctx context.Context, id string) error {
 	if busy != rdb.NotBusy {
 		return errorf(protocol.CodeWorkerBusy, "worker %s is busy (%s): not paused", id, busy)
 	}
-	if err := s.docker.ContainerPause(ctx, c.ID); err != nil {
+	if err := s.engine.Suspend(ctx, c.ID); err != nil {
 		// Another pauser may have won the race: paused all the same.
-		if st := s.stateNow(ctx, id); st != nil && st.Paused {
+		if st := s.stateNow(ctx, id); st == engine.Suspended {
 			return nil
 		}
 		return engineError(err, "pause worker %s", id)
@@ -46,7 +45,7 @@ func (s *Spawner) Pause(ctx context.Context, id string) error {
 	if busy, err := s.busyNow(ctx, id); err != nil || busy != rdb.NotBusy {
 		// A task arrived between the check and the freeze (or the check
 		// cannot be made): thaw it.
-		if err := s.docker.ContainerUnpause(context.WithoutCancel(ctx), c.ID); err != nil {
+		if err := s.engine.Resume(context.WithoutCancel(ctx), c.ID); err != nil {
 			s.log.Warn("thaw a worker paused with a task", "worker_id", id, "err", err)
 		}
 		if err != nil {
@@ -121,11 +120,11 @@ func (s *env) inputOf(id string, kind protocol.Kind) (protocol.Kind, string, str
 }
 
 // stateNow inspects a worker again, after the engine refused a pause or
-// an unpause that another caller may have done first (nil: unknown).
-func (s *Spawner) stateNow(ctx context.Context, id string) *container.State {
+// an unpause that another caller may have done first ("": unknown).
+func (s *Spawner) stateNow(ctx context.Context, id string) engine.State {
 	c, err := s.find(ctx, id)
 	if err != nil {
-		return nil
+		return ""
 	}
 	return c.State
 }
@@ -139,15 +138,15 @@ func (s *Spawner) stateNow(ctx context.Context, id string) *container.State {
 // own next one (idle -> busy, as it takes the task that woke it).
 func (s *Spawner) Unpause(ctx context.Context, id string) error {
 	woke := s.wakeStatus(ctx, id)
-	if err := s.docker.ContainerUnpause(ctx, ContainerName(id)); err != nil {
-		if errdefs.IsNotFound(err) {
+	if err := s.engine.Resume(ctx, ContainerName(id)); err != nil {
+		if errors.Is(err, engine.ErrNotFound) {
 			return noContainer(id)
 		}
 		st := s.stateNow(ctx, id)
-		if st != nil && !st.Paused {
+		if st != "" && st != engine.Suspended {
 			return nil
 		}
-		if st != nil && woke {
+		if st != "" && woke {
 			s.writeStatus(context.WithoutCancel(ctx), id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerPaused),
 				protocol.StatusFieldState: string(protocol.WorkerPaused)})
 		}

@@ -10,9 +10,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
-	"github.com/redis/go-redis/v9"
 )
 
 // Pools. A pool template (POOLS, or POOLS_FILE) names a worker spec and
@@ -255,7 +256,7 @@ func (s *Spawner) allocate(ctx context.Context, commandID string, p *PoolTemplat
 		// and a few Redis writes; the reply is built from the status hash.
 		// Its status first, while it is frozen (Unpause says why).
 		s.wakeStatus(ctx, id)
-		if err := s.docker.ContainerUnpause(ctx, ContainerName(id)); err != nil {
+		if err := s.engine.Resume(ctx, ContainerName(id)); err != nil {
 			// Gone meanwhile (died, retired), or not paused: the next one.
 			s.log.Warn("a warm worker could not be woken", "pool", p.Name, "worker_id", id, "err", err)
 			continue

@@ -2,12 +2,11 @@ package spawner
 
 import (
 	"context"
+	"errors"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/errdefs"
-
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/engine"
 )
 
 // A wake backed by a warm pool: a hibernated worker whose spec is a
@@ -71,12 +70,12 @@ func (s *Spawner) wakeIntoWarm(ctx context.Context, id string, spec protocol.Wor
 		return false, nil
 	}
 	undoNames := func() {
-		_ = s.docker.ContainerRename(bg, cid, ContainerName(warm))
+		_ = s.engine.Rename(bg, cid, warm)
 		if sealed {
 			_, _ = s.gateway.Rename(bg, id, warm)
 		}
 	}
-	if err := s.docker.ContainerRename(ctx, cid, ContainerName(id)); err != nil {
+	if err := s.engine.Rename(ctx, cid, id); err != nil {
 		if sealed {
 			_, _ = s.gateway.Rename(bg, id, warm)
 		}
@@ -102,7 +101,7 @@ func (s *Spawner) wakeIntoWarm(ctx context.Context, id string, spec protocol.Wor
 	start := s.now()
 	fail := func(err error) (bool, error) {
 		s.log.Warn("a wake into a warm pool worker failed", "worker_id", id, "warm_worker_id", warm, "err", err)
-		_ = s.docker.ContainerRemove(bg, cid, container.RemoveOptions{Force: true})
+		_ = s.engine.Remove(bg, cid)
 		s.forgetWarm(bg, warm)
 		if _, rerr := s.retire(bg, id, retirement{reason: protocol.RemovedStuck, died: true, exitCode: -1, code: protocol.CodeInternalError,
 			msg: err.Error(), replace: true, unasked: true}); rerr != nil {
@@ -120,13 +119,13 @@ func (s *Spawner) wakeIntoWarm(ctx context.Context, id string, spec protocol.Wor
 		protocol.StatusFieldContainerID: cid, protocol.StatusFieldHost: host, protocol.StatusFieldError: ""})
 	if member, err := s.rdb.IsWorker(ctx, id); err == nil && !member {
 		// Deleted since the slot moved: the delete found no container.
-		_ = s.docker.ContainerRemove(bg, cid, container.RemoveOptions{Force: true})
+		_ = s.engine.Remove(bg, cid)
 		s.forgetWarm(bg, warm)
 		s.ended(ctx, id)
 		return true, nil
 	}
-	if err := s.docker.ContainerUnpause(ctx, cid); err != nil {
-		if c, ierr := s.docker.ContainerInspect(ctx, cid); ierr != nil || c.State == nil || !c.State.Running || c.State.Paused {
+	if err := s.engine.Resume(ctx, cid); err != nil {
+		if c, ierr := s.engine.Inspect(ctx, cid); ierr != nil || c.State != engine.Running {
 			return fail(engineError(err, "unpause the container of %s", warm))
 		} // running already (never paused, or unpaused by another)
 	}
@@ -170,11 +169,11 @@ func (s *Spawner) readyWarm(ctx context.Context, pool string) (id, cid string) {
 			back = append(back, w)
 			continue
 		}
-		c, err := s.docker.ContainerInspect(ctx, ContainerName(w))
+		c, err := s.engine.Inspect(ctx, ContainerName(w))
 		switch {
-		case errdefs.IsNotFound(err):
+		case errors.Is(err, engine.ErrNotFound):
 			continue // gone: its retirement is the crash watcher's
-		case err != nil || c.State == nil || !(c.State.Running || c.State.Paused):
+		case err != nil || !c.State.Up():
 			back = append(back, w) // the engine did not answer, or it is not up yet: left in the pool
 			return "", ""
 		}

@@ -4,9 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/engine"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
@@ -19,7 +18,7 @@ type ReconcileReport struct {
 	Exited         int // workers whose container exited unseen, retired
 	TakenOver      int // retirements whose manager died, finished
 	UsersDeleted   int // Redis users of workers that are gone (a create cut short)
-	HoldersRemoved int // spare network namespaces' holders that serve no worker (netns.go)
+	HoldersRemoved int // what the engine kept for creates and no manager needs (Docker: spare network namespaces)
 	ContainersSeen int
 	WorkersKnown   int
 }
@@ -49,7 +48,7 @@ func (s *Reconciler) Reconcile(ctx context.Context) (ReconcileReport, error) {
 	if err != nil {
 		return rep, redisError(err, "reconcile")
 	}
-	cs, err := s.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: s.managedFilter()})
+	cs, err := s.engine.List(ctx, engine.Filter{})
 	if err != nil {
 		return rep, engineError(err, "reconcile: list containers")
 	}
@@ -65,10 +64,10 @@ func (s *Reconciler) Reconcile(ctx context.Context) (ReconcileReport, error) {
 	now := s.now()
 	withContainer := map[string]bool{}
 	for _, c := range cs {
-		if c.Labels[labelRole] == roleNetnsHolder {
-			continue // a spare namespace's holder: the netns pool's (netns.go)
+		if c.Role != "" {
+			continue // kept by the engine for creates (Sweep's)
 		}
-		id := workerOf(c.Names, c.Labels)
+		id := c.Worker
 		made := c.Labels[protocol.LabelWorkerID] // the worker it was made for: another while a wake takes a warm pool worker's
 		withContainer[id] = true
 		if made != "" {
@@ -76,7 +75,7 @@ func (s *Reconciler) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		}
 		created, _ := protocol.ParseTime(c.Labels[protocol.LabelCreatedAt])
 		if created.IsZero() {
-			created = time.Unix(c.Created, 0)
+			created = c.Created
 		}
 		old := now.Sub(created) >= s.creationGrace
 		switch {
@@ -86,7 +85,7 @@ func (s *Reconciler) Reconcile(ctx context.Context) (ReconcileReport, error) {
 			// A container this host made for a worker now placed on
 			// another (woken or made there while this host was lost): an
 			// earlier incarnation's.
-			if err := s.docker.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err == nil {
+			if err := s.engine.Remove(ctx, c.ID); err == nil {
 				rep.OrphansRemoved++
 				s.log.Info("container of a worker now on another host removed", "container_id", c.ID, "worker_id", id, "host", placed[id])
 			}
@@ -94,7 +93,7 @@ func (s *Reconciler) Reconcile(ctx context.Context) (ReconcileReport, error) {
 			// A create, a retirement, or a warm pool worker's hand-over to a
 			// woken worker under way: theirs.
 		default:
-			if err := s.docker.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err == nil {
+			if err := s.engine.Remove(ctx, c.ID); err == nil {
 				rep.OrphansRemoved++
 				s.log.Info("orphan container removed", "container_id", c.ID, "worker_id", id)
 			}
@@ -117,7 +116,7 @@ func (s *Reconciler) Reconcile(ctx context.Context) (ReconcileReport, error) {
 	s.syncPaused(ctx, workers, placed)
 	rep.TakenOver = s.finishRetirements(ctx, placed)
 	rep.UsersDeleted = s.dropStrayUsers(ctx)
-	rep.HoldersRemoved = s.netns.sweep(ctx)
+	rep.HoldersRemoved = s.engine.Sweep(ctx)
 	s.log.Info("reconciled", "orphans_removed", rep.OrphansRemoved, "missing_retired", rep.MissingMarked,
 		"states_fixed", rep.StatesFixed, "started", rep.Started, "exited", rep.Exited, "taken_over", rep.TakenOver, "containers", rep.ContainersSeen)
 	s.obs.reconciled(s.now(), rep)
@@ -125,13 +124,13 @@ func (s *Reconciler) Reconcile(ctx context.Context) (ReconcileReport, error) {
 }
 
 // reconcileMember settles one member's container.
-func (s *Reconciler) reconcileMember(ctx context.Context, id string, c container.Summary, old bool, rep *ReconcileReport) {
+func (s *Reconciler) reconcileMember(ctx context.Context, id string, c engine.Instance, old bool, rep *ReconcileReport) {
 	switch c.State {
-	case "created":
+	case engine.Created:
 		if !old {
 			return
 		}
-		if err := s.docker.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+		if _, err := s.engine.Start(ctx, c.ID); err != nil {
 			s.log.Warn("start a worker whose create was cut short", "worker_id", id, "err", err)
 			if _, err := s.workers.retire(ctx, id, retirement{reason: protocol.RemovedStuck, died: true, exitCode: -1, code: protocol.CodeUpstreamUnavailable,
 				msg: "the worker's container could not be started"}); err != nil {
@@ -142,12 +141,12 @@ func (s *Reconciler) reconcileMember(ctx context.Context, id string, c container
 		s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerRunning), protocol.StatusFieldContainerID: c.ID})
 		s.lifecycle(ctx, id, protocol.EventCreated, map[string]any{"container_id": c.ID, "reconciled": true})
 		rep.Started++
-	case "exited", "dead":
+	case engine.Exited, engine.Dead:
 		retireDied(ctx, s.env, s.workers, id, exitCodeOf(ctx, s, c.ID), false)
 		rep.Exited++
-	case "running", "paused":
+	case engine.Running, engine.Suspended:
 		want := protocol.ContainerRunning
-		if c.State == "paused" {
+		if c.State == engine.Suspended {
 			want = protocol.ContainerPaused
 		}
 		if got, err := s.rdb.StatusField(ctx, id, protocol.StatusFieldContainer); err == nil && got != string(want) {
@@ -239,11 +238,11 @@ func (s *Reconciler) finishRetirements(ctx context.Context, placed map[string]st
 }
 
 func exitCodeOf(ctx context.Context, s *Reconciler, containerID string) int {
-	insp, err := s.docker.ContainerInspect(ctx, containerID)
-	if err != nil || insp.State == nil {
+	insp, err := s.engine.Inspect(ctx, containerID)
+	if err != nil {
 		return -1
 	}
-	return insp.State.ExitCode
+	return insp.ExitCode
 }
 
 // Reconciler runs Reconcile every RECONCILE_INTERVAL, and every lease for
@@ -256,11 +255,10 @@ type Reconciler struct {
 // reconcilerParams is what a Reconciler is built from.
 type reconcilerParams struct {
 	*env
-	docker        ContainerClient
+	engine        engine.Engine // what it keeps beside the workers and no manager needs goes at each reconciliation (Sweep)
 	workers       retirer
 	users         *workerUsers
 	obs           *observer
-	netns         *netnsPool    // its holders that serve nothing go at each reconciliation (nil: none)
 	creationGrace time.Duration // CREATION_GRACE: a younger container may be a create's
 	interval      time.Duration // RECONCILE_INTERVAL
 	leaseTTL      time.Duration // retirements whose lease ran out are taken over every third of it

@@ -2,13 +2,12 @@ package spawner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/errdefs"
-
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/engine"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
@@ -203,20 +202,19 @@ func (s *Spawner) removeContainer(ctx context.Context, id string, graceful bool)
 	if err != nil {
 		return err
 	}
-	if graceful && c.State != nil && c.State.Running {
-		if c.State.Paused {
+	if graceful && c.State.Up() {
+		if c.State == engine.Suspended {
 			// A paused process cannot take SIGTERM: wake it first.
-			_ = s.docker.ContainerUnpause(ctx, c.ID)
+			_ = s.engine.Resume(ctx, c.ID)
 		}
-		timeout := int(s.cfg.StopTimeout.Seconds())
 		// Stopping may take the whole stop timeout: a context of its own.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StopTimeout+15*time.Second)
 		defer cancel()
-		if err := s.docker.ContainerStop(sctx, c.ID, container.StopOptions{Timeout: &timeout}); err != nil && !errdefs.IsNotFound(err) {
+		if err := s.engine.Stop(sctx, c.ID, s.cfg.StopTimeout); err != nil && !errors.Is(err, engine.ErrNotFound) {
 			return engineError(err, "stop worker %s", id)
 		}
 	}
-	if err := s.docker.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) && !s.goneSoon(ctx, c.ID) {
+	if err := s.engine.Remove(ctx, c.ID); err != nil && !s.goneSoon(ctx, c.ID) {
 		return engineError(err, "remove worker %s", id)
 	}
 	return nil
@@ -225,9 +223,16 @@ func (s *Spawner) removeContainer(ctx context.Context, id string, graceful bool)
 // goneSoon waits (up to 10 s) for a container that someone else is
 // removing ("removal already in progress"), and says whether it went.
 func (s *Spawner) goneSoon(ctx context.Context, containerID string) bool {
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if _, err := s.docker.ContainerInspect(ctx, containerID); errdefs.IsNotFound(err) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		if _, err := s.engine.Inspect(ctx, containerID); errors.Is(err, engine.ErrNotFound) {
 			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
 		}
 	}
 	return false

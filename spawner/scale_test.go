@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/testkit"
-	"github.com/redis/go-redis/v9"
 )
 
 func TestTwelveCreatesWithLimitTen(t *testing.T) {

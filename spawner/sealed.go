@@ -8,11 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/mount"
-
 	"github.com/agentvisor/agentvisor/gateway"
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/engine"
 )
 
 // Sealed workers (WORKER_NETWORK_MODE=sealed) have no network of their
@@ -93,23 +91,18 @@ func newModelToken() string {
 	return "agentvisor-worker-" + hex.EncodeToString(b)
 }
 
-// sealContainer gives a sealed worker's container no network (a spare
-// namespace of o.netns's holder, or one of its own) and its socket
-// directory, and tells the wrapper where its sockets are, its model token,
-// and which hosts the gateway adds a credential for (the wrapper points
-// git at them over http://, through the gateway).
-func (s *Spawner) sealContainer(id string, hc *container.HostConfig, o *createOpts) []string {
-	hc.NetworkMode = "none"
-	if holderOf(o.netns) != "" {
-		hc.NetworkMode = o.netns // a spare namespace, loopback only as well (netns.go)
-	}
-	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(s.cfg.GatewayDir, id), Target: sealedMount, ReadOnly: true})
-	env := []string{"REDIS_SOCKET=" + sealedMount + "/" + gateway.RedisSocket, "MODEL_SOCKET=" + sealedMount + "/" + gateway.ModelSocket,
-		"EGRESS_SOCKET=" + sealedMount + "/" + gateway.EgressSocket, "MODEL_SOCKET_TOKEN=" + o.modelToken}
+// seal gives a sealed worker's instance no network but loopback and its
+// socket directory, and tells the wrapper where its sockets are, its model
+// token, and which hosts the gateway adds a credential for (the wrapper
+// points git at them over http://, through the gateway).
+func (s *Spawner) seal(id string, is *engine.Spec, o *createOpts) {
+	is.Network = engine.Sealed
+	is.Mounts = append(is.Mounts, engine.Mount{HostPath: filepath.Join(s.cfg.GatewayDir, id), Target: sealedMount, ReadOnly: true})
+	is.Env = append(is.Env, "REDIS_SOCKET="+sealedMount+"/"+gateway.RedisSocket, "MODEL_SOCKET="+sealedMount+"/"+gateway.ModelSocket,
+		"EGRESS_SOCKET="+sealedMount+"/"+gateway.EgressSocket, "MODEL_SOCKET_TOKEN="+o.modelToken)
 	if len(o.credentialHosts) > 0 {
-		env = append(env, "CREDENTIAL_HOSTS="+strings.Join(o.credentialHosts, ","))
+		is.Env = append(is.Env, "CREDENTIAL_HOSTS="+strings.Join(o.credentialHosts, ","))
 	}
-	return env
 }
 
 // SetNetwork replaces a sealed worker's egress allowlist: the gateway

@@ -27,7 +27,7 @@ func BenchmarkSealedCreate(b *testing.B) {
 		// The engine at rest before each create, sealed or not: the
 		// spare namespaces made and the last sealed worker's holder gone
 		// (a manager does that while it waits for work).
-		testkit.Eventually(b, "the spare namespaces", time.Minute, sealed.s.netns.settled)
+		testkit.Eventually(b, "the spare namespaces", time.Minute, sealed.s.dockerEngine().SparesSettled)
 		from := lastID(f.rc, f.keys.Lifecycle())
 		t0 := time.Now()
 		info, err := f.s.Create(ctx, spec)
@@ -40,8 +40,8 @@ func BenchmarkSealedCreate(b *testing.B) {
 		}
 		return float64(at.Sub(t0).Milliseconds())
 	}
-	sealed.s.netns.warm() // as a manager does at its start
-	startOf(sealed)       // images built, caches warm
+	sealed.s.engine.Prepare() // as a manager does at its start
+	startOf(sealed)           // images built, caches warm
 	startOf(host)
 	var s, h []float64
 	for i := 0; i < 15; i++ { // a median of 5 moved by 15 % between runs

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	dockerengine "github.com/agentvisor/agentvisor/spawner/engine/docker"
+
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/errdefs"
@@ -370,12 +372,12 @@ func TestSealedWorkersJoinSpareNamespaces(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		spare := map[string]bool{}
 		if i > 0 { // the first create finds none ready and starts the refill
-			testkit.Eventually(t, "spare namespaces", time.Minute, func() bool { return f.s.netns.ready() >= f.s.cfg.SpareNetns })
+			testkit.Eventually(t, "spare namespaces", time.Minute, func() bool { return f.s.dockerEngine().SparesReady() >= f.s.cfg.SpareNetns })
 			// The spare holders: on the none network, labelled, nobody's
 			// uid. (A worker's holder is removed shortly after the worker
 			// started in its namespace, which lives on with the worker.)
 			hs, err := f.dc.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
-				filters.Arg("label", labelRole+"="+roleNetnsHolder), filters.Arg("label", protocol.LabelKeyPrefix+"="+f.keys.Prefix))})
+				filters.Arg("label", dockerengine.LabelRole+"="+dockerengine.RoleNetnsHolder), filters.Arg("label", protocol.LabelKeyPrefix+"="+f.keys.Prefix))})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -399,7 +401,7 @@ func TestSealedWorkersJoinSpareNamespaces(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := holderOf(c.HostConfig.NetworkMode)
+		h := dockerengine.HolderOf(c.HostConfig.NetworkMode)
 		if i == 0 {
 			if c.HostConfig.NetworkMode != "none" {
 				t.Fatalf("the first worker's network %q, want none (no spare yet)", c.HostConfig.NetworkMode)
@@ -434,7 +436,7 @@ func TestSealedWorkersJoinSpareNamespaces(t *testing.T) {
 		})
 	}
 	// The spare ones go at the stop; nothing of the prefix is left.
-	f.s.netns.close(ctx)
+	f.s.engine.Close(ctx)
 	cs, err := f.dc.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", protocol.LabelKeyPrefix+"="+f.keys.Prefix))})
 	if err != nil || len(cs) != 0 {
 		t.Fatalf("containers left: %d (%v)", len(cs), err)
@@ -447,14 +449,14 @@ func TestSealedWorkersJoinSpareNamespaces(t *testing.T) {
 func TestReconcileKeepsSpareNamespaces(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.CreationGrace = 0 })
 	ctx := context.Background()
-	f.s.netns.take() // none ready: starts the refill
-	testkit.Eventually(t, "spare namespaces", time.Minute, func() bool { return f.s.netns.ready() >= f.s.cfg.SpareNetns })
+	f.s.engine.Prepare() // none ready: starts the refill
+	testkit.Eventually(t, "spare namespaces", time.Minute, func() bool { return f.s.dockerEngine().SparesReady() >= f.s.cfg.SpareNetns })
 	rep, err := f.s.Reconcile(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.OrphansRemoved != 0 || rep.HoldersRemoved != 0 || f.s.netns.ready() != f.s.cfg.SpareNetns {
-		t.Fatalf("reconcile: %+v, %d spare left", rep, f.s.netns.ready())
+	if rep.OrphansRemoved != 0 || rep.HoldersRemoved != 0 || f.s.dockerEngine().SparesReady() != f.s.cfg.SpareNetns {
+		t.Fatalf("reconcile: %+v, %d spare left", rep, f.s.dockerEngine().SparesReady())
 	}
 	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
 	if err != nil {

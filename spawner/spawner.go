@@ -13,51 +13,23 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/events"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/api/types/network"
-	"github.com/docker/docker/api/types/system"
-	"github.com/docker/docker/api/types/volume"
-	"github.com/docker/docker/client"
-	"github.com/docker/docker/errdefs"
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/gateway"
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/engine"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
-// ContainerClient is the part of the Docker client the spawner uses for
-// containers.
-type ContainerClient interface {
-	ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networkingConfig *network.NetworkingConfig, platform *ocispec.Platform, containerName string) (container.CreateResponse, error)
-	ContainerStart(ctx context.Context, containerID string, options container.StartOptions) error
-	ContainerStop(ctx context.Context, containerID string, options container.StopOptions) error
-	ContainerRemove(ctx context.Context, containerID string, options container.RemoveOptions) error
-	ContainerPause(ctx context.Context, containerID string) error
-	ContainerUnpause(ctx context.Context, containerID string) error
-	ContainerRename(ctx context.Context, containerID, newContainerName string) error
-	ContainerInspect(ctx context.Context, containerID string) (container.InspectResponse, error)
-	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
-	Events(ctx context.Context, options events.ListOptions) (<-chan events.Message, <-chan error)
-	VolumeList(ctx context.Context, options volume.ListOptions) (volume.ListResponse, error)
-	VolumeRemove(ctx context.Context, volumeID string, force bool) error
-	Info(ctx context.Context) (system.Info, error)
-}
-
-var _ ContainerClient = (*client.Client)(nil)
-
-// Spawner creates, pauses, unpauses and retires worker containers. What
-// it knows is in Docker labels and Redis, under leases where a process
+// Spawner creates, pauses, unpauses and retires workers' instances on an
+// engine (engine.Engine). What it knows is in the instances' labels and Redis, under leases where a process
 // holds it while it works, so that a manager that dies at any point costs
 // at most one lease (Config.LeaseTTL) and loses nothing.
 type Spawner struct {
 	*env
 	cfg      Config
-	docker   ContainerClient
+	engine   engine.Engine
 	images   *Images
 	instance string // this process's lease owner id: ManagerID plus a random suffix
 
@@ -69,7 +41,6 @@ type Spawner struct {
 
 	users   *workerUsers    // the workers' Redis users (ACL mode)
 	gateway Gateway         // this host's gateway, for sealed workers
-	netns   *netnsPool      // spare network namespaces for sealed workers (nil: not sealed)
 	volumes *projectVolumes // the project volumes on this engine
 	// waking holds the hibernated workers a wake of this process runs
 	// for: the wake lease is per process, and two callers of one process
@@ -85,10 +56,11 @@ type Spawner struct {
 	obs observer // metrics and manager state (metrics.go); zero: none
 }
 
-// New returns a Spawner. images builds the worker images (its Docker and
-// Redis may be the same clients); without a base image of its own it takes
-// the configuration's (WORKER_BASE_IMAGE).
-func New(cfg Config, docker ContainerClient, rc redis.UniversalClient, images *Images, log *slog.Logger) *Spawner {
+// New returns a Spawner over eng. images builds the worker images (its
+// Redis may be the same client); without a base image of its own it takes
+// the configuration's (WORKER_BASE_IMAGE). NewDocker wires one over a
+// Docker engine.
+func New(cfg Config, eng engine.Engine, rc redis.UniversalClient, images *Images, log *slog.Logger) *Spawner {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -99,21 +71,18 @@ func New(cfg Config, docker ContainerClient, rc redis.UniversalClient, images *I
 	r := rdb.New(rc, cfg.Keys)
 	r.StreamMaxLen, r.ReplyTTL, r.Retention, r.RunRetention = cfg.StreamMaxLen, cfg.ReplyTTL, cfg.Retention, cfg.RunRetention
 	e := &env{rdb: r, keys: cfg.Keys, now: time.Now, log: log}
-	var info func(ctx context.Context) (system.Info, error)
-	if docker != nil {
-		info = docker.Info
+	var info func(ctx context.Context) (engine.Info, error)
+	if eng != nil {
+		info = eng.Info
 	}
 	e.fleet = newFleet(e, cfg.HostID, info)
 	var gw Gateway
 	if cfg.NetworkMode == NetworkSealed {
 		gw = gateway.NewClient(cfg.GatewayDir)
 	}
-	s := &Spawner{env: e, cfg: cfg, docker: docker, images: images, users: newWorkerUsers(e, cfg.WorkerACL, cfg.RedisURLForWorkers), gateway: gw,
-		volumes:  &projectVolumes{env: e, docker: docker, enabled: cfg.ProjectVolumes, retention: cfg.VolumeRetention},
+	s := &Spawner{env: e, cfg: cfg, engine: eng, images: images, users: newWorkerUsers(e, cfg.WorkerACL, cfg.RedisURLForWorkers), gateway: gw,
+		volumes:  &projectVolumes{env: e, engine: eng, enabled: cfg.ProjectVolumes, retention: cfg.VolumeRetention},
 		instance: cfg.ManagerID + "/" + newWorkerID()[:8], stopping: make(chan struct{}), connected: make(chan struct{}, 1)}
-	if cfg.NetworkMode == NetworkSealed && docker != nil {
-		s.netns = parts{s}.netns()
-	}
 	return s
 }
 
@@ -130,31 +99,8 @@ func newWorkerID() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
-// ContainerName is the name of a worker's container.
-func ContainerName(workerID string) string { return containerNamePrefix + workerID }
-
-// containerNamePrefix starts the name of every worker's container.
-const containerNamePrefix = "agentvisor-"
-
-// workerOf returns the worker a container serves: the one its name says
-// (ContainerName; a wake backed by a warm pool renames the warm worker's
-// container after the worker it wakes), else the one its label says (the
-// worker it was made for). names are the engine's (with or without the
-// leading "/").
-func workerOf(names []string, labels map[string]string) string {
-	for _, n := range names {
-		if id, ok := strings.CutPrefix(strings.TrimPrefix(n, "/"), containerNamePrefix); ok && id != "" {
-			return id
-		}
-	}
-	return labels[protocol.LabelWorkerID]
-}
-
-// managedFilter selects the containers of this spawner's key prefix.
-func (s *env) managedFilter() filters.Args {
-	return filters.NewArgs(filters.Arg("label", protocol.LabelManaged+"=true"),
-		filters.Arg("label", protocol.LabelKeyPrefix+"="+s.keys.Prefix))
-}
+// ContainerName is the name of a worker's container (its instance).
+func ContainerName(workerID string) string { return engine.InstanceName(workerID) }
 
 // Create makes a worker: it waits for a slot, ensures the image of the
 // spec's agent and capabilities, and starts its container. It returns the
@@ -218,9 +164,6 @@ type createOpts struct {
 	// forward sends the create to another host of the fleet (nil: the
 	// create is made on this host only).
 	forward func(ctx context.Context, host string) error
-	// netns is a sealed container's network mode: a spare namespace's
-	// holder (container:<id>) or none (set by the create).
-	netns container.NetworkMode
 	// credentialHosts are the hosts the sealed worker's gateway adds a
 	// credential for (set by the create).
 	credentialHosts []string
@@ -335,7 +278,7 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 	cid := ""
 	err = noContainer(id)
 	if !fresh {
-		var c container.InspectResponse
+		var c engine.Instance
 		if c, err = s.find(cctx, id); err == nil {
 			cid = c.ID
 		}
@@ -368,11 +311,7 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 		if o.credentialHosts, err = s.openSealed(cctx, id, spec, o.modelToken); err != nil {
 			return protocol.WorkerInfo{}, err
 		}
-		if s.sealed() {
-			o.netns = s.netns.take()
-		}
 		if cid, err = s.createContainer(cctx, id, commandID, spec, &img, redisURL, now, &o); err != nil {
-			s.netns.release(cctx, o.netns)
 			return protocol.WorkerInfo{}, err
 		}
 	case err != nil:
@@ -384,12 +323,11 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 			return protocol.WorkerInfo{}, redisError(err, "join workers set")
 		}
 		if !ok {
-			_ = s.docker.ContainerRemove(context.WithoutCancel(ctx), cid, container.RemoveOptions{Force: true})
-			s.netns.release(ctx, o.netns)
+			_ = s.engine.Remove(context.WithoutCancel(ctx), cid)
 			return protocol.WorkerInfo{}, errorf(protocol.CodeResourceExhausted, "the slot lease of %s ran out before its container was made", id)
 		}
 	}
-	if cid, err = s.startContainer(cctx, cid, id, commandID, spec, &img, now, &o); err != nil {
+	if cid, err = s.engine.Start(cctx, cid); err != nil {
 		// The engine refused to start it: the create fails, so the
 		// worker goes (had this process died here instead, the
 		// reconciler would start it and the command, claimed by another
@@ -419,56 +357,23 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 	return info, nil
 }
 
-// startContainer starts a worker's container cid and returns its id. A
-// container that was to join a spare network namespace whose holder went
-// meanwhile (removed by hand) is made again on a namespace of its own;
-// one that joined is given its namespace for good (netns.go).
-func (s *Spawner) startContainer(ctx context.Context, cid, id, commandID string, spec protocol.WorkerSpec, img *Image, now time.Time, o *createOpts) (string, error) {
-	err := s.docker.ContainerStart(ctx, cid, container.StartOptions{})
-	if err != nil && holderOf(o.netns) != "" {
-		s.log.Warn("a spare network namespace was gone at start: the worker gets one of its own", "worker_id", id, "err", err)
-		_ = s.docker.ContainerRemove(context.WithoutCancel(ctx), cid, container.RemoveOptions{Force: true})
-		s.netns.release(ctx, o.netns)
-		o.netns = "none"
-		redisURL, uerr := s.users.redisURL(ctx, id, spec.Kind)
-		if uerr != nil {
-			return cid, uerr
-		}
-		if cid, err = s.createContainer(ctx, id, commandID, spec, img, redisURL, now, o); err != nil {
-			return cid, err
-		}
-		err = s.docker.ContainerStart(ctx, cid, container.StartOptions{})
-	}
-	if err == nil {
-		s.netns.started(o.netns)
-	}
-	return cid, err
-}
-
 // createContainer makes a worker's container from img and returns its
 // id; a container the same command made meanwhile (a delivery of it on
 // another manager) is taken as it is. An image removed since EnsureImage
 // last saw it (an operator's docker rmi) is made again, once.
 func (s *Spawner) createContainer(ctx context.Context, id, commandID string, spec protocol.WorkerSpec, img *Image, redisURL string, now time.Time, o *createOpts) (string, error) {
 	for attempt := 0; ; attempt++ {
-		cfg, hc := s.containerConfig(id, commandID, spec, img.Tag, redisURL, now, o)
-		cfg.Env = append(cfg.Env, poolEnv(spec, *o)...)
-		resp, err := s.docker.ContainerCreate(ctx, cfg, hc, nil, nil, ContainerName(id))
+		cid, err := s.engine.Create(ctx, s.instanceSpec(id, commandID, spec, img.Tag, redisURL, now, o))
 		switch {
 		case err == nil:
-			return resp.ID, nil
-		case isConflict(err): // made meanwhile by the same command elsewhere
+			return cid, nil
+		case errors.Is(err, engine.ErrConflict): // made meanwhile by the same command elsewhere
 			c, err := s.find(ctx, id)
 			if err != nil {
 				return "", err
 			}
 			return c.ID, nil
-		case errdefs.IsNotFound(err) && holderOf(o.netns) != "":
-			// The spare namespace's holder went (removed by hand): a
-			// namespace of the container's own.
-			s.netns.release(ctx, o.netns)
-			o.netns = "none"
-		case errdefs.IsNotFound(err) && attempt == 0:
+		case errors.Is(err, engine.ErrNotFound) && attempt == 0:
 			s.images.Forget(img.Tag)
 			again, ierr := s.images.EnsureImage(ctx, spec.AgentType, spec.Capabilities)
 			if ierr != nil {
@@ -488,9 +393,9 @@ func (s *Spawner) hostNetwork() bool {
 	return s.cfg.NetworkMode == "host" || s.cfg.NetworkMode == "none" || s.sealed()
 }
 
-// containerConfig is a worker's container: labels, environment, limits
-// and the hardening every worker gets.
-func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec, image, redisURL string, now time.Time, o *createOpts) (*container.Config, *container.HostConfig) {
+// instanceSpec is a worker's instance: labels, environment, limits and
+// mounts (the engine adds the hardening every worker gets).
+func (s *Spawner) instanceSpec(id, commandID string, spec protocol.WorkerSpec, image, redisURL string, now time.Time, o *createOpts) engine.Spec {
 	caps, _ := protocol.NormalizeCapabilities(spec.Capabilities)
 	capNames := make([]string, len(caps))
 	for i, c := range caps {
@@ -505,23 +410,18 @@ func (s *Spawner) containerConfig(id, commandID string, spec protocol.WorkerSpec
 	if commandID != "" {
 		labels[ctlplane.LabelCommandID] = commandID
 	}
-	env := s.workerEnv(id, spec, redisURL)
-	stop := int(s.cfg.StopTimeout.Seconds())
-	hc := &container.HostConfig{
-		NetworkMode: container.NetworkMode(s.cfg.NetworkMode),
-		Resources:   container.Resources{Memory: s.memory(spec), NanoCPUs: int64(s.cpus(spec) * 1e9), PidsLimit: ptr(s.pids(spec))},
-		SecurityOpt: []string{"no-new-privileges"},
-		CapDrop:     []string{"ALL"},
-		Init:        ptr(false), // the wrapper is PID 1
-	}
+	is := engine.Spec{Name: ContainerName(id), Image: image, Env: s.workerEnv(id, spec, redisURL), Labels: labels, User: "1000:1000",
+		StopTimeout: s.cfg.StopTimeout, Network: s.cfg.NetworkMode,
+		Limits: engine.Limits{Memory: s.memory(spec), CPUs: s.cpus(spec), Pids: s.pids(spec)}}
 	if s.cfg.ProjectVolumes && spec.ProjectID != "" {
-		hc.Mounts = projectMounts(s.keys.Prefix, spec)
-		env = append(env, "WORKSPACE=/home/worker/workspace")
+		is.Mounts = projectMounts(s.keys.Prefix, spec)
+		is.Env = append(is.Env, "WORKSPACE=/home/worker/workspace")
 	}
 	if s.sealed() {
-		env = append(env, s.sealContainer(id, hc, o)...)
+		s.seal(id, &is, o)
 	}
-	return &container.Config{Image: image, Env: env, Labels: labels, User: "1000:1000", StopTimeout: &stop}, hc
+	is.Env = append(is.Env, poolEnv(spec, *o)...)
+	return is
 }
 
 // specJSON is the spec as the status hash keeps it (secrets come from the
@@ -584,8 +484,6 @@ func (s *Spawner) workerEnv(id string, spec protocol.WorkerSpec, redisURL string
 	}
 	return env
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // ResetContext forgets a project's agent session and its stored context:
 // the project's next task starts fresh.

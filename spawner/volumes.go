@@ -8,12 +8,8 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/api/types/mount"
-	"github.com/docker/docker/api/types/volume"
-	"github.com/docker/docker/errdefs"
-
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/engine"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
@@ -41,19 +37,19 @@ func ProjectVolume(prefix string, agent protocol.AgentType, project string) stri
 // home. The engine makes the volume, with its owner's labels, when the
 // container is created and it does not exist yet: a create asks the
 // engine nothing more for it.
-func projectMounts(prefix string, spec protocol.WorkerSpec) []mount.Mount {
-	return []mount.Mount{{Type: mount.TypeVolume, Source: ProjectVolume(prefix, spec.AgentType, spec.ProjectID), Target: "/home/worker",
-		VolumeOptions: &mount.VolumeOptions{Labels: map[string]string{
+func projectMounts(prefix string, spec protocol.WorkerSpec) []engine.Mount {
+	return []engine.Mount{{Volume: ProjectVolume(prefix, spec.AgentType, spec.ProjectID), Target: "/home/worker",
+		Labels: map[string]string{
 			protocol.LabelManaged: "true", protocol.LabelKeyPrefix: prefix,
 			ctlplane.LabelAgentType: string(spec.AgentType), ctlplane.LabelProjectID: spec.ProjectID,
-		}}}}
+		}}}
 }
 
 // projectVolumes are the project volumes of this key prefix on this
 // host's engine: their use recorded, listed, removed and collected.
 type projectVolumes struct {
 	*env
-	docker    ContainerClient
+	engine    engine.Engine
 	enabled   bool          // PROJECT_VOLUMES
 	retention time.Duration // VOLUME_RETENTION: an unused volume is removed after it
 }
@@ -109,13 +105,12 @@ func (s *Spawner) RemoveVolumes(ctx context.Context) ([]string, error) {
 }
 
 func (s *projectVolumes) list(ctx context.Context) ([]Volume, error) {
-	resp, err := s.docker.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(
-		filters.Arg("label", protocol.LabelManaged+"=true"), filters.Arg("label", protocol.LabelKeyPrefix+"="+s.keys.Prefix))})
+	vs, err := s.engine.Volumes(ctx)
 	if err != nil {
 		return nil, engineError(err, "list volumes")
 	}
-	out := make([]Volume, 0, len(resp.Volumes))
-	for _, v := range resp.Volumes {
+	out := make([]Volume, 0, len(vs))
+	for _, v := range vs {
 		last, err := s.rdb.VolumeLastUsed(ctx, v.Name)
 		if err != nil {
 			return nil, redisError(err, "last use of volume %s", v.Name)
@@ -127,7 +122,7 @@ func (s *projectVolumes) list(ctx context.Context) ([]Volume, error) {
 }
 
 func (s *projectVolumes) remove(ctx context.Context, name string) error {
-	if err := s.docker.VolumeRemove(ctx, name, false); err != nil && !errdefs.IsNotFound(err) {
+	if err := s.engine.RemoveVolume(ctx, name); err != nil {
 		return engineError(err, "remove volume %s", name)
 	}
 	return s.rdb.ForgetVolume(ctx, name)

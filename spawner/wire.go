@@ -2,10 +2,35 @@ package spawner
 
 import (
 	"context"
+	"log/slog"
 	"time"
+
+	dockerengine "github.com/agentvisor/agentvisor/spawner/engine/docker"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
+
+// NewDocker returns a Spawner over a Docker engine: the engine of the
+// configuration's key prefix, keeping spare network namespaces for sealed
+// workers (SPARE_NETNS), marked in this Spawner's Redis.
+func NewDocker(cfg Config, dc dockerengine.Client, rc redis.UniversalClient, images *Images, log *slog.Logger) *Spawner {
+	if log == nil {
+		log = slog.Default()
+	}
+	eng := dockerengine.New(dc, cfg.Keys.Prefix, log)
+	s := New(cfg, eng, rc, images, log)
+	if s.sealed() {
+		image := func() string { return s.cfg.BaseImage }
+		if images != nil {
+			image = func() string { return images.BaseImage }
+		}
+		eng.KeepSpares(dockerengine.Spares{Count: s.cfg.SpareNetns, Image: image, ManagerID: s.cfg.ManagerID, Host: s.Host,
+			MarkTTL: s.cfg.LeaseTTL, Marks: s.rdb})
+	}
+	return s
+}
 
 // parts builds the components of a manager from its Spawner: the one
 // place that says what each component is given. A component gets the
@@ -32,7 +57,7 @@ func (p parts) controls() *Controls {
 }
 
 func (p parts) crashes() *Crashes {
-	return newCrashes(crashesParams{env: p.s.env, docker: p.s.docker, workers: p.s})
+	return newCrashes(crashesParams{env: p.s.env, engine: p.s.engine, workers: p.s})
 }
 
 func (p parts) health() *Health {
@@ -55,18 +80,8 @@ func (p parts) timeouts() *Timeouts {
 
 func (p parts) reconciler() *Reconciler {
 	c := p.s.cfg
-	return newReconciler(reconcilerParams{env: p.s.env, docker: p.s.docker, workers: p.s, users: p.s.users, obs: &p.s.obs, netns: p.s.netns,
+	return newReconciler(reconcilerParams{env: p.s.env, engine: p.s.engine, workers: p.s, users: p.s.users, obs: &p.s.obs,
 		creationGrace: c.CreationGrace, interval: c.ReconcileInterval, leaseTTL: c.LeaseTTL})
-}
-
-func (p parts) netns() *netnsPool {
-	s := p.s
-	image := func() string { return s.cfg.BaseImage }
-	if s.images != nil {
-		image = func() string { return s.images.BaseImage }
-	}
-	return newNetnsPool(netnsParams{docker: s.docker, image: image, prefix: s.keys.Prefix, managerID: s.cfg.ManagerID, host: s.Host,
-		spare: s.cfg.SpareNetns, settle: netnsSettle, markTTL: s.cfg.LeaseTTL, log: s.log, mark: s.rdb.MarkSpareNetns, marked: s.rdb.SpareNetnsMarked})
 }
 
 func (p parts) volumeGC() *VolumeGC { return &VolumeGC{volumes: p.s.volumes} }
@@ -87,8 +102,8 @@ func (p parts) presence() *Presence {
 
 func (p parts) hostPresence() *HostPresence {
 	hp := hostPresenceParams{env: p.s.env, ttl: p.s.cfg.HostTTL, maxWorkers: p.s.cfg.MaxWorkers, labels: p.s.cfg.HostLabels}
-	if p.s.docker != nil {
-		hp.info = p.s.docker.Info
+	if p.s.engine != nil {
+		hp.info = p.s.engine.Info
 	}
 	return newHostPresence(hp)
 }

@@ -3,19 +3,18 @@ package spawner
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/errdefs"
-
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/engine"
 )
 
-// find returns the container of a worker, or a NOT_FOUND error.
-func (s *Spawner) find(ctx context.Context, id string) (container.InspectResponse, error) {
-	c, err := s.docker.ContainerInspect(ctx, ContainerName(id))
-	if errdefs.IsNotFound(err) {
+// find returns the instance of a worker, or a NOT_FOUND error.
+func (s *Spawner) find(ctx context.Context, id string) (engine.Instance, error) {
+	c, err := s.engine.Inspect(ctx, ContainerName(id))
+	if errors.Is(err, engine.ErrNotFound) {
 		return c, noContainer(id)
 	}
 	if err != nil {
@@ -83,23 +82,23 @@ func (s *Spawner) Status(ctx context.Context, id string) (protocol.WorkerInfo, e
 		return info, nil
 	}
 	info.ContainerID = c.ID
-	info.Image = c.Config.Image
+	info.Image = c.Image
 	switch {
-	case c.State.Paused:
+	case c.State == engine.Suspended:
 		info.Status = protocol.ContainerPaused
-	case c.State.Running:
+	case c.State == engine.Running:
 		info.Status = protocol.ContainerRunning
-	case c.State.Status == "created":
+	case c.State == engine.Created:
 		info.Status = protocol.ContainerStarting
-	case c.State.OOMKilled || c.State.ExitCode != 0:
+	case c.OOMKilled || c.ExitCode != 0:
 		info.Status = protocol.ContainerFailed
-		code := c.State.ExitCode
+		code := c.ExitCode
 		info.ExitCode = &code
 	default:
 		info.Status = protocol.ContainerStopped
 	}
-	if c.NetworkSettings != nil && c.NetworkSettings.IPAddress != "" {
-		info.IP = c.NetworkSettings.IPAddress
+	if c.IP != "" {
+		info.IP = c.IP
 	}
 	return info, nil
 }
@@ -138,7 +137,7 @@ func InfoFromHash(id string, h map[string]string) protocol.WorkerInfo {
 // on this host's engine (as the engine says), this host's hibernated
 // workers and the members of other hosts (as Redis says).
 func (s *Spawner) List(ctx context.Context) ([]protocol.WorkerInfo, error) {
-	cs, err := s.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: s.managedFilter()})
+	cs, err := s.engine.List(ctx, engine.Filter{})
 	if err != nil {
 		return nil, engineError(err, "list containers")
 	}
@@ -149,7 +148,7 @@ func (s *Spawner) List(ctx context.Context) ([]protocol.WorkerInfo, error) {
 	out := make([]protocol.WorkerInfo, 0, len(cs))
 	seen := map[string]bool{}
 	for _, c := range cs {
-		id := workerOf(c.Names, c.Labels)
+		id := c.Worker
 		if id == "" {
 			continue
 		}

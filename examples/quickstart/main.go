@@ -86,7 +86,7 @@ func run(ctx context.Context, prompt string) error {
 		}
 		defer stop()
 	}
-	s := spawner.New(cfg, dc, rdb, &spawner.Images{Docker: dc, Redis: rdb, Keys: cfg.Keys}, log)
+	s := spawner.NewDocker(cfg, dc, rdb, &spawner.Images{Docker: dc, Redis: rdb, Keys: cfg.Keys}, log)
 
 	// 2. A worker: Claude Code in its own container (the image is built on
 	// first use).

@@ -14,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/client"
+	dockerengine "github.com/agentvisor/agentvisor/spawner/engine/docker"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/gateway"
@@ -91,17 +92,16 @@ func Start(t testing.TB, mod func(*spawner.Config)) *Runtime {
 		// last first).
 		gw = gatewaytest.Start(t, gateway.Config{Dir: gwDir, Redis: r.Addr, Model: stub.URL})
 	}
-	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	dc, err := dockerengine.Dial(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	dc.NegotiateAPIVersion(context.Background())
 	t.Cleanup(func() { dc.Close() })
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	if os.Getenv("SPAWNERTEST_LOG") != "" {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
-	s := spawner.New(cfg, dc, rc, &spawner.Images{Docker: dc, Redis: rc, Keys: cfg.Keys}, log)
+	s := spawner.NewDocker(cfg, dc, rc, &spawner.Images{Docker: dc, Redis: rc, Keys: cfg.Keys}, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

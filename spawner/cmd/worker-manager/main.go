@@ -25,8 +25,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/docker/docker/api/types/system"
-	"github.com/docker/docker/client"
+	dockerengine "github.com/agentvisor/agentvisor/spawner/engine/docker"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/gateway"
@@ -84,18 +84,15 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int 
 	defer rdb.Close()
 	warnIfOpen(ctx, opt, log)
 	warnIfNoGateway(ctx, cfg, log)
-	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	dc, err := dockerengine.Dial(context.Background())
 	if err != nil {
 		log.Error("docker client", "err", err)
 		return 1
 	}
-	// Negotiate now, before concurrent calls: the client negotiates
-	// lazily, and that races between goroutines.
-	dc.NegotiateAPIVersion(context.Background())
 	defer dc.Close()
-	warnIfNoLiveRestore(ctx, dc.Info, log)
+	dockerengine.WarnIfNoLiveRestore(ctx, dc, log)
 	images := &spawner.Images{Docker: dc, Redis: rdb, Keys: cfg.Keys, BaseImage: cfg.BaseImage}
-	s := spawner.New(cfg, dc, rdb, images, log)
+	s := spawner.NewDocker(cfg, dc, rdb, images, log)
 	sp.Store(s)
 	gc := &spawner.ImageGC{Docker: dc, Redis: rdb, Keys: cfg.Keys, Log: log, PruneBuildCache: cfg.PruneBuildCache,
 		Retention: ops.GCRetention, Interval: ops.GCInterval, DryRun: ops.GCDryRun}
@@ -174,23 +171,6 @@ func warnIfOpen(ctx context.Context, opt *redis.UniversalOptions, log *slog.Logg
 		log.Warn("redis lets anyone in without a password: any process that reaches it (an agent in a worker too) can read and forge every worker's data; "+
 			"turn the default user off or set a password (scripts/redis.sh does both for the project's Redis)", "addrs", opt.Addrs)
 	}
-}
-
-// warnIfNoLiveRestore logs a warning when the Docker engine runs without
-// live-restore: then a restart of dockerd (an upgrade, a crash) stops
-// every container, and each worker lives on only as a new incarnation
-// (a task in flight answered, a cold start). scripts/setup.sh starts the
-// default engine with --live-restore. An engine that does not answer is
-// said elsewhere: nothing is logged then.
-func warnIfNoLiveRestore(ctx context.Context, info func(context.Context) (system.Info, error), log *slog.Logger) {
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	i, err := info(cctx)
-	if err != nil || i.LiveRestoreEnabled {
-		return
-	}
-	log.Warn("the Docker engine runs without live-restore: a restart of dockerd stops every worker's container (each worker then starts again as a new incarnation, its task in flight answered); "+
-		"start dockerd with --live-restore (or \"live-restore\": true in daemon.json), as scripts/setup.sh does", "engine", i.Name)
 }
 
 // warnIfNoGateway logs a warning when workers are not sealed (an opt-in

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,7 +24,6 @@ import (
 	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/stubmodel"
 	"github.com/agentvisor/agentvisor/testkit"
-	"github.com/docker/docker/api/types/system"
 )
 
 // A real Prometheus server (Debian's prometheus) scrapes a live
@@ -300,24 +298,4 @@ func startGateway(t *testing.T, redisAddr, modelURL string) string {
 	dir := gatewaytest.Dir(t)
 	gatewaytest.Start(t, gateway.Config{Dir: dir, Redis: redisAddr, Model: modelURL}) // the URL: plain HTTP to the stub
 	return dir
-}
-
-// A manager on an engine without live-restore says what a restart of
-// dockerd then costs; one on an engine with it, or that does not answer,
-// says nothing of it.
-func TestManagerSaysWhenTheEngineLacksLiveRestore(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		info system.Info
-		err  error
-		warn bool
-	}{{"without", system.Info{Name: "e"}, nil, true}, {"with", system.Info{LiveRestoreEnabled: true}, nil, false}, {"no answer", system.Info{}, errors.New("down"), false}} {
-		t.Run(tc.name, func(t *testing.T) {
-			var logBuf testkit.SyncBuffer
-			warnIfNoLiveRestore(context.Background(), func(context.Context) (system.Info, error) { return tc.info, tc.err }, slog.New(slog.NewJSONHandler(&logBuf, nil)))
-			if said := strings.Contains(logBuf.String(), "without live-restore"); said != tc.warn {
-				t.Fatalf("warned: %v, want %v; log: %s", said, tc.warn, logBuf.String())
-			}
-		})
-	}
 }

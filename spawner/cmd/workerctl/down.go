@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 
+	dockerengine "github.com/agentvisor/agentvisor/spawner/engine/docker"
+
 	"github.com/spf13/cobra"
 
 	"github.com/agentvisor/agentvisor/gateway"
@@ -52,7 +54,7 @@ func (c *ctl) down(cmd *cobra.Command, e *engine, yes bool) error {
 		defer mc.Close()
 		rc = mc
 	}
-	d := &spawner.Down{Docker: e.dc, Redis: rc, Keys: c.keys, Gateway: gateway.NewClient(e.cfg.GatewayDir)}
+	d := &spawner.Down{Engine: dockerengine.New(e.dc, c.keys.Prefix, nil), Redis: rc, Keys: c.keys, Gateway: gateway.NewClient(e.cfg.GatewayDir)}
 	plan, err := d.PlanDown(ctx)
 	if errors.Is(err, spawner.ErrEngineUnreachable) || errors.Is(err, spawner.ErrRedisUnreachable) {
 		return fail(exitUnreachable, "down: nothing removed: %v", err)

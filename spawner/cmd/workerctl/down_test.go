@@ -120,7 +120,7 @@ func TestWorkerctlDown(t *testing.T) {
 		t.Errorf("down with Redis unreachable: exit %d %s", code, errs)
 	}
 	t.Setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-	if code, _, errs := downRun(rt, "", "down", "--yes"); code != exitUnreachable || !strings.Contains(errs, "Docker engine did not answer") {
+	if code, _, errs := downRun(rt, "", "down", "--yes"); code != exitUnreachable || !strings.Contains(errs, "engine did not answer") {
 		t.Errorf("down with the engine unreachable: exit %d %s", code, errs)
 	}
 }

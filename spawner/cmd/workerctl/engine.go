@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/docker/docker/client"
+	dockerengine "github.com/agentvisor/agentvisor/spawner/engine/docker"
 
 	"github.com/agentvisor/agentvisor/spawner"
 )
@@ -19,7 +19,7 @@ import (
 type engine struct {
 	cfg spawner.Config
 	ops spawner.OpsConfig
-	dc  *client.Client
+	dc  dockerConn
 	s   *spawner.Spawner
 }
 
@@ -43,16 +43,23 @@ func (c *ctl) engine(ctx context.Context) (*engine, error) {
 	if err != nil {
 		return nil, fail(exitUsage, "%v", err)
 	}
-	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	dc, err := dockerengine.Dial(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("docker: %w", err)
 	}
-	dc.NegotiateAPIVersion(ctx)
-	s := spawner.New(cfg, dc, c.rdb, nil, quiet)
+	s := spawner.NewDocker(cfg, dc, c.rdb, nil, quiet)
 	return &engine{cfg: cfg, ops: ops, dc: dc, s: s}, nil
 }
 
 func (e *engine) close() { e.dc.Close() }
+
+// dockerConn is what workerctl asks of its Docker engine's connection:
+// the engine's calls, the image collector's, and its close.
+type dockerConn interface {
+	dockerengine.Client
+	spawner.GCClient
+	Close() error
+}
 
 // withEngine runs fn with an engine and closes it after.
 func (c *ctl) withEngine(ctx context.Context, fn func(e *engine) error) error {

@@ -1,4 +1,4 @@
-package spawner
+package docker
 
 import (
 	"context"
@@ -51,9 +51,9 @@ import (
 // Holder labels: the role says what the container is, the manager which
 // manager's spare it was made as.
 const (
-	labelRole       = protocol.LabelPrefix + "role"
+	labelRole       = LabelRole
 	labelHolderOf   = protocol.LabelPrefix + "holder_manager"
-	roleNetnsHolder = "netns-holder"
+	roleNetnsHolder = RoleNetnsHolder
 	holderMemory    = 16 << 20
 	holderPids      = 8
 	// netnsSettle: how long a started worker has the engine to itself
@@ -64,7 +64,7 @@ const (
 
 // netnsParams is what the namespace pool is given.
 type netnsParams struct {
-	docker    ContainerClient
+	docker    Client
 	image     func() string // the image holders run (the worker base image)
 	prefix    string
 	managerID string
@@ -131,19 +131,19 @@ func (p *netnsPool) warm() {
 	p.kickLocked()
 }
 
-// take returns the network mode for a new sealed container: a spare
-// holder's namespace, or Docker's none network when no spare is ready.
+// take returns the holder of a spare namespace for a new sealed
+// container, or "" (a namespace of its own) when no spare is ready.
 // The refill starts at once when none is left, else once the worker
 // started (started) or its create failed (release).
-func (p *netnsPool) take() container.NetworkMode {
+func (p *netnsPool) take() string {
 	if p == nil || p.spare <= 0 {
-		return "none"
+		return ""
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.free) == 0 {
 		p.kickLocked()
-		return "none"
+		return ""
 	}
 	id := p.free[0]
 	p.free = p.free[1:]
@@ -151,8 +151,18 @@ func (p *netnsPool) take() container.NetworkMode {
 	if len(p.free) == 0 {
 		p.kickLocked()
 	}
-	return container.NetworkMode("container:" + id) // still marked: the create has a TTL to start it
+	return id // still marked: the create has a TTL to start it
 }
+
+// LabelRole says what a container of the prefix that is no worker is;
+// RoleNetnsHolder is a spare network namespace's holder.
+const (
+	LabelRole       = protocol.LabelPrefix + "role"
+	RoleNetnsHolder = "netns-holder"
+)
+
+// HolderOf returns the holder id of a network mode, or "".
+func HolderOf(mode container.NetworkMode) string { return holderOf(mode) }
 
 // holderOf returns the holder id of a network mode, or "".
 func holderOf(mode container.NetworkMode) string {
@@ -163,11 +173,9 @@ func holderOf(mode container.NetworkMode) string {
 	return id
 }
 
-// release removes the holder of a container's network mode at once (its
-// container was never made, or did not start) and refills. The namespace
-// is not used again.
-func (p *netnsPool) release(ctx context.Context, mode container.NetworkMode) {
-	id := holderOf(mode)
+// release removes a holder at once (its container was never made, or did
+// not start) and refills. The namespace is not used again.
+func (p *netnsPool) release(ctx context.Context, id string) {
 	if p == nil || id == "" {
 		return
 	}
@@ -179,8 +187,7 @@ func (p *netnsPool) release(ctx context.Context, mode container.NetworkMode) {
 
 // started removes the holder of a container that started in its
 // namespace (which lives on with it) settle later, and refills then.
-func (p *netnsPool) started(mode container.NetworkMode) {
-	id := holderOf(mode)
+func (p *netnsPool) started(id string) {
 	if p == nil || id == "" {
 		return
 	}
@@ -204,7 +211,7 @@ func (p *netnsPool) started(mode container.NetworkMode) {
 		defer p.fills.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		p.release(ctx, mode)
+		p.release(ctx, id)
 	})
 }
 

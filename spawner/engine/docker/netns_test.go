@@ -1,4 +1,4 @@
-package spawner
+package docker
 
 import (
 	"context"
@@ -11,10 +11,13 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 
+	"github.com/agentvisor/agentvisor/spawner/engine/docker/dockertest"
 	"github.com/agentvisor/agentvisor/testkit"
 )
 
-func newTestNetnsPool(d ContainerClient, settle time.Duration) *netnsPool {
+var _ Client = (*dockertest.Fake)(nil)
+
+func newTestNetnsPool(d Client, settle time.Duration) *netnsPool {
 	return newNetnsPool(netnsParams{docker: d, image: func() string { return "base" }, prefix: "unit", managerID: "m1",
 		host: func() string { return "h1" }, spare: 2, settle: settle, markTTL: time.Minute,
 		mark:   func(context.Context, []string, time.Duration) error { return nil },
@@ -22,42 +25,29 @@ func newTestNetnsPool(d ContainerClient, settle time.Duration) *netnsPool {
 		log:    slog.New(slog.NewTextHandler(io.Discard, nil))})
 }
 
-func (d *fakeDocker) count(op string) int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	n := 0
-	for _, c := range d.calls {
-		if strings.HasPrefix(c, op+" ") {
-			n++
-		}
-	}
-	return n
-}
-
 // A worker's start has the engine to itself: the holder of the namespace
 // it joined goes, and a spare is made, only settle after the start. A pool
 // that runs dry refills at once; a stop removes every holder at once.
 func TestNetnsPoolLeavesTheEngineToAStart(t *testing.T) {
-	d := newFakeDocker()
+	d := dockertest.New()
 	const settle = 300 * time.Millisecond
 	p := newTestNetnsPool(d, settle)
 	p.warm()
 	testkit.Eventually(t, "the spare namespaces", 5*time.Second, p.settled)
-	made := d.count("create")
+	made := d.Count("create")
 
-	mode := p.take()
-	holder := holderOf(mode)
+	holder := p.take()
 	if holder == "" {
-		t.Fatalf("take with spares ready: %q", mode)
+		t.Fatal("take with spares ready: none")
 	}
-	p.started(mode)
+	p.started(holder)
 	time.Sleep(settle / 3)
-	if d.count("create") != made || !d.has(strings.TrimPrefix(holder, "cid-")) || p.settled() {
-		t.Fatalf("within settle of the start: %d holders made (want %d), holder there: %v", d.count("create"), made, d.has(strings.TrimPrefix(holder, "cid-")))
+	if d.Count("create") != made || !d.Has(strings.TrimPrefix(holder, "cid-")) || p.settled() {
+		t.Fatalf("within settle of the start: %d holders made (want %d), holder there: %v", d.Count("create"), made, d.Has(strings.TrimPrefix(holder, "cid-")))
 	}
 	testkit.Eventually(t, "the holder gone and a spare made after settle", 5*time.Second, p.settled)
-	if d.has(strings.TrimPrefix(holder, "cid-")) || d.count("create") != made+1 {
-		t.Fatalf("after settle: holder there %v, %d made (want %d)", d.has(strings.TrimPrefix(holder, "cid-")), d.count("create"), made+1)
+	if d.Has(strings.TrimPrefix(holder, "cid-")) || d.Count("create") != made+1 {
+		t.Fatalf("after settle: holder there %v, %d made (want %d)", d.Has(strings.TrimPrefix(holder, "cid-")), d.Count("create"), made+1)
 	}
 
 	// Run dry: the refill starts with the take that emptied the pool.
@@ -66,27 +56,27 @@ func TestNetnsPoolLeavesTheEngineToAStart(t *testing.T) {
 	p.started(a)
 	p.started(b)
 	p.close(context.Background())
-	for _, m := range []container.NetworkMode{a, b} {
-		if name := strings.TrimPrefix(holderOf(m), "cid-"); d.has(name) {
+	for _, h := range []string{a, b} {
+		if name := strings.TrimPrefix(h, "cid-"); d.Has(name) {
 			t.Fatalf("holder %s of a started worker left after the stop", name)
 		}
 	}
 	if cs, _ := d.ContainerList(context.Background(), container.ListOptions{All: true}); len(cs) != 0 {
 		t.Fatalf("%d holders left after the stop", len(cs))
 	}
-	removed := d.count("remove")
+	removed := d.Count("remove")
 	time.Sleep(settle + 100*time.Millisecond) // the stopped timers do nothing
-	if n := d.count("create"); n != made+3 {
+	if n := d.Count("create"); n != made+3 {
 		t.Fatalf("%d holders made, want %d", n, made+3)
 	}
-	if n := d.count("remove"); n != removed {
+	if n := d.Count("remove"); n != removed {
 		t.Fatalf("%d removals after the stop, want none", n-removed)
 	}
 }
 
 // gatedDocker holds the removal of one container until gate closes.
 type gatedDocker struct {
-	*fakeDocker
+	*dockertest.Fake
 	mu      sync.Mutex
 	hold    string
 	entered chan struct{}
@@ -101,22 +91,21 @@ func (d *gatedDocker) ContainerRemove(ctx context.Context, id string, o containe
 		close(d.entered)
 		<-d.gate
 	}
-	return d.fakeDocker.ContainerRemove(ctx, id, o)
+	return d.Fake.ContainerRemove(ctx, id, o)
 }
 
 // A stop that comes while a started worker's holder is being removed
 // returns once it is gone: a manager that exits at once leaves none.
 func TestNetnsPoolStopWaitsForAHolderGoing(t *testing.T) {
-	d := &gatedDocker{fakeDocker: newFakeDocker(), entered: make(chan struct{}), gate: make(chan struct{})}
+	d := &gatedDocker{Fake: dockertest.New(), entered: make(chan struct{}), gate: make(chan struct{})}
 	p := newTestNetnsPool(d, time.Millisecond)
 	p.warm()
 	testkit.Eventually(t, "the spare namespaces", 5*time.Second, p.settled)
-	mode := p.take()
-	holder := holderOf(mode)
+	holder := p.take()
 	d.mu.Lock()
 	d.hold = holder
 	d.mu.Unlock()
-	p.started(mode)
+	p.started(holder)
 	select {
 	case <-d.entered:
 	case <-time.After(5 * time.Second):
@@ -124,7 +113,7 @@ func TestNetnsPoolStopWaitsForAHolderGoing(t *testing.T) {
 	}
 	go func() { time.Sleep(200 * time.Millisecond); close(d.gate) }()
 	p.close(context.Background())
-	if name := strings.TrimPrefix(holder, "cid-"); d.has(name) {
+	if name := strings.TrimPrefix(holder, "cid-"); d.Has(name) {
 		t.Fatalf("the stop returned with holder %s of a started worker still there", name)
 	}
 }
@@ -132,7 +121,7 @@ func TestNetnsPoolStopWaitsForAHolderGoing(t *testing.T) {
 // A spare taken by a create that neither started nor released it (its
 // container left to a redelivery) is made again at the next sweep.
 func TestNetnsPoolSweepMakesAMissingSpare(t *testing.T) {
-	d := newFakeDocker()
+	d := dockertest.New()
 	p := newTestNetnsPool(d, time.Hour)
 	defer p.close(context.Background())
 	p.warm()
