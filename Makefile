@@ -91,7 +91,8 @@ test-faults:
 	@cd faults && $(GO) vet ./... && $(GO) test -count=1 -v -timeout 30m ./...
 
 # Every benchmark of the project, then BENCHMARKS.md (figure, goal,
-# baseline of the same run, ratio) from their output. The fault suite's
+# baseline of the same run, ratio) from their output, and the same table
+# in docs/testing.md (between its bench markers). The fault suite's
 # module holds the fleet's scale curve (three engines, up to 300 workers).
 # BENCH=<regexp> runs only the benchmarks it matches and keeps the other
 # figures of the previous run (.cache/bench.txt), saying so in
@@ -105,7 +106,7 @@ bench: setup
 	  echo "== go test -bench '$(BENCH)' $$m"; \
 	  (cd $$m && $(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=1x -timeout 60m ./...) 2>&1 | tee -a .cache/bench.txt || status=1; \
 	done; \
-	$(GO) run scripts/benchtable.go -o BENCHMARKS.md -readme README.md .cache/bench.txt || status=1; \
+	$(GO) run scripts/benchtable.go -o BENCHMARKS.md -readme docs/testing.md .cache/bench.txt || status=1; \
 	exit $$status
 
 # The end-to-end demo (examples/demo): a Redis on 127.0.0.1:6379

@@ -12,12 +12,15 @@ import (
 )
 
 // markdownDocs are the documents a reader opens first, relative to this
-// module: the README of the repository and of each part, and this
-// protocol.
+// module: the README of the repository and of each part, the guides of
+// docs/, and this protocol. (scripts/checkdocs, in make test, checks
+// every Markdown file of the repository the same way and more.)
 var markdownDocs = []string{
-	"../README.md", "../SECURITY.md", "../BENCHMARKS.md", "../FAULTS.md", "PROTOCOL.md", "../spawner/CONTROLPLANE.md",
-	"../spawner/README.md", "../wrapper/README.md", "../images/README.md", "../docs/kubernetes.md", "../gateway/README.md",
-	"../clients/python/README.md", "../clients/typescript/README.md",
+	"../README.md", "../SECURITY.md", "../BENCHMARKS.md", "../FAULTS.md", "PROTOCOL.md", "../spawner/CONTROLPLANE.md", "../spawner/INTERNALS.md",
+	"../spawner/README.md", "../wrapper/README.md", "../images/README.md", "../gateway/README.md",
+	"../docs/getting-started.md", "../docs/clients.md", "../docs/deploy-one-host.md", "../docs/deploy-many-hosts.md", "../docs/kubernetes.md",
+	"../docs/operations.md", "../docs/agents.md", "../docs/configuration.md", "../docs/testing.md", "../docs/design.md",
+	"../clients/python/README.md", "../clients/typescript/README.md", "../examples/compose/README.md",
 }
 
 // Every code fence of the documents opens and closes: a closing fence is

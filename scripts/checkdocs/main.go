@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -38,8 +39,10 @@ func main() {
 	}
 	r.checkLinks()
 	r.checkFences()
-	r.checkExamples()
-	r.checkSVGs()
+	var wg sync.WaitGroup
+	wg.Go(r.checkExamples)
+	wg.Go(r.checkSVGs)
+	wg.Wait()
 	sort.Strings(r.problems)
 	for _, p := range r.problems {
 		fmt.Println(p)
@@ -58,6 +61,7 @@ func main() {
 
 // run is one pass of the checks over a repository.
 type run struct {
+	mu       sync.Mutex // guards problems and skipped: the checks run side by side
 	root     string
 	docs     []*doc
 	byPath   map[string]*doc
@@ -105,6 +109,8 @@ func (r *run) fail(file string, line int, format string, a ...any) {
 	if line > 0 {
 		where = fmt.Sprintf("%s:%d", file, line)
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.problems = append(r.problems, where+": "+fmt.Sprintf(format, a...))
 }
 
