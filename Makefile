@@ -10,12 +10,12 @@
 
 SHELL      := /bin/bash
 GO         ?= go
-MODULES    := envconf protocol testkit stubmodel testmcp redisconn client gateway wrapper spawner examples
+MODULES    := envconf protocol testkit stubmodel testmcp redisconn client gateway wrapper spawner examples scripts/checkdocs
 FUZZTIME   ?= 3s
 # Every fuzz target of the protocol decoders, and the one over the path from
 # an agent's output to the stored Output, runs for FUZZTIME in `make test`.
 
-.PHONY: all setup build vet test test-unit test-go test-rules fuzz faults test-faults bench demo fleet images clean
+.PHONY: all setup build vet check-docs test test-unit test-go test-rules fuzz faults test-faults bench demo fleet images clean
 
 all: build
 
@@ -44,11 +44,20 @@ vet:
 # agents, containers and Redis, not on the CPU. Tests that need the Docker
 # engine to themselves take its lock (testkit.ExclusiveEngine).
 TEST_P     ?= 3
-test-unit: vet test-go
+test-unit: vet check-docs test-go
 
 test-go:
 	@echo "== go test -race -p $(TEST_P) $(MODULES)"
 	@$(GO) test -race -count=1 -p $(TEST_P) -timeout 30m $(foreach m,$(MODULES),./$(m)/...)
+
+# The documents (scripts/checkdocs): every relative link and #anchor of
+# every Markdown file resolves, every fence closes, every code example
+# compiles or parses (Go against the workspace, Python, TypeScript with
+# clients/typescript's tsc, shell with bash -n, JSON), and every SVG a
+# document shows renders in headless Chromium. About 15 s.
+check-docs:
+	@echo "== docs: links, fences, code examples, diagrams (scripts/checkdocs)"
+	@$(GO) run ./scripts/checkdocs
 
 # The Prometheus alert rules (ops/prometheus): checked, and each alert
 # made to fire by its unit tests. promtool comes with Debian's prometheus
@@ -82,7 +91,8 @@ test-faults:
 	@cd faults && $(GO) vet ./... && $(GO) test -count=1 -v -timeout 30m ./...
 
 # Every benchmark of the project, then BENCHMARKS.md (figure, goal,
-# baseline of the same run, ratio) from their output. The fault suite's
+# baseline of the same run, ratio) from their output, and the same table
+# in docs/testing.md (between its bench markers). The fault suite's
 # module holds the fleet's scale curve (three engines, up to 300 workers).
 # BENCH=<regexp> runs only the benchmarks it matches and keeps the other
 # figures of the previous run (.cache/bench.txt), saying so in
@@ -96,7 +106,7 @@ bench: setup
 	  echo "== go test -bench '$(BENCH)' $$m"; \
 	  (cd $$m && $(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=1x -timeout 60m ./...) 2>&1 | tee -a .cache/bench.txt || status=1; \
 	done; \
-	$(GO) run scripts/benchtable.go -o BENCHMARKS.md -readme README.md .cache/bench.txt || status=1; \
+	$(GO) run scripts/benchtable.go -o BENCHMARKS.md -readme docs/testing.md .cache/bench.txt || status=1; \
 	exit $$status
 
 # The end-to-end demo (examples/demo): a Redis on 127.0.0.1:6379

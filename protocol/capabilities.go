@@ -72,11 +72,11 @@ type Recipe struct {
 }
 
 // Canonical returns the text the recipe hash is taken of. Its form is fixed
-// (PROTOCOL.md, "Image recipe hash"): five lines, each ending in "\n":
+// (spawner/INTERNALS.md, "Image recipe hash"): five lines, each ending in "\n":
 //
 //	agentvisor-image-recipe
 //	version=<decimal>
-//	agent=<claude|droid>
+//	agent=<agent type: claude, droid, codex, opencode, qwen or acp>
 //	base=<base image id>
 //	capabilities=<sorted unique names joined by ",">
 func (r Recipe) Canonical() (string, error) {

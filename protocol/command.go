@@ -96,7 +96,7 @@ func (s WorkerSpec) Validate() error { return wrapField("spec", s.validate("spec
 
 func (s *WorkerSpec) validate(path string) error {
 	if !s.AgentType.Valid() {
-		return fieldErr(path+".agent_type", "is %q, want claude or droid", s.AgentType)
+		return fieldErr(path+".agent_type", "is %q, want claude, droid, codex, opencode, qwen or acp", s.AgentType)
 	}
 	if s.Kind != "" && !s.Kind.Valid() {
 		return fieldErr(path+".kind", "is %q, want long_lived or developer", s.Kind)
@@ -190,7 +190,7 @@ func (c Command) Validate() error {
 		return err
 	}
 	if c.AgentType != "" && !c.AgentType.Valid() {
-		return fieldErr("agent_type", "is %q, want claude or droid", c.AgentType)
+		return fieldErr("agent_type", "is %q, want claude, droid, codex, opencode, qwen or acp", c.AgentType)
 	}
 	if c.Budget != nil && c.Action != ActionSetBudget {
 		return fieldErr("budget", "only for set_budget")

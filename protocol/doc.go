@@ -14,5 +14,7 @@
 // it without pulling in a Redis or Docker client (its tests use a JSON
 // Schema validator). PROTOCOL.md beside this file documents the same
 // contract for consumers in other languages, and the JSON Schema files
-// under schema/ are checked against what these encoders produce.
+// under schema/ are checked against what these encoders produce; what
+// only the manager and the wrapper share (Redis users, the image recipe
+// hash, secrets in a worker, the labels) is in spawner/INTERNALS.md.
 package protocol

@@ -63,8 +63,11 @@ func CheckRunTransition(from, to RunState) error {
 	return &TransitionError{Machine: "run", From: string(from), To: string(to)}
 }
 
-// Run is the status of one run, as stored in the run hash. The wrapper is
-// its only writer, and changes it only through Transition and Step.
+// Run is the status of one run, as stored in the run hash. It has three
+// writers: the sender makes it requested (client.Tasks), the wrapper
+// moves it through every later state with Transition and Step, and the
+// spawner, for a task whose worker died, fails it or counts its hand-over
+// to the next incarnation (its attempts).
 type Run struct {
 	RequestID      string
 	TaskID         string

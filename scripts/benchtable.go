@@ -358,7 +358,7 @@ func main() {
 	}
 }
 
-// The table goes between these lines of the README.
+// The table goes between these lines of the -readme file (docs/testing.md).
 const (
 	beginMark = "<!-- bench:begin (make bench writes this table) -->"
 	endMark   = "<!-- bench:end -->"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # make test: every test, after the set-up (make setup has run).
 #
-#   1. the set-up scripts' own tests, the Prometheus rules, gofmt and vet;
+#   1. the set-up scripts' own tests, the Prometheus rules, gofmt and vet,
+#      and the documents' links, fences and code examples (make check-docs);
 #   2. side by side: the unit and integration tests of every module, then
 #      the fuzz targets; and the fault suite (faults/, its short cases).
 #      Both spend most of their time waiting on containers, agents and
-#      Redis, not on the CPU (the README gives the figures).
+#      Redis, not on the CPU (docs/testing.md gives the figures).
 #
 # The fault suite's output is kept in a file and printed whole after the
 # other half ends, so the two never interleave. Each phase's wall time is
@@ -29,6 +30,7 @@ start=$SECONDS
 timed "set-up scripts" bash scripts/test-setup.sh
 timed "prometheus rules" $MAKE --no-print-directory test-rules
 timed "gofmt, vet" $MAKE --no-print-directory vet
+timed "docs (links, examples)" $MAKE --no-print-directory check-docs
 if [ $failed = 0 ]; then
   faults_log=$(mktemp)
   t0=$SECONDS
