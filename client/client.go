@@ -2,8 +2,10 @@
 // commands to the worker-managers (Commands), puts tasks on workers and
 // follows them to their output (Tasks), and watches the lifecycle,
 // progress and output streams (Watcher). It talks to Redis only, as
-// PROTOCOL.md describes, and depends on the protocol module and go-redis
-// alone: a consumer compiles neither the Docker SDK nor the manager.
+// PROTOCOL.md describes, and depends on go-redis and two modules of this
+// project alone: protocol, and redisconn for its WAIT-confirmed XADD
+// (redisconn itself needs only protocol and go-redis). A consumer
+// compiles neither the Docker SDK nor the manager; deps_test.go checks it.
 package client
 
 import (

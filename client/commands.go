@@ -87,5 +87,27 @@ func (c *Commands) Do(ctx context.Context, cmd protocol.Command) (protocol.Reply
 			return reply, nil
 		}
 	}
-	return protocol.Reply{}, &Error{Code: protocol.CodeUpstreamUnavailable, Err: fmt.Errorf("no reply to %s within %s", cmd.ID, timeout)}
+	return protocol.Reply{}, &Error{Code: protocol.CodeUpstreamUnavailable, Err: noReply{cmd.ID, timeout}}
 }
+
+// ErrNoReply is what the error of a Do that got no reply within its
+// Timeout matches (errors.Is): no manager read the command in time, or
+// none runs. Its code is UPSTREAM_UNAVAILABLE, as of a Redis that does
+// not answer; ErrNoReply tells the two apart.
+var ErrNoReply = errors.New("client: no reply")
+
+// IsNoReply reports whether err is a Do that got no reply in time.
+func IsNoReply(err error) bool { return errors.Is(err, ErrNoReply) }
+
+// noReply is the error of a Do that got no reply: it names the command
+// and the time waited, and matches ErrNoReply.
+type noReply struct {
+	commandID string
+	timeout   time.Duration
+}
+
+func (e noReply) Error() string {
+	return fmt.Sprintf("no reply to %s within %s", e.commandID, e.timeout)
+}
+
+func (noReply) Is(target error) bool { return target == ErrNoReply }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,5 +62,24 @@ func TestCommandsSeeAReplyFasterThanTheirRead(t *testing.T) {
 		if _, err := c.Do(context.Background(), protocol.Command{Action: protocol.ActionList}); err != nil {
 			t.Fatalf("command %d: %v", i, err)
 		}
+	}
+}
+
+// A command nobody answers ends in an error a caller branches on without
+// reading its text: UPSTREAM_UNAVAILABLE that IsNoReply tells apart from a
+// Redis that does not answer.
+func TestCommandsNoReplyIsTyped(t *testing.T) {
+	rc := testkit.NewRedisClient(t)
+	defer rc.Close()
+	c := &Commands{Redis: rc, Keys: protocol.Keys{Prefix: "nobody"}, Timeout: 1500 * time.Millisecond}
+	_, err := c.Do(context.Background(), protocol.Command{Action: protocol.ActionList})
+	if !IsNoReply(err) || !HasCode(err, protocol.CodeUpstreamUnavailable) {
+		t.Fatalf("Do with no manager: %v; want UPSTREAM_UNAVAILABLE matching ErrNoReply", err)
+	}
+	if !strings.HasPrefix(err.Error(), "UPSTREAM_UNAVAILABLE: no reply to cmd-") {
+		t.Fatalf("Do with no manager: %q", err)
+	}
+	if IsNoReply(redisError(context.DeadlineExceeded, "read reply")) {
+		t.Fatal("a failed Redis call matches ErrNoReply")
 	}
 }

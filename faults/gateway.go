@@ -135,3 +135,71 @@ func upstreamOf(redisURL string) (string, error) {
 	}
 	return u.Addrs[0], nil
 }
+
+// Gateway returns the case's worker-gateway (nil before one started).
+func (c *Case) Gateway() *Gateway {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gateway
+}
+
+// StartGateway starts the case's worker-gateway on a new short directory,
+// relaying the workers' redis.sock to upstream (GATEWAY_REDIS): a case whose
+// workers reach Redis another way (a proxy) calls it before its first
+// manager. It is stopped (SIGTERM) when the case has ended, after the
+// final shutdown of the managers (their workers need Redis until they
+// stop), and its directory removed.
+func (c *Case) StartGateway(upstream string) *Gateway {
+	c.T.Helper()
+	if c.Gateway() != nil {
+		c.T.Fatal("faults: the case's gateway was started already")
+	}
+	dir, err := gatewayDir()
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	g, err := startGateway(dir, c.T.TempDir(), upstream)
+	if err != nil {
+		os.RemoveAll(dir)
+		c.T.Fatal(err)
+	}
+	c.mu.Lock()
+	c.gateway = g
+	c.mu.Unlock()
+	c.AfterFinish(func() {
+		if g := c.Gateway(); g.Running() {
+			if exited, took := g.terminate(10 * time.Second); !exited {
+				c.T.Errorf("worker-gateway did not exit within %s of SIGTERM; its log:\n%s", roundDur(took), g.LogTail(20))
+			}
+		}
+		_ = os.RemoveAll(dir)
+	})
+	shown := upstream // host:port, or a sentinel URL with the sentinels' password
+	if strings.Contains(upstream, "://") {
+		shown = protocol.RedactRedisURL(upstream)
+	}
+	c.T.Logf("worker-gateway (pid %d) on %s, relaying to %s", g.Pid(), dir, shown)
+	return g
+}
+
+// RestartGateway starts the case's gateway again on its directory, as a
+// supervisor restarts a crashed one (its process must have exited).
+func (c *Case) RestartGateway() *Gateway {
+	c.T.Helper()
+	g, err := c.restartGateway()
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	return g
+}
+
+func (c *Case) restartGateway() (*Gateway, error) {
+	g, err := c.Gateway().Restart()
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.gateway = g
+	c.mu.Unlock()
+	return g, nil
+}

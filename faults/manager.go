@@ -1,15 +1,19 @@
 package faults
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
 )
 
 // Manager is one worker-manager process of a case. Its log (JSON lines on
@@ -163,4 +167,114 @@ func (m *Manager) Terminate(bound time.Duration) (bool, time.Duration) {
 	}
 	m.mu.Unlock()
 	return m.terminate(bound)
+}
+
+// ManagerEnv is the environment of a manager of the case: short
+// intervals, so that a case takes seconds.
+func (c *Case) ManagerEnv(id string) map[string]string {
+	env := map[string]string{
+		"REDIS_URL":               c.URL(),
+		"WORKER_KEY_PREFIX":       c.Prefix,
+		"MANAGER_ID":              id,
+		"MAX_CONCURRENT_WORKERS":  strconv.Itoa(c.Opt.MaxWorkers),
+		"HEARTBEAT_INTERVAL":      c.Opt.Heartbeat.String(),
+		"RECONCILE_INTERVAL":      "2s",
+		"CREATION_GRACE":          CreationGrace.String(),
+		"WORKER_STOP_TIMEOUT":     StopTimeout.String(),
+		"WORKER_CREATION_TIMEOUT": "60s",
+		"WORKER_PROJECT_VOLUMES":  "false",
+		"WORKER_BASE_IMAGE":       BaseImage,
+		"WORKER_MEMORY_LIMIT":     "256m",
+		"LEASE_TTL":               c.Lease.String(),
+		"WORKER_ENV":              `{"AGENT_BIN":"` + FakeAgent + `","SESSION_POLICY":"new"}`,
+		"WORKER_NETWORK_MODE":     "sealed", // GATEWAY_DIR: the case's or the host's gateway (StartManager)
+	}
+	if h := os.Getenv("DOCKER_HOST"); h != "" {
+		env["DOCKER_HOST"] = h
+	}
+	for k, v := range c.Opt.Env {
+		env[k] = v
+	}
+	return env
+}
+
+// StartManager starts a worker-manager with MANAGER_ID id and the case's
+// environment, changed by extra; it waits until the manager reads the
+// command stream. Its workers sealed (the case's default), it gets the
+// case's gateway as GATEWAY_DIR, started first when none runs yet
+// (relaying to the case's Redis; with Options.Sentinel, to the primary
+// its sentinels name): every manager of the case is on one host, so they
+// share it.
+func (c *Case) StartManager(id string, extra map[string]string) *Manager {
+	c.T.Helper()
+	return c.launch(id, extra, func(dir string, env map[string]string) (*Manager, error) {
+		if env["WORKER_NETWORK_MODE"] == "sealed" {
+			g := c.Gateway()
+			if g == nil {
+				upstream, err := upstreamOf(c.URL())
+				if err != nil {
+					return nil, err
+				}
+				g = c.StartGateway(upstream)
+			}
+			env["GATEWAY_DIR"] = g.Dir
+		}
+		return startManager(dir, id, env)
+	})
+}
+
+// launch starts a manager with the case's environment changed by extra,
+// through start, and waits until it reads the command stream.
+func (c *Case) launch(id string, extra map[string]string, start func(dir string, env map[string]string) (*Manager, error)) *Manager {
+	c.T.Helper()
+	env := c.ManagerEnv(id)
+	for k, v := range extra {
+		env[k] = v
+	}
+	launched := time.Now()
+	m, err := start(c.T.TempDir(), env)
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	c.mu.Lock()
+	c.managers = append(c.managers, m)
+	c.mu.Unlock()
+	// Ready: it reads the command stream under its MANAGER_ID (the
+	// consumer name the README documents), since it was launched (a
+	// manager started again under its id finds its consumer there).
+	if !c.waitFor(15*time.Second, func() bool { return !m.Running() || c.consumerSeen(id, launched) }) || !m.Running() {
+		c.T.Fatalf("manager %s did not start reading commands (no consumer %q in group %s) within 15 s; its log:\n%s",
+			id, id, protocol.ManagerGroup, m.LogTail(30))
+	}
+	return m
+}
+
+// consumerSeen reports whether id is a consumer of the managers group on
+// the command stream that has read commands since since.
+func (c *Case) consumerSeen(id string, since time.Time) bool {
+	cs, err := c.RC.XInfoConsumers(context.Background(), c.Keys.Commands(), protocol.ManagerGroup).Result()
+	if err != nil {
+		return false
+	}
+	for _, x := range cs {
+		if x.Name == id && x.Idle < time.Since(since) {
+			return true
+		}
+	}
+	return false
+}
+
+// PendingAt returns how many commands consumer id holds delivered and not
+// acknowledged.
+func (c *Case) PendingAt(id string) int64 {
+	cs, err := c.RC.XInfoConsumers(context.Background(), c.Keys.Commands(), protocol.ManagerGroup).Result()
+	if err != nil {
+		return 0
+	}
+	for _, x := range cs {
+		if x.Name == id {
+			return x.Pending
+		}
+	}
+	return 0
 }

@@ -25,6 +25,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,7 +38,7 @@ func main() {
 	fromStart := flag.Bool("from-start", false, "replay what the streams hold first")
 	idleExit := flag.Duration("idle-exit", 0, "exit after this long without an entry, once one came (0: never)")
 	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	url := os.Getenv("REDIS_URL")
 	var err error

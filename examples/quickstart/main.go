@@ -21,7 +21,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	dockerclient "github.com/docker/docker/client"
@@ -39,7 +41,11 @@ func main() {
 	if len(os.Args) > 1 {
 		prompt = strings.Join(os.Args[1:], " ")
 	}
-	if err := run(context.Background(), prompt); err != nil {
+	// Ctrl-C ends the wait for the output; the worker is still removed.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, prompt)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"io"
 	"strings"
 	"time"
@@ -121,8 +120,7 @@ func (c *ctl) fleet() *client.Fleet { return &client.Fleet{Redis: c.rdb, Keys: c
 func (c *ctl) do(ctx context.Context, cmd protocol.Command, timeout time.Duration) (protocol.Reply, error) {
 	cl := &client.Commands{Redis: c.rdb, Keys: c.keys, Timeout: timeout, Wait: c.wait}
 	r, err := cl.Do(ctx, cmd)
-	var se *spawner.Error
-	if errors.As(err, &se) && se.Code == protocol.CodeUpstreamUnavailable && strings.Contains(err.Error(), "no reply") {
+	if client.IsNoReply(err) {
 		return r, fail(exitTimeout, "no worker-manager answered within %v (is one running on this Redis and prefix?)", timeout)
 	}
 	return r, err
