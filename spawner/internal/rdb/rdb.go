@@ -36,7 +36,7 @@ import (
 //	ACL           acl.go        per-worker Redis users
 //
 // Its client is unexported: nothing outside this package sends Redis a
-// command.
+// command (owner_test.go checks the whole module).
 type RDB struct {
 	c    redis.Cmdable
 	Keys protocol.Keys
