@@ -122,7 +122,7 @@ func (d *Down) PlanDown(ctx context.Context) (DownPlan, error) {
 		plan.Volumes = append(plan.Volumes, v.Name)
 	}
 	r := rdb.New(d.Redis, d.Keys)
-	if err := d.Redis.Ping(cctx).Err(); err != nil {
+	if err := r.Ping(cctx); err != nil {
 		return plan, fmt.Errorf("%w: %w", ErrRedisUnreachable, err)
 	}
 	acl, err := r.ACLSupported(cctx)

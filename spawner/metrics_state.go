@@ -90,7 +90,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 
 // collectPools sends every published pool's utilisation and workers.
 func (c *stateCollector) collectPools(ctx context.Context, ch chan<- prometheus.Metric) error {
-	pools, err := ListPools(ctx, c.r.C, c.r.Keys)
+	pools, err := listPools(ctx, c.r)
 	if err != nil {
 		return err
 	}

@@ -22,7 +22,7 @@ func (sm *streamMetrics) Start(ctx context.Context) { sm.start(ctx, sm.run) }
 
 func (sm *streamMetrics) run(ctx context.Context) {
 	died := map[string]time.Time{} // worker → its died/oom event; owned by this loop
-	w := &client.Watcher{Redis: sm.rdb.C, Keys: sm.keys}
+	w := sm.rdb.Watcher()
 	for ctx.Err() == nil {
 		err := w.Run(ctx, func(ev client.Event) { sm.count(ev, died) })
 		if err != nil && ctx.Err() == nil {

@@ -90,8 +90,8 @@ func (s *Spawner) taskAnswered(ctx context.Context, id string) bool {
 	if err != nil || req == "" {
 		return false
 	}
-	st, err := s.rdb.C.HGet(ctx, s.keys.Run(req), protocol.RunFieldStatus).Result()
-	return err == nil && protocol.RunState(st).Terminal()
+	st, err := s.rdb.RunStatus(ctx, req)
+	return err == nil && st.Terminal()
 }
 
 // busyNow is busy without the wait.

@@ -463,7 +463,10 @@ func (s *Spawner) Pools(ctx context.Context) ([]PoolStatus, error) {
 // ListPools returns the figures of the pools the managers of this key
 // prefix serve, from Redis alone (what `workerctl pools` shows).
 func ListPools(ctx context.Context, rc redis.Cmdable, keys protocol.Keys) ([]PoolStatus, error) {
-	r := rdb.New(rc, keys)
+	return listPools(ctx, rdb.New(rc, keys))
+}
+
+func listPools(ctx context.Context, r *rdb.RDB) ([]PoolStatus, error) {
 	raw, err := r.PoolTemplates(ctx)
 	if err != nil {
 		return nil, redisError(err, "pools")

@@ -189,7 +189,7 @@ func (s *Spawner) forgetAdopted(id, warm string) {
 	defer cancel()
 	deadline := time.Now().Add(adoptedForgetAfter)
 	for time.Now().Before(deadline) {
-		if n, err := s.rdb.C.Exists(ctx, s.keys.Heartbeat(id)).Result(); err == nil && n == 1 {
+		if beats, err := s.rdb.HasHeartbeat(ctx, id); err == nil && beats {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -205,5 +205,5 @@ func (s *Spawner) forgetWarm(ctx context.Context, warm string) {
 		s.log.Warn("the Redis user of an adopted warm worker was not deleted (the reconciler will)", "warm_worker_id", warm, "err", err)
 	}
 	s.closeSealed(ctx, warm)
-	s.rdb.C.Del(ctx, s.keys.Status(warm), s.keys.StatusHistory(warm), s.keys.Heartbeat(warm), s.keys.Input(warm), s.keys.Output(warm))
+	s.rdb.ForgetWorkerKeys(ctx, warm)
 }

@@ -14,11 +14,10 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner"
+	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
 // The dashboard's actions on a worker, behind the operator's credential:
@@ -213,8 +212,7 @@ func (d *Dashboard) record(ctx context.Context, res actionResult, failed error) 
 	// The record outlives a request cancelled once its action is done.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 	defer cancel()
-	err = d.Redis.XAdd(rctx, &redis.XAddArgs{Stream: d.Keys.Lifecycle(), MaxLen: protocol.DefaultStreamMaxLen, Approx: true,
-		Values: protocol.Values(doc)}).Err()
+	err = rdb.New(d.Redis, d.Keys).AddEntry(rctx, d.Keys.Lifecycle(), doc)
 	if err != nil {
 		return client.Errorf(protocol.CodeUpstreamUnavailable, "record on %s: %v", d.Keys.Lifecycle(), err)
 	}
@@ -224,13 +222,12 @@ func (d *Dashboard) record(ctx context.Context, res actionResult, failed error) 
 // inFlight returns where a worker's task goes: its request (the body's,
 // else the one the worker runs) and its input stream.
 func (d *Dashboard) inFlight(ctx context.Context, workerID, requestID string) (client.Sent, error) {
-	h, err := d.Redis.HMGet(ctx, d.Keys.Status(workerID), protocol.StatusFieldKind, protocol.StatusFieldRequestID).Result()
+	h, found, err := rdb.New(d.Redis, d.Keys).LookupStatus(ctx, workerID, protocol.StatusFieldKind, protocol.StatusFieldRequestID)
 	if err != nil {
 		return client.Sent{}, client.Errorf(protocol.CodeUpstreamUnavailable, "worker %s: %v", workerID, err)
 	}
-	kind, _ := h[0].(string)
-	running, _ := h[1].(string)
-	if h[0] == nil && h[1] == nil {
+	kind, running := h[0], h[1]
+	if !found {
 		return client.Sent{}, client.Errorf(protocol.CodeNotFound, "no worker %s", workerID)
 	}
 	if requestID == "" {

@@ -3,15 +3,13 @@ package dashboard
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"sort"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
 // historyPerStream bounds how many recent entries of each output stream
@@ -53,17 +51,17 @@ func (d *Dashboard) History(ctx context.Context) ([]Finished, error) {
 		streams[d.Keys.OutputFor(protocol.Kind(ws.Hash[protocol.StatusFieldKind]), ws.ID)] = true
 	}
 	// One round trip for every stream.
-	pipe := d.Redis.Pipeline()
-	reads := map[string]*redis.XMessageSliceCmd{}
+	names := make([]string, 0, len(streams))
 	for stream := range streams {
-		reads[stream] = pipe.XRevRangeN(ctx, stream, "+", "-", historyPerStream)
+		names = append(names, stream)
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	reads, err := rdb.New(d.Redis, d.Keys).Newest(ctx, names, historyPerStream)
+	if err != nil {
 		return nil, err
 	}
 	out := []Finished{}
-	for stream, cmd := range reads {
-		for _, m := range cmd.Val() {
+	for stream, msgs := range reads {
+		for _, m := range msgs {
 			ev := client.DecodeEvent(stream, m)
 			if ev.Output == nil {
 				continue

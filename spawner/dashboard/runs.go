@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
 // Runs for pollers and browsers, behind the operator's credential like
@@ -29,7 +30,7 @@ func (d *Dashboard) runRecord(w http.ResponseWriter, r *http.Request) map[string
 		writeError(w, http.StatusBadRequest, protocol.CodeInvalidTask, "run id %q: want 1 to 256 letters, digits, '_', '.', ':', '-'", id)
 		return nil
 	}
-	h, err := d.Redis.HGetAll(r.Context(), d.Keys.Run(id)).Result()
+	h, err := rdb.New(d.Redis, d.Keys).Run(r.Context(), id)
 	if err != nil {
 		writeError(w, http.StatusBadGateway, protocol.CodeUpstreamUnavailable, "redis: %v", err)
 		return nil
@@ -85,8 +86,8 @@ func (d *Dashboard) runEvents(w http.ResponseWriter, r *http.Request) {
 				cancel()
 				return
 			}
-			st, err := d.Redis.HGet(ctx, d.Keys.Run(id), protocol.RunFieldStatus).Result()
-			terminal = err == nil && protocol.RunState(st).Terminal()
+			st, err := rdb.New(d.Redis, d.Keys).RunStatus(ctx, id)
+			terminal = err == nil && st.Terminal()
 		}
 	}()
 	wt := &client.Watcher{Redis: d.Redis, Keys: d.Keys, FromStart: true, Workers: []string{h[protocol.RunFieldWorkerID]},

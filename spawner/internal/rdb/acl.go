@@ -11,10 +11,24 @@ import (
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
-// Per-worker Redis users (Redis 6+ ACL). A worker connects as a user of
-// its own that may run only the commands the wrapper uses, on only its own
-// keys and the shared ones its kind must touch; the manager's credentials
-// never enter a container. The user goes when the worker is retired.
+// ACL is the per-worker Redis users (Redis 6+ ACL). A worker connects as
+// a user of its own that may run only the commands the wrapper uses, on
+// only its own keys and the shared ones its kind must touch; the
+// manager's credentials never enter a container. The user goes when the
+// worker is retired.
+type ACL interface {
+	WorkerUserPrefix() string
+	WorkerUser(id string) string
+	WorkerACL(id string, kind protocol.Kind) []string
+	ACLSupported(ctx context.Context) (bool, error)
+	SetWorkerUser(ctx context.Context, id, password string, kind protocol.Kind) error
+	CopyWorkerUser(ctx context.Context, from, to string, kind protocol.Kind) error
+	RestoreWorkerUsers(ctx context.Context) (int, error)
+	DeleteWorkerUser(ctx context.Context, id string) error
+	WorkerUsers(ctx context.Context) ([]string, error)
+}
+
+var _ ACL = (*RDB)(nil)
 
 // WorkerUserPrefix starts the name of every worker user of a key prefix.
 func (r *RDB) WorkerUserPrefix() string { return "agentvisor:" + r.Keys.Prefix + ":" }
@@ -63,9 +77,9 @@ func (r *RDB) WorkerACL(id string, kind protocol.Kind) []string {
 // ACLSupported reports whether this Redis has ACLs the manager may use
 // (Redis 6+, and a manager user allowed to manage users).
 func (r *RDB) ACLSupported(ctx context.Context) (bool, error) {
-	err := r.C.ACLWhoAmI(ctx).Err()
+	err := r.c.ACLWhoAmI(ctx).Err()
 	if err == nil {
-		err = r.C.ACLUsers(ctx).Err()
+		err = r.c.ACLUsers(ctx).Err()
 	}
 	if err == nil {
 		return true, nil
@@ -85,7 +99,7 @@ func (r *RDB) ACLSupported(ctx context.Context) (bool, error) {
 func (r *RDB) SetWorkerUser(ctx context.Context, id, password string, kind protocol.Kind) error {
 	sum := sha256.Sum256([]byte(password))
 	hash := hex.EncodeToString(sum[:])
-	if err := r.C.HSet(ctx, ctlplane.WorkerUsersKey(r.Keys), id, string(kind)+" "+hash).Err(); err != nil {
+	if err := r.c.HSet(ctx, ctlplane.WorkerUsersKey(r.Keys), id, string(kind)+" "+hash).Err(); err != nil {
 		return err
 	}
 	return r.setUser(ctx, id, hash, kind)
@@ -93,7 +107,7 @@ func (r *RDB) SetWorkerUser(ctx context.Context, id, password string, kind proto
 
 func (r *RDB) setUser(ctx context.Context, id, hash string, kind protocol.Kind) error {
 	rules := append([]string{"reset", "on", "#" + hash}, r.WorkerACL(id, kind)...)
-	return r.C.ACLSetUser(ctx, r.WorkerUser(id), rules...).Err()
+	return r.c.ACLSetUser(ctx, r.WorkerUser(id), rules...).Err()
 }
 
 // CopyWorkerUser makes (or resets) worker to's user with the password of
@@ -101,7 +115,7 @@ func (r *RDB) setUser(ctx context.Context, id, hash string, kind protocol.Kind) 
 // container) and to's rules: the wrapper in from's container can then log
 // in as to. It fails when from has no recorded user.
 func (r *RDB) CopyWorkerUser(ctx context.Context, from, to string, kind protocol.Kind) error {
-	v, err := r.C.HGet(ctx, ctlplane.WorkerUsersKey(r.Keys), from).Result()
+	v, err := r.c.HGet(ctx, ctlplane.WorkerUsersKey(r.Keys), from).Result()
 	if err != nil {
 		return err
 	}
@@ -109,7 +123,7 @@ func (r *RDB) CopyWorkerUser(ctx context.Context, from, to string, kind protocol
 	if !ok {
 		return fmt.Errorf("rdb: the record of %s's user is %q", from, v)
 	}
-	if err := r.C.HSet(ctx, ctlplane.WorkerUsersKey(r.Keys), to, string(kind)+" "+hash).Err(); err != nil {
+	if err := r.c.HSet(ctx, ctlplane.WorkerUsersKey(r.Keys), to, string(kind)+" "+hash).Err(); err != nil {
 		return err
 	}
 	return r.setUser(ctx, to, hash, kind)
@@ -118,7 +132,7 @@ func (r *RDB) CopyWorkerUser(ctx context.Context, from, to string, kind protocol
 // RestoreWorkerUsers makes again the recorded worker users that Redis
 // lost (a restart), and returns how many.
 func (r *RDB) RestoreWorkerUsers(ctx context.Context) (int, error) {
-	recorded, err := r.C.HGetAll(ctx, ctlplane.WorkerUsersKey(r.Keys)).Result()
+	recorded, err := r.c.HGetAll(ctx, ctlplane.WorkerUsersKey(r.Keys)).Result()
 	if err != nil || len(recorded) == 0 {
 		return 0, err
 	}
@@ -147,10 +161,10 @@ func (r *RDB) RestoreWorkerUsers(ctx context.Context) (int, error) {
 // DeleteWorkerUser deletes a worker's user and its record (no error when
 // it is gone).
 func (r *RDB) DeleteWorkerUser(ctx context.Context, id string) error {
-	if err := r.C.ACLDelUser(ctx, r.WorkerUser(id)).Err(); err != nil {
+	if err := r.c.ACLDelUser(ctx, r.WorkerUser(id)).Err(); err != nil {
 		return err
 	}
-	return r.C.HDel(ctx, ctlplane.WorkerUsersKey(r.Keys), id).Err()
+	return r.c.HDel(ctx, ctlplane.WorkerUsersKey(r.Keys), id).Err()
 }
 
 // WorkerUsers returns the ids of the worker users of this key prefix, as
@@ -164,7 +178,7 @@ func (r *RDB) WorkerUsers(ctx context.Context) ([]string, error) {
 	for _, id := range ids {
 		seen[id] = true
 	}
-	recorded, err := r.C.HKeys(ctx, ctlplane.WorkerUsersKey(r.Keys)).Result()
+	recorded, err := r.c.HKeys(ctx, ctlplane.WorkerUsersKey(r.Keys)).Result()
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +193,7 @@ func (r *RDB) WorkerUsers(ctx context.Context) ([]string, error) {
 
 // liveWorkerUsers returns the ids of the worker users Redis has now.
 func (r *RDB) liveWorkerUsers(ctx context.Context) ([]string, error) {
-	users, err := r.C.ACLUsers(ctx).Result()
+	users, err := r.c.ACLUsers(ctx).Result()
 	if err != nil {
 		return nil, err
 	}

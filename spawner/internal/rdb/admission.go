@@ -15,7 +15,23 @@ import (
 // free, then moves to Creating (leased) until its worker joins Workers.
 // Slots in use = Workers + Creating + Retiring. A lease that runs out
 // (its manager died) drops the create from the queue or frees its slot;
-// no cleanup waits on a defer.
+// no cleanup waits on a defer. A create command names the worker it made
+// (CommandWorker), so that the command delivered again continues it.
+type Admission interface {
+	Admit(ctx context.Context, id string, now time.Time, lease time.Duration, mode, me string, candidates []HostSlots) (AdmitResult, error)
+	Leave(ctx context.Context, id string) error
+	RenewCreating(ctx context.Context, id string, now time.Time, lease time.Duration) (bool, error)
+	Join(ctx context.Context, id string) (bool, error)
+	Slots(ctx context.Context) (workers, creating, retiring []string, err error)
+	Workers(ctx context.Context) ([]string, error)
+	IsWorker(ctx context.Context, id string) (bool, error)
+	QueueLength(ctx context.Context) (int64, error)
+	QueuedCreates(ctx context.Context, n int64) ([]string, error)
+	CommandWorker(ctx context.Context, commandID, id string) (string, error)
+	CommandWorkerOf(ctx context.Context, commandID string) (string, error)
+}
+
+var _ Admission = (*RDB)(nil)
 
 // admitScript: KEYS queue, queue leases, creating, workers, retiring,
 // placement; ARGV id, now ms, lease ms, mode, the caller's host, then
@@ -103,8 +119,8 @@ type HostSlots struct {
 	Max  int
 }
 
-// Admission is the outcome of one admission attempt.
-type Admission struct {
+// AdmitResult is the outcome of one admission attempt.
+type AdmitResult struct {
 	OK   bool   // admitted: the create holds a slot on Host
 	Host string // where it is placed
 	Pos  int    // its place in the queue (0: the head)
@@ -114,25 +130,25 @@ type Admission struct {
 // Admit queues the create id (or renews its place) and admits it, per
 // mode, to one of the candidate hosts (see admitScript); me is the
 // caller's host.
-func (r *RDB) Admit(ctx context.Context, id string, now time.Time, lease time.Duration, mode, me string, candidates []HostSlots) (Admission, error) {
+func (r *RDB) Admit(ctx context.Context, id string, now time.Time, lease time.Duration, mode, me string, candidates []HostSlots) (AdmitResult, error) {
 	k := r.Keys
 	args := []any{id, ms(now), lease.Milliseconds(), mode, me}
 	for _, c := range candidates {
 		args = append(args, c.Host, c.Max)
 	}
-	res, err := admitScript.Run(ctx, r.C, []string{ctlplane.CreationQueueKey(k), ctlplane.CreationLeasesKey(k), ctlplane.CreatingKey(k), k.Workers(), ctlplane.RetiringKey(k), k.Placement()},
+	res, err := admitScript.Run(ctx, r.c, []string{ctlplane.CreationQueueKey(k), ctlplane.CreationLeasesKey(k), ctlplane.CreatingKey(k), k.Workers(), ctlplane.RetiringKey(k), k.Placement()},
 		args...).Slice()
 	if err != nil {
-		return Admission{}, err
+		return AdmitResult{}, err
 	}
 	if len(res) != 4 {
-		return Admission{}, fmt.Errorf("rdb: admission answered %v", res)
+		return AdmitResult{}, fmt.Errorf("rdb: admission answered %v", res)
 	}
 	ok, _ := res[0].(int64)
 	host, _ := res[1].(string)
 	pos, _ := res[2].(int64)
 	full, _ := res[3].(int64)
-	return Admission{OK: ok == 1, Host: host, Pos: int(pos), Full: full == 1}, nil
+	return AdmitResult{OK: ok == 1, Host: host, Pos: int(pos), Full: full == 1}, nil
 }
 
 // leaveScript: KEYS queue, queue leases, creating, placement; ARGV id.
@@ -148,20 +164,20 @@ return 1
 // (a create that gave up or failed before its worker joined Workers).
 func (r *RDB) Leave(ctx context.Context, id string) error {
 	k := r.Keys
-	return leaveScript.Run(ctx, r.C, []string{ctlplane.CreationQueueKey(k), ctlplane.CreationLeasesKey(k), ctlplane.CreatingKey(k), k.Placement()}, id).Err()
+	return leaveScript.Run(ctx, r.c, []string{ctlplane.CreationQueueKey(k), ctlplane.CreationLeasesKey(k), ctlplane.CreatingKey(k), k.Placement()}, id).Err()
 }
 
 // RenewCreating extends the lease of an admitted create; false when the
 // lease was lost (it ran out and the slot went to another create).
 func (r *RDB) RenewCreating(ctx context.Context, id string, now time.Time, lease time.Duration) (bool, error) {
-	n, err := r.C.ZAddArgs(ctx, ctlplane.CreatingKey(r.Keys), redis.ZAddArgs{XX: true, Ch: true,
+	n, err := r.c.ZAddArgs(ctx, ctlplane.CreatingKey(r.Keys), redis.ZAddArgs{XX: true, Ch: true,
 		Members: []redis.Z{{Score: float64(ms(now.Add(lease))), Member: id}}}).Result()
 	if err != nil {
 		return false, err
 	}
 	if n == 0 {
 		// Not changed: gone, or renewed to the same expiry: check.
-		_, err := r.C.ZScore(ctx, ctlplane.CreatingKey(r.Keys), id).Result()
+		_, err := r.c.ZScore(ctx, ctlplane.CreatingKey(r.Keys), id).Result()
 		if Nil(err) {
 			return false, nil
 		}
@@ -184,14 +200,14 @@ return 0
 // Join makes an admitted create's worker a member of Workers, in place of
 // its Creating lease; false when that lease was lost.
 func (r *RDB) Join(ctx context.Context, id string) (bool, error) {
-	n, err := joinScript.Run(ctx, r.C, []string{ctlplane.CreatingKey(r.Keys), r.Keys.Workers()}, id).Int()
+	n, err := joinScript.Run(ctx, r.c, []string{ctlplane.CreatingKey(r.Keys), r.Keys.Workers()}, id).Int()
 	return n == 1, err
 }
 
 // Slots returns the members that hold a slot: workers, admitted creates
 // and workers being retired.
 func (r *RDB) Slots(ctx context.Context) (workers, creating, retiring []string, err error) {
-	pipe := r.C.Pipeline()
+	pipe := r.c.Pipeline()
 	w := pipe.SMembers(ctx, r.Keys.Workers())
 	c := pipe.ZRange(ctx, ctlplane.CreatingKey(r.Keys), 0, -1)
 	t := pipe.ZRange(ctx, ctlplane.RetiringKey(r.Keys), 0, -1)
@@ -201,14 +217,45 @@ func (r *RDB) Slots(ctx context.Context) (workers, creating, retiring []string, 
 	return w.Val(), c.Val(), t.Val(), nil
 }
 
+// Workers returns the ids of the workers set: every worker made and not
+// yet retired.
+func (r *RDB) Workers(ctx context.Context) ([]string, error) {
+	return r.c.SMembers(ctx, r.Keys.Workers()).Result()
+}
+
+// IsWorker reports whether id is in the workers set.
+func (r *RDB) IsWorker(ctx context.Context, id string) (bool, error) {
+	return r.c.SIsMember(ctx, r.Keys.Workers(), id).Result()
+}
+
+// QueueLength returns how many creates wait for a slot.
+func (r *RDB) QueueLength(ctx context.Context) (int64, error) {
+	return r.c.LLen(ctx, ctlplane.CreationQueueKey(r.Keys)).Result()
+}
+
+// QueuedCreates returns up to n creates waiting for a slot, oldest first.
+func (r *RDB) QueuedCreates(ctx context.Context, n int64) ([]string, error) {
+	return r.c.LRange(ctx, ctlplane.CreationQueueKey(r.Keys), 0, n-1).Result()
+}
+
 // CommandWorker returns the worker id a create command made, claiming id
 // for it when it made none yet (the command delivered again continues
 // the same worker).
 func (r *RDB) CommandWorker(ctx context.Context, commandID, id string) (string, error) {
 	key := ctlplane.CommandWorkerKey(r.Keys, commandID)
-	ok, err := r.C.SetNX(ctx, key, id, r.Retention).Result()
+	ok, err := r.c.SetNX(ctx, key, id, r.Retention).Result()
 	if err != nil || ok {
 		return id, err
 	}
-	return r.C.Get(ctx, key).Result()
+	return r.c.Get(ctx, key).Result()
+}
+
+// CommandWorkerOf returns the worker id a create command made, "" when
+// none yet.
+func (r *RDB) CommandWorkerOf(ctx context.Context, commandID string) (string, error) {
+	id, err := r.c.Get(ctx, ctlplane.CommandWorkerKey(r.Keys, commandID)).Result()
+	if Nil(err) {
+		return "", nil
+	}
+	return id, err
 }

@@ -13,6 +13,19 @@ import (
 // wake takes it from that set into Workers, in one step with its admitted
 // create's slot (WakeJoin); a delete takes it out (Unhibernate). Whoever
 // removes it from the set first wins.
+type Hibernation interface {
+	Hibernate(ctx context.Context, id, host string) (bool, error)
+	NoteHibernatedHost(ctx context.Context, host string) error
+	HibernatedOn(ctx context.Context, host string) ([]string, error)
+	IsHibernated(ctx context.Context, host, id string) (bool, error)
+	Unhibernate(ctx context.Context, host, id string) (bool, error)
+	WakeJoin(ctx context.Context, host, id string) (int, error)
+	WakeIntoWarm(ctx context.Context, host, id, warm, pool string) (int, error)
+	Adopt(ctx context.Context, lost, host string) ([]string, error)
+	MoveHibernated(ctx context.Context, from, to, id string) (bool, error)
+}
+
+var _ Hibernation = (*RDB)(nil)
 
 // hibernateScript: KEYS retiring, host hibernated, status, heartbeat,
 // placement, hosts with hibernated workers; ARGV id, host.
@@ -30,7 +43,7 @@ return 1
 // false when id was not being retired.
 func (r *RDB) Hibernate(ctx context.Context, id, host string) (bool, error) {
 	k := r.Keys
-	n, err := hibernateScript.Run(ctx, r.C, []string{ctlplane.RetiringKey(k), ctlplane.HostHibernatedKey(k, host), k.Status(id), k.Heartbeat(id), k.Placement(),
+	n, err := hibernateScript.Run(ctx, r.c, []string{ctlplane.RetiringKey(k), ctlplane.HostHibernatedKey(k, host), k.Status(id), k.Heartbeat(id), k.Placement(),
 		k.HibernatedHosts()}, id, host).Int()
 	return n == 1, err
 }
@@ -39,27 +52,27 @@ func (r *RDB) Hibernate(ctx context.Context, id, host string) (bool, error) {
 // workers when it has some (its workers hibernated before the record
 // existed are then listed as well).
 func (r *RDB) NoteHibernatedHost(ctx context.Context, host string) error {
-	n, err := r.C.SCard(ctx, ctlplane.HostHibernatedKey(r.Keys, host)).Result()
+	n, err := r.c.SCard(ctx, ctlplane.HostHibernatedKey(r.Keys, host)).Result()
 	if err != nil || n == 0 {
 		return err
 	}
-	return r.C.SAdd(ctx, r.Keys.HibernatedHosts(), host).Err()
+	return r.c.SAdd(ctx, r.Keys.HibernatedHosts(), host).Err()
 }
 
 // HibernatedOn returns the hibernated workers of host.
 func (r *RDB) HibernatedOn(ctx context.Context, host string) ([]string, error) {
-	return r.C.SMembers(ctx, ctlplane.HostHibernatedKey(r.Keys, host)).Result()
+	return r.c.SMembers(ctx, ctlplane.HostHibernatedKey(r.Keys, host)).Result()
 }
 
 // IsHibernated reports whether id is a hibernated worker of host.
 func (r *RDB) IsHibernated(ctx context.Context, host, id string) (bool, error) {
-	return r.C.SIsMember(ctx, ctlplane.HostHibernatedKey(r.Keys, host), id).Result()
+	return r.c.SIsMember(ctx, ctlplane.HostHibernatedKey(r.Keys, host), id).Result()
 }
 
 // Unhibernate takes id out of host's hibernated set and reports whether
 // this call did (a delete that wins over a wake).
 func (r *RDB) Unhibernate(ctx context.Context, host, id string) (bool, error) {
-	n, err := r.C.SRem(ctx, ctlplane.HostHibernatedKey(r.Keys, host), id).Result()
+	n, err := r.c.SRem(ctx, ctlplane.HostHibernatedKey(r.Keys, host), id).Result()
 	return n == 1, err
 }
 
@@ -79,7 +92,7 @@ return 1
 // its admitted slot and its hibernation (see wakeJoinScript).
 func (r *RDB) WakeJoin(ctx context.Context, host, id string) (int, error) {
 	k := r.Keys
-	return wakeJoinScript.Run(ctx, r.C, []string{ctlplane.HostHibernatedKey(k, host), ctlplane.CreatingKey(k), k.Workers()}, id).Int()
+	return wakeJoinScript.Run(ctx, r.c, []string{ctlplane.HostHibernatedKey(k, host), ctlplane.CreatingKey(k), k.Workers()}, id).Int()
 }
 
 // takeWarmScript: KEYS host hibernated, workers, placement, pool
@@ -104,7 +117,7 @@ return 1
 // membership go); see takeWarmScript for the answer.
 func (r *RDB) WakeIntoWarm(ctx context.Context, host, id, warm, pool string) (int, error) {
 	k := r.Keys
-	return takeWarmScript.Run(ctx, r.C, []string{ctlplane.HostHibernatedKey(k, host), k.Workers(), k.Placement(),
+	return takeWarmScript.Run(ctx, r.c, []string{ctlplane.HostHibernatedKey(k, host), k.Workers(), k.Placement(),
 		ctlplane.PoolMembersKey(k, pool), ctlplane.HostPausedKey(k, host)}, id, warm, host).Int()
 }
 
@@ -143,6 +156,6 @@ func (r *RDB) Adopt(ctx context.Context, lost, host string) ([]string, error) {
 // (its status names to), and reports whether this call moved it.
 func (r *RDB) MoveHibernated(ctx context.Context, from, to, id string) (bool, error) {
 	k := r.Keys
-	n, err := adoptScript.Run(ctx, r.C, []string{ctlplane.HostHibernatedKey(k, from), ctlplane.HostHibernatedKey(k, to), k.Status(id), k.HibernatedHosts()}, id, to).Int()
+	n, err := adoptScript.Run(ctx, r.c, []string{ctlplane.HostHibernatedKey(k, from), ctlplane.HostHibernatedKey(k, to), k.Status(id), k.HibernatedHosts()}, id, to).Int()
 	return n == 1, err
 }

@@ -13,7 +13,7 @@ import (
 func TestHibernationWakeDeleteAndAdoption(t *testing.T) {
 	r, ctx := newRDB(t)
 	for _, id := range []string{"w1", "w2", "w3"} {
-		if err := r.C.SAdd(ctx, r.Keys.Workers(), id).Err(); err != nil {
+		if err := r.c.SAdd(ctx, r.Keys.Workers(), id).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if owns, _, err := r.BeginRetire(ctx, id, "hibernating", t0, time.Minute); err != nil || !owns {
@@ -58,7 +58,7 @@ func TestHibernationWakeDeleteAndAdoption(t *testing.T) {
 	if hib, _ := r.IsHibernated(ctx, "h2", "w3"); !hib {
 		t.Fatal("w3 is not h2's")
 	}
-	if host := r.C.HGet(ctx, r.Keys.Status("w3"), protocol.StatusFieldHost).Val(); host != "h2" {
+	if host := r.c.HGet(ctx, r.Keys.Status("w3"), protocol.StatusFieldHost).Val(); host != "h2" {
 		t.Fatalf("w3's status names host %q", host)
 	}
 }

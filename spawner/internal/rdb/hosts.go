@@ -12,10 +12,27 @@ import (
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
-// Hosts: every host of a fleet renews its entry in Hosts (scored by the
-// time until which it is live) and its hash; a worker's host is its entry
-// in Placement. A command or control request for another host's worker
-// is moved, in one script, from the shared stream to that host's own.
+// HostRegistry is the hosts of a fleet: every host renews its entry in
+// Hosts (scored by the time until which it is live) and its hash; a
+// worker's host is its entry in Placement. A command or control request
+// for another host's worker is moved, in one script, from the shared
+// stream to that host's own (Forward), and a lost host's stream is
+// drained back into the shared one (Drain).
+type HostRegistry interface {
+	RenewHost(ctx context.Context, host string, now time.Time, ttl time.Duration, max int, labels map[string]string, engine string) error
+	HostLiveUntil(ctx context.Context, host string) (time.Time, error)
+	LeaveHosts(ctx context.Context, host string) error
+	ForgetHost(ctx context.Context, host string) error
+	MarkHostLost(ctx context.Context, host string, now time.Time) error
+	Hosts(ctx context.Context) ([]HostInfo, error)
+	Placements(ctx context.Context) (map[string]string, error)
+	PlacementOf(ctx context.Context, id string) (string, error)
+	WorkersPlaced(ctx context.Context) ([]string, map[string]string, error)
+	Forward(ctx context.Context, from, to, group, id string, doc []byte) error
+	Drain(ctx context.Context, hostStream, shared, group string) (int, error)
+}
+
+var _ HostRegistry = (*RDB)(nil)
 
 // HostInfo is one host as the registry knows it.
 type HostInfo struct {
@@ -34,7 +51,7 @@ func (h HostInfo) Live(now time.Time) bool { return now.Before(h.LiveUntil) }
 // the mark of a loss is cleared.
 func (r *RDB) RenewHost(ctx context.Context, host string, now time.Time, ttl time.Duration, max int, labels map[string]string, engine string) error {
 	lb, _ := json.Marshal(labels)
-	_, err := r.C.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.ZAdd(ctx, r.Keys.Hosts(), redis.Z{Score: float64(ms(now.Add(ttl))), Member: host})
 		p.HSet(ctx, ctlplane.HostKey(r.Keys, host), ctlplane.HostFieldMaxWorkers, max, ctlplane.HostFieldLabels, string(lb),
 			ctlplane.HostFieldEngine, engine, ctlplane.HostFieldUpdatedAt, protocol.FormatTime(now))
@@ -46,7 +63,7 @@ func (r *RDB) RenewHost(ctx context.Context, host string, now time.Time, ttl tim
 
 // HostLiveUntil returns until when a host is live (zero: not registered).
 func (r *RDB) HostLiveUntil(ctx context.Context, host string) (time.Time, error) {
-	score, err := r.C.ZScore(ctx, r.Keys.Hosts(), host).Result()
+	score, err := r.c.ZScore(ctx, r.Keys.Hosts(), host).Result()
 	if Nil(err) {
 		return time.Time{}, nil
 	}
@@ -58,12 +75,12 @@ func (r *RDB) HostLiveUntil(ctx context.Context, host string) (time.Time, error)
 
 // LeaveHosts takes host out of placement (its managers stopped cleanly).
 func (r *RDB) LeaveHosts(ctx context.Context, host string) error {
-	return r.C.ZRem(ctx, r.Keys.Hosts(), host).Err()
+	return r.c.ZRem(ctx, r.Keys.Hosts(), host).Err()
 }
 
 // ForgetHost removes a lost host that has nothing left.
 func (r *RDB) ForgetHost(ctx context.Context, host string) error {
-	_, err := r.C.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.ZRem(ctx, r.Keys.Hosts(), host)
 		p.Del(ctx, ctlplane.HostKey(r.Keys, host))
 		return nil
@@ -73,16 +90,16 @@ func (r *RDB) ForgetHost(ctx context.Context, host string) error {
 
 // MarkHostLost records when a host was found lost.
 func (r *RDB) MarkHostLost(ctx context.Context, host string, now time.Time) error {
-	return r.C.HSetNX(ctx, ctlplane.HostKey(r.Keys, host), ctlplane.HostFieldLostAt, protocol.FormatTime(now)).Err()
+	return r.c.HSetNX(ctx, ctlplane.HostKey(r.Keys, host), ctlplane.HostFieldLostAt, protocol.FormatTime(now)).Err()
 }
 
 // Hosts returns every host of the registry, live or not.
 func (r *RDB) Hosts(ctx context.Context) ([]HostInfo, error) {
-	zs, err := r.C.ZRangeWithScores(ctx, r.Keys.Hosts(), 0, -1).Result()
+	zs, err := r.c.ZRangeWithScores(ctx, r.Keys.Hosts(), 0, -1).Result()
 	if err != nil {
 		return nil, err
 	}
-	pipe := r.C.Pipeline()
+	pipe := r.c.Pipeline()
 	hs := make([]*redis.MapStringStringCmd, len(zs))
 	for i, z := range zs {
 		hs[i] = pipe.HGetAll(ctx, ctlplane.HostKey(r.Keys, z.Member.(string)))
@@ -106,16 +123,28 @@ func (r *RDB) Hosts(ctx context.Context) ([]HostInfo, error) {
 
 // Placements returns worker id → host for every worker that holds a slot.
 func (r *RDB) Placements(ctx context.Context) (map[string]string, error) {
-	return r.C.HGetAll(ctx, r.Keys.Placement()).Result()
+	return r.c.HGetAll(ctx, r.Keys.Placement()).Result()
 }
 
 // PlacementOf returns the host of a worker ("" when it holds no slot).
 func (r *RDB) PlacementOf(ctx context.Context, id string) (string, error) {
-	h, err := r.C.HGet(ctx, r.Keys.Placement(), id).Result()
+	h, err := r.c.HGet(ctx, r.Keys.Placement(), id).Result()
 	if Nil(err) {
 		return "", nil
 	}
 	return h, err
+}
+
+// WorkersPlaced returns the ids of the workers set and the placement hash
+// (worker id → host), in one round trip.
+func (r *RDB) WorkersPlaced(ctx context.Context) ([]string, map[string]string, error) {
+	pipe := r.c.Pipeline()
+	w := pipe.SMembers(ctx, r.Keys.Workers())
+	p := pipe.HGetAll(ctx, r.Keys.Placement())
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, nil, err
+	}
+	return w.Val(), p.Val(), nil
 }
 
 // forwardScript: KEYS from stream, to stream; ARGV group, entry id, the
@@ -130,7 +159,7 @@ return 1
 
 // Forward moves an entry read through group from one stream to another.
 func (r *RDB) Forward(ctx context.Context, from, to, group, id string, doc []byte) error {
-	return forwardScript.Run(ctx, r.C, []string{from, to}, group, id, doc, r.StreamMaxLen).Err()
+	return forwardScript.Run(ctx, r.c, []string{from, to}, group, id, doc, r.StreamMaxLen).Err()
 }
 
 // drainScript: KEYS host stream, shared stream; ARGV group, count,
@@ -169,7 +198,7 @@ return #es
 func (r *RDB) Drain(ctx context.Context, hostStream, shared, group string) (int, error) {
 	total := 0
 	for {
-		n, err := drainScript.Run(ctx, r.C, []string{hostStream, shared}, group, 100, r.StreamMaxLen).Int()
+		n, err := drainScript.Run(ctx, r.c, []string{hostStream, shared}, group, 100, r.StreamMaxLen).Int()
 		if err != nil {
 			return total, err
 		}

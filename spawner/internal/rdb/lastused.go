@@ -9,7 +9,19 @@ import (
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
-// The calls of the image store and its collector.
+// LastUse is when each worker image and project volume was last used:
+// what the image store and the volumes record, and what their collectors
+// read to remove what nobody used for long.
+type LastUse interface {
+	TouchImage(ctx context.Context, tag string, now time.Time) error
+	ImageLastUsed(ctx context.Context, tag string) (time.Time, error)
+	ForgetImage(ctx context.Context, tag string) error
+	TouchVolume(ctx context.Context, name string, now time.Time) error
+	VolumeLastUsed(ctx context.Context, name string) (time.Time, error)
+	ForgetVolume(ctx context.Context, name string) error
+}
+
+var _ LastUse = (*RDB)(nil)
 
 // TouchImage records the use of a worker image now.
 func (r *RDB) TouchImage(ctx context.Context, tag string, now time.Time) error {
@@ -24,7 +36,7 @@ func (r *RDB) ImageLastUsed(ctx context.Context, tag string) (time.Time, error) 
 
 // ForgetImage drops a removed image's record.
 func (r *RDB) ForgetImage(ctx context.Context, tag string) error {
-	return r.C.ZRem(ctx, ctlplane.ImagesLastUsedKey(r.Keys), tag).Err()
+	return r.c.ZRem(ctx, ctlplane.ImagesLastUsedKey(r.Keys), tag).Err()
 }
 
 // TouchVolume records the use of a project volume now.
@@ -40,17 +52,17 @@ func (r *RDB) VolumeLastUsed(ctx context.Context, name string) (time.Time, error
 
 // ForgetVolume drops a removed volume's record.
 func (r *RDB) ForgetVolume(ctx context.Context, name string) error {
-	return r.C.ZRem(ctx, ctlplane.VolumesLastUsedKey(r.Keys), name).Err()
+	return r.c.ZRem(ctx, ctlplane.VolumesLastUsedKey(r.Keys), name).Err()
 }
 
 // touch scores member of a last-use sorted set with now (Unix seconds).
 func (r *RDB) touch(ctx context.Context, key, member string, now time.Time) error {
-	return r.C.ZAdd(ctx, key, redis.Z{Score: float64(now.Unix()), Member: member}).Err()
+	return r.c.ZAdd(ctx, key, redis.Z{Score: float64(now.Unix()), Member: member}).Err()
 }
 
 // lastUsed reads member's score in a last-use sorted set (zero when none).
 func (r *RDB) lastUsed(ctx context.Context, key, member string) (time.Time, error) {
-	score, err := r.C.ZScore(ctx, key, member).Result()
+	score, err := r.c.ZScore(ctx, key, member).Result()
 	if Nil(err) {
 		return time.Time{}, nil
 	}

@@ -10,8 +10,16 @@ import (
 )
 
 // Leases are string keys whose value is the holder's id and whose TTL is
-// the lease's expiry. Take, Renew and Release are safe to retry: each
-// compares the holder before it writes.
+// the lease's expiry. TakeLease (which renews a lease its caller holds)
+// and ReleaseLease are safe to retry: each compares the holder before it
+// writes.
+type Leases interface {
+	TakeLease(ctx context.Context, name, owner string, ttl time.Duration) (bool, error)
+	ReleaseLease(ctx context.Context, name, owner string) error
+	LeaseHolder(ctx context.Context, name string) (string, error)
+}
+
+var _ Leases = (*RDB)(nil)
 
 var takeScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
@@ -34,18 +42,18 @@ return 0
 // TakeLease takes the named lease for owner, or renews it when owner
 // holds it already, and reports whether owner holds it now.
 func (r *RDB) TakeLease(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
-	n, err := takeScript.Run(ctx, r.C, []string{ctlplane.LeaseKey(r.Keys, name)}, owner, ttl.Milliseconds()).Int()
+	n, err := takeScript.Run(ctx, r.c, []string{ctlplane.LeaseKey(r.Keys, name)}, owner, ttl.Milliseconds()).Int()
 	return n == 1, err
 }
 
 // ReleaseLease gives the named lease up if owner holds it.
 func (r *RDB) ReleaseLease(ctx context.Context, name, owner string) error {
-	return releaseScript.Run(ctx, r.C, []string{ctlplane.LeaseKey(r.Keys, name)}, owner).Err()
+	return releaseScript.Run(ctx, r.c, []string{ctlplane.LeaseKey(r.Keys, name)}, owner).Err()
 }
 
 // LeaseHolder returns who holds the named lease ("" when nobody).
 func (r *RDB) LeaseHolder(ctx context.Context, name string) (string, error) {
-	v, err := r.C.Get(ctx, ctlplane.LeaseKey(r.Keys, name)).Result()
+	v, err := r.c.Get(ctx, ctlplane.LeaseKey(r.Keys, name)).Result()
 	if Nil(err) {
 		return "", nil
 	}

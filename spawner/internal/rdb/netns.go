@@ -9,13 +9,22 @@ import (
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
+// NetnsMarks says which network namespace holders are a live manager's
+// spares, so that another manager's reconciler leaves them be.
+type NetnsMarks interface {
+	MarkSpareNetns(ctx context.Context, ids []string, ttl time.Duration) error
+	SpareNetnsMarked(ctx context.Context, ids []string) (map[string]bool, error)
+}
+
+var _ NetnsMarks = (*RDB)(nil)
+
 // MarkSpareNetns says, for ttl, that the holders ids are a live manager's
 // spare network namespaces.
 func (r *RDB) MarkSpareNetns(ctx context.Context, ids []string, ttl time.Duration) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := r.C.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, id := range ids {
 			p.Set(ctx, ctlplane.SpareNetnsKey(r.Keys, id), "1", ttl)
 		}
@@ -31,7 +40,7 @@ func (r *RDB) SpareNetnsMarked(ctx context.Context, ids []string) (map[string]bo
 		return out, nil
 	}
 	cmds := make([]*redis.IntCmd, len(ids))
-	_, err := r.C.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
 			cmds[i] = p.Exists(ctx, ctlplane.SpareNetnsKey(r.Keys, id))
 		}

@@ -7,8 +7,18 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/redisconn"
 )
+
+// Conn is the connection itself: whether it answers, and the one use of
+// it that is not this package's.
+type Conn interface {
+	Ping(ctx context.Context) error
+	Watcher() *client.Watcher
+}
+
+var _ Conn = (*RDB)(nil)
 
 // OpenToAnyone reports whether the Redis that opt reaches lets a client
 // in without credentials: a fresh connection with no user and no password
@@ -45,3 +55,14 @@ func authRefused(err error) bool {
 	return strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "WRONGPASS") ||
 		strings.Contains(strings.ToLower(msg), "authentication required")
 }
+
+// Ping checks the connection.
+func (r *RDB) Ping(ctx context.Context) error { return r.c.Ping(ctx).Err() }
+
+// Watcher returns the client module's reader of the lifecycle and output
+// streams over this connection. It is the one place the connection is
+// shared, on purpose: the metrics count what a client sees of the
+// streams, so they read them as a client does (client.Watcher, the
+// client module's own Redis layer) rather than through a second reader
+// here that could drift from it.
+func (r *RDB) Watcher() *client.Watcher { return &client.Watcher{Redis: r.c, Keys: r.Keys} }

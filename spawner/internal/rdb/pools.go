@@ -8,19 +8,33 @@ import (
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 )
 
-// QueueLength returns how many creates wait for a slot.
-func (r *RDB) QueueLength(ctx context.Context) (int64, error) {
-	return r.C.LLen(ctx, ctlplane.CreationQueueKey(r.Keys)).Result()
+// Pools is the warm pools: each pool's warm set (workers ready for
+// allocation), its members (every worker made for it), its counters, and
+// the published templates that any reader lists.
+type Pools interface {
+	AddWarm(ctx context.Context, pool, id string) error
+	TakeWarm(ctx context.Context, pool string) (string, error)
+	DropWarm(ctx context.Context, pool, id string) (bool, error)
+	Warm(ctx context.Context, pool string) ([]string, error)
+	CountPool(ctx context.Context, pool string, counts map[string]int64) error
+	PoolStats(ctx context.Context, pool string) (map[string]string, error)
+	PublishPools(ctx context.Context, templates map[string]string) error
+	PoolTemplates(ctx context.Context) (map[string]string, error)
+	AddPoolMember(ctx context.Context, pool, id string) error
+	DropPoolMember(ctx context.Context, pool, id string) error
+	PoolMembers(ctx context.Context, pool string) ([]string, error)
 }
+
+var _ Pools = (*RDB)(nil)
 
 // AddWarm makes a warm worker ready for allocation.
 func (r *RDB) AddWarm(ctx context.Context, pool, id string) error {
-	return r.C.SAdd(ctx, ctlplane.PoolWarmSetKey(r.Keys, pool), id).Err()
+	return r.c.SAdd(ctx, ctlplane.PoolWarmSetKey(r.Keys, pool), id).Err()
 }
 
 // TakeWarm takes a warm worker of a pool for one create ("" when none).
 func (r *RDB) TakeWarm(ctx context.Context, pool string) (string, error) {
-	id, err := r.C.SPop(ctx, ctlplane.PoolWarmSetKey(r.Keys, pool)).Result()
+	id, err := r.c.SPop(ctx, ctlplane.PoolWarmSetKey(r.Keys, pool)).Result()
 	if Nil(err) {
 		return "", nil
 	}
@@ -30,18 +44,18 @@ func (r *RDB) TakeWarm(ctx context.Context, pool string) (string, error) {
 // DropWarm takes a worker out of a pool's warm set (it is being retired);
 // it reports whether it was there.
 func (r *RDB) DropWarm(ctx context.Context, pool, id string) (bool, error) {
-	n, err := r.C.SRem(ctx, ctlplane.PoolWarmSetKey(r.Keys, pool), id).Result()
+	n, err := r.c.SRem(ctx, ctlplane.PoolWarmSetKey(r.Keys, pool), id).Result()
 	return n == 1, err
 }
 
 // Warm returns a pool's warm workers.
 func (r *RDB) Warm(ctx context.Context, pool string) ([]string, error) {
-	return r.C.SMembers(ctx, ctlplane.PoolWarmSetKey(r.Keys, pool)).Result()
+	return r.c.SMembers(ctx, ctlplane.PoolWarmSetKey(r.Keys, pool)).Result()
 }
 
 // CountPool adds to a pool's counters.
 func (r *RDB) CountPool(ctx context.Context, pool string, counts map[string]int64) error {
-	pipe := r.C.Pipeline()
+	pipe := r.c.Pipeline()
 	for f, n := range counts {
 		pipe.HIncrBy(ctx, ctlplane.PoolStatsKey(r.Keys, pool), f, n)
 	}
@@ -51,17 +65,7 @@ func (r *RDB) CountPool(ctx context.Context, pool string, counts map[string]int6
 
 // PoolStats returns a pool's counters.
 func (r *RDB) PoolStats(ctx context.Context, pool string) (map[string]string, error) {
-	return r.C.HGetAll(ctx, ctlplane.PoolStatsKey(r.Keys, pool)).Result()
-}
-
-// CommandWorkerOf returns the worker id a create command made, "" when
-// none yet.
-func (r *RDB) CommandWorkerOf(ctx context.Context, commandID string) (string, error) {
-	id, err := r.C.Get(ctx, ctlplane.CommandWorkerKey(r.Keys, commandID)).Result()
-	if Nil(err) {
-		return "", nil
-	}
-	return id, err
+	return r.c.HGetAll(ctx, ctlplane.PoolStatsKey(r.Keys, pool)).Result()
 }
 
 // PublishPools records the pool templates (name → JSON).
@@ -69,22 +73,22 @@ func (r *RDB) PublishPools(ctx context.Context, templates map[string]string) err
 	if len(templates) == 0 {
 		return nil
 	}
-	return r.C.HSet(ctx, ctlplane.PoolsKey(r.Keys), templates).Err()
+	return r.c.HSet(ctx, ctlplane.PoolsKey(r.Keys), templates).Err()
 }
 
 // PoolTemplates returns the recorded pool templates (name → JSON).
 func (r *RDB) PoolTemplates(ctx context.Context) (map[string]string, error) {
-	return r.C.HGetAll(ctx, ctlplane.PoolsKey(r.Keys)).Result()
+	return r.c.HGetAll(ctx, ctlplane.PoolsKey(r.Keys)).Result()
 }
 
 // AddPoolMember records a worker made for a pool.
 func (r *RDB) AddPoolMember(ctx context.Context, pool, id string) error {
-	return r.C.SAdd(ctx, ctlplane.PoolMembersKey(r.Keys, pool), id).Err()
+	return r.c.SAdd(ctx, ctlplane.PoolMembersKey(r.Keys, pool), id).Err()
 }
 
 // DropPoolMember forgets a retired worker of a pool.
 func (r *RDB) DropPoolMember(ctx context.Context, pool, id string) error {
-	return r.C.SRem(ctx, ctlplane.PoolMembersKey(r.Keys, pool), id).Err()
+	return r.c.SRem(ctx, ctlplane.PoolMembersKey(r.Keys, pool), id).Err()
 }
 
 // poolMembersScript: KEYS members, workers, creating (a sorted set of
@@ -106,6 +110,6 @@ return live
 // PoolMembers returns the workers of a pool that joined and are not
 // retired, in one round trip, reading only the pool's own members.
 func (r *RDB) PoolMembers(ctx context.Context, pool string) ([]string, error) {
-	return poolMembersScript.Run(ctx, r.C, []string{ctlplane.PoolMembersKey(r.Keys, pool), r.Keys.Workers(),
+	return poolMembersScript.Run(ctx, r.c, []string{ctlplane.PoolMembersKey(r.Keys, pool), r.Keys.Workers(),
 		ctlplane.CreatingKey(r.Keys)}).StringSlice()
 }

@@ -50,7 +50,7 @@ func TestAdmissionIsFIFOWithinTheLimit(t *testing.T) {
 	if ok, _ := r.Join(ctx, "c0"); !ok {
 		t.Fatal("c0 could not join")
 	}
-	r.C.SRem(ctx, r.Keys.Workers(), "c0") // c0 retired: a slot frees
+	r.c.SRem(ctx, r.Keys.Workers(), "c0") // c0 retired: a slot frees
 	if ok, _, _ := admit1(r, ctx, "c3", t0, lease, 2, false); ok {
 		t.Fatal("c3 overtook c2")
 	}
@@ -58,8 +58,8 @@ func TestAdmissionIsFIFOWithinTheLimit(t *testing.T) {
 		t.Fatal("c2 at the head with a free slot was not admitted")
 	}
 	// Admitting again (a retried script) keeps one slot.
-	if ok, _, _ := admit1(r, ctx, "c2", t0, lease, 2, false); !ok || r.C.ZCard(ctx, ctlplane.CreatingKey(r.Keys)).Val() != 2 {
-		t.Fatalf("re-admit: ok=%v creating=%d", ok, r.C.ZCard(ctx, ctlplane.CreatingKey(r.Keys)).Val())
+	if ok, _, _ := admit1(r, ctx, "c2", t0, lease, 2, false); !ok || r.c.ZCard(ctx, ctlplane.CreatingKey(r.Keys)).Val() != 2 {
+		t.Fatalf("re-admit: ok=%v creating=%d", ok, r.c.ZCard(ctx, ctlplane.CreatingKey(r.Keys)).Val())
 	}
 }
 
@@ -78,10 +78,10 @@ func TestAdmissionLeasesRunOut(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("after both leases ran out: admitted=%v err=%v", ok, err)
 	}
-	if got := r.C.HKeys(ctx, r.Keys.Placement()).Val(); len(got) != 1 || got[0] != "live" {
+	if got := r.c.HKeys(ctx, r.Keys.Placement()).Val(); len(got) != 1 || got[0] != "live" {
 		t.Errorf("placements after the leases ran out: %v, want only live", got)
 	}
-	if n := r.C.LLen(ctx, ctlplane.CreationQueueKey(r.Keys)).Val(); n != 0 {
+	if n := r.c.LLen(ctx, ctlplane.CreationQueueKey(r.Keys)).Val(); n != 0 {
 		t.Errorf("%d creates left in the queue", n)
 	}
 	// A lost slot lease cannot join.
@@ -112,7 +112,7 @@ func TestReplacementTakesItsPredecessorsSlot(t *testing.T) {
 
 func TestRetirementHasOneOwnerAndIsTakenOverWhenItsLeaseRunsOut(t *testing.T) {
 	r, ctx := newRDB(t)
-	r.C.SAdd(ctx, r.Keys.Workers(), "w")
+	r.c.SAdd(ctx, r.Keys.Workers(), "w")
 	lease := 15 * time.Second
 	if owns, takeover, _ := r.BeginRetire(ctx, "w", "deleted", t0, lease); !owns || takeover {
 		t.Fatalf("first: owns=%v takeover=%v", owns, takeover)
@@ -128,17 +128,17 @@ func TestRetirementHasOneOwnerAndIsTakenOverWhenItsLeaseRunsOut(t *testing.T) {
 		t.Fatalf("takeover: owns=%v takeover=%v", owns, takeover)
 	}
 	// A session held by the worker is released; the worker leaves Retiring.
-	r.C.HSet(ctx, r.Keys.Session(protocol.AgentClaude, "p"), protocol.SessionFieldWorkerID, "w", protocol.SessionFieldSessionID, "s1")
+	r.c.HSet(ctx, r.Keys.Session(protocol.AgentClaude, "p"), protocol.SessionFieldWorkerID, "w", protocol.SessionFieldSessionID, "s1")
 	if err := r.EndRetire(ctx, "w", protocol.KindLongLived, protocol.AgentClaude, "p", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if h := r.C.HGetAll(ctx, r.Keys.Session(protocol.AgentClaude, "p")).Val(); h[protocol.SessionFieldWorkerID] != "" || h[protocol.SessionFieldSessionID] != "s1" {
+	if h := r.c.HGetAll(ctx, r.Keys.Session(protocol.AgentClaude, "p")).Val(); h[protocol.SessionFieldWorkerID] != "" || h[protocol.SessionFieldSessionID] != "s1" {
 		t.Errorf("session after retirement %v", h)
 	}
-	if n := r.C.ZCard(ctx, ctlplane.RetiringKey(r.Keys)).Val(); n != 0 {
+	if n := r.c.ZCard(ctx, ctlplane.RetiringKey(r.Keys)).Val(); n != 0 {
 		t.Errorf("%d retirements left", n)
 	}
-	if ttl := r.C.TTL(ctx, r.Keys.Status("w")).Val(); ttl != -2 && (ttl <= 0 || ttl > DefaultRetention) {
+	if ttl := r.c.TTL(ctx, r.Keys.Status("w")).Val(); ttl != -2 && (ttl <= 0 || ttl > DefaultRetention) {
 		t.Errorf("status hash TTL %v", ttl)
 	}
 }
@@ -157,7 +157,7 @@ func TestBusySeesEveryTaskInFlight(t *testing.T) {
 	if b := busy(); b != BusyEnding {
 		t.Fatalf("not in the workers set: %q", b)
 	}
-	r.C.SAdd(ctx, r.Keys.Workers(), "w", "d1", "d2")
+	r.c.SAdd(ctx, r.Keys.Workers(), "w", "d1", "d2")
 	if b := busy(); b != NotBusy {
 		t.Fatalf("no stream: %q", b)
 	}
@@ -165,7 +165,7 @@ func TestBusySeesEveryTaskInFlight(t *testing.T) {
 	if b := busy(); b != NotBusy {
 		t.Fatalf("empty input: %q", b)
 	}
-	r.C.XAdd(ctx, &redis.XAddArgs{Stream: input, Values: map[string]any{"data": "{}"}})
+	r.c.XAdd(ctx, &redis.XAddArgs{Stream: input, Values: map[string]any{"data": "{}"}})
 	if b := busy(); b != BusyWaiting {
 		t.Fatalf("undelivered task: %q", b)
 	}
@@ -177,22 +177,22 @@ func TestBusySeesEveryTaskInFlight(t *testing.T) {
 	if b := busy(); b != NotBusy {
 		t.Fatalf("acknowledged: %q", b)
 	}
-	r.C.HSet(ctx, r.Keys.Status("w"), protocol.StatusFieldState, string(protocol.WorkerBusy))
+	r.c.HSet(ctx, r.Keys.Status("w"), protocol.StatusFieldState, string(protocol.WorkerBusy))
 	if b := busy(); b != BusyTask {
 		t.Fatalf("status busy: %q", b)
 	}
-	r.C.HSet(ctx, r.Keys.Status("w"), protocol.StatusFieldState, string(protocol.WorkerIdle), protocol.StatusFieldRequestID, "r1")
+	r.c.HSet(ctx, r.Keys.Status("w"), protocol.StatusFieldState, string(protocol.WorkerIdle), protocol.StatusFieldRequestID, "r1")
 	if b := busy(); b != BusyTask {
 		t.Fatalf("request in flight: %q", b)
 	}
-	r.C.HSet(ctx, r.Keys.Status("w"), protocol.StatusFieldState, string(protocol.WorkerStopping), protocol.StatusFieldRequestID, "")
+	r.c.HSet(ctx, r.Keys.Status("w"), protocol.StatusFieldState, string(protocol.WorkerStopping), protocol.StatusFieldRequestID, "")
 	if b := busy(); b != BusyEnding {
 		t.Fatalf("shutting down: %q", b)
 	}
 	// Developer workers: the shared queue's held entries count per consumer.
 	dev := r.Keys.DeveloperInput()
 	r.EnsureGroup(ctx, dev, protocol.DeveloperGroup)
-	r.C.XAdd(ctx, &redis.XAddArgs{Stream: dev, Values: map[string]any{"data": "{}"}})
+	r.c.XAdd(ctx, &redis.XAddArgs{Stream: dev, Values: map[string]any{"data": "{}"}})
 	r.ReadNew(ctx, dev, protocol.DeveloperGroup, "d1", 1, -1)
 	if b, _ := r.Busy(ctx, "d1", dev, protocol.DeveloperGroup); b != BusyHeld {
 		t.Fatalf("developer holding a task: %q", b)
@@ -207,7 +207,7 @@ func TestAnswerRequeueAndMoveAreIdempotent(t *testing.T) {
 	dev := r.Keys.DeveloperInput()
 	r.EnsureGroup(ctx, dev, protocol.DeveloperGroup)
 	doc, _ := protocol.NewTask("r1", "hi").Encode()
-	r.C.XAdd(ctx, &redis.XAddArgs{Stream: dev, Values: protocol.Values(doc)})
+	r.c.XAdd(ctx, &redis.XAddArgs{Stream: dev, Values: protocol.Values(doc)})
 	held, _ := r.ReadNew(ctx, dev, protocol.DeveloperGroup, "d1", 1, -1)
 	for i, want := range []int{1, 0} { // a retry of the same requeue moves nothing
 		n, err := r.Requeue(ctx, "r1", dev, protocol.DeveloperGroup, held[0])
@@ -215,7 +215,7 @@ func TestAnswerRequeueAndMoveAreIdempotent(t *testing.T) {
 			t.Fatalf("requeue %d: n=%d err=%v, want %d", i, n, err, want)
 		}
 	}
-	if n := r.C.XLen(ctx, dev).Val(); n != 2 {
+	if n := r.c.XLen(ctx, dev).Val(); n != 2 {
 		t.Fatalf("%d entries on the queue, want the original and one copy", n)
 	}
 	out := r.Keys.DeveloperOutput()
@@ -226,11 +226,11 @@ func TestAnswerRequeueAndMoveAreIdempotent(t *testing.T) {
 			t.Fatalf("answer %d: %v %v", i, ok, err)
 		}
 	}
-	if n := r.C.XLen(ctx, out).Val(); n != 1 {
+	if n := r.c.XLen(ctx, out).Val(); n != 1 {
 		t.Fatalf("%d outputs, want 1", n)
 	}
 	in, to := r.Keys.Input("a"), r.Keys.Input("b")
-	id := r.C.XAdd(ctx, &redis.XAddArgs{Stream: in, Values: protocol.Values(doc)}).Val()
+	id := r.c.XAdd(ctx, &redis.XAddArgs{Stream: in, Values: protocol.Values(doc)}).Val()
 	m := redis.XMessage{ID: id, Values: protocol.Values(doc)}
 	for i, want := range []bool{true, false} {
 		ok, err := r.Move(ctx, in, to, m, "")
@@ -238,7 +238,7 @@ func TestAnswerRequeueAndMoveAreIdempotent(t *testing.T) {
 			t.Fatalf("move %d: %v %v", i, ok, err)
 		}
 	}
-	if a, b := r.C.XLen(ctx, in).Val(), r.C.XLen(ctx, to).Val(); a != 0 || b != 1 {
+	if a, b := r.c.XLen(ctx, in).Val(), r.c.XLen(ctx, to).Val(); a != 0 || b != 1 {
 		t.Fatalf("after the move: %d and %d entries", a, b)
 	}
 }
@@ -269,7 +269,7 @@ func TestTrimKeepsEveryTaskNotYetDone(t *testing.T) {
 	in := r.Keys.DeveloperInput()
 	r.EnsureGroup(ctx, in, protocol.DeveloperGroup)
 	for i := 0; i < 5; i++ {
-		r.C.XAdd(ctx, &redis.XAddArgs{Stream: in, Values: map[string]any{"data": "{}"}})
+		r.c.XAdd(ctx, &redis.XAddArgs{Stream: in, Values: map[string]any{"data": "{}"}})
 	}
 	if n, _ := r.TrimInput(ctx, in, protocol.DeveloperGroup); n != 0 {
 		t.Fatalf("trimmed %d undelivered entries", n)
@@ -281,7 +281,7 @@ func TestTrimKeepsEveryTaskNotYetDone(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("trimmed %d (%v), want only the first (done) entry", n, err)
 	}
-	if l := r.C.XLen(ctx, in).Val(); l != 4 {
+	if l := r.c.XLen(ctx, in).Val(); l != 4 {
 		t.Fatalf("%d entries left, want the held one, the done one after it and two unread", l)
 	}
 	r.Ack(ctx, in, protocol.DeveloperGroup, read[1].ID)
@@ -290,7 +290,7 @@ func TestTrimKeepsEveryTaskNotYetDone(t *testing.T) {
 	if n, _ := r.TrimInput(ctx, in, protocol.DeveloperGroup); n != 1 {
 		t.Fatalf("trimmed %d after the held entry was done, want 1", n)
 	}
-	if l := r.C.XLen(ctx, in).Val(); l != 3 {
+	if l := r.c.XLen(ctx, in).Val(); l != 3 {
 		t.Fatalf("%d entries left, want the last delivered and two unread", l)
 	}
 }
@@ -303,17 +303,17 @@ func TestWorkerUsersAreRestored(t *testing.T) {
 	if err := r.SetWorkerUser(ctx, "w1", "s3cret-pass", protocol.KindLongLived); err != nil {
 		t.Fatal(err)
 	}
-	if v := r.C.HGet(ctx, ctlplane.WorkerUsersKey(r.Keys), "w1").Val(); strings.Contains(v, "s3cret") {
+	if v := r.c.HGet(ctx, ctlplane.WorkerUsersKey(r.Keys), "w1").Val(); strings.Contains(v, "s3cret") {
 		t.Fatalf("the password is recorded in clear: %q", v)
 	}
-	r.C.ACLDelUser(ctx, r.WorkerUser("w1")) // lost, as in a restart
+	r.c.ACLDelUser(ctx, r.WorkerUser("w1")) // lost, as in a restart
 	if n, err := r.RestoreWorkerUsers(ctx); err != nil || n != 1 {
 		t.Fatalf("restored %d (%v), want 1", n, err)
 	}
 	if n, _ := r.RestoreWorkerUsers(ctx); n != 0 {
 		t.Fatalf("restored %d users that exist", n)
 	}
-	opt := r.C.(*redis.Client).Options()
+	opt := r.c.(*redis.Client).Options()
 	wc := redis.NewClient(&redis.Options{Addr: opt.Addr, Username: r.WorkerUser("w1"), Password: "s3cret-pass"})
 	defer wc.Close()
 	if err := wc.HSet(ctx, r.Keys.Status("w1"), "x", "1").Err(); err != nil {
@@ -322,7 +322,7 @@ func TestWorkerUsersAreRestored(t *testing.T) {
 	if err := r.DeleteWorkerUser(ctx, "w1"); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := r.RestoreWorkerUsers(ctx); n != 0 || r.C.HLen(ctx, ctlplane.WorkerUsersKey(r.Keys)).Val() != 0 {
+	if n, _ := r.RestoreWorkerUsers(ctx); n != 0 || r.c.HLen(ctx, ctlplane.WorkerUsersKey(r.Keys)).Val() != 0 {
 		t.Fatal("a deleted user came back")
 	}
 }
@@ -330,13 +330,13 @@ func TestWorkerUsersAreRestored(t *testing.T) {
 func TestDrainMovesBackOnlyWhatTheLostHostHadNotServed(t *testing.T) {
 	r, ctx := newRDB(t)
 	host, shared, group := "rdbtest:commands:host:h2", "rdbtest:commands", protocol.ManagerGroup
-	r.C.XGroupCreateMkStream(ctx, host, group, "0")
+	r.c.XGroupCreateMkStream(ctx, host, group, "0")
 	for _, doc := range []string{`{"n":"served"}`, `{"n":"held"}`, `{"n":"unread"}`} {
 		if err := r.AddEntry(ctx, host, []byte(doc)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	read, err := r.C.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: "m2", Streams: []string{host, ">"}, Count: 2}).Result()
+	read, err := r.c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: "m2", Streams: []string{host, ">"}, Count: 2}).Result()
 	if err != nil || len(read[0].Messages) != 2 {
 		t.Fatalf("read: %v %v", read, err)
 	}
@@ -345,7 +345,7 @@ func TestDrainMovesBackOnlyWhatTheLostHostHadNotServed(t *testing.T) {
 	if err != nil || n != 3 {
 		t.Fatalf("Drain = %d, %v; want the 3 entries gone from the host's stream", n, err)
 	}
-	moved, _ := r.C.XRange(ctx, shared, "-", "+").Result()
+	moved, _ := r.c.XRange(ctx, shared, "-", "+").Result()
 	var got []string
 	for _, m := range moved {
 		data, _ := protocol.EntryData(m.Values)
@@ -354,7 +354,7 @@ func TestDrainMovesBackOnlyWhatTheLostHostHadNotServed(t *testing.T) {
 	if strings.Join(got, " ") != `{"n":"held"} {"n":"unread"}` {
 		t.Errorf("moved back to the shared stream: %v; want the held and the unread entries only", got)
 	}
-	if left := r.C.XLen(ctx, host).Val(); left != 0 {
+	if left := r.c.XLen(ctx, host).Val(); left != 0 {
 		t.Errorf("%d entries left on the lost host's stream", left)
 	}
 }
@@ -372,7 +372,7 @@ func TestPausedSetFollowsTheStatus(t *testing.T) {
 		}
 		return ids
 	}
-	r.C.SAdd(ctx, r.Keys.Workers(), "w1", "w2")
+	r.c.SAdd(ctx, r.Keys.Workers(), "w1", "w2")
 	write := func(id, host string, c protocol.ContainerStatus) {
 		t.Helper()
 		if err := r.WriteStatus(ctx, id, host, t0, map[string]any{protocol.StatusFieldContainer: string(c)}); err != nil {
@@ -404,15 +404,15 @@ func TestPausedSetFollowsTheStatus(t *testing.T) {
 	}
 
 	// Drift: a hash written by hand, a member retired with its id left.
-	r.C.HSet(ctx, r.Keys.Status("w2"), protocol.StatusFieldContainer, string(protocol.ContainerPaused))
-	r.C.SAdd(ctx, ctlplane.HostPausedKey(r.Keys, "h1"), "gone")
+	r.c.HSet(ctx, r.Keys.Status("w2"), protocol.StatusFieldContainer, string(protocol.ContainerPaused))
+	r.c.SAdd(ctx, ctlplane.HostPausedKey(r.Keys, "h1"), "gone")
 	if err := r.SyncPaused(ctx, "h1", append(paused("h1"), "w1", "w2")); err != nil {
 		t.Fatal(err)
 	}
 	if got := paused("h1"); len(got) != 1 || got[0] != "w2" {
 		t.Fatalf("paused after the repair: %v", got)
 	}
-	r.C.SRem(ctx, r.Keys.Workers(), "w2") // retired, its hash not yet rewritten
+	r.c.SRem(ctx, r.Keys.Workers(), "w2") // retired, its hash not yet rewritten
 	if err := r.SyncPaused(ctx, "h1", paused("h1")); err != nil {
 		t.Fatal(err)
 	}
@@ -426,9 +426,9 @@ func TestPausedSetFollowsTheStatus(t *testing.T) {
 func TestWaitInputsReturnsWhenATaskArrives(t *testing.T) {
 	r, ctx := newRDB(t)
 	input := r.Keys.Input("w")
-	r.C.SAdd(ctx, r.Keys.Workers(), "w")
+	r.c.SAdd(ctx, r.Keys.Workers(), "w")
 	r.EnsureGroup(ctx, input, protocol.WorkerGroup)
-	r.C.XAdd(ctx, &redis.XAddArgs{Stream: input, Values: map[string]any{"data": "{}"}})
+	r.c.XAdd(ctx, &redis.XAddArgs{Stream: input, Values: map[string]any{"data": "{}"}})
 	msgs, _ := r.ReadNew(ctx, input, protocol.WorkerGroup, "w", 1, -1)
 	r.Ack(ctx, input, protocol.WorkerGroup, msgs[0].ID)
 	b, after, err := r.BusyDelivered(ctx, "w", input, protocol.WorkerGroup)
@@ -441,7 +441,7 @@ func TestWaitInputsReturnsWhenATaskArrives(t *testing.T) {
 	}
 	go func() {
 		time.Sleep(50 * time.Millisecond)
-		r.C.XAdd(context.Background(), &redis.XAddArgs{Stream: input, Values: map[string]any{"data": "{}"}})
+		r.c.XAdd(context.Background(), &redis.XAddArgs{Stream: input, Values: map[string]any{"data": "{}"}})
 	}()
 	start := time.Now()
 	got, err = r.WaitInputs(ctx, []string{input}, []string{after}, 5*time.Second)
@@ -458,18 +458,18 @@ func TestReplyAcknowledgesTheCommand(t *testing.T) {
 	r, ctx := newRDB(t)
 	stream := r.Keys.Commands()
 	r.EnsureGroup(ctx, stream, protocol.ManagerGroup)
-	r.C.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: map[string]any{"data": "{}"}})
+	r.c.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: map[string]any{"data": "{}"}})
 	msgs, _ := r.ReadNew(ctx, stream, protocol.ManagerGroup, "m", 1, -1)
 	if err := r.Reply(ctx, r.Keys.Replies("c"), []byte(`{"ok":true}`), stream, protocol.ManagerGroup, msgs[0].ID); err != nil {
 		t.Fatal(err)
 	}
-	if n := r.C.XLen(ctx, r.Keys.Replies("c")).Val(); n != 1 {
+	if n := r.c.XLen(ctx, r.Keys.Replies("c")).Val(); n != 1 {
 		t.Fatalf("%d replies", n)
 	}
-	if p := r.C.XPending(ctx, stream, protocol.ManagerGroup).Val(); p.Count != 0 {
+	if p := r.c.XPending(ctx, stream, protocol.ManagerGroup).Val(); p.Count != 0 {
 		t.Fatalf("%d entries still pending after the reply", p.Count)
 	}
-	if ttl := r.C.TTL(ctx, r.Keys.Replies("c")).Val(); ttl <= 0 {
+	if ttl := r.c.TTL(ctx, r.Keys.Replies("c")).Val(); ttl <= 0 {
 		t.Fatalf("reply stream TTL %v", ttl)
 	}
 }
@@ -478,8 +478,8 @@ func TestReplyAcknowledgesTheCommand(t *testing.T) {
 // missing field or heartbeat as empty.
 func TestStatusFieldsReadsManyWorkersAtOnce(t *testing.T) {
 	r, ctx := newRDB(t)
-	r.C.HSet(ctx, r.Keys.Status("a"), protocol.StatusFieldContainer, "running", protocol.StatusFieldSpec, "{}")
-	r.C.Set(ctx, r.Keys.Heartbeat("a"), "beat", time.Minute)
+	r.c.HSet(ctx, r.Keys.Status("a"), protocol.StatusFieldContainer, "running", protocol.StatusFieldSpec, "{}")
+	r.c.Set(ctx, r.Keys.Heartbeat("a"), "beat", time.Minute)
 	sts, beats, err := r.StatusFields(ctx, []string{"a", "b"}, []string{protocol.StatusFieldContainer, protocol.StatusFieldState}, true)
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,17 @@ import (
 // retirement ends with its removal from Retiring. A retirement whose
 // lease ran out (its manager died) is taken over and done again: each of
 // its steps is idempotent.
+type Retirement interface {
+	BeginRetire(ctx context.Context, id, reason string, now time.Time, lease time.Duration) (owns, takeover bool, err error)
+	RenewRetire(ctx context.Context, id string, now time.Time, lease time.Duration) error
+	StaleRetirements(ctx context.Context, now time.Time) ([]string, error)
+	EndRetire(ctx context.Context, id string, kind protocol.Kind, agent protocol.AgentType, project string, now time.Time) error
+	Retired(ctx context.Context, since time.Time) ([]string, error)
+	Revive(ctx context.Context, id string) (bool, error)
+	ForgetWorkerKeys(ctx context.Context, id string) error
+}
+
+var _ Retirement = (*RDB)(nil)
 
 // beginRetireScript: KEYS workers, retiring, status; ARGV id, lease
 // expiry ms, now ms, reason, now (RFC 3339). Returns 1 when the worker
@@ -39,19 +50,19 @@ return 0
 // whether the caller now owns the retirement and whether it takes over
 // one that a dead manager began.
 func (r *RDB) BeginRetire(ctx context.Context, id, reason string, now time.Time, lease time.Duration) (owns, takeover bool, err error) {
-	n, err := beginRetireScript.Run(ctx, r.C, []string{r.Keys.Workers(), ctlplane.RetiringKey(r.Keys), r.Keys.Status(id)},
+	n, err := beginRetireScript.Run(ctx, r.c, []string{r.Keys.Workers(), ctlplane.RetiringKey(r.Keys), r.Keys.Status(id)},
 		id, ms(now.Add(lease)), ms(now), reason, protocol.FormatTime(now)).Int()
 	return n > 0, n == 2, err
 }
 
 // RenewRetire extends a retirement's lease.
 func (r *RDB) RenewRetire(ctx context.Context, id string, now time.Time, lease time.Duration) error {
-	return r.C.ZAddXX(ctx, ctlplane.RetiringKey(r.Keys), redis.Z{Score: float64(ms(now.Add(lease))), Member: id}).Err()
+	return r.c.ZAddXX(ctx, ctlplane.RetiringKey(r.Keys), redis.Z{Score: float64(ms(now.Add(lease))), Member: id}).Err()
 }
 
 // StaleRetirements returns the retirements whose lease ran out.
 func (r *RDB) StaleRetirements(ctx context.Context, now time.Time) ([]string, error) {
-	return r.C.ZRangeByScore(ctx, ctlplane.RetiringKey(r.Keys), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(ms(now), 10)}).Result()
+	return r.c.ZRangeByScore(ctx, ctlplane.RetiringKey(r.Keys), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(ms(now), 10)}).Result()
 }
 
 // releaseHoldScript: KEYS session hash; ARGV worker id. A project's
@@ -71,11 +82,11 @@ return 0
 func (r *RDB) EndRetire(ctx context.Context, id string, kind protocol.Kind, agent protocol.AgentType, project string, now time.Time) error {
 	k := r.Keys
 	if project != "" && agent != "" {
-		if err := releaseHoldScript.Run(ctx, r.C, []string{k.Session(agent, project)}, id).Err(); err != nil {
+		if err := releaseHoldScript.Run(ctx, r.c, []string{k.Session(agent, project)}, id).Err(); err != nil {
 			return err
 		}
 	}
-	pipe := r.C.TxPipeline()
+	pipe := r.c.TxPipeline()
 	keys := []string{k.Status(id), k.StatusHistory(id), k.UsageWorker(id)}
 	if kind != protocol.KindDeveloper {
 		keys = append(keys, k.Input(id), k.Output(id))
@@ -94,24 +105,23 @@ func (r *RDB) EndRetire(ctx context.Context, id string, kind protocol.Kind, agen
 	return err
 }
 
+// ForgetWorkerKeys deletes at once a worker's status hash, history,
+// heartbeat and its own input and output streams: for an identity that
+// ends with no retirement (a warm worker whose container a woken worker
+// took), whose keys nothing is left to read.
+func (r *RDB) ForgetWorkerKeys(ctx context.Context, id string) error {
+	k := r.Keys
+	return r.c.Del(ctx, k.Status(id), k.StatusHistory(id), k.Heartbeat(id), k.Input(id), k.Output(id)).Err()
+}
+
 // Retired returns the long-lived workers retired since since (older ones
 // are dropped from the set: their retention is over).
 func (r *RDB) Retired(ctx context.Context, since time.Time) ([]string, error) {
 	key := ctlplane.RetiredKey(r.Keys)
-	if err := r.C.ZRemRangeByScore(ctx, key, "-inf", "("+strconv.FormatInt(ms(since), 10)).Err(); err != nil {
+	if err := r.c.ZRemRangeByScore(ctx, key, "-inf", "("+strconv.FormatInt(ms(since), 10)).Err(); err != nil {
 		return nil, err
 	}
-	return r.C.ZRange(ctx, key, 0, -1).Result()
-}
-
-// Delivered marks the entries of stream up to id as delivered to group
-// (XGROUP SETID), so that Waiting returns only what comes after.
-func (r *RDB) Delivered(ctx context.Context, stream, group, id string) error {
-	err := r.C.XGroupSetID(ctx, stream, group, id).Err()
-	if noGroup(err) {
-		err = r.C.XGroupCreateMkStream(ctx, stream, group, id).Err()
-	}
-	return err
+	return r.c.ZRange(ctx, key, 0, -1).Result()
 }
 
 // reviveScript: KEYS workers, retiring, status, heartbeat; ARGV id. A
@@ -130,6 +140,6 @@ return 1
 // Workers (its slot stays taken throughout); false when it was not being
 // retired.
 func (r *RDB) Revive(ctx context.Context, id string) (bool, error) {
-	n, err := reviveScript.Run(ctx, r.C, []string{r.Keys.Workers(), ctlplane.RetiringKey(r.Keys), r.Keys.Status(id), r.Keys.Heartbeat(id)}, id).Int()
+	n, err := reviveScript.Run(ctx, r.c, []string{r.Keys.Workers(), ctlplane.RetiringKey(r.Keys), r.Keys.Status(id), r.Keys.Heartbeat(id)}, id).Int()
 	return n == 1, err
 }

@@ -3,7 +3,6 @@ package rdb
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -11,6 +10,25 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 )
+
+// Tasks is what the spawner reads and does on a worker's input: whether a
+// task is in flight or waiting (the pause rule), the entries held or not
+// yet delivered, and a task answered, handed on, moved or trimmed in the
+// worker's stead.
+type Tasks interface {
+	Busy(ctx context.Context, id, input, group string) (Busy, error)
+	BusyDelivered(ctx context.Context, id, input, group string) (Busy, string, error)
+	BusyAnyway(ctx context.Context, id, input, group string) (Busy, string, error)
+	WaitInputs(ctx context.Context, streams, after []string, block time.Duration) ([]string, error)
+	Held(ctx context.Context, stream, group, consumer string) ([]Entry, error)
+	Waiting(ctx context.Context, stream, group string) ([]Entry, error)
+	Answer(ctx context.Context, o protocol.Output, output, input, group, entryID string, now time.Time) (bool, error)
+	Requeue(ctx context.Context, requestID, input, group string, e redis.XMessage) (int, error)
+	Move(ctx context.Context, from, to string, m redis.XMessage, ackGroup string) (bool, error)
+	TrimInput(ctx context.Context, stream, group string) (int, error)
+}
+
+var _ Tasks = (*RDB)(nil)
 
 // Busy says why a worker may not be paused ("" when it may): its status
 // says a task is in flight, it holds an entry it read and did not
@@ -77,7 +95,7 @@ func (r *RDB) BusyAnyway(ctx context.Context, id, input, group string) (Busy, st
 }
 
 func (r *RDB) busy(ctx context.Context, id, input, group, mode string) (Busy, string, error) {
-	res, err := busyScript.Run(ctx, r.C, []string{r.Keys.Status(id), input, r.Keys.Workers()}, group, id, mode).StringSlice()
+	res, err := busyScript.Run(ctx, r.c, []string{r.Keys.Status(id), input, r.Keys.Workers()}, group, id, mode).StringSlice()
 	if err != nil {
 		return NotBusy, "", err
 	}
@@ -91,7 +109,7 @@ func (r *RDB) busy(ctx context.Context, id, input, group, mode string) (Busy, st
 // after its id in after (XREAD), and returns the streams that got one
 // (none when the time ran out).
 func (r *RDB) WaitInputs(ctx context.Context, streams, after []string, block time.Duration) ([]string, error) {
-	res, err := r.C.XRead(ctx, &redis.XReadArgs{Streams: append(append([]string{}, streams...), after...), Count: 1, Block: block}).Result()
+	res, err := r.c.XRead(ctx, &redis.XReadArgs{Streams: append(append([]string{}, streams...), after...), Count: 1, Block: block}).Result()
 	if Nil(err) {
 		return nil, nil
 	}
@@ -124,7 +142,7 @@ func decode(m redis.XMessage) Entry {
 // Held returns the entries (up to 1000) consumer holds pending on stream
 // in group, oldest first.
 func (r *RDB) Held(ctx context.Context, stream, group, consumer string) ([]Entry, error) {
-	pend, err := r.C.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: group, Start: "-", End: "+", Count: 1000, Consumer: consumer}).Result()
+	pend, err := r.c.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: group, Start: "-", End: "+", Count: 1000, Consumer: consumer}).Result()
 	if noGroup(err) {
 		return nil, nil
 	}
@@ -133,13 +151,13 @@ func (r *RDB) Held(ctx context.Context, stream, group, consumer string) ([]Entry
 	}
 	var out []Entry
 	for _, p := range pend {
-		msgs, err := r.C.XRangeN(ctx, stream, p.ID, p.ID, 1).Result()
+		msgs, err := r.c.XRangeN(ctx, stream, p.ID, p.ID, 1).Result()
 		if err != nil {
 			return nil, err
 		}
 		if len(msgs) == 0 {
 			// Deleted or trimmed: nothing left to answer; acknowledge.
-			r.C.XAck(ctx, stream, group, p.ID)
+			r.c.XAck(ctx, stream, group, p.ID)
 			continue
 		}
 		out = append(out, decode(msgs[0]))
@@ -150,7 +168,7 @@ func (r *RDB) Held(ctx context.Context, stream, group, consumer string) ([]Entry
 // Waiting returns the entries of stream that group has not delivered yet.
 func (r *RDB) Waiting(ctx context.Context, stream, group string) ([]Entry, error) {
 	last := "0-0"
-	groups, err := r.C.XInfoGroups(ctx, stream).Result()
+	groups, err := r.c.XInfoGroups(ctx, stream).Result()
 	if err != nil && !noGroup(err) {
 		return nil, err
 	}
@@ -159,7 +177,7 @@ func (r *RDB) Waiting(ctx context.Context, stream, group string) ([]Entry, error
 			last = g.LastDeliveredID
 		}
 	}
-	msgs, err := r.C.XRange(ctx, stream, "("+last, "+").Result()
+	msgs, err := r.c.XRange(ctx, stream, "("+last, "+").Result()
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +222,7 @@ func (r *RDB) Answer(ctx context.Context, o protocol.Output, output, input, grou
 	if o.Error != nil {
 		msg = string(o.Error.Code) + ": " + o.Error.Message
 	}
-	n, err := answerScript.Run(ctx, r.C, []string{r.Keys.Run(o.RequestID), output, input}, group, entryID, string(doc), msg,
+	n, err := answerScript.Run(ctx, r.c, []string{r.Keys.Run(o.RequestID), output, input}, group, entryID, string(doc), msg,
 		protocol.FormatTime(now), int64(r.RunRetention.Seconds()), r.StreamMaxLen).Int()
 	return n == 1, err
 }
@@ -229,33 +247,7 @@ return n
 // returns the run's count of extra deliveries, or 0 when nothing moved.
 func (r *RDB) Requeue(ctx context.Context, requestID, input, group string, e redis.XMessage) (int, error) {
 	data, _ := protocol.EntryData(e.Values)
-	return requeueScript.Run(ctx, r.C, []string{r.Keys.Run(requestID), input}, group, e.ID, string(data)).Int()
-}
-
-// Attempts returns how many times a run was handed to another worker.
-func (r *RDB) Attempts(ctx context.Context, requestID string) (int, error) {
-	n, err := r.C.HGet(ctx, r.Keys.Run(requestID), protocol.RunFieldAttempts).Int()
-	if Nil(err) {
-		return 0, nil
-	}
-	return n, err
-}
-
-// LastAttempt returns the attempt a run is on: the last one a wrapper
-// ran (its own retries counted), or the hand-overs plus one when that is
-// more.
-func (r *RDB) LastAttempt(ctx context.Context, requestID string) (int, error) {
-	vals, err := r.C.HMGet(ctx, r.Keys.Run(requestID), protocol.RunFieldAttempts, protocol.RunFieldAttempt).Result()
-	if err != nil {
-		return 0, err
-	}
-	n := [2]int{}
-	for i, v := range vals {
-		if s, ok := v.(string); ok {
-			n[i], _ = strconv.Atoi(s)
-		}
-	}
-	return max(n[0]+1, n[1]), nil
+	return requeueScript.Run(ctx, r.c, []string{r.Keys.Run(requestID), input}, group, e.ID, string(data)).Int()
 }
 
 // moveScript moves an entry from one stream to another unless it is gone
@@ -273,7 +265,7 @@ return 1
 // ackGroup first when given), at most once.
 func (r *RDB) Move(ctx context.Context, from, to string, m redis.XMessage, ackGroup string) (bool, error) {
 	data, _ := protocol.EntryData(m.Values)
-	n, err := moveScript.Run(ctx, r.C, []string{from, to}, m.ID, string(data), ackGroup).Int()
+	n, err := moveScript.Run(ctx, r.c, []string{from, to}, m.ID, string(data), ackGroup).Int()
 	return n == 1, err
 }
 
@@ -296,5 +288,5 @@ return redis.call('XTRIM', KEYS[1], 'MINID', bound)
 // delivered and acknowledged; an entry not yet delivered or still held is
 // never trimmed.
 func (r *RDB) TrimInput(ctx context.Context, stream, group string) (int, error) {
-	return trimScript.Run(ctx, r.C, []string{stream}, group).Int()
+	return trimScript.Run(ctx, r.c, []string{stream}, group).Int()
 }
