@@ -60,7 +60,7 @@ func managerVars() []envconf.Var { return append(configVars(&Config{}), opsVars(
 // The READMEs' tables of the worker-manager's variables list every
 // variable of the code's table, and no other, with the code's default.
 func TestConfigTables(t *testing.T) {
-	for _, path := range []string{"../README.md", "README.md"} {
+	for _, path := range []string{"../docs/configuration.md", "README.md"} {
 		doc, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
-// Metrics are the worker-manager's Prometheus metrics (README, "Metrics",
+// Metrics are the worker-manager's Prometheus metrics (docs/operations.md, "Operations: metrics, alerts, manager state",
 // lists each with its labels). Control-plane figures (creates, wakes,
 // GC, Redis errors) are observed where they happen; worker-side figures
 // (tasks, tokens, cost, crashes, health) come from the lifecycle and
