@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/images"
+
 	"github.com/agentvisor/agentvisor/envconf"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
@@ -230,7 +232,7 @@ func configVars(c *Config) []envconf.Var {
 		{Name: "WORKER_PROJECT_VOLUMES", Default: "true", Value: envconf.Bool(&c.ProjectVolumes), Doc: "a volume per project and agent at /home/worker"},
 		{Name: "VOLUME_RETENTION", Default: "720h", Value: envconf.Duration(&c.VolumeRetention), Doc: "a project volume unused this long is removed by the leader"},
 		{Name: "GC_PRUNE_BUILD_CACHE", Default: "false", Value: envconf.Bool(&c.PruneBuildCache), Doc: "the image GC also prunes the engine's whole build cache"},
-		{Name: "WORKER_BASE_IMAGE", Default: DefaultBaseImage, Value: envconf.String(&c.BaseImage), Doc: "what worker images are built on"},
+		{Name: "WORKER_BASE_IMAGE", Default: images.DefaultBaseImage, Value: envconf.String(&c.BaseImage), Doc: "what worker images are built on"},
 		{Name: "API_URL", Value: envconf.String(&c.APIURL), Doc: "passed to the workers"},
 		{Name: protocol.EnvModelPrices, DefaultDoc: "built-in defaults", Value: envconf.Func(c.setModelPrices), Doc: "the price table Droid workers estimate their cost with"},
 		{Name: "MANAGER_ID", DefaultDoc: "hostname (`<hostname>-<HOST_ID>` when `HOST_ID` is set)", Value: envconf.String(&c.ManagerID), Doc: "this manager's consumer name"},
