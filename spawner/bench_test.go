@@ -88,7 +88,7 @@ func BenchmarkWorkerLifecycle(b *testing.B) {
 	go func() { defer close(done); _ = (&Manager{S: f.s}).Run(cctx) }()
 	defer func() { cancel(); <-done }()
 	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude}
-	img, err := f.s.images.EnsureImage(ctx, spec.AgentType, nil)
+	img, err := f.s.inst.images.EnsureImage(ctx, spec.AgentType, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func BenchmarkWorkerLifecycle(b *testing.B) {
 			if err := f.s.Pause(ctx, info.WorkerID); err != nil {
 				b.Fatal(err)
 			}
-			c, _ := f.s.find(ctx, info.WorkerID)
+			c, _ := f.s.inst.find(ctx, info.WorkerID)
 			t0 = time.Now()
 			if err := f.dc.ContainerUnpause(ctx, c.ID); err != nil {
 				b.Fatal(err)

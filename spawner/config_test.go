@@ -35,10 +35,10 @@ func TestModelPricesConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := New(c, nil, nil, nil, nil)
-	if got := s.workerEnv("w1", protocol.WorkerSpec{AgentType: protocol.AgentDroid}, "redis://x"); !slices.Contains(got, "MODEL_PRICES="+prices) {
+	if got := s.inst.workerEnv("w1", protocol.WorkerSpec{AgentType: protocol.AgentDroid}, "redis://x"); !slices.Contains(got, "MODEL_PRICES="+prices) {
 		t.Fatalf("worker env %v lacks MODEL_PRICES", got)
 	}
-	if c, err := ConfigFromEnv(env(nil)); err != nil || slices.ContainsFunc(New(c, nil, nil, nil, nil).workerEnv("w1", protocol.WorkerSpec{}, "redis://x"),
+	if c, err := ConfigFromEnv(env(nil)); err != nil || slices.ContainsFunc(New(c, nil, nil, nil, nil).inst.workerEnv("w1", protocol.WorkerSpec{}, "redis://x"),
 		func(v string) bool { return strings.HasPrefix(v, "MODEL_PRICES=") }) {
 		t.Fatalf("without MODEL_PRICES: %v", err)
 	}

@@ -241,7 +241,7 @@ func TestFleetConfig(t *testing.T) {
 // left for the new incarnation.
 func TestALostHostsWorkerLivesOnHere(t *testing.T) {
 	u := fleetUnit(t, func(c *Config) { c.NetworkMode = "host" })
-	u.s.images = &images.Builder{Docker: presentImages{}, BaseImage: images.DefaultBaseImage, Keys: u.keys}
+	u.s.inst.images = &images.Builder{Docker: presentImages{}, BaseImage: images.DefaultBaseImage, Keys: u.keys}
 	ctx := context.Background()
 	now := u.now()
 	u.hostB(t, -time.Second)

@@ -18,7 +18,7 @@ type Gone struct {
 	retention time.Duration // RETENTION: how long a retired worker is answered for
 }
 
-// goneAnswerer answers the tasks of one retired worker (Spawner.answerGone).
+// goneAnswerer answers the tasks of one retired worker (answers.answerGone).
 type goneAnswerer interface {
 	answerGone(ctx context.Context, id string) (int, error)
 }

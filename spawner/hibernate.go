@@ -70,7 +70,7 @@ func (s *Spawner) hibernate(ctx context.Context, id, reason string, graceful boo
 			return errorf(protocol.CodeWorkerBusy, "worker %s became busy (%s): not hibernated", id, b)
 		}
 	}
-	if err := s.removeContainer(ctx, id, graceful); err != nil {
+	if err := s.inst.removeContainer(ctx, id, graceful); err != nil {
 		return err // the retirement stays leased: the leader ends it
 	}
 	if h, err = s.rdb.Status(ctx, id); err != nil {
@@ -79,7 +79,7 @@ func (s *Spawner) hibernate(ctx context.Context, id, reason string, graceful boo
 	// The next incarnation comes with the wake: a task in flight that
 	// asked for retries goes back on the input for it (retries.go).
 	r := retirement{reason: protocol.RemovedReason("hibernated"), code: protocol.CodeTerminated, msg: "the worker was hibernated while it ran this task", replacing: true}
-	if err := s.answerHeld(ctx, id, h, kind, s.keys.InputsFor(kind, id), group, r, true); err != nil {
+	if err := s.answers.answerHeld(ctx, id, h, kind, s.keys.InputsFor(kind, id), group, r, true); err != nil {
 		return err
 	}
 	return s.hibernated(ctx, id, h, reason)
@@ -90,7 +90,7 @@ func (s *Spawner) hibernate(ctx context.Context, id, reason string, graceful boo
 // directory and Redis user go, its status says hibernated, and it leaves
 // Retiring for its host's hibernated set.
 func (s *Spawner) hibernated(ctx context.Context, id string, h map[string]string, reason string) error {
-	s.closeSealed(ctx, id)
+	s.seals.close(ctx, id)
 	if err := s.users.drop(ctx, id); err != nil {
 		return err
 	}
@@ -153,7 +153,7 @@ func (s *Spawner) wakeHibernated(ctx context.Context, id string) error {
 		spec.Kind = protocol.KindLongLived
 	}
 	n := max(atoi(h[protocol.StatusFieldIncarnation]), 1) + 1
-	if done, err := s.wakeIntoWarm(ctx, id, spec, n); done || err != nil {
+	if done, err := s.warm.wakeIntoWarm(ctx, id, spec, n); done || err != nil {
 		return err
 	}
 	// The spec's host pin was its create's (the host may be lost since);
@@ -291,7 +291,7 @@ func (s *Spawner) endHibernated(ctx context.Context, id string, h map[string]str
 	kind, input, group := s.inputOf(id, protocol.Kind(h[protocol.StatusFieldKind]))
 	r := retirement{reason: protocol.RemovedDeleted, late: true, code: protocol.CodeWorkerGone,
 		msg: "the worker " + id + " was deleted while hibernated: send it to another worker"}
-	if err := s.answerWaiting(ctx, id, h, input, group, r); err != nil {
+	if err := s.answers.answerWaiting(ctx, id, h, input, group, r); err != nil {
 		return true, err
 	}
 	s.writeStatusOn(ctx, hostOf(h, s), id, map[string]any{protocol.StatusFieldState: string(protocol.WorkerStopped),

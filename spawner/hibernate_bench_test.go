@@ -96,7 +96,7 @@ func BenchmarkHibernation(b *testing.B) {
 	f := newFixture(b, func(c *Config) { c.IdleTimeout = time.Hour })
 	f.startManager(b)
 	ctx := context.Background()
-	if _, err := f.s.images.EnsureImage(ctx, protocol.AgentClaude, nil); err != nil {
+	if _, err := f.s.inst.images.EnsureImage(ctx, protocol.AgentClaude, nil); err != nil {
 		b.Fatal(err)
 	}
 	usedBefore := usedMemory(b, f.rc)

@@ -42,7 +42,7 @@ func waitHibernated(t testing.TB, f *fixture, id string, within time.Duration) {
 	ctx := context.Background()
 	testkit.Eventually(t, "worker "+id+" hibernated", within, func() bool {
 		h := f.rc.HGetAll(ctx, f.keys.Status(id)).Val()
-		_, err := f.s.find(ctx, id)
+		_, err := f.s.inst.find(ctx, id)
 		return h[protocol.StatusFieldState] == string(protocol.WorkerHibernated) &&
 			h[protocol.StatusFieldContainer] == string(protocol.ContainerHibernated) && IsNotFound(err)
 	})
@@ -150,7 +150,7 @@ func TestDeleteWinsOverAWake(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(3 * time.Second)
-	if _, err := f.s.find(ctx, id); !IsNotFound(err) {
+	if _, err := f.s.inst.find(ctx, id); !IsNotFound(err) {
 		t.Fatalf("a container of the deleted worker: %v", err)
 	}
 	if f.rc.SIsMember(ctx, f.keys.Workers(), id).Val() {

@@ -97,7 +97,7 @@ func (s *Spawner) revive(ctx context.Context, id string) error {
 // A container that does not start is removed and the worker retired for
 // good (the caller sees no error: the identity has ended).
 func (s *Spawner) incarnate(ctx context.Context, id string, spec protocol.WorkerSpec, h map[string]string, n int, enter func(ctx context.Context, id string) error) error {
-	img, err := s.images.EnsureImage(ctx, spec.AgentType, spec.Capabilities)
+	img, err := s.inst.images.EnsureImage(ctx, spec.AgentType, spec.Capabilities)
 	if err != nil {
 		return &Error{Code: protocol.CodeInternalError, Err: err}
 	}
@@ -114,11 +114,11 @@ func (s *Spawner) incarnate(ctx context.Context, id string, spec protocol.Worker
 	// (the gateway's socket directory, open again, takes it in place of
 	// the last incarnation's) and, sealed, a spare network namespace.
 	o := createOpts{pool: h[protocol.StatusFieldPool], poolState: h[protocol.StatusFieldPoolState], modelToken: newModelToken()}
-	if o.credentialHosts, err = s.openSealed(cctx, id, spec, o.modelToken); err != nil {
+	if o.credentialHosts, err = s.seals.open(cctx, id, spec, o.modelToken); err != nil {
 		return err
 	}
 	now := s.now()
-	cid, err := s.createContainer(cctx, id, "", spec, &img, redisURL, now, &o)
+	cid, err := s.inst.createContainer(cctx, id, "", spec, &img, redisURL, now, &o)
 	if err != nil {
 		return err
 	}

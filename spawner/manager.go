@@ -116,7 +116,7 @@ func (s *Spawner) Shutdown(ctx context.Context) error {
 		})
 	}
 	err = g.Wait()
-	s.adoptions.Wait()
+	s.warm.adoptions.Wait()
 	s.engine.Close(ctx) // what it kept for creates; the workers' went with them
 	s.engine.Sweep(ctx)
 	return err

@@ -18,7 +18,7 @@ import (
 // task read between the two wakes it at once, so a paused worker never
 // keeps a task in flight.
 func (s *Spawner) Pause(ctx context.Context, id string) error {
-	c, err := s.find(ctx, id)
+	c, err := s.inst.find(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -37,7 +37,7 @@ func (s *Spawner) Pause(ctx context.Context, id string) error {
 	}
 	if err := s.engine.Suspend(ctx, c.ID); err != nil {
 		// Another pauser may have won the race: paused all the same.
-		if st := s.stateNow(ctx, id); st == engine.Suspended {
+		if st := s.inst.stateNow(ctx, id); st == engine.Suspended {
 			return nil
 		}
 		return engineError(err, "pause worker %s", id)
@@ -119,16 +119,6 @@ func (s *env) inputOf(id string, kind protocol.Kind) (protocol.Kind, string, str
 	return kind, s.keys.InputFor(kind, id), protocol.GroupFor(kind)
 }
 
-// stateNow inspects a worker again, after the engine refused a pause or
-// an unpause that another caller may have done first ("": unknown).
-func (s *Spawner) stateNow(ctx context.Context, id string) engine.State {
-	c, err := s.find(ctx, id)
-	if err != nil {
-		return ""
-	}
-	return c.State
-}
-
 // Unpause wakes a paused worker. The engine is asked to unpause it at
 // once (a wake-up makes one engine call); a worker that was not paused
 // (another caller woke it first) is no error.
@@ -142,7 +132,7 @@ func (s *Spawner) Unpause(ctx context.Context, id string) error {
 		if errors.Is(err, engine.ErrNotFound) {
 			return noContainer(id)
 		}
-		st := s.stateNow(ctx, id)
+		st := s.inst.stateNow(ctx, id)
 		if st != "" && st != engine.Suspended {
 			return nil
 		}

@@ -1,6 +1,7 @@
 package spawner
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -90,7 +91,7 @@ func (p PoolTemplate) MarshalJSON() ([]byte, error) {
 // numbers left out with PoolDefaults.
 func (p *PoolTemplate) UnmarshalJSON(data []byte) error {
 	var j poolJSON
-	dec := json.NewDecoder(bytesReader(data))
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&j); err != nil {
 		return err
@@ -122,7 +123,7 @@ func (p *PoolTemplate) UnmarshalJSON(data []byte) error {
 // ParsePools reads pool templates from JSON (an array) and checks them.
 func ParsePools(data []byte) ([]PoolTemplate, error) {
 	var ps []PoolTemplate
-	dec := json.NewDecoder(bytesReader(data))
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&ps); err != nil {
 		return nil, fmt.Errorf("want a JSON array of pool templates: %w", err)

@@ -71,7 +71,7 @@ func TestWakeTakesAWarmPoolWorker(t *testing.T) {
 		t.Fatalf("after the wake: incarnation %q, container %.12s; want 2 and the warm worker's %.12s",
 			st[protocol.StatusFieldIncarnation], st[protocol.StatusFieldContainerID], warmContainer)
 	}
-	c, err := f.s.find(ctx, id)
+	c, err := f.s.inst.find(ctx, id)
 	if err != nil || !before[c.ID[:12]] {
 		t.Fatalf("the woken worker's container %v (%v) was not one of those before the task", c.ID, err)
 	}

@@ -34,7 +34,7 @@ func TestDeadIdlePausedAndOrphans(t *testing.T) {
 		return st.Status == protocol.ContainerPaused
 	})
 	testkit.Eventually(t, "the paused worker terminated", 15*time.Second, func() bool {
-		_, err := f.s.find(ctx, idle.WorkerID)
+		_, err := f.s.inst.find(ctx, idle.WorkerID)
 		return IsNotFound(err)
 	})
 

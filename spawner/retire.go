@@ -2,13 +2,9 @@ package spawner
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/spawner/engine"
-	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
 // MaxAttempts is how many workers a developer-queue task is handed to
@@ -85,24 +81,55 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 			return true, redisError(err, "pool %s", pool)
 		}
 	}
-	if err := s.removeContainer(ctx, id, r.graceful); err != nil {
+	if err := s.inst.removeContainer(ctx, id, r.graceful); err != nil {
 		return true, err // the retirement stays leased: the leader finishes it
 	}
-	kind, input, group := s.inputOf(id, protocol.Kind(h[protocol.StatusFieldKind]))
-	// A long-lived worker with a spec that died lives on under its id: a
-	// new incarnation on this host (incarnation.go), or, its host lost,
-	// hibernated on this host and woken here at once (hibernate.go). A
-	// warm pool worker belongs to no consumer yet: its pool refills.
-	respawn := s.cfg.ReplaceDead && kind == protocol.KindLongLived && h[protocol.StatusFieldSpec] != ""
-	ours := h[protocol.StatusFieldPoolState] != protocol.PoolWarm
-	reincarnating := respawn && r.unasked && !r.hostLost && ours
-	migrating := respawn && r.hostLost && r.replace && ours
-	replacing := respawn && r.replace || reincarnating
-	if !reincarnating {
+	p := s.planRetirement(id, h, r)
+	if !p.reincarnating {
 		// The socket directory belongs to the identity: closed only when
 		// the identity ends.
-		s.closeSealed(ctx, id)
+		s.seals.close(ctx, id)
 	}
+	s.markRetired(ctx, id, h, r)
+	// A death that brings no new incarnation (a takeover, a stuck start)
+	// still brings a replacement when its task in flight asked for
+	// retries (retries.go).
+	p.replacing = p.replacing || p.respawn && !p.reincarnating && r.died && s.answers.retriesInFlight(ctx, id, h, p.input, p.group)
+	r.replacing = p.replacing
+	if err := s.answers.answerHeld(ctx, id, h, p.kind, s.keys.InputsFor(p.kind, id), p.group, r, p.replacing); err != nil {
+		return true, err
+	}
+	return true, s.afterRemoval(ctx, id, h, r, p)
+}
+
+// retirementPlan is what follows a worker's removal.
+type retirementPlan struct {
+	kind         protocol.Kind
+	input, group string
+	respawn      bool // a long-lived worker with a spec: it may live on under its id
+	// reincarnating: a new incarnation on this host (incarnation.go);
+	// migrating: its host lost, hibernated here and woken at once
+	// (hibernate.go); replacing: a new worker takes its tasks (replace.go).
+	reincarnating, migrating, replacing bool
+}
+
+// planRetirement says what follows the removal of worker id. A
+// long-lived worker with a spec that died lives on under its id; a warm
+// pool worker belongs to no consumer yet: its pool refills.
+func (s *Spawner) planRetirement(id string, h map[string]string, r retirement) retirementPlan {
+	p := retirementPlan{}
+	p.kind, p.input, p.group = s.inputOf(id, protocol.Kind(h[protocol.StatusFieldKind]))
+	p.respawn = s.cfg.ReplaceDead && p.kind == protocol.KindLongLived && h[protocol.StatusFieldSpec] != ""
+	ours := h[protocol.StatusFieldPoolState] != protocol.PoolWarm
+	p.reincarnating = p.respawn && r.unasked && !r.hostLost && ours
+	p.migrating = p.respawn && r.hostLost && r.replace && ours
+	p.replacing = p.respawn && r.replace || p.reincarnating
+	return p
+}
+
+// markRetired writes a removed worker's end to its status hash: stopped,
+// or failed with its exit code and cause (and a died event).
+func (s *Spawner) markRetired(ctx context.Context, id string, h map[string]string, r retirement) {
 	state, container := protocol.WorkerStopped, protocol.ContainerStopped
 	fields := map[string]any{}
 	if r.died {
@@ -114,39 +141,38 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 	}
 	fields[protocol.StatusFieldState], fields[protocol.StatusFieldContainer] = string(state), string(container)
 	s.writeStatusOn(ctx, hostOf(h, s), id, fields)
+}
 
-	// A death that brings no new incarnation (a takeover, a stuck start)
-	// still brings a replacement when its task in flight asked for
-	// retries (retries.go).
-	replacing = replacing || respawn && !reincarnating && r.died && s.retriesInFlight(ctx, id, h, input, group)
-	r.replacing = replacing
-	if err := s.answerHeld(ctx, id, h, kind, s.keys.InputsFor(kind, id), group, r, replacing); err != nil {
-		return true, err
-	}
-	if migrating {
+// afterRemoval carries out p once a worker's instance is gone and its
+// held tasks answered: it migrates, reincarnates or replaces the worker,
+// or ends its identity (its waiting tasks answered, its Redis user
+// dropped, the retirement ended).
+func (s *Spawner) afterRemoval(ctx context.Context, id string, h map[string]string, r retirement, p retirementPlan) error {
+	if p.migrating {
 		if err := s.hibernated(ctx, id, h, hibernateHostLost); err != nil {
-			return true, err
+			return err
 		}
 		// Woken now (a slot, the wake's lease); one that cannot be stays
 		// hibernated here, and the next task on its input wakes it.
 		if err := s.wakeHibernated(ctx, id); err != nil {
 			s.log.Warn("a lost host's worker was not woken here", "worker_id", id, "err", err)
 		}
-		return true, nil
+		return nil
 	}
-	if reincarnating {
+	replacing := p.replacing
+	if p.reincarnating {
 		lives, err := s.reincarnate(ctx, id, h)
 		if err != nil || lives {
-			return true, err
+			return err
 		}
 		replacing = false
-		s.closeSealed(ctx, id)
+		s.seals.close(ctx, id)
 	}
 	detail := map[string]any{"reason": r.reason}
 	if replacing {
 		newID, moved, err := s.replace(ctx, id, h, r.hostLost)
 		if err != nil {
-			return true, err
+			return err
 		}
 		if newID != "" {
 			detail["replaced_by"], detail["tasks_moved"] = newID, moved
@@ -154,17 +180,17 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 			replacing = false
 		}
 	}
-	if kind == protocol.KindLongLived && !replacing {
-		if err := s.answerWaiting(ctx, id, h, input, group, r); err != nil {
-			return true, err
+	if p.kind == protocol.KindLongLived && !replacing {
+		if err := s.answers.answerWaiting(ctx, id, h, p.input, p.group, r); err != nil {
+			return err
 		}
 	}
 	if err := s.users.drop(ctx, id); err != nil {
-		return true, err
+		return err
 	}
 	s.lifecycleOn(ctx, hostOf(h, s), id, protocol.EventRemoved, detail)
-	if err := s.rdb.EndRetire(ctx, id, kind, protocol.AgentType(h[protocol.StatusFieldAgentType]), h[protocol.StatusFieldProjectID], s.now()); err != nil {
-		return true, redisError(err, "end retirement of %s", id)
+	if err := s.rdb.EndRetire(ctx, id, p.kind, protocol.AgentType(h[protocol.StatusFieldAgentType]), h[protocol.StatusFieldProjectID], s.now()); err != nil {
+		return redisError(err, "end retirement of %s", id)
 	}
 	if pool := h[protocol.StatusFieldPool]; pool != "" {
 		// Best effort: the pool's tending drops a member no longer in
@@ -172,7 +198,7 @@ func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, er
 		_ = s.rdb.DropPoolMember(ctx, pool, id)
 	}
 	s.log.Info("worker retired", "worker_id", id, "reason", r.reason)
-	return true, nil
+	return nil
 }
 
 // hostOf is the host a worker's status hash names, or this one.
@@ -189,202 +215,4 @@ func (s *Spawner) keepRetiring(ctx context.Context, id string) *renewal {
 		_ = s.rdb.RenewRetire(ctx, id, s.now(), s.cfg.LeaseTTL)
 		return true
 	})
-}
-
-// removeContainer stops (graceful: SIGTERM, then the stop timeout) or
-// kills a worker's container and removes it; a container already gone is
-// no error.
-func (s *Spawner) removeContainer(ctx context.Context, id string, graceful bool) error {
-	c, err := s.find(ctx, id)
-	if IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if graceful && c.State.Up() {
-		if c.State == engine.Suspended {
-			// A paused process cannot take SIGTERM: wake it first.
-			_ = s.engine.Resume(ctx, c.ID)
-		}
-		// Stopping may take the whole stop timeout: a context of its own.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.StopTimeout+15*time.Second)
-		defer cancel()
-		if err := s.engine.Stop(sctx, c.ID, s.cfg.StopTimeout); err != nil && !errors.Is(err, engine.ErrNotFound) {
-			return engineError(err, "stop worker %s", id)
-		}
-	}
-	if err := s.engine.Remove(ctx, c.ID); err != nil && !s.goneSoon(ctx, c.ID) {
-		return engineError(err, "remove worker %s", id)
-	}
-	return nil
-}
-
-// goneSoon waits (up to 10 s) for a container that someone else is
-// removing ("removal already in progress"), and says whether it went.
-func (s *Spawner) goneSoon(ctx context.Context, containerID string) bool {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-		if _, err := s.engine.Inspect(ctx, containerID); errors.Is(err, engine.ErrNotFound) {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-		}
-	}
-	return false
-}
-
-// answerHeld answers the tasks a retired worker held: the one its status
-// names and every entry delivered to it and never acknowledged. A
-// retryable developer task goes back to the queue; with a replacement
-// coming, a long-lived worker's held tasks other than the one in flight
-// are put back on its input, unread, for the replacement.
-func (s *Spawner) answerHeld(ctx context.Context, id string, h map[string]string, kind protocol.Kind, inputs []string, group string, r retirement, replacing bool) error {
-	inFlight := h[protocol.StatusFieldRequestID]
-	answeredInFlight := false
-	for _, input := range inputs {
-		found, err := s.answerHeldOn(ctx, id, h, kind, input, group, r, replacing)
-		if err != nil {
-			return err
-		}
-		answeredInFlight = answeredInFlight || found
-	}
-	if inFlight != "" && !answeredInFlight {
-		// Its entry is gone (acknowledged): answer the run all the same
-		// unless it is terminal.
-		e := rdb.Entry{Task: protocol.Task{RequestID: inFlight, TaskID: h[protocol.StatusFieldTaskID]}, OK: true}
-		return s.answer(ctx, id, h, kind, inputs[0], group, e, true, r)
-	}
-	return nil
-}
-
-// answerHeldOn is answerHeld for one input stream; it reports whether
-// it answered the task in flight.
-func (s *Spawner) answerHeldOn(ctx context.Context, id string, h map[string]string, kind protocol.Kind, input, group string, r retirement, replacing bool) (bool, error) {
-	held, err := s.rdb.Held(ctx, input, group, id)
-	if err != nil {
-		return false, redisError(err, "tasks held by %s", id)
-	}
-	inFlight := h[protocol.StatusFieldRequestID]
-	answeredInFlight := false
-	for _, e := range held {
-		if !e.OK {
-			// Not a task: nothing to answer, but never left pending.
-			_ = s.rdb.Ack(ctx, input, group, e.Msg.ID)
-			continue
-		}
-		isInFlight := e.Task.RequestID == inFlight
-		answeredInFlight = answeredInFlight || isInFlight
-		if replacing && !isInFlight {
-			if _, err := s.rdb.Move(ctx, input, input, e.Msg, group); err != nil {
-				return false, redisError(err, "put back a task of %s", id)
-			}
-			continue
-		}
-		if err := s.answer(ctx, id, h, kind, input, group, e, isInFlight, r); err != nil {
-			return false, err
-		}
-	}
-	return answeredInFlight, nil
-}
-
-// answerWaiting answers the tasks on a retired long-lived worker's input
-// that it never read.
-func (s *Spawner) answerWaiting(ctx context.Context, id string, h map[string]string, input, group string, r retirement) error {
-	waiting, err := s.rdb.Waiting(ctx, input, group)
-	if err != nil {
-		return redisError(err, "tasks waiting for %s", id)
-	}
-	for _, e := range waiting {
-		if !e.OK {
-			continue
-		}
-		if err := s.answer(ctx, id, h, protocol.KindLongLived, input, group, e, false, r); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// answerGone answers the tasks sent to a retired long-lived worker since
-// it was retired (WORKER_GONE) and marks them delivered, so that each is
-// answered once; it returns how many it answered. A worker whose status
-// hash is gone (its retention ended) has nothing to answer.
-func (s *Spawner) answerGone(ctx context.Context, id string) (int, error) {
-	h, err := s.rdb.Status(ctx, id)
-	if err != nil || len(h) == 0 {
-		return 0, err
-	}
-	if member, err := s.rdb.IsWorker(ctx, id); err != nil || member {
-		return 0, err // back under the same id: its own wrapper reads its input
-	}
-	_, input, group := s.inputOf(id, protocol.KindLongLived)
-	waiting, err := s.rdb.Waiting(ctx, input, group)
-	if err != nil || len(waiting) == 0 {
-		return 0, err
-	}
-	r := retirement{reason: protocol.RemovedGone, late: true, code: protocol.CodeWorkerGone,
-		msg: "the worker " + id + " was retired before this task was sent: send it to another worker"}
-	n := 0
-	for _, e := range waiting {
-		if e.OK {
-			if err := s.answer(ctx, id, h, protocol.KindLongLived, input, group, e, false, r); err != nil {
-				return n, err
-			}
-			n++
-		}
-	}
-	if err := s.rdb.Delivered(ctx, input, group, waiting[len(waiting)-1].Msg.ID); err != nil {
-		return n, redisError(err, "input of %s", id)
-	}
-	return n, nil
-}
-
-// answer answers one task of a retired worker: a retryable developer task
-// with its entry held goes back to the queue (up to MaxAttempts), any
-// other gets a failed Output, unless its run is already terminal.
-func (s *Spawner) answer(ctx context.Context, id string, h map[string]string, kind protocol.Kind, input, group string, e rdb.Entry, inFlight bool, r retirement) error {
-	t := e.Task
-	code, msg := r.code, r.msg
-	if !inFlight && !r.died && !r.late {
-		code, msg = protocol.CodeTerminated, fmt.Sprintf("the worker was %s before it ran this task", r.reason)
-	}
-	attempt, err := s.rdb.LastAttempt(ctx, t.RequestID)
-	if err != nil {
-		return redisError(err, "attempts of %s", t.RequestID)
-	}
-	if e.Msg.ID != "" && s.handsOn(kind, t, code, attempt, r) {
-		n, err := s.rdb.Requeue(ctx, t.RequestID, input, group, e.Msg)
-		if err != nil {
-			return redisError(err, "requeue %s", t.RequestID)
-		}
-		if n > 0 {
-			s.log.Info("a dead worker's task put back on its input", "request_id", t.RequestID, "kind", kind, "attempt", attempt+1, "code", code)
-		}
-		return nil
-	}
-	o := protocol.Output{RequestID: t.RequestID, TaskID: t.TaskID, ProjectID: t.Project(), WorkerID: id,
-		AgentType: protocol.AgentType(h[protocol.StatusFieldAgentType]), Status: protocol.StatusFailed,
-		Error: protocol.NewError(code, "%s", msg), Attempt: attempt, Timestamp: s.now()}
-	if inFlight {
-		o.ProjectID = h[protocol.StatusFieldProjectID]
-		if started, err := protocol.ParseTime(h[protocol.StatusFieldTaskStarted]); err == nil && !started.IsZero() {
-			o.DurationMS = s.now().Sub(started).Milliseconds()
-		}
-	}
-	if !o.AgentType.Valid() {
-		o.AgentType = ""
-	}
-	out := s.keys.OutputFor(kind, id)
-	if inFlight && h[protocol.StatusFieldOutputStream] != "" {
-		out = h[protocol.StatusFieldOutputStream]
-	}
-	if _, err := s.rdb.Answer(ctx, o, out, input, group, e.Msg.ID, s.now()); err != nil {
-		return redisError(err, "answer %s", t.RequestID)
-	}
-	return nil
 }

@@ -17,12 +17,12 @@ import (
 
 // retriesInFlight reports whether the task a dead worker had in flight
 // asked for retries.
-func (s *Spawner) retriesInFlight(ctx context.Context, id string, h map[string]string, input, group string) bool {
+func (a *answers) retriesInFlight(ctx context.Context, id string, h map[string]string, input, group string) bool {
 	inFlight := h[protocol.StatusFieldRequestID]
 	if inFlight == "" {
 		return false
 	}
-	held, err := s.rdb.Held(ctx, input, group, id)
+	held, err := a.rdb.Held(ctx, input, group, id)
 	if err != nil {
 		return false
 	}
@@ -40,8 +40,8 @@ func (s *Spawner) retriesInFlight(ctx context.Context, id string, h map[string]s
 // MaxAttempts (or the attempts its retry policy asks, if more); a
 // long-lived worker's task that asked for retries, for the worker's next
 // incarnation or replacement, while its policy leaves an attempt.
-func (s *Spawner) handsOn(kind protocol.Kind, t protocol.Task, code protocol.Code, attempt int, r retirement) bool {
-	policy, asked := t.RetryPolicy(s.cfg.Retry)
+func (a *answers) handsOn(kind protocol.Kind, t protocol.Task, code protocol.Code, attempt int, r retirement) bool {
+	policy, asked := t.RetryPolicy(a.retry)
 	if kind == protocol.KindDeveloper {
 		return code.Retryable() && (attempt < MaxAttempts || (asked && policy.Allows(attempt, code)))
 	}

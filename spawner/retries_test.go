@@ -20,7 +20,7 @@ import (
 // Which dead worker's task goes back on the input rather than being
 // answered.
 func TestHandsOn(t *testing.T) {
-	s := &Spawner{cfg: Config{Retry: protocol.RetryPolicy{Attempts: 3, BackoffMS: []int{10}}}}
+	a := &answers{retry: protocol.RetryPolicy{Attempts: 3, BackoffMS: []int{10}}}
 	asked := protocol.Task{RequestID: "r", Prompt: "p", Retry: &protocol.RetryPolicy{}}
 	asks5 := protocol.Task{RequestID: "r", Prompt: "p", Retry: &protocol.RetryPolicy{Attempts: 5}}
 	plain := protocol.Task{RequestID: "r", Prompt: "p"}
@@ -45,7 +45,7 @@ func TestHandsOn(t *testing.T) {
 		{"developer, asked for more", protocol.KindDeveloper, asks5, protocol.CodeKilled, 4, retirement{}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := s.handsOn(c.kind, c.task, c.code, c.attempt, c.r); got != c.want {
+			if got := a.handsOn(c.kind, c.task, c.code, c.attempt, c.r); got != c.want {
 				t.Errorf("handsOn = %v, want %v", got, c.want)
 			}
 		})
@@ -65,7 +65,7 @@ func TestDeadWorkersRetriedTaskGoesToItsNextIncarnation(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			u := newUnit(t, func(c *Config) { c.ReplaceBackoff, c.NetworkMode = time.Millisecond, "host" })
-			u.s.images = &images.Builder{Docker: presentImages{}, BaseImage: images.DefaultBaseImage, Keys: u.keys}
+			u.s.inst.images = &images.Builder{Docker: presentImages{}, BaseImage: images.DefaultBaseImage, Keys: u.keys}
 			ctx := context.Background()
 			u.worker(t, "w", "running", u.now())
 			u.rc.HSet(ctx, u.keys.Status("w"), protocol.StatusFieldSpec, `{"agent_type":"claude"}`, protocol.StatusFieldRequestID, "r1")
@@ -118,7 +118,7 @@ func TestDeadWorkersRetriedTaskGoesToItsNextIncarnation(t *testing.T) {
 			}
 			// Its last attempt allowed: the next death answers it.
 			u.rc.HSet(ctx, u.keys.Run("r1"), protocol.RunFieldAttempt, 2)
-			if h := u.s.handsOn(protocol.KindLongLived, task, protocol.CodeAgentCrashed, 2, retirement{died: true, replacing: true}); h {
+			if h := u.s.answers.handsOn(protocol.KindLongLived, task, protocol.CodeAgentCrashed, 2, retirement{died: true, replacing: true}); h {
 				t.Fatal("handed on past its attempts")
 			}
 		})

@@ -79,7 +79,7 @@ func BenchmarkScaleHundred(b *testing.B) {
 	opt.PoolSize = 2*n + 10 // a blocked read per worker at once
 	rc := redis.NewClient(opt)
 	defer rc.Close()
-	if _, err := f.s.images.EnsureImage(ctx, fakeSpec.AgentType, nil); err != nil {
+	if _, err := f.s.inst.images.EnsureImage(ctx, fakeSpec.AgentType, nil); err != nil {
 		b.Fatal(err)
 	}
 

@@ -102,14 +102,14 @@ func TestEvictOldestPausedWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.s.find(ctx, ws[1].WorkerID); !IsNotFound(err) {
+	if _, err := f.s.inst.find(ctx, ws[1].WorkerID); !IsNotFound(err) {
 		t.Fatalf("the paused worker without input was not evicted (%v)", err)
 	}
 	// Evicted, it keeps its identity: hibernated.
 	if st, err := f.s.Status(ctx, ws[1].WorkerID); err != nil || st.Status != protocol.ContainerHibernated {
 		t.Fatalf("the evicted worker: %+v %v", st, err)
 	}
-	if _, err := f.s.find(ctx, ws[0].WorkerID); err != nil {
+	if _, err := f.s.inst.find(ctx, ws[0].WorkerID); err != nil {
 		t.Fatalf("the worker with a task waiting was evicted: %v", err)
 	}
 	var evicted *protocol.Lifecycle

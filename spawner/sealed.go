@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"log/slog"
 	"path/filepath"
 	"strings"
 
@@ -43,8 +44,21 @@ type Gateway interface {
 	Rename(ctx context.Context, from, to string) (gateway.WorkerInfo, error)
 }
 
-// sealed reports whether workers are sealed.
-func (s *Spawner) sealed() bool { return s.cfg.NetworkMode == NetworkSealed }
+// sealing is this host's gateway as the spawner uses it: the socket
+// directory of each sealed worker opened, renamed and closed, and the
+// directory mounted into the worker's instance.
+type sealing struct {
+	on  bool    // WORKER_NETWORK_MODE=sealed
+	gw  Gateway // nil when not sealed (or, in tests, no gateway)
+	dir string  // GATEWAY_DIR
+	log *slog.Logger
+}
+
+// enabled reports whether workers are sealed.
+func (g *sealing) enabled() bool { return g.on }
+
+// served reports whether sealed workers have a gateway to hand over.
+func (g *sealing) served() bool { return g.on && g.gw != nil }
 
 // NetworkSealed is WORKER_NETWORK_MODE's value for sealed workers.
 const NetworkSealed = "sealed"
@@ -54,32 +68,32 @@ const NetworkSealed = "sealed"
 // gateway adds) and its model token ("": the one the gateway has stays);
 // opening again replaces them. It returns the hosts the gateway has a
 // credential for, for this worker.
-func (s *Spawner) openSealed(ctx context.Context, id string, spec protocol.WorkerSpec, modelToken string) ([]string, error) {
-	if !s.sealed() {
+func (g *sealing) open(ctx context.Context, id string, spec protocol.WorkerSpec, modelToken string) ([]string, error) {
+	if !g.on {
 		return nil, nil
 	}
-	if s.gateway == nil {
+	if g.gw == nil {
 		return nil, errorf(protocol.CodeInternalError, "WORKER_NETWORK_MODE=sealed without a gateway")
 	}
 	gs := gateway.WorkerSpec{WorkerID: id, ProjectID: spec.ProjectID, ModelToken: modelToken}
 	if spec.Network != nil {
 		gs.Allow = spec.Network.Allow
 	}
-	info, err := s.gateway.OpenSpec(ctx, gs)
+	info, err := g.gw.OpenSpec(ctx, gs)
 	if err != nil {
-		return nil, errorf(protocol.CodeUpstreamUnavailable, "the sealed network's gateway (worker-gateway, GATEWAY_DIR=%s): %v", s.cfg.GatewayDir, err)
+		return nil, errorf(protocol.CodeUpstreamUnavailable, "the sealed network's gateway (worker-gateway, GATEWAY_DIR=%s): %v", g.dir, err)
 	}
 	return info.CredentialHosts, nil
 }
 
 // closeSealed closes a retired worker's socket directory; a gateway that
 // does not answer is logged (its reconciliation closes what is left).
-func (s *Spawner) closeSealed(ctx context.Context, id string) {
-	if !s.sealed() || s.gateway == nil {
+func (g *sealing) close(ctx context.Context, id string) {
+	if !g.served() {
 		return
 	}
-	if err := s.gateway.Close(ctx, id); err != nil {
-		s.log.Warn("the gateway did not close a retired worker's sockets", "worker_id", id, "err", err)
+	if err := g.gw.Close(ctx, id); err != nil {
+		g.log.Warn("the gateway did not close a retired worker's sockets", "worker_id", id, "err", err)
 	}
 }
 
@@ -91,13 +105,13 @@ func newModelToken() string {
 	return "agentvisor-worker-" + hex.EncodeToString(b)
 }
 
-// seal gives a sealed worker's instance no network but loopback and its
+// mount gives a sealed worker's instance no network but loopback and its
 // socket directory, and tells the wrapper where its sockets are, its model
 // token, and which hosts the gateway adds a credential for (the wrapper
 // points git at them over http://, through the gateway).
-func (s *Spawner) seal(id string, is *engine.Spec, o *createOpts) {
+func (g *sealing) mount(id string, is *engine.Spec, o *createOpts) {
 	is.Network = engine.Sealed
-	is.Mounts = append(is.Mounts, engine.Mount{HostPath: filepath.Join(s.cfg.GatewayDir, id), Target: sealedMount, ReadOnly: true})
+	is.Mounts = append(is.Mounts, engine.Mount{HostPath: filepath.Join(g.dir, id), Target: sealedMount, ReadOnly: true})
 	is.Env = append(is.Env, "REDIS_SOCKET="+sealedMount+"/"+gateway.RedisSocket, "MODEL_SOCKET="+sealedMount+"/"+gateway.ModelSocket,
 		"EGRESS_SOCKET="+sealedMount+"/"+gateway.EgressSocket, "MODEL_SOCKET_TOKEN="+o.modelToken)
 	if len(o.credentialHosts) > 0 {
@@ -109,7 +123,7 @@ func (s *Spawner) seal(id string, is *engine.Spec, o *createOpts) {
 // applies it to the worker's new connections at once, and the status
 // hash's spec keeps it (a replacement gets it, Status shows it).
 func (s *Spawner) SetNetwork(ctx context.Context, id string, network protocol.Network) (protocol.WorkerInfo, error) {
-	if !s.sealed() {
+	if !s.seals.enabled() {
 		return protocol.WorkerInfo{}, errorf(protocol.CodeInvalidCommand, "set_network: workers here are not sealed (WORKER_NETWORK_MODE=%s)", s.cfg.NetworkMode)
 	}
 	if _, err := protocol.ParseEgressRules(network.Allow); err != nil {
@@ -126,7 +140,7 @@ func (s *Spawner) SetNetwork(ctx context.Context, id string, network protocol.Ne
 		return protocol.WorkerInfo{}, errorf(protocol.CodeNotFound, "worker %s", id)
 	}
 	spec.Network = &network
-	if _, err := s.openSealed(ctx, id, spec, ""); err != nil {
+	if _, err := s.seals.open(ctx, id, spec, ""); err != nil {
 		return protocol.WorkerInfo{}, err
 	}
 	s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldSpec: specJSON(spec)})

@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -32,25 +30,21 @@ type Spawner struct {
 	*env
 	cfg      Config
 	engine   engine.Engine
-	images   *images.Builder
-	instance string // this process's lease owner id: ManagerID plus a random suffix
+	inst     *instances // the workers' instances on the engine
+	seals    *sealing   // this host's gateway, for sealed workers
+	instance string     // this process's lease owner id: ManagerID plus a random suffix
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when the manager begins to shut down
 
-	cpuOnce    sync.Once // reads engineCPUs, once
-	engineCPUs int
-
 	users   *workerUsers    // the workers' Redis users (ACL mode)
-	gateway Gateway         // this host's gateway, for sealed workers
 	volumes *projectVolumes // the project volumes on this engine
 	// waking holds the hibernated workers a wake of this process runs
 	// for: the wake lease is per process, and two callers of one process
 	// (the wake loop, a lost host's handling) must not both make one.
-	waking sync.Map
-	// adoptions are the warm workers whose leftovers a wake into them
-	// will remove (poolwake.go): Shutdown waits for them.
-	adoptions sync.WaitGroup
+	waking  sync.Map
+	warm    *poolWake // wakes into warm pool workers (poolwake.go)
+	answers *answers  // a retired worker's tasks answered (answers.go)
 	// connected holds a signal when the Redis client made a new
 	// connection (RedisConnected); the leader's health loop takes it.
 	connected chan struct{}
@@ -82,9 +76,13 @@ func New(cfg Config, eng engine.Engine, rc redis.UniversalClient, builder *image
 	if cfg.NetworkMode == NetworkSealed {
 		gw = gateway.NewClient(cfg.GatewayDir)
 	}
-	s := &Spawner{env: e, cfg: cfg, engine: eng, images: builder, users: newWorkerUsers(e, cfg.WorkerACL, cfg.RedisURLForWorkers), gateway: gw,
+	seals := &sealing{on: cfg.NetworkMode == NetworkSealed, gw: gw, dir: cfg.GatewayDir, log: log}
+	s := &Spawner{env: e, cfg: cfg, engine: eng, seals: seals, users: newWorkerUsers(e, cfg.WorkerACL, cfg.RedisURLForWorkers),
+		inst:     &instances{env: e, cfg: cfg, engine: eng, images: builder, seals: seals},
 		volumes:  &projectVolumes{env: e, engine: eng, enabled: cfg.ProjectVolumes, retention: cfg.VolumeRetention},
 		instance: cfg.ManagerID + "/" + newWorkerID()[:8], stopping: make(chan struct{}), connected: make(chan struct{}, 1)}
+	s.answers = &answers{env: e, retry: cfg.Retry}
+	s.warm = &poolWake{env: e, poolFor: s.poolFor, users: s.users, seals: seals, engine: eng, retire: s.retire, ended: s.ended}
 	return s
 }
 
@@ -184,7 +182,7 @@ func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.Wo
 	if spec.Kind == "" {
 		spec.Kind = protocol.KindLongLived
 	}
-	if err := s.checkLimits(ctx, spec); err != nil {
+	if err := s.inst.checkLimits(ctx, spec); err != nil {
 		return protocol.WorkerInfo{}, err
 	}
 	id := newWorkerID()
@@ -238,7 +236,7 @@ func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.Wo
 		// lease would have run out (and the reconciler would delete the
 		// user).
 		_ = s.rdb.Leave(context.WithoutCancel(ctx), id)
-		if _, ferr := s.find(ctx, id); IsNotFound(ferr) {
+		if _, ferr := s.inst.find(ctx, id); IsNotFound(ferr) {
 			_ = s.users.drop(context.WithoutCancel(ctx), id)
 		}
 	}
@@ -265,7 +263,7 @@ func (s *Spawner) forwarded(ctx context.Context, id, host string, o createOpts) 
 // create (no earlier delivery of its command) has no container to look
 // for: it asks the engine only to create and start one.
 func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol.WorkerSpec, member, fresh bool, o createOpts) (protocol.WorkerInfo, error) {
-	img, err := s.images.EnsureImage(ctx, spec.AgentType, spec.Capabilities)
+	img, err := s.inst.images.EnsureImage(ctx, spec.AgentType, spec.Capabilities)
 	if err != nil {
 		return protocol.WorkerInfo{}, &Error{Code: protocol.CodeInternalError, Err: err}
 	}
@@ -281,7 +279,7 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 	err = noContainer(id)
 	if !fresh {
 		var c engine.Instance
-		if c, err = s.find(cctx, id); err == nil {
+		if c, err = s.inst.find(cctx, id); err == nil {
 			cid = c.ID
 		}
 	}
@@ -310,10 +308,10 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 			return protocol.WorkerInfo{}, err
 		}
 		o.modelToken = newModelToken()
-		if o.credentialHosts, err = s.openSealed(cctx, id, spec, o.modelToken); err != nil {
+		if o.credentialHosts, err = s.seals.open(cctx, id, spec, o.modelToken); err != nil {
 			return protocol.WorkerInfo{}, err
 		}
-		if cid, err = s.createContainer(cctx, id, commandID, spec, &img, redisURL, now, &o); err != nil {
+		if cid, err = s.inst.createContainer(cctx, id, commandID, spec, &img, redisURL, now, &o); err != nil {
 			return protocol.WorkerInfo{}, err
 		}
 	case err != nil:
@@ -351,7 +349,7 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 		s.log.Warn("status and created event not written", "worker_id", id, "err", err)
 	}
 	s.log.Info("worker created", "worker_id", id, "agent_type", spec.AgentType, "kind", spec.Kind, "image", img.Tag)
-	if err != nil || !s.hostNetwork() {
+	if err != nil || !s.inst.hostNetwork() {
 		return s.Status(ctx, id) // the engine alone knows the address of a container on a network of its own
 	}
 	info := InfoFromHash(id, h)
@@ -359,132 +357,11 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 	return info, nil
 }
 
-// createContainer makes a worker's container from img and returns its
-// id; a container the same command made meanwhile (a delivery of it on
-// another manager) is taken as it is. An image removed since EnsureImage
-// last saw it (an operator's docker rmi) is made again, once.
-func (s *Spawner) createContainer(ctx context.Context, id, commandID string, spec protocol.WorkerSpec, img *images.Image, redisURL string, now time.Time, o *createOpts) (string, error) {
-	for attempt := 0; ; attempt++ {
-		cid, err := s.engine.Create(ctx, s.instanceSpec(id, commandID, spec, img.Tag, redisURL, now, o))
-		switch {
-		case err == nil:
-			return cid, nil
-		case errors.Is(err, engine.ErrConflict): // made meanwhile by the same command elsewhere
-			c, err := s.find(ctx, id)
-			if err != nil {
-				return "", err
-			}
-			return c.ID, nil
-		case errors.Is(err, engine.ErrNotFound) && attempt == 0:
-			s.images.Forget(img.Tag)
-			again, ierr := s.images.EnsureImage(ctx, spec.AgentType, spec.Capabilities)
-			if ierr != nil {
-				return "", &Error{Code: protocol.CodeInternalError, Err: ierr}
-			}
-			*img = again
-		default:
-			return "", engineError(err, "create container of %s", id)
-		}
-	}
-}
-
-// hostNetwork reports whether workers share the host's network
-// (WORKER_NETWORK_MODE's default) or have none: their containers have no
-// address of their own to look up.
-func (s *Spawner) hostNetwork() bool {
-	return s.cfg.NetworkMode == "host" || s.cfg.NetworkMode == "none" || s.sealed()
-}
-
-// instanceSpec is a worker's instance: labels, environment, limits and
-// mounts (the engine adds the hardening every worker gets).
-func (s *Spawner) instanceSpec(id, commandID string, spec protocol.WorkerSpec, image, redisURL string, now time.Time, o *createOpts) engine.Spec {
-	caps, _ := protocol.NormalizeCapabilities(spec.Capabilities)
-	capNames := make([]string, len(caps))
-	for i, c := range caps {
-		capNames[i] = string(c)
-	}
-	labels := map[string]string{
-		protocol.LabelManaged: "true", protocol.LabelWorkerID: id, ctlplane.LabelAgentType: string(spec.AgentType),
-		ctlplane.LabelKind: string(spec.Kind), ctlplane.LabelProjectID: spec.ProjectID,
-		protocol.LabelCreatedAt: protocol.FormatTime(now), protocol.LabelKeyPrefix: s.keys.Prefix,
-		ctlplane.LabelCapabilities: strings.Join(capNames, ","), ctlplane.LabelImage: image, ctlplane.LabelHost: s.Host(),
-	}
-	if commandID != "" {
-		labels[ctlplane.LabelCommandID] = commandID
-	}
-	is := engine.Spec{Name: ContainerName(id), Image: image, Env: s.workerEnv(id, spec, redisURL), Labels: labels, User: "1000:1000",
-		StopTimeout: s.cfg.StopTimeout, Network: s.cfg.NetworkMode,
-		Limits: engine.Limits{Memory: s.memory(spec), CPUs: s.cpus(spec), Pids: s.pids(spec)}}
-	if s.cfg.ProjectVolumes && spec.ProjectID != "" {
-		is.Mounts = projectMounts(s.keys.Prefix, spec)
-		is.Env = append(is.Env, "WORKSPACE=/home/worker/workspace")
-	}
-	if s.sealed() {
-		s.seal(id, &is, o)
-	}
-	is.Env = append(is.Env, poolEnv(spec, *o)...)
-	return is
-}
-
 // specJSON is the spec as the status hash keeps it (secrets come from the
 // host's environment, never from a spec, so none is stored).
 func specJSON(spec protocol.WorkerSpec) string {
 	b, _ := json.Marshal(spec)
 	return string(b)
-}
-
-func (s *Spawner) workerEnv(id string, spec protocol.WorkerSpec, redisURL string) []string {
-	env := []string{
-		"WORKER_ID=" + id, "REDIS_URL=" + redisURL, "WORKER_KEY_PREFIX=" + s.keys.Prefix, protocol.EnvWorkerHost + "=" + s.Host(),
-		"AGENT_TYPE=" + string(spec.AgentType), "WORKER_KIND=" + string(spec.Kind),
-		"SHUTDOWN_GRACE=" + (s.cfg.StopTimeout - 10*time.Second).String(),
-		"HEARTBEAT_INTERVAL=" + s.cfg.HeartbeatInterval.String(),
-		protocol.EnvStreamMaxLen + "=" + strconv.FormatInt(s.cfg.StreamMaxLen, 10),
-		protocol.EnvRunRetention + "=" + s.cfg.RunRetention.String(),
-		protocol.EnvRetryAttempts + "=" + strconv.Itoa(s.cfg.Retry.Attempts),
-		protocol.EnvRetryBackoffMS + "=" + protocol.FormatRetryBackoffMS(s.cfg.Retry.BackoffMS),
-	}
-	if v := s.cfg.RedisWait.Replicas; v != "" {
-		env = append(env, protocol.EnvRedisWaitReplicas+"="+v)
-	}
-	if v := s.cfg.RedisWait.Timeout; v != "" {
-		env = append(env, protocol.EnvRedisWaitTimeout+"="+v)
-	}
-	if len(spec.AllowedCommands) > 0 {
-		env = append(env, "ALLOWED_COMMANDS="+strings.Join(spec.AllowedCommands, ","))
-	}
-	if spec.Instructions != "" {
-		env = append(env, "INSTRUCTIONS="+spec.Instructions)
-	}
-	if spec.UserID != "" {
-		env = append(env, "USER_ID="+spec.UserID)
-	}
-	if spec.Model != "" {
-		env = append(env, "AGENT_MODEL="+spec.Model)
-	}
-	if v, err := protocol.EncodeMCPServers(spec.MCPServers); err == nil && v != "null" {
-		env = append(env, protocol.EnvMCPServers+"="+v) // refused at create when invalid
-	}
-	if s.cfg.APIURL != "" {
-		env = append(env, "API_URL="+s.cfg.APIURL)
-	}
-	if s.cfg.ModelPrices != "" {
-		env = append(env, protocol.EnvModelPrices+"="+s.cfg.ModelPrices)
-	}
-	for _, name := range s.cfg.PassEnv {
-		if v, ok := os.LookupEnv(name); ok {
-			env = append(env, name+"="+v)
-		}
-	}
-	for k, v := range s.cfg.WorkerEnv {
-		env = append(env, k+"="+v)
-	}
-	for k, v := range spec.Env {
-		if !protocol.ReservedEnv(k) { // refused at create; never taken
-			env = append(env, k+"="+v)
-		}
-	}
-	return env
 }
 
 // ResetContext forgets a project's agent session and its stored context:

@@ -23,7 +23,7 @@ func NewDocker(cfg Config, dc dockerengine.Client, rc redis.UniversalClient, bui
 	}
 	eng := dockerengine.New(dc, cfg.Keys.Prefix, log)
 	s := New(cfg, eng, rc, builder, log)
-	if s.sealed() {
+	if s.seals.enabled() {
 		image := func() string { return s.cfg.BaseImage }
 		if builder != nil {
 			image = func() string { return builder.BaseImage }
@@ -93,7 +93,7 @@ func (p parts) imageGC(gc *images.GC) *gcJob { return &gcJob{gc: gc, obs: &p.s.o
 func (p parts) retention() *Retention { return newRetention(p.s.env) }
 
 func (p parts) gone() *Gone {
-	return newGone(p.s.env, p.s, max(p.s.cfg.HeartbeatInterval/2, 100*time.Millisecond), p.s.cfg.Retention)
+	return newGone(p.s.env, p.s.answers, max(p.s.cfg.HeartbeatInterval/2, 100*time.Millisecond), p.s.cfg.Retention)
 }
 
 func (p parts) pools() *Pools { return newPools(p.s.env, p.s.cfg.Pools, p.s) }

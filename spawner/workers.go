@@ -3,25 +3,12 @@ package spawner
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner/engine"
 )
-
-// find returns the instance of a worker, or a NOT_FOUND error.
-func (s *Spawner) find(ctx context.Context, id string) (engine.Instance, error) {
-	c, err := s.engine.Inspect(ctx, ContainerName(id))
-	if errors.Is(err, engine.ErrNotFound) {
-		return c, noContainer(id)
-	}
-	if err != nil {
-		return c, engineError(err, "inspect worker %s", id)
-	}
-	return c, nil
-}
 
 // noContainer is the NOT_FOUND error of a worker without a container.
 func noContainer(id string) *Error {
@@ -46,12 +33,12 @@ func (s *Spawner) Delete(ctx context.Context, id string) error {
 				return s.Delete(ctx, id) // a wake won: retired as it runs
 			}
 		}
-		if _, err := s.find(ctx, id); err != nil {
+		if _, err := s.inst.find(ctx, id); err != nil {
 			return err
 		}
 		// A container the workers set does not know: an orphan, or a
 		// worker another caller is retiring. Remove it all the same.
-		return s.removeContainer(ctx, id, false)
+		return s.inst.removeContainer(ctx, id, false)
 	}
 	_, err = s.retire(ctx, id, retirement{reason: protocol.RemovedDeleted, graceful: true, code: protocol.CodeTerminated,
 		msg: "the worker was deleted before it ran this task"})
@@ -71,7 +58,7 @@ func (s *Spawner) Status(ctx context.Context, id string) (protocol.WorkerInfo, e
 		}
 		return info, nil // another host's: as Redis knows it
 	}
-	c, err := s.find(ctx, id)
+	c, err := s.inst.find(ctx, id)
 	if err != nil {
 		if len(h) == 0 {
 			return protocol.WorkerInfo{}, err

@@ -18,6 +18,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -101,32 +102,8 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int 
 	m := &spawner.Manager{S: s, GC: gc}
 
 	if ops.MetricsAddr != "" {
-		metrics := spawner.NewMetrics(rdb, cfg.Keys, ops.MetricsMaxProjects)
-		rdb.AddHook(metrics.RedisHook())
-		builder.OnBuild = metrics.ImageBuilt
-		page := (&dashboard.Dashboard{Redis: rdb, Keys: cfg.Keys, Log: log}).Handler()
-		// An address in use (a second manager on this host with the
-		// default) costs the metrics, not the workers: the manager runs on
-		// and says so.
-		token, made := ops.OpsToken, false
-		if token == "" {
-			token, made = spawner.NewOpsToken(), true
-		}
-		if srv, addr, err := spawner.ServeOps(ops.MetricsAddr, metrics, page, token, log); err != nil {
-			log.Error("metrics endpoint not served: this manager runs without /metrics and the dashboard (set METRICS_ADDR)",
-				"err", err, "addr", ops.MetricsAddr)
-		} else {
+		if srv := serveOps(s, builder, rdb, cfg, ops, log); srv != nil {
 			defer srv.Close()
-			s.UseMetrics(metrics, addr)
-			if made {
-				// Printed once, for the operator who set no token: a
-				// stable one (for Prometheus) is OPS_TOKEN_FILE's.
-				log.Info("metrics and dashboard (their token was made at start: set OPS_TOKEN_FILE for a lasting one)",
-					"url", "http://"+addr+"/login?token="+token, "metrics", "http://"+addr+"/metrics (Authorization: Bearer <token>)")
-			} else {
-				log.Info("metrics and dashboard (the operator token of OPS_TOKEN or OPS_TOKEN_FILE)",
-					"url", "http://"+addr+"/login?token=<token>", "metrics", "http://"+addr+"/metrics (Authorization: Bearer <token>)")
-			}
 		}
 	}
 	log.Info("worker-manager started", "manager_id", cfg.ManagerID, "max_workers", cfg.MaxWorkers)
@@ -134,23 +111,62 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int 
 		log.Error("manager failed", "err", err)
 		return 1
 	}
-	if !ops.KeepWorkers {
-		sctx, cancel := context.WithTimeout(context.Background(), cfg.StopTimeout+30*time.Second)
-		defer cancel()
-		start := time.Now()
-		if err := s.Shutdown(sctx); err != nil {
-			log.Error("shutdown: workers left", "err", err)
+	if ops.KeepWorkers {
+		return 0
+	}
+	return stop(s, cfg, ops, log)
+}
+
+// serveOps serves /metrics and the dashboard on METRICS_ADDR and counts
+// the image builds. An address in use (a second manager on this host with
+// the default) costs the metrics, not the workers: the manager runs on
+// and says so (nil: not served).
+func serveOps(s *spawner.Spawner, builder *images.Builder, rdb redis.UniversalClient, cfg spawner.Config, ops spawner.OpsConfig, log *slog.Logger) io.Closer {
+	metrics := spawner.NewMetrics(rdb, cfg.Keys, ops.MetricsMaxProjects)
+	rdb.AddHook(metrics.RedisHook())
+	builder.OnBuild = metrics.ImageBuilt
+	page := (&dashboard.Dashboard{Redis: rdb, Keys: cfg.Keys, Log: log}).Handler()
+	token, made := ops.OpsToken, false
+	if token == "" {
+		token, made = spawner.NewOpsToken(), true
+	}
+	srv, addr, err := spawner.ServeOps(ops.MetricsAddr, metrics, page, token, log)
+	if err != nil {
+		log.Error("metrics endpoint not served: this manager runs without /metrics and the dashboard (set METRICS_ADDR)",
+			"err", err, "addr", ops.MetricsAddr)
+		return nil
+	}
+	s.UseMetrics(metrics, addr)
+	if made {
+		// Printed once, for the operator who set no token: a stable one
+		// (for Prometheus) is OPS_TOKEN_FILE's.
+		log.Info("metrics and dashboard (their token was made at start: set OPS_TOKEN_FILE for a lasting one)",
+			"url", "http://"+addr+"/login?token="+token, "metrics", "http://"+addr+"/metrics (Authorization: Bearer <token>)")
+	} else {
+		log.Info("metrics and dashboard (the operator token of OPS_TOKEN or OPS_TOKEN_FILE)",
+			"url", "http://"+addr+"/login?token=<token>", "metrics", "http://"+addr+"/metrics (Authorization: Bearer <token>)")
+	}
+	return srv
+}
+
+// stop hibernates or removes every worker of this manager, and its
+// project volumes with REMOVE_VOLUMES_AT_STOP; it returns the exit code.
+func stop(s *spawner.Spawner, cfg spawner.Config, ops spawner.OpsConfig, log *slog.Logger) int {
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.StopTimeout+30*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := s.Shutdown(sctx); err != nil {
+		log.Error("shutdown: workers left", "err", err)
+		return 1
+	}
+	log.Info("shutdown: every worker hibernated or removed", "took", time.Since(start).String())
+	if ops.RemoveVolumesAtStop {
+		removed, err := s.RemoveVolumes(sctx)
+		if err != nil {
+			log.Error("shutdown: project volumes left", "removed", len(removed), "err", err)
 			return 1
 		}
-		log.Info("shutdown: every worker hibernated or removed", "took", time.Since(start).String())
-		if ops.RemoveVolumesAtStop {
-			removed, err := s.RemoveVolumes(sctx)
-			if err != nil {
-				log.Error("shutdown: project volumes left", "removed", len(removed), "err", err)
-				return 1
-			}
-			log.Info("shutdown: project volumes removed", "volumes", len(removed))
-		}
+		log.Info("shutdown: project volumes removed", "volumes", len(removed))
 	}
 	return 0
 }
