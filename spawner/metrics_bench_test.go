@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/ops"
+
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 )
@@ -56,8 +58,8 @@ func BenchmarkMetricsCost(b *testing.B) {
 	}
 
 	m := NewMetrics(f.rc, f.keys, 50)
-	token := NewOpsToken()
-	srv, addr, err := ServeOps("127.0.0.1:0", m, nil, token, f.s.log)
+	token := ops.NewToken()
+	srv, addr, err := ops.Serve("127.0.0.1:0", m.Registry, nil, token, f.s.log)
 	if err != nil {
 		b.Fatal(err)
 	}

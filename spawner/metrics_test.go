@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/ops"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/agentvisor/agentvisor/protocol"
@@ -191,8 +193,8 @@ func TestMetricsFromStreams(t *testing.T) {
 		}
 	}
 
-	token := NewOpsToken()
-	srv, addr, err := ServeOps("127.0.0.1:0", m, nil, token, log)
+	token := ops.NewToken()
+	srv, addr, err := ops.Serve("127.0.0.1:0", m.Registry, nil, token, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,10 +7,11 @@ import (
 	"os"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/ops"
+
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/redisconn"
-	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/stubmodel"
 )
 
@@ -47,7 +48,7 @@ func (d *demo) connect(ctx context.Context) error {
 // when ANTHROPIC_API_KEY is set (and DEMO_STUB is not true), else the stub
 // model, which the returned function stops.
 func (d *demo) managerEnv() ([]string, func(), error) {
-	d.opsToken = spawner.NewOpsToken()
+	d.opsToken = ops.NewToken()
 	env := []string{"REDIS_URL=" + d.managerURL, "WORKER_KEY_PREFIX=" + d.keys.Prefix, "MANAGER_ID=demo", "HEARTBEAT_INTERVAL=2s", d.poolsEnv(), workerEnv,
 		"WORKER_STOP_TIMEOUT=12s", "WORKER_NETWORK_MODE=sealed", "GATEWAY_DIR=" + d.gatewayDir(), "METRICS_ADDR=" + envOr("DEMO_METRICS_ADDR", "127.0.0.1:0"),
 		"OPS_TOKEN=" + d.opsToken}

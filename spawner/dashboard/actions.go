@@ -14,9 +14,10 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/ops"
+
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
@@ -72,7 +73,7 @@ func (d *Dashboard) actionRoutes(mux *http.ServeMux) {
 
 // session tells the page who it acts as and the CSRF token its actions carry.
 func (d *Dashboard) session(w http.ResponseWriter, r *http.Request) {
-	op, ok := spawner.OperatorFrom(r.Context())
+	op, ok := ops.OperatorFrom(r.Context())
 	if !ok {
 		writeError(w, http.StatusUnauthorized, protocol.CodeForbidden, "no operator credential")
 		return
@@ -86,7 +87,7 @@ func (d *Dashboard) session(w http.ResponseWriter, r *http.Request) {
 // body), runs the action, records it and answers.
 func (d *Dashboard) guard(action string, fn actionFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		op, ok := spawner.OperatorFrom(r.Context())
+		op, ok := ops.OperatorFrom(r.Context())
 		if !ok {
 			writeError(w, http.StatusUnauthorized, protocol.CodeForbidden, "no operator credential")
 			return

@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/ops"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/spawner/dashboard"
 	"github.com/agentvisor/agentvisor/testkit"
 )
@@ -40,9 +41,9 @@ func newActionEnv(t *testing.T) *actionEnv {
 	rc.SAdd(ctx, keys.Workers(), actWorker)
 	rc.HSet(ctx, keys.Status(actWorker), protocol.StatusFieldKind, string(protocol.KindLongLived),
 		protocol.StatusFieldRequestID, actTask, protocol.StatusFieldProjectID, "shop")
-	e := &actionEnv{t: t, rc: rc, keys: keys, token: spawner.NewOpsToken()}
+	e := &actionEnv{t: t, rc: rc, keys: keys, token: ops.NewToken()}
 	d := &dashboard.Dashboard{Redis: rc, Keys: keys, CommandTimeout: 5 * time.Second}
-	e.srv = httptest.NewServer(spawner.RequireToken(e.token, d.Handler()))
+	e.srv = httptest.NewServer(ops.RequireToken(e.token, d.Handler()))
 	t.Cleanup(e.srv.Close)
 	go e.answerCommands(t.Context())
 
@@ -251,7 +252,7 @@ func TestDashboardActionsByBearer(t *testing.T) {
 	e := newActionEnv(t)
 	bearer := func(r *http.Request) {
 		r.Header.Set("Authorization", "Bearer "+e.token)
-		r.Header.Set(spawner.OperatorHeader, "deploy-bot")
+		r.Header.Set(ops.OperatorHeader, "deploy-bot")
 	}
 	if code, body := e.post(http.MethodPost, "/workers/w-1/cancel", "", bearer); code != http.StatusOK {
 		t.Fatalf("cancel by bearer: %d %s", code, body)

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/ops"
+
 	"github.com/chromedp/chromedp"
 
 	"github.com/agentvisor/agentvisor/client"
@@ -87,9 +89,9 @@ func TestDashboardControlInChromium(t *testing.T) {
 	worker := r.Worker.WorkerID
 
 	d := &dashboard.Dashboard{Redis: rt.RC, Keys: rt.Keys, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), StateEvery: 250 * time.Millisecond}
-	token := spawner.NewOpsToken()
+	token := ops.NewToken()
 	posts := &statusLog{}
-	srv := httptest.NewServer(posts.wrap(spawner.RequireToken(token, d.Handler())))
+	srv := httptest.NewServer(posts.wrap(ops.RequireToken(token, d.Handler())))
 	defer srv.Close()
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox,

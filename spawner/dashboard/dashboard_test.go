@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/ops"
+
 	"github.com/chromedp/chromedp"
 	"github.com/redis/go-redis/v9"
 
@@ -64,8 +66,8 @@ func TestDashboardInChromium(t *testing.T) {
 	d := &dashboard.Dashboard{Redis: rt.RC, Keys: rt.Keys, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), StateEvery: 250 * time.Millisecond}
 	// Behind the operator token, as the manager serves it: the browser
 	// logs in once (a cookie), then loads the page and its stream.
-	token := spawner.NewOpsToken()
-	srv := httptest.NewServer(spawner.RequireToken(token, d.Handler()))
+	token := ops.NewToken()
+	srv := httptest.NewServer(ops.RequireToken(token, d.Handler()))
 	defer srv.Close()
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox,

@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/ops"
+
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/spawner/dashboard"
 	"github.com/agentvisor/agentvisor/testkit"
 )
@@ -34,8 +35,8 @@ func TestDashboardHistory(t *testing.T) {
 	testkit.XAdd(t, rc, keys.Output("w-1"), testkit.Doc(protocol.Progress{WorkerID: "w-1", RequestID: "r-3", Step: "not an output", Timestamp: t0}))
 	out("w-2", "r-1", "", t0.Add(time.Minute), 0.01)
 
-	token := spawner.NewOpsToken()
-	srv := httptest.NewServer(spawner.RequireToken(token, (&dashboard.Dashboard{Redis: rc, Keys: keys}).Handler()))
+	token := ops.NewToken()
+	srv := httptest.NewServer(ops.RequireToken(token, (&dashboard.Dashboard{Redis: rc, Keys: keys}).Handler()))
 	defer srv.Close()
 	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/history", nil)
 	req.Header.Set("Authorization", "Bearer "+token)

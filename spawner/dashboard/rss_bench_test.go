@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/ops"
+
 	"github.com/chromedp/chromedp"
 
 	"github.com/agentvisor/agentvisor/protocol"
@@ -75,8 +77,8 @@ func BenchmarkManagerRSSDashboard(b *testing.B) {
 	b.Logf("%d workers created in %v", n, time.Since(start).Round(time.Millisecond))
 	m := spawner.NewMetrics(rt.RC, rt.Keys, 50)
 	d := &dashboard.Dashboard{Redis: rt.RC, Keys: rt.Keys, Log: log}
-	token := spawner.NewOpsToken()
-	srv, addr, err := spawner.ServeOps("127.0.0.1:0", m, d.Handler(), token, log)
+	token := ops.NewToken()
+	srv, addr, err := ops.Serve("127.0.0.1:0", m.Registry, d.Handler(), token, log)
 	if err != nil {
 		b.Fatal(err)
 	}

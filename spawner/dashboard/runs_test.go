@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/ops"
+
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/spawner/dashboard"
 	"github.com/agentvisor/agentvisor/testkit"
 )
@@ -52,8 +53,8 @@ func TestRunsPollingAndEvents(t *testing.T) {
 	put(progress("r2", "another run's step"))
 	put(output("r1"))
 
-	token := spawner.NewOpsToken()
-	srv := httptest.NewServer(spawner.RequireToken(token, (&dashboard.Dashboard{Redis: rc, Keys: keys}).Handler()))
+	token := ops.NewToken()
+	srv := httptest.NewServer(ops.RequireToken(token, (&dashboard.Dashboard{Redis: rc, Keys: keys}).Handler()))
 	defer srv.Close()
 	get := func(path string) *http.Response {
 		t.Helper()

@@ -26,6 +26,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/ops"
+
 	"github.com/agentvisor/agentvisor/spawner/images"
 
 	dockerengine "github.com/agentvisor/agentvisor/spawner/engine/docker"
@@ -63,7 +65,7 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int 
 		log.Error("invalid configuration", "err", err)
 		return 2
 	}
-	ops, err := spawner.OpsConfigFromEnv(getenv)
+	oc, err := spawner.OpsConfigFromEnv(getenv)
 	if err != nil {
 		log.Error("invalid configuration", "err", err)
 		return 2
@@ -98,11 +100,11 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int 
 	s := spawner.NewDocker(cfg, dc, rdb, builder, log)
 	sp.Store(s)
 	gc := &images.GC{Docker: dc, Redis: rdb, Keys: cfg.Keys, Log: log, PruneBuildCache: cfg.PruneBuildCache,
-		Retention: ops.GCRetention, Interval: ops.GCInterval, DryRun: ops.GCDryRun}
+		Retention: oc.GCRetention, Interval: oc.GCInterval, DryRun: oc.GCDryRun}
 	m := &spawner.Manager{S: s, GC: gc}
 
-	if ops.MetricsAddr != "" {
-		if srv := serveOps(s, builder, rdb, cfg, ops, log); srv != nil {
+	if oc.MetricsAddr != "" {
+		if srv := serveOps(s, builder, rdb, cfg, oc, log); srv != nil {
 			defer srv.Close()
 		}
 	}
@@ -111,29 +113,29 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int 
 		log.Error("manager failed", "err", err)
 		return 1
 	}
-	if ops.KeepWorkers {
+	if oc.KeepWorkers {
 		return 0
 	}
-	return stop(s, cfg, ops, log)
+	return stop(s, cfg, oc, log)
 }
 
 // serveOps serves /metrics and the dashboard on METRICS_ADDR and counts
 // the image builds. An address in use (a second manager on this host with
 // the default) costs the metrics, not the workers: the manager runs on
 // and says so (nil: not served).
-func serveOps(s *spawner.Spawner, builder *images.Builder, rdb redis.UniversalClient, cfg spawner.Config, ops spawner.OpsConfig, log *slog.Logger) io.Closer {
-	metrics := spawner.NewMetrics(rdb, cfg.Keys, ops.MetricsMaxProjects)
+func serveOps(s *spawner.Spawner, builder *images.Builder, rdb redis.UniversalClient, cfg spawner.Config, oc spawner.OpsConfig, log *slog.Logger) io.Closer {
+	metrics := spawner.NewMetrics(rdb, cfg.Keys, oc.MetricsMaxProjects)
 	rdb.AddHook(metrics.RedisHook())
 	builder.OnBuild = metrics.ImageBuilt
 	page := (&dashboard.Dashboard{Redis: rdb, Keys: cfg.Keys, Log: log}).Handler()
-	token, made := ops.OpsToken, false
+	token, made := oc.OpsToken, false
 	if token == "" {
-		token, made = spawner.NewOpsToken(), true
+		token, made = ops.NewToken(), true
 	}
-	srv, addr, err := spawner.ServeOps(ops.MetricsAddr, metrics, page, token, log)
+	srv, addr, err := ops.Serve(oc.MetricsAddr, metrics.Registry, page, token, log)
 	if err != nil {
 		log.Error("metrics endpoint not served: this manager runs without /metrics and the dashboard (set METRICS_ADDR)",
-			"err", err, "addr", ops.MetricsAddr)
+			"err", err, "addr", oc.MetricsAddr)
 		return nil
 	}
 	s.UseMetrics(metrics, addr)
@@ -151,7 +153,7 @@ func serveOps(s *spawner.Spawner, builder *images.Builder, rdb redis.UniversalCl
 
 // stop hibernates or removes every worker of this manager, and its
 // project volumes with REMOVE_VOLUMES_AT_STOP; it returns the exit code.
-func stop(s *spawner.Spawner, cfg spawner.Config, ops spawner.OpsConfig, log *slog.Logger) int {
+func stop(s *spawner.Spawner, cfg spawner.Config, oc spawner.OpsConfig, log *slog.Logger) int {
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.StopTimeout+30*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -160,7 +162,7 @@ func stop(s *spawner.Spawner, cfg spawner.Config, ops spawner.OpsConfig, log *sl
 		return 1
 	}
 	log.Info("shutdown: every worker hibernated or removed", "took", time.Since(start).String())
-	if ops.RemoveVolumesAtStop {
+	if oc.RemoveVolumesAtStop {
 		removed, err := s.RemoveVolumes(sctx)
 		if err != nil {
 			log.Error("shutdown: project volumes left", "removed", len(removed), "err", err)

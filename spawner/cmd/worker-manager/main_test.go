@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/ops"
+
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/gateway"
 	"github.com/agentvisor/agentvisor/gateway/gatewaytest"
@@ -50,7 +52,7 @@ func TestPrometheusScrapesManager(t *testing.T) {
 		"METRICS_ADDR": "127.0.0.1:0", "WORKER_STOP_TIMEOUT": "12s", "HEARTBEAT_INTERVAL": "2s"}
 	// The operator token in a file, as Prometheus reads it too.
 	tokenFile := filepath.Join(t.TempDir(), "ops-token")
-	if err := os.WriteFile(tokenFile, []byte(spawner.NewOpsToken()+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte(ops.NewToken()+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	env["OPS_TOKEN_FILE"] = tokenFile

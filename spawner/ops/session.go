@@ -1,4 +1,4 @@
-package spawner
+package ops
 
 import (
 	"context"
@@ -57,7 +57,7 @@ func (k sessionKeys) mac(parts ...string) string {
 
 // newSession returns a cookie value: <name>.<nonce>.<mac>.
 func (k sessionKeys) newSession(name string) string {
-	nonce := NewOpsToken()
+	nonce := NewToken()
 	return name + "." + nonce + "." + k.mac("session", name, nonce)
 }
 

@@ -1,4 +1,4 @@
-package spawner
+package ops
 
 import (
 	"context"
@@ -13,29 +13,30 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// OpsCookie is the cookie a browser holds after /login: a session signed
-// with a key made from the operator token (opssession.go), HttpOnly and
+// Cookie is the cookie a browser holds after /login: a session signed
+// with a key made from the operator token (session.go), HttpOnly and
 // SameSite=Strict (no other site's page can send it).
-const OpsCookie = "agentvisor_ops"
+const Cookie = "agentvisor_ops"
 
-// ServeOps listens on addr (host:port; port 0 picks one) and serves
-// /metrics from m, and every other path from page (the dashboard; nil: a
+// Serve listens on addr (host:port; port 0 picks one) and serves
+// /metrics from the registry metrics, and every other path from page (the dashboard; nil: a
 // line pointing at /metrics), until the returned server is closed. It
 // returns the address it listens on. Every path but /login requires the
 // operator token (RequireToken); an empty token is refused.
-func ServeOps(addr string, m *Metrics, page http.Handler, token string, log *slog.Logger) (*http.Server, string, error) {
+func Serve(addr string, metrics *prometheus.Registry, page http.Handler, token string, log *slog.Logger) (*http.Server, string, error) {
 	if token == "" {
-		return nil, "", errors.New("spawner: the ops endpoint needs an operator token (OPS_TOKEN or OPS_TOKEN_FILE)")
+		return nil, "", errors.New("ops: the endpoint needs an operator token (OPS_TOKEN or OPS_TOKEN_FILE)")
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, "", fmt.Errorf("spawner: listen on %s: %w", addr, err)
+		return nil, "", fmt.Errorf("ops: listen on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry, Timeout: 10 * time.Second}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{Registry: metrics, Timeout: 10 * time.Second}))
 	if page == nil {
 		page = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -57,7 +58,7 @@ func ServeOps(addr string, m *Metrics, page http.Handler, token string, log *slo
 // RequireToken lets a request through to next only with the operator
 // token: as a bearer token (`Authorization: Bearer <token>`, what
 // Prometheus sends with its authorization setting and what scripts use),
-// or as the session cookie (OpsCookie) a browser got from
+// or as the session cookie (Cookie) a browser got from
 // `GET /login?token=<token>[&operator=<name>]`, which sets it and
 // redirects to the page. Anything else is 401. The request's context
 // then says who makes it (OperatorFrom).
@@ -79,7 +80,7 @@ func RequireToken(token string, next http.Handler) http.Handler {
 				http.Error(w, "operator: want 1 to 64 letters, digits, '_', '.', '@', '-'", http.StatusBadRequest)
 				return
 			}
-			http.SetCookie(w, &http.Cookie{Name: OpsCookie, Value: keys.newSession(name), Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+			http.SetCookie(w, &http.Cookie{Name: Cookie, Value: keys.newSession(name), Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
 			http.Redirect(w, r, "/", http.StatusSeeOther)
 			return
 		}
@@ -91,7 +92,7 @@ func RequireToken(token string, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), operatorKey{}, op)))
 			return
 		}
-		if c, err := r.Cookie(OpsCookie); err == nil {
+		if c, err := r.Cookie(Cookie); err == nil {
 			if name, valid := keys.check(c.Value); valid {
 				op := Operator{Name: name, CSRF: keys.csrf(c.Value)}
 				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), operatorKey{}, op)))
@@ -120,8 +121,8 @@ func cutPrefixFold(s, prefix string) (string, bool) {
 	return s[len(prefix):], true
 }
 
-// NewOpsToken returns a random operator token (32 hex digits).
-func NewOpsToken() string {
+// NewToken returns a random operator token (32 hex digits).
+func NewToken() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)

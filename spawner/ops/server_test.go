@@ -1,4 +1,4 @@
-package spawner
+package ops
 
 import (
 	"io"
@@ -12,7 +12,7 @@ import (
 // dashboard, not its stream, not /metrics; a bearer token or the cookie
 // /login sets (HttpOnly, SameSite=Strict) let the request through.
 func TestOpsEndpointRequiresTheToken(t *testing.T) {
-	token := NewOpsToken()
+	token := NewToken()
 	page := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "the page") })
 	srv := httptest.NewServer(RequireToken(token, page))
 	defer srv.Close()
@@ -34,7 +34,7 @@ func TestOpsEndpointRequiresTheToken(t *testing.T) {
 		return func(r *http.Request) { r.Header.Set("Authorization", v) }
 	}
 	cookie := func(v string) func(*http.Request) {
-		return func(r *http.Request) { r.AddCookie(&http.Cookie{Name: OpsCookie, Value: v}) }
+		return func(r *http.Request) { r.AddCookie(&http.Cookie{Name: Cookie, Value: v}) }
 	}
 	for _, c := range []struct {
 		name string
@@ -65,14 +65,14 @@ func TestOpsEndpointRequiresTheToken(t *testing.T) {
 		t.Fatalf("login: %d to %q, want 303 to /", resp.StatusCode, resp.Header.Get("Location"))
 	}
 	cs := resp.Cookies()
-	if len(cs) != 1 || cs[0].Name != OpsCookie || strings.Contains(cs[0].Value, token) || !cs[0].HttpOnly || cs[0].SameSite != http.SameSiteStrictMode {
+	if len(cs) != 1 || cs[0].Name != Cookie || strings.Contains(cs[0].Value, token) || !cs[0].HttpOnly || cs[0].SameSite != http.SameSiteStrictMode {
 		t.Fatalf("login cookie: %+v", cs)
 	}
 	if resp := get("/", cookie(cs[0].Value)); resp.StatusCode != http.StatusOK {
 		t.Errorf("the page with the login's cookie: %d", resp.StatusCode)
 	}
 	// A session of another token is refused.
-	other := httptest.NewServer(RequireToken(NewOpsToken(), page))
+	other := httptest.NewServer(RequireToken(NewToken(), page))
 	defer other.Close()
 	req, _ := http.NewRequest(http.MethodGet, other.URL+"/", nil)
 	req.AddCookie(cs[0])
@@ -85,7 +85,7 @@ func TestOpsEndpointRequiresTheToken(t *testing.T) {
 // the X-Agentvisor-Operator header (else "ops"); a cookie's request
 // carries a CSRF token tied to its session, a bearer's none.
 func TestOpsOperatorIdentity(t *testing.T) {
-	token := NewOpsToken()
+	token := NewToken()
 	page := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		op, _ := OperatorFrom(r.Context())
 		io.WriteString(w, op.Name+" "+op.CSRF)
@@ -130,9 +130,9 @@ func TestOpsOperatorIdentity(t *testing.T) {
 	}
 }
 
-// ServeOps refuses to serve without a token: there is no open mode.
-func TestServeOpsRefusesNoToken(t *testing.T) {
-	if _, _, err := ServeOps("127.0.0.1:0", nil, nil, "", nil); err == nil {
-		t.Fatal("ServeOps served without a token")
+// Serve refuses to serve without a token: there is no open mode.
+func TestServeRefusesNoToken(t *testing.T) {
+	if _, _, err := Serve("127.0.0.1:0", nil, nil, "", nil); err == nil {
+		t.Fatal("Serve served without a token")
 	}
 }
