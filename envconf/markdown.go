@@ -124,22 +124,3 @@ func splitDefaults(cell string, n int) ([]string, bool) {
 	}
 	return nil, false
 }
-
-// Usage is a binary's help text: what it is, then each variable of vars
-// with its default and what it does, one a line.
-func Usage(binary, about string, vars []Var) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %s\n\nConfigured by the environment only:\n", binary, about)
-	width := 0
-	for _, v := range vars {
-		width = max(width, len(v.Name))
-	}
-	for _, v := range vars {
-		def := strings.ReplaceAll(v.DocDefault(), "`", "")
-		if def != "" {
-			def = " [" + def + "]"
-		}
-		fmt.Fprintf(&b, "  %-*s  %s%s\n", width, v.Name, v.Doc, def)
-	}
-	return b.String()
-}
