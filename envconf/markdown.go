@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Marker precedes a Markdown table of a binary's variables, on the line
@@ -13,7 +14,8 @@ import (
 func Marker(binary string) string { return "<!-- envconf: " + binary + " -->" }
 
 // DocDefault is v's default as a table of variables states it:
-// "(required)", DefaultDoc, or Default in backquotes ("" for none).
+// "(required)", DefaultDoc, or Default in backquotes ("" for none), a
+// Go duration of whole days said in days too ("`720h` (30 days)").
 func (v Var) DocDefault() string {
 	switch {
 	case v.Required:
@@ -21,6 +23,10 @@ func (v Var) DocDefault() string {
 	case v.DefaultDoc != "":
 		return v.DefaultDoc
 	case v.Default != "":
+		const day = 24 * time.Hour
+		if d, err := time.ParseDuration(v.Default); err == nil && d >= 2*day && d%day == 0 {
+			return fmt.Sprintf("`%s` (%d days)", v.Default, d/day)
+		}
 		return "`" + v.Default + "`"
 	}
 	return ""

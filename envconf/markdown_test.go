@@ -43,12 +43,16 @@ func TestMarkdownSection(t *testing.T) {
 		{Name: "A", Required: true, Doc: "the `A`, see [x](x.md)"},
 		{Name: "B", Default: "10s"},
 		{Name: "C", DefaultDoc: "`1` or `0`", Doc: "a|b"},
+		{Name: "D", Default: "720h"},
+		{Name: "E", Default: "24h"},
 	}
 	table := Markdown(vars)
 	wantTable := "| Variable | Default | Meaning |\n|---|---|---|\n" +
 		"| `A` | (required) | the `A`, see [x](x.md) |\n" +
 		"| `B` | `10s` | |\n" +
-		"| `C` | `1` or `0` | a\\|b |\n"
+		"| `C` | `1` or `0` | a\\|b |\n" +
+		"| `D` | `720h` (30 days) | |\n" +
+		"| `E` | `24h` | |\n"
 	if table != wantTable {
 		t.Fatalf("table\n%s\nwant\n%s", table, wantTable)
 	}
