@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/images"
+
 	"github.com/agentvisor/agentvisor/envconf"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
@@ -235,7 +237,7 @@ func configVars(c *Config) []envconf.Var {
 		{Name: "WORKER_PROJECT_VOLUMES", Default: "true", Value: envconf.Bool(&c.ProjectVolumes), Doc: "a volume per project and agent at `/home/worker` (agent sessions survive the container)"},
 		{Name: "VOLUME_RETENTION", Default: "720h", Value: envconf.Duration(&c.VolumeRetention), Doc: "a project volume no worker used this long is removed by the leader; `workerctl volumes` lists them, `-rm` removes one no container uses"},
 		{Name: "GC_PRUNE_BUILD_CACHE", Default: "false", Value: envconf.Bool(&c.PruneBuildCache), Doc: "the image GC also prunes the engine's whole build cache (which carries no owner); the GC itself only removes the worker images this prefix used"},
-		{Name: "WORKER_BASE_IMAGE", Default: DefaultBaseImage, Value: envconf.String(&c.BaseImage), Doc: "what worker images are built on; the package's tests build and use it too: a tag of its own keeps a checkout's wrapper apart from another's on a shared engine"},
+		{Name: "WORKER_BASE_IMAGE", Default: images.DefaultBaseImage, Value: envconf.String(&c.BaseImage), Doc: "what worker images are built on; the spawner's tests build and use it too: a tag of its own keeps a checkout's wrapper apart from another's on a shared engine"},
 		{Name: "API_URL", Value: envconf.String(&c.APIURL), Doc: "passed to the workers"},
 		{Name: protocol.EnvModelPrices, DefaultDoc: "built-in defaults: the Anthropic models at the prices Claude Code 2.1.197 uses (to be checked against the vendor's list)", Value: envconf.Func(c.setModelPrices), Doc: "the price table a Droid worker estimates its cost with (Droid reports tokens, not dollars): a JSON object `{\"<model id>\": {\"input\": 3, \"output\": 15, \"cache_read\": 0.3, \"cache_write\": 3.75}}`, US dollars per million tokens, every field required, put over the defaults; checked at start (an error names the model and field) and passed to every worker; neither `WORKER_ENV` nor a spec's `env` may set it ([PROTOCOL.md](../protocol/PROTOCOL.md#budgets))"},
 		{Name: "MANAGER_ID", DefaultDoc: "hostname (`<hostname>-<HOST_ID>` when `HOST_ID` is set)", Value: envconf.String(&c.ManagerID), Doc: "this manager's consumer name in the `managers` group (a restart under the same name resumes its pending commands first; any other manager claims them after a lease)"},

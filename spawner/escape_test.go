@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/images"
+
 	"github.com/docker/docker/client"
 	"github.com/redis/go-redis/v9"
 
@@ -70,7 +72,7 @@ func TestEscapeSuite(t *testing.T) {
 	// /metrics (which also want the operator token).
 	ops := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ops-page-reached") }))
 	t.Cleanup(ops.Close)
-	s := NewDocker(cfg, dc, rc, &Images{Docker: dc, Redis: rc, Keys: cfg.Keys, BaseImage: cfg.BaseImage}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	s := NewDocker(cfg, dc, rc, &images.Builder{Docker: dc, Redis: rc, Keys: cfg.Keys, BaseImage: cfg.BaseImage}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	testkit.CleanupLabelled(t, testkit.KeyPrefixLabel(prefix))
 	ctx := context.Background()
 	victim, err := s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/images"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
@@ -239,7 +241,7 @@ func TestFleetConfig(t *testing.T) {
 // left for the new incarnation.
 func TestALostHostsWorkerLivesOnHere(t *testing.T) {
 	u := fleetUnit(t, func(c *Config) { c.NetworkMode = "host" })
-	u.s.images = &Images{Docker: presentImages{}, BaseImage: DefaultBaseImage, Keys: u.keys}
+	u.s.images = &images.Builder{Docker: presentImages{}, BaseImage: images.DefaultBaseImage, Keys: u.keys}
 	ctx := context.Background()
 	now := u.now()
 	u.hostB(t, -time.Second)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/images"
+
 	"golang.org/x/sync/errgroup"
 
 	"github.com/agentvisor/agentvisor/protocol"
@@ -27,7 +29,7 @@ type Manager struct {
 	// for a slot for minutes).
 	MaxInFlight int
 	// GC, when set, collects stale worker images on the leader.
-	GC *ImageGC
+	GC *images.GC
 }
 
 // Run serves until ctx ends, then stops in this order: stop reading

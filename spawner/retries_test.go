@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/images"
+
 	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
@@ -63,7 +65,7 @@ func TestDeadWorkersRetriedTaskGoesToItsNextIncarnation(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			u := newUnit(t, func(c *Config) { c.ReplaceBackoff, c.NetworkMode = time.Millisecond, "host" })
-			u.s.images = &Images{Docker: presentImages{}, BaseImage: DefaultBaseImage, Keys: u.keys}
+			u.s.images = &images.Builder{Docker: presentImages{}, BaseImage: images.DefaultBaseImage, Keys: u.keys}
 			ctx := context.Background()
 			u.worker(t, "w", "running", u.now())
 			u.rc.HSet(ctx, u.keys.Status("w"), protocol.StatusFieldSpec, `{"agent_type":"claude"}`, protocol.StatusFieldRequestID, "r1")

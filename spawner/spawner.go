@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/images"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/gateway"
@@ -30,7 +32,7 @@ type Spawner struct {
 	*env
 	cfg      Config
 	engine   engine.Engine
-	images   *Images
+	images   *images.Builder
 	instance string // this process's lease owner id: ManagerID plus a random suffix
 
 	stopOnce sync.Once
@@ -60,12 +62,12 @@ type Spawner struct {
 // Redis may be the same client); without a base image of its own it takes
 // the configuration's (WORKER_BASE_IMAGE). NewDocker wires one over a
 // Docker engine.
-func New(cfg Config, eng engine.Engine, rc redis.UniversalClient, images *Images, log *slog.Logger) *Spawner {
+func New(cfg Config, eng engine.Engine, rc redis.UniversalClient, builder *images.Builder, log *slog.Logger) *Spawner {
 	if log == nil {
 		log = slog.Default()
 	}
-	if images != nil && images.BaseImage == "" {
-		images.BaseImage = cfg.BaseImage
+	if builder != nil && builder.BaseImage == "" {
+		builder.BaseImage = cfg.BaseImage
 	}
 	withDefaults(&cfg)
 	r := rdb.New(rc, cfg.Keys)
@@ -80,7 +82,7 @@ func New(cfg Config, eng engine.Engine, rc redis.UniversalClient, images *Images
 	if cfg.NetworkMode == NetworkSealed {
 		gw = gateway.NewClient(cfg.GatewayDir)
 	}
-	s := &Spawner{env: e, cfg: cfg, engine: eng, images: images, users: newWorkerUsers(e, cfg.WorkerACL, cfg.RedisURLForWorkers), gateway: gw,
+	s := &Spawner{env: e, cfg: cfg, engine: eng, images: builder, users: newWorkerUsers(e, cfg.WorkerACL, cfg.RedisURLForWorkers), gateway: gw,
 		volumes:  &projectVolumes{env: e, engine: eng, enabled: cfg.ProjectVolumes, retention: cfg.VolumeRetention},
 		instance: cfg.ManagerID + "/" + newWorkerID()[:8], stopping: make(chan struct{}), connected: make(chan struct{}, 1)}
 	return s
@@ -361,7 +363,7 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 // id; a container the same command made meanwhile (a delivery of it on
 // another manager) is taken as it is. An image removed since EnsureImage
 // last saw it (an operator's docker rmi) is made again, once.
-func (s *Spawner) createContainer(ctx context.Context, id, commandID string, spec protocol.WorkerSpec, img *Image, redisURL string, now time.Time, o *createOpts) (string, error) {
+func (s *Spawner) createContainer(ctx context.Context, id, commandID string, spec protocol.WorkerSpec, img *images.Image, redisURL string, now time.Time, o *createOpts) (string, error) {
 	for attempt := 0; ; attempt++ {
 		cid, err := s.engine.Create(ctx, s.instanceSpec(id, commandID, spec, img.Tag, redisURL, now, o))
 		switch {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/images"
+
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 	"github.com/redis/go-redis/v9"
@@ -37,7 +39,7 @@ type fixture struct {
 func (f *fixture) as(managerID string) *Spawner {
 	cfg := f.s.cfg
 	cfg.ManagerID = managerID
-	return NewDocker(cfg, f.dc, f.rc, &Images{Docker: f.dc, Redis: f.rc, Keys: cfg.Keys}, f.s.log)
+	return NewDocker(cfg, f.dc, f.rc, &images.Builder{Docker: f.dc, Redis: f.rc, Keys: cfg.Keys}, f.s.log)
 }
 
 // newFixture: a spawner over the real engine and a test Redis, with its
@@ -83,7 +85,7 @@ func newFixture(t testing.TB, mod func(*Config)) *fixture {
 		gatewaytest.Start(t, gateway.Config{Dir: gwDir, Redis: r.Addr, Model: stub.URL})
 	}
 	log := slog.New(slog.NewJSONHandler(testLogOut(), nil))
-	s := NewDocker(cfg, dc, rc, &Images{Docker: dc, Redis: rc, Keys: cfg.Keys, BaseImage: cfg.BaseImage}, log)
+	s := NewDocker(cfg, dc, rc, &images.Builder{Docker: dc, Redis: rc, Keys: cfg.Keys, BaseImage: cfg.BaseImage}, log)
 	// No container or volume of this test survives it (the spare
 	// namespaces' holders stop being made first).
 	testkit.CleanupLabelled(t, testkit.KeyPrefixLabel(prefix))

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/images"
+
 	dockerengine "github.com/agentvisor/agentvisor/spawner/engine/docker"
 
 	"github.com/redis/go-redis/v9"
@@ -15,16 +17,16 @@ import (
 // NewDocker returns a Spawner over a Docker engine: the engine of the
 // configuration's key prefix, keeping spare network namespaces for sealed
 // workers (SPARE_NETNS), marked in this Spawner's Redis.
-func NewDocker(cfg Config, dc dockerengine.Client, rc redis.UniversalClient, images *Images, log *slog.Logger) *Spawner {
+func NewDocker(cfg Config, dc dockerengine.Client, rc redis.UniversalClient, builder *images.Builder, log *slog.Logger) *Spawner {
 	if log == nil {
 		log = slog.Default()
 	}
 	eng := dockerengine.New(dc, cfg.Keys.Prefix, log)
-	s := New(cfg, eng, rc, images, log)
+	s := New(cfg, eng, rc, builder, log)
 	if s.sealed() {
 		image := func() string { return s.cfg.BaseImage }
-		if images != nil {
-			image = func() string { return images.BaseImage }
+		if builder != nil {
+			image = func() string { return builder.BaseImage }
 		}
 		eng.KeepSpares(dockerengine.Spares{Count: s.cfg.SpareNetns, Image: image, ManagerID: s.cfg.ManagerID, Host: s.Host,
 			MarkTTL: s.cfg.LeaseTTL, Marks: s.rdb})
@@ -86,7 +88,7 @@ func (p parts) reconciler() *Reconciler {
 
 func (p parts) volumeGC() *VolumeGC { return &VolumeGC{volumes: p.s.volumes} }
 
-func (p parts) imageGC(gc *ImageGC) *gcJob { return &gcJob{gc: gc, obs: &p.s.obs} }
+func (p parts) imageGC(gc *images.GC) *gcJob { return &gcJob{gc: gc, obs: &p.s.obs} }
 
 func (p parts) retention() *Retention { return newRetention(p.s.env) }
 
@@ -114,7 +116,7 @@ func (p parts) hostWatch() *HostWatch {
 
 // hostLeader runs the components that act on this host's engine, under
 // the host's leader lease.
-func (p parts) hostLeader(gc *ImageGC) *Leader {
+func (p parts) hostLeader(gc *images.GC) *Leader {
 	jobs := []component{p.health(), p.wake(), p.timeouts(), p.reconciler(), p.volumeGC()}
 	if gc != nil {
 		jobs = append(jobs, p.imageGC(gc))

@@ -26,6 +26,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/images"
+
 	dockerclient "github.com/docker/docker/client"
 
 	"github.com/agentvisor/agentvisor/client"
@@ -92,7 +94,7 @@ func run(ctx context.Context, prompt string) error {
 		}
 		defer stop()
 	}
-	s := spawner.NewDocker(cfg, dc, rdb, &spawner.Images{Docker: dc, Redis: rdb, Keys: cfg.Keys}, log)
+	s := spawner.NewDocker(cfg, dc, rdb, &images.Builder{Docker: dc, Redis: rdb, Keys: cfg.Keys}, log)
 
 	// 2. A worker: Claude Code in its own container (the image is built on
 	// first use).

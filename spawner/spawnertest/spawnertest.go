@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/images"
+
 	dockerengine "github.com/agentvisor/agentvisor/spawner/engine/docker"
 
 	"github.com/redis/go-redis/v9"
@@ -101,7 +103,7 @@ func Start(t testing.TB, mod func(*spawner.Config)) *Runtime {
 	if os.Getenv("SPAWNERTEST_LOG") != "" {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
-	s := spawner.NewDocker(cfg, dc, rc, &spawner.Images{Docker: dc, Redis: rc, Keys: cfg.Keys}, log)
+	s := spawner.NewDocker(cfg, dc, rc, &images.Builder{Docker: dc, Redis: rc, Keys: cfg.Keys}, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

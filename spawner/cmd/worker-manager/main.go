@@ -25,6 +25,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/images"
+
 	dockerengine "github.com/agentvisor/agentvisor/spawner/engine/docker"
 
 	"github.com/redis/go-redis/v9"
@@ -91,17 +93,17 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int 
 	}
 	defer dc.Close()
 	dockerengine.WarnIfNoLiveRestore(ctx, dc, log)
-	images := &spawner.Images{Docker: dc, Redis: rdb, Keys: cfg.Keys, BaseImage: cfg.BaseImage}
-	s := spawner.NewDocker(cfg, dc, rdb, images, log)
+	builder := &images.Builder{Docker: dc, Redis: rdb, Keys: cfg.Keys, BaseImage: cfg.BaseImage}
+	s := spawner.NewDocker(cfg, dc, rdb, builder, log)
 	sp.Store(s)
-	gc := &spawner.ImageGC{Docker: dc, Redis: rdb, Keys: cfg.Keys, Log: log, PruneBuildCache: cfg.PruneBuildCache,
+	gc := &images.GC{Docker: dc, Redis: rdb, Keys: cfg.Keys, Log: log, PruneBuildCache: cfg.PruneBuildCache,
 		Retention: ops.GCRetention, Interval: ops.GCInterval, DryRun: ops.GCDryRun}
 	m := &spawner.Manager{S: s, GC: gc}
 
 	if ops.MetricsAddr != "" {
 		metrics := spawner.NewMetrics(rdb, cfg.Keys, ops.MetricsMaxProjects)
 		rdb.AddHook(metrics.RedisHook())
-		images.OnBuild = metrics.ImageBuilt
+		builder.OnBuild = metrics.ImageBuilt
 		page := (&dashboard.Dashboard{Redis: rdb, Keys: cfg.Keys, Log: log}).Handler()
 		// An address in use (a second manager on this host with the
 		// default) costs the metrics, not the workers: the manager runs on

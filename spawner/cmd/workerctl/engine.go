@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/agentvisor/agentvisor/spawner/images"
+
 	dockerengine "github.com/agentvisor/agentvisor/spawner/engine/docker"
 
 	"github.com/agentvisor/agentvisor/spawner"
@@ -57,7 +59,7 @@ func (e *engine) close() { e.dc.Close() }
 // the engine's calls, the image collector's, and its close.
 type dockerConn interface {
 	dockerengine.Client
-	spawner.GCClient
+	images.GCClient
 	Close() error
 }
 

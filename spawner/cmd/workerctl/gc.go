@@ -3,9 +3,9 @@ package main
 import (
 	"time"
 
-	"github.com/spf13/cobra"
+	"github.com/agentvisor/agentvisor/spawner/images"
 
-	"github.com/agentvisor/agentvisor/spawner"
+	"github.com/spf13/cobra"
 )
 
 func gcCmd(c *ctl) *cobra.Command {
@@ -32,7 +32,7 @@ func (c *ctl) gc(cmd *cobra.Command, e *engine, dryRun bool, retention time.Dura
 	if !cmd.Flags().Changed("retention") {
 		retention = e.ops.GCRetention
 	}
-	gc := &spawner.ImageGC{Docker: e.dc, Redis: c.rdb, Keys: c.keys, Retention: retention, DryRun: dryRun,
+	gc := &images.GC{Docker: e.dc, Redis: c.rdb, Keys: c.keys, Retention: retention, DryRun: dryRun,
 		PruneBuildCache: e.cfg.PruneBuildCache, Log: quiet}
 	rep, err := gc.Collect(cmd.Context())
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/images"
+
 	"github.com/spf13/pflag"
 
 	"github.com/agentvisor/agentvisor/protocol"
@@ -154,7 +156,7 @@ func TestWorkerctlOperators(t *testing.T) {
 	// reconcile: an unknown labelled container of this prefix is removed,
 	// the worker is left alone.
 	orphan, err := exec.Command("docker", "create", "--label", protocol.LabelManaged+"=true", "--label", protocol.LabelKeyPrefix+"="+rt.Keys.Prefix,
-		"--label", protocol.LabelWorkerID+"=orphan-1", spawner.DefaultBaseImage).Output()
+		"--label", protocol.LabelWorkerID+"=orphan-1", images.DefaultBaseImage).Output()
 	if err != nil {
 		t.Fatalf("docker create: %v", err)
 	}
@@ -174,7 +176,7 @@ func TestWorkerctlOperators(t *testing.T) {
 
 	// gc --dry-run: the worker's image is stale at a 1ns retention but in
 	// use; nothing is removed.
-	var gc spawner.GCReport
+	var gc images.GCReport
 	if err := json.Unmarshal([]byte(must(exitOK, "--json", "gc", "--dry-run", "--retention", "1ns")), &gc); err != nil || !gc.DryRun || len(gc.Removed) != 0 || len(gc.KeptInUse) != 1 {
 		t.Errorf("gc --dry-run: %+v %v", gc, err)
 	}

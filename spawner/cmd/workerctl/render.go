@@ -15,6 +15,7 @@ import (
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner"
+	"github.com/agentvisor/agentvisor/spawner/images"
 )
 
 func printJSON(w io.Writer, v any) error {
@@ -218,7 +219,7 @@ func renderReconcile(w io.Writer, r spawner.ReconcileReport) error {
 	return tw.Flush()
 }
 
-func renderGC(w io.Writer, r spawner.GCReport) error {
+func renderGC(w io.Writer, r images.GCReport) error {
 	verb := "removed"
 	if r.DryRun {
 		verb = "would remove"

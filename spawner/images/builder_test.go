@@ -1,4 +1,4 @@
-package spawner
+package images
 
 import (
 	"context"
@@ -31,7 +31,7 @@ func (c *countingClient) ImageBuild(ctx context.Context, r io.Reader, o build.Im
 	return c.Client.ImageBuild(ctx, r, o)
 }
 
-func newImages(t testing.TB) (*Images, *countingClient, *redis.Client) {
+func newImages(t testing.TB) (*Builder, *countingClient, *redis.Client) {
 	t.Helper()
 	testkit.WorkerImages(t) // the OS base and worker-base
 	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
@@ -44,7 +44,7 @@ func newImages(t testing.TB) (*Images, *countingClient, *redis.Client) {
 	t.Cleanup(func() { dc.Close() })
 	rc := testkit.NewRedisClient(t)
 	cc := &countingClient{Client: dc}
-	return &Images{Docker: cc, Redis: rc}, cc, rc
+	return &Builder{Docker: cc, Redis: rc}, cc, rc
 }
 
 func TestEnsureImage(t *testing.T) {
@@ -135,7 +135,7 @@ func TestChangedBaseGivesNewTag(t *testing.T) {
 	// Another base image (the same worker-base with one more label) is
 	// another recipe.
 	testkit.BuildFrom(t, "agentvisor/worker-base:latest", "agentvisor/worker-base:test-changed", "io.agentvisor.test=changed-base")
-	im2 := &Images{Docker: im.Docker, BaseImage: "agentvisor/worker-base:test-changed"}
+	im2 := &Builder{Docker: im.Docker, BaseImage: "agentvisor/worker-base:test-changed"}
 	r2, err := im2.Recipe(ctx, protocol.AgentClaude, nil)
 	if err != nil {
 		t.Fatal(err)

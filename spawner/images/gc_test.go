@@ -1,4 +1,4 @@
-package spawner
+package images
 
 import (
 	"context"
@@ -49,7 +49,7 @@ func TestImageGC(t *testing.T) {
 	t.Cleanup(func() { exec.Command("docker", "rm", "-f", name).Run() })
 	run(t, nil, "docker", "pause", name)
 
-	gc := &ImageGC{Docker: dc, Redis: rc, Keys: keys, Labels: []string{scope}, DryRun: true}
+	gc := &GC{Docker: dc, Redis: rc, Keys: keys, Labels: []string{scope}, DryRun: true}
 	rep, err := gc.Collect(ctx)
 	if err != nil {
 		t.Fatal(err)

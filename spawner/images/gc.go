@@ -1,4 +1,4 @@
-package spawner
+package images
 
 import (
 	"context"
@@ -29,13 +29,13 @@ type GCClient interface {
 
 var _ GCClient = (*client.Client)(nil)
 
-// ImageGC removes the worker images of its key prefix (those whose use it
+// GC removes the worker images of its key prefix (those whose use it
 // recorded, Keys.ImagesLastUsed) that nobody used for Retention and no
 // container uses (running, paused or stopped); images only other prefixes
 // or other tools used are never touched. With PruneBuildCache it then
 // prunes the build cache (seed 001 §4.1). Its knowledge is in Redis (last use) and in image labels, not in
 // memory, so it is right after a restart.
-type ImageGC struct {
+type GC struct {
 	Docker    GCClient
 	Redis     redis.Cmdable
 	Keys      protocol.Keys
@@ -63,7 +63,7 @@ type GCReport struct {
 	DryRun     bool
 }
 
-func (g *ImageGC) now() time.Time {
+func (g *GC) now() time.Time {
 	if g.Now != nil {
 		return g.Now()
 	}
@@ -71,7 +71,7 @@ func (g *ImageGC) now() time.Time {
 }
 
 // Collect runs one collection.
-func (g *ImageGC) Collect(ctx context.Context) (GCReport, error) {
+func (g *GC) Collect(ctx context.Context) (GCReport, error) {
 	retention := g.Retention
 	if retention <= 0 {
 		retention = 7 * 24 * time.Hour
@@ -121,7 +121,7 @@ func (g *ImageGC) Collect(ctx context.Context) (GCReport, error) {
 				}
 				if _, err := g.Docker.ImageRemove(lctx, tag, image.RemoveOptions{PruneChildren: true}); err != nil && !errdefs.IsNotFound(err) {
 					// In use by a container created meanwhile, say: keep it.
-					g.log().Warn("gc: image not removed", "image", tag, "err", err)
+					g.Logger().Warn("gc: image not removed", "image", tag, "err", err)
 					rep.Removed = rep.Removed[:len(rep.Removed)-1]
 					continue
 				}
@@ -133,16 +133,16 @@ func (g *ImageGC) Collect(ctx context.Context) (GCReport, error) {
 		if r, err := g.Docker.BuildCachePrune(lctx, build.CachePruneOptions{All: true}); err == nil && r != nil {
 			rep.CacheBytes = r.SpaceReclaimed
 		} else if err != nil {
-			g.log().Warn("gc: build cache not pruned", "err", err)
+			g.Logger().Warn("gc: build cache not pruned", "err", err)
 		}
 	}
-	g.log().Info("image gc", "removed", rep.Removed, "kept_in_use", rep.KeptInUse, "kept", rep.Kept, "not_ours", rep.NotOurs,
+	g.Logger().Info("image gc", "removed", rep.Removed, "kept_in_use", rep.KeptInUse, "kept", rep.Kept, "not_ours", rep.NotOurs,
 		"cache_bytes", rep.CacheBytes, "dry_run", g.DryRun)
 	return rep, nil
 }
 
 // Run collects every Interval until ctx ends.
-func (g *ImageGC) Run(ctx context.Context) {
+func (g *GC) Run(ctx context.Context) {
 	interval := g.Interval
 	if interval <= 0 {
 		interval = 24 * time.Hour
@@ -151,7 +151,7 @@ func (g *ImageGC) Run(ctx context.Context) {
 	defer t.Stop()
 	for {
 		if _, err := g.Collect(ctx); err != nil {
-			g.log().Warn("image gc failed", "err", err)
+			g.Logger().Warn("image gc failed", "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -161,36 +161,9 @@ func (g *ImageGC) Run(ctx context.Context) {
 	}
 }
 
-func (g *ImageGC) log() *slog.Logger {
+func (g *GC) Logger() *slog.Logger {
 	if g.Log == nil {
 		return slog.Default()
 	}
 	return g.Log
 }
-
-// run is the image GC's loop, counting its collections.
-func (g *gcJob) run(ctx context.Context) {
-	interval := g.gc.Interval
-	if interval <= 0 {
-		interval = 24 * time.Hour
-	}
-	every(ctx, interval, func(ctx context.Context) {
-		rep, err := g.gc.Collect(ctx)
-		if err != nil {
-			g.gc.log().Warn("image gc failed", "err", err)
-		}
-		if m := g.obs.m; m != nil {
-			m.gcRuns.WithLabelValues(outcome(err)).Inc()
-			m.gcRemoved.Add(float64(len(rep.Removed)))
-		}
-	})
-}
-
-// gcJob runs the image GC as a component.
-type gcJob struct {
-	job
-	gc  *ImageGC
-	obs *observer
-}
-
-func (g *gcJob) Start(ctx context.Context) { g.start(ctx, g.run) }

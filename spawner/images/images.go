@@ -1,4 +1,4 @@
-package spawner
+package images
 
 import (
 	"archive/tar"
@@ -27,23 +27,23 @@ import (
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
-// ImageClient is the part of the Docker client the image builder uses.
-type ImageClient interface {
+// Client is the part of the Docker client the image builder uses.
+type Client interface {
 	ImageInspect(ctx context.Context, imageID string, opts ...client.ImageInspectOption) (image.InspectResponse, error)
 	ImageBuild(ctx context.Context, buildContext io.Reader, options build.ImageBuildOptions) (build.ImageBuildResponse, error)
 }
 
-var _ ImageClient = (*client.Client)(nil)
+var _ Client = (*client.Client)(nil)
 
 // DefaultBaseImage is the worker-base image `make images` builds.
 const DefaultBaseImage = "agentvisor/worker-base:latest"
 
-// Images makes worker images from recipes: worker:<hash>, where the hash
+// Builder makes worker images from recipes: worker:<hash>, where the hash
 // covers the agent, the capabilities, the base image's ID and the recipe
 // version (protocol.Recipe). It keeps no state of its own: the images and
 // their labels are in the engine, their last use in Redis.
-type Images struct {
-	Docker    ImageClient
+type Builder struct {
+	Docker    Client
 	Redis     redis.Cmdable // nil: last use is not recorded
 	Keys      protocol.Keys
 	BaseImage string        // default DefaultBaseImage
@@ -102,21 +102,21 @@ func (e *BuildError) Error() string {
 
 func (e *BuildError) Unwrap() error { return e.Err }
 
-func (im *Images) base() string {
+func (im *Builder) base() string {
 	if im.BaseImage == "" {
 		return DefaultBaseImage
 	}
 	return im.BaseImage
 }
 
-func (im *Images) timeout() time.Duration {
+func (im *Builder) timeout() time.Duration {
 	if im.Timeout <= 0 {
 		return 10 * time.Second
 	}
 	return im.Timeout
 }
 
-func (im *Images) now() time.Time {
+func (im *Builder) now() time.Time {
 	if im.Now != nil {
 		return im.Now()
 	}
@@ -125,7 +125,7 @@ func (im *Images) now() time.Time {
 
 // Recipe returns the recipe of an agent and capabilities on the current
 // base image.
-func (im *Images) Recipe(ctx context.Context, agent protocol.AgentType, caps []protocol.Capability) (protocol.Recipe, error) {
+func (im *Builder) Recipe(ctx context.Context, agent protocol.AgentType, caps []protocol.Capability) (protocol.Recipe, error) {
 	ictx, cancel := context.WithTimeout(ctx, im.timeout())
 	defer cancel()
 	base, err := im.Docker.ImageInspect(ictx, im.base())
@@ -142,7 +142,7 @@ func (im *Images) Recipe(ctx context.Context, agent protocol.AgentType, caps []p
 // EnsureImage returns the worker image of an agent and capabilities,
 // building it when it does not exist. Concurrent calls for one recipe share
 // one build. Every call records the image's use in Redis.
-func (im *Images) EnsureImage(ctx context.Context, agent protocol.AgentType, caps []protocol.Capability) (Image, error) {
+func (im *Builder) EnsureImage(ctx context.Context, agent protocol.AgentType, caps []protocol.Capability) (Image, error) {
 	key := im.key(agent, caps)
 	if img, ok := im.lookup(key); ok {
 		im.touch(ctx, img.Tag)
@@ -158,7 +158,7 @@ func (im *Images) EnsureImage(ctx context.Context, agent protocol.AgentType, cap
 }
 
 // key names a recipe before its base image is resolved.
-func (im *Images) key(agent protocol.AgentType, caps []protocol.Capability) string {
+func (im *Builder) key(agent protocol.AgentType, caps []protocol.Capability) string {
 	norm, err := protocol.NormalizeCapabilities(caps)
 	if err != nil {
 		return "" // never known: the recipe's own error is returned
@@ -170,14 +170,14 @@ func (im *Images) key(agent protocol.AgentType, caps []protocol.Capability) stri
 	return im.base() + "\x00" + string(agent) + "\x00" + strings.Join(names, ",")
 }
 
-func (im *Images) fresh() time.Duration {
+func (im *Builder) fresh() time.Duration {
 	if im.Fresh == 0 {
 		return 10 * time.Second
 	}
 	return im.Fresh
 }
 
-func (im *Images) lookup(key string) (Image, bool) {
+func (im *Builder) lookup(key string) (Image, bool) {
 	im.mu.Lock()
 	defer im.mu.Unlock()
 	k, ok := im.known[key]
@@ -189,7 +189,7 @@ func (im *Images) lookup(key string) (Image, bool) {
 	return img, true
 }
 
-func (im *Images) remember(key string, img Image) {
+func (im *Builder) remember(key string, img Image) {
 	if key == "" || im.fresh() < 0 {
 		return
 	}
@@ -203,7 +203,7 @@ func (im *Images) remember(key string, img Image) {
 
 // Forget drops what EnsureImage knows of tag: its next call asks the
 // engine (a create whose image was removed meanwhile).
-func (im *Images) Forget(tag string) {
+func (im *Builder) Forget(tag string) {
 	im.mu.Lock()
 	defer im.mu.Unlock()
 	for k, v := range im.known {
@@ -215,7 +215,7 @@ func (im *Images) Forget(tag string) {
 }
 
 // ensure is EnsureImage without what it knows: the engine is asked.
-func (im *Images) ensure(ctx context.Context, agent protocol.AgentType, caps []protocol.Capability) (Image, error) {
+func (im *Builder) ensure(ctx context.Context, agent protocol.AgentType, caps []protocol.Capability) (Image, error) {
 	r, err := im.Recipe(ctx, agent, caps)
 	if err != nil {
 		return Image{}, err
@@ -250,7 +250,7 @@ func (im *Images) ensure(ctx context.Context, agent protocol.AgentType, caps []p
 
 // touch records the image's last use (seed 001 "Touch"), at most every
 // touchEvery; the image garbage collector reads it.
-func (im *Images) touch(ctx context.Context, tag string) {
+func (im *Builder) touch(ctx context.Context, tag string) {
 	if im.Redis == nil {
 		return
 	}
@@ -277,7 +277,7 @@ func (im *Images) touch(ctx context.Context, tag string) {
 // build runs one image build. The build has its own context on purpose: a
 // caller that gives up must not leave a half-built image for the others
 // that joined it.
-func (im *Images) build(ctx context.Context, r protocol.Recipe, tag, hash string) (Image, error) {
+func (im *Builder) build(ctx context.Context, r protocol.Recipe, tag, hash string) (Image, error) {
 	dockerfile, err := Dockerfile(r, r.BaseImage)
 	if err != nil {
 		return Image{}, err
