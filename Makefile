@@ -7,6 +7,7 @@
 #   make fleet   three simulated hosts on one Redis, one killed mid-load
 #   make setup   install and start what the project needs (idempotent)
 #   make images  build the OS base and worker-base images
+#   make config-docs  regenerate docs/configuration.md's tables from the code
 
 SHELL      := /bin/bash
 GO         ?= go
@@ -15,7 +16,7 @@ FUZZTIME   ?= 3s
 # Every fuzz target of the protocol decoders, and the one over the path from
 # an agent's output to the stored Output, runs for FUZZTIME in `make test`.
 
-.PHONY: all setup build vet check-docs test test-unit test-go test-rules fuzz faults test-faults bench demo fleet images clean
+.PHONY: all setup build vet check-docs config-docs test test-unit test-go test-rules fuzz faults test-faults bench demo fleet images clean
 
 all: build
 
@@ -58,6 +59,19 @@ test-go:
 check-docs:
 	@echo "== docs: links, fences, code examples, diagrams (scripts/checkdocs)"
 	@$(GO) run ./scripts/checkdocs
+
+# The configuration reference (docs/configuration.md): each binary's
+# table between its envconf markers is rendered from the binary's table
+# of variables in the code (envconf.Markdown), never edited by hand.
+# Each package's TestConfigTables fails while the file differs from its
+# code; with -update it rewrites the section instead. -update is a flag
+# of those three test binaries only, hence one package each (a go test
+# ./... would hand it to packages that do not define it).
+config-docs:
+	@echo "== docs/configuration.md: the tables of worker-manager, worker-wrapper, worker-gateway (TestConfigTables -update)"
+	@cd spawner && $(GO) test -count=1 -run '^TestConfigTables$$' . -update
+	@cd wrapper && $(GO) test -count=1 -run '^TestConfigTables$$' ./worker -update
+	@cd gateway && $(GO) test -count=1 -run '^TestConfigTables$$' ./cmd/worker-gateway -update
 
 # The Prometheus alert rules (ops/prometheus): checked, and each alert
 # made to fire by its unit tests. promtool comes with Debian's prometheus

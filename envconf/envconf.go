@@ -2,8 +2,9 @@
 // through one table of variables, each written once: its name, its
 // default, its parser, one line of documentation and the field it fills.
 //
-// Both binaries use it: worker-manager (spawner.ConfigFromEnv and
-// spawner.OpsConfigFromEnv) and worker-wrapper (worker.FromEnv). It is a
+// Every binary uses it: worker-manager (spawner.ConfigFromEnv and
+// spawner.OpsConfigFromEnv), worker-wrapper (worker.FromEnv) and
+// worker-gateway (gateway/cmd/worker-gateway). It is a
 // module of its own, at the root of the repository and on the standard
 // library only, so that the wrapper and the spawner share it without
 // either importing the other or gaining a dependency; protocol, the
@@ -26,7 +27,10 @@
 // goes through the same parser as a value that is set; a variable with
 // neither leaves its field zero.
 //
-// CheckMarkdown holds the README tables of variables to the code's tables.
+// The tables are the documentation too: Markdown renders one as the
+// table of the configuration reference (docs/configuration.md), SyncFile
+// keeps a binary's section of that file equal to it, and Usage prints it
+// as a binary's --help.
 package envconf
 
 import (
@@ -42,7 +46,8 @@ type Var struct {
 	Default string
 	// DefaultDoc is the default as the documentation states it, for a
 	// default the code derives (from another variable, the host, a
-	// constant of another package); "" when Default says it.
+	// constant of another package), in Markdown like Doc; "" when
+	// Default says it.
 	DefaultDoc string
 	// Required makes an unset variable an error, which quotes Doc.
 	Required bool
@@ -50,7 +55,11 @@ type Var struct {
 	// default: for parsers whose empty value means something (the
 	// built-in price table, an empty set of labels).
 	ParseEmpty bool
-	// Doc is one line saying what the variable does.
+	// Doc says what the variable does, in Markdown: it is the Meaning of
+	// the variable's row in docs/configuration.md (Markdown), so its links
+	// are relative to docs/. --help (Usage) and the error of a required
+	// variable show it as plain text (Plain). One paragraph; "|" is
+	// escaped for the table.
 	Doc string
 	// Value parses the variable into its field. nil: the variable is read
 	// elsewhere (Doc says where); it is in the table to be documented.
@@ -98,7 +107,7 @@ func Load(getenv func(string) string, vars []Var) error {
 func (v Var) load(s string) error {
 	if s == "" {
 		if v.Required && v.Doc != "" {
-			return fmt.Errorf("%w (%s)", ErrRequired, v.Doc)
+			return fmt.Errorf("%w (%s)", ErrRequired, Plain(v.Doc))
 		} else if v.Required {
 			return ErrRequired
 		}

@@ -3,7 +3,6 @@ package envconf
 import (
 	"errors"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 )
@@ -120,45 +119,6 @@ func TestLoad(t *testing.T) {
 	c.n = 0
 	if v := Lookup(vars, "N"); !v.Value.IsZero() || v.SetDefault() != nil || c.n != 10 {
 		t.Fatal(c.n)
-	}
-}
-
-// The check of a README's table: what it lacks, what it has too much,
-// a default stated otherwise, rows of several variables, tables without
-// a marker.
-func TestCheckMarkdown(t *testing.T) {
-	vars := []Var{
-		{Name: "A", Required: true},
-		{Name: "B", Default: "10s"},
-		{Name: "C", Default: "720h"},
-		{Name: "D", DefaultDoc: "`1` for x, `0` otherwise"},
-		{Name: "E"},
-		{Name: "F", Default: "x"},
-	}
-	doc := strings.Join([]string{
-		"# t", Marker("bin"),
-		"| Variable | Default | Meaning |", "|---|---|---|",
-		"| `A` | (required) | a |",
-		"| `B`, `C` | `10s`, `720h` (30 days) | b and c |",
-		"| `D`, `E` | `1` for x, `0` otherwise; | d and e |",
-		"| `F` | `x`: the same | f |",
-		"", "text",
-	}, "\n")
-	if p := CheckMarkdown(doc, "bin", vars); len(p) != 0 {
-		t.Fatal(p)
-	}
-	vars[1].Default = "20s"
-	vars = append(vars, Var{Name: "G"})
-	bad := strings.Replace(doc, "| `F` |", "| `F`, `H` |", 1) + "\n| Variable | Default | Meaning |\n|---|---|---|\n| `Z` | | |\n"
-	got := strings.Join(CheckMarkdown(bad, "bin", vars), "\n")
-	for _, want := range []string{"a table of variables without a marker", `B: default "` + "`10s`" + `", the code's is "` + "`20s`" + `"`, "G: missing",
-		"want as many defaults", "F: missing"} {
-		if !strings.Contains(got, want) {
-			t.Errorf("problems %q lack %q", got, want)
-		}
-	}
-	if p := CheckMarkdown(doc, "other", vars); len(p) != 1 || !strings.Contains(p[0], "no table marked") {
-		t.Fatal(p)
 	}
 }
 

@@ -193,77 +193,82 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	return c, nil
 }
 
-// configVars is the manager's table of variables: each one's name,
-// default, parser, documentation and the field of c it fills.
-// ConfigFromEnv reads it; the READMEs' tables are checked against it
-// (TestConfigTables).
 // Usage is the worker-manager's help text: every variable it reads.
 func Usage() string {
-	var c Config
-	var o OpsConfig
 	return envconf.Usage("worker-manager", "the control plane of the workers of one host (see spawner/README.md)",
-		append(configVars(&c), opsVars(&o)...))
+		managerVars(&Config{}, &OpsConfig{}))
 }
 
+// managerVars is the worker-manager's whole table: Config's variables,
+// then OpsConfig's. Its --help and its section of docs/configuration.md
+// (TestConfigTables) are made from it.
+func managerVars(c *Config, o *OpsConfig) []envconf.Var {
+	return append(configVars(c), opsVars(o)...)
+}
+
+// configVars is the manager's table of variables: each one's name,
+// default, parser, documentation (Markdown, the Meaning of its row in
+// docs/configuration.md) and the field of c it fills. ConfigFromEnv
+// reads it.
 func configVars(c *Config) []envconf.Var {
 	return []envconf.Var{
-		{Name: "REDIS_URL", Required: true, Value: envconf.Func(c.setRedisURL), Doc: "the manager's Redis: redis://, rediss://, redis+sentinel:// or rediss+sentinel://"},
-		{Name: "WORKER_REDIS_URL", DefaultDoc: "`REDIS_URL`", Value: envconf.String(&c.RedisURLForWorkers), Doc: "Redis as the workers see it"},
+		{Name: "REDIS_URL", Required: true, Value: envconf.Func(c.setRedisURL), Doc: "the manager's Redis: `redis://[[user]:password@]host:port/db`, `rediss://...` (TLS), or Redis Sentinel, `redis+sentinel://[[user]:password@]host:port,host:port,.../master/db[?sentinel_password=...]` (`rediss+sentinel://` with TLS): [PROTOCOL.md](../protocol/PROTOCOL.md#redis-url); with Sentinel the manager's client follows the primary, and each new connection makes the leader restore the worker users the server lacks"},
+		{Name: "WORKER_REDIS_URL", DefaultDoc: "`REDIS_URL`", Value: envconf.String(&c.RedisURLForWorkers), Doc: "Redis as the workers see it (any of the same forms; with ACLs each worker's user replaces the user and password, the sentinels' credentials stay; sealed workers get a sentinel URL as `redis://` naming the master, their gateway following the primary: [spawner/README.md](../spawner/README.md#sealed-workers))"},
 		{Name: protocol.EnvRedisWaitReplicas, DefaultDoc: "`1` for a sentinel URL, `0` otherwise", Value: envconf.String(&c.RedisWait.Replicas),
-			Doc: "WAIT for this many replicas after the writes that matter (passed to the workers when set)"},
+			Doc: "the writes that matter (a task's output, a task sent, a command) wait for this many replicas (`WAIT`): a failover loses none of them; `0`: no WAIT (passed to the workers when set; clients have `client.Tasks.Wait` and `client.Commands.Wait`, and `redisconn.Policy` reads it)"},
 		{Name: protocol.EnvRedisWaitTimeout, DefaultDoc: "`" + envconf.FormatDuration(protocol.DefaultRedisWaitTimeout) + "`", Value: envconf.String(&c.RedisWait.Timeout),
-			Doc: "how long one such WAIT may take (passed to the workers when set)"},
-		{Name: "WORKER_KEY_PREFIX", Default: protocol.DefaultPrefix, Value: envconf.Func(c.setKeys), Doc: "first segment of every Redis name; scopes the containers a manager owns"},
-		{Name: "MAX_CONCURRENT_WORKERS", Default: "10", Value: envconf.Int(&c.MaxWorkers, 1), Doc: "slots of this host; paused workers count"},
-		{Name: "WORKER_CREATION_TIMEOUT", Default: "5m", Value: envconf.Duration(&c.CreationTimeout), Doc: "a queued create gives up with RESOURCE_EXHAUSTED"},
-		{Name: "WORKER_MEMORY_LIMIT", Default: "512m", Value: envconf.SizeMin(&c.MemoryLimit, 6<<20), Doc: "memory per container; a spec's limits.memory overrides it"},
-		{Name: "WORKER_CPU_LIMIT", Default: "0.5", Value: envconf.PositiveFloat(&c.CPULimit), Doc: "cores per container; limits.cpus overrides it"},
-		{Name: "WORKER_PIDS_LIMIT", Default: "512", Value: envconf.Int(&c.PidsLimit, 16), Doc: "processes per container; limits.pids overrides it"},
-		{Name: "WORKER_STOP_TIMEOUT", Default: "30s", Value: envconf.DurationMin(&c.StopTimeout, 12*time.Second), Doc: "docker stop timeout; the wrapper's grace is 10 s shorter"},
-		{Name: "WORKER_NETWORK_MODE", Default: NetworkSealed, Value: envconf.String(&c.NetworkMode), Doc: "the containers' network mode: sealed (no network: Redis and the model API through the host's gateway), or a Docker network mode (host, none, bridge, ...)"},
-		{Name: "GATEWAY_DIR", Default: "/run/agentvisor/gateway", Value: envconf.String(&c.GatewayDir), Doc: "the directory of this host's worker-gateway (its control socket, a socket directory per sealed worker)"},
-		{Name: "SEALED_SPARE_NETNS", Default: "2", Value: envconf.Int(&c.SpareNetns, 0), Doc: "network namespaces (each held by a tiny container) kept ready for sealed workers, so that a create does not wait for the engine to make one; each serves one worker and goes with it; 0: none"},
+			Doc: "how long one such WAIT may take (a duration, or milliseconds; passed to the workers when set; `redisconn.Policy` reads it)"},
+		{Name: "WORKER_KEY_PREFIX", Default: protocol.DefaultPrefix, Value: envconf.Func(c.setKeys), Doc: "first segment of every Redis name; also scopes the containers a manager owns"},
+		{Name: "MAX_CONCURRENT_WORKERS", Default: "10", Value: envconf.Int(&c.MaxWorkers, 1), Doc: "slots of this host; paused workers count (a fleet has the sum of its hosts')"},
+		{Name: "WORKER_CREATION_TIMEOUT", Default: "5m", Value: envconf.Duration(&c.CreationTimeout), Doc: "a queued create gives up with `RESOURCE_EXHAUSTED`"},
+		{Name: "WORKER_MEMORY_LIMIT", Default: "512m", Value: envconf.SizeMin(&c.MemoryLimit, 6<<20), Doc: "memory per container; a spec's `limits.memory` overrides it"},
+		{Name: "WORKER_CPU_LIMIT", Default: "0.5", Value: envconf.PositiveFloat(&c.CPULimit), Doc: "cores per container; `limits.cpus` overrides it"},
+		{Name: "WORKER_PIDS_LIMIT", Default: "512", Value: envconf.Int(&c.PidsLimit, 16), Doc: "processes per container; `limits.pids` overrides it"},
+		{Name: "WORKER_STOP_TIMEOUT", Default: "30s", Value: envconf.DurationMin(&c.StopTimeout, 12*time.Second), Doc: "docker stop timeout (at least 12 s); the wrapper's grace is 10 s shorter"},
+		{Name: "WORKER_NETWORK_MODE", Default: NetworkSealed, Value: envconf.String(&c.NetworkMode), Doc: "the containers' network mode: `sealed` (no network of their own: Redis, the model API and the allowlisted egress through the host's `worker-gateway`, which must run beside the engine, [spawner/README.md](../spawner/README.md#sealed-workers)), or a Docker network mode (`host`, `none`, ...), an opt-in to less isolation"},
+		{Name: "GATEWAY_DIR", Default: "/run/agentvisor/gateway", Value: envconf.String(&c.GatewayDir), Doc: "the directory of this host's `worker-gateway` (its control socket, a socket directory per sealed worker)"},
+		{Name: "SEALED_SPARE_NETNS", Default: "2", Value: envconf.Int(&c.SpareNetns, 0), Doc: "network namespaces (each held by a tiny container) kept ready for sealed workers, so that a create does not wait for the engine to make one; each serves one worker and goes with it; `0`: none"},
 		{Name: "WORKER_PASS_ENV", Default: "ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,FACTORY_API_KEY,OPENAI_API_KEY,OPENAI_BASE_URL,DROID_BASE_URL",
-			Value: envconf.List(&c.PassEnv), Doc: "host variables passed to every worker (secrets from the host's environment only)"},
-		{Name: "WORKER_ENV", Value: envconf.Func(c.setWorkerEnv), Doc: "a JSON object of variables the operator sets in every worker"},
-		{Name: "POOLS", Doc: "warm pools and pool sizes, a JSON array of templates (read by poolsFromEnv)"},
-		{Name: "POOLS_FILE", Doc: "a file holding POOLS (read by poolsFromEnv)"},
-		{Name: "WORKER_REDIS_ACL", Default: "auto", Value: envconf.Enum(&c.WorkerACL, "auto", "on", "off"), Doc: "a Redis user per worker: auto, on or off"},
-		{Name: "WORKER_PROJECT_VOLUMES", Default: "true", Value: envconf.Bool(&c.ProjectVolumes), Doc: "a volume per project and agent at /home/worker"},
-		{Name: "VOLUME_RETENTION", Default: "720h", Value: envconf.Duration(&c.VolumeRetention), Doc: "a project volume unused this long is removed by the leader"},
-		{Name: "GC_PRUNE_BUILD_CACHE", Default: "false", Value: envconf.Bool(&c.PruneBuildCache), Doc: "the image GC also prunes the engine's whole build cache"},
-		{Name: "WORKER_BASE_IMAGE", Default: images.DefaultBaseImage, Value: envconf.String(&c.BaseImage), Doc: "what worker images are built on"},
+			Value: envconf.List(&c.PassEnv), Doc: "host variables passed to every worker: secrets come from the host's environment only"},
+		{Name: "WORKER_ENV", Value: envconf.Func(c.setWorkerEnv), Doc: "a JSON object of variables set in every worker by the operator (it may set the runtime's own, e.g. `{\"AGENT_ARGS\":\"--verbose\"}`, but not `WORKER_ID`, `REDIS_URL`, `WORKER_KEY_PREFIX` or `MODEL_PRICES`); a create's `spec.env` may not set the runtime's own (`INVALID_COMMAND`: the list is in [PROTOCOL.md](../protocol/PROTOCOL.md#commands-and-replies))"},
+		{Name: "POOLS", Doc: "warm pools and pool sizes ([`spawner/pools.go`](../spawner/pools.go)): a JSON array of templates `{\"name\", \"spec\", \"min_warm\", \"max_total\", \"recycle_after\", \"idle_timeout\", \"size\"}`; a number left out takes the design's policy: `min_warm` 3 (0 for a pool with a `size` or of developers), `max_total` 20, `recycle_after` 10, `idle_timeout` `5m` (a pool's worker, allocated or of its size, idle that long is paused; warm workers wait paused and the pause timeout never retires them). A create whose spec is a template's takes a warm worker (paused, its Claude process already up) instead of a cold create; pools count against the limit and give way to explicit creates"},
+		{Name: "POOLS_FILE", Doc: "a file holding the same JSON array as `POOLS`, read instead of `POOLS` when set"},
+		{Name: "WORKER_REDIS_ACL", Default: "auto", Value: envconf.Enum(&c.WorkerACL, "auto", "on", "off"), Doc: "`auto`/`on`: each worker connects as a Redis user of its own, confined to its own keys (Redis 6+ ACL; `auto` when the server offers ACLs, `on` fails creates without it); `off`, or a Redis without ACL: every worker gets `WORKER_REDIS_URL`'s credentials (less safe; the manager says so once at start)"},
+		{Name: "WORKER_PROJECT_VOLUMES", Default: "true", Value: envconf.Bool(&c.ProjectVolumes), Doc: "a volume per project and agent at `/home/worker` (agent sessions survive the container)"},
+		{Name: "VOLUME_RETENTION", Default: "720h", Value: envconf.Duration(&c.VolumeRetention), Doc: "a project volume no worker used this long is removed by the leader; `workerctl volumes` lists them, `-rm` removes one no container uses"},
+		{Name: "GC_PRUNE_BUILD_CACHE", Default: "false", Value: envconf.Bool(&c.PruneBuildCache), Doc: "the image GC also prunes the engine's whole build cache (which carries no owner); the GC itself only removes the worker images this prefix used"},
+		{Name: "WORKER_BASE_IMAGE", Default: images.DefaultBaseImage, Value: envconf.String(&c.BaseImage), Doc: "what worker images are built on; the spawner's tests build and use it too: a tag of its own keeps a checkout's wrapper apart from another's on a shared engine"},
 		{Name: "API_URL", Value: envconf.String(&c.APIURL), Doc: "passed to the workers"},
-		{Name: protocol.EnvModelPrices, DefaultDoc: "built-in defaults", Value: envconf.Func(c.setModelPrices), Doc: "the price table Droid workers estimate their cost with"},
-		{Name: "MANAGER_ID", DefaultDoc: "hostname (`<hostname>-<HOST_ID>` when `HOST_ID` is set)", Value: envconf.String(&c.ManagerID), Doc: "this manager's consumer name"},
-		{Name: "HOST_ID", DefaultDoc: "the engine's name", Value: envconf.Func(c.setHostID), Doc: "the fleet host this manager's engine is"},
-		{Name: "HOST_LABELS", ParseEmpty: true, Value: envconf.Func(c.setHostLabels), Doc: "k=v,k=v: what a spec's placement may ask of this host"},
+		{Name: protocol.EnvModelPrices, DefaultDoc: "built-in defaults: the Anthropic models at the prices Claude Code 2.1.197 uses (to be checked against the vendor's list)", Value: envconf.Func(c.setModelPrices), Doc: "the price table a Droid worker estimates its cost with (Droid reports tokens, not dollars): a JSON object `{\"<model id>\": {\"input\": 3, \"output\": 15, \"cache_read\": 0.3, \"cache_write\": 3.75}}`, US dollars per million tokens, every field required, put over the defaults; checked at start (an error names the model and field) and passed to every worker; neither `WORKER_ENV` nor a spec's `env` may set it ([PROTOCOL.md](../protocol/PROTOCOL.md#budgets))"},
+		{Name: "MANAGER_ID", DefaultDoc: "hostname (`<hostname>-<HOST_ID>` when `HOST_ID` is set)", Value: envconf.String(&c.ManagerID), Doc: "this manager's consumer name in the `managers` group (a restart under the same name resumes its pending commands first; any other manager claims them after a lease)"},
+		{Name: "HOST_ID", DefaultDoc: "the engine's name", Value: envconf.Func(c.setHostID), Doc: "the fleet host this manager's engine is (managers of one engine share it); on every worker it makes ([Fleet](deploy-many-hosts.md#fleet-several-hosts-on-one-redis))"},
+		{Name: "HOST_LABELS", ParseEmpty: true, Value: envconf.Func(c.setHostLabels), Doc: "`k=v,k=v`: what a spec's `placement.labels` may ask of this host"},
 		{Name: "HOST_TTL", DefaultDoc: fmt.Sprintf("%d × `HEARTBEAT_INTERVAL`", ctlplane.DefaultHostTTLIntervals), Value: envconf.Duration(&c.HostTTL),
-			Doc: "a host not renewed this long is lost"},
+			Doc: "a host not renewed this long is lost: its dead workers are retired by another host's manager"},
 		{Name: "LEASE_TTL", Default: envconf.FormatDuration(ctlplane.DefaultLeaseTTLSeconds * time.Second), Value: envconf.DurationMin(&c.LeaseTTL, 300*time.Millisecond),
-			Doc: "leases of creates, retirements and the leader; a dead manager's commands are claimed after it"},
-		{Name: "MAX_REPLACEMENTS", Default: "3", Value: envconf.Int(&c.MaxReplacements, 0), Doc: "replacements in a row of a worker that keeps dying"},
-		{Name: "REPLACE_BACKOFF", Default: "1s", Value: envconf.Duration(&c.ReplaceBackoff), Doc: "the wait before a replacement, doubled each time"},
+			Doc: "the lease of a queued or admitted create, a retirement, the leader, and the idle time after which another manager claims a dead manager's commands: a manager's crash costs at most this"},
+		{Name: "MAX_REPLACEMENTS", Default: "3", Value: envconf.Int(&c.MaxReplacements, 0), Doc: "a worker that keeps dying before it completes a task gets at most this many new incarnations (or replacements) in a row, then `replace_failed` (`REPLACE_LIMIT`)"},
+		{Name: "REPLACE_BACKOFF", Default: "1s", Value: envconf.Duration(&c.ReplaceBackoff), Doc: "the wait before a replacement, doubled with each one in a row"},
 		{Name: protocol.EnvRetryAttempts, Default: strconv.Itoa(protocol.DefaultRetryAttempts),
 			Value: envconf.Func(func(s string) (err error) { c.Retry.Attempts, err = protocol.ParseRetryAttempts(s); return err }),
-			Doc:   "attempts in all of a task that asks for retries without saying how many (passed to the workers)"},
+			Doc:   "attempts in all (the first included) of a task that asks for retries (`retry`) without saying how many; a dead worker's task is put back on its input for its next incarnation (or its replacement) while it has attempts left (passed to the workers)"},
 		{Name: protocol.EnvRetryBackoffMS, Default: protocol.FormatRetryBackoffMS(protocol.DefaultRetryBackoffMS),
 			Value: envconf.Func(func(s string) (err error) { c.Retry.BackoffMS, err = protocol.ParseRetryBackoffMS(s); return err }),
-			Doc:   "ms before each retry of such a task (passed to the workers)"},
-		{Name: "RETENTION", Default: envconf.FormatDuration(rdb.DefaultRetention), Value: envconf.Duration(&c.Retention), Doc: "a retired worker's keys expire after it"},
+			Doc:   "ms before the 2nd, 3rd, ... attempt (the last value repeats) of a task whose `retry` gives no `backoff_ms` (passed to the workers)"},
+		{Name: "RETENTION", Default: envconf.FormatDuration(rdb.DefaultRetention), Value: envconf.Duration(&c.Retention), Doc: "a retired worker's status hash and streams and a create command's worker id expire after it"},
 		{Name: protocol.EnvStreamMaxLen, Default: strconv.FormatInt(protocol.DefaultStreamMaxLen, 10), Value: envconf.Int(&c.StreamMaxLen, 100),
-			Doc: "approximate MAXLEN of every XADD (passed to the workers)"},
+			Doc: "approximate MAXLEN of every XADD (the manager's and, passed to them, the workers'); input streams are never trimmed by length, only below what their group delivered and no worker holds"},
 		{Name: protocol.EnvRunRetention, Default: envconf.FormatDuration(protocol.DefaultRunRetention), Value: envconf.Duration(&c.RunRetention),
 			Doc: "a run hash expires this long after its terminal state (passed to the workers)"},
 		{Name: "REPLY_TTL", Default: envconf.FormatDuration(rdb.DefaultReplyTTL), Value: envconf.Duration(&c.ReplyTTL), Doc: "a reply stream expires this long after its last reply"},
-		{Name: "IDLE_TIMEOUT_SECONDS", Default: "600", Value: envconf.IntOf(&c.IdleTimeout, 1, time.Second), Doc: "seconds: an idle worker is paused"},
-		{Name: "PAUSE_TIMEOUT", Default: "30m", Value: envconf.Duration(&c.PauseTimeout), Doc: "a worker paused this long is hibernated (a developer or warm pool worker is removed)"},
-		{Name: "HIBERNATE_AFTER", Default: "0", Value: durationOrOff(&c.HibernateAfter), Doc: "a long-lived worker idle this long is hibernated (0: off)"},
-		{Name: "EVICT_PAUSED_AFTER", DefaultDoc: "(off)", Value: envconf.Func(c.setEvictPaused), Doc: "at the limit, evict the worker paused longest (0: any)"},
-		{Name: "REPLACE_DEAD_WORKERS", Default: "true", Value: envconf.Bool(&c.ReplaceDead), Doc: "a long-lived worker whose container ended unasked gets a new incarnation under its id"},
-		{Name: "HEARTBEAT_INTERVAL", Default: "10s", Value: envconf.Duration(&c.HeartbeatInterval), Doc: "given to the workers; a heartbeat expires after 3"},
-		{Name: "RECONCILE_INTERVAL", Default: "60s", Value: envconf.Duration(&c.ReconcileInterval), Doc: "reconciliation of containers and Redis"},
-		{Name: "CREATION_GRACE", Default: "30s", Value: envconf.Duration(&c.CreationGrace), Doc: "a labelled container younger than this is not an orphan yet"},
+		{Name: "IDLE_TIMEOUT_SECONDS", Default: "600", Value: envconf.IntOf(&c.IdleTimeout, 1, time.Second), Doc: "seconds: a running worker idle this long is paused"},
+		{Name: "PAUSE_TIMEOUT", Default: "30m", Value: envconf.Duration(&c.PauseTimeout), Doc: "a worker paused this long is [hibernated](../protocol/PROTOCOL.md#hibernation) (a developer or warm pool worker is removed)"},
+		{Name: "HIBERNATE_AFTER", Default: "0", Value: durationOrOff(&c.HibernateAfter), Doc: "a long-lived worker idle (running or paused) this long is [hibernated](../protocol/PROTOCOL.md#hibernation): its container removed, its id, streams and session kept, woken by the next task (`0`: off, only `PAUSE_TIMEOUT` hibernates)"},
+		{Name: "EVICT_PAUSED_AFTER", DefaultDoc: "(off)", Value: envconf.Func(c.setEvictPaused), Doc: "at the limit, a create hibernates the worker paused longest (at least this long, `0` for any, and with no task waiting; a developer or warm pool worker is removed) instead of queueing"},
+		{Name: "REPLACE_DEAD_WORKERS", Default: "true", Value: envconf.Bool(&c.ReplaceDead), Doc: "a long-lived worker whose container ended without being asked (crash, OOM, engine stop, heartbeat expired) gets a new container (a new incarnation) under the same id, which serves the tasks waiting on its input"},
+		{Name: "HEARTBEAT_INTERVAL", Default: "10s", Value: envconf.Duration(&c.HeartbeatInterval), Doc: "given to the workers; a running (not paused) worker whose heartbeat key expired (3 intervals) is dead: removed, its task forwarded (or, long-lived, replaced: `REPLACE_DEAD_WORKERS`)"},
+		{Name: "RECONCILE_INTERVAL", Default: "60s", Value: envconf.Duration(&c.ReconcileInterval), Doc: "reconciliation of containers and Redis, by the leader (also when it becomes leader) every interval: labelled containers Redis does not know (older than `CREATION_GRACE`) are removed, Redis workers without a container are marked failed, disagreeing statuses fixed"},
+		{Name: "CREATION_GRACE", Default: "30s", Value: envconf.Duration(&c.CreationGrace), Doc: "a labelled container younger than this is not an orphan yet (its create may be in flight)"},
 	}
 }
 

@@ -2,6 +2,7 @@ package spawner
 
 import (
 	"errors"
+	"flag"
 	"os"
 	"reflect"
 	"slices"
@@ -55,21 +56,25 @@ func TestModelPricesConfig(t *testing.T) {
 	}
 }
 
-// managerVars is the worker-manager's whole table: Config's and
-// OpsConfig's variables.
-func managerVars() []envconf.Var { return append(configVars(&Config{}), opsVars(&OpsConfig{})...) }
+// update rewrites the tables of docs/configuration.md from the code
+// (make config-docs) instead of failing when they differ.
+var update = flag.Bool("update", false, "rewrite the worker-manager's table of docs/configuration.md from the code")
 
-// The READMEs' tables of the worker-manager's variables list every
-// variable of the code's table, and no other, with the code's default.
+// The worker-manager's section of docs/configuration.md is its table
+// of variables, rendered from the code (envconf.Markdown): a variable
+// added, removed, or with another default or Doc, fails until the
+// section is regenerated.
 func TestConfigTables(t *testing.T) {
-	for _, path := range []string{"../docs/configuration.md", "README.md"} {
-		doc, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range envconf.CheckMarkdown(string(doc), "worker-manager", managerVars()) {
-			t.Errorf("%s: %s", path, p)
-		}
+	const path = "../docs/configuration.md"
+	diff, err := envconf.SyncFile(path, "worker-manager", managerVars(&Config{}, &OpsConfig{}), *update)
+	switch {
+	case err != nil:
+		t.Fatal(err)
+	case diff != "" && *update:
+		t.Logf("rewrote the worker-manager's table of %s:\n%s", path, diff)
+	case diff != "":
+		t.Errorf("the worker-manager's table of %s is not the code's; regenerate it with `make config-docs` "+
+			"(or `go test -run TestConfigTables . -update` in spawner/). - the file's, + the code's:\n%s", path, diff)
 	}
 }
 

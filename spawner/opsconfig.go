@@ -55,15 +55,15 @@ func OpsConfigFromEnv(getenv func(string) string) (OpsConfig, error) {
 // opsVars is OpsConfig's table of variables (configVars has Config's).
 func opsVars(c *OpsConfig) []envconf.Var {
 	return []envconf.Var{
-		{Name: "METRICS_ADDR", Default: "127.0.0.1:9464", Value: envconf.Func(c.setMetricsAddr), Doc: "where /metrics and the dashboard listen; off: nowhere"},
-		{Name: "METRICS_MAX_PROJECTS", Default: "50", Value: envconf.Int(&c.MetricsMaxProjects, 0), Doc: "projects with token and cost series of their own"},
-		{Name: "GC_RETENTION", Default: "168h", Value: envconf.Duration(&c.GCRetention), Doc: "a worker image unused this long is removed by the leader's GC"},
+		{Name: "METRICS_ADDR", Default: "127.0.0.1:9464", Value: envconf.Func(c.setMetricsAddr), Doc: "where `/metrics` (and the dashboard) listen; `off`: nowhere; an address in use (a second manager on the host) is logged as an error and the manager runs without them"},
+		{Name: "METRICS_MAX_PROJECTS", Default: "50", Value: envconf.Int(&c.MetricsMaxProjects, 0), Doc: "projects with series of their own in the token and cost metrics; the others count as `_other`"},
+		{Name: "GC_RETENTION", Default: "168h", Value: envconf.Duration(&c.GCRetention), Doc: "a worker image unused this long is removed by the leader's image GC (unless a container uses it)"},
 		{Name: "GC_INTERVAL", Default: "24h", Value: envconf.Duration(&c.GCInterval), Doc: "how often the leader collects images"},
-		{Name: "GC_DRY_RUN", Default: "false", Value: envconf.Bool(&c.GCDryRun), Doc: "the GC logs what it would remove, and removes nothing"},
-		{Name: "KEEP_WORKERS", Default: "false", Value: envconf.Bool(&c.KeepWorkers), Doc: "leave the workers running when the manager stops (else they are hibernated or removed)"},
-		{Name: "REMOVE_VOLUMES_AT_STOP", Default: "false", Value: envconf.Bool(&c.RemoveVolumesAtStop), Doc: "a manager that removed its workers at its stop removes its project volumes on this host too"},
-		{Name: "OPS_TOKEN", Default: "", Value: envconf.Func(c.setOpsToken), Doc: "the operator token /metrics and the dashboard require (unset: OPS_TOKEN_FILE, else one made at start and printed once)"},
-		{Name: "OPS_TOKEN_FILE", Default: "", Value: envconf.Func(c.readOpsToken), Doc: "a file holding the operator token (what Prometheus's credentials_file reads too)"},
+		{Name: "GC_DRY_RUN", Default: "false", Value: envconf.Bool(&c.GCDryRun), Doc: "`true`: the GC logs what it would remove, and removes nothing (`workerctl gc --dry-run` shows it on demand)"},
+		{Name: "KEEP_WORKERS", Default: "false", Value: envconf.Bool(&c.KeepWorkers), Doc: "`true`: leave the workers running when the manager stops (else they are hibernated or removed)"},
+		{Name: "REMOVE_VOLUMES_AT_STOP", Default: "false", Value: envconf.Bool(&c.RemoveVolumesAtStop), Doc: "`true`: a manager that removed its workers at its stop removes its key prefix's project volumes on this host too (their sessions and workspaces are lost): a compose project's `down` then leaves nothing ([examples/compose](../examples/compose/))"},
+		{Name: "OPS_TOKEN", Default: "", Value: envconf.Func(c.setOpsToken), Doc: "the operator token `/metrics` and the dashboard require (at least 16 characters); unset: `OPS_TOKEN_FILE`, else one is made at start and printed once in the log; the key of the dashboard's sessions (a new token ends them)"},
+		{Name: "OPS_TOKEN_FILE", Default: "", Value: envconf.Func(c.readOpsToken), Doc: "a file holding the operator token (Prometheus's `credentials_file` can read the same file)"},
 	}
 }
 

@@ -1,7 +1,7 @@
 package worker
 
 import (
-	"os"
+	"flag"
 	"reflect"
 	"strings"
 	"testing"
@@ -72,17 +72,25 @@ func wrapperVars() []envconf.Var {
 	return configVars(&Config{}, &protocol.RedisURL{}, &s1, &s2)
 }
 
-// The READMEs' tables of the wrapper's variables list every variable of
-// the code's table, and no other, with the code's default.
+// update rewrites the tables of docs/configuration.md from the code
+// (make config-docs) instead of failing when they differ.
+var update = flag.Bool("update", false, "rewrite the worker-wrapper's table of docs/configuration.md from the code")
+
+// The worker-wrapper's section of docs/configuration.md is its table
+// of variables, rendered from the code (envconf.Markdown): a variable
+// added, removed, or with another default or Doc, fails until the
+// section is regenerated.
 func TestConfigTables(t *testing.T) {
-	for _, path := range []string{"../../README.md", "../README.md"} {
-		doc, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range envconf.CheckMarkdown(string(doc), "worker-wrapper", wrapperVars()) {
-			t.Errorf("%s: %s", path, p)
-		}
+	const path = "../../docs/configuration.md"
+	diff, err := envconf.SyncFile(path, "worker-wrapper", wrapperVars(), *update)
+	switch {
+	case err != nil:
+		t.Fatal(err)
+	case diff != "" && *update:
+		t.Logf("rewrote the worker-wrapper's table of %s:\n%s", path, diff)
+	case diff != "":
+		t.Errorf("the worker-wrapper's table of %s is not the code's; regenerate it with `make config-docs` "+
+			"(or `go test -run TestConfigTables ./worker -update` in wrapper/). - the file's, + the code's:\n%s", path, diff)
 	}
 }
 

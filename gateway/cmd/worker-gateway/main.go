@@ -46,7 +46,9 @@ func main() {
 	os.Exit(code)
 }
 
-// config is the gateway binary's configuration; configVars is its table.
+// config is the gateway binary's configuration; configVars is its table
+// (each Doc in Markdown: the Meaning of its row in docs/configuration.md,
+// which TestConfigTables generates from it).
 type config struct {
 	Dir      string
 	Redis    string
@@ -66,21 +68,21 @@ const DefaultDir = "/run/agentvisor/gateway"
 func configVars(c *config) []envconf.Var {
 	return []envconf.Var{
 		{Name: "GATEWAY_DIR", Default: DefaultDir, Value: envconf.String(&c.Dir),
-			Doc: "where control.sock and a directory of sockets per worker are"},
+			Doc: "where `control.sock` and a directory of sockets per worker are"},
 		{Name: "GATEWAY_REDIS", Required: true, Value: envconf.Func(redisUpstream(&c.Redis)),
-			Doc: "the upstream Redis, host:port, or a redis+sentinel:// URL (sentinels, master name, the sentinels' credentials only): what every worker's redis.sock is relayed to; for a sentinel URL, the primary the sentinels name at each connection"},
+			Doc: "the upstream Redis, `host:port`, or a `redis+sentinel://` URL (sentinels, master name, the sentinels' credentials only): what every worker's `redis.sock` is relayed to; for a sentinel URL, the primary the sentinels name at each connection"},
 		{Name: "GATEWAY_MODEL", Value: envconf.Func(modelUpstream(&c.Model)),
-			Doc: "the upstream model API, host:port (HTTPS, the server verified), or an https:// or http:// URL of scheme and host (http: a model server on this host, such as a test's stub): where every worker's model.sock forwards the requests that carry the worker's token; unset: no model.sock"},
+			Doc: "the upstream model API, `host:port` (HTTPS, the server verified), or an `https://` or `http://` URL of scheme and host (`http`: a model server on this host, such as a test's stub): where every worker's `model.sock` forwards the requests that carry the worker's token; unset: no `model.sock`"},
 		{Name: "GATEWAY_MAX_CONNS", Default: fmt.Sprint(gateway.DefaultMaxConns), Value: envconf.Int(&c.MaxConns, 1),
 			Doc: "connections one worker may hold open at once; more are closed at once"},
 		{Name: "GATEWAY_ALLOW", Value: envconf.Func(allowList(&c.Allow)),
 			Doc: "the operator's egress allowlist, comma-separated, in force for every worker besides its own; empty: none"},
 		{Name: "GATEWAY_CREDENTIALS_FILE", Value: envconf.String(&c.Creds),
-			Doc: "a JSON file of credentials the gateway adds to workers' requests (gateway/README.md); mode 0600 or the gateway refuses to start; read again on SIGHUP and when it changes; empty: none"},
+			Doc: "a JSON file of credentials the gateway adds to workers' requests ([gateway/README.md](../gateway/README.md#credentials)); mode 0600 or the gateway refuses to start; read again on SIGHUP and when it changes; empty: none"},
 		{Name: "GATEWAY_UPSTREAM_CA", Value: envconf.Func(upstreamCA(&c.UpstreamCA)),
 			Doc: "a PEM file of CA certificates trusted, besides the system's, for the HTTPS the gateway speaks to a credentialed host (a private git host or registry) and to the model API; empty: the system's alone"},
 		{Name: "LOG_LEVEL", Default: "info", Value: envconf.Enum(&c.LogLevel, "debug", "info", "warn", "error"),
-			Doc: "debug, info, warn or error; JSON lines on stderr"},
+			Doc: "`debug`, `info`, `warn` or `error`; JSON lines on stderr"},
 	}
 }
 

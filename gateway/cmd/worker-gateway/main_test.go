@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/pem"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -27,16 +28,25 @@ import (
 	"github.com/agentvisor/agentvisor/testkit"
 )
 
-// The README's table of worker-gateway's variables lists every variable
-// of the code's table, and no other, with the code's default.
+// update rewrites the tables of docs/configuration.md from the code
+// (make config-docs) instead of failing when they differ.
+var update = flag.Bool("update", false, "rewrite the worker-gateway's table of docs/configuration.md from the code")
+
+// The worker-gateway's section of docs/configuration.md is its table
+// of variables, rendered from the code (envconf.Markdown): a variable
+// added, removed, or with another default or Doc, fails until the
+// section is regenerated.
 func TestConfigTables(t *testing.T) {
-	path := "../../README.md"
-	doc, err := os.ReadFile(path)
-	if err != nil {
+	const path = "../../../docs/configuration.md"
+	diff, err := envconf.SyncFile(path, "worker-gateway", configVars(&config{}), *update)
+	switch {
+	case err != nil:
 		t.Fatal(err)
-	}
-	for _, p := range envconf.CheckMarkdown(string(doc), "worker-gateway", configVars(&config{})) {
-		t.Errorf("%s: %s", path, p)
+	case diff != "" && *update:
+		t.Logf("rewrote the worker-gateway's table of %s:\n%s", path, diff)
+	case diff != "":
+		t.Errorf("the worker-gateway's table of %s is not the code's; regenerate it with `make config-docs` "+
+			"(or `go test -run TestConfigTables ./cmd/worker-gateway -update` in gateway/). - the file's, + the code's:\n%s", path, diff)
 	}
 }
 
