@@ -153,6 +153,8 @@ func describeJSONError(err error) string {
 	if errors.As(err, &se) {
 		return fmt.Sprintf("not valid JSON at byte %d: %s", se.Offset, se.Error())
 	}
+	// encoding/json reports an unknown field (DisallowUnknownFields) with
+	// no error type of its own: its fixed wording is all there is to tell.
 	if strings.HasPrefix(err.Error(), "json: unknown field ") {
 		return "unknown field"
 	}

@@ -2,7 +2,6 @@ package rdb
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -134,7 +133,7 @@ func (r *RDB) Reply(ctx context.Context, replyTo string, doc []byte, stream, gro
 // EnsureGroup creates a consumer group (and its stream) when missing.
 func (r *RDB) EnsureGroup(ctx context.Context, stream, group string) error {
 	err := r.c.XGroupCreateMkStream(ctx, stream, group, "0").Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
 		return err
 	}
 	return nil

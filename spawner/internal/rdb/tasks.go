@@ -3,7 +3,6 @@ package rdb
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -191,7 +190,7 @@ func (r *RDB) Waiting(ctx context.Context, stream, group string) ([]Entry, error
 // noGroup reports whether err says the stream or its group does not
 // exist: nothing was ever delivered there.
 func noGroup(err error) bool {
-	return err != nil && (strings.HasPrefix(err.Error(), "NOGROUP") || err.Error() == "ERR no such key")
+	return redis.HasErrorPrefix(err, "NOGROUP") || redis.HasErrorPrefix(err, "no such key")
 }
 
 // answerScript publishes a failed output for a task and marks its run
