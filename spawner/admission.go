@@ -19,12 +19,25 @@ import (
 // moves on (see rdb.Admit). With EvictPaused, a create at the head of a
 // full queue retires the worker paused longest instead of waiting.
 
+// admission admits this host's creates and wakes (admit), evicting a
+// warm pool worker or the worker paused longest when the host is full.
+type admission struct {
+	*env
+	cfg      *Config // CREATION_TIMEOUT, LEASE_TTL, MAX_CONCURRENT_WORKERS, HOST_LABELS, EVICT_PAUSED(_AFTER), POOLS
+	stopping <-chan struct{}
+	engine   engine.Engine
+	busy     *busyCheck
+	// retire and hibernate free a slot: the Spawner's.
+	retire    func(ctx context.Context, id string, r retirement) (bool, error)
+	hibernate func(ctx context.Context, id, reason string, graceful bool) error
+}
+
 // admit waits for a slot for the create id on a host its placement
 // allows (only this one when the create cannot be forwarded) and returns
 // the host. On this host it returns the slot's lease, renewed until
 // stopped; on another it returns no lease: the caller forwards the create,
 // and that host's manager admits it again (renewing the same slot).
-func (s *Spawner) admit(ctx context.Context, id string, p *protocol.Placement, o createOpts) (*renewal, string, error) {
+func (s *admission) admit(ctx context.Context, id string, p *protocol.Placement, o createOpts) (*renewal, string, error) {
 	me := s.Host()
 	deadline := s.now().Add(s.cfg.CreationTimeout)
 	queued := false
@@ -102,7 +115,7 @@ func placementString(p *protocol.Placement) string {
 // keepSlot renews the slot lease of an admitted create every third of the
 // lease, until stopped (or until the create joined the workers set or lost
 // its lease).
-func (s *Spawner) keepSlot(id string) *renewal {
+func (s *admission) keepSlot(id string) *renewal {
 	return renewEvery(context.Background(), s.cfg.LeaseTTL/3, func(ctx context.Context) bool {
 		ok, err := s.rdb.RenewCreating(ctx, id, s.now(), s.cfg.LeaseTTL)
 		return err != nil || ok
@@ -113,7 +126,7 @@ func (s *Spawner) keepSlot(id string) *renewal {
 // the worker paused longest (at least
 // EvictPausedAfter, with no task waiting) to free a slot for the create
 // of forID, and says whether it did.
-func (s *Spawner) evictOldestPaused(ctx context.Context, forID string) bool {
+func (s *admission) evictOldestPaused(ctx context.Context, forID string) bool {
 	cs, err := s.engine.List(ctx, engine.Filter{State: engine.Suspended})
 	if err != nil {
 		return false
@@ -129,7 +142,7 @@ func (s *Spawner) evictOldestPaused(ctx context.Context, forID string) bool {
 		if err != nil || now.Sub(at) < s.cfg.EvictPausedAfter {
 			continue
 		}
-		if b, err := s.busyNow(ctx, id); err != nil || b != "" {
+		if b, err := s.busy.busyNow(ctx, id); err != nil || b != "" {
 			continue
 		}
 		if victim == "" || at.Before(since) {
@@ -155,4 +168,21 @@ func (s *Spawner) evictOldestPaused(ctx context.Context, forID string) bool {
 		s.log.Warn("evict a paused worker", "worker_id", victim, "err", err)
 	}
 	return done && err == nil
+}
+
+// evictWarm retires a warm worker of any pool so that the create forID,
+// at the head of a full queue, gets its slot; it says whether it did.
+func (s *admission) evictWarm(ctx context.Context, forID string) bool {
+	for _, p := range s.cfg.Pools {
+		id, err := s.rdb.TakeWarm(ctx, p.Name)
+		if err != nil || id == "" {
+			continue
+		}
+		s.log.Info("at the worker limit: a warm pool worker gives way", "pool", p.Name, "worker_id", id, "for", forID)
+		if ok, err := s.retire(ctx, id, retirement{reason: protocol.RemovedGaveWay, graceful: true, code: protocol.CodeTerminated,
+			msg: "the warm worker gave way to a create"}); err == nil && ok {
+			return true
+		}
+	}
+	return false
 }

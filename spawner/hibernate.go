@@ -172,7 +172,7 @@ func (s *Spawner) wakeHibernated(ctx context.Context, id string) error {
 		s.log.Info("hibernated worker handed to the host placed to wake it", "worker_id", id, "host", to)
 		return nil
 	}
-	slot, to, err := s.admit(ctx, id, wakeOn, createOpts{forward: handOff})
+	slot, to, err := s.admission.admit(ctx, id, wakeOn, createOpts{forward: handOff})
 	if err != nil {
 		s.stillHibernated(ctx, id, err)
 		return err

@@ -23,7 +23,7 @@ import (
 // worker and its removal. It owns nothing in Redis.
 type instances struct {
 	*env
-	cfg    Config
+	cfg    *Config
 	engine engine.Engine
 	images *images.Builder
 	seals  *sealing

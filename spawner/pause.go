@@ -3,7 +3,6 @@ package spawner
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner/engine"
@@ -28,7 +27,7 @@ func (s *Spawner) Pause(ctx context.Context, id string) error {
 	if c.State != engine.Running {
 		return errorf(protocol.CodeNotFound, "worker %s is not running", id)
 	}
-	busy, err := s.busy(ctx, id)
+	busy, err := s.busyCheck.busy(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -42,7 +41,7 @@ func (s *Spawner) Pause(ctx context.Context, id string) error {
 		}
 		return engineError(err, "pause worker %s", id)
 	}
-	if busy, err := s.busyNow(ctx, id); err != nil || busy != rdb.NotBusy {
+	if busy, err := s.busyCheck.busyNow(ctx, id); err != nil || busy != rdb.NotBusy {
 		// A task arrived between the check and the freeze (or the check
 		// cannot be made): thaw it.
 		if err := s.engine.Resume(context.WithoutCancel(ctx), c.ID); err != nil {
@@ -57,57 +56,6 @@ func (s *Spawner) Pause(ctx context.Context, id string) error {
 		protocol.StatusFieldState: string(protocol.WorkerPaused)})
 	s.lifecycle(ctx, id, protocol.EventPaused, nil)
 	return nil
-}
-
-// finishingWait is how long a pause waits for a worker whose task's
-// output is stored to say it is idle: the wrapper stores the output (and
-// acknowledges the task) first, then writes its status, a few
-// milliseconds later. A consumer that pauses or hibernates a worker on
-// its output is not refused for that gap.
-const finishingWait = 3 * time.Second
-
-// busy says whether a worker has a task in flight, held or waiting; a
-// task whose output is stored is waited out (finishingWait).
-func (s *Spawner) busy(ctx context.Context, id string) (rdb.Busy, error) {
-	deadline := time.Now().Add(finishingWait)
-	for {
-		b, err := s.busyNow(ctx, id)
-		if err != nil || b != rdb.BusyTask || !s.taskAnswered(ctx, id) || time.Now().After(deadline) {
-			return b, err
-		}
-		select {
-		case <-ctx.Done():
-			return b, nil
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-// taskAnswered reports whether the task a worker's status names has its
-// output stored (its run is completed or failed).
-func (s *Spawner) taskAnswered(ctx context.Context, id string) bool {
-	req, err := s.rdb.StatusField(ctx, id, protocol.StatusFieldRequestID)
-	if err != nil || req == "" {
-		return false
-	}
-	st, err := s.rdb.RunStatus(ctx, req)
-	return err == nil && st.Terminal()
-}
-
-// busyNow is busy without the wait.
-func (s *Spawner) busyNow(ctx context.Context, id string) (rdb.Busy, error) {
-	kind, _ := s.rdb.StatusField(ctx, id, protocol.StatusFieldKind)
-	k, _, group := s.inputOf(id, protocol.Kind(kind))
-	for _, input := range s.keys.InputsFor(k, id) {
-		b, err := s.rdb.Busy(ctx, id, input, group)
-		if err != nil {
-			return b, redisError(err, "is %s busy", id)
-		}
-		if b != rdb.NotBusy {
-			return b, nil
-		}
-	}
-	return rdb.NotBusy, nil
 }
 
 // inputOf returns a worker's kind (long-lived when its hash says none),

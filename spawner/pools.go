@@ -276,23 +276,6 @@ func (s *Spawner) allocate(ctx context.Context, commandID string, p *PoolTemplat
 	}
 }
 
-// evictWarm retires a warm worker of any pool so that the create forID,
-// at the head of a full queue, gets its slot; it says whether it did.
-func (s *Spawner) evictWarm(ctx context.Context, forID string) bool {
-	for _, p := range s.cfg.Pools {
-		id, err := s.rdb.TakeWarm(ctx, p.Name)
-		if err != nil || id == "" {
-			continue
-		}
-		s.log.Info("at the worker limit: a warm pool worker gives way", "pool", p.Name, "worker_id", id, "for", forID)
-		if ok, err := s.retire(ctx, id, retirement{reason: protocol.RemovedGaveWay, graceful: true, code: protocol.CodeTerminated,
-			msg: "the warm worker gave way to a create"}); err == nil && ok {
-			return true
-		}
-	}
-	return false
-}
-
 // Pools keeps every pool filled: warm workers made and paused, the pool
 // size kept, allocated workers recycled. It runs on the leader.
 type Pools struct {

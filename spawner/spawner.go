@@ -42,9 +42,11 @@ type Spawner struct {
 	// waking holds the hibernated workers a wake of this process runs
 	// for: the wake lease is per process, and two callers of one process
 	// (the wake loop, a lost host's handling) must not both make one.
-	waking  sync.Map
-	warm    *poolWake // wakes into warm pool workers (poolwake.go)
-	answers *answers  // a retired worker's tasks answered (answers.go)
+	waking    sync.Map
+	warm      *poolWake  // wakes into warm pool workers (poolwake.go)
+	answers   *answers   // a retired worker's tasks answered (answers.go)
+	busyCheck *busyCheck // is a worker busy (busy.go)
+	admission *admission // slots for creates and wakes (admission.go)
 	// connected holds a signal when the Redis client made a new
 	// connection (RedisConnected); the leader's health loop takes it.
 	connected chan struct{}
@@ -78,10 +80,14 @@ func New(cfg Config, eng engine.Engine, rc redis.UniversalClient, builder *image
 	}
 	seals := &sealing{on: cfg.NetworkMode == NetworkSealed, gw: gw, dir: cfg.GatewayDir, log: log}
 	s := &Spawner{env: e, cfg: cfg, engine: eng, seals: seals, users: newWorkerUsers(e, cfg.WorkerACL, cfg.RedisURLForWorkers),
-		inst:     &instances{env: e, cfg: cfg, engine: eng, images: builder, seals: seals},
+		inst:     &instances{env: e, engine: eng, images: builder, seals: seals},
 		volumes:  &projectVolumes{env: e, engine: eng, enabled: cfg.ProjectVolumes, retention: cfg.VolumeRetention},
 		instance: cfg.ManagerID + "/" + newWorkerID()[:8], stopping: make(chan struct{}), connected: make(chan struct{}, 1)}
+	// The parts read the one configuration (tests change it after New).
+	s.inst.cfg = &s.cfg
 	s.answers = &answers{env: e, retry: cfg.Retry}
+	s.busyCheck = &busyCheck{env: e}
+	s.admission = &admission{env: e, cfg: &s.cfg, stopping: s.stopping, engine: eng, busy: s.busyCheck, retire: s.retire, hibernate: s.hibernate}
 	s.warm = &poolWake{env: e, poolFor: s.poolFor, users: s.users, seals: seals, engine: eng, retire: s.retire, ended: s.ended}
 	return s
 }
@@ -219,7 +225,7 @@ func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.Wo
 		}
 	}
 	if !member {
-		lease, host, err := s.admit(ctx, id, spec.Placement, o)
+		lease, host, err := s.admission.admit(ctx, id, spec.Placement, o)
 		if err != nil {
 			s.writeStatus(context.WithoutCancel(ctx), id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerFailed),
 				protocol.StatusFieldState: string(protocol.WorkerFailed), protocol.StatusFieldError: err.Error()})
