@@ -26,8 +26,9 @@ import (
 //
 // Its faults and delays are for the calls on workers' containers: the
 // spare network namespaces' holders a manager makes for sealed workers
-// (spawner/netns.go; created without a name) go through untouched, except
-// for Stall, which holds every call as a hung engine would.
+// (spawner/engine/docker/netns.go; created without a name) go through
+// untouched, except for Stall, which holds every call as a hung engine
+// would.
 type DockerProxy struct {
 	sock string
 	dir  string

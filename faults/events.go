@@ -57,7 +57,7 @@ func (c *Case) WatchCreations() *Creations {
 			if len(f) > 2 {
 				ev.WorkerID = f[2]
 			} else {
-				continue // a spare network namespace's holder (spawner/netns.go), not a worker
+				continue // a spare network namespace's holder (spawner/engine/docker/netns.go), not a worker
 			}
 			w.mu.Lock()
 			w.evs = append(w.evs, ev)

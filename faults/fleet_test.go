@@ -249,7 +249,8 @@ func hostContainers(t *testing.T, h *Host, prefix string) []string {
 	var ws []string
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		// A line without a worker id (" running") is a spare network
-		// namespace's holder (spawner/netns.go): the manager's, not a worker.
+		// namespace's holder (spawner/engine/docker/netns.go): the
+		// manager's, not a worker.
 		if id, state, ok := strings.Cut(line, " "); ok && id != "" {
 			ws = append(ws, id+":"+state)
 		}

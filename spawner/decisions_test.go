@@ -10,8 +10,9 @@ import (
 	"github.com/agentvisor/agentvisor/testkit"
 )
 
-// The decision logic of the control plane, over the fake engine and a
-// real Redis: fast, no container started.
+// The decision logic of the control plane, over the Docker engine on an
+// in-memory Docker (engine/docker/dockertest) and a real Redis: fast, no
+// container started.
 
 func TestReconcileDiff(t *testing.T) {
 	u := newUnit(t, nil)

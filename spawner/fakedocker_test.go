@@ -16,8 +16,9 @@ import (
 	"github.com/agentvisor/agentvisor/testkit"
 )
 
-// unit is a Spawner over the fake engine and a real Redis, with a clock
-// the test moves.
+// unit is a Spawner over the Docker engine on an in-memory Docker
+// (engine/docker/dockertest) and a real Redis, with a clock the test
+// moves.
 type unit struct {
 	s      *Spawner
 	d      *dockertest.Fake

@@ -13,9 +13,10 @@ import (
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
-// The fleet's decisions over fake engines and a real Redis: this manager
-// is host "a"; host "b" is another manager's, live or lost. The real
-// engines side by side are the fault suite's (faults/, host lost mid-load).
+// The fleet's decisions over an in-memory Docker (newUnit) and a real
+// Redis: this manager is host "a"; host "b" is another manager's, live or
+// lost. The real engines side by side are the fault suite's (faults/,
+// host lost mid-load).
 
 func fleetUnit(t *testing.T, mods ...func(*Config)) *unit {
 	t.Helper()

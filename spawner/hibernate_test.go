@@ -25,7 +25,7 @@ func containersOf(t *testing.T, f *fixture) []string {
 
 // workerContainersOf lists the workers' containers (any state) of a
 // fixture's prefix, without the spare network namespaces' holders
-// (netns.go), which carry the prefix but are no workers.
+// (engine/docker/netns.go), which carry the prefix but are no workers.
 func workerContainersOf(t testing.TB, f *fixture) []string {
 	t.Helper()
 	out, err := exec.Command("docker", "ps", "-aq", "--filter", "label="+protocol.LabelKeyPrefix+"="+f.keys.Prefix,

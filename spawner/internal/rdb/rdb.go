@@ -32,7 +32,7 @@ import (
 //	Managers      managers.go   the managers' own records
 //	Leases        lease.go      named leases
 //	LastUse       lastused.go   images' and volumes' last use
-//	NetnsMarks    netns.go      spare network namespaces
+//	NetnsMarks    netns.go      marks of the spare network namespaces (engine/docker/netns.go)
 //	ACL           acl.go        per-worker Redis users
 //
 // Its client is unexported: nothing outside this package sends Redis a
