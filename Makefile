@@ -16,7 +16,7 @@ FUZZTIME   ?= 3s
 # Every fuzz target of the protocol decoders, and the one over the path from
 # an agent's output to the stored Output, runs for FUZZTIME in `make test`.
 
-.PHONY: all setup build vet check-docs config-docs test test-unit test-go test-rules fuzz faults test-faults bench demo fleet images clean
+.PHONY: all setup build vet shape check-docs config-docs test test-unit test-go test-rules fuzz faults test-faults bench demo fleet images clean
 
 all: build
 
@@ -36,7 +36,7 @@ build:
 vet:
 	@bad=$$(gofmt -l $(MODULES) scripts); if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
 	@for m in $(MODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
-	@$(GO) vet scripts/benchtable.go
+	@$(GO) vet scripts/benchtable.go && $(GO) vet scripts/codeshape.go
 
 # The race detector is on for every module; -count=1 so that a cached pass
 # never stands in for a run against real services. One go test over every
@@ -139,6 +139,12 @@ fleet: setup
 	@mkdir -p bin
 	@cd faults && $(GO) build -o ../bin/fleet ./cmd/fleet
 	@bin/fleet
+
+# The shape of the production code: the types with the most methods, the
+# functions over 100 lines and files over 600, and the Docker SDK's
+# imports in the spawner outside its Docker engine and image builder.
+shape:
+	@$(GO) run scripts/codeshape.go
 
 clean:
 	rm -rf bin
