@@ -38,7 +38,7 @@ func (w *Worker) handOff(ctx context.Context, src taskSource, task protocol.Task
 	if w.cfg.Kind != protocol.KindDeveloper || src.own || task.Answers != "" || task.ForceNewSession || w.cfg.SessionPolicy == "new" {
 		return false
 	}
-	fields, err := w.rdb.HGetAll(ctx, w.cfg.Keys.Session(w.cfg.AgentType, task.Project()))
+	fields, err := w.rdb.SessionFields(ctx, w.cfg.AgentType, task.Project())
 	if err != nil {
 		return false
 	}
