@@ -1,49 +1,52 @@
 // Package worker is the worker-wrapper's core: it reads tasks from Redis,
 // runs the agent for each, and publishes what happens as the protocol says.
-// Worker is the composition root: it builds the parts below and wires
-// them. A task entry's path, file by file:
+// Worker is the composition root: wire (worker.go) builds each part from
+// what it needs, Run (lifecycle.go) starts and stops them in a written
+// order. A task entry's way, stage by stage, each a type of its own:
 //
-//   - input.go: the read loop, and routing each entry by its type: a task
-//     to task.go (or, on the developer queue, to the worker holding its
-//     project's session: affinity.go); a cancel, a steering message or a
-//     permission reply to its part; the input's follower and look-ahead,
-//     which see those before their turn;
-//   - queue.go: what is read next (own pending entries first; the
-//     developer queues by priority; nothing new while degraded);
-//   - recover.go: a panic in one entry's handling ends that entry, not
-//     the worker; an output that does not validate is still answered;
-//   - task.go: one task's run, admit → execute → finish (taskRun), and the
-//     task in flight (current);
-//   - agentrun.go: how the agent runs for a task (its spec, the persistent
-//     process or a process of its own, the turns of steering messages),
-//     and the wrapper's own turns;
-//   - output.go: the Output document of a task, and of an entry rejected;
-//   - publisher.go: everything told to Redis: events through the Outbox,
-//     a task's output stored with its run and usage, the retry policy.
+//   - read: input (input.go, queue.go) reads the input through the
+//     consumer group (own pending entries first; the developer queues by
+//     priority; nothing new while degraded), and follows the input
+//     outside the group for control documents;
+//   - route: router (route.go) hands each entry to what its type is for:
+//     a task to tasks (or, on the developer queue, to the worker holding
+//     its project's session: affinity, affinity.go), a cancel, a steering
+//     message or a permission reply to controls, an adopt document to the
+//     adopter (adopt.go); recover.go is its panic boundary (a panic in
+//     one entry's handling ends that entry, not PID 1);
+//   - run: tasks (task.go) runs one task, admit → execute → finish
+//     (taskRun), with its attempts (retry.go), its project's budget
+//     (budget.go) and the run it answers (answers.go); the agent's runs
+//     are agentRunner's (agentrun.go: the spec, the persistent process or
+//     a process of its own, the steering turns, the wrapper's own turns;
+//     winddown.go: a cancelled task's agent winding down after its
+//     output); outputs (output.go) builds the Output documents;
+//   - publish: publisher (publisher.go) is everything told to Redis:
+//     events through the Outbox (outbox.go), a task's output stored once
+//     with its run and usage, bounded by the shutdown (terminator.final).
 //
-// The parts a task's run asks, each owning its state (and its lock):
+// The parts the stages ask, each owning its state (and its lock):
 //
-//   - state.go: the worker's state machine and the task in flight;
-//     transitions.go: each change published (lifecycle, history, status),
-//     and the health (first heartbeat, task failures, health check);
+//   - state.go: the worker's state machine and the task in flight
+//     (workerState, current); transitions.go: statusReporter publishes
+//     each change (lifecycle, history, status hash, idle set) and asks
+//     for pauses; heartbeat.go: heartbeater, and the health it proves;
 //   - cancel.go: cancels seen, and a task's interrupt (cancels,
-//     interruptible); winddown.go: a cancelled task's agent winding down
-//     after its output (windDown);
-//   - steer.go: steering messages (steering, taskSteer);
-//   - approve.go: permissions asked of the task's owner (approvals);
+//     interruptible); steer.go: steering messages (steering, taskSteer);
+//     approve.go: permissions asked of the task's owner (approvals);
 //   - cost.go: the cost of an agent that reports none, priced from the
 //     proxy's meter, and the live guard of its max_budget_usd (spending);
-//   - heal.go: the model API's refusals and rate limits (healer);
-//   - sessions.go: which agent session a task runs in; answers.go: a task
-//     that answers a run continues its session;
-//   - budget.go: the project's budget, before and after a task;
-//   - persistent.go, recycle.go: the agent process kept across tasks;
-//   - oom.go: the cgroup's OOM kill counter.
+//     heal.go: the model API's refusals and rate limits (healer);
+//   - sessions.go, sessionfiles.go: which agent session a task runs in,
+//     and the session's files kept in Redis (SessionPolicy);
+//   - persistent.go, recycle.go: the agent process kept across tasks
+//     (persistentAgent, owned by agentRunner); oom.go: the cgroup's OOM
+//     kill counter.
 //
 // The worker's frame:
 //
 //   - config.go: the configuration, from the environment;
-//   - lifecycle.go: start, shutdown, Terminate and Fail;
+//   - lifecycle.go: Run (start, shutdown), Terminate, Fail;
 //   - agentcmd.go: the agent's adapter settings, environment and
 //     workspace (what differs between CLIs is their adapter's, package
 //     agent);
@@ -51,9 +54,7 @@
 //     gets instead of the key;
 //   - mcp.go: the MCP servers' settings, read and kept secret;
 //   - permissions.go: the guard of the agent's shell calls
-//     (ALLOWED_COMMANDS);
-//   - heartbeat.go, progress.go: the heartbeat, and the progress and
-//     health endpoint;
+//     (ALLOWED_COMMANDS); progress.go: the progress and health endpoint;
 //   - redact.go: redaction of what leaves the container.
 package worker
 
