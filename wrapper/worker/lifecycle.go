@@ -30,6 +30,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 
+	// The background loops outlive ctx on purpose: the outbox, the
+	// heartbeat and the follower serve the task's grace and the last
+	// events; they stop (stopBG) once stopped is published.
 	bg, stopBG := context.WithCancel(context.Background())
 	var bgDone sync.WaitGroup
 	for _, loop := range []func(context.Context){w.pub.out.Run, w.beat.run, w.input.follow} {
@@ -192,6 +195,8 @@ type terminator struct {
 }
 
 func newTerminator(grace time.Duration) *terminator {
+	// Not of Run's ctx, on purpose: the writes it bounds outlive the
+	// shutdown's start, and end grace after Terminate (or at Close).
 	final, endFinal := context.WithCancel(context.Background())
 	return &terminator{ch: make(chan struct{}), grace: grace, final: final, endFinal: endFinal}
 }

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -10,21 +9,6 @@ import (
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
 )
-
-// serve handles one input entry. The wrapper is PID 1: a panic in the
-// handling of one entry (a bug that some agent output reaches) must not
-// end the container, its reaper and its heartbeat with it. It ends that
-// entry instead: a task is answered failed with INTERNAL_ERROR (not
-// retryable: the same task would take the same path), its entry is
-// acknowledged, the worker becomes idle and serves the next entry.
-func (r *router) serve(ctx context.Context, src taskSource, e *rdb.Entry) {
-	defer func() {
-		if p := recover(); p != nil {
-			r.recoverEntry(src, e, p, debug.Stack())
-		}
-	}()
-	r.route(ctx, src, e)
-}
 
 // recoverEntry answers the entry whose handling panicked with p. It is
 // guarded itself: a second panic while answering leaves the entry

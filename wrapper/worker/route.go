@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -27,6 +28,21 @@ type router struct {
 	log      *slog.Logger
 	now      func() time.Time
 	workerID string
+}
+
+// serve handles one input entry. The wrapper is PID 1: a panic in the
+// handling of one entry (a bug that some agent output reaches) must not
+// end the container, its reaper and its heartbeat with it. It ends that
+// entry instead: a task is answered failed with INTERNAL_ERROR (not
+// retryable: the same task would take the same path), its entry is
+// acknowledged, the worker becomes idle and serves the next entry.
+func (r *router) serve(ctx context.Context, src taskSource, e *rdb.Entry) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.recoverEntry(src, e, p, debug.Stack())
+		}
+	}()
+	r.route(ctx, src, e)
 }
 
 // route hands an entry read through the group to what its type is for:
