@@ -30,19 +30,8 @@ import (
 // or a second signal), so that a wrapper whose Redis stays away still
 // exits before its engine kills it.
 type publisher struct {
-	rdb          publisherRedis
-	keys         protocol.Keys
-	workerID     string
-	host         string
-	log          *slog.Logger
-	now          func() time.Time
-	redact       *Redactor
-	runRetention time.Duration
-	waitTimeout  time.Duration // WAIT's, when a write must reach a replica
-	out          *Outbox
-	// final is the context of the writes that must not be lost: it ends
-	// finalGrace after Terminate (terminator.final).
-	final context.Context
+	publisherParams
+	out *Outbox
 }
 
 // publisherRedis is what the publisher writes: events, and the writes
@@ -62,16 +51,17 @@ type publisherParams struct {
 	now          func() time.Time
 	redact       *Redactor
 	runRetention time.Duration
-	waitTimeout  time.Duration
-	eventBuffer  int
-	final        context.Context
+	waitTimeout  time.Duration // WAIT's, when a write must reach a replica
+	eventBuffer  int           // the Outbox's bound (EVENT_BUFFER)
+	// final is the context of the writes that must not be lost: it ends
+	// finalGrace after Terminate (terminator.final).
+	final context.Context
 }
 
 func newPublisher(p publisherParams) *publisher {
 	out := NewOutbox(p.eventBuffer, p.log)
 	out.Permanent = rdb.IsServerError
-	return &publisher{rdb: p.rdb, keys: p.keys, workerID: p.workerID, host: p.host, log: p.log, now: p.now, redact: p.redact,
-		runRetention: p.runRetention, waitTimeout: p.waitTimeout, out: out, final: p.final}
+	return &publisher{publisherParams: p, out: out}
 }
 
 // errStoreEnded: the shutdown's bound ended a write's retries.
