@@ -20,6 +20,14 @@ import (
 // (persistent.go) and a cancelled task's wind-down (winddown.go); the task
 // loop's goroutine runs it.
 type agentRunner struct {
+	agentRunnerParams
+	wind windDown // a cancelled task's run still winding down
+}
+
+// agentRunnerParams are what the agent runner is built from: the
+// adapter, the parts a run asks, the settings; and the persistent
+// process, which it owns from then on.
+type agentRunnerParams struct {
 	agent   agent.Adapter
 	starter agent.Starter
 	// env is the agent's environment for a run whose progress token is
@@ -27,7 +35,6 @@ type agentRunner struct {
 	// endpoint as Run started them).
 	env       func(token string, task protocol.Task) []string
 	persist   *persistentAgent // nil unless AGENT_PERSISTENT
-	wind      windDown
 	spend     *spending
 	heal      *healer
 	approvals *approvals
@@ -45,6 +52,8 @@ type agentRunner struct {
 	killGrace    time.Duration
 	stallTimeout time.Duration
 }
+
+func newAgentRunner(p agentRunnerParams) *agentRunner { return &agentRunner{agentRunnerParams: p} }
 
 // runTask runs the agent for the task cur in plan's session: its turn
 // (cancellable: winddown.go), then the turns of the steering messages

@@ -19,6 +19,12 @@ import (
 // degraded worker whose cool-down passed checks its health with a round
 // trip of the beat.
 type heartbeater struct {
+	heartbeaterParams
+}
+
+// heartbeaterParams are what the heartbeater is built from: its
+// collaborators and settings, none of them the Worker.
+type heartbeaterParams struct {
 	rdb      heartbeatRedis
 	key      string
 	interval time.Duration
@@ -29,6 +35,8 @@ type heartbeater struct {
 	log      *slog.Logger
 	now      func() time.Time
 }
+
+func newHeartbeater(p heartbeaterParams) *heartbeater { return &heartbeater{heartbeaterParams: p} }
 
 // heartbeatRedis is what the heartbeater calls: its key, and its removal
 // at the end.

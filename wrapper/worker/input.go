@@ -18,6 +18,12 @@ import (
 // message, permission reply) that ride on the input outside the group,
 // while a task runs (follow) or queued behind it (lookAhead).
 type input struct {
+	inputParams
+}
+
+// inputParams are what the input is built from: its
+// collaborators and settings, none of them the Worker.
+type inputParams struct {
 	rdb      inputRedis
 	keys     protocol.Keys
 	kind     protocol.Kind
@@ -28,6 +34,8 @@ type input struct {
 	// serve handles one entry read through the group (router.serve).
 	serve func(ctx context.Context, src taskSource, e *rdb.Entry)
 }
+
+func newInput(p inputParams) *input { return &input{inputParams: p} }
 
 // inputRedis is what the input reads.
 type inputRedis interface {

@@ -17,6 +17,12 @@ import (
 // (task.go) above all; and it is the boundary where a panic in the
 // handling of one entry ends that entry, not PID 1 (recover.go).
 type router struct {
+	routerParams
+}
+
+// routerParams are what the router is built from: its
+// collaborators and settings, none of them the Worker.
+type routerParams struct {
 	pub      *publisher
 	status   *statusReporter
 	state    *workerState
@@ -29,6 +35,8 @@ type router struct {
 	now      func() time.Time
 	workerID string
 }
+
+func newRouter(p routerParams) *router { return &router{routerParams: p} }
 
 // serve handles one input entry. The wrapper is PID 1: a panic in the
 // handling of one entry (a bug that some agent output reaches) must not

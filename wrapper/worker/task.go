@@ -92,6 +92,12 @@ func (c *current) transition(to protocol.RunState, at time.Time) {
 // itself is the agent runner's (agentrun.go); what the task tells Redis
 // is the publisher's.
 type tasks struct {
+	tasksParams
+}
+
+// tasksParams are what the task runner is built from: its
+// collaborators and settings, none of them the Worker.
+type tasksParams struct {
 	rdb       taskRedis
 	agents    *agentRunner
 	sessions  SessionPolicy
@@ -115,6 +121,8 @@ type tasks struct {
 	retry       protocol.RetryPolicy // the defaults of a task's retry
 	jsonSchema  bool
 }
+
+func newTasks(p tasksParams) *tasks { return &tasks{tasksParams: p} }
 
 // taskRedis is what a task's admission reads.
 type taskRedis interface {

@@ -15,6 +15,12 @@ import (
 // The status hash carries the state, the health and since when (push).
 // It also asks the spawner for a pause once the worker is idle again.
 type statusReporter struct {
+	statusReporterParams
+}
+
+// statusReporterParams are what the status reporter is built from: its
+// collaborators and settings, none of them the Worker.
+type statusReporterParams struct {
 	state            *workerState
 	pub              *publisher
 	log              *slog.Logger
@@ -23,6 +29,10 @@ type statusReporter struct {
 	developer        bool // a developer worker: it keeps its place in the idle set
 	pauseAfterOutput bool
 	controlStream    string
+}
+
+func newStatusReporter(p statusReporterParams) *statusReporter {
+	return &statusReporter{statusReporterParams: p}
 }
 
 // published publishes one change of the machine; workerState calls it,

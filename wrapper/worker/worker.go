@@ -59,6 +59,7 @@
 package worker
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"slices"
@@ -169,14 +170,14 @@ func (w *Worker) wire(opts Options) {
 		redact: w.redact, runRetention: cfg.RunRetention, waitTimeout: cfg.RedisWait.Timeout, eventBuffer: cfg.EventBuffer,
 		final: w.terminate.final})
 	w.state = newWorkerState(cfg.WorkerID, now, func(tr protocol.WorkerTransition) { w.status.published(tr) })
-	w.status = &statusReporter{state: w.state, pub: w.pub, log: log, now: now, workerID: cfg.WorkerID,
-		developer: cfg.Kind == protocol.KindDeveloper, pauseAfterOutput: cfg.PauseAfterOutput, controlStream: cfg.Keys.Control()}
+	w.status = newStatusReporter(statusReporterParams{state: w.state, pub: w.pub, log: log, now: now, workerID: cfg.WorkerID,
+		developer: cfg.Kind == protocol.KindDeveloper, pauseAfterOutput: cfg.PauseAfterOutput, controlStream: cfg.Keys.Control()})
 	cooldown := cfg.DegradedCooldown
 	if cooldown <= 0 {
 		cooldown = protocol.DefaultHealthCooldown
 	}
-	w.beat = &heartbeater{rdb: w.rdb, key: cfg.Keys.Heartbeat(cfg.WorkerID), interval: cfg.HeartbeatInterval, cooldown: cooldown,
-		workerID: cfg.WorkerID, state: w.state, status: w.status, log: log, now: now}
+	w.beat = newHeartbeater(heartbeaterParams{rdb: w.rdb, key: cfg.Keys.Heartbeat(cfg.WorkerID), interval: cfg.HeartbeatInterval, cooldown: cooldown,
+		workerID: cfg.WorkerID, state: w.state, status: w.status, log: log, now: now})
 
 	ctl := &controls{
 		cancels:  &cancels{state: w.state, log: log, now: now},
@@ -192,13 +193,13 @@ func (w *Worker) wire(opts Options) {
 		return ad.Route(getenv).Direct
 	}}
 	w.heal = &healer{state: w.state, pub: w.pub, log: log, now: now}
-	w.agents = &agentRunner{agent: ad, starter: opts.Starter, persist: persistentAgentFor(cfg, ad, log), spend: w.spend,
+	w.agents = newAgentRunner(agentRunnerParams{agent: ad, starter: opts.Starter, persist: persistentAgentFor(cfg, ad, log), spend: w.spend,
 		heal: w.heal, approvals: ctl.approvals, pub: w.pub, terminate: w.terminate, usage: w.rdb, log: log, now: now,
 		env: func(token string, task protocol.Task) []string {
 			return w.cfg.AgentEnv(ad, w.environ, w.ProgressURL(), token, task)
 		},
 		workerID: cfg.WorkerID, workspace: cfg.Workspace, pty: cfg.PTY, taskTimeout: cfg.TaskTimeout,
-		resultGrace: cfg.ResultGrace, killGrace: cfg.KillGrace, stallTimeout: cfg.StallTimeout}
+		resultGrace: cfg.ResultGrace, killGrace: cfg.KillGrace, stallTimeout: cfg.StallTimeout})
 	sessions := opts.Sessions
 	if sessions == nil {
 		if cfg.SessionPolicy == "new" {
@@ -209,18 +210,20 @@ func (w *Worker) wire(opts Options) {
 		}
 	}
 	outs := outputs{workerID: cfg.WorkerID, agentType: cfg.AgentType, redact: w.redact, now: now}
-	w.input = &input{rdb: w.rdb, keys: cfg.Keys, kind: cfg.Kind, workerID: cfg.WorkerID, log: log, degraded: w.status.degraded, controls: ctl}
-	w.tasks = &tasks{rdb: w.rdb, agents: w.agents, sessions: sessions, spend: w.spend, state: w.state, cancels: ctl.cancels,
+	var rt *router // built last: it hands entries to the stages below
+	w.input = newInput(inputParams{rdb: w.rdb, keys: cfg.Keys, kind: cfg.Kind, workerID: cfg.WorkerID, log: log,
+		degraded: w.status.degraded, controls: ctl,
+		serve: func(ctx context.Context, src taskSource, e *rdb.Entry) { rt.serve(ctx, src, e) }})
+	w.tasks = newTasks(tasksParams{rdb: w.rdb, agents: w.agents, sessions: sessions, spend: w.spend, state: w.state, cancels: ctl.cancels,
 		steering: ctl.steering, pub: w.pub, status: w.status, outputs: outs, terminate: w.terminate, lookAhead: w.input.lookAhead,
 		log: log, now: now, workerID: cfg.WorkerID, agentType: cfg.AgentType, caps: ad.Caps(), taskTimeout: cfg.TaskTimeout,
-		retry: cfg.Retry, jsonSchema: cfg.JSONSchema}
+		retry: cfg.Retry, jsonSchema: cfg.JSONSchema})
 	w.adopter = &adopter{log: log, redisURL: cfg.RedisURL, redisSocket: cfg.RedisSocket, workerID: cfg.WorkerID}
 	aff := &affinity{rdb: w.rdb, keys: cfg.Keys, workerID: cfg.WorkerID, agentType: cfg.AgentType,
 		on:    cfg.Kind == protocol.KindDeveloper && cfg.SessionPolicy != "new",
 		fresh: time.Duration(protocol.HeartbeatTTLIntervals) * cfg.HeartbeatInterval, pub: w.pub, log: log, now: now}
-	rt := &router{pub: w.pub, status: w.status, state: w.state, controls: ctl, adopter: w.adopter, affinity: aff,
-		tasks: w.tasks, outputs: outs, log: log, now: now, workerID: cfg.WorkerID}
-	w.input.serve = rt.serve
+	rt = newRouter(routerParams{pub: w.pub, status: w.status, state: w.state, controls: ctl, adopter: w.adopter, affinity: aff,
+		tasks: w.tasks, outputs: outs, log: log, now: now, workerID: cfg.WorkerID})
 }
 
 // Adopted returns the worker this wrapper is to become, nil when none.
