@@ -3,7 +3,9 @@ package worker
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
@@ -22,46 +24,59 @@ type Adoption struct {
 	CredentialHosts []string
 }
 
-// Adopted returns the worker this wrapper is to become, nil when none.
-func (w *Worker) Adopted() *Adoption { return w.adoption.Load() }
+// adopter takes an adopt document for this wrapper: it checks it, and
+// records the worker the wrapper is to become.
+type adopter struct {
+	log         *slog.Logger
+	redisURL    string // the wrapper's own
+	redisSocket string
+	workerID    string
+
+	// stopLoop ends the task loop (set by Run); adoption is the worker
+	// an adopt document made this wrapper become. Set by the task loop's
+	// goroutine, read by Run's caller.
+	stopLoop atomic.Pointer[context.CancelFunc]
+	adoption atomic.Pointer[Adoption]
+}
+
+// loginTries bounds the logins an adopt document's user is tried with.
+const loginTries = 5
 
 // adopt handles an adopt document read from the input, the worker idle
-// (the task loop reads it). It is taken only when the wrapper logs in to
-// Redis as a per-worker user of its own, the document names the user of
-// its worker_id in the same form (another worker's, never this one's),
-// and the wrapper can log in as that user with its own password: only a
-// worker-manager, which made that user with this password, can have sent
-// it. Then the entry is acknowledged and the task loop ends. A document
-// it cannot act on is logged and acknowledged, and the worker goes on as
-// it was.
-func (w *Worker) adopt(ctx context.Context, src taskSource, data []byte) {
-	defer w.pub.ack(src)
-	a, err := protocol.DecodeAdopt(data)
+// (the task loop reads it; its caller acknowledges the entry). It is
+// taken only when the wrapper logs in to Redis as a per-worker user of
+// its own, the document names the user of its worker_id in the same form
+// (another worker's, never this one's), and the wrapper can log in as
+// that user with its own password: only a worker-manager, which made that
+// user with this password, can have sent it. Then the task loop ends. A
+// document it cannot act on is logged, and the worker goes on as it was.
+func (a *adopter) adopt(ctx context.Context, data []byte) {
+	doc, err := protocol.DecodeAdopt(data)
 	if err != nil {
-		w.log.Warn("adopt document refused", "err", err)
+		a.log.Warn("adopt document refused", "err", err)
 		return
 	}
-	url, err := adoptedURL(w.cfg.RedisURL, w.cfg.WorkerID, a)
-	for try := 0; err == nil; try++ {
+	url, err := adoptedURL(a.redisURL, a.workerID, doc)
+	for try := 1; err == nil; try++ {
 		// A few tries: the login may fail for a moment (Redis restarted
 		// and its users not made again yet, the gateway switching to a
 		// new primary).
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		err = rdb.CanLogIn(cctx, url, w.cfg.RedisSocket)
+		err = rdb.CanLogIn(cctx, url, a.redisSocket)
 		cancel()
-		if err == nil || try == 4 || ctx.Err() != nil {
+		if err == nil || try == loginTries || ctx.Err() != nil {
 			break
 		}
 		err = nil
-		time.Sleep(500 * time.Millisecond)
+		sleepCtx(ctx, 500*time.Millisecond)
 	}
 	if err != nil {
-		w.log.Warn("adopt refused", "worker_id", a.WorkerID, "err", err)
+		a.log.Warn("adopt refused", "worker_id", doc.WorkerID, "err", err)
 		return
 	}
-	w.log.Info("adopted: this container now serves a woken worker", "worker_id", a.WorkerID)
-	w.adoption.Store(&Adoption{WorkerID: a.WorkerID, RedisURL: url, CredentialHosts: a.CredentialHosts})
-	if stop := w.stopLoop.Load(); stop != nil {
+	a.log.Info("adopted: this container now serves a woken worker", "worker_id", doc.WorkerID)
+	a.adoption.Store(&Adoption{WorkerID: doc.WorkerID, RedisURL: url, CredentialHosts: doc.CredentialHosts})
+	if stop := a.stopLoop.Load(); stop != nil {
 		(*stop)()
 	}
 }

@@ -2,9 +2,11 @@ package worker
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
 )
 
 // Session affinity on the developer queue. A project's session stays
@@ -18,37 +20,39 @@ import (
 // its loop, resumes the session. A holder that is busy, degraded or gone
 // does not get it: the reader runs the task itself (in a new session).
 
-// markIdle keeps a developer worker's place in the developer idle set:
-// in it, scored with the time, while idle, not stopping and not
-// degraded; out of it otherwise. Each heartbeat refreshes the score.
-func (w *Worker) markIdle() {
-	if w.cfg.Kind != protocol.KindDeveloper {
-		return
-	}
-	s := w.state.snapshot()
-	idle := s.state == protocol.WorkerIdle && !s.stopping && s.health != protocol.HealthDegraded
-	key, id, at := w.cfg.Keys.DeveloperIdle(), w.cfg.WorkerID, w.now()
-	w.pub.out.Push("idle set", func(ctx context.Context) error { return w.rdb.SetIdle(ctx, key, id, idle, at) })
+// affinity gives a task read from the developer queue to the worker that
+// holds its project's session, when that one is free.
+type affinity struct {
+	rdb       rdb.Affinity
+	keys      protocol.Keys
+	workerID  string
+	agentType protocol.AgentType
+	// on: a developer worker whose session policy keeps sessions.
+	on bool
+	// fresh is how old a holder's place in the idle set may be.
+	fresh time.Duration
+	pub   *publisher
+	log   *slog.Logger
+	now   func() time.Time
 }
 
 // handOff gives a task read from the developer queue to the worker that
 // holds its project's session, if that one is free; it reports whether it
 // did (the task is then that worker's, and nothing more is done here).
-func (w *Worker) handOff(ctx context.Context, src taskSource, task protocol.Task) bool {
-	if w.cfg.Kind != protocol.KindDeveloper || src.own || task.Answers != "" || task.ForceNewSession || w.cfg.SessionPolicy == "new" {
+func (w *affinity) handOff(ctx context.Context, src taskSource, task protocol.Task) bool {
+	if !w.on || src.own || task.Answers != "" || task.ForceNewSession {
 		return false
 	}
-	fields, err := w.rdb.HGetAll(ctx, w.cfg.Keys.Session(w.cfg.AgentType, task.Project()))
+	fields, err := w.rdb.SessionFields(ctx, w.agentType, task.Project())
 	if err != nil {
 		return false
 	}
 	now := w.now()
 	holder, ok := protocol.Affinity(fields, now)
-	if !ok || holder == w.cfg.WorkerID {
+	if !ok || holder == w.workerID {
 		return false
 	}
-	fresh := now.Add(-time.Duration(protocol.HeartbeatTTLIntervals) * w.cfg.HeartbeatInterval)
-	handed, err := w.rdb.HandOff(ctx, src.stream, w.cfg.Keys.DeveloperIdle(), src.group, holder, src.entryID, fresh)
+	handed, err := w.rdb.HandOff(ctx, src.stream, w.keys.DeveloperIdle(), src.group, holder, src.entryID, now.Add(-w.fresh))
 	if err != nil {
 		w.log.Warn("hand-off to the session's worker failed; running the task here", "request_id", task.RequestID, "to", holder, "err", err)
 		return false

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"time"
@@ -12,17 +13,88 @@ import (
 	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
 )
 
-// How a task's agent runs (the execute step of task.go): its spec, in the
-// persistent process or in a process of its own, the further turns of its
-// steering messages; and the wrapper's own turns.
+// agentRunner runs the agent: for a task (the execute step of task.go), in
+// the persistent process or in a process of its own, with the further
+// turns of its steering messages; and for the wrapper's own turns (a
+// retiring session's summary). It owns the persistent process
+// (persistent.go) and a cancelled task's wind-down (winddown.go); the task
+// loop's goroutine runs it.
+type agentRunner struct {
+	agentRunnerParams
+	wind windDown // a cancelled task's run still winding down
+}
 
-// agentSpec is how to run the agent for a task of the run cur.
-func (w *Worker) agentSpec(task protocol.Task, inv Invocation, cur *current) agent.Spec {
+// agentRunnerParams are what the agent runner is built from: the
+// adapter, the parts a run asks, the settings; and the persistent
+// process, which it owns from then on.
+type agentRunnerParams struct {
+	agent   agent.Adapter
+	starter agent.Starter
+	// env is the agent's environment for a run whose progress token is
+	// token (Config.AgentEnv, with the model API proxy and the progress
+	// endpoint as Run started them).
+	env       func(token string, task protocol.Task) []string
+	persist   *persistentAgent // nil unless AGENT_PERSISTENT
+	spend     *spending
+	heal      *healer
+	approvals *approvals
+	pub       *publisher
+	terminate *terminator
+	usage     rdb.Usage
+	log       *slog.Logger
+	now       func() time.Time
+
+	workerID     string
+	workspace    string
+	pty          bool
+	taskTimeout  time.Duration
+	resultGrace  time.Duration
+	killGrace    time.Duration
+	stallTimeout time.Duration
+}
+
+func newAgentRunner(p agentRunnerParams) *agentRunner { return &agentRunner{agentRunnerParams: p} }
+
+// runTask runs the agent for the task cur in plan's session: its turn
+// (cancellable: winddown.go), then the turns of the steering messages
+// that came during it. It returns the outcome, its cost estimated where
+// the agent reports none, and how to run the task again in another
+// session (the session policy's rerun, when a resume failed).
+func (w *agentRunner) runTask(ctx context.Context, task protocol.Task, plan SessionPlan, cur *current) (agent.Outcome, func(Invocation) agent.Outcome) {
+	spec := w.spec(task, invocationFor(w.agent, task, plan), cur)
+	spec.Interrupt = cur.cancel.channel()
+	spec.OnStart = func(pid int) {
+		cur.mu.Lock()
+		cur.agentPID = pid
+		_ = cur.run.Transition(protocol.RunRunning, w.now())
+		cur.mu.Unlock()
+		w.pub.run(cur)
+		w.pub.lifecycle(protocol.EventTaskStarted, task.RequestID, task.TaskID, map[string]any{"pid": pid, "attempt": cur.attempt})
+	}
+	agentCtx, cancel := w.terminate.context(ctx)
+	outcome, winding := w.cancellable(agentCtx, task, plan, cur, spec)
+	outcome = w.spend.withEstimate(cur, w.steerTurns(agentCtx, task, plan, cur, spec, w.agent.CheckOutcome(outcome)))
+	if winding == nil {
+		cancel()
+	} else {
+		go func() { <-winding; cancel() }() // the run goes on after the task's output (winddown.go)
+	}
+	return outcome, func(inv Invocation) agent.Outcome {
+		spec.Argv, spec.Stdin = w.agent.Argv(inv), w.agent.Stdin(inv)
+		w.converse(&spec, inv, cur)
+		rerunCtx, cancel := w.terminate.context(ctx)
+		defer cancel()
+		return w.spend.withEstimate(cur, agent.Run(rerunCtx, spec))
+	}
+}
+
+// spec is how to run the agent for a task of the run cur.
+func (w *agentRunner) spec(task protocol.Task, inv Invocation, cur *current) agent.Spec {
 	spec := agent.Spec{
-		Argv: w.agent.Argv(inv), Stdin: w.agent.Stdin(inv), Env: w.agentEnv(cur.progressToken(), task),
-		Dir: w.cfg.Workspace, Parser: w.agent.Parser(), PTY: w.cfg.PTY, Timeout: task.Timeout(w.cfg.TaskTimeout),
-		ResultGrace: w.cfg.ResultGrace, KillGrace: w.cfg.KillGrace, Starter: w.starter, Check: w.agent.CheckInit,
-		StallTimeout: w.cfg.StallTimeout, StallExempt: w.heal.parked,
+		Argv: w.agent.Argv(inv), Stdin: w.agent.Stdin(inv), Env: w.env(cur.progressToken(), task),
+		Dir: w.workspace, Parser: w.agent.Parser(), PTY: w.pty, Timeout: task.Timeout(w.taskTimeout),
+		ResultGrace: w.resultGrace, KillGrace: w.killGrace, Starter: w.starter, Check: w.agent.CheckInit,
+		StallTimeout: w.stallTimeout, StallExempt: w.heal.parked,
 		OnEvent: func(ev agent.Event) {
 			if ev.Denied != nil {
 				w.pub.denial(cur, ev.Denied)
@@ -46,7 +118,7 @@ func (w *Worker) agentSpec(task protocol.Task, inv Invocation, cur *current) age
 // converse makes spec run an agent that takes its prompt on a control
 // channel (ACP) as a one-message persistent process for inv's session,
 // whose permission requests the task's approvals answer.
-func (w *Worker) converse(spec *agent.Spec, inv Invocation, cur *current) {
+func (w *agentRunner) converse(spec *agent.Spec, inv Invocation, cur *current) {
 	if !w.agent.Caps().Converses {
 		return
 	}
@@ -54,15 +126,9 @@ func (w *Worker) converse(spec *agent.Spec, inv Invocation, cur *current) {
 	spec.OnProcess = cur.steer.attach
 }
 
-// agentEnv is the agent's environment for a run whose progress token is
-// token.
-func (w *Worker) agentEnv(token string, task protocol.Task) []string {
-	return w.cfg.AgentEnv(w.agent, w.environ, w.ProgressURL(), token, task)
-}
-
 // runAgent runs the task's agent: in the persistent process when there is
 // one, in a process of its own otherwise.
-func (w *Worker) runAgent(ctx context.Context, task protocol.Task, plan SessionPlan, cur *current, spec agent.Spec) agent.Outcome {
+func (w *agentRunner) run(ctx context.Context, task protocol.Task, plan SessionPlan, cur *current, spec agent.Spec) agent.Outcome {
 	// A task with its own budget runs in a process of its own when the
 	// budget is a flag of the process (Claude's --max-budget-usd); a
 	// budget the wrapper guards (cost.go) lets the persistent process
@@ -73,7 +139,7 @@ func (w *Worker) runAgent(ctx context.Context, task protocol.Task, plan SessionP
 	}
 	inv := invocationFor(w.agent, task, plan)
 	return w.persist.run(ctx, persistentTask{prompt: inv.Prompt, plan: plan, inv: inv, spec: spec,
-		env:      func(token string) []string { return w.agentEnv(token, task) },
+		env:      func(token string) []string { return w.env(token, task) },
 		useToken: cur.setToken, onProc: cur.steer.attach})
 }
 
@@ -82,7 +148,7 @@ func (w *Worker) runAgent(ctx context.Context, task protocol.Task, plan SessionP
 // while the turns end well and no cancel came. The outcome is the last
 // turn's, with the usage of all. Only for an agent that can resume a
 // session here (Capabilities.NoResume).
-func (w *Worker) steerTurns(ctx context.Context, task protocol.Task, plan SessionPlan, cur *current, spec agent.Spec, o agent.Outcome) agent.Outcome {
+func (w *agentRunner) steerTurns(ctx context.Context, task protocol.Task, plan SessionPlan, cur *current, spec agent.Spec, o agent.Outcome) agent.Outcome {
 	if w.agent.Caps().NoResume != "" {
 		return o
 	}
@@ -100,7 +166,7 @@ func (w *Worker) steerTurns(ctx context.Context, task protocol.Task, plan Sessio
 		s.Argv, s.Stdin, s.OnStart = w.agent.Argv(inv), w.agent.Stdin(inv), nil
 		w.converse(&s, inv, cur)
 		w.pub.progress(cur, "message: running it as the next turn of the task's session", "")
-		o = mergeTurns(o, w.runAgent(ctx, next, p, cur, s))
+		o = mergeTurns(o, w.run(ctx, next, p, cur, s))
 	}
 }
 
@@ -121,11 +187,18 @@ func mergeTurns(a, b agent.Outcome) agent.Outcome {
 // prewarm starts the persistent agent ahead of the first task (a warm
 // pool worker): the process is up, waiting on its input, before a create
 // takes the worker.
-func (w *Worker) prewarm() {
+func (w *agentRunner) prewarm() {
 	task := protocol.Task{RequestID: "prewarm"}
-	cur := newCurrent(task, taskSource{}, protocol.NewRun(task.RequestID, "", w.cfg.WorkerID, task.Project(), w.now()))
-	spec := w.agentSpec(task, Invocation{}, cur)
-	w.persist.prestart(spec, func(token string) []string { return w.agentEnv(token, task) })
+	cur := newCurrent(task, taskSource{}, protocol.NewRun(task.RequestID, "", w.workerID, task.Project(), w.now()))
+	spec := w.spec(task, Invocation{}, cur)
+	w.persist.prestart(spec, func(token string) []string { return w.env(token, task) })
+}
+
+// close waits for a wind-down in progress, then ends the persistent
+// process, if any: the worker is stopping.
+func (w *agentRunner) close() {
+	w.wind.settle()
+	w.persist.close()
 }
 
 // runOwnTurn runs a turn of the wrapper's own in the agent (a retiring
@@ -134,10 +207,10 @@ func (w *Worker) prewarm() {
 // With a persistent agent it runs there, in the session it resumes (a
 // persistent Droid loads it from its files, where `droid exec` would ask
 // its vendor's cloud). Terminate stops it.
-func (w *Worker) runOwnTurn(ctx context.Context, task protocol.Task, inv Invocation, timeout time.Duration) agent.Outcome {
-	cur := newCurrent(task, taskSource{}, protocol.NewRun(task.RequestID, "", w.cfg.WorkerID, task.Project(), w.now()))
-	spec := w.agentSpec(task, inv, cur)
-	spec.Timeout = min(timeout, w.cfg.TaskTimeout)
+func (w *agentRunner) ownTurn(ctx context.Context, task protocol.Task, inv Invocation, timeout time.Duration) agent.Outcome {
+	cur := newCurrent(task, taskSource{}, protocol.NewRun(task.RequestID, "", w.workerID, task.Project(), w.now()))
+	spec := w.spec(task, inv, cur)
+	spec.Timeout = min(timeout, w.taskTimeout)
 	o := w.ownRun(ctx, task, inv, cur, spec)
 	w.countOwnTurn(ctx, task.Project(), inv.ResumeID, cur, o)
 	return o
@@ -146,7 +219,7 @@ func (w *Worker) runOwnTurn(ctx context.Context, task protocol.Task, inv Invocat
 // ownRun runs spec (inv's) as a turn of the wrapper's own, its model calls
 // metered to cur: in the persistent agent when there is one, in a process
 // of its own otherwise.
-func (w *Worker) ownRun(ctx context.Context, task protocol.Task, inv Invocation, cur *current, spec agent.Spec) agent.Outcome {
+func (w *agentRunner) ownRun(ctx context.Context, task protocol.Task, inv Invocation, cur *current, spec agent.Spec) agent.Outcome {
 	w.wind.settle()
 	defer w.spend.ownTurn(cur)()
 	ctx, cancel := w.terminate.context(ctx)
@@ -156,14 +229,14 @@ func (w *Worker) ownRun(ctx context.Context, task protocol.Task, inv Invocation,
 	}
 	plan := SessionPlan{ResumeID: inv.ResumeID}
 	return w.persist.run(ctx, persistentTask{prompt: inv.Prompt, plan: plan, inv: inv, spec: spec,
-		env: func(token string) []string { return w.agentEnv(token, task) }, useToken: cur.setToken})
+		env: func(token string) []string { return w.env(token, task) }, useToken: cur.setToken})
 }
 
 // countOwnTurn adds what a turn of the wrapper's own used, as a task's
 // output would report it (Droid's: the calls the proxy metered, at their
 // estimated cost), to the usage counters of the project, the worker and
 // the session it ran in. No task counts.
-func (w *Worker) countOwnTurn(ctx context.Context, project, session string, cur *current, oc agent.Outcome) {
+func (w *agentRunner) countOwnTurn(ctx context.Context, project, session string, cur *current, oc agent.Outcome) {
 	if oc.StartErr != nil {
 		return
 	}
@@ -173,8 +246,10 @@ func (w *Worker) countOwnTurn(ctx context.Context, project, session string, cur 
 	if o.Usage == (protocol.Usage{}) && o.CostUSD == 0 {
 		return
 	}
-	u := rdb.TaskUsage{Project: project, Session: session, Worker: w.cfg.WorkerID, Usage: o.Usage, CostUSD: o.CostUSD}
-	if err := w.rdb.AddUsage(context.WithoutCancel(ctx), u); err != nil {
+	u := rdb.TaskUsage{Project: project, Session: session, Worker: w.workerID, Usage: o.Usage, CostUSD: o.CostUSD}
+	// The turn may have ended on Terminate: its usage is counted all the
+	// same, within the publisher's bound.
+	if err := w.usage.AddUsage(w.pub.final, u); err != nil {
 		w.log.Warn("the usage of the wrapper's own turn is not counted", "project_id", project, "err", err)
 	}
 }

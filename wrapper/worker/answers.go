@@ -16,9 +16,9 @@ import (
 // code when the task cannot answer it: NOT_FOUND when the run is unknown,
 // expired or not finished, or has no session; INVALID_TASK when the task
 // names another project.
-func (w *Worker) answeredRun(ctx context.Context, task protocol.Task) (protocol.Task, rdb.AnsweredRun, *protocol.Error) {
-	a, err := store(w.pub, "read answered run "+task.Answers, func(c context.Context) (rdb.AnsweredRun, error) {
-		return w.rdb.Answered(c, task.Answers)
+func (ts *tasks) answeredRun(task protocol.Task) (protocol.Task, rdb.AnsweredRun, *protocol.Error) {
+	a, err := store(ts.pub, "read answered run "+task.Answers, func(c context.Context) (rdb.AnsweredRun, error) {
+		return ts.rdb.Answered(c, task.Answers)
 	})
 	switch {
 	case err != nil:

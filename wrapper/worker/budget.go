@@ -18,10 +18,10 @@ import (
 // any model call. Redis unreachable or refusing: the task runs (the budget
 // is a guard on spending, not on the worker's availability), and the
 // warning is logged.
-func (w *Worker) checkBudget(ctx context.Context, task protocol.Task) (rdb.ProjectSpend, *protocol.Error) {
-	s, err := w.rdb.Spend(ctx, task.Project())
+func (ts *tasks) checkBudget(ctx context.Context, task protocol.Task) (rdb.ProjectSpend, *protocol.Error) {
+	s, err := ts.rdb.Spend(ctx, task.Project())
 	if err != nil {
-		w.log.Warn("project budget not read: the task runs unchecked", "project_id", task.Project(), "err", err)
+		ts.log.Warn("project budget not read: the task runs unchecked", "project_id", task.Project(), "err", err)
 		return rdb.ProjectSpend{}, nil
 	}
 	if s.Budget.LimitUSD > 0 && s.SpentUSD >= s.Budget.LimitUSD {
@@ -32,11 +32,11 @@ func (w *Worker) checkBudget(ctx context.Context, task protocol.Task) (rdb.Proje
 
 // budgetWarning publishes budget_warning when the task's cost made its
 // project's spending cross the budget's warning threshold.
-func (w *Worker) budgetWarning(task protocol.Task, before rdb.ProjectSpend, cost float64) {
+func (ts *tasks) budgetWarning(task protocol.Task, before rdb.ProjectSpend, cost float64) {
 	warn := before.Budget.WarnUSD
 	if warn <= 0 || before.SpentUSD >= warn || before.SpentUSD+cost < warn {
 		return
 	}
-	w.pub.lifecycle(protocol.EventBudgetWarning, task.RequestID, task.TaskID, map[string]any{
+	ts.pub.lifecycle(protocol.EventBudgetWarning, task.RequestID, task.TaskID, map[string]any{
 		"project_id": task.Project(), "spent_usd": before.SpentUSD + cost, "warn_usd": warn, "limit_usd": before.Budget.LimitUSD})
 }

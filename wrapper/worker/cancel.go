@@ -164,18 +164,3 @@ func (c *interruptible) state() (cancelled bool, reason string, abort *protocol.
 	defer c.mu.Unlock()
 	return c.cancelled, c.reason, c.abort
 }
-
-// cancelledOutput makes o the output of a cancelled task: status
-// cancelled with CANCELLED, whatever the agent said after the interrupt.
-func (w *Worker) cancelledOutput(o protocol.Output, reason string, ran bool) protocol.Output {
-	msg := "cancelled before it ran"
-	if ran {
-		msg = "cancelled while running"
-	}
-	if reason != "" {
-		msg += ": " + w.redact.Redact(reason)
-	}
-	o.Status, o.Result, o.Question = protocol.StatusCancelled, nil, ""
-	o.Error = protocol.NewError(protocol.CodeCancelled, "%s", msg)
-	return o
-}

@@ -47,15 +47,15 @@ type Config struct {
 	// sentinel URL, 0 otherwise) and REDIS_WAIT_TIMEOUT.
 	RedisWait protocol.WaitPolicy
 	Keys      protocol.Keys      // WORKER_KEY_PREFIX
-	AgentType protocol.AgentType // AGENT_TYPE (required): claude or droid
+	AgentType protocol.AgentType // AGENT_TYPE (required): claude, droid, codex, opencode, qwen or acp
 	Kind      protocol.Kind      // WORKER_KIND: long_lived or developer
 
-	AgentBin  string   // AGENT_BIN: the agent's executable (claude or droid on PATH)
+	AgentBin  string   // AGENT_BIN: the agent's executable (its CLI's name on PATH)
 	AgentArgs []string // AGENT_ARGS: extra flags, a JSON array or words separated by spaces
 	// AgentCommand is AGENT_COMMAND: the command line of an agent that
 	// speaks ACP (AGENT_TYPE=acp).
 	AgentCommand []string
-	AgentModel   string // AGENT_MODEL: --model (claude) or -m (droid)
+	AgentModel   string // AGENT_MODEL: the model, as the agent's adapter passes it (claude --model, droid -m, ...)
 	PTY          bool   // AGENT_PTY: run the agent on a pseudo-terminal
 	// SkipPermissions (AGENT_SKIP_PERMISSIONS) matters only
 	// with ALLOWED_COMMANDS=*: Claude --dangerously-skip-permissions and

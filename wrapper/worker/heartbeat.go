@@ -1,7 +1,9 @@
 package worker
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -11,31 +13,60 @@ import (
 	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
 )
 
-// heartbeat rewrites the heartbeat key every interval, with a TTL of
-// protocol.HeartbeatTTLIntervals intervals, until ctx ends. A failed write
-// is not retried: the next beat is the retry, so beats resume as soon as
-// Redis is back.
-func (w *Worker) heartbeat(ctx context.Context) {
-	t := time.NewTicker(w.cfg.HeartbeatInterval)
+// heartbeater rewrites the worker's heartbeat key every interval, with a
+// TTL of protocol.HeartbeatTTLIntervals intervals: the spawner's proof
+// that the worker lives. The first beat makes the worker healthy; a
+// degraded worker whose cool-down passed checks its health with a round
+// trip of the beat.
+type heartbeater struct {
+	heartbeaterParams
+}
+
+// heartbeaterParams are what the heartbeater is built from: its
+// collaborators and settings, none of them the Worker.
+type heartbeaterParams struct {
+	rdb      heartbeatRedis
+	key      string
+	interval time.Duration
+	cooldown time.Duration // a degraded worker's, before its health check
+	workerID string
+	state    *workerState
+	status   *statusReporter
+	log      *slog.Logger
+	now      func() time.Time
+}
+
+func newHeartbeater(p heartbeaterParams) *heartbeater { return &heartbeater{heartbeaterParams: p} }
+
+// heartbeatRedis is what the heartbeater calls: its key, and its removal
+// at the end.
+type heartbeatRedis interface {
+	rdb.Heartbeats
+	Del(ctx context.Context, keys ...string) error
+}
+
+// run beats until ctx ends. A failed write is not retried: the next beat
+// is the retry, so beats resume as soon as Redis is back.
+func (h *heartbeater) run(ctx context.Context) {
+	t := time.NewTicker(h.interval)
 	defer t.Stop()
 	var cpu cpuSampler
 	for {
-		hb := w.heartbeatDoc(&cpu)
+		hb := h.doc(&cpu)
 		if doc, err := hb.Encode(); err == nil {
-			ttl := time.Duration(protocol.HeartbeatTTLIntervals) * w.cfg.HeartbeatInterval
+			ttl := time.Duration(protocol.HeartbeatTTLIntervals) * h.interval
 			// After Redis comes back, the pool's idle connections are dead:
 			// each failed write drops one, so a few tries in a row reach a
 			// fresh connection within this beat instead of one per beat.
-			key := w.cfg.Keys.Heartbeat(w.cfg.WorkerID)
 			for try := 0; try < 3; try++ {
-				err := w.rdb.SetEx(ctx, key, doc, ttl)
+				err := h.rdb.SetEx(ctx, h.key, doc, ttl)
 				if err == nil {
-					w.beaten(ctx, key, doc)
+					h.beaten(ctx, doc)
 				}
 				if err == nil || ctx.Err() != nil || rdb.IsServerError(err) {
 					break
 				}
-				w.log.Debug("heartbeat not written", "err", err, "try", try+1)
+				h.log.Debug("heartbeat not written", "err", err, "try", try+1)
 			}
 		}
 		select {
@@ -46,8 +77,28 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	}
 }
 
-func (w *Worker) heartbeatDoc(cpu *cpuSampler) protocol.Heartbeat {
-	s := w.state.snapshot()
+// beaten runs after each heartbeat written (doc): the first makes the
+// worker healthy; a degraded worker whose cool-down passed checks its
+// health with a round trip (the beat read back as written) and is healthy
+// again when it passes.
+func (h *heartbeater) beaten(ctx context.Context, doc []byte) {
+	if h.state.beat() {
+		h.status.push(map[string]any{})
+	}
+	if h.state.healthCheckDue(h.cooldown) {
+		got, err := h.rdb.Get(ctx, h.key)
+		if err == nil && bytes.Equal(got, doc) && h.state.healthCheckPassed("heartbeat round trip after the cool-down") {
+			h.status.push(map[string]any{})
+		}
+	}
+	h.status.markIdle()
+}
+
+// remove deletes the heartbeat key: the worker stopped.
+func (h *heartbeater) remove(ctx context.Context) { _ = h.rdb.Del(ctx, h.key) }
+
+func (h *heartbeater) doc(cpu *cpuSampler) protocol.Heartbeat {
+	s := h.state.snapshot()
 	status := protocol.HeartbeatIdle
 	var reqID, taskID string
 	agentPID := 0
@@ -66,9 +117,9 @@ func (w *Worker) heartbeatDoc(cpu *cpuSampler) protocol.Heartbeat {
 		rss += rssBytes(strconv.Itoa(agentPID))
 	}
 	return protocol.Heartbeat{
-		WorkerID: w.cfg.WorkerID, Status: status, RequestID: reqID, TaskID: taskID,
+		WorkerID: h.workerID, Status: status, RequestID: reqID, TaskID: taskID,
 		RSSBytes: rss, CPUPercent: cpu.sample(agentPID), TasksCompleted: done,
-		IntervalMS: w.cfg.HeartbeatInterval.Milliseconds(), Timestamp: w.now(),
+		IntervalMS: h.interval.Milliseconds(), Timestamp: h.now(),
 	}
 }
 

@@ -12,13 +12,44 @@ import (
 	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
 )
 
-// loop reads and runs tasks until ctx ends, through an inputReader
+// input is the first stage of the pipeline: it reads the worker's input
+// through its consumer group (queue.go) and hands each entry to serve
+// (route.go), one at a time; and it sees the control documents (cancel,
+// message, permission reply) that ride on the input outside the group,
+// while a task runs (follow) or queued behind it (lookAhead).
+type input struct {
+	inputParams
+}
+
+// inputParams are what the input is built from: its
+// collaborators and settings, none of them the Worker.
+type inputParams struct {
+	rdb      inputRedis
+	keys     protocol.Keys
+	kind     protocol.Kind
+	workerID string
+	log      *slog.Logger
+	degraded func() bool // the worker is degraded: a developer worker takes no new task
+	controls *controls
+	// serve handles one entry read through the group (router.serve).
+	serve func(ctx context.Context, src taskSource, e *rdb.Entry)
+}
+
+func newInput(p inputParams) *input { return &input{inputParams: p} }
+
+// inputRedis is what the input reads.
+type inputRedis interface {
+	rdb.Input
+	rdb.Follow
+}
+
+// loop reads and serves entries until ctx ends, through an inputReader
 // (queue.go). It reads this consumer's own pending entries (delivered,
 // never acknowledged) before new ones: at start, and again after any
 // read error, since a read whose reply was lost (a connection reset
 // after Redis delivered) leaves its entry pending here and nowhere else.
-func (w *Worker) loop(ctx context.Context) {
-	in := w.newInputReader()
+func (w *input) loop(ctx context.Context) {
+	in := w.newReader()
 	defer context.AfterFunc(ctx, w.rdb.StopReading)()
 	backoff := newBackoff()
 	groupReady := false
@@ -65,89 +96,8 @@ func (w *Worker) loop(ctx context.Context) {
 			// start, or for the spawner to hand on.
 			return
 		}
-		src := taskSource{stream: e.Stream, group: in.group, entryID: e.ID, output: w.cfg.Keys.OutputFor(w.cfg.Kind, w.cfg.WorkerID), own: own}
+		src := taskSource{stream: e.Stream, group: in.group, entryID: e.ID, output: w.keys.OutputFor(w.kind, w.workerID), own: own}
 		w.serve(ctx, src, &e.Entry)
-	}
-}
-
-// route hands an entry read through the group to what its type is for:
-// a task runs (task.go); a cancel, a steering message or a permission
-// reply is noted (control) and acknowledged, and the worker, idle, asks to
-// be paused again (the entry kept it awake). An entry that cannot be
-// decoded is answered INVALID_TASK (reject).
-func (w *Worker) route(ctx context.Context, src taskSource, e *rdb.Entry) {
-	data, err := protocol.EntryData(e.Values)
-	if err != nil {
-		w.reject(src, data, err)
-		return
-	}
-	_, typ, _ := protocol.PeekType(data)
-	if typ == protocol.TypeAdopt {
-		w.adopt(ctx, src, data)
-		return
-	}
-	if typ == protocol.TypeCancel || typ == protocol.TypeMessage || typ == protocol.TypePermissionReply {
-		requestID, err := w.control(e.ID, typ, data)
-		if err != nil {
-			w.reject(src, data, err)
-			return
-		}
-		w.pub.ack(src)
-		w.requestPause(requestID, "", pauseReasons[typ])
-		return
-	}
-	task, err := protocol.DecodeTask(data)
-	if err != nil {
-		w.reject(src, data, err)
-		return
-	}
-	if w.handOff(ctx, src, task) {
-		return
-	}
-	w.runTask(ctx, src, e, task)
-}
-
-// pauseReasons are the reasons of the pause asked after a control entry.
-var pauseReasons = map[protocol.Type]string{protocol.TypeCancel: "cancel_read", protocol.TypeMessage: "message_read",
-	protocol.TypePermissionReply: "permission_reply_read"}
-
-// control notes the cancel, steering message or permission reply data
-// (of type typ), from the entry entryID: the cancel interrupts its task
-// or waits for it (cancel.go), the message goes to its task or waits
-// (steer.go), the reply answers its permission (approve.go). It returns
-// the request the document names.
-func (w *Worker) control(entryID string, typ protocol.Type, data []byte) (string, error) {
-	switch typ {
-	case protocol.TypeCancel:
-		c, err := protocol.DecodeCancel(data)
-		if err == nil {
-			w.cancels.note(c)
-		}
-		return c.RequestID, err
-	case protocol.TypeMessage:
-		m, err := protocol.DecodeMessage(data)
-		if err == nil {
-			w.steering.note(entryID, m)
-		}
-		return m.RequestID, err
-	default:
-		r, err := protocol.DecodePermissionReply(data)
-		if err == nil {
-			w.approvals.resolve(r.RequestID, r.PermissionID, r.Allow, r.Message)
-		}
-		return r.RequestID, err
-	}
-}
-
-// controlEntry notes the cancel, steering message or permission reply an
-// input entry seen outside the group carries, if it is one.
-func (w *Worker) controlEntry(e rdb.Entry) {
-	data, err := protocol.EntryData(e.Values)
-	if err != nil {
-		return
-	}
-	if _, typ, _ := protocol.PeekType(data); typ == protocol.TypeCancel || typ == protocol.TypeMessage || typ == protocol.TypePermissionReply {
-		_, _ = w.control(e.ID, typ, data)
 	}
 }
 
@@ -160,9 +110,9 @@ const lookAheadCount = 1000
 // A developer task's cancels go on the normal developer queue whatever
 // its priority (entry ids grow across streams, so the cancels after the
 // task's entry are there).
-func (w *Worker) lookAhead(ctx context.Context, log *slog.Logger, stream, entryID string) {
-	if w.cfg.Kind == protocol.KindDeveloper {
-		stream = w.cfg.Keys.DeveloperInput()
+func (w *input) lookAhead(ctx context.Context, log *slog.Logger, stream, entryID string) {
+	if w.kind == protocol.KindDeveloper {
+		stream = w.keys.DeveloperInput()
 	}
 	entries, err := w.rdb.After(ctx, stream, entryID, lookAheadCount)
 	if err != nil {
@@ -170,15 +120,15 @@ func (w *Worker) lookAhead(ctx context.Context, log *slog.Logger, stream, entryI
 		return
 	}
 	for _, e := range entries {
-		w.controlEntry(e)
+		w.controls.entry(e)
 	}
 }
 
 // followInput follows the input stream outside the consumer group, from
 // its newest entry at start, until ctx ends, noting every cancel as it
 // arrives: while a task runs, the task loop does not read.
-func (w *Worker) followInput(ctx context.Context) {
-	stream := w.cfg.Keys.InputFor(w.cfg.Kind, w.cfg.WorkerID)
+func (w *input) follow(ctx context.Context) {
+	stream := w.keys.InputFor(w.kind, w.workerID)
 	f := w.rdb.NewFollower()
 	defer f.Close()
 	defer context.AfterFunc(ctx, func() { f.Close() })()
@@ -205,7 +155,7 @@ func (w *Worker) followInput(ctx context.Context) {
 		backoff.reset()
 		for _, e := range entries {
 			last = e.ID
-			w.controlEntry(e)
+			w.controls.entry(e)
 		}
 	}
 }

@@ -17,60 +17,94 @@ import (
 //  1. ctx ends: no new task starts; stopping is published at once (the
 //     status hash and the heartbeat say stopping while a task finishes);
 //  2. the task in flight gets the grace (Terminate cuts it short) and its
-//     output, usage and session record are stored;
-//  3. the persistent agent, if any, is closed;
-//  4. stopped is published, the events are flushed, the heartbeat key goes.
+//     output, usage and session record are stored (retried until
+//     finalGrace after Terminate: publisher.go);
+//  3. a cancelled task's wind-down ends, the persistent agent, if any, is
+//     closed;
+//  4. stopped is published, the events are flushed, the heartbeat key goes;
+//  5. the background loops (outbox, heartbeat, input follower) stop.
 func (w *Worker) Run(ctx context.Context) error {
-	proxy, err := w.startModelProxy()
+	stop, err := w.startFrame()
+	defer stop()
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	if proxy != nil {
-		defer proxy.Close()
-	}
-	if w.cfg.EgressSocket != "" {
-		front, err := egress.Start(w.cfg.EgressSocket, w.egressRefused, w.log)
-		if err != nil {
-			return fmt.Errorf("worker: egress: %w", err)
-		}
-		defer front.Close()
-		w.cfg.egress = front.Env()
-	}
-	if err := w.cfg.PrepareWorkspace(w.agent, w.home()); err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	p, err := startProgressServer(w, w.cfg.ProgressAddr)
-	if err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	w.progress.Store(p)
-	defer p.close()
 
+	// The background loops outlive ctx on purpose: the outbox, the
+	// heartbeat and the follower serve the task's grace and the last
+	// events; they stop (stopBG) once stopped is published.
 	bg, stopBG := context.WithCancel(context.Background())
 	var bgDone sync.WaitGroup
-	bgDone.Add(3)
-	go func() { defer bgDone.Done(); w.pub.out.Run(bg) }()
-	go func() { defer bgDone.Done(); w.heartbeat(bg) }()
-	go func() { defer bgDone.Done(); w.followInput(bg) }()
+	for _, loop := range []func(context.Context){w.pub.out.Run, w.beat.run, w.input.follow} {
+		bgDone.Add(1)
+		go func() { defer bgDone.Done(); loop(bg) }()
+	}
 	defer func() { stopBG(); bgDone.Wait() }()
 
-	w.started(p.url)
+	w.started()
 	defer context.AfterFunc(ctx, w.beginShutdown)()
 	loopCtx, stopLoop := context.WithCancel(ctx)
 	defer stopLoop()
-	w.stopLoop.Store(&stopLoop)
-	w.loop(loopCtx)
+	w.adopter.stopLoop.Store(&stopLoop)
+	w.input.loop(loopCtx)
 	w.beginShutdown() // done already, or waits until done: stopping goes before stopped
-	w.wind.settle()
-	w.persist.close()
+	w.agents.close()
 	w.stopped()
 	return nil
 }
 
-// home is the agent's HOME, from the wrapper's environment.
-func (w *Worker) home() string {
+// startFrame starts what the agent runs in: the model API proxy, the
+// egress front, the workspace, the progress endpoint. stop ends them.
+func (w *Worker) startFrame() (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	proxy, model, err := startModelProxy(modelProxyParams{agent: w.agent, getenv: envLookup(w.environ), log: w.log, heal: w.heal,
+		spend: w.spend, redact: w.redact, socket: w.cfg.ModelSocket, socketToken: w.cfg.ModelSocketToken})
+	if err != nil {
+		return stop, err
+	}
+	if proxy != nil {
+		stops = append(stops, func() { proxy.Close() })
+		w.cfg.model = model
+	}
+	if w.cfg.EgressSocket != "" {
+		front, err := egress.Start(w.cfg.EgressSocket, w.egressRefused, w.log)
+		if err != nil {
+			return stop, fmt.Errorf("egress: %w", err)
+		}
+		stops = append(stops, func() { front.Close() })
+		w.cfg.egress = front.Env()
+	}
+	if err := w.cfg.PrepareWorkspace(w.agent, homeOf(w.environ)); err != nil {
+		return stop, err
+	}
+	p, err := startProgressServer(progressParams{addr: w.cfg.ProgressAddr, workerID: w.cfg.WorkerID, allowed: w.cfg.AllowedCommands,
+		state: w.state, pub: w.pub, redact: w.redact, now: w.now})
+	if err != nil {
+		return stop, err
+	}
+	w.progress.Store(p)
+	stops = append(stops, p.close)
+	return stop, nil
+}
+
+// egressRefused publishes a connection the gateway refused (not on the
+// worker's egress allowlist) as a warning of the task in flight.
+func (w *Worker) egressRefused(r egress.Refusal) {
+	w.log.Warn("egress refused", "host", r.Host, "port", r.Port)
+	if cur := w.state.snapshot().cur; cur != nil {
+		w.pub.refusedConnection(cur, r)
+	}
+}
+
+// homeOf is the agent's HOME, from the wrapper's environment.
+func homeOf(environ []string) string {
 	home := ""
-	for _, kv := range w.environ {
+	for _, kv := range environ {
 		if v, ok := strings.CutPrefix(kv, "HOME="); ok {
 			home = v
 		}
@@ -80,19 +114,20 @@ func (w *Worker) home() string {
 
 // started makes the worker idle (its agent started ahead, with
 // AGENT_PREWARM) and publishes that it started.
-func (w *Worker) started(progressURL string) {
+func (w *Worker) started() {
+	progressURL := w.ProgressURL()
 	if w.cfg.Prewarm {
 		// Before the worker says it is idle: a warm pool pauses it then,
 		// and its agent must be up by then.
-		w.prewarm()
+		w.agents.prewarm()
 	}
 	started := w.now()
-	w.transition(protocol.WorkerIdle, "started")
-	w.pushStatus(map[string]any{protocol.StatusFieldStartedAt: protocol.FormatTime(started),
+	w.status.transition(protocol.WorkerIdle, "started")
+	w.status.push(map[string]any{protocol.StatusFieldStartedAt: protocol.FormatTime(started),
 		protocol.StatusFieldAgentType: string(w.cfg.AgentType), protocol.StatusFieldKind: string(w.cfg.Kind),
 		protocol.StatusFieldRequestID: "", protocol.StatusFieldTaskID: "", protocol.StatusFieldError: ""})
 	detail := map[string]any{"agent_type": w.cfg.AgentType, "kind": w.cfg.Kind, "progress_url": progressURL}
-	if pid := w.persist.pid(); pid > 0 {
+	if pid := w.agents.persist.pid(); pid > 0 {
 		detail["agent_pid"] = pid // started ahead (AGENT_PREWARM)
 	}
 	w.pub.lifecycle(protocol.EventStarted, "", "", detail)
@@ -106,7 +141,7 @@ func (w *Worker) started(progressURL string) {
 // stopped publishes that the worker stopped, flushes the events and
 // removes the heartbeat key.
 func (w *Worker) stopped() {
-	w.transition(protocol.WorkerStopped, "shutdown complete")
+	w.status.transition(protocol.WorkerStopped, "shutdown complete")
 	done := w.state.snapshot().done
 	w.pub.lifecycle(protocol.EventStopped, "", "", map[string]any{"tasks_completed": done})
 	flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -114,7 +149,7 @@ func (w *Worker) stopped() {
 	if err := w.pub.out.Flush(flushCtx); err != nil {
 		w.log.Warn("shutdown: events not written before the deadline", "pending", w.pub.out.Len())
 	}
-	_ = w.rdb.Del(flushCtx, w.cfg.Keys.Heartbeat(w.cfg.WorkerID))
+	w.beat.remove(flushCtx)
 	w.log.Info("worker stopped", "tasks_completed", done, "events_dropped", w.pub.out.Dropped())
 }
 
@@ -127,7 +162,7 @@ func (w *Worker) beginShutdown() {
 		if err != nil {
 			w.log.Error("worker state", "err", err)
 		}
-		w.pushStatus(map[string]any{})
+		w.status.push(map[string]any{})
 		w.pub.lifecycle(protocol.EventStopping, "", "", nil)
 		w.log.Info("stopping: no new tasks", "request_id_in_flight", reqID)
 	})
@@ -135,17 +170,43 @@ func (w *Worker) beginShutdown() {
 
 // Terminate ends the running agent now (SIGTERM to its group, SIGKILL
 // after KILL_GRACE); its task fails with TERMINATED. Safe to call twice.
+// The writes that must not be lost get finalGrace more (publisher.go).
 func (w *Worker) Terminate() { w.terminate.now() }
 
-// terminator ends what runs under its contexts, once.
+// finalGrace is how long after Terminate the writes that must not be
+// lost (a task's output) are retried: the agent's KILL_GRACE to end, and
+// finalStoreGrace more for its output. The manager's engine stops a
+// container SHUTDOWN_GRACE + 10 s after SIGTERM; with the defaults this
+// ends 1 s before that.
+func finalGrace(killGrace time.Duration) time.Duration { return killGrace + finalStoreGrace }
+
+// finalStoreGrace is the time an output's store gets after the agent's
+// KILL_GRACE, once Terminate was called.
+const finalStoreGrace = 4 * time.Second
+
+// terminator ends what runs under its contexts, once; and, grace after
+// that, the final context (the publisher's writes that must not be lost).
 type terminator struct {
-	once sync.Once
-	ch   chan struct{}
+	once     sync.Once
+	ch       chan struct{}
+	grace    time.Duration
+	final    context.Context
+	endFinal context.CancelFunc
 }
 
-func newTerminator() *terminator { return &terminator{ch: make(chan struct{})} }
+func newTerminator(grace time.Duration) *terminator {
+	// Not of Run's ctx, on purpose: the writes it bounds outlive the
+	// shutdown's start, and end grace after Terminate (or at Close).
+	final, endFinal := context.WithCancel(context.Background())
+	return &terminator{ch: make(chan struct{}), grace: grace, final: final, endFinal: endFinal}
+}
 
-func (t *terminator) now() { t.once.Do(func() { close(t.ch) }) }
+func (t *terminator) now() {
+	t.once.Do(func() {
+		close(t.ch)
+		time.AfterFunc(t.grace, t.endFinal)
+	})
+}
 
 // context returns a context of parent that Terminate also ends: what an
 // agent runs under, so that shutdown gives it the grace and Terminate
@@ -176,45 +237,5 @@ func (w *Worker) ForwardSignal(sig syscall.Signal) {
 func (w *Worker) Fail(cause error, exitCode int, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	now := w.now()
-	msg := w.redact.Redact(cause.Error())
-	_ = w.rdb.HSet(ctx, w.cfg.Keys.Status(w.cfg.WorkerID), map[string]any{
-		protocol.StatusFieldState: string(protocol.WorkerFailed), protocol.StatusFieldError: msg,
-		protocol.StatusFieldExitCode: exitCode, protocol.StatusFieldUpdatedAt: protocol.FormatTime(now)})
-	l := protocol.Lifecycle{WorkerID: w.cfg.WorkerID, Event: protocol.EventFailed, Source: protocol.SourceWrapper,
-		Timestamp: now, Detail: map[string]any{"error": msg, "exit_code": exitCode}, Host: w.cfg.Host}
-	if doc, err := l.Encode(); err == nil {
-		_ = w.rdb.XAdd(ctx, w.cfg.Keys.Lifecycle(), doc)
-	}
-}
-
-// transition moves the worker's state machine and writes the status hash.
-func (w *Worker) transition(to protocol.WorkerState, reason string) {
-	if err := w.state.transition(to, reason); err != nil {
-		w.log.Error("worker state", "err", err)
-		return
-	}
-	w.pushStatus(map[string]any{})
-}
-
-// pushStatus writes fields of the status hash, with the worker's state,
-// health and since when.
-func (w *Worker) pushStatus(fields map[string]any) {
-	w.pub.status(stateFields(w.state.snapshot(), fields))
-}
-
-// requestPause asks the spawner to pause this worker, now idle: the
-// wrapper never pauses itself. reason says what it just did.
-func (w *Worker) requestPause(reqID, taskID, reason string) {
-	if !w.cfg.PauseAfterOutput || w.state.snapshot().stopping {
-		return
-	}
-	c := protocol.Control{Action: protocol.ControlPause, WorkerID: w.cfg.WorkerID,
-		Reason: reason, RequestID: reqID, Timestamp: w.now()}
-	doc, err := c.Encode()
-	if err != nil {
-		return
-	}
-	w.pub.entry("control pause", w.cfg.Keys.Control(), doc)
-	w.pub.lifecycle(protocol.EventPauseRequested, reqID, taskID, map[string]any{"reason": c.Reason})
+	w.pub.failed(ctx, cause, exitCode)
 }

@@ -2,18 +2,26 @@ package worker
 
 import (
 	"math"
-
-	"github.com/tidwall/gjson"
+	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/wrapper/agent"
 )
 
+// outputs builds the Output documents of this worker's tasks: every text
+// in them redacted, the worker's ids and the time filled in.
+type outputs struct {
+	workerID  string
+	agentType protocol.AgentType
+	redact    *Redactor
+	now       func() time.Time
+}
+
 // output builds the Output event of a task.
-func (w *Worker) output(task protocol.Task, oc agent.Outcome, v agent.Verdict, plan SessionPlan, attempt int) protocol.Output {
+func (w outputs) output(task protocol.Task, oc agent.Outcome, v agent.Verdict, plan SessionPlan, attempt int) protocol.Output {
 	o := protocol.Output{
-		RequestID: task.RequestID, TaskID: task.TaskID, ProjectID: task.Project(), WorkerID: w.cfg.WorkerID,
-		AgentType: w.cfg.AgentType, Status: v.Status, Response: w.redact.Redact(v.Response), Result: w.redact.RedactJSON(v.Result),
+		RequestID: task.RequestID, TaskID: task.TaskID, ProjectID: task.Project(), WorkerID: w.workerID,
+		AgentType: w.agentType, Status: v.Status, Response: w.redact.Redact(v.Response), Result: w.redact.RedactJSON(v.Result),
 		Question: w.redact.Redact(v.Question), DurationMS: oc.Duration.Milliseconds(), Metadata: w.redact.RedactMap(task.Metadata), Timestamp: w.now(),
 		Attempt: attempt,
 	}
@@ -71,31 +79,22 @@ func errCode(e *protocol.Error) string {
 }
 
 // unrunOutput is the failed output of a task whose agent never ran.
-func (w *Worker) unrunOutput(task protocol.Task, e *protocol.Error) protocol.Output {
-	return protocol.Output{RequestID: task.RequestID, TaskID: task.TaskID, ProjectID: task.ProjectID, WorkerID: w.cfg.WorkerID,
-		AgentType: w.cfg.AgentType, Status: protocol.StatusFailed, Error: e, Metadata: w.redact.RedactMap(task.Metadata), Timestamp: w.now()}
+func (w outputs) unrun(task protocol.Task, e *protocol.Error) protocol.Output {
+	return protocol.Output{RequestID: task.RequestID, TaskID: task.TaskID, ProjectID: task.ProjectID, WorkerID: w.workerID,
+		AgentType: w.agentType, Status: protocol.StatusFailed, Error: e, Metadata: w.redact.RedactMap(task.Metadata), Timestamp: w.now()}
 }
 
-// reject answers a task entry that could not be decoded: a failed output
-// with INVALID_TASK under the request id invalid-<entry id>, and the entry
-// is acknowledged. A document that failed validation proves no request id:
-// the one it claims is only echoed in the message, so that it can neither
-// publish nor suppress the output of the run that really has that id
-// (which may be running on another worker).
-func (w *Worker) reject(src taskSource, data []byte, cause error) {
-	reqID := "invalid-" + src.entryID
-	msg := w.redact.Redact(cause.Error())
-	if claimed := gjson.GetBytes(data, "request_id").String(); claimed != "" {
-		msg += "; the entry's request_id was " + cutUTF8(w.redact.Redact(claimed), 256)
+// cancelled makes o the output of a cancelled task: status cancelled
+// with CANCELLED, whatever the agent said after the interrupt.
+func (w outputs) cancelled(o protocol.Output, reason string, ran bool) protocol.Output {
+	msg := "cancelled before it ran"
+	if ran {
+		msg = "cancelled while running"
 	}
-	task := protocol.Task{RequestID: reqID}
-	o := w.unrunOutput(task, protocol.NewError(protocol.CodeInvalidTask, "%s", msg))
-	log := w.log.With("request_id", reqID)
-	log.Warn("invalid task", "entry", src.entryID, "err", msg)
-	now := w.now()
-	run := protocol.NewRun(reqID, o.TaskID, w.cfg.WorkerID, "", now)
-	_ = run.Fail(protocol.CodeInvalidTask, msg, now)
-	w.pub.storeOutput(log, src, o, run.Hash(), nil)
-	w.pub.lifecycle(protocol.EventTaskFailed, reqID, o.TaskID, map[string]any{"code": protocol.CodeInvalidTask})
-	w.requestPause(reqID, o.TaskID, "stop_output:"+string(o.Status))
+	if reason != "" {
+		msg += ": " + w.redact.Redact(reason)
+	}
+	o.Status, o.Result, o.Question = protocol.StatusCancelled, nil, ""
+	o.Error = protocol.NewError(protocol.CodeCancelled, "%s", msg)
+	return o
 }

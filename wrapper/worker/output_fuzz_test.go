@@ -94,7 +94,7 @@ func fuzzParser(k uint8) (protocol.AgentType, agent.Parser) {
 	return protocol.AgentClaude, agent.ClaudeParser{}
 }
 
-func fuzzWorker(agentType protocol.AgentType) *Worker {
-	return &Worker{cfg: Config{WorkerID: "w-fuzz", AgentType: agentType}, redact: NewRedactor(nil, ""),
+func fuzzWorker(agentType protocol.AgentType) outputs {
+	return outputs{workerID: "w-fuzz", agentType: agentType, redact: NewRedactor(nil, ""),
 		now: func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }}
 }

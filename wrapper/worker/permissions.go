@@ -36,16 +36,16 @@ type guardAnswer struct {
 // checkCommand decides a shell command of the run that token belongs to,
 // and publishes a refusal as a warning of that run.
 func (p *progressServer) checkCommand(token string, req guardRequest) guardAnswer {
-	cur, own := p.w.state.owner(token)
+	cur, own := p.state.owner(token)
 	ans := guardAnswer{Allow: true}
 	switch {
 	case !own:
 		ans = guardAnswer{Reason: "refused by agentvisor: the call does not belong to the running task"}
-	case !p.w.cfg.AllowedCommands.AllowsShell(req.Command):
+	case !p.allowed.AllowsShell(req.Command):
 		ans = guardAnswer{Reason: "refused by agentvisor: not in this worker's ALLOWED_COMMANDS (a simple command whose first words name an allowed command; no ;, &, |, redirections or $)"}
 	}
 	if !ans.Allow && cur != nil {
-		p.w.pub.refusal(cur, req.Tool, req.Command, ans.Reason)
+		p.pub.refusal(cur, req.Tool, req.Command, ans.Reason)
 	}
 	return ans
 }

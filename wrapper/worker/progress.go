@@ -21,20 +21,32 @@ import (
 const ProgressTokenHeader = "X-Worker-Progress-Token"
 
 // progressServer is the local endpoint the agent reports progress to
-// (POST /progress), and the wrapper's health endpoint (GET /healthz).
+// (POST /progress), asks its guard (POST /guard, permissions.go), and the
+// wrapper's health endpoint (GET /healthz).
 type progressServer struct {
-	w   *Worker
+	progressParams
 	srv *http.Server
 	ln  net.Listener
 	url string
 }
 
-func startProgressServer(w *Worker, addr string) (*progressServer, error) {
-	ln, err := net.Listen("tcp", addr)
+// progressParams are what the endpoint reads and publishes through.
+type progressParams struct {
+	addr     string
+	workerID string
+	allowed  protocol.AllowedCommands // the guard's list (ALLOWED_COMMANDS)
+	state    *workerState
+	pub      *publisher
+	redact   *Redactor
+	now      func() time.Time
+}
+
+func startProgressServer(pp progressParams) (*progressServer, error) {
+	ln, err := net.Listen("tcp", pp.addr)
 	if err != nil {
-		return nil, fmt.Errorf("progress endpoint on %s: %w", addr, err)
+		return nil, fmt.Errorf("progress endpoint on %s: %w", pp.addr, err)
 	}
-	p := &progressServer{w: w, ln: ln, url: "http://" + ln.Addr().String() + "/progress"}
+	p := &progressServer{progressParams: pp, ln: ln, url: "http://" + ln.Addr().String() + "/progress"}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /progress", p.progress)
 	mux.HandleFunc("POST /guard", p.guard)
@@ -85,8 +97,8 @@ func (p *progressServer) health(rw http.ResponseWriter, _ *http.Request) {
 }
 
 func (p *progressServer) healthReport() map[string]any {
-	s, out := p.w.state.snapshot(), p.w.pub.out
-	h := map[string]any{"worker_id": p.w.cfg.WorkerID, "state": s.state, "tasks_completed": s.done,
+	s, out := p.state.snapshot(), p.pub.out
+	h := map[string]any{"worker_id": p.workerID, "state": s.state, "tasks_completed": s.done,
 		"events_pending": out.Len(), "events_dropped": out.Dropped()}
 	if s.cur != nil {
 		h["request_id"] = s.cur.task.RequestID
@@ -100,7 +112,7 @@ func (p *progressServer) healthReport() map[string]any {
 // govern them. A call that is refused is published as a warning of the
 // running task, if any.
 func (p *progressServer) report(token string, rep protocol.ProgressReport) (int, error) {
-	w := p.w
+	w := p
 	rep.Step, rep.Output = w.redact.Redact(rep.Step), w.redact.Redact(rep.Output)
 	cur, own := w.state.owner(token)
 	if !own {
@@ -130,8 +142,8 @@ func (p *progressServer) report(token string, rep protocol.ProgressReport) (int,
 // refused publishes a progress call the endpoint could not take (a
 // malformed report) as a warning of the run its token belongs to.
 func (p *progressServer) refused(token string, body []byte, cause error) {
-	if cur, own := p.w.state.owner(token); own {
-		p.w.pub.refusal(cur, "progress", string(body), cause.Error())
+	if cur, own := p.state.owner(token); own {
+		p.pub.refusal(cur, "progress", string(body), cause.Error())
 	}
 }
 

@@ -3,10 +3,9 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
@@ -14,17 +13,37 @@ import (
 	"github.com/agentvisor/agentvisor/wrapper/agent"
 	"github.com/agentvisor/agentvisor/wrapper/egress"
 	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
-	"github.com/cenkalti/backoff/v5"
 )
 
 // publisher is the last stage of the pipeline: everything the wrapper
 // tells Redis. Events (lifecycle, status, run, progress, control) go
 // through the Outbox, in order, and wait there while Redis is unreachable.
 // Writes that must not be lost (a task's output and its acknowledgement)
-// go through store, which retries until Redis takes them or refuses them
-// for good.
+// go through store, which retries until Redis takes them, refuses them
+// for good, or the shutdown's bound passes (final).
+//
+// What it promises: a task's output is stored once (rdb.FinishTask), or,
+// when the retries end, its input entry stays unacknowledged, so that the
+// task is delivered again (to this worker's next start, or by the
+// spawner's recovery) and nothing is lost. The retries end only when
+// final ends: finalGrace after Terminate (the shutdown's grace ran out,
+// or a second signal), so that a wrapper whose Redis stays away still
+// exits before its engine kills it.
 type publisher struct {
-	rdb          *rdb.RDB
+	publisherParams
+	out *Outbox
+}
+
+// publisherRedis is what the publisher writes: events, and the writes
+// that must not be lost.
+type publisherRedis interface {
+	rdb.Events
+	rdb.Finisher
+}
+
+// publisherParams are what a publisher is built from.
+type publisherParams struct {
+	rdb          publisherRedis
 	keys         protocol.Keys
 	workerID     string
 	host         string
@@ -33,15 +52,20 @@ type publisher struct {
 	redact       *Redactor
 	runRetention time.Duration
 	waitTimeout  time.Duration // WAIT's, when a write must reach a replica
-	out          *Outbox
+	eventBuffer  int           // the Outbox's bound (EVENT_BUFFER)
+	// final is the context of the writes that must not be lost: it ends
+	// finalGrace after Terminate (terminator.final).
+	final context.Context
 }
 
-func newPublisher(r *rdb.RDB, cfg Config, log *slog.Logger, now func() time.Time, redact *Redactor) *publisher {
-	out := NewOutbox(cfg.EventBuffer, log)
+func newPublisher(p publisherParams) *publisher {
+	out := NewOutbox(p.eventBuffer, p.log)
 	out.Permanent = rdb.IsServerError
-	return &publisher{rdb: r, keys: cfg.Keys, workerID: cfg.WorkerID, host: cfg.Host, log: log, now: now, redact: redact,
-		runRetention: cfg.RunRetention, waitTimeout: cfg.RedisWait.Timeout, out: out}
+	return &publisher{publisherParams: p, out: out}
 }
+
+// errStoreEnded: the shutdown's bound ended a write's retries.
+var errStoreEnded = errors.New("worker: the shutdown's bound ended the retries of a write")
 
 // lifecycle queues a lifecycle event of this worker.
 func (p *publisher) lifecycle(ev protocol.Event, reqID, taskID string, detail map[string]any) {
@@ -71,6 +95,34 @@ func (p *publisher) runHash(requestID string, fields map[string]any) {
 	p.out.Push("run "+fmt.Sprint(fields[protocol.RunFieldStatus]), func(ctx context.Context) error {
 		return p.rdb.AdvanceRun(ctx, requestID, fields)
 	})
+}
+
+// history queues an entry of the worker's capped state history.
+func (p *publisher) history(doc []byte) {
+	key := p.keys.StatusHistory(p.workerID)
+	p.out.Push("history", func(ctx context.Context) error { return p.rdb.PushCapped(ctx, key, doc, protocol.MaxStatusHistory) })
+}
+
+// idle queues this worker's place in the developer idle set: in it,
+// scored with the time, or out of it.
+func (p *publisher) idle(idle bool) {
+	key, id, at := p.keys.DeveloperIdle(), p.workerID, p.now()
+	p.out.Push("idle set", func(ctx context.Context) error { return p.rdb.SetIdle(ctx, key, id, idle, at) })
+}
+
+// failed records that the wrapper cannot work (status failed, a failed
+// lifecycle event), at once, as far as Redis answers before ctx ends.
+func (p *publisher) failed(ctx context.Context, cause error, exitCode int) {
+	now := p.now()
+	msg := p.redact.Redact(cause.Error())
+	_ = p.rdb.HSet(ctx, p.keys.Status(p.workerID), map[string]any{
+		protocol.StatusFieldState: string(protocol.WorkerFailed), protocol.StatusFieldError: msg,
+		protocol.StatusFieldExitCode: exitCode, protocol.StatusFieldUpdatedAt: protocol.FormatTime(now)})
+	l := protocol.Lifecycle{WorkerID: p.workerID, Event: protocol.EventFailed, Source: protocol.SourceWrapper,
+		Timestamp: now, Detail: map[string]any{"error": msg, "exit_code": exitCode}, Host: p.host}
+	if doc, err := l.Encode(); err == nil {
+		_ = p.rdb.XAdd(ctx, p.keys.Lifecycle(), doc)
+	}
 }
 
 // entry queues a document for a stream (progress on an output stream, a
@@ -175,7 +227,7 @@ func (p *publisher) storeOutput(log *slog.Logger, src taskSource, o protocol.Out
 		published = published || ok
 		if redisconn.IsNotReplicated(err) {
 			if short++; short < 2 {
-				time.Sleep(p.waitTimeout)
+				sleepCtx(c, p.waitTimeout)
 				return struct{}{}, err
 			}
 			log.Warn("task output stored on the primary alone: no replica acknowledged it", "err", err)
@@ -185,6 +237,10 @@ func (p *publisher) storeOutput(log *slog.Logger, src taskSource, o protocol.Out
 	})
 	if err == nil {
 		return published
+	}
+	if errors.Is(err, errStoreEnded) {
+		log.Error("task output not stored before the shutdown's bound: its entry stays pending, to be delivered again", "err", err)
+		return false
 	}
 	fo := o
 	fo.Status, fo.Result, fo.Question = protocol.StatusFailed, nil, ""
@@ -208,13 +264,17 @@ func (p *publisher) storeOutput(log *slog.Logger, src taskSource, o protocol.Out
 // store calls f until Redis takes it, with backoff while Redis is
 // unreachable, and returns at once the error of a Redis that refused it
 // (rdb.IsServerError): retrying that cannot help, and would wedge the
-// task loop. what names the write for logs.
+// task loop. It gives up, with errStoreEnded, when the publisher's final
+// context ends (the shutdown's bound). what names the write for logs.
 func store[T any](p *publisher, what string, f func(context.Context) (T, error)) (T, error) {
 	b := newBackoff()
 	for {
-		v, err := f(context.Background())
+		v, err := f(p.final)
 		if err == nil {
 			return v, nil
+		}
+		if p.final.Err() != nil {
+			return v, fmt.Errorf("%s: %w (%w)", what, errStoreEnded, err)
 		}
 		if rdb.IsServerError(err) {
 			p.log.Error("redis refused a write; giving up on it", "write", what, "err", err)
@@ -222,169 +282,6 @@ func store[T any](p *publisher, what string, f func(context.Context) (T, error))
 		}
 		d := b.next()
 		p.log.Warn("redis call failed, retrying", "write", what, "err", err, "backoff", d)
-		time.Sleep(d)
-	}
-}
-
-// retry is the wait between retries of a Redis call the wrapper must
-// make (an output, a read of its input): from 100 ms, doubled up to 5 s,
-// with jitter, never giving up on its own (the caller's context does).
-// The one backoff of the wrapper, from a well-kept library.
-type retry struct{ b *backoff.ExponentialBackOff }
-
-func newBackoff() *retry {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval, b.Multiplier, b.RandomizationFactor = 100*time.Millisecond, 5*time.Second, 2, 0.25
-	return &retry{b: b}
-}
-
-func (r *retry) reset() { r.b.Reset() }
-
-// next is the wait before the next retry.
-func (r *retry) next() time.Duration { return r.b.NextBackOff() }
-
-func (r *retry) wait(ctx context.Context) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(r.next()):
-	}
-}
-
-// Outbox keeps the events the wrapper publishes (lifecycle, progress,
-// status and run updates) in a bounded FIFO and writes them to Redis in
-// order, retrying with backoff while Redis is unreachable. When the buffer
-// is full the oldest event is dropped and counted, and so is an event
-// Redis refuses for good (Permanent). A task's output never goes through
-// the outbox: the task runner stores it through store, after Flush.
-type Outbox struct {
-	max int
-	log *slog.Logger
-
-	mu    sync.Mutex // guards q and empty
-	q     []outOp
-	empty chan struct{} // closed while q is empty and nothing is in flight
-	wake  chan struct{}
-	seq   uint64 // guarded by mu
-
-	dropped atomic.Int64
-
-	// Permanent, when set, tells an error that no retry can mend.
-	Permanent func(error) bool
-}
-
-type outOp struct {
-	seq  uint64
-	name string
-	do   func(ctx context.Context) error
-}
-
-// NewOutbox returns an outbox that holds at most max events.
-func NewOutbox(max int, log *slog.Logger) *Outbox {
-	e := make(chan struct{})
-	close(e)
-	return &Outbox{max: max, log: log, empty: e, wake: make(chan struct{}, 1)}
-}
-
-// Push queues an event; name says what it is, for logs.
-func (o *Outbox) Push(name string, do func(ctx context.Context) error) {
-	o.mu.Lock()
-	if len(o.q) == 0 {
-		o.empty = make(chan struct{})
-	}
-	o.seq++
-	o.q = append(o.q, outOp{seq: o.seq, name: name, do: do})
-	if len(o.q) > o.max {
-		o.log.Warn("event buffer full, dropping the oldest event", "event", o.q[0].name, "buffer", o.max)
-		o.q = o.q[1:]
-		o.dropped.Add(1)
-	}
-	o.mu.Unlock()
-	select {
-	case o.wake <- struct{}{}:
-	default:
-	}
-}
-
-// Dropped returns how many events were dropped because the buffer was full.
-func (o *Outbox) Dropped() int64 { return o.dropped.Load() }
-
-// Len returns how many events wait.
-func (o *Outbox) Len() int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return len(o.q)
-}
-
-// Flush waits until every queued event is written, or ctx ends.
-func (o *Outbox) Flush(ctx context.Context) error {
-	o.mu.Lock()
-	e := o.empty
-	o.mu.Unlock()
-	select {
-	case <-e:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// Run writes events until ctx ends. It owns the head of the queue: an
-// event leaves the queue only once written.
-func (o *Outbox) Run(ctx context.Context) {
-	retry := newBackoff()
-	retry.b.InitialInterval = 50 * time.Millisecond
-	retry.reset()
-	for {
-		o.mu.Lock()
-		var head outOp
-		n := len(o.q)
-		if n > 0 {
-			head = o.q[0]
-		}
-		o.mu.Unlock()
-		if n == 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-o.wake:
-				continue
-			}
-		}
-		err := head.do(ctx)
-		if err != nil && o.Permanent != nil && o.Permanent(err) {
-			// Redis answered, and refused: retrying cannot help, and the
-			// event would block every one behind it.
-			o.log.Error("event refused by Redis, dropped", "event", head.name, "err", err)
-			o.dropped.Add(1)
-			err = nil
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			d := retry.next()
-			o.log.Debug("event not written, will retry", "event", head.name, "err", err, "backoff", d)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(d):
-			}
-			continue
-		}
-		retry.reset()
-		o.mu.Lock()
-		// Push may have dropped the head meanwhile: remove it only if it
-		// is still there.
-		if len(o.q) > 0 && o.q[0].seq == head.seq {
-			o.q = o.q[1:]
-		}
-		if len(o.q) == 0 {
-			select {
-			case <-o.empty:
-			default:
-				close(o.empty)
-			}
-		}
-		o.mu.Unlock()
+		sleepCtx(p.final, d)
 	}
 }

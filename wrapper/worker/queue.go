@@ -26,7 +26,7 @@ const pendingBatch = 10
 // degraded developer worker takes no new task from the queues until its
 // health check passes; what is already its own is served as ever.
 type inputReader struct {
-	w       *Worker
+	input   *input
 	streams []string // highest priority first, for a developer worker
 	group   string
 	// pending: read this consumer's own pending entries before new ones
@@ -36,17 +36,16 @@ type inputReader struct {
 	order   protocol.PriorityOrder
 }
 
-func (w *Worker) newInputReader() *inputReader {
-	return &inputReader{w: w, streams: w.cfg.Keys.InputsFor(w.cfg.Kind, w.cfg.WorkerID),
-		group: protocol.GroupFor(w.cfg.Kind), pending: true}
+func (w *input) newReader() *inputReader {
+	return &inputReader{input: w, streams: w.keys.InputsFor(w.kind, w.workerID), group: protocol.GroupFor(w.kind), pending: true}
 }
 
-func (in *inputReader) developer() bool { return in.w.cfg.Kind == protocol.KindDeveloper }
+func (in *inputReader) developer() bool { return in.input.kind == protocol.KindDeveloper }
 
 // ensureGroups creates the group on every stream it reads.
 func (in *inputReader) ensureGroups(ctx context.Context) error {
 	for _, s := range in.streams {
-		if err := in.w.rdb.EnsureGroup(ctx, s, in.group); err != nil {
+		if err := in.input.rdb.EnsureGroup(ctx, s, in.group); err != nil {
 			return err
 		}
 	}
@@ -61,7 +60,7 @@ func (in *inputReader) next(ctx context.Context) (e *rdb.StreamEntry, own bool, 
 		return e, true, nil
 	}
 	if in.pending || in.developer() {
-		got, err := in.w.rdb.ReadGroup(ctx, in.streams, in.group, in.w.cfg.WorkerID, true, pendingBatch, -1)
+		got, err := in.input.rdb.ReadGroup(ctx, in.streams, in.group, in.input.workerID, true, pendingBatch, -1)
 		if err != nil {
 			return nil, false, err
 		}
@@ -71,16 +70,16 @@ func (in *inputReader) next(ctx context.Context) (e *rdb.StreamEntry, own bool, 
 		}
 	}
 	if !in.developer() {
-		got, err := in.w.rdb.ReadGroup(ctx, in.streams, in.group, in.w.cfg.WorkerID, false, 1, 5*time.Second)
+		got, err := in.input.rdb.ReadGroup(ctx, in.streams, in.group, in.input.workerID, false, 1, 5*time.Second)
 		in.backlog = got
 		return in.pop(), false, err
 	}
-	if in.w.degraded() {
+	if in.input.degraded() {
 		sleepCtx(ctx, developerPoll)
 		return nil, false, nil
 	}
 	for _, p := range in.order.Next() {
-		got, err := in.w.rdb.ReadGroup(ctx, []string{in.w.cfg.Keys.DeveloperInputFor(p)}, in.group, in.w.cfg.WorkerID, false, 1, -1)
+		got, err := in.input.rdb.ReadGroup(ctx, []string{in.input.keys.DeveloperInputFor(p)}, in.group, in.input.workerID, false, 1, -1)
 		if err != nil || len(got) > 0 {
 			in.backlog = got
 			return in.pop(), false, err
@@ -88,7 +87,7 @@ func (in *inputReader) next(ctx context.Context) (e *rdb.StreamEntry, own bool, 
 	}
 	// Every queue was empty: wait on all. Entries that came to several at
 	// once are all this consumer's now, served in priority order.
-	got, err := in.w.rdb.ReadGroup(ctx, in.streams, in.group, in.w.cfg.WorkerID, false, 1, developerPoll)
+	got, err := in.input.rdb.ReadGroup(ctx, in.streams, in.group, in.input.workerID, false, 1, developerPoll)
 	in.backlog = got
 	if len(got) > 1 {
 		return in.pop(), true, err

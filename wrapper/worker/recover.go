@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -11,39 +10,23 @@ import (
 	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
 )
 
-// serve handles one input entry. The wrapper is PID 1: a panic in the
-// handling of one entry (a bug that some agent output reaches) must not
-// end the container, its reaper and its heartbeat with it. It ends that
-// entry instead: a task is answered failed with INTERNAL_ERROR (not
-// retryable: the same task would take the same path), its entry is
-// acknowledged, the worker becomes idle and serves the next entry.
-func (w *Worker) serve(ctx context.Context, src taskSource, e *rdb.Entry) {
-	defer func() {
-		if p := recover(); p != nil {
-			w.recoverEntry(src, e, p, debug.Stack())
-		}
-	}()
-	w.route(ctx, src, e)
-}
-
 // recoverEntry answers the entry whose handling panicked with p. It is
 // guarded itself: a second panic while answering leaves the entry
 // acknowledged and the worker idle, and is logged.
-func (w *Worker) recoverEntry(src taskSource, e *rdb.Entry, p any, stack []byte) {
-	log := w.log.With("entry", e.ID)
+func (r *router) recoverEntry(src taskSource, e *rdb.Entry, p any, stack []byte) {
+	log := r.log.With("entry", e.ID)
 	log.Error("the handling of an input entry panicked; answering it and serving on", "panic", fmt.Sprint(p), "stack", string(stack))
 	defer func() {
 		if p2 := recover(); p2 != nil {
 			log.Error("answering the panicked entry panicked too; acknowledging it", "panic", fmt.Sprint(p2), "stack", string(debug.Stack()))
-			w.endPanicked(src)
+			r.endPanicked(src)
 		}
 	}()
 	msg := fmt.Sprintf("the wrapper failed while handling the task (%v); the worker serves on", p)
-	if cur := w.state.current(); cur != nil && cur.src.entryID == e.ID {
-		o := w.unrunOutput(cur.task, protocol.NewError(protocol.CodeInternalError, "%s", msg))
+	if cur := r.state.current(); cur != nil && cur.src.entryID == e.ID {
+		o := r.outputs.unrun(cur.task, protocol.NewError(protocol.CodeInternalError, "%s", msg))
 		o.ProjectID, o.Answers, o.Attempt = cur.task.Project(), cur.task.Answers, cur.attempt
-		t := &taskRun{w: w, ctx: context.Background(), log: log, src: src, entry: e, task: cur.task, cur: cur}
-		t.finish(o, nil)
+		r.tasks.finishPanicked(log, src, e, cur, o)
 		return
 	}
 	data, _ := protocol.EntryData(e.Values)
@@ -51,20 +34,20 @@ func (w *Worker) recoverEntry(src taskSource, e *rdb.Entry, p any, stack []byte)
 	if err != nil || task.RequestID == "" {
 		// Not a task (a cancel, a message, a permission reply): nothing
 		// awaits an answer to it.
-		w.endPanicked(src)
+		r.endPanicked(src)
 		return
 	}
-	o := w.unrunOutput(task, protocol.NewError(protocol.CodeInternalError, "%s", msg))
-	w.pub.storeOutput(log, src, o, nil, nil)
-	w.requestPause(task.RequestID, task.TaskID, "stop_output:"+string(o.Status))
+	o := r.outputs.unrun(task, protocol.NewError(protocol.CodeInternalError, "%s", msg))
+	r.pub.storeOutput(log, src, o, nil, nil)
+	r.status.requestPause(task.RequestID, task.TaskID, "stop_output:"+string(o.Status))
 }
 
 // endPanicked acknowledges a panicked entry and leaves the worker idle
 // (unless it is stopping), with no task in flight.
-func (w *Worker) endPanicked(src taskSource) {
-	w.pub.ack(src)
-	if w.state.current() != nil {
-		_, _ = w.state.end("panic recovered")
+func (r *router) endPanicked(src taskSource) {
+	r.pub.ack(src)
+	if r.state.current() != nil {
+		_, _ = r.state.end("panic recovered")
 	}
 }
 

@@ -18,7 +18,7 @@ import (
 // its policy allows no more. The output is the last attempt's, with the
 // usage, cost and time of every attempt.
 func (t *taskRun) attempts() (protocol.Output, *rdb.TaskUsage) {
-	policy, asked := t.task.RetryPolicy(t.w.cfg.Retry)
+	policy, asked := t.task.RetryPolicy(t.ts.retry)
 	var (
 		resume string
 		spent  attemptsSpent
@@ -28,19 +28,19 @@ func (t *taskRun) attempts() (protocol.Output, *rdb.TaskUsage) {
 		o, usage := t.output(outcome, plan, oomBefore)
 		// Droid's cost is the proxy's meter of the whole task: already the
 		// sum of its attempts.
-		o, usage = spent.add(o, usage, !t.w.agent.Caps().ReportsCost && t.cur.spend.isMetered())
+		o, usage = spent.add(o, usage, !t.ts.caps.ReportsCost && t.cur.spend.isMetered())
 		if !asked || !t.retryable(o, policy) {
 			return o, usage
 		}
 		next := t.cur.attempt + 1
-		t.w.pub.progress(t.cur, fmt.Sprintf("retrying, attempt %d of %d: %s", next, policy.Attempts, o.Error.Code), protocol.LevelWarning)
+		t.ts.pub.progress(t.cur, fmt.Sprintf("retrying, attempt %d of %d: %s", next, policy.Attempts, o.Error.Code), protocol.LevelWarning)
 		t.log.Warn("task failed: retrying", "attempt", next, "attempts", policy.Attempts, "code", o.Error.Code, "backoff", policy.Backoff(next))
 		if !t.backoff(policy.Backoff(next)) {
 			return t.stoppedRetrying(o), usage
 		}
 		t.nextAttempt(next)
 		resume = ""
-		if t.w.agent.Caps().NoResume == "" {
+		if t.ts.caps.NoResume == "" {
 			resume = o.SessionID
 		}
 	}
@@ -71,7 +71,7 @@ func (t *taskRun) backoff(d time.Duration) bool {
 		return false
 	case <-t.stop.Done():
 		return false
-	case <-t.w.terminate.ch:
+	case <-t.ts.terminate.ch:
 		return false
 	}
 }
@@ -81,7 +81,7 @@ func (t *taskRun) backoff(d time.Duration) bool {
 // the last attempt's failure.
 func (t *taskRun) stoppedRetrying(o protocol.Output) protocol.Output {
 	if cancelled, reason, _ := t.cur.cancel.state(); cancelled {
-		return t.w.cancelledOutput(o, reason, true)
+		return t.ts.outputs.cancelled(o, reason, true)
 	}
 	return o
 }
@@ -89,13 +89,13 @@ func (t *taskRun) stoppedRetrying(o protocol.Output) protocol.Output {
 // nextAttempt makes the task's run the next attempt's: the run hash, the
 // status hash and the task's timeout say so.
 func (t *taskRun) nextAttempt(n int) {
-	w, cur, now := t.w, t.cur, t.w.now()
+	ts, cur, now := t.ts, t.cur, t.ts.now()
 	cur.mu.Lock()
-	cur.attempt, cur.deadline = n, now.Add(t.task.Timeout(w.cfg.TaskTimeout))
+	cur.attempt, cur.deadline = n, now.Add(t.task.Timeout(ts.taskTimeout))
 	cur.run.UpdatedAt = now
 	cur.mu.Unlock()
-	w.pub.run(cur)
-	w.pushStatus(map[string]any{protocol.StatusFieldAttempt: n})
+	ts.pub.run(cur)
+	ts.status.push(map[string]any{protocol.StatusFieldAttempt: n})
 }
 
 // retryPlan continues the session of the attempt before.

@@ -2,11 +2,12 @@ package worker
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/wrapper/agent"
 	"github.com/agentvisor/agentvisor/wrapper/apiproxy"
-	"github.com/agentvisor/agentvisor/wrapper/egress"
 )
 
 // The agent is untrusted: it never holds the wrapper's
@@ -40,22 +41,35 @@ var wrapperOnly = map[string]bool{
 // DROID_BASE_URL). Set by Run before the first agent starts.
 type modelAPI struct{ url, token string }
 
+// modelProxyParams are what the model API proxy is started with.
+type modelProxyParams struct {
+	agent       agent.Adapter
+	getenv      func(string) string // the wrapper's environment
+	log         *slog.Logger
+	heal        *healer
+	spend       *spending
+	redact      *Redactor
+	socket      string // MODEL_SOCKET
+	socketToken string // MODEL_SOCKET_TOKEN
+}
+
 // startModelProxy starts the proxy between the agent and the model API, to
 // the upstream its adapter routes it to (Adapter.Route), with the real
 // credential of the wrapper's environment (ANTHROPIC_API_KEY, or
 // ANTHROPIC_AUTH_TOKEN as a bearer token; the route's own credential when
 // it names one, as Codex's OPENAI_API_KEY). It returns nil for an agent
-// that talks to its vendor by itself.
-func (w *Worker) startModelProxy() (*apiproxy.Proxy, error) {
-	get := w.getenv
-	cfg := apiproxy.Config{APIKey: get("ANTHROPIC_API_KEY"), AuthToken: get("ANTHROPIC_AUTH_TOKEN"), Logger: w.log,
-		OnUpstreamError: w.heal.upstreamError, OnRateLimit: w.heal.rateLimit, UpstreamSocket: w.cfg.ModelSocket, UpstreamToken: w.cfg.ModelSocketToken}
-	if !w.agent.Caps().ReportsCost { // the wrapper meters the agent's calls (cost.go)
-		cfg.OnUsage, cfg.Refuse = w.spend.meter, w.spend.refuse
+// that talks to its vendor by itself; else the proxy and the model API as
+// the agent sees it.
+func startModelProxy(pp modelProxyParams) (*apiproxy.Proxy, modelAPI, error) {
+	get := pp.getenv
+	cfg := apiproxy.Config{APIKey: get("ANTHROPIC_API_KEY"), AuthToken: get("ANTHROPIC_AUTH_TOKEN"), Logger: pp.log,
+		OnUpstreamError: pp.heal.upstreamError, OnRateLimit: pp.heal.rateLimit, UpstreamSocket: pp.socket, UpstreamToken: pp.socketToken}
+	if !pp.agent.Caps().ReportsCost { // the wrapper meters the agent's calls (cost.go)
+		cfg.OnUsage, cfg.Refuse = pp.spend.meter, pp.spend.refuse
 	}
-	route := w.agent.Route(get)
+	route := pp.agent.Route(get)
 	if !route.Proxied {
-		return nil, nil
+		return nil, modelAPI{}, nil
 	}
 	cfg.Upstream = route.Upstream
 	if c := route.Credential; c != nil { // another vendor's key (Codex: OPENAI_API_KEY)
@@ -63,42 +77,25 @@ func (w *Worker) startModelProxy() (*apiproxy.Proxy, error) {
 	}
 	p, err := apiproxy.Start("127.0.0.1:0", cfg)
 	if err != nil {
-		return nil, fmt.Errorf("model API proxy: %w", err)
+		return nil, modelAPI{}, fmt.Errorf("model API proxy: %w", err)
 	}
-	w.cfg.model = modelAPI{url: p.URL, token: p.Token}
 	// The token is good for this proxy only, but for anyone who can reach
 	// its port: it is redacted like the secrets it stands for.
-	w.redact.secrets = append(w.redact.secrets, p.Token)
-	if t := w.cfg.ModelSocketToken; t != "" { // the agent never sees it: redacted should it turn up
-		w.redact.secrets = append(w.redact.secrets, t)
+	pp.redact.secrets = append(pp.redact.secrets, p.Token)
+	if t := pp.socketToken; t != "" { // the agent never sees it: redacted should it turn up
+		pp.redact.secrets = append(pp.redact.secrets, t)
 	}
-	return p, nil
+	return p, modelAPI{url: p.URL, token: p.Token}, nil
 }
 
-// getenv reads a variable of the wrapper's environment.
-func (w *Worker) getenv(name string) string {
-	for _, kv := range w.environ {
-		if v, ok := strings.CutPrefix(kv, name+"="); ok {
-			return v
+// envLookup reads variables of an environment (the wrapper's).
+func envLookup(environ []string) func(string) string {
+	return func(name string) string {
+		for _, kv := range environ {
+			if v, ok := strings.CutPrefix(kv, name+"="); ok {
+				return v
+			}
 		}
-	}
-	return ""
-}
-
-// unmetered says which service the agent talks to by itself, whose calls
-// no proxy of ours meters; "" when the proxy carries them.
-func (w *Worker) unmetered() string {
-	if w.cfg.model.url != "" {
 		return ""
-	}
-	return w.agent.Route(w.getenv).Direct
-}
-
-// egressRefused publishes a connection the gateway refused (not on the
-// worker's egress allowlist) as a warning of the task in flight.
-func (w *Worker) egressRefused(r egress.Refusal) {
-	w.log.Warn("egress refused", "host", r.Host, "port", r.Port)
-	if cur := w.state.snapshot().cur; cur != nil {
-		w.pub.refusedConnection(cur, r)
 	}
 }

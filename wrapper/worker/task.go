@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -83,10 +84,56 @@ func (c *current) transition(to protocol.RunState, at time.Time) {
 	c.mu.Unlock()
 }
 
+// tasks is the third stage of the pipeline: it runs each task entry the
+// router hands it to its output, in three steps (admit, execute, finish),
+// and owns what those steps decide: the run's attempt, its refusals
+// (answered run, budget, a cancel that came first), its retries
+// (retry.go), the output built from the agent's outcome. The agent's run
+// itself is the agent runner's (agentrun.go); what the task tells Redis
+// is the publisher's.
+type tasks struct {
+	tasksParams
+}
+
+// tasksParams are what the task runner is built from: its
+// collaborators and settings, none of them the Worker.
+type tasksParams struct {
+	rdb       taskRedis
+	agents    *agentRunner
+	sessions  SessionPolicy
+	spend     *spending
+	state     *workerState
+	cancels   *cancels
+	steering  *steering
+	pub       *publisher
+	status    *statusReporter
+	outputs   outputs
+	terminate *terminator
+	// lookAhead notes the cancels queued behind a task's entry (input.go).
+	lookAhead func(ctx context.Context, log *slog.Logger, stream, entryID string)
+	log       *slog.Logger
+	now       func() time.Time
+
+	workerID    string
+	agentType   protocol.AgentType
+	caps        agent.Capabilities
+	taskTimeout time.Duration
+	retry       protocol.RetryPolicy // the defaults of a task's retry
+	jsonSchema  bool
+}
+
+func newTasks(p tasksParams) *tasks { return &tasks{tasksParams: p} }
+
+// taskRedis is what a task's admission reads.
+type taskRedis interface {
+	rdb.Runs
+	rdb.Budgets
+}
+
 // taskRun is one task entry's run: its steps, and what they hand on.
 type taskRun struct {
-	w     *Worker
-	ctx   context.Context // once read, a task's own Redis work outlives shutdown: its output, usage and session record are kept
+	ts    *tasks
+	ctx   context.Context // once read, a task's own Redis work outlives shutdown's start (the publisher's final context bounds it): its output, usage and session record are kept
 	stop  context.Context // ends when shutdown begins: no further attempt starts
 	log   *slog.Logger
 	src   taskSource
@@ -98,16 +145,23 @@ type taskRun struct {
 	budget   rdb.ProjectSpend
 }
 
-// runTask runs a task entry to its output: admit, execute, finish.
-func (w *Worker) runTask(ctx context.Context, src taskSource, e *rdb.Entry, task protocol.Task) {
-	t := &taskRun{w: w, ctx: context.WithoutCancel(ctx), stop: ctx, src: src, entry: e, task: task,
-		log: w.log.With("request_id", task.RequestID, "task_id", task.TaskID, "project_id", task.Project())}
+// run runs a task entry to its output: admit, execute, finish.
+func (ts *tasks) run(ctx context.Context, src taskSource, e *rdb.Entry, task protocol.Task) {
+	t := &taskRun{ts: ts, ctx: ts.pub.final, stop: ctx, src: src, entry: e, task: task,
+		log: ts.log.With("request_id", task.RequestID, "task_id", task.TaskID, "project_id", task.Project())}
 	if !t.admit() {
 		return
 	}
 	o, usage := t.attempts()
 	t.finish(o, usage)
-	t.w.budgetWarning(t.task, t.budget, o.CostUSD)
+	ts.budgetWarning(t.task, t.budget, o.CostUSD)
+}
+
+// finishPanicked answers the task in flight cur, whose handling panicked,
+// with o (recover.go).
+func (ts *tasks) finishPanicked(log *slog.Logger, src taskSource, e *rdb.Entry, cur *current, o protocol.Output) {
+	t := &taskRun{ts: ts, ctx: ts.pub.final, stop: ts.pub.final, log: log, src: src, entry: e, task: cur.task, cur: cur}
+	t.finish(o, nil)
 }
 
 // admit makes the task the one in flight, unless it is not to run: a
@@ -118,31 +172,35 @@ func (w *Worker) runTask(ctx context.Context, src taskSource, e *rdb.Entry, task
 // answered run, its project's budget, a cancel that came first) is
 // answered failed. It reports whether the task goes on to execute.
 func (t *taskRun) admit() bool {
-	w, task := t.w, t.task
-	rec, err := store(w.pub, "read run "+task.RequestID, func(c context.Context) (rdb.RunRecord, error) {
-		return w.rdb.RunRecord(c, task.RequestID)
+	ts, task := t.ts, t.task
+	rec, err := store(ts.pub, "read run "+task.RequestID, func(c context.Context) (rdb.RunRecord, error) {
+		return ts.rdb.RunRecord(c, task.RequestID)
 	})
+	if errors.Is(err, errStoreEnded) {
+		t.log.Info("shutdown ended before the run could be read: the task stays pending", "err", err)
+		return false
+	}
 	if err != nil {
-		o := w.unrunOutput(task, protocol.NewError(protocol.CodeInternalError, "redis refused to read the run: %v", err))
-		w.pub.storeOutput(t.log, t.src, o, nil, nil)
-		w.pub.lifecycle(protocol.EventTaskFailed, task.RequestID, task.TaskID, map[string]any{"code": protocol.CodeInternalError})
-		w.requestPause(task.RequestID, task.TaskID, "stop_output:"+string(o.Status))
+		o := ts.outputs.unrun(task, protocol.NewError(protocol.CodeInternalError, "redis refused to read the run: %v", err))
+		ts.pub.storeOutput(t.log, t.src, o, nil, nil)
+		ts.pub.lifecycle(protocol.EventTaskFailed, task.RequestID, task.TaskID, map[string]any{"code": protocol.CodeInternalError})
+		ts.status.requestPause(task.RequestID, task.TaskID, "stop_output:"+string(o.Status))
 		return false
 	}
 	if rec.State.Terminal() {
 		t.log.Info("task already finished, acknowledging it again", "run_status", rec.State)
-		w.pub.ack(t.src)
-		w.requestPause(task.RequestID, task.TaskID, "duplicate_task:"+string(rec.State))
+		ts.pub.ack(t.src)
+		ts.status.requestPause(task.RequestID, task.TaskID, "duplicate_task:"+string(rec.State))
 		return false
 	}
 	// Every delivery counts: of this entry (a redelivery after a restart
 	// or a lost reply), and the entries the spawner requeued before it;
 	// so do the retries a wrapper ran before (the run's last attempt).
-	deliveries, _ := w.rdb.DeliveryCount(t.ctx, t.src.stream, t.src.group, t.entry.ID)
+	deliveries, _ := ts.rdb.DeliveryCount(t.ctx, t.src.stream, t.src.group, t.entry.ID)
 	attempt := int(max(rec.Requeues+max(deliveries, 1), rec.Attempt+1))
 	var answerErr *protocol.Error
 	if task.Answers != "" {
-		t.task, t.answered, answerErr = w.answeredRun(t.ctx, task)
+		t.task, t.answered, answerErr = ts.answeredRun(task)
 		t.log = t.log.With("project_id", t.task.Project(), "answers", t.task.Answers)
 	}
 	if !t.start(attempt) {
@@ -158,26 +216,26 @@ func (t *taskRun) admit() bool {
 
 // start makes the task the one in flight, queued, and publishes so.
 func (t *taskRun) start(attempt int) bool {
-	w, task, now := t.w, t.task, t.w.now()
-	run := protocol.NewRun(task.RequestID, task.TaskID, w.cfg.WorkerID, task.Project(), now)
-	run.AgentSlug, run.Trigger = string(w.cfg.AgentType), task.Trigger
+	ts, task, now := t.ts, t.task, t.ts.now()
+	run := protocol.NewRun(task.RequestID, task.TaskID, ts.workerID, task.Project(), now)
+	run.AgentSlug, run.Trigger = string(ts.agentType), task.Trigger
 	cur := newCurrent(task, t.src, run)
-	cur.attempt, cur.token, cur.deadline = attempt, newToken(), now.Add(task.Timeout(w.cfg.TaskTimeout))
-	ok, err := w.state.begin(cur)
+	cur.attempt, cur.token, cur.deadline = attempt, newToken(), now.Add(task.Timeout(ts.taskTimeout))
+	ok, err := ts.state.begin(cur)
 	if err != nil {
-		w.log.Error("worker state", "err", err)
+		ts.log.Error("worker state", "err", err)
 	}
 	if !ok {
 		return false
 	}
 	t.cur = cur
-	w.cancels.take(cur)
-	w.steering.take(cur)
-	w.lookAhead(t.ctx, t.log, t.src.stream, t.entry.ID)
-	w.pub.run(cur)
+	ts.cancels.take(cur)
+	ts.steering.take(cur)
+	ts.lookAhead(t.ctx, t.log, t.src.stream, t.entry.ID)
+	ts.pub.run(cur)
 	cur.transition(protocol.RunQueued, now)
-	w.pub.run(cur)
-	w.pushStatus(map[string]any{protocol.StatusFieldRequestID: task.RequestID, protocol.StatusFieldTaskID: task.TaskID,
+	ts.pub.run(cur)
+	ts.status.push(map[string]any{protocol.StatusFieldRequestID: task.RequestID, protocol.StatusFieldTaskID: task.TaskID,
 		protocol.StatusFieldOutputStream: t.src.output, protocol.StatusFieldTaskStarted: protocol.FormatTime(now),
 		protocol.StatusFieldAttempt: attempt})
 	return true
@@ -187,21 +245,21 @@ func (t *taskRun) start(attempt int) bool {
 // answered run is not there, its project spent its budget, or a cancel
 // came first. nil: it runs.
 func (t *taskRun) refusal(answerErr *protocol.Error) *protocol.Output {
-	w, task, attempt := t.w, t.task, t.cur.attempt
+	ts, task, attempt := t.ts, t.task, t.cur.attempt
 	if answerErr != nil {
-		o := w.unrunOutput(task, answerErr)
+		o := ts.outputs.unrun(task, answerErr)
 		o.Answers, o.Attempt = task.Answers, attempt
 		return &o
 	}
-	budget, budgetErr := w.checkBudget(t.ctx, task)
+	budget, budgetErr := ts.checkBudget(t.ctx, task)
 	if budgetErr != nil {
-		o := w.unrunOutput(task, budgetErr)
+		o := ts.outputs.unrun(task, budgetErr)
 		o.ProjectID, o.Answers, o.Attempt = task.Project(), task.Answers, attempt
 		return &o
 	}
 	t.budget = budget
 	if cancelled, reason, _ := t.cur.cancel.state(); cancelled {
-		o := w.cancelledOutput(w.unrunOutput(task, nil), reason, false)
+		o := ts.outputs.cancelled(ts.outputs.unrun(task, nil), reason, false)
 		o.ProjectID, o.Attempt = task.Project(), attempt
 		return &o
 	}
@@ -210,63 +268,40 @@ func (t *taskRun) refusal(answerErr *protocol.Error) *protocol.Output {
 
 // execute runs the agent in the task's session (resume, when not "": the
 // session of the attempt before, which a retry continues): the task's
-// turn, the turns of the steering messages that came during it, and the
-// run again in a new session when a resume failed. oomBefore is the OOM
-// kill count before the agent started.
+// turn, the turns of the steering messages that came during it
+// (agentRunner.runTask), and the run again in a new session when a resume
+// failed (SessionPolicy.Complete). oomBefore is the OOM kill count before
+// the agent started.
 func (t *taskRun) execute(resume string) (outcome agent.Outcome, plan SessionPlan, oomBefore int64) {
-	w, task, cur := t.w, t.task, t.cur
-	w.spend.unenforced(cur)
-	plan = w.sessions.Decide(t.ctx, task)
+	ts, task, cur := t.ts, t.task, t.cur
+	ts.spend.unenforced(cur)
+	plan = ts.sessions.Decide(t.ctx, task)
 	if task.Answers != "" {
 		plan = answerPlan(plan, t.answered)
 	}
 	if resume != "" {
 		plan = retryPlan(plan, resume)
 	}
-	spec := w.agentSpec(task, invocationFor(w.agent, task, plan), cur)
-	spec.Interrupt = cur.cancel.channel()
-	spec.OnStart = func(pid int) {
-		cur.mu.Lock()
-		cur.agentPID = pid
-		_ = cur.run.Transition(protocol.RunRunning, w.now())
-		cur.mu.Unlock()
-		w.pub.run(cur)
-		w.pub.lifecycle(protocol.EventTaskStarted, task.RequestID, task.TaskID, map[string]any{"pid": pid, "attempt": cur.attempt})
-	}
 	t.log.Info("task started", "resume", plan.ResumeID != "", "session_reason", plan.Decision.Reason, "attempt", cur.attempt)
-
 	oomBefore = oomKills()
-	agentCtx, cancel := w.terminate.context(t.ctx)
-	outcome, winding := w.runCancellable(agentCtx, task, plan, cur, spec)
-	outcome = w.spend.withEstimate(cur, w.steerTurns(agentCtx, task, plan, cur, spec, w.agent.CheckOutcome(outcome)))
-	if winding == nil {
-		cancel()
-	} else {
-		go func() { <-winding; cancel() }() // the run goes on after the task's output (winddown.go)
-	}
-	outcome, plan = w.sessions.Complete(t.ctx, task, plan, outcome, func(inv Invocation) agent.Outcome {
-		spec.Argv, spec.Stdin = w.agent.Argv(inv), w.agent.Stdin(inv)
-		w.converse(&spec, inv, cur)
-		rerunCtx, cancel := w.terminate.context(t.ctx)
-		defer cancel()
-		return w.spend.withEstimate(cur, agent.Run(rerunCtx, spec))
-	})
+	outcome, rerun := ts.agents.runTask(t.ctx, task, plan, cur)
+	outcome, plan = ts.sessions.Complete(t.ctx, task, plan, outcome, rerun)
 	return outcome, plan, oomBefore
 }
 
 // output is the task's output from its agent's outcome, and its usage
 // (nil when the agent never started).
 func (t *taskRun) output(outcome agent.Outcome, plan SessionPlan, oomBefore int64) (protocol.Output, *rdb.TaskUsage) {
-	w, task, cur := t.w, t.task, t.cur
-	verdict := agent.Judge(outcome, w.cfg.JSONSchema)
+	ts, task, cur := t.ts, t.task, t.cur
+	verdict := agent.Judge(outcome, ts.jsonSchema)
 	// A crash while the OOM killer fired in this container is an OOM: the
 	// container lives on (its PID 1 is the wrapper), so only the cgroup's
 	// counter tells.
 	if verdict.Error != nil && verdict.Error.Code == protocol.CodeAgentCrashed && oomBefore >= 0 && oomKills() > oomBefore {
 		verdict.Error = protocol.NewError(protocol.CodeOOMKilled, "the OOM killer ended the agent (%s); raise the worker's memory limit", outcome.Exit)
 	}
-	o := w.output(task, outcome, verdict, plan, cur.attempt)
-	w.spend.estimateCost(&o, cur, outcome)
+	o := ts.outputs.output(task, outcome, verdict, plan, cur.attempt)
+	ts.spend.estimateCost(&o, cur, outcome)
 	o.Answers = task.Answers
 	if r := outcome.Result; r != nil && r.Subtype == "error_max_budget_usd" && o.Error != nil {
 		o.Error = protocol.NewError(protocol.CodeBudgetExceeded, "the task spent its max_budget_usd (%g): %s", task.MaxBudgetUSD, o.Error.Message)
@@ -275,22 +310,22 @@ func (t *taskRun) output(outcome agent.Outcome, plan SessionPlan, oomBefore int6
 		if _, reason, abort := cur.cancel.state(); abort != nil {
 			o.Status, o.Result, o.Question, o.Error = protocol.StatusFailed, nil, "", abort
 		} else {
-			o = w.cancelledOutput(o, reason, true)
+			o = ts.outputs.cancelled(o, reason, true)
 		}
 	}
 	if outcome.StartErr != nil {
 		return o, nil
 	}
 	// The agent ran: its task counts, once, with its output's usage.
-	return o, &rdb.TaskUsage{Project: task.Project(), Session: o.SessionID, Worker: w.cfg.WorkerID, Usage: o.Usage, CostUSD: o.CostUSD}
+	return o, &rdb.TaskUsage{Project: task.Project(), Session: o.SessionID, Worker: ts.workerID, Usage: o.Usage, CostUSD: o.CostUSD}
 }
 
 // finish stores the task's output with its run's terminal fields and its
 // usage (publisher.storeOutput), then makes the worker idle (or leaves it
 // stopping) and asks to be paused.
 func (t *taskRun) finish(o protocol.Output, usage *rdb.TaskUsage) {
-	w, cur, log := t.w, t.cur, t.log
-	now := w.now()
+	ts, cur, log := t.ts, t.cur, t.log
+	now := ts.now()
 	cur.mu.Lock()
 	if cur.run.State == protocol.RunQueued { // the agent never started
 		_ = cur.run.Transition(protocol.RunRunning, now)
@@ -305,22 +340,23 @@ func (t *taskRun) finish(o protocol.Output, usage *rdb.TaskUsage) {
 	if o.SessionID != "" {
 		runFields[protocol.RunFieldSessionID] = o.SessionID // a task that answers this run continues it
 	}
-	// Progress and status events of the task go first.
-	_ = w.pub.out.Flush(context.Background())
-	published := w.pub.storeOutput(log, cur.src, o, runFields, usage)
+	// Progress and status events of the task go first (while Redis
+	// answers; the shutdown's bound ends the wait).
+	_ = ts.pub.out.Flush(ts.pub.final)
+	published := ts.pub.storeOutput(log, cur.src, o, runFields, usage)
 
-	done, err := w.state.end("task " + o.RequestID + " " + string(o.Status))
+	done, err := ts.state.end("task " + o.RequestID + " " + string(o.Status))
 	if err != nil {
 		log.Error("worker state", "err", err)
 	}
-	w.noteTaskEnded(o, usage != nil)
-	w.publishFinished(log, o, done, published)
+	ts.status.taskEnded(o, usage != nil)
+	ts.finished(log, o, done, published)
 }
 
 // publishFinished publishes that the task finished: the idle status hash
 // (no field of the task stays behind), the lifecycle event, the log line,
 // the request to be paused.
-func (w *Worker) publishFinished(log *slog.Logger, o protocol.Output, done int64, published bool) {
+func (ts *tasks) finished(log *slog.Logger, o protocol.Output, done int64, published bool) {
 	ev := protocol.EventTaskCompleted
 	var errText string
 	switch o.Status {
@@ -329,18 +365,18 @@ func (w *Worker) publishFinished(log *slog.Logger, o protocol.Output, done int64
 	case protocol.StatusCancelled:
 		ev = protocol.EventTaskCancelled
 	}
-	w.pushStatus(map[string]any{protocol.StatusFieldRequestID: "", protocol.StatusFieldTaskID: "",
+	ts.status.push(map[string]any{protocol.StatusFieldRequestID: "", protocol.StatusFieldTaskID: "",
 		protocol.StatusFieldOutputStream: "", protocol.StatusFieldTaskStarted: "", protocol.StatusFieldAttempt: "",
 		protocol.StatusFieldTasksDone: done, protocol.StatusFieldError: errText})
 	detail := map[string]any{"status": o.Status, "duration_ms": o.DurationMS, "published": published}
 	if o.Error != nil {
 		detail["code"] = o.Error.Code
 	}
-	w.pub.lifecycle(ev, o.RequestID, o.TaskID, detail)
+	ts.pub.lifecycle(ev, o.RequestID, o.TaskID, detail)
 	log.Info("task finished", "status", o.Status, "duration_ms", o.DurationMS, "published", published,
 		"input_tokens", o.Usage.Input, "output_tokens", o.Usage.Output, "context_tokens", o.ContextTokens, "cost_usd", o.CostUSD,
 		"error_code", errCode(o.Error))
-	w.requestPause(o.RequestID, o.TaskID, "stop_output:"+string(o.Status))
+	ts.status.requestPause(o.RequestID, o.TaskID, "stop_output:"+string(o.Status))
 }
 
 func newToken() string {

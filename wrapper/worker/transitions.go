@@ -1,73 +1,114 @@
 package worker
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
+	"log/slog"
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
-// Every change of the worker's state machine (state.go) is published
-// here: a state_changed lifecycle event, an entry of the worker's capped
-// history list (Keys.StatusHistory), and, for a developer worker, its
-// place in the developer idle set (affinity.go). The status hash carries
-// the state, the health and since when (pushStatus).
-
-// publishTransition publishes one change of the machine.
-func (w *Worker) publishTransition(tr protocol.WorkerTransition) {
-	rec := tr.Record()
-	w.pub.lifecycle(protocol.EventStateChanged, "", "", rec.Detail())
-	if doc, err := json.Marshal(rec); err == nil {
-		key := w.cfg.Keys.StatusHistory(w.cfg.WorkerID)
-		w.pub.out.Push("history", func(ctx context.Context) error {
-			return w.rdb.PushCapped(ctx, key, doc, protocol.MaxStatusHistory)
-		})
-	}
-	if tr.FromHealth != tr.ToHealth {
-		w.log.Info("worker health changed", "from", tr.FromHealth, "to", tr.ToHealth, "reason", tr.Reason)
-	}
-	w.markIdle()
+// statusReporter tells Redis the worker's state as it changes (state.go
+// owns the machine): every change is a state_changed lifecycle event, an
+// entry of the worker's capped history list (Keys.StatusHistory) and, for
+// a developer worker, its place in the developer idle set (affinity.go).
+// The status hash carries the state, the health and since when (push).
+// It also asks the spawner for a pause once the worker is idle again.
+type statusReporter struct {
+	statusReporterParams
 }
 
-// noteTaskEnded records how a task ended in the worker's health and
+// statusReporterParams are what the status reporter is built from: its
+// collaborators and settings, none of them the Worker.
+type statusReporterParams struct {
+	state            *workerState
+	pub              *publisher
+	log              *slog.Logger
+	now              func() time.Time
+	workerID         string
+	developer        bool // a developer worker: it keeps its place in the idle set
+	pauseAfterOutput bool
+	controlStream    string
+}
+
+func newStatusReporter(p statusReporterParams) *statusReporter {
+	return &statusReporter{statusReporterParams: p}
+}
+
+// published publishes one change of the machine; workerState calls it,
+// in the order of the changes.
+func (s *statusReporter) published(tr protocol.WorkerTransition) {
+	rec := tr.Record()
+	s.pub.lifecycle(protocol.EventStateChanged, "", "", rec.Detail())
+	if doc, err := json.Marshal(rec); err == nil {
+		s.pub.history(doc)
+	}
+	if tr.FromHealth != tr.ToHealth {
+		s.log.Info("worker health changed", "from", tr.FromHealth, "to", tr.ToHealth, "reason", tr.Reason)
+	}
+	s.markIdle()
+}
+
+// transition moves the worker's state machine and writes the status hash.
+func (s *statusReporter) transition(to protocol.WorkerState, reason string) {
+	if err := s.state.transition(to, reason); err != nil {
+		s.log.Error("worker state", "err", err)
+		return
+	}
+	s.push(map[string]any{})
+}
+
+// push writes fields of the status hash, with the worker's state, health
+// and since when.
+func (s *statusReporter) push(fields map[string]any) {
+	s.pub.status(stateFields(s.state.snapshot(), fields))
+}
+
+// taskEnded records how a task ended in the worker's health and
 // publishes a change. ran: its agent ran.
-func (w *Worker) noteTaskEnded(o protocol.Output, ran bool) {
+func (s *statusReporter) taskEnded(o protocol.Output, ran bool) {
 	code := protocol.Code("")
 	if o.Status == protocol.StatusFailed && o.Error != nil {
 		code = o.Error.Code
 	} else if o.Status == protocol.StatusCancelled {
 		code = protocol.CodeCancelled
 	}
-	if w.state.taskEnded(code, ran) {
-		w.pushStatus(map[string]any{})
+	if s.state.taskEnded(code, ran) {
+		s.push(map[string]any{})
 	}
-}
-
-// beaten runs after each heartbeat written (doc, at key): the first makes
-// the worker healthy; a degraded worker whose cool-down passed checks its
-// health with a round trip (the beat read back as written) and is healthy
-// again when it passes.
-func (w *Worker) beaten(ctx context.Context, key string, doc []byte) {
-	if w.state.beat() {
-		w.pushStatus(map[string]any{})
-	}
-	cooldown := w.cfg.DegradedCooldown
-	if cooldown <= 0 {
-		cooldown = protocol.DefaultHealthCooldown
-	}
-	if w.state.healthCheckDue(cooldown) {
-		got, err := w.rdb.Get(ctx, key)
-		if err == nil && bytes.Equal(got, doc) && w.state.healthCheckPassed("heartbeat round trip after the cool-down") {
-			w.pushStatus(map[string]any{})
-		}
-	}
-	w.markIdle()
 }
 
 // degraded reports whether the worker is degraded now.
-func (w *Worker) degraded() bool { return w.state.snapshot().health == protocol.HealthDegraded }
+func (s *statusReporter) degraded() bool {
+	return s.state.snapshot().health == protocol.HealthDegraded
+}
+
+// markIdle keeps a developer worker's place in the developer idle set:
+// in it, scored with the time, while idle, not stopping and not
+// degraded; out of it otherwise. Each heartbeat refreshes the score.
+func (s *statusReporter) markIdle() {
+	if !s.developer {
+		return
+	}
+	st := s.state.snapshot()
+	s.pub.idle(st.state == protocol.WorkerIdle && !st.stopping && st.health != protocol.HealthDegraded)
+}
+
+// requestPause asks the spawner to pause this worker, now idle: the
+// wrapper never pauses itself. reason says what it just did.
+func (s *statusReporter) requestPause(reqID, taskID, reason string) {
+	if !s.pauseAfterOutput || s.state.snapshot().stopping {
+		return
+	}
+	c := protocol.Control{Action: protocol.ControlPause, WorkerID: s.workerID,
+		Reason: reason, RequestID: reqID, Timestamp: s.now()}
+	doc, err := c.Encode()
+	if err != nil {
+		return
+	}
+	s.pub.entry("control pause", s.controlStream, doc)
+	s.pub.lifecycle(protocol.EventPauseRequested, reqID, taskID, map[string]any{"reason": c.Reason})
+}
 
 // stateFields are the status hash's fields of the machine.
 func stateFields(s snapshot, fields map[string]any) map[string]any {

@@ -95,11 +95,11 @@ type taskPanic struct{ value any }
 
 func (p taskPanic) String() string { return fmt.Sprint(p.value) }
 
-// runCancellable runs the task's agent (runAgent) and returns its
+// cancellable runs the task's agent (run) and returns its
 // outcome; or, once a cancel interrupted it after its session was known,
 // an interrupted outcome at once and the channel that closes when the
 // run, winding down in the background (w.wind), ended.
-func (w *Worker) runCancellable(ctx context.Context, task protocol.Task, plan SessionPlan, cur *current, spec agent.Spec) (agent.Outcome, <-chan struct{}) {
+func (w *agentRunner) cancellable(ctx context.Context, task protocol.Task, plan SessionPlan, cur *current, spec agent.Spec) (agent.Outcome, <-chan struct{}) {
 	w.wind.settle()
 	f := newFollowed()
 	onEvent := spec.OnEvent
@@ -117,7 +117,7 @@ func (w *Worker) runCancellable(ctx context.Context, task protocol.Task, plan Se
 				run.panicked = p
 			}
 		}()
-		run.o = w.runAgent(ctx, task, plan, cur, spec)
+		run.o = w.run(ctx, task, plan, cur, spec)
 	}()
 	// A cancel that came before the init line waits for it: until then
 	// the session is not known, nor is it the project's.
@@ -150,7 +150,7 @@ func (w *Worker) runCancellable(ctx context.Context, task protocol.Task, plan Se
 // (early: the outcome the output was made of). Claude's interrupted
 // result sums the task's calls with their cost, which the output could
 // not wait for.
-func (w *Worker) windDownEnded(task protocol.Task, early agent.Outcome, run *agentRun, since time.Time) {
+func (w *agentRunner) windDownEnded(task protocol.Task, early agent.Outcome, run *agentRun, since time.Time) {
 	<-run.done
 	w.log.Info("cancelled task's agent wound down", "request_id", task.RequestID, "after_output_ms", time.Since(since).Milliseconds())
 	if run.panicked != nil || !w.agent.Caps().ReportsCost { // (else the proxy metered its calls, with the task)
@@ -164,8 +164,8 @@ func (w *Worker) windDownEnded(task protocol.Task, early agent.Outcome, run *age
 		(more == protocol.Usage{} && fc == ec) {
 		return
 	}
-	u := rdb.TaskUsage{Project: task.Project(), Session: early.Init.SessionID, Worker: w.cfg.WorkerID, Usage: more, CostUSD: fc - ec}
-	if err := w.rdb.AddUsage(context.Background(), u); err != nil {
+	u := rdb.TaskUsage{Project: task.Project(), Session: early.Init.SessionID, Worker: w.workerID, Usage: more, CostUSD: fc - ec}
+	if err := w.usage.AddUsage(w.pub.final, u); err != nil {
 		w.log.Warn("the usage a cancelled task's agent reported after its output is not counted", "request_id", task.RequestID, "err", err)
 	}
 }

@@ -1,8 +1,9 @@
 // Command worker-wrapper is PID 1 (the ENTRYPOINT) of every worker image.
-// It runs Claude Code or Factory Droid for each task it reads from Redis,
-// reaps every process the agent leaves behind, and speaks the protocol
-// (github.com/agentvisor/agentvisor/protocol). It also runs outside a
-// container, as a child subreaper.
+// It runs the worker's agent CLI (Claude Code, Factory Droid, OpenAI
+// Codex, OpenCode, Qwen Code, or any agent that speaks ACP) for each task
+// it reads from Redis, reaps every process the agent leaves behind, and
+// speaks the protocol (github.com/agentvisor/agentvisor/protocol). It
+// also runs outside a container, as a child subreaper.
 //
 //	worker-wrapper                  serve tasks (configuration from the environment)
 //	worker-wrapper progress --step "Running tests" --pct 50
@@ -38,31 +39,17 @@ import (
 
 func main() { os.Exit(run()) }
 
+// run is the wrapper as tini's main is: parse → seal → configure → reap
+// → signals → serve → exit (or become the adopted worker).
 func run() int {
 	if len(os.Args) > 1 {
-		switch os.Args[1] {
-		case "progress":
-			return worker.ProgressCommand(os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
-		case "guard": // Droid's PreToolUse hook: may this command run?
-			return worker.GuardCommand(os.Stdin, os.Getenv, os.Stderr)
-		case "-h", "--help", "help":
-			fmt.Println("usage: worker-wrapper            (serve tasks; configuration from the environment)\n       worker-wrapper progress --step TEXT [--pct N] [--total N] [--output TEXT]\n       worker-wrapper guard           (Droid's PreToolUse hook; reads the hook's JSON on stdin)")
-			return 0
-		default:
-			fmt.Fprintf(os.Stderr, "worker-wrapper: unknown command %q\n", os.Args[1])
-			return 2
-		}
-	}
-	level := slog.LevelInfo
-	if strings.EqualFold(os.Getenv("LOG_LEVEL"), "debug") {
-		level = slog.LevelDebug
+		return subcommand(os.Args[1], os.Args[2:])
 	}
 	// The log never blocks the wrapper: nobody reads a container's stderr
 	// while its engine restarts (logsink).
 	sink := logsink.New(os.Stderr, 0)
 	defer sink.Close(2 * time.Second)
-	log := slog.New(slog.NewJSONHandler(sink, &slog.HandlerOptions{Level: level}))
-	rdb.SetLogger(log)
+	log := newLogger(sink)
 
 	// Before anything else: the agent, under the same uid, must find no
 	// secret in this process (its environ, memory, descriptors). Seal
@@ -83,14 +70,8 @@ func run() int {
 	}
 
 	// Reap from the start: whatever the agent leaves behind comes back here.
-	if err := reaper.BecomeSubreaper(); err != nil {
-		log.Warn("cannot become a child subreaper; orphans go to the system's init", "err", err)
-	}
-	r := reaper.New()
-	reapCtx, stopReaping := context.WithCancel(context.Background())
+	r, stopReaping := startReaper(log)
 	defer stopReaping()
-	go r.Run(reapCtx)
-
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 
@@ -111,6 +92,67 @@ func run() int {
 		return code
 	}
 
+	ctx := handleSignals(sigs, w, log, cfg.ShutdownGrace)
+	if err := w.Run(ctx); err != nil {
+		log.Error("worker failed", "err", err)
+		w.Fail(err, 1, 2*time.Second)
+		return 1
+	}
+	if a := w.Adopted(); a != nil && ctx.Err() == nil { // (a stop asked meanwhile is a stop: no re-execution)
+		w.Close()
+		stopReaping()
+		return becomeAdopted(a, environ, r, sink, log)
+	}
+	log.Info("exit", "orphans_reaped", r.Orphans())
+	return 0
+}
+
+// subcommand runs `worker-wrapper <name> args...` and returns its exit
+// code.
+func subcommand(name string, args []string) int {
+	switch name {
+	case "progress":
+		return worker.ProgressCommand(args, os.Getenv, os.Stdout, os.Stderr)
+	case "guard": // Droid's PreToolUse hook: may this command run?
+		return worker.GuardCommand(os.Stdin, os.Getenv, os.Stderr)
+	case "-h", "--help", "help":
+		fmt.Println("usage: worker-wrapper            (serve tasks; configuration from the environment)\n       worker-wrapper progress --step TEXT [--pct N] [--total N] [--output TEXT]\n       worker-wrapper guard           (Droid's PreToolUse hook; reads the hook's JSON on stdin)")
+		return 0
+	default:
+		fmt.Fprintf(os.Stderr, "worker-wrapper: unknown command %q\n", name)
+		return 2
+	}
+}
+
+// newLogger is the wrapper's log: JSON lines to sink, at LOG_LEVEL, and
+// go-redis's own messages with them.
+func newLogger(sink *logsink.Sink) *slog.Logger {
+	level := slog.LevelInfo
+	if strings.EqualFold(os.Getenv("LOG_LEVEL"), "debug") {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewJSONHandler(sink, &slog.HandlerOptions{Level: level}))
+	rdb.SetLogger(log)
+	return log
+}
+
+// startReaper makes the wrapper the reaper of every orphan below it and
+// reaps until stop.
+func startReaper(log *slog.Logger) (r *reaper.Reaper, stop func()) {
+	if err := reaper.BecomeSubreaper(); err != nil {
+		log.Warn("cannot become a child subreaper; orphans go to the system's init", "err", err)
+	}
+	r = reaper.New()
+	ctx, stop := context.WithCancel(context.Background())
+	go r.Run(ctx)
+	return r, stop
+}
+
+// handleSignals turns the signals into the worker's shutdown: the first
+// SIGTERM or SIGINT ends the returned context (no new task; the running
+// one gets grace, then Terminate), a second one terminates at once;
+// SIGHUP goes to the agent's process group.
+func handleSignals(sigs <-chan os.Signal, w *worker.Worker, log *slog.Logger, grace time.Duration) context.Context {
 	ctx, shutdown := context.WithCancel(context.Background())
 	go func() {
 		stopping := false
@@ -120,42 +162,34 @@ func run() int {
 				w.ForwardSignal(syscall.SIGHUP)
 			case !stopping:
 				stopping = true
-				log.Info("shutting down: no new tasks; the running task has the grace period", "signal", sig.String(), "grace", cfg.ShutdownGrace)
+				log.Info("shutting down: no new tasks; the running task has the grace period", "signal", sig.String(), "grace", grace)
 				shutdown()
-				time.AfterFunc(cfg.ShutdownGrace, w.Terminate)
+				time.AfterFunc(grace, w.Terminate)
 			default:
 				log.Info("second signal: stopping the running task now", "signal", sig.String())
 				w.Terminate()
 			}
 		}
 	}()
+	return ctx
+}
 
-	if err := w.Run(ctx); err != nil {
-		log.Error("worker failed", "err", err)
-		w.Fail(err, 1, 2*time.Second)
-		return 1
-	}
-	if a := w.Adopted(); a != nil && ctx.Err() == nil {
-		// A woken worker takes this container: the same process (PID 1)
-		// starts again as that worker, its configuration handed over as
-		// at any start (seal), never through the process's environment.
-		// Every other process of the container goes first: nothing of
-		// this worker's uid runs while the new image is not yet sealed.
-		// (A stop asked meanwhile is a stop: no re-execution.)
-		log.Info("re-executing as the adopted worker", "worker_id", a.WorkerID)
-		w.Close()
-		stopReaping()
-		if os.Getpid() == 1 {
-			_ = syscall.Kill(-1, syscall.SIGKILL) // PID 1 of its namespace: every process but itself
-			if !r.ReapAll(time.Second) {
-				log.Warn("processes of the container not yet gone after a second; the new image reaps them")
-			}
+// becomeAdopted re-executes the wrapper as the worker a woke in this
+// container: the same process (PID 1) starts again as that worker, its
+// configuration handed over as at any start (seal), never through the
+// process's environment. Every other process of the container goes
+// first: nothing of this worker's uid runs while the new image is not yet
+// sealed. It returns only when the re-execution failed.
+func becomeAdopted(a *worker.Adoption, environ []string, r *reaper.Reaper, sink *logsink.Sink, log *slog.Logger) int {
+	log.Info("re-executing as the adopted worker", "worker_id", a.WorkerID)
+	if os.Getpid() == 1 {
+		_ = syscall.Kill(-1, syscall.SIGKILL) // PID 1 of its namespace: every process but itself
+		if !r.ReapAll(time.Second) {
+			log.Warn("processes of the container not yet gone after a second; the new image reaps them")
 		}
-		sink.Close(2 * time.Second)
-		err := seal.Reexec(worker.AdoptedEnviron(environ, a))
-		fmt.Fprintf(os.Stderr, "worker-wrapper: re-execute as worker %s: %v\n", a.WorkerID, err)
-		return 1
 	}
-	log.Info("exit", "orphans_reaped", r.Orphans())
-	return 0
+	sink.Close(2 * time.Second)
+	err := seal.Reexec(worker.AdoptedEnviron(environ, a))
+	fmt.Fprintf(os.Stderr, "worker-wrapper: re-execute as worker %s: %v\n", a.WorkerID, err)
+	return 1
 }

@@ -11,6 +11,13 @@ import (
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
+// Budgets is what a task's admission reads of its project's budget.
+type Budgets interface {
+	Spend(ctx context.Context, project string) (ProjectSpend, error)
+}
+
+var _ Budgets = (*RDB)(nil)
+
 // ProjectSpend is a project's budget and what it has spent.
 type ProjectSpend struct {
 	Budget   protocol.Budget // zero when the project has none

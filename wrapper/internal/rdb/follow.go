@@ -11,6 +11,16 @@ import (
 	"github.com/agentvisor/agentvisor/redisconn"
 )
 
+// Follow is what sees the input's control documents (cancel, message,
+// permission reply) outside the consumer group: the follower, and the
+// look-ahead after a task's entry.
+type Follow interface {
+	NewFollower() *Follower
+	After(ctx context.Context, stream, after string, count int64) ([]Entry, error)
+}
+
+var _ Follow = (*RDB)(nil)
+
 // Follower reads a stream outside any consumer group, on a connection of
 // its own (a blocking read holds it), so that the wrapper sees the control
 // documents (cancel) on its input while its task loop is busy, without

@@ -11,6 +11,20 @@ import (
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
+// Sessions is what the session policy keeps in Redis: a project's
+// session record (claimed, saved), its stored context, and the session's
+// files.
+type Sessions interface {
+	ClaimSession(ctx context.Context, agent protocol.AgentType, project, workerID string, now, expires time.Time) (SessionRecord, error)
+	SaveSession(ctx context.Context, agent protocol.AgentType, project, workerID string, newSession bool, costUSD float64, fields map[string]any) (bool, error)
+	ProjectContext(ctx context.Context, project string) (string, error)
+	SetProjectContext(ctx context.Context, project, text string) error
+	SaveSessionFiles(ctx context.Context, agent protocol.AgentType, project string, blob []byte, ttl time.Duration) error
+	SessionFiles(ctx context.Context, agent protocol.AgentType, project string) ([]byte, error)
+}
+
+var _ Sessions = (*RDB)(nil)
+
 // claimScript reads a project's session record and, unless another worker
 // holds it with an unexpired affinity, makes this worker its holder.
 //
@@ -90,11 +104,6 @@ func (r *RDB) SaveSession(ctx context.Context, agent protocol.AgentType, project
 		return false, fmt.Errorf("rdb: save session of %s: %w", project, err)
 	}
 	return n == 1, nil
-}
-
-// ResetSession forgets a project's session and stored context.
-func (r *RDB) ResetSession(ctx context.Context, agent protocol.AgentType, project string) error {
-	return r.Del(ctx, r.Keys.Session(agent, project), r.Keys.ProjectContext(project))
 }
 
 // ProjectContext returns a project's stored context ("" when none).

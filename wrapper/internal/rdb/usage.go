@@ -10,6 +10,14 @@ import (
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
+// Usage is what counts the model calls that belong to no task's output
+// (a retiring session's summary, a cancelled agent's wind-down).
+type Usage interface {
+	AddUsage(ctx context.Context, u TaskUsage) error
+}
+
+var _ Usage = (*RDB)(nil)
+
 // addUsageScript adds a model call's usage outside any task to the usage
 // counters: the project's and the worker's, and the session's while it
 // exists (its counters expire a retention after its last task, and keep
