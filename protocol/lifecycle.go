@@ -7,12 +7,17 @@ type Event string
 
 // Events the wrapper publishes.
 const (
-	EventStarted        Event = "started"         // the wrapper is up and reads its input
-	EventTaskStarted    Event = "task_started"    // a task's agent process started
-	EventTaskCompleted  Event = "task_completed"  // a task ended complete or blocked
-	EventTaskFailed     Event = "task_failed"     // a task ended failed
-	EventTaskCancelled  Event = "task_cancelled"  // a cancel ended a task (queued or running)
-	EventBudgetWarning  Event = "budget_warning"  // a task made its project's spending cross the budget's warning threshold
+	EventStarted       Event = "started"        // the wrapper is up and reads its input
+	EventTaskStarted   Event = "task_started"   // a task's agent process started
+	EventTaskCompleted Event = "task_completed" // a task ended complete or blocked
+	EventTaskFailed    Event = "task_failed"    // a task ended failed
+	EventTaskCancelled Event = "task_cancelled" // a cancel ended a task (queued or running)
+	EventBudgetWarning Event = "budget_warning" // a task made its project's spending cross the budget's warning threshold
+	// EventUsage: model calls that belong to no task's output (a retiring
+	// session's summary turn, a cancelled task's wind-down) were counted
+	// in the project's usage: detail project_id, input, output,
+	// cache_read, cache_creation (tokens) and cost_usd.
+	EventUsage          Event = "usage"
 	EventPauseRequested Event = "pause_requested" // the wrapper asked the spawner to pause it
 	EventStopping       Event = "stopping"        // shutdown began (SIGTERM)
 	EventStopped        Event = "stopped"         // clean shutdown finished
@@ -66,7 +71,7 @@ const (
 const EventOperatorAction Event = "operator_action"
 
 var events = map[Event]bool{
-	EventStarted: true, EventTaskStarted: true, EventTaskCompleted: true, EventTaskFailed: true, EventTaskCancelled: true, EventBudgetWarning: true,
+	EventStarted: true, EventTaskStarted: true, EventTaskCompleted: true, EventTaskFailed: true, EventTaskCancelled: true, EventBudgetWarning: true, EventUsage: true,
 	EventPauseRequested: true, EventStopping: true, EventStopped: true, EventFailed: true, EventStateChanged: true, EventHandedOff: true,
 	EventCreated: true, EventQueued: true, EventPaused: true, EventUnpaused: true, EventDied: true,
 	EventOOM: true, EventDead: true, EventDegraded: true, EventRecovered: true, EventRemoved: true, EventReplaceFailed: true, EventAllocated: true, EventRecycled: true, EventHostLost: true, EventNetworkChanged: true, EventOperatorAction: true, EventHibernated: true,

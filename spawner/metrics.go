@@ -92,10 +92,10 @@ func NewMetrics(rc redis.Cmdable, keys protocol.Keys, maxProjects int) *Metrics 
 		Help: "Task duration as the wrapper reports it (duration_ms of the output).", Buckets: durations},
 		[]string{"agent", "status"})).(*prometheus.HistogramVec)
 	m.tokens = f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentvisor_tokens_total",
-		Help: "Model tokens of task outputs, by project (at most METRICS_MAX_PROJECTS, then _other) and type (input, output, cache_read, cache_creation)."},
+		Help: "Model tokens of task outputs and of model calls outside any output (usage events: summary and wind-down turns), by project (at most METRICS_MAX_PROJECTS, then _other) and type (input, output, cache_read, cache_creation)."},
 		[]string{"project", "type"})).(*prometheus.CounterVec)
 	m.cost = f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentvisor_cost_usd_total",
-		Help: "Model cost in US dollars of task outputs, by project (bounded as for tokens)."}, []string{"project"})).(*prometheus.CounterVec)
+		Help: "Model cost in US dollars, counted as the tokens, by project (bounded as for tokens)."}, []string{"project"})).(*prometheus.CounterVec)
 	m.resumeFailures = f(prometheus.NewCounter(prometheus.CounterOpts{Name: "agentvisor_resume_failures_total",
 		Help: "Task outputs that failed with RESUME_FAILED."})).(prometheus.Counter)
 	m.crashToOutput = f(prometheus.NewHistogram(prometheus.HistogramOpts{Name: "agentvisor_crash_to_output_seconds",

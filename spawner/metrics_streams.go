@@ -62,6 +62,13 @@ func (sm *streamMetrics) count(ev client.Event, died map[string]time.Time) {
 			m.heartbeatsMiss.WithLabelValues(string(l.Event)).Inc()
 		case protocol.EventStateChanged:
 			m.stateChanged(l.Detail)
+		case protocol.EventUsage:
+			// Model calls outside any output: counted as the project's
+			// usage counters and budgets count them.
+			p, _ := l.Detail["project_id"].(string)
+			n := func(k string) int64 { v, _ := l.Detail[k].(float64); return int64(v) }
+			c, _ := l.Detail["cost_usd"].(float64)
+			m.addUsage(p, protocol.Usage{Input: n("input"), Output: n("output"), CacheRead: n("cache_read"), CacheCreation: n("cache_creation")}, c)
 		case protocol.EventRemoved:
 			delete(died, l.WorkerID)
 		}
@@ -79,12 +86,7 @@ func (sm *streamMetrics) count(ev client.Event, died map[string]time.Time) {
 		}
 		m.tasks.WithLabelValues(agent, string(o.Status), code).Inc()
 		m.taskSeconds.WithLabelValues(agent, string(o.Status)).Observe(float64(o.DurationMS) / 1000)
-		p := m.project(o.ProjectID)
-		m.tokens.WithLabelValues(p, "input").Add(float64(o.Usage.Input))
-		m.tokens.WithLabelValues(p, "output").Add(float64(o.Usage.Output))
-		m.tokens.WithLabelValues(p, "cache_read").Add(float64(o.Usage.CacheRead))
-		m.tokens.WithLabelValues(p, "cache_creation").Add(float64(o.Usage.CacheCreation))
-		m.cost.WithLabelValues(p).Add(o.CostUSD)
+		m.addUsage(o.ProjectID, o.Usage, o.CostUSD)
 		if code == string(protocol.CodeResumeFailed) {
 			m.resumeFailures.Inc()
 		}
@@ -102,4 +104,15 @@ func refusalKind(tool string) string {
 		return tool
 	}
 	return "command"
+}
+
+// addUsage counts a project's tokens and cost (a negative figure, which
+// no wrapper writes, counts as none: a counter only grows).
+func (m *Metrics) addUsage(project string, u protocol.Usage, cost float64) {
+	p := m.project(project)
+	m.tokens.WithLabelValues(p, "input").Add(float64(max(u.Input, 0)))
+	m.tokens.WithLabelValues(p, "output").Add(float64(max(u.Output, 0)))
+	m.tokens.WithLabelValues(p, "cache_read").Add(float64(max(u.CacheRead, 0)))
+	m.tokens.WithLabelValues(p, "cache_creation").Add(float64(max(u.CacheCreation, 0)))
+	m.cost.WithLabelValues(p).Add(max(cost, 0))
 }

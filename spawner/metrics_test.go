@@ -158,6 +158,9 @@ func TestMetricsFromStreams(t *testing.T) {
 		Status: protocol.StatusFailed, Error: &protocol.Error{Code: protocol.CodeKilled, Message: "killed"}, DurationMS: 1500}))
 	testkit.XAdd(t, rc, keys.Output("w2"), testkit.Doc(protocol.Output{Timestamp: now, RequestID: "r2", WorkerID: "w2", AgentType: "claude", ProjectID: "shop",
 		Status: protocol.StatusComplete, Usage: protocol.Usage{Input: 100, Output: 20}, CostUSD: 0.5, DurationMS: 800}))
+	// A retiring session's summary turn: no output, counted all the same.
+	testkit.XAdd(t, rc, keys.Lifecycle(), testkit.Doc(protocol.Lifecycle{WorkerID: "w2", Event: protocol.EventUsage, Source: "wrapper", Timestamp: now,
+		Detail: map[string]any{"project_id": "shop", "input": 40, "output": 5, "cache_read": 0, "cache_creation": 0, "cost_usd": 0.125}}))
 	testkit.XAdd(t, rc, keys.Output("w2"), testkit.Doc(protocol.Output{Timestamp: now, RequestID: "r3", WorkerID: "w2", AgentType: "claude", ProjectID: "docs",
 		Status: protocol.StatusFailed, Error: &protocol.Error{Code: protocol.CodeResumeFailed, Message: "x"}, Usage: protocol.Usage{Input: 7}, CostUSD: 0.25}))
 
@@ -178,8 +181,9 @@ func TestMetricsFromStreams(t *testing.T) {
 		{"tasks complete", testutil.ToFloat64(m.tasks.WithLabelValues("claude", "complete", "")), 1},
 		{"tasks killed", testutil.ToFloat64(m.tasks.WithLabelValues("claude", "failed", "KILLED")), 1},
 		{"resume failures", testutil.ToFloat64(m.resumeFailures), 1},
-		{"shop input tokens", testutil.ToFloat64(m.tokens.WithLabelValues("shop", "input")), 100},
-		{"shop cost", testutil.ToFloat64(m.cost.WithLabelValues("shop")), 0.5},
+		{"shop input tokens, the summary turn's among them", testutil.ToFloat64(m.tokens.WithLabelValues("shop", "input")), 140},
+		{"shop output tokens", testutil.ToFloat64(m.tokens.WithLabelValues("shop", "output")), 25},
+		{"shop cost, the summary turn's among it", testutil.ToFloat64(m.cost.WithLabelValues("shop")), 0.625},
 		{"second project is _other", testutil.ToFloat64(m.cost.WithLabelValues("_other")), 0.25},
 		{"degraded", testutil.ToFloat64(m.heartbeatsMiss.WithLabelValues("degraded")), 1},
 		{"crash to output observed", float64(testutil.CollectAndCount(m.crashToOutput)), 1},
@@ -212,7 +216,7 @@ func TestMetricsFromStreams(t *testing.T) {
 		`agentvisor_workers{agent="claude",health="healthy",host="m1",state="paused"} 1`,
 		`agentvisor_creation_queue_depth 2`,
 		`agentvisor_tasks_total{agent="claude",code="KILLED",status="failed"} 1`,
-		`agentvisor_cost_usd_total{project="shop"} 0.5`,
+		`agentvisor_cost_usd_total{project="shop"} 0.625`,
 		`agentvisor_crash_to_output_seconds_count 1`,
 		`agentvisor_task_duration_seconds_count{agent="claude",status="failed"} 2`,
 		`agentvisor_worker_state_duration_seconds_sum{health="healthy",state="busy"} 30`,

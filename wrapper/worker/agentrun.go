@@ -249,7 +249,23 @@ func (w *agentRunner) countOwnTurn(ctx context.Context, project, session string,
 	u := rdb.TaskUsage{Project: project, Session: session, Worker: w.workerID, Usage: o.Usage, CostUSD: o.CostUSD}
 	// The turn may have ended on Terminate: its usage is counted all the
 	// same, within the publisher's bound.
-	if err := w.usage.AddUsage(w.pub.final, u); err != nil {
+	if err := w.countUsage(u, "", "own_turn"); err != nil {
 		w.log.Warn("the usage of the wrapper's own turn is not counted", "project_id", project, "err", err)
 	}
+}
+
+// countUsage adds the usage of model calls that belong to no task's
+// output to the project's, the worker's and the session's counters, and
+// says so on the lifecycle stream (EventUsage), where the manager's
+// metrics count it as the counters and budgets do. why is what the calls
+// were: own_turn (the wrapper's own turn, a retiring session's summary)
+// or wind_down (a cancelled task's agent after its output).
+func (w *agentRunner) countUsage(u rdb.TaskUsage, requestID, why string) error {
+	if err := w.usage.AddUsage(w.pub.final, u); err != nil {
+		return err
+	}
+	w.pub.lifecycle(protocol.EventUsage, requestID, "", map[string]any{"project_id": u.Project, "reason": why,
+		"input": u.Usage.Input, "output": u.Usage.Output, "cache_read": u.Usage.CacheRead, "cache_creation": u.Usage.CacheCreation,
+		"cost_usd": u.CostUSD})
+	return nil
 }

@@ -178,6 +178,23 @@ func TestClaudeProjectSessions(t *testing.T) {
 			t.Fatalf("%s cost %v: want the tasks' %v and the summaries'", c.whose, got["cost_usd"], c.cost)
 		}
 	}
+	// Each summary turn is on the lifecycle stream too (usage), with its
+	// project and tokens: what the manager's metrics count beside the
+	// outputs, so that they agree with these counters.
+	var told protocol.Usage
+	for _, l := range e.lifecycleEvents() {
+		if l.Event != protocol.EventUsage {
+			continue
+		}
+		n := func(k string) int64 { v, _ := l.Detail[k].(float64); return int64(v) }
+		if l.Detail["project_id"] != "alpha" || l.Detail["reason"] != "own_turn" {
+			t.Fatalf("usage event %+v: want project alpha, reason own_turn", l.Detail)
+		}
+		told = told.Add(protocol.Usage{Input: n("input"), Output: n("output"), CacheRead: n("cache_read"), CacheCreation: n("cache_creation")})
+	}
+	if told != summaries {
+		t.Fatalf("usage events sum to %+v, want the 2 summaries' %+v", told, summaries)
+	}
 	sess, _ := rc.HGetAll(context.Background(), e.keys.Session(protocol.AgentClaude, "alpha")).Result()
 	if sess["worker_id"] != e.cfg.WorkerID || sess["session_id"] != o7.SessionID || sess["tasks"] != "1" {
 		t.Fatalf("session record %v", sess)

@@ -165,7 +165,7 @@ func (w *agentRunner) windDownEnded(task protocol.Task, early agent.Outcome, run
 		return
 	}
 	u := rdb.TaskUsage{Project: task.Project(), Session: early.Init.SessionID, Worker: w.workerID, Usage: more, CostUSD: fc - ec}
-	if err := w.usage.AddUsage(w.pub.final, u); err != nil {
+	if err := w.countUsage(u, task.RequestID, "wind_down"); err != nil {
 		w.log.Warn("the usage a cancelled task's agent reported after its output is not counted", "request_id", task.RequestID, "err", err)
 	}
 }
