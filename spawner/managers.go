@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -18,19 +16,8 @@ import (
 )
 
 // ManagerState is what a worker-manager says about itself in Redis
-// (Keys.ManagerState), for operators: `workerctl managers`.
-type ManagerState struct {
-	ID              string    `json:"id"`
-	Instance        string    `json:"instance"`
-	Host            string    `json:"host"`
-	PID             int       `json:"pid"`
-	Version         string    `json:"version"`
-	StartedAt       time.Time `json:"started_at"`
-	UpdatedAt       time.Time `json:"updated_at"`
-	LastReconcileAt time.Time `json:"last_reconcile_at,omitzero"`
-	Leases          []string  `json:"leases"`
-	MetricsAddr     string    `json:"metrics_addr,omitempty"`
-}
+// (ctlplane.ManagerState).
+type ManagerState = ctlplane.ManagerState
 
 // Presence refreshes this manager's state hash every third of its TTL,
 // on every manager, and deletes it when stopped: a manager that stops
@@ -95,24 +82,10 @@ func (p *Presence) run(ctx context.Context) {
 // ListManagers reads the state of every manager of the key prefix,
 // sorted by id; members whose state expired are dropped from the set.
 func ListManagers(ctx context.Context, rc redis.Cmdable, keys protocol.Keys) ([]ManagerState, error) {
-	states, err := rdb.New(rc, keys).ManagerStates(ctx)
+	out, err := rdb.New(rc, keys).Managers(ctx)
 	if err != nil {
 		return nil, redisError(err, "list managers")
 	}
-	out := []ManagerState{}
-	for _, h := range states {
-		m := ManagerState{ID: h[ctlplane.ManagerFieldID], Instance: h[ctlplane.ManagerFieldInstance], Host: h[ctlplane.ManagerFieldHost],
-			Version: h[ctlplane.ManagerFieldVersion], MetricsAddr: h[ctlplane.ManagerFieldMetricsAddr], Leases: []string{}}
-		m.PID, _ = strconv.Atoi(h[ctlplane.ManagerFieldPID])
-		m.StartedAt, _ = protocol.ParseTime(h[ctlplane.ManagerFieldStartedAt])
-		m.UpdatedAt, _ = protocol.ParseTime(h[ctlplane.ManagerFieldUpdatedAt])
-		m.LastReconcileAt, _ = protocol.ParseTime(h[ctlplane.ManagerFieldLastReconcileAt])
-		if l := h[ctlplane.ManagerFieldLeases]; l != "" {
-			m.Leases = strings.Split(l, ",")
-		}
-		out = append(out, m)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
 }
 

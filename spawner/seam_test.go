@@ -37,3 +37,33 @@ func TestOnlyTheDockerEngineAndTheImageBuilderImportDocker(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The spawner's parts (engine and its implementations, images, ops, the
+// dashboard, the internal packages) never import the spawner package
+// itself: the arrows point from the manager down to its parts, and the
+// manager (wire.go) assembles them. The programs (cmd/) and the test
+// harness (spawnertest) sit above it and may.
+func TestPartsDoNotImportTheSpawner(t *testing.T) {
+	const self = "github.com/agentvisor/agentvisor/spawner"
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || filepath.Dir(path) == "." {
+			return err
+		}
+		if top := strings.Split(path, string(filepath.Separator))[0]; top == "cmd" || top == "spawnertest" {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range f.Imports {
+			if p, _ := strconv.Unquote(imp.Path.Value); p == self {
+				t.Errorf("%s imports the spawner package: a part gets what it needs through its constructor", path)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -2,9 +2,7 @@ package spawner
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strconv"
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner/engine"
@@ -90,34 +88,10 @@ func (s *Spawner) Status(ctx context.Context, id string) (protocol.WorkerInfo, e
 	return info, nil
 }
 
-// InfoFromHash reads a worker's status hash (Keys.Status) as the manager
-// wrote it, without asking the engine: what a client without Docker sees.
+// InfoFromHash is protocol.WorkerInfoFromStatus: a worker's status hash
+// read without asking the engine.
 func InfoFromHash(id string, h map[string]string) protocol.WorkerInfo {
-	info := protocol.WorkerInfo{WorkerID: id, Status: protocol.ContainerStatus(h[protocol.StatusFieldContainer]),
-		State: protocol.WorkerState(h[protocol.StatusFieldState]), Health: protocol.Health(h[protocol.StatusFieldHealth]),
-		AgentType: protocol.AgentType(h[protocol.StatusFieldAgentType]), Kind: protocol.Kind(h[protocol.StatusFieldKind]),
-		ProjectID: h[protocol.StatusFieldProjectID], ContainerID: h[protocol.StatusFieldContainerID], Image: h[protocol.StatusFieldImage],
-		RequestID: h[protocol.StatusFieldRequestID], TaskID: h[protocol.StatusFieldTaskID], Error: h[protocol.StatusFieldError],
-		Host: h[protocol.StatusFieldHost]}
-	if v := h[protocol.StatusFieldExitCode]; v != "" {
-		if n, err := strconv.Atoi(v); err == nil {
-			info.ExitCode = &n
-		}
-	}
-	var spec protocol.WorkerSpec
-	if json.Unmarshal([]byte(h[protocol.StatusFieldSpec]), &spec) == nil && spec.Network != nil {
-		info.Network = spec.Network
-	}
-	info.Incarnation, _ = strconv.Atoi(h[protocol.StatusFieldIncarnation])
-	info.StartedAt, _ = protocol.ParseTime(h[protocol.StatusFieldStartedAt])
-	info.UpdatedAt, _ = protocol.ParseTime(h[protocol.StatusFieldUpdatedAt])
-	if !info.State.Valid() {
-		info.State = ""
-	}
-	if !info.Health.Valid() {
-		info.Health = ""
-	}
-	return info
+	return protocol.WorkerInfoFromStatus(id, h)
 }
 
 // List returns every worker of this key prefix: those with a container

@@ -21,7 +21,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/spawner"
+	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
@@ -95,11 +95,11 @@ type Usage struct {
 
 // State is what the page shows besides the timeline.
 type State struct {
-	Workers  []Worker               `json:"workers"`
-	Usage    []Usage                `json:"usage"`
-	Queue    []string               `json:"queue"` // create command ids waiting for a slot, in order
-	Managers []spawner.ManagerState `json:"managers"`
-	At       time.Time              `json:"at"`
+	Workers  []Worker                `json:"workers"`
+	Usage    []Usage                 `json:"usage"`
+	Queue    []string                `json:"queue"` // create command ids waiting for a slot, in order
+	Managers []ctlplane.ManagerState `json:"managers"`
+	At       time.Time               `json:"at"`
 }
 
 // State reads the state from Redis.
@@ -117,7 +117,7 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 		return st, fmt.Errorf("dashboard: %w", err)
 	}
 	for _, ws := range statuses {
-		w := Worker{WorkerInfo: spawner.InfoFromHash(ws.ID, ws.Hash), Host: ws.Hash[protocol.StatusFieldManagerID], HeartbeatAgeSec: -1}
+		w := Worker{WorkerInfo: protocol.WorkerInfoFromStatus(ws.ID, ws.Hash), Host: ws.Hash[protocol.StatusFieldManagerID], HeartbeatAgeSec: -1}
 		if ws.Heartbeat != nil {
 			w.HeartbeatAgeSec = time.Since(ws.Heartbeat.Timestamp).Seconds()
 		}
@@ -140,7 +140,7 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 		}
 		st.Usage = append(st.Usage, Usage{ProjectID: p, Tasks: u.Tasks, Input: u.Input, Output: u.Output, CostUSD: u.CostUSD})
 	}
-	if st.Managers, err = spawner.ListManagers(ctx, d.Redis, d.Keys); err != nil {
+	if st.Managers, err = rdb.New(d.Redis, d.Keys).Managers(ctx); err != nil {
 		return st, err
 	}
 	return st, nil

@@ -12,7 +12,6 @@ import (
 	"github.com/agentvisor/agentvisor/client"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/redisconn"
-	"github.com/agentvisor/agentvisor/spawner"
 )
 
 // ctl is what every command shares: the global flags and the Redis
@@ -107,7 +106,7 @@ func (c *ctl) read(ctx context.Context, id string) (workerRow, error) {
 	if err != nil {
 		return workerRow{}, err
 	}
-	row := workerRow{WorkerInfo: spawner.InfoFromHash(id, ws.Hash), Heartbeat: ws.Heartbeat}
+	row := workerRow{WorkerInfo: protocol.WorkerInfoFromStatus(id, ws.Hash), Heartbeat: ws.Heartbeat}
 	row.CreatedAt, _ = protocol.ParseTime(ws.Hash[protocol.StatusFieldCreatedAt])
 	return row, nil
 }

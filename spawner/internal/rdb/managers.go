@@ -2,6 +2,7 @@ package rdb
 
 import (
 	"context"
+	"sort"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,6 +17,7 @@ type Managers interface {
 	RenewManager(ctx context.Context, id string, fields map[string]any, ttl time.Duration) error
 	LeaveManager(ctx context.Context, id, instance string) error
 	ManagerStates(ctx context.Context) ([]map[string]string, error)
+	Managers(ctx context.Context) ([]ctlplane.ManagerState, error)
 }
 
 var _ Managers = (*RDB)(nil)
@@ -67,5 +69,20 @@ func (r *RDB) ManagerStates(ctx context.Context) ([]map[string]string, error) {
 		}
 		out = append(out, h)
 	}
+	return out, nil
+}
+
+// Managers reads the state of every manager of the key prefix, sorted by
+// id (ManagerStates, parsed).
+func (r *RDB) Managers(ctx context.Context) ([]ctlplane.ManagerState, error) {
+	states, err := r.ManagerStates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ctlplane.ManagerState, 0, len(states))
+	for _, h := range states {
+		out = append(out, ctlplane.ParseManagerState(h))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
 }
