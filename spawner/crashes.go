@@ -42,12 +42,11 @@ func (c *Crashes) Stop() {
 }
 
 func (c *Crashes) run(ctx context.Context) {
-	s := c
 	retry := newRetry()
 	for ctx.Err() == nil {
 		since := time.Now()
 		c.exitedMeanwhile(ctx)
-		evs, errs := s.engine.Watch(ctx, since)
+		evs, errs := c.engine.Watch(ctx, since)
 		oom := map[string]bool{}
 	read:
 		for {
@@ -56,7 +55,7 @@ func (c *Crashes) run(ctx context.Context) {
 				return
 			case err := <-errs:
 				if ctx.Err() == nil {
-					s.log.Warn("engine event stream broke; reconnecting", "err", err)
+					c.log.Warn("engine event stream broke; reconnecting", "err", err)
 					sleepCtx(ctx, retry.NextBackOff())
 				}
 				break read
@@ -66,16 +65,16 @@ func (c *Crashes) run(ctx context.Context) {
 				switch ev.Kind {
 				case engine.EventOOM:
 					oom[id] = true
-					s.lifecycle(ctx, id, protocol.EventOOM, nil)
+					c.lifecycle(ctx, id, protocol.EventOOM, nil)
 				case engine.EventDied:
 					code := ev.ExitCode
 					c.retires.Add(1)
-					go func(oom bool) { defer c.retires.Done(); retireDied(ctx, s.env, s.workers, id, code, oom) }(oom[id])
+					go func(oom bool) { defer c.retires.Done(); retireDied(ctx, c.env, c.workers, id, code, oom) }(oom[id])
 					delete(oom, id)
 				case engine.EventSuspended:
-					s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerPaused)})
+					c.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerPaused)})
 				case engine.EventResumed:
-					s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerRunning)})
+					c.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerRunning)})
 				}
 			}
 		}
@@ -85,21 +84,20 @@ func (c *Crashes) run(ctx context.Context) {
 // exitedMeanwhile retires every member whose container exited while no
 // event reached this manager.
 func (c *Crashes) exitedMeanwhile(ctx context.Context) {
-	s := c
-	cs, err := s.engine.List(ctx, engine.Filter{State: engine.Exited})
+	cs, err := c.engine.List(ctx, engine.Filter{State: engine.Exited})
 	if err != nil {
 		return
 	}
 	for _, ct := range cs {
 		id := ct.Worker
-		if member, err := s.rdb.IsWorker(ctx, id); id == "" || err != nil || !member {
+		if member, err := c.rdb.IsWorker(ctx, id); id == "" || err != nil || !member {
 			continue
 		}
-		insp, err := s.engine.Inspect(ctx, ct.ID)
+		insp, err := c.engine.Inspect(ctx, ct.ID)
 		if err != nil {
 			continue
 		}
-		retireDied(ctx, s.env, s.workers, id, insp.ExitCode, insp.OOMKilled)
+		retireDied(ctx, c.env, c.workers, id, insp.ExitCode, insp.OOMKilled)
 	}
 }
 

@@ -78,41 +78,40 @@ func (h *Health) Stop() {
 }
 
 func (h *Health) run(ctx context.Context) {
-	s := h
 	h.probes, h.judged, h.upSince = map[string]*healthState{}, map[string]bool{}, time.Time{}
-	every(ctx, max(s.interval/4, 100*time.Millisecond), func(ctx context.Context) {
-		if err := s.rdb.Ping(ctx); err != nil {
+	every(ctx, max(h.interval/4, 100*time.Millisecond), func(ctx context.Context) {
+		if err := h.rdb.Ping(ctx); err != nil {
 			h.upSince = time.Time{}
 			return
 		}
 		if h.upSince.IsZero() {
-			h.upSince = s.now()
+			h.upSince = h.now()
 		}
 		reconnected := false
 		select {
-		case <-s.connected:
+		case <-h.connected:
 			reconnected = true
 		default:
 		}
-		if reconnected || s.now().Sub(h.users) >= s.interval/2 {
+		if reconnected || h.now().Sub(h.users) >= h.interval/2 {
 			// A Redis that restarted, or a replica promoted by a failover,
 			// lacks the worker users (they are neither in the append-only
 			// file nor replicated): they come back before anyone is
 			// judged, and since the workers could not authenticate until
 			// now, judging waits as after an outage.
-			h.users = s.now()
-			if n, err := s.restoreUsers(ctx); err == nil && n > 0 {
-				h.upSince = s.now()
-				s.log.Warn("worker Redis users made again (Redis lost them: a restart or a failover)", "users", n, "on_new_connection", reconnected)
+			h.users = h.now()
+			if n, err := h.restoreUsers(ctx); err == nil && n > 0 {
+				h.upSince = h.now()
+				h.log.Warn("worker Redis users made again (Redis lost them: a restart or a failover)", "users", n, "on_new_connection", reconnected)
 			}
 		}
 		// One round trip for the members, one for what is read of each.
-		ids, err := s.ownWorkers(ctx)
+		ids, err := h.ownWorkers(ctx)
 		if err != nil {
 			h.upSince = time.Time{}
 			return
 		}
-		sts, beats, err := s.rdb.StatusFields(ctx, ids, healthFields, true)
+		sts, beats, err := h.rdb.StatusFields(ctx, ids, healthFields, true)
 		if err != nil {
 			h.upSince = time.Time{}
 			return
@@ -156,7 +155,6 @@ var healthFields = []string{protocol.StatusFieldContainer, protocol.StatusFieldS
 // check judges one worker from its status fields (healthFields) and its
 // heartbeat document (nil: expired), read together.
 func (h *Health) check(ctx context.Context, id string, st map[string]string, hb []byte) {
-	s := h
 	if inc := st[protocol.StatusFieldIncarnatedAt]; h.incarnation[id] != inc {
 		if h.incarnation == nil {
 			h.incarnation = map[string]string{}
@@ -166,7 +164,7 @@ func (h *Health) check(ctx context.Context, id string, st map[string]string, hb 
 		delete(h.probes, id)
 		delete(h.running, id)
 	}
-	now := s.now()
+	now := h.now()
 	if st[protocol.StatusFieldContainer] != string(protocol.ContainerRunning) {
 		delete(h.running, id)
 		return // starting, paused or ended: not judged
@@ -178,14 +176,14 @@ func (h *Health) check(ctx context.Context, id string, st map[string]string, hb 
 		h.running[id] = now
 	}
 	if hb == nil {
-		if ending(st, now, s.stopTimeout) {
+		if ending(st, now, h.stopTimeout) {
 			return // shutting down: its exit is the crash watcher's
 		}
 		created, _ := protocol.ParseTime(st[protocol.StatusFieldCreatedAt])
 		if inc, err := protocol.ParseTime(st[protocol.StatusFieldIncarnatedAt]); err == nil && inc.After(created) {
 			created = inc // a new incarnation starts as a create does
 		}
-		ttl := protocol.HeartbeatTTLIntervals * s.interval
+		ttl := protocol.HeartbeatTTLIntervals * h.interval
 		if created.IsZero() || now.Sub(created) < ttl || now.Sub(h.running[id]) < ttl || !h.canJudge() {
 			return // still starting, or this manager cannot tell yet
 		}
@@ -202,7 +200,6 @@ func (h *Health) check(ctx context.Context, id string, st map[string]string, hb 
 // probe records one health probe of a running worker, through the
 // protocol's worker state machine; each change is published.
 func (h *Health) probe(ctx context.Context, id string, doc []byte, now time.Time) {
-	s := h
 	st := h.probes[id]
 	if st == nil {
 		st = &healthState{machine: protocol.NewWorkerMachine(id, now)}
@@ -210,7 +207,7 @@ func (h *Health) probe(ctx context.Context, id string, doc []byte, now time.Time
 		h.probes[id] = st
 	}
 	hb, err := protocol.DecodeHeartbeat(doc)
-	fresh := err == nil && beatFresh(hb, now, s.interval)
+	fresh := err == nil && beatFresh(hb, now, h.interval)
 	if fresh {
 		st.failures = 0
 		// The first fresh beat it sees makes the probe's record healthy
@@ -218,8 +215,8 @@ func (h *Health) probe(ctx context.Context, id string, doc []byte, now time.Time
 		// heartbeat, and may be degraded by its own tasks. Only a worker
 		// the probes degraded is written back healthy.
 		if tr, changed, _ := st.machine.SetHealth(protocol.HealthHealthy, "heartbeat fresh again", now); changed && tr.FromHealth == protocol.HealthDegraded {
-			s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldHealth: string(protocol.HealthHealthy)})
-			s.lifecycle(ctx, id, protocol.EventRecovered, map[string]any{"degraded_for_ms": tr.InPrevious.Milliseconds()})
+			h.writeStatus(ctx, id, map[string]any{protocol.StatusFieldHealth: string(protocol.HealthHealthy)})
+			h.lifecycle(ctx, id, protocol.EventRecovered, map[string]any{"degraded_for_ms": tr.InPrevious.Milliseconds()})
 		}
 		return
 	}
@@ -232,25 +229,24 @@ func (h *Health) probe(ctx context.Context, id string, doc []byte, now time.Time
 		reason = "heartbeat unreadable: " + err.Error()
 	}
 	if _, changed, _ := st.machine.SetHealth(protocol.HealthDegraded, reason, now); changed {
-		s.log.Warn("worker degraded", "worker_id", id, "failures", st.failures, "reason", reason)
-		s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldHealth: string(protocol.HealthDegraded)})
-		s.lifecycle(ctx, id, protocol.EventDegraded, map[string]any{"failures": st.failures, "reason": reason})
+		h.log.Warn("worker degraded", "worker_id", id, "failures", st.failures, "reason", reason)
+		h.writeStatus(ctx, id, map[string]any{protocol.StatusFieldHealth: string(protocol.HealthDegraded)})
+		h.lifecycle(ctx, id, protocol.EventDegraded, map[string]any{"failures": st.failures, "reason": reason})
 	}
 }
 
 // dead retires a running worker whose heartbeat expired: its container
 // is killed, its tasks answered, and it is replaced.
 func (h *Health) dead(ctx context.Context, id string) {
-	s := h
-	s.log.Warn("heartbeat expired: the worker is dead", "worker_id", id)
-	s.lifecycle(ctx, id, protocol.EventDead, map[string]any{"heartbeat_interval": s.interval.String()})
+	h.log.Warn("heartbeat expired: the worker is dead", "worker_id", id)
+	h.lifecycle(ctx, id, protocol.EventDead, map[string]any{"heartbeat_interval": h.interval.String()})
 	h.retires.Add(1)
 	go func() {
 		defer h.retires.Done()
 		// A replacement waits its backoff: the loop goes on meanwhile.
-		if _, err := s.workers.retire(ctx, id, retirement{reason: protocol.RemovedDead, died: true, exitCode: 137, code: protocol.CodeKilled,
+		if _, err := h.workers.retire(ctx, id, retirement{reason: protocol.RemovedDead, died: true, exitCode: 137, code: protocol.CodeKilled,
 			msg: "the worker's heartbeat expired: it was killed", replace: true, unasked: true}); err != nil {
-			s.log.Warn("retire a dead worker", "worker_id", id, "err", err)
+			h.log.Warn("retire a dead worker", "worker_id", id, "err", err)
 		}
 	}()
 }

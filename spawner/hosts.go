@@ -48,13 +48,12 @@ func (p *HostPresence) Start(ctx context.Context) {
 }
 
 func (p *HostPresence) run(ctx context.Context) {
-	s := p
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_ = s.rdb.LeaveHosts(dctx, s.Host())
+		_ = p.rdb.LeaveHosts(dctx, p.Host())
 	}()
-	t := time.NewTicker(max(s.ttl/4, 50*time.Millisecond))
+	t := time.NewTicker(max(p.ttl/4, 50*time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
@@ -68,11 +67,10 @@ func (p *HostPresence) run(ctx context.Context) {
 
 // renew marks this host live for HostTTL.
 func (p *HostPresence) renew(ctx context.Context) {
-	s := p
-	ctx, cancel := context.WithTimeout(ctx, s.ttl/4+time.Second)
+	ctx, cancel := context.WithTimeout(ctx, p.ttl/4+time.Second)
 	defer cancel()
-	if err := s.rdb.RenewHost(ctx, s.Host(), s.now(), s.ttl, s.maxWorkers, s.labels, p.engine); err != nil && ctx.Err() == nil {
-		s.log.Warn("host not renewed in the fleet's registry", "host", s.Host(), "err", err)
+	if err := p.rdb.RenewHost(ctx, p.Host(), p.now(), p.ttl, p.maxWorkers, p.labels, p.engine); err != nil && ctx.Err() == nil {
+		p.log.Warn("host not renewed in the fleet's registry", "host", p.Host(), "err", err)
 	}
 }
 
@@ -120,25 +118,24 @@ func (w *HostWatch) Stop() {
 }
 
 func (w *HostWatch) run(ctx context.Context) {
-	s := w
 	// A manager judges no host before it has watched for one HOST_TTL:
 	// when a whole fleet restarts, the others have renewed their hosts by
 	// then.
-	since := s.now()
-	every(ctx, max(s.hostTTL/4, 50*time.Millisecond), func(ctx context.Context) {
-		if s.now().Sub(since) < s.hostTTL {
+	since := w.now()
+	every(ctx, max(w.hostTTL/4, 50*time.Millisecond), func(ctx context.Context) {
+		if w.now().Sub(since) < w.hostTTL {
 			return
 		}
-		hosts, err := s.rdb.Hosts(ctx)
+		hosts, err := w.rdb.Hosts(ctx)
 		if err != nil {
 			return
 		}
-		now := s.now()
+		now := w.now()
 		for _, h := range hosts {
-			if h.ID == s.Host() || h.Live(now) {
+			if h.ID == w.Host() || h.Live(now) {
 				continue
 			}
-			ok, err := s.leases.take(ctx, ctlplane.HostLossLease(h.ID))
+			ok, err := w.leases.take(ctx, ctlplane.HostLossLease(h.ID))
 			if err != nil || !ok {
 				continue
 			}
@@ -149,30 +146,29 @@ func (w *HostWatch) run(ctx context.Context) {
 
 // lost handles one lost host (see HostWatch).
 func (w *HostWatch) lost(ctx context.Context, h rdb.HostInfo) {
-	s := w
 	if h.LostAt.IsZero() {
-		s.log.Warn("host lost: its managers stopped renewing it", "host", h.ID, "live_until", h.LiveUntil)
-		_ = s.rdb.MarkHostLost(ctx, h.ID, s.now())
+		w.log.Warn("host lost: its managers stopped renewing it", "host", h.ID, "live_until", h.LiveUntil)
+		_ = w.rdb.MarkHostLost(ctx, h.ID, w.now())
 	}
-	for _, pair := range [][2]string{{s.keys.HostCommands(h.ID), s.keys.Commands()}, {s.keys.HostControl(h.ID), s.keys.Control()}} {
-		if n, err := s.rdb.Drain(ctx, pair[0], pair[1], protocol.ManagerGroup); err != nil {
-			s.log.Warn("move a lost host's entries back", "host", h.ID, "stream", pair[0], "err", err)
+	for _, pair := range [][2]string{{w.keys.HostCommands(h.ID), w.keys.Commands()}, {w.keys.HostControl(h.ID), w.keys.Control()}} {
+		if n, err := w.rdb.Drain(ctx, pair[0], pair[1], protocol.ManagerGroup); err != nil {
+			w.log.Warn("move a lost host's entries back", "host", h.ID, "stream", pair[0], "err", err)
 		} else if n > 0 {
-			s.log.Info("entries of a lost host moved back to the shared stream", "host", h.ID, "stream", pair[1], "count", n)
+			w.log.Info("entries of a lost host moved back to the shared stream", "host", h.ID, "stream", pair[1], "count", n)
 		}
 	}
 	// Its hibernated workers have no container to lose: this host wakes
 	// them from now on.
-	if ids, err := s.rdb.Adopt(ctx, h.ID, s.Host()); err != nil {
-		s.log.Warn("adopt a lost host's hibernated workers", "host", h.ID, "err", err)
+	if ids, err := w.rdb.Adopt(ctx, h.ID, w.Host()); err != nil {
+		w.log.Warn("adopt a lost host's hibernated workers", "host", h.ID, "err", err)
 	} else if len(ids) > 0 {
-		s.log.Info("hibernated workers of a lost host adopted", "host", h.ID, "workers", len(ids))
+		w.log.Info("hibernated workers of a lost host adopted", "host", h.ID, "workers", len(ids))
 	}
-	placed, err := s.rdb.Placements(ctx)
+	placed, err := w.rdb.Placements(ctx)
 	if err != nil {
 		return
 	}
-	workers, _, _, err := s.rdb.Slots(ctx)
+	workers, _, _, err := w.rdb.Slots(ctx)
 	if err != nil {
 		return
 	}
@@ -180,7 +176,7 @@ func (w *HostWatch) lost(ctx context.Context, h rdb.HostInfo) {
 	for _, id := range workers {
 		member[id] = true
 	}
-	stale, _ := s.rdb.StaleRetirements(ctx, s.now())
+	stale, _ := w.rdb.StaleRetirements(ctx, w.now())
 	staleSet := map[string]bool{}
 	for _, id := range stale {
 		staleSet[id] = true
@@ -204,22 +200,21 @@ func (w *HostWatch) lost(ctx context.Context, h rdb.HostInfo) {
 		}
 	}
 	if left == 0 {
-		_ = s.rdb.ForgetHost(ctx, h.ID) // nothing of it left: it rejoins when its managers return
+		_ = w.rdb.ForgetHost(ctx, h.ID) // nothing of it left: it rejoins when its managers return
 	}
 }
 
 // dead reports whether a worker of a lost host is dead: paused (nothing
 // can wake it) or not beating.
 func (w *HostWatch) dead(ctx context.Context, id string) bool {
-	s := w
-	st, err := s.rdb.Status(ctx, id)
+	st, err := w.rdb.Status(ctx, id)
 	if err != nil {
 		return false
 	}
 	if st[protocol.StatusFieldContainer] == string(protocol.ContainerPaused) {
 		return true
 	}
-	doc, err := s.rdb.Heartbeat(ctx, id)
+	doc, err := w.rdb.Heartbeat(ctx, id)
 	if err != nil {
 		return false
 	}
@@ -227,7 +222,7 @@ func (w *HostWatch) dead(ctx context.Context, id string) bool {
 		return true
 	}
 	hb, err := protocol.DecodeHeartbeat(doc)
-	return err != nil || !beatFresh(hb, s.now(), s.heartbeat)
+	return err != nil || !beatFresh(hb, w.now(), w.heartbeat)
 }
 
 // retire retires a worker of a lost host in the background, once.
@@ -239,16 +234,15 @@ func (w *HostWatch) retire(ctx context.Context, id, host string, r retirement) {
 	}
 	w.judged[id] = true
 	w.mu.Unlock()
-	s := w
 	if r.reason == protocol.RemovedHostLost {
-		s.lifecycleOn(ctx, host, id, protocol.EventHostLost, map[string]any{"host": host})
+		w.lifecycleOn(ctx, host, id, protocol.EventHostLost, map[string]any{"host": host})
 	}
 	w.retires.Add(1)
 	go func() {
 		defer w.retires.Done()
 		defer func() { w.mu.Lock(); delete(w.judged, id); w.mu.Unlock() }()
-		if _, err := s.workers.retire(ctx, id, r); err != nil {
-			s.log.Warn("retire a worker of a lost host", "worker_id", id, "host", host, "err", err)
+		if _, err := w.workers.retire(ctx, id, r); err != nil {
+			w.log.Warn("retire a worker of a lost host", "worker_id", id, "host", host, "err", err)
 		}
 	}()
 }

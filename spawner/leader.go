@@ -62,7 +62,6 @@ func (l *Leader) Start(ctx context.Context) { l.start(ctx, l.run) }
 func (l *Leader) Stop() { l.job.Stop() }
 
 func (l *Leader) run(ctx context.Context) {
-	s := l
 	defer func() {
 		if l.leading {
 			l.stepDown()
@@ -83,19 +82,19 @@ func (l *Leader) run(ctx context.Context) {
 			l.renewed = sent
 			if !l.leading {
 				l.leading = true
-				s.log.Info("leader: this manager runs the components of a lease", "lease", l.lease, "instance", l.leases.instance)
+				l.log.Info("leader: this manager runs the components of a lease", "lease", l.lease, "instance", l.leases.instance)
 				for _, j := range l.jobs {
 					j.Start(ctx)
 				}
 			}
 		case err == nil && !ok:
 			if l.leading {
-				s.log.Warn("leader lease lost to another manager", "lease", l.lease)
+				l.log.Warn("leader lease lost to another manager", "lease", l.lease)
 				l.stepDown()
 			}
 		default:
 			if l.leading && time.Since(l.renewed) >= l.leases.ttl*2/3 {
-				s.log.Warn("leader lease cannot be renewed: stepping down", "lease", l.lease, "err", err)
+				l.log.Warn("leader lease cannot be renewed: stepping down", "lease", l.lease, "err", err)
 				l.stepDown()
 			}
 		}

@@ -42,39 +42,38 @@ func (p *Presence) Start(ctx context.Context) {
 }
 
 func (p *Presence) run(ctx context.Context) {
-	s := p
 	ttl := ctlplane.ManagerStateTTLSeconds * time.Second
-	host := s.Host()
+	host := p.Host()
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		// Only our own hash: a manager restarted under the same id has
 		// already written its own instance.
-		_ = s.rdb.LeaveManager(dctx, s.managerID, s.leases.instance)
+		_ = p.rdb.LeaveManager(dctx, p.managerID, p.leases.instance)
 	}()
 	every(ctx, ttl/3, func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		var leases []string
-		for _, name := range []string{ctlplane.LeaderLease, ctlplane.HostLeaderLease(s.Host())} {
-			if holder, err := s.rdb.LeaseHolder(ctx, name); err == nil && holder == s.leases.instance {
+		for _, name := range []string{ctlplane.LeaderLease, ctlplane.HostLeaderLease(p.Host())} {
+			if holder, err := p.rdb.LeaseHolder(ctx, name); err == nil && holder == p.leases.instance {
 				leases = append(leases, name)
 			}
 		}
-		s.obs.setLeases(leases)
+		p.obs.setLeases(leases)
 		last := ""
-		if ms := s.obs.lastReconcile.Load(); ms > 0 {
+		if ms := p.obs.lastReconcile.Load(); ms > 0 {
 			last = protocol.FormatTime(time.UnixMilli(ms))
 		}
 		fields := map[string]any{
-			ctlplane.ManagerFieldID: s.managerID, ctlplane.ManagerFieldInstance: s.leases.instance,
+			ctlplane.ManagerFieldID: p.managerID, ctlplane.ManagerFieldInstance: p.leases.instance,
 			ctlplane.ManagerFieldHost: host, ctlplane.ManagerFieldPID: os.Getpid(), ctlplane.ManagerFieldVersion: Version(),
 			ctlplane.ManagerFieldStartedAt: protocol.FormatTime(p.started), ctlplane.ManagerFieldUpdatedAt: protocol.FormatTime(time.Now()),
 			ctlplane.ManagerFieldLastReconcileAt: last, ctlplane.ManagerFieldLeases: strings.Join(leases, ","),
-			ctlplane.ManagerFieldMetricsAddr: s.obs.addr,
+			ctlplane.ManagerFieldMetricsAddr: p.obs.addr,
 		}
-		if err := s.rdb.RenewManager(ctx, s.managerID, fields, ttl); err != nil && ctx.Err() == nil {
-			s.log.Warn("manager state not refreshed", "err", err)
+		if err := p.rdb.RenewManager(ctx, p.managerID, fields, ttl); err != nil && ctx.Err() == nil {
+			p.log.Warn("manager state not refreshed", "err", err)
 		}
 	})
 }

@@ -300,23 +300,22 @@ func newPools(e *env, templates []PoolTemplate, w poolWorkers) *Pools {
 func (p *Pools) Start(ctx context.Context) { p.start(ctx, p.run) }
 
 func (p *Pools) run(ctx context.Context) {
-	s := p
-	s.backfill(ctx)
+	p.backfill(ctx)
 	published := time.Time{}
 	every(ctx, 250*time.Millisecond, func(ctx context.Context) {
 		if time.Since(published) > 5*time.Second {
 			published = time.Now()
 			templates := map[string]string{}
-			for _, t := range s.templates {
+			for _, t := range p.templates {
 				b, _ := json.Marshal(t)
 				templates[t.Name] = string(b)
 			}
-			if err := s.rdb.PublishPools(ctx, templates); err != nil {
-				s.log.Warn("publish the pool templates", "err", err)
+			if err := p.rdb.PublishPools(ctx, templates); err != nil {
+				p.log.Warn("publish the pool templates", "err", err)
 			}
 		}
-		for i := range s.templates {
-			s.tendPool(ctx, &s.templates[i])
+		for i := range p.templates {
+			p.tendPool(ctx, &p.templates[i])
 		}
 	})
 }

@@ -270,16 +270,15 @@ func newReconciler(p reconcilerParams) *Reconciler { return &Reconciler{reconcil
 func (r *Reconciler) Start(ctx context.Context) { r.start(ctx, r.run) }
 
 func (r *Reconciler) run(ctx context.Context) {
-	s := r
 	last := time.Time{}
-	every(ctx, min(s.interval, s.leaseTTL/3), func(ctx context.Context) {
-		if time.Since(last) < s.interval {
-			s.finishRetirements(ctx, nil)
+	every(ctx, min(r.interval, r.leaseTTL/3), func(ctx context.Context) {
+		if time.Since(last) < r.interval {
+			r.finishRetirements(ctx, nil)
 			return
 		}
 		last = time.Now()
-		if _, err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("reconcile", "err", err)
+		if _, err := r.Reconcile(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("reconcile", "err", err)
 		}
 	})
 }

@@ -39,13 +39,12 @@ func newTimeouts(p timeoutsParams) *Timeouts { return &Timeouts{timeoutsParams: 
 func (t *Timeouts) Start(ctx context.Context) { t.start(ctx, t.run) }
 
 func (t *Timeouts) run(ctx context.Context) {
-	s := t
-	every(ctx, s.interval, func(ctx context.Context) {
-		ids, err := s.ownWorkers(ctx)
+	every(ctx, t.interval, func(ctx context.Context) {
+		ids, err := t.ownWorkers(ctx)
 		if err != nil {
 			return
 		}
-		sts, _, err := s.rdb.StatusFields(ctx, ids, timeoutFields, false)
+		sts, _, err := t.rdb.StatusFields(ctx, ids, timeoutFields, false)
 		if err != nil {
 			return
 		}
@@ -65,14 +64,13 @@ var timeoutFields = []string{protocol.StatusFieldContainer, protocol.StatusField
 // check pauses or retires one worker past its timeout, from its status
 // fields (timeoutFields).
 func (t *Timeouts) check(ctx context.Context, id string, h map[string]string) {
-	s := t
 	updated, err := protocol.ParseTime(h[protocol.StatusFieldUpdatedAt])
 	if err != nil || updated.IsZero() {
 		return
 	}
-	since := s.now().Sub(updated)
-	idleAfter := s.idle
-	if d := s.poolIdle[h[protocol.StatusFieldPool]]; d > 0 {
+	since := t.now().Sub(updated)
+	idleAfter := t.idle
+	if d := t.poolIdle[h[protocol.StatusFieldPool]]; d > 0 {
 		idleAfter = d
 	}
 	paused := h[protocol.StatusFieldContainer] == string(protocol.ContainerPaused)
@@ -80,22 +78,22 @@ func (t *Timeouts) check(ctx context.Context, id string, h map[string]string) {
 	switch {
 	case h[protocol.StatusFieldPoolState] == protocol.PoolWarm:
 		// Waiting for a create: its pool pauses it and keeps it.
-	case hibernatable(h) && s.hibernateAfter > 0 && (paused || idle) && since > s.hibernateAfter:
+	case hibernatable(h) && t.hibernateAfter > 0 && (paused || idle) && since > t.hibernateAfter:
 		t.hibernate(ctx, id, hibernateIdle)
-	case hibernatable(h) && paused && since > s.paused:
+	case hibernatable(h) && paused && since > t.paused:
 		t.hibernate(ctx, id, hibernatePauseTimeout)
-	case paused && since > s.paused:
-		s.log.Info("paused past the pause timeout: retiring", "worker_id", id)
-		s.lifecycle(ctx, id, protocol.EventStopping, map[string]any{"reason": "pause_timeout"})
-		if _, err := s.workers.retire(ctx, id, retirement{reason: protocol.RemovedPauseTimeout, graceful: true, code: protocol.CodeTerminated,
+	case paused && since > t.paused:
+		t.log.Info("paused past the pause timeout: retiring", "worker_id", id)
+		t.lifecycle(ctx, id, protocol.EventStopping, map[string]any{"reason": "pause_timeout"})
+		if _, err := t.workers.retire(ctx, id, retirement{reason: protocol.RemovedPauseTimeout, graceful: true, code: protocol.CodeTerminated,
 			msg: "the worker was retired after its pause timeout before it ran this task"}); err != nil {
-			s.log.Warn("retire after the pause timeout", "worker_id", id, "err", err)
+			t.log.Warn("retire after the pause timeout", "worker_id", id, "err", err)
 		}
 	case idle && since > idleAfter:
-		if err := s.pause(ctx, id); err != nil && !IsBusy(err) && !IsNotFound(err) {
-			s.log.Warn("pause after the idle timeout", "worker_id", id, "err", err)
+		if err := t.pause(ctx, id); err != nil && !IsBusy(err) && !IsNotFound(err) {
+			t.log.Warn("pause after the idle timeout", "worker_id", id, "err", err)
 		} else if err == nil {
-			s.log.Info("idle past the idle timeout: paused", "worker_id", id)
+			t.log.Info("idle past the idle timeout: paused", "worker_id", id)
 		}
 	}
 }

@@ -72,19 +72,18 @@ const (
 func (w *Wake) Start(ctx context.Context) { w.start(ctx, w.run) }
 
 func (w *Wake) run(ctx context.Context) {
-	s := w
 	w.watched, w.waking = map[string]*pausedWorker{}, map[string]bool{}
 	defer w.resumes.Wait()
 	retry := newRetry()
 	for ctx.Err() == nil {
-		ids, err := s.rdb.Paused(ctx, s.Host())
+		ids, err := w.rdb.Paused(ctx, w.Host())
 		var hib []string
-		if err == nil && s.hibernated != nil {
-			hib, err = s.hibernated(ctx)
+		if err == nil && w.hibernated != nil {
+			hib, err = w.hibernated(ctx)
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				s.log.Warn("wake on input: read the paused set", "err", err)
+				w.log.Warn("wake on input: read the paused set", "err", err)
 				sleepCtx(ctx, retry.NextBackOff())
 			}
 			continue
@@ -99,10 +98,10 @@ func (w *Wake) run(ctx context.Context) {
 		for stream, from := range streams {
 			names, after = append(names, stream), append(after, from)
 		}
-		got, err := s.rdb.WaitInputs(ctx, names, after, wakeInterval)
+		got, err := w.rdb.WaitInputs(ctx, names, after, wakeInterval)
 		if err != nil {
 			if ctx.Err() == nil {
-				s.log.Warn("wake on input: read the inputs", "err", err)
+				w.log.Warn("wake on input: read the inputs", "err", err)
 				sleepCtx(ctx, wakeInterval)
 			}
 			continue
@@ -122,7 +121,6 @@ func (w *Wake) run(ctx context.Context) {
 // stream with the entry to read after (the earliest of its workers', for
 // the developer queue that several share).
 func (w *Wake) watch(ctx context.Context, ids, hibernated []string) map[string]string {
-	s := w
 	paused := make(map[string]bool, len(ids)+len(hibernated))
 	for _, id := range ids {
 		paused[id] = true
@@ -142,12 +140,12 @@ func (w *Wake) watch(ctx context.Context, ids, hibernated []string) map[string]s
 	for _, id := range ids {
 		p := w.watched[id]
 		if p == nil {
-			kind, err := s.rdb.StatusField(ctx, id, protocol.StatusFieldKind)
+			kind, err := w.rdb.StatusField(ctx, id, protocol.StatusFieldKind)
 			if err != nil {
 				continue
 			}
-			k, _, group := s.inputOf(id, protocol.Kind(kind))
-			p = &pausedWorker{inputs: s.keys.InputsFor(k, id), group: group}
+			k, _, group := w.inputOf(id, protocol.Kind(kind))
+			p = &pausedWorker{inputs: w.keys.InputsFor(k, id), group: group}
 			w.watched[id] = p
 		}
 		if p.hibernated != hib[id] {
@@ -176,17 +174,16 @@ func (w *Wake) watch(ctx context.Context, ids, hibernated []string) map[string]s
 // check wakes a watched worker that has a task in flight, held or
 // waiting, and otherwise records what its group delivered.
 func (w *Wake) check(ctx context.Context, id string, p *pausedWorker) {
-	s := w
-	busyOf := s.rdb.BusyDelivered
+	busyOf := w.rdb.BusyDelivered
 	if p.hibernated {
-		busyOf = s.rdb.BusyAnyway
+		busyOf = w.rdb.BusyAnyway
 	}
 	b := rdb.NotBusy
 	after := make([]string, len(p.inputs))
 	for i, input := range p.inputs {
 		busy, delivered, err := busyOf(ctx, id, input, p.group)
 		if err != nil {
-			s.log.Warn("wake on input: is the worker busy", "worker_id", id, "err", err)
+			w.log.Warn("wake on input: is the worker busy", "worker_id", id, "err", err)
 			return
 		}
 		after[i] = delivered
@@ -206,10 +203,10 @@ func (w *Wake) check(ctx context.Context, id string, p *pausedWorker) {
 		return
 	}
 	start := time.Now()
-	err := s.unpause(ctx, id)
-	s.obs.woken(start, err)
+	err := w.unpause(ctx, id)
+	w.obs.woken(start, err)
 	if err != nil && !IsNotFound(err) {
-		s.log.Warn("wake on input", "worker_id", id, "err", err)
+		w.log.Warn("wake on input", "worker_id", id, "err", err)
 	}
 }
 
