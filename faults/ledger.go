@@ -61,6 +61,9 @@ type Answer struct {
 	At   time.Time // when Redis stored it (its entry id)
 	OK   bool      // complete Output, ok Reply
 	Desc string    // "complete", "failed KILLED", "ok", "RESOURCE_EXHAUSTED"...
+	// Msg is the error's message, when the answer is one: what a failed
+	// case prints, so that its cause is known from the run that failed.
+	Msg string
 	// Worker is the worker the answer names (an Output's worker_id, a
 	// reply's worker_id).
 	Worker string
@@ -153,11 +156,11 @@ func (l *Ledger) Answers(ctx context.Context) (map[string][]Answer, error) {
 			if json.Unmarshal(data, &o) != nil || o.RequestID == "" {
 				continue
 			}
-			desc := string(o.Status)
+			desc, msg := string(o.Status), ""
 			if o.Error != nil {
-				desc += " " + string(o.Error.Code)
+				desc, msg = desc+" "+string(o.Error.Code), o.Error.Message
 			}
-			out[o.RequestID] = append(out[o.RequestID], Answer{At: entryTime(m.ID), OK: o.Status == protocol.StatusComplete, Desc: desc, Worker: o.WorkerID})
+			out[o.RequestID] = append(out[o.RequestID], Answer{At: entryTime(m.ID), OK: o.Status == protocol.StatusComplete, Desc: desc, Msg: msg, Worker: o.WorkerID})
 		}
 	}
 	msgs, err := l.rc.XRange(ctx, l.replies, "-", "+").Result()
@@ -173,14 +176,14 @@ func (l *Ledger) Answers(ctx context.Context) (map[string][]Answer, error) {
 		if json.Unmarshal(data, &r) != nil || r.CommandID == "" {
 			continue
 		}
-		desc := "ok"
+		desc, msg := "ok", ""
 		if !r.OK {
 			desc = "error"
 			if r.Error != nil {
-				desc = string(r.Error.Code)
+				desc, msg = string(r.Error.Code), r.Error.Message
 			}
 		}
-		out[r.CommandID] = append(out[r.CommandID], Answer{At: entryTime(m.ID), OK: r.OK, Desc: desc, Worker: r.WorkerID})
+		out[r.CommandID] = append(out[r.CommandID], Answer{At: entryTime(m.ID), OK: r.OK, Desc: desc, Msg: msg, Worker: r.WorkerID})
 	}
 	for id := range out {
 		sort.SliceStable(out[id], func(i, j int) bool { return out[id][i].At.Before(out[id][j].At) })
@@ -223,7 +226,7 @@ func (l *Ledger) Tally(lostBy, dupBy map[string][]Answer) Tally {
 				roundDur(as[0].At.Sub(r.Sent)), roundDur(r.Deadline.Sub(r.Sent))))
 		case !r.Expect.Met(as[0]):
 			t.Lost++
-			t.Notes = append(t.Notes, fmt.Sprintf("%s (%s): answered %s", r.ID, r.What, as[0].Desc))
+			t.Notes = append(t.Notes, fmt.Sprintf("%s (%s): answered %s", r.ID, r.What, as[0].describe()))
 		}
 		t.MaxAnswers = max(t.MaxAnswers, len(dupBy[r.ID]))
 		if n := len(dupBy[r.ID]); n > 1 {
@@ -246,4 +249,13 @@ func roundDur(d time.Duration) string {
 		return fmt.Sprintf("%.1f s", d.Seconds())
 	}
 	return fmt.Sprintf("%d ms", d.Milliseconds())
+}
+
+// describe is an answer as a note says it: its description, and the
+// error's message when it has one.
+func (a Answer) describe() string {
+	if a.Msg == "" {
+		return a.Desc
+	}
+	return a.Desc + " (" + a.Msg + ")"
 }
