@@ -419,7 +419,26 @@ up() {
   wait_for kubelet 120 kubectl_admin wait --for=condition=Ready "node/$NODE_NAME" --timeout=2s
   wait_for kube-controller-manager 60 kubectl_admin get serviceaccount default -n default
 
-  log "the cluster is up ($(( SECONDS - t0 )) s)"
+  # What a test or a client needs to know of this cluster, in one file.
+  cat >"$RUN/cluster.env" <<EOF
+KUBECONFIG=$KUBECONFIG_ADMIN
+KUBECTL=$BIN/kubectl
+NODE_NAME=$NODE_NAME
+POD_CIDR=$POD_CIDR
+BRIDGE=$BRIDGE
+BRIDGE_IP=$BRIDGE_IP
+SERVICE_CIDR=$SERVICE_CIDR
+APISERVER_PORT=$APISERVER_PORT
+ETCD_PORT=$ETCD_PORT
+ETCD_PEER_PORT=$ETCD_PEER_PORT
+CONTROLLER_MANAGER_PORT=$CONTROLLER_MANAGER_PORT
+SCHEDULER_PORT=$SCHEDULER_PORT
+KUBELET_PORT=$KUBELET_PORT
+KUBELET_HEALTHZ_PORT=$KUBELET_HEALTHZ_PORT
+CRI_STREAM_PORT=$CRI_STREAM_PORT
+WORKER_BASE_IMAGE=${WORKER_IMAGES%% *}
+EOF
+  log "the cluster is up ($(( SECONDS - t0 )) s); its settings: $RUN/cluster.env"
   cat <<EOF
 
   export KUBECONFIG=$KUBECONFIG_ADMIN
