@@ -191,10 +191,23 @@ EOF
 }
 
 # --- the configuration files ------------------------------------------------
+# put FILE: standard input into FILE, by a rename (containerd watches the
+# CNI folder and would read a half-written file), and only when it differs.
+# Says whether it changed: 0 changed, 1 the same.
+put() {
+  cat >"$1.tmp"
+  if cmp -s "$1.tmp" "$1"; then rm -f "$1.tmp"; return 1; fi
+  mv "$1.tmp" "$1"
+}
+
+# write_configs PAUSE_IMAGE: containerd's, the CNI network's and the
+# kubelet's configuration. CONTAINERD_CHANGED is 1 when containerd's
+# changed (a running containerd must be restarted to read it).
 write_configs() {
   local pause_image=$1
   mkdir -p "$DATA/cni/net.d" "$DATA/cni/ipam" "$DATA/kubelet" "$DATA/pod-logs" "$DATA/containerd-opt"
-  cat >"$DATA/containerd.toml" <<EOF
+  CONTAINERD_CHANGED=0
+  put "$DATA/containerd.toml" <<EOF && CONTAINERD_CHANGED=1
 # Written by scripts/k8s.sh: the cluster's own containerd (not Docker's).
 version = 2
 root = "$DATA/containerd"
@@ -233,7 +246,7 @@ EOF
   # isGateway false: the bridge's address is set here, not by the plugin,
   # which would otherwise also turn on IP forwarding. No route is handed to
   # the pods: they reach their subnet and nothing else.
-  cat >"$DATA/cni/net.d/10-$CNI_NETWORK.conflist" <<EOF
+  put "$DATA/cni/net.d/10-$CNI_NETWORK.conflist" <<EOF || true
 {
   "cniVersion": "0.4.0",
   "name": "$CNI_NETWORK",
@@ -253,7 +266,7 @@ EOF
   ]
 }
 EOF
-  cat >"$DATA/kubelet.yaml" <<EOF
+  put "$DATA/kubelet.yaml" <<EOF || true
 # Written by scripts/k8s.sh.
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -290,19 +303,19 @@ EOF
 # --- images -----------------------------------------------------------------------
 # The pause image: the static k8s-pause in an image of one file, tagged by
 # the binary's hash, imported into Docker (so that `docker save` hands it
-# over like any other image).
+# over like any other image). Sets PAUSE_IMAGE.
 pause_image() {
-  local dir tag
+  local dir
   dir=$(mktemp -d /tmp/agentvisor-k8s-pause.XXXXXX)
-  (cd k8s && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$dir/rootfs/pause" ./cmd/k8s-pause)
-  tag=agentvisor/k8s-pause:$(sha256sum "$dir/rootfs/pause" | cut -c1-12)
-  if ! docker image inspect "$tag" >/dev/null 2>&1; then
-    log "docker import $tag (k8s/cmd/k8s-pause)" >&2
+  mkdir -p "$dir/rootfs"
+  (cd "$ROOT/k8s" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$dir/rootfs/pause" ./cmd/k8s-pause) || die "build k8s-pause"
+  PAUSE_IMAGE=agentvisor/k8s-pause:$(sha256sum "$dir/rootfs/pause" | cut -c1-12)
+  if ! docker image inspect "$PAUSE_IMAGE" >/dev/null 2>&1; then
+    log "docker import $PAUSE_IMAGE (k8s/cmd/k8s-pause)"
     tar -C "$dir/rootfs" -c . | docker import --change 'ENTRYPOINT ["/pause"]' \
-      --change 'LABEL io.agentvisor.managed=true io.agentvisor.image=k8s-pause' - "$tag" >/dev/null
+      --change 'LABEL io.agentvisor.managed=true io.agentvisor.image=k8s-pause' - "$PAUSE_IMAGE" >/dev/null
   fi
   rm -rf "$dir"
-  echo "$tag"
 }
 
 # load_image TAG: docker save | ctr import, unless the same image (by its
@@ -399,12 +412,15 @@ up() {
     --authorization-kubeconfig "$DATA/scheduler.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$SCHEDULER_PORT" --leader-elect=false --profiling=false
 
-  local pause
-  pause=$(pause_image)
-  write_configs "$pause"
+  pause_image
+  write_configs "$PAUSE_IMAGE"
+  if [ "$CONTAINERD_CHANGED" = 1 ] && running containerd >/dev/null; then
+    log "containerd's configuration changed: restarting it (its containers go on)"
+    stop containerd
+  fi
   start containerd containerd --config "$DATA/containerd.toml"
   wait_for containerd 30 ctr --address "$CONTAINERD_SOCK" version
-  load_image "$pause"
+  load_image "$PAUSE_IMAGE"
   for img in $WORKER_IMAGES; do load_image "$img"; done
 
   # The kubelet changes these kernel settings when it starts; their values
