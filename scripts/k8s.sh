@@ -324,7 +324,9 @@ load_image() {
   local tag=$1 id mark
   id=$(docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null) || die "image $tag is not in Docker (make images builds worker-base)"
   mark=$DATA/images/$(echo "$tag" | tr '/:' '__').id
-  if [ "$(cat "$mark" 2>/dev/null)" = "$id" ] && ctr_k8s images ls -q | grep -qx "docker.io/$tag"; then
+  local have
+  have=$(ctr_k8s images ls -q)
+  if [ "$(cat "$mark" 2>/dev/null)" = "$id" ] && grep -qx "docker.io/$tag" <<<"$have"; then
     log "image $tag is loaded"
     return 0
   fi
