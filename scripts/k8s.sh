@@ -520,7 +520,14 @@ down() {
     log "removing the pod bridge $BRIDGE"
     ip link del "$BRIDGE"
   fi
+  # CNI's result cache: our network's entries, and containerd's loopback
+  # entries of our sandboxes (named by their ids); a pod taken down by its
+  # kubelet has left none.
   rm -f /var/lib/cni/results/"$CNI_NETWORK"-* 2>/dev/null || true
+  local sb
+  for sb in "$RUN"/containerd/io.containerd.grpc.v1.cri/sandboxes/*; do
+    [ -d "$sb" ] && rm -f "/var/lib/cni/results/cni-loopback-$(basename "$sb")-lo"
+  done
   rmdir /var/lib/cni/results /var/lib/cni 2>/dev/null || true
   local d
   for d in /sys/fs/cgroup/*/kubepods; do
