@@ -8,6 +8,7 @@
 #   make setup   install and start what the project needs (idempotent)
 #   make images  build the OS base and worker-base images
 #   make config-docs  regenerate docs/configuration.md's tables from the code
+#   make k8s     a Kubernetes cluster of one node on this machine (make k8s-down removes it)
 
 SHELL      := /bin/bash
 GO         ?= go
@@ -16,7 +17,7 @@ FUZZTIME   ?= 3s
 # Every fuzz target of the protocol decoders, and the one over the path from
 # an agent's output to the stored Output, runs for FUZZTIME in `make test`.
 
-.PHONY: all setup build vet shape check-docs config-docs test test-unit test-go test-rules fuzz faults test-faults bench demo fleet images clean
+.PHONY: all setup build vet shape check-docs config-docs test test-unit test-go test-rules fuzz faults test-faults bench demo fleet images k8s k8s-down test-k8s clean
 
 all: build
 
@@ -139,6 +140,23 @@ fleet: setup
 	@mkdir -p bin
 	@cd faults && $(GO) build -o ../bin/fleet ./cmd/fleet
 	@bin/fleet
+
+# A Kubernetes cluster of one node on this machine (scripts/k8s.sh,
+# docs/kubernetes.md): etcd, the API server, scheduler, controller manager,
+# a containerd of its own and a kubelet, the binaries built once into
+# .cache/k8s; the worker images loaded from Docker. `make k8s-down` stops
+# it and removes all it made. `make test-k8s` is its smoke test (not part
+# of `make test`): it starts the cluster when it does not run.
+k8s: setup
+	@bash scripts/k8s.sh up
+
+k8s-down:
+	@bash scripts/k8s.sh down
+
+test-k8s: k8s
+	@bad=$$(gofmt -l k8s); if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
+	@echo "== go test k8s (the local cluster's smoke test)"
+	@cd k8s && $(GO) vet ./... && K8S_SMOKE=1 $(GO) test -count=1 -v -timeout 10m ./...
 
 # The shape of the production code: the types with the most methods, the
 # functions over 100 lines and files over 600, and the Docker SDK's

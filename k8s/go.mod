@@ -1,0 +1,3 @@
+module github.com/agentvisor/agentvisor/k8s
+
+go 1.26
