@@ -14,7 +14,7 @@ import (
 // next incarnation or its replacement (retries.go).
 type answers struct {
 	*env
-	retry protocol.RetryPolicy // the configuration's defaults of a task's retry policy (RETRY_ATTEMPTS, RETRY_BACKOFF_MS)
+	cfg *Config // Retry: the defaults of a task's retry policy (RETRY_ATTEMPTS, RETRY_BACKOFF_MS)
 }
 
 // answerHeld answers the tasks a retired worker held: the one its status

@@ -36,7 +36,7 @@ type DownEngine interface {
 	List(ctx context.Context, f engine.Filter) ([]engine.Instance, error)
 	Remove(ctx context.Context, id string) error
 	Volumes(ctx context.Context) ([]engine.Volume, error)
-	RemoveVolume(ctx context.Context, name string) error
+	RemoveVolume(ctx context.Context, name string, force bool) error
 }
 
 // DownGateway is what Down asks of the host's worker-gateway
@@ -179,14 +179,14 @@ func (d *Down) Execute(ctx context.Context, plan DownPlan) (DownPlan, error) {
 		cctx, cancel := context.WithTimeout(ctx, d.timeout())
 		err := d.Engine.Remove(cctx, c.Name)
 		cancel()
-		if err != nil {
+		if err != nil && !errors.Is(err, engine.ErrNotFound) {
 			return done, fmt.Errorf("remove container %s: %w", c.Name, err)
 		}
 		done.Containers = append(done.Containers, c)
 	}
 	for _, v := range plan.Volumes {
 		cctx, cancel := context.WithTimeout(ctx, d.timeout())
-		err := d.Engine.RemoveVolume(cctx, v)
+		err := d.Engine.RemoveVolume(cctx, v, true)
 		cancel()
 		if err != nil {
 			return done, fmt.Errorf("remove volume %s: %w", v, err)

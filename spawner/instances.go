@@ -188,7 +188,7 @@ func (in *instances) removeContainer(ctx context.Context, id string, graceful bo
 			return engineError(err, "stop worker %s", id)
 		}
 	}
-	if err := in.engine.Remove(ctx, c.ID); err != nil && !in.goneSoon(ctx, c.ID) {
+	if err := in.engine.Remove(ctx, c.ID); err != nil && !errors.Is(err, engine.ErrNotFound) && !in.goneSoon(ctx, c.ID) {
 		return engineError(err, "remove worker %s", id)
 	}
 	return nil

@@ -130,7 +130,8 @@ func (s *Reconciler) reconcileMember(ctx context.Context, id string, c engine.In
 		if !old {
 			return
 		}
-		if _, err := s.engine.Start(ctx, c.ID); err != nil {
+		cid, err := s.engine.Start(ctx, c.ID)
+		if err != nil {
 			s.log.Warn("start a worker whose create was cut short", "worker_id", id, "err", err)
 			if _, err := s.workers.retire(ctx, id, retirement{reason: protocol.RemovedStuck, died: true, exitCode: -1, code: protocol.CodeUpstreamUnavailable,
 				msg: "the worker's container could not be started"}); err != nil {
@@ -138,8 +139,8 @@ func (s *Reconciler) reconcileMember(ctx context.Context, id string, c engine.In
 			}
 			return
 		}
-		s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerRunning), protocol.StatusFieldContainerID: c.ID})
-		s.lifecycle(ctx, id, protocol.EventCreated, map[string]any{"container_id": c.ID, "reconciled": true})
+		s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldContainer: string(protocol.ContainerRunning), protocol.StatusFieldContainerID: cid})
+		s.lifecycle(ctx, id, protocol.EventCreated, map[string]any{"container_id": cid, "reconciled": true})
 		rep.Started++
 	case engine.Exited, engine.Dead:
 		retireDied(ctx, s.env, s.workers, id, exitCodeOf(ctx, s, c.ID), false)

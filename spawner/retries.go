@@ -41,7 +41,7 @@ func (a *answers) retriesInFlight(ctx context.Context, id string, h map[string]s
 // long-lived worker's task that asked for retries, for the worker's next
 // incarnation or replacement, while its policy leaves an attempt.
 func (a *answers) handsOn(kind protocol.Kind, t protocol.Task, code protocol.Code, attempt int, r retirement) bool {
-	policy, asked := t.RetryPolicy(a.retry)
+	policy, asked := t.RetryPolicy(a.cfg.Retry)
 	if kind == protocol.KindDeveloper {
 		return code.Retryable() && (attempt < MaxAttempts || (asked && policy.Allows(attempt, code)))
 	}

@@ -20,7 +20,7 @@ import (
 // Which dead worker's task goes back on the input rather than being
 // answered.
 func TestHandsOn(t *testing.T) {
-	a := &answers{retry: protocol.RetryPolicy{Attempts: 3, BackoffMS: []int{10}}}
+	a := &answers{cfg: &Config{Retry: protocol.RetryPolicy{Attempts: 3, BackoffMS: []int{10}}}}
 	asked := protocol.Task{RequestID: "r", Prompt: "p", Retry: &protocol.RetryPolicy{}}
 	asks5 := protocol.Task{RequestID: "r", Prompt: "p", Retry: &protocol.RetryPolicy{Attempts: 5}}
 	plain := protocol.Task{RequestID: "r", Prompt: "p"}

@@ -48,17 +48,16 @@ type Gateway interface {
 // directory of each sealed worker opened, renamed and closed, and the
 // directory mounted into the worker's instance.
 type sealing struct {
-	on  bool    // WORKER_NETWORK_MODE=sealed
+	cfg *Config // WORKER_NETWORK_MODE, GATEWAY_DIR
 	gw  Gateway // nil when not sealed (or, in tests, no gateway)
-	dir string  // GATEWAY_DIR
 	log *slog.Logger
 }
 
 // enabled reports whether workers are sealed.
-func (g *sealing) enabled() bool { return g.on }
+func (g *sealing) enabled() bool { return g.cfg.NetworkMode == NetworkSealed }
 
 // served reports whether sealed workers have a gateway to hand over.
-func (g *sealing) served() bool { return g.on && g.gw != nil }
+func (g *sealing) served() bool { return g.enabled() && g.gw != nil }
 
 // NetworkSealed is WORKER_NETWORK_MODE's value for sealed workers.
 const NetworkSealed = "sealed"
@@ -69,7 +68,7 @@ const NetworkSealed = "sealed"
 // opening again replaces them. It returns the hosts the gateway has a
 // credential for, for this worker.
 func (g *sealing) open(ctx context.Context, id string, spec protocol.WorkerSpec, modelToken string) ([]string, error) {
-	if !g.on {
+	if !g.enabled() {
 		return nil, nil
 	}
 	if g.gw == nil {
@@ -81,7 +80,7 @@ func (g *sealing) open(ctx context.Context, id string, spec protocol.WorkerSpec,
 	}
 	info, err := g.gw.OpenSpec(ctx, gs)
 	if err != nil {
-		return nil, errorf(protocol.CodeUpstreamUnavailable, "the sealed network's gateway (worker-gateway, GATEWAY_DIR=%s): %v", g.dir, err)
+		return nil, errorf(protocol.CodeUpstreamUnavailable, "the sealed network's gateway (worker-gateway, GATEWAY_DIR=%s): %v", g.cfg.GatewayDir, err)
 	}
 	return info.CredentialHosts, nil
 }
@@ -111,7 +110,7 @@ func newModelToken() string {
 // points git at them over http://, through the gateway).
 func (g *sealing) mount(id string, is *engine.Spec, o *createOpts) {
 	is.Network = engine.Sealed
-	is.Mounts = append(is.Mounts, engine.Mount{HostPath: filepath.Join(g.dir, id), Target: sealedMount, ReadOnly: true})
+	is.Mounts = append(is.Mounts, engine.Mount{HostPath: filepath.Join(g.cfg.GatewayDir, id), Target: sealedMount, ReadOnly: true})
 	is.Env = append(is.Env, "REDIS_SOCKET="+sealedMount+"/"+gateway.RedisSocket, "MODEL_SOCKET="+sealedMount+"/"+gateway.ModelSocket,
 		"EGRESS_SOCKET="+sealedMount+"/"+gateway.EgressSocket, "MODEL_SOCKET_TOKEN="+o.modelToken)
 	if len(o.credentialHosts) > 0 {

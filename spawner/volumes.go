@@ -122,7 +122,7 @@ func (s *projectVolumes) list(ctx context.Context) ([]Volume, error) {
 }
 
 func (s *projectVolumes) remove(ctx context.Context, name string) error {
-	if err := s.engine.RemoveVolume(ctx, name); err != nil {
+	if err := s.engine.RemoveVolume(ctx, name, false); err != nil {
 		return engineError(err, "remove volume %s", name)
 	}
 	return s.rdb.ForgetVolume(ctx, name)

@@ -32,12 +32,13 @@ type Engine interface {
 	// (Docker: a spare network namespace that went before the start).
 	Start(ctx context.Context, id string) (string, error)
 	// Suspend freezes an instance's processes, memory kept; Resume thaws
-	// them. Both are idempotent.
+	// them. Suspending a suspended instance, or resuming one that is not,
+	// is ErrConflict (the caller inspects it to tell).
 	Suspend(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
 	// Stop asks the wrapper to finish (SIGTERM) and kills it after grace.
 	Stop(ctx context.Context, id string, grace time.Duration) error
-	// Remove kills and removes an instance; one already gone is no error.
+	// Remove kills and removes an instance (ErrNotFound: already gone).
 	Remove(ctx context.Context, id string) error
 	// Rename gives an instance to another worker: the instance a warm pool
 	// made becomes the woken worker's.
@@ -53,9 +54,10 @@ type Engine interface {
 	Watch(ctx context.Context, since time.Time) (<-chan Event, <-chan error)
 
 	// Volumes lists the project volumes of this key prefix;
-	// RemoveVolume removes one (one in use is an error, one gone is not).
+	// RemoveVolume removes one (one gone is no error; one in use is,
+	// unless force, which the operator's clean-up of a prefix uses).
 	Volumes(ctx context.Context) ([]Volume, error)
-	RemoveVolume(ctx context.Context, name string) error
+	RemoveVolume(ctx context.Context, name string, force bool) error
 
 	// Info describes the engine's capacity.
 	Info(ctx context.Context) (Info, error)

@@ -178,8 +178,8 @@ func (e *Engine) Stop(ctx context.Context, id string, grace time.Duration) error
 	return Classify(e.docker.ContainerStop(ctx, id, container.StopOptions{Timeout: &timeout}))
 }
 
-// Remove kills and removes a container; the spare namespace a container
-// of this process's was to join goes with it.
+// Remove kills and removes a container (ErrNotFound: already gone); the
+// spare namespace a container of this process's was to join goes with it.
 func (e *Engine) Remove(ctx context.Context, id string) error {
 	e.mu.Lock()
 	h := e.pending[id]
@@ -188,9 +188,6 @@ func (e *Engine) Remove(ctx context.Context, id string) error {
 	err := e.docker.ContainerRemove(ctx, id, container.RemoveOptions{Force: true})
 	if h != nil {
 		e.netns.release(ctx, h.holder)
-	}
-	if errdefs.IsNotFound(err) {
-		return nil
 	}
 	return Classify(err)
 }
@@ -257,14 +254,10 @@ func (e *Engine) List(ctx context.Context, f engine.Filter) ([]engine.Instance, 
 	return out, nil
 }
 
-// state maps a container's status onto the engine's states.
-func state(s string) engine.State {
-	switch st := engine.State(s); st {
-	case engine.Created, engine.Running, engine.Suspended, engine.Exited, engine.Dead:
-		return st
-	}
-	return engine.Other
-}
+// state is a container's status as the engine's state: Docker's words
+// are the engine's (created, running, paused, exited, dead, and the
+// others, removing and restarting, as they are).
+func state(s string) engine.State { return engine.State(s) }
 
 // Watch follows the engine's events of the prefix's worker containers.
 func (e *Engine) Watch(ctx context.Context, since time.Time) (<-chan engine.Event, <-chan error) {
@@ -322,8 +315,8 @@ func (e *Engine) Volumes(ctx context.Context) ([]engine.Volume, error) {
 	return out, nil
 }
 
-func (e *Engine) RemoveVolume(ctx context.Context, name string) error {
-	if err := e.docker.VolumeRemove(ctx, name, false); err != nil && !errdefs.IsNotFound(err) {
+func (e *Engine) RemoveVolume(ctx context.Context, name string, force bool) error {
+	if err := e.docker.VolumeRemove(ctx, name, force); err != nil && !errdefs.IsNotFound(err) {
 		return Classify(err)
 	}
 	return nil
