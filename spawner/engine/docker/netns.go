@@ -86,9 +86,12 @@ type netnsPool struct {
 	taken    map[string]time.Time   // handed out to creates, when
 	settling map[string]*time.Timer // holders of started workers, removed when their timer fires
 	filling  bool
-	closed   bool
-	stop     chan struct{}  // closed by close: the marks' renewal ends
-	fills    sync.WaitGroup // the refill and the removals of started workers' holders under way: close waits for them
+	// making is the holder a refill has made and not yet placed among
+	// the spares (it is being started): this pool's, whatever its age.
+	making string
+	closed bool
+	stop   chan struct{}  // closed by close: the marks' renewal ends
+	fills  sync.WaitGroup // the refill and the removals of started workers' holders under way: close waits for them
 }
 
 func newNetnsPool(p netnsParams) *netnsPool {
@@ -249,6 +252,7 @@ func (p *netnsPool) fill() {
 		id, err := p.make(ctx)
 		cancel()
 		p.mu.Lock()
+		p.making = ""
 		switch {
 		case err != nil:
 			p.filling = false
@@ -284,6 +288,11 @@ func (p *netnsPool) make(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// A start that takes longer than a mark's TTL (a loaded engine) must
+	// not let a sweep take the holder for an earlier run's.
+	p.mu.Lock()
+	p.making = resp.ID
+	p.mu.Unlock()
 	if err := p.mark(ctx, []string{resp.ID}, p.markTTL); err != nil {
 		p.remove(ctx, resp.ID)
 		return "", err
@@ -390,7 +399,7 @@ func (p *netnsPool) sweep(ctx context.Context) int {
 		return 0
 	}
 	p.mu.Lock()
-	mine := map[string]bool{}
+	mine := map[string]bool{p.making: p.making != ""}
 	for _, id := range p.free {
 		mine[id] = true
 	}

@@ -134,3 +134,49 @@ func TestNetnsPoolSweepMakesAMissingSpare(t *testing.T) {
 	p.sweep(context.Background())
 	testkit.Eventually(t, "the missing spare made by the sweep", 5*time.Second, func() bool { return p.ready() == 2 })
 }
+
+// startGated holds the start of every container until gate closes.
+type startGated struct {
+	*dockertest.Fake
+	entered chan struct{}
+	gate    chan struct{}
+	once    sync.Once
+}
+
+func (d *startGated) ContainerStart(ctx context.Context, id string, o container.StartOptions) error {
+	d.once.Do(func() { close(d.entered) })
+	<-d.gate
+	return d.Fake.ContainerStart(ctx, id, o)
+}
+
+// A holder whose start outlasts its mark's TTL (a loaded engine) is the
+// refill's, not an earlier run's: a sweep meanwhile leaves it, and it
+// joins the spares.
+func TestNetnsPoolSweepLeavesAHolderBeingStarted(t *testing.T) {
+	d := &startGated{Fake: dockertest.New(), entered: make(chan struct{}), gate: make(chan struct{})}
+	p := newNetnsPool(netnsParams{docker: d, image: func() string { return "base" }, prefix: "unit", managerID: "m1",
+		host: func() string { return "h1" }, spare: 1, settle: time.Hour, markTTL: 30 * time.Millisecond,
+		mark: func(context.Context, []string, time.Duration) error { return nil },
+		marked: func(_ context.Context, ids []string) (map[string]bool, error) {
+			return map[string]bool{ids[0]: true}, nil
+		},
+		log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	release := sync.OnceFunc(func() { close(d.gate) })
+	defer p.close(context.Background())
+	defer release() // before the close, which waits for the refill
+	p.warm()
+	select {
+	case <-d.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the refill never started a holder")
+	}
+	time.Sleep(60 * time.Millisecond) // past the mark's TTL
+	if n := p.sweep(context.Background()); n != 0 {
+		t.Fatalf("the sweep removed %d holders while the refill started one", n)
+	}
+	release()
+	testkit.Eventually(t, "the holder among the spares", 5*time.Second, func() bool { return p.ready() == 1 })
+	if d.Count("remove") != 0 {
+		t.Fatalf("calls %v: a holder was removed", d.Calls())
+	}
+}
