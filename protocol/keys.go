@@ -151,7 +151,9 @@ func (k Keys) OutputFor(kind Kind, workerID string) string {
 }
 
 // Run is the hash that holds the status of one run (one task), keyed by its
-// request_id. The wrapper is its only writer.
+// request_id. Its sender creates it (requested), the wrapper writes it from
+// then on, and the spawner when it answers or hands on a dead worker's task
+// (see Run in statemachine.go).
 func (k Keys) Run(requestID string) string { return k.join("run", requestID) }
 
 // Workers is the set of the ids of every worker the spawner has created and
