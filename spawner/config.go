@@ -196,14 +196,14 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 // Usage is the worker-manager's help text: every variable it reads.
 func Usage() string {
 	return envconf.Usage("worker-manager", "the control plane of the workers of one host (see spawner/README.md)",
-		managerVars(&Config{}, &OpsConfig{}))
+		managerVars(&Config{}, &OpsConfig{}, &EngineConfig{}))
 }
 
 // managerVars is the worker-manager's whole table: Config's variables,
-// then OpsConfig's. Its --help and its section of docs/configuration.md
+// then OpsConfig's, then EngineConfig's. Its --help and its section of docs/configuration.md
 // (TestConfigTables) are made from it.
-func managerVars(c *Config, o *OpsConfig) []envconf.Var {
-	return append(configVars(c), opsVars(o)...)
+func managerVars(c *Config, o *OpsConfig, e *EngineConfig) []envconf.Var {
+	return append(append(configVars(c), opsVars(o)...), engineVars(e)...)
 }
 
 // configVars is the manager's table of variables: each one's name,

@@ -66,7 +66,7 @@ var update = flag.Bool("update", false, "rewrite the worker-manager's table of d
 // section is regenerated.
 func TestConfigTables(t *testing.T) {
 	const path = "../docs/configuration.md"
-	diff, err := envconf.SyncFile(path, "worker-manager", managerVars(&Config{}, &OpsConfig{}), *update)
+	diff, err := envconf.SyncFile(path, "worker-manager", managerVars(&Config{}, &OpsConfig{}, &EngineConfig{}), *update)
 	switch {
 	case err != nil:
 		t.Fatal(err)

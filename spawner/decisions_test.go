@@ -118,6 +118,45 @@ func TestPauseEligibility(t *testing.T) {
 	}
 }
 
+// On an engine that cannot freeze, a pause hibernates a worker that can
+// hibernate (its container goes, its identity stays) and leaves one that
+// cannot running; a busy worker is refused as everywhere.
+func TestPauseWithoutAFreeze(t *testing.T) {
+	u := newUnitOf(t, nil, true)
+	ctx := context.Background()
+
+	u.worker(t, "per-task", "running", u.now())
+	if err := u.s.Pause(ctx, "per-task"); err != nil {
+		t.Fatalf("pause a worker that cannot hibernate: %v", err)
+	}
+	if c, err := u.d.ContainerInspect(ctx, ContainerName("per-task")); err != nil || c.State.Paused || !c.State.Running {
+		t.Errorf("it should run on, idle: %+v, %v", c.State, err)
+	}
+
+	u.worker(t, "busy", "running", u.now())
+	u.rc.HSet(ctx, u.keys.Status("busy"), protocol.StatusFieldSpec, `{"agent_type":"claude","kind":"long-lived"}`)
+	u.task(t, "busy", "busy-r", true)
+	if err := u.s.Pause(ctx, "busy"); !IsBusy(err) {
+		t.Errorf("pause a busy worker: %v, want WORKER_BUSY", err)
+	}
+
+	u.worker(t, "long", "running", u.now())
+	u.rc.HSet(ctx, u.keys.Status("long"), protocol.StatusFieldSpec, `{"agent_type":"claude","kind":"long-lived"}`)
+	if err := u.s.Pause(ctx, "long"); err != nil {
+		t.Fatalf("pause a long-lived worker: %v", err)
+	}
+	if _, err := u.d.ContainerInspect(ctx, ContainerName("long")); err == nil {
+		t.Error("its container is still there: a pause without a freeze hibernates")
+	}
+	st := u.rc.HGetAll(ctx, u.keys.Status("long")).Val()
+	if st[protocol.StatusFieldState] != string(protocol.WorkerHibernated) {
+		t.Errorf("status %v, want hibernated", st)
+	}
+	if err := u.s.Unpause(ctx, "per-task"); err != nil {
+		t.Errorf("unpause a worker that runs: %v", err)
+	}
+}
+
 // A pause sent on a task's output is not refused for the moment the
 // wrapper's status still names the answered task: it waits for the
 // status to say idle. A task whose run is not answered stays a refusal.

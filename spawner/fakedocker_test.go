@@ -2,12 +2,14 @@ package spawner
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/spawner/engine"
 	"github.com/agentvisor/agentvisor/spawner/engine/docker/dockertest"
 
 	"github.com/redis/go-redis/v9"
@@ -28,7 +30,11 @@ type unit struct {
 	nowVal time.Time
 }
 
-func newUnit(t *testing.T, mod func(*Config)) *unit {
+func newUnit(t *testing.T, mod func(*Config)) *unit { t.Helper(); return newUnitOf(t, mod, false) }
+
+// newUnitOf is newUnit; unfrozen makes its engine one that cannot freeze
+// (as Kubernetes cannot): the in-memory Docker behind noFreeze.
+func newUnitOf(t *testing.T, mod func(*Config), unfrozen bool) *unit {
 	t.Helper()
 	r, rc := testkit.StartRedisClient(t)
 	cfg, err := ConfigFromEnv(func(k string) string {
@@ -43,8 +49,23 @@ func newUnit(t *testing.T, mod func(*Config)) *unit {
 	}
 	u := &unit{d: dockertest.New(), rc: rc, keys: cfg.Keys, nowVal: time.Now()}
 	u.s = NewDocker(cfg, u.d, rc, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if unfrozen {
+		u.s = New(cfg, noFreeze{u.s.engine}, rc, nil, u.s.log)
+	}
 	u.s.now = u.now
 	return u
+}
+
+// noFreeze is an engine that cannot suspend, over one that can.
+type noFreeze struct{ engine.Engine }
+
+func (noFreeze) Suspends() bool { return false }
+func (noFreeze) Suspend(context.Context, string) error {
+	return engine.Wrap(engine.ErrUnsupported, errors.New("no freeze"))
+}
+func (n noFreeze) Resume(ctx context.Context, id string) error {
+	_, err := n.Inspect(ctx, id)
+	return err
 }
 
 func (u *unit) now() time.Time {

@@ -26,6 +26,7 @@ const (
 	hibernateShutdown     = "shutdown"      // the manager stopped
 	hibernateEvicted      = "evicted"       // EVICT_PAUSED: a create took its slot
 	hibernateHostLost     = "host_lost"     // its host was lost: woken on the host that saw it
+	hibernatePaused       = "paused"        // a pause, on an engine that cannot freeze (Pause)
 )
 
 // hibernatable reports whether a worker of this status hash can hibernate:
@@ -44,6 +45,17 @@ func hibernatable(h map[string]string) bool {
 // is put back on its input for the next incarnation (the task in flight,
 // if unanswered, is answered TERMINATED).
 func (s *Spawner) hibernate(ctx context.Context, id, reason string, graceful bool) error {
+	if !graceful && !s.suspends() {
+		// Nothing to freeze it with: a busy worker is refused as Pause
+		// would, an idle one is stopped gracefully (a task it reads
+		// meanwhile is finished in the stop timeout, or put back).
+		if busy, err := s.busyCheck.busy(ctx, id); err != nil {
+			return err
+		} else if busy != rdb.NotBusy {
+			return errorf(protocol.CodeWorkerBusy, "worker %s is busy (%s): not hibernated", id, busy)
+		}
+		graceful = true
+	}
 	if !graceful {
 		if err := s.Pause(ctx, id); err != nil {
 			return err

@@ -16,6 +16,11 @@ import (
 // its input's delivery state, made again once the container is frozen: a
 // task read between the two wakes it at once, so a paused worker never
 // keeps a task in flight.
+//
+// On an engine that cannot freeze (Kubernetes), a pause gives back what
+// a frozen worker would keep: a worker that can hibernate is hibernated
+// (its pod goes, its identity stays; the next task wakes it), and one
+// that cannot (a per-task or warm pool worker) stays running idle.
 func (s *Spawner) Pause(ctx context.Context, id string) error {
 	c, err := s.inst.find(ctx, id)
 	if err != nil {
@@ -33,6 +38,9 @@ func (s *Spawner) Pause(ctx context.Context, id string) error {
 	}
 	if busy != rdb.NotBusy {
 		return errorf(protocol.CodeWorkerBusy, "worker %s is busy (%s): not paused", id, busy)
+	}
+	if !s.suspends() {
+		return s.pauseUnfrozen(ctx, id)
 	}
 	if err := s.engine.Suspend(ctx, c.ID); err != nil {
 		// Another pauser may have won the race: paused all the same.
@@ -58,6 +66,19 @@ func (s *Spawner) Pause(ctx context.Context, id string) error {
 	return nil
 }
 
+// pauseUnfrozen is Pause on an engine that cannot freeze, for an idle
+// worker: hibernated if it can be, else left running.
+func (s *Spawner) pauseUnfrozen(ctx context.Context, id string) error {
+	h, err := s.rdb.Status(ctx, id)
+	if err != nil {
+		return redisError(err, "status of %s", id)
+	}
+	if !hibernatable(h) {
+		return nil
+	}
+	return s.hibernate(ctx, id, hibernatePaused, true)
+}
+
 // inputOf returns a worker's kind (long-lived when its hash says none),
 // its input stream and that stream's consumer group.
 func (s *env) inputOf(id string, kind protocol.Kind) (protocol.Kind, string, string) {
@@ -75,6 +96,10 @@ func (s *env) inputOf(id string, kind protocol.Kind) (protocol.Kind, string, str
 // then, so its state (paused -> idle, a transition) cannot race with its
 // own next one (idle -> busy, as it takes the task that woke it).
 func (s *Spawner) Unpause(ctx context.Context, id string) error {
+	if !s.suspends() {
+		_, err := s.inst.find(ctx, id) // nothing is frozen: a worker that exists runs
+		return err
+	}
 	woke := s.wakeStatus(ctx, id)
 	if err := s.engine.Resume(ctx, ContainerName(id)); err != nil {
 		if errors.Is(err, engine.ErrNotFound) {
@@ -106,3 +131,7 @@ func (s *env) wakeStatus(ctx context.Context, id string) bool {
 	s.writeStatus(ctx, id, fields)
 	return state == string(protocol.WorkerPaused)
 }
+
+// suspends reports whether the engine freezes a paused worker (Docker)
+// or cannot (Kubernetes: see Pause).
+func (s *Spawner) suspends() bool { return s.engine == nil || s.engine.Suspends() }

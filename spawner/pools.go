@@ -264,7 +264,9 @@ func (s *Spawner) allocate(ctx context.Context, commandID string, p *PoolTemplat
 		}
 		s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldPoolState: protocol.PoolAllocated})
 		wait := s.now().Sub(start)
-		s.lifecycle(ctx, id, protocol.EventUnpaused, nil)
+		if s.suspends() {
+			s.lifecycle(ctx, id, protocol.EventUnpaused, nil)
+		}
 		s.lifecycle(ctx, id, protocol.EventAllocated, map[string]any{"pool": p.Name, "wait_ms": wait.Milliseconds()})
 		_ = s.rdb.CountPool(ctx, p.Name, map[string]int64{"allocations": 1, "allocation_wait_us": wait.Microseconds()})
 		s.obs.poolAllocated(p.Name, "warm", wait)

@@ -33,9 +33,15 @@ type Engine interface {
 	Start(ctx context.Context, id string) (string, error)
 	// Suspend freezes an instance's processes, memory kept; Resume thaws
 	// them. Suspending a suspended instance, or resuming one that is not,
-	// is ErrConflict (the caller inspects it to tell).
+	// is ErrConflict (the caller inspects it to tell). An engine that
+	// cannot freeze (Suspends false) returns ErrUnsupported from Suspend,
+	// and nil from Resume for an instance that exists: it runs.
 	Suspend(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
+	// Suspends reports whether Suspend freezes instances. Where it does
+	// not, the spawner's pause hibernates a worker that can hibernate and
+	// leaves the others running idle.
+	Suspends() bool
 	// Stop asks the wrapper to finish (SIGTERM) and kills it after grace.
 	Stop(ctx context.Context, id string, grace time.Duration) error
 	// Remove kills and removes an instance (ErrNotFound: already gone).
@@ -79,6 +85,7 @@ var (
 	ErrInvalid     = errors.New("engine: invalid")       // a parameter the engine refuses
 	ErrForbidden   = errors.New("engine: forbidden")     // refused for want of rights
 	ErrUnavailable = errors.New("engine: not available") // the engine did not answer
+	ErrUnsupported = errors.New("engine: not supported") // an operation this engine cannot do (Suspend on Kubernetes)
 )
 
 // Spec is one instance to make.

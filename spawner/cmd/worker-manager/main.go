@@ -31,6 +31,7 @@ import (
 	"github.com/agentvisor/agentvisor/spawner/images"
 
 	dockerengine "github.com/agentvisor/agentvisor/spawner/engine/docker"
+	kubeengine "github.com/agentvisor/agentvisor/spawner/engine/kubernetes"
 
 	"github.com/redis/go-redis/v9"
 
@@ -70,6 +71,11 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int 
 		log.Error("invalid configuration", "err", err)
 		return 2
 	}
+	ec, err := spawner.EngineConfigFromEnv(getenv)
+	if err != nil {
+		log.Error("invalid configuration", "err", err)
+		return 2
+	}
 	redisconn.SetLogger(log)
 	opt, err := redisconn.Options(cfg.RedisURL) // checked by ConfigFromEnv; a sentinel URL gives a failover client
 	if err != nil {
@@ -97,7 +103,11 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int 
 	defer dc.Close()
 	dockerengine.WarnIfNoLiveRestore(ctx, dc, log)
 	builder := &images.Builder{Docker: dc, Redis: rdb, Keys: cfg.Keys, BaseImage: cfg.BaseImage}
-	s := spawner.NewDocker(cfg, dc, rdb, builder, log)
+	s, err := newSpawner(ec, cfg, dc, rdb, builder, log)
+	if err != nil {
+		log.Error("worker engine", "engine", ec.Engine, "err", err)
+		return 1
+	}
 	sp.Store(s)
 	gc := &images.GC{Docker: dc, Redis: rdb, Keys: cfg.Keys, Log: log, PruneBuildCache: cfg.PruneBuildCache,
 		Retention: oc.GCRetention, Interval: oc.GCInterval, DryRun: oc.GCDryRun}
@@ -117,6 +127,34 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int 
 		return 0
 	}
 	return stop(s, cfg, oc, log)
+}
+
+// dockerClient is what of the Docker client the engines and the image
+// import use.
+type dockerClient interface {
+	dockerengine.Client
+	images.Saver
+}
+
+// newSpawner returns the spawner over the engine ec names: the host's
+// Docker engine, or a Kubernetes cluster (the images are still built by
+// the Docker engine beside the manager, and imported into the cluster's
+// containerd with K8S_LOAD_IMAGES).
+func newSpawner(ec spawner.EngineConfig, cfg spawner.Config, dc dockerClient, rdb redis.UniversalClient, builder *images.Builder, log *slog.Logger) (*spawner.Spawner, error) {
+	if ec.Engine != spawner.EngineKubernetes {
+		return spawner.NewDocker(cfg, dc, rdb, builder, log), nil
+	}
+	kc, err := kubeengine.Dial(ec.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	p := kubeengine.Params{Client: kc, Namespace: ec.Namespace, Prefix: cfg.Keys.Prefix, StorageClass: ec.StorageClass, VolumeSize: ec.VolumeSize,
+		NodeSelector: ec.NodeSelector, Tolerations: ec.Tolerations, RuntimeClassName: ec.RuntimeClass, ServiceAccount: ec.ServiceAccount, Log: log}
+	if ec.LoadImages != "" {
+		p.LoadImage = images.ContainerdImport(dc, ec.LoadImages)
+	}
+	log.Info("workers run on kubernetes", "namespace", ec.Namespace, "kubeconfig", ec.Kubeconfig)
+	return spawner.New(cfg, kubeengine.New(p), rdb, builder, log), nil
 }
 
 // serveOps serves /metrics and the dashboard on METRICS_ADDR and counts

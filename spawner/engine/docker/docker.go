@@ -173,6 +173,9 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 	return Classify(e.docker.ContainerUnpause(ctx, id))
 }
 
+// Suspends reports true: a container is frozen by its cgroup's freezer.
+func (e *Engine) Suspends() bool { return true }
+
 func (e *Engine) Stop(ctx context.Context, id string, grace time.Duration) error {
 	timeout := int(grace.Seconds())
 	return Classify(e.docker.ContainerStop(ctx, id, container.StopOptions{Timeout: &timeout}))

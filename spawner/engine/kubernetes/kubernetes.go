@@ -1,0 +1,460 @@
+// Package kubernetes is the spawner's engine over a Kubernetes cluster: a
+// worker's instance is a Pod named after it (engine.InstanceName) in one
+// namespace, with the worker-wrapper as PID 1 of its one container, the
+// spec's limits as requests and limits, and its labels kept whole in an
+// annotation (Kubernetes label values are narrower than Docker's).
+//
+// What the engine knows of its pods comes from an informer (one LIST,
+// then a WATCH): Inspect, List and the events read its cache, so a
+// manager at rest makes no API requests. A create makes the pod behind a
+// scheduling gate (created, not started, as a Docker container is between
+// create and start); Start lifts the gate. Kubernetes cannot freeze a pod:
+// Suspend is engine.ErrUnsupported and the spawner hibernates instead of
+// pausing (docs/kubernetes.md says what that costs).
+//
+// Placement is the scheduler's: node selectors, tolerations and a
+// RuntimeClass come from the engine's Params, the same for every worker.
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	clientset "k8s.io/client-go/kubernetes"
+	listersv1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/agentvisor/agentvisor/spawner/engine"
+)
+
+var _ engine.Engine = (*Engine)(nil)
+
+// Params configure an Engine.
+type Params struct {
+	Client    clientset.Interface
+	Namespace string // where the workers' pods and claims are (default "default")
+	Prefix    string // the key prefix whose pods it sees
+	// StorageClass, when set, makes a project volume a PersistentVolumeClaim
+	// of that class (ReadWriteOnce, VolumeSize); unset, a project volume is
+	// the pod's own emptyDir, gone with it (the session store in Redis
+	// carries a long-lived worker's sessions across incarnations).
+	StorageClass string
+	VolumeSize   string // default "1Gi"
+	// LoadImage, when set, makes an image available to the cluster's
+	// nodes before a pod names it (the local cluster: docker save into its
+	// containerd); unset, the nodes pull it (PullPolicy).
+	LoadImage func(ctx context.Context, image string) error
+	// PullPolicy of the worker container (default Never with LoadImage,
+	// IfNotPresent without).
+	PullPolicy corev1.PullPolicy
+	// Placement: the same for every worker's pod.
+	NodeSelector     map[string]string
+	Tolerations      []corev1.Toleration
+	RuntimeClassName string
+	// ServiceAccount runs the pods (default: the namespace's "default");
+	// its token is never mounted.
+	ServiceAccount string
+	Log            *slog.Logger
+}
+
+// Engine is engine.Engine over a Kubernetes cluster.
+type Engine struct {
+	p      Params
+	api    clientset.Interface
+	ns     string
+	log    *slog.Logger
+	sel    string // the label selector of the prefix's pods
+	volSel string // of its claims
+
+	factory informers.SharedInformerFactory
+	pods    listersv1.PodLister
+	index   cache.Indexer
+	synced  cache.InformerSynced
+	stop    chan struct{}
+	started sync.Once
+	closed  sync.Once
+
+	mu       sync.Mutex
+	subs     map[chan engine.Event]<-chan struct{} // Watch's channels, and the end of each one's context
+	dead     map[types.UID]bool                    // pods whose end was told
+	loaded   map[string]bool                       // images LoadImage made available
+	changed  chan struct{}                         // closed and renewed at every informer event
+	loadOnce sync.Mutex                            // one LoadImage at a time
+}
+
+// New returns the engine of the pods of a key prefix in p.Namespace. Its
+// informer starts with the first call that needs it.
+func New(p Params) *Engine {
+	if p.Namespace == "" {
+		p.Namespace = "default"
+	}
+	if p.VolumeSize == "" {
+		p.VolumeSize = "1Gi"
+	}
+	if p.PullPolicy == "" {
+		p.PullPolicy = corev1.PullIfNotPresent
+		if p.LoadImage != nil {
+			p.PullPolicy = corev1.PullNever
+		}
+	}
+	if p.Log == nil {
+		p.Log = slog.Default()
+	}
+	e := &Engine{p: p, api: p.Client, ns: p.Namespace, log: p.Log, stop: make(chan struct{}),
+		subs: map[chan engine.Event]<-chan struct{}{}, dead: map[types.UID]bool{}, loaded: map[string]bool{}, changed: make(chan struct{})}
+	e.sel = labelManaged + "=true," + labelPrefix + "=" + labelValue(p.Prefix)
+	e.volSel = e.sel
+	e.factory = informers.NewSharedInformerFactoryWithOptions(p.Client, 0, informers.WithNamespace(p.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = e.sel }))
+	inf := e.factory.Core().V1().Pods()
+	e.pods = inf.Lister()
+	informer := inf.Informer()
+	_ = informer.AddIndexers(cache.Indexers{indexWorker: func(obj any) ([]string, error) {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			return []string{workerOf(pod)}, nil
+		}
+		return nil, nil
+	}})
+	e.index = informer.GetIndexer()
+	e.synced = informer.HasSynced
+	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { e.observe(nil, obj) },
+		UpdateFunc: func(old, obj any) { e.observe(old, obj) },
+		DeleteFunc: e.deleted,
+	})
+	return e
+}
+
+const indexWorker = "worker"
+
+// Classify wraps an API error in the engine's sentinel of its kind.
+func Classify(err error) error {
+	var kind error
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case apierrors.IsNotFound(err), apierrors.IsGone(err):
+		kind = engine.ErrNotFound
+	case apierrors.IsAlreadyExists(err), apierrors.IsConflict(err):
+		kind = engine.ErrConflict
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+		kind = engine.ErrInvalid
+	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+		kind = engine.ErrForbidden
+	default:
+		kind = engine.ErrUnavailable
+	}
+	return engine.Wrap(kind, err)
+}
+
+// ready starts the informer once and waits for its first list.
+func (e *Engine) ready(ctx context.Context) error {
+	e.started.Do(func() { e.factory.Start(e.stop) })
+	if e.synced() {
+		return nil
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), e.synced) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return engine.Wrap(engine.ErrUnavailable, errors.New("kubernetes: the pods' informer did not sync"))
+	}
+	return nil
+}
+
+// Create makes a worker's pod behind its scheduling gate; its project
+// volumes' claims are made first (one in place is kept).
+func (e *Engine) Create(ctx context.Context, spec engine.Spec) (string, error) {
+	if err := e.ready(ctx); err != nil {
+		return "", err
+	}
+	if err := e.loadImage(ctx, spec.Image); err != nil {
+		return "", err
+	}
+	if e.p.StorageClass != "" {
+		for _, m := range spec.Mounts {
+			if m.Volume != "" {
+				if err := e.ensureClaim(ctx, m); err != nil {
+					return "", err
+				}
+			}
+		}
+	}
+	pod, err := e.podFor(spec)
+	if err != nil {
+		return "", engine.Wrap(engine.ErrInvalid, err)
+	}
+	made, err := e.api.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return "", Classify(err)
+	}
+	return instanceID(made), nil
+}
+
+// loadImage makes an image available to the nodes, once per process.
+func (e *Engine) loadImage(ctx context.Context, image string) error {
+	if e.p.LoadImage == nil {
+		return nil
+	}
+	e.loadOnce.Lock()
+	defer e.loadOnce.Unlock()
+	e.mu.Lock()
+	done := e.loaded[image]
+	e.mu.Unlock()
+	if done {
+		return nil
+	}
+	if err := e.p.LoadImage(ctx, image); err != nil {
+		return fmt.Errorf("kubernetes: load image %s into the cluster: %w", image, err)
+	}
+	e.mu.Lock()
+	e.loaded[image] = true
+	e.mu.Unlock()
+	return nil
+}
+
+// Forget makes the next create of image load it again (the image builder
+// made it anew, or it went from the nodes).
+func (e *Engine) Forget(image string) {
+	e.mu.Lock()
+	delete(e.loaded, image)
+	e.mu.Unlock()
+}
+
+// Start lifts a pod's scheduling gate: the scheduler places it and the
+// kubelet starts it. A pod started already is no error.
+func (e *Engine) Start(ctx context.Context, id string) (string, error) {
+	pod, err := e.get(ctx, id)
+	if err != nil {
+		return id, err
+	}
+	if len(pod.Spec.SchedulingGates) == 0 {
+		return id, nil
+	}
+	patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/uid","value":%q},{"op":"remove","path":"/spec/schedulingGates"}]`, pod.UID)
+	if _, err := e.api.CoreV1().Pods(e.ns).Patch(ctx, pod.Name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return id, Classify(err)
+	}
+	return id, nil
+}
+
+// Suspend is not supported: Kubernetes cannot freeze a pod.
+func (e *Engine) Suspend(ctx context.Context, id string) error {
+	return engine.Wrap(engine.ErrUnsupported, errors.New("kubernetes: a pod cannot be frozen"))
+}
+
+// Resume has nothing to thaw: a pod that exists runs.
+func (e *Engine) Resume(ctx context.Context, id string) error {
+	_, err := e.get(ctx, id)
+	return err
+}
+
+// Suspends reports false: see Suspend.
+func (e *Engine) Suspends() bool { return false }
+
+// Stop deletes a pod with grace as its termination grace period (the
+// kubelet sends SIGTERM, then SIGKILL) and waits until its container has
+// ended or the pod is gone.
+func (e *Engine) Stop(ctx context.Context, id string, grace time.Duration) error {
+	pod, err := e.get(ctx, id)
+	if err != nil {
+		return err
+	}
+	secs := int64(grace.Seconds())
+	if err := e.delete(ctx, pod, secs); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, grace+30*time.Second)
+	defer cancel()
+	return e.waitFor(wctx, func() bool {
+		p, ok := e.cached(pod.Name)
+		return !ok || p.UID != pod.UID || !up(p)
+	})
+}
+
+// Remove deletes a pod at once (grace 0: the API forgets it now, the
+// kubelet kills what runs). A pod gone is ErrNotFound.
+func (e *Engine) Remove(ctx context.Context, id string) error {
+	pod, err := e.get(ctx, id)
+	if err != nil {
+		return err
+	}
+	return e.delete(ctx, pod, 0)
+}
+
+func (e *Engine) delete(ctx context.Context, pod *corev1.Pod, grace int64) error {
+	uid := pod.UID
+	err := e.api.CoreV1().Pods(e.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace,
+		Preconditions: &metav1.Preconditions{UID: &uid}})
+	if apierrors.IsConflict(err) { // the precondition: another incarnation has the name now
+		return engine.Wrap(engine.ErrNotFound, err)
+	}
+	return Classify(err)
+}
+
+// Rename gives a pod to another worker: a pod's name cannot change, so
+// the worker it serves is a label (workerOf reads it first).
+func (e *Engine) Rename(ctx context.Context, id, worker string) error {
+	pod, err := e.get(ctx, id)
+	if err != nil {
+		return err
+	}
+	labels, err := specLabels(pod)
+	if err != nil {
+		return engine.Wrap(engine.ErrInvalid, err)
+	}
+	patch, err := servesPatch(pod.UID, worker, labels)
+	if err != nil {
+		return engine.Wrap(engine.ErrInvalid, err)
+	}
+	if _, err := e.api.CoreV1().Pods(e.ns).Patch(ctx, pod.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+		return Classify(err)
+	}
+	// Until the informer sees the patch, a look-up by the new worker must
+	// find the pod: wait for it, briefly.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return e.waitFor(wctx, func() bool {
+		p, ok := e.cached(pod.Name)
+		return !ok || workerOf(p) == worker
+	})
+}
+
+// Inspect returns a pod by its instance id ("<name>/<uid>") or by the
+// name of the worker instance it serves.
+func (e *Engine) Inspect(ctx context.Context, ref string) (engine.Instance, error) {
+	pod, err := e.get(ctx, ref)
+	if err != nil {
+		return engine.Instance{}, err
+	}
+	return instanceOf(pod), nil
+}
+
+// List returns the prefix's worker pods, from the informer's cache.
+func (e *Engine) List(ctx context.Context, f engine.Filter) ([]engine.Instance, error) {
+	if err := e.ready(ctx); err != nil {
+		return nil, err
+	}
+	pods, err := e.pods.Pods(e.ns).List(everything)
+	if err != nil {
+		return nil, Classify(err)
+	}
+	out := make([]engine.Instance, 0, len(pods))
+	for _, p := range pods {
+		in := instanceOf(p)
+		if f.State != "" && in.State != f.State {
+			continue
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+// Info sums the allocatable resources of the cluster's schedulable nodes
+// (those a worker's node selector admits).
+func (e *Engine) Info(ctx context.Context) (engine.Info, error) {
+	nodes, err := e.api.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selectorOf(e.p.NodeSelector)})
+	if err != nil {
+		return engine.Info{}, Classify(err)
+	}
+	info := engine.Info{Name: "kubernetes/" + e.ns}
+	for _, n := range nodes.Items {
+		if n.Spec.Unschedulable {
+			continue
+		}
+		info.CPUs += int(n.Status.Allocatable.Cpu().Value())
+		info.MemoryMax += n.Status.Allocatable.Memory().Value()
+	}
+	return info, nil
+}
+
+// Prepare, Sweep: nothing is kept ahead of creates on Kubernetes.
+func (e *Engine) Prepare()                  {}
+func (e *Engine) Sweep(context.Context) int { return 0 }
+
+// Close stops the informer.
+func (e *Engine) Close(context.Context) {
+	e.closed.Do(func() {
+		close(e.stop)
+		e.factory.Shutdown()
+	})
+}
+
+// get returns the pod of an instance id or a worker's instance name:
+// from the cache, else from the API (a pod made an instant ago).
+func (e *Engine) get(ctx context.Context, ref string) (*corev1.Pod, error) {
+	if err := e.ready(ctx); err != nil {
+		return nil, err
+	}
+	name, uid := splitID(ref)
+	if uid == "" {
+		// A worker's instance name: the pod serving that worker.
+		worker, _ := cutInstanceName(name)
+		if objs, _ := e.index.ByIndex(indexWorker, worker); len(objs) > 0 {
+			return newest(objs), nil
+		}
+	} else if p, ok := e.cached(name); ok && p.UID == uid {
+		return p, nil
+	}
+	p, err := e.api.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, Classify(err)
+	}
+	if p.Labels[labelPrefix] != labelValue(e.p.Prefix) || p.Labels[labelManaged] != "true" {
+		return nil, engine.Wrap(engine.ErrNotFound, fmt.Errorf("pod %s is not one of this key prefix's workers", name))
+	}
+	if uid != "" && p.UID != uid {
+		return nil, engine.Wrap(engine.ErrNotFound, fmt.Errorf("pod %s is another incarnation (uid %s, not %s)", name, p.UID, uid))
+	}
+	if w, _ := cutInstanceName(name); uid == "" && workerOf(p) != w {
+		return nil, engine.Wrap(engine.ErrNotFound, fmt.Errorf("pod %s serves worker %s now", name, workerOf(p)))
+	}
+	return p, nil
+}
+
+// cached returns a pod of the informer's cache by name.
+func (e *Engine) cached(name string) (*corev1.Pod, bool) {
+	p, err := e.pods.Pods(e.ns).Get(name)
+	return p, err == nil
+}
+
+// waitFor waits until done holds, checked at every informer event.
+func (e *Engine) waitFor(ctx context.Context, done func() bool) error {
+	for {
+		e.mu.Lock()
+		ch := e.changed
+		e.mu.Unlock()
+		if done() {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return engine.Wrap(engine.ErrUnavailable, ctx.Err())
+		}
+	}
+}
+
+// newest is the most recently made of the pods in objs.
+func newest(objs []any) *corev1.Pod {
+	var best *corev1.Pod
+	for _, o := range objs {
+		p, ok := o.(*corev1.Pod)
+		if ok && (best == nil || p.CreationTimestamp.After(best.CreationTimestamp.Time)) {
+			best = p
+		}
+	}
+	return best
+}

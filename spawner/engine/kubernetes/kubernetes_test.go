@@ -1,0 +1,304 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/engine"
+)
+
+// These tests run the engine against client-go's fake clientset (an
+// object tracker with watches): what the engine asks of the API and how
+// it reads pods back. The same engine runs on a real cluster in the k8s
+// module's tests (make test-k8s).
+
+func newTest(t *testing.T) (*Engine, *fake.Clientset) {
+	t.Helper()
+	api := newFake()
+	e := New(Params{Client: api, Namespace: "agents", Prefix: "worker:test"})
+	t.Cleanup(func() { e.Close(context.Background()) })
+	return e, api
+}
+
+// newFake is a fake clientset that gives each object it creates a uid,
+// as the API server does.
+func newFake() *fake.Clientset {
+	api := fake.NewClientset()
+	n := 0
+	api.PrependReactor("create", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if obj, ok := a.(k8stesting.CreateAction).GetObject().(metav1.Object); ok {
+			n++
+			obj.SetUID(types.UID(fmt.Sprintf("uid-%d", n)))
+		}
+		return false, nil, nil
+	})
+	return api
+}
+
+func spec(worker string) engine.Spec {
+	return engine.Spec{Name: engine.InstanceName(worker), Image: "worker:abc", Env: []string{"WORKER_ID=" + worker, "A=b=c"},
+		Labels: map[string]string{protocol.LabelManaged: "true", protocol.LabelWorkerID: worker, protocol.LabelKeyPrefix: "worker:test",
+			protocol.LabelCreatedAt: "2026-12-02T01:00:00.000Z"},
+		User: "1000:1000", StopTimeout: 30 * time.Second, Network: engine.Sealed,
+		Limits: engine.Limits{Memory: 2 << 30, CPUs: 1.5, Pids: 512},
+		Mounts: []engine.Mount{{HostPath: "/run/agentvisor/gateway/" + worker, Target: "/run/agentvisor"}, {Volume: "agentvisor-claude-p1", Target: "/home/worker"}}}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// setStatus writes a pod's status as the kubelet would.
+func setStatus(t *testing.T, api *fake.Clientset, name string, phase corev1.PodPhase, cs corev1.ContainerState) {
+	t.Helper()
+	c := context.Background()
+	p, err := api.CoreV1().Pods("agents").Get(c, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase = phase
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerName, State: cs}}
+	if _, err := api.CoreV1().Pods("agents").UpdateStatus(c, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventually waits for cond, which the informer makes true.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("%s: not within 5 s", what)
+}
+
+func TestCreateMakesAHardenedGatedPod(t *testing.T) {
+	e, api := newTest(t)
+	id, err := e.Create(ctx(t), spec("w1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := api.CoreV1().Pods("agents").Get(ctx(t), "agentvisor-w1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id != "agentvisor-w1/"+string(p.UID) {
+		t.Errorf("id %q, want name/uid of %s", id, p.UID)
+	}
+	s, c := p.Spec, p.Spec.Containers[0]
+	if len(s.SchedulingGates) != 1 || *s.AutomountServiceAccountToken || *s.EnableServiceLinks || s.RestartPolicy != corev1.RestartPolicyNever || s.HostNetwork {
+		t.Errorf("pod spec: gates %v, token %v, service links %v, restart %s, host network %v", s.SchedulingGates, *s.AutomountServiceAccountToken,
+			*s.EnableServiceLinks, s.RestartPolicy, s.HostNetwork)
+	}
+	if *s.SecurityContext.RunAsUser != 1000 || !*s.SecurityContext.RunAsNonRoot || *c.SecurityContext.AllowPrivilegeEscalation ||
+		len(c.SecurityContext.Capabilities.Drop) != 1 || c.SecurityContext.Capabilities.Drop[0] != "ALL" {
+		t.Errorf("security: %+v, %+v", s.SecurityContext, c.SecurityContext)
+	}
+	if *s.TerminationGracePeriodSeconds != 30 {
+		t.Errorf("grace %d, want the stop timeout", *s.TerminationGracePeriodSeconds)
+	}
+	if got := c.Resources.Limits.Memory().Value(); got != 2<<30 {
+		t.Errorf("memory limit %d", got)
+	}
+	if got := c.Resources.Limits.Cpu().MilliValue(); got != 1500 {
+		t.Errorf("cpu limit %dm", got)
+	}
+	if got := c.Resources.Requests.Cpu().MilliValue(); got != 150 {
+		t.Errorf("cpu request %dm, want a tenth of the limit", got)
+	}
+	if len(c.Env) != 2 || c.Env[1].Name != "A" || c.Env[1].Value != "b=c" {
+		t.Errorf("env %v", c.Env)
+	}
+	if len(s.Volumes) != 2 || s.Volumes[0].HostPath == nil || s.Volumes[1].EmptyDir == nil {
+		t.Errorf("volumes %+v: the gateway's directory from the node, the project volume an emptyDir (no storage class)", s.Volumes)
+	}
+	if p.Labels[labelPrefix] == "worker:test" || p.Labels[labelPrefix] == "" {
+		t.Errorf("prefix label %q: a colon is no label value, a hash stands for it", p.Labels[labelPrefix])
+	}
+	in, err := e.Inspect(ctx(t), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.State != engine.Created || in.Worker != "w1" || in.Labels[protocol.LabelCreatedAt] != "2026-12-02T01:00:00.000Z" {
+		t.Errorf("inspect: %+v", in)
+	}
+	if _, err := e.Create(ctx(t), spec("w1")); !errors.Is(err, engine.ErrConflict) {
+		t.Errorf("a second create of one name: %v, want ErrConflict", err)
+	}
+}
+
+func TestStartLiftsTheGate(t *testing.T) {
+	e, api := newTest(t)
+	id, err := e.Create(ctx(t), spec("w1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.Start(ctx(t), id); err != nil || got != id {
+		t.Fatalf("start: %q, %v", got, err)
+	}
+	p, _ := api.CoreV1().Pods("agents").Get(ctx(t), "agentvisor-w1", metav1.GetOptions{})
+	if len(p.Spec.SchedulingGates) != 0 {
+		t.Fatalf("gates after start: %v", p.Spec.SchedulingGates)
+	}
+	eventually(t, "running", func() bool { in, _ := e.Inspect(ctx(t), id); return in.State == engine.Running })
+	if _, err := e.Start(ctx(t), id); err != nil {
+		t.Errorf("a second start: %v", err)
+	}
+}
+
+func TestWatchTellsEnds(t *testing.T) {
+	e, api := newTest(t)
+	for _, w := range []string{"w1", "w2", "w3"} {
+		id, err := e.Create(ctx(t), spec(w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Start(ctx(t), id); err != nil {
+			t.Fatal(err)
+		}
+		setStatus(t, api, engine.InstanceName(w), corev1.PodRunning, corev1.ContainerState{Running: &corev1.ContainerStateRunning{}})
+	}
+	events, _ := e.Watch(ctx(t), time.Now())
+	next := func() engine.Event {
+		t.Helper()
+		select {
+		case ev := <-events:
+			return ev
+		case <-time.After(5 * time.Second):
+			t.Fatal("no event within 5 s")
+			return engine.Event{}
+		}
+	}
+	setStatus(t, api, "agentvisor-w1", corev1.PodFailed, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 3}})
+	if ev := next(); ev != (engine.Event{Kind: engine.EventDied, Worker: "w1", ExitCode: 3}) {
+		t.Errorf("exit 3: %+v", ev)
+	}
+	setStatus(t, api, "agentvisor-w2", corev1.PodFailed, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}})
+	if ev := next(); ev.Kind != engine.EventOOM || ev.Worker != "w2" {
+		t.Errorf("oom: %+v", ev)
+	}
+	if ev := next(); ev.Kind != engine.EventDied || ev.ExitCode != 137 {
+		t.Errorf("oom's die: %+v", ev)
+	}
+	if err := api.CoreV1().Pods("agents").Delete(ctx(t), "agentvisor-w3", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(); ev != (engine.Event{Kind: engine.EventDied, Worker: "w3", ExitCode: exitKilled}) {
+		t.Errorf("a running pod deleted by someone else: %+v", ev)
+	}
+	// An ended pod removed is not told twice.
+	if err := e.Remove(ctx(t), engine.InstanceName("w1")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-events:
+		t.Errorf("an event for a pod told ended already: %+v", ev)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+func TestAnImageThatCannotStartEnds(t *testing.T) {
+	e, api := newTest(t)
+	id, _ := e.Create(ctx(t), spec("w1"))
+	_, _ = e.Start(ctx(t), id)
+	setStatus(t, api, "agentvisor-w1", corev1.PodPending, corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImageNeverPull"}})
+	eventually(t, "exited", func() bool {
+		in, _ := e.Inspect(ctx(t), id)
+		return in.State == engine.Exited && in.ExitCode == exitNeverStarted
+	})
+}
+
+func TestRenameGivesThePodToAnotherWorker(t *testing.T) {
+	e, _ := newTest(t)
+	id, _ := e.Create(ctx(t), spec("warm1"))
+	if err := e.Rename(ctx(t), id, "w9"); err != nil {
+		t.Fatal(err)
+	}
+	in, err := e.Inspect(ctx(t), engine.InstanceName("w9"))
+	if err != nil || in.ID != id || in.Worker != "w9" || in.Labels[protocol.LabelWorkerID] != "w9" {
+		t.Fatalf("by the new worker: %+v, %v", in, err)
+	}
+	if _, err := e.Inspect(ctx(t), engine.InstanceName("warm1")); !errors.Is(err, engine.ErrNotFound) {
+		t.Errorf("by the old worker: %v, want ErrNotFound", err)
+	}
+	list, _ := e.List(ctx(t), engine.Filter{})
+	if len(list) != 1 || list[0].Worker != "w9" {
+		t.Errorf("list: %+v", list)
+	}
+}
+
+func TestNoFreezeAndRemove(t *testing.T) {
+	e, _ := newTest(t)
+	id, _ := e.Create(ctx(t), spec("w1"))
+	if e.Suspends() {
+		t.Error("Suspends: a pod cannot be frozen")
+	}
+	if err := e.Suspend(ctx(t), id); !errors.Is(err, engine.ErrUnsupported) {
+		t.Errorf("suspend: %v", err)
+	}
+	if err := e.Resume(ctx(t), id); err != nil {
+		t.Errorf("resume of a pod that exists: %v", err)
+	}
+	if err := e.Remove(ctx(t), id); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "gone", func() bool { _, err := e.Inspect(ctx(t), id); return errors.Is(err, engine.ErrNotFound) })
+	if err := e.Remove(ctx(t), id); !errors.Is(err, engine.ErrNotFound) {
+		t.Errorf("a second remove: %v", err)
+	}
+	// A pod made again under the same name is another incarnation: the
+	// old id does not reach it.
+	again, _ := e.Create(ctx(t), spec("w1"))
+	if again == id {
+		t.Fatalf("the same id for two incarnations: %s", id)
+	}
+	if err := e.Remove(ctx(t), id); !errors.Is(err, engine.ErrNotFound) {
+		t.Errorf("remove by the old incarnation's id: %v", err)
+	}
+	if _, err := e.Inspect(ctx(t), again); err != nil {
+		t.Errorf("the new incarnation: %v", err)
+	}
+}
+
+func TestClaimsWithAStorageClass(t *testing.T) {
+	api := newFake()
+	e := New(Params{Client: api, Namespace: "agents", Prefix: "worker", StorageClass: "fast"})
+	defer e.Close(context.Background())
+	s := spec("w1")
+	s.Mounts[1].Labels = map[string]string{protocol.LabelManaged: "true", "io.agentvisor.project_id": "p1"}
+	if _, err := e.Create(ctx(t), s); err != nil {
+		t.Fatal(err)
+	}
+	vols, err := e.Volumes(ctx(t))
+	if err != nil || len(vols) != 1 || vols[0].Name != "agentvisor-claude-p1" || vols[0].Labels["io.agentvisor.project_id"] != "p1" {
+		t.Fatalf("volumes: %+v, %v", vols, err)
+	}
+	id, _ := e.Inspect(ctx(t), engine.InstanceName("w1"))
+	_, _ = e.Start(ctx(t), id.ID)
+	setStatus(t, api, "agentvisor-w1", corev1.PodRunning, corev1.ContainerState{Running: &corev1.ContainerStateRunning{}})
+	eventually(t, "running", func() bool { in, _ := e.Inspect(ctx(t), id.ID); return in.State == engine.Running })
+	if err := e.RemoveVolume(ctx(t), "agentvisor-claude-p1", false); !errors.Is(err, engine.ErrConflict) {
+		t.Fatalf("remove a claim a running pod mounts: %v, want ErrConflict", err)
+	}
+	if err := e.RemoveVolume(ctx(t), "agentvisor-claude-p1", true); err != nil {
+		t.Fatalf("remove it by force: %v", err)
+	}
+	if err := e.RemoveVolume(ctx(t), "agentvisor-claude-p1", false); err != nil {
+		t.Errorf("remove a claim gone: %v", err)
+	}
+}
