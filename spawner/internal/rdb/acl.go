@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
@@ -84,11 +87,18 @@ func (r *RDB) ACLSupported(ctx context.Context) (bool, error) {
 	if err == nil {
 		return true, nil
 	}
-	msg := strings.ToLower(err.Error())
-	if strings.Contains(msg, "unknown command") || strings.Contains(msg, "noperm") || strings.Contains(msg, "no permissions") {
+	if redis.HasErrorPrefix(err, "NOPERM") || unknownCommand(err) {
 		return false, nil
 	}
 	return false, err
+}
+
+// unknownCommand reports whether err is a Redis server's reply that it
+// has no such command (a Redis before 6 asked for ACL). That reply has no
+// code of its own: it is an ERR whose message says so.
+func unknownCommand(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && redis.HasErrorPrefix(err, "ERR") && strings.Contains(strings.ToLower(re.Error()), "unknown command")
 }
 
 // SetWorkerUser creates (or resets) a worker's user with its password and

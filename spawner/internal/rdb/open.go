@@ -51,9 +51,10 @@ func authRefused(err error) bool {
 	if !errors.As(err, &re) {
 		return false
 	}
-	msg := re.Error()
-	return strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "WRONGPASS") ||
-		strings.Contains(strings.ToLower(msg), "authentication required")
+	// A Redis before 6 answers "ERR ... authentication required" (no code
+	// of its own); 6 and later NOAUTH or WRONGPASS.
+	return redis.HasErrorPrefix(err, "NOAUTH") || redis.HasErrorPrefix(err, "WRONGPASS") ||
+		strings.Contains(strings.ToLower(re.Error()), "authentication required")
 }
 
 // Ping checks the connection.
