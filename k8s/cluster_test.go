@@ -23,7 +23,7 @@ const clusterEnv = "/run/agentvisor-k8s/cluster.env"
 // cluster reads the settings of the running cluster; without one the
 // test fails (these tests need `make k8s`: `make test-k8s` starts it and
 // runs them; the module is not among make test's).
-func cluster(t *testing.T) map[string]string {
+func cluster(t testing.TB) map[string]string {
 	t.Helper()
 	f, err := os.Open(clusterEnv)
 	if err != nil {
@@ -45,7 +45,7 @@ func cluster(t *testing.T) map[string]string {
 
 // kubectl runs the cluster's own kubectl with the admin kubeconfig and
 // returns its standard output.
-func kubectl(t *testing.T, env map[string]string, stdin []byte, args ...string) []byte {
+func kubectl(t testing.TB, env map[string]string, stdin []byte, args ...string) []byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -40,7 +40,7 @@ var (
 
 // build makes the fake agent's base image, worker-manager and
 // worker-gateway, once.
-func build(t *testing.T) {
+func build(t testing.TB) {
 	t.Helper()
 	buildOnce.Do(func() {
 		if buildErr = testkit.BuildFakeAgentImage(fakeBase, "worker-base-k8s"); buildErr != nil {
@@ -72,7 +72,7 @@ func build(t *testing.T) {
 // deployment is one worker-manager on the cluster, in a namespace and
 // under a key prefix of its own, and the clients of its Redis.
 type deployment struct {
-	t        *testing.T
+	t        testing.TB
 	env      map[string]string
 	ns       string
 	keys     protocol.Keys
@@ -88,7 +88,7 @@ type deployment struct {
 // deploy starts a worker-manager on the cluster. Sealed, its workers are
 // on the pod network with a worker-gateway on this machine (the node) as
 // their only way out; else on the node's network (host).
-func deploy(t *testing.T, sealed bool) *deployment {
+func deploy(t testing.TB, sealed bool) *deployment {
 	t.Helper()
 	env := cluster(t)
 	build(t)
