@@ -9,6 +9,7 @@
 #   make images  build the OS base and worker-base images
 #   make config-docs  regenerate docs/configuration.md's tables from the code
 #   make k8s     a Kubernetes cluster of one node on this machine (make k8s-down removes it)
+#   make test-k8s  the tests of workers as pods on that cluster
 
 SHELL      := /bin/bash
 GO         ?= go
@@ -111,13 +112,14 @@ test-faults:
 # module holds the fleet's scale curve (three engines, up to 300 workers).
 # BENCH=<regexp> runs only the benchmarks it matches and keeps the other
 # figures of the previous run (.cache/bench.txt), saying so in
-# BENCHMARKS.md.
+# BENCHMARKS.md. The k8s module's figures need the local cluster, which
+# bench starts (make k8s).
 BENCH ?= .
-bench: setup
+bench: setup k8s
 	@mkdir -p .cache
 	@if [ '$(BENCH)' = . ]; then rm -f .cache/bench.txt; else echo "# make bench BENCH=$(BENCH) $$(date -u +%FT%RZ)" >>.cache/bench.txt; fi
 	@set -o pipefail; status=0; \
-	for m in $(MODULES) faults; do \
+	for m in $(MODULES) faults k8s; do \
 	  echo "== go test -bench '$(BENCH)' $$m"; \
 	  (cd $$m && $(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=1x -timeout 60m ./...) 2>&1 | tee -a .cache/bench.txt || status=1; \
 	done; \
@@ -145,8 +147,10 @@ fleet: setup
 # docs/kubernetes.md): etcd, the API server, scheduler, controller manager,
 # a containerd of its own and a kubelet, the binaries built once into
 # .cache/k8s; the worker images loaded from Docker. `make k8s-down` stops
-# it and removes all it made. `make test-k8s` is its smoke test (not part
-# of `make test`): it starts the cluster when it does not run.
+# it and removes all it made. `make test-k8s` runs the k8s module's tests
+# on it (the cluster's smoke test, then worker-manager with
+# WORKER_ENGINE=kubernetes end to end); it starts the cluster when it does
+# not run. It is not part of `make test`: .ci/run runs it after.
 k8s: setup
 	@bash scripts/k8s.sh up
 
@@ -156,7 +160,7 @@ k8s-down:
 test-k8s: k8s
 	@bad=$$(gofmt -l k8s); if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
 	@echo "== go test k8s (the local cluster's smoke test)"
-	@cd k8s && $(GO) vet ./... && $(GO) test -count=1 -v -timeout 10m ./...
+	@cd k8s && $(GO) vet ./... && $(GO) test -count=1 -v -timeout 20m ./...
 
 # The shape of the production code: the types with the most methods, the
 # functions over 100 lines and files over 600, and the Docker SDK's

@@ -10,6 +10,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
@@ -17,8 +22,8 @@ import (
 // `make k8s` (make bench runs it with -benchtime=1x):
 //
 //   - create → the wrapper's started event, against a bare pod of the
-//     same image made and watched to Running by the same cluster
-//     (kubectl apply, then its watch; the same image is on the node);
+//     same image made with client-go and watched to Running on the same
+//     cluster (the image on the node already);
 //   - a task on a hibernated worker (the wake: a new pod) → its output,
 //     against the same task on a worker whose pod runs;
 //   - the manager's RSS at rest with its workers made.
@@ -85,19 +90,51 @@ func (d *deployment) waitEvent(worker string, ev protocol.Event, within time.Dur
 	return time.Time{}
 }
 
-// barePod makes a pod of image that sleeps, waits until it runs (the
-// watch of kubectl wait) and returns how long that took; the pod goes.
+// barePod makes a pod of image that sleeps with client-go (as the
+// engine does), watches it until it runs and returns how long that took;
+// the pod goes.
 func (d *deployment) barePod(name, image string) float64 {
 	d.t.Helper()
-	manifest := fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q,"namespace":%q},
-"spec":{"restartPolicy":"Never","automountServiceAccountToken":false,"hostNetwork":true,
-"securityContext":{"runAsUser":1000,"runAsNonRoot":true},
-"containers":[{"name":"c","image":%q,"imagePullPolicy":"Never","command":["/bin/sleep","600"]}]}}`, name, d.ns, image)
+	cfg, err := clientcmd.BuildConfigFromFlags("", d.env["KUBECONFIG"])
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	api, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pods := api.CoreV1().Pods(d.ns)
+	// One call first, so that the connection is open as the engine's is.
+	if _, err := pods.List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		d.t.Fatal(err)
+	}
+	uid, no := int64(1000), false
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, AutomountServiceAccountToken: &no, HostNetwork: true,
+			SecurityContext: &corev1.PodSecurityContext{RunAsUser: &uid},
+			Containers:      []corev1.Container{{Name: "c", Image: image, ImagePullPolicy: corev1.PullNever, Command: []string{"/bin/sleep", "600"}}}}}
 	t0 := time.Now()
-	kubectl(d.t, d.env, []byte(manifest), "create", "-f", "-")
-	kubectl(d.t, d.env, nil, "wait", "--for=jsonpath={.status.phase}=Running", "pod/"+name, "-n", d.ns, "--timeout=2m")
+	w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer w.Stop()
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		d.t.Fatal(err)
+	}
+	for ev := range w.ResultChan() {
+		if p, ok := ev.Object.(*corev1.Pod); ok && p.Status.Phase == corev1.PodRunning {
+			break
+		}
+	}
 	took := ms(time.Since(t0))
-	kubectl(d.t, d.env, nil, "delete", "pod", name, "-n", d.ns, "--grace-period=0", "--force")
+	if ctx.Err() != nil {
+		d.t.Fatalf("bare pod %s: not running within 2 min", name)
+	}
+	grace := int64(0)
+	_ = pods.Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
 	return took
 }
 

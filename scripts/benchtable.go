@@ -145,6 +145,11 @@ var rows = slices.Concat([]row{
 		[]string{"fleet-10-manager-rss-max-MB"}, "the same at 10 workers"},
 	{"Fleet of 3 hosts, 300 workers: registration, the manager's share of a create (create → reply less the engine's container create + start, timed by an API proxy), p95",
 		"fleet-300-registration-p95-ms", "ms", "< 100 ms", below(100), []string{"fleet-10-registration-p95-ms"}, "the same at 10 workers"},
+	{"Kubernetes (make k8s's one node): create → the wrapper's started, median of 5", "k8s-create-to-started-median-ms", "ms", "ratio ≤ 1.5", ratioAtMost(1.5),
+		[]string{"baseline-k8s-bare-pod-running-median-ms"}, "a bare pod of the same image and hardening made with client-go and watched to Running, median of 5"},
+	{"Kubernetes: a task on a hibernated worker (the pause after its output hibernated it: the wake makes a pod) → its output, median of 5", "k8s-wake-task-median-ms", "ms", "< 1000 ms", below(1000),
+		[]string{"baseline-k8s-running-task-median-ms"}, "the same task on the worker while its pod ran, median of 5"},
+	{"Kubernetes: the manager's RSS at rest, 6 workers made", "k8s-manager-rss-MB", "MB", "< 60 MB", below(60), nil, ""},
 	{"Fleet of 3 hosts, 300 workers: create → reply, p95", "fleet-300-create-p95-ms", "ms", "ratio ≤ 1.3", ratioAtMost(1.3),
 		[]string{"fleet-300-bare-create-start-p95-ms"}, "a bare container create + start of the same image on the same engines, p95"},
 })

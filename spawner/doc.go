@@ -11,9 +11,11 @@
 //   - engine is the seam to what runs worker instances: the Engine
 //     interface in the runtime's words, an instance's spec and state, and
 //     the sentinel errors an engine's errors wrap.
-//   - engine/docker implements Engine over one Docker engine, the only
-//     implementation today, with the spare network namespaces of sealed
-//     workers; its dockertest is an in-memory Docker engine for unit tests.
+//   - engine/docker implements Engine over one Docker engine, with the
+//     spare network namespaces of sealed workers; its dockertest is an
+//     in-memory Docker engine for unit tests.
+//   - engine/kubernetes implements Engine over a Kubernetes cluster: a
+//     pod per worker incarnation, read through an informer.
 //   - images builds worker images from their recipe hash (Builder) and
 //     removes the stale ones (GC).
 //   - ops is the worker-manager's operator endpoint: /metrics and the
