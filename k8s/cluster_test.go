@@ -81,8 +81,8 @@ func TestNodeReady(t *testing.T) {
 		t.Errorf("node %s is not Ready: %+v", env["NODE_NAME"], node.Status.Conditions)
 	}
 	for _, a := range node.Status.Addresses {
-		if a.Type == "InternalIP" && a.Address != env["BRIDGE_IP"] {
-			t.Errorf("the node's address is %s, want the pod bridge's %s", a.Address, env["BRIDGE_IP"])
+		if a.Type == "InternalIP" && a.Address != env["NODE_IP"] {
+			t.Errorf("the node's address is %s, want its dummy interface's %s", a.Address, env["NODE_IP"])
 		}
 	}
 }
@@ -98,6 +98,9 @@ routes=$(awk 'NR > 1 && $1 != "lo" {print $2}' /proc/net/route | sort -u)
 [ "$routes" = "$POD_NET_HEX" ] || fail "routes: $routes, want only $POD_NET_HEX"
 # The API server listens on the host's loopback only: not on the bridge.
 if (exec 3<>"/dev/tcp/$BRIDGE_IP/$APISERVER_PORT") 2>/dev/null; then fail "the API server answers on $BRIDGE_IP"; fi
+# The kubelet listens on the node's address, which no pod has a route to.
+if (exec 3<>"/dev/tcp/$NODE_IP/$KUBELET_PORT") 2>/dev/null; then fail "the kubelet answers a pod on $NODE_IP"; fi
+if (exec 3<>"/dev/tcp/$BRIDGE_IP/$KUBELET_PORT") 2>/dev/null; then fail "the kubelet answers a pod on $BRIDGE_IP"; fi
 echo "smoke ok"
 `
 
@@ -132,6 +135,8 @@ func TestWorkerPodRunsToCompletion(t *testing.T) {
 				"env": []any{
 					map[string]any{"name": "POD_NET_HEX", "value": podNetHex},
 					map[string]any{"name": "BRIDGE_IP", "value": env["BRIDGE_IP"]},
+					map[string]any{"name": "NODE_IP", "value": env["NODE_IP"]},
+					map[string]any{"name": "KUBELET_PORT", "value": env["KUBELET_PORT"]},
 					map[string]any{"name": "APISERVER_PORT", "value": env["APISERVER_PORT"]},
 				},
 				"securityContext": map[string]any{
@@ -201,7 +206,7 @@ func TestListenersOnLoopback(t *testing.T) {
 		{"kube-controller-manager", env["CONTROLLER_MANAGER_PORT"], "127.0.0.1"},
 		{"kube-scheduler", env["SCHEDULER_PORT"], "127.0.0.1"},
 		{"kubelet healthz", env["KUBELET_HEALTHZ_PORT"], "127.0.0.1"},
-		{"kubelet", env["KUBELET_PORT"], env["BRIDGE_IP"]},
+		{"kubelet", env["KUBELET_PORT"], env["NODE_IP"]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			port, err := strconv.Atoi(tc.port)

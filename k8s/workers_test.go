@@ -436,6 +436,8 @@ check() { if (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; then echo "reached: $3 ($1:
 check "$BRIDGE_IP" "$APISERVER_PORT" "the API server on the node's address"
 check 127.0.0.1 "$APISERVER_PORT" "the API server on loopback"
 check 10.214.0.1 443 "the API server's service address"
+check "$NODE_IP" "$KUBELET_PORT" "the kubelet on the node's address"
+check "$BRIDGE_IP" "$KUBELET_PORT" "the kubelet on the bridge's address"
 check 127.0.0.1 "$REDIS_PORT" "Redis over TCP on the pod's loopback"
 check "$BRIDGE_IP" "$REDIS_PORT" "Redis over TCP on the node's address"
 default=$(awk 'NR > 1 && $2 == "00000000" {n++} END {print n+0}' /proc/net/route)
@@ -446,7 +448,8 @@ echo "probe done"
 // A sealed worker on Kubernetes: its pod on the pod network, its way out
 // the gateway's sockets mounted from the node; a task answered through
 // them; and, probed from inside the pod as its agent's user, no
-// service-account token, no API server, no Redis over TCP, no route out.
+// service-account token, no API server, no kubelet, no Redis over TCP,
+// no route out.
 func TestSealedWorkerPod(t *testing.T) {
 	d := deploy(t, true)
 	id := d.create(protocol.WorkerSpec{AgentType: protocol.AgentClaude, Kind: protocol.KindLongLived})
@@ -469,7 +472,7 @@ func TestSealedWorkerPod(t *testing.T) {
 	}
 	d.waitStatus(id, protocol.StatusFieldState, string(protocol.WorkerBusy), 2*time.Minute)
 	_, redisPort, _ := strings.Cut(strings.TrimPrefix(d.rc.Options().Addr, "127.0.0.1"), ":")
-	probe := "BRIDGE_IP=" + d.env["BRIDGE_IP"] + " APISERVER_PORT=" + d.env["APISERVER_PORT"] + " REDIS_PORT=" + redisPort + "\n" + escapeProbe
+	probe := "BRIDGE_IP=" + d.env["BRIDGE_IP"] + " APISERVER_PORT=" + d.env["APISERVER_PORT"] + " NODE_IP=" + d.env["NODE_IP"] + " KUBELET_PORT=" + d.env["KUBELET_PORT"] + " REDIS_PORT=" + redisPort + "\n" + escapeProbe
 	got := string(kubectl(t, d.env, []byte(probe), "exec", "-i", "-n", d.ns, "agentvisor-"+id, "--", "/bin/bash", "-s"))
 	t.Logf("probe:\n%s", got)
 	if !strings.Contains(got, "probe done") {

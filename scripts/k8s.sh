@@ -11,10 +11,10 @@
 # kube-scheduler (built by scripts/k8s-build.sh from the Go module proxy,
 # cached in .cache/k8s), a containerd of its own (Debian's, its own
 # config, socket, root and state: never Docker's containerd) and a kubelet.
-# Everything listens on loopback, but the kubelet, which listens on the pod
-# bridge's address (a node's address cannot be loopback). Pods get
-# addresses on a bridge of their own with no route beyond it: no default
-# route in the pods, no masquerade, no iptables rule. Images come from the
+# Everything listens on loopback, but the kubelet, which listens on the
+# node's address (a node's address cannot be loopback): a second address
+# of the pod bridge, outside the pod subnet, which pods have no route to. Pods get addresses on a bridge of their own with no route
+# beyond it: no default route in the pods, no masquerade, no iptables rule. Images come from the
 # Docker engine (docker save | ctr import), never from a registry; the pods'
 # sandbox image is the project's own pause program (k8s/cmd/k8s-pause).
 #
@@ -54,6 +54,10 @@ CRI_STREAM_PORT=17010
 # get 10.213.0.2-254 and no route but their own subnet. Services get
 # addresses from 10.214.0.0/24, which nothing routes (no kube-proxy).
 BRIDGE=avk8s0
+# The node's address: a second address of the bridge, outside POD_CIDR,
+# so that no pod reaches the kubelet's API (a pod's one route is its
+# subnet).
+NODE_IP=10.213.1.1
 POD_CIDR=10.213.0.0/24
 BRIDGE_IP=10.213.0.1
 SERVICE_CIDR=10.214.0.0/24
@@ -270,7 +274,7 @@ EOF
 # Written by scripts/k8s.sh.
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: $BRIDGE_IP
+address: $NODE_IP
 port: $KUBELET_PORT
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
@@ -378,6 +382,10 @@ up() {
     ip addr add "$BRIDGE_IP/${POD_CIDR#*/}" dev "$BRIDGE"
     ip link set "$BRIDGE" up
   fi
+  if ! ip -o addr show dev "$BRIDGE" | grep -q " $NODE_IP/32 "; then
+    log "giving the bridge the node's address $NODE_IP/32 (the kubelet's, outside $POD_CIDR: no pod has a route to it)"
+    ip addr add "$NODE_IP/32" dev "$BRIDGE"
+  fi
 
   start etcd etcd --name agentvisor-k8s --data-dir "$DATA/etcd" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
@@ -432,7 +440,7 @@ up() {
   fi
   start kubelet "$BIN/kubelet" --config "$DATA/kubelet.yaml" --kubeconfig "$DATA/kubelet.kubeconfig" \
     --root-dir "$DATA/kubelet" --cert-dir "$DATA/kubelet/pki" \
-    --hostname-override "$NODE_NAME" --node-ip "$BRIDGE_IP"
+    --hostname-override "$NODE_NAME" --node-ip "$NODE_IP"
   log "waiting for the node $NODE_NAME to be Ready"
   wait_for kubelet 120 kubectl_admin wait --for=condition=Ready "node/$NODE_NAME" --timeout=2s
   wait_for kube-controller-manager 60 kubectl_admin get serviceaccount default -n default
@@ -445,6 +453,7 @@ NODE_NAME=$NODE_NAME
 POD_CIDR=$POD_CIDR
 BRIDGE=$BRIDGE
 BRIDGE_IP=$BRIDGE_IP
+NODE_IP=$NODE_IP
 SERVICE_CIDR=$SERVICE_CIDR
 APISERVER_PORT=$APISERVER_PORT
 ETCD_PORT=$ETCD_PORT
