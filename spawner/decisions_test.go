@@ -125,11 +125,11 @@ func TestPauseWithoutAFreeze(t *testing.T) {
 	u := newUnitOf(t, nil, true)
 	ctx := context.Background()
 
-	u.worker(t, "per-task", "running", u.now())
-	if err := u.s.Pause(ctx, "per-task"); err != nil {
+	u.worker(t, "no-spec", "running", u.now())
+	if err := u.s.Pause(ctx, "no-spec"); err != nil {
 		t.Fatalf("pause a worker that cannot hibernate: %v", err)
 	}
-	if c, err := u.d.ContainerInspect(ctx, ContainerName("per-task")); err != nil || c.State.Paused || !c.State.Running {
+	if c, err := u.d.ContainerInspect(ctx, ContainerName("no-spec")); err != nil || c.State.Paused || !c.State.Running {
 		t.Errorf("it should run on, idle: %+v, %v", c.State, err)
 	}
 
@@ -152,7 +152,7 @@ func TestPauseWithoutAFreeze(t *testing.T) {
 	if st[protocol.StatusFieldState] != string(protocol.WorkerHibernated) {
 		t.Errorf("status %v, want hibernated", st)
 	}
-	if err := u.s.Unpause(ctx, "per-task"); err != nil {
+	if err := u.s.Unpause(ctx, "no-spec"); err != nil {
 		t.Errorf("unpause a worker that runs: %v", err)
 	}
 }

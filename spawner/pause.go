@@ -20,7 +20,8 @@ import (
 // On an engine that cannot freeze (Kubernetes), a pause gives back what
 // a frozen worker would keep: a worker that can hibernate is hibernated
 // (its pod goes, its identity stays; the next task wakes it), and one
-// that cannot (a per-task or warm pool worker) stays running idle.
+// that cannot (a developer worker, a warm pool's, one without its spec)
+// stays running idle.
 func (s *Spawner) Pause(ctx context.Context, id string) error {
 	c, err := s.inst.find(ctx, id)
 	if err != nil {

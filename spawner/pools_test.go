@@ -416,3 +416,28 @@ func TestPoolBackfill(t *testing.T) {
 		t.Error("a pool not configured here got a member set")
 	}
 }
+
+// On an engine that cannot freeze, an idle worker that cannot hibernate
+// is not paused: it is retired once idle past IDLE_TIMEOUT and
+// PAUSE_TIMEOUT together, when a paused one would have been.
+func TestTimeoutsWithoutAFreeze(t *testing.T) {
+	u := newUnit(t, nil)
+	ctx := context.Background()
+	var paused []string
+	rt := &retiresFake{}
+	to := newTimeouts(timeoutsParams{env: u.s.env, workers: rt, noFreeze: true,
+		pause:    func(_ context.Context, id string) error { paused = append(paused, id); return nil },
+		interval: time.Second, idle: 10 * time.Minute, paused: 30 * time.Minute})
+	idle := func(ago time.Duration) map[string]string {
+		return map[string]string{protocol.StatusFieldContainer: "running", protocol.StatusFieldState: "idle",
+			protocol.StatusFieldKind: string(protocol.KindDeveloper), protocol.StatusFieldUpdatedAt: protocol.FormatTime(u.now().Add(-ago))}
+	}
+	to.check(ctx, "w11", idle(11*time.Minute))
+	to.check(ctx, "w41", idle(41*time.Minute))
+	if len(paused) != 0 {
+		t.Errorf("paused %v: nothing is paused on an engine that cannot freeze", paused)
+	}
+	if !slices.Equal(rt.ids, []string{"w41"}) {
+		t.Errorf("retired %v, want [w41] (idle past 10m + 30m)", rt.ids)
+	}
+}

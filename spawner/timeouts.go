@@ -31,10 +31,10 @@ type timeoutsParams struct {
 	paused          time.Duration            // PAUSE_TIMEOUT
 	hibernateAfter  time.Duration            // HIBERNATE_AFTER (0: only the pause timeout hibernates)
 	poolIdle        map[string]time.Duration // a pool's idle_timeout, by pool name
-	// suspends is the engine's Suspends: where it cannot freeze, a worker
-	// that cannot hibernate is not paused but retired once idle past its
-	// idle and pause timeouts together.
-	suspends bool
+	// noFreeze says the engine cannot freeze (its Suspends is false):
+	// then a worker that cannot hibernate is not paused but retired once
+	// idle past its idle and pause timeouts together.
+	noFreeze bool
 }
 
 func newTimeouts(p timeoutsParams) *Timeouts { return &Timeouts{timeoutsParams: p} }
@@ -79,7 +79,7 @@ func (t *Timeouts) check(ctx context.Context, id string, h map[string]string) {
 	}
 	paused := h[protocol.StatusFieldContainer] == string(protocol.ContainerPaused)
 	idle := h[protocol.StatusFieldContainer] == string(protocol.ContainerRunning) && h[protocol.StatusFieldState] == string(protocol.WorkerIdle)
-	if !t.suspends && idle && !hibernatable(h) {
+	if t.noFreeze && idle && !hibernatable(h) {
 		// It would have been paused at idleAfter: it counts as paused since.
 		idle, paused, since = false, since > idleAfter, since-idleAfter
 	}

@@ -77,7 +77,7 @@ func (p parts) timeouts() *Timeouts {
 	hibernate := func(ctx context.Context, id, reason string) error { return p.s.hibernate(ctx, id, reason, false) }
 	return newTimeouts(timeoutsParams{env: p.s.env, workers: p.s, pause: p.s.Pause, hibernateWorker: hibernate,
 		interval: max(c.HeartbeatInterval/4, 100*time.Millisecond), idle: c.IdleTimeout, paused: c.PauseTimeout,
-		hibernateAfter: c.HibernateAfter, poolIdle: poolIdle(c.Pools), suspends: p.s.suspends()})
+		hibernateAfter: c.HibernateAfter, poolIdle: poolIdle(c.Pools), noFreeze: !p.s.suspends()})
 }
 
 func (p parts) reconciler() *Reconciler {
