@@ -90,6 +90,12 @@ type deployment struct {
 // their only way out; else on the node's network (host).
 func deploy(t testing.TB, sealed bool) *deployment {
 	t.Helper()
+	return deployWith(t, sealed, nil)
+}
+
+// deployWith is deploy with more of the manager's environment.
+func deployWith(t testing.TB, sealed bool, extra map[string]string) *deployment {
+	t.Helper()
 	env := cluster(t)
 	build(t)
 	r, rc := testkit.StartRedisClient(t)
@@ -110,6 +116,9 @@ func deploy(t testing.TB, sealed bool) *deployment {
 	}
 	if sealed {
 		menv["WORKER_NETWORK_MODE"], menv["GATEWAY_DIR"] = "sealed", d.startGateway(r.Addr)
+	}
+	for k, v := range extra {
+		menv[k] = v
 	}
 	d.log = filepath.Join(t.TempDir(), "manager.log")
 	f, err := os.Create(d.log)
@@ -238,8 +247,9 @@ func tail(s string, n int) string {
 // pod is what the tests read of a worker's pod.
 type pod struct {
 	Metadata struct {
-		Name string
-		UID  string
+		Name   string
+		UID    string
+		Labels map[string]string
 	}
 	Spec struct {
 		HostNetwork                  bool
@@ -480,5 +490,54 @@ func TestSealedWorkerPod(t *testing.T) {
 	}
 	if strings.Contains(got, "reached:") {
 		t.Error("a sealed worker's pod reached what it must not")
+	}
+}
+
+// A warm pool on Kubernetes: its warm worker waits as a running pod (no
+// pod can be paused), a create of its spec is given that pod, and once
+// the allocated worker has hibernated after its output, its wake is
+// backed by the next warm pod, which the engine gives to the woken
+// worker (a pod's name cannot change: the worker it serves is a label).
+func TestWarmPoolOnKubernetes(t *testing.T) {
+	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude, Kind: protocol.KindLongLived}
+	doc, _ := json.Marshal(spec)
+	d := deployWith(t, false, map[string]string{"POOLS": `[{"name":"p","spec":` + string(doc) + `,"min_warm":1,"max_total":4}]`})
+	warm := func() []string { return d.rc.SMembers(context.Background(), d.keys.Prefix+":pool:p:warm").Val() }
+	waitWarm := func() string {
+		t.Helper()
+		deadline := time.Now().Add(3 * time.Minute)
+		for len(warm()) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("no warm worker within 3 min (pods %+v)", d.pods())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		return warm()[0]
+	}
+	first := waitWarm()
+	id := d.create(spec)
+	if id != first {
+		t.Fatalf("the create made %s, not the warm worker %s", id, first)
+	}
+	if st := d.status(id); st[protocol.StatusFieldPoolState] != protocol.PoolAllocated {
+		t.Fatalf("pool state %q, want allocated", st[protocol.StatusFieldPoolState])
+	}
+	if out := d.run(id, "say hello", 2*time.Minute); out.Status != protocol.StatusComplete {
+		t.Fatalf("task on the allocated worker: %+v", out)
+	}
+	d.waitStatus(id, protocol.StatusFieldState, string(protocol.WorkerHibernated), time.Minute)
+	next := waitWarm()
+	if out := d.run(id, "again", 3*time.Minute); out.Status != protocol.StatusComplete {
+		t.Fatalf("task after the hibernation: %+v", out)
+	}
+	var serving []string
+	for _, p := range d.pods() {
+		if p.Metadata.Labels["io.agentvisor.serves"] != "" {
+			serving = append(serving, p.Metadata.Name+" serves "+p.Metadata.Labels["io.agentvisor.serves"])
+		}
+	}
+	want := "agentvisor-" + next + " serves " + id
+	if len(serving) != 1 || serving[0] != want {
+		t.Errorf("pods given to another worker: %v, want [%s]", serving, want)
 	}
 }
