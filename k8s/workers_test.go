@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -81,6 +82,7 @@ type deployment struct {
 	tasks    *client.Tasks
 	manager  *exec.Cmd
 	log      string
+	menv     map[string]string // the managers' environment
 	// gatewayLog is the sealed deployment's worker-gateway's log.
 	gatewayLog string
 }
@@ -120,15 +122,27 @@ func deployWith(t testing.TB, sealed bool, extra map[string]string) *deployment 
 	for k, v := range extra {
 		menv[k] = v
 	}
-	d.log = filepath.Join(t.TempDir(), "manager.log")
+	d.menv = menv
+	d.startManager("k8s-" + nonce)
+	return d
+}
+
+// startManager starts a worker-manager of the deployment as id; the
+// test's end stops it (SIGTERM: it hibernates or removes its workers).
+func (d *deployment) startManager(id string) {
+	t := d.t
+	t.Helper()
+	d.log = filepath.Join(t.TempDir(), "manager-"+id+".log")
 	f, err := os.Create(d.log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(managerBin)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
-	for k, v := range menv {
-		cmd.Env = append(cmd.Env, k+"="+v)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "MANAGER_ID=" + id}
+	for k, v := range d.menv {
+		if k != "MANAGER_ID" {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
 	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -136,10 +150,11 @@ func deployWith(t testing.TB, sealed bool, extra map[string]string) *deployment 
 		t.Fatal(err)
 	}
 	d.manager = cmd
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	log := d.log
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(time.Minute):
@@ -148,11 +163,10 @@ func deployWith(t testing.TB, sealed bool, extra map[string]string) *deployment 
 		}
 		f.Close()
 		if t.Failed() {
-			out, _ := os.ReadFile(d.log)
-			t.Logf("worker-manager's log:\n%s", tail(string(out), 60))
+			out, _ := os.ReadFile(log)
+			t.Logf("worker-manager %s's log:\n%s", id, tail(string(out), 60))
 		}
 	})
-	return d
 }
 
 // startGateway starts a worker-gateway relaying to the Redis at addr and
@@ -540,4 +554,169 @@ func TestWarmPoolOnKubernetes(t *testing.T) {
 	if len(serving) != 1 || serving[0] != want {
 		t.Errorf("pods given to another worker: %v, want [%s]", serving, want)
 	}
+}
+
+// The manager killed (SIGKILL) in the middle of creates, a second one
+// started: every create is answered once, and the pods are exactly the
+// workers made (a pod the dead manager left behind its start gate is
+// started or removed by the next one's reconciliation).
+func TestManagerKilledMidCreate(t *testing.T) {
+	d := deployWith(t, false, map[string]string{"LEASE_TTL": "3s", "CREATION_GRACE": "10s", "RECONCILE_INTERVAL": "2s"})
+	const n = 4
+	type answer struct {
+		id  string
+		err error
+	}
+	answers := make(chan answer, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude, Kind: protocol.KindLongLived}
+			rep, err := d.commands.Do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &spec})
+			if err == nil && rep.Worker != nil {
+				answers <- answer{id: rep.Worker.WorkerID}
+				return
+			}
+			answers <- answer{err: err}
+		}()
+	}
+	// Kill it as soon as its first pod exists.
+	d.waitPods("a first pod", 3*time.Minute, func(ps []pod) bool { return len(ps) > 0 })
+	_ = d.manager.Process.Kill()
+	d.startManager("second")
+
+	var made []string
+	for i := 0; i < n; i++ {
+		a := <-answers
+		if a.err != nil {
+			t.Logf("a create answered with an error: %v", a.err)
+			continue
+		}
+		made = append(made, a.id)
+	}
+	if len(made) == 0 {
+		t.Fatal("no create was carried out")
+	}
+	// Once the reconciliation has run, the pods are the workers made.
+	want := map[string]bool{}
+	for _, id := range made {
+		want["agentvisor-"+id] = true
+	}
+	d.waitPods("one pod per worker made, none else", 2*time.Minute, func(ps []pod) bool {
+		if len(ps) != len(want) {
+			return false
+		}
+		for _, p := range ps {
+			if !want[p.Metadata.Name] {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range made {
+		if out := d.run(id, "after the kill", 3*time.Minute); out.Status != protocol.StatusComplete {
+			t.Errorf("worker %s: %+v", id, out)
+		}
+	}
+	t.Logf("%d of %d creates made a worker; %d pods", len(made), n, len(d.pods()))
+}
+
+// The kubelet restarted while a task runs: the pod's containers outlive
+// it (containerd keeps them), and the task is answered, once, complete.
+func TestKubeletRestartedMidTask(t *testing.T) {
+	d := deploy(t, false)
+	id := d.create(protocol.WorkerSpec{AgentType: protocol.AgentClaude, Kind: protocol.KindLongLived})
+	d.waitPods("the worker's pod", time.Minute, func(ps []pod) bool { return len(ps) == 1 && ps[0].Status.Phase == "Running" })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sent, err := d.tasks.Send(ctx, id, protocol.Task{Prompt: "fake:sleep-8000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.waitStatus(id, protocol.StatusFieldState, string(protocol.WorkerBusy), time.Minute)
+	restartComponent(t, "kubelet", 0)
+	out, err := d.tasks.Await(ctx, sent, nil)
+	if err != nil || out.Status != protocol.StatusComplete {
+		t.Fatalf("the task across a kubelet restart: %+v, %v", out, err)
+	}
+	if ps := d.pods(); len(ps) != 1 || ps[0].Metadata.Name != "agentvisor-"+id {
+		t.Errorf("pods after the restart: %+v", ps)
+	}
+}
+
+// restartComponent kills one of the cluster's processes (SIGKILL), waits
+// down, and starts it again (k8s.sh up starts what does not run).
+func restartComponent(t testing.TB, name string, down time.Duration) {
+	t.Helper()
+	pid, err := os.ReadFile("/run/agentvisor-k8s/" + name + ".pid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := strconv.Atoi(strings.TrimSpace(string(pid)))
+	if err := syscall.Kill(p, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill %s (%d): %v", name, p, err)
+	}
+	time.Sleep(down)
+	up := exec.Command("bash", filepath.Join(testkit.Root(), "scripts", "k8s.sh"), "up")
+	if out, err := up.CombinedOutput(); err != nil {
+		t.Fatalf("k8s.sh up after killing %s: %v\n%s", name, err, out)
+	}
+}
+
+// The API server killed while creates are in flight and down for 5 s:
+// every create is answered once (made, or refused with an error), the
+// pods are exactly the workers made, and each of those serves a task.
+func TestAPIServerRestartedDuringCreates(t *testing.T) {
+	d := deploy(t, false)
+	// The image is imported before the fault: the creates under test are
+	// the API's, not an import's.
+	first := d.create(protocol.WorkerSpec{AgentType: protocol.AgentClaude, Kind: protocol.KindLongLived})
+	const n = 3
+	errs := make(chan error, n)
+	ids := make(chan string, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude, Kind: protocol.KindLongLived}
+			rep, err := d.commands.Do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &spec})
+			if err == nil && rep.Worker != nil {
+				ids <- rep.Worker.WorkerID
+			}
+			errs <- err
+		}()
+	}
+	restartComponent(t, "kube-apiserver", 5*time.Second)
+	made := []string{first}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Logf("a create answered with an error: %v", err)
+		}
+	}
+	close(ids)
+	for id := range ids {
+		made = append(made, id)
+	}
+	want := map[string]bool{}
+	for _, id := range made {
+		want["agentvisor-"+id] = true
+	}
+	d.waitPods("one pod per worker made, none else", 2*time.Minute, func(ps []pod) bool {
+		if len(ps) != len(want) {
+			return false
+		}
+		for _, p := range ps {
+			if !want[p.Metadata.Name] {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range made {
+		if out := d.run(id, "after the restart", 3*time.Minute); out.Status != protocol.StatusComplete {
+			t.Errorf("worker %s: %+v", id, out)
+		}
+	}
+	t.Logf("%d of %d creates during the outage made a worker", len(made)-1, n)
 }

@@ -195,11 +195,60 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (string, error) {
 	if err != nil {
 		return "", engine.Wrap(engine.ErrInvalid, err)
 	}
-	made, err := e.api.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{})
+	var made *corev1.Pod
+	err = retry(ctx, func() (err error) {
+		made, err = e.api.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{})
+		return err
+	})
 	if err != nil {
+		// A create the API took before the connection broke is found by
+		// the retry as a name in use: the caller's ErrConflict path
+		// inspects it and takes it as made.
 		return "", Classify(err)
 	}
 	return instanceID(made), nil
+}
+
+// retryFor bounds how long a call is retried while the API server does
+// not answer (a restart, a failover): longer than a restart here, shorter
+// than a create's patience.
+const retryFor = 20 * time.Second
+
+// retry calls f until it succeeds, fails with an answer of the API
+// server, ctx ends or retryFor has passed: a call whose connection was
+// refused or broken, or that the server answered 5xx or "too many
+// requests", is made again. Every call retried is one the API makes safe
+// to repeat: a create by name (AlreadyExists the second time), a patch
+// with its uid test, a delete with its uid precondition.
+func retry(ctx context.Context, f func() error) error {
+	deadline := time.Now().Add(retryFor)
+	wait := 200 * time.Millisecond
+	for {
+		err := f()
+		if err == nil || !transient(err) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// transient reports whether err is the API server not answering, or
+// answering that it cannot now.
+func transient(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsServerTimeout(err) ||
+			apierrors.IsTooManyRequests(err) || apierrors.IsTimeout(err) || status.Status().Code >= 500
+	}
+	return true // no answer at all: refused, reset, timed out
 }
 
 // loadImage makes an image available to the nodes, once per process.
@@ -243,10 +292,20 @@ func (e *Engine) Start(ctx context.Context, id string) (string, error) {
 		return id, nil
 	}
 	patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/uid","value":%q},{"op":"remove","path":"/spec/schedulingGates"}]`, pod.UID)
-	if _, err := e.api.CoreV1().Pods(e.ns).Patch(ctx, pod.Name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		return id, Classify(err)
-	}
-	return id, nil
+	err = retry(ctx, func() error {
+		_, err := e.api.CoreV1().Pods(e.ns).Patch(ctx, pod.Name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
+		if apierrors.IsInvalid(err) && e.gateLifted(ctx, pod) {
+			return nil // lifted by an earlier try whose answer was lost
+		}
+		return err
+	})
+	return id, Classify(err)
+}
+
+// gateLifted reports whether a pod's gate is gone (asked of the API).
+func (e *Engine) gateLifted(ctx context.Context, pod *corev1.Pod) bool {
+	p, err := e.api.CoreV1().Pods(e.ns).Get(ctx, pod.Name, metav1.GetOptions{})
+	return err == nil && p.UID == pod.UID && len(p.Spec.SchedulingGates) == 0
 }
 
 // Suspend is not supported: Kubernetes cannot freeze a pod.
@@ -295,8 +354,10 @@ func (e *Engine) Remove(ctx context.Context, id string) error {
 
 func (e *Engine) delete(ctx context.Context, pod *corev1.Pod, grace int64) error {
 	uid := pod.UID
-	err := e.api.CoreV1().Pods(e.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace,
-		Preconditions: &metav1.Preconditions{UID: &uid}})
+	err := retry(ctx, func() error {
+		return e.api.CoreV1().Pods(e.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace,
+			Preconditions: &metav1.Preconditions{UID: &uid}})
+	})
 	if apierrors.IsConflict(err) { // the precondition: another incarnation has the name now
 		return engine.Wrap(engine.ErrNotFound, err)
 	}

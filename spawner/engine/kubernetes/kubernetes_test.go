@@ -302,3 +302,40 @@ func TestClaimsWithAStorageClass(t *testing.T) {
 		t.Errorf("remove a claim gone: %v", err)
 	}
 }
+
+// A create whose connection breaks is made again; one the API took before
+// its answer was lost is a name in use the second time (ErrConflict: the
+// spawner inspects it and takes it as made).
+func TestCreateRetriesWhileTheAPIDoesNotAnswer(t *testing.T) {
+	e, api := newTest(t)
+	fails := 2
+	api.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if fails > 0 {
+			fails--
+			return true, nil, errors.New("read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer")
+		}
+		return false, nil, nil
+	})
+	if _, err := e.Create(ctx(t), spec("w1")); err != nil || fails != 0 {
+		t.Fatalf("create across two broken connections: %v (%d failures left)", err, fails)
+	}
+
+	lost := true
+	api.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if lost {
+			lost = false
+			obj := a.(k8stesting.CreateAction).GetObject()
+			if err := api.Tracker().Create(a.GetResource(), obj, a.GetNamespace()); err != nil {
+				t.Fatal(err)
+			}
+			return true, nil, errors.New("unexpected EOF")
+		}
+		return false, nil, nil
+	})
+	if _, err := e.Create(ctx(t), spec("w2")); !errors.Is(err, engine.ErrConflict) {
+		t.Fatalf("a create taken, its answer lost: %v, want ErrConflict", err)
+	}
+	if in, err := e.Inspect(ctx(t), engine.InstanceName("w2")); err != nil || in.Worker != "w2" {
+		t.Errorf("the pod it made: %+v, %v", in, err)
+	}
+}

@@ -234,9 +234,10 @@ func instanceOf(p *corev1.Pod) engine.Instance {
 }
 
 // fatalWaiting are the reasons a container waits that no wait ends: the
-// pod's worker will never start.
-var fatalWaiting = map[string]bool{"ErrImageNeverPull": true, "InvalidImageName": true, "CreateContainerConfigError": true,
-	"CreateContainerError": true, "ImageInspectError": true, "RunContainerError": true}
+// pod's worker will never start. Others the kubelet retries
+// (CreateContainerError, RunContainerError after a kubelet or containerd
+// restart) are waits, which the worker's missing heartbeat bounds.
+var fatalWaiting = map[string]bool{"ErrImageNeverPull": true, "InvalidImageName": true}
 
 // exitNeverStarted is the exit code reported for a container that could
 // not start (Docker's for a container its engine could not run).
