@@ -161,3 +161,70 @@ func rssMB(tb testing.TB, pid int) float64 {
 	tb.Fatal("no VmRSS")
 	return 0
 }
+
+// BenchmarkKubernetesAtRest: a worker-manager with 100 workers made, at
+// rest: its RSS (against the same process before its first worker) and
+// the requests it makes of the API server per second (counted in the API
+// server's audit log over 30 s, by the manager's service account): an
+// informer's watch, not a poll, so none are expected.
+func BenchmarkKubernetesAtRest(b *testing.B) {
+	const n = 100
+	// The default heartbeat (10 s): 100 wrappers starting on 2 cores are
+	// slow to make their first beat. Each pod asks for a tenth of its
+	// 0.15 core: 100 fit the node's 2.
+	d := deployWith(b, false, map[string]string{"MAX_CONCURRENT_WORKERS": "110", "HEARTBEAT_INTERVAL": "10s"})
+	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude, Kind: protocol.KindLongLived,
+		Limits: protocol.Limits{Memory: "256m", CPUs: 0.15}}
+	first := d.create(spec) // imports the image
+	d.waitEvent(first, protocol.EventStarted, 2*time.Minute)
+	time.Sleep(5 * time.Second)
+	before := rssMB(b, d.manager.Process.Pid)
+
+	ids := make(chan string, n)
+	sem := make(chan struct{}, 4)
+	for i := 1; i < n; i++ {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			ids <- d.create(spec)
+		}()
+	}
+	var made []string
+	for i := 1; i < n; i++ {
+		made = append(made, <-ids)
+	}
+	for _, id := range made {
+		d.waitEvent(id, protocol.EventStarted, 5*time.Minute)
+	}
+	time.Sleep(15 * time.Second) // settled: every pod started, its status reported
+	t0, c0 := time.Now(), d.apiRequests()
+	if c0 < n {
+		b.Fatalf("%d requests of the manager in the audit log after %d creates: the count would prove nothing", c0, n)
+	}
+	time.Sleep(30 * time.Second)
+	perSecond := float64(d.apiRequests()-c0) / time.Since(t0).Seconds()
+	after := rssMB(b, d.manager.Process.Pid)
+	if ps := d.pods(); len(ps) != n {
+		b.Fatalf("%d pods for %d workers", len(ps), n)
+	}
+	b.ReportMetric(after, "k8s-100-manager-rss-MB")
+	b.ReportMetric(before, "baseline-k8s-1-manager-rss-MB")
+	b.ReportMetric(perSecond, "k8s-100-api-requests-per-s")
+	b.Logf("100 workers: manager RSS %.1f MB (%.1f MB with one), %.2f API requests/s at rest", after, before, perSecond)
+}
+
+// apiRequests counts the requests the deployment's managers made of the
+// API server so far (the audit log's entries of their user).
+func (d *deployment) apiRequests() int {
+	data, err := os.ReadFile(d.env["AUDIT_LOG"])
+	if err != nil {
+		d.t.Fatalf("the API server's audit log (make k8s writes it): %v", err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.Contains(line, `"username":"`+d.user+`"`) && strings.Contains(line, `"stage":"ResponseComplete"`) {
+			n++
+		}
+	}
+	return n
+}

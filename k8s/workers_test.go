@@ -83,6 +83,7 @@ type deployment struct {
 	manager  *exec.Cmd
 	log      string
 	menv     map[string]string // the managers' environment
+	user     string            // the managers' user on the cluster (their service account)
 	// gatewayLog is the sealed deployment's worker-gateway's log.
 	gatewayLog string
 }
@@ -227,6 +228,7 @@ func (d *deployment) install(nonce string) string {
 		kubectl(t, d.env, nil, "delete", "-k", dir, "--wait=false", "--ignore-not-found")
 	})
 	sa := "t" + nonce + "-agentvisor-manager"
+	d.user = "system:serviceaccount:" + d.ns + ":" + sa
 	token := strings.TrimSpace(string(kubectl(t, d.env, nil, "create", "token", sa, "-n", d.ns, "--duration=2h")))
 	var cfg struct {
 		Clusters []struct {

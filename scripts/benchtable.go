@@ -150,6 +150,9 @@ var rows = slices.Concat([]row{
 	{"Kubernetes: a task on a hibernated worker (the pause after its output hibernated it: the wake makes a pod) → its output, median of 5", "k8s-wake-task-median-ms", "ms", "< 1000 ms", below(1000),
 		[]string{"baseline-k8s-running-task-median-ms"}, "the same task on the worker while its pod ran, median of 5"},
 	{"Kubernetes: the manager's RSS at rest, 6 workers made", "k8s-manager-rss-MB", "MB", "< 60 MB", below(60), nil, ""},
+	{"Kubernetes, 100 workers: the manager's RSS at rest", "k8s-100-manager-rss-MB", "MB", "< 60 MB", below(60),
+		[]string{"baseline-k8s-1-manager-rss-MB"}, "the same process with one worker"},
+	{"Kubernetes, 100 workers: the manager's requests to the API server at rest (its service account's in the audit log, over 30 s)", "k8s-100-api-requests-per-s", "per s", "< 0.1", below(0.1), nil, ""},
 	{"Fleet of 3 hosts, 300 workers: create → reply, p95", "fleet-300-create-p95-ms", "ms", "ratio ≤ 1.3", ratioAtMost(1.3),
 		[]string{"fleet-300-bare-create-start-p95-ms"}, "a bare container create + start of the same image on the same engines, p95"},
 })

@@ -393,6 +393,19 @@ up() {
     --initial-cluster "agentvisor-k8s=http://127.0.0.1:$ETCD_PEER_PORT"
   wait_for etcd 30 curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
 
+  # The API server's audit log keeps the requests of service accounts
+  # (a worker-manager runs as one): how many a manager makes at rest is
+  # read from it (k8s/bench_test.go). Nothing else is logged.
+  put "$DATA/audit-policy.yaml" <<EOF || true
+# Written by scripts/k8s.sh.
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    userGroups: ["system:serviceaccounts"]
+  - level: None
+EOF
   # The endpoint reconciler would refuse an advertised address on loopback.
   start kube-apiserver "$BIN/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
@@ -406,6 +419,8 @@ up() {
     --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
     --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
     --kubelet-preferred-address-types InternalIP \
+    --audit-policy-file "$DATA/audit-policy.yaml" --audit-log-path "$LOGS/audit.log" \
+    --audit-log-format json --audit-log-maxsize 100 --audit-log-maxbackup 1 \
     --profiling=false
   wait_for kube-apiserver 120 kubectl_admin get --raw /readyz
 
@@ -454,6 +469,7 @@ POD_CIDR=$POD_CIDR
 BRIDGE=$BRIDGE
 BRIDGE_IP=$BRIDGE_IP
 NODE_IP=$NODE_IP
+AUDIT_LOG=$LOGS/audit.log
 SERVICE_CIDR=$SERVICE_CIDR
 APISERVER_PORT=$APISERVER_PORT
 ETCD_PORT=$ETCD_PORT
