@@ -457,6 +457,10 @@ func TestPodDeletedMidTask(t *testing.T) {
 // lines are escapes.
 const escapeProbe = `
 set -u
+# The probe itself: its settings given, and run in a sealed worker (its
+# gateway's sockets mounted) with bash's /dev/tcp able to connect.
+for v in BRIDGE_IP APISERVER_PORT NODE_IP KUBELET_PORT REDIS_PORT; do [ -n "${!v:-}" ] || echo "broken: $v is not set"; done
+[ -S /run/agentvisor/redis.sock ] || echo "broken: no gateway socket at /run/agentvisor/redis.sock"
 check() { if (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; then echo "reached: $3 ($1:$2)"; else echo "refused: $3"; fi; }
 [ -e /var/run/secrets/kubernetes.io/serviceaccount/token ] && echo "reached: a service-account token" || echo "refused: no service-account token"
 check "$BRIDGE_IP" "$APISERVER_PORT" "the API server on the node's address"
@@ -506,6 +510,9 @@ func TestSealedWorkerPod(t *testing.T) {
 	}
 	if strings.Contains(got, "reached:") {
 		t.Error("a sealed worker's pod reached what it must not")
+	}
+	if strings.Contains(got, "broken:") || strings.Count(got, "refused:") != 9 {
+		t.Error("the probe did not run as it should: its checks prove nothing")
 	}
 }
 

@@ -292,6 +292,9 @@ failSwapOn: false
 makeIPTablesUtilChains: false
 hairpinMode: none
 podCIDR: $POD_CIDR
+# A pod has no pids limit of its own in the API: the node bounds each
+# pod's processes (the manager's WORKER_PIDS_LIMIT default, 512).
+podPidsLimit: 512
 podLogsDir: $DATA/pod-logs
 resolvConf: ""
 # The disk is shared with other work: neither evict pods nor collect the

@@ -45,6 +45,7 @@ func hibernatable(h map[string]string) bool {
 // is put back on its input for the next incarnation (the task in flight,
 // if unanswered, is answered TERMINATED).
 func (s *Spawner) hibernate(ctx context.Context, id, reason string, graceful bool) error {
+	recheck := !graceful // an idle worker: a task that comes meanwhile keeps it
 	if !graceful && !s.suspends() {
 		// Nothing to freeze it with: a busy worker is refused as Pause
 		// would, an idle one is stopped gracefully (a task it reads
@@ -74,11 +75,14 @@ func (s *Spawner) hibernate(ctx context.Context, id, reason string, graceful boo
 		return redisError(err, "status of %s", id)
 	}
 	kind, input, group := s.inputOf(id, protocol.Kind(h[protocol.StatusFieldKind]))
-	if !graceful {
+	if recheck {
 		if b, _, err := s.rdb.BusyAnyway(ctx, id, input, group); err == nil && b != rdb.NotBusy && b != rdb.BusyEnding {
-			// A task came as it was frozen: it stays, awake.
+			// A task came as it was frozen (or, on an engine that cannot
+			// freeze, since the check): it stays, awake.
 			_, _ = s.rdb.Revive(ctx, id)
-			_ = s.Unpause(ctx, id)
+			if s.suspends() {
+				_ = s.Unpause(ctx, id)
+			}
 			return errorf(protocol.CodeWorkerBusy, "worker %s became busy (%s): not hibernated", id, b)
 		}
 	}

@@ -41,7 +41,7 @@ var _ engine.Engine = (*Engine)(nil)
 // Params configure an Engine.
 type Params struct {
 	Client    clientset.Interface
-	Namespace string // where the workers' pods and claims are (default "default")
+	Namespace string // where the workers' pods and claims are (default "agentvisor", deploy/kubernetes's)
 	Prefix    string // the key prefix whose pods it sees
 	// StorageClass, when set, makes a project volume a PersistentVolumeClaim
 	// of that class (ReadWriteOnce, VolumeSize); unset, a project volume is
@@ -95,7 +95,7 @@ type Engine struct {
 // informer starts with the first call that needs it.
 func New(p Params) *Engine {
 	if p.Namespace == "" {
-		p.Namespace = "default"
+		p.Namespace = "agentvisor"
 	}
 	if p.VolumeSize == "" {
 		p.VolumeSize = "1Gi"
@@ -160,10 +160,16 @@ func Classify(err error) error {
 
 // ready starts the informer once and waits for its first list.
 func (e *Engine) ready(ctx context.Context) error {
-	e.started.Do(func() { e.factory.Start(e.stop) })
 	if e.synced() {
 		return nil
 	}
+	// One list first: a namespace that does not exist or rights the
+	// manager lacks are an error of this call, not an informer that
+	// never syncs (it would only log them).
+	if _, err := e.api.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: e.sel, Limit: 1}); err != nil {
+		return Classify(fmt.Errorf("kubernetes: list the pods of namespace %s: %w", e.ns, err))
+	}
+	e.started.Do(func() { e.factory.Start(e.stop) })
 	if !cache.WaitForCacheSync(ctx.Done(), e.synced) {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -371,25 +377,28 @@ func (e *Engine) Rename(ctx context.Context, id, worker string) error {
 	if err != nil {
 		return err
 	}
-	labels, err := specLabels(pod)
+	patch, err := servesPatch(pod.UID, worker)
 	if err != nil {
 		return engine.Wrap(engine.ErrInvalid, err)
 	}
-	patch, err := servesPatch(pod.UID, worker, labels)
-	if err != nil {
-		return engine.Wrap(engine.ErrInvalid, err)
-	}
-	if _, err := e.api.CoreV1().Pods(e.ns).Patch(ctx, pod.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+	if err := retry(ctx, func() error {
+		_, err := e.api.CoreV1().Pods(e.ns).Patch(ctx, pod.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+		return err
+	}); err != nil {
 		return Classify(err)
 	}
 	// Until the informer sees the patch, a look-up by the new worker must
-	// find the pod: wait for it, briefly.
+	// find the pod: wait for it, briefly. The patch is made: a cache
+	// slower than that is no failure of it.
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return e.waitFor(wctx, func() bool {
+	if err := e.waitFor(wctx, func() bool {
 		p, ok := e.cached(pod.Name)
 		return !ok || workerOf(p) == worker
-	})
+	}); err != nil {
+		e.log.Warn("kubernetes: a renamed pod not seen renamed within 10 s", "pod", pod.Name, "worker_id", worker)
+	}
+	return nil
 }
 
 // Inspect returns a pod by its instance id ("<name>/<uid>") or by the
@@ -513,7 +522,13 @@ func newest(objs []any) *corev1.Pod {
 	var best *corev1.Pod
 	for _, o := range objs {
 		p, ok := o.(*corev1.Pod)
-		if ok && (best == nil || p.CreationTimestamp.After(best.CreationTimestamp.Time)) {
+		if !ok {
+			continue
+		}
+		// A pod being deleted gives way to one that is not; then the
+		// newer (timestamps have a second's resolution).
+		if best == nil || (best.DeletionTimestamp != nil && p.DeletionTimestamp == nil) ||
+			((best.DeletionTimestamp == nil) == (p.DeletionTimestamp == nil) && p.CreationTimestamp.After(best.CreationTimestamp.Time)) {
 			best = p
 		}
 	}

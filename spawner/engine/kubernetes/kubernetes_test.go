@@ -8,9 +8,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -230,7 +233,9 @@ func TestRenameGivesThePodToAnotherWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	in, err := e.Inspect(ctx(t), engine.InstanceName("w9"))
-	if err != nil || in.ID != id || in.Worker != "w9" || in.Labels[protocol.LabelWorkerID] != "w9" {
+	// Its labels keep the worker it was made for, as a renamed
+	// container's do: the reconciliation tells a hand-over by that.
+	if err != nil || in.ID != id || in.Worker != "w9" || in.Labels[protocol.LabelWorkerID] != "warm1" {
 		t.Fatalf("by the new worker: %+v, %v", in, err)
 	}
 	if _, err := e.Inspect(ctx(t), engine.InstanceName("warm1")); !errors.Is(err, engine.ErrNotFound) {
@@ -337,5 +342,55 @@ func TestCreateRetriesWhileTheAPIDoesNotAnswer(t *testing.T) {
 	}
 	if in, err := e.Inspect(ctx(t), engine.InstanceName("w2")); err != nil || in.Worker != "w2" {
 		t.Errorf("the pod it made: %+v, %v", in, err)
+	}
+}
+
+// A project volume whose name is no valid object name (a project id with
+// capitals or an underscore) gets a claim of a valid name; Volumes and
+// RemoveVolume speak of it by the volume's name.
+func TestClaimNamesAreValid(t *testing.T) {
+	api := newFake()
+	e := New(Params{Client: api, Namespace: "agents", Prefix: "worker", StorageClass: "fast"})
+	defer e.Close(context.Background())
+	s := spec("w1")
+	s.Mounts[1].Volume = "agentvisor-claude-My_Project-0a1b"
+	if _, err := e.Create(ctx(t), s); err != nil {
+		t.Fatal(err)
+	}
+	claims, _ := api.CoreV1().PersistentVolumeClaims("agents").List(ctx(t), metav1.ListOptions{})
+	if len(claims.Items) != 1 || len(validation.IsDNS1123Subdomain(claims.Items[0].Name)) != 0 {
+		t.Fatalf("claims: %+v", claims.Items)
+	}
+	vols, _ := e.Volumes(ctx(t))
+	if len(vols) != 1 || vols[0].Name != "agentvisor-claude-My_Project-0a1b" {
+		t.Errorf("volumes: %+v", vols)
+	}
+	if err := e.RemoveVolume(ctx(t), "agentvisor-claude-My_Project-0a1b", true); err != nil {
+		t.Fatal(err)
+	}
+	if vols, _ := e.Volumes(ctx(t)); len(vols) != 0 {
+		t.Errorf("after the remove: %+v", vols)
+	}
+}
+
+// A network a pod cannot have is refused, not given another.
+func TestNetworkModes(t *testing.T) {
+	e, _ := newTest(t)
+	s := spec("w1")
+	s.Network = "none"
+	if _, err := e.Create(ctx(t), s); !errors.Is(err, engine.ErrInvalid) {
+		t.Errorf("network none: %v, want ErrInvalid", err)
+	}
+}
+
+// A namespace the manager cannot list is an error at once, not an
+// informer that never syncs.
+func TestForbiddenNamespaceFailsFast(t *testing.T) {
+	e, api := newTest(t)
+	api.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("no rights"))
+	})
+	if _, err := e.List(ctx(t), engine.Filter{}); !errors.Is(err, engine.ErrForbidden) {
+		t.Errorf("list: %v, want ErrForbidden", err)
 	}
 }

@@ -65,8 +65,8 @@ func splitID(ref string) (name string, uid types.UID) {
 // cutInstanceName returns the worker of an instance name.
 func cutInstanceName(name string) (string, bool) { return strings.CutPrefix(name, engine.NamePrefix) }
 
-// workerOf is the worker a pod serves: its serves label, else the worker
-// its name says.
+// workerOf is the worker a pod serves: its serves annotation, else the
+// worker its name says.
 func workerOf(p *corev1.Pod) string {
 	if w := p.Annotations[labelServes]; w != "" {
 		return w
@@ -89,18 +89,14 @@ func specLabels(p *corev1.Pod) (map[string]string, error) {
 }
 
 // servesPatch is the JSON patch that gives a pod to worker: the serves
-// annotation and label, and its labels' worker id.
-func servesPatch(uid types.UID, worker string, specLabels map[string]string) ([]byte, error) {
-	specLabels[protocol.LabelWorkerID] = worker
-	whole, err := json.Marshal(specLabels)
-	if err != nil {
-		return nil, err
-	}
+// annotation and label. Its labels keep the worker it was made for, as a
+// renamed Docker container's do: the reconciliation tells a handed-over
+// instance by the two differing.
+func servesPatch(uid types.UID, worker string) ([]byte, error) {
 	esc := func(k string) string { return strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1") }
 	ops := []map[string]any{
 		{"op": "test", "path": "/metadata/uid", "value": string(uid)},
 		{"op": "add", "path": "/metadata/annotations/" + esc(labelServes), "value": worker},
-		{"op": "add", "path": "/metadata/annotations/" + esc(annotationLabels), "value": string(whole)},
 		{"op": "add", "path": "/metadata/labels/" + esc(labelServes), "value": labelValue(worker)},
 	}
 	return json.Marshal(ops)
@@ -136,7 +132,8 @@ func (e *Engine) podFor(spec engine.Spec) (*corev1.Pod, error) {
 			Tolerations:                   e.p.Tolerations,
 			ServiceAccountName:            e.p.ServiceAccount,
 			SecurityContext: &corev1.PodSecurityContext{RunAsUser: &uid, RunAsGroup: &gid, RunAsNonRoot: ptr(uid != 0), FSGroup: &gid,
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+				FSGroupChangePolicy: ptr(corev1.FSGroupChangeOnRootMismatch),
+				SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 		},
 	}
 	if e.p.RuntimeClassName != "" {
@@ -146,12 +143,12 @@ func (e *Engine) podFor(spec engine.Spec) (*corev1.Pod, error) {
 	case "host":
 		pod.Spec.HostNetwork = true
 		pod.Spec.DNSPolicy = corev1.DNSDefault
-	case "", "none", engine.Sealed, "bridge":
-		// The pod network: what reaches it is the cluster's network
-		// policy's to say (a sealed worker's way out is its gateway's
-		// sockets, mounted from the node).
+	case engine.Sealed:
+		// The pod network, its way out its gateway's sockets mounted from
+		// the node; what else reaches the pod network is the cluster's
+		// network policy's to say.
 	default:
-		return nil, fmt.Errorf("network %q: a pod has the node's network (host) or the pod network", spec.Network)
+		return nil, fmt.Errorf("network %q: on Kubernetes a worker is sealed (the pod network and its gateway's sockets) or on the node's network (host)", spec.Network)
 	}
 	c := corev1.Container{
 		Name: containerName, Image: spec.Image, ImagePullPolicy: e.p.PullPolicy,
@@ -169,9 +166,11 @@ func (e *Engine) podFor(spec engine.Spec) (*corev1.Pod, error) {
 		var src corev1.VolumeSource
 		switch {
 		case m.HostPath != "":
-			src.HostPath = &corev1.HostPathVolumeSource{Path: m.HostPath}
+			// It must exist (a gateway's socket directory on this node):
+			// the kubelet would make an empty one otherwise.
+			src.HostPath = &corev1.HostPathVolumeSource{Path: m.HostPath, Type: ptr(corev1.HostPathDirectory)}
 		case e.p.StorageClass != "":
-			src.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: m.Volume}
+			src.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName(m.Volume)}
 		default:
 			src.EmptyDir = &corev1.EmptyDirVolumeSource{}
 		}
@@ -261,8 +260,15 @@ func stateOf(p *corev1.Pod) (engine.State, int, bool) {
 		}
 	}
 	switch p.Status.Phase {
-	case corev1.PodSucceeded, corev1.PodFailed:
+	case corev1.PodSucceeded:
 		return engine.Exited, 0, false
+	case corev1.PodFailed:
+		// Failed with no container that ended: evicted, or refused by
+		// the kubelet before its container ran (no room, no affinity).
+		if p.Status.Reason == "Evicted" {
+			return engine.Exited, exitKilled, false
+		}
+		return engine.Exited, exitNeverStarted, false
 	case corev1.PodUnknown:
 		return engine.Other, 0, false
 	}
@@ -290,6 +296,30 @@ func selectorOf(m map[string]string) string {
 	return strings.Join(parts, ",")
 }
 
+// annotationVolume keeps a claim's volume name, which its own name may
+// not be (claimName).
+const annotationVolume = protocol.LabelPrefix + "volume"
+
+// claimName is a project volume's claim: its name when it is a valid
+// object name, else a lowercase form of it with a hash of the whole (a
+// project id with capitals or an underscore).
+func claimName(volume string) string {
+	if len(validation.IsDNS1123Subdomain(volume)) == 0 && len(volume) <= 63 {
+		return volume
+	}
+	clean := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + 'a' - 'A'
+		}
+		return '-'
+	}, volume)
+	sum := sha256.Sum256([]byte(volume))
+	return strings.Trim(clean[:min(len(clean), 40)], "-") + "-" + hex.EncodeToString(sum[:])[:12]
+}
+
 // ensureClaim makes a project volume's claim; one in place is kept.
 func (e *Engine) ensureClaim(ctx context.Context, m engine.Mount) error {
 	size, err := resource.ParseQuantity(e.p.VolumeSize)
@@ -298,9 +328,9 @@ func (e *Engine) ensureClaim(ctx context.Context, m engine.Mount) error {
 	}
 	whole, _ := json.Marshal(m.Labels)
 	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: m.Volume, Namespace: e.ns,
+		ObjectMeta: metav1.ObjectMeta{Name: claimName(m.Volume), Namespace: e.ns,
 			Labels:      map[string]string{labelManaged: "true", labelPrefix: labelValue(e.p.Prefix)},
-			Annotations: map[string]string{annotationLabels: string(whole)}},
+			Annotations: map[string]string{annotationLabels: string(whole), annotationVolume: m.Volume}},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			StorageClassName: &e.p.StorageClass,
@@ -323,6 +353,9 @@ func (e *Engine) Volumes(ctx context.Context) ([]engine.Volume, error) {
 	out := make([]engine.Volume, 0, len(list.Items))
 	for _, c := range list.Items {
 		v := engine.Volume{Name: c.Name, Labels: map[string]string{}}
+		if name := c.Annotations[annotationVolume]; name != "" {
+			v.Name = name
+		}
 		_ = json.Unmarshal([]byte(c.Annotations[annotationLabels]), &v.Labels)
 		out = append(out, v)
 	}
@@ -333,6 +366,7 @@ func (e *Engine) Volumes(ctx context.Context) ([]engine.Volume, error) {
 // ErrConflict unless force (Kubernetes would keep it until that pod
 // ends).
 func (e *Engine) RemoveVolume(ctx context.Context, name string, force bool) error {
+	name = claimName(name)
 	if _, err := e.api.CoreV1().PersistentVolumeClaims(e.ns).Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		return nil
 	}

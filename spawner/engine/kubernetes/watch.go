@@ -64,6 +64,11 @@ func (e *Engine) observe(old, obj any) {
 	if st != engine.Exited {
 		return
 	}
+	if code == exitNeverStarted && len(p.Spec.Containers) > 0 {
+		// The node lacks the image (removed from its containerd since it
+		// was loaded): the next create loads it again.
+		e.Forget(p.Spec.Containers[0].Image)
+	}
 	e.mu.Lock()
 	told := e.dead[p.UID]
 	e.dead[p.UID] = true
