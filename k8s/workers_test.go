@@ -608,26 +608,7 @@ func TestManagerKilledMidCreate(t *testing.T) {
 		t.Fatal("no create was carried out")
 	}
 	// Once the reconciliation has run, the pods are the workers made.
-	want := map[string]bool{}
-	for _, id := range made {
-		want["agentvisor-"+id] = true
-	}
-	d.waitPods("one pod per worker made, none else", 2*time.Minute, func(ps []pod) bool {
-		if len(ps) != len(want) {
-			return false
-		}
-		for _, p := range ps {
-			if !want[p.Metadata.Name] {
-				return false
-			}
-		}
-		return true
-	})
-	for _, id := range made {
-		if out := d.run(id, "after the kill", 3*time.Minute); out.Status != protocol.StatusComplete {
-			t.Errorf("worker %s: %+v", id, out)
-		}
-	}
+	d.servesExactly(made, "after the kill")
 	t.Logf("%d of %d creates made a worker; %d pods", len(made), n, len(d.pods()))
 }
 
@@ -707,6 +688,14 @@ func TestAPIServerRestartedDuringCreates(t *testing.T) {
 	for id := range ids {
 		made = append(made, id)
 	}
+	d.servesExactly(made, "after the restart")
+	t.Logf("%d of %d creates during the outage made a worker", len(made)-1, n)
+}
+
+// servesExactly waits until the pods are exactly one per worker of made,
+// then has each of those serve a task.
+func (d *deployment) servesExactly(made []string, prompt string) {
+	d.t.Helper()
 	want := map[string]bool{}
 	for _, id := range made {
 		want["agentvisor-"+id] = true
@@ -723,9 +712,8 @@ func TestAPIServerRestartedDuringCreates(t *testing.T) {
 		return true
 	})
 	for _, id := range made {
-		if out := d.run(id, "after the restart", 3*time.Minute); out.Status != protocol.StatusComplete {
-			t.Errorf("worker %s: %+v", id, out)
+		if out := d.run(id, prompt, 3*time.Minute); out.Status != protocol.StatusComplete {
+			d.t.Errorf("worker %s: %+v", id, out)
 		}
 	}
-	t.Logf("%d of %d creates during the outage made a worker", len(made)-1, n)
 }
