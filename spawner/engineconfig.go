@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/agentvisor/agentvisor/envconf"
 )
 
@@ -23,13 +21,16 @@ type EngineConfig struct {
 	Engine string // WORKER_ENGINE
 	// Kubeconfig (KUBECONFIG) is the cluster's client configuration; ""
 	// is the in-cluster configuration of a manager running in a pod.
-	Kubeconfig     string
-	Namespace      string // K8S_NAMESPACE
-	StorageClass   string // K8S_STORAGE_CLASS ("": project volumes are emptyDir)
-	VolumeSize     string // K8S_VOLUME_SIZE
-	LoadImages     string // K8S_LOAD_IMAGES: a containerd socket the images are imported into
-	NodeSelector   map[string]string
-	Tolerations    []corev1.Toleration
+	Kubeconfig   string
+	Namespace    string // K8S_NAMESPACE
+	StorageClass string // K8S_STORAGE_CLASS ("": project volumes are emptyDir)
+	VolumeSize   string // K8S_VOLUME_SIZE
+	LoadImages   string // K8S_LOAD_IMAGES: a containerd socket the images are imported into
+	NodeSelector map[string]string
+	// Tolerations (K8S_TOLERATIONS) is a JSON array of Kubernetes
+	// tolerations, read by the Kubernetes engine (kubernetes.Tolerations):
+	// this package does not link the Kubernetes API's types.
+	Tolerations    string
 	RuntimeClass   string // K8S_RUNTIME_CLASS
 	ServiceAccount string // K8S_SERVICE_ACCOUNT
 }
@@ -87,8 +88,10 @@ func (c *EngineConfig) setTolerations(s string) error {
 	if s == "" {
 		return nil
 	}
-	if err := json.Unmarshal([]byte(s), &c.Tolerations); err != nil {
+	var objects []map[string]any
+	if err := json.Unmarshal([]byte(s), &objects); err != nil {
 		return fmt.Errorf("a JSON array of tolerations: %w", err)
 	}
+	c.Tolerations = s
 	return nil
 }

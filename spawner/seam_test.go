@@ -38,6 +38,34 @@ func TestOnlyTheDockerEngineAndTheImageBuilderImportDocker(t *testing.T) {
 	}
 }
 
+// The Kubernetes API's packages stay behind the seam too: only the
+// Kubernetes engine imports them, so that nothing else of the spawner
+// (workerctl, the dashboard, the library's own tests) compiles and links
+// client-go. The worker-manager imports the engine, not them.
+func TestOnlyTheKubernetesEngineImportsKubernetes(t *testing.T) {
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		if strings.HasPrefix(path, filepath.Join("engine", "kubernetes")+string(filepath.Separator)) {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range f.Imports {
+			if p, _ := strconv.Unquote(imp.Path.Value); strings.HasPrefix(p, "k8s.io/") {
+				t.Errorf("%s imports %s: Kubernetes calls go through engine.Engine (spawner/engine/kubernetes)", path, p)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The spawner's parts (engine and its implementations, images, ops, the
 // dashboard, the internal packages) never import the spawner package
 // itself: the arrows point from the manager down to its parts, and the

@@ -148,8 +148,12 @@ func newSpawner(ec spawner.EngineConfig, cfg spawner.Config, dc dockerClient, rd
 	if err != nil {
 		return nil, err
 	}
+	tolerations, err := kubeengine.Tolerations(ec.Tolerations)
+	if err != nil {
+		return nil, err
+	}
 	p := kubeengine.Params{Client: kc, Namespace: ec.Namespace, Prefix: cfg.Keys.Prefix, StorageClass: ec.StorageClass, VolumeSize: ec.VolumeSize,
-		NodeSelector: ec.NodeSelector, Tolerations: ec.Tolerations, RuntimeClassName: ec.RuntimeClass, ServiceAccount: ec.ServiceAccount, Log: log}
+		NodeSelector: ec.NodeSelector, Tolerations: tolerations, RuntimeClassName: ec.RuntimeClass, ServiceAccount: ec.ServiceAccount, Log: log}
 	if ec.LoadImages != "" {
 		p.LoadImage = images.ContainerdImport(dc, ec.LoadImages)
 	}

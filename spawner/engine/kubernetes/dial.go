@@ -1,7 +1,10 @@
 package kubernetes
 
 import (
+	"encoding/json"
 	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
 
 	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -26,4 +29,17 @@ func Dial(kubeconfig string) (clientset.Interface, error) {
 	// default of 5 requests a second would queue a burst of creates.
 	cfg.QPS, cfg.Burst = 50, 100
 	return clientset.NewForConfig(cfg)
+}
+
+// Tolerations reads a JSON array of Kubernetes tolerations (K8S_TOLERATIONS);
+// "" is none.
+func Tolerations(s string) ([]corev1.Toleration, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var t []corev1.Toleration
+	if err := json.Unmarshal([]byte(s), &t); err != nil {
+		return nil, fmt.Errorf("K8S_TOLERATIONS: a JSON array of tolerations: %w", err)
+	}
+	return t, nil
 }
