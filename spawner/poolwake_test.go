@@ -53,8 +53,17 @@ func TestWakeTakesAWarmPoolWorker(t *testing.T) {
 	if err := gw.ReloadCredentials(); err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, "a warm worker ready", time.Minute, func() bool { return len(warmOnes()) == 1 })
-	warm := warmOnes()[0]
+	// Ready: offered, and its status names its container (under a full
+	// run's load the offer can be seen before that write).
+	var warm string
+	testkit.Eventually(t, "a warm worker ready", time.Minute, func() bool {
+		ids := warmOnes()
+		if len(ids) != 1 {
+			return false
+		}
+		warm = ids[0]
+		return f.rc.HGet(ctx, f.keys.Status(warm), protocol.StatusFieldContainerID).Val() != ""
+	})
 	before := map[string]bool{}
 	for _, c := range containersOf(t, f) {
 		before[c] = true
