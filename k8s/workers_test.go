@@ -415,16 +415,9 @@ func TestWorkerLifecycleOnKubernetes(t *testing.T) {
 // behind or made twice.
 func TestPodDeletedMidTask(t *testing.T) {
 	d := deploy(t, false)
-	id := d.create(protocol.WorkerSpec{AgentType: protocol.AgentClaude, Kind: protocol.KindLongLived})
-	d.waitPods("the worker's pod", time.Minute, func(ps []pod) bool { return len(ps) == 1 && ps[0].Status.Phase == "Running" })
-
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	sent, err := d.tasks.Send(ctx, id, protocol.Task{Prompt: "fake:sleep-60000"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.waitStatus(id, protocol.StatusFieldState, string(protocol.WorkerBusy), time.Minute)
+	id, sent := d.busyWorker(ctx, "fake:sleep-60000")
 	kubectl(t, d.env, nil, "delete", "pod", "agentvisor-"+id, "-n", d.ns, "--grace-period=0", "--force")
 
 	out, err := d.tasks.Await(ctx, sent, nil)
@@ -616,15 +609,9 @@ func TestManagerKilledMidCreate(t *testing.T) {
 // it (containerd keeps them), and the task is answered, once, complete.
 func TestKubeletRestartedMidTask(t *testing.T) {
 	d := deploy(t, false)
-	id := d.create(protocol.WorkerSpec{AgentType: protocol.AgentClaude, Kind: protocol.KindLongLived})
-	d.waitPods("the worker's pod", time.Minute, func(ps []pod) bool { return len(ps) == 1 && ps[0].Status.Phase == "Running" })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	sent, err := d.tasks.Send(ctx, id, protocol.Task{Prompt: "fake:sleep-8000"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.waitStatus(id, protocol.StatusFieldState, string(protocol.WorkerBusy), time.Minute)
+	id, sent := d.busyWorker(ctx, "fake:sleep-8000")
 	restartComponent(t, "kubelet", 0)
 	out, err := d.tasks.Await(ctx, sent, nil)
 	if err != nil || out.Status != protocol.StatusComplete {
@@ -716,4 +703,18 @@ func (d *deployment) servesExactly(made []string, prompt string) {
 			d.t.Errorf("worker %s: %+v", id, out)
 		}
 	}
+}
+
+// busyWorker creates a long-lived worker, waits for its running pod and
+// sends it prompt, and returns once the worker is busy with it.
+func (d *deployment) busyWorker(ctx context.Context, prompt string) (string, client.Sent) {
+	d.t.Helper()
+	id := d.create(protocol.WorkerSpec{AgentType: protocol.AgentClaude, Kind: protocol.KindLongLived})
+	d.waitPods("the worker's pod", time.Minute, func(ps []pod) bool { return len(ps) == 1 && ps[0].Status.Phase == "Running" })
+	sent, err := d.tasks.Send(ctx, id, protocol.Task{Prompt: prompt})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.waitStatus(id, protocol.StatusFieldState, string(protocol.WorkerBusy), time.Minute)
+	return id, sent
 }
