@@ -345,9 +345,13 @@ func (p *netnsPool) close(ctx context.Context) {
 	p.settling = map[string]*time.Timer{}
 	p.taken = map[string]time.Time{} // a create's by now started (and released) or gone: the last sweep takes the rest
 	p.mu.Unlock()
+	// In parallel: under a busy engine one removal takes seconds, and a
+	// stopping manager has its grace period only.
+	var removals sync.WaitGroup
 	for _, id := range free {
-		p.remove(ctx, id)
+		removals.Go(func() { p.remove(ctx, id) })
 	}
+	removals.Wait()
 	// A holder being made as the pool closed is removed by its refill,
 	// which sees the pool closed, and one whose timer fired is being
 	// removed: wait for them, or a stopped manager leaves them behind
