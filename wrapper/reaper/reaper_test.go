@@ -7,8 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -29,23 +27,9 @@ func TestMain(m *testing.M) {
 // zombies lists the children of this process that are zombies.
 func zombies(t *testing.T) []int {
 	t.Helper()
-	me := strconv.Itoa(os.Getpid())
 	var out []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...
-		s := string(b)
-		rest := s[strings.LastIndexByte(s, ')')+2:]
-		f := strings.Fields(rest)
-		if len(f) > 1 && f[0] == "Z" && f[1] == me {
+	for pid, p := range readProcs() {
+		if p.zombie && p.ppid == os.Getpid() {
 			out = append(out, pid)
 		}
 	}

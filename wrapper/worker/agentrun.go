@@ -30,6 +30,7 @@ type agentRunner struct {
 type agentRunnerParams struct {
 	agent   agent.Adapter
 	starter agent.Starter
+	sweeper Sweeper // nil: nothing swept
 	// env is the agent's environment for a run whose progress token is
 	// token (Config.AgentEnv, with the model API proxy and the progress
 	// endpoint as Run started them).
@@ -88,6 +89,24 @@ func (w *agentRunner) runTask(ctx context.Context, task protocol.Task, plan Sess
 	}
 }
 
+// Sweeper kills every process a task started at or after since that is
+// still alive, wherever in the process tree it went, sparing the
+// processes the wrapper started itself and their groups (the reaper).
+type Sweeper interface {
+	Sweep(since time.Time) int
+}
+
+// sweep kills what the task's processes started since left running
+// (why: "cancel", or "end" when its run ended, whatever the outcome).
+func (w *agentRunner) sweep(task protocol.Task, since time.Time, why string) {
+	if w.sweeper == nil {
+		return
+	}
+	if n := w.sweeper.Sweep(since); n > 0 {
+		w.log.Info("killed the processes the task left running", "request_id", task.RequestID, "processes", n, "at", why)
+	}
+}
+
 // spec is how to run the agent for a task of the run cur.
 func (w *agentRunner) spec(task protocol.Task, inv Invocation, cur *current) agent.Spec {
 	spec := agent.Spec{
@@ -134,6 +153,7 @@ func (w *agentRunner) run(ctx context.Context, task protocol.Task, plan SessionP
 	// budget the wrapper guards (cost.go) lets the persistent process
 	// serve it.
 	defer cur.steer.detach()
+	defer w.sweep(task, time.Now(), "end")
 	if !w.persist.usable() || (task.MaxBudgetUSD > 0 && w.agent.Caps().BudgetFlag) {
 		return agent.Run(ctx, spec)
 	}

@@ -133,6 +133,9 @@ func (w *agentRunner) cancellable(ctx context.Context, task protocol.Task, plan 
 			interrupt = nil
 			if cancelled, _, _ := cur.cancel.state(); cancelled {
 				inited = f.inited
+				// The task's tool commands stop now, not when the agent is
+				// done winding down: the agent itself is spared.
+				w.sweep(task, f.start, "cancel")
 			} // else the wrapper's own abort: its outcome is awaited
 		case <-inited:
 			inited = nil

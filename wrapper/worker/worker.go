@@ -105,8 +105,11 @@ type Worker struct {
 
 // Options are the Worker's collaborators; zero values take defaults.
 type Options struct {
-	Logger   *slog.Logger
-	Starter  agent.Starter // the reaper, in production
+	Logger  *slog.Logger
+	Starter agent.Starter // the reaper, in production
+	// Sweeper kills what a task's agent left running (the reaper, in
+	// production); none when nil.
+	Sweeper  Sweeper
 	Sessions SessionPolicy
 	Now      func() time.Time
 	Environ  []string // the wrapper's environment (os.Environ())
@@ -193,7 +196,7 @@ func (w *Worker) wire(opts Options) {
 		return ad.Route(getenv).Direct
 	}}
 	w.heal = &healer{state: w.state, pub: w.pub, log: log, now: now}
-	w.agents = newAgentRunner(agentRunnerParams{agent: ad, starter: opts.Starter, persist: persistentAgentFor(cfg, ad, log), spend: w.spend,
+	w.agents = newAgentRunner(agentRunnerParams{agent: ad, starter: opts.Starter, sweeper: opts.Sweeper, persist: persistentAgentFor(cfg, ad, log), spend: w.spend,
 		heal: w.heal, approvals: ctl.approvals, pub: w.pub, terminate: w.terminate, usage: w.rdb, log: log, now: now,
 		env: func(token string, task protocol.Task) []string {
 			return w.cfg.AgentEnv(ad, w.environ, w.ProgressURL(), token, task)

@@ -203,13 +203,13 @@ func redisHops(rc *redis.Client, n int) []float64 {
 
 // claudeAndStub finds the real claude CLI and starts a stub model that
 // completes every request; the stub stops when the benchmark ends.
-func claudeAndStub(b *testing.B) (string, *stubmodel.Server) {
+func claudeAndStub(b testing.TB) (string, *stubmodel.Server) {
 	return realCLI(b, protocol.AgentClaude), completingStub(b)
 }
 
 // realCLI is the path of the real CLI of agentType, installed by `make
 // setup`.
-func realCLI(b *testing.B, agentType protocol.AgentType) string {
+func realCLI(b testing.TB, agentType protocol.AgentType) string {
 	bin, err := exec.LookPath(string(agentType))
 	if err != nil {
 		b.Fatalf("the real %s CLI is not installed (run `make setup`): %v", agentType, err)
@@ -219,7 +219,7 @@ func realCLI(b *testing.B, agentType protocol.AgentType) string {
 
 // completingStub starts a stub model that answers every request at once
 // with a stop output, complete; it stops when the benchmark ends.
-func completingStub(b *testing.B) *stubmodel.Server {
+func completingStub(b testing.TB) *stubmodel.Server {
 	stub, err := stubmodel.Start(stubmodel.Script{Fallback: &stubmodel.Step{Text: "Done.\n{\"status\": \"complete\", \"result\": {}}"}})
 	if err != nil {
 		b.Fatal(err)

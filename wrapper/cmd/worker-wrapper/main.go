@@ -75,7 +75,7 @@ func run() int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 
-	w, err := worker.New(cfg, worker.Options{Logger: log, Starter: r, Environ: environ})
+	w, err := worker.New(cfg, worker.Options{Logger: log, Starter: r, Sweeper: r, Environ: environ})
 	if err != nil {
 		log.Error("invalid configuration", "err", err)
 		return 2

@@ -261,6 +261,25 @@ func (a *agent) misbehave(modes map[string]bool) {
 	if modes["orphans"] {
 		_ = exec.Command(os.Args[0], "spawn-orphans", "100").Run()
 	}
+	if modes["strays"] {
+		leaveStrays()
+	}
+}
+
+// leaveStrays starts two sleepers of a minute that outlive the agent as a
+// tool command would: one in a process group of its own (as Claude runs
+// its tools), one in a session of its own (setsid); their pids go, a line
+// each, into strays.pids in the working directory.
+func leaveStrays() {
+	var pids []string
+	for _, attr := range []*syscall.SysProcAttr{{Setpgid: true}, {Setsid: true}} {
+		c := exec.Command(os.Args[0], "sleep-ms", "60000")
+		c.SysProcAttr = attr
+		if c.Start() == nil {
+			pids = append(pids, strconv.Itoa(c.Process.Pid))
+		}
+	}
+	_ = os.WriteFile("strays.pids", []byte(strings.Join(pids, "\n")+"\n"), 0o644)
 }
 
 // reportProgress calls the wrapper's progress command, as an agent's tool
