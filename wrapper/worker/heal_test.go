@@ -44,8 +44,10 @@ func TestAuthFailedStopsTheAgentAtTheFirstRefusal(t *testing.T) {
 // its answer a minute) is stopped: AGENT_STALLED, retryable, long before
 // the task's timeout; a persistent process is replaced by the next task.
 func TestStalledAgent(t *testing.T) {
+	t.Parallel() // it waits out stall timeouts, the CPU idle
 	for _, persistent := range []bool{false, true} {
 		t.Run(map[bool]string{false: "per-task", true: "persistent"}[persistent], func(t *testing.T) {
+			t.Parallel()
 			e, stub, environ := realAgentEnv(t, protocol.AgentClaude)
 			e.cfg.Persistent = persistent
 			// Long enough for a real claude to start and print its first
@@ -116,6 +118,7 @@ func TestPersistentAgentRecycled(t *testing.T) {
 // (a progress warning says until when) and the task then completes; one
 // whose reset is past the timeout fails RATE_LIMITED at once.
 func TestRateLimitParksThenCompletes(t *testing.T) {
+	t.Parallel() // its workers wait out a retry-after, the CPU idle
 	eachRealAgent(t, func(t *testing.T, agentType protocol.AgentType, e *env, stub *stubmodel.Server, environ []string) {
 		e.cfg.TaskTimeout = 60 * time.Second
 		stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{

@@ -31,20 +31,25 @@ func TestHostileAgentOutput(t *testing.T) {
 		nested.WriteString("]" + strings.Repeat(" ", int(pad[i]-'a')%5) + "}")
 	}
 	huge := variedText(512 << 10)
+	// The stop outputs the wrapper refuses whatever the agent (claudeOnly)
+	// run through Claude alone: the refusal is the wrapper's, and each
+	// costs a second turn asking for a valid one. What tests how a CLI
+	// carries the text (nesting, control bytes, size) runs through each.
 	cases := []struct {
-		name  string
-		text  string
-		check func(t *testing.T, o protocol.Output)
+		name       string
+		text       string
+		check      func(t *testing.T, o protocol.Output)
+		claudeOnly bool
 	}{
-		{"cancelled status", "Stopping here.\n{\"status\": \"cancelled\"}", failedWith(protocol.CodeNoStopOutput)},
-		{"unknown status", `{"status": "running", "result": {"pct": 10}}`, failedWith(protocol.CodeNoStopOutput)},
-		{"blocked without a question", `{"status": "blocked"}`, failedWith(protocol.CodeNoStopOutput)},
-		{"result not an object", `{"status": "complete", "result": [1, 2]}`, failedWith(protocol.CodeNoStopOutput)},
+		{"cancelled status", "Stopping here.\n{\"status\": \"cancelled\"}", failedWith(protocol.CodeNoStopOutput), false},
+		{"unknown status", `{"status": "running", "result": {"pct": 10}}`, failedWith(protocol.CodeNoStopOutput), true},
+		{"blocked without a question", `{"status": "blocked"}`, failedWith(protocol.CodeNoStopOutput), true},
+		{"result not an object", `{"status": "complete", "result": [1, 2]}`, failedWith(protocol.CodeNoStopOutput), true},
 		{"deeply nested result", `{"status": "complete", "result": ` + nested.String() + `}`, func(t *testing.T, o protocol.Output) {
 			if o.Status != protocol.StatusComplete || !strings.HasPrefix(string(o.Result), `{"k0":[{"k1":[`) {
 				t.Fatalf("nested: status %s error %+v result %.80s", o.Status, o.Error, o.Result)
 			}
-		}},
+		}, false},
 		// Raw control characters inside a JSON string make it no JSON:
 		// there the stop output spells them as escapes; around it they
 		// are raw, with bytes that are not UTF-8.
@@ -58,7 +63,7 @@ func TestHostileAgentOutput(t *testing.T) {
 						t.Errorf("republished text is not valid UTF-8: %q", s)
 					}
 				}
-			}},
+			}, false},
 		// Half a megabyte through the CLIs. Claude 2.1.197 exits before a
 		// result line of megabytes has left its stdout pipe (Node writes
 		// to a pipe asynchronously), so larger ones are the wrapper's own
@@ -67,18 +72,23 @@ func TestHostileAgentOutput(t *testing.T) {
 			if o.Status != protocol.StatusComplete || len(o.Result) < 512<<10 {
 				t.Fatalf("512 KB: %s %+v (result %d bytes)", o.Status, o.Error, len(o.Result))
 			}
-		}},
+		}, false},
 	}
 	eachRealAgent(t, func(t *testing.T, agentType protocol.AgentType, e *env, stub *stubmodel.Server, environ []string) {
 		e.start(environ...)
 		in, out := e.keys.Input(e.cfg.WorkerID), e.keys.Output(e.cfg.WorkerID)
+		sent := 0
 		for i, c := range cases {
+			if c.claudeOnly && agentType != protocol.AgentClaude {
+				continue
+			}
+			sent++
 			// Every model call of the task answers the hostile text (an
 			// agent may make more than one call a task).
 			stub.SetScript(stubmodel.Script{Fallback: &stubmodel.Step{Text: c.text}})
 			e.send(in, protocol.Task{RequestID: "hostile-" + string(rune('a'+i)), ProjectID: "p", Prompt: c.name, ForceNewSession: true})
-			outs := e.waitOutputs(out, i+1, 3*time.Minute)
-			o := outs[i]
+			outs := e.waitOutputs(out, sent, 3*time.Minute)
+			o := outs[sent-1]
 			if o.RequestID != "hostile-"+string(rune('a'+i)) {
 				t.Fatalf("%s: output for %s", c.name, o.RequestID)
 			}
@@ -90,8 +100,8 @@ func TestHostileAgentOutput(t *testing.T) {
 		}
 		stub.SetScript(stubmodel.Script{Fallback: &stubmodel.Step{Text: `{"status": "complete"}`}})
 		e.send(in, protocol.Task{RequestID: "after", ProjectID: "p", Prompt: "and now?"})
-		outs := e.waitOutputs(out, len(cases)+1, 2*time.Minute)
-		if o := outs[len(cases)]; o.RequestID != "after" || o.Status != protocol.StatusComplete {
+		outs := e.waitOutputs(out, sent+1, 2*time.Minute)
+		if o := outs[sent]; o.RequestID != "after" || o.Status != protocol.StatusComplete {
 			t.Fatalf("the task after: %+v (error %+v)", o, o.Error)
 		}
 	})
