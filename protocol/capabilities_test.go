@@ -124,7 +124,7 @@ func TestParseAgentTypeAndKind(t *testing.T) {
 
 func TestCodesRetryable(t *testing.T) {
 	want := map[Code]bool{
-		CodeAgentTimeout: true, CodeAgentCrashed: true, CodeAgentError: true, CodeNoStopOutput: false, CodeInvalidStopOutput: false, CodeTaskFailed: false,
+		CodeAgentTimeout: true, CodeAgentCrashed: true, CodeAgentError: true, CodeNoStopOutput: false, CodeInvalidStopOutput: false, CodeOutputTooLarge: false, CodeTaskFailed: false,
 		CodeOOMKilled: true, CodeKilled: true, CodeTerminated: true, CodeResumeFailed: true,
 		CodeInvalidTask: false, CodeInvalidCommand: false, CodeNotFound: false, CodeForbidden: false,
 		CodeUpstreamUnavailable: true, CodeResourceExhausted: true, CodeInternalError: false,

@@ -21,6 +21,9 @@ const (
 	// result that is not an object. What an agent prints cannot be
 	// trusted, so this is an answer, not a crash.
 	CodeInvalidStopOutput Code = "INVALID_STOP_OUTPUT"
+	// The agent's final text is longer than MaxStopSearch (16 MiB) and its
+	// last 16 MiB hold no stop output.
+	CodeOutputTooLarge Code = "OUTPUT_TOO_LARGE"
 	// The agent's own stop output said failed: it could not do the task.
 	CodeTaskFailed Code = "TASK_FAILED"
 	// The kernel's OOM killer ended the container.
@@ -98,6 +101,7 @@ var codeInfo = map[Code]bool{
 	CodeAgentError:          true,  // API errors are often transient
 	CodeNoStopOutput:        false, // the agent did what it did
 	CodeInvalidStopOutput:   false, // the same task makes the same output
+	CodeOutputTooLarge:      false,
 	CodeTaskFailed:          false, // the agent judged it could not
 	CodeOOMKilled:           true,  // with more memory
 	CodeKilled:              true,
@@ -127,7 +131,7 @@ var codeInfo = map[Code]bool{
 
 // Codes lists every code, in a stable order.
 var Codes = []Code{
-	CodeAgentTimeout, CodeAgentCrashed, CodeAgentError, CodeNoStopOutput, CodeInvalidStopOutput, CodeTaskFailed,
+	CodeAgentTimeout, CodeAgentCrashed, CodeAgentError, CodeNoStopOutput, CodeInvalidStopOutput, CodeOutputTooLarge, CodeTaskFailed,
 	CodeOOMKilled, CodeKilled, CodeTerminated, CodeResumeFailed,
 	CodeInvalidTask, CodeInvalidCommand, CodeNotFound, CodeForbidden,
 	CodeUpstreamUnavailable, CodeResourceExhausted, CodeInternalError,

@@ -81,30 +81,39 @@ func DecodeStopOutput(data []byte) (StopOutput, error) {
 	return s, nil
 }
 
-// Bounds of FindStopOutput's search, so that a huge final text cannot make
-// it slow: only the tail is searched, and only so many candidates.
-const (
-	stopSearchTail       = 1 << 20
-	stopSearchCandidates = 2000
-)
+// MaxStopSearch is how much of a final text FindStopOutput searches: a
+// stop output anywhere in a text up to it is found, whatever its own size;
+// of a longer text, the last MaxStopSearch bytes (a text with none there
+// is failed OUTPUT_TOO_LARGE, not NO_STOP_OUTPUT).
+const MaxStopSearch = 16 << 20
+
+// stopSearchWork bounds the bytes FindStopOutput's decodes may read in
+// all, so that a text built to make it slow (thousands of objects nested
+// in each other, each decoded from its own start) costs a bounded time
+// (under a second here, against up to three without the pre-check).
+const stopSearchWork = 64 << 20
 
 // FindStopOutput returns the last stop output in an agent's final text:
 // of the JSON objects in the text that are valid stop outputs, the one that
 // ends last (an enclosing object wins over one nested in it). Fenced code
-// blocks need no special care. ok is false when the text has none.
+// blocks need no special care. ok is false when the text (its last
+// MaxStopSearch bytes) has none.
 func FindStopOutput(text string) (out StopOutput, ok bool) {
-	base := 0
-	if len(text) > stopSearchTail {
-		base = len(text) - stopSearchTail
+	if len(text) > MaxStopSearch {
+		text = text[len(text)-MaxStopSearch:]
 	}
-	tail := text[base:]
 	bestStart, bestEnd := -1, -1
-	tries := 0
-	for i := strings.LastIndexByte(tail, '{'); i >= 0 && tries < stopSearchCandidates; i = strings.LastIndexByte(tail[:i], '{') {
-		tries++
-		dec := json.NewDecoder(strings.NewReader(tail[i:]))
+	work := 0
+	for i := strings.LastIndexByte(text, '{'); i >= 0 && work < stopSearchWork; i = strings.LastIndexByte(text[:i], '{') {
+		if !mayOpenObject(text[i+1:]) {
+			continue
+		}
+		r := strings.NewReader(text[i:])
+		dec := json.NewDecoder(r)
 		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
+		err := dec.Decode(&raw)
+		work += len(text) - i - r.Len() // what the decoder read, its read-ahead too
+		if err != nil {
 			continue
 		}
 		end := i + int(dec.InputOffset())
@@ -120,4 +129,20 @@ func FindStopOutput(text string) (out StopOutput, ok bool) {
 		}
 	}
 	return out, ok
+}
+
+// mayOpenObject reports whether what follows a '{' can go on a JSON
+// object: a key or its end, after white space. Prose and code braces fail
+// here, without a decoder.
+func mayOpenObject(rest string) bool {
+	for j := 0; j < len(rest); j++ {
+		switch rest[j] {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '"', '}':
+			return true
+		}
+		return false
+	}
+	return false
 }

@@ -113,6 +113,11 @@ func judgeResult(o Outcome, schemaGiven bool) Verdict {
 		rule = "stop-json"
 		stop, ok = protocol.FindStopOutput(r.Text)
 	}
+	if !ok && !schemaGiven && len(r.Text) > protocol.MaxStopSearch {
+		v := failed("output-too-large", protocol.CodeOutputTooLarge, "the agent's final text is %d bytes, and its last %d MiB hold no valid stop output", len(r.Text), protocol.MaxStopSearch>>20)
+		v.Response = r.Text
+		return v
+	}
 	if !ok {
 		what := "no valid stop output in its final text"
 		if schemaGiven {

@@ -10,6 +10,7 @@ RETRYABLE = {
     "AGENT_ERROR": True,
     "NO_STOP_OUTPUT": False,
     "INVALID_STOP_OUTPUT": False,
+    "OUTPUT_TOO_LARGE": False,
     "TASK_FAILED": False,
     "OOM_KILLED": True,
     "KILLED": True,

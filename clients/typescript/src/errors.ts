@@ -9,6 +9,7 @@ const retryableByCode: Record<Code, boolean> = {
   AGENT_ERROR: true,
   NO_STOP_OUTPUT: false,
   INVALID_STOP_OUTPUT: false,
+  OUTPUT_TOO_LARGE: false,
   TASK_FAILED: false,
   OOM_KILLED: true,
   KILLED: true,
