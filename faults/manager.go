@@ -182,12 +182,15 @@ func (c *Case) ManagerEnv(id string) map[string]string {
 		"CREATION_GRACE":          CreationGrace.String(),
 		"WORKER_STOP_TIMEOUT":     StopTimeout.String(),
 		"WORKER_CREATION_TIMEOUT": "60s",
-		"WORKER_PROJECT_VOLUMES":  "false",
-		"WORKER_BASE_IMAGE":       BaseImage,
-		"WORKER_MEMORY_LIMIT":     "256m",
-		"LEASE_TTL":               c.Lease.String(),
-		"WORKER_ENV":              `{"AGENT_BIN":"` + FakeAgent + `","SESSION_POLICY":"new"}`,
-		"WORKER_NETWORK_MODE":     "sealed", // GATEWAY_DIR: the case's or the host's gateway (StartManager)
+		// A create at the limit queues: the cases count slots and queues
+		// (a case that tests eviction sets EVICT_IDLE_AFTER in its Env).
+		"EVICT_IDLE_AFTER":       "off",
+		"WORKER_PROJECT_VOLUMES": "false",
+		"WORKER_BASE_IMAGE":      BaseImage,
+		"WORKER_MEMORY_LIMIT":    "256m",
+		"LEASE_TTL":              c.Lease.String(),
+		"WORKER_ENV":             `{"AGENT_BIN":"` + FakeAgent + `","SESSION_POLICY":"new"}`,
+		"WORKER_NETWORK_MODE":    "sealed", // GATEWAY_DIR: the case's or the host's gateway (StartManager)
 	}
 	if h := os.Getenv("DOCKER_HOST"); h != "" {
 		env["DOCKER_HOST"] = h

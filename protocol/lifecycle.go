@@ -144,7 +144,6 @@ type RemovedReason string
 // Why a worker is retired.
 const (
 	RemovedDeleted      RemovedReason = "deleted"       // a delete command
-	RemovedEvicted      RemovedReason = "evicted"       // the oldest paused worker gave its slot to a create (EVICT_PAUSED)
 	RemovedPauseTimeout RemovedReason = "pause_timeout" // paused longer than PAUSE_TIMEOUT
 	RemovedDied         RemovedReason = "died"          // its container ended on its own (exit code, OOM)
 	RemovedExited       RemovedReason = "exited"        // its container stopped cleanly without being asked

@@ -3,7 +3,6 @@ package spawner
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
@@ -16,14 +15,16 @@ import (
 // admitted creates, workers being retired), or until CreationTimeout:
 // then RESOURCE_EXHAUSTED. Its place in the queue and then its slot are
 // leases that this process renews; if it dies, they run out and the queue
-// moves on (see rdb.Admit). With EvictPaused, a create at the head of a
-// full queue retires the worker paused longest instead of waiting.
+// moves on (see rdb.Admit). A create at the head of a full queue first
+// takes the slot of a warm pool worker, then hibernates the long-lived
+// worker idle or paused longest (unless KeepIdleAtLimit), and only then
+// waits.
 
 // admission admits this host's creates and wakes (admit), evicting a
-// warm pool worker or the worker paused longest when the host is full.
+// warm pool worker or the worker idle longest when the host is full.
 type admission struct {
 	*env
-	cfg      *Config // CREATION_TIMEOUT, LEASE_TTL, MAX_CONCURRENT_WORKERS, HOST_LABELS, EVICT_PAUSED(_AFTER), POOLS
+	cfg      *Config // CREATION_TIMEOUT, LEASE_TTL, MAX_CONCURRENT_WORKERS, HOST_LABELS, EVICT_IDLE_AFTER, POOLS
 	stopping <-chan struct{}
 	engine   engine.Engine
 	busy     *busyCheck
@@ -78,7 +79,7 @@ func (s *admission) admit(ctx context.Context, id string, p *protocol.Placement,
 		if adm.Pos == 0 && adm.Full && s.evictWarm(ctx, id) {
 			continue // a warm pool worker gave way: count again at once
 		}
-		if adm.Pos == 0 && adm.Full && s.cfg.EvictPaused && s.evictOldestPaused(ctx, id) {
+		if adm.Pos == 0 && adm.Full && !s.cfg.KeepIdleAtLimit && s.evictIdlest(ctx, id) {
 			continue // count again at once
 		}
 		if !queued {
@@ -122,12 +123,15 @@ func (s *admission) keepSlot(id string) *renewal {
 	})
 }
 
-// evictOldestPaused hibernates (or, one that cannot hibernate, retires)
-// the worker paused longest (at least
-// EvictPausedAfter, with no task waiting) to free a slot for the create
-// of forID, and says whether it did.
-func (s *admission) evictOldestPaused(ctx context.Context, forID string) bool {
-	cs, err := s.engine.List(ctx, engine.Filter{State: engine.Suspended})
+// evictIdlest hibernates the long-lived worker of this host idle or
+// paused longest (at least EvictIdleAfter, with no task waiting) to free
+// a slot for the create of forID, and says whether it did. A worker that
+// cannot hibernate (no spec, a developer worker) keeps its slot: an
+// eviction never ends an identity. The hibernation pauses the worker
+// first and checks again that no task came (hibernate), so a task sent
+// meanwhile keeps it.
+func (s *admission) evictIdlest(ctx context.Context, forID string) bool {
+	cs, err := s.engine.List(ctx, engine.Filter{})
 	if err != nil {
 		return false
 	}
@@ -135,11 +139,19 @@ func (s *admission) evictOldestPaused(ctx context.Context, forID string) bool {
 	victim, since := "", time.Time{}
 	for _, c := range cs {
 		id := c.Worker
-		if id == "" {
+		if id == "" || (c.State != engine.Running && c.State != engine.Suspended) {
 			continue
 		}
-		at, err := s.rdb.PausedSince(ctx, id)
-		if err != nil || now.Sub(at) < s.cfg.EvictPausedAfter {
+		h, err := s.rdb.Status(ctx, id)
+		if err != nil || !hibernatable(h) || h[protocol.StatusFieldRequestID] != "" {
+			continue
+		}
+		state := protocol.WorkerState(h[protocol.StatusFieldState])
+		if state != protocol.WorkerIdle && state != protocol.WorkerPaused {
+			continue
+		}
+		at, err := idleSince(h)
+		if err != nil || now.Sub(at) < s.cfg.EvictIdleAfter {
 			continue
 		}
 		if b, err := s.busy.busyNow(ctx, id); err != nil || b != "" {
@@ -152,22 +164,23 @@ func (s *admission) evictOldestPaused(ctx context.Context, forID string) bool {
 	if victim == "" {
 		return false
 	}
-	s.log.Info("at the worker limit: evicting the worker paused longest", "worker_id", victim, "paused_for", now.Sub(since).String(), "for", forID)
-	s.lifecycle(ctx, victim, protocol.EventStopping, map[string]any{"reason": "evicted", "paused_for_ms": now.Sub(since).Milliseconds(), "for_worker": forID})
-	if h, err := s.rdb.Status(ctx, victim); err == nil && hibernatable(h) {
-		// Its identity stays: hibernated, woken by its next task.
-		err := s.hibernate(ctx, victim, hibernateEvicted, false)
-		if err != nil {
-			s.log.Warn("evict a paused worker", "worker_id", victim, "err", err)
-		}
-		return err == nil
+	s.log.Info("at the worker limit: hibernating the worker idle longest", "worker_id", victim, "idle_for", now.Sub(since).String(), "for", forID)
+	s.lifecycle(ctx, victim, protocol.EventStopping, map[string]any{"reason": "evicted", "idle_for_ms": now.Sub(since).Milliseconds(), "for_worker": forID})
+	if err := s.hibernate(ctx, victim, hibernateEvicted, false); err != nil {
+		s.log.Info("the worker idle longest was not hibernated", "worker_id", victim, "err", err)
+		return false
 	}
-	done, err := s.retire(ctx, victim, retirement{reason: protocol.RemovedEvicted, graceful: true, code: protocol.CodeTerminated,
-		msg: fmt.Sprintf("the worker was evicted for %s before it ran this task", forID)})
-	if err != nil {
-		s.log.Warn("evict a paused worker", "worker_id", victim, "err", err)
+	return true
+}
+
+// idleSince is when a worker became idle: its state's start as the
+// wrapper wrote it (a pause keeps it: the worker did nothing since), or,
+// without one, the status's last write.
+func idleSince(h map[string]string) (time.Time, error) {
+	if t, err := protocol.ParseTime(h[protocol.StatusFieldStateSince]); err == nil {
+		return t, nil
 	}
-	return done && err == nil
+	return protocol.ParseTime(h[protocol.StatusFieldUpdatedAt])
 }
 
 // evictWarm retires a warm worker of any pool so that the create forID,

@@ -56,11 +56,12 @@ type Config struct {
 	// HibernateAfter (HIBERNATE_AFTER): a long-lived worker idle (running
 	// or paused) this long is hibernated (0: only the pause timeout does).
 	HibernateAfter time.Duration
-	// EvictPaused (EVICT_PAUSED_AFTER set, off by default): at the limit, a
-	// create removes the worker paused longest, if it has been paused at
-	// least EvictPausedAfter and has no input waiting, instead of queueing.
-	EvictPaused      bool
-	EvictPausedAfter time.Duration
+	// At the limit a create hibernates the long-lived worker idle or
+	// paused longest, idle at least EvictIdleAfter and with no task
+	// waiting, instead of queueing (EVICT_IDLE_AFTER, default 0: at once);
+	// KeepIdleAtLimit (EVICT_IDLE_AFTER=off) queues the create instead.
+	KeepIdleAtLimit bool
+	EvictIdleAfter  time.Duration
 	// ReplaceDead (REPLACE_DEAD_WORKERS): a long-lived worker whose
 	// container ended without the runtime asking (crash, OOM, engine stop,
 	// heartbeat expired) gets a new incarnation under its id, which serves
@@ -264,7 +265,8 @@ func configVars(c *Config) []envconf.Var {
 		{Name: "IDLE_TIMEOUT_SECONDS", Default: "600", Value: envconf.IntOf(&c.IdleTimeout, 1, time.Second), Doc: "seconds: a running worker idle this long is paused"},
 		{Name: "PAUSE_TIMEOUT", Default: "30m", Value: envconf.Duration(&c.PauseTimeout), Doc: "a worker paused this long is [hibernated](../protocol/PROTOCOL.md#hibernation) (a developer or warm pool worker is removed)"},
 		{Name: "HIBERNATE_AFTER", Default: "0", Value: durationOrOff(&c.HibernateAfter), Doc: "a long-lived worker idle (running or paused) this long is [hibernated](../protocol/PROTOCOL.md#hibernation): its container removed, its id, streams and session kept, woken by the next task (`0`: off, only `PAUSE_TIMEOUT` hibernates)"},
-		{Name: "EVICT_PAUSED_AFTER", DefaultDoc: "(off)", Value: envconf.Func(c.setEvictPaused), Doc: "at the limit, a create hibernates the worker paused longest (at least this long, `0` for any, and with no task waiting; a developer or warm pool worker is removed) instead of queueing"},
+		{Name: "EVICT_IDLE_AFTER", Default: "0", Value: envconf.Func(c.setEvictIdle), Doc: "at the limit, a create [hibernates](../protocol/PROTOCOL.md#hibernation) the long-lived worker idle or paused longest (at least this long, `0` for any; never a busy one or one with a task waiting) instead of queueing; a warm pool's worker gives way first; workers that cannot hibernate (developer workers, those without a spec) are never evicted (`off`: creates queue)"},
+		{Name: "EVICT_PAUSED_AFTER", DefaultDoc: "(unset)", Value: envconf.Func(c.setEvictIdle), Doc: "the older name of `EVICT_IDLE_AFTER`"},
 		{Name: "REPLACE_DEAD_WORKERS", Default: "true", Value: envconf.Bool(&c.ReplaceDead), Doc: "a long-lived worker whose container ended without being asked (crash, OOM, engine stop, heartbeat expired) gets a new container (a new incarnation) under the same id, which serves the tasks waiting on its input"},
 		{Name: "HEARTBEAT_INTERVAL", Default: "10s", Value: envconf.Duration(&c.HeartbeatInterval), Doc: "given to the workers; a running (not paused) worker whose heartbeat key expired (3 intervals) is dead: removed, its task forwarded (or, long-lived, replaced: `REPLACE_DEAD_WORKERS`)"},
 		{Name: "RECONCILE_INTERVAL", Default: "60s", Value: envconf.Duration(&c.ReconcileInterval), Doc: "reconciliation of containers and Redis, by the leader (also when it becomes leader) every interval: labelled containers Redis does not know (older than `CREATION_GRACE`) are removed, Redis workers without a container are marked failed, disagreeing statuses fixed"},
@@ -317,14 +319,19 @@ func (c *Config) setHostLabels(s string) (err error) {
 	return err
 }
 
-// setEvictPaused reads EVICT_PAUSED_AFTER: set turns eviction on, after
-// a duration or, with 0, at once.
-func (c *Config) setEvictPaused(s string) error {
-	c.EvictPaused = true
-	if s == "0" {
+// setEvictIdle reads EVICT_IDLE_AFTER: off keeps idle workers at the
+// limit; a duration (0: any) is the least idle time of one evicted.
+func (c *Config) setEvictIdle(s string) error {
+	if s == "off" {
+		c.KeepIdleAtLimit = true
 		return nil
 	}
-	return envconf.Duration(&c.EvictPausedAfter).Set(s)
+	c.KeepIdleAtLimit = false
+	if s == "0" {
+		c.EvictIdleAfter = 0
+		return nil
+	}
+	return envconf.Duration(&c.EvictIdleAfter).Set(s)
 }
 
 // handBuiltDefaults are the variables whose defaults withDefaults gives

@@ -66,7 +66,7 @@ func hibernatedWorker(t *testing.T, f *fixture, spec protocol.WorkerSpec) string
 // keeps its id, and a task sent to it wakes it as a new incarnation that
 // answers it.
 func TestIdleWorkerHibernatesAndATaskWakesIt(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.HibernateAfter = 2 * time.Second; c.MaxWorkers = 1 })
+	f := newFixture(t, func(c *Config) { c.HibernateAfter = 2 * time.Second; c.MaxWorkers = 1; c.KeepIdleAtLimit = true })
 	f.startManager(t)
 	ctx := context.Background()
 	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, ProjectID: "sleepy"})
@@ -125,7 +125,7 @@ func TestIdleWorkerHibernatesAndATaskWakesIt(t *testing.T) {
 // asked for the wake is answered WORKER_GONE, once, and no container is
 // left of the worker.
 func TestDeleteWinsOverAWake(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.MaxWorkers = 1 })
+	f := newFixture(t, func(c *Config) { c.MaxWorkers = 1; c.KeepIdleAtLimit = true })
 	f.startManager(t)
 	ctx := context.Background()
 	id := hibernatedWorker(t, f, protocol.WorkerSpec{AgentType: protocol.AgentClaude})

@@ -57,7 +57,7 @@ func TestWarmPoolAndPoolSize(t *testing.T) {
 	devSpec := protocol.WorkerSpec{AgentType: protocol.AgentClaude, Kind: protocol.KindDeveloper}
 	f := newFixture(t, func(c *Config) {
 		useFakeAgent(c)
-		c.MaxWorkers = 6
+		c.MaxWorkers, c.KeepIdleAtLimit = 6, true
 		c.Pools = []PoolTemplate{{Name: "warm", Spec: warmSpec, MinWarm: 2, MaxTotal: 3, RecycleAfter: 2, key: specKey(warmSpec)},
 			{Name: "devs", Spec: devSpec, Size: 2, MaxTotal: 2, key: specKey(devSpec)}}
 		c.ReplaceBackoff = 10 * time.Millisecond

@@ -16,7 +16,7 @@ import (
 )
 
 func TestTwelveCreatesWithLimitTen(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.MaxWorkers = 10; c.CreationTimeout = 2 * time.Minute })
+	f := newFixture(t, func(c *Config) { c.MaxWorkers = 10; c.CreationTimeout = 2 * time.Minute; c.KeepIdleAtLimit = true })
 	ctx := context.Background()
 	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude}
 	type result struct {
@@ -68,12 +68,14 @@ func TestTwelveCreatesWithLimitTen(t *testing.T) {
 	}
 }
 
-// At the limit, with EVICT_PAUSED_AFTER, a create removes the worker
-// paused longest instead of waiting; one paused too briefly, or with a task
-// waiting, is kept (and the create times out).
-func TestEvictOldestPausedWorker(t *testing.T) {
+// At the limit a create hibernates the long-lived worker idle longest
+// instead of waiting (by default), paused or running idle alike; one idle
+// too briefly, one with a task waiting and one that cannot hibernate (a
+// developer worker) are kept, and with EVICT_IDLE_AFTER=off the create
+// queues.
+func TestCreateAtTheLimitHibernatesTheWorkerIdleLongest(t *testing.T) {
 	f := newFixture(t, func(c *Config) {
-		c.MaxWorkers, c.CreationTimeout, c.EvictPaused, c.EvictPausedAfter = 2, 3*time.Second, true, time.Hour
+		c.MaxWorkers, c.CreationTimeout, c.EvictIdleAfter = 3, 3*time.Second, time.Hour
 	})
 	ctx := context.Background()
 	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude}
@@ -83,18 +85,33 @@ func TestEvictOldestPausedWorker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := f.s.Pause(ctx, w.WorkerID); err != nil {
-			t.Fatal(err)
-		}
 		ws = append(ws, w)
-		time.Sleep(50 * time.Millisecond) // ws[0] is paused longer
 	}
-	// Paused for less than the minimum age: nobody is evicted.
+	dev, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, Kind: protocol.KindDeveloper})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []protocol.WorkerInfo{dev, ws[0], ws[1]} { // idle longest: dev, then ws[0]
+		testkit.Eventually(t, "worker "+w.WorkerID+" idle", time.Minute, func() bool {
+			return f.rc.HGet(ctx, f.keys.Status(w.WorkerID), protocol.StatusFieldState).Val() == string(protocol.WorkerIdle)
+		})
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := f.s.Pause(ctx, ws[1].WorkerID); err != nil { // paused, or running idle: the same
+		t.Fatal(err)
+	}
+	// Idle for less than the minimum: nobody is evicted.
 	if _, err := f.s.Create(ctx, spec); !IsResourceExhausted(err) {
-		t.Fatalf("create at the limit with no worker old enough to evict: %v", err)
+		t.Fatalf("create at the limit with no worker idle long enough: %v", err)
 	}
-	f.s.cfg.EvictPausedAfter = 0
-	// A task waiting on the oldest: it is kept, the other goes.
+	f.s.cfg.EvictIdleAfter = 0
+	f.s.cfg.KeepIdleAtLimit = true
+	if _, err := f.s.Create(ctx, spec); !IsResourceExhausted(err) {
+		t.Fatalf("create at the limit with EVICT_IDLE_AFTER=off: %v", err)
+	}
+	f.s.cfg.KeepIdleAtLimit = false
+	// A task waiting on the one idle longest (of those that can
+	// hibernate): it is kept, the other goes; the developer worker stays.
 	f.send(t, f.keys.Input(ws[0].WorkerID), protocol.Task{RequestID: "waiting", Prompt: "x"})
 	from := lastID(f.rc, f.keys.Lifecycle())
 	start := time.Now()
@@ -103,14 +120,15 @@ func TestEvictOldestPausedWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := f.s.inst.find(ctx, ws[1].WorkerID); !IsNotFound(err) {
-		t.Fatalf("the paused worker without input was not evicted (%v)", err)
+		t.Fatalf("the idle worker without input was not evicted (%v)", err)
 	}
-	// Evicted, it keeps its identity: hibernated.
 	if st, err := f.s.Status(ctx, ws[1].WorkerID); err != nil || st.Status != protocol.ContainerHibernated {
 		t.Fatalf("the evicted worker: %+v %v", st, err)
 	}
-	if _, err := f.s.inst.find(ctx, ws[0].WorkerID); err != nil {
-		t.Fatalf("the worker with a task waiting was evicted: %v", err)
+	for _, kept := range []protocol.WorkerInfo{ws[0], dev} {
+		if _, err := f.s.inst.find(ctx, kept.WorkerID); err != nil {
+			t.Fatalf("worker %s was evicted: %v", kept.WorkerID, err)
+		}
 	}
 	var evicted *protocol.Lifecycle
 	msgs, _ := f.rc.XRange(ctx, f.keys.Lifecycle(), "("+from, "+").Result()
