@@ -43,7 +43,12 @@ func TestPauseCommandOnABusyWorkerIsRefused(t *testing.T) {
 // slot at once with SHUTTING_DOWN instead of waiting out the queue.
 func TestShutdownAnswersQueuedCreates(t *testing.T) {
 	buildBenchBase(t)
-	f := newFixture(t, func(c *Config) { useFakeAgent(c); c.MaxWorkers = 1; c.CreationTimeout = 5 * time.Minute; c.KeepIdleAtLimit = true })
+	f := newFixture(t, func(c *Config) {
+		useFakeAgent(c)
+		c.MaxWorkers = 1
+		c.CreationTimeout = 5 * time.Minute
+		c.KeepIdleAtLimit = true
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = (&Manager{S: f.s}).Run(ctx) }()

@@ -256,7 +256,11 @@ func TestWorkerLifecycle(t *testing.T) {
 }
 
 func TestConcurrencyLimitQueues(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.MaxWorkers = 1; c.CreationTimeout = 1500 * time.Millisecond; c.KeepIdleAtLimit = true })
+	f := newFixture(t, func(c *Config) {
+		c.MaxWorkers = 1
+		c.CreationTimeout = 1500 * time.Millisecond
+		c.KeepIdleAtLimit = true
+	})
 	ctx := context.Background()
 	spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude}
 	first, err := f.s.Create(ctx, spec)
