@@ -4,7 +4,11 @@
 #   1. the set-up scripts' own tests, the Prometheus rules, gofmt and vet,
 #      and the documents' links, fences and code examples (make check-docs);
 #   2. side by side: the unit and integration tests of every module, then
-#      the fuzz targets; and the fault suite (faults/, its short cases).
+#      the fuzz targets; and the fault suite (faults/, its short cases);
+#   3. what the run left behind (scripts/leftovers.sh): every container,
+#      volume, network namespace and server process it made is gone, or
+#      the run fails (and they are removed); the worker image cache is
+#      cut to this run's images.
 #      Both spend most of their time waiting on containers, agents and
 #      Redis, not on the CPU (docs/testing.md gives the figures).
 #
@@ -27,6 +31,8 @@ timed() {
 }
 
 start=$SECONDS
+mark=$(mktemp)
+bash scripts/leftovers.sh mark "$mark"
 timed "set-up scripts" bash scripts/test-setup.sh
 timed "prometheus rules" $MAKE --no-print-directory test-rules
 timed "gofmt, vet" $MAKE --no-print-directory vet
@@ -43,6 +49,9 @@ if [ $failed = 0 ]; then
   summary+=("$(printf '%-32s %4ds  %s' "fault suite (beside the above)" $((SECONDS - t0)) "$([ $rc = 0 ] && echo ok || echo "FAILED ($rc)")")")
   [ $rc = 0 ] || failed=1
 fi
+echo "== what the run left behind"
+timed "leftovers" bash scripts/leftovers.sh check "$mark"
+rm -f "$mark"
 echo
 echo "== make test: wall time per phase"
 printf '%s\n' "${summary[@]}"

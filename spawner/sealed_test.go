@@ -467,3 +467,46 @@ func TestReconcileKeepsSpareNamespaces(t *testing.T) {
 		t.Fatalf("the task of a worker in a spare namespace: %+v", o)
 	}
 }
+
+// A manager that died leaves its spare namespaces' holders: the next
+// manager of the host to reconcile removes them (no live manager marks
+// them), and keeps its own.
+func TestReconcileRemovesADeadManagersSpares(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.CreationGrace = 0 })
+	ctx := context.Background()
+	f.s.engine.Prepare()
+	testkit.Eventually(t, "spare namespaces", time.Minute, func() bool { return f.s.dockerEngine().SparesReady() >= f.s.cfg.SpareNetns })
+	// What a manager SIGKILLed an hour ago left: two holders of the key
+	// prefix, its marks long expired.
+	var dead []string
+	for range 2 {
+		resp, err := f.dc.ContainerCreate(ctx, &container.Config{Image: f.s.cfg.BaseImage, Entrypoint: []string{"sleep", "infinity"},
+			Labels: map[string]string{dockerengine.LabelRole: dockerengine.RoleNetnsHolder, protocol.LabelManaged: "false",
+				protocol.LabelKeyPrefix: f.keys.Prefix, protocol.LabelPrefix + "holder_manager": "a-dead-manager",
+				protocol.LabelCreatedAt: protocol.FormatTime(time.Now().Add(-time.Hour))}},
+			&container.HostConfig{NetworkMode: "none"}, nil, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = f.dc.ContainerRemove(context.Background(), resp.ID, container.RemoveOptions{Force: true}) })
+		if err := f.dc.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		dead = append(dead, resp.ID)
+	}
+	rep, err := f.s.Reconcile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.HoldersRemoved != len(dead) {
+		t.Errorf("reconcile removed %d holders, want the dead manager's %d", rep.HoldersRemoved, len(dead))
+	}
+	for _, id := range dead {
+		if _, err := f.dc.ContainerInspect(ctx, id); !errdefs.IsNotFound(err) {
+			t.Errorf("the dead manager's holder %.12s: %v, want gone", id, err)
+		}
+	}
+	if n := f.s.dockerEngine().SparesReady(); n != f.s.cfg.SpareNetns {
+		t.Errorf("%d spare namespaces of the live manager left, want %d", n, f.s.cfg.SpareNetns)
+	}
+}
