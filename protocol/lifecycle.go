@@ -153,5 +153,6 @@ const (
 	RemovedTakeover     RemovedReason = "takeover"      // found dead while its manager or host was gone
 	RemovedHostLost     RemovedReason = "host_lost"     // its host was lost
 	RemovedGaveWay      RemovedReason = "gave_way"      // a warm pool worker gave its slot to a create
+	RemovedDegraded     RemovedReason = "degraded"      // idle and degraded by its own tasks for REPLACE_DEGRADED_AFTER
 	RemovedRecycled     RemovedReason = "recycled"      // a pool worker that served recycle_after tasks
 )

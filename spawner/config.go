@@ -66,9 +66,12 @@ type Config struct {
 	// container ended without the runtime asking (crash, OOM, engine stop,
 	// heartbeat expired) gets a new incarnation under its id, which serves
 	// the tasks still waiting on its input.
-	ReplaceDead    bool
-	BaseImage      string // WORKER_BASE_IMAGE
-	ProjectVolumes bool   // WORKER_PROJECT_VOLUMES: a per-project volume for the agent's home
+	ReplaceDead bool
+	// ReplaceDegradedAfter (REPLACE_DEGRADED_AFTER): a worker idle and
+	// degraded this long is retired and replaced (0: never).
+	ReplaceDegradedAfter time.Duration
+	BaseImage            string // WORKER_BASE_IMAGE
+	ProjectVolumes       bool   // WORKER_PROJECT_VOLUMES: a per-project volume for the agent's home
 	// VolumeRetention (VOLUME_RETENTION): a project volume no worker used
 	// this long is removed by the leader.
 	VolumeRetention time.Duration
@@ -267,6 +270,7 @@ func configVars(c *Config) []envconf.Var {
 		{Name: "HIBERNATE_AFTER", Default: "0", Value: durationOrOff(&c.HibernateAfter), Doc: "a long-lived worker idle (running or paused) this long is [hibernated](../protocol/PROTOCOL.md#hibernation): its container removed, its id, streams and session kept, woken by the next task (`0`: off, only `PAUSE_TIMEOUT` hibernates)"},
 		{Name: "EVICT_IDLE_AFTER", Default: "0", Value: envconf.Func(c.setEvictIdle), Doc: "at the limit, a create [hibernates](../protocol/PROTOCOL.md#hibernation) the long-lived worker idle or paused longest (at least this long, `0` for any; never a busy one or one with a task waiting) instead of queueing; a warm pool's worker gives way first; workers that cannot hibernate (developer workers, those without a spec) are never evicted (`off`: creates queue)"},
 		{Name: "EVICT_PAUSED_AFTER", DefaultDoc: "(unset)", Value: envconf.Func(c.setEvictIdle), Doc: "the older name of `EVICT_IDLE_AFTER`"},
+		{Name: "REPLACE_DEGRADED_AFTER", Default: "10m", Value: durationOrOff(&c.ReplaceDegradedAfter), Doc: "a worker its own tasks left degraded (its agent failing, crashing) and idle since this long is retired and replaced: a long-lived one with a spec by a new incarnation under its id, a pool's by its pool (`0` or `off`: never; a degraded developer worker takes no shared task meanwhile)"},
 		{Name: "REPLACE_DEAD_WORKERS", Default: "true", Value: envconf.Bool(&c.ReplaceDead), Doc: "a long-lived worker whose container ended without being asked (crash, OOM, engine stop, heartbeat expired) gets a new container (a new incarnation) under the same id, which serves the tasks waiting on its input"},
 		{Name: "HEARTBEAT_INTERVAL", Default: "10s", Value: envconf.Duration(&c.HeartbeatInterval), Doc: "given to the workers; a running (not paused) worker whose heartbeat key expired (3 intervals) is dead: removed, its task forwarded (or, long-lived, replaced: `REPLACE_DEAD_WORKERS`)"},
 		{Name: "RECONCILE_INTERVAL", Default: "60s", Value: envconf.Duration(&c.ReconcileInterval), Doc: "reconciliation of containers and Redis, by the leader (also when it becomes leader) every interval: labelled containers Redis does not know (older than `CREATION_GRACE`) are removed, Redis workers without a container are marked failed, disagreeing statuses fixed"},

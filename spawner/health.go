@@ -54,6 +54,9 @@ type healthParams struct {
 	workers     retirer
 	interval    time.Duration // the workers' heartbeat interval
 	stopTimeout time.Duration // how long a stopping worker may go without beating
+	// replaceDegradedAfter: a worker idle and degraded this long is
+	// retired and replaced (0: never).
+	replaceDegradedAfter time.Duration
 	// restoreUsers makes again the worker users Redis lost (ACL mode);
 	// connected signals a new connection to Redis.
 	restoreUsers func(ctx context.Context) (int, error)
@@ -150,7 +153,8 @@ func (h *Health) canJudge() bool {
 }
 
 // healthFields are the fields of a worker's status hash that check reads.
-var healthFields = []string{protocol.StatusFieldContainer, protocol.StatusFieldState, protocol.StatusFieldUpdatedAt, protocol.StatusFieldCreatedAt, protocol.StatusFieldIncarnatedAt}
+var healthFields = []string{protocol.StatusFieldContainer, protocol.StatusFieldState, protocol.StatusFieldUpdatedAt, protocol.StatusFieldCreatedAt, protocol.StatusFieldIncarnatedAt,
+	protocol.StatusFieldHealth, protocol.StatusFieldStateSince, protocol.StatusFieldRequestID}
 
 // check judges one worker from its status fields (healthFields) and its
 // heartbeat document (nil: expired), read together.
@@ -195,6 +199,35 @@ func (h *Health) check(ctx context.Context, id string, st map[string]string, hb 
 		return
 	}
 	h.probe(ctx, id, hb, now)
+	h.degradedTooLong(ctx, id, st, now)
+}
+
+// degradedTooLong retires and replaces a worker that beats but that its
+// own tasks left degraded (its agent failing or crashing task after task)
+// and that has been idle so since replaceDegradedAfter: a degraded worker
+// takes no shared task, so nothing else would end that state.
+func (h *Health) degradedTooLong(ctx context.Context, id string, st map[string]string, now time.Time) {
+	if h.replaceDegradedAfter <= 0 || h.judged[id] || st[protocol.StatusFieldHealth] != string(protocol.HealthDegraded) ||
+		st[protocol.StatusFieldState] != string(protocol.WorkerIdle) || st[protocol.StatusFieldRequestID] != "" {
+		return
+	}
+	if p := h.probes[id]; p != nil && p.failures > 0 {
+		return // the probes' own degradation: the heartbeat's expiry judges it
+	}
+	since, err := protocol.ParseTime(st[protocol.StatusFieldStateSince])
+	if err != nil || now.Sub(since) < h.replaceDegradedAfter {
+		return
+	}
+	h.judged[id] = true
+	h.log.Warn("degraded and idle too long: the worker is replaced", "worker_id", id, "degraded_for", now.Sub(since).String())
+	h.retires.Add(1)
+	go func() {
+		defer h.retires.Done()
+		if _, err := h.workers.retire(ctx, id, retirement{reason: protocol.RemovedDegraded, graceful: true, code: protocol.CodeTerminated,
+			msg: "the worker stayed degraded: it was replaced", replace: true, unasked: true}); err != nil {
+			h.log.Warn("retire a degraded worker", "worker_id", id, "err", err)
+		}
+	}()
 }
 
 // probe records one health probe of a running worker, through the
