@@ -57,6 +57,7 @@ type healthParams struct {
 	// replaceDegradedAfter: a worker idle and degraded this long is
 	// retired and replaced (0: never).
 	replaceDegradedAfter time.Duration
+	obs                  *observer // each round's duration
 	// restoreUsers makes again the worker users Redis lost (ACL mode);
 	// connected signals a new connection to Redis.
 	restoreUsers func(ctx context.Context) (int, error)
@@ -109,6 +110,7 @@ func (h *Health) run(ctx context.Context) {
 			}
 		}
 		// One round trip for the members, one for what is read of each.
+		round := time.Now()
 		ids, err := h.ownWorkers(ctx)
 		if err != nil {
 			h.upSince = time.Time{}
@@ -124,6 +126,7 @@ func (h *Health) run(ctx context.Context) {
 			seen[id] = true
 			h.check(ctx, id, sts[i], beats[i])
 		}
+		h.obs.healthChecked(time.Since(round))
 		for id := range h.probes {
 			if !seen[id] {
 				delete(h.probes, id) // retired

@@ -39,6 +39,8 @@ type Metrics struct {
 	tokens         *prometheus.CounterVec   // project, type
 	cost           *prometheus.CounterVec   // project
 	resumeFailures prometheus.Counter
+	sessions       *prometheus.CounterVec
+	healthSeconds  prometheus.Histogram
 	crashToOutput  prometheus.Histogram
 	lifecycle      *prometheus.CounterVec   // event
 	heartbeatsMiss *prometheus.CounterVec   // event (degraded, dead)
@@ -98,6 +100,12 @@ func NewMetrics(rc redis.Cmdable, keys protocol.Keys, maxProjects int) *Metrics 
 		Help: "Model cost in US dollars, counted as the tokens, by project (bounded as for tokens)."}, []string{"project"})).(*prometheus.CounterVec)
 	m.resumeFailures = f(prometheus.NewCounter(prometheus.CounterOpts{Name: "agentvisor_resume_failures_total",
 		Help: "Task outputs that failed with RESUME_FAILED."})).(prometheus.Counter)
+	m.sessions = f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentvisor_task_sessions_total",
+		Help: "Task outputs by how the wrapper chose their session (the output's session.reason: continued, no_session, held_by_other_worker, context_overflow, stale, force_new_session, resume_failed, reset_context, answers, retry; other). On the developer queue continued is an affinity hit, held_by_other_worker a miss."},
+		[]string{"reason"})).(*prometheus.CounterVec)
+	m.healthSeconds = f(prometheus.NewHistogram(prometheus.HistogramOpts{Name: "agentvisor_health_check_duration_seconds",
+		Help:    "One round of the leader's health check: every running worker's status and heartbeat read and judged.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}})).(prometheus.Histogram)
 	m.crashToOutput = f(prometheus.NewHistogram(prometheus.HistogramOpts{Name: "agentvisor_crash_to_output_seconds",
 		Help:    "From a worker's died or oom event to the failed output of its task in flight.",
 		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}})).(prometheus.Histogram)

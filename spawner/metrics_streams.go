@@ -90,11 +90,26 @@ func (sm *streamMetrics) count(ev client.Event, died map[string]time.Time) {
 		if code == string(protocol.CodeResumeFailed) {
 			m.resumeFailures.Inc()
 		}
+		if o.Session != nil {
+			m.sessions.WithLabelValues(sessionReason(o.Session.Reason)).Inc()
+		}
 		if t, ok := died[o.WorkerID]; ok && o.Status == protocol.StatusFailed {
 			m.crashToOutput.Observe(max(entryTime(ev.ID).Sub(t).Seconds(), 0))
 			delete(died, o.WorkerID)
 		}
 	}
+}
+
+// sessionReason is the metrics' label of a session decision's reason:
+// the protocol's set, other for any other.
+func sessionReason(r string) string {
+	switch r {
+	case protocol.SessionReasonNoSession, protocol.SessionReasonContinued, protocol.SessionReasonForced, protocol.SessionReasonOverflow,
+		protocol.SessionReasonStale, protocol.SessionReasonResumeFailed, protocol.SessionReasonReset, protocol.SessionReasonHeld,
+		protocol.SessionReasonAnswers, protocol.SessionReasonRetry:
+		return r
+	}
+	return "other"
 }
 
 // refusalKind is the metrics' kind of a refusal of tool: a bounded set.

@@ -157,7 +157,8 @@ func TestMetricsFromStreams(t *testing.T) {
 	testkit.XAdd(t, rc, keys.Output("w1"), testkit.Doc(protocol.Output{Timestamp: now, RequestID: "r1", WorkerID: "w1", AgentType: "claude", ProjectID: "shop",
 		Status: protocol.StatusFailed, Error: &protocol.Error{Code: protocol.CodeKilled, Message: "killed"}, DurationMS: 1500}))
 	testkit.XAdd(t, rc, keys.Output("w2"), testkit.Doc(protocol.Output{Timestamp: now, RequestID: "r2", WorkerID: "w2", AgentType: "claude", ProjectID: "shop",
-		Status: protocol.StatusComplete, Usage: protocol.Usage{Input: 100, Output: 20}, CostUSD: 0.5, DurationMS: 800}))
+		Status: protocol.StatusComplete, Usage: protocol.Usage{Input: 100, Output: 20}, CostUSD: 0.5, DurationMS: 800,
+		Session: &protocol.SessionDecision{Action: protocol.SessionNew, Reason: protocol.SessionReasonHeld}}))
 	// A retiring session's summary turn: no output, counted all the same.
 	testkit.XAdd(t, rc, keys.Lifecycle(), testkit.Doc(protocol.Lifecycle{WorkerID: "w2", Event: protocol.EventUsage, Source: "wrapper", Timestamp: now,
 		Detail: map[string]any{"project_id": "shop", "input": 40, "output": 5, "cache_read": 0, "cache_creation": 0, "cost_usd": 0.125}}))
@@ -181,6 +182,7 @@ func TestMetricsFromStreams(t *testing.T) {
 		{"tasks complete", testutil.ToFloat64(m.tasks.WithLabelValues("claude", "complete", "")), 1},
 		{"tasks killed", testutil.ToFloat64(m.tasks.WithLabelValues("claude", "failed", "KILLED")), 1},
 		{"resume failures", testutil.ToFloat64(m.resumeFailures), 1},
+		{"an affinity miss (the session held by another worker)", testutil.ToFloat64(m.sessions.WithLabelValues(protocol.SessionReasonHeld)), 1},
 		{"shop input tokens, the summary turn's among them", testutil.ToFloat64(m.tokens.WithLabelValues("shop", "input")), 140},
 		{"shop output tokens", testutil.ToFloat64(m.tokens.WithLabelValues("shop", "output")), 25},
 		{"shop cost, the summary turn's among it", testutil.ToFloat64(m.cost.WithLabelValues("shop")), 0.625},

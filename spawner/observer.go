@@ -90,3 +90,11 @@ func (o *observer) leaderJobs(e *env) []component {
 	}
 	return []component{&streamMetrics{env: e, m: o.m}}
 }
+
+// healthChecked records one round of the health check.
+func (o *observer) healthChecked(d time.Duration) {
+	if o == nil || o.m == nil {
+		return
+	}
+	o.m.healthSeconds.Observe(d.Seconds())
+}

@@ -64,7 +64,7 @@ func (p parts) crashes() *Crashes {
 
 func (p parts) health() *Health {
 	return newHealth(healthParams{env: p.s.env, workers: p.s, interval: p.s.cfg.HeartbeatInterval, stopTimeout: p.s.cfg.StopTimeout,
-		replaceDegradedAfter: p.s.cfg.ReplaceDegradedAfter, restoreUsers: p.s.users.restore, connected: p.s.connected})
+		replaceDegradedAfter: p.s.cfg.ReplaceDegradedAfter, obs: &p.s.obs, restoreUsers: p.s.users.restore, connected: p.s.connected})
 }
 
 func (p parts) wake() *Wake {
