@@ -87,10 +87,9 @@ func DecodeStopOutput(data []byte) (StopOutput, error) {
 // is failed OUTPUT_TOO_LARGE, not NO_STOP_OUTPUT).
 const MaxStopSearch = 16 << 20
 
-// stopSearchWork bounds the bytes FindStopOutput's decodes may read in
-// all, so that a text built to make it slow (thousands of objects nested
-// in each other, each decoded from its own start) costs a bounded time
-// (under a second here, against up to three without the pre-check).
+// stopSearchWork bounds the bytes FindStopOutput's candidates may span in
+// all, so that a text built to make it slow (objects nested in each other,
+// each scanned from its own start) costs a bounded time.
 const stopSearchWork = 64 << 20
 
 // FindStopOutput returns the last stop output in an agent's final text:
@@ -98,6 +97,10 @@ const stopSearchWork = 64 << 20
 // ends last (an enclosing object wins over one nested in it). Fenced code
 // blocks need no special care. ok is false when the text (its last
 // MaxStopSearch bytes) has none.
+//
+// Each '{' that may open an object is a candidate, from the last: its end
+// is found by matching braces (outside strings), and only an object that
+// could still win, names "status" and is valid JSON is decoded.
 func FindStopOutput(text string) (out StopOutput, ok bool) {
 	if len(text) > MaxStopSearch {
 		text = text[len(text)-MaxStopSearch:]
@@ -108,19 +111,16 @@ func FindStopOutput(text string) (out StopOutput, ok bool) {
 		if !mayOpenObject(text[i+1:]) {
 			continue
 		}
-		r := strings.NewReader(text[i:])
-		dec := json.NewDecoder(r)
-		var raw json.RawMessage
-		err := dec.Decode(&raw)
-		work += len(text) - i - r.Len() // what the decoder read, its read-ahead too
-		if err != nil {
+		end, scanned := objectEnd(text, i)
+		work += scanned
+		if end < 0 || end < bestEnd {
 			continue
 		}
-		end := i + int(dec.InputOffset())
-		if end < bestEnd {
+		obj := text[i:end]
+		if !strings.Contains(obj, `"status"`) || !json.Valid([]byte(obj)) {
 			continue
 		}
-		s, err := DecodeStopOutput(raw)
+		s, err := DecodeStopOutput([]byte(obj))
 		if err != nil {
 			continue
 		}
@@ -129,6 +129,37 @@ func FindStopOutput(text string) (out StopOutput, ok bool) {
 		}
 	}
 	return out, ok
+}
+
+// objectEnd returns where the object opened at text[i] ends (past its
+// closing brace), matching braces and brackets outside strings, or -1
+// when the text ends first; and how many bytes it read.
+func objectEnd(text string, i int) (end, scanned int) {
+	depth, inString, escaped := 0, false, false
+	for j := i; j < len(text); j++ {
+		c := text[j]
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			depth--
+			if depth == 0 {
+				return j + 1, j + 1 - i
+			}
+		}
+	}
+	return -1, len(text) - i
 }
 
 // mayOpenObject reports whether what follows a '{' can go on a JSON

@@ -10,10 +10,12 @@ import (
 )
 
 // A result line of 50 MB (an agent told to end with a huge stop output)
-// is read and judged like any other: the stop output is searched for in
-// the text's last megabyte only, so one that begins before it is not
-// found, and the task is failed NO_STOP_OUTPUT, not retryable; a small
-// stop output at the end of the same huge text is found.
+// is read and judged like any other. The stop output is searched for in
+// the text's last 16 MiB (protocol.MaxStopSearch): one of 15 MB, or of
+// 2 MB nested in code, or made of many small objects is found; one that
+// begins before the last 16 MiB of a longer text fails the task
+// OUTPUT_TOO_LARGE, not retryable; a small stop output at the end of a
+// huge text is found.
 func TestReplayOfAFiftyMegabyteStopOutput(t *testing.T) {
 	line := func(text string) []byte {
 		b, err := json.Marshal(map[string]any{"type": "result", "subtype": "success", "is_error": false, "result": text, "session_id": "s"})
@@ -33,6 +35,7 @@ func TestReplayOfAFiftyMegabyteStopOutput(t *testing.T) {
 		{"a stop output of 15 MB, then text", `{"status": "complete", "result": {"n": 1, "blob": "` + blob[:15<<20] + `"}} done`, ""},
 		{"a stop output of 2 MB nested in text with braces", "func f() { return }\n" + `{"status": "complete", "result": {"n": 1, "code": "` + strings.Repeat(`if x {\"a\": 1} `, 2<<20/16) + `"}}`, ""},
 		{"text of 2 MB and no stop output", blob[:2<<20], protocol.CodeNoStopOutput},
+		{"a stop output of 150,000 small objects", `{"status": "complete", "result": {"n": 1, "items": [` + strings.TrimSuffix(strings.Repeat(`{"k": 1},`, 150_000), ",") + `]}}`, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			in := append([]byte(`{"type":"system","subtype":"init","session_id":"s"}`+"\n"), line(tt.text)...)

@@ -26,12 +26,15 @@ type Reaper struct {
 	mu      sync.Mutex // held across Start and each reaping pass, so that a pid is registered before it can be reaped
 	waiting map[int]chan agent.ExitStatus
 	orphans atomic.Int64
+	// clock anchors /proc's start times (clock ticks after boot) to wall
+	// time: this process's own start, and the wall time New saw.
+	clock procClock
 }
 
 var _ agent.Starter = (*Reaper)(nil)
 
 // New returns a Reaper; call Run to start reaping.
-func New() *Reaper { return &Reaper{waiting: map[int]chan agent.ExitStatus{}} }
+func New() *Reaper { return &Reaper{waiting: map[int]chan agent.ExitStatus{}, clock: newProcClock()} }
 
 // BecomeSubreaper makes this process the reaper of its orphaned
 // descendants when it is not PID 1 (outside a container, in tests), so that

@@ -42,7 +42,7 @@ type proc struct {
 func (r *Reaper) Sweep(since time.Time) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	threshold, ok := ticksAt(since)
+	threshold, ok := r.clock.ticksAt(since)
 	if !ok {
 		return 0
 	}
@@ -138,10 +138,30 @@ func parseStat(pid int, b []byte) (proc, bool) {
 	return proc{pid: pid, ppid: ppid, pgid: pgid, start: start, zombie: f[0][0] == 'Z'}, true
 }
 
-// ticksAt is t in the clock ticks after boot that /proc's start times
-// count, from the uptime now; a tick early, so that a process started in
-// the tick of t counts as started after it.
-func ticksAt(t time.Time) (uint64, bool) {
+// procClock turns a wall time into the clock ticks after boot that
+// /proc's start times count: from /proc/uptime, but never earlier than
+// this process's own start (a container's uptime may be counted from
+// elsewhere, as LXCFS does; no descendant is older than this process).
+type procClock struct {
+	self uint64 // this process's start, in ticks after boot
+	ok   bool
+}
+
+func newProcClock() procClock {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return procClock{}
+	}
+	p, ok := parseStat(os.Getpid(), b)
+	return procClock{self: p.start, ok: ok}
+}
+
+// ticksAt is t in /proc's ticks after boot; a tick early, so that a
+// process started in the tick of t counts as started after it.
+func (c procClock) ticksAt(t time.Time) (uint64, bool) {
+	if !c.ok {
+		return 0, false
+	}
 	b, err := os.ReadFile("/proc/uptime")
 	if err != nil {
 		return 0, false
@@ -154,10 +174,9 @@ func ticksAt(t time.Time) (uint64, bool) {
 	if err != nil {
 		return 0, false
 	}
-	at := up - time.Since(t).Seconds()
-	ticks := at*userHZ - 1
-	if ticks < 0 {
-		return 0, true
+	ticks := (up-time.Since(t).Seconds())*userHZ - 1
+	if ticks < float64(c.self) {
+		return c.self, true
 	}
 	return uint64(ticks), true
 }

@@ -85,6 +85,7 @@ func (w *agentRunner) runTask(ctx context.Context, task protocol.Task, plan Sess
 		w.converse(&spec, inv, cur)
 		rerunCtx, cancel := w.terminate.context(ctx)
 		defer cancel()
+		defer w.sweep(task, time.Now(), "end")
 		return w.spend.withEstimate(cur, agent.Run(rerunCtx, spec))
 	}
 }
@@ -244,6 +245,7 @@ func (w *agentRunner) ownRun(ctx context.Context, task protocol.Task, inv Invoca
 	defer w.spend.ownTurn(cur)()
 	ctx, cancel := w.terminate.context(ctx)
 	defer cancel()
+	defer w.sweep(task, time.Now(), "end")
 	if !w.persist.usable() {
 		return agent.Run(ctx, spec)
 	}
