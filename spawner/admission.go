@@ -173,9 +173,8 @@ func (s *admission) evictIdlest(ctx context.Context, forID string) bool {
 	return true
 }
 
-// idleSince is when a worker became idle: its state's start as the
-// wrapper wrote it (a pause keeps it: the worker did nothing since), or,
-// without one, the status's last write.
+// idleSince is when a worker became idle or paused: its state's start
+// (a pause starts one), or, without one, the status's last write.
 func idleSince(h map[string]string) (time.Time, error) {
 	if t, err := protocol.ParseTime(h[protocol.StatusFieldStateSince]); err == nil {
 		return t, nil

@@ -18,7 +18,7 @@ const evictRounds = 10
 // alternately on the same host (MAX_CONCURRENT_WORKERS=2, the fake agent).
 func BenchmarkCreateAtTheLimit(b *testing.B) {
 	buildBenchBase(b)
-	f := newFixture(b, func(c *Config) { useFakeAgent(c); c.MaxWorkers = 2 })
+	f := newFixture(b, func(c *Config) { useFakeAgent(c); c.MaxWorkers, c.EvictIdleAfter = 2, 0 })
 	ctx := context.Background()
 	create := func() (protocol.WorkerInfo, float64) {
 		t0 := time.Now()

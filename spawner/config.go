@@ -58,7 +58,8 @@ type Config struct {
 	HibernateAfter time.Duration
 	// At the limit a create hibernates the long-lived worker idle or
 	// paused longest, idle at least EvictIdleAfter and with no task
-	// waiting, instead of queueing (EVICT_IDLE_AFTER, default 0: at once);
+	// waiting, instead of queueing (EVICT_IDLE_AFTER, default 1m: a worker
+	// between a consumer's tasks keeps its slot);
 	// KeepIdleAtLimit (EVICT_IDLE_AFTER=off) queues the create instead.
 	KeepIdleAtLimit bool
 	EvictIdleAfter  time.Duration
@@ -268,8 +269,7 @@ func configVars(c *Config) []envconf.Var {
 		{Name: "IDLE_TIMEOUT_SECONDS", Default: "600", Value: envconf.IntOf(&c.IdleTimeout, 1, time.Second), Doc: "seconds: a running worker idle this long is paused"},
 		{Name: "PAUSE_TIMEOUT", Default: "30m", Value: envconf.Duration(&c.PauseTimeout), Doc: "a worker paused this long is [hibernated](../protocol/PROTOCOL.md#hibernation) (a developer or warm pool worker is removed)"},
 		{Name: "HIBERNATE_AFTER", Default: "0", Value: durationOrOff(&c.HibernateAfter), Doc: "a long-lived worker idle (running or paused) this long is [hibernated](../protocol/PROTOCOL.md#hibernation): its container removed, its id, streams and session kept, woken by the next task (`0`: off, only `PAUSE_TIMEOUT` hibernates)"},
-		{Name: "EVICT_IDLE_AFTER", Default: "0", Value: envconf.Func(c.setEvictIdle), Doc: "at the limit, a create [hibernates](../protocol/PROTOCOL.md#hibernation) the long-lived worker idle or paused longest (at least this long, `0` for any; never a busy one or one with a task waiting) instead of queueing; a warm pool's worker gives way first; workers that cannot hibernate (developer workers, those without a spec) are never evicted (`off`: creates queue)"},
-		{Name: "EVICT_PAUSED_AFTER", DefaultDoc: "(unset)", Value: envconf.Func(c.setEvictIdle), Doc: "the older name of `EVICT_IDLE_AFTER`"},
+		{Name: "EVICT_IDLE_AFTER", Default: "1m", Value: envconf.Func(c.setEvictIdle), Doc: "at the limit, a create [hibernates](../protocol/PROTOCOL.md#hibernation) the long-lived worker idle or paused longest, once idle this long (`0`: at once), never a busy one or one with a task waiting, instead of queueing; a warm pool's worker gives way first; workers that cannot hibernate (developer workers, those without a spec) are never evicted (`off`: creates queue)"},
 		{Name: "REPLACE_DEGRADED_AFTER", Default: "10m", Value: durationOrOff(&c.ReplaceDegradedAfter), Doc: "a worker its own tasks left degraded (its agent failing, crashing) and idle since this long is retired and replaced: a long-lived one with a spec by a new incarnation under its id, a pool's by its pool (`0` or `off`: never; a degraded developer worker takes no shared task meanwhile)"},
 		{Name: "REPLACE_DEAD_WORKERS", Default: "true", Value: envconf.Bool(&c.ReplaceDead), Doc: "a long-lived worker whose container ended without being asked (crash, OOM, engine stop, heartbeat expired) gets a new container (a new incarnation) under the same id, which serves the tasks waiting on its input"},
 		{Name: "HEARTBEAT_INTERVAL", Default: "10s", Value: envconf.Duration(&c.HeartbeatInterval), Doc: "given to the workers; a running (not paused) worker whose heartbeat key expired (3 intervals) is dead: removed, its task forwarded (or, long-lived, replaced: `REPLACE_DEAD_WORKERS`)"},

@@ -39,6 +39,9 @@ type Health struct {
 	upSince time.Time       // since when every read of the loop succeeded; zero while failing
 	users   time.Time       // when the worker users were last checked
 	retires sync.WaitGroup  // retirements begun by dead
+	// replacing holds the degraded workers whose retirement is under way;
+	// one that fails leaves, to be tried again at the next round.
+	replacing sync.Map
 	// incarnation is the incarnated_at each worker was last seen with: a
 	// new incarnation is judged afresh.
 	incarnation map[string]string
@@ -210,6 +213,9 @@ func (h *Health) check(ctx context.Context, id string, st map[string]string, hb 
 // and that has been idle so since replaceDegradedAfter: a degraded worker
 // takes no shared task, so nothing else would end that state.
 func (h *Health) degradedTooLong(ctx context.Context, id string, st map[string]string, now time.Time) {
+	if _, busy := h.replacing.Load(id); busy {
+		return
+	}
 	if h.replaceDegradedAfter <= 0 || h.judged[id] || st[protocol.StatusFieldHealth] != string(protocol.HealthDegraded) ||
 		st[protocol.StatusFieldState] != string(protocol.WorkerIdle) || st[protocol.StatusFieldRequestID] != "" {
 		return
@@ -221,7 +227,7 @@ func (h *Health) degradedTooLong(ctx context.Context, id string, st map[string]s
 	if err != nil || now.Sub(since) < h.replaceDegradedAfter {
 		return
 	}
-	h.judged[id] = true
+	h.replacing.Store(id, true)
 	h.log.Warn("degraded and idle too long: the worker is replaced", "worker_id", id, "degraded_for", now.Sub(since).String())
 	h.retires.Add(1)
 	go func() {
@@ -230,6 +236,7 @@ func (h *Health) degradedTooLong(ctx context.Context, id string, st map[string]s
 			msg: "the worker stayed degraded: it was replaced", replace: true, unasked: true}); err != nil {
 			h.log.Warn("retire a degraded worker", "worker_id", id, "err", err)
 		}
+		h.replacing.Delete(id) // done (its next incarnation is judged afresh), or to be tried again
 	}()
 }
 

@@ -24,7 +24,7 @@ const (
 	hibernateIdle         = "idle"          // HIBERNATE_AFTER
 	hibernatePauseTimeout = "pause_timeout" // PAUSE_TIMEOUT
 	hibernateShutdown     = "shutdown"      // the manager stopped
-	hibernateEvicted      = "evicted"       // EVICT_PAUSED: a create took its slot
+	hibernateEvicted      = "evicted"       // EVICT_IDLE_AFTER: a create at the limit took its slot
 	hibernateHostLost     = "host_lost"     // its host was lost: woken on the host that saw it
 	hibernatePaused       = "paused"        // a pause, on an engine that cannot freeze (Pause)
 )

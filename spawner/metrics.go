@@ -101,7 +101,7 @@ func NewMetrics(rc redis.Cmdable, keys protocol.Keys, maxProjects int) *Metrics 
 	m.resumeFailures = f(prometheus.NewCounter(prometheus.CounterOpts{Name: "agentvisor_resume_failures_total",
 		Help: "Task outputs that failed with RESUME_FAILED."})).(prometheus.Counter)
 	m.sessions = f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentvisor_task_sessions_total",
-		Help: "Task outputs by how the wrapper chose their session (the output's session.reason: continued, no_session, held_by_other_worker, context_overflow, stale, force_new_session, resume_failed, reset_context, answers, retry; other). On the developer queue continued is an affinity hit, held_by_other_worker a miss."},
+		Help: "Task outputs by how the wrapper chose their session (the output's session.reason: continued, no_session, held_by_other_worker, context_overflow, stale, force_new_session, resume_failed, reset_context, answers, retry; other). held_by_other_worker is an affinity miss: the project's session was on another worker."},
 		[]string{"reason"})).(*prometheus.CounterVec)
 	m.healthSeconds = f(prometheus.NewHistogram(prometheus.HistogramOpts{Name: "agentvisor_health_check_duration_seconds",
 		Help:    "One round of the leader's health check: every running worker's status and heartbeat read and judged.",
