@@ -7,13 +7,18 @@
 #                                     not remove, removed now; exit 1 if any
 #                                     (LEFTOVERS_DRY_RUN=1: only listed)
 #
-# A run's own: the Docker containers and volumes made since the mark, the
-# network namespaces and the processes of the runtime's programs and its
-# test servers (redis-server, redis-sentinel, dockerd, etcd, worker-*,
-# stub-model) started since. What was there before (a deployment of
-# `make demo`, the engine `make setup` started) is never touched. Worker
-# images are a cache: those of earlier runs that no container uses go, so
-# the cache holds one run's (each run rebuilds what it lacks).
+# A run's own: the Docker containers and volumes made since the mark that
+# carry a key prefix other than the deployment's ($WORKER_KEY_PREFIX, or
+# worker: what `make demo` and the README start), or, unlabelled, a test
+# image of the project's; the network namespaces made since; the
+# processes of the runtime's programs and its test servers (redis-server,
+# redis-sentinel, dockerd, containerd, etcd, worker-*, stub-model) started
+# since, but for the engine `make setup` serves (/var/run/docker.sock)
+# and the project's own Redis (/var/lib/agentvisor). Two runs of make
+# test at once on one engine would take each other's for leftovers: the
+# tests share the engine's lock (testkit) for that reason too. Worker
+# images are a cache: those older than a day that no container uses go,
+# and the project's untagged layers as old.
 set -uo pipefail
 dry=${LEFTOVERS_DRY_RUN:-}
 # run runs a removal, unless this is a dry run.
@@ -58,32 +63,48 @@ esac
 since=$(awk '$1 == "since" {print $2}' "$file")
 left=()
 
+deployment=${WORKER_KEY_PREFIX:-worker}
+ours_container() { # id: made by the run's tests?
+  local prefix image
+  prefix=$(docker inspect -f '{{index .Config.Labels "io.agentvisor.key_prefix"}}' "$1" 2>/dev/null)
+  if [ -n "$prefix" ]; then
+    [ "$prefix" != "$deployment" ]
+    return
+  fi
+  image=$(docker inspect -f '{{.Config.Image}}' "$1" 2>/dev/null)
+  [[ $image =~ ^(agentvisor/|worker:|worker-base) ]]
+}
+
 if docker info >/dev/null 2>&1; then
   for id in $(docker ps -aq --no-trunc); do
     created=$(docker inspect -f '{{.Created}}' "$id" 2>/dev/null) || continue
     [ "$(date -d "$created" +%s)" -ge "$since" ] || continue
-    name=$(docker inspect -f '{{.Name}} {{.State.Status}} {{index .Config.Labels "io.agentvisor.role"}} {{index .Config.Labels "io.agentvisor.key_prefix"}}' "$id" 2>/dev/null)
+    ours_container "$id" || continue
+    name=$(docker inspect -f '{{.Name}} {{.State.Status}} {{.Config.Image}} {{index .Config.Labels "io.agentvisor.role"}} {{index .Config.Labels "io.agentvisor.key_prefix"}}' "$id" 2>/dev/null)
     left+=("container ${id:0:12} $name")
     run docker rm -f "$id"
   done
   for v in $(docker volume ls -q); do
     created=$(docker volume inspect -f '{{.CreatedAt}}' "$v" 2>/dev/null) || continue
     [ "$(date -d "$created" +%s)" -ge "$since" ] || continue
-    left+=("volume $v")
+    prefix=$(docker volume inspect -f '{{index .Labels "io.agentvisor.key_prefix"}}' "$v" 2>/dev/null)
+    [ -n "$prefix" ] && [ "$prefix" != "$deployment" ] || continue
+    left+=("volume $v (key prefix $prefix)")
     run docker volume rm -f "$v"
   done
-  # The image cache: worker images older than this run that no container
-  # uses, and untagged ones (the layers of rebuilt tags).
+  # The image cache: worker images made over a day ago that no container
+  # uses, and the project's untagged layers as old.
   used=$(docker ps -a --format '{{.Image}}' | sort -u)
+  day_ago=$(($(date +%s) - 86400))
   pruned=0
   while read -r ref created; do
     [ -n "$ref" ] || continue
-    [ "$(date -d "$created" +%s 2>/dev/null || echo "$since")" -lt "$since" ] || continue
+    [ "$(date -d "$created" +%s 2>/dev/null || echo "$day_ago")" -lt "$day_ago" ] || continue
     grep -qxF "$ref" <<<"$used" && continue
     [ -n "$dry" ] || { docker rmi "$ref" >/dev/null 2>&1 && pruned=$((pruned + 1)); }
   done < <(docker images --format '{{.Repository}}:{{.Tag}} {{.CreatedAt}}' | awk '$1 ~ /^worker:/ {print $1, $2, $3, $4}')
-  run docker image prune -f
-  echo "leftovers: image cache: $pruned worker images of earlier runs removed, $(docker images -q 'worker' | wc -l) kept"
+  run docker image prune -f --filter until=24h --filter label=io.agentvisor.managed
+  echo "leftovers: image cache: $pruned worker images over a day old removed, $(docker images -q worker | wc -l) kept"
 fi
 
 for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do
@@ -92,10 +113,26 @@ for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do
   run ip netns delete "$ns"
 done
 
+# exempt: the engine make setup serves, its containerd, the project's Redis.
+exempt() { # pid comm
+  local args parent
+  args=$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null)
+  case $2 in
+  dockerd) [[ $args != *" -H "* && $args != *"--host"* ]] || [[ $args == *"unix:///var/run/docker.sock"* ]] ;;
+  containerd)
+    parent=$(awk '{print $4}' "/proc/$1/stat" 2>/dev/null)
+    [ -n "$parent" ] && [ "$(cat "/proc/$parent/comm" 2>/dev/null)" = dockerd ] && exempt "$parent" dockerd ;;
+  redis-server) [[ $args == *"/var/lib/agentvisor"* ]] ;;
+  *) return 1 ;;
+  esac
+}
+
 while read -r pid start comm; do
   [ -n "$pid" ] || continue
   grep -qxF "proc $pid" "$file" && continue
   [ "$start" -ge "$since" ] || continue
+  exempt "$pid" "$comm" && continue
+  grep -qE 'docker|kubepods|containerd' "/proc/$pid/cgroup" 2>/dev/null && continue # a container's: gone with it
   left+=("process $pid $comm ($(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-120))")
   run kill -9 "$pid"
 done < <(processes)
