@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -142,7 +143,18 @@ func TestRealClaudeLeavesNoToolProcess(t *testing.T) {
 				"ANTHROPIC_API_KEY=x", "WORKER_ID=st-1", "REDIS_URL=" + r.URL(), "AGENT_TYPE=claude", "AGENT_BIN=" + claude,
 				"WORKSPACE=" + workspace, "PAUSE_AFTER_OUTPUT=false", "ALLOWED_COMMANDS=*", "RESULT_GRACE=2",
 				"AGENT_PERSISTENT=" + strconv.FormatBool(persistent)}
-			startWrapper(t, env)
+			cmd, _ := startWrapper(t, env)
+			// Stopped before its directories go: a persistent claude
+			// writes its session files until the wrapper stops it.
+			t.Cleanup(func() {
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				done := make(chan struct{})
+				go func() { _, _ = cmd.Process.Wait(); close(done) }()
+				select {
+				case <-done:
+				case <-time.After(15 * time.Second):
+				}
+			})
 			keys := protocol.Keys{}
 			in, out := keys.Input("st-1"), keys.Output("st-1")
 			pidfile := filepath.Join(workspace, "strays.pids")
