@@ -122,7 +122,7 @@ exempt() { # pid comm
   containerd)
     parent=$(awk '{print $4}' "/proc/$1/stat" 2>/dev/null)
     [ -n "$parent" ] && [ "$(cat "/proc/$parent/comm" 2>/dev/null)" = dockerd ] && exempt "$parent" dockerd ;;
-  redis-server) [[ $args == *"/var/lib/agentvisor"* ]] ;;
+  redis-server) [ "$(cat /var/lib/agentvisor/redis/redis.pid 2>/dev/null)" = "$1" ] ;; # scripts/redis.sh's
   *) return 1 ;;
   esac
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +33,9 @@ type fixture struct {
 	dc   *client.Client
 	keys protocol.Keys
 	stub *stubmodel.Server
+
+	mu     sync.Mutex
+	others []*Spawner // made by as: their engines close with the fixture's
 }
 
 // as returns a second spawner of the fixture's configuration under
@@ -39,7 +43,11 @@ type fixture struct {
 func (f *fixture) as(managerID string) *Spawner {
 	cfg := f.s.cfg
 	cfg.ManagerID = managerID
-	return NewDocker(cfg, f.dc, f.rc, &images.Builder{Docker: f.dc, Redis: f.rc, Keys: cfg.Keys}, f.s.log)
+	s := NewDocker(cfg, f.dc, f.rc, &images.Builder{Docker: f.dc, Redis: f.rc, Keys: cfg.Keys}, f.s.log)
+	f.mu.Lock()
+	f.others = append(f.others, s)
+	f.mu.Unlock()
+	return s
 }
 
 // newFixture: a spawner over the real engine and a test Redis, with its
@@ -89,8 +97,15 @@ func newFixture(t testing.TB, mod func(*Config)) *fixture {
 	// No container or volume of this test survives it (the spare
 	// namespaces' holders stop being made first).
 	testkit.CleanupLabelled(t, testkit.KeyPrefixLabel(prefix))
-	t.Cleanup(func() { s.engine.Close(context.Background()) })
-	return &fixture{s: s, rc: rc, dc: dc, keys: cfg.Keys, stub: stub}
+	f := &fixture{s: s, rc: rc, dc: dc, keys: cfg.Keys, stub: stub}
+	t.Cleanup(func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, o := range append(f.others, s) {
+			o.engine.Close(context.Background())
+		}
+	})
+	return f
 }
 
 func (f *fixture) send(t testing.TB, stream string, task protocol.Task) {

@@ -48,6 +48,7 @@ func TestPrometheusScrapesManager(t *testing.T) {
 	t.Setenv("ANTHROPIC_BASE_URL", stub.URL)
 	t.Setenv("ANTHROPIC_API_KEY", "sk-stub-0123456789")
 	keys := protocol.Keys{Prefix: fmt.Sprintf("prom%d", time.Now().UnixNano())}
+	testkit.CleanupLabelled(t, testkit.KeyPrefixLabel(keys.Prefix)) // its worker's project volume too
 	env := map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": keys.Prefix, "MANAGER_ID": "prom-test", "HOST_ID": "prom-host",
 		"METRICS_ADDR": "127.0.0.1:0", "WORKER_STOP_TIMEOUT": "12s", "HEARTBEAT_INTERVAL": "2s"}
 	// The operator token in a file, as Prometheus reads it too.
