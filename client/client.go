@@ -12,6 +12,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,10 +39,36 @@ func Errorf(code protocol.Code, format string, args ...any) *Error {
 	return &Error{code, fmt.Errorf(format, args...)}
 }
 
-// redisError is a failed Redis call.
+// redisError is a failed Redis call, by cause: credentials refused
+// (REDIS_AUTH_FAILED, not retryable), a permission the user lacks
+// (FORBIDDEN), anything else (refused connection, timeout, a Redis
+// loading) UPSTREAM_UNAVAILABLE, its message saying which.
 func redisError(err error, format string, args ...any) *Error {
-	return &Error{protocol.CodeUpstreamUnavailable, fmt.Errorf(format+": %w", append(args, err)...)}
+	code := protocol.CodeUpstreamUnavailable
+	switch {
+	case redis.IsAuthError(err):
+		code = protocol.CodeRedisAuth
+	case redis.IsPermissionError(err):
+		code = protocol.CodeForbidden
+	}
+	return &Error{code, fmt.Errorf(format+": %w%s", append(args, err, cause(err))...)}
 }
+
+// cause names what a network error is, for the message: a refused
+// connection and a timeout read alike in go-redis's own text.
+func cause(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return " (connection refused: is Redis running at that address?)"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return " (timed out)"
+	}
+	return ""
+}
+
+// IsAuthFailed reports whether err is Redis refusing the credentials.
+func IsAuthFailed(err error) bool { return HasCode(err, protocol.CodeRedisAuth) }
 
 // HasCode reports whether err is an Error with code.
 func HasCode(err error, code protocol.Code) bool {
@@ -82,11 +110,17 @@ func (s streams) lastID(ctx context.Context, stream string) (string, error) {
 // asks: a failover neither loses it nor, as far as a look at the new
 // primary can tell, adds it twice (redisconn.XAdd).
 func (s streams) send(ctx context.Context, stream string, doc []byte) error {
-	_, err := redisconn.XAdd(ctx, s.c, s.wait, &redis.XAddArgs{Stream: stream, MaxLen: protocol.DefaultStreamMaxLen, Approx: true, Values: protocol.Values(doc)})
-	if redisconn.IsNotReplicated(err) {
-		return nil // on the primary, which has no replica in sync: nothing more to wait for
-	}
+	_, err := s.add(ctx, stream, doc)
 	return err
+}
+
+// add is send, returning the entry's id.
+func (s streams) add(ctx context.Context, stream string, doc []byte) (string, error) {
+	id, err := redisconn.XAdd(ctx, s.c, s.wait, &redis.XAddArgs{Stream: stream, MaxLen: protocol.DefaultStreamMaxLen, Approx: true, Values: protocol.Values(doc)})
+	if redisconn.IsNotReplicated(err) {
+		return id, nil // on the primary, which has no replica in sync: nothing more to wait for
+	}
+	return id, err
 }
 
 // read reads, after the given ids, the entries of several streams

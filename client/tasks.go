@@ -106,6 +106,26 @@ func (t *Tasks) Send(ctx context.Context, workerID string, task protocol.Task) (
 	return sent, nil
 }
 
+// Of returns the Sent of a task put on a worker by someone else (another
+// process, a shell): where to cancel it, answer it or watch its output,
+// from the worker's kind in its status hash (NOT_FOUND without one). Its
+// After is the start of the output stream.
+func (t *Tasks) Of(ctx context.Context, workerID, requestID string) (Sent, error) {
+	kind, err := t.Redis.HGet(ctx, t.Keys.Status(workerID), protocol.StatusFieldKind).Result()
+	if errors.Is(err, redis.Nil) {
+		return Sent{}, Errorf(protocol.CodeNotFound, "no worker %s", workerID)
+	}
+	if err != nil {
+		return Sent{}, redisError(err, "read worker %s", workerID)
+	}
+	k := protocol.Kind(kind)
+	if k == "" {
+		k = protocol.KindLongLived
+	}
+	in := t.Keys.InputFor(k, workerID)
+	return Sent{RequestID: requestID, WorkerID: workerID, Input: in, Control: in, Output: t.Keys.OutputFor(k, workerID), After: "0-0"}, nil
+}
+
 // control is where the task's cancel and permission replies go.
 func (s Sent) control() string {
 	if s.Control != "" {

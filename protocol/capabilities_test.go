@@ -132,6 +132,7 @@ func TestCodesRetryable(t *testing.T) {
 		CodeMCPUnavailable: true,
 		CodeCancelled:      false, CodeAuthFailed: false, CodeRateLimited: true, CodeAgentStalled: true, CodeBudgetExceeded: false,
 		CodeHostLost: true, CodeNoHost: true, CodeWorkerGone: false,
+		CodeCommandExpired: true, CodeNoManager: true, CodeRedisAuth: false,
 	}
 	if len(Codes) != len(want) {
 		t.Fatalf("%d codes, the test knows %d", len(Codes), len(want))

@@ -173,6 +173,17 @@ type Command struct {
 	// ReplyTo is the stream the reply goes to; no reply when empty.
 	ReplyTo   string    `json:"reply_to,omitempty"`
 	Timestamp time.Time `json:"timestamp,omitempty"`
+	// Deadline is when the sender stops waiting for the reply. A manager
+	// that reads the command at or after it does not carry it out
+	// (COMMAND_EXPIRED), and one still carrying it out then gives up, so
+	// that nothing happens that nobody waits for. Zero: no deadline (the
+	// manager's own timeout alone bounds the command).
+	Deadline time.Time `json:"deadline,omitzero"`
+}
+
+// Expired reports whether c has a deadline and now is at or after it.
+func (c Command) Expired(now time.Time) bool {
+	return !c.Deadline.IsZero() && !now.Before(c.Deadline)
 }
 
 // Validate checks every field of c, and that the action has what it needs.

@@ -92,6 +92,18 @@ const (
 	// (deleted, or dead and not replaced under its id); the manager
 	// answers it until the worker's retention ends.
 	CodeWorkerGone Code = "WORKER_GONE"
+	// CodeCommandExpired: the command's deadline passed before a manager
+	// carried it out, or while one did: it was not carried out (a create
+	// made no worker, a delete removed nothing). Send it again with a new
+	// deadline.
+	CodeCommandExpired Code = "COMMAND_EXPIRED"
+	// CodeNoManager: no worker-manager is alive on the Redis and key
+	// prefix the command was for (none has a state hash); a client did not
+	// send the command, or withdrew it.
+	CodeNoManager Code = "NO_MANAGER"
+	// CodeRedisAuth: Redis refused the client's credentials (WRONGPASS,
+	// NOAUTH): the same user and password cannot succeed.
+	CodeRedisAuth Code = "REDIS_AUTH_FAILED"
 )
 
 // codeInfo holds whether retrying the same request may succeed.
@@ -127,6 +139,9 @@ var codeInfo = map[Code]bool{
 	CodeHostLost:            true,  // on another host
 	CodeNoHost:              true,  // once a matching host is live
 	CodeWorkerGone:          false, // not to this worker: to another one
+	CodeCommandExpired:      true,  // with a new deadline
+	CodeNoManager:           true,  // once a manager runs
+	CodeRedisAuth:           false, // not with the same credentials
 }
 
 // Codes lists every code, in a stable order.
@@ -137,7 +152,7 @@ var Codes = []Code{
 	CodeUpstreamUnavailable, CodeResourceExhausted, CodeInternalError,
 	CodeWorkerBusy, CodeConflict, CodeShuttingDown, CodeReplaceLimit, CodeMCPUnavailable,
 	CodeCancelled, CodeAuthFailed, CodeRateLimited, CodeAgentStalled, CodeBudgetExceeded,
-	CodeHostLost, CodeNoHost, CodeWorkerGone,
+	CodeHostLost, CodeNoHost, CodeWorkerGone, CodeCommandExpired, CodeNoManager, CodeRedisAuth,
 }
 
 // Valid reports whether c is a known code.

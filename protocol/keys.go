@@ -191,3 +191,19 @@ func (k Keys) UsageWorker(workerID string) string { return k.join("usage", "work
 // Replies is a conventional reply stream for a client that names itself;
 // a command may name any stream in reply_to.
 func (k Keys) Replies(client string) string { return k.join("replies", client) }
+
+// Managers is the set of the ids of the worker-managers that have written
+// a state hash (ManagerState). A member whose hash has expired is a
+// manager gone; readers remove it. A sender of commands reads it to learn
+// that no manager is alive before it waits for a reply.
+func (k Keys) Managers() string { return k.join("managers") }
+
+// ManagerState is the hash a running worker-manager refreshes about
+// itself every third of ManagerStateTTLSeconds; it expires that long
+// after the last refresh, and a manager that stops cleanly deletes it.
+func (k Keys) ManagerState(managerID string) string { return k.join("manager", managerID) }
+
+// ManagerStateTTLSeconds is how long a manager's state hash outlives its
+// last refresh: a manager that dies without stopping counts as alive for
+// at most this long.
+const ManagerStateTTLSeconds = 30

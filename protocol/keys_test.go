@@ -28,6 +28,8 @@ func TestKeyNames(t *testing.T) {
 		{"usage session", k.UsageSession("s1"), "worker:usage:session:s1"},
 		{"usage worker", k.UsageWorker("w1"), "worker:usage:worker:w1"},
 		{"replies", k.Replies("bot"), "worker:replies:bot"},
+		{"managers", k.Managers(), "worker:managers"},
+		{"manager state", k.ManagerState("m1"), "worker:manager:m1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

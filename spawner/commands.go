@@ -45,6 +45,8 @@ type commandsParams struct {
 	// timeout bounds one command (a create waits for a slot, builds an
 	// image and starts a container).
 	timeout time.Duration
+	// deadlines drops the commands whose senders stopped waiting.
+	deadlines deadlines
 }
 
 // commandTarget is what commands act on: the Spawner's operations.
@@ -203,15 +205,21 @@ func (c *Commands) execute(stream string, msg redis.XMessage) {
 		// worker's input or any other key a command names.
 		s.log.Warn("command refused: reply_to is not a reply stream", "command_id", cmd.ID, "reply_to_prefix", s.keys.Replies(""))
 		replyTo = ""
-	} else {
+	} else if !c.deadlines.expired(cmd, &reply, "before it ran") {
 		forward := func(ctx context.Context, host string) error {
 			if err := s.fleet.forward(ctx, stream, s.keys.HostCommands(host), msg.ID, data); err != nil {
 				return redisError(err, "forward command %s to host %s", cmd.ID, host)
 			}
 			return nil
 		}
-		if c.runCommand(ctx, cmd, &reply, forward) {
+		rctx, rcancel := c.deadlines.bound(ctx, cmd)
+		forwarded := c.runCommand(rctx, cmd, &reply, forward)
+		rcancel()
+		if forwarded {
 			return // on the stream of the host that serves it, which replies
+		}
+		if made := reply.WorkerID; cmd.Action == protocol.ActionCreate && c.deadlines.expired(cmd, &reply, "while it ran") {
+			c.deadlines.undo(cmd, made)
 		}
 	}
 	reply.Timestamp = s.now()

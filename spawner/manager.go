@@ -49,6 +49,13 @@ func (m *Manager) Run(ctx context.Context) error {
 		return fmt.Errorf("spawner: hosts with hibernated workers: %w", err)
 	}
 	p := parts{s}
+	// The presence first: a sender that finds no manager alive does not
+	// send (client.Commands), and this one reads what is sent as soon as
+	// it is ready.
+	base := context.WithoutCancel(ctx)
+	presence := p.presence()
+	presence.Start(base)
+	defer presence.Stop()
 	s.engine.Prepare()
 	commands, controls, crashes := p.commands(m.MaxInFlight), p.controls(), p.crashes()
 	hostLeader, leader := p.hostLeader(m.GC), p.fleetLeader()
@@ -59,10 +66,6 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	// Each component's loop gets a context that Run cancels only through
 	// its Stop, in the order above.
-	base := context.WithoutCancel(ctx)
-	presence := p.presence()
-	presence.Start(base)
-	defer presence.Stop()
 	hosts := p.hostPresence()
 	hosts.Start(base)
 	defer hosts.Stop()

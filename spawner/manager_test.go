@@ -22,6 +22,9 @@ func (f *fixture) startManager(t testing.TB) *client.Commands {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = (&Manager{S: f.s}).Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
+	testkit.Eventually(t, "the manager's presence", 30*time.Second, func() bool {
+		return f.rc.Exists(context.Background(), f.keys.ManagerState(f.s.cfg.ManagerID)).Val() == 1
+	})
 	return &client.Commands{Redis: f.rc, Keys: f.keys, Timeout: 2 * time.Minute}
 }
 

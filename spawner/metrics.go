@@ -50,6 +50,7 @@ type Metrics struct {
 	imageBuilds    *prometheus.CounterVec   // agent, outcome
 	buildSeconds   *prometheus.HistogramVec // agent
 	poolWait       *prometheus.HistogramVec // pool, source
+	expired        *prometheus.CounterVec   // action
 
 	maxProjects int
 	mu          sync.Mutex
@@ -129,6 +130,8 @@ func NewMetrics(rc redis.Cmdable, keys protocol.Keys, maxProjects int) *Metrics 
 	m.poolWait = f(prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "agentvisor_pool_allocation_wait_seconds",
 		Help:    "How long a create of a pool's spec waited for its worker, by pool and source (warm: taken from the warm set; cold: none was ready, made fresh).",
 		Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60, 120}}, []string{"pool", "source"})).(*prometheus.HistogramVec)
+	m.expired = f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentvisor_commands_expired_total",
+		Help: "Commands not carried out because their sender's deadline passed (answered COMMAND_EXPIRED), by action."}, []string{"action"})).(*prometheus.CounterVec)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&stateCollector{r: rdb.New(rc, keys)})
 	return m

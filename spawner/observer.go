@@ -98,3 +98,11 @@ func (o *observer) healthChecked(d time.Duration) {
 	}
 	o.m.healthSeconds.Observe(d.Seconds())
 }
+
+// commandExpired counts a command dropped because its deadline passed.
+func (o *observer) commandExpired(action protocol.Action) {
+	if o == nil || o.m == nil {
+		return
+	}
+	o.m.expired.WithLabelValues(string(action)).Inc()
+}

@@ -51,7 +51,8 @@ func (p parts) consumer() consumer {
 func (p parts) commands(maxInFlight int) *Commands {
 	c := p.s.cfg
 	return newCommands(commandsParams{env: p.s.env, consumer: p.consumer(), workers: p.s, maxInFlight: maxInFlight,
-		stopTimeout: c.StopTimeout, timeout: c.CreationTimeout + c.StopTimeout + 5*time.Minute})
+		stopTimeout: c.StopTimeout, timeout: c.CreationTimeout + c.StopTimeout + 5*time.Minute,
+		deadlines: deadlines{now: p.s.now, log: p.s.log, obs: &p.s.obs, delete: p.s.Delete}})
 }
 
 func (p parts) controls() *Controls {

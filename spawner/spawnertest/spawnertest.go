@@ -114,6 +114,11 @@ func Start(t testing.TB, mod func(*spawner.Config)) *Runtime {
 		cancel()
 		<-done
 	}
+	// Started when its presence is in Redis: a command sent now is not
+	// refused NO_MANAGER.
+	testkit.Eventually(t, "the manager's presence", 30*time.Second, func() bool {
+		return rc.Exists(context.Background(), cfg.Keys.ManagerState(cfg.ManagerID)).Val() == 1
+	})
 	t.Cleanup(func() {
 		stop()
 		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)

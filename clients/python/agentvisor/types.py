@@ -42,6 +42,9 @@ CODES = (
     'HOST_LOST',
     'NO_HOST',
     'WORKER_GONE',
+    'COMMAND_EXPIRED',
+    'NO_MANAGER',
+    'REDIS_AUTH_FAILED',
 )
 
 
@@ -275,6 +278,7 @@ class Command(Document):
     agent_type: Optional[str] = None
     reply_to: Optional[str] = None
     timestamp: Optional[str] = None
+    deadline: Optional[str] = None
     spec: Optional[CommandSpec] = None
 
     _FIELDS = {'v': {'const': 1, 'required': True},
@@ -344,6 +348,7 @@ class Command(Document):
                             'type': ['string'],
                             'required': False},
                'timestamp': {'type': ['string'], 'required': False},
+               'deadline': {'type': ['string'], 'required': False},
                'spec': {'class': 'CommandSpec', 'type': ['object'], 'required': False}}
     _OPEN = False
 
@@ -547,7 +552,10 @@ class ErrorInfo(Document):
                                  'MCP_UNAVAILABLE',
                                  'HOST_LOST',
                                  'NO_HOST',
-                                 'WORKER_GONE'],
+                                 'WORKER_GONE',
+                                 'COMMAND_EXPIRED',
+                                 'NO_MANAGER',
+                                 'REDIS_AUTH_FAILED'],
                         'required': True},
                'message': {'minLength': 1, 'type': ['string'], 'required': True},
                'retryable': {'type': ['boolean'], 'required': True}}

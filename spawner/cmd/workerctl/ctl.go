@@ -114,13 +114,17 @@ func (c *ctl) read(ctx context.Context, id string) (workerRow, error) {
 // fleet reads the runtime's state from the ctl's Redis.
 func (c *ctl) fleet() *client.Fleet { return &client.Fleet{Redis: c.rdb, Keys: c.keys} }
 
-// do sends a command to the worker-managers; no answer within the timeout
-// means no manager runs (exit 6).
+// do sends a command to the worker-managers: no manager alive fails at
+// once (exit 8), no answer within the timeout exit 6; the command carries
+// the timeout as its deadline, so that neither is carried out later.
 func (c *ctl) do(ctx context.Context, cmd protocol.Command, timeout time.Duration) (protocol.Reply, error) {
 	cl := &client.Commands{Redis: c.rdb, Keys: c.keys, Timeout: timeout, Wait: c.wait}
 	r, err := cl.Do(ctx, cmd)
-	if client.IsNoReply(err) {
-		return r, fail(exitTimeout, "no worker-manager answered within %v (is one running on this Redis and prefix?)", timeout)
+	switch {
+	case client.IsNoManager(err):
+		return r, &exitError{exitNoManager, err}
+	case client.IsNoReply(err):
+		return r, fail(exitTimeout, "no worker-manager answered within %v (its deadline passed: a manager that reads it now does not carry it out)", timeout)
 	}
 	return r, err
 }

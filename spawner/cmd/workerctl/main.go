@@ -4,8 +4,8 @@
 //
 // Tables are for people; --json prints JSON for scripts (one document, or
 // one line per event). WORKER may be a unique prefix of a worker id.
-// list, status, events, send, usage, budget and managers read Redis
-// directly and work with no manager running; spawn, pause, resume, kill,
+// list, status, events, send, cancel, usage, budget and managers read
+// Redis directly and work with no manager running; spawn, pause, resume, kill,
 // reset-context, budget --limit and network are commands a worker-manager
 // executes; volumes, gc and reconcile also talk to this host's Docker
 // engine.
@@ -18,7 +18,7 @@
 // its owner asked); 1 failed (an error reply, Redis unreachable); 2 bad
 // usage; 3 no such worker; 4 the task ended blocked; 5 the task ended
 // failed; 6 timed out waiting; 7 Redis or the Docker engine unreachable
-// (down).
+// (down); 8 no worker-manager alive (the command was not sent).
 package main
 
 import (
@@ -49,6 +49,9 @@ const (
 	exitTimeout  = 6
 	// exitUnreachable: Redis or the Docker engine did not answer (down).
 	exitUnreachable = 7
+	// exitNoManager: no worker-manager is alive to carry out a command
+	// (nothing was sent).
+	exitNoManager = 8
 )
 
 // exitError carries the exit code an error ends workerctl with.
@@ -120,7 +123,10 @@ be written -flag or --flag.
 
 Exit codes: 0 done (a task complete or cancelled), 1 failed, 2 bad
 usage, 3 no such worker, 4 task blocked, 5 task failed, 6 timed out,
-7 Redis or the Docker engine unreachable (down).`,
+7 Redis or the Docker engine unreachable (down), 8 no worker-manager
+alive (nothing sent). A command a manager carries out (spawn, kill...)
+carries its --timeout as a deadline: one no manager answered in time is
+never carried out later.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		// No command: the usage, and exit 2. An unknown one: exit 2 too.
@@ -152,7 +158,7 @@ usage, 3 no such worker, 4 task blocked, 5 task failed, 6 timed out,
 		return fail(exitUsage, "%s: %v (see workerctl %s --help)", cmd.Name(), err, cmd.Name())
 	})
 	root.AddGroup(&cobra.Group{ID: "workers", Title: "Workers:"}, &cobra.Group{ID: "ops", Title: "Operations:"})
-	for _, cmd := range []*cobra.Command{listCmd(c), statusCmd(c), eventsCmd(c), spawnCmd(c), sendCmd(c),
+	for _, cmd := range []*cobra.Command{listCmd(c), statusCmd(c), eventsCmd(c), spawnCmd(c), sendCmd(c), cancelCmd(c),
 		pauseCmd(c), resumeCmd(c), hibernateCmd(c), killCmd(c), usageCmd(c), budgetCmd(c), networkCmd(c)} {
 		cmd.GroupID = "workers"
 		root.AddCommand(cmd)

@@ -188,9 +188,17 @@ func TestWorkerctl(t *testing.T) {
 		t.Errorf("killed worker still listed:\n%s", out)
 	}
 
-	// No manager on this prefix: a command times out with exit 6.
-	code, _, errs := ctlRun(rt, "-prefix", "nobody", "spawn", "-agent", "claude", "-timeout", "1s")
-	if code != exitTimeout || !strings.Contains(errs, "no worker-manager answered") {
+	// No manager on this prefix: a command fails at once with exit 8,
+	// NO_MANAGER, long before its timeout, and nothing is sent.
+	start := time.Now()
+	code, _, errs := ctlRun(rt, "-prefix", "nobody", "spawn", "-agent", "claude", "-timeout", "5m")
+	if code != exitNoManager || !strings.Contains(errs, "NO_MANAGER: client: no worker-manager is alive") {
 		t.Errorf("spawn with no manager: exit %d, %s", code, errs)
+	}
+	if took := time.Since(start); took > 4*time.Second {
+		t.Errorf("spawn with no manager took %v", took)
+	}
+	if n := rt.RC.XLen(context.Background(), "nobody:commands").Val(); n != 0 {
+		t.Errorf("%d commands sent with no manager alive", n)
 	}
 }

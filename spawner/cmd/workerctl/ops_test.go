@@ -93,8 +93,8 @@ func TestWorkerctlHelpAndCompletion(t *testing.T) {
 
 // A sentinel URL reaches the primary through the sentinels: workerctl
 // lists (no worker yet) and sends a create command that waits for the
-// replica (no manager runs: it times out, exit 6, after the command was
-// added on both servers).
+// replica (a manager's presence but no manager: it times out, exit 6,
+// after the command was added on both servers).
 func TestWorkerctlSentinelURL(t *testing.T) {
 	s := testkit.StartSentinel(t, testkit.SentinelOptions{Password: "pw"})
 	var out, errb bytes.Buffer
@@ -103,6 +103,15 @@ func TestWorkerctlSentinelURL(t *testing.T) {
 	}
 	out.Reset()
 	errb.Reset()
+	// A manager's presence (that writes nothing else), so that the
+	// command is sent.
+	if p, err := s.Primary(); err != nil {
+		t.Fatal(err)
+	} else if _, err := p.Do("HSET", "sent:manager:m1", "id", "m1"); err != nil {
+		t.Fatal(err)
+	} else if _, err := p.Do("SADD", "sent:managers", "m1"); err != nil {
+		t.Fatal(err)
+	}
 	code := run(context.Background(), []string{"--redis", s.URL(), "--prefix", "sent", "spawn", "--agent", "claude", "--timeout", "1s"}, &out, &errb)
 	if code != exitTimeout || strings.Contains(errb.String(), "sentinel:") {
 		t.Fatalf("spawn with no manager: exit %d %s", code, errb.String())
@@ -221,7 +230,7 @@ func TestWorkerctlOperators(t *testing.T) {
 	if out := must(exitOK, "budget", "ops"); !strings.Contains(out, "none") {
 		t.Errorf("budget ops after its removal:\n%s", out)
 	}
-	if code, _, errs := ctlRun(rt, "-prefix", "nobody", "budget", "x", "--limit", "1", "--timeout", "1s"); code != exitTimeout {
+	if code, _, errs := ctlRun(rt, "-prefix", "nobody", "budget", "x", "--limit", "1", "--timeout", "1s"); code != exitNoManager {
 		t.Errorf("budget --limit with no manager: exit %d, %s", code, errs)
 	}
 

@@ -15,7 +15,7 @@ import (
 
 func sendCmd(c *ctl) *cobra.Command {
 	var project, reqID, priority, trigger string
-	var newSession, wait bool
+	var newSession, wait, cancelOnInterrupt bool
 	var retry int
 	var timeout time.Duration
 	cmd := &cobra.Command{
@@ -24,7 +24,11 @@ func sendCmd(c *ctl) *cobra.Command {
 		Long: `send puts a task on the worker's input stream and prints its request id.
 With --wait it prints the task's progress and then its output, and exits
 0 complete or cancelled (a cancel document ended it: it ended as its
-owner asked), 4 blocked, 5 failed, 6 no output within --timeout.`,
+owner asked), 4 blocked, 5 failed, 6 no output within --timeout.
+
+Ctrl-C while it waits asks, at a terminal, whether to cancel the task
+too (then it prints the cancelled output); with --cancel-on-interrupt it
+cancels without asking; otherwise the task runs on and workerctl exits 1.`,
 		Example:           `  workerctl send 1a2b "Fix the build" --wait`,
 		Args:              args(2, "WORKER and PROMPT"),
 		ValidArgsFunction: completeWorkers(c),
@@ -79,7 +83,16 @@ owner asked), 4 blocked, 5 failed, 6 no output within --timeout.`,
 			case errors.Is(err, client.ErrAwaitTimeout):
 				return fail(exitTimeout, "no output for %s within %v", reqID, timeout)
 			case ctx.Err() != nil:
-				return fail(exitFailed, "interrupted")
+				// Interrupted (Ctrl-C): the task runs on unless its owner
+				// says to cancel it, with --cancel-on-interrupt or at the
+				// question. The cancel gets a context of its own: ctx has
+				// ended.
+				if !cancelOnInterrupt && !askCancel(cmd.InOrStdin(), cmd.ErrOrStderr(), reqID) {
+					return fail(exitFailed, "interrupted: task %s goes on (workerctl cancel %s %s stops it)", reqID, id, reqID)
+				}
+				cctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+				defer stop()
+				return c.cancel(cctx, tasks, sent, "interrupted in workerctl send --wait", true, 20*time.Second)
 			case err != nil:
 				return err
 			}
@@ -95,6 +108,7 @@ owner asked), 4 blocked, 5 failed, 6 no output within --timeout.`,
 	f.StringVar(&trigger, "trigger", "manual", "what started the task, kept on its run (the run hash's trigger)")
 	f.BoolVar(&wait, "wait", false, "wait for the task's output; the exit code says how it ended")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "with --wait: how long to wait for the output")
+	f.BoolVar(&cancelOnInterrupt, "cancel-on-interrupt", false, "with --wait: Ctrl-C cancels the task without asking")
 	return cmd
 }
 

@@ -71,12 +71,12 @@ func HostHibernatedKey(k protocol.Keys, host string) string { return k.Hibernate
 // ManagersKey is the set of the manager ids that have written a state
 // hash; a member whose state hash has expired is a manager gone (readers
 // drop it).
-func ManagersKey(k protocol.Keys) string { return join(k, "managers") }
+func ManagersKey(k protocol.Keys) string { return k.Managers() }
 
 // ManagerStateKey is the hash a manager refreshes about itself (the
 // ManagerField* fields), expiring ManagerStateTTLSeconds after its last
 // refresh.
-func ManagerStateKey(k protocol.Keys, managerID string) string { return join(k, "manager", managerID) }
+func ManagerStateKey(k protocol.Keys, managerID string) string { return k.ManagerState(managerID) }
 
 // PoolWarmSetKey is the set of the warm workers of a pool ready to be
 // given to a create (made, started, paused). Taking one is an SPOP: one

@@ -15,7 +15,7 @@ import (
 
 // ManagerStateTTLSeconds is how long a manager's state hash outlives its
 // last refresh; a manager refreshes it every third of that.
-const ManagerStateTTLSeconds = 30
+const ManagerStateTTLSeconds = protocol.ManagerStateTTLSeconds
 
 // Fields of the manager state hash (ManagerStateKey).
 const (
