@@ -13,12 +13,12 @@
 
 SHELL      := /bin/bash
 GO         ?= go
-MODULES    := envconf protocol testkit stubmodel testmcp redisconn client gateway wrapper spawner examples scripts/checkdocs
+MODULES    := envconf protocol testkit stubmodel testmcp redisconn redisconn/integration client gateway wrapper spawner examples scripts/checkdocs
 FUZZTIME   ?= 3s
 # Every fuzz target of the protocol decoders, and the one over the path from
 # an agent's output to the stored Output, runs for FUZZTIME in `make test`.
 
-.PHONY: all setup build vet shape check-docs config-docs test test-unit test-go test-rules fuzz faults test-faults bench demo fleet images k8s k8s-down test-k8s clean
+.PHONY: all setup build vet shape check-docs config-docs test test-unit test-go test-rules test-types fuzz faults test-faults bench demo fleet images k8s k8s-down test-k8s clean
 
 all: build
 
@@ -84,6 +84,14 @@ config-docs:
 test-rules:
 	@echo "== promtool check rules, test rules (ops/prometheus)"
 	@cd ops/prometheus && promtool check rules alerts.yml && promtool test rules alerts_test.yml
+
+# The Python client's types (clients/python/pyproject.toml, [tool.mypy]):
+# Debian's mypy over the package and its README's quickstart, so that what
+# a caller's type checker reads stays true. make setup installs mypy; a
+# missing one fails the run.
+test-types:
+	@echo "== mypy clients/python"
+	@cd clients/python && mypy
 
 fuzz:
 	@FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh protocol

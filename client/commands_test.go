@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agentvisor/agentvisor/client/internal/redistest"
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // answerOnSend is a go-redis hook playing the fastest possible manager: it
@@ -50,7 +50,7 @@ func (h answerOnSend) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // A reply written before the client starts reading is still its reply: a
 // new client's reply stream does not exist when it sends its first command.
 func TestCommandsSeeAReplyFasterThanTheirRead(t *testing.T) {
-	rc := testkit.NewRedisClient(t)
+	rc := redistest.NewClient(t)
 	defer rc.Close()
 	keys := protocol.Keys{Prefix: "ct"}
 	fakeManager(t, rc, keys, "m1")
@@ -86,7 +86,7 @@ func fakeManager(t *testing.T, rc *redis.Client, keys protocol.Keys, id string) 
 // ErrNoReply, and the command carries the deadline after which no manager
 // carries it out.
 func TestCommandsNoReplyIsTyped(t *testing.T) {
-	rc := testkit.NewRedisClient(t)
+	rc := redistest.NewClient(t)
 	defer rc.Close()
 	keys := protocol.Keys{Prefix: "silent"}
 	fakeManager(t, rc, keys, "m1") // alive, and never reads
@@ -119,7 +119,7 @@ func TestCommandsNoReplyIsTyped(t *testing.T) {
 // With no manager alive a command fails NO_MANAGER at once and is not
 // sent: a manager that starts later finds nothing to carry out.
 func TestCommandsWithNoManagerFailFast(t *testing.T) {
-	rc := testkit.NewRedisClient(t)
+	rc := redistest.NewClient(t)
 	defer rc.Close()
 	ctx := context.Background()
 	keys := protocol.Keys{Prefix: "nomgr"}
@@ -144,7 +144,7 @@ func TestCommandsWithNoManagerFailFast(t *testing.T) {
 // A manager that goes away while a sender waits: the sender learns it
 // within two looks and takes its command back off the stream.
 func TestCommandsTakeBackWhenTheManagersLeave(t *testing.T) {
-	rc := testkit.NewRedisClient(t)
+	rc := redistest.NewClient(t)
 	defer rc.Close()
 	ctx := context.Background()
 	keys := protocol.Keys{Prefix: "leaving"}
@@ -167,7 +167,7 @@ func TestCommandsTakeBackWhenTheManagersLeave(t *testing.T) {
 // Redis refusing the credentials is its own code and not retryable; a
 // refused connection says so.
 func TestCommandsRedisErrorsByCause(t *testing.T) {
-	r := testkit.StartRedisWith(t, testkit.RedisOptions{Password: "right"})
+	r := redistest.Start(t, "right")
 	tests := []struct {
 		name    string
 		opt     *redis.Options

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/client/internal/redistest"
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // BenchmarkFleetWorkers: listing every worker (Fleet.Workers, read by
@@ -17,7 +17,7 @@ import (
 // of the workers set (the listing before hibernated workers were listed),
 // alternating on one Redis in the same run.
 func BenchmarkFleetWorkers(b *testing.B) {
-	rc := testkit.NewRedisClient(b)
+	rc := redistest.NewClient(b)
 	keys := protocol.Keys{Prefix: "fleetbench"}
 	ctx := context.Background()
 	for i := 0; i < 100; i++ {

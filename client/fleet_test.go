@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/client/internal/redistest"
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // Fleet reads what the managers and workers keep, on a real Redis with
 // the keys written by hand.
 func TestFleetReads(t *testing.T) {
-	rc := testkit.NewRedisClient(t)
+	rc := redistest.NewClient(t)
 	keys := protocol.Keys{Prefix: "fleettest"}
 	ctx := context.Background()
 	f := &Fleet{Redis: rc, Keys: keys}
@@ -57,7 +57,7 @@ func TestFleetReads(t *testing.T) {
 	}
 
 	for i, ev := range []protocol.Event{protocol.EventCreated, protocol.EventStarted, protocol.EventPaused} {
-		testkit.XAdd(t, rc, keys.Lifecycle(), testkit.Doc(protocol.Lifecycle{WorkerID: "w1", Event: ev, Source: "spawner", Timestamp: time.Now().Add(time.Duration(i))}))
+		redistest.XAdd(t, rc, keys.Lifecycle(), redistest.Doc(protocol.Lifecycle{WorkerID: "w1", Event: ev, Source: "spawner", Timestamp: time.Now().Add(time.Duration(i))}))
 	}
 	recent, err := f.Recent(ctx, keys.Lifecycle(), 2)
 	if err != nil || len(recent) != 2 || recent[0].Lifecycle == nil || recent[1].Lifecycle == nil || recent[0].Lifecycle.Event != protocol.EventStarted || recent[1].Lifecycle.Event != protocol.EventPaused {
@@ -72,7 +72,7 @@ func TestFleetReads(t *testing.T) {
 // of the workers set: a consumer that holds a hibernated worker's id finds
 // it (list, status, send).
 func TestFleetWorkersHoldTheHibernated(t *testing.T) {
-	rc := testkit.NewRedisClient(t)
+	rc := redistest.NewClient(t)
 	keys := protocol.Keys{Prefix: "hibtest"}
 	ctx := context.Background()
 	rc.SAdd(ctx, keys.Workers(), "live")
@@ -88,7 +88,7 @@ func TestFleetWorkersHoldTheHibernated(t *testing.T) {
 // History reads a worker's transitions newest first, leaving out what
 // does not decode.
 func TestFleetHistory(t *testing.T) {
-	rc := testkit.NewRedisClient(t)
+	rc := redistest.NewClient(t)
 	keys := protocol.Keys{Prefix: "histtest"}
 	ctx := context.Background()
 	f := &Fleet{Redis: rc, Keys: keys}

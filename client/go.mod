@@ -9,7 +9,6 @@ require (
 )
 
 require (
-	github.com/agentvisor/agentvisor/testkit v0.0.0
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
@@ -18,5 +17,3 @@ require (
 replace github.com/agentvisor/agentvisor/protocol => ../protocol
 
 replace github.com/agentvisor/agentvisor/redisconn => ../redisconn
-
-replace github.com/agentvisor/agentvisor/testkit => ../testkit

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/client/internal/redistest"
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // Tasks on a real Redis, with the worker's side played by hand: the task
@@ -15,7 +15,7 @@ import (
 // are delivered (an older output and another task's are not), and a
 // deadline gives ErrAwaitTimeout.
 func TestTasksSendWatchAwait(t *testing.T) {
-	rc := testkit.NewRedisClient(t)
+	rc := redistest.NewClient(t)
 	keys := protocol.Keys{Prefix: "taskstest"}
 	ctx := context.Background()
 	tasks := &Tasks{Redis: rc, Keys: keys}
@@ -28,7 +28,7 @@ func TestTasksSendWatchAwait(t *testing.T) {
 		t.Fatalf("send without a prompt: %v, want INVALID_TASK", err)
 	}
 	// An output of an earlier task with the same id is history, not ours.
-	testkit.XAdd(t, rc, keys.Output("w1"), testkit.Doc(protocol.Output{Timestamp: time.Now(), RequestID: "r1", WorkerID: "w1", Status: protocol.StatusFailed,
+	redistest.XAdd(t, rc, keys.Output("w1"), redistest.Doc(protocol.Output{Timestamp: time.Now(), RequestID: "r1", WorkerID: "w1", Status: protocol.StatusFailed,
 		Error: &protocol.Error{Code: protocol.CodeKilled, Message: "old"}}))
 	sent, err := tasks.Send(ctx, "w1", protocol.Task{RequestID: "r1", ProjectID: "p", Prompt: "Do it."})
 	if err != nil {
@@ -47,9 +47,9 @@ func TestTasksSendWatchAwait(t *testing.T) {
 	go func() {
 		time.Sleep(50 * time.Millisecond)
 		pct := 50
-		testkit.XAdd(t, rc, keys.Output("w1"), testkit.Doc(protocol.Progress{Timestamp: time.Now(), WorkerID: "w1", RequestID: "other", Step: "not ours"}))
-		testkit.XAdd(t, rc, keys.Output("w1"), testkit.Doc(protocol.Progress{Timestamp: time.Now(), WorkerID: "w1", RequestID: "r1", Step: "half", ProgressPct: &pct}))
-		testkit.XAdd(t, rc, keys.Output("w1"), testkit.Doc(protocol.Output{Timestamp: time.Now(), RequestID: "r1", WorkerID: "w1", Status: protocol.StatusComplete,
+		redistest.XAdd(t, rc, keys.Output("w1"), redistest.Doc(protocol.Progress{Timestamp: time.Now(), WorkerID: "w1", RequestID: "other", Step: "not ours"}))
+		redistest.XAdd(t, rc, keys.Output("w1"), redistest.Doc(protocol.Progress{Timestamp: time.Now(), WorkerID: "w1", RequestID: "r1", Step: "half", ProgressPct: &pct}))
+		redistest.XAdd(t, rc, keys.Output("w1"), redistest.Doc(protocol.Output{Timestamp: time.Now(), RequestID: "r1", WorkerID: "w1", Status: protocol.StatusComplete,
 			Result: []byte(`{"ok":true}`)}))
 	}()
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -82,7 +82,7 @@ func TestTasksSendWatchAwait(t *testing.T) {
 // A task sent has its run from the start, requested, with its worker and
 // project; a run that exists (a request id sent again) is left as it is.
 func TestSendCreatesTheRun(t *testing.T) {
-	rc := testkit.NewRedisClient(t)
+	rc := redistest.NewClient(t)
 	keys := protocol.Keys{Prefix: "runsent"}
 	ctx := context.Background()
 	tasks := &Tasks{Redis: rc, Keys: keys}
@@ -116,7 +116,7 @@ func TestSendCreatesTheRun(t *testing.T) {
 // priority. A long-lived worker's task goes to its input whatever its
 // priority.
 func TestSendRoutesDeveloperTasksByPriority(t *testing.T) {
-	rc := testkit.NewRedisClient(t)
+	rc := redistest.NewClient(t)
 	keys := protocol.Keys{Prefix: "priotest"}
 	ctx := context.Background()
 	tasks := &Tasks{Redis: rc, Keys: keys}
@@ -150,7 +150,7 @@ func TestSendRoutesDeveloperTasksByPriority(t *testing.T) {
 // A message to a running task is a message document on the task's input
 // stream; an empty one is refused with INVALID_COMMAND and not written.
 func TestTasksMessage(t *testing.T) {
-	rc := testkit.NewRedisClient(t)
+	rc := redistest.NewClient(t)
 	keys := protocol.Keys{Prefix: "msgtest"}
 	ctx := context.Background()
 	tasks := &Tasks{Redis: rc, Keys: keys}

@@ -60,6 +60,46 @@ func TestPythonClient(t *testing.T) {
 		}
 	})
 
+	// The README's quickstart, as written: a scoped worker, a task, its
+	// output.
+	t.Run("readme", func(t *testing.T) {
+		rt.Stub.SetScript(stubmodel.Script{})
+		cmd := exec.Command(python, "-c", readmeQuickstart(t, filepath.Join(clientDir, "README.md"), "python"))
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "complete") {
+			t.Fatalf("the README's quickstart: %v\n%s", err, out)
+		}
+		testkit.Eventually(t, "the scoped worker deleted", 30*time.Second, func() bool {
+			n, _ := rt.RC.SCard(t.Context(), rt.Keys.Workers()).Result()
+			return n == 0
+		})
+	})
+
+	// Installed as a newcomer would on Debian 12 (PEP 668: no pip into
+	// the system): a copy outside the repository, into a venv that sees
+	// Debian's redis-py, offline; then the quickstart from elsewhere,
+	// without PYTHONPATH.
+	t.Run("install", func(t *testing.T) {
+		dir := t.TempDir()
+		copyTree(t, clientDir, filepath.Join(dir, "src"), "tests", "__pycache__")
+		for _, c := range [][]string{
+			{python, "-m", "venv", "--system-site-packages", filepath.Join(dir, "venv")},
+			{filepath.Join(dir, "venv", "bin", "pip"), "install", "-q", "--no-build-isolation", "--no-index", filepath.Join(dir, "src")},
+		} {
+			if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+				t.Fatalf("%s: %v\n%s", strings.Join(c, " "), err, out)
+			}
+		}
+		rt.Stub.SetScript(stubmodel.Script{})
+		cmd := exec.Command(filepath.Join(dir, "venv", "bin", "python"), "-c", readmeQuickstart(t, filepath.Join(clientDir, "README.md"), "python")+
+			"import agentvisor, os\nassert os.path.exists(os.path.join(os.path.dirname(agentvisor.__file__), 'py.typed'))\n")
+		cmd.Dir, cmd.Env = dir, append(os.Environ(), rt.Env...)
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "complete") {
+			t.Fatalf("the installed package: %v\n%s", err, out)
+		}
+	})
+
 	t.Run("unittest", func(t *testing.T) {
 		cmd := exec.Command(python, "-m", "unittest", "discover", "-v", "-s", "tests", "-t", ".")
 		cmd.Dir, cmd.Env = clientDir, env

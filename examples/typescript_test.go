@@ -90,11 +90,35 @@ func TestTypeScript(t *testing.T) {
 
 	clientDir := buildTypeScriptClient(t, ctx, env)
 	t.Run("client", func(t *testing.T) {
-		out := runIn(t, ctx, clientDir, env, "node", "--test", "--test-concurrency=1", "test/unit/", "test/integration/")
+		out := runIn(t, ctx, clientDir, env, "node", "--test", "--test-concurrency=1", "test/unit/", "test/redis/", "test/integration/")
 		if !strings.Contains(out, "# fail 0") || strings.Contains(out, "# pass 0") {
 			t.Fatalf("node --test:\n%s", out)
 		}
 		t.Logf("node --test: %s", summary(out))
+	})
+
+	// As a newcomer installs it: npm pack's tarball into a fresh project
+	// outside the repository, then the README's quickstart as written,
+	// compiled there and run.
+	t.Run("pack", func(t *testing.T) {
+		dir := t.TempDir()
+		tgz := strings.TrimSpace(lastLine(runIn(t, ctx, clientDir, env, "npm", "pack", "--pack-destination", dir)))
+		if err := os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"name": "fresh", "private": true, "type": "module"}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		runIn(t, ctx, dir, env, "npm", "install", "--no-audit", "--no-fund", "./"+tgz, "typescript@5.9.3", "@types/node@20.19.43")
+		if err := os.WriteFile(filepath.Join(dir, "quickstart.ts"), []byte(readmeQuickstart(t, filepath.Join(clientDir, "README.md"), "ts")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		runIn(t, ctx, dir, env, "npx", "tsc", "--strict", "--target", "ES2022", "--module", "NodeNext", "--moduleResolution", "NodeNext", "--types", "node", "quickstart.ts")
+		rt.Stub.SetScript(stubmodel.Script{})
+		if out := runIn(t, ctx, dir, env, "node", "quickstart.js"); !strings.Contains(out, "complete") {
+			t.Fatalf("the packed quickstart printed:\n%s", out)
+		}
+		testkit.Eventually(t, "the scoped worker deleted", 30*time.Second, func() bool {
+			n, _ := rt.RC.SCard(context.Background(), rt.Keys.Workers()).Result()
+			return n == 0
+		})
 	})
 
 	t.Run("quickstart", func(t *testing.T) {
@@ -162,6 +186,12 @@ func TestTypeScriptApproval(t *testing.T) {
 		t.Fatalf("node --test:\n%s", out)
 	}
 	t.Logf("node --test: %s", summary(out))
+}
+
+// lastLine is the last line of out that is not empty.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return lines[len(lines)-1]
 }
 
 // summary is the counting lines of node --test's report.

@@ -289,7 +289,7 @@ func primaryOf(ctx context.Context, c redis.Cmdable) (redis.Cmdable, func(), err
 		return c, func() {}, nil
 	}
 	o := v.(*redis.UniversalOptions)
-	addr, err := namedPrimary(ctx, o)
+	addr, err := NamedPrimary(ctx, o)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -300,11 +300,13 @@ func primaryOf(ctx context.Context, c redis.Cmdable) (redis.Cmdable, func(), err
 	return direct, func() { direct.Close() }, nil
 }
 
-// namedPrimary asks every sentinel of o for the primary and returns the
+// NamedPrimary asks every sentinel of o for the primary and returns the
 // one protocol.NewestPrimary chooses from their answers (none while a
 // sentinel is failing the master over). A sentinel user not allowed
-// SENTINEL MASTER is asked for the address alone.
-func namedPrimary(ctx context.Context, o *redis.UniversalOptions) (string, error) {
+// SENTINEL MASTER is asked for the address alone. It is what XAdd reads
+// after a WAIT answered short, exported for the tests of that choice
+// against real sentinels (redisconn/integration).
+func NamedPrimary(ctx context.Context, o *redis.UniversalOptions) (string, error) {
 	var answers []protocol.SentinelAnswer
 	var lastErr error
 	for _, a := range o.Addrs {

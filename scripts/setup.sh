@@ -4,7 +4,7 @@
 # Installs what is missing (redis-server, docker.io, debootstrap, nodejs/npm,
 # prometheus with promtool for the alert rules' tests, chromium for the
 # dashboard's, docker-compose (Compose v1: bookworm has no v2 plugin) for the
-# example compose project's test, python3-redis for the Python client; Debian's redis-server also runs Redis Sentinel, as
+# example compose project's test, python3-redis and mypy for the Python client; Debian's redis-server also runs Redis Sentinel, as
 # `redis-server sentinel.conf --sentinel`, which is how the Sentinel tests
 # start theirs: no redis-sentinel package is needed)
 # and starts a Docker engine when none answers. It is idempotent: a second run
@@ -37,9 +37,10 @@ declare -A want=(
   [chromium]=chromium
   [git]=git
   [docker-compose]=docker-compose
+  [mypy]=mypy
 )
 missing=()
-for cmd in redis-server dockerd debootstrap node npm prometheus promtool chromium git docker-compose; do
+for cmd in redis-server dockerd debootstrap node npm prometheus promtool chromium git docker-compose mypy; do
   if ! command -v "$cmd" >/dev/null 2>&1 && [[ " ${missing[*]} " != *" ${want[$cmd]} "* ]]; then
     missing+=("${want[$cmd]}")
   fi
@@ -197,5 +198,5 @@ if [ -L /usr/local/bin/qwen ] || [ "$(cat /usr/local/bin/qwen 2>/dev/null)" != "
 fi
 
 if [ $changed = 0 ]; then
-  log "nothing to do: redis-server, docker.io, debootstrap, node, npm, prometheus, promtool, chromium, git, python3-redis, claude $CLAUDE_VERSION, droid $DROID_VERSION, codex $CODEX_VERSION, opencode $OPENCODE_VERSION and qwen $QWEN_VERSION (on node $NODE_VERSION) are installed and the Docker engine answers"
+  log "nothing to do: redis-server, docker.io, debootstrap, node, npm, prometheus, promtool, chromium, git, mypy, python3-redis, claude $CLAUDE_VERSION, droid $DROID_VERSION, codex $CODEX_VERSION, opencode $OPENCODE_VERSION and qwen $QWEN_VERSION (on node $NODE_VERSION) are installed and the Docker engine answers"
 fi

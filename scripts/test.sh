@@ -2,7 +2,7 @@
 # make test: every test, after the set-up (make setup has run).
 #
 #   1. the set-up scripts' own tests, the Prometheus rules, gofmt and vet,
-#      and the documents' links, fences and code examples (make check-docs);
+#      the Python client's types (mypy), and the documents' links, fences and code examples (make check-docs);
 #   2. side by side: the unit and integration tests of every module, then
 #      the fuzz targets; and the fault suite (faults/, its short cases);
 #   3. what the run left behind (scripts/leftovers.sh): every container,
@@ -36,6 +36,7 @@ bash scripts/leftovers.sh mark "$mark"
 timed "set-up scripts" bash scripts/test-setup.sh
 timed "prometheus rules" $MAKE --no-print-directory test-rules
 timed "gofmt, vet" $MAKE --no-print-directory vet
+timed "python types (mypy)" $MAKE --no-print-directory test-types
 timed "docs (links, examples)" $MAKE --no-print-directory check-docs
 if [ $failed = 0 ]; then
   faults_log=$(mktemp)

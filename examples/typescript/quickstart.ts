@@ -29,7 +29,7 @@ async function main(prompt: string): Promise<void> {
   const client = await AgentvisorClient.connect({ url: redisUrl() });
   try {
     // 2. A worker: Claude Code in its own container, which may report progress.
-    const { workerId, worker } = await client.createWorker({ agent_type: 'claude', project_id: 'quickstart', allowed_commands: ['worker.progress'] });
+    const { workerId, worker } = await client.createWorker({ agentType: 'claude', projectId: 'quickstart', allowedCommands: ['worker.progress'] });
     console.log(`worker ${workerId} created (image ${worker.image ?? '?'})`);
     try {
       // 3. A task on the worker's input stream, and 4. its output from the

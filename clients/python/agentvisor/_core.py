@@ -19,6 +19,10 @@ DEFAULT_PROJECT = "default"
 COMMAND_TIMEOUT = 360.0  # a create may wait for a slot (WORKER_CREATION_TIMEOUT, 5 min)
 TASK_TIMEOUT = 660.0  # a task's default timeout (600 s), and a little
 BLOCK_MS = 1000  # the longest single XREAD BLOCK: a timeout is checked at least this often
+PRESENCE_EVERY = 2.0  # how often a command's sender looks whether a manager is alive while it waits
+PRESENCE_GRACE = 2.0  # how long it looks before it says none is (one started a moment before writes its state within it)
+REPLY_GRACE = 2.0  # how long a sender waits past its command's deadline (a manager that began it in time answers)
+CREDENTIALS_FILE = "/var/lib/agentvisor/redis/credentials.env"  # scripts/redis.sh writes the project Redis's URLs there
 LOOK_TIMEOUT = 30.0  # how long a write's look for its entry waits for a primary to read
 SENTINEL_TIMEOUT = 3.0  # the longest a look waits on one sentinel, to connect and for each reply
 
@@ -99,6 +103,14 @@ class Keys:
     def replies(self, client):
         return self._join("replies", client)
 
+    def managers(self):
+        """The ids of the managers that wrote a state hash (a set)."""
+        return self._join("managers")
+
+    def manager_state(self, manager_id):
+        """A running manager's state hash, which expires 30 s after its last refresh."""
+        return self._join("manager", manager_id)
+
 
 def named_primary(answers):
     """The (host, port) of the primary a look for an entry reads, from
@@ -157,6 +169,41 @@ def now():
     """The time as the protocol writes it: RFC 3339, UTC, nanoseconds."""
     ns = time.time_ns()
     return datetime.fromtimestamp(ns // 10**9, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{ns % 10**9:09d}Z"
+
+
+def deadline_after(seconds):
+    """The RFC 3339 time seconds from now: a command's deadline."""
+    ns = time.time_ns() + int(seconds * 1e9)
+    return datetime.fromtimestamp(ns // 10**9, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{ns % 10**9:09d}Z"
+
+
+def default_url(environ=None, path=CREDENTIALS_FILE):
+    """The Redis URL of a client given none: REDIS_URL, else
+    REDIS_CONSUMER_URL of the environment, else of the project's
+    credentials file (as workerctl reads them). INVALID_COMMAND saying how
+    to give one when there is none."""
+    env = os.environ if environ is None else environ
+    for name in ("REDIS_URL", "REDIS_CONSUMER_URL"):
+        if env.get(name):
+            return env[name]
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                k, sep, v = line.strip().removeprefix("export ").partition("=")
+                v = v.strip()
+                if len(v) >= 2 and v[0] in "\"'" and v[-1] == v[0]:
+                    v = v[1:-1]
+                if sep and k.strip() == "REDIS_CONSUMER_URL" and v:
+                    return v
+        problem = f"{path} has no REDIS_CONSUMER_URL"
+    except OSError as e:
+        problem = f"{path} cannot be read ({e.strerror})"
+    raise AgentvisorError("INVALID_COMMAND", f"REDIS_URL is not set and {problem} (the project's Redis: `bash scripts/redis.sh` writes it; or set REDIS_URL)")
+
+
+def no_manager(keys, what):
+    return AgentvisorError("NO_MANAGER", f"no worker-manager is alive on this Redis with key prefix {keys.prefix!r} "
+                                         f"(start worker-manager, or check REDIS_URL and WORKER_KEY_PREFIX): {what}")
 
 
 def new_id(prefix, nbytes=8):

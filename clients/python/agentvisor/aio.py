@@ -2,8 +2,10 @@
 async iteration over a task's events (async for ev in task.events())."""
 
 import asyncio
+import contextlib
 import os
 import time
+from typing import Any, AsyncIterator, Callable, List, Optional, Union
 
 import redis
 import redis.asyncio
@@ -14,7 +16,7 @@ from ._core import Keys, SentInfo
 from .errors import AgentvisorError, AgentvisorTimeout, redis_error
 
 
-async def _primary_to_read(r, deadline=None):
+async def _primary_to_read(r: Any, deadline: Optional[float] = None) -> Any:
     """The asyncio form of agentvisor.client._primary_to_read."""
     pool = getattr(r, "connection_pool", None)
     if not isinstance(pool, redis.asyncio.SentinelConnectionPool):
@@ -27,10 +29,10 @@ async def _primary_to_read(r, deadline=None):
     return redis.asyncio.Redis(connection_pool=redis.asyncio.ConnectionPool(connection_class=cls, **_core.direct_kwargs(pool.connection_kwargs, addr, None if deadline is None else _core.time_left(deadline))))
 
 
-async def _ask_sentinel(sentinel, master, timeout):
+async def _ask_sentinel(sentinel: Any, master: str, timeout: float) -> Any:
     """The asyncio form of agentvisor.client._ask_sentinel."""
     p = sentinel.connection_pool
-    s = redis.asyncio.Redis(connection_pool=redis.asyncio.ConnectionPool(connection_class=p.connection_class, **_core.sentinel_kwargs(p.connection_kwargs, timeout)))
+    s: redis.asyncio.Redis = redis.asyncio.Redis(connection_pool=redis.asyncio.ConnectionPool(connection_class=p.connection_class, **_core.sentinel_kwargs(p.connection_kwargs, timeout)))
     try:
         try:
             m = await s.sentinel_master(master)
@@ -48,14 +50,14 @@ async def _ask_sentinel(sentinel, master, timeout):
 class _Streams:
     """XADD (confirmed by WAIT when the policy asks), and blocking reads."""
 
-    def __init__(self, r, wait, maxlen):
+    def __init__(self, r: Any, wait: redisurl.WaitPolicy, maxlen: int) -> None:
         self.r, self.wait, self.maxlen = r, wait, maxlen
 
-    async def last_id(self, stream):
+    async def last_id(self, stream: str) -> str:
         msgs = await self.r.xrevrange(stream, "+", "-", count=1)
         return msgs[0][0] if msgs else "0-0"
 
-    async def add(self, stream, doc, redo=None):
+    async def add(self, stream: str, doc: types.Document, redo: Optional[Callable[[Any], Any]] = None) -> str:
         """Adds doc; with WAIT, a write the primary reached after a
         failover lacks is made again there, preceded by redo(pipeline)
         (what else the write needs there: a task's run)."""
@@ -80,7 +82,7 @@ class _Streams:
                 return entry_id  # kept: no replica in sync, nothing more to wait for
         raise AgentvisorError("UPSTREAM_UNAVAILABLE", f"{stream}: added 3 times, and the primary had none of them when looked for: not confirmed", True)
 
-    async def _on_primary(self, stream, entry_id):
+    async def _on_primary(self, stream: str, entry_id: str) -> bool:
         """Whether the primary has the entry, read where _primary_to_read
         says, again after a backoff while it says not yet."""
         deadline = time.monotonic() + _core.LOOK_TIMEOUT
@@ -96,26 +98,26 @@ class _Streams:
             if on is not self.r:
                 await on.connection_pool.disconnect()
 
-    async def read(self, streams, block_ms, count=100):
+    async def read(self, streams: dict, block_ms: float, count: int = 100) -> Any:
         return await self.r.xread(streams, count=count, block=max(1, int(block_ms)))
 
 
 class AsyncTask:
     """A task sent to a worker (see agentvisor.Task), awaited."""
 
-    def __init__(self, client, info):
+    def __init__(self, client: "AsyncClient", info: SentInfo) -> None:
         self._c = client
         self.info = info
 
     @property
-    def request_id(self):
+    def request_id(self) -> str:
         return self.info.request_id
 
     @property
-    def worker_id(self):
+    def worker_id(self) -> str:
         return self.info.worker_id
 
-    async def events(self, timeout=_core.TASK_TIMEOUT):
+    async def events(self, timeout: float = _core.TASK_TIMEOUT) -> AsyncIterator[_core.Event]:
         """Yields the task's progress events and permission requests, then
         its output, and ends; AgentvisorTimeout when it does not come."""
         deadline = time.monotonic() + timeout
@@ -136,7 +138,7 @@ class AsyncTask:
                         if ev.type == "output":
                             return
 
-    async def result(self, timeout=_core.TASK_TIMEOUT, on_progress=None, check=False):
+    async def result(self, timeout: float = _core.TASK_TIMEOUT, on_progress: Optional[Callable[[types.Progress], Any]] = None, check: bool = False) -> types.Output:
         """The task's output; check=True raises its error when it failed."""
         async for ev in self.events(timeout):
             if ev.type == "output":
@@ -148,29 +150,29 @@ class AsyncTask:
                 on_progress(ev.doc)
         raise AgentvisorError("INTERNAL_ERROR", "events ended without an output")
 
-    async def cancel(self, reason=""):
+    async def cancel(self, reason: str = "") -> None:
         doc = types.Cancel.from_dict({"v": 1, "type": "cancel", "request_id": self.request_id, "reason": reason or None, "timestamp": _core.now()}, code="INVALID_COMMAND")
         await self._c._add(self.info.control_stream, doc, f"cancel {self.request_id}")
 
-    async def message(self, text):
+    async def message(self, text: str) -> None:
         doc = types.Message.from_dict({"v": 1, "type": "message", "request_id": self.request_id, "text": text}, code="INVALID_COMMAND")
         await self._c._add(self.info.control_stream, doc, f"message to {self.request_id}")
 
-    async def answer_permission(self, permission_id, allow, message=""):
+    async def answer_permission(self, permission_id: str, allow: bool, message: str = "") -> None:
         doc = types.PermissionReply.from_dict({"v": 1, "type": "permission_reply", "request_id": self.request_id,
                                                "permission_id": permission_id, "allow": bool(allow), "message": message or None}, code="INVALID_COMMAND")
         await self._c._add(self.info.control_stream, doc, f"answer {permission_id} of {self.request_id}")
 
-    async def allow(self, permission_id):
+    async def allow(self, permission_id: str) -> None:
         await self.answer_permission(permission_id, True)
 
-    async def deny(self, permission_id, message=""):
+    async def deny(self, permission_id: str, message: str = "") -> None:
         await self.answer_permission(permission_id, False, message)
 
-    async def answer(self, prompt, **fields):
+    async def answer(self, prompt: str, **fields: Any) -> "AsyncTask":
         return await self._c.send(self.worker_id, prompt, answers=self.request_id, **fields)
 
-    async def run(self):
+    async def run(self) -> _core.Run:
         return await self._c.run(self.request_id)
 
 
@@ -184,7 +186,7 @@ class AsyncClient:
                 print(ev.type, ev.doc)
     """
 
-    def __init__(self, redis_client, prefix=None, wait=None, name=None, command_timeout=_core.COMMAND_TIMEOUT, maxlen=None):
+    def __init__(self, redis_client: Any, prefix: Optional[str] = None, wait: Optional[redisurl.WaitPolicy] = None, name: Optional[str] = None, command_timeout: float = _core.COMMAND_TIMEOUT, maxlen: Optional[int] = None) -> None:
         self.redis = redis_client
         self.keys = Keys(prefix if prefix is not None else os.environ.get("WORKER_KEY_PREFIX", ""))
         self.wait = wait or redisurl.WaitPolicy()
@@ -193,44 +195,58 @@ class AsyncClient:
         self._streams = _Streams(redis_client, self.wait, _core.stream_maxlen() if maxlen is None else maxlen)
 
     @classmethod
-    def from_url(cls, url, prefix=None, timeout=30.0, **kw):
+    def from_url(cls, url: str, prefix: Optional[str] = None, timeout: float = 30.0, **kw: Any) -> "AsyncClient":
         u = redisurl.parse(url)
         kw.setdefault("wait", redisurl.WaitPolicy.from_env(u))
         return cls(redisurl.connect_async(u, timeout), prefix=prefix, **kw)
 
     @classmethod
-    def from_env(cls, **kw):
-        url = os.environ.get("REDIS_URL")
-        if not url:
-            raise AgentvisorError("INVALID_COMMAND", "REDIS_URL is not set")
-        return cls.from_url(url, **kw)
+    def from_env(cls, **kw: Any) -> "AsyncClient":
+        """See Client.from_env."""
+        return cls.from_url(_core.default_url(), **kw)
 
-    async def close(self):
+    async def close(self) -> None:
         await self.redis.close()
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> "AsyncClient":
         return self
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, *exc: Any) -> None:
         await self.close()
 
-    async def _add(self, stream, doc, what, redo=None):
+    async def _add(self, stream: str, doc: types.Document, what: str, redo: Optional[Callable[[Any], Any]] = None) -> str:
         try:
             return await self._streams.add(stream, doc, redo)
         except redis.RedisError as e:
             raise redis_error(e, what) from e
 
-    async def command(self, action, timeout=None, **fields):
+    async def _managers_alive(self) -> Optional[bool]:
+        """See Client._managers_alive."""
+        try:
+            ids = await self.redis.smembers(self.keys.managers())
+            return bool(ids) and await self.redis.exists(*[self.keys.manager_state(i) for i in ids]) > 0
+        except redis.exceptions.NoPermissionError:
+            return None
+        except redis.RedisError as e:
+            raise redis_error(e, "read the managers' presence") from e
+
+    async def command(self, action: str, timeout: Optional[float] = None, **fields: Any) -> types.Reply:
         """See Client.command."""
-        stream = self.keys.replies(self.name or _core.new_id("client", 6))
-        cmd = _core.make_command(action, reply_to=stream, timestamp=_core.now(), **fields)
         timeout = self.command_timeout if timeout is None else timeout
+        stream = self.keys.replies(self.name or _core.new_id("client", 6))
+        cmd = _core.make_command(action, reply_to=stream, timestamp=_core.now(), deadline=_core.deadline_after(timeout), **fields)
+        grace = time.monotonic() + _core.PRESENCE_GRACE
+        while await self._managers_alive() is False:
+            if time.monotonic() >= grace:
+                raise _core.no_manager(self.keys, "the command was not sent")
+            await asyncio.sleep(0.2)
         try:
             last = await self._streams.last_id(stream)
         except redis.RedisError as e:
             raise redis_error(e, "reply stream") from e
-        await self._add(self.keys.commands(), cmd, "send command")
-        deadline = time.monotonic() + timeout
+        entry = await self._add(self.keys.commands(), cmd, "send command")
+        deadline = time.monotonic() + timeout + _core.REPLY_GRACE
+        look, absent = time.monotonic() + _core.PRESENCE_EVERY, 0
         while (left := deadline - time.monotonic()) > 0:
             try:
                 res = await self._streams.read({stream: last}, min(left * 1000, _core.BLOCK_MS))
@@ -242,35 +258,58 @@ class AsyncClient:
                     reply = _core.decode_reply(fields_, cmd.command_id)
                     if reply is not None:
                         return _core.check_reply(reply)
-        raise AgentvisorTimeout(f"no reply to {cmd.command_id} within {timeout}s")
+            if time.monotonic() < look:
+                continue
+            look = time.monotonic() + _core.PRESENCE_EVERY
+            absent = absent + 1 if await self._managers_alive() is False else 0
+            if absent >= 2:
+                try:
+                    await self.redis.xdel(self.keys.commands(), entry)
+                except redis.RedisError:
+                    pass
+                raise _core.no_manager(self.keys, f"command {cmd.command_id} taken back")
+        raise AgentvisorTimeout(f"no reply to {cmd.command_id} within {timeout}s: a manager that reads it now does not carry it out", "COMMAND_EXPIRED")
 
-    async def create_worker(self, spec=None, timeout=None, **spec_fields):
+    async def create_worker(self, spec: Union[types.CommandSpec, dict, None] = None, timeout: Optional[float] = None, **spec_fields: Any) -> types.Worker:
+        """See Client.create_worker."""
         spec = spec if spec is not None else spec_fields
-        return (await self.command("create", spec=spec, timeout=timeout)).worker
+        worker = (await self.command("create", spec=spec, timeout=timeout)).worker
+        if worker is None:
+            raise AgentvisorError("INTERNAL_ERROR", "a create's reply without its worker")
+        return worker
 
-    async def delete_worker(self, worker_id, timeout=None):
+    async def delete_worker(self, worker_id: str, timeout: Optional[float] = None) -> None:
         await self.command("delete", worker_id=worker_id, timeout=timeout)
 
-    async def pause_worker(self, worker_id, timeout=None):
+    @contextlib.asynccontextmanager
+    async def worker(self, spec: Union[types.CommandSpec, dict, None] = None, timeout: Optional[float] = None, **spec_fields: Any) -> AsyncIterator[types.Worker]:
+        """A worker for the block, deleted when it ends: `async with c.worker(agent_type="claude") as w: ...`."""
+        w = await self.create_worker(spec, timeout, **spec_fields)
+        try:
+            yield w
+        finally:
+            await self.delete_worker(w.worker_id)
+
+    async def pause_worker(self, worker_id: str, timeout: Optional[float] = None) -> Optional[types.Worker]:
         return (await self.command("pause", worker_id=worker_id, timeout=timeout)).worker
 
-    async def unpause_worker(self, worker_id, timeout=None):
+    async def unpause_worker(self, worker_id: str, timeout: Optional[float] = None) -> Optional[types.Worker]:
         return (await self.command("unpause", worker_id=worker_id, timeout=timeout)).worker
 
-    async def hibernate_worker(self, worker_id, timeout=None):
+    async def hibernate_worker(self, worker_id: str, timeout: Optional[float] = None) -> Optional[types.Worker]:
         return (await self.command("hibernate", worker_id=worker_id, timeout=timeout)).worker
 
-    async def list_workers(self, timeout=None):
+    async def list_workers(self, timeout: Optional[float] = None) -> List[types.Worker]:
         return (await self.command("list", timeout=timeout)).workers or []
 
-    async def set_budget(self, project_id, limit_usd, warn_usd=None, timeout=None):
+    async def set_budget(self, project_id: str, limit_usd: float, warn_usd: Optional[float] = None, timeout: Optional[float] = None) -> None:
         budget = {"limit_usd": limit_usd} if warn_usd is None else {"limit_usd": limit_usd, "warn_usd": warn_usd}
         await self.command("set_budget", project_id=project_id, budget=budget, timeout=timeout)
 
-    async def reset_context(self, project_id, agent_type, timeout=None):
+    async def reset_context(self, project_id: str, agent_type: str, timeout: Optional[float] = None) -> None:
         await self.command("reset_context", project_id=project_id, agent_type=agent_type, timeout=timeout)
 
-    async def send(self, worker_id, prompt, request_id=None, **task_fields):
+    async def send(self, worker_id: str, prompt: str, request_id: Optional[str] = None, **task_fields: Any) -> "AsyncTask":
         """See Client.send."""
         task = _core.make_task(prompt, request_id, **task_fields)
         try:
@@ -283,7 +322,7 @@ class AsyncClient:
         info = _core.sent_info(self.keys, task, worker_id, kind)
         run = _core.run_args(task, worker_id, kind, agent_type)
 
-        def make_run(pipe):
+        def make_run(pipe: Any) -> None:
             pipe.eval(_core.CREATE_RUN, 1, self.keys.run(task.request_id), *run)
         try:
             pipe = self.redis.pipeline(transaction=False)
@@ -296,13 +335,13 @@ class AsyncClient:
         await self._add(info.input, task, f"send: task {task.request_id} to {worker_id}", make_run)
         return AsyncTask(self, info)
 
-    async def run_task(self, worker_id, prompt, timeout=_core.TASK_TIMEOUT, on_progress=None, check=False, **task_fields):
+    async def run_task(self, worker_id: str, prompt: str, timeout: float = _core.TASK_TIMEOUT, on_progress: Optional[Callable[[types.Progress], Any]] = None, check: bool = False, **task_fields: Any) -> types.Output:
         return await (await self.send(worker_id, prompt, **task_fields)).result(timeout, on_progress, check)
 
-    def task(self, worker_id, request_id, after="0-0", kind="long_lived"):
+    def task(self, worker_id: str, request_id: str, after: str = "0-0", kind: str = "long_lived") -> "AsyncTask":
         return AsyncTask(self, SentInfo(request_id, worker_id, self.keys.input(worker_id, kind), self.keys.output(worker_id, kind), after))
 
-    async def worker_status(self, worker_id):
+    async def worker_status(self, worker_id: str) -> _core.WorkerStatus:
         try:
             pipe = self.redis.pipeline(transaction=False)
             pipe.hgetall(self.keys.status(worker_id))
@@ -312,7 +351,7 @@ class AsyncClient:
             raise redis_error(e, f"status of {worker_id}") from e
         return _core.worker_status(worker_id, h, beat)
 
-    async def workers(self):
+    async def workers(self) -> List[str]:
         """The ids of every worker, sorted (see Client.workers)."""
         try:
             ids = set(await self.redis.smembers(self.keys.workers()))
@@ -322,13 +361,13 @@ class AsyncClient:
         except redis.RedisError as e:
             raise redis_error(e, "workers") from e
 
-    async def run(self, request_id):
+    async def run(self, request_id: str) -> _core.Run:
         try:
             return _core.run_of(request_id, await self.redis.hgetall(self.keys.run(request_id)))
         except redis.RedisError as e:
             raise redis_error(e, f"run {request_id}") from e
 
-    async def budget(self, project_id):
+    async def budget(self, project_id: str) -> _core.Budget:
         try:
             pipe = self.redis.pipeline(transaction=False)
             pipe.hmget(self.keys.budget(project_id), "limit_usd", "warn_usd")
@@ -338,14 +377,14 @@ class AsyncClient:
             raise redis_error(e, f"budget of {project_id}") from e
         return _core.budget_of(project_id, limit, warn, spent)
 
-    async def usage(self, project_id):
+    async def usage(self, project_id: str) -> _core.Usage:
         """A project's usage counters (zeros when it has none)."""
         try:
             return _core.usage_of(project_id, await self.redis.hgetall(self.keys.usage_project(project_id)))
         except redis.RedisError as e:
             raise redis_error(e, f"usage of {project_id}") from e
 
-    async def lifecycle(self, from_start=False, timeout=None):
+    async def lifecycle(self, from_start: bool = False, timeout: Optional[float] = None) -> AsyncIterator[_core.Event]:
         """Yields the lifecycle stream's events as they come (see Client.lifecycle)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         stream = self.keys.lifecycle()

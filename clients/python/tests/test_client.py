@@ -5,6 +5,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 import unittest
 
 import redis
@@ -102,9 +103,23 @@ class FakeRedis:
     """Enough of redis-py for the client: streams as lists, hashes, and
     a manager that answers every command on its reply_to."""
 
-    def __init__(self, answer=None):
+    def __init__(self, answer=None, managers=("m1",)):
         self.streams, self.hashes, self.answer = {}, {}, answer
         self.seq = 0
+        # Managers alive: each one's id in the set, and its state hash.
+        self.sets = {"p:managers": set(managers)}
+        self.alive = set(f"p:manager:{m}" for m in managers)
+
+    def smembers(self, key):
+        return set(self.sets.get(key, set()))
+
+    def exists(self, *keys):
+        return sum(1 for k in keys if k in self.alive or k in self.hashes)
+
+    def xdel(self, stream, *ids):
+        before = len(self.streams.get(stream, []))
+        self.streams[stream] = [e for e in self.streams.get(stream, []) if e[0] not in ids]
+        return before - len(self.streams[stream])
 
     def xrevrange(self, stream, hi, lo, count=None):
         return list(reversed(self.streams.get(stream, [])))[:count]
@@ -197,10 +212,36 @@ class CommandTest(unittest.TestCase):
         self.assertFalse(cm.exception.reply.ok)
 
     def test_no_reply_times_out(self):
+        r = FakeRedis(lambda cmd: None)
         with self.assertRaises(AgentvisorTimeout) as cm:
-            Client(FakeRedis(lambda cmd: None), prefix="p").delete_worker("w1", timeout=0.05)
-        self.assertEqual(cm.exception.code, "UPSTREAM_UNAVAILABLE")
+            Client(r, prefix="p").delete_worker("w1", timeout=0.05)
+        self.assertEqual(cm.exception.code, "COMMAND_EXPIRED")
         self.assertIsInstance(cm.exception, TimeoutError)
+        # The command carried its deadline: no manager carries it out later.
+        self.assertIn("deadline", json.loads(r.streams["p:commands"][0][1]["data"]))
+
+    def test_no_manager_alive_is_not_sent(self):
+        r = FakeRedis(lambda cmd: reply_to(cmd, ok=True), managers=())
+        r.sets["p:managers"] = {"dead"}  # its state hash expired
+        start = time.monotonic()
+        with self.assertRaises(AgentvisorError) as cm:
+            Client(r, prefix="p").create_worker(agent_type="claude")
+        self.assertEqual((cm.exception.code, cm.exception.retryable), ("NO_MANAGER", True))
+        self.assertLess(time.monotonic() - start, 4)
+        self.assertNotIn("p:commands", r.streams)
+
+    def test_a_scoped_worker_is_deleted_when_the_block_ends(self):
+        seen = []
+
+        def answer(cmd):
+            seen.append(cmd["action"])
+            return reply_to(cmd, ok=True, worker_id="w1", worker={"worker_id": "w1", "status": "running"})
+        c = Client(FakeRedis(answer), prefix="p")
+        with self.assertRaises(RuntimeError):
+            with c.worker(agent_type="claude") as w:
+                self.assertEqual(w.worker_id, "w1")
+                raise RuntimeError("the block fails")
+        self.assertEqual(seen, ["create", "delete"])
 
     def test_a_malformed_command_is_not_sent(self):
         r = FakeRedis()

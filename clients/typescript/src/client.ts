@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { Redis } from 'ioredis';
 import { type CommandInput, doCommand } from './commands.js';
 import { type CallOptions, type Conn, checkId } from './conn.js';
@@ -14,7 +15,72 @@ import type { AgentTypeIn, Command, Output, PermissionRequest, Progress, Reply, 
 import { type WatchOptions, watchStreams } from './watch.js';
 
 /** A create command's worker spec (PROTOCOL.md, "Commands and replies"), as on the wire. */
-export type WorkerSpec = NonNullable<Command['spec']>;
+export type WireWorkerSpec = NonNullable<Command['spec']>;
+
+/**
+ * A worker's spec in this client's casing (camelCase, as TaskInput):
+ * agentType, projectId, allowedCommands, userId, mcpServers; the other
+ * fields are one word and as on the wire.
+ */
+export interface WorkerSpec extends Omit<WireWorkerSpec, 'agent_type' | 'project_id' | 'allowed_commands' | 'user_id' | 'mcp_servers'> {
+  agentType: WireWorkerSpec['agent_type'];
+  projectId?: WireWorkerSpec['project_id'];
+  allowedCommands?: WireWorkerSpec['allowed_commands'];
+  userId?: WireWorkerSpec['user_id'];
+  mcpServers?: WireWorkerSpec['mcp_servers'];
+}
+
+const specNames = { agentType: 'agent_type', projectId: 'project_id', allowedCommands: 'allowed_commands', userId: 'user_id', mcpServers: 'mcp_servers' } as const;
+
+/**
+ * The wire form of a spec. The wire's own snake_case names are still
+ * accepted for one release (the casing of earlier releases); a spec that
+ * gives both spellings of a field is refused.
+ */
+export function wireSpec(spec: WorkerSpec | WireWorkerSpec): WireWorkerSpec {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(spec)) {
+    const name = (specNames as Record<string, string>)[k] ?? k;
+    if (name in out) throw new AgentvisorError('INVALID_COMMAND', `field spec.${name}: given twice (as ${k} and ${name})`);
+    out[name] = v;
+  }
+  return out as WireWorkerSpec;
+}
+
+/** The project's Redis writes its URLs here (scripts/redis.sh); workerctl reads it too. */
+export const credentialsFile = '/var/lib/agentvisor/redis/credentials.env';
+
+/**
+ * The Redis URL of a client given none: REDIS_URL, else REDIS_CONSUMER_URL
+ * of the environment or of the credentials file (as workerctl reads them).
+ */
+export function defaultRedisUrl(env: NodeJS.ProcessEnv = process.env, path = credentialsFile): string {
+  for (const name of ['REDIS_URL', 'REDIS_CONSUMER_URL']) {
+    const v = env[name];
+    if (v) return v;
+  }
+  let problem: string;
+  try {
+    for (const raw of readFileSync(path, 'utf8').split('\n')) {
+      const line = raw.trim().replace(/^export /, '');
+      const eq = line.indexOf('=');
+      if (eq < 0 || line.slice(0, eq).trim() !== 'REDIS_CONSUMER_URL') continue;
+      let v = line.slice(eq + 1).trim();
+      if (v.length >= 2 && (v[0] === '"' || v[0] === "'") && v[v.length - 1] === v[0]) v = v.slice(1, -1);
+      if (v) return v;
+    }
+    problem = `${path} has no REDIS_CONSUMER_URL`;
+  } catch (e) {
+    problem = `${path} cannot be read (${(e as NodeJS.ErrnoException).code ?? e})`;
+  }
+  throw new AgentvisorError('INVALID_COMMAND', `REDIS_URL is not set and ${problem} (the project's Redis: \`bash scripts/redis.sh\` writes it; or pass url)`);
+}
+
+/** A worker for a scope: deleted by `await using` at the scope's end, or by delete(). */
+export interface ScopedWorker extends CreatedWorker {
+  delete(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
 
 /** What a create made: the worker's id, the manager's view of it, and the reply's warnings. */
 export interface CreatedWorker {
@@ -24,7 +90,7 @@ export interface CreatedWorker {
 }
 
 export interface ClientOptions {
-  /** redis://, rediss://, redis+sentinel:// or rediss+sentinel:// (default: REDIS_URL). */
+  /** redis://, rediss://, redis+sentinel:// or rediss+sentinel:// (default: REDIS_URL, else REDIS_CONSUMER_URL of the environment or of the project's credentials file). */
   url?: string;
   /** An ioredis client of the caller's instead of url (close() leaves it open). */
   redis?: Redis;
@@ -62,22 +128,25 @@ export class AgentvisorClient {
     this.conn = { redis, keys: this.keys, wait };
   }
 
-  /** Connects to the runtime's Redis; rejects with UPSTREAM_UNAVAILABLE when it cannot. */
+  /** Connects to the runtime's Redis; rejects with REDIS_AUTH_FAILED when Redis refuses the credentials, UPSTREAM_UNAVAILABLE when it cannot be reached. */
   static async connect(opts: ClientOptions = {}): Promise<AgentvisorClient> {
     if (opts.redis) {
       return new AgentvisorClient(opts.redis, false, opts, opts.wait ?? { replicas: 0, timeoutMs: 500 });
     }
-    const url = opts.url ?? process.env.REDIS_URL;
-    if (!url) throw new AgentvisorError('INVALID_COMMAND', 'no Redis URL: pass url or set REDIS_URL');
-    const u = parseRedisUrl(url);
+    const u = parseRedisUrl(opts.url || defaultRedisUrl());
     const wait = opts.wait ?? parseWaitPolicy(process.env.REDIS_WAIT_REPLICAS, process.env.REDIS_WAIT_TIMEOUT, u);
     const redis = new Redis(redisOptions(u, { connectTimeoutMs: opts.connectTimeoutMs, commandTimeoutMs: opts.redisTimeoutMs }));
-    redis.on('error', () => {}); // reported by the call that fails
+    // Reported by the call that fails. The first is kept: a refused
+    // password ends the connection, and connect() then rejects with
+    // "Connection is closed", which would hide why.
+    let first: unknown;
+    redis.on('error', (e) => { first ??= e; });
     try {
       await redis.connect();
+      await redis.ping(); // the first command is where a refused password shows
     } catch (e) {
       redis.disconnect();
-      throw redisError(e, 'connect to Redis');
+      throw redisError(first ?? e, 'connect to Redis');
     }
     return new AgentvisorClient(redis, true, opts, wait);
   }
@@ -89,6 +158,11 @@ export class AgentvisorClient {
     this.redis.disconnect(); // also ends a sentinel URL's failover detector, which quit leaves subscribed
   }
 
+  /** close(), for `await using client = await AgentvisorClient.connect()`. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
   // Commands.
 
   /** Sends any command and returns its reply; a reply that is not ok rejects with its code. */
@@ -96,11 +170,36 @@ export class AgentvisorClient {
     return doCommand(this.conn, cmd, this.opts.name ?? '', { timeoutMs: this.opts.commandTimeoutMs, ...opts });
   }
 
-  /** Creates a worker; resolves when its container runs (a create may wait for a slot: RESOURCE_EXHAUSTED). */
-  async createWorker(spec: WorkerSpec, opts: CallOptions = {}): Promise<CreatedWorker> {
-    const r = await this.command({ action: 'create', spec }, opts);
+  /**
+   * Creates a worker; resolves when its container runs (a create may wait
+   * for a slot: RESOURCE_EXHAUSTED). The spec is camelCase (agentType,
+   * projectId); the wire's snake_case is accepted for one release.
+   */
+  async createWorker(spec: WorkerSpec | WireWorkerSpec, opts: CallOptions = {}): Promise<CreatedWorker> {
+    const r = await this.command({ action: 'create', spec: wireSpec(spec) }, opts);
     if (!r.worker_id || !r.worker) throw new AgentvisorError('INTERNAL_ERROR', 'create: a reply without the worker');
     return { workerId: r.worker_id, worker: r.worker, warnings: r.warnings ?? [] };
+  }
+
+  /**
+   * Creates a worker that `await using` deletes when the scope ends (an
+   * exception included): `await using w = await client.scopedWorker({agentType: 'claude'})`.
+   */
+  async scopedWorker(spec: WorkerSpec | WireWorkerSpec, opts: CallOptions = {}): Promise<ScopedWorker> {
+    const w = await this.createWorker(spec, opts);
+    let deleted: Promise<void> | undefined;
+    const del = () => (deleted ??= this.deleteWorker(w.workerId));
+    return { ...w, delete: del, [Symbol.asyncDispose]: del };
+  }
+
+  /** Runs fn with a new worker and deletes the worker when fn ends, whether it resolves or rejects. */
+  async withWorker<T>(spec: WorkerSpec | WireWorkerSpec, fn: (w: CreatedWorker) => Promise<T>, opts: CallOptions = {}): Promise<T> {
+    const w = await this.createWorker(spec, opts);
+    try {
+      return await fn(w);
+    } finally {
+      await this.deleteWorker(w.workerId);
+    }
   }
 
   /** Deletes (retires) a worker. */

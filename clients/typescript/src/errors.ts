@@ -35,6 +35,9 @@ const retryableByCode: Record<Code, boolean> = {
   HOST_LOST: true,
   NO_HOST: true,
   WORKER_GONE: false,
+  COMMAND_EXPIRED: true,
+  NO_MANAGER: true,
+  REDIS_AUTH_FAILED: false,
 };
 
 /** Reports whether the same request may succeed if sent again; unknown codes are not retryable. */
@@ -45,7 +48,9 @@ export function isRetryable(code: string): boolean {
 /**
  * A failure with one of the protocol's stable codes: a reply that was not
  * ok carries the manager's code, a call that could not reach Redis (or
- * timed out waiting) UPSTREAM_UNAVAILABLE, a document that does not
+ * timed out waiting) UPSTREAM_UNAVAILABLE (REDIS_AUTH_FAILED when Redis
+ * refused the credentials), no manager alive NO_MANAGER, a command with
+ * no reply by its deadline COMMAND_EXPIRED, a document that does not
  * validate INVALID_TASK or INVALID_COMMAND, a worker or run that does not
  * exist NOT_FOUND. The message may change; the code does not.
  */
@@ -71,9 +76,23 @@ export function hasCode(err: unknown, code: Code): boolean {
   return err instanceof AgentvisorError && err.code === code;
 }
 
-/** A failed Redis call, as UPSTREAM_UNAVAILABLE. */
+/**
+ * A failed Redis call, by cause: credentials refused (WRONGPASS, NOAUTH)
+ * REDIS_AUTH_FAILED, not retryable; a command the user may not run
+ * (NOPERM) FORBIDDEN; anything else UPSTREAM_UNAVAILABLE, its message
+ * saying whether the connection was refused or timed out.
+ */
 export function redisError(err: unknown, what: string): AgentvisorError {
   if (err instanceof AgentvisorError) return err;
   const msg = err instanceof Error ? err.message : String(err);
-  return new AgentvisorError('UPSTREAM_UNAVAILABLE', `${what}: ${msg}`, { cause: err });
+  // Redis names an error by its reply's first word.
+  if (/^(WRONGPASS|NOAUTH)\b/.test(msg)) {
+    return new AgentvisorError('REDIS_AUTH_FAILED', `${what}: Redis refused the user or password: ${msg}`, { cause: err });
+  }
+  if (/^NOPERM\b/.test(msg)) return new AgentvisorError('FORBIDDEN', `${what}: the Redis user may not: ${msg}`, { cause: err });
+  const code = (err as { code?: string } | null)?.code;
+  let cause = '';
+  if (code === 'ECONNREFUSED') cause = ' (connection refused: is Redis running at that address?)';
+  else if (code === 'ETIMEDOUT' || /timed? ?out/i.test(msg)) cause = ' (timed out)';
+  return new AgentvisorError('UPSTREAM_UNAVAILABLE', `${what}: ${msg}${cause}`, { cause: err });
 }

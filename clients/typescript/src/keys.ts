@@ -33,6 +33,10 @@ export class Keys {
   commands(): string { return this.join('commands'); }
   lifecycle(): string { return this.join('lifecycle'); }
   replies(client: string): string { return this.join('replies', client); }
+  /** The ids of the managers that wrote a state hash (a set). */
+  managers(): string { return this.join('managers'); }
+  /** A running manager's state hash, which expires 30 s after its last refresh. */
+  managerState(managerId: string): string { return this.join('manager', managerId); }
   status(workerId: string): string { return this.join('status', workerId); }
   heartbeat(workerId: string): string { return this.join('heartbeat', workerId); }
   input(workerId: string): string { return this.join(workerId, 'input'); }

@@ -180,6 +180,10 @@ export function redisOptions(u: RedisUrl, timeouts: { connectTimeoutMs?: number;
     commandTimeout: timeouts.commandTimeoutMs ?? 10000,
     maxRetriesPerRequest: 2,
     lazyConnect: true,
+    // The ready check runs INFO, which the documented consumer user may
+    // not (NOPERM): ioredis would log a line for it on every connection.
+    // A connection is ready once it is authenticated.
+    enableReadyCheck: false,
   };
   if (u.sentinel) {
     opts.sentinels = u.addrs.map((a) => ({ host: a.host, port: a.port }));
