@@ -6,6 +6,7 @@
 #   make faults  run the fault suite (long cases too) and write FAULTS.md
 #   make fleet   three simulated hosts on one Redis, one killed mid-load
 #   make setup   install and start what the project needs (idempotent)
+#   make bin     every program into bin/ (docs/run-by-hand.md)
 #   make images  build the OS base and worker-base images
 #   make config-docs  regenerate docs/configuration.md's tables from the code
 #   make k8s     a Kubernetes cluster of one node on this machine (make k8s-down removes it)
@@ -18,7 +19,7 @@ FUZZTIME   ?= 3s
 # Every fuzz target of the protocol decoders, and the one over the path from
 # an agent's output to the stored Output, runs for FUZZTIME in `make test`.
 
-.PHONY: all setup build vet shape check-docs config-docs test test-unit test-go test-rules test-types fuzz faults test-faults bench demo fleet images k8s k8s-down test-k8s clean
+.PHONY: all bin setup build vet shape check-docs config-docs test test-unit test-go test-rules test-types fuzz faults test-faults bench demo fleet images k8s k8s-down test-k8s clean
 
 all: build
 
@@ -34,6 +35,16 @@ images: setup
 
 build:
 	@for m in $(MODULES); do (cd $$m && $(GO) build ./...) || exit 1; done
+
+# Every program of the project, into bin/, to run by hand
+# (docs/run-by-hand.md says how each is pointed at the stub model or the
+# real API). One line per binary: module, then package.
+BINARIES := spawner:./cmd/worker-manager spawner:./cmd/workerctl gateway:./cmd/worker-gateway \
+	wrapper:./cmd/worker-wrapper stubmodel:./cmd/stub-model testmcp:./cmd/testmcp examples:./demo faults:./cmd/fleet
+bin:
+	@mkdir -p bin
+	@for b in $(BINARIES); do m=$${b%%:*}; p=$${b#*:}; n=$$(basename $$p); \
+	  echo "== bin/$$n ($$m/$${p#./})"; (cd $$m && $(GO) build -o ../bin/$$n $$p) || exit 1; done
 
 # The fault suite's module too: make test vets it here, before the Go
 # tests and the fault suite start side by side, so that the suite does
