@@ -96,6 +96,11 @@ func TestComposeDownLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	// The manager's container may still be starting: a command sent
+	// before its presence is written would fail NO_MANAGER.
+	testkit.Eventually(t, "the manager's presence", 2*time.Minute, func() bool {
+		return rc.SCard(ctx, keys.Managers()).Val() > 0
+	})
 	cmds := &client.Commands{Redis: rc, Keys: keys, Timeout: 5 * time.Minute}
 	tasks := &client.Tasks{Redis: rc, Keys: keys}
 	var ids []string

@@ -78,6 +78,19 @@ func (d *demo) startManager(env []string) (*exec.Cmd, error) {
 		return nil, err
 	}
 	d.tl.say("worker-manager started (pid %d, log %s)", cmd.Process.Pid, d.logPath())
+	// Its presence in Redis first: a command sent before it would be
+	// refused NO_MANAGER (nothing is queued for a manager not yet alive).
+	err = poll(context.Background(), 100*time.Millisecond, time.Minute, func() (bool, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		n, err := d.rdb.Exists(ctx, d.keys.ManagerState(managerID)).Result()
+		return err == nil && n == 1, nil
+	})
+	if err != nil {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("the worker-manager wrote no presence within a minute (see %s): %w", d.logPath(), err)
+	}
 	return cmd, nil
 }
 

@@ -44,12 +44,15 @@ func (d *demo) connect(ctx context.Context) error {
 	return nil
 }
 
+// managerID is the demo's manager's MANAGER_ID.
+const managerID = "demo"
+
 // managerEnv is the worker-manager's environment: the real Anthropic API
 // when ANTHROPIC_API_KEY is set (and DEMO_STUB is not true), else the stub
 // model, which the returned function stops.
 func (d *demo) managerEnv() ([]string, func(), error) {
 	d.opsToken = ops.NewToken()
-	env := []string{"REDIS_URL=" + d.managerURL, "WORKER_KEY_PREFIX=" + d.keys.Prefix, "MANAGER_ID=demo", "HEARTBEAT_INTERVAL=2s", d.poolsEnv(), workerEnv,
+	env := []string{"REDIS_URL=" + d.managerURL, "WORKER_KEY_PREFIX=" + d.keys.Prefix, "MANAGER_ID=" + managerID, "HEARTBEAT_INTERVAL=2s", d.poolsEnv(), workerEnv,
 		"WORKER_STOP_TIMEOUT=12s", "WORKER_NETWORK_MODE=sealed", "GATEWAY_DIR=" + d.gatewayDir(), "METRICS_ADDR=" + envOr("DEMO_METRICS_ADDR", "127.0.0.1:0"),
 		"OPS_TOKEN=" + d.opsToken}
 	if key := os.Getenv("ANTHROPIC_API_KEY"); key != "" && os.Getenv("DEMO_STUB") != "true" {
