@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentvisor/agentvisor/client/internal/redistest"
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/testkit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -43,7 +43,7 @@ func documentedConsumerACL(t *testing.T) []any {
 // its run created (the one script), its output read, a worker's status
 // and the lifecycle read. Writes anywhere else are refused.
 func TestTheDocumentedConsumerUser(t *testing.T) {
-	r := testkit.StartRedisWith(t, testkit.RedisOptions{Password: "admin-password"})
+	r := redistest.Start(t, "admin-password")
 	admin := r.Client(t)
 	ctx := context.Background()
 	acl := documentedConsumerACL(t)
@@ -75,6 +75,16 @@ func TestTheDocumentedConsumerUser(t *testing.T) {
 			}
 		}
 	}()
+	// Its presence, which the consumer reads before it sends (and the
+	// XDEL with which it takes a command back when the managers are gone).
+	admin.HSet(ctx, keys.ManagerState("m1"), "id", "m1")
+	admin.SAdd(ctx, keys.Managers(), "m1")
+	if alive, err := (presence{bot, keys}).alive(ctx); err != nil || !alive {
+		t.Fatalf("the managers' presence as the consumer user: %v %v", alive, err)
+	}
+	if err := bot.XDel(ctx, keys.Commands(), "1-1").Err(); err != nil {
+		t.Fatalf("XDEL on the command stream as the consumer user: %v", err)
+	}
 	c := &Commands{Redis: bot, Keys: keys, Name: "bot", Timeout: 10 * time.Second}
 	reply, err := c.Do(ctx, protocol.Command{Action: protocol.ActionList})
 	if err != nil || !reply.OK {
