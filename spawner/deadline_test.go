@@ -87,7 +87,12 @@ func TestExpiredCommandsAreNotCarriedOut(t *testing.T) {
 // out of the queue, no second worker.
 func TestQueuedCreateGivesUpAtItsDeadline(t *testing.T) {
 	buildBenchBase(t)
-	f := newFixture(t, func(c *Config) { useFakeAgent(c); c.MaxWorkers = 1; c.CreationTimeout = 5 * time.Minute })
+	f := newFixture(t, func(c *Config) {
+		useFakeAgent(c)
+		c.MaxWorkers = 1
+		c.CreationTimeout = 5 * time.Minute
+		c.KeepIdleAtLimit = true // the create queues: no idle worker is hibernated for it
+	})
 	c := f.startManager(t)
 	ctx := context.Background()
 	if _, err := c.Do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &fakeSpec}); err != nil {
