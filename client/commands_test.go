@@ -193,3 +193,19 @@ func TestCommandsRedisErrorsByCause(t *testing.T) {
 		})
 	}
 }
+
+// A command the protocol refuses is INVALID_COMMAND, naming the field,
+// before anything is sent.
+func TestCommandsRefuseABadSpec(t *testing.T) {
+	rc := redistest.NewClient(t)
+	keys := protocol.Keys{Prefix: "bad"}
+	fakeManager(t, rc, keys, "m1")
+	c := &Commands{Redis: rc, Keys: keys, Timeout: time.Second}
+	_, err := c.Do(context.Background(), protocol.Command{Action: protocol.ActionCreate, Spec: &protocol.WorkerSpec{AgentType: "claud"}})
+	if !HasCode(err, protocol.CodeInvalidCommand) || !strings.Contains(err.Error(), "spec.agent_type") {
+		t.Fatalf("a create of agent %q: %v, want INVALID_COMMAND naming spec.agent_type", "claud", err)
+	}
+	if n := rc.XLen(context.Background(), keys.Commands()).Val(); n != 0 {
+		t.Errorf("%d commands sent", n)
+	}
+}
