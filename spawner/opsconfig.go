@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -39,8 +40,31 @@ type OpsConfig struct {
 	RemoveVolumesAtStop bool
 	// OpsToken is the operator token /metrics and the dashboard require:
 	// OPS_TOKEN, else the content of OPS_TOKEN_FILE (trimmed), else ""
-	// (the manager then makes one and prints it once at start).
+	// (the manager then makes one and writes it to OpsTokenOut).
 	OpsToken string
+	// OpsTokenOut (OPS_TOKEN_OUT) is the file a token the manager made
+	// at start is written to (0600): its path is logged, never the token.
+	// "": DefaultOpsTokenOut.
+	OpsTokenOut string
+}
+
+// DefaultOpsTokenOut is where a manager with no OPS_TOKEN_OUT writes the
+// token it made: under the user's configuration directory
+// ($XDG_CONFIG_HOME, else ~/.config), named after the key prefix and the
+// manager's id so that managers side by side on one host do not take
+// each other's file.
+func DefaultOpsTokenOut(cfg Config) (string, error) {
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return "", fmt.Errorf("config: OPS_TOKEN_OUT unset and no configuration directory to default to: %w", err)
+	}
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' || r == '_' {
+			return r
+		}
+		return '_'
+	}, cfg.Keys.Prefix+"-"+cfg.ManagerID)
+	return filepath.Join(dir, "agentvisor", "ops-token-"+name), nil
 }
 
 // OpsConfigFromEnv reads OpsConfig; an error names the variable.
@@ -62,8 +86,9 @@ func opsVars(c *OpsConfig) []envconf.Var {
 		{Name: "GC_DRY_RUN", Default: "false", Value: envconf.Bool(&c.GCDryRun), Doc: "`true`: the GC logs what it would remove, and removes nothing (`workerctl gc --dry-run` shows it on demand)"},
 		{Name: "KEEP_WORKERS", Default: "false", Value: envconf.Bool(&c.KeepWorkers), Doc: "`true`: leave the workers running when the manager stops (else they are hibernated or removed)"},
 		{Name: "REMOVE_VOLUMES_AT_STOP", Default: "false", Value: envconf.Bool(&c.RemoveVolumesAtStop), Doc: "`true`: a manager that removed its workers at its stop removes its key prefix's project volumes on this host too (their sessions and workspaces are lost): a compose project's `down` then leaves nothing ([examples/compose](../examples/compose/))"},
-		{Name: "OPS_TOKEN", Default: "", Value: envconf.Func(c.setOpsToken), Doc: "the operator token `/metrics` and the dashboard require (at least 16 characters); unset: `OPS_TOKEN_FILE`, else one is made at start and printed once in the log; the key of the dashboard's sessions (a new token ends them)"},
+		{Name: "OPS_TOKEN", Default: "", Value: envconf.Func(c.setOpsToken), Doc: "the operator token `/metrics` and the dashboard require (at least 16 characters); unset: `OPS_TOKEN_FILE`, else one is made at start and written to `OPS_TOKEN_OUT` (never to the log); the key of the dashboard's sessions (a new token ends them)"},
 		{Name: "OPS_TOKEN_FILE", Default: "", Value: envconf.Func(c.readOpsToken), Doc: "a file holding the operator token (Prometheus's `credentials_file` can read the same file)"},
+		{Name: "OPS_TOKEN_OUT", DefaultDoc: "`$XDG_CONFIG_HOME/agentvisor/ops-token-<WORKER_KEY_PREFIX>-<MANAGER_ID>` (`~/.config` without `XDG_CONFIG_HOME`)", Value: envconf.String(&c.OpsTokenOut), Doc: "where a manager given neither `OPS_TOKEN` nor `OPS_TOKEN_FILE` writes the token it made at start (mode 0600, its directory 0700 and the manager's own, else the manager runs without the dashboard); the log names the file, never the token"},
 	}
 }
 

@@ -170,9 +170,11 @@ func serveOps(s *spawner.Spawner, builder *images.Builder, rdb redis.UniversalCl
 	rdb.AddHook(metrics.RedisHook())
 	builder.OnBuild = metrics.ImageBuilt
 	page := (&dashboard.Dashboard{Redis: rdb, Keys: cfg.Keys, Log: log}).Handler()
-	token, made := oc.OpsToken, false
-	if token == "" {
-		token, made = ops.NewToken(), true
+	token, tokenFile, err := opsToken(cfg, oc)
+	if err != nil {
+		log.Error("metrics endpoint not served: this manager runs without /metrics and the dashboard (set OPS_TOKEN_FILE, or an OPS_TOKEN_OUT it can write)",
+			"err", err)
+		return nil
 	}
 	srv, addr, err := ops.Serve(oc.MetricsAddr, metrics.Registry, page, token, log)
 	if err != nil {
@@ -181,16 +183,37 @@ func serveOps(s *spawner.Spawner, builder *images.Builder, rdb redis.UniversalCl
 		return nil
 	}
 	s.UseMetrics(metrics, addr)
-	if made {
-		// Printed once, for the operator who set no token: a stable one
-		// (for Prometheus) is OPS_TOKEN_FILE's.
-		log.Info("metrics and dashboard (their token was made at start: set OPS_TOKEN_FILE for a lasting one)",
-			"url", "http://"+addr+"/login?token="+token, "metrics", "http://"+addr+"/metrics (Authorization: Bearer <token>)")
+	if tokenFile != "" {
+		// The file, never the token: a log is often readable by every
+		// user of the host, and the token is full control of the
+		// dashboard.
+		log.Info("metrics and dashboard (their token was made at start and written to token_file, mode 0600: set OPS_TOKEN_FILE for a lasting one)",
+			"url", "http://"+addr+"/login?token=<token of token_file>", "metrics", "http://"+addr+"/metrics (Authorization: Bearer <token>)",
+			"token_file", tokenFile)
 	} else {
 		log.Info("metrics and dashboard (the operator token of OPS_TOKEN or OPS_TOKEN_FILE)",
 			"url", "http://"+addr+"/login?token=<token>", "metrics", "http://"+addr+"/metrics (Authorization: Bearer <token>)")
 	}
 	return srv
+}
+
+// opsToken is the operator token: OPS_TOKEN's or OPS_TOKEN_FILE's, or
+// one made now and written to OPS_TOKEN_OUT, whose path it returns then.
+func opsToken(cfg spawner.Config, oc spawner.OpsConfig) (token, file string, err error) {
+	if oc.OpsToken != "" {
+		return oc.OpsToken, "", nil
+	}
+	file = oc.OpsTokenOut
+	if file == "" {
+		if file, err = spawner.DefaultOpsTokenOut(cfg); err != nil {
+			return "", "", err
+		}
+	}
+	token = ops.NewToken()
+	if err := ops.WriteTokenFile(file, token); err != nil {
+		return "", "", fmt.Errorf("config: OPS_TOKEN_OUT: %w", err)
+	}
+	return token, file, nil
 }
 
 // stop hibernates or removes every worker of this manager, and its
