@@ -12,6 +12,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
 )
 
 // The egress proxy: Dir/{id}/egress.sock is an HTTP forward proxy for
@@ -42,7 +44,8 @@ import (
 // resolution) → connect (a tunnel) or forward (plain HTTP).
 
 // RefusedHeader names the host:port of a refused egress request, on its
-// 403 answer: the wrapper in the container reads it.
+// 403 answer, for the client that made it (the wrapper learns of the
+// refusal from the worker's refusal log, refusals.go).
 const RefusedHeader = "X-Agentvisor-Refused"
 
 // Bounds on what a container sends the egress proxy: a request's header
@@ -112,14 +115,15 @@ type egress struct {
 	policy *egressPolicy
 	side   workerSide
 	w      egressWorker
+	feed   http.Handler // the worker's refusal log, for its wrapper (RefusalsPath)
 	srv    *http.Server
 	tr     *http.Transport // the worker's own: its idle connections go with it
 	rp     *httputil.ReverseProxy
 	crp    *httputil.ReverseProxy // a credentialed request: HTTPS upstream, the credential added
 }
 
-func newEgress(policy *egressPolicy, side workerSide, w egressWorker) *egress {
-	e := &egress{policy: policy, side: side, w: w}
+func newEgress(policy *egressPolicy, side workerSide, w egressWorker, feed http.Handler) *egress {
+	e := &egress{policy: policy, side: side, w: w, feed: feed}
 	errLog := newErrorLog(side.log)
 	e.tr = &http.Transport{
 		Proxy:               nil, // never the gateway's own proxy settings
@@ -217,13 +221,17 @@ func (e *egress) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	stop := context.AfterFunc(e.side.ctx, cancel)
 	defer stop()
 
+	if !r.URL.IsAbs() && r.URL.Path == RefusalsPath && r.Method != http.MethodConnect {
+		e.feed.ServeHTTP(rw, r.WithContext(ctx))
+		return
+	}
 	t, err := requestTarget(r)
 	if err != nil {
 		badRequest(rw, err.Error())
 		return
 	}
 	cred := e.credentialFor(r, &t)
-	addrs, ok := e.admit(ctx, rw, t)
+	addrs, ok := e.admit(ctx, rw, r, t)
 	if !ok {
 		return
 	}
@@ -288,20 +296,23 @@ func (e *egress) credentialFor(r *http.Request, t *target) *credential {
 // admit checks t against the allowlist in force and resolves it: it
 // returns the addresses to dial, or answers the request (403 refused, 502
 // unresolved) and reports false.
-func (e *egress) admit(ctx context.Context, rw http.ResponseWriter, t target) ([]netip.Addr, bool) {
+func (e *egress) admit(ctx context.Context, rw http.ResponseWriter, r *http.Request, t target) ([]netip.Addr, bool) {
 	if !e.allows(t) {
-		e.refuse(rw, t, "is not on the worker's egress allowlist")
+		e.refuse(rw, r, t, "is not on the worker's egress allowlist")
 		return nil, false
 	}
 	addrs, err := e.policy.resolve(ctx, t)
 	if le, ok := errors.AsType[*localError](err); ok {
-		e.refuse(rw, t, le.Error())
+		e.side.log.Info("egress: a name resolved to local addresses", "host", t.host(), "addrs", fmt.Sprint(le.addrs))
+		e.refuse(rw, r, t, le.Error())
 		return nil, false
 	}
 	if err != nil {
+		// The resolver's error names the host's resolver: logged, and
+		// not said to the container.
 		e.side.stats.dialErrors.Add(1)
 		e.side.log.Warn("egress resolve", "host", t.host(), "port", t.port, "err", err)
-		http.Error(rw, fmt.Sprintf("agentvisor gateway: %s: %v", t, err), http.StatusBadGateway)
+		http.Error(rw, fmt.Sprintf("agentvisor gateway: %s: the name does not resolve", printable(t.String())), http.StatusBadGateway)
 		return nil, false
 	}
 	e.side.stats.egressAllowed.Add(1)
@@ -319,7 +330,7 @@ func (e *egress) forward(ctx context.Context, rw http.ResponseWriter, r *http.Re
 	}
 	if r.Method == http.MethodTrace || strings.EqualFold(r.Method, "TRACK") {
 		// A server that echoes the request would hand the credential back.
-		e.refuse(rw, t, "is credentialed: TRACE would echo the credential")
+		e.refuse(rw, r, t, "is credentialed: TRACE would echo the credential")
 		return
 	}
 	e.side.stats.egressCredentialed.Add(1)
@@ -332,10 +343,13 @@ func badRequest(rw http.ResponseWriter, msg string) {
 	http.Error(rw, "agentvisor gateway: "+msg, http.StatusBadRequest)
 }
 
-// refuse answers 403 naming t, counts and logs it.
-func (e *egress) refuse(rw http.ResponseWriter, t target, why string) {
+// refuse answers 403 naming t, counts and logs it, and keeps it in the
+// worker's refusal log for its wrapper to publish.
+func (e *egress) refuse(rw http.ResponseWriter, r *http.Request, t target, why string) {
 	e.side.stats.egressRefused.Add(1)
 	e.side.log.Info("egress refused", "host", t.host(), "port", t.port, "why", why)
+	e.side.refused(Refusal{Tool: protocol.RefusedToolNetwork, Code: protocol.RefusedEgress, Request: requestLine(r),
+		Host: printable(t.host()), Port: int(t.port), Reason: strings.TrimPrefix(why, "is ")})
 	rw.Header().Set(RefusedHeader, printable(t.String()))
 	rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	rw.Header().Set("X-Content-Type-Options", "nosniff")
@@ -350,5 +364,17 @@ func (e *egress) upstreamError(rw http.ResponseWriter, r *http.Request, err erro
 	}
 	e.side.stats.dialErrors.Add(1)
 	e.side.log.Warn("egress upstream", "url", r.URL.Redacted(), "err", err)
-	http.Error(rw, fmt.Sprintf("agentvisor gateway: %s: %v", r.URL.Host, err), http.StatusBadGateway)
+	// The error names the addresses dialled: logged, not said.
+	http.Error(rw, fmt.Sprintf("agentvisor gateway: %s: the host does not answer", printable(r.URL.Host)), http.StatusBadGateway)
+}
+
+// requestLine is what r asked, as a refusal names it: CONNECT host:port,
+// or the method and the URL (its query left out, as a log would).
+func requestLine(r *http.Request) string {
+	if r.Method == http.MethodConnect {
+		return "CONNECT " + printable(r.RequestURI)
+	}
+	u := *r.URL
+	u.RawQuery, u.User = "", nil
+	return printable(r.Method) + " " + printable(u.String())
 }

@@ -23,7 +23,10 @@ type localError struct {
 }
 
 func (e *localError) Error() string {
-	return fmt.Sprintf("resolves to %v only: loopback, link-local, unspecified or multicast addresses are not dialled for a name (list the IP literal to reach it)", e.addrs)
+	// The addresses are logged, not said: they would tell the container
+	// what the host's resolver knows of the inside of its network.
+	return "resolves to local addresses only: loopback, private, link-local, unspecified or multicast addresses are not dialled for a name (list the IP literal to reach it)"
+
 }
 
 // local reports whether a is an address no name may lead to.
@@ -157,7 +160,8 @@ func (e *egress) connect(ctx context.Context, rw http.ResponseWriter, t target, 
 		}
 		e.side.stats.dialErrors.Add(1)
 		e.side.log.Warn("egress dial", "host", t.host(), "port", t.port, "err", err)
-		http.Error(rw, fmt.Sprintf("agentvisor gateway: %s: %v", t, err), http.StatusBadGateway)
+		// The error names the addresses dialled: logged, not said.
+		http.Error(rw, fmt.Sprintf("agentvisor gateway: %s: the host does not answer", printable(t.String())), http.StatusBadGateway)
 		return
 	}
 	if !e.side.conns.take(up, upstreamConn) {

@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
 )
 
 // The model proxy: Dir/{id}/model.sock is a reverse proxy (HTTP over the
@@ -153,6 +155,8 @@ func (m *modelServer) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			why = "no token"
 		}
 		m.side.log.Warn("model request refused: not the worker's token", "why", why, "method", r.Method, "path", r.URL.Path)
+		m.side.refused(Refusal{Tool: protocol.RefusedToolModel, Code: protocol.RefusedModelToken,
+			Request: printable(r.Method) + " " + printable(r.URL.Path), Reason: "not the worker's token (" + why + ")"})
 		writeModelError(rw, http.StatusForbidden, "permission_error",
 			"agentvisor gateway: model.sock takes only the worker's own requests ("+ModelTokenHeader+")")
 		return

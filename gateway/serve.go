@@ -42,7 +42,7 @@ func (s *workerSockets) listen(w *worker) error {
 	if l, err = listenUnix(s.root, dir, EgressSocket, WorkerSocketMode); err != nil {
 		return fmt.Errorf("gateway: worker %s: %s: %w", w.ID(), EgressSocket, err)
 	}
-	e := newEgress(s.egress, w.side(EgressSocket), w)
+	e := newEgress(s.egress, w.side(EgressSocket), w, refusalFeed{side: w.side(EgressSocket), token: w})
 	w.serve(l, e, e.serve)
 	return nil
 }

@@ -81,10 +81,18 @@ type connOwner interface {
 // worker: the worker's life (done when it is closed), its connections,
 // its counters, and a log whose lines name it.
 type workerSide struct {
-	ctx   context.Context
-	conns connOwner
-	stats *counters
-	log   *slog.Logger
+	ctx      context.Context
+	socket   string // the socket's name (RedisSocket, ...)
+	conns    connOwner
+	stats    *counters
+	refusals *refusalLog
+	log      *slog.Logger
+}
+
+// refused keeps r, made on this socket, in the worker's refusal log.
+func (s workerSide) refused(r Refusal) {
+	r.Socket = s.socket
+	s.refusals.add(r)
 }
 
 // serveHTTP serves srv (model.sock's or egress.sock's) on l until the

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/agentvisor/agentvisor/protocol"
 )
 
 // worker is one open worker, the one owner of its state: what the
@@ -25,6 +27,7 @@ type worker struct {
 	maxConns int
 	log      *slog.Logger // the gateway's; logger adds worker_id and the socket
 	stats    counters
+	refusals *refusalLog // what the gateway refused the worker, on every socket
 
 	// allow and modelToken are s.Allow parsed and s.ModelToken, read at
 	// each request without w.mu; setSpec changes them with s.
@@ -52,7 +55,8 @@ var (
 // closes it.
 func newWorker(parent context.Context, spec WorkerSpec, allow allowlist, dir string, maxConns int, log *slog.Logger) *worker {
 	ctx, cancel := context.WithCancel(parent)
-	w := &worker{ctx: ctx, cancel: cancel, maxConns: maxConns, log: log, dir: dir, s: spec, conns: map[net.Conn]struct{}{}}
+	w := &worker{ctx: ctx, cancel: cancel, maxConns: maxConns, log: log, dir: dir, s: spec, conns: map[net.Conn]struct{}{},
+		refusals: newRefusalLog()}
 	w.id.Store(&spec.WorkerID)
 	w.allow.Store(&allow)
 	w.modelToken.Store(&spec.ModelToken)
@@ -65,7 +69,7 @@ func (w *worker) ID() string { return *w.id.Load() }
 // side is what the server of the worker's socket named socket is given of
 // the worker.
 func (w *worker) side(socket string) workerSide {
-	return workerSide{ctx: w.ctx, conns: w, stats: &w.stats, log: w.logger(socket)}
+	return workerSide{ctx: w.ctx, socket: socket, conns: w, stats: &w.stats, refusals: w.refusals, log: w.logger(socket)}
 }
 
 // logger is the log of one of the worker's sockets: each line names the
@@ -160,6 +164,8 @@ func (w *worker) take(c net.Conn, kind connKind) bool {
 	if w.closed || kind == clientConn && w.stats.open.Load() >= int64(w.maxConns) {
 		if !w.closed {
 			w.stats.refused.Add(1)
+			w.refusals.add(Refusal{Socket: filepath.Base(c.LocalAddr().String()), Tool: protocol.RefusedToolConnections,
+				Code: protocol.RefusedConnectionCap, Reason: fmt.Sprintf("over the worker's %d connections at once (GATEWAY_MAX_CONNS)", w.maxConns)})
 		}
 		c.Close()
 		return false

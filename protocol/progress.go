@@ -11,10 +11,13 @@ const MaxRefusedCommandBytes = 4096
 
 // Refusal says which call of the agent was refused and why.
 type Refusal struct {
-	// Tool is the agent's tool (Bash for Claude, Execute for Droid),
-	// "progress" for a call of the progress endpoint, or "network" for a
-	// connection a sealed worker's egress allowlist refused.
+	// Tool is the agent's tool (Bash for Claude, Execute for Droid), or
+	// one of the RefusedTool* kinds below for what the runtime refused
+	// around the agent's tools.
 	Tool string `json:"tool"`
+	// Code is a stable code for what the runtime refused (the Refused*
+	// codes); "" for a tool call ALLOWED_COMMANDS refused.
+	Code string `json:"code,omitempty"`
 	// Command is the shell command or the progress step, cut to
 	// MaxRefusedCommandBytes and with secrets redacted.
 	Command string `json:"command,omitempty"`
@@ -24,6 +27,34 @@ type Refusal struct {
 	Host string `json:"host,omitempty"`
 	Port int    `json:"port,omitempty"`
 }
+
+// The refusals the runtime makes around the agent's tools (Refusal.Tool).
+const (
+	// RefusedToolProgress: a call of the progress endpoint.
+	RefusedToolProgress = "progress"
+	// RefusedToolNetwork: a connection of a sealed worker that its
+	// gateway's egress.sock refused (off the allowlist, or a name
+	// resolved to a local address).
+	RefusedToolNetwork = "network"
+	// RefusedToolModel: a model API call refused, by the gateway's
+	// model.sock (not the worker's token) or the wrapper's model proxy
+	// (outside a task, past a budget, not the model API's method or path).
+	RefusedToolModel = "model"
+	// RefusedToolConnections: a connection to one of a sealed worker's
+	// sockets over the worker's connection budget (GATEWAY_MAX_CONNS).
+	RefusedToolConnections = "connections"
+)
+
+// Stable codes of what the runtime refused (Refusal.Code), also the
+// "code" of the refusing answer where it has a body.
+const (
+	RefusedEgress          = "EGRESS_REFUSED"
+	RefusedModelToken      = "MODEL_TOKEN_REFUSED"
+	RefusedConnectionCap   = "CONNECTION_LIMIT"
+	RefusedModelPath       = "MODEL_PATH_REFUSED"
+	RefusedModelNoTask     = "MODEL_CALL_OUTSIDE_TASK"
+	RefusedModelOverBudget = "BUDGET_EXCEEDED"
+)
 
 // Progress levels. Warnings carry what the agent did not ask to report,
 // such as the model API being retried.
@@ -101,6 +132,9 @@ func (p Progress) validateReport() error {
 		}
 		if len(r.Command) > MaxRefusedCommandBytes {
 			return fieldErr("refused.command", "is %d bytes, at most %d", len(r.Command), MaxRefusedCommandBytes)
+		}
+		if len(r.Code) > 64 {
+			return fieldErr("refused.code", "is %d bytes, at most 64", len(r.Code))
 		}
 		if len(r.Reason) > 1024 {
 			return fieldErr("refused.reason", "is %d bytes, at most 1024", len(r.Reason))

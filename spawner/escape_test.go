@@ -135,6 +135,13 @@ func TestEscapeSuite(t *testing.T) {
 		// worker's token, which only the wrapper holds.
 		model("OWNKEY", ""),
 		model("GUESSED", gateway.ModelTokenHeader+": agentvisor-worker-guessed\\r\\n"),
+		// egress.sock itself, past the wrapper's loopback proxy: a host
+		// off the allowlist, and the gateway's refusal log (the
+		// wrapper's, with the worker's token).
+		`perl -MIO::Socket::UNIX -e '$s=IO::Socket::UNIX->new(Peer=>"/run/agentvisor/egress.sock") or die "no socket: $!"; ` +
+			`print $s "CONNECT direct.example:443 HTTP/1.1\r\nHost: direct.example:443\r\n\r\n"; $a=<$s>; print "EGRESSSOCK-DIRECT $a"'`,
+		`perl -MIO::Socket::UNIX -e '$s=IO::Socket::UNIX->new(Peer=>"/run/agentvisor/egress.sock") or die "no socket: $!"; ` +
+			`print $s "GET ` + gateway.RefusalsPath + ` HTTP/1.1\r\nHost: gateway\r\n\r\n"; $a=<$s>; print "EGRESSSOCK-LOG $a"'`,
 	}
 	var steps []stubmodel.Step
 	for _, a := range attempts {
@@ -168,6 +175,33 @@ func TestEscapeSuite(t *testing.T) {
 		if !strings.Contains(saw, "MODELSOCK-"+probe+" HTTP/1.1 403") {
 			t.Errorf("the agent's model call through model.sock (%s) was not refused 403; it saw:\n%s", probe, tail(saw, 3000))
 		}
+	}
+	for _, probe := range []string{"DIRECT", "LOG"} {
+		if !strings.Contains(saw, "EGRESSSOCK-"+probe+" HTTP/1.1 403") {
+			t.Errorf("the agent's call straight to egress.sock (%s) was not refused 403; it saw:\n%s", probe, tail(saw, 3000))
+		}
+	}
+	// Every refusal the gateway made, on whichever socket, reached the
+	// task's consumer as a warning with its code.
+	refused := map[string]int{}
+	msgs, _ := rc.XRange(ctx, cfg.Keys.Output(agent.WorkerID), "-", "+").Result()
+	for _, m := range msgs {
+		data, _ := protocol.EntryData(m.Values)
+		if p, err := protocol.DecodeProgress(data); err == nil && p.RequestID == "escape-1" && p.Refused != nil && p.Refused.Code != "" {
+			refused[p.Refused.Tool+" "+p.Refused.Code+" "+p.Refused.Host]++
+		}
+	}
+	for _, want := range []string{
+		protocol.RefusedToolModel + " " + protocol.RefusedModelToken + " ", // OWNKEY and GUESSED
+		protocol.RefusedToolNetwork + " " + protocol.RefusedEgress + " direct.example",
+		protocol.RefusedToolNetwork + " " + protocol.RefusedModelToken + " ", // the refusal log without the token
+	} {
+		if refused[want] == 0 {
+			t.Errorf("no warning for the gateway's refusal %q on escape-1; the warnings: %v", want, refused)
+		}
+	}
+	if n := refused[protocol.RefusedToolModel+" "+protocol.RefusedModelToken+" "]; n != 2 {
+		t.Errorf("%d warnings for the 2 model calls refused by model.sock", n)
 	}
 	if st := gw.Stats()[agent.WorkerID]; st.ModelRefused != 2 || st.ModelRequests == 0 {
 		t.Errorf("the gateway's model stats for the agent's worker: %+v, want 2 refused and the wrapper's calls forwarded", st)

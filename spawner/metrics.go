@@ -121,7 +121,7 @@ func NewMetrics(rc redis.Cmdable, keys protocol.Keys, maxProjects int) *Metrics 
 		Help: "Worker state changes (state_changed events), by from and to (a state, or a health for a change of health alone)."},
 		[]string{"from", "to"})).(*prometheus.CounterVec)
 	m.refusals = f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentvisor_refusals_total",
-		Help: "What a worker refused its agent (the warning events with refused set), by kind: network (a connection off a sealed worker's egress allowlist), command (a tool call ALLOWED_COMMANDS does not allow), progress (a progress call refused)."},
+		Help: "What a worker refused its agent (the warning events with refused set), by kind: network (a connection a sealed worker's gateway refused: off its egress allowlist), model (a model call refused: by the gateway, not the worker's token; by the wrapper's proxy, outside a task, past a budget, or not the model API), connections (a connection over a sealed worker's GATEWAY_MAX_CONNS), command (a tool call ALLOWED_COMMANDS does not allow), progress (a progress call refused)."},
 		[]string{"kind"})).(*prometheus.CounterVec)
 	m.imageBuilds = f(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentvisor_image_builds_total",
 		Help: "Worker images built (a create whose image was missing), by agent and outcome (ok, error)."}, []string{"agent", "outcome"})).(*prometheus.CounterVec)

@@ -115,7 +115,7 @@ func sessionReason(r string) string {
 // refusalKind is the metrics' kind of a refusal of tool: a bounded set.
 func refusalKind(tool string) string {
 	switch tool {
-	case "network", "progress":
+	case protocol.RefusedToolNetwork, protocol.RefusedToolProgress, protocol.RefusedToolModel, protocol.RefusedToolConnections:
 		return tool
 	}
 	return "command"

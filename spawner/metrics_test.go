@@ -167,6 +167,11 @@ func TestMetricsFromStreams(t *testing.T) {
 
 	testkit.XAdd(t, rc, keys.Output("w2"), testkit.Doc(protocol.Progress{Timestamp: now, RequestID: "r2", WorkerID: "w2",
 		Level: protocol.LevelWarning, Step: "refused: network example.com:443", Refused: &protocol.Refusal{Tool: "network", Host: "example.com", Port: 443}}))
+	// What the gateway refused, on model.sock and over the connection budget.
+	testkit.XAdd(t, rc, keys.Output("w2"), testkit.Doc(protocol.Progress{Timestamp: now, RequestID: "r2", WorkerID: "w2",
+		Level: protocol.LevelWarning, Step: "refused: model POST /v1/messages", Refused: &protocol.Refusal{Tool: protocol.RefusedToolModel, Code: protocol.RefusedModelToken}}))
+	testkit.XAdd(t, rc, keys.Output("w2"), testkit.Doc(protocol.Progress{Timestamp: now, RequestID: "r2", WorkerID: "w2",
+		Level: protocol.LevelWarning, Step: "refused: connections", Refused: &protocol.Refusal{Tool: protocol.RefusedToolConnections, Code: protocol.RefusedConnectionCap}}))
 	testkit.XAdd(t, rc, keys.Output("w2"), testkit.Doc(protocol.Progress{Timestamp: now, RequestID: "r2", WorkerID: "w2",
 		Level: protocol.LevelWarning, Step: "refused: Bash", Refused: &protocol.Refusal{Tool: "Bash", Command: "rm -rf /"}}))
 	deadline := time.Now().Add(5 * time.Second)
@@ -193,6 +198,8 @@ func TestMetricsFromStreams(t *testing.T) {
 		{"healthy>degraded", testutil.ToFloat64(m.transitions.WithLabelValues("healthy", "degraded")), 1},
 		{"egress refused", testutil.ToFloat64(m.refusals.WithLabelValues("network")), 1},
 		{"command refused", testutil.ToFloat64(m.refusals.WithLabelValues("command")), 1},
+		{"model refused", testutil.ToFloat64(m.refusals.WithLabelValues("model")), 1},
+		{"connections refused", testutil.ToFloat64(m.refusals.WithLabelValues("connections")), 1},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)

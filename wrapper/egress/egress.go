@@ -1,11 +1,12 @@
 // Package egress is a sealed worker's way out: a loopback HTTP proxy the
 // agent's HTTP_PROXY and HTTPS_PROXY point at, which hands every
 // connection to the gateway's egress socket (the gateway decides, by the
-// worker's allowlist, what may pass, and resolves the names). The wrapper
-// watches the gateway's first answer on each connection so that a refusal
-// reaches the task's consumer as a warning; everything else passes as it
-// is. A plain HTTP request is sent with Connection: close, so that every
-// request of the agent gets its own connection and its own answer seen.
+// worker's allowlist, what may pass, and resolves the names). What the
+// gateway refuses, through this front or on a socket the agent calls
+// itself, the wrapper learns from the gateway's refusal log (Refusals),
+// not from the answers that pass here: an agent need not come this way.
+// A plain HTTP request is sent with Connection: close, so that every
+// request of the agent gets its own connection.
 package egress
 
 import (
@@ -16,47 +17,32 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/textproto"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 )
-
-// RefusedHeader is the header the gateway's 403 names the refused
-// host:port in.
-const RefusedHeader = "X-Agentvisor-Refused"
 
 // maxHead bounds the request head the front reads from the agent.
 const maxHead = 64 << 10
-
-// Refusal is a connection the gateway refused.
-type Refusal struct {
-	Host    string
-	Port    int
-	Request string // the request line, such as "CONNECT example.com:443 HTTP/1.1"
-}
 
 // Front is a running loopback proxy.
 type Front struct {
 	// URL is what the agent's HTTP_PROXY and HTTPS_PROXY are set to.
 	URL string
 
-	ln      net.Listener
-	socket  string
-	refused func(Refusal)
-	log     *slog.Logger
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	conns   map[net.Conn]bool
-	closed  bool
+	ln     net.Listener
+	socket string
+	log    *slog.Logger
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  map[net.Conn]bool
+	closed bool
 }
 
 // Start listens on 127.0.0.1 (a free port) and relays to the gateway's
-// egress socket; refused, when set, sees every refusal (it must not
-// block).
-func Start(socket string, refused func(Refusal), log *slog.Logger) (*Front, error) {
+// egress socket.
+func Start(socket string, log *slog.Logger) (*Front, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -64,7 +50,7 @@ func Start(socket string, refused func(Refusal), log *slog.Logger) (*Front, erro
 	if err != nil {
 		return nil, err
 	}
-	f := &Front{URL: "http://" + ln.Addr().String(), ln: ln, socket: socket, refused: refused, log: log, conns: map[net.Conn]bool{}}
+	f := &Front{URL: "http://" + ln.Addr().String(), ln: ln, socket: socket, log: log, conns: map[net.Conn]bool{}}
 	f.wg.Add(1)
 	go f.accept()
 	return f, nil
@@ -172,33 +158,10 @@ func (f *Front) serve(agent net.Conn) {
 	if err != nil {
 		return
 	}
-	f.watch(req, head)
 	if _, err := agent.Write(head); err != nil {
 		return
 	}
 	splice(agent, br, gw, gr)
-}
-
-// watch tells refused about a 403 that names what the gateway refused.
-func (f *Front) watch(req *http.Request, head []byte) {
-	status, header, ok := parseHead(head)
-	if !ok || status != http.StatusForbidden || f.refused == nil {
-		return
-	}
-	named := header.Get(RefusedHeader)
-	if named == "" {
-		return
-	}
-	host, p, err := net.SplitHostPort(named)
-	if err != nil {
-		return
-	}
-	port, _ := strconv.Atoi(p)
-	target := req.Host
-	if req.Method != http.MethodConnect && req.URL != nil {
-		target = req.URL.Scheme + "://" + req.URL.Host + req.URL.Path
-	}
-	f.refused(Refusal{Host: printable(host), Port: port, Request: printable(req.Method + " " + target)})
 }
 
 // readHead reads a response head (status line and headers, up to the blank
@@ -216,23 +179,6 @@ func readHead(r *bufio.Reader) ([]byte, error) {
 		}
 	}
 	return nil, errors.New("egress: response head too long")
-}
-
-// parseHead reads the status and headers of a response head.
-func parseHead(head []byte) (int, textproto.MIMEHeader, bool) {
-	tp := textproto.NewReader(bufio.NewReader(strings.NewReader(string(head))))
-	line, err := tp.ReadLine()
-	if err != nil {
-		return 0, nil, false
-	}
-	_, rest, _ := strings.Cut(line, " ")
-	code, _, _ := strings.Cut(rest, " ")
-	status, err := strconv.Atoi(code)
-	if err != nil {
-		return 0, nil, false
-	}
-	h, _ := tp.ReadMIMEHeader()
-	return status, h, true
 }
 
 // splice copies both ways until either side is done, the readers' buffered
@@ -292,15 +238,4 @@ func writeStatus(c net.Conn, status int, msg string) {
 	body := msg + "\n"
 	_, _ = c.Write([]byte("HTTP/1.1 " + strconv.Itoa(status) + " " + http.StatusText(status) + "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
 		strconv.Itoa(len(body)) + "\r\nConnection: close\r\n\r\n" + body))
-}
-
-// printable replaces what is not a printable character (a newline the
-// agent put in a path, say) with '?': the refusal is shown to people.
-func printable(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
-			return '?'
-		}
-		return r
-	}, s)
 }

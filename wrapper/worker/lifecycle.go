@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentvisor/agentvisor/gateway"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/wrapper/egress"
 )
@@ -72,12 +73,16 @@ func (w *Worker) startFrame() (stop func(), err error) {
 		w.cfg.model = model
 	}
 	if w.cfg.EgressSocket != "" {
-		front, err := egress.Start(w.cfg.EgressSocket, w.egressRefused, w.log)
+		front, err := egress.Start(w.cfg.EgressSocket, w.log)
 		if err != nil {
 			return stop, fmt.Errorf("egress: %w", err)
 		}
 		stops = append(stops, func() { front.Close() })
 		w.cfg.egress = front.Env()
+		if w.cfg.ModelSocketToken != "" {
+			refusals := egress.WatchRefusals(w.cfg.EgressSocket, w.cfg.ModelSocketToken, w.gatewayRefused, w.log)
+			stops = append(stops, refusals.Stop)
+		}
 	}
 	if err := w.cfg.PrepareWorkspace(w.agent, homeOf(w.environ)); err != nil {
 		return stop, err
@@ -92,12 +97,34 @@ func (w *Worker) startFrame() (stop func(), err error) {
 	return stop, nil
 }
 
-// egressRefused publishes a connection the gateway refused (not on the
-// worker's egress allowlist) as a warning of the task in flight.
-func (w *Worker) egressRefused(r egress.Refusal) {
-	w.log.Warn("egress refused", "host", r.Host, "port", r.Port)
-	if cur := w.state.snapshot().cur; cur != nil {
-		w.pub.refusedConnection(cur, r)
+// maxRefusalsPerPage bounds the warnings one page of the gateway's
+// refusal log becomes: past it, one more warning says how many were not
+// published one by one (an agent refused in a loop fills no stream).
+const maxRefusalsPerPage = 32
+
+// gatewayRefused publishes what the gateway refused the worker (on any
+// of its sockets, whoever in the container called) as warnings of the
+// task in flight. Outside a task they are logged only: no consumer
+// waits on the worker then.
+func (w *Worker) gatewayRefused(p gateway.RefusalPage) {
+	cur := w.state.snapshot().cur
+	for i, r := range p.Refusals {
+		if i == maxRefusalsPerPage {
+			break
+		}
+		w.log.Warn("the gateway refused", "socket", r.Socket, "tool", r.Tool, "code", r.Code, "host", r.Host, "port", r.Port, "in_task", cur != nil)
+		if cur != nil {
+			w.pub.gatewayRefusal(cur, r)
+		}
+	}
+	more := p.Dropped + uint64(max(len(p.Refusals)-maxRefusalsPerPage, 0))
+	if more > 0 {
+		w.log.Warn("the gateway refused more than is published one by one", "more", more)
+		if cur != nil {
+			last := p.Refusals[len(p.Refusals)-1]
+			last.Request, last.Reason = "", fmt.Sprintf("%d more refusals of the gateway, not published one by one", more)
+			w.pub.gatewayRefusal(cur, last)
+		}
 	}
 }
 

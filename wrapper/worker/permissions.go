@@ -45,7 +45,7 @@ func (p *progressServer) checkCommand(token string, req guardRequest) guardAnswe
 		ans = guardAnswer{Reason: "refused by agentvisor: not in this worker's ALLOWED_COMMANDS (a simple command whose first words name an allowed command; no ;, &, |, redirections or $)"}
 	}
 	if !ans.Allow && cur != nil {
-		p.pub.refusal(cur, req.Tool, req.Command, ans.Reason)
+		p.pub.refusal(cur, req.Tool, req.Command, ans.Reason, "")
 	}
 	return ans
 }

@@ -117,7 +117,7 @@ func (p *progressServer) report(token string, rep protocol.ProgressReport) (int,
 	cur, own := w.state.owner(token)
 	if !own {
 		if cur != nil {
-			w.pub.refusal(cur, "progress", rep.Step, errNoRun.Error())
+			w.pub.refusal(cur, protocol.RefusedToolProgress, rep.Step, errNoRun.Error(), "")
 		}
 		return 0, errNoRun
 	}
@@ -129,7 +129,7 @@ func (p *progressServer) report(token string, rep protocol.ProgressReport) (int,
 	if err := cur.run.Step(rep.Step, w.now()); err != nil {
 		cur.run.StepsTotal = prevTotal
 		cur.mu.Unlock()
-		w.pub.refusal(cur, "progress", rep.Step, err.Error())
+		w.pub.refusal(cur, protocol.RefusedToolProgress, rep.Step, err.Error(), "")
 		return 0, errNoRun
 	}
 	n, total := cur.run.StepsCompleted, cur.run.StepsTotal
@@ -143,7 +143,7 @@ func (p *progressServer) report(token string, rep protocol.ProgressReport) (int,
 // malformed report) as a warning of the run its token belongs to.
 func (p *progressServer) refused(token string, body []byte, cause error) {
 	if cur, own := p.state.owner(token); own {
-		p.pub.refusal(cur, "progress", string(body), cause.Error())
+		p.pub.refusal(cur, protocol.RefusedToolProgress, string(body), cause.Error(), "")
 	}
 }
 

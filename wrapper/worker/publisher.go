@@ -8,10 +8,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/agentvisor/agentvisor/gateway"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/redisconn"
 	"github.com/agentvisor/agentvisor/wrapper/agent"
-	"github.com/agentvisor/agentvisor/wrapper/egress"
 	"github.com/agentvisor/agentvisor/wrapper/internal/rdb"
 )
 
@@ -161,26 +161,36 @@ func (p *publisher) progress(cur *current, step, level string) {
 	p.event(cur, protocol.Progress{Step: step, Level: level})
 }
 
-// refusal publishes a refused call of the agent as a warning of cur.
-func (p *publisher) refusal(cur *current, tool, command, reason string) {
+// refusal publishes a refused call of the agent as a warning of cur;
+// code is the runtime's stable code of the refusal ("" for a tool call
+// ALLOWED_COMMANDS refused).
+func (p *publisher) refusal(cur *current, tool, command, reason, code string) {
 	command = p.redact.Redact(command)
 	if len(command) > protocol.MaxRefusedCommandBytes {
 		command = cutUTF8(command, protocol.MaxRefusedCommandBytes)
 	}
 	step := cutUTF8("refused: "+tool+" "+command, 1024)
 	p.event(cur, protocol.Progress{Step: step, Level: protocol.LevelWarning,
-		Refused: &protocol.Refusal{Tool: tool, Command: command, Reason: cutUTF8(p.redact.Redact(reason), 1024)}})
+		Refused: &protocol.Refusal{Tool: tool, Code: code, Command: command, Reason: cutUTF8(p.redact.Redact(reason), 1024)}})
 }
 
-// refusedConnection publishes a connection a sealed worker's gateway
-// refused (not on its egress allowlist) as a warning of cur.
-func (p *publisher) refusedConnection(cur *current, r egress.Refusal) {
+// gatewayRefusal publishes what a sealed worker's gateway refused (a
+// connection off its egress allowlist, a model call without the worker's
+// token, a connection over its budget) as a warning of cur.
+func (p *publisher) gatewayRefusal(cur *current, r gateway.Refusal) {
 	req := cutUTF8(p.redact.Redact(r.Request), protocol.MaxRefusedCommandBytes)
 	host := cutUTF8(r.Host, 253)
-	step := cutUTF8(fmt.Sprintf("refused: network %s:%d", host, r.Port), 1024)
-	p.event(cur, protocol.Progress{Step: step, Level: protocol.LevelWarning,
-		Refused: &protocol.Refusal{Tool: "network", Command: req, Host: host, Port: r.Port,
-			Reason: "not on the worker's egress allowlist"}})
+	what := r.Tool + " " + req
+	if host != "" {
+		what = fmt.Sprintf("%s %s:%d", r.Tool, host, r.Port)
+	}
+	tool := r.Tool
+	if tool == "" || len(tool) > 200 {
+		tool = protocol.RefusedToolNetwork
+	}
+	p.event(cur, protocol.Progress{Step: cutUTF8("refused: "+what, 1024), Level: protocol.LevelWarning,
+		Refused: &protocol.Refusal{Tool: tool, Code: cutUTF8(r.Code, 64), Command: req, Host: host, Port: r.Port,
+			Reason: cutUTF8(p.redact.Redact(r.Reason), 1024)}})
 }
 
 // denial publishes a call the agent CLI itself denied (Claude's
@@ -195,7 +205,7 @@ func (p *publisher) denial(cur *current, d *agent.Denial) {
 	} else {
 		cmd = string(d.Input)
 	}
-	p.refusal(cur, d.Tool, cmd, "denied by the agent CLI's permission rules (ALLOWED_COMMANDS)")
+	p.refusal(cur, d.Tool, cmd, "denied by the agent CLI's permission rules (ALLOWED_COMMANDS)", "")
 }
 
 // storeOutput stores a task's output with its run's terminal fields and
