@@ -24,6 +24,9 @@ func (u Usage) Add(o Usage) Usage {
 // call (the last one of a run), not to a run's summed usage.
 func (u Usage) Context() int64 { return u.Input + u.CacheRead + u.CacheCreation }
 
+// Total is every token of u, read and written.
+func (u Usage) Total() int64 { return u.Input + u.Output + u.CacheRead + u.CacheCreation }
+
 func (u Usage) validate(path string) error {
 	switch {
 	case u.Input < 0:

@@ -143,10 +143,29 @@ func TestEscapeSuite(t *testing.T) {
 		`perl -MIO::Socket::UNIX -e '$s=IO::Socket::UNIX->new(Peer=>"/run/agentvisor/egress.sock") or die "no socket: $!"; ` +
 			`print $s "GET ` + gateway.RefusalsPath + ` HTTP/1.1\r\nHost: gateway\r\n\r\n"; $a=<$s>; print "EGRESSSOCK-LOG $a"'`,
 	}
+	// proxy calls the wrapper's model API proxy from the agent's shell,
+	// with the agent's own key (the proxy's token: what any program in
+	// the container can read from the agent's environment), and prints
+	// the answer's status line marked PROXY-name.
+	proxy := func(name, method, path string) string {
+		return `perl -MIO::Socket::INET -e '($h)=$ENV{ANTHROPIC_BASE_URL}=~m{//([^/]+)}; $s=IO::Socket::INET->new(PeerAddr=>$h) or die "no proxy: $!"; ` +
+			`$b=q({"model":"claude-stub","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}); ` +
+			`print $s "` + method + ` ` + path + ` HTTP/1.1\r\nHost: $h\r\nx-api-key: $ENV{ANTHROPIC_API_KEY}\r\nanthropic-version: 2023-06-01\r\n` +
+			`content-type: application/json\r\ncontent-length: ".length($b)."\r\nConnection: close\r\n\r\n$b"; $a=<$s>; print "PROXY-` + name + ` $a"'`
+	}
 	var steps []stubmodel.Step
 	for _, a := range attempts {
 		steps = append(steps, stubmodel.Step{ToolUse: &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": a, "description": "probe"}}})
 	}
+	// A model call of the agent's own, past the agent CLI (which does not
+	// count it): the stub answers it with the next step, a large one.
+	// Then a path of the vendor's API that is no model call.
+	const extraInput = 600000
+	steps = append(steps,
+		stubmodel.Step{ToolUse: &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": proxy("EXTRA", "POST", "/v1/messages"), "description": "probe"}}},
+		stubmodel.Step{Text: "an answer nobody counted", Usage: &stubmodel.Usage{InputTokens: extraInput, OutputTokens: 10}},
+		stubmodel.Step{ToolUse: &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": proxy("PATH", "GET", "/v1/organizations/api_keys"), "description": "probe"}}},
+	)
 	steps = append(steps, stubmodel.Step{Text: "Done.\n{\"status\": \"complete\", \"result\": {\"ok\": true}}"})
 	stub.SetScript(stubmodel.Script{Steps: steps})
 	doc, _ := protocol.Task{RequestID: "escape-1", Prompt: "look around"}.Encode()
@@ -176,6 +195,28 @@ func TestEscapeSuite(t *testing.T) {
 			t.Errorf("the agent's model call through model.sock (%s) was not refused 403; it saw:\n%s", probe, tail(saw, 3000))
 		}
 	}
+	// The agent's own model call was forwarded and counted in the task's
+	// usage; the path that is no model call was refused and never
+	// reached the model's host.
+	if !strings.Contains(saw, "PROXY-EXTRA HTTP/1.1 200") || !strings.Contains(saw, "PROXY-PATH HTTP/1.1 404") {
+		t.Errorf("the agent's calls of the model proxy: want EXTRA 200 and PATH 404; it saw:\n%s", tail(saw, 3000))
+	}
+	if other := stub.OtherRequests(); len(other) != 0 {
+		t.Errorf("requests other than model calls reached the model's host: %v", other)
+	}
+	var out *protocol.Output
+	outs, _ := rc.XRange(ctx, cfg.Keys.Output(agent.WorkerID), "-", "+").Result()
+	for _, m := range outs {
+		data, _ := protocol.EntryData(m.Values)
+		if o, err := protocol.DecodeOutput(data); err == nil && o.RequestID == "escape-1" {
+			out = &o
+		}
+	}
+	if out == nil || out.Usage.Input < extraInput {
+		t.Errorf("the task's output does not count the agent's own model call of %d input tokens: %+v", extraInput, out)
+	} else {
+		t.Logf("the task's usage: %+v, cost %.4f (estimated %v)", out.Usage, out.CostUSD, out.CostEstimated)
+	}
 	for _, probe := range []string{"DIRECT", "LOG"} {
 		if !strings.Contains(saw, "EGRESSSOCK-"+probe+" HTTP/1.1 403") {
 			t.Errorf("the agent's call straight to egress.sock (%s) was not refused 403; it saw:\n%s", probe, tail(saw, 3000))
@@ -195,6 +236,7 @@ func TestEscapeSuite(t *testing.T) {
 		protocol.RefusedToolModel + " " + protocol.RefusedModelToken + " ", // OWNKEY and GUESSED
 		protocol.RefusedToolNetwork + " " + protocol.RefusedEgress + " direct.example",
 		protocol.RefusedToolNetwork + " " + protocol.RefusedModelToken + " ", // the refusal log without the token
+		protocol.RefusedToolModel + " " + protocol.RefusedModelPath + " ",    // the proxy's refusal of a path
 	} {
 		if refused[want] == 0 {
 			t.Errorf("no warning for the gateway's refusal %q on escape-1; the warnings: %v", want, refused)

@@ -2,9 +2,11 @@
 // API. The agent never holds the real API key: it gets the proxy's URL and
 // a random token that only this proxy takes. The proxy checks the token,
 // replaces it with the real credential and forwards the request to the
-// configured upstream, path and all (the Anthropic Messages API, the
-// OpenAI Responses API); answers, server-sent events included, stream
-// back unbuffered.
+// configured upstream, path and all, for the model APIs' own endpoints
+// only (paths.go: the Anthropic Messages API, the OpenAI Responses and
+// Chat Completions APIs); answers, server-sent events included, stream
+// back unbuffered. A gate (Config.Refuse) may refuse a call: outside any
+// task, past a budget.
 package apiproxy
 
 import (
@@ -26,6 +28,7 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/gateway"
+	"github.com/agentvisor/agentvisor/protocol"
 )
 
 // DefaultUpstream is the Anthropic API, where requests go when no
@@ -66,9 +69,25 @@ type Config struct {
 	// every successful model call as they stream to the agent (usage.go).
 	OnUsage UsageFunc
 	// Refuse, when set, may refuse a model call before it is forwarded
-	// (the task's budget is spent).
+	// (no task in flight, the task's budget spent).
 	Refuse RefuseFunc
+	// OnRefused, when set, sees every request the proxy refused (a path
+	// that is not the model API's, a call Refuse refused; not a request
+	// without the proxy's token, which is nobody's call), after it was
+	// answered. It must not block.
+	OnRefused func(Refusal)
 }
+
+// Refusal is a request of the agent the proxy refused, with the stable
+// code its answer carries (error.code, and the header RefusedCodeHeader).
+type Refusal struct {
+	Code    string // protocol.RefusedModelPath, RefusedModelNoTask, RefusedModelOverBudget
+	Request string // method and path
+	Reason  string
+}
+
+// RefusedCodeHeader carries the code of a request the proxy refused.
+const RefusedCodeHeader = "X-Agentvisor-Refused-Code"
 
 // Proxy is a running proxy.
 type Proxy struct {
@@ -157,13 +176,37 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "authentication_error", "agentvisor model API proxy: invalid or missing token")
 		return
 	}
+	if !modelEndpoint(r.Method, r.URL.Path) {
+		p.refuse(w, r, http.StatusNotFound, "not_found_error", Refusal{Code: protocol.RefusedModelPath,
+			Reason: "not a model API endpoint: the proxy serves POST /v1/messages, /v1/messages/count_tokens, /v1/responses, /v1/chat/completions and GET /v1/models[/id] only"})
+		return
+	}
 	if p.cfg.Refuse != nil && isModelCall(r) {
-		if msg := p.cfg.Refuse(); msg != "" {
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "agentvisor model API proxy: "+msg)
+		if code, msg := p.cfg.Refuse(); code != "" {
+			status, typ := http.StatusBadRequest, "invalid_request_error" // a spent budget: the agent ends its turn
+			if code == protocol.RefusedModelNoTask {
+				status, typ = http.StatusForbidden, "permission_error"
+			}
+			p.refuse(w, r, status, typ, Refusal{Code: code, Reason: msg})
 			return
 		}
 	}
 	p.rp.ServeHTTP(w, r)
+}
+
+// refuse answers a request of the agent the proxy does not forward, in
+// the API's error shape with the refusal's code, and tells OnRefused.
+func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, status int, typ string, rf Refusal) {
+	rf.Request = r.Method + " " + r.URL.Path
+	p.log.Warn("model API proxy: request refused", "code", rf.Code, "method", r.Method, "path", r.URL.Path)
+	w.Header().Set(RefusedCodeHeader, rf.Code)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"type": "error", "error": map[string]string{"type": typ, "code": rf.Code,
+		"message": "agentvisor model API proxy: " + rf.Code + ": " + rf.Reason}})
+	if p.cfg.OnRefused != nil {
+		p.cfg.OnRefused(rf)
+	}
 }
 
 // authorized says whether r carries the proxy's token, as x-api-key or as

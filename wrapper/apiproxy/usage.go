@@ -26,9 +26,10 @@ import (
 type UsageFunc func(model string, delta protocol.Usage)
 
 // RefuseFunc is asked before each model call is forwarded: a non-empty
-// answer refuses the call (400 invalid_request_error, with that text)
-// without reaching the upstream.
-type RefuseFunc func() string
+// code refuses the call without reaching the upstream, answered with
+// that code and msg (Refusal). The codes are the protocol's
+// (protocol.RefusedModelNoTask, protocol.RefusedModelOverBudget).
+type RefuseFunc func() (code, msg string)
 
 const (
 	// maxUsageLine bounds the line of a streamed answer the meter keeps

@@ -199,10 +199,13 @@ func TestProxyRefusesModelCalls(t *testing.T) {
 	stub := startStub(t)
 	var mu sync.Mutex
 	reason := ""
-	p := startProxy(t, Config{Upstream: stub.URL, APIKey: realKey, Refuse: func() string {
+	p := startProxy(t, Config{Upstream: stub.URL, APIKey: realKey, Refuse: func() (string, string) {
 		mu.Lock()
 		defer mu.Unlock()
-		return reason
+		if reason == "" {
+			return "", ""
+		}
+		return protocol.RefusedModelOverBudget, reason
 	}})
 	auth := map[string]string{"X-Api-Key": p.Token}
 	if resp, _ := post(t, p.URL, auth, streamBody); resp.StatusCode != 200 {
@@ -212,7 +215,8 @@ func TestProxyRefusesModelCalls(t *testing.T) {
 	reason = "the task's max_budget_usd is spent"
 	mu.Unlock()
 	resp, body := post(t, p.URL, auth, streamBody)
-	if resp.StatusCode != 400 || !strings.Contains(body, "invalid_request_error") || !strings.Contains(body, "max_budget_usd is spent") {
+	if resp.StatusCode != 400 || !strings.Contains(body, "invalid_request_error") || !strings.Contains(body, "max_budget_usd is spent") ||
+		resp.Header.Get(RefusedCodeHeader) != protocol.RefusedModelOverBudget {
 		t.Fatalf("refused call: %s %s", resp.Status, body)
 	}
 	if n := len(stub.Requests()); n != 1 {

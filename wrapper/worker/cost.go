@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/wrapper/agent"
+	"github.com/agentvisor/agentvisor/wrapper/apiproxy"
 )
 
 // Cost for an agent that reports none (Droid 0.225.2 gives tokens, never
@@ -41,7 +42,11 @@ type spending struct {
 	// own is the wrapper's own agent run in progress (a retiring
 	// session's summary), nil when none: its model calls are its own,
 	// not the task's.
-	own      *current
+	own *current
+	// winding is a cancelled task whose agent winds down after its
+	// output (winddown.go), nil when none: its calls are still that
+	// task's, and allowed.
+	winding  *current
 	unpriced map[string]bool // the models logged as having no price
 }
 
@@ -57,6 +62,9 @@ type taskSpend struct {
 	// last is the input side of the last model call metered (its
 	// answer's first report with input figures): the session's context.
 	last protocol.Usage
+	// wholeTask: the output of the attempt just made carries the meter's
+	// figures of the whole task (every attempt), not the agent's own.
+	wholeTask bool
 }
 
 // ownTurn meters the model calls to cur, a turn of the wrapper's own,
@@ -77,12 +85,31 @@ func (s *spending) ownTurn(cur *current) func() {
 // one runs (it has no max_budget_usd), else the task in flight.
 func (s *spending) task() *current {
 	s.mu.Lock()
-	own := s.own
+	own, winding := s.own, s.winding
 	s.mu.Unlock()
 	if own != nil {
 		return own
 	}
-	return s.state.current()
+	if cur := s.state.current(); cur != nil {
+		return cur
+	}
+	return winding
+}
+
+// windingDown counts the model calls of a cancelled task's agent that
+// goes on after its output as that task's, until the function it
+// returns is called.
+func (s *spending) windingDown(cur *current) func() {
+	s.mu.Lock()
+	s.winding = cur
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		if s.winding == cur {
+			s.winding = nil
+		}
+		s.mu.Unlock()
+	}
 }
 
 // meter is the proxy's meter hook: it adds an answer's tokens to the task
@@ -110,7 +137,7 @@ func (s *spending) meter(model string, delta protocol.Usage) {
 		stopped = cur.cancel.abortWith(protocol.NewError(protocol.CodeBudgetExceeded,
 			"the task's estimated cost $%.4f passed its max_budget_usd (%g) on model %s; the agent was stopped", spent, limit, model))
 	}
-	tell := !priced && !sp.unpriced
+	tell := !priced && !sp.unpriced && !s.agent.Caps().ReportsCost // an agent's own figure is priced by it
 	sp.unpriced = sp.unpriced || !priced
 	sp.mu.Unlock()
 	if tell {
@@ -143,19 +170,29 @@ func (s *spending) unpricedModel(cur *current, model string) {
 	}
 }
 
-// refuse is the proxy's gate: a task past its max_budget_usd makes no
+// refuse is the proxy's gate. A model call outside any run (no task in
+// flight, no turn of the wrapper's own, no cancelled task winding down)
+// is nobody's to count: refused. A task past its max_budget_usd makes no
 // more model calls while its agent is being stopped.
-func (s *spending) refuse() string {
+func (s *spending) refuse() (code, msg string) {
 	cur := s.task()
 	if cur == nil {
-		return ""
+		return protocol.RefusedModelNoTask, "no task is in flight on this worker: a model call is a task's, metered and budgeted as its own"
 	}
 	cur.spend.mu.Lock()
 	defer cur.spend.mu.Unlock()
 	if !cur.spend.over {
-		return ""
+		return "", ""
 	}
-	return fmt.Sprintf("the task's max_budget_usd (%g) is spent", cur.task.MaxBudgetUSD)
+	return protocol.RefusedModelOverBudget, fmt.Sprintf("the task's max_budget_usd (%g) is spent", cur.task.MaxBudgetUSD)
+}
+
+// refused is the proxy's report of a request it refused: a warning of
+// the task in flight (none outside a task: the proxy's log has it).
+func (s *spending) refused(r apiproxy.Refusal) {
+	if cur := s.task(); cur != nil {
+		s.pub.refusal(cur, protocol.RefusedToolModel, r.Request, r.Code+": "+r.Reason, r.Code)
+	}
 }
 
 // unenforced warns on the task's output stream, at its start, when its
@@ -214,9 +251,33 @@ func (s *spending) withEstimate(cur *current, oc agent.Outcome) agent.Outcome {
 }
 
 // estimateCost puts the estimate in a task's output, flagged: its cost,
-// and the metered usage.
+// and the metered usage. For an agent that reports its own cost, the
+// meter still sees every model call of the container, the agent's own
+// and those it did not make itself (a script, a curl from its shell tool
+// with its API key, which is the proxy's token): when the meter counted
+// more tokens than the agent reported, the output carries the meter's
+// figures, and the higher of the two costs.
 func (s *spending) estimateCost(o *protocol.Output, cur *current, oc agent.Outcome) {
+	sp := cur.spend
+	sp.mu.Lock()
+	sp.wholeTask = false
+	sp.mu.Unlock()
 	if s.agent.Caps().ReportsCost {
+		sp.mu.Lock()
+		metered, mUsage, mCost, priced := sp.metered, sp.usage, sp.costUSD, sp.priced
+		sp.mu.Unlock()
+		if !metered || mUsage.Total() <= o.Usage.Total() {
+			return
+		}
+		s.log.Warn("the model calls of the task's container used more than the agent reported: the output counts the proxy's meter",
+			"request_id", cur.task.RequestID, "reported_tokens", o.Usage.Total(), "metered_tokens", mUsage.Total())
+		o.Usage = mUsage
+		if priced && mCost > o.CostUSD {
+			o.CostUSD, o.CostEstimated = mCost, true
+		}
+		sp.mu.Lock()
+		sp.wholeTask = true
+		sp.mu.Unlock()
 		return
 	}
 	cost, usage, estimated := s.estimate(cur, oc)

@@ -27,8 +27,9 @@ func (t *taskRun) attempts() (protocol.Output, *rdb.TaskUsage) {
 		outcome, plan, oomBefore := t.execute(resume)
 		o, usage := t.output(outcome, plan, oomBefore)
 		// Droid's cost is the proxy's meter of the whole task: already the
-		// sum of its attempts.
-		o, usage = spent.add(o, usage, !t.ts.caps.ReportsCost && t.cur.spend.isMetered())
+		// sum of its attempts; so is Claude's when the meter counted more
+		// than it reported (spending.estimateCost).
+		o, usage = spent.add(o, usage, (!t.ts.caps.ReportsCost && t.cur.spend.isMetered()) || t.cur.spend.isWholeTask())
 		if !asked || !t.retryable(o, policy) {
 			return o, usage
 		}
@@ -132,6 +133,12 @@ func (s *attemptsSpent) add(o protocol.Output, usage *rdb.TaskUsage, cumulative 
 }
 
 // isMetered reports whether the proxy metered the task's model calls.
+func (sp *taskSpend) isWholeTask() bool {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	return sp.wholeTask
+}
+
 func (sp *taskSpend) isMetered() bool {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()

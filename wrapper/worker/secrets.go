@@ -64,9 +64,10 @@ func startModelProxy(pp modelProxyParams) (*apiproxy.Proxy, modelAPI, error) {
 	get := pp.getenv
 	cfg := apiproxy.Config{APIKey: get("ANTHROPIC_API_KEY"), AuthToken: get("ANTHROPIC_AUTH_TOKEN"), Logger: pp.log,
 		OnUpstreamError: pp.heal.upstreamError, OnRateLimit: pp.heal.rateLimit, UpstreamSocket: pp.socket, UpstreamToken: pp.socketToken}
-	if !pp.agent.Caps().ReportsCost { // the wrapper meters the agent's calls (cost.go)
-		cfg.OnUsage, cfg.Refuse = pp.spend.meter, pp.spend.refuse
-	}
+	// Every model call through the proxy is metered and gated, whoever
+	// in the container made it (cost.go); refusals are the task's
+	// warnings.
+	cfg.OnUsage, cfg.Refuse, cfg.OnRefused = pp.spend.meter, pp.spend.refuse, pp.spend.refused
 	route := pp.agent.Route(get)
 	if !route.Proxied {
 		return nil, modelAPI{}, nil

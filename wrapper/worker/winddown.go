@@ -141,7 +141,11 @@ func (w *agentRunner) cancellable(ctx context.Context, task protocol.Task, plan 
 			inited = nil
 			if early, ok := f.detach(); ok {
 				w.wind.done = run.done
-				go w.windDownEnded(task, early, run, time.Now())
+				release := w.spend.windingDown(cur) // its calls are still the task's
+				go func() {
+					defer release()
+					w.windDownEnded(task, early, run, time.Now())
+				}()
 				return early, run.done
 			}
 		}
