@@ -35,6 +35,10 @@ type Config struct {
 	// DefaultMaxConns): a container that opens connections without end
 	// runs out of its own share, not of the gateway's descriptors.
 	MaxConns int
+	// WorkerUID owns every worker socket (mode 0600): the uid the
+	// containers run as (0: DefaultWorkerUID). Only it and root can
+	// connect. The gateway must be root, or that uid itself.
+	WorkerUID int
 	// DialTimeout bounds a dial of an upstream, and a name's resolution
 	// for egress (0: 5 s).
 	DialTimeout time.Duration
@@ -84,6 +88,9 @@ func (c Config) withDefaults() (Config, error) {
 	// must fit.
 	if n := len(filepath.Join(abs, strings.Repeat("x", 64), ModelSocket)); n > maxSocketPath {
 		return c, fmt.Errorf("gateway: Dir %s is too long: a worker's socket path would be %d bytes, at most %d", abs, n, maxSocketPath)
+	}
+	if c.WorkerUID <= 0 {
+		c.WorkerUID = DefaultWorkerUID
 	}
 	if c.MaxConns <= 0 {
 		c.MaxConns = DefaultMaxConns

@@ -100,7 +100,7 @@ func newControlAPI(p controlParams) *controlAPI {
 
 // start listens on control.sock and serves it until stop.
 func (c *controlAPI) start() error {
-	l, err := listenUnix(c.dir, c.dir, ControlSocket, ControlSocketMode)
+	l, err := listenUnix(c.dir, c.dir, ControlSocket, ControlSocketMode, -1)
 	if err != nil {
 		return fmt.Errorf("gateway: control socket: %w", err)
 	}

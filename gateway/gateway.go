@@ -11,14 +11,15 @@
 //	control.sock        0600  the control API (HTTP): root only, never mounted
 //	{id}/               0755  one directory per worker, mounted into its container
 //	{id}/worker.json    0600  what the gateway was told (id, allow, project, token): read back at start
-//	{id}/redis.sock     0666  relayed to Config.Redis over TCP
-//	{id}/model.sock     0666  HTTP, forwarded to Config.Model over HTTPS with the worker's token (absent when Model is "")
-//	{id}/egress.sock    0666  an HTTP forward proxy (CONNECT and http://) to what the worker's allowlist names
+//	{id}/redis.sock     0600  relayed to Config.Redis over TCP
+//	{id}/model.sock     0600  HTTP, forwarded to Config.Model over HTTPS with the worker's token (absent when Model is "")
+//	{id}/egress.sock    0600  an HTTP forward proxy (CONNECT and http://) to what the worker's allowlist names
 //
 // Each worker has its own directory, so the gateway knows who calls from
-// the socket it was called on. The container's uid (1000) connects, so
-// the worker sockets are 0666; the directory is root's, so nothing in the
-// container can replace them.
+// the socket it was called on. The container's uid (Config.WorkerUID)
+// connects, so the worker sockets are its own, 0600: no other user of the
+// host can connect; the directory is root's, so nothing in the container
+// can replace them.
 //
 // One worker's request, end to end: the registry (registry.go) opened the
 // worker (worker.go) and had its sockets made (serve.go); a connection to
@@ -103,7 +104,7 @@ func New(cfg Config) (*Gateway, error) {
 	g := &Gateway{dir: cfg.Dir, log: cfg.Log, life: life, cancel: cancel, creds: creds, sentinels: sentinels, redis: redis, models: models}
 	g.logs.redis, g.logs.model = redis.name, cfg.Model
 	g.workers = newRegistry(registryParams{dir: cfg.Dir, maxConns: cfg.MaxConns, log: cfg.Log,
-		sockets: &workerSockets{root: cfg.Dir, redis: g.redis, model: models, egress: egress}})
+		sockets: &workerSockets{root: cfg.Dir, uid: cfg.WorkerUID, redis: g.redis, model: models, egress: egress}})
 	g.control = newControlAPI(controlParams{dir: cfg.Dir, defaultAllow: cfg.Allow, model: models != nil,
 		workers: g.workers, creds: creds, log: cfg.Log})
 	return g, nil

@@ -326,8 +326,8 @@ func TestBadIDsRefused(t *testing.T) {
 }
 
 // The control socket is root's alone; the worker's directory is
-// traversable and its sockets connectable by the container's uid,
-// whatever the gateway's umask.
+// traversable by the container's uid and its sockets are that uid's and
+// root's alone, whatever the gateway's umask.
 func TestModes(t *testing.T) {
 	old := syscall.Umask(0o077)
 	defer syscall.Umask(old)
@@ -342,9 +342,9 @@ func TestModes(t *testing.T) {
 	for p, want := range map[string]os.FileMode{
 		filepath.Join(dir, ControlSocket):  os.ModeSocket | 0o600,
 		filepath.Join(dir, "w1"):           os.ModeDir | 0o755,
-		sockOf(dir, "w1", RedisSocket):     os.ModeSocket | 0o666,
-		sockOf(dir, "w1", ModelSocket):     os.ModeSocket | 0o666,
-		sockOf(dir, "w1", EgressSocket):    os.ModeSocket | 0o666,
+		sockOf(dir, "w1", RedisSocket):     os.ModeSocket | 0o600,
+		sockOf(dir, "w1", ModelSocket):     os.ModeSocket | 0o600,
+		sockOf(dir, "w1", EgressSocket):    os.ModeSocket | 0o600,
 		sockOf(dir, "w1", WorkerFile):      0o600,
 		filepath.Join(dir, "w1", ".stage"): 0, // no staging left behind
 	} {
@@ -362,8 +362,12 @@ func TestModes(t *testing.T) {
 		if fi.Mode() != want {
 			t.Errorf("%s: mode %v, want %v", p, fi.Mode(), want)
 		}
-		if st := fi.Sys().(*syscall.Stat_t); st.Uid != uint32(os.Getuid()) {
-			t.Errorf("%s: owner %d", p, st.Uid)
+		owner := uint32(os.Getuid())
+		if fi.Mode().Type() == os.ModeSocket && filepath.Base(p) != ControlSocket {
+			owner = DefaultWorkerUID // the container's
+		}
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != owner {
+			t.Errorf("%s: owner %d, want %d", p, st.Uid, owner)
 		}
 	}
 	entries, _ := os.ReadDir(filepath.Join(dir, "w1"))

@@ -14,6 +14,7 @@ import (
 // worker's own.
 type workerSockets struct {
 	root   string // Config.Dir, where each socket is staged before it is renamed into place
+	uid    int    // Config.WorkerUID, the sockets' owner
 	redis  *redisRelay
 	model  *modelAPI // nil: no model.sock
 	egress *egressPolicy
@@ -24,7 +25,7 @@ var _ socketMaker = (*workerSockets)(nil) // the registry's call
 // listen makes and serves the sockets of w, in its directory.
 func (s *workerSockets) listen(w *worker) error {
 	dir := w.dir // w is new: nobody renames it yet
-	l, err := listenUnix(s.root, dir, RedisSocket, WorkerSocketMode)
+	l, err := listenUnix(s.root, dir, RedisSocket, WorkerSocketMode, s.uid)
 	if err != nil {
 		return fmt.Errorf("gateway: worker %s: %s: %w", w.ID(), RedisSocket, err)
 	}
@@ -33,13 +34,13 @@ func (s *workerSockets) listen(w *worker) error {
 	if s.model == nil {
 		_ = os.Remove(filepath.Join(dir, ModelSocket))
 	} else {
-		if l, err = listenUnix(s.root, dir, ModelSocket, WorkerSocketMode); err != nil {
+		if l, err = listenUnix(s.root, dir, ModelSocket, WorkerSocketMode, s.uid); err != nil {
 			return fmt.Errorf("gateway: worker %s: %s: %w", w.ID(), ModelSocket, err)
 		}
 		m := newModelServer(s.model, w.side(ModelSocket), w)
 		w.serve(l, m, m.serve)
 	}
-	if l, err = listenUnix(s.root, dir, EgressSocket, WorkerSocketMode); err != nil {
+	if l, err = listenUnix(s.root, dir, EgressSocket, WorkerSocketMode, s.uid); err != nil {
 		return fmt.Errorf("gateway: worker %s: %s: %w", w.ID(), EgressSocket, err)
 	}
 	e := newEgress(s.egress, w.side(EgressSocket), w, refusalFeed{side: w.side(EgressSocket), token: w})

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	stdlog "log"
 	"log/slog"
@@ -19,12 +20,13 @@ import (
 // What every server of a worker's socket shares: how a socket is made,
 // how its connections become the worker's, and how bytes are relayed.
 
-// listenUnix listens on dir/name with the given mode, replacing a stale
-// socket file there. The socket is made in a private directory (0700) of
-// root, given its mode, then renamed into place: nobody connects to it
-// before it has its mode, whatever the umask, and a client connecting
-// meanwhile reaches either the old file or the new socket.
-func listenUnix(root, dir, name string, mode os.FileMode) (*unixListener, error) {
+// listenUnix listens on dir/name with the given mode and owner (uid; -1:
+// the gateway's), replacing a stale socket file there. The socket is made
+// in a private directory (0700) of root, given its mode and owner, then
+// renamed into place: nobody connects to it before it has them, whatever
+// the umask, and a client connecting meanwhile reaches either the old
+// file or the new socket.
+func listenUnix(root, dir, name string, mode os.FileMode, uid int) (*unixListener, error) {
 	stage, err := os.MkdirTemp(root, ".stage-")
 	if err != nil {
 		return nil, err
@@ -41,6 +43,12 @@ func listenUnix(root, dir, name string, mode os.FileMode) (*unixListener, error)
 	if err := os.Chmod(tmp, mode); err != nil {
 		l.Close()
 		return nil, err
+	}
+	if uid >= 0 && uid != os.Geteuid() {
+		if err := os.Lchown(tmp, uid, -1); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("give the socket to uid %d (the containers' uid, GATEWAY_WORKER_UID; the gateway must be root or that uid): %w", uid, err)
+		}
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 		l.Close()

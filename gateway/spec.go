@@ -23,12 +23,18 @@ const (
 	WorkerFile    = "worker.json"
 )
 
-// Modes of what the gateway makes: the worker's directory and sockets are
-// for the container's uid to traverse and connect to; the control socket
-// and worker.json are root's alone.
+// DefaultWorkerUID is Config.WorkerUID when it is 0: the uid the worker
+// images run as.
+const DefaultWorkerUID = 1000
+
+// Modes of what the gateway makes: the worker's directory is for the
+// container's uid to traverse; its sockets are the container's uid's
+// (Config.WorkerUID) and root's alone, so that another user of the host
+// cannot use a worker's sockets (and the credentials the gateway adds to
+// its egress); the control socket and worker.json are root's alone.
 const (
 	DirMode           os.FileMode = 0o755
-	WorkerSocketMode  os.FileMode = 0o666
+	WorkerSocketMode  os.FileMode = 0o600
 	ControlSocketMode os.FileMode = 0o600
 	WorkerFileMode    os.FileMode = 0o600
 )

@@ -50,12 +50,13 @@ func main() {
 // (each Doc in Markdown: the Meaning of its row in docs/configuration.md,
 // which TestConfigTables generates from it).
 type config struct {
-	Dir      string
-	Redis    string
-	Model    string
-	MaxConns int
-	Allow    []string
-	Creds    string
+	Dir       string
+	Redis     string
+	Model     string
+	MaxConns  int
+	WorkerUID int
+	Allow     []string
+	Creds     string
 	// UpstreamCA is a PEM file of CA certificates trusted for a
 	// credentialed request's upstream besides the system's roots.
 	UpstreamCA string
@@ -73,6 +74,8 @@ func configVars(c *config) []envconf.Var {
 			Doc: "the upstream Redis, `host:port`, or a `redis+sentinel://` URL (sentinels, master name, the sentinels' credentials only): what every worker's `redis.sock` is relayed to; for a sentinel URL, the primary the sentinels name at each connection"},
 		{Name: "GATEWAY_MODEL", Value: envconf.Func(modelUpstream(&c.Model)),
 			Doc: "the upstream model API, `host:port` (HTTPS, the server verified), or an `https://` or `http://` URL of scheme and host (`http`: a model server on this host, such as a test's stub): where every worker's `model.sock` forwards the requests that carry the worker's token; unset: no `model.sock`"},
+		{Name: "GATEWAY_WORKER_UID", Default: fmt.Sprint(gateway.DefaultWorkerUID), Value: envconf.Int(&c.WorkerUID, 1),
+			Doc: "the uid the workers' containers run as: it owns every worker socket (mode 0600), so that only it and root can connect (the gateway must run as root, or as that uid)"},
 		{Name: "GATEWAY_MAX_CONNS", Default: fmt.Sprint(gateway.DefaultMaxConns), Value: envconf.Int(&c.MaxConns, 1),
 			Doc: "connections one worker may hold open at once; more are closed at once"},
 		{Name: "GATEWAY_ALLOW", Value: envconf.Func(allowList(&c.Allow)),
@@ -184,7 +187,7 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) int 
 		log.Error("invalid configuration", "err", err)
 		return 2
 	}
-	g, err := gateway.New(gateway.Config{Dir: c.Dir, Redis: c.Redis, Model: c.Model, MaxConns: c.MaxConns, Allow: c.Allow,
+	g, err := gateway.New(gateway.Config{Dir: c.Dir, Redis: c.Redis, Model: c.Model, MaxConns: c.MaxConns, WorkerUID: c.WorkerUID, Allow: c.Allow,
 		CredentialsFile: c.Creds, UpstreamTLS: upTLS, Log: log})
 	if err != nil {
 		log.Error("invalid configuration", "err", err)
