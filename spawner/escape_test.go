@@ -79,7 +79,10 @@ func TestEscapeSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent, err := s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, AllowedCommands: []string{"*"}})
+	// Two names on its allowlist: one that does not resolve, one that
+	// resolves to the host's loopback (the gateway does not dial it).
+	agent, err := s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, AllowedCommands: []string{"*"},
+		Network: &protocol.Network{Allow: []string{"nx.invalid:443", "localhost:" + r.Addr[strings.LastIndex(r.Addr, ":")+1:]}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,6 +143,13 @@ func TestEscapeSuite(t *testing.T) {
 		// wrapper's, with the worker's token).
 		`perl -MIO::Socket::UNIX -e '$s=IO::Socket::UNIX->new(Peer=>"/run/agentvisor/egress.sock") or die "no socket: $!"; ` +
 			`print $s "CONNECT direct.example:443 HTTP/1.1\r\nHost: direct.example:443\r\n\r\n"; $a=<$s>; print "EGRESSSOCK-DIRECT $a"'`,
+		// What the gateway's errors tell of the host: a name that does
+		// not resolve (its resolver's address?), a name of the host's
+		// loopback (its addresses?). The whole answers are printed.
+		`perl -MIO::Socket::UNIX -e '$s=IO::Socket::UNIX->new(Peer=>"/run/agentvisor/egress.sock") or die "no socket: $!"; ` +
+			`print $s "CONNECT nx.invalid:443 HTTP/1.1\r\nHost: nx.invalid:443\r\nConnection: close\r\n\r\n"; alarm 10; local $/; $a=<$s>; print "EGRESSNX-BEGIN $a EGRESSNX-END"'`,
+		`perl -MIO::Socket::UNIX -e '$s=IO::Socket::UNIX->new(Peer=>"/run/agentvisor/egress.sock") or die "no socket: $!"; ` +
+			`print $s "CONNECT localhost:` + port + ` HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"; alarm 10; local $/; $a=<$s>; print "EGRESSLO-BEGIN $a EGRESSLO-END"'`,
 		`perl -MIO::Socket::UNIX -e '$s=IO::Socket::UNIX->new(Peer=>"/run/agentvisor/egress.sock") or die "no socket: $!"; ` +
 			`print $s "GET ` + gateway.RefusalsPath + ` HTTP/1.1\r\nHost: gateway\r\n\r\n"; $a=<$s>; print "EGRESSSOCK-LOG $a"'`,
 	}
@@ -216,6 +226,24 @@ func TestEscapeSuite(t *testing.T) {
 		t.Errorf("the task's output does not count the agent's own model call of %d input tokens: %+v", extraInput, out)
 	} else {
 		t.Logf("the task's usage: %+v, cost %.4f (estimated %v)", out.Usage, out.CostUSD, out.CostEstimated)
+	}
+	// The gateway's answers say what failed, not what the host has.
+	for _, probe := range []struct{ name, want string }{
+		{"EGRESSNX", "does not resolve"},
+		{"EGRESSLO", "resolves to local addresses only"},
+	} {
+		i, j := strings.Index(saw, probe.name+"-BEGIN"), strings.Index(saw, probe.name+"-END")
+		if i < 0 || j < i {
+			t.Errorf("probe %s gave no answer", probe.name)
+			continue
+		}
+		answer := saw[i:j]
+		if k := strings.Index(answer, "agentvisor gateway:"); k >= 0 {
+			answer = answer[k:] // the body (the Date header has colons of its own)
+		}
+		if !strings.Contains(answer, probe.want) || strings.Contains(answer, "127.0.0.") || strings.Contains(answer, ":53") || strings.Contains(answer, "lookup") {
+			t.Errorf("the gateway's answer to %s: want %q and nothing of the host's addresses or resolver:\n%s", probe.name, probe.want, answer)
+		}
 	}
 	for _, probe := range []string{"DIRECT", "LOG"} {
 		if !strings.Contains(saw, "EGRESSSOCK-"+probe+" HTTP/1.1 403") {

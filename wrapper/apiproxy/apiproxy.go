@@ -233,6 +233,12 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		// The transport then asks for gzip itself and decodes the answer,
 		// so the meter reads it; the agent gets it plain, on loopback.
 		pr.Out.Header.Del("Accept-Encoding")
+		if isModelCall(pr.In) {
+			// The call outlives a client that hangs up: the upstream bills
+			// the whole answer, which the meter reads to its end
+			// (usageReader.Close).
+			pr.Out = pr.Out.WithContext(context.WithoutCancel(pr.In.Context()))
+		}
 	}
 	switch {
 	case p.cfg.APIKey != "":

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/tidwall/gjson"
 
@@ -77,10 +78,37 @@ type usageReader struct {
 	over  bool           // buf outgrew its bound: this line (SSE) or body (JSON) is passed over
 	model string         // SSE: the model of the message in flight
 	sent  protocol.Usage // SSE: what was reported of the message in flight
+	eof   bool           // the answer was read to its end
+}
+
+// drainFor bounds how long Close reads on an answer the agent stopped
+// reading, to meter the rest of it.
+var drainFor = 30 * time.Second
+
+// Close meters what is left of an answer its client stopped reading (it
+// went away after the status line, or mid-stream): the upstream bills it
+// all, and a client that hangs up early must not leave it unmetered. The
+// proxy's upstream request outlives its client for that (Proxy.rewrite);
+// the rest is read for at most drainFor.
+func (r *usageReader) Close() error {
+	if !r.eof {
+		t := time.AfterFunc(drainFor, func() { _ = r.ReadCloser.Close() })
+		buf := make([]byte, 32<<10)
+		for !r.eof {
+			if _, err := r.Read(buf); err != nil {
+				break
+			}
+		}
+		t.Stop()
+	}
+	return r.ReadCloser.Close()
 }
 
 func (r *usageReader) Read(p []byte) (int, error) {
 	n, err := r.ReadCloser.Read(p)
+	if err == io.EOF {
+		r.eof = true
+	}
 	if r.sse {
 		r.scan(p[:n])
 		return n, err

@@ -1,16 +1,19 @@
 package apiproxy
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/stubmodel"
@@ -221,5 +224,48 @@ func TestProxyRefusesModelCalls(t *testing.T) {
 	}
 	if n := len(stub.Requests()); n != 1 {
 		t.Fatalf("%d calls reached the model, want 1", n)
+	}
+}
+
+// A client that hangs up after the status line (a script that wants only
+// to spend) leaves no answer unmetered: the proxy reads the rest of the
+// upstream's answer to meter it, streamed or not.
+func TestProxyMetersAnAnswerItsClientLeft(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		body string
+	}{
+		{"json", `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`},
+		{"stream", streamBody},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			stub := startStub(t)
+			big := stubmodel.Usage{InputTokens: 600000, OutputTokens: 10}
+			stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{{Text: strings.Repeat("an answer ", 2000), Usage: &big}}})
+			var log usageLog
+			p := startProxy(t, Config{Upstream: stub.URL, APIKey: realKey, OnUsage: log.add})
+			conn, err := net.Dial("tcp", strings.TrimPrefix(p.URL, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(conn, "POST /v1/messages HTTP/1.1\r\nHost: x\r\nX-Api-Key: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+				p.Token, len(c.body), c.body)
+			line, err := bufio.NewReader(conn).ReadString('\n')
+			conn.Close() // gone after the status line
+			if err != nil || !strings.Contains(line, " 200 ") {
+				t.Fatalf("status line %q %v", line, err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				if u, _ := log.total(); u.Input == big.InputTokens {
+					break
+				}
+				if time.Now().After(deadline) {
+					u, _ := log.total()
+					t.Fatalf("metered %+v, want the answer's %d input tokens", u, big.InputTokens)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
 	}
 }
