@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -364,8 +365,22 @@ func (e *egress) upstreamError(rw http.ResponseWriter, r *http.Request, err erro
 	}
 	e.side.stats.dialErrors.Add(1)
 	e.side.log.Warn("egress upstream", "url", r.URL.Redacted(), "err", err)
-	// The error names the addresses dialled: logged, not said.
-	http.Error(rw, fmt.Sprintf("agentvisor gateway: %s: the host does not answer", printable(r.URL.Host)), http.StatusBadGateway)
+	// The error names the addresses dialled: logged, not said; what
+	// failed is said.
+	http.Error(rw, fmt.Sprintf("agentvisor gateway: %s: %s", printable(r.URL.Host), upstreamFailure(err)), http.StatusBadGateway)
+}
+
+// upstreamFailure says what failed of an upstream, without its details:
+// the host's certificate, or the host.
+func upstreamFailure(err error) string {
+	var verify *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	if errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &hostname) || errors.As(err, &invalid) {
+		return "the host's certificate is not trusted (GATEWAY_UPSTREAM_CA adds a private CA)"
+	}
+	return "the host does not answer"
 }
 
 // requestLine is what r asked, as a refusal names it: CONNECT host:port,

@@ -53,7 +53,7 @@ func TestConfigTables(t *testing.T) {
 func TestConfigFromEnv(t *testing.T) {
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	c, err := configFromEnv(env(map[string]string{"GATEWAY_REDIS": "127.0.0.1:6379"}))
-	if err != nil || !reflect.DeepEqual(c, config{Dir: DefaultDir, Redis: "127.0.0.1:6379", MaxConns: gateway.DefaultMaxConns, LogLevel: "info"}) {
+	if err != nil || !reflect.DeepEqual(c, config{Dir: DefaultDir, Redis: "127.0.0.1:6379", MaxConns: gateway.DefaultMaxConns, WorkerUID: gateway.DefaultWorkerUID, LogLevel: "info"}) {
 		t.Fatalf("%+v %v", c, err)
 	}
 	sentinel := "rediss+sentinel://10.0.0.1:26379,10.0.0.2/agentvisor/0?sentinel_password=s%40pw"
