@@ -742,15 +742,17 @@ class PermissionRequest(Document):
 
 @dataclass(kw_only=True)
 class ProgressRefused(Document):
-    """Set on the warning published when a call of the agent was refused (a shell command outside ALLOWED_COMMANDS, a progress call the endpoint turned down, a connection outside a sealed worker's egress allowlist); level is then warning."""
+    """Set on the warning published when a call of the agent was refused (a shell command outside ALLOWED_COMMANDS, a progress call the endpoint turned down, whatever a sealed worker's gateway refused, a model call the wrapper's proxy refused); level is then warning."""
 
     tool: str
+    code: Optional[str] = None
     command: Optional[str] = None
     reason: Optional[str] = None
     host: Optional[str] = None
     port: Optional[int] = None
 
     _FIELDS = {'tool': {'minLength': 1, 'maxLength': 200, 'type': ['string'], 'required': True},
+               'code': {'maxLength': 64, 'type': ['string'], 'required': False},
                'command': {'maxLength': 4096, 'type': ['string'], 'required': False},
                'reason': {'maxLength': 1024, 'type': ['string'], 'required': False},
                'host': {'maxLength': 253, 'type': ['string'], 'required': False},
