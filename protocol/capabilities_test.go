@@ -133,6 +133,7 @@ func TestCodesRetryable(t *testing.T) {
 		CodeCancelled:      false, CodeAuthFailed: false, CodeRateLimited: true, CodeAgentStalled: true, CodeBudgetExceeded: false,
 		CodeHostLost: true, CodeNoHost: true, CodeWorkerGone: false,
 		CodeCommandExpired: true, CodeNoManager: true, CodeRedisAuth: false,
+		CodeGitWorktree: true, CodeGitPush: true,
 	}
 	if len(Codes) != len(want) {
 		t.Fatalf("%d codes, the test knows %d", len(Codes), len(want))

@@ -87,6 +87,9 @@ type WorkerSpec struct {
 	Placement *Placement `json:"placement,omitempty"`
 	// Network is a sealed worker's egress allowlist (egress.go).
 	Network *Network `json:"network,omitempty"`
+	// Git is the repository of the worker's tasks that name none
+	// (git.go); its branch, when set, is every such task's.
+	Git *Git `json:"git,omitempty"`
 }
 
 var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -148,6 +151,9 @@ func (s *WorkerSpec) validate(path string) error {
 		if _, err := ParseEgressRules(s.Network.Allow); err != nil {
 			return fieldErr(path+".network.allow", "%v", err)
 		}
+	}
+	if err := s.Git.validate(path + ".git"); err != nil {
+		return err
 	}
 	return validateMCPServers(path+".mcp_servers", s.MCPServers)
 }

@@ -104,6 +104,15 @@ const (
 	// CodeRedisAuth: Redis refused the client's credentials (WRONGPASS,
 	// NOAUTH): the same user and password cannot succeed.
 	CodeRedisAuth Code = "REDIS_AUTH_FAILED"
+	// CodeGitWorktree: the task's worktree could not be made (the
+	// remote did not answer or refused, the base or the branch is not
+	// there, the workspace holds another repository); the agent did not
+	// run.
+	CodeGitWorktree Code = "GIT_WORKTREE_FAILED"
+	// CodeGitPush: the agent ran, but its work could not be committed or
+	// pushed to the task's branch (the gateway refused, the branch moved
+	// and is no fast-forward); the output's git says what is where.
+	CodeGitPush Code = "GIT_PUSH_FAILED"
 )
 
 // codeInfo holds whether retrying the same request may succeed.
@@ -142,6 +151,8 @@ var codeInfo = map[Code]bool{
 	CodeCommandExpired:      true,  // with a new deadline
 	CodeNoManager:           true,  // once a manager runs
 	CodeRedisAuth:           false, // not with the same credentials
+	CodeGitWorktree:         true,  // a remote that did not answer may
+	CodeGitPush:             true,  // the work is kept in the worktree; a retry pushes it again
 }
 
 // Codes lists every code, in a stable order.
@@ -152,7 +163,7 @@ var Codes = []Code{
 	CodeUpstreamUnavailable, CodeResourceExhausted, CodeInternalError,
 	CodeWorkerBusy, CodeConflict, CodeShuttingDown, CodeReplaceLimit, CodeMCPUnavailable,
 	CodeCancelled, CodeAuthFailed, CodeRateLimited, CodeAgentStalled, CodeBudgetExceeded,
-	CodeHostLost, CodeNoHost, CodeWorkerGone, CodeCommandExpired, CodeNoManager, CodeRedisAuth,
+	CodeHostLost, CodeNoHost, CodeWorkerGone, CodeCommandExpired, CodeNoManager, CodeRedisAuth, CodeGitWorktree, CodeGitPush,
 }
 
 // Valid reports whether c is a known code.

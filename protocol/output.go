@@ -106,7 +106,11 @@ type Output struct {
 	Answers string `json:"answers,omitempty"`
 	// Attempt counts the task's attempts (1 for the first): its
 	// deliveries, the spawner's hand-overs and the wrapper's retries.
-	Attempt   int            `json:"attempt,omitempty"`
+	Attempt int `json:"attempt,omitempty"`
+	// Git is what the task's git work came to (git.go): set for every
+	// task that named a repository (or whose worker has a default) and
+	// whose worktree was made.
+	Git       *GitOutput     `json:"git,omitempty"`
 	Metadata  map[string]any `json:"metadata,omitempty"` // the task's metadata, echoed
 	Timestamp time.Time      `json:"timestamp"`
 }
@@ -164,6 +168,9 @@ func (o Output) Validate() error {
 	}
 	if o.Timestamp.IsZero() {
 		return fieldErr("timestamp", "required")
+	}
+	if err := o.Git.validate("git"); err != nil {
+		return err
 	}
 	return o.Error.validate("error")
 }

@@ -22,6 +22,8 @@ func samples() map[string][]encoder {
 			Task{RequestID: "req-2", TaskID: "task-9", ProjectID: "proj-a", Prompt: "go on",
 				ForceNewSession: true, TimeoutSeconds: 900, Metadata: map[string]any{"chat_id": 42.0}},
 			Task{RequestID: "req-3", Prompt: "Use Postgres.", Answers: "req-2", MaxBudgetUSD: 0.5},
+			Task{RequestID: "req-4", TaskID: "issue-17", Prompt: "Fix the flaky test", Git: &Git{Remote: "https://git.example.com/shop/api.git",
+				Base: "main", Branch: "fix/flaky-test", AuthorName: "Shop Bot", AuthorEmail: "bot@example.com", Message: "Fix the flaky test"}},
 		},
 		"cancel.schema.json": {
 			NewCancel("req-1", ""),
@@ -58,6 +60,17 @@ func samples() map[string][]encoder {
 			Output{RequestID: "req-5", WorkerID: "w-3", AgentType: AgentDroid, Status: StatusFailed, Timestamp: sampleTime,
 				Usage: Usage{Input: 40000, Output: 2000}, CostUSD: 0.15, CostEstimated: true,
 				Error: NewError(CodeBudgetExceeded, "the task's estimated cost $0.1500 passed its max_budget_usd 0.1")},
+			Output{RequestID: "req-6", WorkerID: "w-1", Status: StatusComplete, Timestamp: sampleTime, Git: &GitOutput{
+				Remote: "https://git.example.com/shop/api.git", Branch: "agentvisor/issue-17", Base: "main",
+				BaseCommit: "1111111111111111111111111111111111111111", StartCommit: "1111111111111111111111111111111111111111",
+				HeadCommit: "2222222222222222222222222222222222222222", Changed: true, Pushed: true, Uncommitted: true,
+				Commits:    []GitCommit{{SHA: "2222222222222222222222222222222222222222", Subject: "Fix the flaky test", Author: "agentvisor <agentvisor@localhost>"}},
+				Files:      []GitFileStat{{Path: "pkg/foo/foo_test.go", Insertions: 3, Deletions: 1}, {Path: "logo.png", Binary: true}},
+				Insertions: 3, Deletions: 1, Patch: "diff --git a/pkg/foo/foo_test.go b/pkg/foo/foo_test.go\n", PatchBytes: 60}},
+			Output{RequestID: "req-7", WorkerID: "w-1", Status: StatusComplete, Timestamp: sampleTime, Git: &GitOutput{
+				Remote: "https://git.example.com/shop/api.git", Branch: "agentvisor/req-7", Base: "main",
+				BaseCommit: "1111111111111111111111111111111111111111", StartCommit: "1111111111111111111111111111111111111111",
+				HeadCommit: "1111111111111111111111111111111111111111"}},
 		},
 		"progress.schema.json": {
 			Progress{WorkerID: "w-1", RequestID: "req-1", TaskID: "task-9", Step: "Running tests", ProgressPct: pct(50),

@@ -50,7 +50,12 @@ type Task struct {
 	// Priority orders the shared developer queue (priority.go): high,
 	// normal or low; "" is normal. A long-lived worker's own input is
 	// read in order, whatever the priority.
-	Priority Priority       `json:"priority,omitempty"`
+	Priority Priority `json:"priority,omitempty"`
+	// Git names the repository the task works in (git.go): the agent
+	// runs in a worktree of it on the task's branch, and the output
+	// carries what was committed and pushed. Nil: the worker's default
+	// (its spec's git), if any.
+	Git      *Git           `json:"git,omitempty"`
 	Metadata map[string]any `json:"metadata,omitempty"` // echoed back on the Output
 }
 
@@ -124,7 +129,7 @@ func (t Task) Validate() error {
 	if t.TimeoutSeconds < 0 || t.TimeoutSeconds > MaxTimeoutSeconds {
 		return fieldErr("timeout_seconds", "is %d, want 0 to %d", t.TimeoutSeconds, MaxTimeoutSeconds)
 	}
-	return nil
+	return t.Git.validate("git")
 }
 
 // RetryPolicy is the task's retry policy with def filling what it leaves

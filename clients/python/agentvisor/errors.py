@@ -42,6 +42,8 @@ RETRYABLE = {
     "COMMAND_EXPIRED": True,
     "NO_MANAGER": True,
     "REDIS_AUTH_FAILED": False,
+    "GIT_WORKTREE_FAILED": True,
+    "GIT_PUSH_FAILED": True,
 }
 
 

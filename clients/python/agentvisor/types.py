@@ -45,6 +45,8 @@ CODES = (
     'COMMAND_EXPIRED',
     'NO_MANAGER',
     'REDIS_AUTH_FAILED',
+    'GIT_WORKTREE_FAILED',
+    'GIT_PUSH_FAILED',
 )
 
 
@@ -160,6 +162,38 @@ class CommandSpecNetwork(Document):
 
 
 @dataclass(kw_only=True)
+class Git(Document):
+    """The repository a task works in: the agent runs in a worktree of remote on branch (default agentvisor/ and the task's task_id, else answers, else request_id), made from base (default the remote's default branch) or continued from the branch's head; what it changed is committed and pushed when it stops."""
+
+    remote: str
+    base: Optional[str] = None
+    branch: Optional[str] = None
+    allow_force_push: Optional[bool] = None
+    discard_on_failure: Optional[bool] = None
+    author_name: Optional[str] = None
+    author_email: Optional[str] = None
+    message: Optional[str] = None
+
+    _FIELDS = {'remote': {'pattern': '^https?://[^@/?#\\s]+/[^?#\\s]*[^/?#\\s][^?#\\s]*$',
+                          'minLength': 1,
+                          'maxLength': 2048,
+                          'type': ['string'],
+                          'required': True},
+               'base': {'minLength': 1, 'maxLength': 200, 'type': ['string'], 'required': False},
+               'branch': {'pattern': '^[^\\s~^:?*\\[\\\\]+$',
+                          'minLength': 1,
+                          'maxLength': 200,
+                          'type': ['string'],
+                          'required': False},
+               'allow_force_push': {'type': ['boolean'], 'required': False},
+               'discard_on_failure': {'type': ['boolean'], 'required': False},
+               'author_name': {'maxLength': 200, 'type': ['string'], 'required': False},
+               'author_email': {'pattern': '^[^<> ]*$', 'maxLength': 200, 'type': ['string'], 'required': False},
+               'message': {'maxLength': 1000, 'type': ['string'], 'required': False}}
+    _OPEN = False
+
+
+@dataclass(kw_only=True)
 class CommandSpecMcpServersItem(Document):
     """CommandSpecMcpServersItem."""
 
@@ -195,6 +229,7 @@ class CommandSpec(Document):
     limits: Optional[CommandSpecLimits] = None
     placement: Optional[CommandSpecPlacement] = None
     network: Optional[CommandSpecNetwork] = None
+    git: Optional[Git] = None
     mcp_servers: Optional[list[CommandSpecMcpServersItem]] = None
 
     _FIELDS = {'agent_type': {'enum': ['claude',
@@ -256,6 +291,7 @@ class CommandSpec(Document):
                'limits': {'class': 'CommandSpecLimits', 'type': ['object'], 'required': False},
                'placement': {'class': 'CommandSpecPlacement', 'type': ['object'], 'required': False},
                'network': {'class': 'CommandSpecNetwork', 'type': ['object'], 'required': False},
+               'git': {'class': 'Git', 'type': ['object'], 'required': False},
                'mcp_servers': {'maxItems': 16,
                                'items': {'class': 'CommandSpecMcpServersItem', 'type': ['object']},
                                'type': ['array'],
@@ -555,7 +591,9 @@ class ErrorInfo(Document):
                                  'WORKER_GONE',
                                  'COMMAND_EXPIRED',
                                  'NO_MANAGER',
-                                 'REDIS_AUTH_FAILED'],
+                                 'REDIS_AUTH_FAILED',
+                                 'GIT_WORKTREE_FAILED',
+                                 'GIT_PUSH_FAILED'],
                         'required': True},
                'message': {'minLength': 1, 'type': ['string'], 'required': True},
                'retryable': {'type': ['boolean'], 'required': True}}
@@ -595,6 +633,84 @@ class Usage(Document):
 
 
 @dataclass(kw_only=True)
+class GitOutputCommitsItem(Document):
+    """GitOutputCommitsItem."""
+
+    sha: str
+    subject: str
+    author: Optional[str] = None
+
+    _FIELDS = {'sha': {'pattern': '^[0-9a-f]{40}$', 'type': ['string'], 'required': True},
+               'subject': {'type': ['string'], 'required': True},
+               'author': {'type': ['string'], 'required': False}}
+    _OPEN = False
+
+
+@dataclass(kw_only=True)
+class GitOutputFilesItem(Document):
+    """GitOutputFilesItem."""
+
+    path: str
+    insertions: int
+    deletions: int
+    binary: Optional[bool] = None
+
+    _FIELDS = {'path': {'type': ['string'], 'required': True},
+               'insertions': {'minimum': 0, 'type': ['integer'], 'required': True},
+               'deletions': {'minimum': 0, 'type': ['integer'], 'required': True},
+               'binary': {'type': ['boolean'], 'required': False}}
+    _OPEN = False
+
+
+@dataclass(kw_only=True)
+class GitOutput(Document):
+    """What a task's git work came to: the branch, the commits made, the diffstat and the patch (cut at 262144 bytes, patch_truncated set). changed false: the task left the branch as it found it."""
+
+    remote: str
+    branch: str
+    base: str
+    base_commit: Optional[str] = None
+    start_commit: Optional[str] = None
+    head_commit: Optional[str] = None
+    changed: bool
+    commits: Optional[list[GitOutputCommitsItem]] = None
+    files: Optional[list[GitOutputFilesItem]] = None
+    insertions: int
+    deletions: int
+    patch: Optional[str] = None
+    patch_truncated: Optional[bool] = None
+    patch_bytes: Optional[int] = None
+    pushed: bool
+    discarded: Optional[bool] = None
+    uncommitted: Optional[bool] = None
+
+    _FIELDS = {'remote': {'type': ['string'], 'required': True},
+               'branch': {'minLength': 1, 'type': ['string'], 'required': True},
+               'base': {'type': ['string'], 'required': True},
+               'base_commit': {'pattern': '^[0-9a-f]{40}$', 'type': ['string'], 'required': False},
+               'start_commit': {'pattern': '^[0-9a-f]{40}$', 'type': ['string'], 'required': False},
+               'head_commit': {'pattern': '^[0-9a-f]{40}$', 'type': ['string'], 'required': False},
+               'changed': {'type': ['boolean'], 'required': True},
+               'commits': {'maxItems': 100,
+                           'items': {'class': 'GitOutputCommitsItem', 'type': ['object']},
+                           'type': ['array'],
+                           'required': False},
+               'files': {'maxItems': 1000,
+                         'items': {'class': 'GitOutputFilesItem', 'type': ['object']},
+                         'type': ['array'],
+                         'required': False},
+               'insertions': {'minimum': 0, 'type': ['integer'], 'required': True},
+               'deletions': {'minimum': 0, 'type': ['integer'], 'required': True},
+               'patch': {'maxLength': 262144, 'type': ['string'], 'required': False},
+               'patch_truncated': {'type': ['boolean'], 'required': False},
+               'patch_bytes': {'minimum': 0, 'type': ['integer'], 'required': False},
+               'pushed': {'type': ['boolean'], 'required': True},
+               'discarded': {'type': ['boolean'], 'required': False},
+               'uncommitted': {'type': ['boolean'], 'required': False}}
+    _OPEN = False
+
+
+@dataclass(kw_only=True)
 class Output(Document):
     """How a task ended: one entry on the task's output stream, from the wrapper, or from the spawner when the worker crashed."""
 
@@ -613,6 +729,7 @@ class Output(Document):
     answers: Optional[str] = None
     session: Optional[OutputSession] = None
     usage: Usage
+    git: Optional[GitOutput] = None
     context_tokens: int
     cost_usd: float
     cost_estimated: Optional[bool] = None
@@ -657,6 +774,7 @@ class Output(Document):
                            'required': False},
                'session': {'class': 'OutputSession', 'type': ['object'], 'required': False},
                'usage': {'class': 'Usage', 'type': ['object'], 'required': True},
+               'git': {'class': 'GitOutput', 'type': ['object'], 'required': False},
                'context_tokens': {'minimum': 0, 'type': ['integer'], 'required': True},
                'cost_usd': {'minimum': 0, 'type': ['number'], 'required': True},
                'cost_estimated': {'type': ['boolean'], 'required': False},
@@ -971,6 +1089,7 @@ class Task(Document):
     priority: Optional[str] = None
     retry: Optional[TaskRetry] = None
     trigger: Optional[str] = None
+    git: Optional[Git] = None
     metadata: Optional[dict[str, Any]] = None
 
     _FIELDS = {'v': {'const': 1, 'required': True},
@@ -1002,8 +1121,9 @@ class Task(Document):
                'priority': {'enum': ['high', 'normal', 'low'], 'required': False},
                'retry': {'class': 'TaskRetry', 'type': ['object'], 'required': False},
                'trigger': {'maxLength': 200, 'type': ['string'], 'required': False},
+               'git': {'class': 'Git', 'type': ['object'], 'required': False},
                'metadata': {'type': ['object'], 'required': False}}
     _OPEN = False
 
 
-CLASSES = {'Adopt': Adopt, 'Cancel': Cancel, 'CommandNetwork': CommandNetwork, 'CommandBudget': CommandBudget, 'CommandSpecLimits': CommandSpecLimits, 'CommandSpecPlacement': CommandSpecPlacement, 'CommandSpecNetwork': CommandSpecNetwork, 'CommandSpecMcpServersItem': CommandSpecMcpServersItem, 'CommandSpec': CommandSpec, 'Command': Command, 'ControlRequest': ControlRequest, 'Heartbeat': Heartbeat, 'LifecycleEvent': LifecycleEvent, 'Message': Message, 'ErrorInfo': ErrorInfo, 'OutputSession': OutputSession, 'Usage': Usage, 'Output': Output, 'PermissionReply': PermissionReply, 'PermissionRequest': PermissionRequest, 'ProgressRefused': ProgressRefused, 'Progress': Progress, 'ProgressReport': ProgressReport, 'WorkerNetwork': WorkerNetwork, 'Worker': Worker, 'Reply': Reply, 'WorkerStopOutput': WorkerStopOutput, 'TaskRetry': TaskRetry, 'Task': Task}
+CLASSES = {'Adopt': Adopt, 'Cancel': Cancel, 'CommandNetwork': CommandNetwork, 'CommandBudget': CommandBudget, 'CommandSpecLimits': CommandSpecLimits, 'CommandSpecPlacement': CommandSpecPlacement, 'CommandSpecNetwork': CommandSpecNetwork, 'Git': Git, 'CommandSpecMcpServersItem': CommandSpecMcpServersItem, 'CommandSpec': CommandSpec, 'Command': Command, 'ControlRequest': ControlRequest, 'Heartbeat': Heartbeat, 'LifecycleEvent': LifecycleEvent, 'Message': Message, 'ErrorInfo': ErrorInfo, 'OutputSession': OutputSession, 'Usage': Usage, 'GitOutputCommitsItem': GitOutputCommitsItem, 'GitOutputFilesItem': GitOutputFilesItem, 'GitOutput': GitOutput, 'Output': Output, 'PermissionReply': PermissionReply, 'PermissionRequest': PermissionRequest, 'ProgressRefused': ProgressRefused, 'Progress': Progress, 'ProgressReport': ProgressReport, 'WorkerNetwork': WorkerNetwork, 'Worker': Worker, 'Reply': Reply, 'WorkerStopOutput': WorkerStopOutput, 'TaskRetry': TaskRetry, 'Task': Task}

@@ -38,6 +38,8 @@ const retryableByCode: Record<Code, boolean> = {
   COMMAND_EXPIRED: true,
   NO_MANAGER: true,
   REDIS_AUTH_FAILED: false,
+  GIT_WORKTREE_FAILED: true,
+  GIT_PUSH_FAILED: true,
 };
 
 /** Reports whether the same request may succeed if sent again; unknown codes are not retryable. */

@@ -72,6 +72,7 @@ export interface Command {
     network?: {
       allow?: string[];
     };
+    git?: Git;
     /** MCP servers for the agent: a stdio command, or an HTTP URL. Names are unique (the decoder checks it; a schema cannot say it of one field); the JSON of the array is at most 32768 bytes (MaxMCPServersBytes). */
     mcp_servers?: {
       name: string;
@@ -110,10 +111,10 @@ export type Kind = "long_lived" | "developer";
 /** Every value of Kind, in the schema's order. */
 export const kindValues: readonly Kind[] = ["long_lived","developer"];
 
-export type Code = "AGENT_TIMEOUT" | "AGENT_CRASHED" | "AGENT_ERROR" | "NO_STOP_OUTPUT" | "INVALID_STOP_OUTPUT" | "OUTPUT_TOO_LARGE" | "TASK_FAILED" | "OOM_KILLED" | "KILLED" | "TERMINATED" | "RESUME_FAILED" | "INVALID_TASK" | "INVALID_COMMAND" | "NOT_FOUND" | "FORBIDDEN" | "UPSTREAM_UNAVAILABLE" | "RESOURCE_EXHAUSTED" | "INTERNAL_ERROR" | "WORKER_BUSY" | "CONFLICT" | "SHUTTING_DOWN" | "REPLACE_LIMIT" | "CANCELLED" | "AUTH_FAILED" | "RATE_LIMITED" | "AGENT_STALLED" | "BUDGET_EXCEEDED" | "MCP_UNAVAILABLE" | "HOST_LOST" | "NO_HOST" | "WORKER_GONE" | "COMMAND_EXPIRED" | "NO_MANAGER" | "REDIS_AUTH_FAILED";
+export type Code = "AGENT_TIMEOUT" | "AGENT_CRASHED" | "AGENT_ERROR" | "NO_STOP_OUTPUT" | "INVALID_STOP_OUTPUT" | "OUTPUT_TOO_LARGE" | "TASK_FAILED" | "OOM_KILLED" | "KILLED" | "TERMINATED" | "RESUME_FAILED" | "INVALID_TASK" | "INVALID_COMMAND" | "NOT_FOUND" | "FORBIDDEN" | "UPSTREAM_UNAVAILABLE" | "RESOURCE_EXHAUSTED" | "INTERNAL_ERROR" | "WORKER_BUSY" | "CONFLICT" | "SHUTTING_DOWN" | "REPLACE_LIMIT" | "CANCELLED" | "AUTH_FAILED" | "RATE_LIMITED" | "AGENT_STALLED" | "BUDGET_EXCEEDED" | "MCP_UNAVAILABLE" | "HOST_LOST" | "NO_HOST" | "WORKER_GONE" | "COMMAND_EXPIRED" | "NO_MANAGER" | "REDIS_AUTH_FAILED" | "GIT_WORKTREE_FAILED" | "GIT_PUSH_FAILED";
 
 /** Every value of Code, in the schema's order. */
-export const codeValues: readonly Code[] = ["AGENT_TIMEOUT","AGENT_CRASHED","AGENT_ERROR","NO_STOP_OUTPUT","INVALID_STOP_OUTPUT","OUTPUT_TOO_LARGE","TASK_FAILED","OOM_KILLED","KILLED","TERMINATED","RESUME_FAILED","INVALID_TASK","INVALID_COMMAND","NOT_FOUND","FORBIDDEN","UPSTREAM_UNAVAILABLE","RESOURCE_EXHAUSTED","INTERNAL_ERROR","WORKER_BUSY","CONFLICT","SHUTTING_DOWN","REPLACE_LIMIT","CANCELLED","AUTH_FAILED","RATE_LIMITED","AGENT_STALLED","BUDGET_EXCEEDED","MCP_UNAVAILABLE","HOST_LOST","NO_HOST","WORKER_GONE","COMMAND_EXPIRED","NO_MANAGER","REDIS_AUTH_FAILED"];
+export const codeValues: readonly Code[] = ["AGENT_TIMEOUT","AGENT_CRASHED","AGENT_ERROR","NO_STOP_OUTPUT","INVALID_STOP_OUTPUT","OUTPUT_TOO_LARGE","TASK_FAILED","OOM_KILLED","KILLED","TERMINATED","RESUME_FAILED","INVALID_TASK","INVALID_COMMAND","NOT_FOUND","FORBIDDEN","UPSTREAM_UNAVAILABLE","RESOURCE_EXHAUSTED","INTERNAL_ERROR","WORKER_BUSY","CONFLICT","SHUTTING_DOWN","REPLACE_LIMIT","CANCELLED","AUTH_FAILED","RATE_LIMITED","AGENT_STALLED","BUDGET_EXCEEDED","MCP_UNAVAILABLE","HOST_LOST","NO_HOST","WORKER_GONE","COMMAND_EXPIRED","NO_MANAGER","REDIS_AUTH_FAILED","GIT_WORKTREE_FAILED","GIT_PUSH_FAILED"];
 
 export interface ErrorInfo {
   code: Code;
@@ -129,6 +130,50 @@ export interface Usage {
 }
 
 export type Metadata = Record<string, unknown>;
+
+/** The repository a task works in: the agent runs in a worktree of remote on branch (default agentvisor/ and the task's task_id, else answers, else request_id), made from base (default the remote's default branch) or continued from the branch's head; what it changed is committed and pushed when it stops. */
+export interface Git {
+  /** https:// (or http://) URL, no user information: the gateway holds the credential. */
+  remote: string;
+  base?: string;
+  /** A branch name as git check-ref-format allows it (the decoder checks the rest), without refs/heads/. */
+  branch?: string;
+  allow_force_push?: boolean;
+  discard_on_failure?: boolean;
+  author_name?: string;
+  author_email?: string;
+  message?: string;
+}
+
+/** What a task's git work came to: the branch, the commits made, the diffstat and the patch (cut at 262144 bytes, patch_truncated set). changed false: the task left the branch as it found it. */
+export interface GitOutput {
+  remote: string;
+  branch: string;
+  base: string;
+  base_commit?: string;
+  start_commit?: string;
+  head_commit?: string;
+  changed: boolean;
+  commits?: {
+    sha: string;
+    subject: string;
+    author?: string;
+  }[];
+  files?: {
+    path: string;
+    insertions: number;
+    deletions: number;
+    binary?: boolean;
+  }[];
+  insertions: number;
+  deletions: number;
+  patch?: string;
+  patch_truncated?: boolean;
+  patch_bytes?: number;
+  pushed: boolean;
+  discarded?: boolean;
+  uncommitted?: boolean;
+}
 
 // control.schema.json
 
@@ -210,6 +255,7 @@ export interface Output {
     resume_error?: ErrorInfo;
   };
   usage: Usage;
+  git?: GitOutput;
   context_tokens: number;
   cost_usd: number;
   /** cost_usd is the wrapper's estimate (usage priced by MODEL_PRICES) for an agent that reports no cost (Droid) */
@@ -363,5 +409,6 @@ export interface Task {
     backoff_ms?: number[];
   };
   trigger?: string;
+  git?: Git;
   metadata?: Metadata;
 }
