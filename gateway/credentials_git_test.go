@@ -86,7 +86,7 @@ func TestCredentialGitClone(t *testing.T) {
 			return d.DialContext(ctx, network, srv.Listener.Addr().String())
 		},
 	})
-	if _, err := c.OpenSpec(context.Background(), WorkerSpec{WorkerID: "w1", ProjectID: "shop", Allow: []string{"git.example.test"}}); err != nil {
+	if _, err := c.OpenSpec(context.Background(), WorkerSpec{WorkerID: "w1", ProjectID: "shop", Allow: []string{"git.example.test"}, ModelToken: pushToken}); err != nil {
 		t.Fatal(err)
 	}
 	front := relay(t, sockOf(dir, "w1", EgressSocket))
@@ -106,13 +106,18 @@ func TestCredentialGitClone(t *testing.T) {
 		t.Fatalf("README %q %v", b, err)
 	}
 
-	// A push of a few MiB: git posts them in one streamed request.
+	// A push of a few MiB: git posts them in one chunked request.
 	big := make([]byte, 4<<20)
 	if _, err := rand.Read(big); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(clone, "big.bin"), big, 0o644); err != nil {
 		t.Fatal(err)
+	}
+	// A push goes to the branch the wrapper granted (gitpush.go) only.
+	pe := &pushEnv{sock: sockOf(dir, "w1", EgressSocket)}
+	if st := pe.grant(t, pushToken, &GitGrant{Remote: "https://git.example.test/repo.git", Branch: "main"}); st != 204 {
+		t.Fatalf("grant: %d", st)
 	}
 	testkit.Git(t, clone, nil, "add", "big.bin")
 	testkit.Git(t, clone, nil, "commit", "-q", "-m", "big")
@@ -133,7 +138,10 @@ func TestCredentialGitClone(t *testing.T) {
 		t.Fatalf("w2 cloned without a credential: %s", out)
 	}
 
-	if authed, chunked, unauthed := srv.Requests(); authed == 0 || chunked == 0 {
+	// git posts the push chunked (past http.postBuffer); the gateway
+	// spools it to read its commands and pack (gitpush.go), and the
+	// upstream gets it with its length.
+	if authed, chunked, unauthed := srv.Requests(); authed == 0 || chunked != 0 {
 		t.Errorf("%d requests reached the backend with the credential (%d chunked), %d without", authed, chunked, unauthed)
 	}
 

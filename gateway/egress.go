@@ -109,6 +109,10 @@ func newEgressPolicy(p egressParams) (*egressPolicy, error) {
 type egressWorker interface {
 	allows(t target) bool
 	scope() (id, project string)
+	// The push grant (gitpush.go), put with the worker's token.
+	modelTokenOK(token string) bool
+	pushGrant() *pushGrant
+	setPushGrant(g *pushGrant)
 }
 
 // egress is one worker's egress proxy.
@@ -226,6 +230,10 @@ func (e *egress) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		e.feed.ServeHTTP(rw, r.WithContext(ctx))
 		return
 	}
+	if r.URL.Path == GitGrantPath && !r.URL.IsAbs() && r.Method != http.MethodConnect {
+		e.serveGrant(rw, r)
+		return
+	}
 	t, err := requestTarget(r)
 	if err != nil {
 		badRequest(rw, err.Error())
@@ -333,6 +341,13 @@ func (e *egress) forward(ctx context.Context, rw http.ResponseWriter, r *http.Re
 		// A server that echoes the request would hand the credential back.
 		e.refuse(rw, r, t, "is credentialed: TRACE would echo the credential")
 		return
+	}
+	if isReceivePack(r) {
+		body, ok := e.guardPush(rw, r, t)
+		if !ok {
+			return
+		}
+		defer body.Close()
 	}
 	e.side.stats.egressCredentialed.Add(1)
 	r.URL.Scheme = "https"

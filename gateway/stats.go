@@ -22,6 +22,10 @@ type WorkerStats struct {
 	// worker's token), and answered 403 (without it: the agent's own).
 	ModelRequests int64 `json:"model_requests"`
 	ModelRefused  int64 `json:"model_refused"`
+	// Git pushes through a credential (gitpush.go): passed on to the
+	// task's branch, and refused (counted in egress_refused too).
+	GitPushes      int64 `json:"git_pushes"`
+	GitPushRefused int64 `json:"git_push_refused"`
 }
 
 // counters are one worker's WorkerStats as they run: each socket's server
@@ -30,6 +34,7 @@ type counters struct {
 	accepted, open, refused, dialErrors, bytesUp, bytesDown atomic.Int64
 	egressAllowed, egressRefused, egressCredentialed        atomic.Int64
 	modelForwarded, modelRefused                            atomic.Int64
+	gitPushes, gitPushRefused                               atomic.Int64
 }
 
 func (c *counters) snapshot() WorkerStats {
@@ -37,5 +42,6 @@ func (c *counters) snapshot() WorkerStats {
 		DialErrors: c.dialErrors.Load(), BytesUp: c.bytesUp.Load(), BytesDown: c.bytesDown.Load(),
 		EgressAllowed: c.egressAllowed.Load(), EgressRefused: c.egressRefused.Load(),
 		EgressCredentialed: c.egressCredentialed.Load(),
-		ModelRequests:      c.modelForwarded.Load(), ModelRefused: c.modelRefused.Load()}
+		ModelRequests:      c.modelForwarded.Load(), ModelRefused: c.modelRefused.Load(),
+		GitPushes: c.gitPushes.Load(), GitPushRefused: c.gitPushRefused.Load()}
 }

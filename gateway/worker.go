@@ -33,6 +33,10 @@ type worker struct {
 	// each request without w.mu; setSpec changes them with s.
 	allow      atomic.Pointer[allowlist]
 	modelToken atomic.Pointer[string]
+	// grant is where the worker may push (gitpush.go), as its wrapper
+	// put it for the task in flight; nil: nowhere. In memory only: the
+	// wrapper puts it again before its own push.
+	grant atomic.Pointer[pushGrant]
 
 	mu        sync.Mutex
 	dir       string
@@ -116,6 +120,12 @@ func (w *worker) scope() (id, project string) {
 	s := w.spec()
 	return s.WorkerID, s.ProjectID
 }
+
+// pushGrant is where the worker may push now (nil: nowhere).
+func (w *worker) pushGrant() *pushGrant { return w.grant.Load() }
+
+// setPushGrant replaces it.
+func (w *worker) setPushGrant(g *pushGrant) { w.grant.Store(g) }
 
 // modelTokenOK says whether got is the worker's token (none: nothing is).
 func (w *worker) modelTokenOK(got string) bool {
