@@ -38,6 +38,22 @@ type GitServer struct {
 // stops when the test ends. A missing git fails the test.
 func StartGitServer(t testing.TB, user, password string) *GitServer {
 	t.Helper()
+	return startGitServer(t, user, password, true)
+}
+
+// StartPlainGitServer starts a GitServer on plain HTTP that wants no
+// credential (RepoURL is its repository's URL): a remote for a worker
+// without a gateway. It stops when the test ends.
+func StartPlainGitServer(t testing.TB) *GitServer {
+	t.Helper()
+	return startGitServer(t, "", "", false)
+}
+
+// RepoURL is the URL of the server's repository.
+func (g *GitServer) RepoURL() string { return g.URL + "/repo.git" }
+
+func startGitServer(t testing.TB, user, password string, useTLS bool) *GitServer {
+	t.Helper()
 	if _, err := os.Stat(GitHTTPBackend); err != nil {
 		t.Fatalf("testkit: %s is missing (Debian's git; make setup installs it): %v", GitHTTPBackend, err)
 	}
@@ -61,7 +77,7 @@ func StartGitServer(t testing.TB, user, password string) *GitServer {
 	g.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u, p, ok := r.BasicAuth()
 		g.mu.Lock()
-		if !ok || u != user || p != password {
+		if user != "" && (!ok || u != user || p != password) {
 			g.unauthed++
 			g.mu.Unlock()
 			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
@@ -86,6 +102,11 @@ func StartGitServer(t testing.TB, user, password string) *GitServer {
 		backend.ServeHTTP(w, r)
 	}))
 	g.Config.ErrorLog = log.New(io.Discard, "", 0)
+	if !useTLS {
+		g.Start()
+		t.Cleanup(g.Close)
+		return g
+	}
 	g.StartTLS()
 	t.Cleanup(g.Close)
 	g.Roots = x509.NewCertPool()
