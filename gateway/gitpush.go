@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentvisor/agentvisor/protocol"
 	"io"
 	"net/http"
 	"net/url"
@@ -330,6 +331,8 @@ func (e *egress) refusePush(rw http.ResponseWriter, t target, pr *pushRefused) {
 		return r
 	}, pr.Error())
 	e.side.log.Info("git push refused", "host", t.host(), "port", t.port, "why", why)
+	e.side.refused(Refusal{Tool: protocol.RefusedToolNetwork, Code: protocol.RefusedGitPush, Request: "git push " + printable(t.String()),
+		Host: printable(t.host()), Port: int(t.port), Reason: why})
 	rw.Header().Set(RefusedHeader, printable(t.String()))
 	rw.Header().Set(RefusedReasonHeader, why)
 	rw.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -54,6 +54,9 @@ const (
 	RefusedModelPath       = "MODEL_PATH_REFUSED"
 	RefusedModelNoTask     = "MODEL_CALL_OUTSIDE_TASK"
 	RefusedModelOverBudget = "BUDGET_EXCEEDED"
+	// RefusedGitPush: a push the gateway refused (not the task's branch,
+	// a tag, a delete, a force push); the reason says which.
+	RefusedGitPush = "GIT_PUSH_REFUSED"
 )
 
 // Progress levels. Warnings carry what the agent did not ask to report,

@@ -455,3 +455,6 @@ func cutUTF8(s string, n int) string {
 }
 
 var _ io.Writer = (*boundedBuffer)(nil)
+
+// Branch is the task's branch.
+func (w *Work) Branch() string { return w.git.Branch }

@@ -112,7 +112,7 @@ func (w *agentRunner) sweep(task protocol.Task, since time.Time, why string) {
 func (w *agentRunner) spec(task protocol.Task, inv Invocation, cur *current) agent.Spec {
 	spec := agent.Spec{
 		Argv: w.agent.Argv(inv), Stdin: w.agent.Stdin(inv), Env: w.env(cur.progressToken(), task),
-		Dir: w.workspace, Parser: w.agent.Parser(), PTY: w.pty, Timeout: task.Timeout(w.taskTimeout),
+		Dir: cur.workdir(w.workspace), Parser: w.agent.Parser(), PTY: w.pty, Timeout: task.Timeout(w.taskTimeout),
 		ResultGrace: w.resultGrace, KillGrace: w.killGrace, Starter: w.starter, Check: w.agent.CheckInit,
 		StallTimeout: w.stallTimeout, StallExempt: w.heal.parked,
 		OnEvent: func(ev agent.Event) {
@@ -155,7 +155,9 @@ func (w *agentRunner) run(ctx context.Context, task protocol.Task, plan SessionP
 	// serve it.
 	defer cur.steer.detach()
 	defer w.sweep(task, time.Now(), "end")
-	if !w.persist.usable() || (task.MaxBudgetUSD > 0 && w.agent.Caps().BudgetFlag) {
+	// A task in a git worktree too: the persistent process runs in the
+	// workspace.
+	if !w.persist.usable() || (task.MaxBudgetUSD > 0 && w.agent.Caps().BudgetFlag) || cur.workdir("") != "" {
 		return agent.Run(ctx, spec)
 	}
 	inv := invocationFor(w.agent, task, plan)

@@ -145,6 +145,9 @@ type Config struct {
 	// the agent's MCP servers, and MCPTimeout (AGENT_MCP_TIMEOUT) how long a server may take to start (mcp.go).
 	MCPServers []protocol.MCPServer
 	MCPTimeout time.Duration
+	// GitDefault (WORKER_GIT, set by the spawner from the spec's git) is
+	// the repository of the tasks that name none (gitwork.go).
+	GitDefault *protocol.Git
 	// Prices (MODEL_PRICES, a JSON object put over
 	// protocol.DefaultModelPrices) price the model calls of an agent that
 	// reports no cost of its own (cost.go).
@@ -299,6 +302,8 @@ func agentVars(c *Config) []envconf.Var {
 		{Name: "DROID_BASE_URL", Value: envconf.String(&c.DroidBaseURL), Doc: "point Droid at an Anthropic-compatible API through a custom model in `~/.factory/settings.json`, whose model id is `AGENT_MODEL` (our own name `agentvisor` when unset, for the stub); the proxy forwards to it, and the settings name the proxy"},
 		{Name: protocol.EnvMCPServers, Value: envconf.Func(func(s string) (err error) { c.MCPServers, err = protocol.ParseMCPServersEnv(s); return err }),
 			Doc: "the spec's MCP servers, a JSON array ([MCP servers](../wrapper/README.md#mcp-servers)); set by the manager"},
+		{Name: protocol.EnvGitDefault, Value: envconf.Func(func(s string) (err error) { c.GitDefault, err = protocol.DecodeGitDefault(s); return err }),
+			Doc: "the spec's `git`, a JSON object: the repository, base and branch of every task that names none ([Git](../protocol/PROTOCOL.md#git)); set by the manager"},
 		{Name: envMCPTimeout, Default: "30", Value: envconf.Duration(&c.MCPTimeout), Doc: "how long an MCP server may take to start or connect before the task fails with `MCP_UNAVAILABLE` (Claude)"},
 		{Name: protocol.EnvModelPrices, DefaultDoc: "built-in defaults (Anthropic models)", ParseEmpty: true,
 			Value: envconf.Func(func(s string) (err error) { c.Prices, err = protocol.ParseModelPrices(s); return err }),

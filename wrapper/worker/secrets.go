@@ -34,6 +34,7 @@ var wrapperOnly = map[string]bool{
 	"SESSION_POLICY": true, "SESSION_CONTEXT_THRESHOLD": true, "SESSION_STALE_AFTER": true,
 	"SESSION_AFFINITY": true, "SESSION_SUMMARIZE": true, "LOG_LEVEL": true,
 	protocol.EnvMCPServers: true, envMCPTimeout: true, protocol.EnvWorkerHost: true, protocol.EnvModelPrices: true,
+	protocol.EnvGitDefault: true,
 }
 
 // modelAPI is the model API as the agent sees it: the proxy's base URL and

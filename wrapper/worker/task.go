@@ -41,6 +41,7 @@ type current struct {
 	run      *protocol.Run
 	token    string // the progress token its reports carry
 	agentPID int
+	dir      string // where the agent runs: the task's git worktree; "": the workspace
 	// parkedUntil is when the model call the proxy parked (rate limit)
 	// goes out again (heal.go).
 	parkedUntil time.Time
@@ -69,6 +70,17 @@ func (c *current) setToken(token string) {
 	c.mu.Lock()
 	c.token = token
 	c.mu.Unlock()
+}
+
+// workdir is where the agent runs for the task: its worktree, else
+// workspace.
+func (c *current) workdir(workspace string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dir != "" {
+		return c.dir
+	}
+	return workspace
 }
 
 func (c *current) pid() int {
@@ -120,6 +132,7 @@ type tasksParams struct {
 	taskTimeout time.Duration
 	retry       protocol.RetryPolicy // the defaults of a task's retry
 	jsonSchema  bool
+	git         gitParams
 }
 
 func newTasks(p tasksParams) *tasks { return &tasks{tasksParams: p} }
@@ -152,7 +165,12 @@ func (ts *tasks) run(ctx context.Context, src taskSource, e *rdb.Entry, task pro
 	if !t.admit() {
 		return
 	}
+	work, ok := t.prepareGit()
+	if !ok {
+		return
+	}
 	o, usage := t.attempts()
+	o = t.finishGit(work, o)
 	t.finish(o, usage)
 	ts.budgetWarning(t.task, t.budget, o.CostUSD)
 }

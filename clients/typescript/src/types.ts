@@ -311,7 +311,7 @@ export interface Progress {
   /** Set on the warning published when a call of the agent was refused (a shell command outside ALLOWED_COMMANDS, a progress call the endpoint turned down, whatever a sealed worker's gateway refused, a model call the wrapper's proxy refused); level is then warning. */
   refused?: {
     tool: string;
-    /** The runtime's stable code of what it refused (EGRESS_REFUSED, MODEL_TOKEN_REFUSED, CONNECTION_LIMIT, MODEL_PATH_REFUSED, MODEL_CALL_OUTSIDE_TASK, BUDGET_EXCEEDED); absent for a tool call ALLOWED_COMMANDS refused. */
+    /** The runtime's stable code of what it refused (EGRESS_REFUSED, MODEL_TOKEN_REFUSED, CONNECTION_LIMIT, MODEL_PATH_REFUSED, MODEL_CALL_OUTSIDE_TASK, BUDGET_EXCEEDED, GIT_PUSH_REFUSED); absent for a tool call ALLOWED_COMMANDS refused. */
     code?: string;
     command?: string;
     reason?: string;

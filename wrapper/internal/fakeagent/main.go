@@ -8,7 +8,9 @@
 // crash-before-init, no-result, exit1-after-success, is-error,
 // hang-after-result, child-holds-stdout, big-line, garbage, orphans,
 // ignore-sigterm, api-retry, progress, sleep-<ms>, schema, resume-missing,
-// leak-secret, stamp (start and exit times in the result), git-config
+// leak-secret, stamp (start and exit times in the result), edit (writes
+// edit-<pid>.txt in its working directory), commit (edit, and commits it
+// with git), push-other (git push to a branch not its task's), git-config
 // (the git configuration it was given in its environment, GIT_CONFIG_*,
 // as the result), progress-burst,
 // hog (allocates memory until the OOM killer ends it), hang-after-turn (one
@@ -198,6 +200,30 @@ func (a *agent) run(modes map[string]bool, sleepMS int, prompt, resume string) {
 		}
 		b, _ := json.Marshal(cfg)
 		stop = `{"status": "complete", "result": ` + string(b) + `}`
+	}
+	if modes["edit"] || modes["commit"] {
+		// A coding agent's work: a file changed in its working directory
+		// (a task's git worktree), and, with commit, committed by the
+		// agent itself.
+		name := "edit-" + strconv.Itoa(os.Getpid()) + ".txt"
+		if err := os.WriteFile(name, []byte(prompt+"\n"), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "edit:", err)
+			os.Exit(1)
+		}
+		if modes["commit"] {
+			for _, args := range [][]string{{"add", name}, {"-c", "user.name=fake agent", "-c", "user.email=fake@agent.test", "commit", "-q", "-m", "the agent's commit"}} {
+				if out, err := exec.Command("git", args...).CombinedOutput(); err != nil {
+					fmt.Fprintln(os.Stderr, "commit:", err, string(out))
+					os.Exit(1)
+				}
+			}
+		}
+	}
+	if modes["push-other"] {
+		// An agent that tries to push where its task does not point; it
+		// goes on whatever git says.
+		out, err := exec.Command("git", "push", "origin", "HEAD:refs/heads/not-my-branch").CombinedOutput()
+		fmt.Fprintln(os.Stderr, "push-other:", err, string(out))
 	}
 	if modes["stamp"] {
 		// The benchmarks read when the agent started and when it exited.
