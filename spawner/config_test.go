@@ -162,3 +162,33 @@ func TestConfigSizeAsDocker(t *testing.T) {
 		}
 	}
 }
+
+// A spec's git reaches the wrapper as WORKER_GIT, which it reads back
+// the same; a spec without one sets none.
+func TestSpecGitReachesTheWorker(t *testing.T) {
+	c, err := ConfigFromEnv(func(k string) string {
+		if k == "REDIS_URL" {
+			return "redis://127.0.0.1:1/0"
+		}
+		return ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(c, nil, nil, nil, nil)
+	g := &protocol.Git{Remote: "https://git.example.test/shop/api.git", Base: "main", Branch: "agentvisor/po"}
+	var got string
+	for _, kv := range s.inst.workerEnv("w1", protocol.WorkerSpec{AgentType: protocol.AgentClaude, Git: g}, "redis://x") {
+		if v, ok := strings.CutPrefix(kv, protocol.EnvGitDefault+"="); ok {
+			got = v
+		}
+	}
+	back, err := protocol.DecodeGitDefault(got)
+	if err != nil || back == nil || *back != *g {
+		t.Fatalf("%s=%q: %+v %v", protocol.EnvGitDefault, got, back, err)
+	}
+	if slices.ContainsFunc(s.inst.workerEnv("w1", protocol.WorkerSpec{AgentType: protocol.AgentClaude}, "redis://x"),
+		func(v string) bool { return strings.HasPrefix(v, protocol.EnvGitDefault+"=") }) {
+		t.Error("a spec without git set WORKER_GIT")
+	}
+}

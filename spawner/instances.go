@@ -131,6 +131,9 @@ func (in *instances) workerEnv(id string, spec protocol.WorkerSpec, redisURL str
 	if v, err := protocol.EncodeMCPServers(spec.MCPServers); err == nil && v != "null" {
 		env = append(env, protocol.EnvMCPServers+"="+v) // refused at create when invalid
 	}
+	if v, err := protocol.EncodeGitDefault(spec.Git); err == nil && v != "" {
+		env = append(env, protocol.EnvGitDefault+"="+v) // refused at create when invalid
+	}
 	if in.cfg.APIURL != "" {
 		env = append(env, "API_URL="+in.cfg.APIURL)
 	}
