@@ -214,7 +214,8 @@ func TestCredentialAdded(t *testing.T) {
 		t.Fatalf("redirect: %s %q", resp.Status, resp.Header.Get("Location"))
 	}
 
-	// A large body streams through, the credential added.
+	// A large body streams through, the credential added (a fetch's
+	// post: a push's is read first, gitpush.go).
 	const size = 8 << 20
 	pr, pw := io.Pipe()
 	go func() {
@@ -226,7 +227,7 @@ func TestCredentialAdded(t *testing.T) {
 		}
 		pw.Close()
 	}()
-	resp, body = do(t, hc, mustReq(t, http.MethodPost, "http://git.example.test/repo.git/git-receive-pack", pr))
+	resp, body = do(t, hc, mustReq(t, http.MethodPost, "http://git.example.test/repo.git/git-upload-pack", pr))
 	if got := e.last(t); resp.StatusCode != http.StatusOK || got.n != size || got.header.Get("Authorization") != gitToken {
 		t.Fatalf("POST: %s %q, upstream got %d bytes, %q", resp.Status, body, got.n, got.header.Get("Authorization"))
 	}
