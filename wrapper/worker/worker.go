@@ -16,7 +16,8 @@
 //     one entry's handling ends that entry, not PID 1);
 //   - run: tasks (task.go) runs one task, admit → execute → finish
 //     (taskRun), with its attempts (retry.go), its project's budget
-//     (budget.go) and the run it answers (answers.go); the agent's runs
+//     (budget.go), the run it answers (answers.go) and its git worktree
+//     and pushed change around the attempts (git.go); the agent's runs
 //     are agentRunner's (agentrun.go: the spec, the persistent process or
 //     a process of its own, the steering turns, the wrapper's own turns;
 //     winddown.go: a cancelled task's agent winding down after its
