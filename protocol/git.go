@@ -252,6 +252,15 @@ type GitOutput struct {
 	// Uncommitted says the wrapper committed changes the agent had left
 	// in the worktree (in the last of Commits).
 	Uncommitted bool `json:"uncommitted,omitempty"`
+	// BaseHead is the base's commit when the task ended, set when it
+	// moved while the task worked (someone pushed to the base branch).
+	BaseHead string `json:"base_head,omitempty"`
+	// MergesCleanly says whether HeadCommit merges into the base as it
+	// is at the end (BaseHead, else BaseCommit) without a conflict; set
+	// when the task changed something. Conflicts names the conflicted
+	// files, at most MaxGitFiles. The runtime never merges or rebases.
+	MergesCleanly *bool    `json:"merges_cleanly,omitempty"`
+	Conflicts     []string `json:"conflicts,omitempty"`
 }
 
 // GitCommit is one commit of a GitOutput.
@@ -277,7 +286,7 @@ func (g *GitOutput) validate(path string) error {
 	if g.Branch == "" {
 		return fieldErr(path+".branch", "required")
 	}
-	for _, c := range []struct{ name, v string }{{"base_commit", g.BaseCommit}, {"start_commit", g.StartCommit}, {"head_commit", g.HeadCommit}} {
+	for _, c := range []struct{ name, v string }{{"base_commit", g.BaseCommit}, {"start_commit", g.StartCommit}, {"head_commit", g.HeadCommit}, {"base_head", g.BaseHead}} {
 		if c.v != "" && !commitRe.MatchString(c.v) {
 			return fieldErr(path+"."+c.name, "is %q, want 40 hex digits", c.v)
 		}

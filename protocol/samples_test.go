@@ -66,7 +66,8 @@ func samples() map[string][]encoder {
 				HeadCommit: "2222222222222222222222222222222222222222", Changed: true, Pushed: true, Uncommitted: true,
 				Commits:    []GitCommit{{SHA: "2222222222222222222222222222222222222222", Subject: "Fix the flaky test", Author: "agentvisor <agentvisor@localhost>"}},
 				Files:      []GitFileStat{{Path: "pkg/foo/foo_test.go", Insertions: 3, Deletions: 1}, {Path: "logo.png", Binary: true}},
-				Insertions: 3, Deletions: 1, Patch: "diff --git a/pkg/foo/foo_test.go b/pkg/foo/foo_test.go\n", PatchBytes: 60}},
+				Insertions: 3, Deletions: 1, Patch: "diff --git a/pkg/foo/foo_test.go b/pkg/foo/foo_test.go\n", PatchBytes: 60,
+				BaseHead: "3333333333333333333333333333333333333333", MergesCleanly: new(bool), Conflicts: []string{"pkg/foo/foo_test.go"}}},
 			Output{RequestID: "req-7", WorkerID: "w-1", Status: StatusComplete, Timestamp: sampleTime, Git: &GitOutput{
 				Remote: "https://git.example.com/shop/api.git", Branch: "agentvisor/req-7", Base: "main",
 				BaseCommit: "1111111111111111111111111111111111111111", StartCommit: "1111111111111111111111111111111111111111",

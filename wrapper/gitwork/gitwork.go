@@ -120,7 +120,9 @@ func (w *Work) fetch(ctx context.Context) error {
 		if err != nil || strings.TrimSpace(origin) != w.git.Remote {
 			return &Error{"fetch", fmt.Errorf("%s holds a clone of %q, not of %q", w.Dir, strings.TrimSpace(origin), w.git.Remote)}
 		}
-		if _, err := w.netRun(ctx, w.Dir, "fetch", "-q", "--prune", "--no-tags", "origin"); err != nil {
+		// The remote by its URL, not by the clone's configuration, which
+		// the agent may have changed.
+		if _, err := w.netRun(ctx, w.Dir, "fetch", "-q", "--prune", "--no-tags", w.git.Remote, "+refs/heads/*:refs/remotes/origin/*"); err != nil {
 			return &Error{"fetch", err}
 		}
 		return nil
@@ -171,7 +173,7 @@ func (w *Work) resolve(ctx context.Context) error {
 	case strings.HasPrefix(w.base, "refs/"):
 		// A ref the clone does not fetch (a tag, a pull request's head):
 		// fetched on its own.
-		if _, err := w.netRun(ctx, w.Dir, "fetch", "-q", "--no-tags", "origin", "+"+w.base+":refs/agentvisor/base"); err != nil {
+		if _, err := w.netRun(ctx, w.Dir, "fetch", "-q", "--no-tags", w.git.Remote, "+"+w.base+":refs/agentvisor/base"); err != nil {
 			return &Error{"fetch", fmt.Errorf("base %s: %w", w.base, err)}
 		}
 		candidates = []string{"refs/agentvisor/base"}
@@ -236,6 +238,9 @@ func (w *Work) Finish(ctx context.Context, f FinishArgs) (*protocol.GitOutput, e
 	}
 	out.Changed, out.Pushed = true, false
 	if err := w.describe(ctx, out); err != nil {
+		return out, err
+	}
+	if err := w.checkBase(ctx, out); err != nil {
 		return out, err
 	}
 	if f.Failed && w.git.DiscardOnFailure {
@@ -307,7 +312,9 @@ func (w *Work) push(ctx context.Context) error {
 			return fmt.Errorf("grant: %w", err)
 		}
 	}
-	args := []string{"push", "-q", "--no-verify", "origin", "HEAD:refs/heads/" + w.git.Branch}
+	// To the remote's URL: a pushurl or remote the agent configured in
+	// the clone is not where the task's work goes.
+	args := []string{"push", "-q", "--no-verify", w.git.Remote, "HEAD:refs/heads/" + w.git.Branch}
 	if w.git.AllowForcePush {
 		args = append(args[:2], append([]string{"--force"}, args[2:]...)...)
 	}
@@ -361,6 +368,72 @@ func (w *Work) describe(ctx context.Context, out *protocol.GitOutput) error {
 	}
 	out.Patch, out.PatchTruncated, out.PatchBytes = patch.text(), patch.total > int64(protocol.MaxGitPatchBytes), int(patch.total)
 	return nil
+}
+
+// checkBase says whether the base moved while the task worked, and
+// whether the branch merges into it as it is now (git merge-tree, which
+// merges nothing: no ref or file of the worktree changes).
+func (w *Work) checkBase(ctx context.Context, out *protocol.GitOutput) error {
+	baseNow := w.baseCommit
+	if branch, ok := w.baseBranch(); ok {
+		ref := "refs/remotes/origin/" + branch
+		if _, err := w.netRun(ctx, w.Dir, "fetch", "-q", "--no-tags", w.git.Remote, "+refs/heads/"+branch+":"+ref); err != nil {
+			w.p.Log.Warn("git: fetch the base again", "base", branch, "err", err)
+		} else if head, err := w.run(ctx, "rev-parse", "-q", "--verify", ref+"^{commit}"); err == nil {
+			baseNow = strings.TrimSpace(head)
+		}
+	}
+	if baseNow != w.baseCommit {
+		out.BaseHead = baseNow
+	}
+	cmd := w.command(ctx, w.Dir, "merge-tree", "--write-tree", "--name-only", "--no-messages", baseNow, out.HeadCommit)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee) && ee.ExitCode() == 1:
+		// Conflicts: the tree's id, then the conflicted files.
+		lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+		for _, f := range lines[min(1, len(lines)):] {
+			if f != "" && len(out.Conflicts) < protocol.MaxGitFiles {
+				out.Conflicts = append(out.Conflicts, f)
+			}
+		}
+	default:
+		return &Error{"merge-tree", fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))}
+	}
+	clean := err == nil
+	out.MergesCleanly = &clean
+	return nil
+}
+
+// baseBranch is the base as a branch of the remote, if it is one (a
+// branch can move; a tag or a commit does not).
+func (w *Work) baseBranch() (string, bool) {
+	switch {
+	case commitRe(w.base):
+		return "", false
+	case strings.HasPrefix(w.base, "refs/heads/"):
+		return strings.TrimPrefix(w.base, "refs/heads/"), true
+	case strings.HasPrefix(w.base, "refs/"):
+		return "", false
+	}
+	return w.base, true
+}
+
+// commitRe reports whether s is a full commit id.
+func commitRe(s string) bool {
+	if len(s) != 40 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // boundedBuffer keeps the first max bytes written to it and counts all.

@@ -198,3 +198,110 @@ func TestPrepareErrorsNameTheStep(t *testing.T) {
 		})
 	}
 }
+
+// pushToMain is someone else's commit on the remote's main while a task
+// works: file made text.
+func pushToMain(t *testing.T, srv *testkit.GitServer, file, text string) string {
+	t.Helper()
+	other := filepath.Join(t.TempDir(), "other")
+	testkit.Git(t, filepath.Dir(other), nil, "clone", "-q", srv.RepoURL(), other)
+	write(t, other, file, text)
+	testkit.Git(t, other, nil, "add", file)
+	testkit.Git(t, other, nil, "commit", "-q", "-m", "someone else's")
+	testkit.Git(t, other, nil, "push", "-q", "origin", "main")
+	return testkit.Git(t, other, nil, "rev-parse", "HEAD")
+}
+
+// When the base moved while the agent worked, the output says so and
+// whether the branch still merges into it; nothing is merged or rebased.
+func TestMovedBaseSaysWhetherTheBranchMerges(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		mainFile  string
+		mainText  string // "" : main does not move
+		clean     bool
+		conflicts []string
+	}{
+		{"base still", "", "", true, nil},
+		{"base moved elsewhere", "NEWS", "a file of main's\n", true, nil},
+		{"base moved on the same line", "README", "goodbye\n", false, []string{"README"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := testkit.StartPlainGitServer(t)
+			w, err := Prepare(context.Background(), Params{Workspace: t.TempDir(), Env: gitEnv(t)}, protocol.Git{Remote: srv.RepoURL(), Branch: "b"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			write(t, w.Dir, "README", "hello from the task\n")
+			moved := ""
+			if tt.mainText != "" {
+				moved = pushToMain(t, srv, tt.mainFile, tt.mainText)
+			}
+			out, err := w.Finish(context.Background(), FinishArgs{RequestID: "r"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.BaseHead != moved || out.BaseCommit != srv.Head || out.MergesCleanly == nil || *out.MergesCleanly != tt.clean ||
+				strings.Join(out.Conflicts, ",") != strings.Join(tt.conflicts, ",") || !out.Pushed {
+				t.Fatalf("base_head %q (moved %q), merges cleanly %v, conflicts %v, pushed %v", out.BaseHead, moved, out.MergesCleanly, out.Conflicts, out.Pushed)
+			}
+			if moved != "" && serverRef(t, srv, "refs/heads/main") != moved {
+				t.Error("main was changed")
+			}
+			if testkit.Git(t, w.Dir, nil, "rev-parse", "HEAD") != out.HeadCommit {
+				t.Error("the worktree's HEAD moved: something was merged")
+			}
+		})
+	}
+}
+
+// Two workers on one repository at once, each on its branch: both
+// pushed, neither sees the other's change.
+func TestTwoWorkersOneRepository(t *testing.T) {
+	srv := testkit.StartPlainGitServer(t)
+	type result struct {
+		out *protocol.GitOutput
+		err error
+	}
+	results := make(chan result, 2)
+	for _, name := range []string{"one", "two"} {
+		go func() {
+			w, err := Prepare(context.Background(), Params{Workspace: t.TempDir(), Env: gitEnv(t)}, protocol.Git{Remote: srv.RepoURL(), Branch: "agentvisor/" + name})
+			if err != nil {
+				results <- result{nil, err}
+				return
+			}
+			if err := os.WriteFile(filepath.Join(w.Dir, name+".txt"), []byte(name+"\n"), 0o644); err != nil {
+				results <- result{nil, err}
+				return
+			}
+			out, err := w.Finish(context.Background(), FinishArgs{RequestID: name})
+			results <- result{out, err}
+		}()
+	}
+	for range 2 {
+		r := <-results
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if !r.out.Pushed || len(r.out.Files) != 1 || serverRef(t, srv, "refs/heads/"+r.out.Branch) != r.out.HeadCommit {
+			t.Errorf("%s: %+v", r.out.Branch, r.out)
+		}
+	}
+}
+
+// What the agent does to the clone's configuration does not send the
+// task's work elsewhere: the push goes to the task's remote by its URL.
+func TestPushGoesToTheTaskRemoteWhateverTheCloneSays(t *testing.T) {
+	srv := testkit.StartPlainGitServer(t)
+	w, err := Prepare(context.Background(), Params{Workspace: t.TempDir(), Env: gitEnv(t)}, protocol.Git{Remote: srv.RepoURL(), Branch: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Git(t, w.Dir, nil, "remote", "set-url", "--push", "origin", srv.URL+"/elsewhere.git")
+	write(t, w.Dir, "x.txt", "x\n")
+	out, err := w.Finish(context.Background(), FinishArgs{RequestID: "r"})
+	if err != nil || !out.Pushed || serverRef(t, srv, "refs/heads/b") != out.HeadCommit {
+		t.Fatalf("%+v %v", out, err)
+	}
+}

@@ -683,6 +683,9 @@ class GitOutput(Document):
     pushed: bool
     discarded: Optional[bool] = None
     uncommitted: Optional[bool] = None
+    base_head: Optional[str] = None
+    merges_cleanly: Optional[bool] = None
+    conflicts: Optional[list[str]] = None
 
     _FIELDS = {'remote': {'type': ['string'], 'required': True},
                'branch': {'minLength': 1, 'type': ['string'], 'required': True},
@@ -706,7 +709,13 @@ class GitOutput(Document):
                'patch_bytes': {'minimum': 0, 'type': ['integer'], 'required': False},
                'pushed': {'type': ['boolean'], 'required': True},
                'discarded': {'type': ['boolean'], 'required': False},
-               'uncommitted': {'type': ['boolean'], 'required': False}}
+               'uncommitted': {'type': ['boolean'], 'required': False},
+               'base_head': {'pattern': '^[0-9a-f]{40}$', 'type': ['string'], 'required': False},
+               'merges_cleanly': {'type': ['boolean'], 'required': False},
+               'conflicts': {'maxItems': 1000,
+                             'items': {'type': ['string']},
+                             'type': ['array'],
+                             'required': False}}
     _OPEN = False
 
 

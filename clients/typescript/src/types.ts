@@ -173,6 +173,9 @@ export interface GitOutput {
   pushed: boolean;
   discarded?: boolean;
   uncommitted?: boolean;
+  base_head?: string;
+  merges_cleanly?: boolean;
+  conflicts?: string[];
 }
 
 // control.schema.json
