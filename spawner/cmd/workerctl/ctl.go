@@ -23,6 +23,7 @@ type ctl struct {
 	// operations that act as a manager use it.
 	managerURL string
 	json       bool
+	patch      bool // send --patch: a task's output prints its git patch too
 	out        io.Writer
 
 	rdb  *redis.Client

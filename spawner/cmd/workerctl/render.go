@@ -166,7 +166,60 @@ func renderOutput(w io.Writer, o protocol.Output) error {
 	fmt.Fprintf(tw, "tokens\tin %d, out %d, cache read %d, cache write %d\n", o.Usage.Input, o.Usage.Output, o.Usage.CacheRead, o.Usage.CacheCreation)
 	fmt.Fprintf(tw, "cost\t$%.4f\n", o.CostUSD)
 	fmt.Fprintf(tw, "duration\t%v\n", time.Duration(o.DurationMS)*time.Millisecond)
+	if o.Git != nil {
+		renderGit(tw, o.Git)
+	}
 	return tw.Flush()
+}
+
+// renderGit adds a task's git result to an output's table: where the
+// work went, its commits and diffstat, whether it merges into the base.
+func renderGit(tw io.Writer, g *protocol.GitOutput) {
+	pushed := "not pushed"
+	switch {
+	case g.Discarded:
+		pushed = "not pushed: discarded (the task failed)"
+	case g.Pushed:
+		pushed = "pushed"
+	}
+	fmt.Fprintf(tw, "git\t%s, branch %s from %s (%s)\n", g.Remote, g.Branch, g.Base, pushed)
+	if !g.Changed {
+		fmt.Fprintf(tw, "changes\tnone: the branch is as the task found it (%s)\n", short(g.HeadCommit))
+		return
+	}
+	fmt.Fprintf(tw, "commits\t%s..%s, %d\n", short(g.StartCommit), short(g.HeadCommit), len(g.Commits))
+	for _, c := range g.Commits {
+		fmt.Fprintf(tw, "\t%s %s\n", short(c.SHA), c.Subject)
+	}
+	fmt.Fprintf(tw, "diffstat\t%d files, +%d -%d\n", len(g.Files), g.Insertions, g.Deletions)
+	for _, f := range g.Files {
+		if f.Binary {
+			fmt.Fprintf(tw, "\t%s (binary)\n", f.Path)
+		} else {
+			fmt.Fprintf(tw, "\t%s +%d -%d\n", f.Path, f.Insertions, f.Deletions)
+		}
+	}
+	if g.MergesCleanly != nil {
+		merge := "merges cleanly into " + g.Base
+		if !*g.MergesCleanly {
+			merge = "conflicts with " + g.Base + ": " + strings.Join(g.Conflicts, ", ")
+		}
+		if g.BaseHead != "" {
+			merge += " (which moved to " + short(g.BaseHead) + ")"
+		}
+		fmt.Fprintf(tw, "merge\t%s\n", merge)
+	}
+	if g.PatchTruncated {
+		fmt.Fprintf(tw, "patch\t%d bytes, cut to %d\n", g.PatchBytes, len(g.Patch))
+	}
+}
+
+// short is a commit's first 12 hex digits.
+func short(sha string) string {
+	if len(sha) > 12 {
+		return sha[:12]
+	}
+	return dash(sha)
 }
 
 func renderUsage(w io.Writer, rows []usageRow) error {

@@ -15,6 +15,7 @@ import (
 
 func sendCmd(c *ctl) *cobra.Command {
 	var project, reqID, priority, trigger string
+	var gitRemote, gitBase, gitBranch string
 	var newSession, wait, cancelOnInterrupt bool
 	var retry int
 	var timeout time.Duration
@@ -53,6 +54,11 @@ cancels without asking; otherwise the task runs on and workerctl exits 1.`,
 				Priority: protocol.Priority(priority)}
 			if retry > 0 {
 				task.Retry = &protocol.RetryPolicy{Attempts: retry}
+			}
+			if gitRemote != "" {
+				task.Git = &protocol.Git{Remote: gitRemote, Base: gitBase, Branch: gitBranch}
+			} else if gitBase != "" || gitBranch != "" {
+				return fail(exitUsage, "send: --git-base and --git-branch want --git-remote")
 			}
 			sent, err := tasks.Send(ctx, id, task)
 			var se *spawner.Error
@@ -106,6 +112,10 @@ cancels without asking; otherwise the task runs on and workerctl exits 1.`,
 	f.BoolVar(&newSession, "new-session", false, "start a new agent session instead of continuing the project's")
 	f.IntVar(&retry, "retry", 0, "ask for retries after a retryable failure: attempts in all, the first included (0: never retried); the backoff is the manager's RETRY_BACKOFF_MS")
 	f.StringVar(&trigger, "trigger", "manual", "what started the task, kept on its run (the run hash's trigger)")
+	f.StringVar(&gitRemote, "git-remote", "", "the repository the task works in (https://...): the agent runs in a worktree of it, and its change is pushed to the task's branch")
+	f.StringVar(&gitBase, "git-base", "", "with --git-remote: the branch a new branch starts from (default: the remote's default branch)")
+	f.StringVar(&gitBranch, "git-branch", "", "with --git-remote: the branch the work goes to (default: agentvisor/<request id>)")
+	f.BoolVar(&c.patch, "patch", false, "with --wait: print the patch of the task's git result too")
 	f.BoolVar(&wait, "wait", false, "wait for the task's output; the exit code says how it ended")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "with --wait: how long to wait for the output")
 	f.BoolVar(&cancelOnInterrupt, "cancel-on-interrupt", false, "with --wait: Ctrl-C cancels the task without asking")
@@ -119,6 +129,9 @@ func result(c *ctl, o protocol.Output) error {
 		err = printJSON(c.out, o)
 	} else {
 		err = renderOutput(c.out, o)
+		if err == nil && c.patch && o.Git != nil && o.Git.Patch != "" {
+			_, err = fmt.Fprint(c.out, "\n"+o.Git.Patch)
+		}
 	}
 	if err != nil {
 		return err
