@@ -77,8 +77,31 @@ function onOutput(o) {
   const detail = o.error ? `${o.error.code}: ${o.error.message}` : o.question || o.response || JSON.stringify(o.result ?? "");
   line(`output ${o.status}`, `<span class="t">${esc(time(o.timestamp))}</span><span class="kind">output</span> ` +
     `<b>${esc(o.status)}</b> ${esc(detail)} <span class="cost">${(o.duration_ms / 1000).toFixed(1)} s, $${(o.cost_usd || 0).toFixed(4)}</span>`);
+  if (o.git) onGit(o.git);
   $("#run-status").textContent = o.status;
   document.querySelectorAll("#transcript li.pending button").forEach((b) => b.remove());
+}
+
+// onGit shows a task's git result: where the work went, its commits, its
+// diffstat, whether it merges into the base, and the patch (folded).
+function onGit(g) {
+  const pushed = g.discarded ? "not pushed (discarded)" : g.pushed ? "pushed" : "not pushed";
+  let html = `<span class="kind">git</span> <b>${esc(g.branch)}</b> of ${esc(g.remote)} from ${esc(g.base)}, ${esc(pushed)}`;
+  if (!g.changed) {
+    line("git", html + " — no change");
+    return;
+  }
+  const commits = (g.commits || []).map((c) => `<li><code>${esc(c.sha.slice(0, 12))}</code> ${esc(c.subject)}</li>`).join("");
+  const files = (g.files || []).map((f) => `<li>${esc(f.path)} ${f.binary ? "(binary)" : `+${esc(f.insertions)} -${esc(f.deletions)}`}</li>`).join("");
+  let merge = "";
+  if (g.merges_cleanly === true) merge = ` merges cleanly into ${esc(g.base)}`;
+  if (g.merges_cleanly === false) merge = ` conflicts with ${esc(g.base)}: ${esc((g.conflicts || []).join(", "))}`;
+  html += `, ${(g.files || []).length} files +${esc(g.insertions)} -${esc(g.deletions)};${merge}<ul>${commits}</ul><ul>${files}</ul>`;
+  if (g.patch) {
+    const cut = g.patch_truncated ? ` (cut: ${g.patch_bytes} bytes in all)` : "";
+    html += `<details><summary>patch${esc(cut)}</summary><pre>${esc(g.patch)}</pre></details>`;
+  }
+  line("git", html);
 }
 
 // follow opens the transcript of a run (once per run: the stream ends
