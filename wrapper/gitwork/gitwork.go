@@ -19,13 +19,13 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/wrapper/agent"
 )
 
 // Granter tells the gateway where the worker may push: the task's
@@ -46,6 +46,9 @@ type Params struct {
 	Env     []string
 	Granter Granter // nil: no gateway to tell
 	Log     *slog.Logger
+	// Starter starts git (the wrapper's reaper: it reaps every child);
+	// nil: agent.DirectStarter.
+	Starter agent.Starter
 	// Timeout bounds each network step (clone, fetch, push); 0: 10
 	// minutes.
 	Timeout time.Duration
@@ -85,6 +88,9 @@ func Prepare(ctx context.Context, p Params, g protocol.Git) (*Work, error) {
 	}
 	if p.Timeout <= 0 {
 		p.Timeout = 10 * time.Minute
+	}
+	if p.Starter == nil {
+		p.Starter = agent.DirectStarter{}
 	}
 	w := &Work{p: p, git: g, Dir: filepath.Join(p.Workspace, repoDirName(g.Remote))}
 	if err := w.fetch(ctx); err != nil {
@@ -270,10 +276,20 @@ func (w *Work) commitLeftovers(ctx context.Context, f FinishArgs) (bool, error) 
 	if email == "" {
 		email = protocol.DefaultGitAuthorEmail
 	}
-	cmd := w.command(ctx, w.Dir, "commit", "-q", "--no-verify", "-F", "-")
-	cmd.Env = append(cmd.Env, "GIT_AUTHOR_NAME="+name, "GIT_AUTHOR_EMAIL="+email, "GIT_COMMITTER_NAME="+name, "GIT_COMMITTER_EMAIL="+email)
-	cmd.Stdin = strings.NewReader(msg)
-	if _, err := output(cmd); err != nil {
+	mf, err := os.CreateTemp("", "agentvisor-commit-*")
+	if err != nil {
+		return false, err
+	}
+	defer os.Remove(mf.Name())
+	_, err = mf.WriteString(msg)
+	if cerr := mf.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return false, err
+	}
+	env := []string{"GIT_AUTHOR_NAME=" + name, "GIT_AUTHOR_EMAIL=" + email, "GIT_COMMITTER_NAME=" + name, "GIT_COMMITTER_EMAIL=" + email}
+	if err := w.exec(ctx, w.Dir, nil, env, "commit", "-q", "--no-verify", "-F", mf.Name()); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -359,12 +375,9 @@ func (w *Work) describe(ctx context.Context, out *protocol.GitOutput) error {
 			out.Files = append(out.Files, fs)
 		}
 	}
-	cmd := w.command(ctx, w.Dir, "diff", "--no-color", "--no-ext-diff", "--no-textconv", "--binary", w.startCommit, out.HeadCommit)
 	patch := &boundedBuffer{max: protocol.MaxGitPatchBytes}
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = patch, &stderr
-	if err := cmd.Run(); err != nil {
-		return &Error{"diff", fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))}
+	if err := w.exec(ctx, w.Dir, patch, nil, "diff", "--no-color", "--no-ext-diff", "--no-textconv", "--binary", w.startCommit, out.HeadCommit); err != nil {
+		return &Error{"diff", err}
 	}
 	out.Patch, out.PatchTruncated, out.PatchBytes = patch.text(), patch.total > int64(protocol.MaxGitPatchBytes), int(patch.total)
 	return nil
@@ -386,14 +399,12 @@ func (w *Work) checkBase(ctx context.Context, out *protocol.GitOutput) error {
 	if baseNow != w.baseCommit {
 		out.BaseHead = baseNow
 	}
-	cmd := w.command(ctx, w.Dir, "merge-tree", "--write-tree", "--name-only", "--no-messages", baseNow, out.HeadCommit)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
+	var stdout bytes.Buffer
+	err := w.exec(ctx, w.Dir, &stdout, nil, "merge-tree", "--write-tree", "--name-only", "--no-messages", baseNow, out.HeadCommit)
+	var ee *gitExit
 	switch {
 	case err == nil:
-	case errors.As(err, &ee) && ee.ExitCode() == 1:
+	case errors.As(err, &ee) && ee.code == 1:
 		// Conflicts: the tree's id, then the conflicted files.
 		lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 		for _, f := range lines[min(1, len(lines)):] {
@@ -402,7 +413,7 @@ func (w *Work) checkBase(ctx context.Context, out *protocol.GitOutput) error {
 			}
 		}
 	default:
-		return &Error{"merge-tree", fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))}
+		return &Error{"merge-tree", err}
 	}
 	clean := err == nil
 	out.MergesCleanly = &clean
@@ -460,48 +471,6 @@ func (b *boundedBuffer) text() string {
 		return string(b.buf[:i+1])
 	}
 	return ""
-}
-
-// run runs git in the worktree, locally: its stdout.
-func (w *Work) run(ctx context.Context, args ...string) (string, error) {
-	return output(w.command(ctx, w.Dir, args...))
-}
-
-// netRun runs a git command that reaches the remote, bounded by Timeout.
-func (w *Work) netRun(ctx context.Context, dir string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, w.p.Timeout)
-	defer cancel()
-	return output(w.command(ctx, dir, args...))
-}
-
-// command is git with args in dir, in the agent's environment. Hooks
-// and the file system monitor are off: the wrapper's own commits and
-// pushes run no program the repository names.
-func (w *Work) command(ctx context.Context, dir string, args ...string) *exec.Cmd {
-	full := append([]string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "advice.detachedHead=false"}, args...)
-	cmd := exec.CommandContext(ctx, "git", full...)
-	cmd.Dir = dir
-	cmd.Env = append(append([]string{}, w.p.Env...), "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=true", "LC_ALL=C")
-	cmd.WaitDelay = 5 * time.Second
-	return cmd
-}
-
-// output runs cmd: its stdout, or an error with its stderr.
-func output(cmd *exec.Cmd) (string, error) {
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		msg := strings.TrimSpace(stderr.String())
-		if len(msg) > 2000 {
-			msg = msg[len(msg)-2000:]
-		}
-		var ee *exec.ExitError
-		if errors.As(err, &ee) && msg != "" {
-			return stdout.String(), errors.New(msg)
-		}
-		return stdout.String(), fmt.Errorf("%w: %s", err, msg)
-	}
-	return stdout.String(), nil
 }
 
 // repoDirName is the workspace directory of a remote's clone: its last

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/testkit"
+	"github.com/agentvisor/agentvisor/wrapper/reaper"
 )
 
 // env is git's environment in these tests: a HOME of its own, no system
@@ -302,6 +303,37 @@ func TestPushGoesToTheTaskRemoteWhateverTheCloneSays(t *testing.T) {
 	write(t, w.Dir, "x.txt", "x\n")
 	out, err := w.Finish(context.Background(), FinishArgs{RequestID: "r"})
 	if err != nil || !out.Pushed || serverRef(t, srv, "refs/heads/b") != out.HeadCommit {
+		t.Fatalf("%+v %v", out, err)
+	}
+}
+
+// As PID 1 (or a subreaper) the wrapper reaps every child with
+// wait4(-1): git started through its Reaper still has its status read
+// and its output whole. The remote is a local bare repository: the test
+// process runs no other child (the CGI git server's would be reaped too).
+func TestGitRunsUnderTheReaper(t *testing.T) {
+	srv := t.TempDir()
+	bare := filepath.Join(srv, "repo.git")
+	testkit.Git(t, srv, nil, "init", "-q", "--bare", "-b", "main", bare)
+	work := filepath.Join(srv, "work")
+	testkit.Git(t, srv, nil, "init", "-q", "-b", "main", work)
+	write(t, work, "README", "hi\n")
+	testkit.Git(t, work, nil, "add", "README")
+	testkit.Git(t, work, nil, "commit", "-q", "-m", "first")
+	testkit.Git(t, work, nil, "push", "-q", bare, "main")
+
+	r := reaper.New()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	defer func() { stop(); <-done }()
+	w, err := Prepare(context.Background(), Params{Workspace: t.TempDir(), Env: gitEnv(t), Starter: r}, protocol.Git{Remote: bare, Branch: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, w.Dir, "x.txt", "x\n")
+	out, err := w.Finish(context.Background(), FinishArgs{RequestID: "r"})
+	if err != nil || !out.Pushed || len(out.Commits) != 1 || !strings.Contains(out.Patch, "+x") || out.MergesCleanly == nil || !*out.MergesCleanly {
 		t.Fatalf("%+v %v", out, err)
 	}
 }

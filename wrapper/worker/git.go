@@ -39,7 +39,8 @@ func (t *taskRun) prepareGit() (*gitwork.Work, bool) {
 	if g == nil {
 		return nil, true
 	}
-	p := gitwork.Params{Workspace: ts.git.workspace, Env: ts.agents.env(cur.progressToken(), t.task), Log: t.log}
+	p := gitwork.Params{Workspace: ts.git.workspace, Env: ts.agents.env(cur.progressToken(), t.task), Log: t.log,
+		Starter: ts.agents.starter} // the reaper: it reaps every child of PID 1
 	if ts.git.granter != nil {
 		p.Granter = ts.git.granter()
 	}
