@@ -40,7 +40,7 @@ func (d *demo) awaitWarm(ctx context.Context) error {
 // claudeWorker takes the Claude worker from the warm pool, gives it a task
 // that commits a file and reports progress, and, once it is paused, a
 // second task that resumes its session; then the Claude worker's other
-// stages, each a file: egress, gitClone, approval, hibernation.
+// stages, each a file: egress, gitClone, gitBranch, approval, hibernation.
 func (d *demo) claudeWorker(ctx context.Context) error {
 	d.tl.section("a Claude worker with the GIT capability")
 	if err := d.awaitWarm(ctx); err != nil {
@@ -68,7 +68,7 @@ func (d *demo) claudeWorker(ctx context.Context) error {
 	if err := d.wake(ctx, id, o1.SessionID); err != nil {
 		return err
 	}
-	for _, stage := range []func(context.Context, string) error{d.egress, d.gitClone, d.approval} {
+	for _, stage := range []func(context.Context, string) error{d.egress, d.gitClone, d.gitBranch, d.approval} {
 		if err := stage(ctx, id); err != nil {
 			return err
 		}

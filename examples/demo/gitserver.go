@@ -54,6 +54,7 @@ type gitServer struct {
 	port    int
 	token   string // the Basic password: in the gateway's credentials file alone
 	caFile  string // the CA's certificate (PEM), GATEWAY_UPSTREAM_CA
+	repo    string // the bare repository's directory
 	srv     *http.Server
 	backend *cgi.Handler
 
@@ -85,7 +86,7 @@ func startGitServer(dir string) (*gitServer, error) {
 	}
 	tok := make([]byte, 16)
 	_, _ = rand.Read(tok)
-	g := &gitServer{token: "demo-git-token-" + hex.EncodeToString(tok), caFile: filepath.Join(dir, "ca.pem"),
+	g := &gitServer{token: "demo-git-token-" + hex.EncodeToString(tok), caFile: filepath.Join(dir, "ca.pem"), repo: filepath.Join(projects, gitRepo),
 		backend: &cgi.Handler{Path: filepath.Join(execPath, gitBackendCG), Env: []string{"GIT_PROJECT_ROOT=" + projects, "GIT_HTTP_EXPORT_ALL=1"}}}
 	if err := os.WriteFile(g.caFile, caPEM, 0o644); err != nil {
 		return nil, err
@@ -143,6 +144,7 @@ func makeRepo(dir, bare string) error {
 		{work, []string{"add", "README"}},
 		{work, []string{"commit", "-q", "-m", gitSubject}},
 		{work, []string{"push", "-q", bare, "main"}},
+		{bare, []string{"config", "http.receivepack", "true"}}, // the tasks' branches are pushed to it
 	} {
 		if err := run(step.dir, step.args...); err != nil {
 			return err
@@ -209,6 +211,15 @@ func (g *gitServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body, r.ContentLength, r.TransferEncoding = io.NopCloser(bytes.NewReader(b)), int64(len(b)), nil
 	}
 	g.backend.ServeHTTP(w, r)
+}
+
+// ref is the commit the repository holds at ref, "" for none.
+func (g *gitServer) ref(ref string) string {
+	out, err := exec.Command("git", "--git-dir", g.repo, "rev-parse", "-q", "--verify", ref).Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // requests counts the requests that came with the credential and without.

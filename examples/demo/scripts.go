@@ -11,6 +11,9 @@ const (
 	projectShop  = "demo-shop"
 	projectDocs  = "demo-docs"
 	projectCodex = "demo-codex"
+	// projectBranch is the branch-per-task stage's: the agent runs in the
+	// task's worktree, whose session is not the shop's.
+	projectBranch = "demo-shop-branch"
 )
 
 const instructions = `You are a worker of the agentvisor demo. Work in your current directory.
@@ -27,6 +30,8 @@ const (
 		`Finish with the JSON {"status": "complete", "result": {"reachable": <true or false>}}.`
 	promptClone = `Clone ` + gitCloneURL + ` with git on its own, then run git -C shop log --oneline and tell me its commits. ` +
 		`Finish with the JSON {"status": "complete", "result": {"cloned": "shop"}}.`
+	promptBranch = `Add a file NOTES.md to the shop's catalogue saying "Prices are in cents." Then run git push origin HEAD:refs/heads/release on its own. ` +
+		`Finish with the JSON {"status": "complete", "result": {"file": "NOTES.md"}}.`
 	promptApprove = `Run the shell command touch approved.txt on its own, then run git status --short. ` +
 		`Finish with the JSON {"status": "complete", "result": {"file": "approved.txt"}}.`
 	promptLong  = `Run the shell command sleep 30, then finish with the JSON {"status": "complete", "result": {}}.`
@@ -79,6 +84,14 @@ var (
 		{ToolUse: bash("clone the shop's repository", "git clone -q "+gitCloneURL)},
 		{ToolUse: bash("show its history", "git -C shop log --oneline")},
 		{Text: "Cloned shop.git: one commit.\n{\"status\": \"complete\", \"result\": {\"cloned\": \"shop\"}}", DelayMS: 6000},
+	}}
+	// The agent writes a file in the task's worktree and leaves it
+	// uncommitted (the wrapper commits and pushes it), and tries a push to
+	// a branch of its own choosing, which the gateway refuses.
+	scriptBranch = stubmodel.Script{Steps: []stubmodel.Step{
+		{ToolUse: &stubmodel.ToolUse{Name: "Write", Input: map[string]any{"file_path": "NOTES.md", "content": "Prices are in cents.\n"}}},
+		{ToolUse: bash("push to a release branch", "git push origin HEAD:refs/heads/release")},
+		{Text: "NOTES.md is written; the push to release was refused.\n{\"status\": \"complete\", \"result\": {\"file\": \"NOTES.md\"}}"},
 	}}
 	scriptCommit = stubmodel.Script{Steps: []stubmodel.Step{
 		{Text: "I will create the repository, commit the file and report progress.", ToolUse: bash("create the repository", "git init -q .")},

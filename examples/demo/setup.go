@@ -79,7 +79,7 @@ func (d *demo) forgetEarlierRuns(ctx context.Context) (earlier []string, err err
 	if _, err := cleanUp(ctx, d.keys); err != nil {
 		return nil, err
 	}
-	for _, p := range []string{projectShop, projectDocs, projectCodex} {
+	for _, p := range []string{projectShop, projectDocs, projectCodex, projectBranch} {
 		for _, a := range []protocol.AgentType{protocol.AgentClaude, protocol.AgentDroid, protocol.AgentCodex} {
 			d.rdb.Del(ctx, d.keys.Session(a, p), d.keys.SessionFiles(a, p))
 		}

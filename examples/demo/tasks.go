@@ -59,12 +59,20 @@ func (d *demo) send(ctx context.Context, id, project, requestID, prompt string, 
 
 // put puts a task on the worker's input stream.
 func (d *demo) put(ctx context.Context, id, project, requestID, prompt string, script stubmodel.Script) (client.Sent, error) {
+	return d.putTask(ctx, id, protocol.Task{RequestID: requestID, ProjectID: project, Prompt: prompt}, script)
+}
+
+// putTask puts task on the worker's input stream, its request id made
+// this run's.
+func (d *demo) putTask(ctx context.Context, id string, task protocol.Task, script stubmodel.Script) (client.Sent, error) {
 	if d.stub != nil {
 		d.stub.SetScript(script)
 	}
 	// Request ids are unique per request: a run's status outlives it.
-	requestID += "-" + d.runID
-	sent, err := d.tasks.Send(ctx, id, protocol.Task{RequestID: requestID, ProjectID: project, Prompt: prompt, TimeoutSeconds: 240})
+	task.RequestID += "-" + d.runID
+	task.TimeoutSeconds = 240
+	requestID, prompt := task.RequestID, task.Prompt
+	sent, err := d.tasks.Send(ctx, id, task)
 	if err != nil {
 		return sent, err
 	}
