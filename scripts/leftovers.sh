@@ -17,8 +17,8 @@
 # and the project's own Redis (/var/lib/agentvisor). Two runs of make
 # test at once on one engine would take each other's for leftovers: the
 # tests share the engine's lock (testkit) for that reason too. Worker
-# images are a cache: those older than a day that no container uses go,
-# and the project's untagged layers as old.
+# images are a cache: the 30 newest of a day are kept, the others no
+# container uses go, and the project's untagged layers.
 set -uo pipefail
 dry=${LEFTOVERS_DRY_RUN:-}
 # run runs a removal, unless this is a dry run.
@@ -92,19 +92,23 @@ if docker info >/dev/null 2>&1; then
     left+=("volume $v (key prefix $prefix)")
     run docker volume rm -f "$v"
   done
-  # The image cache: worker images made over a day ago that no container
-  # uses, and the project's untagged layers as old.
+  # The image cache: of the worker images no container uses, those made
+  # over a day ago and any past the 30 newest (docker lists the newest
+  # first); and the project's untagged layers.
   used=$(docker ps -a --format '{{.Image}}' | sort -u)
   day_ago=$(($(date +%s) - 86400))
-  pruned=0
+  pruned=0 n=0
   while read -r ref created; do
     [ -n "$ref" ] || continue
-    [ "$(date -d "$created" +%s 2>/dev/null || echo "$day_ago")" -lt "$day_ago" ] || continue
+    n=$((n + 1))
     grep -qxF "$ref" <<<"$used" && continue
+    if [ "$n" -le 30 ] && [ "$(date -d "$created" +%s 2>/dev/null || echo "$day_ago")" -ge "$day_ago" ]; then
+      continue
+    fi
     [ -n "$dry" ] || { docker rmi "$ref" >/dev/null 2>&1 && pruned=$((pruned + 1)); }
   done < <(docker images --format '{{.Repository}}:{{.Tag}} {{.CreatedAt}}' | awk '$1 ~ /^worker:/ {print $1, $2, $3, $4}')
-  run docker image prune -f --filter until=24h --filter label=io.agentvisor.managed
-  echo "leftovers: image cache: $pruned worker images over a day old removed, $(docker images -q worker | wc -l) kept"
+  run docker image prune -f --filter label=io.agentvisor.managed
+  echo "leftovers: image cache: $pruned worker images removed (over a day old, or past the 30 newest), $(docker images -q worker | wc -l) kept"
 fi
 
 for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do

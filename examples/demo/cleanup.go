@@ -10,10 +10,10 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/volume"
 	dockerclient "github.com/docker/docker/client"
 
 	"github.com/agentvisor/agentvisor/protocol"
-	"github.com/agentvisor/agentvisor/spawner"
 )
 
 // The demo's end: the manager's shutdown, and what no run may leave behind.
@@ -58,11 +58,13 @@ func cleanUp(ctx context.Context, keys protocol.Keys) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	for _, p := range []struct {
-		a protocol.AgentType
-		p string
-	}{{protocol.AgentClaude, projectShop}, {protocol.AgentDroid, projectDocs}, {protocol.AgentCodex, projectCodex}} {
-		if err := dc.VolumeRemove(ctx, spawner.ProjectVolume(keys.Prefix, p.a, p.p), true); err != nil && !dockerclient.IsErrNotFound(err) {
+	// Every project volume of the demo's key prefix, whatever its project.
+	vs, err := dc.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", protocol.LabelKeyPrefix+"="+keys.Prefix))})
+	if err != nil {
+		return len(cs), err
+	}
+	for _, v := range vs.Volumes {
+		if err := dc.VolumeRemove(ctx, v.Name, true); err != nil && !dockerclient.IsErrNotFound(err) {
 			return len(cs), err
 		}
 	}

@@ -41,6 +41,10 @@ func newActionEnv(t *testing.T) *actionEnv {
 	rc.SAdd(ctx, keys.Workers(), actWorker)
 	rc.HSet(ctx, keys.Status(actWorker), protocol.StatusFieldKind, string(protocol.KindLongLived),
 		protocol.StatusFieldRequestID, actTask, protocol.StatusFieldProjectID, "shop")
+	// A manager's presence, as answerCommands plays its part: the
+	// dashboard's commands are refused NO_MANAGER without one.
+	rc.HSet(ctx, keys.ManagerState("m-test"), "id", "m-test")
+	rc.SAdd(ctx, keys.Managers(), "m-test")
 	e := &actionEnv{t: t, rc: rc, keys: keys, token: ops.NewToken()}
 	d := &dashboard.Dashboard{Redis: rc, Keys: keys, CommandTimeout: 5 * time.Second}
 	e.srv = httptest.NewServer(ops.RequireToken(e.token, d.Handler()))

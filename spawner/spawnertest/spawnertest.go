@@ -117,7 +117,13 @@ func Start(t testing.TB, mod func(*spawner.Config)) *Runtime {
 	// Started when its presence is in Redis: a command sent now is not
 	// refused NO_MANAGER.
 	testkit.Eventually(t, "the manager's presence", 30*time.Second, func() bool {
-		return rc.Exists(context.Background(), cfg.Keys.ManagerState(cfg.ManagerID)).Val() == 1
+		ms, err := spawner.ListManagers(context.Background(), rc, cfg.Keys)
+		for _, m := range ms {
+			if m.ID == cfg.ManagerID {
+				return err == nil
+			}
+		}
+		return false
 	})
 	t.Cleanup(func() {
 		stop()

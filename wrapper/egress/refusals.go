@@ -87,10 +87,19 @@ func (r *Refusals) run(ctx context.Context, hc *http.Client, token string, got f
 			continue
 		}
 		failures = 0
-		if len(p.Refusals) > 0 || p.Dropped > 0 {
-			got(p)
-		}
+		sameEpoch := p.Epoch == epoch
 		after, epoch = p.Next, p.Epoch
+		if len(p.Refusals) == 0 && p.Dropped == 0 {
+			// The long poll's end, or the log's epoch learnt: read again
+			// at once (a refusal just after would wait out a gap, and
+			// miss the task it was made in), unless the gateway answers
+			// an empty page without waiting.
+			if sameEpoch && time.Since(start) < 10*time.Millisecond && !sleep(ctx, minPageGap) {
+				return
+			}
+			continue
+		}
+		got(p)
 		if !sleep(ctx, minPageGap-time.Since(start)) {
 			return
 		}
