@@ -35,9 +35,13 @@ func (r *RDB) Spend(ctx context.Context, project string) (ProjectSpend, error) {
 	if err := b.Err(); err != nil {
 		return ProjectSpend{}, fmt.Errorf("rdb: budget of %s: %w", project, err)
 	}
+	vals := b.Val()
+	if len(vals) != 2 { // a pipeline a failover cut short may leave its reply empty
+		return ProjectSpend{}, fmt.Errorf("rdb: budget of %s: %d fields in the reply, want 2", project, len(vals))
+	}
 	num := func(v any) float64 { s, _ := v.(string); f, _ := strconv.ParseFloat(s, 64); return f }
 	var s ProjectSpend
-	s.Budget.LimitUSD, s.Budget.WarnUSD = num(b.Val()[0]), num(b.Val()[1])
+	s.Budget.LimitUSD, s.Budget.WarnUSD = num(vals[0]), num(vals[1])
 	v, err := spent.Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return ProjectSpend{}, fmt.Errorf("rdb: spending of %s: %w", project, err)

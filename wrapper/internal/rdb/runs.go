@@ -36,6 +36,9 @@ func (r *RDB) Answered(ctx context.Context, requestID string) (AnsweredRun, erro
 	if err != nil {
 		return AnsweredRun{}, fmt.Errorf("rdb: read run %s: %w", requestID, err)
 	}
+	if len(vals) != 3 { // a reply a failover cut short
+		return AnsweredRun{}, fmt.Errorf("rdb: read run %s: %d fields in the reply, want 3", requestID, len(vals))
+	}
 	str := func(v any) string { s, _ := v.(string); return s }
 	a := AnsweredRun{ProjectID: str(vals[1]), SessionID: str(vals[2])}
 	status := protocol.RunState(str(vals[0]))
@@ -77,6 +80,9 @@ func (r *RDB) RunRecord(ctx context.Context, requestID string) (RunRecord, error
 	vals, err := r.c.HMGet(ctx, r.Keys.Run(requestID), protocol.RunFieldStatus, protocol.RunFieldAttempts, protocol.RunFieldAttempt).Result()
 	if err != nil {
 		return RunRecord{}, fmt.Errorf("rdb: read run %s: %w", requestID, err)
+	}
+	if len(vals) != 3 { // a reply a failover cut short
+		return RunRecord{}, fmt.Errorf("rdb: read run %s: %d fields in the reply, want 3", requestID, len(vals))
 	}
 	var rec RunRecord
 	if s, ok := vals[0].(string); ok {

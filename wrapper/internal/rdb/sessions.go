@@ -59,6 +59,9 @@ func (r *RDB) ClaimSession(ctx context.Context, agent protocol.AgentType, projec
 	if err != nil {
 		return SessionRecord{}, fmt.Errorf("rdb: claim session of %s: %w", project, err)
 	}
+	if len(res) == 0 {
+		return SessionRecord{}, fmt.Errorf("rdb: claim session of %s: an empty reply", project)
+	}
 	rec := SessionRecord{Fields: map[string]string{}}
 	if n, ok := res[0].(int64); ok && n == 1 {
 		rec.Claimed = true
