@@ -10,7 +10,12 @@ import (
 
 // busyCheck says whether a worker has a task in flight, held or waiting:
 // what every pause and eviction asks first.
-type busyCheck struct{ *env }
+type busyCheck struct {
+	keys   protocol.Keys
+	status rdb.WorkerStatus
+	runs   rdb.Runs
+	tasks  rdb.Tasks
+}
 
 // finishingWait is how long a pause waits for a worker whose task's
 // output is stored to say it is idle: the wrapper stores the output (and
@@ -39,20 +44,20 @@ func (s *busyCheck) busy(ctx context.Context, id string) (rdb.Busy, error) {
 // taskAnswered reports whether the task a worker's status names has its
 // output stored (its run is completed or failed).
 func (s *busyCheck) taskAnswered(ctx context.Context, id string) bool {
-	req, err := s.rdb.StatusField(ctx, id, protocol.StatusFieldRequestID)
+	req, err := s.status.StatusField(ctx, id, protocol.StatusFieldRequestID)
 	if err != nil || req == "" {
 		return false
 	}
-	st, err := s.rdb.RunStatus(ctx, req)
+	st, err := s.runs.RunStatus(ctx, req)
 	return err == nil && st.Terminal()
 }
 
 // busyNow is busy without the wait.
 func (s *busyCheck) busyNow(ctx context.Context, id string) (rdb.Busy, error) {
-	kind, _ := s.rdb.StatusField(ctx, id, protocol.StatusFieldKind)
-	k, _, group := s.inputOf(id, protocol.Kind(kind))
+	kind, _ := s.status.StatusField(ctx, id, protocol.StatusFieldKind)
+	k, _, group := inputOf(s.keys, id, protocol.Kind(kind))
 	for _, input := range s.keys.InputsFor(k, id) {
-		b, err := s.rdb.Busy(ctx, id, input, group)
+		b, err := s.tasks.Busy(ctx, id, input, group)
 		if err != nil {
 			return b, redisError(err, "is %s busy", id)
 		}

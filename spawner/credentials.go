@@ -5,9 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
 // Worker credentials. With ACLs (Redis 6+, WORKER_REDIS_ACL auto or on),
@@ -21,7 +23,8 @@ import (
 // workerUsers makes and deletes the workers' Redis users, and decides
 // once whether there are any (ACL mode).
 type workerUsers struct {
-	*env
+	store     rdb.ACL
+	log       *slog.Logger
 	mode      string // WORKER_REDIS_ACL: auto, on, off
 	workerURL string // WORKER_REDIS_URL: what workers connect with
 
@@ -30,8 +33,8 @@ type workerUsers struct {
 	aclErr  error
 }
 
-func newWorkerUsers(e *env, mode, workerURL string) *workerUsers {
-	return &workerUsers{env: e, mode: mode, workerURL: workerURL}
+func newWorkerUsers(store rdb.ACL, log *slog.Logger, mode, workerURL string) *workerUsers {
+	return &workerUsers{store: store, log: log, mode: mode, workerURL: workerURL}
 }
 
 // aclMode says whether workers get users of their own; decided once.
@@ -42,7 +45,7 @@ func (s *workerUsers) aclMode(ctx context.Context) bool {
 			s.log.Warn("WORKER_REDIS_ACL=off: every worker connects with WORKER_REDIS_URL's credentials (less safe: an agent could reach every key)")
 			return
 		}
-		ok, err := s.rdb.ACLSupported(ctx)
+		ok, err := s.store.ACLSupported(ctx)
 		switch {
 		case ok:
 			s.acl = true
@@ -73,13 +76,13 @@ func (s *workerUsers) redisURL(ctx context.Context, id string, kind protocol.Kin
 	b := make([]byte, 24)
 	_, _ = rand.Read(b)
 	password := hex.EncodeToString(b)
-	if err := s.rdb.SetWorkerUser(ctx, id, password, kind); err != nil {
+	if err := s.store.SetWorkerUser(ctx, id, password, kind); err != nil {
 		return "", redisError(err, "Redis user of %s", id)
 	}
 	// The worker's user authenticates to the primary; a sentinel URL
 	// keeps the sentinels' own credentials (sentinel_password), which the
 	// deployment gives workers on purpose (SECURITY.md).
-	return u.WithUser(s.rdb.WorkerUser(id), password).String(), nil
+	return u.WithUser(s.store.WorkerUser(id), password).String(), nil
 }
 
 // drop deletes a worker's Redis user (ACL mode).
@@ -87,7 +90,7 @@ func (s *workerUsers) drop(ctx context.Context, id string) error {
 	if !s.aclMode(ctx) {
 		return nil
 	}
-	if err := s.rdb.DeleteWorkerUser(ctx, id); err != nil {
+	if err := s.store.DeleteWorkerUser(ctx, id); err != nil {
 		return redisError(err, "delete the Redis user of %s", id)
 	}
 	return nil
@@ -117,5 +120,5 @@ func (s *workerUsers) restore(ctx context.Context) (int, error) {
 	if !s.aclMode(ctx) {
 		return 0, nil
 	}
-	return s.rdb.RestoreWorkerUsers(ctx)
+	return s.store.RestoreWorkerUsers(ctx)
 }

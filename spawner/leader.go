@@ -3,6 +3,8 @@ package spawner
 import (
 	"context"
 	"time"
+
+	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
 // component is a background job of the manager.
@@ -39,19 +41,19 @@ func newLeader(e *env, l leases, lease string, jobs []component) *Leader {
 // leases are the named leases this manager process takes, as its
 // instance (its MANAGER_ID plus a random suffix), for ttl.
 type leases struct {
-	e        *env
+	store    rdb.Leases
 	instance string
 	ttl      time.Duration
 }
 
 // take takes or renews a lease; false: another instance holds it.
 func (l leases) take(ctx context.Context, name string) (bool, error) {
-	return l.e.rdb.TakeLease(ctx, name, l.instance, l.ttl)
+	return l.store.TakeLease(ctx, name, l.instance, l.ttl)
 }
 
 // release gives a lease back, if this instance holds it.
 func (l leases) release(ctx context.Context, name string) error {
-	return l.e.rdb.ReleaseLease(ctx, name, l.instance)
+	return l.store.ReleaseLease(ctx, name, l.instance)
 }
 
 // Start campaigns until Stop.

@@ -81,7 +81,7 @@ func (p *Presence) run(ctx context.Context) {
 // ListManagers reads the state of every manager of the key prefix,
 // sorted by id; members whose state expired are dropped from the set.
 func ListManagers(ctx context.Context, rc redis.Cmdable, keys protocol.Keys) ([]ManagerState, error) {
-	out, err := rdb.New(rc, keys).Managers(ctx)
+	out, err := rdb.New(rc, keys).ListManagers(ctx)
 	if err != nil {
 		return nil, redisError(err, "list managers")
 	}

@@ -79,14 +79,14 @@ func New(cfg Config, eng engine.Engine, rc redis.UniversalClient, builder *image
 		gw = gateway.NewClient(cfg.GatewayDir)
 	}
 	seals := &sealing{gw: gw, log: log}
-	s := &Spawner{env: e, cfg: cfg, engine: eng, seals: seals, users: newWorkerUsers(e, cfg.WorkerACL, cfg.RedisURLForWorkers),
+	s := &Spawner{env: e, cfg: cfg, engine: eng, seals: seals, users: newWorkerUsers(r, log, cfg.WorkerACL, cfg.RedisURLForWorkers),
 		inst:     &instances{env: e, engine: eng, images: builder, seals: seals},
 		volumes:  &projectVolumes{env: e, engine: eng, enabled: cfg.ProjectVolumes, retention: cfg.VolumeRetention},
 		instance: cfg.ManagerID + "/" + newWorkerID()[:8], stopping: make(chan struct{}), connected: make(chan struct{}, 1)}
 	// The parts read the one configuration (tests change it after New).
 	s.inst.cfg, s.seals.cfg = &s.cfg, &s.cfg
 	s.answers = &answers{env: e, cfg: &s.cfg}
-	s.busyCheck = &busyCheck{env: e}
+	s.busyCheck = &busyCheck{keys: cfg.Keys, status: r, runs: r, tasks: r}
 	s.admission = &admission{env: e, cfg: &s.cfg, stopping: s.stopping, engine: eng, busy: s.busyCheck, retire: s.retire, hibernate: s.hibernate}
 	s.warm = &poolWake{env: e, poolFor: s.poolFor, users: s.users, seals: seals, engine: eng, retire: s.retire, ended: s.ended}
 	return s

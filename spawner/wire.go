@@ -41,7 +41,7 @@ func NewDocker(cfg Config, dc dockerengine.Client, rc redis.UniversalClient, bui
 type parts struct{ s *Spawner }
 
 func (p parts) leases() leases {
-	return leases{e: p.s.env, instance: p.s.instance, ttl: p.s.cfg.LeaseTTL}
+	return leases{store: p.s.rdb, instance: p.s.instance, ttl: p.s.cfg.LeaseTTL}
 }
 
 func (p parts) consumer() consumer {

@@ -140,7 +140,7 @@ func (d *Dashboard) State(ctx context.Context) (State, error) {
 		}
 		st.Usage = append(st.Usage, Usage{ProjectID: p, Tasks: u.Tasks, Input: u.Input, Output: u.Output, CostUSD: u.CostUSD})
 	}
-	if st.Managers, err = rdb.New(d.Redis, d.Keys).Managers(ctx); err != nil {
+	if st.Managers, err = rdb.New(d.Redis, d.Keys).ListManagers(ctx); err != nil {
 		return st, err
 	}
 	return st, nil

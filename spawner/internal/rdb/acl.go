@@ -31,13 +31,16 @@ type ACL interface {
 	WorkerUsers(ctx context.Context) ([]string, error)
 }
 
-var _ ACL = (*RDB)(nil)
+// aclCmds implements ACL over the shared connection.
+type aclCmds struct{ *core }
+
+var _ ACL = (*aclCmds)(nil)
 
 // WorkerUserPrefix starts the name of every worker user of a key prefix.
-func (r *RDB) WorkerUserPrefix() string { return "agentvisor:" + r.Keys.Prefix + ":" }
+func (r *aclCmds) WorkerUserPrefix() string { return "agentvisor:" + r.Keys.Prefix + ":" }
 
 // WorkerUser is the name of a worker's Redis user.
-func (r *RDB) WorkerUser(id string) string { return r.WorkerUserPrefix() + id }
+func (r *aclCmds) WorkerUser(id string) string { return r.WorkerUserPrefix() + id }
 
 // workerCommands are the commands a wrapper runs (directly or in its Lua
 // scripts), and no other: no KEYS or SCAN (they list every key name), no
@@ -60,7 +63,7 @@ var workerCommands = []string{
 // (keyed by request and project, which no worker owns alone), write
 // only to the lifecycle and control streams, and read only the project
 // budgets.
-func (r *RDB) WorkerACL(id string, kind protocol.Kind) []string {
+func (r *aclCmds) WorkerACL(id string, kind protocol.Kind) []string {
 	k := r.Keys
 	keys := []string{k.Status(id), k.StatusHistory(id), k.Heartbeat(id), k.Run("*"), k.Session("*", "*"), k.ProjectContext("*"), k.UsageProject("*"),
 		k.UsageSession("*"), k.UsageWorker(id), k.OutputFor(kind, id)}
@@ -79,7 +82,7 @@ func (r *RDB) WorkerACL(id string, kind protocol.Kind) []string {
 
 // ACLSupported reports whether this Redis has ACLs the manager may use
 // (Redis 6+, and a manager user allowed to manage users).
-func (r *RDB) ACLSupported(ctx context.Context) (bool, error) {
+func (r *aclCmds) ACLSupported(ctx context.Context) (bool, error) {
 	err := r.c.ACLWhoAmI(ctx).Err()
 	if err == nil {
 		err = r.c.ACLUsers(ctx).Err()
@@ -106,7 +109,7 @@ func unknownCommand(err error) bool {
 // the user can be made again after a Redis restart: ACL users live in
 // memory, not in the append-only file. Safe to retry: it resets the user
 // first.
-func (r *RDB) SetWorkerUser(ctx context.Context, id, password string, kind protocol.Kind) error {
+func (r *aclCmds) SetWorkerUser(ctx context.Context, id, password string, kind protocol.Kind) error {
 	sum := sha256.Sum256([]byte(password))
 	hash := hex.EncodeToString(sum[:])
 	if err := r.c.HSet(ctx, ctlplane.WorkerUsersKey(r.Keys), id, string(kind)+" "+hash).Err(); err != nil {
@@ -115,7 +118,7 @@ func (r *RDB) SetWorkerUser(ctx context.Context, id, password string, kind proto
 	return r.setUser(ctx, id, hash, kind)
 }
 
-func (r *RDB) setUser(ctx context.Context, id, hash string, kind protocol.Kind) error {
+func (r *aclCmds) setUser(ctx context.Context, id, hash string, kind protocol.Kind) error {
 	rules := append([]string{"reset", "on", "#" + hash}, r.WorkerACL(id, kind)...)
 	return r.c.ACLSetUser(ctx, r.WorkerUser(id), rules...).Err()
 }
@@ -124,7 +127,7 @@ func (r *RDB) setUser(ctx context.Context, id, hash string, kind protocol.Kind) 
 // worker from's (its recorded hash: the password itself is only in from's
 // container) and to's rules: the wrapper in from's container can then log
 // in as to. It fails when from has no recorded user.
-func (r *RDB) CopyWorkerUser(ctx context.Context, from, to string, kind protocol.Kind) error {
+func (r *aclCmds) CopyWorkerUser(ctx context.Context, from, to string, kind protocol.Kind) error {
 	v, err := r.c.HGet(ctx, ctlplane.WorkerUsersKey(r.Keys), from).Result()
 	if err != nil {
 		return err
@@ -141,7 +144,7 @@ func (r *RDB) CopyWorkerUser(ctx context.Context, from, to string, kind protocol
 
 // RestoreWorkerUsers makes again the recorded worker users that Redis
 // lost (a restart), and returns how many.
-func (r *RDB) RestoreWorkerUsers(ctx context.Context) (int, error) {
+func (r *aclCmds) RestoreWorkerUsers(ctx context.Context) (int, error) {
 	recorded, err := r.c.HGetAll(ctx, ctlplane.WorkerUsersKey(r.Keys)).Result()
 	if err != nil || len(recorded) == 0 {
 		return 0, err
@@ -170,7 +173,7 @@ func (r *RDB) RestoreWorkerUsers(ctx context.Context) (int, error) {
 
 // DeleteWorkerUser deletes a worker's user and its record (no error when
 // it is gone).
-func (r *RDB) DeleteWorkerUser(ctx context.Context, id string) error {
+func (r *aclCmds) DeleteWorkerUser(ctx context.Context, id string) error {
 	if err := r.c.ACLDelUser(ctx, r.WorkerUser(id)).Err(); err != nil {
 		return err
 	}
@@ -179,7 +182,7 @@ func (r *RDB) DeleteWorkerUser(ctx context.Context, id string) error {
 
 // WorkerUsers returns the ids of the worker users of this key prefix, as
 // Redis has them and as recorded.
-func (r *RDB) WorkerUsers(ctx context.Context) ([]string, error) {
+func (r *aclCmds) WorkerUsers(ctx context.Context) ([]string, error) {
 	ids, err := r.liveWorkerUsers(ctx)
 	if err != nil {
 		return nil, err
@@ -202,7 +205,7 @@ func (r *RDB) WorkerUsers(ctx context.Context) ([]string, error) {
 }
 
 // liveWorkerUsers returns the ids of the worker users Redis has now.
-func (r *RDB) liveWorkerUsers(ctx context.Context) ([]string, error) {
+func (r *aclCmds) liveWorkerUsers(ctx context.Context) ([]string, error) {
 	users, err := r.c.ACLUsers(ctx).Result()
 	if err != nil {
 		return nil, err

@@ -31,7 +31,10 @@ type Admission interface {
 	CommandWorkerOf(ctx context.Context, commandID string) (string, error)
 }
 
-var _ Admission = (*RDB)(nil)
+// admissionCmds implements Admission over the shared connection.
+type admissionCmds struct{ *core }
+
+var _ Admission = (*admissionCmds)(nil)
 
 // admitScript: KEYS queue, queue leases, creating, workers, retiring,
 // placement; ARGV id, now ms, lease ms, mode, the caller's host, then
@@ -130,7 +133,7 @@ type AdmitResult struct {
 // Admit queues the create id (or renews its place) and admits it, per
 // mode, to one of the candidate hosts (see admitScript); me is the
 // caller's host.
-func (r *RDB) Admit(ctx context.Context, id string, now time.Time, lease time.Duration, mode, me string, candidates []HostSlots) (AdmitResult, error) {
+func (r *admissionCmds) Admit(ctx context.Context, id string, now time.Time, lease time.Duration, mode, me string, candidates []HostSlots) (AdmitResult, error) {
 	k := r.Keys
 	args := []any{id, ms(now), lease.Milliseconds(), mode, me}
 	for _, c := range candidates {
@@ -162,14 +165,14 @@ return 1
 
 // Leave takes the create id out of the queue and gives its slot back
 // (a create that gave up or failed before its worker joined Workers).
-func (r *RDB) Leave(ctx context.Context, id string) error {
+func (r *admissionCmds) Leave(ctx context.Context, id string) error {
 	k := r.Keys
 	return leaveScript.Run(ctx, r.c, []string{ctlplane.CreationQueueKey(k), ctlplane.CreationLeasesKey(k), ctlplane.CreatingKey(k), k.Placement()}, id).Err()
 }
 
 // RenewCreating extends the lease of an admitted create; false when the
 // lease was lost (it ran out and the slot went to another create).
-func (r *RDB) RenewCreating(ctx context.Context, id string, now time.Time, lease time.Duration) (bool, error) {
+func (r *admissionCmds) RenewCreating(ctx context.Context, id string, now time.Time, lease time.Duration) (bool, error) {
 	n, err := r.c.ZAddArgs(ctx, ctlplane.CreatingKey(r.Keys), redis.ZAddArgs{XX: true, Ch: true,
 		Members: []redis.Z{{Score: float64(ms(now.Add(lease))), Member: id}}}).Result()
 	if err != nil {
@@ -199,14 +202,14 @@ return 0
 
 // Join makes an admitted create's worker a member of Workers, in place of
 // its Creating lease; false when that lease was lost.
-func (r *RDB) Join(ctx context.Context, id string) (bool, error) {
+func (r *admissionCmds) Join(ctx context.Context, id string) (bool, error) {
 	n, err := joinScript.Run(ctx, r.c, []string{ctlplane.CreatingKey(r.Keys), r.Keys.Workers()}, id).Int()
 	return n == 1, err
 }
 
 // Slots returns the members that hold a slot: workers, admitted creates
 // and workers being retired.
-func (r *RDB) Slots(ctx context.Context) (workers, creating, retiring []string, err error) {
+func (r *admissionCmds) Slots(ctx context.Context) (workers, creating, retiring []string, err error) {
 	pipe := r.c.Pipeline()
 	w := pipe.SMembers(ctx, r.Keys.Workers())
 	c := pipe.ZRange(ctx, ctlplane.CreatingKey(r.Keys), 0, -1)
@@ -219,29 +222,29 @@ func (r *RDB) Slots(ctx context.Context) (workers, creating, retiring []string, 
 
 // Workers returns the ids of the workers set: every worker made and not
 // yet retired.
-func (r *RDB) Workers(ctx context.Context) ([]string, error) {
+func (r *admissionCmds) Workers(ctx context.Context) ([]string, error) {
 	return r.c.SMembers(ctx, r.Keys.Workers()).Result()
 }
 
 // IsWorker reports whether id is in the workers set.
-func (r *RDB) IsWorker(ctx context.Context, id string) (bool, error) {
+func (r *admissionCmds) IsWorker(ctx context.Context, id string) (bool, error) {
 	return r.c.SIsMember(ctx, r.Keys.Workers(), id).Result()
 }
 
 // QueueLength returns how many creates wait for a slot.
-func (r *RDB) QueueLength(ctx context.Context) (int64, error) {
+func (r *admissionCmds) QueueLength(ctx context.Context) (int64, error) {
 	return r.c.LLen(ctx, ctlplane.CreationQueueKey(r.Keys)).Result()
 }
 
 // QueuedCreates returns up to n creates waiting for a slot, oldest first.
-func (r *RDB) QueuedCreates(ctx context.Context, n int64) ([]string, error) {
+func (r *admissionCmds) QueuedCreates(ctx context.Context, n int64) ([]string, error) {
 	return r.c.LRange(ctx, ctlplane.CreationQueueKey(r.Keys), 0, n-1).Result()
 }
 
 // CommandWorker returns the worker id a create command made, claiming id
 // for it when it made none yet (the command delivered again continues
 // the same worker).
-func (r *RDB) CommandWorker(ctx context.Context, commandID, id string) (string, error) {
+func (r *admissionCmds) CommandWorker(ctx context.Context, commandID, id string) (string, error) {
 	key := ctlplane.CommandWorkerKey(r.Keys, commandID)
 	ok, err := r.c.SetNX(ctx, key, id, r.Retention).Result()
 	if err != nil || ok {
@@ -252,7 +255,7 @@ func (r *RDB) CommandWorker(ctx context.Context, commandID, id string) (string, 
 
 // CommandWorkerOf returns the worker id a create command made, "" when
 // none yet.
-func (r *RDB) CommandWorkerOf(ctx context.Context, commandID string) (string, error) {
+func (r *admissionCmds) CommandWorkerOf(ctx context.Context, commandID string) (string, error) {
 	id, err := r.c.Get(ctx, ctlplane.CommandWorkerKey(r.Keys, commandID)).Result()
 	if Nil(err) {
 		return "", nil

@@ -25,7 +25,10 @@ type Hibernation interface {
 	MoveHibernated(ctx context.Context, from, to, id string) (bool, error)
 }
 
-var _ Hibernation = (*RDB)(nil)
+// hibernationCmds implements Hibernation over the shared connection.
+type hibernationCmds struct{ *core }
+
+var _ Hibernation = (*hibernationCmds)(nil)
 
 // hibernateScript: KEYS retiring, host hibernated, status, heartbeat,
 // placement, hosts with hibernated workers; ARGV id, host.
@@ -41,7 +44,7 @@ return 1
 
 // Hibernate ends the caller's retirement of id as a hibernation on host;
 // false when id was not being retired.
-func (r *RDB) Hibernate(ctx context.Context, id, host string) (bool, error) {
+func (r *hibernationCmds) Hibernate(ctx context.Context, id, host string) (bool, error) {
 	k := r.Keys
 	n, err := hibernateScript.Run(ctx, r.c, []string{ctlplane.RetiringKey(k), ctlplane.HostHibernatedKey(k, host), k.Status(id), k.Heartbeat(id), k.Placement(),
 		k.HibernatedHosts()}, id, host).Int()
@@ -51,7 +54,7 @@ func (r *RDB) Hibernate(ctx context.Context, id, host string) (bool, error) {
 // NoteHibernatedHost records host among the hosts with hibernated
 // workers when it has some (its workers hibernated before the record
 // existed are then listed as well).
-func (r *RDB) NoteHibernatedHost(ctx context.Context, host string) error {
+func (r *hibernationCmds) NoteHibernatedHost(ctx context.Context, host string) error {
 	n, err := r.c.SCard(ctx, ctlplane.HostHibernatedKey(r.Keys, host)).Result()
 	if err != nil || n == 0 {
 		return err
@@ -60,18 +63,18 @@ func (r *RDB) NoteHibernatedHost(ctx context.Context, host string) error {
 }
 
 // HibernatedOn returns the hibernated workers of host.
-func (r *RDB) HibernatedOn(ctx context.Context, host string) ([]string, error) {
+func (r *hibernationCmds) HibernatedOn(ctx context.Context, host string) ([]string, error) {
 	return r.c.SMembers(ctx, ctlplane.HostHibernatedKey(r.Keys, host)).Result()
 }
 
 // IsHibernated reports whether id is a hibernated worker of host.
-func (r *RDB) IsHibernated(ctx context.Context, host, id string) (bool, error) {
+func (r *hibernationCmds) IsHibernated(ctx context.Context, host, id string) (bool, error) {
 	return r.c.SIsMember(ctx, ctlplane.HostHibernatedKey(r.Keys, host), id).Result()
 }
 
 // Unhibernate takes id out of host's hibernated set and reports whether
 // this call did (a delete that wins over a wake).
-func (r *RDB) Unhibernate(ctx context.Context, host, id string) (bool, error) {
+func (r *hibernationCmds) Unhibernate(ctx context.Context, host, id string) (bool, error) {
 	n, err := r.c.SRem(ctx, ctlplane.HostHibernatedKey(r.Keys, host), id).Result()
 	return n == 1, err
 }
@@ -90,7 +93,7 @@ return 1
 
 // WakeJoin makes a woken worker of host a member of Workers in place of
 // its admitted slot and its hibernation (see wakeJoinScript).
-func (r *RDB) WakeJoin(ctx context.Context, host, id string) (int, error) {
+func (r *hibernationCmds) WakeJoin(ctx context.Context, host, id string) (int, error) {
 	k := r.Keys
 	return wakeJoinScript.Run(ctx, r.c, []string{ctlplane.HostHibernatedKey(k, host), ctlplane.CreatingKey(k), k.Workers()}, id).Int()
 }
@@ -115,7 +118,7 @@ return 1
 // WakeIntoWarm makes hibernated worker id of host a member of Workers in
 // warm pool worker warm's place (its slot, its placement, its pool
 // membership go); see takeWarmScript for the answer.
-func (r *RDB) WakeIntoWarm(ctx context.Context, host, id, warm, pool string) (int, error) {
+func (r *hibernationCmds) WakeIntoWarm(ctx context.Context, host, id, warm, pool string) (int, error) {
 	k := r.Keys
 	return takeWarmScript.Run(ctx, r.c, []string{ctlplane.HostHibernatedKey(k, host), k.Workers(), k.Placement(),
 		ctlplane.PoolMembersKey(k, pool), ctlplane.HostPausedKey(k, host)}, id, warm, host).Int()
@@ -134,7 +137,7 @@ return 1
 // Adopt makes the hibernated workers of a lost host this host's, and
 // returns those it adopted: the next task to each wakes it here (its
 // session restored from the session store).
-func (r *RDB) Adopt(ctx context.Context, lost, host string) ([]string, error) {
+func (r *hibernationCmds) Adopt(ctx context.Context, lost, host string) ([]string, error) {
 	ids, err := r.HibernatedOn(ctx, lost)
 	if err != nil {
 		return nil, err
@@ -154,7 +157,7 @@ func (r *RDB) Adopt(ctx context.Context, lost, host string) ([]string, error) {
 
 // MoveHibernated makes a hibernated worker of host from one of host to
 // (its status names to), and reports whether this call moved it.
-func (r *RDB) MoveHibernated(ctx context.Context, from, to, id string) (bool, error) {
+func (r *hibernationCmds) MoveHibernated(ctx context.Context, from, to, id string) (bool, error) {
 	k := r.Keys
 	n, err := adoptScript.Run(ctx, r.c, []string{ctlplane.HostHibernatedKey(k, from), ctlplane.HostHibernatedKey(k, to), k.Status(id), k.HibernatedHosts()}, id, to).Int()
 	return n == 1, err

@@ -32,7 +32,10 @@ type HostRegistry interface {
 	Drain(ctx context.Context, hostStream, shared, group string) (int, error)
 }
 
-var _ HostRegistry = (*RDB)(nil)
+// hostCmds implements HostRegistry over the shared connection.
+type hostCmds struct{ *core }
+
+var _ HostRegistry = (*hostCmds)(nil)
 
 // HostInfo is one host as the registry knows it.
 type HostInfo struct {
@@ -49,7 +52,7 @@ func (h HostInfo) Live(now time.Time) bool { return now.Before(h.LiveUntil) }
 
 // RenewHost marks host live until now+ttl and writes its description;
 // the mark of a loss is cleared.
-func (r *RDB) RenewHost(ctx context.Context, host string, now time.Time, ttl time.Duration, max int, labels map[string]string, engine string) error {
+func (r *hostCmds) RenewHost(ctx context.Context, host string, now time.Time, ttl time.Duration, max int, labels map[string]string, engine string) error {
 	lb, _ := json.Marshal(labels)
 	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.ZAdd(ctx, r.Keys.Hosts(), redis.Z{Score: float64(ms(now.Add(ttl))), Member: host})
@@ -62,7 +65,7 @@ func (r *RDB) RenewHost(ctx context.Context, host string, now time.Time, ttl tim
 }
 
 // HostLiveUntil returns until when a host is live (zero: not registered).
-func (r *RDB) HostLiveUntil(ctx context.Context, host string) (time.Time, error) {
+func (r *hostCmds) HostLiveUntil(ctx context.Context, host string) (time.Time, error) {
 	score, err := r.c.ZScore(ctx, r.Keys.Hosts(), host).Result()
 	if Nil(err) {
 		return time.Time{}, nil
@@ -74,12 +77,12 @@ func (r *RDB) HostLiveUntil(ctx context.Context, host string) (time.Time, error)
 }
 
 // LeaveHosts takes host out of placement (its managers stopped cleanly).
-func (r *RDB) LeaveHosts(ctx context.Context, host string) error {
+func (r *hostCmds) LeaveHosts(ctx context.Context, host string) error {
 	return r.c.ZRem(ctx, r.Keys.Hosts(), host).Err()
 }
 
 // ForgetHost removes a lost host that has nothing left.
-func (r *RDB) ForgetHost(ctx context.Context, host string) error {
+func (r *hostCmds) ForgetHost(ctx context.Context, host string) error {
 	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.ZRem(ctx, r.Keys.Hosts(), host)
 		p.Del(ctx, ctlplane.HostKey(r.Keys, host))
@@ -89,12 +92,12 @@ func (r *RDB) ForgetHost(ctx context.Context, host string) error {
 }
 
 // MarkHostLost records when a host was found lost.
-func (r *RDB) MarkHostLost(ctx context.Context, host string, now time.Time) error {
+func (r *hostCmds) MarkHostLost(ctx context.Context, host string, now time.Time) error {
 	return r.c.HSetNX(ctx, ctlplane.HostKey(r.Keys, host), ctlplane.HostFieldLostAt, protocol.FormatTime(now)).Err()
 }
 
 // Hosts returns every host of the registry, live or not.
-func (r *RDB) Hosts(ctx context.Context) ([]HostInfo, error) {
+func (r *hostCmds) Hosts(ctx context.Context) ([]HostInfo, error) {
 	zs, err := r.c.ZRangeWithScores(ctx, r.Keys.Hosts(), 0, -1).Result()
 	if err != nil {
 		return nil, err
@@ -122,12 +125,12 @@ func (r *RDB) Hosts(ctx context.Context) ([]HostInfo, error) {
 }
 
 // Placements returns worker id → host for every worker that holds a slot.
-func (r *RDB) Placements(ctx context.Context) (map[string]string, error) {
+func (r *hostCmds) Placements(ctx context.Context) (map[string]string, error) {
 	return r.c.HGetAll(ctx, r.Keys.Placement()).Result()
 }
 
 // PlacementOf returns the host of a worker ("" when it holds no slot).
-func (r *RDB) PlacementOf(ctx context.Context, id string) (string, error) {
+func (r *hostCmds) PlacementOf(ctx context.Context, id string) (string, error) {
 	h, err := r.c.HGet(ctx, r.Keys.Placement(), id).Result()
 	if Nil(err) {
 		return "", nil
@@ -137,7 +140,7 @@ func (r *RDB) PlacementOf(ctx context.Context, id string) (string, error) {
 
 // WorkersPlaced returns the ids of the workers set and the placement hash
 // (worker id → host), in one round trip.
-func (r *RDB) WorkersPlaced(ctx context.Context) ([]string, map[string]string, error) {
+func (r *hostCmds) WorkersPlaced(ctx context.Context) ([]string, map[string]string, error) {
 	pipe := r.c.Pipeline()
 	w := pipe.SMembers(ctx, r.Keys.Workers())
 	p := pipe.HGetAll(ctx, r.Keys.Placement())
@@ -158,7 +161,7 @@ return 1
 `)
 
 // Forward moves an entry read through group from one stream to another.
-func (r *RDB) Forward(ctx context.Context, from, to, group, id string, doc []byte) error {
+func (r *hostCmds) Forward(ctx context.Context, from, to, group, id string, doc []byte) error {
 	return forwardScript.Run(ctx, r.c, []string{from, to}, group, id, doc, r.StreamMaxLen).Err()
 }
 
@@ -195,7 +198,7 @@ return #es
 
 // Drain empties a lost host's stream: the entries its managers had not
 // acknowledged go back to the shared one, the others are deleted.
-func (r *RDB) Drain(ctx context.Context, hostStream, shared, group string) (int, error) {
+func (r *hostCmds) Drain(ctx context.Context, hostStream, shared, group string) (int, error) {
 	total := 0
 	for {
 		n, err := drainScript.Run(ctx, r.c, []string{hostStream, shared}, group, 100, r.StreamMaxLen).Int()

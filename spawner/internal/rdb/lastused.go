@@ -21,47 +21,50 @@ type LastUse interface {
 	ForgetVolume(ctx context.Context, name string) error
 }
 
-var _ LastUse = (*RDB)(nil)
+// lastUseCmds implements LastUse over the shared connection.
+type lastUseCmds struct{ *core }
+
+var _ LastUse = (*lastUseCmds)(nil)
 
 // TouchImage records the use of a worker image now.
-func (r *RDB) TouchImage(ctx context.Context, tag string, now time.Time) error {
+func (r *lastUseCmds) TouchImage(ctx context.Context, tag string, now time.Time) error {
 	return r.touch(ctx, ctlplane.ImagesLastUsedKey(r.Keys), tag, now)
 }
 
 // ImageLastUsed returns when a worker image was last used (zero when never
 // recorded).
-func (r *RDB) ImageLastUsed(ctx context.Context, tag string) (time.Time, error) {
+func (r *lastUseCmds) ImageLastUsed(ctx context.Context, tag string) (time.Time, error) {
 	return r.lastUsed(ctx, ctlplane.ImagesLastUsedKey(r.Keys), tag)
 }
 
 // ForgetImage drops a removed image's record.
-func (r *RDB) ForgetImage(ctx context.Context, tag string) error {
+func (r *lastUseCmds) ForgetImage(ctx context.Context, tag string) error {
 	return r.c.ZRem(ctx, ctlplane.ImagesLastUsedKey(r.Keys), tag).Err()
 }
 
 // TouchVolume records the use of a project volume now.
-func (r *RDB) TouchVolume(ctx context.Context, name string, now time.Time) error {
+func (r *lastUseCmds) TouchVolume(ctx context.Context, name string, now time.Time) error {
 	return r.touch(ctx, ctlplane.VolumesLastUsedKey(r.Keys), name, now)
 }
 
 // VolumeLastUsed returns when a project volume was last used (zero when
 // never recorded).
-func (r *RDB) VolumeLastUsed(ctx context.Context, name string) (time.Time, error) {
+func (r *lastUseCmds) VolumeLastUsed(ctx context.Context, name string) (time.Time, error) {
 	return r.lastUsed(ctx, ctlplane.VolumesLastUsedKey(r.Keys), name)
 }
 
 // ForgetVolume drops a removed volume's record.
-func (r *RDB) ForgetVolume(ctx context.Context, name string) error {
+func (r *lastUseCmds) ForgetVolume(ctx context.Context, name string) error {
 	return r.c.ZRem(ctx, ctlplane.VolumesLastUsedKey(r.Keys), name).Err()
 }
 
 // touch scores member of a last-use sorted set with now (Unix seconds).
-func (r *RDB) touch(ctx context.Context, key, member string, now time.Time) error {
+func (r *lastUseCmds) touch(ctx context.Context, key, member string, now time.Time) error {
 	return r.c.ZAdd(ctx, key, redis.Z{Score: float64(now.Unix()), Member: member}).Err()
 }
 
 // lastUsed reads member's score in a last-use sorted set (zero when none).
-func (r *RDB) lastUsed(ctx context.Context, key, member string) (time.Time, error) {
+func (r *lastUseCmds) lastUsed(ctx context.Context, key, member string) (time.Time, error) {
 	score, err := r.c.ZScore(ctx, key, member).Result()
 	if Nil(err) {
 		return time.Time{}, nil

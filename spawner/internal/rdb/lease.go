@@ -19,7 +19,10 @@ type Leases interface {
 	LeaseHolder(ctx context.Context, name string) (string, error)
 }
 
-var _ Leases = (*RDB)(nil)
+// leaseCmds implements Leases over the shared connection.
+type leaseCmds struct{ *core }
+
+var _ Leases = (*leaseCmds)(nil)
 
 var takeScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
@@ -41,18 +44,18 @@ return 0
 
 // TakeLease takes the named lease for owner, or renews it when owner
 // holds it already, and reports whether owner holds it now.
-func (r *RDB) TakeLease(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
+func (r *leaseCmds) TakeLease(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
 	n, err := takeScript.Run(ctx, r.c, []string{ctlplane.LeaseKey(r.Keys, name)}, owner, ttl.Milliseconds()).Int()
 	return n == 1, err
 }
 
 // ReleaseLease gives the named lease up if owner holds it.
-func (r *RDB) ReleaseLease(ctx context.Context, name, owner string) error {
+func (r *leaseCmds) ReleaseLease(ctx context.Context, name, owner string) error {
 	return releaseScript.Run(ctx, r.c, []string{ctlplane.LeaseKey(r.Keys, name)}, owner).Err()
 }
 
 // LeaseHolder returns who holds the named lease ("" when nobody).
-func (r *RDB) LeaseHolder(ctx context.Context, name string) (string, error) {
+func (r *leaseCmds) LeaseHolder(ctx context.Context, name string) (string, error) {
 	v, err := r.c.Get(ctx, ctlplane.LeaseKey(r.Keys, name)).Result()
 	if Nil(err) {
 		return "", nil

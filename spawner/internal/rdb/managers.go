@@ -17,14 +17,17 @@ type Managers interface {
 	RenewManager(ctx context.Context, id string, fields map[string]any, ttl time.Duration) error
 	LeaveManager(ctx context.Context, id, instance string) error
 	ManagerStates(ctx context.Context) ([]map[string]string, error)
-	Managers(ctx context.Context) ([]ctlplane.ManagerState, error)
+	ListManagers(ctx context.Context) ([]ctlplane.ManagerState, error)
 }
 
-var _ Managers = (*RDB)(nil)
+// managerCmds implements Managers over the shared connection.
+type managerCmds struct{ *core }
+
+var _ Managers = (*managerCmds)(nil)
 
 // RenewManager writes a manager's state hash with its TTL and keeps its id
 // in the managers set, in one transaction.
-func (r *RDB) RenewManager(ctx context.Context, id string, fields map[string]any, ttl time.Duration) error {
+func (r *managerCmds) RenewManager(ctx context.Context, id string, fields map[string]any, ttl time.Duration) error {
 	key := ctlplane.ManagerStateKey(r.Keys, id)
 	_, err := r.c.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.HSet(ctx, key, fields)
@@ -38,7 +41,7 @@ func (r *RDB) RenewManager(ctx context.Context, id string, fields map[string]any
 // LeaveManager removes a manager's state and its id from the managers
 // set, when the state is still this instance's (a manager restarted under
 // the same id has written its own).
-func (r *RDB) LeaveManager(ctx context.Context, id, instance string) error {
+func (r *managerCmds) LeaveManager(ctx context.Context, id, instance string) error {
 	key := ctlplane.ManagerStateKey(r.Keys, id)
 	inst, err := r.c.HGet(ctx, key, ctlplane.ManagerFieldInstance).Result()
 	if err != nil || inst != instance {
@@ -52,7 +55,7 @@ func (r *RDB) LeaveManager(ctx context.Context, id, instance string) error {
 
 // ManagerStates returns the state hash of every manager in the managers
 // set; ids whose state expired are dropped from the set.
-func (r *RDB) ManagerStates(ctx context.Context) ([]map[string]string, error) {
+func (r *managerCmds) ManagerStates(ctx context.Context) ([]map[string]string, error) {
 	ids, err := r.c.SMembers(ctx, ctlplane.ManagersKey(r.Keys)).Result()
 	if err != nil {
 		return nil, err
@@ -72,9 +75,9 @@ func (r *RDB) ManagerStates(ctx context.Context) ([]map[string]string, error) {
 	return out, nil
 }
 
-// Managers reads the state of every manager of the key prefix, sorted by
+// ListManagers reads the state of every manager of the key prefix, sorted by
 // id (ManagerStates, parsed).
-func (r *RDB) Managers(ctx context.Context) ([]ctlplane.ManagerState, error) {
+func (r *managerCmds) ListManagers(ctx context.Context) ([]ctlplane.ManagerState, error) {
 	states, err := r.ManagerStates(ctx)
 	if err != nil {
 		return nil, err

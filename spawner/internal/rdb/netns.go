@@ -16,11 +16,14 @@ type NetnsMarks interface {
 	SpareNetnsMarked(ctx context.Context, ids []string) (map[string]bool, error)
 }
 
-var _ NetnsMarks = (*RDB)(nil)
+// netnsCmds implements NetnsMarks over the shared connection.
+type netnsCmds struct{ *core }
+
+var _ NetnsMarks = (*netnsCmds)(nil)
 
 // MarkSpareNetns says, for ttl, that the holders ids are a live manager's
 // spare network namespaces.
-func (r *RDB) MarkSpareNetns(ctx context.Context, ids []string, ttl time.Duration) error {
+func (r *netnsCmds) MarkSpareNetns(ctx context.Context, ids []string, ttl time.Duration) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -34,7 +37,7 @@ func (r *RDB) MarkSpareNetns(ctx context.Context, ids []string, ttl time.Duratio
 }
 
 // SpareNetnsMarked returns which of the holders ids are marked spare.
-func (r *RDB) SpareNetnsMarked(ctx context.Context, ids []string) (map[string]bool, error) {
+func (r *netnsCmds) SpareNetnsMarked(ctx context.Context, ids []string) (map[string]bool, error) {
 	out := map[string]bool{}
 	if len(ids) == 0 {
 		return out, nil

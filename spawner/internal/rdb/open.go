@@ -18,7 +18,10 @@ type Conn interface {
 	Watcher() *client.Watcher
 }
 
-var _ Conn = (*RDB)(nil)
+// connCmds implements Conn over the shared connection.
+type connCmds struct{ *core }
+
+var _ Conn = (*connCmds)(nil)
 
 // OpenToAnyone reports whether the Redis that opt reaches lets a client
 // in without credentials: a fresh connection with no user and no password
@@ -58,7 +61,7 @@ func authRefused(err error) bool {
 }
 
 // Ping checks the connection.
-func (r *RDB) Ping(ctx context.Context) error { return r.c.Ping(ctx).Err() }
+func (r *connCmds) Ping(ctx context.Context) error { return r.c.Ping(ctx).Err() }
 
 // Watcher returns the client module's reader of the lifecycle and output
 // streams over this connection. It is the one place the connection is
@@ -66,4 +69,4 @@ func (r *RDB) Ping(ctx context.Context) error { return r.c.Ping(ctx).Err() }
 // streams, so they read them as a client does (client.Watcher, the
 // client module's own Redis layer) rather than through a second reader
 // here that could drift from it.
-func (r *RDB) Watcher() *client.Watcher { return &client.Watcher{Redis: r.c, Keys: r.Keys} }
+func (r *connCmds) Watcher() *client.Watcher { return &client.Watcher{Redis: r.c, Keys: r.Keys} }

@@ -25,15 +25,18 @@ type Pools interface {
 	PoolMembers(ctx context.Context, pool string) ([]string, error)
 }
 
-var _ Pools = (*RDB)(nil)
+// poolCmds implements Pools over the shared connection.
+type poolCmds struct{ *core }
+
+var _ Pools = (*poolCmds)(nil)
 
 // AddWarm makes a warm worker ready for allocation.
-func (r *RDB) AddWarm(ctx context.Context, pool, id string) error {
+func (r *poolCmds) AddWarm(ctx context.Context, pool, id string) error {
 	return r.c.SAdd(ctx, ctlplane.PoolWarmSetKey(r.Keys, pool), id).Err()
 }
 
 // TakeWarm takes a warm worker of a pool for one create ("" when none).
-func (r *RDB) TakeWarm(ctx context.Context, pool string) (string, error) {
+func (r *poolCmds) TakeWarm(ctx context.Context, pool string) (string, error) {
 	id, err := r.c.SPop(ctx, ctlplane.PoolWarmSetKey(r.Keys, pool)).Result()
 	if Nil(err) {
 		return "", nil
@@ -43,18 +46,18 @@ func (r *RDB) TakeWarm(ctx context.Context, pool string) (string, error) {
 
 // DropWarm takes a worker out of a pool's warm set (it is being retired);
 // it reports whether it was there.
-func (r *RDB) DropWarm(ctx context.Context, pool, id string) (bool, error) {
+func (r *poolCmds) DropWarm(ctx context.Context, pool, id string) (bool, error) {
 	n, err := r.c.SRem(ctx, ctlplane.PoolWarmSetKey(r.Keys, pool), id).Result()
 	return n == 1, err
 }
 
 // Warm returns a pool's warm workers.
-func (r *RDB) Warm(ctx context.Context, pool string) ([]string, error) {
+func (r *poolCmds) Warm(ctx context.Context, pool string) ([]string, error) {
 	return r.c.SMembers(ctx, ctlplane.PoolWarmSetKey(r.Keys, pool)).Result()
 }
 
 // CountPool adds to a pool's counters.
-func (r *RDB) CountPool(ctx context.Context, pool string, counts map[string]int64) error {
+func (r *poolCmds) CountPool(ctx context.Context, pool string, counts map[string]int64) error {
 	pipe := r.c.Pipeline()
 	for f, n := range counts {
 		pipe.HIncrBy(ctx, ctlplane.PoolStatsKey(r.Keys, pool), f, n)
@@ -64,12 +67,12 @@ func (r *RDB) CountPool(ctx context.Context, pool string, counts map[string]int6
 }
 
 // PoolStats returns a pool's counters.
-func (r *RDB) PoolStats(ctx context.Context, pool string) (map[string]string, error) {
+func (r *poolCmds) PoolStats(ctx context.Context, pool string) (map[string]string, error) {
 	return r.c.HGetAll(ctx, ctlplane.PoolStatsKey(r.Keys, pool)).Result()
 }
 
 // PublishPools records the pool templates (name → JSON).
-func (r *RDB) PublishPools(ctx context.Context, templates map[string]string) error {
+func (r *poolCmds) PublishPools(ctx context.Context, templates map[string]string) error {
 	if len(templates) == 0 {
 		return nil
 	}
@@ -77,17 +80,17 @@ func (r *RDB) PublishPools(ctx context.Context, templates map[string]string) err
 }
 
 // PoolTemplates returns the recorded pool templates (name → JSON).
-func (r *RDB) PoolTemplates(ctx context.Context) (map[string]string, error) {
+func (r *poolCmds) PoolTemplates(ctx context.Context) (map[string]string, error) {
 	return r.c.HGetAll(ctx, ctlplane.PoolsKey(r.Keys)).Result()
 }
 
 // AddPoolMember records a worker made for a pool.
-func (r *RDB) AddPoolMember(ctx context.Context, pool, id string) error {
+func (r *poolCmds) AddPoolMember(ctx context.Context, pool, id string) error {
 	return r.c.SAdd(ctx, ctlplane.PoolMembersKey(r.Keys, pool), id).Err()
 }
 
 // DropPoolMember forgets a retired worker of a pool.
-func (r *RDB) DropPoolMember(ctx context.Context, pool, id string) error {
+func (r *poolCmds) DropPoolMember(ctx context.Context, pool, id string) error {
 	return r.c.SRem(ctx, ctlplane.PoolMembersKey(r.Keys, pool), id).Err()
 }
 
@@ -109,7 +112,7 @@ return live
 
 // PoolMembers returns the workers of a pool that joined and are not
 // retired, in one round trip, reading only the pool's own members.
-func (r *RDB) PoolMembers(ctx context.Context, pool string) ([]string, error) {
+func (r *poolCmds) PoolMembers(ctx context.Context, pool string) ([]string, error) {
 	return poolMembersScript.Run(ctx, r.c, []string{ctlplane.PoolMembersKey(r.Keys, pool), r.Keys.Workers(),
 		ctlplane.CreatingKey(r.Keys)}).StringSlice()
 }

@@ -15,10 +15,13 @@ type Projects interface {
 	ForgetSession(ctx context.Context, agent protocol.AgentType, project string) error
 }
 
-var _ Projects = (*RDB)(nil)
+// projectCmds implements Projects over the shared connection.
+type projectCmds struct{ *core }
+
+var _ Projects = (*projectCmds)(nil)
 
 // SetBudget sets a project's budget; a limit of 0 removes it.
-func (r *RDB) SetBudget(ctx context.Context, project string, limitUSD, warnUSD float64) error {
+func (r *projectCmds) SetBudget(ctx context.Context, project string, limitUSD, warnUSD float64) error {
 	key := r.Keys.ProjectBudget(project)
 	if limitUSD == 0 {
 		return r.c.Del(ctx, key).Err()
@@ -28,6 +31,6 @@ func (r *RDB) SetBudget(ctx context.Context, project string, limitUSD, warnUSD f
 }
 
 // ForgetSession removes a project's session record and stored context.
-func (r *RDB) ForgetSession(ctx context.Context, agent protocol.AgentType, project string) error {
+func (r *projectCmds) ForgetSession(ctx context.Context, agent protocol.AgentType, project string) error {
 	return r.c.Del(ctx, r.Keys.Session(agent, project), r.Keys.ProjectContext(project)).Err()
 }

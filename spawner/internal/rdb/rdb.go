@@ -14,9 +14,9 @@ import (
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
-// RDB is the spawner's view of Redis: the one implementation of every
-// family's interface (one per file, each file opening with its own, as
-// go-redis's command files do):
+// RDB is the spawner's view of Redis: one value per command family, each
+// the implementation of that family's interface (one per file, each file
+// opening with its own, as go-redis's command files do):
 //
 //	Conn          open.go       the connection itself (Ping, the client module's Watcher)
 //	Admission     admission.go  the creation queue, the slots, the workers set
@@ -35,10 +35,35 @@ import (
 //	NetnsMarks    netns.go      marks of the spare network namespaces (engine/docker/netns.go)
 //	ACL           acl.go        per-worker Redis users
 //
-// Its client is unexported: nothing outside this package sends Redis a
-// command (owner_test.go checks the whole module).
+// A component is given the families it uses (an *RDB is each of them),
+// so that what it may do to Redis is in its type, and its tests can
+// stand a fake of one family in for Redis. The families share one
+// connection and one set of settings (Config); its client is unexported:
+// nothing outside this package sends Redis a command (owner_test.go
+// checks the whole module).
 type RDB struct {
-	c    redis.Cmdable
+	*Config
+	Conn
+	Admission
+	WorkerStatus
+	Streams
+	Tasks
+	Runs
+	Projects
+	HostRegistry
+	Hibernation
+	Retirement
+	Pools
+	Managers
+	Leases
+	LastUse
+	NetnsMarks
+	ACL
+}
+
+// Config is the key names and the retention of what the spawner writes,
+// shared by every family of one RDB; set after New, before use.
+type Config struct {
 	Keys protocol.Keys
 	// Retention of what the spawner writes (zero values: the defaults).
 	StreamMaxLen int64         // approximate MAXLEN of the lifecycle stream and reply streams
@@ -50,6 +75,13 @@ type RDB struct {
 	Wait protocol.WaitPolicy
 }
 
+// core is what every family's commands hold: the client and the shared
+// settings.
+type core struct {
+	c redis.Cmdable
+	*Config
+}
+
 // Defaults of the retention settings.
 const (
 	DefaultReplyTTL  = time.Hour
@@ -58,8 +90,13 @@ const (
 
 // New returns an RDB over c with the default retention.
 func New(c redis.Cmdable, keys protocol.Keys) *RDB {
-	return &RDB{c: c, Keys: keys, StreamMaxLen: protocol.DefaultStreamMaxLen, ReplyTTL: DefaultReplyTTL, Retention: DefaultRetention,
+	cfg := &Config{Keys: keys, StreamMaxLen: protocol.DefaultStreamMaxLen, ReplyTTL: DefaultReplyTTL, Retention: DefaultRetention,
 		RunRetention: protocol.DefaultRunRetention}
+	k := &core{c: c, Config: cfg}
+	return &RDB{Config: cfg, Conn: &connCmds{k}, Admission: &admissionCmds{k}, WorkerStatus: &statusCmds{k}, Streams: &streamCmds{k},
+		Tasks: &taskCmds{k}, Runs: &runCmds{k}, Projects: &projectCmds{k}, HostRegistry: &hostCmds{k}, Hibernation: &hibernationCmds{k},
+		Retirement: &retireCmds{k}, Pools: &poolCmds{k}, Managers: &managerCmds{k}, Leases: &leaseCmds{k}, LastUse: &lastUseCmds{k},
+		NetnsMarks: &netnsCmds{k}, ACL: &aclCmds{k}}
 }
 
 // Nil reports whether err is Redis's "no such key" answer.

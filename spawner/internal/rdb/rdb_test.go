@@ -14,17 +14,24 @@ import (
 	"github.com/agentvisor/agentvisor/testkit"
 )
 
-func newRDB(t *testing.T) (*RDB, context.Context) {
+// testRDB is an RDB with its client at hand, for the tests' own reads
+// and writes of the keys the families keep.
+type testRDB struct {
+	*RDB
+	c redis.Cmdable
+}
+
+func newRDB(t *testing.T) (*testRDB, context.Context) {
 	t.Helper()
 	c := testkit.NewRedisClient(t)
-	return New(c, protocol.Keys{Prefix: "rdbtest"}), context.Background()
+	return &testRDB{RDB: New(c, protocol.Keys{Prefix: "rdbtest"}), c: c}, context.Background()
 }
 
 var t0 = time.UnixMilli(1_800_000_000_000)
 
 // admit1 admits on a fleet of one host, h1, with max slots (queue mode,
 // or replace mode for a replacement).
-func admit1(r *RDB, ctx context.Context, id string, now time.Time, lease time.Duration, max int, replacement bool) (bool, int, error) {
+func admit1(r *testRDB, ctx context.Context, id string, now time.Time, lease time.Duration, max int, replacement bool) (bool, int, error) {
 	mode := AdmitQueue
 	if replacement {
 		mode = AdmitReplace

@@ -26,7 +26,10 @@ type Retirement interface {
 	ForgetWorkerKeys(ctx context.Context, id string) error
 }
 
-var _ Retirement = (*RDB)(nil)
+// retireCmds implements Retirement over the shared connection.
+type retireCmds struct{ *core }
+
+var _ Retirement = (*retireCmds)(nil)
 
 // beginRetireScript: KEYS workers, retiring, status; ARGV id, lease
 // expiry ms, now ms, reason, now (RFC 3339). Returns 1 when the worker
@@ -49,19 +52,19 @@ return 0
 // BeginRetire takes a worker out of Workers into Retiring; it reports
 // whether the caller now owns the retirement and whether it takes over
 // one that a dead manager began.
-func (r *RDB) BeginRetire(ctx context.Context, id, reason string, now time.Time, lease time.Duration) (owns, takeover bool, err error) {
+func (r *retireCmds) BeginRetire(ctx context.Context, id, reason string, now time.Time, lease time.Duration) (owns, takeover bool, err error) {
 	n, err := beginRetireScript.Run(ctx, r.c, []string{r.Keys.Workers(), ctlplane.RetiringKey(r.Keys), r.Keys.Status(id)},
 		id, ms(now.Add(lease)), ms(now), reason, protocol.FormatTime(now)).Int()
 	return n > 0, n == 2, err
 }
 
 // RenewRetire extends a retirement's lease.
-func (r *RDB) RenewRetire(ctx context.Context, id string, now time.Time, lease time.Duration) error {
+func (r *retireCmds) RenewRetire(ctx context.Context, id string, now time.Time, lease time.Duration) error {
 	return r.c.ZAddXX(ctx, ctlplane.RetiringKey(r.Keys), redis.Z{Score: float64(ms(now.Add(lease))), Member: id}).Err()
 }
 
 // StaleRetirements returns the retirements whose lease ran out.
-func (r *RDB) StaleRetirements(ctx context.Context, now time.Time) ([]string, error) {
+func (r *retireCmds) StaleRetirements(ctx context.Context, now time.Time) ([]string, error) {
 	return r.c.ZRangeByScore(ctx, ctlplane.RetiringKey(r.Keys), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(ms(now), 10)}).Result()
 }
 
@@ -79,7 +82,7 @@ return 0
 // is released, its keys expire after the retention (its status hash and
 // history, heartbeat, and for a long-lived worker its input and output streams),
 // and it leaves Retiring.
-func (r *RDB) EndRetire(ctx context.Context, id string, kind protocol.Kind, agent protocol.AgentType, project string, now time.Time) error {
+func (r *retireCmds) EndRetire(ctx context.Context, id string, kind protocol.Kind, agent protocol.AgentType, project string, now time.Time) error {
 	k := r.Keys
 	if project != "" && agent != "" {
 		if err := releaseHoldScript.Run(ctx, r.c, []string{k.Session(agent, project)}, id).Err(); err != nil {
@@ -109,14 +112,14 @@ func (r *RDB) EndRetire(ctx context.Context, id string, kind protocol.Kind, agen
 // heartbeat and its own input and output streams: for an identity that
 // ends with no retirement (a warm worker whose container a woken worker
 // took), whose keys nothing is left to read.
-func (r *RDB) ForgetWorkerKeys(ctx context.Context, id string) error {
+func (r *retireCmds) ForgetWorkerKeys(ctx context.Context, id string) error {
 	k := r.Keys
 	return r.c.Del(ctx, k.Status(id), k.StatusHistory(id), k.Heartbeat(id), k.Input(id), k.Output(id)).Err()
 }
 
 // Retired returns the long-lived workers retired since since (older ones
 // are dropped from the set: their retention is over).
-func (r *RDB) Retired(ctx context.Context, since time.Time) ([]string, error) {
+func (r *retireCmds) Retired(ctx context.Context, since time.Time) ([]string, error) {
 	key := ctlplane.RetiredKey(r.Keys)
 	if err := r.c.ZRemRangeByScore(ctx, key, "-inf", "("+strconv.FormatInt(ms(since), 10)).Err(); err != nil {
 		return nil, err
@@ -139,7 +142,7 @@ return 1
 // Revive moves a worker the caller is retiring from Retiring back into
 // Workers (its slot stays taken throughout); false when it was not being
 // retired.
-func (r *RDB) Revive(ctx context.Context, id string) (bool, error) {
+func (r *retireCmds) Revive(ctx context.Context, id string) (bool, error) {
 	n, err := reviveScript.Run(ctx, r.c, []string{r.Keys.Workers(), ctlplane.RetiringKey(r.Keys), r.Keys.Status(id), r.Keys.Heartbeat(id)}, id).Int()
 	return n == 1, err
 }

@@ -17,16 +17,19 @@ type Runs interface {
 	LastAttempt(ctx context.Context, requestID string) (int, error)
 }
 
-var _ Runs = (*RDB)(nil)
+// runCmds implements Runs over the shared connection.
+type runCmds struct{ *core }
+
+var _ Runs = (*runCmds)(nil)
 
 // Run returns a run's hash (empty when none: never sent, or past its
 // retention).
-func (r *RDB) Run(ctx context.Context, requestID string) (map[string]string, error) {
+func (r *runCmds) Run(ctx context.Context, requestID string) (map[string]string, error) {
 	return r.c.HGetAll(ctx, r.Keys.Run(requestID)).Result()
 }
 
 // RunStatus returns a run's state ("" when it has none).
-func (r *RDB) RunStatus(ctx context.Context, requestID string) (protocol.RunState, error) {
+func (r *runCmds) RunStatus(ctx context.Context, requestID string) (protocol.RunState, error) {
 	st, err := r.c.HGet(ctx, r.Keys.Run(requestID), protocol.RunFieldStatus).Result()
 	if Nil(err) {
 		return "", nil
@@ -35,7 +38,7 @@ func (r *RDB) RunStatus(ctx context.Context, requestID string) (protocol.RunStat
 }
 
 // Attempts returns how many times a run was handed to another worker.
-func (r *RDB) Attempts(ctx context.Context, requestID string) (int, error) {
+func (r *runCmds) Attempts(ctx context.Context, requestID string) (int, error) {
 	n, err := r.c.HGet(ctx, r.Keys.Run(requestID), protocol.RunFieldAttempts).Int()
 	if Nil(err) {
 		return 0, nil
@@ -46,7 +49,7 @@ func (r *RDB) Attempts(ctx context.Context, requestID string) (int, error) {
 // LastAttempt returns the attempt a run is on: the last one a wrapper
 // ran (its own retries counted), or the hand-overs plus one when that is
 // more.
-func (r *RDB) LastAttempt(ctx context.Context, requestID string) (int, error) {
+func (r *runCmds) LastAttempt(ctx context.Context, requestID string) (int, error) {
 	vals, err := r.c.HMGet(ctx, r.Keys.Run(requestID), protocol.RunFieldAttempts, protocol.RunFieldAttempt).Result()
 	if err != nil {
 		return 0, err

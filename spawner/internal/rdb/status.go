@@ -30,13 +30,16 @@ type WorkerStatus interface {
 	HasHeartbeat(ctx context.Context, id string) (bool, error)
 }
 
-var _ WorkerStatus = (*RDB)(nil)
+// statusCmds implements WorkerStatus over the shared connection.
+type statusCmds struct{ *core }
+
+var _ WorkerStatus = (*statusCmds)(nil)
 
 // WriteStatus sets fields of a worker's status hash (updated_at included).
 // A write of the container's state keeps host's paused set
 // (Keys.HostPaused) in step, in the same transaction: the set holds the
 // workers of the host whose hash says paused. host is the worker's.
-func (r *RDB) WriteStatus(ctx context.Context, id, host string, now time.Time, fields map[string]any) error {
+func (r *statusCmds) WriteStatus(ctx context.Context, id, host string, now time.Time, fields map[string]any) error {
 	if _, ok := fields[protocol.StatusFieldContainer]; !ok {
 		fields[protocol.StatusFieldUpdatedAt] = protocol.FormatTime(now)
 		return r.c.HSet(ctx, r.Keys.Status(id), fields).Err()
@@ -49,7 +52,7 @@ func (r *RDB) WriteStatus(ctx context.Context, id, host string, now time.Time, f
 }
 
 // queueStatus queues WriteStatus's commands on a transaction.
-func (r *RDB) queueStatus(ctx context.Context, p redis.Pipeliner, id, host string, now time.Time, fields map[string]any) {
+func (r *statusCmds) queueStatus(ctx context.Context, p redis.Pipeliner, id, host string, now time.Time, fields map[string]any) {
 	fields[protocol.StatusFieldUpdatedAt] = protocol.FormatTime(now)
 	p.HSet(ctx, r.Keys.Status(id), fields)
 	if c, ok := fields[protocol.StatusFieldContainer]; ok {
@@ -64,7 +67,7 @@ func (r *RDB) queueStatus(ctx context.Context, p redis.Pipeliner, id, host strin
 // Started records a worker whose container a create just started: its
 // status fields (WriteStatus), its lifecycle event, and returns its status
 // hash as it is then, in one round trip.
-func (r *RDB) Started(ctx context.Context, id, host string, now time.Time, fields map[string]any, l protocol.Lifecycle) (map[string]string, error) {
+func (r *statusCmds) Started(ctx context.Context, id, host string, now time.Time, fields map[string]any, l protocol.Lifecycle) (map[string]string, error) {
 	doc, err := l.Encode()
 	if err != nil {
 		return nil, err
@@ -84,7 +87,7 @@ func (r *RDB) Started(ctx context.Context, id, host string, now time.Time, field
 
 // Paused returns the workers of host whose status says paused
 // (Keys.HostPaused).
-func (r *RDB) Paused(ctx context.Context, host string) ([]string, error) {
+func (r *statusCmds) Paused(ctx context.Context, host string) ([]string, error) {
 	return r.c.SMembers(ctx, ctlplane.HostPausedKey(r.Keys, host)).Result()
 }
 
@@ -106,7 +109,7 @@ return 1
 
 // SyncPaused repairs host's paused set for the given workers (its
 // reconciler passes the host's members and the set's own members).
-func (r *RDB) SyncPaused(ctx context.Context, host string, ids []string) error {
+func (r *statusCmds) SyncPaused(ctx context.Context, host string, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -120,12 +123,12 @@ func (r *RDB) SyncPaused(ctx context.Context, host string, ids []string) error {
 }
 
 // Status returns a worker's status hash (empty when none).
-func (r *RDB) Status(ctx context.Context, id string) (map[string]string, error) {
+func (r *statusCmds) Status(ctx context.Context, id string) (map[string]string, error) {
 	return r.c.HGetAll(ctx, r.Keys.Status(id)).Result()
 }
 
 // StatusField returns one field of a worker's status hash ("" when none).
-func (r *RDB) StatusField(ctx context.Context, id, field string) (string, error) {
+func (r *statusCmds) StatusField(ctx context.Context, id, field string) (string, error) {
 	v, err := r.c.HGet(ctx, r.Keys.Status(id), field).Result()
 	if Nil(err) {
 		return "", nil
@@ -135,7 +138,7 @@ func (r *RDB) StatusField(ctx context.Context, id, field string) (string, error)
 
 // StatusValues returns fields of a worker's status hash, in order ("" for
 // a field it lacks).
-func (r *RDB) StatusValues(ctx context.Context, id string, fields ...string) ([]string, error) {
+func (r *statusCmds) StatusValues(ctx context.Context, id string, fields ...string) ([]string, error) {
 	vals, err := r.c.HMGet(ctx, r.Keys.Status(id), fields...).Result()
 	if err != nil {
 		return nil, err
@@ -149,7 +152,7 @@ func (r *RDB) StatusValues(ctx context.Context, id string, fields ...string) ([]
 
 // LookupStatus is StatusValues, and whether the hash holds any of the
 // fields (false: no such worker, or none of them written yet).
-func (r *RDB) LookupStatus(ctx context.Context, id string, fields ...string) ([]string, bool, error) {
+func (r *statusCmds) LookupStatus(ctx context.Context, id string, fields ...string) ([]string, bool, error) {
 	vals, err := r.c.HMGet(ctx, r.Keys.Status(id), fields...).Result()
 	if err != nil {
 		return nil, false, err
@@ -165,7 +168,7 @@ func (r *RDB) LookupStatus(ctx context.Context, id string, fields ...string) ([]
 
 // PushHistory pushes a transition on a worker's history, kept to its
 // protocol.MaxStatusHistory newest entries.
-func (r *RDB) PushHistory(ctx context.Context, id string, rec protocol.TransitionRecord) error {
+func (r *statusCmds) PushHistory(ctx context.Context, id string, rec protocol.TransitionRecord) error {
 	doc, err := json.Marshal(rec)
 	if err != nil {
 		return err
@@ -180,7 +183,7 @@ func (r *RDB) PushHistory(ctx context.Context, id string, rec protocol.Transitio
 }
 
 // Heartbeat returns a worker's heartbeat document (nil when expired).
-func (r *RDB) Heartbeat(ctx context.Context, id string) ([]byte, error) {
+func (r *statusCmds) Heartbeat(ctx context.Context, id string) ([]byte, error) {
 	b, err := r.c.Get(ctx, r.Keys.Heartbeat(id)).Bytes()
 	if Nil(err) {
 		return nil, nil
@@ -190,7 +193,7 @@ func (r *RDB) Heartbeat(ctx context.Context, id string) ([]byte, error) {
 
 // HasHeartbeat reports whether a worker's heartbeat is live (its key
 // has not expired).
-func (r *RDB) HasHeartbeat(ctx context.Context, id string) (bool, error) {
+func (r *statusCmds) HasHeartbeat(ctx context.Context, id string) (bool, error) {
 	n, err := r.c.Exists(ctx, r.Keys.Heartbeat(id)).Result()
 	return n == 1, err
 }
@@ -200,7 +203,7 @@ func (r *RDB) HasHeartbeat(ctx context.Context, id string) (bool, error) {
 // (nil when expired), in one round trip: what the host leader's loops
 // read of every worker each tick, without the spec and instructions that
 // a whole hash carries.
-func (r *RDB) StatusFields(ctx context.Context, ids, fields []string, heartbeats bool) ([]map[string]string, [][]byte, error) {
+func (r *statusCmds) StatusFields(ctx context.Context, ids, fields []string, heartbeats bool) ([]map[string]string, [][]byte, error) {
 	if len(ids) == 0 {
 		return nil, nil, nil
 	}
@@ -246,7 +249,7 @@ func (r *RDB) StatusFields(ctx context.Context, ids, fields []string, heartbeats
 
 // PausedSince returns when a worker's status hash last changed, the time
 // its pause was recorded for a paused worker.
-func (r *RDB) PausedSince(ctx context.Context, id string) (time.Time, error) {
+func (r *statusCmds) PausedSince(ctx context.Context, id string) (time.Time, error) {
 	v, err := r.StatusField(ctx, id, protocol.StatusFieldUpdatedAt)
 	if err != nil {
 		return time.Time{}, err
@@ -263,7 +266,7 @@ type FleetState struct {
 }
 
 // ReadFleetState reads FleetState for ids, with fields of each status hash.
-func (r *RDB) ReadFleetState(ctx context.Context, ids, fields []string) (FleetState, error) {
+func (r *statusCmds) ReadFleetState(ctx context.Context, ids, fields []string) (FleetState, error) {
 	pipe := r.c.Pipeline()
 	hashes := make([]*redis.SliceCmd, len(ids))
 	for i, id := range ids {

@@ -27,7 +27,10 @@ type Streams interface {
 	Newest(ctx context.Context, streams []string, n int64) (map[string][]redis.XMessage, error)
 }
 
-var _ Streams = (*RDB)(nil)
+// streamCmds implements Streams over the shared connection.
+type streamCmds struct{ *core }
+
+var _ Streams = (*streamCmds)(nil)
 
 // The managers share the command and control streams through one
 // consumer group. An entry a manager reads stays pending under its name
@@ -37,7 +40,7 @@ var _ Streams = (*RDB)(nil)
 // manager takes it (Claim), whatever its name.
 
 // ReadNew reads up to count entries never delivered, blocking up to block.
-func (r *RDB) ReadNew(ctx context.Context, stream, group, consumer string, count int64, block time.Duration) ([]redis.XMessage, error) {
+func (r *streamCmds) ReadNew(ctx context.Context, stream, group, consumer string, count int64, block time.Duration) ([]redis.XMessage, error) {
 	res, err := r.c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: consumer, Streams: []string{stream, ">"},
 		Count: count, Block: block}).Result()
 	if Nil(err) {
@@ -51,7 +54,7 @@ func (r *RDB) ReadNew(ctx context.Context, stream, group, consumer string, count
 
 // ReadOwn reads up to count of consumer's own pending entries after the
 // id after ("0" for the first).
-func (r *RDB) ReadOwn(ctx context.Context, stream, group, consumer, after string, count int64) ([]redis.XMessage, error) {
+func (r *streamCmds) ReadOwn(ctx context.Context, stream, group, consumer, after string, count int64) ([]redis.XMessage, error) {
 	res, err := r.c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: consumer, Streams: []string{stream, after},
 		Count: count}).Result()
 	if Nil(err) {
@@ -65,7 +68,7 @@ func (r *RDB) ReadOwn(ctx context.Context, stream, group, consumer, after string
 
 // Claim takes for consumer up to count entries of stream idle longer
 // than minIdle (their reader died), oldest first.
-func (r *RDB) Claim(ctx context.Context, stream, group, consumer string, minIdle time.Duration, count int64) ([]redis.XMessage, error) {
+func (r *streamCmds) Claim(ctx context.Context, stream, group, consumer string, minIdle time.Duration, count int64) ([]redis.XMessage, error) {
 	var out []redis.XMessage
 	start := "0-0"
 	for {
@@ -84,7 +87,7 @@ func (r *RDB) Claim(ctx context.Context, stream, group, consumer string, minIdle
 
 // Touch resets the idle time of entries consumer works on, so that no
 // other manager claims them.
-func (r *RDB) Touch(ctx context.Context, stream, group, consumer string, ids []string) error {
+func (r *streamCmds) Touch(ctx context.Context, stream, group, consumer string, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -92,22 +95,22 @@ func (r *RDB) Touch(ctx context.Context, stream, group, consumer string, ids []s
 }
 
 // Ack acknowledges an entry.
-func (r *RDB) Ack(ctx context.Context, stream, group, id string) error {
+func (r *streamCmds) Ack(ctx context.Context, stream, group, id string) error {
 	return r.c.XAck(ctx, stream, group, id).Err()
 }
 
 // xadd adds an entry with the approximate MAXLEN.
-func (r *RDB) xadd(ctx context.Context, stream string, doc []byte) error {
+func (r *streamCmds) xadd(ctx context.Context, stream string, doc []byte) error {
 	return r.c.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: r.StreamMaxLen, Approx: true, Values: protocol.Values(doc)}).Err()
 }
 
 // AddEntry appends a document to a stream (MAXLEN ~ StreamMaxLen).
-func (r *RDB) AddEntry(ctx context.Context, stream string, doc []byte) error {
+func (r *streamCmds) AddEntry(ctx context.Context, stream string, doc []byte) error {
 	return r.xadd(ctx, stream, doc)
 }
 
 // Lifecycle publishes a lifecycle event.
-func (r *RDB) Lifecycle(ctx context.Context, l protocol.Lifecycle) error {
+func (r *streamCmds) Lifecycle(ctx context.Context, l protocol.Lifecycle) error {
 	doc, err := l.Encode()
 	if err != nil {
 		return err
@@ -120,7 +123,7 @@ func (r *RDB) Lifecycle(ctx context.Context, l protocol.Lifecycle) error {
 // group, id), in one transaction: a command is answered and acknowledged
 // together or not at all (then executed again, idempotently, and
 // answered).
-func (r *RDB) Reply(ctx context.Context, replyTo string, doc []byte, stream, group, id string) error {
+func (r *streamCmds) Reply(ctx context.Context, replyTo string, doc []byte, stream, group, id string) error {
 	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.XAdd(ctx, &redis.XAddArgs{Stream: replyTo, MaxLen: r.StreamMaxLen, Approx: true, Values: protocol.Values(doc)})
 		p.Expire(ctx, replyTo, r.ReplyTTL)
@@ -131,7 +134,7 @@ func (r *RDB) Reply(ctx context.Context, replyTo string, doc []byte, stream, gro
 }
 
 // EnsureGroup creates a consumer group (and its stream) when missing.
-func (r *RDB) EnsureGroup(ctx context.Context, stream, group string) error {
+func (r *streamCmds) EnsureGroup(ctx context.Context, stream, group string) error {
 	err := r.c.XGroupCreateMkStream(ctx, stream, group, "0").Err()
 	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
 		return err
@@ -141,7 +144,7 @@ func (r *RDB) EnsureGroup(ctx context.Context, stream, group string) error {
 
 // Delivered marks the entries of stream up to id as delivered to group
 // (XGROUP SETID), so that Waiting returns only what comes after.
-func (r *RDB) Delivered(ctx context.Context, stream, group, id string) error {
+func (r *streamCmds) Delivered(ctx context.Context, stream, group, id string) error {
 	err := r.c.XGroupSetID(ctx, stream, group, id).Err()
 	if noGroup(err) {
 		err = r.c.XGroupCreateMkStream(ctx, stream, group, id).Err()
@@ -151,7 +154,7 @@ func (r *RDB) Delivered(ctx context.Context, stream, group, id string) error {
 
 // Newest returns the n newest entries of each of streams (newest first;
 // none for a stream that does not exist), in one round trip.
-func (r *RDB) Newest(ctx context.Context, streams []string, n int64) (map[string][]redis.XMessage, error) {
+func (r *streamCmds) Newest(ctx context.Context, streams []string, n int64) (map[string][]redis.XMessage, error) {
 	out := make(map[string][]redis.XMessage, len(streams))
 	if len(streams) == 0 {
 		return out, nil

@@ -27,7 +27,10 @@ type Tasks interface {
 	TrimInput(ctx context.Context, stream, group string) (int, error)
 }
 
-var _ Tasks = (*RDB)(nil)
+// taskCmds implements Tasks over the shared connection.
+type taskCmds struct{ *core }
+
+var _ Tasks = (*taskCmds)(nil)
 
 // Busy says why a worker may not be paused ("" when it may): its status
 // says a task is in flight, it holds an entry it read and did not
@@ -74,7 +77,7 @@ return {'', d}
 // Busy reports whether a worker has a task in flight or waiting. input
 // and group are its input stream and consumer group; the consumer is its
 // id.
-func (r *RDB) Busy(ctx context.Context, id, input, group string) (Busy, error) {
+func (r *taskCmds) Busy(ctx context.Context, id, input, group string) (Busy, error) {
 	b, _, err := r.BusyDelivered(ctx, id, input, group)
 	return b, err
 }
@@ -82,18 +85,18 @@ func (r *RDB) Busy(ctx context.Context, id, input, group string) (Busy, error) {
 // BusyDelivered is Busy, and the id of the last entry of input its group
 // delivered ("0-0" when none): an entry after it is a task waiting, so a
 // blocking read of input from it returns when one comes.
-func (r *RDB) BusyDelivered(ctx context.Context, id, input, group string) (Busy, string, error) {
+func (r *taskCmds) BusyDelivered(ctx context.Context, id, input, group string) (Busy, string, error) {
 	return r.busy(ctx, id, input, group, "")
 }
 
 // BusyAnyway is BusyDelivered for a worker that is not a member of
 // Workers (being hibernated, or hibernated): a task in flight, held or
 // waiting on its input.
-func (r *RDB) BusyAnyway(ctx context.Context, id, input, group string) (Busy, string, error) {
+func (r *taskCmds) BusyAnyway(ctx context.Context, id, input, group string) (Busy, string, error) {
 	return r.busy(ctx, id, input, group, "any")
 }
 
-func (r *RDB) busy(ctx context.Context, id, input, group, mode string) (Busy, string, error) {
+func (r *taskCmds) busy(ctx context.Context, id, input, group, mode string) (Busy, string, error) {
 	res, err := busyScript.Run(ctx, r.c, []string{r.Keys.Status(id), input, r.Keys.Workers()}, group, id, mode).StringSlice()
 	if err != nil {
 		return NotBusy, "", err
@@ -107,7 +110,7 @@ func (r *RDB) busy(ctx context.Context, id, input, group, mode string) (Busy, st
 // WaitInputs blocks at most block for an entry added to any of streams
 // after its id in after (XREAD), and returns the streams that got one
 // (none when the time ran out).
-func (r *RDB) WaitInputs(ctx context.Context, streams, after []string, block time.Duration) ([]string, error) {
+func (r *taskCmds) WaitInputs(ctx context.Context, streams, after []string, block time.Duration) ([]string, error) {
 	res, err := r.c.XRead(ctx, &redis.XReadArgs{Streams: append(append([]string{}, streams...), after...), Count: 1, Block: block}).Result()
 	if Nil(err) {
 		return nil, nil
@@ -140,7 +143,7 @@ func decode(m redis.XMessage) Entry {
 
 // Held returns the entries (up to 1000) consumer holds pending on stream
 // in group, oldest first.
-func (r *RDB) Held(ctx context.Context, stream, group, consumer string) ([]Entry, error) {
+func (r *taskCmds) Held(ctx context.Context, stream, group, consumer string) ([]Entry, error) {
 	pend, err := r.c.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: group, Start: "-", End: "+", Count: 1000, Consumer: consumer}).Result()
 	if noGroup(err) {
 		return nil, nil
@@ -165,7 +168,7 @@ func (r *RDB) Held(ctx context.Context, stream, group, consumer string) ([]Entry
 }
 
 // Waiting returns the entries of stream that group has not delivered yet.
-func (r *RDB) Waiting(ctx context.Context, stream, group string) ([]Entry, error) {
+func (r *taskCmds) Waiting(ctx context.Context, stream, group string) ([]Entry, error) {
 	last := "0-0"
 	groups, err := r.c.XInfoGroups(ctx, stream).Result()
 	if err != nil && !noGroup(err) {
@@ -212,7 +215,7 @@ return 1
 // Answer publishes o (a failed output) for the task of entry on input
 // (entryID "" when the task has no pending entry) unless its run is
 // already terminal, and reports whether it published.
-func (r *RDB) Answer(ctx context.Context, o protocol.Output, output, input, group, entryID string, now time.Time) (bool, error) {
+func (r *taskCmds) Answer(ctx context.Context, o protocol.Output, output, input, group, entryID string, now time.Time) (bool, error) {
 	doc, err := o.Encode()
 	if err != nil {
 		return false, err
@@ -244,7 +247,7 @@ return n
 
 // Requeue hands the held developer task of entry back to the queue; it
 // returns the run's count of extra deliveries, or 0 when nothing moved.
-func (r *RDB) Requeue(ctx context.Context, requestID, input, group string, e redis.XMessage) (int, error) {
+func (r *taskCmds) Requeue(ctx context.Context, requestID, input, group string, e redis.XMessage) (int, error) {
 	data, _ := protocol.EntryData(e.Values)
 	return requeueScript.Run(ctx, r.c, []string{r.Keys.Run(requestID), input}, group, e.ID, string(data)).Int()
 }
@@ -262,7 +265,7 @@ return 1
 
 // Move moves entry m from one stream to another (acknowledging it in
 // ackGroup first when given), at most once.
-func (r *RDB) Move(ctx context.Context, from, to string, m redis.XMessage, ackGroup string) (bool, error) {
+func (r *taskCmds) Move(ctx context.Context, from, to string, m redis.XMessage, ackGroup string) (bool, error) {
 	data, _ := protocol.EntryData(m.Values)
 	n, err := moveScript.Run(ctx, r.c, []string{from, to}, m.ID, string(data), ackGroup).Int()
 	return n == 1, err
@@ -286,6 +289,6 @@ return redis.call('XTRIM', KEYS[1], 'MINID', bound)
 // TrimInput drops from an input stream the entries its group has
 // delivered and acknowledged; an entry not yet delivered or still held is
 // never trimmed.
-func (r *RDB) TrimInput(ctx context.Context, stream, group string) (int, error) {
+func (r *taskCmds) TrimInput(ctx context.Context, stream, group string) (int, error) {
 	return trimScript.Run(ctx, r.c, []string{stream}, group).Int()
 }
