@@ -69,6 +69,11 @@ type Recipe struct {
 	BaseImage string
 	// Version is the recipe generator's version; 0 means RecipeVersion.
 	Version int
+	// Project, for a worker on a project's own image, is the hash of
+	// that image's part (its image ID and what the runtime adds of a
+	// devcontainer: environment, user, creation commands); "" for a
+	// worker on worker-base.
+	Project string
 }
 
 // Canonical returns the text the recipe hash is taken of. Its form is fixed
@@ -79,6 +84,8 @@ type Recipe struct {
 //	agent=<agent type: claude, droid, codex, opencode, qwen or acp>
 //	base=<base image id>
 //	capabilities=<sorted unique names joined by ",">
+//
+// and, for a project's own image only, a sixth, project=<hash>.
 func (r Recipe) Canonical() (string, error) {
 	if !r.Agent.Valid() {
 		return "", fmt.Errorf("protocol: recipe: unknown agent type %q", r.Agent)
@@ -104,6 +111,12 @@ func (r Recipe) Canonical() (string, error) {
 	b.WriteString("agent=" + string(r.Agent) + "\n")
 	b.WriteString("base=" + r.BaseImage + "\n")
 	b.WriteString("capabilities=" + strings.Join(names, ",") + "\n")
+	if r.Project != "" {
+		if strings.ContainsAny(r.Project, "\n\r") {
+			return "", fmt.Errorf("protocol: recipe: project %q has a line break", r.Project)
+		}
+		b.WriteString("project=" + r.Project + "\n")
+	}
 	return b.String(), nil
 }
 

@@ -90,6 +90,9 @@ type WorkerSpec struct {
 	// Git is the repository of the worker's tasks that name none
 	// (git.go); its branch, when set, is every such task's.
 	Git *Git `json:"git,omitempty"`
+	// Image is the project's own image the worker is built on (image.go);
+	// none: the runtime's worker-base.
+	Image *ProjectImage `json:"image,omitempty"`
 }
 
 var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -153,6 +156,9 @@ func (s *WorkerSpec) validate(path string) error {
 		}
 	}
 	if err := s.Git.validate(path + ".git"); err != nil {
+		return err
+	}
+	if err := s.Image.validate(path + ".image"); err != nil {
 		return err
 	}
 	return validateMCPServers(path+".mcp_servers", s.MCPServers)

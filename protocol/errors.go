@@ -113,6 +113,14 @@ const (
 	// pushed to the task's branch (the gateway refused, the branch moved
 	// and is no fast-forward); the output's git says what is where.
 	CodeGitPush Code = "GIT_PUSH_FAILED"
+	// CodeImageNotAllowed: the spec's project image names a base image
+	// the operator's PROJECT_IMAGE_BASES does not allow.
+	CodeImageNotAllowed Code = "IMAGE_NOT_ALLOWED"
+	// CodeImageBuildFailed: the worker's image could not be built (a step
+	// of the project's Dockerfile failed, a base image is not on the
+	// host, the build ran past PROJECT_IMAGE_BUILD_TIMEOUT); the message
+	// ends with the build log's last lines.
+	CodeImageBuildFailed Code = "IMAGE_BUILD_FAILED"
 )
 
 // codeInfo holds whether retrying the same request may succeed.
@@ -153,6 +161,8 @@ var codeInfo = map[Code]bool{
 	CodeRedisAuth:           false, // not with the same credentials
 	CodeGitWorktree:         true,  // a remote that did not answer may
 	CodeGitPush:             true,  // the work is kept in the worktree; a retry pushes it again
+	CodeImageNotAllowed:     false, // not until the operator allows it
+	CodeImageBuildFailed:    false, // the same Dockerfile fails again
 }
 
 // Codes lists every code, in a stable order.
@@ -164,6 +174,7 @@ var Codes = []Code{
 	CodeWorkerBusy, CodeConflict, CodeShuttingDown, CodeReplaceLimit, CodeMCPUnavailable,
 	CodeCancelled, CodeAuthFailed, CodeRateLimited, CodeAgentStalled, CodeBudgetExceeded,
 	CodeHostLost, CodeNoHost, CodeWorkerGone, CodeCommandExpired, CodeNoManager, CodeRedisAuth, CodeGitWorktree, CodeGitPush,
+	CodeImageNotAllowed, CodeImageBuildFailed,
 }
 
 // Valid reports whether c is a known code.

@@ -61,6 +61,11 @@ const (
 	// kept (detail: reason idle, pause_timeout or shutdown); a task on its
 	// input wakes it (created, detail.woken).
 	EventHibernated Event = "hibernated"
+	// EventImageBuild: a create builds the worker's image (detail: image,
+	// the tag; phase, project for the project's own Dockerfile, layer for
+	// the wrapper and agent put on it; lines, the build log's lines since
+	// the last such event; done and took_ms on the phase's last one).
+	EventImageBuild Event = "image_build"
 )
 
 // EventOperatorAction is published by the operator's dashboard (source
@@ -74,7 +79,7 @@ var events = map[Event]bool{
 	EventStarted: true, EventTaskStarted: true, EventTaskCompleted: true, EventTaskFailed: true, EventTaskCancelled: true, EventBudgetWarning: true, EventUsage: true,
 	EventPauseRequested: true, EventStopping: true, EventStopped: true, EventFailed: true, EventStateChanged: true, EventHandedOff: true,
 	EventCreated: true, EventQueued: true, EventPaused: true, EventUnpaused: true, EventDied: true,
-	EventOOM: true, EventDead: true, EventDegraded: true, EventRecovered: true, EventRemoved: true, EventReplaceFailed: true, EventAllocated: true, EventRecycled: true, EventHostLost: true, EventNetworkChanged: true, EventOperatorAction: true, EventHibernated: true,
+	EventOOM: true, EventDead: true, EventDegraded: true, EventRecovered: true, EventRemoved: true, EventReplaceFailed: true, EventAllocated: true, EventRecycled: true, EventHostLost: true, EventNetworkChanged: true, EventOperatorAction: true, EventHibernated: true, EventImageBuild: true,
 }
 
 // Valid reports whether e is a known event.
