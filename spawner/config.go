@@ -72,7 +72,12 @@ type Config struct {
 	// degraded this long is retired and replaced (0: never).
 	ReplaceDegradedAfter time.Duration
 	BaseImage            string // WORKER_BASE_IMAGE
-	ProjectVolumes       bool   // WORKER_PROJECT_VOLUMES: a per-project volume for the agent's home
+	// ProjectBases (PROJECT_IMAGE_BASES) are the images a spec's project
+	// image may start from; ProjectBuildTimeout
+	// (PROJECT_IMAGE_BUILD_TIMEOUT) bounds each build of one.
+	ProjectBases        []string
+	ProjectBuildTimeout time.Duration
+	ProjectVolumes      bool // WORKER_PROJECT_VOLUMES: a per-project volume for the agent's home
 	// VolumeRetention (VOLUME_RETENTION): a project volume no worker used
 	// this long is removed by the leader.
 	VolumeRetention time.Duration
@@ -243,6 +248,8 @@ func configVars(c *Config) []envconf.Var {
 		{Name: "VOLUME_RETENTION", Default: "720h", Value: envconf.Duration(&c.VolumeRetention), Doc: "a project volume no worker used this long is removed by the leader; `workerctl volumes` lists them, `-rm` removes one no container uses"},
 		{Name: "GC_PRUNE_BUILD_CACHE", Default: "false", Value: envconf.Bool(&c.PruneBuildCache), Doc: "the image GC also prunes the engine's whole build cache (which carries no owner); the GC itself only removes the worker images this prefix used"},
 		{Name: "WORKER_BASE_IMAGE", Default: images.DefaultBaseImage, Value: envconf.String(&c.BaseImage), Doc: "what worker images are built on; the spawner's tests build and use it too: a tag of its own keeps a checkout's wrapper apart from another's on a shared engine"},
+		{Name: "PROJECT_IMAGE_BASES", Value: envconf.List(&c.ProjectBases), Doc: "the images a spec's `image` may start from (its `base`, its devcontainer's `image`, its Dockerfile's `FROM` and `COPY --from` images), comma-separated: a reference (without a tag, `:latest`) or a prefix ending in `*`; each must be on the host's engine already (no registry is asked); unset: every project image is refused (`IMAGE_NOT_ALLOWED`). A project's build steps run with no network ([spawner/README.md](../spawner/README.md#a-projects-own-image))"},
+		{Name: "PROJECT_IMAGE_BUILD_TIMEOUT", Default: "10m", Value: envconf.Duration(&c.ProjectBuildTimeout), Doc: "a build of a project's image (its Dockerfile, or the runtime's layer on it) that runs longer fails the create with `IMAGE_BUILD_FAILED`"},
 		{Name: "API_URL", Value: envconf.String(&c.APIURL), Doc: "passed to the workers"},
 		{Name: protocol.EnvModelPrices, DefaultDoc: "built-in defaults: the Anthropic models at the prices Claude Code 2.1.197 uses (to be checked against the vendor's list)", Value: envconf.Func(c.setModelPrices), Doc: "the price table a Droid worker estimates its cost with (Droid reports tokens, not dollars): a JSON object `{\"<model id>\": {\"input\": 3, \"output\": 15, \"cache_read\": 0.3, \"cache_write\": 3.75}}`, US dollars per million tokens, every field required, put over the defaults; checked at start (an error names the model and field) and passed to every worker; neither `WORKER_ENV` nor a spec's `env` may set it ([PROTOCOL.md](../protocol/PROTOCOL.md#budgets))"},
 		{Name: "MANAGER_ID", DefaultDoc: "hostname (`<hostname>-<HOST_ID>` when `HOST_ID` is set)", Value: envconf.String(&c.ManagerID), Doc: "this manager's consumer name in the `managers` group (a restart under the same name resumes its pending commands first; any other manager claims them after a lease)"},

@@ -97,9 +97,9 @@ func (s *Spawner) revive(ctx context.Context, id string) error {
 // A container that does not start is removed and the worker retired for
 // good (the caller sees no error: the identity has ended).
 func (s *Spawner) incarnate(ctx context.Context, id string, spec protocol.WorkerSpec, h map[string]string, n int, enter func(ctx context.Context, id string) error) error {
-	img, err := s.inst.images.EnsureImage(ctx, spec.AgentType, spec.Capabilities)
+	img, err := s.inst.workerImage(ctx, id, spec)
 	if err != nil {
-		return &Error{Code: protocol.CodeInternalError, Err: err}
+		return err
 	}
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()

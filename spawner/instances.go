@@ -23,10 +23,11 @@ import (
 // worker and its removal. It owns nothing in Redis.
 type instances struct {
 	*env
-	cfg    *Config
-	engine engine.Engine
-	images *images.Builder
-	seals  *sealing
+	cfg      *Config
+	engine   engine.Engine
+	images   *images.Builder
+	projects *projectImages
+	seals    *sealing
 
 	cpuOnce    sync.Once // reads engineCPUs, once
 	engineCPUs int
@@ -50,9 +51,9 @@ func (in *instances) createContainer(ctx context.Context, id, commandID string, 
 			return c.ID, nil
 		case errors.Is(err, engine.ErrNotFound) && attempt == 0:
 			in.images.Forget(img.Tag)
-			again, ierr := in.images.EnsureImage(ctx, spec.AgentType, spec.Capabilities)
+			again, ierr := in.workerImage(ctx, id, spec)
 			if ierr != nil {
-				return "", &Error{Code: protocol.CodeInternalError, Err: ierr}
+				return "", ierr
 			}
 			*img = again
 		default:

@@ -80,7 +80,7 @@ func New(cfg Config, eng engine.Engine, rc redis.UniversalClient, builder *image
 	}
 	seals := &sealing{gw: gw, log: log}
 	s := &Spawner{env: e, cfg: cfg, engine: eng, seals: seals, users: newWorkerUsers(r, log, cfg.WorkerACL, cfg.RedisURLForWorkers),
-		inst:     &instances{env: e, engine: eng, images: builder, seals: seals},
+		inst:     &instances{env: e, engine: eng, images: builder, seals: seals, projects: newProjectImages(e, builder, cfg)},
 		volumes:  &projectVolumes{env: e, engine: eng, enabled: cfg.ProjectVolumes, retention: cfg.VolumeRetention},
 		instance: cfg.ManagerID + "/" + newWorkerID()[:8], stopping: make(chan struct{}), connected: make(chan struct{}, 1)}
 	// The parts read the one configuration (tests change it after New).
@@ -269,9 +269,9 @@ func (s *Spawner) forwarded(ctx context.Context, id, host string, o createOpts) 
 // create (no earlier delivery of its command) has no container to look
 // for: it asks the engine only to create and start one.
 func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol.WorkerSpec, member, fresh bool, o createOpts) (protocol.WorkerInfo, error) {
-	img, err := s.inst.images.EnsureImage(ctx, spec.AgentType, spec.Capabilities)
+	img, err := s.inst.workerImage(ctx, id, spec)
 	if err != nil {
-		return protocol.WorkerInfo{}, &Error{Code: protocol.CodeInternalError, Err: err}
+		return protocol.WorkerInfo{}, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -274,23 +275,14 @@ func (im *Builder) touch(ctx context.Context, tag string) {
 	}
 }
 
-// build runs one image build. The build has its own context on purpose: a
-// caller that gives up must not leave a half-built image for the others
-// that joined it.
+// build runs one image build of a recipe.
 func (im *Builder) build(ctx context.Context, r protocol.Recipe, tag, hash string) (Image, error) {
 	dockerfile, err := Dockerfile(r, r.BaseImage)
 	if err != nil {
 		return Image{}, err
 	}
 	canonical, _ := r.Canonical()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	add := func(name string, data []byte) {
-		_ = tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: time.Unix(0, 0)})
-		_, _ = tw.Write(data)
-	}
-	add("Dockerfile", []byte(dockerfile))
-	_ = tw.WriteHeader(&tar.Header{Name: "extra-ca/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: time.Unix(0, 0)})
+	files := map[string][]byte{"Dockerfile": []byte(dockerfile), "extra-ca/": nil}
 	caDir := im.ExtraCACerts
 	if caDir == "" {
 		caDir = "/usr/local/share/ca-certificates"
@@ -298,12 +290,10 @@ func (im *Builder) build(ctx context.Context, r protocol.Recipe, tag, hash strin
 	if certs, _ := filepath.Glob(filepath.Join(caDir, "*.crt")); len(certs) > 0 {
 		for _, c := range certs {
 			if b, err := os.ReadFile(c); err == nil {
-				add("extra-ca/"+filepath.Base(c), b)
+				files["extra-ca/"+filepath.Base(c)] = b
 			}
 		}
 	}
-	_ = tw.Close()
-
 	network := im.Network
 	if network == "" {
 		network = "host"
@@ -312,11 +302,8 @@ func (im *Builder) build(ctx context.Context, r protocol.Recipe, tag, hash strin
 	for i, c := range r.Capabilities {
 		names[i] = string(c)
 	}
-	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Minute)
-	defer cancel()
-	resp, err := im.Docker.ImageBuild(bctx, &buf, build.ImageBuildOptions{
-		Tags: []string{tag}, Dockerfile: "Dockerfile", NetworkMode: network,
-		Remove: true, ForceRemove: true, Version: build.BuilderV1,
+	img, err := im.run(ctx, 30*time.Minute, files, build.ImageBuildOptions{
+		Tags: []string{tag}, NetworkMode: network,
 		Labels: map[string]string{
 			protocol.LabelManaged:      "true",
 			ctlplane.LabelRecipe:       canonical,
@@ -324,12 +311,47 @@ func (im *Builder) build(ctx context.Context, r protocol.Recipe, tag, hash strin
 			ctlplane.LabelAgentType:    string(r.Agent),
 			ctlplane.LabelCapabilities: strings.Join(names, ","),
 		},
-	})
+	}, nil)
+	img.Hash = hash
+	return img, err
+}
+
+// run builds one image from files (a name ending in "/" is a directory)
+// with the legacy builder, its intermediate containers removed, in at
+// most timeout. The build has its own context on purpose: a caller that
+// gives up must not leave a half-built image for the others that joined
+// it. onLine, when set, is told of every line of the build's log.
+func (im *Builder) run(ctx context.Context, timeout time.Duration, files map[string][]byte, opts build.ImageBuildOptions, onLine func(string)) (Image, error) {
+	tag := opts.Tags[0]
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names) // a directory before its files
+	for _, name := range names {
+		data := files[name]
+		if strings.HasSuffix(name, "/") {
+			_ = tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeDir, Mode: 0o755, ModTime: time.Unix(0, 0)})
+			continue
+		}
+		_ = tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: time.Unix(0, 0)})
+		_, _ = tw.Write(data)
+	}
+	_ = tw.Close()
+	opts.Dockerfile, opts.Remove, opts.ForceRemove, opts.Version = "Dockerfile", true, true, build.BuilderV1
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	resp, err := im.Docker.ImageBuild(bctx, &buf, opts)
 	if err != nil {
 		return Image{}, &BuildError{Tag: tag, Err: err}
 	}
 	defer resp.Body.Close()
-	logTail, id, err := readBuildOutput(resp.Body)
+	logTail, id, err := readBuildOutput(resp.Body, onLine)
+	if bctx.Err() != nil {
+		err = fmt.Errorf("the build ran past %s: %w", timeout, bctx.Err())
+	}
 	if err != nil {
 		return Image{}, &BuildError{Tag: tag, Log: logTail, Err: err}
 	}
@@ -339,13 +361,14 @@ func (im *Builder) build(ctx context.Context, r protocol.Recipe, tag, hash strin
 	if err != nil {
 		return Image{}, &BuildError{Tag: tag, Log: logTail, Err: fmt.Errorf("built image %s not found: %w", id, err)}
 	}
-	return Image{Tag: tag, ID: got.ID, Hash: hash, Built: true}, nil
+	return Image{Tag: tag, ID: got.ID, Built: true}, nil
 }
 
 // readBuildOutput reads the engine's JSON message stream of a build and
-// returns the tail of its log, the image ID, and the build's error.
-func readBuildOutput(r io.Reader) (tail, id string, err error) {
-	var log buildLog
+// returns the tail of its log, the image ID, and the build's error;
+// onLine, when set, is told of every line of the log.
+func readBuildOutput(r io.Reader, onLine func(string)) (tail, id string, err error) {
+	log := buildLog{onLine: onLine}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
@@ -387,6 +410,7 @@ const buildLogLines = 40
 type buildLog struct {
 	lines   []string
 	partial strings.Builder
+	onLine  func(string) // nil: none
 }
 
 func (b *buildLog) write(chunk string) {
@@ -396,6 +420,9 @@ func (b *buildLog) write(chunk string) {
 			continue
 		}
 		b.lines = append(b.lines, b.partial.String())
+		if b.onLine != nil {
+			b.onLine(b.partial.String())
+		}
 		b.partial.Reset()
 		if len(b.lines) > buildLogLines {
 			b.lines = b.lines[len(b.lines)-buildLogLines:]

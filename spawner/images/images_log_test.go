@@ -18,7 +18,7 @@ func TestBuildLogJoinsChunksAndDropsColour(t *testing.T) {
 		in.WriteString(`{"stream":"\u001b[91m.\u001b[0m"}` + "\n")
 	}
 	in.WriteString(`{"error":"The command returned a non-zero code: 7"}` + "\n")
-	tail, _, err := readBuildOutput(strings.NewReader(in.String()))
+	tail, _, err := readBuildOutput(strings.NewReader(in.String()), nil)
 	if err == nil {
 		t.Fatal("no error")
 	}
