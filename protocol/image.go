@@ -77,6 +77,14 @@ func (p *ProjectImage) validate(path string) error {
 	return nil
 }
 
+// ProjectEnvAllowed reports whether a project's image may set the
+// variable name (a devcontainer's containerEnv, an ENV of its
+// Dockerfile): none of the runtime's own (ReservedEnv), which would undo
+// what the manager decided, but PATH, which a toolchain's image extends.
+func ProjectEnvAllowed(name string) bool {
+	return strings.ToUpper(name) == "PATH" || !ReservedEnv(name)
+}
+
 // validImageRef is a loose check of an image reference: no space, no
 // control character, no leading dash, a sane length.
 func validImageRef(s string) bool {
@@ -148,7 +156,7 @@ func ParseDevcontainer(text string) (Devcontainer, error) {
 		if !envNameRe.MatchString(k) {
 			return Devcontainer{}, fmt.Errorf("containerEnv: %q is not a valid environment variable name", k)
 		}
-		if ReservedEnv(k) {
+		if !ProjectEnvAllowed(k) {
 			return Devcontainer{}, fmt.Errorf("containerEnv: %s is set by the runtime", k)
 		}
 	}
