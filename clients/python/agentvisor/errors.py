@@ -44,6 +44,8 @@ RETRYABLE = {
     "REDIS_AUTH_FAILED": False,
     "GIT_WORKTREE_FAILED": True,
     "GIT_PUSH_FAILED": True,
+    "IMAGE_NOT_ALLOWED": False,
+    "IMAGE_BUILD_FAILED": False,
 }
 
 

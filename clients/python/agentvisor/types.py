@@ -47,6 +47,8 @@ CODES = (
     'REDIS_AUTH_FAILED',
     'GIT_WORKTREE_FAILED',
     'GIT_PUSH_FAILED',
+    'IMAGE_NOT_ALLOWED',
+    'IMAGE_BUILD_FAILED',
 )
 
 
@@ -194,6 +196,22 @@ class Git(Document):
 
 
 @dataclass(kw_only=True)
+class CommandSpecImage(Document):
+    """The project's own image the worker is built on: exactly one of base (an image the operator allows), dockerfile, or devcontainer (a devcontainer.json's text; with build.dockerfile, the Dockerfile's text in dockerfile too)."""
+
+    base: Optional[str] = None
+    dockerfile: Optional[str] = None
+    build_args: Optional[dict[str, Any]] = None
+    devcontainer: Optional[str] = None
+
+    _FIELDS = {'base': {'minLength': 1, 'maxLength': 255, 'type': ['string'], 'required': False},
+               'dockerfile': {'maxLength': 65536, 'type': ['string'], 'required': False},
+               'build_args': {'type': ['object'], 'required': False},
+               'devcontainer': {'maxLength': 65536, 'type': ['string'], 'required': False}}
+    _OPEN = False
+
+
+@dataclass(kw_only=True)
 class CommandSpecMcpServersItem(Document):
     """CommandSpecMcpServersItem."""
 
@@ -230,6 +248,7 @@ class CommandSpec(Document):
     placement: Optional[CommandSpecPlacement] = None
     network: Optional[CommandSpecNetwork] = None
     git: Optional[Git] = None
+    image: Optional[CommandSpecImage] = None
     mcp_servers: Optional[list[CommandSpecMcpServersItem]] = None
 
     _FIELDS = {'agent_type': {'enum': ['claude',
@@ -292,6 +311,7 @@ class CommandSpec(Document):
                'placement': {'class': 'CommandSpecPlacement', 'type': ['object'], 'required': False},
                'network': {'class': 'CommandSpecNetwork', 'type': ['object'], 'required': False},
                'git': {'class': 'Git', 'type': ['object'], 'required': False},
+               'image': {'class': 'CommandSpecImage', 'type': ['object'], 'required': False},
                'mcp_servers': {'maxItems': 16,
                                'items': {'class': 'CommandSpecMcpServersItem', 'type': ['object']},
                                'type': ['array'],
@@ -511,7 +531,8 @@ class LifecycleEvent(Document):
                                   'host_lost',
                                   'network_changed',
                                   'operator_action',
-                                  'hibernated'],
+                                  'hibernated',
+                                  'image_build'],
                          'required': True},
                'source': {'enum': ['wrapper', 'spawner', 'operator'], 'required': True},
                'timestamp': {'type': ['string'], 'required': True},
@@ -593,7 +614,9 @@ class ErrorInfo(Document):
                                  'NO_MANAGER',
                                  'REDIS_AUTH_FAILED',
                                  'GIT_WORKTREE_FAILED',
-                                 'GIT_PUSH_FAILED'],
+                                 'GIT_PUSH_FAILED',
+                                 'IMAGE_NOT_ALLOWED',
+                                 'IMAGE_BUILD_FAILED'],
                         'required': True},
                'message': {'minLength': 1, 'type': ['string'], 'required': True},
                'retryable': {'type': ['boolean'], 'required': True}}
@@ -1135,4 +1158,4 @@ class Task(Document):
     _OPEN = False
 
 
-CLASSES = {'Adopt': Adopt, 'Cancel': Cancel, 'CommandNetwork': CommandNetwork, 'CommandBudget': CommandBudget, 'CommandSpecLimits': CommandSpecLimits, 'CommandSpecPlacement': CommandSpecPlacement, 'CommandSpecNetwork': CommandSpecNetwork, 'Git': Git, 'CommandSpecMcpServersItem': CommandSpecMcpServersItem, 'CommandSpec': CommandSpec, 'Command': Command, 'ControlRequest': ControlRequest, 'Heartbeat': Heartbeat, 'LifecycleEvent': LifecycleEvent, 'Message': Message, 'ErrorInfo': ErrorInfo, 'OutputSession': OutputSession, 'Usage': Usage, 'GitOutputCommitsItem': GitOutputCommitsItem, 'GitOutputFilesItem': GitOutputFilesItem, 'GitOutput': GitOutput, 'Output': Output, 'PermissionReply': PermissionReply, 'PermissionRequest': PermissionRequest, 'ProgressRefused': ProgressRefused, 'Progress': Progress, 'ProgressReport': ProgressReport, 'WorkerNetwork': WorkerNetwork, 'Worker': Worker, 'Reply': Reply, 'WorkerStopOutput': WorkerStopOutput, 'TaskRetry': TaskRetry, 'Task': Task}
+CLASSES = {'Adopt': Adopt, 'Cancel': Cancel, 'CommandNetwork': CommandNetwork, 'CommandBudget': CommandBudget, 'CommandSpecLimits': CommandSpecLimits, 'CommandSpecPlacement': CommandSpecPlacement, 'CommandSpecNetwork': CommandSpecNetwork, 'Git': Git, 'CommandSpecImage': CommandSpecImage, 'CommandSpecMcpServersItem': CommandSpecMcpServersItem, 'CommandSpec': CommandSpec, 'Command': Command, 'ControlRequest': ControlRequest, 'Heartbeat': Heartbeat, 'LifecycleEvent': LifecycleEvent, 'Message': Message, 'ErrorInfo': ErrorInfo, 'OutputSession': OutputSession, 'Usage': Usage, 'GitOutputCommitsItem': GitOutputCommitsItem, 'GitOutputFilesItem': GitOutputFilesItem, 'GitOutput': GitOutput, 'Output': Output, 'PermissionReply': PermissionReply, 'PermissionRequest': PermissionRequest, 'ProgressRefused': ProgressRefused, 'Progress': Progress, 'ProgressReport': ProgressReport, 'WorkerNetwork': WorkerNetwork, 'Worker': Worker, 'Reply': Reply, 'WorkerStopOutput': WorkerStopOutput, 'TaskRetry': TaskRetry, 'Task': Task}

@@ -18,11 +18,20 @@ import { type WatchOptions, watchStreams } from './watch.js';
 export type WireWorkerSpec = NonNullable<Command['spec']>;
 
 /**
- * A worker's spec in this client's casing (camelCase, as TaskInput):
- * agentType, projectId, allowedCommands, userId, mcpServers; the other
- * fields are one word and as on the wire.
+ * A spec's project image (its own base, Dockerfile or devcontainer.json)
+ * in this client's casing: buildArgs for the wire's build_args.
  */
-export interface WorkerSpec extends Omit<WireWorkerSpec, 'agent_type' | 'project_id' | 'allowed_commands' | 'user_id' | 'mcp_servers'> {
+export interface ProjectImage extends Omit<NonNullable<WireWorkerSpec['image']>, 'build_args'> {
+  buildArgs?: Record<string, string>;
+}
+
+/**
+ * A worker's spec in this client's casing (camelCase, as TaskInput):
+ * agentType, projectId, allowedCommands, userId, mcpServers, and
+ * image.buildArgs; the other fields are one word and as on the wire.
+ */
+export interface WorkerSpec extends Omit<WireWorkerSpec, 'agent_type' | 'project_id' | 'allowed_commands' | 'user_id' | 'mcp_servers' | 'image'> {
+  image?: ProjectImage;
   agentType: WireWorkerSpec['agent_type'];
   projectId?: WireWorkerSpec['project_id'];
   allowedCommands?: WireWorkerSpec['allowed_commands'];
@@ -42,9 +51,16 @@ export function wireSpec(spec: WorkerSpec | WireWorkerSpec): WireWorkerSpec {
   for (const [k, v] of Object.entries(spec)) {
     const name = (specNames as Record<string, string>)[k] ?? k;
     if (name in out) throw new AgentvisorError('INVALID_COMMAND', `field spec.${name}: given twice (as ${k} and ${name})`);
-    out[name] = v;
+    out[name] = name === 'image' ? wireImage(v as ProjectImage & NonNullable<WireWorkerSpec['image']>) : v;
   }
   return out as WireWorkerSpec;
+}
+
+function wireImage(image: ProjectImage & NonNullable<WireWorkerSpec['image']>): NonNullable<WireWorkerSpec['image']> {
+  const { buildArgs, ...rest } = image;
+  if (buildArgs === undefined) return rest;
+  if (rest.build_args !== undefined) throw new AgentvisorError('INVALID_COMMAND', 'field spec.image.build_args: given twice (as buildArgs and build_args)');
+  return { ...rest, build_args: buildArgs };
 }
 
 /** The project's Redis writes its URLs here (scripts/redis.sh); workerctl reads it too. */

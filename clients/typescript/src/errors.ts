@@ -40,6 +40,8 @@ const retryableByCode: Record<Code, boolean> = {
   REDIS_AUTH_FAILED: false,
   GIT_WORKTREE_FAILED: true,
   GIT_PUSH_FAILED: true,
+  IMAGE_NOT_ALLOWED: false,
+  IMAGE_BUILD_FAILED: false,
 };
 
 /** Reports whether the same request may succeed if sent again; unknown codes are not retryable. */

@@ -1,4 +1,4 @@
-export { AgentvisorClient, credentialsFile, defaultRedisUrl, wireSpec, type ClientOptions, type CreatedWorker, type ScopedWorker, type WireWorkerSpec, type WorkerSpec } from './client.js';
+export { AgentvisorClient, credentialsFile, defaultRedisUrl, wireSpec, type ClientOptions, type CreatedWorker, type ProjectImage, type ScopedWorker, type WireWorkerSpec, type WorkerSpec } from './client.js';
 export { AgentvisorError, hasCode, isRetryable } from './errors.js';
 export { Keys, defaultPrefix, priorities, type Priority } from './keys.js';
 export { RedisUrlError, parseRedisUrl, parseWaitPolicy, redactRedisUrl, redisOptions, type RedisAddress, type RedisUrl, type WaitPolicy } from './redisurl.js';

@@ -73,6 +73,13 @@ export interface Command {
       allow?: string[];
     };
     git?: Git;
+    /** The project's own image the worker is built on: exactly one of base (an image the operator allows), dockerfile, or devcontainer (a devcontainer.json's text; with build.dockerfile, the Dockerfile's text in dockerfile too). */
+    image?: {
+      base?: string;
+      dockerfile?: string;
+      build_args?: Record<string, string>;
+      devcontainer?: string;
+    };
     /** MCP servers for the agent: a stdio command, or an HTTP URL. Names are unique (the decoder checks it; a schema cannot say it of one field); the JSON of the array is at most 32768 bytes (MaxMCPServersBytes). */
     mcp_servers?: {
       name: string;
@@ -111,10 +118,10 @@ export type Kind = "long_lived" | "developer";
 /** Every value of Kind, in the schema's order. */
 export const kindValues: readonly Kind[] = ["long_lived","developer"];
 
-export type Code = "AGENT_TIMEOUT" | "AGENT_CRASHED" | "AGENT_ERROR" | "NO_STOP_OUTPUT" | "INVALID_STOP_OUTPUT" | "OUTPUT_TOO_LARGE" | "TASK_FAILED" | "OOM_KILLED" | "KILLED" | "TERMINATED" | "RESUME_FAILED" | "INVALID_TASK" | "INVALID_COMMAND" | "NOT_FOUND" | "FORBIDDEN" | "UPSTREAM_UNAVAILABLE" | "RESOURCE_EXHAUSTED" | "INTERNAL_ERROR" | "WORKER_BUSY" | "CONFLICT" | "SHUTTING_DOWN" | "REPLACE_LIMIT" | "CANCELLED" | "AUTH_FAILED" | "RATE_LIMITED" | "AGENT_STALLED" | "BUDGET_EXCEEDED" | "MCP_UNAVAILABLE" | "HOST_LOST" | "NO_HOST" | "WORKER_GONE" | "COMMAND_EXPIRED" | "NO_MANAGER" | "REDIS_AUTH_FAILED" | "GIT_WORKTREE_FAILED" | "GIT_PUSH_FAILED";
+export type Code = "AGENT_TIMEOUT" | "AGENT_CRASHED" | "AGENT_ERROR" | "NO_STOP_OUTPUT" | "INVALID_STOP_OUTPUT" | "OUTPUT_TOO_LARGE" | "TASK_FAILED" | "OOM_KILLED" | "KILLED" | "TERMINATED" | "RESUME_FAILED" | "INVALID_TASK" | "INVALID_COMMAND" | "NOT_FOUND" | "FORBIDDEN" | "UPSTREAM_UNAVAILABLE" | "RESOURCE_EXHAUSTED" | "INTERNAL_ERROR" | "WORKER_BUSY" | "CONFLICT" | "SHUTTING_DOWN" | "REPLACE_LIMIT" | "CANCELLED" | "AUTH_FAILED" | "RATE_LIMITED" | "AGENT_STALLED" | "BUDGET_EXCEEDED" | "MCP_UNAVAILABLE" | "HOST_LOST" | "NO_HOST" | "WORKER_GONE" | "COMMAND_EXPIRED" | "NO_MANAGER" | "REDIS_AUTH_FAILED" | "GIT_WORKTREE_FAILED" | "GIT_PUSH_FAILED" | "IMAGE_NOT_ALLOWED" | "IMAGE_BUILD_FAILED";
 
 /** Every value of Code, in the schema's order. */
-export const codeValues: readonly Code[] = ["AGENT_TIMEOUT","AGENT_CRASHED","AGENT_ERROR","NO_STOP_OUTPUT","INVALID_STOP_OUTPUT","OUTPUT_TOO_LARGE","TASK_FAILED","OOM_KILLED","KILLED","TERMINATED","RESUME_FAILED","INVALID_TASK","INVALID_COMMAND","NOT_FOUND","FORBIDDEN","UPSTREAM_UNAVAILABLE","RESOURCE_EXHAUSTED","INTERNAL_ERROR","WORKER_BUSY","CONFLICT","SHUTTING_DOWN","REPLACE_LIMIT","CANCELLED","AUTH_FAILED","RATE_LIMITED","AGENT_STALLED","BUDGET_EXCEEDED","MCP_UNAVAILABLE","HOST_LOST","NO_HOST","WORKER_GONE","COMMAND_EXPIRED","NO_MANAGER","REDIS_AUTH_FAILED","GIT_WORKTREE_FAILED","GIT_PUSH_FAILED"];
+export const codeValues: readonly Code[] = ["AGENT_TIMEOUT","AGENT_CRASHED","AGENT_ERROR","NO_STOP_OUTPUT","INVALID_STOP_OUTPUT","OUTPUT_TOO_LARGE","TASK_FAILED","OOM_KILLED","KILLED","TERMINATED","RESUME_FAILED","INVALID_TASK","INVALID_COMMAND","NOT_FOUND","FORBIDDEN","UPSTREAM_UNAVAILABLE","RESOURCE_EXHAUSTED","INTERNAL_ERROR","WORKER_BUSY","CONFLICT","SHUTTING_DOWN","REPLACE_LIMIT","CANCELLED","AUTH_FAILED","RATE_LIMITED","AGENT_STALLED","BUDGET_EXCEEDED","MCP_UNAVAILABLE","HOST_LOST","NO_HOST","WORKER_GONE","COMMAND_EXPIRED","NO_MANAGER","REDIS_AUTH_FAILED","GIT_WORKTREE_FAILED","GIT_PUSH_FAILED","IMAGE_NOT_ALLOWED","IMAGE_BUILD_FAILED"];
 
 export interface ErrorInfo {
   code: Code;
@@ -215,7 +222,7 @@ export interface Lifecycle {
   v: Version;
   type: "lifecycle";
   worker_id: Id;
-  event: "started" | "task_started" | "task_completed" | "task_failed" | "task_cancelled" | "budget_warning" | "pause_requested" | "stopping" | "stopped" | "failed" | "state_changed" | "task_handed_off" | "created" | "queued" | "paused" | "unpaused" | "died" | "oom" | "dead" | "degraded" | "recovered" | "removed" | "replace_failed" | "allocated" | "recycled" | "host_lost" | "network_changed" | "operator_action" | "hibernated";
+  event: "started" | "task_started" | "task_completed" | "task_failed" | "task_cancelled" | "budget_warning" | "pause_requested" | "stopping" | "stopped" | "failed" | "state_changed" | "task_handed_off" | "created" | "queued" | "paused" | "unpaused" | "died" | "oom" | "dead" | "degraded" | "recovered" | "removed" | "replace_failed" | "allocated" | "recycled" | "host_lost" | "network_changed" | "operator_action" | "hibernated" | "image_build";
   source: "wrapper" | "spawner" | "operator";
   timestamp: Timestamp;
   request_id?: Id;

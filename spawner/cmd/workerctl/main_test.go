@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -200,5 +202,25 @@ func TestWorkerctl(t *testing.T) {
 	}
 	if n := rt.RC.XLen(context.Background(), "nobody:commands").Val(); n != 0 {
 		t.Errorf("%d commands sent with no manager alive", n)
+	}
+}
+
+// spawn's project image flags reach the manager: a devcontainer.json on a
+// base the manager does not allow is refused with IMAGE_NOT_ALLOWED, and
+// a file that cannot be read is a usage error.
+func TestSpawnProjectImage(t *testing.T) {
+	rt := spawnertest.Start(t, nil)
+	must := mustRun(t, rt)
+	dir := t.TempDir()
+	dev := filepath.Join(dir, "devcontainer.json")
+	if err := os.WriteFile(dev, []byte(`{"image": "not-allowed:1", // the project's
+	}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	must(exitUsage, "spawn", "-agent", "claude", "-devcontainer", filepath.Join(dir, "missing.json"))
+	must(exitUsage, "spawn", "-agent", "claude", "-devcontainer", dev, "-image", "debian")
+	code, _, errs := ctlRun(rt, "spawn", "-agent", "claude", "-devcontainer", dev)
+	if code != exitFailed || !strings.Contains(errs, string(protocol.CodeImageNotAllowed)) || !strings.Contains(errs, "not-allowed:1") {
+		t.Fatalf("spawn on a base not allowed: exit %d, stderr %s", code, errs)
 	}
 }

@@ -12,10 +12,10 @@ import (
 )
 
 func spawnCmd(c *ctl) *cobra.Command {
-	var agent, kind, project, instructions, memory string
+	var agent, kind, project, instructions, memory, base, dockerfile, devcontainer string
 	var cpus float64
 	var timeout time.Duration
-	var caps, allow, env []string
+	var caps, allow, env, buildArgs []string
 	cmd := &cobra.Command{
 		Use:     "spawn --agent " + agentChoices() + " [flags]",
 		Short:   "Ask a worker-manager for a worker; prints its id",
@@ -45,6 +45,11 @@ func spawnCmd(c *ctl) *cobra.Command {
 				}
 				spec.Env[k] = v
 			}
+			img, err := projectImage(base, dockerfile, devcontainer, buildArgs)
+			if err != nil {
+				return err
+			}
+			spec.Image = img
 			if err := spec.Validate(); err != nil {
 				return fail(exitUsage, "spawn: %v", err)
 			}
@@ -69,6 +74,10 @@ func spawnCmd(c *ctl) *cobra.Command {
 	f.StringVar(&memory, "memory", "", "memory limit such as 512m (default: the manager's WORKER_MEMORY_LIMIT)")
 	f.Float64Var(&cpus, "cpus", 0, "CPU limit in cores such as 0.5 (default: the manager's WORKER_CPU_LIMIT)")
 	f.StringArrayVar(&env, "env", nil, "NAME=VALUE set in the worker's environment (repeatable)")
+	f.StringVar(&base, "image", "", "the project's own base image, one the manager's PROJECT_IMAGE_BASES allows")
+	f.StringVar(&dockerfile, "dockerfile", "", "the project's Dockerfile (a path) the worker's image is built from (with --devcontainer: its build.dockerfile)")
+	f.StringVar(&devcontainer, "devcontainer", "", "the project's devcontainer.json (a path) the worker's image is built from")
+	f.StringArrayVar(&buildArgs, "build-arg", nil, "NAME=VALUE, a --dockerfile's build argument (repeatable)")
 	f.DurationVar(&timeout, "timeout", 6*time.Minute, "how long to wait for the manager's reply (a create may queue for a slot)")
 	_ = cmd.RegisterFlagCompletionFunc("agent", fixed(string(protocol.AgentClaude), string(protocol.AgentDroid), string(protocol.AgentCodex), string(protocol.AgentOpenCode), string(protocol.AgentQwen), string(protocol.AgentACP)))
 	_ = cmd.RegisterFlagCompletionFunc("kind", fixed(string(protocol.KindLongLived), string(protocol.KindDeveloper)))
@@ -78,6 +87,39 @@ func spawnCmd(c *ctl) *cobra.Command {
 	}
 	_ = cmd.RegisterFlagCompletionFunc("cap", fixed(capNames...))
 	return cmd
+}
+
+// projectImage is the spec's project image of spawn's flags: the files
+// are read here and travel in the spec (nil when no flag is given).
+func projectImage(base, dockerfile, devcontainer string, buildArgs []string) (*protocol.ProjectImage, error) {
+	if base == "" && dockerfile == "" && devcontainer == "" && len(buildArgs) == 0 {
+		return nil, nil
+	}
+	img := &protocol.ProjectImage{Base: base}
+	for _, file := range []struct {
+		flag, path string
+		dst        *string
+	}{{"--dockerfile", dockerfile, &img.Dockerfile}, {"--devcontainer", devcontainer, &img.Devcontainer}} {
+		if file.path == "" {
+			continue
+		}
+		b, err := os.ReadFile(file.path)
+		if err != nil {
+			return nil, fail(exitUsage, "spawn: %s: %v", file.flag, err)
+		}
+		*file.dst = string(b)
+	}
+	for _, kv := range buildArgs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fail(exitUsage, "spawn: --build-arg %q: want NAME=VALUE", kv)
+		}
+		if img.BuildArgs == nil {
+			img.BuildArgs = map[string]string{}
+		}
+		img.BuildArgs[k] = v
+	}
+	return img, nil
 }
 
 // agentChoices is every agent type, as the usage line offers them.

@@ -59,3 +59,11 @@ test('connect to a Redis that is not there fails UPSTREAM_UNAVAILABLE within its
   await assert.rejects(AgentvisorClient.connect({ url: 'redis://127.0.0.1:1/0', connectTimeoutMs: 500 }), (e) => hasCode(e, 'UPSTREAM_UNAVAILABLE') && e.retryable);
   assert.ok(Date.now() - t0 < 5000);
 });
+
+test('wireSpec passes a project image, buildArgs as the wire build_args', async () => {
+  const { wireSpec } = await import('../../dist/index.js');
+  const w = wireSpec({ agentType: 'claude', image: { dockerfile: 'FROM debian\n', buildArgs: { V: '1' } } });
+  assert.deepEqual(w, { agent_type: 'claude', image: { dockerfile: 'FROM debian\n', build_args: { V: '1' } } });
+  assert.deepEqual(wireSpec({ agentType: 'claude', image: { devcontainer: '{"image": "debian"}' } }).image, { devcontainer: '{"image": "debian"}' });
+  assert.throws(() => wireSpec({ agentType: 'claude', image: { dockerfile: 'x', buildArgs: {}, build_args: {} } }), (e) => e.code === 'INVALID_COMMAND');
+});
