@@ -86,6 +86,8 @@ var rows = slices.Concat([]row{
 	{"A git task's own steps (worktree fetched and checked out, a one-file change committed, pushed and described, the base fetched again for the merge check: gitwork Prepare + Finish), follow-up on one branch, median of 20", "gitwork-task-median-ms", "ms", "", nil,
 		[]string{"gitwork-bare-median-ms"}, "the same fetch, checkout, add, commit and push run bare, alternating"},
 	{"EnsureImage of an existing image, p99", "ensure-hit-p99-ms", "ms", "< 20 ms", below(20), []string{"bare-inspect-p99-ms"}, "a bare ImageInspect"},
+	{"A project's own image from its devcontainer.json and Dockerfile (the project's build, no network, then the wrapper and claude layered on it), cold", "project-build-cold-ms", "ms", "", nil,
+		[]string{"project-build-cached-median-ms"}, "the same image asked for again, unchanged (no build), median of 5"},
 	{"Create → wrapper's started event, median", "create-to-started-median-ms", "ms", "ratio ≤ 1.3", ratioAtMost(1.3),
 		[]string{"bare-docker-run-first-line-median-ms"}, "bare docker run of the same image, to its first line"},
 	{"Create → wrapper's started event, sealed worker (gateway sockets, no network), median", "sealed-create-to-started-median-ms", "ms", "ratio ≤ 1.1", ratioAtMost(1.1),

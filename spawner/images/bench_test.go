@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,4 +79,54 @@ func BenchmarkColdBuild(b *testing.B) {
 		b.ReportMetric(time.Since(t0).Seconds(), "build-s-claude+"+name)
 		b.ReportMetric(float64(info.Size)/1e6, "size-MB-claude+"+name)
 	}
+}
+
+// BenchmarkProjectImageBuild: a project's image from its devcontainer.json
+// and Dockerfile (on the OS base, a RUN step no earlier build cached),
+// cold (the project's build and the runtime's layer, the runtime's claude
+// image already there), against the same Ensure again once built (no
+// build: two inspects and the layer's recipe), median of 5.
+func BenchmarkProjectImageBuild(b *testing.B) {
+	im, _, _ := newImages(b)
+	im.BaseImage, im.Fresh = testkit.WorkerBaseImage(), -1
+	p := &Projects{Builder: im, Allowed: []string{testkit.OSBaseImage()}}
+	ctx := context.Background()
+	if _, err := im.EnsureImage(ctx, protocol.AgentClaude, nil); err != nil {
+		b.Fatal(err)
+	}
+	pi := &protocol.ProjectImage{
+		Devcontainer: `{"build": {"dockerfile": "Dockerfile"}, "containerEnv": {"MODE": "bench"}, "postCreateCommand": "projtool > /etc/projtool.log"}`,
+		Dockerfile: fmt.Sprintf("FROM %s\nLABEL bench.mark=%d\nRUN printf '#!/bin/sh\\necho projtool\\n' > /usr/local/bin/projtool && chmod 0755 /usr/local/bin/projtool\n",
+			testkit.OSBaseImage(), time.Now().UnixNano()),
+	}
+	t0 := time.Now()
+	img, err := p.Ensure(ctx, protocol.AgentClaude, nil, pi, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cold := time.Since(t0)
+	b.Cleanup(func() {
+		hist, _ := exec.Command("docker", "history", "-q", img.Tag).Output()
+		_ = exec.Command("docker", "rmi", img.Tag).Run()
+		for _, id := range strings.Fields(string(hist)) {
+			tags, _ := exec.Command("docker", "image", "inspect", "-f", `{{join .RepoTags " "}}`, id).Output()
+			for _, tag := range strings.Fields(string(tags)) {
+				if strings.HasPrefix(tag, ProjectRepository+":") {
+					_ = exec.Command("docker", "rmi", tag).Run()
+				}
+			}
+		}
+	})
+	var cached []float64
+	for i := 0; i < 5; i++ {
+		t0 = time.Now()
+		again, err := p.Ensure(ctx, protocol.AgentClaude, nil, pi, nil)
+		if err != nil || again.Built || again.Tag != img.Tag {
+			b.Fatalf("again %+v, %v: want the image built before", again, err)
+		}
+		cached = append(cached, float64(time.Since(t0).Microseconds())/1000)
+	}
+	slices.Sort(cached)
+	b.ReportMetric(float64(cold.Milliseconds()), "project-build-cold-ms")
+	b.ReportMetric(cached[len(cached)/2], "project-build-cached-median-ms")
 }
