@@ -108,3 +108,34 @@ func TestProjectImageOutsideTheAllowlist(t *testing.T) {
 		t.Fatalf("%d workers after refused creates (%v)", n, err)
 	}
 }
+
+// A project whose Dockerfile fails is answered IMAGE_BUILD_FAILED with
+// the log's last lines, at once, and leaves no worker; its image_build
+// events end with done and the error.
+func TestProjectImageBuildFailure(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.ProjectBases = []string{testkit.OSBaseImage()} })
+	ctx := context.Background()
+	df := fmt.Sprintf("FROM %s\nLABEL test.t=%d\nRUN echo the-tests-fail >&2; exit 3\n", testkit.OSBaseImage(), time.Now().UnixNano())
+	_, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, Image: &protocol.ProjectImage{Dockerfile: df}})
+	var se *Error
+	if !errors.As(err, &se) || se.Code != protocol.CodeImageBuildFailed || !strings.Contains(err.Error(), "the-tests-fail") {
+		t.Fatalf("create: %v, want IMAGE_BUILD_FAILED with the log", err)
+	}
+	if n, err := f.rc.SCard(ctx, f.keys.Workers()).Result(); err != nil || n != 0 {
+		t.Fatalf("%d workers after a failed build (%v)", n, err)
+	}
+	msgs, err := f.rc.XRange(ctx, f.keys.Lifecycle(), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last protocol.Lifecycle
+	for _, m := range msgs {
+		data, _ := protocol.EntryData(m.Values)
+		if l, err := protocol.DecodeLifecycle(data); err == nil && l.Event == protocol.EventImageBuild {
+			last = l
+		}
+	}
+	if last.Detail["done"] != true || !strings.Contains(fmt.Sprint(last.Detail["error"]), "the-tests-fail") {
+		t.Fatalf("last image_build event %+v, want done with the error", last)
+	}
+}

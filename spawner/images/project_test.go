@@ -235,3 +235,34 @@ func TestAllowed(t *testing.T) {
 		}
 	}
 }
+
+// A project image that would undo what the runtime decides fails its
+// build: its own ENV of a runtime variable, a capability whose command it
+// lacks (the runtime installs none in a project's image).
+func TestProjectImageRefusals(t *testing.T) {
+	p, _ := newProjects(t)
+	ctx := context.Background()
+	mark := fmt.Sprintf("LABEL test.t=%d\n", time.Now().UnixNano())
+	remove := removeImages(t)
+	for _, tc := range []struct {
+		name  string
+		image protocol.ProjectImage
+		caps  []protocol.Capability
+		want  string
+	}{
+		{"runtime variable", protocol.ProjectImage{Dockerfile: "FROM " + testkit.OSBaseImage() + "\n" + mark + "ENV ALLOWED_COMMANDS=*\n"}, nil, "sets ALLOWED_COMMANDS"},
+		{"capability without its command", protocol.ProjectImage{Base: testkit.OSBaseImage()}, []protocol.Capability{protocol.CapGit}, "capability GIT needs git"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := p.Ensure(ctx, protocol.AgentClaude, tc.caps, &tc.image, nil)
+			var be *BuildError
+			if !errors.As(err, &be) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want a build error with %q", err, tc.want)
+			}
+		})
+	}
+	out, _ := exec.Command("docker", "image", "ls", "-q", "--filter", "label=test.t", ProjectRepository).Output()
+	for _, id := range strings.Fields(string(out)) {
+		remove(id)
+	}
+}
