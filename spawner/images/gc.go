@@ -77,7 +77,8 @@ func (g *GC) Collect(ctx context.Context) (GCReport, error) {
 		retention = 7 * 24 * time.Hour
 	}
 	rep := GCReport{DryRun: g.DryRun}
-	f := filters.NewArgs(filters.Arg("label", protocol.LabelManaged+"=true"), filters.Arg("reference", protocol.ImageRepository+":*"))
+	f := filters.NewArgs(filters.Arg("label", protocol.LabelManaged+"=true"),
+		filters.Arg("reference", protocol.ImageRepository+":*"), filters.Arg("reference", ProjectRepository+":*"))
 	for _, l := range g.Labels {
 		f.Add("label", l)
 	}
@@ -96,14 +97,37 @@ func (g *GC) Collect(ctx context.Context) (GCReport, error) {
 		used[c.ImageID] = true
 	}
 	now := g.now()
+	// The worker images first, then the project images under them (a
+	// project image is the parent of its workers' images: it can go only
+	// once they have).
+	for _, repo := range []string{protocol.ImageRepository, ProjectRepository} {
+		if err := g.collect(lctx, repo, images, used, now, retention, &rep); err != nil {
+			return rep, err
+		}
+	}
+	if !g.DryRun && g.PruneBuildCache {
+		if r, err := g.Docker.BuildCachePrune(lctx, build.CachePruneOptions{All: true}); err == nil && r != nil {
+			rep.CacheBytes = r.SpaceReclaimed
+		} else if err != nil {
+			g.Logger().Warn("gc: build cache not pruned", "err", err)
+		}
+	}
+	g.Logger().Info("image gc", "removed", rep.Removed, "kept_in_use", rep.KeptInUse, "kept", rep.Kept, "not_ours", rep.NotOurs,
+		"cache_bytes", rep.CacheBytes, "dry_run", g.DryRun)
+	return rep, nil
+}
+
+// collect removes the images of repo (worker or worker-project) that
+// nobody used for retention and no container uses, or lists them (DryRun).
+func (g *GC) collect(lctx context.Context, repo string, images []image.Summary, used map[string]bool, now time.Time, retention time.Duration, rep *GCReport) error {
 	for _, img := range images {
 		for _, tag := range img.RepoTags {
-			if !strings.HasPrefix(tag, protocol.ImageRepository+":") {
+			if !strings.HasPrefix(tag, repo+":") {
 				continue
 			}
 			last, err := rdb.New(g.Redis, g.Keys).ImageLastUsed(lctx, tag)
 			if err != nil {
-				return rep, fmt.Errorf("spawner: gc: last use of %s: %w", tag, err)
+				return fmt.Errorf("spawner: gc: last use of %s: %w", tag, err)
 			}
 			if last.IsZero() {
 				rep.NotOurs++
@@ -129,16 +153,7 @@ func (g *GC) Collect(ctx context.Context) (GCReport, error) {
 			}
 		}
 	}
-	if !g.DryRun && g.PruneBuildCache {
-		if r, err := g.Docker.BuildCachePrune(lctx, build.CachePruneOptions{All: true}); err == nil && r != nil {
-			rep.CacheBytes = r.SpaceReclaimed
-		} else if err != nil {
-			g.Logger().Warn("gc: build cache not pruned", "err", err)
-		}
-	}
-	g.Logger().Info("image gc", "removed", rep.Removed, "kept_in_use", rep.KeptInUse, "kept", rep.Kept, "not_ours", rep.NotOurs,
-		"cache_bytes", rep.CacheBytes, "dry_run", g.DryRun)
-	return rep, nil
+	return nil
 }
 
 // Run collects every Interval until ctx ends.

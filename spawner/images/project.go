@@ -182,10 +182,20 @@ func (p *Projects) Ensure(ctx context.Context, agent protocol.AgentType, caps []
 		return Image{}, err
 	}
 	canonical, _ := r.Canonical()
-	return p.once(ctx, tag, hash, "layer", df, nil, "", onLine, map[string]string{
+	img, err := p.once(ctx, tag, hash, "layer", df, nil, "", onLine, map[string]string{
 		ctlplane.LabelRecipe: canonical, ctlplane.LabelRecipeHash: hash, ctlplane.LabelAgentType: string(agent),
 		ctlplane.LabelCapabilities: capNames(caps),
 	})
+	if err != nil {
+		return Image{}, err
+	}
+	// Their use recorded, the image GC removes them once unused (the
+	// project's own image after the workers' images on it).
+	p.Builder.touch(ctx, img.Tag)
+	if in.dockerfile != "" {
+		p.Builder.touch(ctx, from)
+	}
+	return img, nil
 }
 
 // project builds the project's own Dockerfile (or finds it built) and

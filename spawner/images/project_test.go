@@ -154,6 +154,14 @@ func TestProjectImageReusedAndRebuilt(t *testing.T) {
 		}
 	}
 
+	// Their use is recorded, so the image GC knows them as this prefix's:
+	// unused past the retention, the worker image goes, then the project's.
+	gc := &GC{Docker: cc.Client, Redis: p.Builder.Redis, Keys: p.Builder.Keys, Labels: []string{"test.mark=" + mark}, Now: func() time.Time { return time.Now().Add(8 * 24 * time.Hour) }, DryRun: true}
+	rep, err := gc.Collect(ctx)
+	if err != nil || strings.Join(rep.Removed, " ") != first.Tag+" "+projectTag(t, first) {
+		t.Fatalf("gc %+v, %v: want %s and its project image removed", rep, err, first.Tag)
+	}
+
 	builds := cc.builds.Load()
 	p.Builder.Fresh = -1 // the engine is asked again, as after a restart
 	again, err := p.Ensure(ctx, protocol.AgentClaude, nil, &protocol.ProjectImage{Devcontainer: dev, Dockerfile: dockerfile("v1")}, onLine)
@@ -169,6 +177,15 @@ func TestProjectImageReusedAndRebuilt(t *testing.T) {
 	}
 	remove(changed.Tag)
 	remove(projectTag(t, changed))
+	gc.DryRun = false
+	if rep, err := gc.Collect(ctx); err != nil || len(rep.Removed) != 4 {
+		t.Fatalf("gc %+v, %v: want the two worker images and their two project images removed", rep, err)
+	}
+	for _, tag := range []string{first.Tag, changed.Tag} {
+		if _, err := cc.Client.ImageInspect(ctx, tag); err == nil {
+			t.Errorf("%s is still there after the GC", tag)
+		}
+	}
 	if changed.Tag == first.Tag || !changed.Built || cc.builds.Load()-builds != 2 {
 		t.Fatalf("a changed Dockerfile gave %+v (%d builds), want a new image of two builds", changed, cc.builds.Load()-builds)
 	}
