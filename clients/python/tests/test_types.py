@@ -89,6 +89,14 @@ class DecodeTest(unittest.TestCase):
         with self.assertRaises(AgentvisorError):
             types.ErrorInfo.from_dict({"code": "NOT_A_CODE", "message": "m", "retryable": True})
 
+    def test_a_spec_carries_a_project_image(self):
+        spec = types.CommandSpec.from_dict({"agent_type": "claude", "image": {"devcontainer": '{"image": "debian"}', "build_args": {"V": "1"}}})
+        self.assertIsInstance(spec.image, types.CommandSpecImage)
+        self.assertEqual(spec.to_dict()["image"], {"devcontainer": '{"image": "debian"}', "build_args": {"V": "1"}})
+        with self.assertRaises(AgentvisorError):
+            types.CommandSpec.from_dict({"agent_type": "claude", "image": {"features": {}}})
+        self.assertFalse(RETRYABLE["IMAGE_BUILD_FAILED"])
+
     def test_a_stale_generation_is_seen(self):
         import shutil
         import tempfile
