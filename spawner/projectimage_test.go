@@ -115,7 +115,9 @@ func TestProjectImageOutsideTheAllowlist(t *testing.T) {
 func TestProjectImageBuildFailure(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.ProjectBases = []string{testkit.OSBaseImage()} })
 	ctx := context.Background()
-	df := fmt.Sprintf("FROM %s\nLABEL test.t=%d\nRUN echo the-tests-fail >&2; exit 3\n", testkit.OSBaseImage(), time.Now().UnixNano())
+	label := fmt.Sprintf("test.t=%d", time.Now().UnixNano())
+	testkit.RemoveImagesLabelled(t, label)
+	df := fmt.Sprintf("FROM %s\nLABEL %s\nRUN echo the-tests-fail >&2; exit 3\n", testkit.OSBaseImage(), label)
 	_, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, Image: &protocol.ProjectImage{Dockerfile: df}})
 	var se *Error
 	if !errors.As(err, &se) || se.Code != protocol.CodeImageBuildFailed || !strings.Contains(err.Error(), "the-tests-fail") {

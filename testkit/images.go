@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -164,4 +165,20 @@ func BuildFrom(t testing.TB, from, tag string, labels ...string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = docker("rmi", "-f", tag) })
+}
+
+// RemoveImagesLabelled removes, when the test ends, every image carrying
+// label (k=v), the untagged ones a failed build left included, children
+// before their parents.
+func RemoveImagesLabelled(t testing.TB, label string) {
+	t.Cleanup(func() {
+		for pass := 0; pass < 5; pass++ {
+			out, err := docker("image", "ls", "-aq", "--filter", "label="+label)
+			ids := strings.Fields(out)
+			if err != nil || len(ids) == 0 {
+				return
+			}
+			_, _ = docker(append([]string{"rmi"}, ids...)...)
+		}
+	})
 }

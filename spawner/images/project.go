@@ -346,6 +346,18 @@ func layerDockerfile(r protocol.Recipe, from, wrapperImg, agentImg string, in pr
 		}
 		b.WriteString("USER root\n")
 	}
+	// The wrapper's and the agent's directories belong to root and no one
+	// else may write them (nor a directory above them): a project image
+	// that left them to uid 1000 would let the agent swap the wrapper's
+	// binary for the next time it executes itself.
+	harden := []string{"set -e",
+		`for d in /usr/local/bin /opt/agentvisor; do [ ! -L "$d" ] || { echo "$d is a symbolic link in the project's image" >&2; exit 1; }; done`,
+		"mkdir -p /usr/local/bin /opt/agentvisor",
+		"chown root:root / /usr /usr/local /usr/local/bin /opt /opt/agentvisor",
+		"chmod go-w / /usr /usr/local /usr/local/bin /opt /opt/agentvisor",
+	}
+	doc, _ := json.Marshal([]string{"/bin/sh", "-c", strings.Join(harden, "\n")})
+	fmt.Fprintf(&b, "RUN %s\n", doc)
 	fmt.Fprintf(&b, "COPY --from=%s /usr/local/bin/worker-wrapper /usr/local/bin/worker-wrapper\n", wrapperImg)
 	fmt.Fprintf(&b, "COPY --from=%s /etc/ssl/certs/ca-certificates.crt /opt/agentvisor/ca-certificates.crt\n", wrapperImg)
 	if agentImg != "" {
@@ -379,7 +391,7 @@ func layerDockerfile(r protocol.Recipe, from, wrapperImg, agentImg string, in pr
 			setup = append(setup, fmt.Sprintf(`command -v %s >/dev/null || { echo "capability %s needs %s in the project's image" >&2; exit 1; }`, cmd, c, cmd))
 		}
 	}
-	doc, _ := json.Marshal([]string{"/bin/sh", "-c", strings.Join(setup, "\n")})
+	doc, _ = json.Marshal([]string{"/bin/sh", "-c", strings.Join(setup, "\n")})
 	fmt.Fprintf(&b, "RUN %s\n", doc)
 	b.WriteString("ENV HOME=/home/worker WORKSPACE=/workspace\nWORKDIR /workspace\nUSER 1000:1000\n")
 	b.WriteString("ENTRYPOINT [\"/usr/local/bin/worker-wrapper\"]\nCMD []\n")

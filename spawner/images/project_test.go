@@ -144,11 +144,11 @@ func TestProjectImageReusedAndRebuilt(t *testing.T) {
 		}
 	}
 	out, err := exec.Command("docker", "run", "--rm", "--network", "none", "--entrypoint", "/bin/sh", first.Tag, "-c",
-		`projtool hi; cat /etc/projtool-made; echo "mode=$PROJ_MODE"; id -u; test -x /usr/local/bin/worker-wrapper && test -x /usr/local/bin/claude && echo runtime-ok; pwd`).CombinedOutput()
+		`projtool hi; cat /etc/projtool-made; echo "mode=$PROJ_MODE"; id -u; test -x /usr/local/bin/worker-wrapper && test -x /usr/local/bin/claude && echo runtime-ok; pwd; stat -c 'bin=%U:%a' /usr/local/bin`).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	for _, want := range []string{"projtool v1 hi", "projtool v1 made", "mode=dev $HOME", "1000", "runtime-ok", "/workspace"} {
+	for _, want := range []string{"projtool v1 hi", "projtool v1 made", "mode=dev $HOME", "1000", "runtime-ok", "/workspace", "bin=root:755"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the image's run printed %q, want %q in it", out, want)
 		}
@@ -214,8 +214,10 @@ func TestProjectBuildReachesNoHostLoopback(t *testing.T) {
 		}
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
-	df := fmt.Sprintf("FROM %s\nRUN bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d' && echo HOST-REACHED || { echo HOST-UNREACHED; exit 7; }\nLABEL test.t=%d\n",
-		testkit.OSBaseImage(), port, time.Now().UnixNano())
+	label := fmt.Sprintf("test.t=%d", time.Now().UnixNano())
+	testkit.RemoveImagesLabelled(t, label)
+	df := fmt.Sprintf("FROM %s\nLABEL %s\nRUN bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d' && echo HOST-REACHED || { echo HOST-UNREACHED; exit 7; }\n",
+		testkit.OSBaseImage(), label, port)
 	_, err = p.Ensure(context.Background(), protocol.AgentClaude, nil, &protocol.ProjectImage{Dockerfile: df}, nil)
 	var be *BuildError
 	if !errors.As(err, &be) || !strings.Contains(be.Log, "HOST-UNREACHED") || strings.Contains(be.Log, "HOST-REACHED\n") {
@@ -259,8 +261,9 @@ func TestAllowed(t *testing.T) {
 func TestProjectImageRefusals(t *testing.T) {
 	p, _ := newProjects(t)
 	ctx := context.Background()
-	mark := fmt.Sprintf("LABEL test.t=%d\n", time.Now().UnixNano())
-	remove := removeImages(t)
+	label := fmt.Sprintf("test.t=%d", time.Now().UnixNano())
+	mark := "LABEL " + label + "\n"
+	testkit.RemoveImagesLabelled(t, label)
 	for _, tc := range []struct {
 		name  string
 		image protocol.ProjectImage
@@ -268,6 +271,7 @@ func TestProjectImageRefusals(t *testing.T) {
 		want  string
 	}{
 		{"runtime variable", protocol.ProjectImage{Dockerfile: "FROM " + testkit.OSBaseImage() + "\n" + mark + "ENV ALLOWED_COMMANDS=*\n"}, nil, "sets ALLOWED_COMMANDS"},
+		{"runtime directory left to the agent", protocol.ProjectImage{Dockerfile: "FROM " + testkit.OSBaseImage() + "\n" + mark + "RUN rm -rf /usr/local/bin && ln -s /tmp /usr/local/bin\n"}, nil, "/usr/local/bin is a symbolic link"},
 		{"capability without its command", protocol.ProjectImage{Base: testkit.OSBaseImage()}, []protocol.Capability{protocol.CapGit}, "capability GIT needs git"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -277,9 +281,5 @@ func TestProjectImageRefusals(t *testing.T) {
 				t.Fatalf("error %v, want a build error with %q", err, tc.want)
 			}
 		})
-	}
-	out, _ := exec.Command("docker", "image", "ls", "-q", "--filter", "label=test.t", ProjectRepository).Output()
-	for _, id := range strings.Fields(string(out)) {
-		remove(id)
 	}
 }
