@@ -51,7 +51,7 @@ func (s *admission) admit(ctx context.Context, id string, p *protocol.Placement,
 	}
 	leave := func() { _ = s.rdb.Leave(context.WithoutCancel(ctx), id) }
 	for {
-		cands, err := s.fleet.candidates(ctx, p, o.forward == nil, s.cfg.MaxWorkers, s.cfg.HostLabels)
+		cands, err := s.fleet.Candidates(ctx, p, o.forward == nil, s.cfg.MaxWorkers, s.cfg.HostLabels)
 		if err != nil {
 			return nil, "", redisError(err, "fleet hosts")
 		}
@@ -67,7 +67,7 @@ func (s *admission) admit(ctx context.Context, id string, p *protocol.Placement,
 			if adm.Host == me {
 				return s.keepSlot(id), me, nil
 			}
-			if live, err := s.fleet.live(ctx, adm.Host); err == nil && live {
+			if live, err := s.fleet.Live(ctx, adm.Host); err == nil && live {
 				return nil, adm.Host, nil
 			}
 			leave() // placed on a host lost since: placed again

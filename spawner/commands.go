@@ -207,7 +207,7 @@ func (c *Commands) execute(stream string, msg redis.XMessage) {
 		replyTo = ""
 	} else if !c.deadlines.expired(cmd, &reply, "before it ran") {
 		forward := func(ctx context.Context, host string) error {
-			if err := s.fleet.forward(ctx, stream, s.keys.HostCommands(host), msg.ID, data); err != nil {
+			if err := s.fleet.Forward(ctx, stream, s.keys.HostCommands(host), msg.ID, data); err != nil {
 				return redisError(err, "forward command %s to host %s", cmd.ID, host)
 			}
 			return nil
@@ -309,19 +309,21 @@ func (c *Commands) runCommand(ctx context.Context, cmd protocol.Command, reply *
 // (its container is out of reach; a returning host removes it), and
 // cannot be paused or woken (NO_HOST). A worker of this host: done false.
 func (c *Commands) route(ctx context.Context, cmd protocol.Command, forward func(ctx context.Context, host string) error) (bool, error) {
-	rt, err := c.fleet.route(ctx, cmd.WorkerID)
+	rt, err := c.fleet.Route(ctx, cmd.WorkerID)
 	switch {
-	case err != nil || rt.here:
-		return false, err
-	case rt.live:
-		if err := forward(ctx, rt.host); err != nil {
+	case err != nil:
+		return false, redisError(err, "route %s", cmd.WorkerID)
+	case rt.Here:
+		return false, nil
+	case rt.Live:
+		if err := forward(ctx, rt.Host); err != nil {
 			return false, err
 		}
 		return true, nil
 	case cmd.Action == protocol.ActionDelete:
 		return false, nil
 	}
-	return false, errorf(protocol.CodeNoHost, "worker %s runs on host %s, which is not live", cmd.WorkerID, rt.host)
+	return false, errorf(protocol.CodeNoHost, "worker %s runs on host %s, which is not live", cmd.WorkerID, rt.Host)
 }
 
 // newRetry is the backoff of every loop that retries a failed read.

@@ -69,18 +69,18 @@ func (c *Controls) serveOne(ctx context.Context, stream string, msg redis.XMessa
 	if err != nil {
 		return entryDone
 	}
-	rt, err := c.fleet.route(ctx, req.WorkerID)
+	rt, err := c.fleet.Route(ctx, req.WorkerID)
 	if err != nil {
 		return entryRetry
 	}
 	switch {
-	case rt.elsewhere():
-		if err := c.fleet.forward(ctx, stream, c.keys.HostControl(rt.host), msg.ID, data); err != nil {
-			c.log.Warn("forward a control request", "worker_id", req.WorkerID, "host", rt.host, "err", err)
+	case rt.Elsewhere():
+		if err := c.fleet.Forward(ctx, stream, c.keys.HostControl(rt.Host), msg.ID, data); err != nil {
+			c.log.Warn("forward a control request", "worker_id", req.WorkerID, "host", rt.Host, "err", err)
 			return entryRetry
 		}
 		return entryMoved
-	case rt.here:
+	case rt.Here:
 		err := c.pause(ctx, req.WorkerID)
 		switch {
 		case IsBusy(err):

@@ -16,13 +16,18 @@
 //     in-memory Docker engine for unit tests.
 //   - engine/kubernetes implements Engine over a Kubernetes cluster: a
 //     pod per worker incarnation, read through an informer.
+//   - fleet is this host's view of a fleet of hosts on one Redis: its
+//     id, the live hosts, placement candidates and the router of a
+//     request about a worker to the host that serves it.
 //   - images builds worker images from their recipe hash (Builder) and
 //     removes the stale ones (GC).
 //   - ops is the worker-manager's operator endpoint: /metrics and the
 //     dashboard behind the operator token, and who acts.
 //   - dashboard is the fleet's live page and a page per worker, from
 //     which an operator acts.
-//   - internal/rdb owns every Redis call and Lua script of the module.
+//   - internal/rdb owns every Redis call and Lua script of the module,
+//     one type per command family; a component is given the families
+//     it uses.
 //   - internal/ctlplane names the control plane's own state in Redis and
 //     in labels: leases, admission, hosts, managers, pools.
 //

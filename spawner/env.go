@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/fleet"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
@@ -18,7 +19,7 @@ type env struct {
 	keys  protocol.Keys
 	now   func() time.Time
 	log   *slog.Logger
-	fleet *Fleet
+	fleet *fleet.View
 }
 
 // Host returns this manager's host id (see Fleet.Host).

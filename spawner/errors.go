@@ -65,3 +65,7 @@ func engineError(err error, format string, args ...any) *Error {
 func redisError(err error, format string, args ...any) *Error {
 	return &Error{Code: protocol.CodeUpstreamUnavailable, Err: fmt.Errorf(format+": %w", append(args, err)...)}
 }
+
+// errForwarded: the command went to the host that serves it, which
+// replies; this manager neither replies nor executes it.
+var errForwarded = errors.New("spawner: forwarded to the worker's host")

@@ -79,7 +79,7 @@ func (s *env) ownWorkers(ctx context.Context) ([]string, error) {
 	}
 	own := ids[:0]
 	for _, id := range ids {
-		if s.fleet.mine(placed[id]) {
+		if s.fleet.Mine(placed[id]) {
 			own = append(own, id)
 		}
 	}

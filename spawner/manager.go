@@ -98,7 +98,7 @@ func (s *Spawner) Shutdown(ctx context.Context) error {
 	}
 	var ws []protocol.WorkerInfo
 	for _, w := range all {
-		if s.fleet.mine(w.Host) {
+		if s.fleet.Mine(w.Host) {
 			ws = append(ws, w)
 		}
 	}

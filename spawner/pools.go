@@ -226,15 +226,15 @@ func (s *Spawner) allocate(ctx context.Context, commandID string, p *PoolTemplat
 		if id == "" {
 			return protocol.WorkerInfo{}, false, nil
 		}
-		if rt, err := s.fleet.route(ctx, id); err != nil || !rt.here {
+		if rt, err := s.fleet.Route(ctx, id); err != nil || !rt.Here {
 			// Another host's warm worker: only its managers can wake it
 			// (and one whose host cannot be read now is left in the pool).
 			_ = s.rdb.AddWarm(ctx, p.Name, id)
-			if err == nil && rt.live && forward != nil && commandID != "" {
-				if err := forward(ctx, rt.host); err != nil {
+			if err == nil && rt.Live && forward != nil && commandID != "" {
+				if err := forward(ctx, rt.Host); err != nil {
 					return protocol.WorkerInfo{}, false, err
 				}
-				return protocol.WorkerInfo{Status: protocol.ContainerQueued, Host: rt.host}, true, errForwarded
+				return protocol.WorkerInfo{Status: protocol.ContainerQueued, Host: rt.Host}, true, errForwarded
 			}
 			return protocol.WorkerInfo{}, false, nil // made cold here
 		}

@@ -202,7 +202,7 @@ func (s *poolWake) readyWarm(ctx context.Context, pool string) (id, cid string) 
 		if err != nil || w == "" {
 			return "", ""
 		}
-		if rt, err := s.fleet.route(ctx, w); err != nil || !rt.here {
+		if rt, err := s.fleet.Route(ctx, w); err != nil || !rt.Here {
 			back = append(back, w)
 			continue
 		}

@@ -79,7 +79,7 @@ func (s *Reconciler) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		}
 		old := now.Sub(created) >= s.creationGrace
 		switch {
-		case member[id] && s.fleet.mine(placed[id]):
+		case member[id] && s.fleet.Mine(placed[id]):
 			s.reconcileMember(ctx, id, c, old, &rep)
 		case member[id] && old && c.Labels[ctlplane.LabelHost] == s.Host():
 			// A container this host made for a worker now placed on
@@ -100,7 +100,7 @@ func (s *Reconciler) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		}
 	}
 	for _, id := range workers {
-		if withContainer[id] || !s.fleet.mine(placed[id]) {
+		if withContainer[id] || !s.fleet.Mine(placed[id]) {
 			continue // another host's worker: its containers are on its engine
 		}
 		// A create joins the workers set only once its container exists,
@@ -168,7 +168,7 @@ func (s *Reconciler) syncPaused(ctx context.Context, workers []string, placed ma
 		return
 	}
 	for _, id := range workers {
-		if s.fleet.mine(placed[id]) {
+		if s.fleet.Mine(placed[id]) {
 			ids = append(ids, id)
 		}
 	}
@@ -225,7 +225,7 @@ func (s *Reconciler) finishRetirements(ctx context.Context, placed map[string]st
 	}
 	n := 0
 	for _, id := range stale {
-		if !s.fleet.mine(placed[id]) {
+		if !s.fleet.Mine(placed[id]) {
 			continue // its host finishes it, or HostWatch if that host is lost
 		}
 		if ok, err := s.workers.retire(ctx, id, retirement{reason: protocol.RemovedTakeover, died: true, exitCode: -1, code: protocol.CodeKilled,

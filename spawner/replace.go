@@ -50,7 +50,7 @@ func (s *Spawner) replace(ctx context.Context, oldID string, h map[string]string
 	// lost host's worker is placed anew, on any host with room, and
 	// forwarded there.
 	commandID := "replace-" + oldID
-	forward := func(ctx context.Context, host string) error { return s.fleet.forwardCreate(ctx, host, commandID, spec) }
+	forward := func(ctx context.Context, host string) error { return s.forwardCreate(ctx, host, commandID, spec) }
 	info, err := s.create(ctx, commandID, spec, createOpts{replacement: true, hostLost: hostLost, forward: forward,
 		pool: h[protocol.StatusFieldPool], poolState: h[protocol.StatusFieldPoolState]})
 	if errors.Is(err, errForwarded) {
@@ -79,4 +79,18 @@ func (s *Spawner) replace(ctx context.Context, oldID string, h map[string]string
 	}
 	s.log.Info("dead worker replaced", "worker_id", oldID, "replacement", info.WorkerID, "tasks_moved", moved, "after", wait.String())
 	return info.WorkerID, moved, nil
+}
+
+// forwardCreate puts a create command for the worker a create placed on
+// another host (a replacement: no command entry to move) on that host's
+// command stream.
+func (s *Spawner) forwardCreate(ctx context.Context, host, commandID string, spec protocol.WorkerSpec) error {
+	doc, err := protocol.Command{ID: commandID, Action: protocol.ActionCreate, Spec: &spec, Timestamp: s.now()}.Encode()
+	if err != nil {
+		return &Error{Code: protocol.CodeInternalError, Err: err}
+	}
+	if err := s.fleet.SendCommand(ctx, host, doc); err != nil {
+		return redisError(err, "forward a create to %s", host)
+	}
+	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/agentvisor/agentvisor/gateway"
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner/engine"
+	"github.com/agentvisor/agentvisor/spawner/fleet"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
@@ -73,7 +74,7 @@ func New(cfg Config, eng engine.Engine, rc redis.UniversalClient, builder *image
 	if eng != nil {
 		info = eng.Info
 	}
-	e.fleet = newFleet(e, cfg.HostID, info)
+	e.fleet = fleet.New(r, cfg.Keys, func() time.Time { return e.now() }, cfg.HostID, info)
 	var gw Gateway
 	if cfg.NetworkMode == NetworkSealed {
 		gw = gateway.NewClient(cfg.GatewayDir)
@@ -211,15 +212,15 @@ func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.Wo
 		// A create delivered again whose worker another host makes or runs
 		// goes there; a worker of a lost host is answered as Redis knows it
 		// (HostWatch retires it).
-		if rt, err := s.fleet.route(ctx, id); err != nil {
-			return protocol.WorkerInfo{}, err
-		} else if !rt.here {
+		if rt, err := s.fleet.Route(ctx, id); err != nil {
+			return protocol.WorkerInfo{}, redisError(err, "route %s", id)
+		} else if !rt.Here {
 			switch {
-			case rt.live && o.forward != nil:
-				return s.forwarded(ctx, id, rt.host, o)
+			case rt.Live && o.forward != nil:
+				return s.forwarded(ctx, id, rt.Host, o)
 			case member:
 				return s.Status(ctx, id)
-			case !rt.live:
+			case !rt.Live:
 				_ = s.rdb.Leave(ctx, id) // its slot was on a lost host: placed anew
 			}
 		}

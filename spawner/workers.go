@@ -50,7 +50,7 @@ func (s *Spawner) Status(ctx context.Context, id string) (protocol.WorkerInfo, e
 		return protocol.WorkerInfo{}, redisError(err, "status of %s", id)
 	}
 	info := InfoFromHash(id, h)
-	if !s.fleet.mine(info.Host) {
+	if !s.fleet.Mine(info.Host) {
 		if len(h) == 0 {
 			return protocol.WorkerInfo{}, errorf(protocol.CodeNotFound, "no worker %s", id)
 		}
@@ -134,7 +134,7 @@ func (s *Spawner) List(ctx context.Context) ([]protocol.WorkerInfo, error) {
 		}
 	}
 	for id, host := range placed {
-		if seen[id] || s.fleet.mine(host) {
+		if seen[id] || s.fleet.Mine(host) {
 			continue
 		}
 		if info, err := s.Status(ctx, id); err == nil {
