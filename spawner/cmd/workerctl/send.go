@@ -13,12 +13,17 @@ import (
 	"github.com/agentvisor/agentvisor/spawner"
 )
 
+// sendFlags are send's flags.
+type sendFlags struct {
+	project, reqID, priority, trigger string
+	gitRemote, gitBase, gitBranch     string
+	newSession, wait, cancelOnInt     bool
+	retry                             int
+	timeout                           time.Duration
+}
+
 func sendCmd(c *ctl) *cobra.Command {
-	var project, reqID, priority, trigger string
-	var gitRemote, gitBase, gitBranch string
-	var newSession, wait, cancelOnInterrupt bool
-	var retry int
-	var timeout time.Duration
+	var o sendFlags
 	cmd := &cobra.Command{
 		Use:   "send WORKER PROMPT",
 		Short: "Put a task on a worker's input; with --wait, print its progress and output",
@@ -43,23 +48,11 @@ cancels without asking; otherwise the task runs on and workerctl exits 1.`,
 			if err != nil {
 				return err
 			}
-			if reqID == "" {
-				reqID = fmt.Sprintf("cli-%d", time.Now().UnixNano())
-			}
-			if project == "" {
-				project = row.ProjectID
+			task, err := o.task(row.ProjectID, a[1])
+			if err != nil {
+				return err
 			}
 			tasks := &client.Tasks{Redis: c.rdb, Keys: c.keys, Wait: c.wait}
-			task := protocol.Task{RequestID: reqID, ProjectID: project, Prompt: a[1], ForceNewSession: newSession, Trigger: trigger,
-				Priority: protocol.Priority(priority)}
-			if retry > 0 {
-				task.Retry = &protocol.RetryPolicy{Attempts: retry}
-			}
-			if gitRemote != "" {
-				task.Git = &protocol.Git{Remote: gitRemote, Base: gitBase, Branch: gitBranch}
-			} else if gitBase != "" || gitBranch != "" {
-				return fail(exitUsage, "send: --git-base and --git-branch want --git-remote")
-			}
 			sent, err := tasks.Send(ctx, id, task)
 			var se *spawner.Error
 			if errors.As(err, &se) && se.Code == protocol.CodeInvalidTask {
@@ -68,58 +61,88 @@ cancels without asking; otherwise the task runs on and workerctl exits 1.`,
 			if err != nil {
 				return err
 			}
-			if !wait {
+			if !o.wait {
 				if c.json {
-					return printJSON(c.out, map[string]string{"request_id": reqID, "worker_id": id})
+					return printJSON(c.out, map[string]string{"request_id": task.RequestID, "worker_id": id})
 				}
-				fmt.Fprintln(c.out, reqID)
+				fmt.Fprintln(c.out, task.RequestID)
 				return nil
 			}
-			wctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			var out *protocol.Output
-			err = tasks.Watch(wctx, sent, func(ev client.Event) {
-				if ev.Output != nil {
-					out = ev.Output
-				} else if !c.json {
-					renderEvent(c.out, false, ev)
-				}
-			})
-			switch {
-			case errors.Is(err, client.ErrAwaitTimeout):
-				return fail(exitTimeout, "no output for %s within %v", reqID, timeout)
-			case ctx.Err() != nil:
-				// Interrupted (Ctrl-C): the task runs on unless its owner
-				// says to cancel it, with --cancel-on-interrupt or at the
-				// question. The cancel gets a context of its own: ctx has
-				// ended.
-				if !cancelOnInterrupt && !askCancel(cmd.InOrStdin(), cmd.ErrOrStderr(), reqID) {
-					return fail(exitFailed, "interrupted: task %s goes on (workerctl cancel %s %s stops it)", reqID, id, reqID)
-				}
-				cctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
-				defer stop()
-				return c.cancel(cctx, tasks, sent, "interrupted in workerctl send --wait", true, 20*time.Second)
-			case err != nil:
-				return err
-			}
-			return result(c, *out)
+			return o.await(cmd, c, tasks, sent)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&project, "project", "", "the task's project (default: the worker's)")
-	f.StringVar(&reqID, "id", "", "the request id (default: cli-<nanoseconds>)")
-	f.StringVar(&priority, "priority", "", "high, normal or low: the developer queue the task goes to (a long-lived worker reads its input in order)")
-	f.BoolVar(&newSession, "new-session", false, "start a new agent session instead of continuing the project's")
-	f.IntVar(&retry, "retry", 0, "ask for retries after a retryable failure: attempts in all, the first included (0: never retried); the backoff is the manager's RETRY_BACKOFF_MS")
-	f.StringVar(&trigger, "trigger", "manual", "what started the task, kept on its run (the run hash's trigger)")
-	f.StringVar(&gitRemote, "git-remote", "", "the repository the task works in (https://...): the agent runs in a worktree of it, and its change is pushed to the task's branch")
-	f.StringVar(&gitBase, "git-base", "", "with --git-remote: the branch a new branch starts from (default: the remote's default branch)")
-	f.StringVar(&gitBranch, "git-branch", "", "with --git-remote: the branch the work goes to (default: agentvisor/<request id>)")
+	f.StringVar(&o.project, "project", "", "the task's project (default: the worker's)")
+	f.StringVar(&o.reqID, "id", "", "the request id (default: cli-<nanoseconds>)")
+	f.StringVar(&o.priority, "priority", "", "high, normal or low: the developer queue the task goes to (a long-lived worker reads its input in order)")
+	f.BoolVar(&o.newSession, "new-session", false, "start a new agent session instead of continuing the project's")
+	f.IntVar(&o.retry, "retry", 0, "ask for retries after a retryable failure: attempts in all, the first included (0: never retried); the backoff is the manager's RETRY_BACKOFF_MS")
+	f.StringVar(&o.trigger, "trigger", "manual", "what started the task, kept on its run (the run hash's trigger)")
+	f.StringVar(&o.gitRemote, "git-remote", "", "the repository the task works in (https://...): the agent runs in a worktree of it, and its change is pushed to the task's branch")
+	f.StringVar(&o.gitBase, "git-base", "", "with --git-remote: the branch a new branch starts from (default: the remote's default branch)")
+	f.StringVar(&o.gitBranch, "git-branch", "", "with --git-remote: the branch the work goes to (default: agentvisor/<request id>)")
 	f.BoolVar(&c.patch, "patch", false, "with --wait: print the patch of the task's git result too")
-	f.BoolVar(&wait, "wait", false, "wait for the task's output; the exit code says how it ended")
-	f.DurationVar(&timeout, "timeout", 10*time.Minute, "with --wait: how long to wait for the output")
-	f.BoolVar(&cancelOnInterrupt, "cancel-on-interrupt", false, "with --wait: Ctrl-C cancels the task without asking")
+	f.BoolVar(&o.wait, "wait", false, "wait for the task's output; the exit code says how it ended")
+	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "with --wait: how long to wait for the output")
+	f.BoolVar(&o.cancelOnInt, "cancel-on-interrupt", false, "with --wait: Ctrl-C cancels the task without asking")
 	return cmd
+}
+
+// task is the task the flags describe, of a worker of project
+// workerProject.
+func (o *sendFlags) task(workerProject, prompt string) (protocol.Task, error) {
+	reqID, project := o.reqID, o.project
+	if reqID == "" {
+		reqID = fmt.Sprintf("cli-%d", time.Now().UnixNano())
+	}
+	if project == "" {
+		project = workerProject
+	}
+	task := protocol.Task{RequestID: reqID, ProjectID: project, Prompt: prompt, ForceNewSession: o.newSession, Trigger: o.trigger,
+		Priority: protocol.Priority(o.priority)}
+	if o.retry > 0 {
+		task.Retry = &protocol.RetryPolicy{Attempts: o.retry}
+	}
+	if o.gitRemote != "" {
+		task.Git = &protocol.Git{Remote: o.gitRemote, Base: o.gitBase, Branch: o.gitBranch}
+	} else if o.gitBase != "" || o.gitBranch != "" {
+		return protocol.Task{}, fail(exitUsage, "send: --git-base and --git-branch want --git-remote")
+	}
+	return task, nil
+}
+
+// await prints a sent task's progress, then its output (--wait), and
+// says how it ended in the exit code.
+func (o *sendFlags) await(cmd *cobra.Command, c *ctl, tasks *client.Tasks, sent client.Sent) error {
+	ctx := cmd.Context()
+	reqID := sent.RequestID
+	wctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	var out *protocol.Output
+	err := tasks.Watch(wctx, sent, func(ev client.Event) {
+		if ev.Output != nil {
+			out = ev.Output
+		} else if !c.json {
+			renderEvent(c.out, false, ev)
+		}
+	})
+	switch {
+	case errors.Is(err, client.ErrAwaitTimeout):
+		return fail(exitTimeout, "no output for %s within %v", reqID, o.timeout)
+	case ctx.Err() != nil:
+		// Interrupted (Ctrl-C): the task runs on unless its owner says to
+		// cancel it, with --cancel-on-interrupt or at the question. The
+		// cancel gets a context of its own: ctx has ended.
+		if !o.cancelOnInt && !askCancel(cmd.InOrStdin(), cmd.ErrOrStderr(), reqID) {
+			return fail(exitFailed, "interrupted: task %s goes on (workerctl cancel %s %s stops it)", reqID, sent.WorkerID, reqID)
+		}
+		cctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+		defer stop()
+		return c.cancel(cctx, tasks, sent, "interrupted in workerctl send --wait", true, 20*time.Second)
+	case err != nil:
+		return err
+	}
+	return result(c, *out)
 }
 
 // result prints a task's output and turns its status into the exit code.
