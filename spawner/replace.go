@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/fleet"
 )
 
 // replace makes a worker of a dead long-lived worker's spec and moves the
@@ -50,7 +51,7 @@ func (s *Spawner) replace(ctx context.Context, oldID string, h map[string]string
 	// lost host's worker is placed anew, on any host with room, and
 	// forwarded there.
 	commandID := "replace-" + oldID
-	forward := func(ctx context.Context, host string) error { return s.forwardCreate(ctx, host, commandID, spec) }
+	forward := func(ctx context.Context, host string) error { return forwardCreate(ctx, s.fleet, s.now(), host, commandID, spec) }
 	info, err := s.create(ctx, commandID, spec, createOpts{replacement: true, hostLost: hostLost, forward: forward,
 		pool: h[protocol.StatusFieldPool], poolState: h[protocol.StatusFieldPoolState]})
 	if errors.Is(err, errForwarded) {
@@ -84,12 +85,12 @@ func (s *Spawner) replace(ctx context.Context, oldID string, h map[string]string
 // forwardCreate puts a create command for the worker a create placed on
 // another host (a replacement: no command entry to move) on that host's
 // command stream.
-func (s *Spawner) forwardCreate(ctx context.Context, host, commandID string, spec protocol.WorkerSpec) error {
-	doc, err := protocol.Command{ID: commandID, Action: protocol.ActionCreate, Spec: &spec, Timestamp: s.now()}.Encode()
+func forwardCreate(ctx context.Context, fl *fleet.View, now time.Time, host, commandID string, spec protocol.WorkerSpec) error {
+	doc, err := protocol.Command{ID: commandID, Action: protocol.ActionCreate, Spec: &spec, Timestamp: now}.Encode()
 	if err != nil {
 		return &Error{Code: protocol.CodeInternalError, Err: err}
 	}
-	if err := s.fleet.SendCommand(ctx, host, doc); err != nil {
+	if err := fl.SendCommand(ctx, host, doc); err != nil {
 		return redisError(err, "forward a create to %s", host)
 	}
 	return nil
