@@ -39,7 +39,9 @@ type Commands struct {
 type commandsParams struct {
 	*env
 	consumer
-	workers     commandTarget
+	workers commandTarget
+	// resume answers a create naming an existing worker (hibernation.resume).
+	resume      func(ctx context.Context, id string, spec protocol.WorkerSpec) (protocol.WorkerInfo, bool, error)
 	maxInFlight int           // commands executed at once (16 when 0)
 	stopTimeout time.Duration // how long Stop waits for the commands in flight
 	// timeout bounds one command (a create waits for a slot, builds an
@@ -52,7 +54,6 @@ type commandsParams struct {
 // commandTarget is what commands act on: the Spawner's operations.
 type commandTarget interface {
 	createCommand(ctx context.Context, commandID string, spec protocol.WorkerSpec, forward func(ctx context.Context, host string) error) (protocol.WorkerInfo, error)
-	resume(ctx context.Context, id string, spec protocol.WorkerSpec) (protocol.WorkerInfo, bool, error)
 	Delete(ctx context.Context, id string) error
 	Status(ctx context.Context, id string) (protocol.WorkerInfo, error)
 	Pause(ctx context.Context, id string) error
@@ -257,7 +258,7 @@ func (c *Commands) runCommand(ctx context.Context, cmd protocol.Command, reply *
 	case protocol.ActionCreate:
 		if cmd.WorkerID != "" {
 			var resumed bool
-			if info, resumed, err = s.resume(ctx, cmd.WorkerID, *cmd.Spec); resumed || err != nil {
+			if info, resumed, err = c.resume(ctx, cmd.WorkerID, *cmd.Spec); resumed || err != nil {
 				reply.WorkerID = cmd.WorkerID
 				break
 			}

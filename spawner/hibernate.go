@@ -3,6 +3,7 @@ package spawner
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
@@ -44,7 +45,7 @@ func hibernatable(h map[string]string) bool {
 // timeout to finish its task. What the wrapper held and had not finished
 // is put back on its input for the next incarnation (the task in flight,
 // if unanswered, is answered TERMINATED).
-func (s *Spawner) hibernate(ctx context.Context, id, reason string, graceful bool) error {
+func (s *hibernation) hibernate(ctx context.Context, id, reason string, graceful bool) error {
 	recheck := !graceful // an idle worker: a task that comes meanwhile keeps it
 	if !graceful && !s.suspends() {
 		// Nothing to freeze it with: a busy worker is refused as Pause
@@ -58,7 +59,7 @@ func (s *Spawner) hibernate(ctx context.Context, id, reason string, graceful boo
 		graceful = true
 	}
 	if !graceful {
-		if err := s.Pause(ctx, id); err != nil {
+		if err := s.pause(ctx, id); err != nil {
 			return err
 		}
 	}
@@ -81,7 +82,7 @@ func (s *Spawner) hibernate(ctx context.Context, id, reason string, graceful boo
 			// freeze, since the check): it stays, awake.
 			_, _ = s.rdb.Revive(ctx, id)
 			if s.suspends() {
-				_ = s.Unpause(ctx, id)
+				_ = s.unpause(ctx, id)
 			}
 			return errorf(protocol.CodeWorkerBusy, "worker %s became busy (%s): not hibernated", id, b)
 		}
@@ -105,7 +106,7 @@ func (s *Spawner) hibernate(ctx context.Context, id, reason string, graceful boo
 // whose container is gone and whose held tasks are settled: its socket
 // directory and Redis user go, its status says hibernated, and it leaves
 // Retiring for its host's hibernated set.
-func (s *Spawner) hibernated(ctx context.Context, id string, h map[string]string, reason string) error {
+func (s *hibernation) hibernated(ctx context.Context, id string, h map[string]string, reason string) error {
 	s.seals.close(ctx, id)
 	if err := s.users.drop(ctx, id); err != nil {
 		return err
@@ -122,8 +123,40 @@ func (s *Spawner) hibernated(ctx context.Context, id string, h map[string]string
 	return nil
 }
 
+// hibernation hibernates long-lived workers and wakes them: the
+// operations above, over the parts of the spawner they use. Pause,
+// unpause, status and a new incarnation are the Spawner's, given as
+// functions.
+type hibernation struct {
+	*env
+	cfg       *Config
+	instance  string // the wake leases' owner (Spawner.instance)
+	busyCheck *busyCheck
+	answers   *answers
+	seals     *sealing
+	users     *workerUsers
+	inst      *instances
+	warm      *poolWake
+	admission *admission
+
+	suspends     func() bool
+	pause        func(ctx context.Context, id string) error
+	unpause      func(ctx context.Context, id string) error
+	status       func(ctx context.Context, id string) (protocol.WorkerInfo, error)
+	keepRetiring func(ctx context.Context, id string) *renewal
+	incarnate    func(ctx context.Context, id string, spec protocol.WorkerSpec, h map[string]string, n int, enter func(ctx context.Context, id string) error) error
+
+	// waking holds the hibernated workers a wake of this process runs
+	// for: the wake lease is per process, and two callers of one process
+	// (the wake loop, a lost host's handling) must not both make one.
+	waking sync.Map
+}
+
 // Hibernate hibernates an idle worker now (as HIBERNATE_AFTER does).
-func (s *Spawner) Hibernate(ctx context.Context, id string) error {
+func (s *Spawner) Hibernate(ctx context.Context, id string) error { return s.hib.Hibernate(ctx, id) }
+
+// Hibernate is Spawner.Hibernate.
+func (s *hibernation) Hibernate(ctx context.Context, id string) error {
 	h, err := s.rdb.Status(ctx, id)
 	if err != nil {
 		return redisError(err, "status of %s", id)
@@ -139,7 +172,7 @@ func (s *Spawner) Hibernate(ctx context.Context, id string) error {
 // admitted like a create (it may queue for a slot) and joins Workers in
 // one step with its leaving the hibernated set, unless a delete took it
 // out first (then its container is removed).
-func (s *Spawner) wakeHibernated(ctx context.Context, id string) error {
+func (s *hibernation) wakeHibernated(ctx context.Context, id string) error {
 	if _, running := s.waking.LoadOrStore(id, true); running {
 		return nil // this process wakes it already
 	}
@@ -246,7 +279,7 @@ func (s *Spawner) wakeHibernated(ctx context.Context, id string) error {
 // next task wakes it there); a live one of the same agent and project is
 // answered as it is. resumed false: nothing of the kind exists, and the
 // caller makes a new worker.
-func (s *Spawner) resume(ctx context.Context, id string, spec protocol.WorkerSpec) (protocol.WorkerInfo, bool, error) {
+func (s *hibernation) resume(ctx context.Context, id string, spec protocol.WorkerSpec) (protocol.WorkerInfo, bool, error) {
 	h, err := s.rdb.Status(ctx, id)
 	if err != nil {
 		return protocol.WorkerInfo{}, false, redisError(err, "status of %s", id)
@@ -270,14 +303,14 @@ func (s *Spawner) resume(ctx context.Context, id string, spec protocol.WorkerSpe
 			}
 		}
 	}
-	info, err := s.Status(ctx, id)
+	info, err := s.status(ctx, id)
 	return info, true, err
 }
 
 // stillHibernated writes back the status of a hibernated worker whose
 // wake failed (the next task, or the wake-up loop's recheck, tries again),
 // unless a delete ended it meanwhile.
-func (s *Spawner) stillHibernated(ctx context.Context, id string, cause error) {
+func (s *hibernation) stillHibernated(ctx context.Context, id string, cause error) {
 	ctx = context.WithoutCancel(ctx)
 	if hib, err := s.rdb.IsHibernated(ctx, s.Host(), id); err != nil || !hib {
 		s.ended(ctx, id)
@@ -289,7 +322,7 @@ func (s *Spawner) stillHibernated(ctx context.Context, id string, cause error) {
 
 // ended writes the status of a worker a delete ended while a wake of it
 // ran (the wake's writes may have come after the delete's).
-func (s *Spawner) ended(ctx context.Context, id string) {
+func (s *env) ended(ctx context.Context, id string) {
 	s.writeStatus(context.WithoutCancel(ctx), id, map[string]any{protocol.StatusFieldState: string(protocol.WorkerStopped),
 		protocol.StatusFieldContainer: string(protocol.ContainerStopped)})
 }
@@ -299,7 +332,7 @@ func (s *Spawner) ended(ctx context.Context, id string) {
 // yet), the tasks waiting on its input are answered WORKER_GONE, and it
 // is retired as any deleted worker (keys expire after the retention,
 // later tasks answered WORKER_GONE). It reports whether it did.
-func (s *Spawner) endHibernated(ctx context.Context, id string, h map[string]string) (bool, error) {
+func (s *hibernation) endHibernated(ctx context.Context, id string, h map[string]string) (bool, error) {
 	took, err := s.rdb.Unhibernate(ctx, hostOf(h, s), id)
 	if err != nil || !took {
 		return false, maybeRedisError(err, "hibernated set")
@@ -323,7 +356,7 @@ func (s *Spawner) endHibernated(ctx context.Context, id string, h map[string]str
 // isHibernated reports whether a worker of this status hash is in its
 // host's hibernated set (its status may say queued or starting while a
 // wake runs).
-func (s *Spawner) isHibernated(ctx context.Context, id string, h map[string]string) bool {
+func (s *hibernation) isHibernated(ctx context.Context, id string, h map[string]string) bool {
 	hib, err := s.rdb.IsHibernated(ctx, hostOf(h, s), id)
 	return err == nil && hib
 }

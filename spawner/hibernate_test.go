@@ -287,7 +287,7 @@ func TestTwoWakesMakeOneIncarnation(t *testing.T) {
 	other := f.as("manager-2")
 	errs := make(chan error, 2)
 	for _, s := range []*Spawner{f.s, other} {
-		go func() { errs <- s.wakeHibernated(ctx, id) }()
+		go func() { errs <- s.hib.wakeHibernated(ctx, id) }()
 	}
 	for i := 0; i < 2; i++ {
 		if err := <-errs; err != nil {

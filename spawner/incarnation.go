@@ -56,7 +56,7 @@ func (s *Spawner) reincarnate(ctx context.Context, id string, h map[string]strin
 		return false, ctx.Err()
 	case <-s.stopping:
 		// The manager stops: no new container now, and no end either.
-		return true, s.hibernated(ctx, id, h, hibernateShutdown)
+		return true, s.hib.hibernated(ctx, id, h, hibernateShutdown)
 	case <-time.After(wait):
 	}
 	n := max(atoi(h[protocol.StatusFieldIncarnation]), 1) + 1

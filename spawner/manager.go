@@ -108,7 +108,7 @@ func (s *Spawner) Shutdown(ctx context.Context) error {
 		g.Go(func() error {
 			h, err := s.rdb.Status(ctx, w.WorkerID)
 			if err == nil && hibernatable(h) {
-				err = s.hibernate(ctx, w.WorkerID, hibernateShutdown, true)
+				err = s.hib.hibernate(ctx, w.WorkerID, hibernateShutdown, true)
 			} else {
 				err = s.Delete(ctx, w.WorkerID)
 			}

@@ -77,7 +77,7 @@ func (s *Spawner) pauseUnfrozen(ctx context.Context, id string) error {
 	if !hibernatable(h) {
 		return nil
 	}
-	return s.hibernate(ctx, id, hibernatePaused, true)
+	return s.hib.hibernate(ctx, id, hibernatePaused, true)
 }
 
 // inputOf returns a worker's kind (long-lived when its hash says none),

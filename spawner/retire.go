@@ -149,12 +149,12 @@ func (s *Spawner) markRetired(ctx context.Context, id string, h map[string]strin
 // dropped, the retirement ended).
 func (s *Spawner) afterRemoval(ctx context.Context, id string, h map[string]string, r retirement, p retirementPlan) error {
 	if p.migrating {
-		if err := s.hibernated(ctx, id, h, hibernateHostLost); err != nil {
+		if err := s.hib.hibernated(ctx, id, h, hibernateHostLost); err != nil {
 			return err
 		}
 		// Woken now (a slot, the wake's lease); one that cannot be stays
 		// hibernated here, and the next task on its input wakes it.
-		if err := s.wakeHibernated(ctx, id); err != nil {
+		if err := s.hib.wakeHibernated(ctx, id); err != nil {
 			s.log.Warn("a lost host's worker was not woken here", "worker_id", id, "err", err)
 		}
 		return nil
@@ -202,11 +202,11 @@ func (s *Spawner) afterRemoval(ctx context.Context, id string, h map[string]stri
 }
 
 // hostOf is the host a worker's status hash names, or this one.
-func hostOf(h map[string]string, s *Spawner) string {
+func hostOf(h map[string]string, here interface{ Host() string }) string {
 	if v := h[protocol.StatusFieldHost]; v != "" {
 		return v
 	}
-	return s.Host()
+	return here.Host()
 }
 
 // keepRetiring renews a retirement's lease until stopped.

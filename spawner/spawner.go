@@ -38,16 +38,13 @@ type Spawner struct {
 	stopOnce sync.Once
 	stopping chan struct{} // closed when the manager begins to shut down
 
-	users   *workerUsers    // the workers' Redis users (ACL mode)
-	volumes *projectVolumes // the project volumes on this engine
-	// waking holds the hibernated workers a wake of this process runs
-	// for: the wake lease is per process, and two callers of one process
-	// (the wake loop, a lost host's handling) must not both make one.
-	waking    sync.Map
-	warm      *poolWake  // wakes into warm pool workers (poolwake.go)
-	answers   *answers   // a retired worker's tasks answered (answers.go)
-	busyCheck *busyCheck // is a worker busy (busy.go)
-	admission *admission // slots for creates and wakes (admission.go)
+	users     *workerUsers    // the workers' Redis users (ACL mode)
+	volumes   *projectVolumes // the project volumes on this engine
+	warm      *poolWake       // wakes into warm pool workers (poolwake.go)
+	answers   *answers        // a retired worker's tasks answered (answers.go)
+	busyCheck *busyCheck      // is a worker busy (busy.go)
+	admission *admission      // slots for creates and wakes (admission.go)
+	hib       *hibernation    // hibernates and wakes long-lived workers (hibernate.go)
 	// connected holds a signal when the Redis client made a new
 	// connection (RedisConnected); the leader's health loop takes it.
 	connected chan struct{}
@@ -88,8 +85,13 @@ func New(cfg Config, eng engine.Engine, rc redis.UniversalClient, builder *image
 	s.inst.cfg, s.seals.cfg = &s.cfg, &s.cfg
 	s.answers = &answers{env: e, cfg: &s.cfg}
 	s.busyCheck = &busyCheck{keys: cfg.Keys, status: r, runs: r, tasks: r}
-	s.admission = &admission{env: e, cfg: &s.cfg, stopping: s.stopping, engine: eng, busy: s.busyCheck, retire: s.retire, hibernate: s.hibernate}
-	s.warm = &poolWake{env: e, poolFor: s.poolFor, users: s.users, seals: seals, engine: eng, retire: s.retire, ended: s.ended}
+	s.admission = &admission{env: e, cfg: &s.cfg, stopping: s.stopping, engine: eng, busy: s.busyCheck, retire: s.retire, hibernate: func(ctx context.Context, id, reason string, graceful bool) error {
+		return s.hib.hibernate(ctx, id, reason, graceful)
+	}}
+	s.warm = &poolWake{env: e, poolFor: s.poolFor, users: s.users, seals: seals, engine: eng, retire: s.retire, ended: e.ended}
+	s.hib = &hibernation{env: e, cfg: &s.cfg, instance: s.instance, busyCheck: s.busyCheck, answers: s.answers, seals: seals, users: s.users,
+		inst: s.inst, warm: s.warm, admission: s.admission, suspends: s.suspends, pause: s.Pause, unpause: s.Unpause, status: s.Status,
+		keepRetiring: s.keepRetiring, incarnate: s.incarnate}
 	return s
 }
 

@@ -50,7 +50,7 @@ func (p parts) consumer() consumer {
 
 func (p parts) commands(maxInFlight int) *Commands {
 	c := p.s.cfg
-	return newCommands(commandsParams{env: p.s.env, consumer: p.consumer(), workers: p.s, maxInFlight: maxInFlight,
+	return newCommands(commandsParams{env: p.s.env, consumer: p.consumer(), workers: p.s, resume: p.s.hib.resume, maxInFlight: maxInFlight,
 		stopTimeout: c.StopTimeout, timeout: c.CreationTimeout + c.StopTimeout + 5*time.Minute,
 		deadlines: deadlines{now: p.s.now, log: p.s.log, obs: &p.s.obs, delete: p.s.Delete}})
 }
@@ -70,12 +70,12 @@ func (p parts) health() *Health {
 
 func (p parts) wake() *Wake {
 	hibernated := func(ctx context.Context) ([]string, error) { return p.s.rdb.HibernatedOn(ctx, p.s.Host()) }
-	return newWake(wakeParams{env: p.s.env, unpause: p.s.Unpause, hibernated: hibernated, resume: p.s.wakeHibernated, obs: &p.s.obs})
+	return newWake(wakeParams{env: p.s.env, unpause: p.s.Unpause, hibernated: hibernated, resume: p.s.hib.wakeHibernated, obs: &p.s.obs})
 }
 
 func (p parts) timeouts() *Timeouts {
 	c := p.s.cfg
-	hibernate := func(ctx context.Context, id, reason string) error { return p.s.hibernate(ctx, id, reason, false) }
+	hibernate := func(ctx context.Context, id, reason string) error { return p.s.hib.hibernate(ctx, id, reason, false) }
 	return newTimeouts(timeoutsParams{env: p.s.env, workers: p.s, pause: p.s.Pause, hibernateWorker: hibernate,
 		interval: max(c.HeartbeatInterval/4, 100*time.Millisecond), idle: c.IdleTimeout, paused: c.PauseTimeout,
 		hibernateAfter: c.HibernateAfter, poolIdle: poolIdle(c.Pools), noFreeze: !p.s.suspends()})

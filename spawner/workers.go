@@ -23,8 +23,8 @@ func (s *Spawner) Delete(ctx context.Context, id string) error {
 		return redisError(err, "workers set")
 	}
 	if !member {
-		if h, err := s.rdb.Status(ctx, id); err == nil && s.isHibernated(ctx, id, h) {
-			if ended, err := s.endHibernated(ctx, id, h); ended || err != nil {
+		if h, err := s.rdb.Status(ctx, id); err == nil && s.hib.isHibernated(ctx, id, h) {
+			if ended, err := s.hib.endHibernated(ctx, id, h); ended || err != nil {
 				return err
 			}
 			if member, _ := s.rdb.IsWorker(ctx, id); member {
