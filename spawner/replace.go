@@ -51,7 +51,9 @@ func (s *Spawner) replace(ctx context.Context, oldID string, h map[string]string
 	// lost host's worker is placed anew, on any host with room, and
 	// forwarded there.
 	commandID := "replace-" + oldID
-	forward := func(ctx context.Context, host string) error { return forwardCreate(ctx, s.fleet, s.now(), host, commandID, spec) }
+	forward := func(ctx context.Context, host string) error {
+		return forwardCreate(ctx, s.fleet, s.now(), host, commandID, spec)
+	}
 	info, err := s.create(ctx, commandID, spec, createOpts{replacement: true, hostLost: hostLost, forward: forward,
 		pool: h[protocol.StatusFieldPool], poolState: h[protocol.StatusFieldPoolState]})
 	if errors.Is(err, errForwarded) {
