@@ -61,7 +61,7 @@ func (s *workerUsers) aclMode(ctx context.Context) bool {
 
 // redisURL makes a worker's Redis user (in ACL mode) and returns
 // the URL its wrapper connects with.
-func (s *workerUsers) redisURL(ctx context.Context, id string, kind protocol.Kind) (string, error) {
+func (s *workerUsers) redisURL(ctx context.Context, id string, spec protocol.WorkerSpec) (string, error) {
 	acl := s.aclMode(ctx)
 	if s.aclErr != nil {
 		return "", &Error{Code: protocol.CodeUpstreamUnavailable, Err: s.aclErr}
@@ -76,7 +76,7 @@ func (s *workerUsers) redisURL(ctx context.Context, id string, kind protocol.Kin
 	b := make([]byte, 24)
 	_, _ = rand.Read(b)
 	password := hex.EncodeToString(b)
-	if err := s.store.SetWorkerUser(ctx, id, password, kind); err != nil {
+	if err := s.store.SetWorkerUser(ctx, id, password, rdb.ScopeOf(spec)); err != nil {
 		return "", redisError(err, "Redis user of %s", id)
 	}
 	// The worker's user authenticates to the primary; a sentinel URL

@@ -106,7 +106,7 @@ func (s *Spawner) incarnate(ctx context.Context, id string, spec protocol.Worker
 	if err := s.volumes.touch(cctx, spec); err != nil {
 		return err
 	}
-	redisURL, err := s.users.redisURL(cctx, id, spec.Kind)
+	redisURL, err := s.users.redisURL(cctx, id, spec)
 	if err != nil {
 		return err
 	}

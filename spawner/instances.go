@@ -126,6 +126,9 @@ func (in *instances) workerEnv(id string, spec protocol.WorkerSpec, redisURL str
 	if spec.UserID != "" {
 		env = append(env, "USER_ID="+spec.UserID)
 	}
+	if p := spec.BoundProject(); p != "" {
+		env = append(env, protocol.EnvWorkerProject+"="+p)
+	}
 	if spec.Model != "" {
 		env = append(env, "AGENT_MODEL="+spec.Model)
 	}

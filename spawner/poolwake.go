@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/spawner/engine"
+	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
 
 // A wake backed by a warm pool: a hibernated worker whose spec is a
@@ -150,7 +151,7 @@ func (s *poolWake) adoptWarm(ctx context.Context, w *warmWake, spec protocol.Wor
 		}
 		return true, err
 	}
-	if err := s.rdb.CopyWorkerUser(ctx, w.warm, w.id, spec.Kind); err != nil {
+	if err := s.rdb.CopyWorkerUser(ctx, w.warm, w.id, rdb.ScopeOf(spec)); err != nil {
 		return fail(redisError(err, "the Redis user of %s", w.id))
 	}
 	s.writeStatus(ctx, w.id, map[string]any{

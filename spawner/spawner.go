@@ -312,7 +312,7 @@ func (s *Spawner) build(ctx context.Context, id, commandID string, spec protocol
 		if err := s.volumes.touch(cctx, spec); err != nil {
 			return protocol.WorkerInfo{}, err
 		}
-		redisURL, err := s.users.redisURL(cctx, id, spec.Kind)
+		redisURL, err := s.users.redisURL(cctx, id, spec)
 		if err != nil {
 			return protocol.WorkerInfo{}, err
 		}

@@ -23,6 +23,9 @@ import (
 type Config struct {
 	WorkerID string // WORKER_ID (required)
 	Host     string // WORKER_HOST: the fleet host whose engine runs the worker (on its lifecycle events)
+	// Project (WORKER_PROJECT_ID) is the project a long-lived worker is
+	// bound to: it serves that project's tasks alone ("": any project).
+	Project string
 	RedisURL string // REDIS_URL (required): redis://, rediss://, redis+sentinel:// or rediss+sentinel:// (protocol.ParseRedisURL)
 	// RedisSocket (REDIS_SOCKET) and ModelSocket (MODEL_SOCKET): unix
 	// sockets that reach REDIS_URL's server and the model API: a sealed
@@ -253,6 +256,7 @@ func identityVars(c *Config, u *protocol.RedisURL, replicas, timeout *string) []
 	return []envconf.Var{
 		{Name: "WORKER_ID", Required: true, Value: envconf.Func(c.setWorkerID), Doc: "the worker's id (no white space, braces or colons)"},
 		{Name: protocol.EnvWorkerHost, Value: envconf.String(&c.Host), Doc: "the fleet host whose engine runs the worker (set by the manager; on its lifecycle events)"},
+		{Name: protocol.EnvWorkerProject, Value: envconf.Func(c.setProject), Doc: "the project a long-lived worker is bound to (set by the manager from its spec's `project_id`): a task of another project is refused `INVALID_TASK`, one that names none runs in it, and the worker's Redis user reaches that project's keys only ([SECURITY.md](../SECURITY.md))"},
 		{Name: "REDIS_URL", Required: true, Value: envconf.Func(func(s string) (err error) { c.RedisURL = s; *u, err = protocol.ParseRedisURL(s); return err }),
 			Doc: "`redis://[[user]:password@]host:port/db`, `rediss://...`, or Redis Sentinel `redis+sentinel://[[user]:password@]host:port,.../master/db[?sentinel_password=...]` ([PROTOCOL.md](../protocol/PROTOCOL.md#redis-url)); a login Redis refuses (`WRONGPASS`: a promoted replica without this worker's user yet) is retried"},
 		{Name: "REDIS_SOCKET", Value: envconf.String(&c.RedisSocket), Doc: "a unix socket every Redis connection goes through: a sealed worker's gateway relays it to `REDIS_URL`'s server (set by the manager)"},
@@ -354,6 +358,14 @@ var elsewhereVars = []envconf.Var{
 	{Name: "OPENAI_BASE_URL", DefaultDoc: "`https://api.openai.com`", Doc: "where the proxy forwards Codex's calls; a trailing `/v1` is dropped (Codex's paths carry it)"},
 	{Name: "FACTORY_API_KEY", Doc: "Droid's own login to Factory's service; passed to Droid only when `DROID_BASE_URL` is unset"},
 	{Name: "LOG_LEVEL", DefaultDoc: "`info`", Doc: "`debug` for more; logs are JSON lines on stderr, through a queue of 4096 lines that drops (and counts, in a line with `\"dropped\"`) rather than block the wrapper when nobody reads the container's log (the engine restarting)"},
+}
+
+func (c *Config) setProject(s string) error {
+	if err := protocol.CheckID("WORKER_PROJECT_ID", s); err != nil {
+		return err
+	}
+	c.Project = s
+	return nil
 }
 
 func (c *Config) setWorkerID(s string) error {

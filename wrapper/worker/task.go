@@ -127,6 +127,7 @@ type tasksParams struct {
 	now       func() time.Time
 
 	workerID    string
+	project     string // the project the worker is bound to ("": any)
 	agentType   protocol.AgentType
 	caps        agent.Capabilities
 	taskTimeout time.Duration
@@ -217,7 +218,9 @@ func (t *taskRun) admit() bool {
 	deliveries, _ := ts.rdb.DeliveryCount(t.ctx, t.src.stream, t.src.group, t.entry.ID)
 	attempt := int(max(rec.Requeues+max(deliveries, 1), rec.Attempt+1))
 	var answerErr *protocol.Error
-	if task.Answers != "" {
+	t.task, answerErr = ts.inProject(task)
+	task = t.task
+	if answerErr == nil && task.Answers != "" {
 		t.task, t.answered, answerErr = ts.answeredRun(task)
 		t.log = t.log.With("project_id", t.task.Project(), "answers", t.task.Answers)
 	}

@@ -22,10 +22,10 @@ import (
 type ACL interface {
 	WorkerUserPrefix() string
 	WorkerUser(id string) string
-	WorkerACL(id string, kind protocol.Kind) []string
+	WorkerACL(id string, scope UserScope) []string
 	ACLSupported(ctx context.Context) (bool, error)
-	SetWorkerUser(ctx context.Context, id, password string, kind protocol.Kind) error
-	CopyWorkerUser(ctx context.Context, from, to string, kind protocol.Kind) error
+	SetWorkerUser(ctx context.Context, id, password string, scope UserScope) error
+	CopyWorkerUser(ctx context.Context, from, to string, scope UserScope) error
 	RestoreWorkerUsers(ctx context.Context) (int, error)
 	DeleteWorkerUser(ctx context.Context, id string) error
 	WorkerUsers(ctx context.Context) ([]string, error)
@@ -59,24 +59,26 @@ var workerCommands = []string{
 // WorkerACL returns the ACL rules of a worker's user: its commands, and
 // its keys (read and write unless marked): its status hash, history and
 // heartbeat, its input and output streams (the developer queues' and
-// their idle set for a developer worker), run hashes, sessions, project contexts and usage counters
-// (keyed by request and project, which no worker owns alone), write
-// only to the lifecycle and control streams, and read only the project
-// budgets.
-func (r *aclCmds) WorkerACL(id string, kind protocol.Kind) []string {
+// their idle set for a developer worker), its usage counters, run hashes
+// and session usage counters (keyed by request and agent session, which
+// no worker owns alone), its project's session, stored session files,
+// context and usage counters (every project's for a worker bound to none:
+// UserScope), write only to the lifecycle and control streams, and read
+// only its project's budget.
+func (r *aclCmds) WorkerACL(id string, scope UserScope) []string {
 	k := r.Keys
-	keys := []string{k.Status(id), k.StatusHistory(id), k.Heartbeat(id), k.Run("*"), k.Session("*", "*"), k.ProjectContext("*"), k.UsageProject("*"),
-		k.UsageSession("*"), k.UsageWorker(id), k.OutputFor(kind, id)}
-	keys = append(keys, k.InputsFor(kind, id)...)
-	if kind == protocol.KindDeveloper {
+	project, budgets := scope.projectKeys(k)
+	keys := []string{k.Status(id), k.StatusHistory(id), k.Heartbeat(id), k.Run("*"), k.UsageSession("*"), k.UsageWorker(id), k.OutputFor(scope.Kind, id)}
+	keys = append(keys, k.InputsFor(scope.Kind, id)...)
+	if scope.Kind == protocol.KindDeveloper {
 		keys = append(keys, k.DeveloperIdle())
 	}
 	rules := append([]string{}, workerCommands...)
 	rules = append(rules, "resetchannels")
-	for _, key := range keys {
+	for _, key := range append(keys, project...) {
 		rules = append(rules, "~"+key)
 	}
-	rules = append(rules, "%W~"+k.Lifecycle(), "%W~"+k.Control(), "%R~"+k.ProjectBudget("*"))
+	rules = append(rules, "%W~"+k.Lifecycle(), "%W~"+k.Control(), "%R~"+budgets)
 	return rules
 }
 
@@ -109,17 +111,17 @@ func unknownCommand(err error) bool {
 // the user can be made again after a Redis restart: ACL users live in
 // memory, not in the append-only file. Safe to retry: it resets the user
 // first.
-func (r *aclCmds) SetWorkerUser(ctx context.Context, id, password string, kind protocol.Kind) error {
+func (r *aclCmds) SetWorkerUser(ctx context.Context, id, password string, scope UserScope) error {
 	sum := sha256.Sum256([]byte(password))
 	hash := hex.EncodeToString(sum[:])
-	if err := r.c.HSet(ctx, ctlplane.WorkerUsersKey(r.Keys), id, string(kind)+" "+hash).Err(); err != nil {
+	if err := r.c.HSet(ctx, ctlplane.WorkerUsersKey(r.Keys), id, scope.record(hash)).Err(); err != nil {
 		return err
 	}
-	return r.setUser(ctx, id, hash, kind)
+	return r.setUser(ctx, id, hash, scope)
 }
 
-func (r *aclCmds) setUser(ctx context.Context, id, hash string, kind protocol.Kind) error {
-	rules := append([]string{"reset", "on", "#" + hash}, r.WorkerACL(id, kind)...)
+func (r *aclCmds) setUser(ctx context.Context, id, hash string, scope UserScope) error {
+	rules := append([]string{"reset", "on", "#" + hash}, r.WorkerACL(id, scope)...)
 	return r.c.ACLSetUser(ctx, r.WorkerUser(id), rules...).Err()
 }
 
@@ -127,19 +129,19 @@ func (r *aclCmds) setUser(ctx context.Context, id, hash string, kind protocol.Ki
 // worker from's (its recorded hash: the password itself is only in from's
 // container) and to's rules: the wrapper in from's container can then log
 // in as to. It fails when from has no recorded user.
-func (r *aclCmds) CopyWorkerUser(ctx context.Context, from, to string, kind protocol.Kind) error {
+func (r *aclCmds) CopyWorkerUser(ctx context.Context, from, to string, scope UserScope) error {
 	v, err := r.c.HGet(ctx, ctlplane.WorkerUsersKey(r.Keys), from).Result()
 	if err != nil {
 		return err
 	}
-	_, hash, ok := strings.Cut(v, " ")
+	_, hash, ok := parseRecord(v)
 	if !ok {
 		return fmt.Errorf("rdb: the record of %s's user is %q", from, v)
 	}
-	if err := r.c.HSet(ctx, ctlplane.WorkerUsersKey(r.Keys), to, string(kind)+" "+hash).Err(); err != nil {
+	if err := r.c.HSet(ctx, ctlplane.WorkerUsersKey(r.Keys), to, scope.record(hash)).Err(); err != nil {
 		return err
 	}
-	return r.setUser(ctx, to, hash, kind)
+	return r.setUser(ctx, to, hash, scope)
 }
 
 // RestoreWorkerUsers makes again the recorded worker users that Redis
@@ -159,11 +161,11 @@ func (r *aclCmds) RestoreWorkerUsers(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for id, v := range recorded {
-		kind, hash, ok := strings.Cut(v, " ")
+		scope, hash, ok := parseRecord(v)
 		if exists[id] || !ok {
 			continue
 		}
-		if err := r.setUser(ctx, id, hash, protocol.Kind(kind)); err != nil {
+		if err := r.setUser(ctx, id, hash, scope); err != nil {
 			return n, err
 		}
 		n++

@@ -307,7 +307,7 @@ func TestTrimKeepsEveryTaskNotYetDone(t *testing.T) {
 // stores in clear.
 func TestWorkerUsersAreRestored(t *testing.T) {
 	r, ctx := newRDB(t)
-	if err := r.SetWorkerUser(ctx, "w1", "s3cret-pass", protocol.KindLongLived); err != nil {
+	if err := r.SetWorkerUser(ctx, "w1", "s3cret-pass", UserScope{Kind: protocol.KindLongLived}); err != nil {
 		t.Fatal(err)
 	}
 	if v := r.c.HGet(ctx, ctlplane.WorkerUsersKey(r.Keys), "w1").Val(); strings.Contains(v, "s3cret") {
