@@ -192,3 +192,41 @@ func TestSpecGitReachesTheWorker(t *testing.T) {
 		t.Error("a spec without git set WORKER_GIT")
 	}
 }
+
+// A long-lived worker with a project_id is bound to it (its wrapper gets
+// WORKER_PROJECT_ID); a developer worker with one is not, nor a worker
+// without.
+func TestWorkerEnvNamesTheBoundProject(t *testing.T) {
+	c, err := ConfigFromEnv(func(k string) string {
+		if k == "REDIS_URL" {
+			return "redis://127.0.0.1:1/0"
+		}
+		return ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(c, nil, nil, nil, nil)
+	tests := []struct {
+		name string
+		spec protocol.WorkerSpec
+		want string
+	}{
+		{"long-lived with a project", protocol.WorkerSpec{AgentType: protocol.AgentClaude, ProjectID: "pa"}, "pa"},
+		{"developer with a project", protocol.WorkerSpec{AgentType: protocol.AgentClaude, Kind: protocol.KindDeveloper, ProjectID: "pa"}, ""},
+		{"no project", protocol.WorkerSpec{AgentType: protocol.AgentClaude}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ""
+			for _, kv := range s.inst.workerEnv("w1", tt.spec, "redis://x") {
+				if v, ok := strings.CutPrefix(kv, protocol.EnvWorkerProject+"="); ok {
+					got = v
+				}
+			}
+			if got != tt.want {
+				t.Fatalf("%s=%q, want %q", protocol.EnvWorkerProject, got, tt.want)
+			}
+		})
+	}
+}
