@@ -166,16 +166,7 @@ func TestConfigSizeAsDocker(t *testing.T) {
 // A spec's git reaches the wrapper as WORKER_GIT, which it reads back
 // the same; a spec without one sets none.
 func TestSpecGitReachesTheWorker(t *testing.T) {
-	c, err := ConfigFromEnv(func(k string) string {
-		if k == "REDIS_URL" {
-			return "redis://127.0.0.1:1/0"
-		}
-		return ""
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := New(c, nil, nil, nil, nil)
+	s := newEnvOnlySpawner(t)
 	g := &protocol.Git{Remote: "https://git.example.test/shop/api.git", Base: "main", Branch: "agentvisor/po"}
 	var got string
 	for _, kv := range s.inst.workerEnv("w1", protocol.WorkerSpec{AgentType: protocol.AgentClaude, Git: g}, "redis://x") {
@@ -197,16 +188,7 @@ func TestSpecGitReachesTheWorker(t *testing.T) {
 // WORKER_PROJECT_ID); a developer worker with one is not, nor a worker
 // without.
 func TestWorkerEnvNamesTheBoundProject(t *testing.T) {
-	c, err := ConfigFromEnv(func(k string) string {
-		if k == "REDIS_URL" {
-			return "redis://127.0.0.1:1/0"
-		}
-		return ""
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := New(c, nil, nil, nil, nil)
+	s := newEnvOnlySpawner(t)
 	tests := []struct {
 		name string
 		spec protocol.WorkerSpec
@@ -229,4 +211,20 @@ func TestWorkerEnvNamesTheBoundProject(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newEnvOnlySpawner is a Spawner of the default configuration with
+// nothing behind it, for what it computes from a spec alone.
+func newEnvOnlySpawner(t *testing.T) *Spawner {
+	t.Helper()
+	c, err := ConfigFromEnv(func(k string) string {
+		if k == "REDIS_URL" {
+			return "redis://127.0.0.1:1/0"
+		}
+		return ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(c, nil, nil, nil, nil)
 }
