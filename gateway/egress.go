@@ -112,7 +112,7 @@ type egressWorker interface {
 	// The push grant (gitpush.go), put with the worker's token.
 	modelTokenOK(token string) bool
 	pushGrant() *pushGrant
-	setPushGrant(g *pushGrant)
+	setPushGrant(raw *GitGrant, g *pushGrant) error
 }
 
 // egress is one worker's egress proxy.

@@ -30,9 +30,9 @@ import (
 // the task and puts it to egress.sock (PUT /agentvisor/git-push) with the
 // worker's token, which the agent, beside it in the container, cannot
 // read (the same token model.sock wants). So the agent may use its
-// branch, and cannot name another. The grant lives in the gateway's
-// memory: the wrapper puts it again before its own push, so a gateway
-// restarted meanwhile learns it back.
+// branch, and cannot name another. The grant is kept in the worker's
+// directory (gitgrant.go), so a gateway restarted during the task still
+// has it; the wrapper puts it again before its own push all the same.
 
 // GitGrantPath is the path, on egress.sock, of a worker's push grant:
 // PUT (a GitGrant, JSON) with the worker's token in ModelTokenHeader,
@@ -92,7 +92,11 @@ func (e *egress) serveGrant(rw http.ResponseWriter, r *http.Request) {
 	}
 	switch r.Method {
 	case http.MethodDelete:
-		e.w.setPushGrant(nil)
+		if err := e.w.setPushGrant(nil, nil); err != nil {
+			e.side.log.Error("git push grant not removed", "err", err)
+			http.Error(rw, "agentvisor gateway: the grant could not be removed", http.StatusInternalServerError)
+			return
+		}
 		rw.WriteHeader(http.StatusNoContent)
 	case http.MethodPut:
 		var g GitGrant
@@ -107,7 +111,11 @@ func (e *egress) serveGrant(rw http.ResponseWriter, r *http.Request) {
 			badRequest(rw, "git push grant: "+err.Error())
 			return
 		}
-		e.w.setPushGrant(pg)
+		if err := e.w.setPushGrant(&g, pg); err != nil {
+			e.side.log.Error("git push grant not kept", "err", err)
+			http.Error(rw, "agentvisor gateway: the grant could not be kept", http.StatusInternalServerError)
+			return
+		}
 		e.side.log.Info("git push grant", "host", pg.host, "repo", pg.repo, "ref", pg.ref, "force", pg.force)
 		rw.WriteHeader(http.StatusNoContent)
 	default:

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentvisor/agentvisor/testkit"
 )
@@ -24,6 +25,8 @@ import (
 // made through it.
 type pushEnv struct {
 	srv   *testkit.GitServer
+	g     *Gateway
+	cfg   Config
 	c     *Client
 	sock  string // w1's egress.sock
 	front string
@@ -37,7 +40,7 @@ func newPushEnv(t *testing.T) *pushEnv {
 	t.Helper()
 	srv := testkit.StartGitServer(t, "git", "push-secret")
 	dir := shortDir(t)
-	_, c := startGatewayWith(t, Config{Dir: dir, Redis: "127.0.0.1:1",
+	cfg := Config{Dir: dir, Redis: "127.0.0.1:1",
 		Credentials: []Credential{{Host: "git.example.test", Username: "git", Password: "push-secret"}},
 		UpstreamTLS: &tls.Config{RootCAs: srv.Roots, ServerName: "example.com"},
 		Resolver:    func(context.Context, string) ([]string, error) { return []string{fakeAddr}, nil },
@@ -45,11 +48,12 @@ func newPushEnv(t *testing.T) *pushEnv {
 			var d net.Dialer
 			return d.DialContext(ctx, network, srv.Listener.Addr().String())
 		},
-	})
+	}
+	g, c := startGatewayWith(t, cfg)
 	if _, err := c.OpenSpec(context.Background(), WorkerSpec{WorkerID: "w1", Allow: []string{"git.example.test"}, ModelToken: pushToken}); err != nil {
 		t.Fatal(err)
 	}
-	e := &pushEnv{srv: srv, c: c, sock: sockOf(dir, "w1", EgressSocket)}
+	e := &pushEnv{srv: srv, g: g, cfg: cfg, c: c, sock: sockOf(dir, "w1", EgressSocket)}
 	e.front = relay(t, e.sock)
 	e.env = []string{"http_proxy=", "https_proxy=", "HTTP_PROXY=", "HTTPS_PROXY=", "no_proxy=", "NO_PROXY="}
 	home := t.TempDir()
@@ -300,4 +304,54 @@ func FuzzCheckPush(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		_ = checkPush(bufio.NewReader(bytes.NewReader(body)), g)
 	})
+}
+
+// restart stops the gateway and starts another on its directory, as
+// after a crash or an upgrade: it serves w1 again from what it kept.
+func (e *pushEnv) restart(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.g.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.g, e.c = startGatewayWith(t, e.cfg)
+}
+
+// A grant outlives a restart of the gateway between the grant and the
+// push: the task's branch is pushed through the new gateway, another
+// branch is still refused, and a grant ended before a restart stays
+// ended after it. The file that keeps it is root's alone.
+func TestGitPushGrantSurvivesAGatewayRestart(t *testing.T) {
+	e := newPushEnv(t)
+	const branch = "agentvisor/r1"
+	if st := e.grant(t, pushToken, &GitGrant{Remote: "https://git.example.test/repo.git", Branch: branch}); st != http.StatusNoContent {
+		t.Fatalf("grant: %d", st)
+	}
+	if fi, err := os.Stat(filepath.Join(e.cfg.Dir, "w1", GitGrantFile)); err != nil || fi.Mode().Perm() != WorkerFileMode {
+		t.Fatalf("the kept grant: %v %v", fi, err)
+	}
+	e.restart(t)
+	testkit.Git(t, e.clone, nil, "checkout", "-q", "-b", branch)
+	head := e.commit(t, "a")
+	if out, ok := e.push(t, "origin", branch); !ok {
+		t.Fatalf("the task's branch after a restart was refused: %s", out)
+	}
+	if got := e.remoteRef(t, "refs/heads/"+branch); got != head {
+		t.Fatalf("the server has %q at %s, want %s", got, branch, head)
+	}
+	if out, ok := e.push(t, "origin", "HEAD:refs/heads/other"); ok {
+		t.Fatalf("another branch after a restart passed: %s", out)
+	}
+	if st := e.grant(t, pushToken, nil); st != http.StatusNoContent {
+		t.Fatalf("end the grant: %d", st)
+	}
+	e.restart(t)
+	e.commit(t, "b")
+	if out, ok := e.push(t, "origin", branch); ok {
+		t.Fatalf("a push after the grant ended and a restart passed: %s", out)
+	}
+	if got := e.remoteRef(t, "refs/heads/"+branch); got != head {
+		t.Fatalf("the server moved to %q", got)
+	}
 }

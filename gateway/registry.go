@@ -128,6 +128,11 @@ func (r *registry) openLocked(spec WorkerSpec) (*worker, error) {
 		return nil, err
 	}
 	w := newWorker(r.life, spec, allow, dir, r.maxConns, r.log)
+	if g, err := readGrant(dir); err != nil {
+		r.log.Warn("a kept push grant is not in force", "worker_id", spec.WorkerID, "err", err)
+	} else if g != nil {
+		w.grant.Store(g)
+	}
 	if err := r.sockets.listen(w); err != nil {
 		w.close()
 		return nil, err

@@ -98,17 +98,21 @@ func validProject(p string) error {
 	return nil
 }
 
-// writeSpec writes dir/worker.json whole (a temporary file renamed).
-func writeSpec(dir string, spec WorkerSpec) error {
-	b, err := json.Marshal(spec)
+// writeSpec writes dir/worker.json whole.
+func writeSpec(dir string, spec WorkerSpec) error { return writeJSONFile(dir, WorkerFile, spec) }
+
+// writeJSONFile writes v as dir/name whole (a temporary file renamed),
+// root's alone (WorkerFileMode).
+func writeJSONFile(dir, name string, v any) error {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, "."+WorkerFile+".tmp")
+	tmp := filepath.Join(dir, "."+name+".tmp")
 	if err := os.WriteFile(tmp, b, WorkerFileMode); err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	if err := os.Rename(tmp, filepath.Join(dir, WorkerFile)); err != nil {
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("gateway: %w", err)
 	}

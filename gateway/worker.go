@@ -34,8 +34,8 @@ type worker struct {
 	allow      atomic.Pointer[allowlist]
 	modelToken atomic.Pointer[string]
 	// grant is where the worker may push (gitpush.go), as its wrapper
-	// put it for the task in flight; nil: nowhere. In memory only: the
-	// wrapper puts it again before its own push.
+	// put it for the task in flight; nil: nowhere. Kept in its directory
+	// too (gitgrant.go), so that a restarted gateway has it.
 	grant atomic.Pointer[pushGrant]
 
 	mu        sync.Mutex
@@ -124,8 +124,17 @@ func (w *worker) scope() (id, project string) {
 // pushGrant is where the worker may push now (nil: nowhere).
 func (w *worker) pushGrant() *pushGrant { return w.grant.Load() }
 
-// setPushGrant replaces it.
-func (w *worker) setPushGrant(g *pushGrant) { w.grant.Store(g) }
+// setPushGrant replaces it with g, parsed from raw (nil, nil: no
+// grant), kept in the worker's directory first (gitgrant.go).
+func (w *worker) setPushGrant(raw *GitGrant, g *pushGrant) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := writeGrant(w.dir, raw); err != nil {
+		return err
+	}
+	w.grant.Store(g)
+	return nil
+}
 
 // modelTokenOK says whether got is the worker's token (none: nothing is).
 func (w *worker) modelTokenOK(got string) bool {
