@@ -115,6 +115,18 @@ type Invocation struct {
 	// MaxBudgetUSD is the task's max_budget_usd, for an agent that takes
 	// it as a flag (Capabilities.BudgetFlag).
 	MaxBudgetUSD float64
+	// Dir is where the task runs when it is not the workspace (a git
+	// task's worktree), for an agent whose command line names its
+	// directory; "": Settings.Workspace.
+	Dir string
+}
+
+// dir is the directory inv runs in: Dir, else the workspace.
+func (s Settings) dir(inv Invocation) string {
+	if inv.Dir != "" {
+		return inv.Dir
+	}
+	return s.Workspace
 }
 
 // ModelAPI is the wrapper's model API proxy as the agent sees it: its

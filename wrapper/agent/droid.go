@@ -132,7 +132,7 @@ func (droid) Caps() Capabilities {
 // Argv is `droid exec` with the prompt from -f /dev/stdin (on a pty, in
 // argv).
 func (d droid) Argv(inv Invocation) []string {
-	argv := []string{d.s.Bin, "exec", "-o", "stream-json", "--cwd", d.s.Workspace}
+	argv := []string{d.s.Bin, "exec", "-o", "stream-json", "--cwd", d.s.dir(inv)}
 	argv = append(argv, d.permissionArgs()...)
 	argv = append(argv, d.mcpArgs()...)
 	if inv.ResumeID != "" {
@@ -157,7 +157,7 @@ func (d droid) Stdin(inv Invocation) []byte { return d.s.stdin(inv) }
 // come in the opening request too (Droid's flags do not configure it); -m
 // is still checked by Droid at start.
 func (d droid) PersistentArgv(inv Invocation) []string {
-	argv := []string{d.s.Bin, "exec", "--input-format", "stream-jsonrpc", "--output-format", "stream-jsonrpc", "--cwd", d.s.Workspace}
+	argv := []string{d.s.Bin, "exec", "--input-format", "stream-jsonrpc", "--output-format", "stream-jsonrpc", "--cwd", d.s.dir(inv)}
 	argv = append(argv, d.permissionArgs()...)
 	if m := d.model(); m != "" {
 		argv = append(argv, "-m", m)

@@ -110,6 +110,7 @@ func (w *agentRunner) sweep(task protocol.Task, since time.Time, why string) {
 
 // spec is how to run the agent for a task of the run cur.
 func (w *agentRunner) spec(task protocol.Task, inv Invocation, cur *current) agent.Spec {
+	inv.Dir = cur.workdir("")
 	spec := agent.Spec{
 		Argv: w.agent.Argv(inv), Stdin: w.agent.Stdin(inv), Env: w.env(cur.progressToken(), task),
 		Dir: cur.workdir(w.workspace), Parser: w.agent.Parser(), PTY: w.pty, Timeout: task.Timeout(w.taskTimeout),

@@ -25,7 +25,7 @@ type Config struct {
 	Host     string // WORKER_HOST: the fleet host whose engine runs the worker (on its lifecycle events)
 	// Project (WORKER_PROJECT_ID) is the project a long-lived worker is
 	// bound to: it serves that project's tasks alone ("": any project).
-	Project string
+	Project  string
 	RedisURL string // REDIS_URL (required): redis://, rediss://, redis+sentinel:// or rediss+sentinel:// (protocol.ParseRedisURL)
 	// RedisSocket (REDIS_SOCKET) and ModelSocket (MODEL_SOCKET): unix
 	// sockets that reach REDIS_URL's server and the model API: a sealed

@@ -103,25 +103,8 @@ func TestGitTaskBranchIsPushedAndContinued(t *testing.T) {
 // task's branch only. The wrapper's push passes; the agent's own push to
 // another branch is refused, and the refusal is a warning of the task.
 func TestGitTaskThroughTheGateway(t *testing.T) {
-	srv := testkit.StartGitServer(t, "git", "gw-secret-token")
-	dir := gatewaytest.Dir(t)
-	gatewaytest.Start(t, gateway.Config{Dir: dir, Redis: "127.0.0.1:1",
-		Credentials: []gateway.Credential{{Host: "git.example.test", Username: "git", Password: "gw-secret-token"}},
-		UpstreamTLS: &tls.Config{RootCAs: srv.Roots, ServerName: "example.com"},
-		Resolver:    func(context.Context, string) ([]string, error) { return []string{"192.0.2.1"}, nil },
-		DialEgress: func(ctx context.Context, network, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, network, srv.Listener.Addr().String())
-		},
-	})
 	e := newEnv(t, protocol.AgentClaude, protocol.KindLongLived)
-	const token = "the-workers-token"
-	if _, err := gateway.NewClient(dir).OpenSpec(context.Background(), gateway.WorkerSpec{WorkerID: e.cfg.WorkerID,
-		Allow: []string{"git.example.test"}, ModelToken: token}); err != nil {
-		t.Fatal(err)
-	}
-	e.cfg.EgressSocket = filepath.Join(dir, e.cfg.WorkerID, gateway.EgressSocket)
-	e.cfg.ModelSocketToken, e.cfg.CredentialHosts = token, []string{"git.example.test"}
+	srv, dir := sealGit(t, e)
 	e.start()
 	in, out := e.keys.Input(e.cfg.WorkerID), e.keys.Output(e.cfg.WorkerID)
 
@@ -153,4 +136,31 @@ func TestGitTaskThroughTheGateway(t *testing.T) {
 	if strings.Contains(o.Git.Patch, "gw-secret-token") {
 		t.Error("the credential is in the patch")
 	}
+}
+
+// sealGit serves a git server over HTTPS, with a credential, behind a
+// real gateway (git.example.test), and makes e's worker a sealed one of
+// it: its egress goes to the gateway, which adds the credential and
+// guards its pushes. It returns the server and the gateway's directory.
+func sealGit(t *testing.T, e *env) (*testkit.GitServer, string) {
+	t.Helper()
+	srv := testkit.StartGitServer(t, "git", "gw-secret-token")
+	dir := gatewaytest.Dir(t)
+	gatewaytest.Start(t, gateway.Config{Dir: dir, Redis: "127.0.0.1:1",
+		Credentials: []gateway.Credential{{Host: "git.example.test", Username: "git", Password: "gw-secret-token"}},
+		UpstreamTLS: &tls.Config{RootCAs: srv.Roots, ServerName: "example.com"},
+		Resolver:    func(context.Context, string) ([]string, error) { return []string{"192.0.2.1"}, nil },
+		DialEgress: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, srv.Listener.Addr().String())
+		},
+	})
+	const token = "the-workers-token"
+	if _, err := gateway.NewClient(dir).OpenSpec(context.Background(), gateway.WorkerSpec{WorkerID: e.cfg.WorkerID,
+		Allow: []string{"git.example.test"}, ModelToken: token}); err != nil {
+		t.Fatal(err)
+	}
+	e.cfg.EgressSocket = filepath.Join(dir, e.cfg.WorkerID, gateway.EgressSocket)
+	e.cfg.ModelSocketToken, e.cfg.CredentialHosts = token, []string{"git.example.test"}
+	return srv, dir
 }

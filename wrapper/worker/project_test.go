@@ -12,7 +12,7 @@ import (
 func TestTasksOfABoundWorkerStayInItsProject(t *testing.T) {
 	tests := []struct {
 		name, bound, task, want string
-		refused             bool
+		refused                 bool
 	}{
 		{name: "its project", bound: "pa", task: "pa", want: "pa"},
 		{name: "no project named", bound: "pa", task: "", want: "pa"},

@@ -125,7 +125,9 @@ func TestWorkerUserReachesOnlyItsOwnAndItsProjectsKeys(t *testing.T) {
 		{"its project's budget", func(c *redis.Client) error {
 			return c.HMGet(ctx, k.ProjectBudget("pa"), protocol.BudgetFieldLimitUSD).Err()
 		}},
-		{"its usage", func(c *redis.Client) error { return c.HIncrBy(ctx, k.UsageWorker("wa"), protocol.UsageFieldInput, 1).Err() }},
+		{"its usage", func(c *redis.Client) error {
+			return c.HIncrBy(ctx, k.UsageWorker("wa"), protocol.UsageFieldInput, 1).Err()
+		}},
 		{"the lifecycle stream, write", func(c *redis.Client) error {
 			return c.XAdd(ctx, &redis.XAddArgs{Stream: k.Lifecycle(), Values: []any{"data", "{}"}}).Err()
 		}},
