@@ -16,10 +16,23 @@ import (
 // own, release, which the gateway refuses (a warning of the task), and the wrapper commits
 // what the agent left and pushes it to the task's branch, the one branch
 // the gateway lets the worker push to. The output says where it went.
-// The task is of a project of its own: Claude keeps its sessions by its
-// working directory, and the worktree is not the shop's.
-func (d *demo) gitBranch(ctx context.Context, id string) error {
+// The task is of a project of its own (Claude keeps its sessions by its
+// working directory, and the worktree is not the shop's), so it goes to a
+// worker of that project: a long-lived worker with a project_id serves
+// that project alone, its Redis user reaching no other's keys.
+func (d *demo) gitBranch(ctx context.Context, _ string) error {
 	d.tl.section("a branch per task: the agent's change committed and pushed through the gateway, to the task's branch only")
+	spec := d.claudeSpec()
+	spec.ProjectID = projectBranch
+	id, err := d.create(ctx, "claude-branch", spec)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if _, err := d.cli.Do(context.WithoutCancel(ctx), protocol.Command{Action: protocol.ActionDelete, WorkerID: id}); err != nil {
+			d.tl.say("delete claude-branch: %v", err)
+		}
+	}()
 	mainBefore := d.git.ref("refs/heads/main")
 	task := protocol.Task{RequestID: "shop-branch", TaskID: "catalogue-notes", ProjectID: projectBranch, Prompt: promptBranch,
 		Git: &protocol.Git{Remote: gitCloneURL, AuthorName: "agentvisor demo", AuthorEmail: "demo@localhost"}}

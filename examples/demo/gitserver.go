@@ -233,10 +233,10 @@ func (g *gitServer) requests() (authed, unauthed int) {
 func (g *gitServer) allow() string { return gitHostIP + ":" + strconv.Itoa(g.port) }
 
 // writeCredentials writes the gateway's credentials file (mode 0600):
-// the token for the server, for the workers of project alone.
-func (g *gitServer) writeCredentials(path, project string) error {
+// the token for the server, for the workers of those projects alone.
+func (g *gitServer) writeCredentials(path string, projects ...string) error {
 	b, err := json.Marshal([]map[string]any{{"host": gitHostIP, "port": g.port, "username": gitUser, "password": g.token,
-		"projects": []string{project}}})
+		"projects": projects}})
 	if err != nil {
 		return err
 	}

@@ -39,7 +39,7 @@ func (d *demo) startGateway(ctx context.Context) (*exec.Cmd, error) {
 		return nil, err
 	}
 	creds := filepath.Join(d.logDir, "gateway-credentials.json")
-	if err := d.git.writeCredentials(creds, projectShop); err != nil {
+	if err := d.git.writeCredentials(creds, projectShop, projectBranch); err != nil {
 		return nil, err
 	}
 	logPath := filepath.Join(d.logDir, "worker-gateway.log")
@@ -65,7 +65,7 @@ func (d *demo) startGateway(ctx context.Context) (*exec.Cmd, error) {
 	}
 	d.tl.say("worker-gateway started (pid %d): the workers are sealed, no network of their own; Redis (%s) and the model (%s) through its sockets in %s",
 		cmd.Process.Pid, u.Addrs[0], model, d.gatewayDir())
-	d.tl.say("the gateway holds the git host's token (GATEWAY_CREDENTIALS_FILE, mode 0600, for project %s) and trusts its CA (GATEWAY_UPSTREAM_CA)", projectShop)
+	d.tl.say("the gateway holds the git host's token (GATEWAY_CREDENTIALS_FILE, mode 0600, for projects %s and %s) and trusts its CA (GATEWAY_UPSTREAM_CA)", projectShop, projectBranch)
 	return cmd, nil
 }
 
