@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -26,16 +27,7 @@ func TestWorkerRedisUserIsConfinedAndGoesWithTheWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := f.dc.ContainerInspect(ctx, ContainerName(a.WorkerID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var raw string
-	for _, e := range c.Config.Env {
-		if v, ok := strings.CutPrefix(e, "REDIS_URL="); ok {
-			raw = v
-		}
-	}
+	raw := f.workerRedisURL(t, a.WorkerID)
 	u, err := url.Parse(raw)
 	if err != nil || u.User.Username() != f.s.rdb.WorkerUser(a.WorkerID) {
 		t.Fatalf("the worker's REDIS_URL %q names no user of its own", raw)
@@ -100,4 +92,55 @@ func TestRedactURL(t *testing.T) {
 	if got := RedactURL("redis://:s3cret@127.0.0.1:bad/0"); strings.Contains(got, "s3cret") {
 		t.Fatalf("redacted %q", got)
 	}
+}
+
+// A real worker bound to its project (a long-lived worker with a
+// project_id): its wrapper refuses another project's task INVALID_TASK
+// and runs one that names none in its project, and its Redis user, as
+// the manager made it, reaches its project's session but not another's.
+func TestBoundWorkerServesItsProjectAlone(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, ProjectID: "bound-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := info.WorkerID
+	f.send(t, f.keys.Input(id), protocol.Task{RequestID: "bound-other", ProjectID: "bound-b", Prompt: "not mine"})
+	if o := f.waitOutput(t, f.keys.Output(id), "bound-other", 2*time.Minute); o.Status != protocol.StatusFailed || o.Error == nil ||
+		o.Error.Code != protocol.CodeInvalidTask || !strings.Contains(o.Error.Message, "serves project bound-a only") {
+		t.Fatalf("another project's task: %+v (error %+v)", o, o.Error)
+	}
+	f.send(t, f.keys.Input(id), protocol.Task{RequestID: "bound-none", Prompt: "mine"})
+	if o := f.waitOutput(t, f.keys.Output(id), "bound-none", 2*time.Minute); o.Status != protocol.StatusComplete || o.ProjectID != "bound-a" {
+		t.Fatalf("a task naming no project: %+v (error %+v)", o, o.Error)
+	}
+	raw := f.workerRedisURL(t, id)
+	opt, err := redis.ParseURL(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc := redis.NewClient(opt)
+	defer wc.Close()
+	if err := wc.HGetAll(ctx, f.keys.Session(protocol.AgentClaude, "bound-a")).Err(); err != nil {
+		t.Errorf("its project's session: %v", err)
+	}
+	if err := wc.HGetAll(ctx, f.keys.Session(protocol.AgentClaude, "bound-b")).Err(); !redis.HasErrorPrefix(err, "NOPERM") {
+		t.Errorf("another project's session: %v, want NOPERM", err)
+	}
+}
+
+// workerRedisURL is the REDIS_URL the manager gave worker id's container.
+func (f *fixture) workerRedisURL(t *testing.T, id string) string {
+	t.Helper()
+	c, err := f.dc.ContainerInspect(context.Background(), ContainerName(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range c.Config.Env {
+		if v, ok := strings.CutPrefix(e, "REDIS_URL="); ok {
+			return v
+		}
+	}
+	return ""
 }
