@@ -17,7 +17,10 @@ type Affinity interface {
 	HandOff(ctx context.Context, stream, idle, group, to, id string, since time.Time) (bool, error)
 }
 
-var _ Affinity = (*RDB)(nil)
+// affinityCmds implements Affinity over the shared connection.
+type affinityCmds struct{ *core }
+
+var _ Affinity = (*affinityCmds)(nil)
 
 // handOffScript gives an entry this consumer read to another consumer of
 // its group, if that one is still in the idle set with a score (its last
@@ -42,7 +45,7 @@ return 1
 // HandOff gives the entry id of stream (read by this consumer through
 // group) to consumer to, if to is in the idle set idle with a score of at
 // least since; it reports whether it did.
-func (r *RDB) HandOff(ctx context.Context, stream, idle, group, to, id string, since time.Time) (bool, error) {
+func (r *affinityCmds) HandOff(ctx context.Context, stream, idle, group, to, id string, since time.Time) (bool, error) {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	n, err := handOffScript.Run(ctx, r.c, []string{stream, idle}, group, to, id, since.UnixMilli()).Int()
@@ -54,7 +57,7 @@ func (r *RDB) HandOff(ctx context.Context, stream, idle, group, to, id string, s
 
 // SessionFields returns every field of a project's session record (empty
 // when there is none), without claiming it.
-func (r *RDB) SessionFields(ctx context.Context, agent protocol.AgentType, project string) (map[string]string, error) {
+func (r *affinityCmds) SessionFields(ctx context.Context, agent protocol.AgentType, project string) (map[string]string, error) {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	return r.c.HGetAll(ctx, r.Keys.Session(agent, project)).Result()

@@ -16,7 +16,10 @@ type Budgets interface {
 	Spend(ctx context.Context, project string) (ProjectSpend, error)
 }
 
-var _ Budgets = (*RDB)(nil)
+// budgetCmds implements Budgets over the shared connection.
+type budgetCmds struct{ *core }
+
+var _ Budgets = (*budgetCmds)(nil)
 
 // ProjectSpend is a project's budget and what it has spent.
 type ProjectSpend struct {
@@ -25,7 +28,7 @@ type ProjectSpend struct {
 }
 
 // Spend reads a project's budget and spending, in one round trip.
-func (r *RDB) Spend(ctx context.Context, project string) (ProjectSpend, error) {
+func (r *budgetCmds) Spend(ctx context.Context, project string) (ProjectSpend, error) {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	pipe := r.c.Pipeline()

@@ -22,7 +22,10 @@ type Events interface {
 	Del(ctx context.Context, keys ...string) error
 }
 
-var _ Events = (*RDB)(nil)
+// eventCmds implements Events over the shared connection.
+type eventCmds struct{ *core }
+
+var _ Events = (*eventCmds)(nil)
 
 // advanceRunScript writes fields of a run hash without ever moving its
 // state backward: a terminal run is left alone; a status older than the
@@ -53,7 +56,7 @@ return 1
 
 // AdvanceRun writes fields of a run hash (with its status), never moving
 // the run backward nor changing a terminal one.
-func (r *RDB) AdvanceRun(ctx context.Context, requestID string, fields map[string]any) error {
+func (r *eventCmds) AdvanceRun(ctx context.Context, requestID string, fields map[string]any) error {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	args := []any{protocol.RunFieldStatus, protocol.RunFieldCreatedAt}
@@ -67,7 +70,7 @@ func (r *RDB) AdvanceRun(ctx context.Context, requestID string, fields map[strin
 }
 
 // HSet sets fields of a hash.
-func (r *RDB) HSet(ctx context.Context, key string, fields map[string]any) error {
+func (r *eventCmds) HSet(ctx context.Context, key string, fields map[string]any) error {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	return r.c.HSet(ctx, key, fields).Err()
@@ -75,25 +78,25 @@ func (r *RDB) HSet(ctx context.Context, key string, fields map[string]any) error
 
 // XAdd appends a protocol document to a stream, trimmed to about
 // StreamMaxLen entries.
-func (r *RDB) XAdd(ctx context.Context, stream string, doc []byte) error {
+func (r *eventCmds) XAdd(ctx context.Context, stream string, doc []byte) error {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	return r.c.XAdd(ctx, r.xaddArgs(stream, doc)).Err()
 }
 
-func (r *RDB) xaddArgs(stream string, doc []byte) *redis.XAddArgs {
+func (r *core) xaddArgs(stream string, doc []byte) *redis.XAddArgs {
 	return &redis.XAddArgs{Stream: stream, Values: protocol.Values(doc), MaxLen: r.StreamMaxLen, Approx: r.StreamMaxLen > 0}
 }
 
 // Del deletes keys.
-func (r *RDB) Del(ctx context.Context, keys ...string) error {
+func (r *eventCmds) Del(ctx context.Context, keys ...string) error {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	return r.c.Del(ctx, keys...).Err()
 }
 
 // PushCapped prepends doc to a list and keeps its max newest entries.
-func (r *RDB) PushCapped(ctx context.Context, key string, doc []byte, max int64) error {
+func (r *eventCmds) PushCapped(ctx context.Context, key string, doc []byte, max int64) error {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -106,7 +109,7 @@ func (r *RDB) PushCapped(ctx context.Context, key string, doc []byte, max int64)
 
 // SetIdle puts member in the sorted set key with score at (unix ms), or
 // takes it out when idle is false.
-func (r *RDB) SetIdle(ctx context.Context, key, member string, idle bool, at time.Time) error {
+func (r *eventCmds) SetIdle(ctx context.Context, key, member string, idle bool, at time.Time) error {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	if idle {

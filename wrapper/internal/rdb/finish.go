@@ -20,10 +20,13 @@ type Finisher interface {
 	Ack(ctx context.Context, stream, group, id string) error
 }
 
-var _ Finisher = (*RDB)(nil)
+// finishCmds implements Finisher over the shared connection.
+type finishCmds struct{ *core }
+
+var _ Finisher = (*finishCmds)(nil)
 
 // Ack acknowledges an entry.
-func (r *RDB) Ack(ctx context.Context, stream, group, id string) error {
+func (r *finishCmds) Ack(ctx context.Context, stream, group, id string) error {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	return r.c.XAck(ctx, stream, group, id).Err()
@@ -34,7 +37,7 @@ func (r *RDB) Ack(ctx context.Context, stream, group, id string) error {
 // when Redis refuses the finish script (a run key of the wrong type, say).
 // Only the XADD's error counts: an acknowledgement refused (its group
 // deleted) leaves the entry pending, and the output is out.
-func (r *RDB) PublishOutput(ctx context.Context, stream string, doc []byte, input, group, entryID string) error {
+func (r *finishCmds) PublishOutput(ctx context.Context, stream string, doc []byte, input, group, entryID string) error {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	var add *redis.StringCmd
@@ -141,7 +144,7 @@ type TaskUsage struct {
 // idempotent: a retry on the new primary publishes the output only if the
 // failover lost it); too few replicas is a *redisconn.NotReplicatedError,
 // the output stored on the primary.
-func (r *RDB) FinishTask(ctx context.Context, f Finish) (bool, error) {
+func (r *finishCmds) FinishTask(ctx context.Context, f Finish) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.Timeout+r.Wait.Timeout)
 	defer cancel()
 	keys := []string{r.Keys.Run(f.RequestID), f.OutputStream, f.InputStream}

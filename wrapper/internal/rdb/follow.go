@@ -19,7 +19,10 @@ type Follow interface {
 	After(ctx context.Context, stream, after string, count int64) ([]Entry, error)
 }
 
-var _ Follow = (*RDB)(nil)
+// followCmds implements Follow over the shared connection.
+type followCmds struct{ *core }
+
+var _ Follow = (*followCmds)(nil)
 
 // Follower reads a stream outside any consumer group, on a connection of
 // its own (a blocking read holds it), so that the wrapper sees the control
@@ -31,7 +34,7 @@ type Follower struct {
 }
 
 // NewFollower returns a Follower on the same server as r.
-func (r *RDB) NewFollower() *Follower {
+func (r *followCmds) NewFollower() *Follower {
 	opt := r.followOpt // one connection, as the reader's
 	return &Follower{c: redisconn.NewClient(&opt), timeout: r.Timeout}
 }
@@ -76,7 +79,7 @@ func (f *Follower) Next(ctx context.Context, stream, after string, count int64, 
 }
 
 // After returns up to count entries of stream after the id after, at once.
-func (r *RDB) After(ctx context.Context, stream, after string, count int64) ([]Entry, error) {
+func (r *followCmds) After(ctx context.Context, stream, after string, count int64) ([]Entry, error) {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	msgs, err := r.c.XRangeN(ctx, stream, "("+after, "+", count).Result()

@@ -15,10 +15,13 @@ type Heartbeats interface {
 	Get(ctx context.Context, key string) ([]byte, error)
 }
 
-var _ Heartbeats = (*RDB)(nil)
+// heartbeatCmds implements Heartbeats over the shared connection.
+type heartbeatCmds struct{ *core }
+
+var _ Heartbeats = (*heartbeatCmds)(nil)
 
 // Get returns a string key's value (nil when there is none).
-func (r *RDB) Get(ctx context.Context, key string) ([]byte, error) {
+func (r *heartbeatCmds) Get(ctx context.Context, key string) ([]byte, error) {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	b, err := r.c.Get(ctx, key).Bytes()
@@ -29,7 +32,7 @@ func (r *RDB) Get(ctx context.Context, key string) ([]byte, error) {
 }
 
 // SetEx sets a key with a TTL.
-func (r *RDB) SetEx(ctx context.Context, key string, value []byte, ttl time.Duration) error {
+func (r *heartbeatCmds) SetEx(ctx context.Context, key string, value []byte, ttl time.Duration) error {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	return r.c.Set(ctx, key, value, ttl).Err()

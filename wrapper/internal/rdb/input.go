@@ -19,7 +19,10 @@ type Input interface {
 	StopReading()
 }
 
-var _ Input = (*RDB)(nil)
+// inputCmds implements Input over the shared connection.
+type inputCmds struct{ *core }
+
+var _ Input = (*inputCmds)(nil)
 
 // StreamEntry is an entry read for this consumer and the stream it came
 // from.
@@ -34,7 +37,7 @@ type StreamEntry struct {
 // waiting up to block (-1: not at all) for one. It returns what came, in
 // the order of streams (nil when nothing did). Reading several streams
 // may deliver an entry of each.
-func (r *RDB) ReadGroup(ctx context.Context, streams []string, group, consumer string, pending bool, count int64, block time.Duration) ([]StreamEntry, error) {
+func (r *inputCmds) ReadGroup(ctx context.Context, streams []string, group, consumer string, pending bool, count int64, block time.Duration) ([]StreamEntry, error) {
 	id := ">"
 	if pending {
 		id, block = "0", -1
@@ -68,12 +71,12 @@ func (r *RDB) ReadGroup(ctx context.Context, streams []string, group, consumer s
 // StopReading ends a blocking ReadTask at once and makes every later one
 // fail: go-redis does not watch a context's cancellation while it waits for
 // a reply, so shutdown closes the reading connection instead.
-func (r *RDB) StopReading() { r.reader.Close() }
+func (r *inputCmds) StopReading() { r.reader.Close() }
 
 // EnsureGroup creates the consumer group on stream (and the stream) when
 // missing. A new group reads from the start of the stream, so that tasks
 // added before the first worker started are served.
-func (r *RDB) EnsureGroup(ctx context.Context, stream, group string) error {
+func (r *inputCmds) EnsureGroup(ctx context.Context, stream, group string) error {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	err := r.c.XGroupCreateMkStream(ctx, stream, group, "0").Err()

@@ -7,7 +7,8 @@
 // events.go (Events: what the outbox writes), finish.go (Finisher: a
 // task's output, stored once), usage.go (Usage), sessions.go (Sessions),
 // affinity.go (Affinity: the developer queue's hand-off), heartbeat.go
-// (Heartbeats). *RDB is the one implementation of them all.
+// (Heartbeats). Each family is its own type over the shared connection;
+// *RDB holds one of each.
 package rdb
 
 import (
@@ -28,8 +29,24 @@ import (
 // plain-text logger on stderr.
 func SetLogger(log *slog.Logger) { redisconn.SetLogger(log) }
 
-// RDB is the wrapper's view of Redis.
+// RDB is the wrapper's view of Redis: one value per command family (the
+// package comment lists them), over one shared connection (core).
 type RDB struct {
+	*core
+	Input
+	Follow
+	Runs
+	Budgets
+	Events
+	Finisher
+	Usage
+	Sessions
+	Affinity
+	Heartbeats
+}
+
+// core is the connection and settings every family's commands share.
+type core struct {
 	c      *redis.Client
 	reader *redis.Client // its own connection for blocking reads, closed to end one at once
 	// followOpt are the options of a Follower's client: a copy taken at
@@ -42,6 +59,11 @@ type RDB struct {
 	// Wait is WAIT's policy for the writes that matter (FinishTask):
 	// off (the zero value) without replicas.
 	Wait protocol.WaitPolicy
+}
+
+func newRDB(k *core) *RDB {
+	return &RDB{core: k, Input: &inputCmds{k}, Follow: &followCmds{k}, Runs: &runCmds{k}, Budgets: &budgetCmds{k}, Events: &eventCmds{k},
+		Finisher: &finishCmds{k}, Usage: &usageCmds{k}, Sessions: &sessionCmds{k}, Affinity: &affinityCmds{k}, Heartbeats: &heartbeatCmds{k}}
 }
 
 // Open parses a Redis URL (redis://, rediss://, or a sentinel URL:
@@ -69,8 +91,8 @@ func Open(url, socket string, keys protocol.Keys) (*RDB, error) {
 	opt.ContextTimeoutEnabled = true
 	ropt := *opt
 	ropt.PoolSize, ropt.MinIdleConns = 1, 0
-	return &RDB{c: redisconn.NewClient(opt), reader: redisconn.NewClient(&ropt), followOpt: ropt, Keys: keys, Timeout: 3 * time.Second,
-		StreamMaxLen: protocol.DefaultStreamMaxLen}, nil
+	return newRDB(&core{c: redisconn.NewClient(opt), reader: redisconn.NewClient(&ropt), followOpt: ropt, Keys: keys, Timeout: 3 * time.Second,
+		StreamMaxLen: protocol.DefaultStreamMaxLen}), nil
 }
 
 // CanLogIn reports, by an error, whether a new connection to the server
@@ -97,7 +119,7 @@ func (r *RDB) Close() error {
 	return r.c.Close()
 }
 
-func (r *RDB) ctx(parent context.Context) (context.Context, context.CancelFunc) {
+func (r *core) ctx(parent context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(parent, r.Timeout)
 }
 

@@ -18,7 +18,10 @@ type Runs interface {
 	Answered(ctx context.Context, requestID string) (AnsweredRun, error)
 }
 
-var _ Runs = (*RDB)(nil)
+// runCmds implements Runs over the shared connection.
+type runCmds struct{ *core }
+
+var _ Runs = (*runCmds)(nil)
 
 // AnsweredRun is what a task that answers a run needs of it.
 type AnsweredRun struct {
@@ -29,7 +32,7 @@ type AnsweredRun struct {
 }
 
 // Answered reads the project and session of the run requestID.
-func (r *RDB) Answered(ctx context.Context, requestID string) (AnsweredRun, error) {
+func (r *runCmds) Answered(ctx context.Context, requestID string) (AnsweredRun, error) {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	vals, err := r.c.HMGet(ctx, r.Keys.Run(requestID), protocol.RunFieldStatus, protocol.RunFieldProjectID, protocol.RunFieldSessionID).Result()
@@ -48,7 +51,7 @@ func (r *RDB) Answered(ctx context.Context, requestID string) (AnsweredRun, erro
 
 // DeliveryCount returns how many times the entry has been delivered (1 for
 // the first), or 0 when it is not pending.
-func (r *RDB) DeliveryCount(ctx context.Context, stream, group, id string) (int64, error) {
+func (r *runCmds) DeliveryCount(ctx context.Context, stream, group, id string) (int64, error) {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	res, err := r.c.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: group, Start: id, End: id, Count: 1}).Result()
@@ -59,7 +62,7 @@ func (r *RDB) DeliveryCount(ctx context.Context, stream, group, id string) (int6
 }
 
 // RunState returns the state of a run, or "" when the run is unknown.
-func (r *RDB) RunState(ctx context.Context, requestID string) (protocol.RunState, error) {
+func (r *runCmds) RunState(ctx context.Context, requestID string) (protocol.RunState, error) {
 	rec, err := r.RunRecord(ctx, requestID)
 	return rec.State, err
 }
@@ -74,7 +77,7 @@ type RunRecord struct {
 }
 
 // RunRecord reads the state of a run and how often the spawner requeued it.
-func (r *RDB) RunRecord(ctx context.Context, requestID string) (RunRecord, error) {
+func (r *runCmds) RunRecord(ctx context.Context, requestID string) (RunRecord, error) {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	vals, err := r.c.HMGet(ctx, r.Keys.Run(requestID), protocol.RunFieldStatus, protocol.RunFieldAttempts, protocol.RunFieldAttempt).Result()

@@ -23,7 +23,10 @@ type Sessions interface {
 	SessionFiles(ctx context.Context, agent protocol.AgentType, project string) ([]byte, error)
 }
 
-var _ Sessions = (*RDB)(nil)
+// sessionCmds implements Sessions over the shared connection.
+type sessionCmds struct{ *core }
+
+var _ Sessions = (*sessionCmds)(nil)
 
 // claimScript reads a project's session record and, unless another worker
 // holds it with an unexpired affinity, makes this worker its holder.
@@ -52,7 +55,7 @@ type SessionRecord struct {
 
 // ClaimSession reads a project's session and claims it for workerID until
 // expires, unless another worker holds it.
-func (r *RDB) ClaimSession(ctx context.Context, agent protocol.AgentType, project, workerID string, now, expires time.Time) (SessionRecord, error) {
+func (r *sessionCmds) ClaimSession(ctx context.Context, agent protocol.AgentType, project, workerID string, now, expires time.Time) (SessionRecord, error) {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	res, err := claimScript.Run(ctx, r.c, []string{r.Keys.Session(agent, project)}, workerID, now.UnixMilli(), expires.UnixMilli()).Slice()
@@ -91,7 +94,7 @@ return 1
 // SaveSession writes fields of a project's session if workerID holds it
 // (or nobody does), and counts the task and its cost; it returns false when
 // another worker holds it.
-func (r *RDB) SaveSession(ctx context.Context, agent protocol.AgentType, project, workerID string, newSession bool, costUSD float64, fields map[string]any) (bool, error) {
+func (r *sessionCmds) SaveSession(ctx context.Context, agent protocol.AgentType, project, workerID string, newSession bool, costUSD float64, fields map[string]any) (bool, error) {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	reset := "0"
@@ -110,7 +113,7 @@ func (r *RDB) SaveSession(ctx context.Context, agent protocol.AgentType, project
 }
 
 // ProjectContext returns a project's stored context ("" when none).
-func (r *RDB) ProjectContext(ctx context.Context, project string) (string, error) {
+func (r *sessionCmds) ProjectContext(ctx context.Context, project string) (string, error) {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	s, err := r.c.Get(ctx, r.Keys.ProjectContext(project)).Result()
@@ -121,7 +124,7 @@ func (r *RDB) ProjectContext(ctx context.Context, project string) (string, error
 }
 
 // SetProjectContext stores a project's context.
-func (r *RDB) SetProjectContext(ctx context.Context, project, text string) error {
+func (r *sessionCmds) SetProjectContext(ctx context.Context, project, text string) error {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	return r.c.Set(ctx, r.Keys.ProjectContext(project), text, 0).Err()
@@ -134,14 +137,14 @@ func Int64Field(fields map[string]string, name string) int64 {
 }
 
 // SaveSessionFiles stores the project's session files blob for ttl.
-func (r *RDB) SaveSessionFiles(ctx context.Context, agent protocol.AgentType, project string, blob []byte, ttl time.Duration) error {
+func (r *sessionCmds) SaveSessionFiles(ctx context.Context, agent protocol.AgentType, project string, blob []byte, ttl time.Duration) error {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	return r.c.Set(ctx, r.Keys.SessionFiles(agent, project), blob, ttl).Err()
 }
 
 // SessionFiles returns the project's session files blob (nil: none).
-func (r *RDB) SessionFiles(ctx context.Context, agent protocol.AgentType, project string) ([]byte, error) {
+func (r *sessionCmds) SessionFiles(ctx context.Context, agent protocol.AgentType, project string) ([]byte, error) {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	b, err := r.c.Get(ctx, r.Keys.SessionFiles(agent, project)).Bytes()

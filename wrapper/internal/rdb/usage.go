@@ -16,7 +16,10 @@ type Usage interface {
 	AddUsage(ctx context.Context, u TaskUsage) error
 }
 
-var _ Usage = (*RDB)(nil)
+// usageCmds implements Usage over the shared connection.
+type usageCmds struct{ *core }
+
+var _ Usage = (*usageCmds)(nil)
 
 // addUsageScript adds a model call's usage outside any task to the usage
 // counters: the project's and the worker's, and the session's while it
@@ -41,7 +44,7 @@ return 1
 // (the summary turn of a retiring session) to u's project, worker and
 // session counters, without counting a task: every model call the wrapper
 // makes the agent do is counted, and the project's budget sees it.
-func (r *RDB) AddUsage(ctx context.Context, u TaskUsage) error {
+func (r *usageCmds) AddUsage(ctx context.Context, u TaskUsage) error {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	keys := []string{r.Keys.UsageProject(u.Project), r.Keys.UsageWorker(u.Worker)}
