@@ -57,16 +57,16 @@ func (a acp) PersistentArgv(inv Invocation) []string { return a.Argv(inv) }
 
 // Parser: a client for a new session (Spec.Converse gives each process its
 // own).
-func (a acp) Parser() Parser { return NewACPClient(a.session(), "") }
+func (a acp) Parser() Parser { return NewACPClient(a.session(Invocation{}), "") }
 
 // Input is one ACPClient, dialect and parser.
-func (a acp) Input(resumeID string) (Dialect, Parser) {
-	c := NewACPClient(a.session(), resumeID)
+func (a acp) Input(inv Invocation) (Dialect, Parser) {
+	c := NewACPClient(a.session(inv), inv.ResumeID)
 	return c, c
 }
 
-func (a acp) session() ACPSession {
-	return ACPSession{Cwd: a.s.Workspace, MCPServers: a.s.MCPServers, Allowed: a.s.AllowedCommands, Approval: a.s.Approval,
+func (a acp) session(inv Invocation) ACPSession {
+	return ACPSession{Cwd: a.s.dir(inv), MCPServers: a.s.MCPServers, Allowed: a.s.AllowedCommands, Approval: a.s.Approval,
 		Preamble: a.preamble}
 }
 

@@ -33,8 +33,9 @@ type Adapter interface {
 	// Parser reads the output of a process for one task.
 	Parser() Parser
 	// Input is the control channel's dialect and the output parser of a
-	// persistent process for the session resumeID ("": a new one).
-	Input(resumeID string) (Dialect, Parser)
+	// process for inv's session (inv.ResumeID; "": a new one), working in
+	// inv's directory (a git task's worktree, else the workspace).
+	Input(inv Invocation) (Dialect, Parser)
 	// WithContext is inv for a new session that carries the project's
 	// context section (in its system prompt, or in its prompt).
 	WithContext(inv Invocation, section string) Invocation

@@ -219,7 +219,7 @@ func (c claude) PersistentArgv(inv Invocation) []string {
 func (claude) Parser() Parser { return ClaudeParser{} }
 
 // Input is Claude's stream-json input; its session is on the command line.
-func (claude) Input(string) (Dialect, Parser) { return ClaudeInput{Replay: true}, ClaudeParser{} }
+func (claude) Input(Invocation) (Dialect, Parser) { return ClaudeInput{Replay: true}, ClaudeParser{} }
 
 // WithContext puts the project's context in the system prompt.
 func (claude) WithContext(inv Invocation, section string) Invocation {

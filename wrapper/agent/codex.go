@@ -264,9 +264,9 @@ func (c codex) PersistentArgv(inv Invocation) []string {
 func (codex) Parser() Parser { return &CodexParser{} }
 
 // Input is one CodexAppServer, dialect and parser, for the thread
-// resumeID ("": a new one).
-func (c codex) Input(resumeID string) (Dialect, Parser) {
-	rpc := NewCodexAppServer(CodexSession{Cwd: c.s.Workspace, Allowed: c.s.AllowedCommands, Approval: c.s.Approval}, resumeID)
+// inv.ResumeID ("": a new one).
+func (c codex) Input(inv Invocation) (Dialect, Parser) {
+	rpc := NewCodexAppServer(CodexSession{Cwd: c.s.dir(inv), Allowed: c.s.AllowedCommands, Approval: c.s.Approval}, inv.ResumeID)
 	return rpc, rpc
 }
 

@@ -169,12 +169,12 @@ func (d droid) PersistentArgv(inv Invocation) []string {
 func (droid) Parser() Parser { return DroidParser{} }
 
 // Input is one DroidRPC, dialect and parser.
-func (d droid) Input(resumeID string) (Dialect, Parser) {
-	s := DroidSession{Cwd: d.s.Workspace, ModelID: d.model(), SkipPermissions: true}
+func (d droid) Input(inv Invocation) (Dialect, Parser) {
+	s := DroidSession{Cwd: d.s.dir(inv), ModelID: d.model(), SkipPermissions: true}
 	if d.s.AllowedCommands.ShellRules().All && !d.s.SkipPermissions {
 		s.SkipPermissions, s.AutonomyLevel = false, "high" // as --auto high
 	}
-	rpc := NewDroidRPC(s, resumeID)
+	rpc := NewDroidRPC(s, inv.ResumeID)
 	return rpc, rpc
 }
 

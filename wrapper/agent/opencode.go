@@ -55,9 +55,10 @@ const (
 func (opencode) Type() protocol.AgentType { return protocol.AgentOpenCode }
 func (opencode) Name() string             { return "OpenCode" }
 
-// Argv is `opencode acp --cwd <workspace>`, then AGENT_ARGS.
-func (o opencode) Argv(Invocation) []string {
-	return append([]string{o.s.Bin, "acp", "--cwd", o.s.Workspace}, o.s.Args...)
+// Argv is `opencode acp --cwd <dir>` (the task's worktree, else the
+// workspace), then AGENT_ARGS.
+func (o opencode) Argv(inv Invocation) []string {
+	return append([]string{o.s.Bin, "acp", "--cwd", o.s.dir(inv)}, o.s.Args...)
 }
 
 func (o opencode) PersistentArgv(inv Invocation) []string { return o.Argv(inv) }

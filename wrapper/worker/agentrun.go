@@ -143,7 +143,7 @@ func (w *agentRunner) converse(spec *agent.Spec, inv Invocation, cur *current) {
 	if !w.agent.Caps().Converses {
 		return
 	}
-	spec.Converse = func() (agent.Dialect, agent.Parser) { return w.agent.Input(inv.ResumeID) }
+	spec.Converse = func() (agent.Dialect, agent.Parser) { return w.agent.Input(inv) }
 	spec.OnProcess = cur.steer.attach
 }
 

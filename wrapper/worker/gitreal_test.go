@@ -69,3 +69,31 @@ func TestRealDroidGitTaskThroughTheGateway(t *testing.T) {
 		t.Errorf("gateway stats %+v %v: want the agent's push and the wrapper's", st[e.cfg.WorkerID], err)
 	}
 }
+
+// An agent that takes its prompt over ACP (OpenCode here) opens its
+// session in the task's worktree: a file it writes by a relative path
+// is the task's change.
+func TestRealACPAgentWorksInTheTasksWorktree(t *testing.T) {
+	e, stub, environ := realAgentEnv(t, protocol.AgentOpenCode)
+	srv, _ := sealGit(t, e)
+	var err error
+	if e.cfg.AllowedCommands, err = protocol.ParseAllowedCommandsEnv("*"); err != nil {
+		t.Fatal(err)
+	}
+	stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{{ToolUse: shellTool(protocol.AgentOpenCode, "printf 'by opencode\\n' > opencode.txt; pwd")}},
+		Fallback: &stubmodel.Step{Text: finalText}})
+	e.start(environ...)
+	e.send(e.keys.Input(e.cfg.WorkerID), protocol.Task{RequestID: "o1", Prompt: "add opencode.txt",
+		Git: &protocol.Git{Remote: "https://git.example.test/repo.git", AuthorName: "Shop Bot", AuthorEmail: "bot@shop.test"}})
+	o := e.outputOf("o1", 120*time.Second)
+	g := o.Git
+	if o.Status != protocol.StatusComplete || g == nil {
+		t.Fatalf("output %+v (error %+v)", o, o.Error)
+	}
+	if !g.Changed || !g.Pushed || len(g.Files) != 1 || g.Files[0].Path != "opencode.txt" || !strings.Contains(g.Patch, "+by opencode") {
+		t.Fatalf("git %+v: want opencode.txt, written in the worktree, committed and pushed", g)
+	}
+	if head := serverHas(t, srv, "refs/heads/agentvisor/o1"); head != g.HeadCommit {
+		t.Fatalf("server's head %q, output's %q", head, g.HeadCommit)
+	}
+}

@@ -23,7 +23,7 @@ type persistentAgent struct {
 	// input is the dialect and parser of a process for a session to
 	// resume ("": a new one); opens: a process is opened (its session,
 	// for Droid) before its first message.
-	input func(resumeID string) (agent.Dialect, agent.Parser)
+	input func(inv agent.Invocation) (agent.Dialect, agent.Parser)
 	opens bool
 
 	proc    *agent.Persistent // nil when none runs
@@ -48,7 +48,7 @@ func (p *persistentAgent) prestart(spec agent.Spec, env func(token string) []str
 	token := newToken()
 	spec.Argv = p.argv(Invocation{})
 	spec.Env = env(token)
-	spec.Dialect, spec.Parser = p.input("")
+	spec.Dialect, spec.Parser = p.input(agent.Invocation{})
 	proc, err := agent.StartPersistent(spec)
 	if err != nil {
 		p.log.Warn("persistent agent not started ahead", "err", err)
@@ -115,7 +115,7 @@ func (p *persistentAgent) send(ctx context.Context, t persistentTask) (agent.Out
 		pspec := t.spec
 		pspec.Argv = p.argv(t.inv)
 		pspec.Env = t.env(token)
-		pspec.Dialect, pspec.Parser = p.input(t.plan.ResumeID)
+		pspec.Dialect, pspec.Parser = p.input(agent.Invocation{ResumeID: t.plan.ResumeID})
 		proc, err := agent.StartPersistent(pspec)
 		if err != nil {
 			p.log.Warn("persistent agent did not start: one process for this task", "err", err)
