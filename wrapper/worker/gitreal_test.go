@@ -44,13 +44,7 @@ func TestRealDroidGitTaskThroughTheGateway(t *testing.T) {
 	}
 	stub.SetScript(stubmodel.Script{Steps: steps, Fallback: &stubmodel.Step{Text: finalText}})
 	e.start(environ...)
-	e.send(e.keys.Input(e.cfg.WorkerID), protocol.Task{RequestID: "d1", Prompt: "add droid.txt, commit and push it",
-		Git: &protocol.Git{Remote: "https://git.example.test/repo.git", AuthorName: "Shop Bot", AuthorEmail: "bot@shop.test"}})
-	o := e.outputOf("d1", 120*time.Second)
-	g := o.Git
-	if o.Status != protocol.StatusComplete || g == nil {
-		t.Fatalf("output %+v (error %+v)", o, o.Error)
-	}
+	g := gitTask(t, e, "d1", "add droid.txt, commit and push it")
 	if tool := requestCarrying(t, stub.Requests(), "PUSHED-MARKER"); strings.Contains(tool, "gw-secret-token") {
 		t.Error("the credential reached the agent")
 	}
@@ -83,17 +77,24 @@ func TestRealACPAgentWorksInTheTasksWorktree(t *testing.T) {
 	stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{{ToolUse: shellTool(protocol.AgentOpenCode, "printf 'by opencode\\n' > opencode.txt; pwd")}},
 		Fallback: &stubmodel.Step{Text: finalText}})
 	e.start(environ...)
-	e.send(e.keys.Input(e.cfg.WorkerID), protocol.Task{RequestID: "o1", Prompt: "add opencode.txt",
-		Git: &protocol.Git{Remote: "https://git.example.test/repo.git", AuthorName: "Shop Bot", AuthorEmail: "bot@shop.test"}})
-	o := e.outputOf("o1", 120*time.Second)
-	g := o.Git
-	if o.Status != protocol.StatusComplete || g == nil {
-		t.Fatalf("output %+v (error %+v)", o, o.Error)
-	}
+	g := gitTask(t, e, "o1", "add opencode.txt")
 	if !g.Changed || !g.Pushed || len(g.Files) != 1 || g.Files[0].Path != "opencode.txt" || !strings.Contains(g.Patch, "+by opencode") {
 		t.Fatalf("git %+v: want opencode.txt, written in the worktree, committed and pushed", g)
 	}
 	if head := serverHas(t, srv, "refs/heads/agentvisor/o1"); head != g.HeadCommit {
 		t.Fatalf("server's head %q, output's %q", head, g.HeadCommit)
 	}
+}
+
+// gitTask sends a task on the test's git remote to e's worker and
+// returns the git section of its complete output.
+func gitTask(t *testing.T, e *env, reqID, prompt string) *protocol.GitOutput {
+	t.Helper()
+	e.send(e.keys.Input(e.cfg.WorkerID), protocol.Task{RequestID: reqID, Prompt: prompt,
+		Git: &protocol.Git{Remote: "https://git.example.test/repo.git", AuthorName: "Shop Bot", AuthorEmail: "bot@shop.test"}})
+	o := e.outputOf(reqID, 120*time.Second)
+	if o.Status != protocol.StatusComplete || o.Git == nil {
+		t.Fatalf("output %+v (error %+v)", o, o.Error)
+	}
+	return o.Git
 }
