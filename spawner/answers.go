@@ -101,7 +101,7 @@ func (a *answers) answerGone(ctx context.Context, id string) (int, error) {
 	if member, err := a.rdb.IsWorker(ctx, id); err != nil || member {
 		return 0, err // back under the same id: its own wrapper reads its input
 	}
-	_, input, group := a.inputOf(id, protocol.KindLongLived)
+	_, input, group := inputOf(a.keys, id, protocol.KindLongLived)
 	waiting, err := a.rdb.Waiting(ctx, input, group)
 	if err != nil || len(waiting) == 0 {
 		return 0, err

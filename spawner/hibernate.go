@@ -75,7 +75,7 @@ func (s *hibernation) hibernate(ctx context.Context, id, reason string, graceful
 	if err != nil {
 		return redisError(err, "status of %s", id)
 	}
-	kind, input, group := s.inputOf(id, protocol.Kind(h[protocol.StatusFieldKind]))
+	kind, input, group := inputOf(s.keys, id, protocol.Kind(h[protocol.StatusFieldKind]))
 	if recheck {
 		if b, _, err := s.rdb.BusyAnyway(ctx, id, input, group); err == nil && b != rdb.NotBusy && b != rdb.BusyEnding {
 			// A task came as it was frozen (or, on an engine that cannot
@@ -337,7 +337,7 @@ func (s *hibernation) endHibernated(ctx context.Context, id string, h map[string
 	if err != nil || !took {
 		return false, maybeRedisError(err, "hibernated set")
 	}
-	kind, input, group := s.inputOf(id, protocol.Kind(h[protocol.StatusFieldKind]))
+	kind, input, group := inputOf(s.keys, id, protocol.Kind(h[protocol.StatusFieldKind]))
 	r := retirement{reason: protocol.RemovedDeleted, late: true, code: protocol.CodeWorkerGone,
 		msg: "the worker " + id + " was deleted while hibernated: send it to another worker"}
 	if err := s.answers.answerWaiting(ctx, id, h, input, group, r); err != nil {

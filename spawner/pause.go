@@ -82,10 +82,6 @@ func (s *Spawner) pauseUnfrozen(ctx context.Context, id string) error {
 
 // inputOf returns a worker's kind (long-lived when its hash says none),
 // its input stream and that stream's consumer group.
-func (s *env) inputOf(id string, kind protocol.Kind) (protocol.Kind, string, string) {
-	return inputOf(s.keys, id, kind)
-}
-
 func inputOf(keys protocol.Keys, id string, kind protocol.Kind) (protocol.Kind, string, string) {
 	if kind == "" {
 		kind = protocol.KindLongLived

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/images"
 	"github.com/agentvisor/agentvisor/stubmodel"
 	"github.com/agentvisor/agentvisor/testkit"
 )
@@ -41,20 +42,9 @@ func TestDevcontainerWorkerRunsTheProjectsTool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		// After the test's containers (CleanupLabelled runs later, as it
-		// was registered first): the worker image, then the project's.
-		out, _ := exec.Command("docker", "history", "-q", info.Image).Output()
-		_ = exec.Command("docker", "rmi", info.Image).Run()
-		for _, id := range strings.Fields(string(out)) {
-			tags, _ := exec.Command("docker", "image", "inspect", "-f", `{{join .RepoTags " "}}`, id).Output()
-			for _, tag := range strings.Fields(string(tags)) {
-				if strings.HasPrefix(tag, "worker-project:") {
-					_ = exec.Command("docker", "rmi", tag).Run()
-				}
-			}
-		}
-	})
+	// After the test's containers (CleanupLabelled runs later, as it was
+	// registered first): the worker image, then the project's.
+	t.Cleanup(func() { testkit.RemoveImageAndTagsUnder(info.Image, images.ProjectRepository+":") })
 	if info.Image == base.Image || info.Status != protocol.ContainerRunning {
 		t.Fatalf("info %+v, want a running worker on an image of its own (not %s)", info, base.Image)
 	}

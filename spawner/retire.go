@@ -118,7 +118,7 @@ type retirementPlan struct {
 // pool worker belongs to no consumer yet: its pool refills.
 func (s *Spawner) planRetirement(id string, h map[string]string, r retirement) retirementPlan {
 	p := retirementPlan{}
-	p.kind, p.input, p.group = s.inputOf(id, protocol.Kind(h[protocol.StatusFieldKind]))
+	p.kind, p.input, p.group = inputOf(s.keys, id, protocol.Kind(h[protocol.StatusFieldKind]))
 	p.respawn = s.cfg.ReplaceDead && p.kind == protocol.KindLongLived && h[protocol.StatusFieldSpec] != ""
 	ours := h[protocol.StatusFieldPoolState] != protocol.PoolWarm
 	p.reincarnating = p.respawn && r.unasked && !r.hostLost && ours

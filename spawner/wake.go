@@ -144,7 +144,7 @@ func (w *Wake) watch(ctx context.Context, ids, hibernated []string) map[string]s
 			if err != nil {
 				continue
 			}
-			k, _, group := w.inputOf(id, protocol.Kind(kind))
+			k, _, group := inputOf(w.keys, id, protocol.Kind(kind))
 			p = &pausedWorker{inputs: w.keys.InputsFor(k, id), group: group}
 			w.watched[id] = p
 		}

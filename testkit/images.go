@@ -182,3 +182,33 @@ func RemoveImagesLabelled(t testing.TB, label string) {
 		}
 	})
 }
+
+// TagsUnder returns the tags starting with prefix of the image's layers
+// (image itself and its parents, from docker history): the images an
+// image was built FROM, such as a project's image under a worker image.
+func TagsUnder(image, prefix string) ([]string, error) {
+	hist, err := exec.Command("docker", "history", "-q", image).Output()
+	if err != nil {
+		return nil, fmt.Errorf("docker history %s: %w", image, err)
+	}
+	var out []string
+	for _, id := range strings.Fields(string(hist)) {
+		tags, _ := exec.Command("docker", "image", "inspect", "-f", `{{join .RepoTags " "}}`, id).Output()
+		for _, tag := range strings.Fields(string(tags)) {
+			if strings.HasPrefix(tag, prefix) {
+				out = append(out, tag)
+			}
+		}
+	}
+	return out, nil
+}
+
+// RemoveImageAndTagsUnder removes an image, then the images under it
+// tagged with prefix (TagsUnder), as a test's cleanup: errors are ignored.
+func RemoveImageAndTagsUnder(image, prefix string) {
+	under, _ := TagsUnder(image, prefix)
+	_ = exec.Command("docker", "rmi", image).Run()
+	for _, tag := range under {
+		_ = exec.Command("docker", "rmi", tag).Run()
+	}
+}

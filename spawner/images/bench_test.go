@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os/exec"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -105,18 +104,7 @@ func BenchmarkProjectImageBuild(b *testing.B) {
 		b.Fatal(err)
 	}
 	cold := time.Since(t0)
-	b.Cleanup(func() {
-		hist, _ := exec.Command("docker", "history", "-q", img.Tag).Output()
-		_ = exec.Command("docker", "rmi", img.Tag).Run()
-		for _, id := range strings.Fields(string(hist)) {
-			tags, _ := exec.Command("docker", "image", "inspect", "-f", `{{join .RepoTags " "}}`, id).Output()
-			for _, tag := range strings.Fields(string(tags)) {
-				if strings.HasPrefix(tag, ProjectRepository+":") {
-					_ = exec.Command("docker", "rmi", tag).Run()
-				}
-			}
-		}
-	})
+	b.Cleanup(func() { testkit.RemoveImageAndTagsUnder(img.Tag, ProjectRepository+":") })
 	var cached []float64
 	for i := 0; i < 5; i++ {
 		t0 = time.Now()

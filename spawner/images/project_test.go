@@ -48,17 +48,12 @@ func projectTag(t *testing.T, img Image) string {
 	if err != nil || strings.TrimSpace(string(out)) != "layer" {
 		t.Fatalf("image %s: phase label %q, %v", img.Tag, out, err)
 	}
-	hist, err := exec.Command("docker", "history", "-q", img.Tag).Output()
+	under, err := testkit.TagsUnder(img.Tag, ProjectRepository+":")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range strings.Fields(string(hist)) {
-		tags, _ := exec.Command("docker", "image", "inspect", "-f", "{{join .RepoTags \" \"}}", id).Output()
-		for _, tag := range strings.Fields(string(tags)) {
-			if strings.HasPrefix(tag, ProjectRepository+":") {
-				return tag
-			}
-		}
+	if len(under) > 0 {
+		return under[0]
 	}
 	t.Fatalf("no %s image under %s", ProjectRepository, img.Tag)
 	return ""
