@@ -5,6 +5,9 @@
 #   scripts/k8s.sh up      start it (make k8s); idempotent: what runs is kept
 #   scripts/k8s.sh down    stop it and remove all it made (make k8s-down)
 #   scripts/k8s.sh status  say what runs
+#   scripts/k8s.sh load IMAGE...  import images of the Docker engine into
+#                          the running cluster's containerd (as up loads
+#                          the worker images): images/build-services.sh's
 #
 # It starts, each as a process of its own with its own pid file and log:
 # etcd (Debian's etcd-server), kube-apiserver, kube-controller-manager,
@@ -593,5 +596,9 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   status) status ;;
-  *) die "usage: scripts/k8s.sh up|down|status" ;;
+  load)
+    shift
+    running containerd >/dev/null || die "the cluster's containerd does not run (make k8s)"
+    for img in "$@"; do load_image "$img"; done ;;
+  *) die "usage: scripts/k8s.sh up|down|status|load IMAGE..." ;;
 esac
