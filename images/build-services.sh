@@ -18,7 +18,7 @@ trap 'rm -rf "$ctx"' EXIT
 # build NAME DOCKERFILE [BINARY]: the image agentvisor/NAME:<hash>, unless
 # Docker has it already.
 build() {
-  local name=$1 dockerfile=$2 bin=${3:-} dir=$ctx/$1 tag
+  local name=$1 dockerfile=$2 bin=${3:-} dir=$ctx/image-$1 tag
   mkdir -p "$dir"
   cp "$dockerfile" "$dir/Dockerfile"
   [ -z "$bin" ] || cp "$bin" "$dir/"
@@ -33,8 +33,8 @@ build() {
   echo "$tag"
 }
 
-(cd spawner && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$ctx/worker-manager" ./cmd/worker-manager)
-(cd gateway && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$ctx/worker-gateway" ./cmd/worker-gateway)
-build worker-manager images/services/manager.Dockerfile "$ctx/worker-manager"
-build worker-gateway images/services/gateway.Dockerfile "$ctx/worker-gateway"
+(cd spawner && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$ctx/bin/worker-manager" ./cmd/worker-manager)
+(cd gateway && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$ctx/bin/worker-gateway" ./cmd/worker-gateway)
+build worker-manager images/services/manager.Dockerfile "$ctx/bin/worker-manager"
+build worker-gateway images/services/gateway.Dockerfile "$ctx/bin/worker-gateway"
 build redis images/services/redis.Dockerfile
