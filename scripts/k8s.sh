@@ -592,13 +592,21 @@ status() {
   done
 }
 
-case "${1:-}" in
-  up) up ;;
-  down) down ;;
-  status) status ;;
-  load)
-    shift
-    running containerd >/dev/null || die "the cluster's containerd does not run (make k8s)"
-    for img in "$@"; do load_image "$img"; done ;;
-  *) die "usage: scripts/k8s.sh up|down|status|load IMAGE..." ;;
-esac
+# The whole script is read before any of it runs (main, then exit on the
+# same line): bash reads a script as it goes, so a file rewritten during
+# a 20-minute `up` (a checkout, a rebase) would otherwise go on from the
+# same byte offset in the new text.
+main() {
+  case "${1:-}" in
+    up) up ;;
+    down) down ;;
+    status) status ;;
+    load)
+      shift
+      running containerd >/dev/null || die "the cluster's containerd does not run (make k8s)"
+      for img in "$@"; do load_image "$img"; done ;;
+    *) die "usage: scripts/k8s.sh up|down|status|load IMAGE..." ;;
+  esac
+}
+
+main "$@"; exit
