@@ -205,14 +205,14 @@ func (d *deployment) startGateway(addr string) string {
 	}
 }
 
-// install applies deploy/kubernetes in a namespace of the test's own
+// install applies deploy/kubernetes/base in a namespace of the test's own
 // (an overlay: the namespace, and a name prefix for the cluster-wide
 // role) and returns a kubeconfig of the manager's service account: the
 // manager runs with the rights the manifests give it, not the admin's.
 func (d *deployment) install(nonce string) string {
 	t := d.t
 	dir := t.TempDir()
-	base, err := filepath.Rel(dir, filepath.Join(testkit.Root(), "deploy", "kubernetes"))
+	base, err := filepath.Rel(dir, filepath.Join(testkit.Root(), "deploy", "kubernetes", "base"))
 	if err != nil {
 		t.Fatal(err)
 	}

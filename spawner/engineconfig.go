@@ -49,7 +49,7 @@ func engineVars(c *EngineConfig) []envconf.Var {
 	return []envconf.Var{
 		{Name: "WORKER_ENGINE", Default: EngineDocker, Value: envconf.Func(c.setEngine), Doc: "what runs the workers: `docker` (the host's Docker engine, `DOCKER_HOST`) or `kubernetes` (a pod per worker, [docs/kubernetes.md](kubernetes.md))"},
 		{Name: "KUBECONFIG", Value: envconf.String(&c.Kubeconfig), Doc: "with `WORKER_ENGINE=kubernetes`: the cluster's kubeconfig file; unset, the in-cluster configuration of a manager that runs in a pod"},
-		{Name: "K8S_NAMESPACE", Default: "agentvisor", Value: envconf.String(&c.Namespace), Doc: "the namespace of the workers' pods and volume claims (deploy/kubernetes makes `agentvisor`)"},
+		{Name: "K8S_NAMESPACE", Default: "agentvisor", Value: envconf.String(&c.Namespace), Doc: "the namespace of the workers' pods and volume claims (deploy/kubernetes/base makes `agentvisor`)"},
 		{Name: "K8S_STORAGE_CLASS", Value: envconf.String(&c.StorageClass), Doc: "a project volume is a PersistentVolumeClaim of this storage class (ReadWriteOnce); unset, it is the pod's own `emptyDir`, gone with the pod (a long-lived worker's sessions go on through the session store)"},
 		{Name: "K8S_VOLUME_SIZE", Default: "1Gi", Value: envconf.String(&c.VolumeSize), Doc: "the size a project volume's claim asks for"},
 		{Name: "K8S_LOAD_IMAGES", Value: envconf.String(&c.LoadImages), Doc: "a node's containerd socket: each worker image is imported into it from the manager's Docker engine before its first pod (`docker save`, `ctr import`; the pods' pull policy is then `Never`), for a cluster with no registry such as `make k8s`'s; unset, the nodes pull the image (`IfNotPresent`)"},

@@ -41,7 +41,7 @@ var _ engine.Engine = (*Engine)(nil)
 // Params configure an Engine.
 type Params struct {
 	Client    clientset.Interface
-	Namespace string // where the workers' pods and claims are (default "agentvisor", deploy/kubernetes's)
+	Namespace string // where the workers' pods and claims are (default "agentvisor", deploy/kubernetes/base's)
 	Prefix    string // the key prefix whose pods it sees
 	// StorageClass, when set, makes a project volume a PersistentVolumeClaim
 	// of that class (ReadWriteOnce, VolumeSize); unset, a project volume is
