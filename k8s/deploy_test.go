@@ -73,8 +73,10 @@ func randomHex(n int) string {
 // class: Redis, the managers and the gateway are on the node's network,
 // Redis on a loopback port of the test's, the managers reach the API
 // server on loopback, Redis's data is an emptyDir. The gateway's
-// directory is one of the test's own on the node, and the managers
-// import the worker images they build into the node's containerd.
+// directory is one of the test's own on the node, the managers import
+// the worker images they build into the node's containerd, and their
+// builds trust the node's CA certificates (this machine's downloads go
+// through a proxy of its own).
 const deployOverlay = `apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 namespace: {{NS}}
@@ -134,9 +136,11 @@ patches:
                 volumeMounts:
                   - {name: gateway, mountPath: "{{GW}}"}
                   - {name: containerd, mountPath: "{{CONTAINERD_SOCK}}"}
+                  - {name: extra-ca, mountPath: /usr/local/share/ca-certificates, readOnly: true}
             volumes:
               - {name: gateway, hostPath: {path: "{{GW}}", type: DirectoryOrCreate}}
               - {name: containerd, hostPath: {path: "{{CONTAINERD_SOCK}}", type: Socket}}
+              - {name: extra-ca, hostPath: {path: /usr/local/share/ca-certificates, type: Directory}}
   - target: {kind: DaemonSet, name: agentvisor-gateway}
     patch: |
       apiVersion: apps/v1
@@ -199,9 +203,17 @@ func TestDeployedRuntime(t *testing.T) {
 		}
 		// The managers stop (SIGTERM: their workers hibernated or
 		// removed), then the namespace goes with what is left in it.
+		// Asked across the cluster (the namespace is gone), so that a
+		// failing kubectl fails the test rather than reading as nothing.
 		kubectl(t, env, nil, "delete", "-k", dir, "--ignore-not-found", "--timeout=3m")
-		if left := strings.TrimSpace(string(kubectlMay(env, "get", "pods,pvc", "-n", ns, "-o", "name"))); left != "" {
-			t.Errorf("left after the delete: %s", left)
+		left := strings.Fields(string(kubectl(t, env, nil, "get", "pods,pvc", "-A", "--field-selector", "metadata.namespace="+ns, "-o", "name")))
+		for _, name := range strings.Fields(string(kubectl(t, env, nil, "get", "namespaces,clusterroles,clusterrolebindings", "-o", "name"))) {
+			if name == "namespace/"+ns || strings.Contains(name, "/t"+nonce+"-") {
+				left = append(left, name)
+			}
+		}
+		if len(left) > 0 {
+			t.Errorf("left after the delete: %s", strings.Join(left, " "))
 		}
 	})
 
@@ -254,6 +266,9 @@ func TestDeployedRuntime(t *testing.T) {
 	if _, err := commands.Do(ctx, protocol.Command{Action: protocol.ActionDelete, WorkerID: id}); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
+	// The manager removes its worker's pod itself, before the namespace
+	// would take it.
+	kubectl(t, env, nil, "wait", "--for=delete", "-n", ns, "pod/agentvisor-"+id, "--timeout=90s")
 }
 
 // kubectlMay is kubectl whose failure is no test's: what it printed, or
