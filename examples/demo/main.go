@@ -146,8 +146,11 @@ func (d *demo) run(ctx context.Context) error {
 	stopped := false
 	defer func() {
 		if !stopped {
+			// A failed step: the manager still hibernates its workers, and
+			// what they kept (project volumes) goes as on a clean end.
 			_ = manager.Process.Signal(syscall.SIGTERM)
 			_ = manager.Wait()
+			_, _ = cleanUp(context.WithoutCancel(ctx), d.keys)
 		}
 	}()
 	if err := d.deleteEarlierWorkers(ctx, earlier); err != nil {

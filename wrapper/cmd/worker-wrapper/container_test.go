@@ -104,9 +104,12 @@ func TestPID1InContainer(t *testing.T) {
 	t.Run("orphans reaped, SIGTERM stops cleanly", func(t *testing.T) {
 		name := randomName("pid1-")
 		runContainer(t, image, name, "WORKER_ID="+name, "REDIS_URL="+r.URL(), "AGENT_TYPE=claude", "HEARTBEAT_INTERVAL=1")
-		if out, _ := docker(t, "top", name, "-o", "pid,comm"); !strings.Contains(out, "worker-wrapper") {
-			t.Fatalf("docker top:\n%s", out)
-		}
+		// Right after `docker run -d` the container's process may still be
+		// runc's init; PID 1 becomes the wrapper once it has exec'd.
+		testkit.Eventually(t, "worker-wrapper as the container's process", 10*time.Second, func() bool {
+			out, _ := docker(t, "top", name, "-o", "pid,comm")
+			return strings.Contains(out, "worker-wrapper")
+		})
 		sendTask(t, rc, keys.Input(name), protocol.Task{RequestID: "orphans", Prompt: "fake:orphans"})
 		testkit.Eventually(t, "the output", 30*time.Second, func() bool { return len(outputs(t, rc, keys.Output(name))) == 1 })
 		if o := outputs(t, rc, keys.Output(name))[0]; o.Status != protocol.StatusComplete {
