@@ -134,7 +134,7 @@ func TestCodesRetryable(t *testing.T) {
 		CodeHostLost: true, CodeNoHost: true, CodeWorkerGone: false,
 		CodeCommandExpired: true, CodeNoManager: true, CodeRedisAuth: false,
 		CodeGitWorktree: true, CodeGitPush: true,
-		CodeImageNotAllowed: false, CodeImageBuildFailed: false,
+		CodeImageNotAllowed: false, CodeImageBuildFailed: false, CodeRuntimeUnavailable: false,
 	}
 	if len(Codes) != len(want) {
 		t.Fatalf("%d codes, the test knows %d", len(Codes), len(want))
