@@ -204,6 +204,9 @@ func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.Wo
 	if err := s.inst.checkLimits(ctx, spec); err != nil {
 		return protocol.WorkerInfo{}, err
 	}
+	if err := s.inst.checkRuntime(ctx, spec); err != nil {
+		return protocol.WorkerInfo{}, err
+	}
 	id := newWorkerID()
 	fresh := true // no earlier delivery of the command made this worker
 	if commandID != "" {

@@ -103,6 +103,10 @@ type Spec struct {
 	// Network is "host", "none", Sealed, or a network of the engine's.
 	Network string
 	Mounts  []Mount
+	// Runtime is the engine's name of the sandbox the instance runs in
+	// (Docker: a runtime of the engine's, such as runsc for gVisor;
+	// Kubernetes: a RuntimeClass); "": the engine's default.
+	Runtime string
 }
 
 // Sealed is the network of a sealed worker: loopback only, its only way
@@ -203,6 +207,9 @@ type Info struct {
 	Name      string
 	CPUs      int
 	MemoryMax int64 // bytes
+	// Runtimes are the names of the runtimes Spec.Runtime may name (nil:
+	// the engine cannot tell, and a create names any).
+	Runtimes []string
 }
 
 // InstanceName is the name of a worker's instance.

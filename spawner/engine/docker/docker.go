@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -330,7 +331,12 @@ func (e *Engine) Info(ctx context.Context) (engine.Info, error) {
 	if err != nil {
 		return engine.Info{}, Classify(err)
 	}
-	return engine.Info{Name: info.Name, CPUs: info.NCPU, MemoryMax: info.MemTotal}, nil
+	out := engine.Info{Name: info.Name, CPUs: info.NCPU, MemoryMax: info.MemTotal, Runtimes: []string{}}
+	for name := range info.Runtimes {
+		out.Runtimes = append(out.Runtimes, name)
+	}
+	sort.Strings(out.Runtimes)
+	return out, nil
 }
 
 func (e *Engine) Prepare()                      { e.netns.warm() }
@@ -369,6 +375,7 @@ func config(spec engine.Spec, holder string) (*container.Config, *container.Host
 		SecurityOpt: []string{"no-new-privileges"},
 		CapDrop:     []string{"ALL"},
 		Init:        ptr(false), // the wrapper is PID 1
+		Runtime:     spec.Runtime,
 	}
 	if spec.Network == engine.Sealed {
 		hc.NetworkMode = "none"

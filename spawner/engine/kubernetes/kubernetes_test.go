@@ -374,6 +374,30 @@ func TestClaimNamesAreValid(t *testing.T) {
 }
 
 // A network a pod cannot have is refused, not given another.
+// A spec's runtime is the pod's RuntimeClass, over the engine's default.
+func TestSpecRuntimeIsThePodsRuntimeClass(t *testing.T) {
+	api := newFake()
+	e := New(Params{Client: api, Namespace: "agents", Prefix: "worker:test", RuntimeClassName: "kata"})
+	t.Cleanup(func() { e.Close(context.Background()) })
+	for _, tc := range []struct{ name, runtime, want string }{
+		{"w1", "", "kata"},
+		{"w2", "gvisor", "gvisor"},
+	} {
+		s := spec(tc.name)
+		s.Runtime = tc.runtime
+		if _, err := e.Create(ctx(t), s); err != nil {
+			t.Fatal(err)
+		}
+		p, err := api.CoreV1().Pods("agents").Get(ctx(t), engine.InstanceName(tc.name), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Spec.RuntimeClassName == nil || *p.Spec.RuntimeClassName != tc.want {
+			t.Errorf("runtime %q: RuntimeClass %v, want %s", tc.runtime, p.Spec.RuntimeClassName, tc.want)
+		}
+	}
+}
+
 func TestNetworkModes(t *testing.T) {
 	e, _ := newTest(t)
 	s := spec("w1")

@@ -1,0 +1,132 @@
+package spawner
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// gvisorKernel is what gVisor's kernel says of itself in a sandbox's
+// dmesg: its boot line, which no host kernel prints.
+const gvisorKernel = "Starting gVisor"
+
+// A sealed worker asking for gVisor runs in runsc (the engine says so)
+// under gVisor's kernel (the sandbox's dmesg and /proc/version are
+// gVisor's, not the host's), and works through its gateway's sockets:
+// its task is answered (the real claude against the stub model), it
+// pauses and resumes, its second task is answered, the host's loopback
+// services stay out of reach, and a delete removes it.
+func TestGVisorSealedWorker(t *testing.T) {
+	f := newFixture(t, nil) // sealed, with the fixture's gateway
+	ctx := context.Background()
+	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, Runtime: protocol.RuntimeGVisor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := ContainerName(info.WorkerID)
+	c, err := f.dc.ContainerInspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HostConfig.Runtime != "runsc" {
+		t.Fatalf("the container's runtime is %q, want runsc", c.HostConfig.Runtime)
+	}
+	f.send(t, f.keys.Input(info.WorkerID), protocol.Task{RequestID: "gvisor-1", Prompt: "Say done."})
+	if o := f.waitOutput(t, f.keys.Output(info.WorkerID), "gvisor-1", 2*time.Minute); o.Status != protocol.StatusComplete {
+		t.Fatalf("the gVisor worker's task: %+v", o)
+	}
+
+	dmesg, err := exec.Command("docker", "exec", "-u", "1000", name, "dmesg").CombinedOutput()
+	if err != nil || !strings.Contains(string(dmesg), gvisorKernel) {
+		t.Fatalf("the worker's dmesg is not gVisor's (%v):\n%s", err, dmesg)
+	}
+	inside, err := exec.Command("docker", "exec", "-u", "1000", name, "cat", "/proc/version").CombinedOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := exec.Command("uname", "-r").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(inside), strings.TrimSpace(string(host))) {
+		t.Fatalf("the worker's kernel is the host's %s: %s", host, inside)
+	}
+	t.Logf("inside the worker: %s", strings.TrimSpace(string(inside)))
+	// On the host, the container's process is runsc's sandbox (the
+	// wrapper is PID 1 of gVisor's kernel inside it), run with the
+	// engine's arguments for it.
+	pid := c.State.Pid
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	if args[0] != "runsc-sandbox" || !slices.Contains(args, "boot") || !slices.Contains(args, "--network=none") {
+		t.Fatalf("the container's process %d on the host is not runsc's sandbox: %q", pid, args)
+	}
+
+	_, redisPort, _ := strings.Cut(f.rc.Options().Addr, ":")
+	for _, probe := range []struct{ what, script string }{
+		{"the host's Redis", fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%s", redisPort)},
+		{"a name", "getent hosts example.com"},
+		{"an address outside", "exec 3<>/dev/tcp/10.0.0.1/80"},
+	} {
+		if out, err := exec.Command("docker", "exec", "-u", "1000", name, "timeout", "5", "bash", "-c", probe.script).CombinedOutput(); err == nil {
+			t.Errorf("%s is reachable from the gVisor worker:\n%s", probe.what, out)
+		}
+	}
+
+	if err := f.s.Pause(ctx, info.WorkerID); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.s.Unpause(ctx, info.WorkerID); err != nil {
+		t.Fatal(err)
+	}
+	f.send(t, f.keys.Input(info.WorkerID), protocol.Task{RequestID: "gvisor-2", Prompt: "Say done."})
+	if o := f.waitOutput(t, f.keys.Output(info.WorkerID), "gvisor-2", 2*time.Minute); o.Status != protocol.StatusComplete {
+		t.Fatalf("the gVisor worker's task after a pause: %+v", o)
+	}
+	if err := f.s.Delete(ctx, info.WorkerID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.dc.ContainerInspect(ctx, name); err == nil {
+		t.Fatal("the container outlived the delete")
+	}
+}
+
+// A gVisor create the manager cannot carry out is refused with
+// RUNTIME_UNAVAILABLE and makes nothing: workers that are not sealed (the
+// sandbox has no network stack to the outside), an engine without the
+// runtime named.
+func TestGVisorRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"not sealed", func(c *Config) { c.NetworkMode = "host" }},
+		{"no such runtime on the engine", func(c *Config) { c.GVisorRuntime = "runsc-not-registered" }},
+		{"the manager's default, not sealed", func(c *Config) { c.NetworkMode, c.Runtime = "host", protocol.RuntimeGVisor }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.mod)
+			spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude, Runtime: protocol.RuntimeGVisor}
+			if strings.Contains(tc.name, "default") {
+				spec.Runtime = ""
+			}
+			_, err := f.s.Create(context.Background(), spec)
+			if code := ProtocolError(err).Code; code != protocol.CodeRuntimeUnavailable {
+				t.Fatalf("create: %v (code %s), want RUNTIME_UNAVAILABLE", err, code)
+			}
+			if ws, _ := f.s.List(context.Background()); len(ws) != 0 {
+				t.Fatalf("workers left: %+v", ws)
+			}
+		})
+	}
+}
