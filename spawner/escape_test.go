@@ -35,7 +35,14 @@ import (
 // worker; the model API key is a planted secret. Every attempt fails, and
 // neither secret appears in what the agent saw, in any Redis entry, in the
 // container's log or in its image.
-func TestEscapeSuite(t *testing.T) {
+func TestEscapeSuite(t *testing.T) { escapeSuite(t, "") }
+
+// The same suite with both workers in gVisor (runsc): every attempt fails
+// as it does under runc, and the agent's kernel is gVisor's, not the
+// host's.
+func TestEscapeSuiteGVisor(t *testing.T) { escapeSuite(t, protocol.RuntimeGVisor) }
+
+func escapeSuite(t *testing.T, runtime protocol.Runtime) {
 	testkit.WorkerImages(t)
 	const redisPass = "manager-pass-0b6f2c"
 	const apiKey = "sk-ant-planted-9d41e7c2a5"
@@ -75,13 +82,13 @@ func TestEscapeSuite(t *testing.T) {
 	s := NewDocker(cfg, dc, rc, &images.Builder{Docker: dc, Redis: rc, Keys: cfg.Keys, BaseImage: cfg.BaseImage}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	testkit.CleanupLabelled(t, testkit.KeyPrefixLabel(prefix))
 	ctx := context.Background()
-	victim, err := s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
+	victim, err := s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, Runtime: runtime})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Two names on its allowlist: one that does not resolve, one that
 	// resolves to the host's loopback (the gateway does not dial it).
-	agent, err := s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, AllowedCommands: []string{"*"},
+	agent, err := s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, AllowedCommands: []string{"*"}, Runtime: runtime,
 		Network: &protocol.Network{Allow: []string{"nx.invalid:443", "localhost:" + r.Addr[strings.LastIndex(r.Addr, ":")+1:]}}})
 	if err != nil {
 		t.Fatal(err)
@@ -121,6 +128,8 @@ func TestEscapeSuite(t *testing.T) {
 		`for p in /proc/[0-9]*; do echo "$p: $(tr '\0' ' ' < $p/cmdline 2>&1) $(tr '\0' ' ' < $p/environ 2>&1)"; done`,
 		`grep -rIl "sk-ant\|requirepass\|manager-pass" / --exclude-dir=proc --exclude-dir=sys 2>/dev/null | head; ls -la /proc/1/fd /proc/1/map_files 2>&1 | head`,
 		`cat /proc/1/mem 2>&1 | head -c 100; cat /proc/1/maps 2>&1 | head -3`,
+		// The kernel the agent's calls reach.
+		`echo KERNEL-BEGIN; cat /proc/version; echo KERNEL-END`,
 		// The host's loopback services: its Redis, its ops page.
 		tcp("HOSTREDIS", "127.0.0.1", port),
 		tcp("HOSTOPS", "127.0.0.1", opsPort),
@@ -194,6 +203,24 @@ func TestEscapeSuite(t *testing.T) {
 		}
 	}
 	saw := seen.String()
+	// Under gVisor the agent's kernel is gVisor's (its Linux version is
+	// not the host's), and the engine ran both workers in runsc.
+	if i, j := strings.Index(saw, "KERNEL-BEGIN"), strings.LastIndex(saw, "KERNEL-END"); i < 0 || j < i {
+		t.Errorf("the agent's kernel probe gave no answer")
+	} else if host, err := exec.Command("uname", "-r").Output(); err != nil {
+		t.Fatal(err)
+	} else if onHost := strings.Contains(saw[i:j], strings.TrimSpace(string(host))); onHost != (runtime != protocol.RuntimeGVisor) {
+		t.Errorf("runtime %q: the agent's kernel is the host's (%s): %v; it saw:\n%s", runtime, strings.TrimSpace(string(host)), onHost, saw[i:j])
+	}
+	for _, w := range []string{victim.WorkerID, agent.WorkerID} {
+		c, err := dc.ContainerInspect(ctx, ContainerName(w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[protocol.Runtime]string{protocol.RuntimeGVisor: "runsc"}[runtime]; c.HostConfig.Runtime != want && (want != "" || c.HostConfig.Runtime != "runc") {
+			t.Errorf("worker %s runs in %q, want %q", w, c.HostConfig.Runtime, want)
+		}
+	}
 	if !strings.Contains(saw, "NOAUTH") && !strings.Contains(saw, "WRONGPASS") && !strings.Contains(saw, "NOPERM") {
 		t.Errorf("the agent's Redis attempts through its socket were not refused as expected; it saw:\n%s", tail(saw, 3000))
 	}
