@@ -130,3 +130,68 @@ func TestGVisorRefused(t *testing.T) {
 		})
 	}
 }
+
+// WORKER_RUNTIME=gvisor makes every worker whose spec names no runtime a
+// gVisor worker; a spec's own runtime wins over it.
+func TestGVisorManagerDefault(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.Runtime = protocol.RuntimeGVisor })
+	ctx := context.Background()
+	for _, tc := range []struct {
+		spec protocol.Runtime
+		want string
+	}{
+		{"", "runsc"},
+		{protocol.RuntimeRunc, "runc"},
+	} {
+		info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, Runtime: tc.spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := f.dc.ContainerInspect(ctx, ContainerName(info.WorkerID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.HostConfig.Runtime != tc.want {
+			t.Errorf("spec runtime %q on a gvisor manager: the container's is %q, want %q", tc.spec, c.HostConfig.Runtime, tc.want)
+		}
+		if err := f.s.Delete(ctx, info.WorkerID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A hibernated gVisor worker wakes in gVisor: its next incarnation is
+// made from its spec, runtime and all.
+func TestGVisorWorkerWakesInGVisor(t *testing.T) {
+	f := newFixture(t, nil)
+	f.startManager(t)
+	ctx := context.Background()
+	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, ProjectID: "sandboxed", Runtime: protocol.RuntimeGVisor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := info.WorkerID
+	f.send(t, f.keys.Input(id), protocol.Task{RequestID: "gv-hib-1", Prompt: "first"})
+	if o := f.waitOutput(t, f.keys.Output(id), "gv-hib-1", 2*time.Minute); o.Status != protocol.StatusComplete {
+		t.Fatalf("task 1: %+v", o)
+	}
+	idle(t, f, id)
+	if err := f.s.Hibernate(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	waitHibernated(t, f, id, time.Minute)
+	f.send(t, f.keys.Input(id), protocol.Task{RequestID: "gv-hib-2", Prompt: "second"})
+	if o := f.waitOutput(t, f.keys.Output(id), "gv-hib-2", 2*time.Minute); o.Status != protocol.StatusComplete {
+		t.Fatalf("the task that woke it: %+v", o)
+	}
+	if n := f.rc.HGet(ctx, f.keys.Status(id), protocol.StatusFieldIncarnation).Val(); n != "2" {
+		t.Fatalf("incarnation %q after the wake, want 2", n)
+	}
+	c, err := f.dc.ContainerInspect(ctx, ContainerName(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HostConfig.Runtime != "runsc" {
+		t.Fatalf("the woken worker runs in %q, want runsc", c.HostConfig.Runtime)
+	}
+}
