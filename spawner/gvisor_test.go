@@ -195,3 +195,41 @@ func TestGVisorWorkerWakesInGVisor(t *testing.T) {
 		t.Fatalf("the woken worker runs in %q, want runsc", c.HostConfig.Runtime)
 	}
 }
+
+// An agent past its memory limit in gVisor: the host's OOM killer ends
+// the whole sandbox (gVisor's kernel with it), not the agent alone as
+// under runc. The task is answered OOM_KILLED all the same, from the
+// container's death, and the worker's next incarnation (in gVisor again)
+// runs the next task.
+func TestGVisorMemoryHogIsOOMKilled(t *testing.T) {
+	buildBenchBase(t)
+	f := newFixture(t, func(c *Config) { useFakeAgent(c) })
+	f.startManager(t)
+	ctx := context.Background()
+	spec := fakeSpec
+	spec.Runtime, spec.Limits = protocol.RuntimeGVisor, protocol.Limits{Memory: "64m"}
+	info, err := f.s.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.send(t, f.keys.Input(info.WorkerID), protocol.Task{RequestID: "gv-oom-1", Prompt: "use memory fake:hog"})
+	o := f.waitOutput(t, f.keys.Output(info.WorkerID), "gv-oom-1", 60*time.Second)
+	if o.Status != protocol.StatusFailed || o.Error == nil || o.Error.Code != protocol.CodeOOMKilled || !o.Error.Retryable {
+		t.Fatalf("output %+v error %+v", o, o.Error)
+	}
+	f.send(t, f.keys.Input(info.WorkerID), protocol.Task{RequestID: "gv-oom-2", Prompt: "small"})
+	if o := f.waitOutput(t, f.keys.Output(info.WorkerID), "gv-oom-2", 90*time.Second); o.Status != protocol.StatusComplete {
+		t.Fatalf("task after the OOM kill: %+v", o)
+	}
+	inc := f.rc.HGet(ctx, f.keys.Status(info.WorkerID), protocol.StatusFieldIncarnation).Val()
+	c, err := f.dc.ContainerInspect(ctx, ContainerName(info.WorkerID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inc != "2" {
+		t.Errorf("incarnation %q after the OOM kill, want 2: the sandbox died with its agent", inc)
+	}
+	if c.HostConfig.Runtime != "runsc" {
+		t.Fatalf("the worker after the OOM kill runs in %q, want runsc", c.HostConfig.Runtime)
+	}
+}
