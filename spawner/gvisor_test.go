@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // gvisorKernel is what gVisor's kernel says of itself in a sandbox's
@@ -231,5 +232,43 @@ func TestGVisorMemoryHogIsOOMKilled(t *testing.T) {
 	}
 	if c.HostConfig.Runtime != "runsc" {
 		t.Fatalf("the worker after the OOM kill runs in %q, want runsc", c.HostConfig.Runtime)
+	}
+}
+
+// A warm pool of gVisor workers: its warm workers are made in runsc, and
+// a create with the pool's spec takes one (a paused sandbox unpaused)
+// that runs the task.
+func TestGVisorWarmPool(t *testing.T) {
+	buildBenchBase(t)
+	spec := fakeSpec
+	spec.Runtime = protocol.RuntimeGVisor
+	f := newFixture(t, func(c *Config) {
+		useFakeAgent(c)
+		c.Pools = []PoolTemplate{{Name: "gvisor", Spec: spec, MinWarm: 1, MaxTotal: 2, RecycleAfter: 10, key: specKey(spec)}}
+	})
+	c := f.startManager(t)
+	ctx := context.Background()
+	var warm []string
+	testkit.Eventually(t, "a warm gVisor worker", time.Minute, func() bool {
+		warm, _ = f.s.rdb.Warm(ctx, "gvisor")
+		return len(warm) == 1
+	})
+	r, err := c.Do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(warm, r.WorkerID) {
+		t.Fatalf("the create got %s, not the warm %v", r.WorkerID, warm)
+	}
+	ci, err := f.dc.ContainerInspect(ctx, ContainerName(r.WorkerID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci.HostConfig.Runtime != "runsc" {
+		t.Fatalf("the pool's worker runs in %q, want runsc", ci.HostConfig.Runtime)
+	}
+	f.send(t, f.keys.Input(r.WorkerID), protocol.Task{RequestID: "gv-pool-1", Prompt: "small"})
+	if o := f.waitOutput(t, f.keys.Output(r.WorkerID), "gv-pool-1", time.Minute); o.Status != protocol.StatusComplete {
+		t.Fatalf("the pool worker's task: %+v", o)
 	}
 }
