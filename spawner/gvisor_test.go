@@ -249,10 +249,11 @@ func TestGVisorWarmPool(t *testing.T) {
 	c := f.startManager(t)
 	ctx := context.Background()
 	var warm []string
-	testkit.Eventually(t, "a warm gVisor worker", time.Minute, func() bool {
-		warm, _ = f.s.rdb.Warm(ctx, "gvisor")
-		return len(warm) == 1
-	})
+	testkit.Eventually(t, "a warm gVisor worker", 2*time.Minute, // its image may be built first
+		func() bool {
+			warm, _ = f.s.rdb.Warm(ctx, "gvisor")
+			return len(warm) == 1
+		})
 	r, err := c.Do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &spec})
 	if err != nil {
 		t.Fatal(err)
