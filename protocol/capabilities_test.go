@@ -19,7 +19,7 @@ func TestRecipeCanonicalTextAndHashAreFixed(t *testing.T) {
 	}{
 		{
 			name:      "claude with two capabilities",
-			recipe:    Recipe{Agent: AgentClaude, Capabilities: []Capability{"GIT", "CURL"}, BaseImage: testBase},
+			recipe:    Recipe{Agent: AgentClaude, Capabilities: []Capability{"GIT", "CURL"}, BaseImage: testBase, Version: 1},
 			canonical: "agentvisor-image-recipe\nversion=1\nagent=claude\nbase=sha256:0123456789abcdef\ncapabilities=CURL,GIT\n",
 			hash:      "33bbee26d5ffde18",
 		},

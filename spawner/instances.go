@@ -92,7 +92,8 @@ func (in *instances) instanceSpec(id, commandID string, spec protocol.WorkerSpec
 	}
 	is := engine.Spec{Name: ContainerName(id), Image: image, Env: in.workerEnv(id, spec, redisURL), Labels: labels, User: "1000:1000",
 		StopTimeout: in.cfg.StopTimeout, Network: in.cfg.NetworkMode, Runtime: in.engineRuntime(spec),
-		Limits: engine.Limits{Memory: in.memory(spec), CPUs: in.cpus(spec), Pids: in.pids(spec)}}
+		Limits:     engine.Limits{Memory: in.memory(spec), CPUs: in.cpus(spec), Pids: in.pids(spec)},
+		Containers: slices.Contains(caps, protocol.CapDocker)}
 	if in.cfg.ProjectVolumes && spec.ProjectID != "" {
 		is.Mounts = projectMounts(in.keys.Prefix, spec)
 		is.Env = append(is.Env, "WORKSPACE=/home/worker/workspace")

@@ -107,6 +107,11 @@ type Spec struct {
 	// (Docker: a runtime of the engine's, such as runsc for gVisor;
 	// Kubernetes: a RuntimeClass); "": the engine's default.
 	Runtime string
+	// Containers says the instance runs containers of its own (the DOCKER
+	// capability: rootless Podman inside it, its storage in
+	// protocol.DockerStorage): the engine relaxes for it what that needs
+	// and nothing else, or refuses it with ErrInvalid.
+	Containers bool
 }
 
 // Sealed is the network of a sealed worker: loopback only, its only way

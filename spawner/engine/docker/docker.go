@@ -383,6 +383,9 @@ func config(spec engine.Spec, holder string) (*container.Config, *container.Host
 			hc.NetworkMode = container.NetworkMode("container:" + holder) // a spare namespace, loopback only as well
 		}
 	}
+	if spec.Containers {
+		containers(spec, hc)
+	}
 	for _, m := range spec.Mounts {
 		if m.Volume != "" {
 			hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Source: m.Volume, Target: m.Target, ReadOnly: m.ReadOnly,

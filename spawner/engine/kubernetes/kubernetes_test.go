@@ -418,3 +418,17 @@ func TestForbiddenNamespaceFailsFast(t *testing.T) {
 		t.Errorf("list: %v, want ErrForbidden", err)
 	}
 }
+
+// A worker that runs containers of its own is refused, with no pod made.
+func TestContainersAreRefused(t *testing.T) {
+	e, api := newTest(t)
+	s := spec("w1")
+	s.Containers = true
+	_, err := e.Create(ctx(t), s)
+	if !errors.Is(err, engine.ErrInvalid) || !errors.Is(err, ErrNoContainers) {
+		t.Fatalf("err = %v, want ErrInvalid and ErrNoContainers", err)
+	}
+	if pods, _ := api.CoreV1().Pods("agents").List(ctx(t), metav1.ListOptions{}); len(pods.Items) != 0 {
+		t.Fatalf("%d pods made", len(pods.Items))
+	}
+}

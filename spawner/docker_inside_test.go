@@ -1,0 +1,183 @@
+package spawner
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentvisor/agentvisor/protocol"
+)
+
+// buildInnerProbe compiles testdata/innerprobe as a static binary and
+// returns the directory that holds it and a Dockerfile FROM scratch that
+// copies it in: an inner image needing no registry.
+func buildInnerProbe(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "probe"), "./testdata/innerprobe")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the probe: %v\n%s", err, out)
+	}
+	df := "FROM scratch\nCOPY probe /probe\nENTRYPOINT [\"/probe\"]\n"
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// inWorker runs a shell script in a worker's container as the worker's
+// uid, as the agent's commands run.
+func inWorker(t testing.TB, id, script string, timeout time.Duration) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "docker", "exec", "-u", "1000:1000", "-w", "/home/worker", ContainerName(id), "bash", "-c", script).CombinedOutput()
+	return string(out), err
+}
+
+// copyToWorker puts dir's files into the worker's /home/worker/inner.
+func copyToWorker(t testing.TB, id, dir string) {
+	t.Helper()
+	if out, err := inWorker(t, id, "mkdir -p /home/worker/inner", 30*time.Second); err != nil {
+		t.Fatalf("mkdir: %v %s", err, out)
+	}
+	if out, err := exec.Command("docker", "cp", dir+"/.", ContainerName(id)+":/home/worker/inner").CombinedOutput(); err != nil {
+		t.Fatalf("docker cp: %v %s", err, out)
+	}
+}
+
+// probeProcesses returns the host's processes whose command line is the
+// probe's with "sleep" and their uids, read from the host's /proc.
+func probeProcesses(t testing.TB) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.HasPrefix(string(cmdline), "/probe\x00sleep") {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+				out[e.Name()] = strings.Fields(rest)[1] // the effective uid
+			}
+		}
+	}
+	return out
+}
+
+// A sealed worker with DOCKER builds an image with its own engine and
+// runs it, and from the host: root in the inner container is the
+// worker's uid, the inner container has loopback only and reaches neither
+// the host's Redis nor any engine's socket, a bind of /etc is the
+// worker's own /etc, the worker's engine sees none of the host's
+// containers, and the inner processes are gone once the worker is
+// deleted.
+func TestDockerInsideASealedWorker(t *testing.T) {
+	f := newFixture(t, nil) // sealed, with the fixture's gateway
+	probe := buildInnerProbe(t)
+	ctx := context.Background()
+	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, Capabilities: []protocol.Capability{protocol.CapDocker},
+		Limits: protocol.Limits{Memory: "1g"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.s.Delete(context.WithoutCancel(ctx), info.WorkerID) })
+	copyToWorker(t, info.WorkerID, probe)
+
+	if out, err := inWorker(t, info.WorkerID, "docker build -q -t inner-probe:1 /home/worker/inner", 3*time.Minute); err != nil {
+		t.Fatalf("docker build in the worker: %v\n%s", err, out)
+	}
+	redis := f.rc.Options().Addr
+	out, err := inWorker(t, info.WorkerID, "docker run --rm -v /etc:/x inner-probe:1 "+redis, time.Minute)
+	if err != nil {
+		t.Fatalf("docker run in the worker: %v\n%s", err, out)
+	}
+	workerHostname, _ := inWorker(t, info.WorkerID, "cat /etc/hostname", 30*time.Second)
+	hostHostname, _ := os.ReadFile("/etc/hostname")
+	lines := strings.Split(out, "\n")
+	has := func(l string) bool {
+		for _, x := range lines {
+			if x == l {
+				return true
+			}
+		}
+		return false
+	}
+	if !has("uid 0") || !has("interface lo") {
+		t.Fatalf("the inner container: %s", out)
+	}
+	for _, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "interface ") && l != "interface lo":
+			t.Errorf("the inner container has a network beyond loopback: %s", l)
+		case strings.HasPrefix(l, "socket "):
+			t.Errorf("the inner container sees an engine's socket: %s", l)
+		case strings.HasPrefix(l, "reached "):
+			t.Errorf("the inner container reaches the host's Redis: %s", l)
+		}
+	}
+	if !has("mounted-hostname " + strings.TrimSpace(workerHostname)) {
+		t.Errorf("-v /etc:/x is not the worker's /etc (its hostname %q): %s", workerHostname, out)
+	}
+	if strings.TrimSpace(workerHostname) != strings.TrimSpace(string(hostHostname)) && has("mounted-hostname "+strings.TrimSpace(string(hostHostname))) {
+		t.Errorf("-v /etc:/x is the host's /etc: %s", out)
+	}
+	// The worker's engine is its own: no host socket in the worker, and
+	// none of the host's containers (its own included) in its list.
+	if out, err := inWorker(t, info.WorkerID, "ls -l /var/run/docker.sock /run/docker.sock 2>&1; docker ps -a --format '{{.Names}}'", time.Minute); strings.Contains(out, "srw") ||
+		strings.Contains(out, engineNamePrefix()) || err != nil {
+		t.Errorf("the worker's engine is not its own: %v\n%s", err, out)
+	}
+
+	// Root in an inner container, as the host sees it: the worker's uid.
+	if out, err := inWorker(t, info.WorkerID, "docker run -d --name inner-sleeper inner-probe:1 sleep", time.Minute); err != nil {
+		t.Fatalf("docker run -d: %v\n%s", err, out)
+	}
+	var procs map[string]string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if procs = probeProcesses(t); len(procs) > 0 {
+			break
+		}
+	}
+	if len(procs) != 1 {
+		t.Fatalf("the host sees %d inner probe processes, want 1: %v", len(procs), procs)
+	}
+	for pid, uid := range procs {
+		if uid != "1000" {
+			t.Fatalf("the inner container's root is uid %s on the host (pid %s), want the worker's 1000", uid, pid)
+		}
+	}
+	top, err := f.dc.ContainerTop(ctx, ContainerName(info.WorkerID), []string{"-eo", "pid,uid,args"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := false
+	for _, p := range top.Processes {
+		if _, ok := procs[p[0]]; ok {
+			counted = true
+		}
+	}
+	if !counted {
+		t.Errorf("the inner process is not in the worker's cgroup (its limits): %v", top.Processes)
+	}
+
+	if err := f.s.Delete(ctx, info.WorkerID); err != nil {
+		t.Fatal(err)
+	}
+	if procs := probeProcesses(t); len(procs) != 0 {
+		t.Fatalf("inner processes outlive the deleted worker: %v", procs)
+	}
+}
+
+// engineNamePrefix is how every worker's container is named on the host.
+func engineNamePrefix() string { return ContainerName("") }
