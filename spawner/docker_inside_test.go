@@ -5,11 +5,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/stubmodel"
 )
 
 // buildInnerProbe compiles testdata/innerprobe as a static binary and
@@ -75,6 +77,83 @@ func probeProcesses(t testing.TB) map[string]string {
 	return out
 }
 
+// checkInner holds what the probe printed in an inner container run
+// with -v /etc:/x and the host's Redis address to what the worker must
+// confine it to: root inside, loopback only, no engine socket, the
+// host's Redis out of reach, and /x the worker's /etc, not the host's.
+func checkInner(t *testing.T, id, out string) {
+	t.Helper()
+	workerHostname, _ := inWorker(t, id, "cat /etc/hostname", 30*time.Second)
+	hostHostname, _ := os.ReadFile("/etc/hostname")
+	lines := strings.Split(out, "\n")
+	if !slices.Contains(lines, "uid 0") || !slices.Contains(lines, "interface lo") {
+		t.Fatalf("the inner container: %s", out)
+	}
+	for _, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "interface ") && l != "interface lo":
+			t.Errorf("the inner container has a network beyond loopback: %s", l)
+		case strings.HasPrefix(l, "socket "):
+			t.Errorf("the inner container sees an engine's socket: %s", l)
+		case strings.HasPrefix(l, "reached "):
+			t.Errorf("the inner container reaches the host's Redis: %s", l)
+		}
+	}
+	if !slices.Contains(lines, "mounted-hostname "+strings.TrimSpace(workerHostname)) {
+		t.Errorf("-v /etc:/x is not the worker's /etc (its hostname %q): %s", workerHostname, out)
+	}
+	if h := strings.TrimSpace(string(hostHostname)); h != strings.TrimSpace(workerHostname) && slices.Contains(lines, "mounted-hostname "+h) {
+		t.Errorf("-v /etc:/x is the host's /etc: %s", out)
+	}
+	// The worker's engine is its own: no host socket in the worker, and
+	// none of the host's containers (its own included) in its list.
+	if out, err := inWorker(t, id, "ls -l /var/run/docker.sock /run/docker.sock 2>&1; docker ps -a --format '{{.Names}}'", time.Minute); strings.Contains(out, "srw") ||
+		strings.Contains(out, ContainerName("")) || err != nil {
+		t.Errorf("the worker's engine is not its own: %v\n%s", err, out)
+	}
+}
+
+// checkSleeper holds the inner container left running with the probe's
+// "sleep" to the host's view: one process, of the worker's uid, in the
+// worker's cgroup; and deletes the worker, after which it must be gone.
+func checkSleeper(t *testing.T, f *fixture, id string) {
+	t.Helper()
+	ctx := context.Background()
+	var procs map[string]string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if procs = probeProcesses(t); len(procs) > 0 {
+			break
+		}
+	}
+	if len(procs) != 1 {
+		t.Fatalf("the host sees %d inner probe processes, want 1: %v", len(procs), procs)
+	}
+	for pid, uid := range procs {
+		if uid != "1000" {
+			t.Fatalf("the inner container's root is uid %s on the host (pid %s), want the worker's 1000", uid, pid)
+		}
+	}
+	top, err := f.dc.ContainerTop(ctx, ContainerName(id), []string{"-eo", "pid,uid,args"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := false
+	for _, p := range top.Processes {
+		if _, ok := procs[p[0]]; ok {
+			counted = true
+		}
+	}
+	if !counted {
+		t.Errorf("the inner process is not in the worker's cgroup (its limits): %v", top.Processes)
+	}
+	if err := f.s.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if procs := probeProcesses(t); len(procs) != 0 {
+		t.Fatalf("inner processes outlive the deleted worker: %v", procs)
+	}
+}
+
 // A sealed worker with DOCKER builds an image with its own engine and
 // runs it, and from the host: root in the inner container is the
 // worker's uid, the inner container has loopback only and reaches neither
@@ -97,87 +176,71 @@ func TestDockerInsideASealedWorker(t *testing.T) {
 	if out, err := inWorker(t, info.WorkerID, "docker build -q -t inner-probe:1 /home/worker/inner", 3*time.Minute); err != nil {
 		t.Fatalf("docker build in the worker: %v\n%s", err, out)
 	}
-	redis := f.rc.Options().Addr
-	out, err := inWorker(t, info.WorkerID, "docker run --rm -v /etc:/x inner-probe:1 "+redis, time.Minute)
+	out, err := inWorker(t, info.WorkerID, "docker run --rm -v /etc:/x inner-probe:1 "+f.rc.Options().Addr, time.Minute)
 	if err != nil {
 		t.Fatalf("docker run in the worker: %v\n%s", err, out)
 	}
-	workerHostname, _ := inWorker(t, info.WorkerID, "cat /etc/hostname", 30*time.Second)
-	hostHostname, _ := os.ReadFile("/etc/hostname")
-	lines := strings.Split(out, "\n")
-	has := func(l string) bool {
-		for _, x := range lines {
-			if x == l {
-				return true
-			}
-		}
-		return false
-	}
-	if !has("uid 0") || !has("interface lo") {
-		t.Fatalf("the inner container: %s", out)
-	}
-	for _, l := range lines {
-		switch {
-		case strings.HasPrefix(l, "interface ") && l != "interface lo":
-			t.Errorf("the inner container has a network beyond loopback: %s", l)
-		case strings.HasPrefix(l, "socket "):
-			t.Errorf("the inner container sees an engine's socket: %s", l)
-		case strings.HasPrefix(l, "reached "):
-			t.Errorf("the inner container reaches the host's Redis: %s", l)
-		}
-	}
-	if !has("mounted-hostname " + strings.TrimSpace(workerHostname)) {
-		t.Errorf("-v /etc:/x is not the worker's /etc (its hostname %q): %s", workerHostname, out)
-	}
-	if strings.TrimSpace(workerHostname) != strings.TrimSpace(string(hostHostname)) && has("mounted-hostname "+strings.TrimSpace(string(hostHostname))) {
-		t.Errorf("-v /etc:/x is the host's /etc: %s", out)
-	}
-	// The worker's engine is its own: no host socket in the worker, and
-	// none of the host's containers (its own included) in its list.
-	if out, err := inWorker(t, info.WorkerID, "ls -l /var/run/docker.sock /run/docker.sock 2>&1; docker ps -a --format '{{.Names}}'", time.Minute); strings.Contains(out, "srw") ||
-		strings.Contains(out, engineNamePrefix()) || err != nil {
-		t.Errorf("the worker's engine is not its own: %v\n%s", err, out)
-	}
-
-	// Root in an inner container, as the host sees it: the worker's uid.
+	checkInner(t, info.WorkerID, out)
 	if out, err := inWorker(t, info.WorkerID, "docker run -d --name inner-sleeper inner-probe:1 sleep", time.Minute); err != nil {
 		t.Fatalf("docker run -d: %v\n%s", err, out)
 	}
-	var procs map[string]string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if procs = probeProcesses(t); len(procs) > 0 {
-			break
-		}
+	checkSleeper(t, f, info.WorkerID)
+}
+
+// The real claude in a sealed DOCKER worker, its Bash tool driven by the
+// stub model, writes a Dockerfile, builds it and runs the image (once
+// with the probe's checks, once left running): the checks above hold for
+// what it ran, and the container it left running outlives the task (the
+// wrapper's sweep spares the inner engine) with the worker's engine still
+// answering.
+func TestRealClaudeBuildsAndRunsAContainerInItsWorker(t *testing.T) {
+	f := newFixture(t, nil)
+	probe := buildInnerProbe(t)
+	if err := os.Remove(filepath.Join(probe, "Dockerfile")); err != nil { // the agent writes it
+		t.Fatal(err)
 	}
-	if len(procs) != 1 {
-		t.Fatalf("the host sees %d inner probe processes, want 1: %v", len(procs), procs)
-	}
-	for pid, uid := range procs {
-		if uid != "1000" {
-			t.Fatalf("the inner container's root is uid %s on the host (pid %s), want the worker's 1000", uid, pid)
-		}
-	}
-	top, err := f.dc.ContainerTop(ctx, ContainerName(info.WorkerID), []string{"-eo", "pid,uid,args"})
+	ctx := context.Background()
+	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, AllowedCommands: []string{"*"},
+		Capabilities: []protocol.Capability{protocol.CapDocker}, Limits: protocol.Limits{Memory: "1g"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	counted := false
-	for _, p := range top.Processes {
-		if _, ok := procs[p[0]]; ok {
-			counted = true
+	t.Cleanup(func() { _ = f.s.Delete(context.WithoutCancel(ctx), info.WorkerID) })
+	copyToWorker(t, info.WorkerID, probe)
+	bash := func(cmd string) stubmodel.Step {
+		return stubmodel.Step{ToolUse: &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": cmd, "description": "docker"}}}
+	}
+	f.stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
+		bash(`cd /home/worker/inner && printf 'FROM scratch\nCOPY probe /probe\nENTRYPOINT ["/probe"]\n' > Dockerfile && docker build -q -t inner-probe:1 . && echo BUILT`),
+		bash("docker run --rm -v /etc:/x inner-probe:1 " + f.rc.Options().Addr + " && docker run -d --name inner-sleeper inner-probe:1 sleep && echo RAN"),
+		{Text: `{"status": "complete", "result": {"ok": true}}`},
+	}})
+	f.send(t, f.keys.Input(info.WorkerID), protocol.Task{RequestID: "docker-1", Prompt: "Build the image in /home/worker/inner and run it."})
+	if o := f.waitOutput(t, f.keys.Output(info.WorkerID), "docker-1", 4*time.Minute); o.Status != protocol.StatusComplete {
+		t.Fatalf("the task: %+v", o)
+	}
+	// The tool results the model was sent: the build's, then the run's.
+	var results []string
+	for _, r := range f.stub.Requests() {
+		if n := len(r.Messages); n > 0 {
+			results = append(results, string(r.Messages[n-1]))
 		}
 	}
-	if !counted {
-		t.Errorf("the inner process is not in the worker's cgroup (its limits): %v", top.Processes)
+	all := strings.Join(results, "\n")
+	if !strings.Contains(all, "BUILT") || !strings.Contains(all, "RAN") {
+		t.Fatalf("the agent's docker build and run did not succeed; the tool results:\n%s", all)
 	}
-
-	if err := f.s.Delete(ctx, info.WorkerID); err != nil {
-		t.Fatal(err)
+	// The run's own lines, as the probe printed them, from the tool
+	// result that ends with RAN (JSON-escaped: \n between them).
+	var run string
+	for _, r := range results {
+		if i, j := strings.Index(r, "uid "), strings.Index(r, "RAN"); i >= 0 && j > i {
+			run = r[i:j]
+		}
 	}
-	if procs := probeProcesses(t); len(procs) != 0 {
-		t.Fatalf("inner processes outlive the deleted worker: %v", procs)
+	if run == "" {
+		t.Fatalf("no probe output in the tool results:\n%s", all)
 	}
+	checkInner(t, info.WorkerID, strings.ReplaceAll(run, `\n`, "\n"))
+	checkSleeper(t, f, info.WorkerID)
 }
-
-// engineNamePrefix is how every worker's container is named on the host.
-func engineNamePrefix() string { return ContainerName("") }
