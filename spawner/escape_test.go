@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,14 +36,24 @@ import (
 // worker; the model API key is a planted secret. Every attempt fails, and
 // neither secret appears in what the agent saw, in any Redis entry, in the
 // container's log or in its image.
-func TestEscapeSuite(t *testing.T) { escapeSuite(t, "") }
+func TestEscapeSuite(t *testing.T) { escapeSuite(t, "", nil) }
 
 // The same suite with both workers in gVisor (runsc): every attempt fails
 // as it does under runc, and the agent's kernel is gVisor's, not the
 // host's.
-func TestEscapeSuiteGVisor(t *testing.T) { escapeSuite(t, protocol.RuntimeGVisor) }
+func TestEscapeSuiteGVisor(t *testing.T) { escapeSuite(t, protocol.RuntimeGVisor, nil) }
 
-func escapeSuite(t *testing.T, runtime protocol.Runtime) {
+// The same suite in a DOCKER worker, whose container gives up Docker's
+// default seccomp profile, its masked /proc paths and AppArmor for an
+// engine of its own, plus the ways those open: root in a user namespace
+// of the agent's reading the wrapper's secrets, a proc of its own
+// mounted there, a write to a kernel setting /proc no longer shields.
+func TestEscapeSuiteDocker(t *testing.T) {
+	escapeSuite(t, "", []protocol.Capability{protocol.CapDocker})
+}
+
+func escapeSuite(t *testing.T, runtime protocol.Runtime, caps []protocol.Capability) {
+	docker := slices.Contains(caps, protocol.CapDocker)
 	testkit.WorkerImages(t)
 	const redisPass = "manager-pass-0b6f2c"
 	const apiKey = "sk-ant-planted-9d41e7c2a5"
@@ -88,7 +99,7 @@ func escapeSuite(t *testing.T, runtime protocol.Runtime) {
 	}
 	// Two names on its allowlist: one that does not resolve, one that
 	// resolves to the host's loopback (the gateway does not dial it).
-	agent, err := s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, AllowedCommands: []string{"*"}, Runtime: runtime,
+	agent, err := s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, AllowedCommands: []string{"*"}, Runtime: runtime, Capabilities: caps,
 		Network: &protocol.Network{Allow: []string{"nx.invalid:443", "localhost:" + r.Addr[strings.LastIndex(r.Addr, ":")+1:]}}})
 	if err != nil {
 		t.Fatal(err)
@@ -161,6 +172,18 @@ func escapeSuite(t *testing.T, runtime protocol.Runtime) {
 			`print $s "CONNECT localhost:` + port + ` HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"; alarm 10; local $/; $a=<$s>; print "EGRESSLO-BEGIN $a EGRESSLO-END"'`,
 		`perl -MIO::Socket::UNIX -e '$s=IO::Socket::UNIX->new(Peer=>"/run/agentvisor/egress.sock") or die "no socket: $!"; ` +
 			`print $s "GET ` + gateway.RefusalsPath + ` HTTP/1.1\r\nHost: gateway\r\n\r\n"; $a=<$s>; print "EGRESSSOCK-LOG $a"'`,
+	}
+	if docker {
+		attempts = append(attempts,
+			// Root in a user namespace of its own, at PID 1's secrets.
+			`unshare -r sh -c 'id -u; cat /proc/1/environ; cat /proc/1/mem | head -c 100' 2>&1 | tr '\0' '\n'; echo USERNS-DONE`,
+			// A proc of its own, mounted in that namespace.
+			`unshare -rm sh -c 'mount -t proc proc /mnt && echo PROCMOUNT-MOUNTED; cat /mnt/1/environ /mnt/1/cmdline; ls /mnt/1/fd' 2>&1 | tr '\0' '\n'; echo PROCMOUNT-DONE`,
+			// A kernel setting, unshielded in /proc (harmless if it went).
+			`(echo 1 > /proc/sys/vm/drop_caches) 2>/dev/null && echo DROPCACHES-WROTE || echo DROPCACHES-REFUSED`,
+			// The host's engine, at its usual sockets.
+			`ls -l /var/run/docker.sock /run/docker.sock /run/containerd/containerd.sock 2>&1; docker ps -a --format 'INNERPS {{.Names}}' 2>&1 | grep -v level=; echo ENGINE-DONE`,
+		)
 	}
 	// proxy calls the wrapper's model API proxy from the agent's shell,
 	// with the agent's own key (the proxy's token: what any program in
@@ -344,6 +367,24 @@ func escapeSuite(t *testing.T, runtime protocol.Runtime) {
 			if strings.Contains(dump, secret) {
 				t.Errorf("Redis key %s holds a secret", k)
 			}
+		}
+	}
+	if docker {
+		for _, probe := range []string{"USERNS-DONE", "PROCMOUNT-DONE", "ENGINE-DONE"} {
+			if !strings.Contains(saw, probe) {
+				t.Errorf("probe %s gave no answer; the agent saw:\n%s", probe, tail(saw, 3000))
+			}
+		}
+		for _, probe := range []string{"USERNS-DONE", "PROCMOUNT-DONE", "DROPCACHES-REFUSED", "ENGINE-DONE"} {
+			if i := strings.LastIndex(saw, probe); i >= 0 {
+				t.Logf("the probe ending %s saw:\n%s", probe, saw[max(0, i-400):i])
+			}
+		}
+		if !strings.Contains(saw, "DROPCACHES-REFUSED") || strings.Contains(saw, "DROPCACHES-WROTE") {
+			t.Errorf("the agent wrote a kernel setting; it saw:\n%s", tail(saw, 3000))
+		}
+		if strings.Contains(saw, "INNERPS "+ContainerName("")) || strings.Contains(saw, "srw") {
+			t.Errorf("the agent reached the host's engine; it saw:\n%s", tail(saw, 3000))
 		}
 	}
 	// No secret in the container's log.
