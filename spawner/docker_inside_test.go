@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/stubmodel"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // buildInnerProbe compiles testdata/innerprobe as a static binary and
@@ -243,4 +244,49 @@ func TestRealClaudeBuildsAndRunsAContainerInItsWorker(t *testing.T) {
 	}
 	checkInner(t, info.WorkerID, strings.ReplaceAll(run, `\n`, "\n"))
 	checkSleeper(t, f, info.WorkerID)
+}
+
+// Hibernation ends a DOCKER worker's inner containers and drops its inner
+// images (Podman's storage is the container's memory); the woken worker's
+// engine works, empty.
+func TestDockerWorkerHibernationDropsInnerContainersAndImages(t *testing.T) {
+	f := newFixture(t, nil)
+	f.startManager(t)
+	probe := buildInnerProbe(t)
+	ctx := context.Background()
+	info, err := f.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, ProjectID: "inner",
+		Capabilities: []protocol.Capability{protocol.CapDocker}, Limits: protocol.Limits{Memory: "1g"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := info.WorkerID
+	t.Cleanup(func() { _ = f.s.Delete(context.WithoutCancel(ctx), id) })
+	copyToWorker(t, id, probe)
+	if out, err := inWorker(t, id, "docker build -q -t inner-probe:1 /home/worker/inner && docker run -d inner-probe:1 sleep", 3*time.Minute); err != nil {
+		t.Fatalf("docker build and run -d in the worker: %v\n%s", err, out)
+	}
+	testkit.Eventually(t, "the inner container running", 30*time.Second, func() bool { return len(probeProcesses(t)) == 1 })
+
+	if err := f.s.Hibernate(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if procs := probeProcesses(t); len(procs) != 0 {
+		t.Fatalf("inner processes outlive the hibernation: %v", procs)
+	}
+	f.send(t, f.keys.Input(id), protocol.Task{RequestID: "wake-1", Prompt: "wake"})
+	if o := f.waitOutput(t, f.keys.Output(id), "wake-1", 2*time.Minute); o.Status != protocol.StatusComplete {
+		t.Fatalf("the task that woke it: %+v", o)
+	}
+	// The manager may have paused it after the task (its cgroup frozen,
+	// inner containers with it); a look needs it running.
+	_ = exec.Command("docker", "unpause", ContainerName(id)).Run()
+	out, err := inWorker(t, id, "docker images -q; docker ps -aq; echo ENGINE-OK", time.Minute)
+	if err != nil || !strings.Contains(out, "ENGINE-OK") {
+		t.Fatalf("the woken worker's engine: %v\n%s", err, out)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if l != "ENGINE-OK" && !strings.HasPrefix(l, "time=") {
+			t.Errorf("the woken worker's engine still has %q:\n%s", l, out)
+		}
+	}
 }
