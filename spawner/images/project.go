@@ -114,8 +114,8 @@ func (p *Projects) allowed(ref string) bool {
 // image pi, building what is missing; onLine (nil: none) is told of the
 // build's log lines. A base outside Allowed is a *NotAllowedError; a
 // failed build a *BuildError. The capabilities a project image offers
-// are its own: DOCKER's CLI is copied in, the others' commands must be in
-// the project's image (the layer checks them and fails without).
+// are its own: their commands must be in the project's image (the layer
+// checks them and fails without; DOCKER's podman it configures).
 func (p *Projects) Ensure(ctx context.Context, agent protocol.AgentType, caps []protocol.Capability, pi *protocol.ProjectImage, onLine BuildLine) (Image, error) {
 	in, err := readProjectImage(pi)
 	if err != nil {

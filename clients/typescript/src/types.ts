@@ -384,7 +384,7 @@ export interface Reply {
   worker?: ReplyWorker;
   workers?: ReplyWorker[];
   error?: ErrorInfo;
-  /** What the command did that its sender may not expect, such as a create's DOCKER capability, which gives the docker CLI and no engine. */
+  /** What the command did that its sender may not expect, such as a create's DOCKER capability: the worker's containers and images are its own and live in its memory, gone when it hibernates or is deleted. */
   warnings?: string[];
   timestamp: Timestamp;
 }
