@@ -17,7 +17,7 @@ import (
 
 // buildInnerProbe compiles testdata/innerprobe as a static binary and
 // returns the directory that holds it and a Dockerfile FROM scratch that
-// copies it in: an inner image needing no registry.
+// copies it in and runs it: an inner image needing no registry.
 func buildInnerProbe(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -26,7 +26,8 @@ func buildInnerProbe(t testing.TB) string {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build the probe: %v\n%s", err, out)
 	}
-	df := "FROM scratch\nCOPY probe /probe\nENTRYPOINT [\"/probe\"]\n"
+	// A RUN step too: the build runs a container of its own.
+	df := "FROM scratch\nCOPY probe /probe\nRUN [\"/probe\"]\nENTRYPOINT [\"/probe\"]\n"
 	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +213,7 @@ func TestRealClaudeBuildsAndRunsAContainerInItsWorker(t *testing.T) {
 		return stubmodel.Step{ToolUse: &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": cmd, "description": "docker"}}}
 	}
 	f.stub.SetScript(stubmodel.Script{Steps: []stubmodel.Step{
-		bash(`cd /home/worker/inner && printf 'FROM scratch\nCOPY probe /probe\nENTRYPOINT ["/probe"]\n' > Dockerfile && docker build -q -t inner-probe:1 . && echo BUILT`),
+		bash(`cd /home/worker/inner && printf 'FROM scratch\nCOPY probe /probe\nRUN ["/probe"]\nENTRYPOINT ["/probe"]\n' > Dockerfile && docker build -q -t inner-probe:1 . && echo BUILT`),
 		bash("docker run --rm -v /etc:/x inner-probe:1 " + f.rc.Options().Addr + " && docker run -d --name inner-sleeper inner-probe:1 sleep && echo RAN"),
 		{Text: `{"status": "complete", "result": {"ok": true}}`},
 	}})
