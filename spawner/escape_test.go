@@ -173,6 +173,9 @@ func escapeSuite(t *testing.T, runtime protocol.Runtime, caps []protocol.Capabil
 		`perl -MIO::Socket::UNIX -e '$s=IO::Socket::UNIX->new(Peer=>"/run/agentvisor/egress.sock") or die "no socket: $!"; ` +
 			`print $s "GET ` + gateway.RefusalsPath + ` HTTP/1.1\r\nHost: gateway\r\n\r\n"; $a=<$s>; print "EGRESSSOCK-LOG $a"'`,
 	}
+	// A user namespace of its own: only a DOCKER worker may make one (the
+	// wrapper's sweep spares what runs in one).
+	attempts = append(attempts, `unshare -r true 2>/dev/null && echo MKUSERNS-MADE || echo MKUSERNS-REFUSED`)
 	if docker {
 		attempts = append(attempts,
 			// Root in a user namespace of its own, at PID 1's secrets.
@@ -368,6 +371,9 @@ func escapeSuite(t *testing.T, runtime protocol.Runtime, caps []protocol.Capabil
 				t.Errorf("Redis key %s holds a secret", k)
 			}
 		}
+	}
+	if want := map[bool]string{false: "MKUSERNS-REFUSED", true: "MKUSERNS-MADE"}[docker]; !strings.Contains(saw, want) {
+		t.Errorf("making a user namespace: want %s; the agent saw:\n%s", want, tail(saw, 3000))
 	}
 	if docker {
 		for _, probe := range []string{"USERNS-DONE", "PROCMOUNT-DONE", "ENGINE-DONE"} {
