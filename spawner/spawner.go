@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -173,6 +174,11 @@ func (s *Spawner) createFor(ctx context.Context, commandID string, spec protocol
 	return s.create(ctx, commandID, spec, createOpts{forward: forward})
 }
 
+// ErrNoDockerEngine refuses a create with DOCKER on an engine whose
+// instances cannot run containers of their own (Kubernetes): the create
+// fails INVALID_COMMAND with this text, before any image is built.
+var ErrNoDockerEngine = errors.New("spawner: the DOCKER capability (an engine inside the worker) is not available on this manager's engine; run such workers on a Docker host")
+
 // createOpts are how a create differs from a command's.
 type createOpts struct {
 	replacement bool   // it takes the slot its dead predecessor gives back
@@ -197,6 +203,9 @@ type createOpts struct {
 func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.WorkerSpec, o createOpts) (protocol.WorkerInfo, error) {
 	if err := spec.Validate(); err != nil {
 		return protocol.WorkerInfo{}, &Error{Code: protocol.CodeInvalidCommand, Err: err}
+	}
+	if caps, _ := protocol.NormalizeCapabilities(spec.Capabilities); slices.Contains(caps, protocol.CapDocker) && !s.engine.RunsContainers() {
+		return protocol.WorkerInfo{}, &Error{Code: protocol.CodeInvalidCommand, Err: ErrNoDockerEngine}
 	}
 	if spec.Kind == "" {
 		spec.Kind = protocol.KindLongLived

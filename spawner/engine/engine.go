@@ -42,6 +42,10 @@ type Engine interface {
 	// not, the spawner's pause hibernates a worker that can hibernate and
 	// leaves the others running idle.
 	Suspends() bool
+	// RunsContainers reports whether an instance may run containers of
+	// its own (Spec.Containers, the DOCKER capability). Where it does not,
+	// the spawner refuses such a create before it builds anything.
+	RunsContainers() bool
 	// Stop asks the wrapper to finish (SIGTERM) and kills it after grace.
 	Stop(ctx context.Context, id string, grace time.Duration) error
 	// Remove kills and removes an instance (ErrNotFound: already gone).
@@ -110,7 +114,8 @@ type Spec struct {
 	// Containers says the instance runs containers of its own (the DOCKER
 	// capability: rootless Podman inside it, its storage in
 	// protocol.DockerStorage): the engine relaxes for it what that needs
-	// and nothing else, or refuses it with ErrInvalid.
+	// and nothing else; an engine that cannot (RunsContainers false)
+	// refuses it with ErrInvalid.
 	Containers bool
 }
 

@@ -177,6 +177,10 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 // Suspends reports true: a container is frozen by its cgroup's freezer.
 func (e *Engine) Suspends() bool { return true }
 
+// RunsContainers reports true: a worker's container may hold rootless
+// Podman (containers.go).
+func (e *Engine) RunsContainers() bool { return true }
+
 func (e *Engine) Stop(ctx context.Context, id string, grace time.Duration) error {
 	timeout := int(grace.Seconds())
 	return Classify(e.docker.ContainerStop(ctx, id, container.StopOptions{Timeout: &timeout}))

@@ -338,6 +338,9 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 // Suspends reports false: see Suspend.
 func (e *Engine) Suspends() bool { return false }
 
+// RunsContainers reports false: see ErrNoContainers.
+func (e *Engine) RunsContainers() bool { return false }
+
 // Stop deletes a pod with grace as its termination grace period (the
 // kubelet sends SIGTERM, then SIGKILL) and waits until its container has
 // ended or the pod is gone.
