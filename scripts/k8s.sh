@@ -8,6 +8,10 @@
 #   scripts/k8s.sh load IMAGE...  import images of the Docker engine into
 #                          the running cluster's containerd (as up loads
 #                          the worker images): images/build-services.sh's
+#   scripts/k8s.sh node2 up|kill|down  a second node on this machine (a
+#                          kubelet and a containerd of its own): start it,
+#                          lose it (every process of it SIGKILLed, as a
+#                          machine lost), remove it (down removes it too)
 #
 # It starts, each as a process of its own with its own pid file and log:
 # etcd (Debian's etcd-server), kube-apiserver, kube-controller-manager,
@@ -66,6 +70,37 @@ BRIDGE_IP=10.213.0.1
 SERVICE_CIDR=10.214.0.0/24
 NODE_NAME=agentvisor-k8s
 CNI_NETWORK=agentvisor-k8s
+
+# A second node on this machine (scripts/k8s.sh node2 up), for the tests
+# of a node lost: a kubelet and a containerd of its own (two kubelets on
+# one containerd would remove each other's containers), its own root,
+# ports, cgroup root and pod bridge. Its files are under $DATA/node2 and
+# $RUN/node2.
+NODE2_NAME=agentvisor-k8s-2
+NODE2_BRIDGE=avk8s1
+NODE2_POD_CIDR=10.213.2.0/24
+NODE2_BRIDGE_IP=10.213.2.1
+NODE2_IP=10.213.3.1
+NODE2_KUBELET_PORT=17251
+NODE2_KUBELET_HEALTHZ_PORT=17249
+NODE2_CRI_STREAM_PORT=17011
+NODE2_CGROUP=agentvisor-k8s-2
+
+# node_settings 1|2: the N_* variables write_configs, ctr_k8s and
+# load_image read are those of node 1 or node 2.
+node_settings() {
+  if [ "$1" = 1 ]; then
+    N_DATA=$DATA N_RUN=$RUN N_SOCK=$CONTAINERD_SOCK N_NAME=$NODE_NAME N_CNI=$CNI_NETWORK
+    N_BRIDGE=$BRIDGE N_BRIDGE_IP=$BRIDGE_IP N_POD_CIDR=$POD_CIDR N_NODE_IP=$NODE_IP
+    N_KUBELET_PORT=$KUBELET_PORT N_HEALTHZ_PORT=$KUBELET_HEALTHZ_PORT N_STREAM_PORT=$CRI_STREAM_PORT N_CGROUP_ROOT=/
+  else
+    N_DATA=$DATA/node2 N_RUN=$RUN/node2 N_SOCK=$RUN/node2/containerd.sock N_NAME=$NODE2_NAME N_CNI=$CNI_NETWORK-2
+    N_BRIDGE=$NODE2_BRIDGE N_BRIDGE_IP=$NODE2_BRIDGE_IP N_POD_CIDR=$NODE2_POD_CIDR N_NODE_IP=$NODE2_IP
+    N_KUBELET_PORT=$NODE2_KUBELET_PORT N_HEALTHZ_PORT=$NODE2_KUBELET_HEALTHZ_PORT N_STREAM_PORT=$NODE2_CRI_STREAM_PORT
+    N_CGROUP_ROOT=/$NODE2_CGROUP
+  fi
+}
+node_settings 1
 
 WORKER_IMAGES=${WORKER_IMAGES:-agentvisor/worker-base:latest}
 SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
@@ -137,7 +172,7 @@ stop() {
 port_free() { ! ss -Hltn "sport = :$1" | grep -q .; }
 
 kubectl_admin() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" --request-timeout=10s "$@"; }
-ctr_k8s() { ctr --address "$CONTAINERD_SOCK" --namespace k8s.io "$@"; }
+ctr_k8s() { ctr --address "$N_SOCK" --namespace k8s.io "$@"; }
 
 # --- the certificates and kubeconfigs ---------------------------------------------
 # cert NAME SUBJECT EXTENSIONS: a key and a certificate signed by the
@@ -152,6 +187,8 @@ cert() {
   rm -f "$PKI/$name.csr"
 }
 
+CLIENT_EXT='basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n'
+
 make_pki() {
   mkdir -p "$PKI"; chmod 0700 "$PKI"
   [ -f "$PKI/ca.crt" ] && [ -f "$PKI/sa.key" ] && [ -f "$PKI/admin.crt" ] && return 0
@@ -161,7 +198,7 @@ make_pki() {
       -keyout "$PKI/ca.key" -out "$PKI/ca.crt" -days 3650 -subj /CN=agentvisor-k8s-ca \
       -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
   fi
-  local client='basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n'
+  local client=$CLIENT_EXT
   cert apiserver /CN=kube-apiserver "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost,IP:${SERVICE_CIDR%.0/24}.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\n"
   cert apiserver-kubelet-client /CN=kube-apiserver-kubelet-client/O=system:masters "$client"
   cert controller-manager /CN=system:kube-controller-manager "$client"
@@ -208,32 +245,32 @@ put() {
 }
 
 # write_configs PAUSE_IMAGE: containerd's, the CNI network's and the
-# kubelet's configuration. CONTAINERD_CHANGED is 1 when containerd's
+# kubelet's configuration of the node node_settings chose. CONTAINERD_CHANGED is 1 when containerd's
 # changed (a running containerd must be restarted to read it).
 write_configs() {
   local pause_image=$1
-  mkdir -p "$DATA/cni/net.d" "$DATA/cni/ipam" "$DATA/kubelet" "$DATA/pod-logs" "$DATA/containerd-opt"
+  mkdir -p "$N_DATA/cni/net.d" "$N_DATA/cni/ipam" "$N_DATA/kubelet" "$N_DATA/pod-logs" "$N_DATA/containerd-opt"
   CONTAINERD_CHANGED=0
-  put "$DATA/containerd.toml" <<EOF && CONTAINERD_CHANGED=1
+  put "$N_DATA/containerd.toml" <<EOF && CONTAINERD_CHANGED=1
 # Written by scripts/k8s.sh: the cluster's own containerd (not Docker's).
 version = 2
-root = "$DATA/containerd"
-state = "$RUN/containerd"
+root = "$N_DATA/containerd"
+state = "$N_RUN/containerd"
 [grpc]
-  address = "$CONTAINERD_SOCK"
+  address = "$N_SOCK"
 [debug]
   address = ""
 [metrics]
   address = ""
 [plugins."io.containerd.internal.v1.opt"]
-  path = "$DATA/containerd-opt"
+  path = "$N_DATA/containerd-opt"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$pause_image"
   # This machine refuses a negative oom_score_adj: without this every pod
   # sandbox fails in runc ("can't get final child's PID from pipe").
   restrict_oom_score_adj = true
   stream_server_address = "127.0.0.1"
-  stream_server_port = "$CRI_STREAM_PORT"
+  stream_server_port = "$N_STREAM_PORT"
   disable_apparmor = true
   enable_selinux = false
   netns_mounts_under_state_dir = true
@@ -244,61 +281,62 @@ state = "$RUN/containerd"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
-        Root = "$RUN/runc"
+        Root = "$N_RUN/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = "$DATA/cni/net.d"
+    conf_dir = "$N_DATA/cni/net.d"
     max_conf_num = 1
 EOF
   # isGateway false: the bridge's address is set here, not by the plugin,
   # which would otherwise also turn on IP forwarding. No route is handed to
   # the pods: they reach their subnet and nothing else.
-  put "$DATA/cni/net.d/10-$CNI_NETWORK.conflist" <<EOF || true
+  put "$N_DATA/cni/net.d/10-$N_CNI.conflist" <<EOF || true
 {
   "cniVersion": "0.4.0",
-  "name": "$CNI_NETWORK",
+  "name": "$N_CNI",
   "plugins": [
     {
       "type": "bridge",
-      "bridge": "$BRIDGE",
+      "bridge": "$N_BRIDGE",
       "isGateway": false,
       "ipMasq": false,
       "hairpinMode": false,
       "ipam": {
         "type": "host-local",
-        "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$BRIDGE_IP"}]],
-        "dataDir": "$DATA/cni/ipam"
+        "ranges": [[{"subnet": "$N_POD_CIDR", "gateway": "$N_BRIDGE_IP"}]],
+        "dataDir": "$N_DATA/cni/ipam"
       }
     }
   ]
 }
 EOF
-  put "$DATA/kubelet.yaml" <<EOF || true
+  put "$N_DATA/kubelet.yaml" <<EOF || true
 # Written by scripts/k8s.sh.
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: $NODE_IP
-port: $KUBELET_PORT
+address: $N_NODE_IP
+port: $N_KUBELET_PORT
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
-healthzPort: $KUBELET_HEALTHZ_PORT
+healthzPort: $N_HEALTHZ_PORT
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: true}
   x509: {clientCAFile: $PKI/ca.crt}
+cgroupRoot: $N_CGROUP_ROOT
 authorization: {mode: Webhook}
-containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
+containerRuntimeEndpoint: unix://$N_SOCK
 # This machine has cgroup v1, which the kubelet refuses unless told.
 failCgroupV1: false
 cgroupDriver: cgroupfs
 failSwapOn: false
 makeIPTablesUtilChains: false
 hairpinMode: none
-podCIDR: $POD_CIDR
+podCIDR: $N_POD_CIDR
 # A pod has no pids limit of its own in the API: the node bounds each
 # pod's processes (the manager's WORKER_PIDS_LIMIT default, 512).
 podPidsLimit: 512
-podLogsDir: $DATA/pod-logs
+podLogsDir: $N_DATA/pod-logs
 resolvConf: ""
 # The disk is shared with other work: neither evict pods nor collect the
 # images loaded from Docker (they cannot be pulled back) when it fills.
@@ -333,7 +371,7 @@ pause_image() {
 load_image() {
   local tag=$1 id mark
   id=$(docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null) || die "image $tag is not in Docker (make images builds worker-base)"
-  mark=$DATA/images/$(echo "$tag" | tr '/:' '__').id
+  mark=$N_DATA/images/$(echo "$tag" | tr '/:' '__').id
   local have
   have=$(ctr_k8s images ls -q)
   if [ "$(cat "$mark" 2>/dev/null)" = "$id" ] && grep -qx "docker.io/$tag" <<<"$have"; then
@@ -341,9 +379,49 @@ load_image() {
     return 0
   fi
   log "loading $tag into the cluster's containerd (docker save | ctr import)"
-  mkdir -p "$DATA/images"
+  mkdir -p "$N_DATA/images"
   docker save "$tag" | ctr_k8s images import - >/dev/null
   echo "$id" >"$mark"
+}
+
+# make_bridge: the pod bridge of the node node_settings chose, with the
+# node's address; pods are plugged into it by the CNI bridge plugin.
+make_bridge() {
+  if ! ip link show "$N_BRIDGE" >/dev/null 2>&1; then
+    ip route | grep -q "^${N_POD_CIDR%/*}" && die "$N_POD_CIDR is routed on this machine already"
+    log "making the pod bridge $N_BRIDGE ($N_BRIDGE_IP on $N_POD_CIDR, no route beyond it)"
+    ip link add "$N_BRIDGE" type bridge
+    ip addr add "$N_BRIDGE_IP/${N_POD_CIDR#*/}" dev "$N_BRIDGE"
+    ip link set "$N_BRIDGE" up
+  fi
+  if ! ip -o addr show dev "$N_BRIDGE" | grep -q " $N_NODE_IP/32 "; then
+    log "giving the bridge the node's address $N_NODE_IP/32 (the kubelet's, outside $N_POD_CIDR: no pod has a route to it)"
+    ip addr add "$N_NODE_IP/32" dev "$N_BRIDGE"
+  fi
+}
+
+# remove_bridge: the pod bridge of the node node_settings chose, and the
+# pods' ends of it left.
+remove_bridge() {
+  ip link show "$N_BRIDGE" >/dev/null 2>&1 || return 0
+  local veth
+  for veth in $(ip -o link show master "$N_BRIDGE" | awk -F': ' '{print $2}' | cut -d@ -f1); do
+    ip link del "$veth" 2>/dev/null || true
+  done
+  log "removing the pod bridge $N_BRIDGE"
+  ip link del "$N_BRIDGE"
+}
+
+# forget_cni: CNI's result cache of the node node_settings chose: its
+# network's entries, and containerd's loopback entries of its sandboxes
+# (named by their ids); a pod taken down by its kubelet has left none.
+forget_cni() {
+  rm -f /var/lib/cni/results/"$N_CNI"-* 2>/dev/null || true
+  local sb
+  for sb in "$N_RUN"/containerd/io.containerd.grpc.v1.cri/sandboxes/*; do
+    [ -d "$sb" ] && rm -f "/var/lib/cni/results/cni-loopback-$(basename "$sb")-lo"
+  done
+  return 0
 }
 
 # --- up ----------------------------------------------------------------------------
@@ -381,17 +459,7 @@ up() {
 
   # The pod bridge, with the node's address; pods are plugged into it by
   # the CNI bridge plugin.
-  if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
-    ip route | grep -q "^${POD_CIDR%/*}" && die "$POD_CIDR is routed on this machine already"
-    log "making the pod bridge $BRIDGE ($BRIDGE_IP on $POD_CIDR, no route beyond it)"
-    ip link add "$BRIDGE" type bridge
-    ip addr add "$BRIDGE_IP/${POD_CIDR#*/}" dev "$BRIDGE"
-    ip link set "$BRIDGE" up
-  fi
-  if ! ip -o addr show dev "$BRIDGE" | grep -q " $NODE_IP/32 "; then
-    log "giving the bridge the node's address $NODE_IP/32 (the kubelet's, outside $POD_CIDR: no pod has a route to it)"
-    ip addr add "$NODE_IP/32" dev "$BRIDGE"
-  fi
+  make_bridge
 
   start etcd etcd --name agentvisor-k8s --data-dir "$DATA/etcd" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
@@ -512,6 +580,7 @@ unmount_under() {
 }
 
 down() {
+  node2_down
   if running kube-apiserver >/dev/null && running kubelet >/dev/null && running containerd >/dev/null; then
     # Through the kubelet, so that each sandbox's network is taken down by
     # its CNI plugin.
@@ -544,22 +613,8 @@ down() {
   done
   unmount_under "$RUN"
   unmount_under "$DATA"
-  if ip link show "$BRIDGE" >/dev/null 2>&1; then
-    local veth
-    for veth in $(ip -o link show master "$BRIDGE" | awk -F': ' '{print $2}' | cut -d@ -f1); do
-      ip link del "$veth" 2>/dev/null || true
-    done
-    log "removing the pod bridge $BRIDGE"
-    ip link del "$BRIDGE"
-  fi
-  # CNI's result cache: our network's entries, and containerd's loopback
-  # entries of our sandboxes (named by their ids); a pod taken down by its
-  # kubelet has left none.
-  rm -f /var/lib/cni/results/"$CNI_NETWORK"-* 2>/dev/null || true
-  local sb
-  for sb in "$RUN"/containerd/io.containerd.grpc.v1.cri/sandboxes/*; do
-    [ -d "$sb" ] && rm -f "/var/lib/cni/results/cni-loopback-$(basename "$sb")-lo"
-  done
+  remove_bridge
+  forget_cni
   rmdir /var/lib/cni/results /var/lib/cni 2>/dev/null || true
   local d
   for d in /sys/fs/cgroup/*/kubepods; do
@@ -585,9 +640,130 @@ down() {
   log "the cluster is down"
 }
 
+# --- node 2 ------------------------------------------------------------------------
+# node2_up: the second node, beside a running cluster: its containerd
+# (with the pause image and WORKER_IMAGES loaded) and its kubelet, its
+# pods under the cgroup /agentvisor-k8s-2 of every hierarchy. Idempotent.
+node2_up() {
+  running kube-apiserver >/dev/null || die "the cluster does not run (make k8s)"
+  node_settings 2
+  mkdir -p "$N_DATA" "$N_RUN"
+  if ! running kubelet-2 >/dev/null; then
+    for p in $N_KUBELET_PORT $N_HEALTHZ_PORT $N_STREAM_PORT; do
+      port_free "$p" || die "port $p is taken by another program: $(ss -Hltnp "sport = :$p" | head -1)"
+    done
+  fi
+  cert kubelet-2 "/CN=system:node:$N_NAME/O=system:nodes" "$CLIENT_EXT"
+  kubeconfig kubelet-2 kubelet-2
+  make_bridge
+  # The kubelet refuses a cgroup root that does not exist. A cpuset
+  # cgroup admits no process until it has CPUs and memory nodes: its
+  # parent's.
+  local d
+  for d in /sys/fs/cgroup/*/; do
+    { [ -L "${d%/}" ] || [ "$(basename "$d")" = unified ]; } && continue
+    mkdir -p "$d$NODE2_CGROUP"
+    if [ -f "$d/cpuset.cpus" ]; then
+      [ -n "$(cat "$d$NODE2_CGROUP/cpuset.cpus")" ] || cat "$d/cpuset.cpus" >"$d$NODE2_CGROUP/cpuset.cpus"
+      [ -n "$(cat "$d$NODE2_CGROUP/cpuset.mems")" ] || cat "$d/cpuset.mems" >"$d$NODE2_CGROUP/cpuset.mems"
+    fi
+  done
+  # The pause image node 1 runs its sandboxes with.
+  local pause
+  pause=$(sed -n 's/^ *sandbox_image = "\(.*\)"$/\1/p' "$DATA/containerd.toml")
+  [ -n "$pause" ] || die "no sandbox image in $DATA/containerd.toml"
+  write_configs "$pause"
+  start containerd-2 containerd --config "$N_DATA/containerd.toml"
+  wait_for containerd-2 30 ctr --address "$N_SOCK" version
+  load_image "$pause"
+  for img in $WORKER_IMAGES; do load_image "$img"; done
+  start kubelet-2 "$BIN/kubelet" --config "$N_DATA/kubelet.yaml" --kubeconfig "$DATA/kubelet-2.kubeconfig" \
+    --root-dir "$N_DATA/kubelet" --cert-dir "$N_DATA/kubelet/pki" \
+    --hostname-override "$N_NAME" --node-ip "$N_NODE_IP"
+  log "waiting for the node $N_NAME to be Ready"
+  wait_for kubelet-2 120 kubectl_admin wait --for=condition=Ready "node/$N_NAME" --timeout=2s
+  cat >"$RUN/node2.env" <<EOF
+NODE2_NAME=$N_NAME
+NODE2_IP=$N_NODE_IP
+NODE2_POD_CIDR=$N_POD_CIDR
+NODE2_BRIDGE=$N_BRIDGE
+NODE2_CONTAINERD_SOCK=$N_SOCK
+NODE2_CGROUP=$NODE2_CGROUP
+EOF
+  log "node $N_NAME is up; its settings: $RUN/node2.env"
+  node_settings 1
+}
+
+# node2_kill: the second node lost as a machine is: its kubelet, its
+# containerd, their shims and every process of its pods killed (SIGKILL),
+# nothing cleaned up. The node object stays (NotReady once the node
+# controller notices).
+node2_kill() {
+  node_settings 2
+  local c pid
+  for c in kubelet-2 containerd-2; do
+    if pid=$(running "$c"); then
+      log "killing $c (pid $pid)"
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$(pidfile "$c")" "$(pidfile "$c").exe"
+  done
+  for pid in $(grep -lsaF -- "$N_SOCK" /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3); do
+    [[ "$(readlink "/proc/$pid/exe" 2>/dev/null)" == */containerd-shim* ]] && kill -KILL "$pid" 2>/dev/null
+  done
+  local procs=""
+  for _ in $(seq 1 20); do
+    procs=$(find "/sys/fs/cgroup/pids/$NODE2_CGROUP" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u)
+    [ -z "$procs" ] && break
+    # shellcheck disable=SC2086
+    kill -KILL $procs 2>/dev/null || true
+    sleep 0.5
+  done
+  [ -z "$procs" ] || log "processes of node 2's pods outlived SIGKILL: $procs"
+  node_settings 1
+}
+
+# node2_down: the second node stopped and all it made removed, the node
+# object too (its pods go with it: the pod garbage collector's).
+node2_down() {
+  node_settings 2
+  if ! running kubelet-2 >/dev/null && ! running containerd-2 >/dev/null && [ ! -d "$N_DATA" ] && [ ! -d "$N_RUN" ]; then
+    node_settings 1
+    return 0
+  fi
+  if running kube-apiserver >/dev/null && running kubelet-2 >/dev/null && running containerd-2 >/dev/null; then
+    # Through its kubelet, so that each sandbox's network is taken down
+    # by its CNI plugin.
+    log "deleting node 2's pods"
+    kubectl_admin delete pods --all-namespaces --field-selector "spec.nodeName=$N_NAME" --grace-period=0 --force --wait=false >/dev/null 2>&1 || true
+    for _ in $(seq 1 30); do
+      [ -z "$(ctr_k8s tasks ls -q 2>/dev/null)" ] && break
+      sleep 1
+    done
+  fi
+  node2_kill
+  node_settings 2
+  if running kube-apiserver >/dev/null; then
+    kubectl_admin delete node "$N_NAME" --ignore-not-found --wait=false >/dev/null || true
+  fi
+  unmount_under "$N_RUN"
+  unmount_under "$N_DATA"
+  remove_bridge
+  forget_cni
+  local d
+  for d in /sys/fs/cgroup/*/"$NODE2_CGROUP"; do
+    [ -d "$d" ] || continue
+    find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+  done
+  log "removing $N_DATA and $N_RUN"
+  rm -rf "$N_DATA" "$N_RUN" "$RUN/node2.env" "$DATA/kubelet-2.kubeconfig"
+  node_settings 1
+}
+
+
 status() {
   local c pid
-  for c in "${COMPONENTS[@]}"; do
+  for c in "${COMPONENTS[@]}" containerd-2 kubelet-2; do
     if pid=$(running "$c"); then log "$c runs (pid $pid)"; else log "$c does not run"; fi
   done
 }
@@ -605,7 +781,14 @@ main() {
       shift
       running containerd >/dev/null || die "the cluster's containerd does not run (make k8s)"
       for img in "$@"; do load_image "$img"; done ;;
-    *) die "usage: scripts/k8s.sh up|down|status|load IMAGE..." ;;
+    node2)
+      case "${2:-}" in
+        up) node2_up ;;
+        kill) node2_kill ;;
+        down) node2_down ;;
+        *) die "usage: scripts/k8s.sh node2 up|kill|down" ;;
+      esac ;;
+    *) die "usage: scripts/k8s.sh up|down|status|load IMAGE...|node2 up|kill|down" ;;
   esac
 }
 
