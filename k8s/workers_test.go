@@ -86,6 +86,10 @@ type deployment struct {
 	user     string            // the managers' user on the cluster (their service account)
 	// gatewayLog is the sealed deployment's worker-gateway's log.
 	gatewayLog string
+	// fc counts the requests of a fault case (nil: not one).
+	fc    *faultCase
+	mu    sync.Mutex
+	stops []func() // each manager's final shutdown, once
 }
 
 // deploy starts a worker-manager on the cluster. Sealed, its workers are
@@ -107,7 +111,9 @@ func deployWith(t testing.TB, sealed bool, extra map[string]string) *deployment 
 	nonce := hex.EncodeToString(b)
 	d := &deployment{t: t, env: env, ns: "agentvisor-" + nonce, keys: protocol.Keys{Prefix: "k" + nonce}, rc: rc}
 	kubeconfig := d.install(nonce)
-	d.commands = &client.Commands{Redis: rc, Keys: d.keys, Timeout: 3 * time.Minute}
+	// One reply stream for all the deployment's commands: a fault case
+	// counts their answers on it.
+	d.commands = &client.Commands{Redis: rc, Keys: d.keys, Timeout: 3 * time.Minute, Name: "k8s-test"}
 	d.tasks = &client.Tasks{Redis: rc, Keys: d.keys}
 
 	menv := map[string]string{
@@ -154,20 +160,40 @@ func (d *deployment) startManager(id string) {
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	log := d.log
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(time.Minute):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+			f.Close()
+		})
+	}
+	d.mu.Lock()
+	d.stops = append(d.stops, stop)
+	d.mu.Unlock()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(time.Minute):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		f.Close()
+		stop()
 		if t.Failed() {
 			out, _ := os.ReadFile(log)
 			t.Logf("worker-manager %s's log:\n%s", id, tail(string(out), 60))
 		}
 	})
+}
+
+// stopManagers is the final shutdown of the deployment's managers
+// (SIGTERM, SIGKILL after a minute), as the test's end does it.
+func (d *deployment) stopManagers() {
+	d.mu.Lock()
+	stops := append([]func(){}, d.stops...)
+	d.mu.Unlock()
+	for _, stop := range stops {
+		stop()
+	}
 }
 
 // startGateway starts a worker-gateway relaying to the Redis at addr and
@@ -268,6 +294,7 @@ type pod struct {
 		Labels map[string]string
 	}
 	Spec struct {
+		NodeName                     string
 		HostNetwork                  bool
 		AutomountServiceAccountToken *bool
 		SecurityContext              struct {
@@ -319,7 +346,7 @@ func (d *deployment) create(spec protocol.WorkerSpec) string {
 	d.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	rep, err := d.commands.Do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &spec})
+	rep, err := d.do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &spec}, "create", replyOK)
 	if err != nil {
 		d.t.Fatalf("create: %v", err)
 	}
@@ -333,7 +360,11 @@ func (d *deployment) run(worker, prompt string, within time.Duration) protocol.O
 	d.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
-	out, err := d.tasks.Run(ctx, worker, protocol.Task{Prompt: prompt}, nil)
+	sent, err := d.send(ctx, worker, prompt, complete)
+	if err != nil {
+		d.t.Fatalf("task %q on %s: %v", prompt, worker, err)
+	}
+	out, err := d.tasks.Await(ctx, sent, nil)
 	if err != nil {
 		d.t.Fatalf("task %q on %s: %v", prompt, worker, err)
 	}
@@ -411,23 +442,30 @@ func TestWorkerLifecycleOnKubernetes(t *testing.T) {
 }
 
 // A worker's pod deleted by someone else in the middle of a task: the
-// task is answered once, with an error, and the worker's pod is not left
-// behind or made twice.
+// task is answered once, with an error, the worker's pod is not left
+// behind or made twice, and the worker serves its next task.
 func TestPodDeletedMidTask(t *testing.T) {
 	d := deploy(t, false)
+	fc := d.faultCase("k8s: worker pod deleted mid-task",
+		"A busy long-lived worker's pod is deleted by someone else (`kubectl delete pod --grace-period=0 --force`) in the middle of its task.",
+		"the worker serves its next task (a new pod, the same worker; bound 3 min).",
+		"from the delete to the task's failed Output.")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	id, sent := d.busyWorker(ctx, "fake:sleep-60000")
+	id, sent := d.busyWorker(ctx, "fake:sleep-60000", func(a answer) bool { return !a.ok })
+	fc.Inject()
 	kubectl(t, d.env, nil, "delete", "pod", "agentvisor-"+id, "-n", d.ns, "--grace-period=0", "--force")
 
 	out, err := d.tasks.Await(ctx, sent, nil)
 	if err != nil {
 		t.Fatalf("the task was not answered: %v", err)
 	}
+	fc.Detected()
 	if out.Status == protocol.StatusComplete {
 		t.Fatalf("a task whose pod was deleted completed: %+v", out)
 	}
 	t.Logf("answered %s %s: %s", out.Status, out.Error.Code, out.Error.Message)
+	fc.Note("the task answered %s %s", out.Status, out.Error.Code)
 	// Answered once: one output on its stream for the request.
 	n := 0
 	for _, m := range d.rc.XRange(ctx, sent.Output, "-", "+").Val() {
@@ -443,6 +481,10 @@ func TestPodDeletedMidTask(t *testing.T) {
 	if ps := d.pods(); len(ps) > 1 {
 		t.Errorf("%d pods for one worker: %+v", len(ps), ps)
 	}
+	if out := d.run(id, "after the delete", 3*time.Minute); out.Status != protocol.StatusComplete {
+		t.Fatalf("the next task of the worker whose pod was deleted: %+v", out)
+	}
+	fc.Recovered()
 }
 
 // escapeProbe runs inside a sealed worker's pod as its agent's user: what
@@ -564,59 +606,70 @@ func TestWarmPoolOnKubernetes(t *testing.T) {
 // started or removed by the next one's reconciliation).
 func TestManagerKilledMidCreate(t *testing.T) {
 	d := deployWith(t, false, map[string]string{"LEASE_TTL": "3s", "CREATION_GRACE": "10s", "RECONCILE_INTERVAL": "2s"})
+	fc := d.faultCase("k8s: manager killed mid-create",
+		"The worker-manager is SIGKILLed as soon as the first pod of 4 concurrent creates exists; a second manager is started at once (LEASE_TTL=3s, CREATION_GRACE=10s).",
+		"every create answered, the pods exactly one per worker made, each serving a task (bound 4 min).", "")
 	const n = 4
-	type answer struct {
+	type made struct {
 		id  string
 		err error
 	}
-	answers := make(chan answer, n)
+	answers := make(chan made, n)
 	for i := 0; i < n; i++ {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 			defer cancel()
 			spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude, Kind: protocol.KindLongLived}
-			rep, err := d.commands.Do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &spec})
+			rep, err := d.do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &spec}, "create across the kill", nil)
 			if err == nil && rep.Worker != nil {
-				answers <- answer{id: rep.Worker.WorkerID}
+				answers <- made{id: rep.Worker.WorkerID}
 				return
 			}
-			answers <- answer{err: err}
+			answers <- made{err: err}
 		}()
 	}
 	// Kill it as soon as its first pod exists.
 	d.waitPods("a first pod", 3*time.Minute, func(ps []pod) bool { return len(ps) > 0 })
+	fc.Inject()
 	_ = d.manager.Process.Kill()
 	d.startManager("second")
 
-	var made []string
+	var ids []string
 	for i := 0; i < n; i++ {
 		a := <-answers
 		if a.err != nil {
 			t.Logf("a create answered with an error: %v", a.err)
 			continue
 		}
-		made = append(made, a.id)
+		ids = append(ids, a.id)
 	}
-	if len(made) == 0 {
+	if len(ids) == 0 {
 		t.Fatal("no create was carried out")
 	}
 	// Once the reconciliation has run, the pods are the workers made.
-	d.servesExactly(made, "after the kill")
-	t.Logf("%d of %d creates made a worker; %d pods", len(made), n, len(d.pods()))
+	d.servesExactly(ids, "after the kill")
+	fc.Recovered()
+	t.Logf("%d of %d creates made a worker; %d pods", len(ids), n, len(d.pods()))
+	fc.Note("%d of %d creates made a worker", len(ids), n)
 }
 
 // The kubelet restarted while a task runs: the pod's containers outlive
 // it (containerd keeps them), and the task is answered, once, complete.
 func TestKubeletRestartedMidTask(t *testing.T) {
 	d := deploy(t, false)
+	fc := d.faultCase("k8s: kubelet restarted mid-task",
+		"The node's kubelet is SIGKILLed and started again (`k8s.sh up`) while a worker's 8 s task runs.",
+		"the task completes, on the same pod (containerd keeps its container across the kubelet's restart; bound 3 min).", "")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	id, sent := d.busyWorker(ctx, "fake:sleep-8000")
+	id, sent := d.busyWorker(ctx, "fake:sleep-8000", complete)
+	fc.Inject()
 	restartComponent(t, "kubelet", 0)
 	out, err := d.tasks.Await(ctx, sent, nil)
 	if err != nil || out.Status != protocol.StatusComplete {
 		t.Fatalf("the task across a kubelet restart: %+v, %v", out, err)
 	}
+	fc.Recovered()
 	if ps := d.pods(); len(ps) != 1 || ps[0].Metadata.Name != "agentvisor-"+id {
 		t.Errorf("pods after the restart: %+v", ps)
 	}
@@ -646,6 +699,9 @@ func restartComponent(t testing.TB, name string, down time.Duration) {
 // pods are exactly the workers made, and each of those serves a task.
 func TestAPIServerRestartedDuringCreates(t *testing.T) {
 	d := deploy(t, false)
+	fc := d.faultCase("k8s: API server restarted during creates",
+		"The API server is SIGKILLed while 3 creates are in flight, down 5 s, and started again.",
+		"every create answered (made, or refused with an error), the pods exactly one per worker made, each serving a task (bound 4 min).", "")
 	// The image is imported before the fault: the creates under test are
 	// the API's, not an import's.
 	first := d.create(protocol.WorkerSpec{AgentType: protocol.AgentClaude, Kind: protocol.KindLongLived})
@@ -657,13 +713,14 @@ func TestAPIServerRestartedDuringCreates(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 			defer cancel()
 			spec := protocol.WorkerSpec{AgentType: protocol.AgentClaude, Kind: protocol.KindLongLived}
-			rep, err := d.commands.Do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &spec})
+			rep, err := d.do(ctx, protocol.Command{Action: protocol.ActionCreate, Spec: &spec}, "create during the outage", nil)
 			if err == nil && rep.Worker != nil {
 				ids <- rep.Worker.WorkerID
 			}
 			errs <- err
 		}()
 	}
+	fc.Inject()
 	restartComponent(t, "kube-apiserver", 5*time.Second)
 	made := []string{first}
 	for i := 0; i < n; i++ {
@@ -676,7 +733,9 @@ func TestAPIServerRestartedDuringCreates(t *testing.T) {
 		made = append(made, id)
 	}
 	d.servesExactly(made, "after the restart")
+	fc.Recovered()
 	t.Logf("%d of %d creates during the outage made a worker", len(made)-1, n)
+	fc.Note("%d of %d creates during the outage made a worker", len(made)-1, n)
 }
 
 // servesExactly waits until the pods are exactly one per worker of made,
@@ -706,12 +765,13 @@ func (d *deployment) servesExactly(made []string, prompt string) {
 }
 
 // busyWorker creates a long-lived worker, waits for its running pod and
-// sends it prompt, and returns once the worker is busy with it.
-func (d *deployment) busyWorker(ctx context.Context, prompt string) (string, client.Sent) {
+// sends it prompt (whose answer must satisfy ok), and returns once the
+// worker is busy with it.
+func (d *deployment) busyWorker(ctx context.Context, prompt string, ok func(answer) bool) (string, client.Sent) {
 	d.t.Helper()
 	id := d.create(protocol.WorkerSpec{AgentType: protocol.AgentClaude, Kind: protocol.KindLongLived})
 	d.waitPods("the worker's pod", time.Minute, func(ps []pod) bool { return len(ps) == 1 && ps[0].Status.Phase == "Running" })
-	sent, err := d.tasks.Send(ctx, id, protocol.Task{Prompt: prompt})
+	sent, err := d.send(ctx, id, prompt, ok)
 	if err != nil {
 		d.t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ type EngineConfig struct {
 	Namespace    string // K8S_NAMESPACE
 	StorageClass string // K8S_STORAGE_CLASS ("": project volumes are emptyDir)
 	VolumeSize   string // K8S_VOLUME_SIZE
-	LoadImages   string // K8S_LOAD_IMAGES: a containerd socket the images are imported into
+	LoadImages   string // K8S_LOAD_IMAGES: the containerd sockets the images are imported into, separated by commas
 	NodeSelector map[string]string
 	// Tolerations (K8S_TOLERATIONS) is a JSON array of Kubernetes
 	// tolerations, read by the Kubernetes engine (kubernetes.Tolerations):
@@ -52,7 +52,7 @@ func engineVars(c *EngineConfig) []envconf.Var {
 		{Name: "K8S_NAMESPACE", Default: "agentvisor", Value: envconf.String(&c.Namespace), Doc: "the namespace of the workers' pods and volume claims (deploy/kubernetes/base makes `agentvisor`)"},
 		{Name: "K8S_STORAGE_CLASS", Value: envconf.String(&c.StorageClass), Doc: "a project volume is a PersistentVolumeClaim of this storage class (ReadWriteOnce); unset, it is the pod's own `emptyDir`, gone with the pod (a long-lived worker's sessions go on through the session store)"},
 		{Name: "K8S_VOLUME_SIZE", Default: "1Gi", Value: envconf.String(&c.VolumeSize), Doc: "the size a project volume's claim asks for"},
-		{Name: "K8S_LOAD_IMAGES", Value: envconf.String(&c.LoadImages), Doc: "a node's containerd socket: each worker image is imported into it from the manager's Docker engine before its first pod (`docker save`, `ctr import`; the pods' pull policy is then `Never`), for a cluster with no registry such as `make k8s`'s; unset, the nodes pull the image (`IfNotPresent`)"},
+		{Name: "K8S_LOAD_IMAGES", Value: envconf.String(&c.LoadImages), Doc: "a node's containerd socket, or several separated by commas: each worker image is imported into each from the manager's Docker engine before its first pod (`docker save`, `ctr import`; the pods' pull policy is then `Never`), for a cluster with no registry such as `make k8s`'s; unset, the nodes pull the image (`IfNotPresent`)"},
 		{Name: "K8S_NODE_SELECTOR", Value: envconf.Func(c.setNodeSelector), Doc: "the workers' node selector: `key=value` pairs separated by commas"},
 		{Name: "K8S_TOLERATIONS", Value: envconf.Func(c.setTolerations), Doc: "the workers' tolerations: a JSON array of Kubernetes tolerations (`[{\"key\":\"agents\",\"operator\":\"Exists\",\"effect\":\"NoSchedule\"}]`)"},
 		{Name: "K8S_RUNTIME_CLASS", Value: envconf.String(&c.RuntimeClass), Doc: "the workers' RuntimeClass (`gvisor`, `kata`: one the cluster defines)"},

@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -159,7 +160,22 @@ func newSpawner(ec spawner.EngineConfig, cfg spawner.Config, dc dockerClient, rd
 	p := kubeengine.Params{Client: kc, Namespace: ec.Namespace, Prefix: cfg.Keys.Prefix, StorageClass: ec.StorageClass, VolumeSize: ec.VolumeSize,
 		NodeSelector: ec.NodeSelector, Tolerations: tolerations, RuntimeClassName: ec.RuntimeClass, ServiceAccount: ec.ServiceAccount, Log: log}
 	if ec.LoadImages != "" {
-		p.LoadImage = images.ContainerdImport(dc, ec.LoadImages)
+		// One node's containerd, or several: each image goes into every
+		// one, in order, before its first pod.
+		var loads []func(context.Context, string) error
+		for _, sock := range strings.Split(ec.LoadImages, ",") {
+			if sock = strings.TrimSpace(sock); sock != "" {
+				loads = append(loads, images.ContainerdImport(dc, sock))
+			}
+		}
+		p.LoadImage = func(ctx context.Context, image string) error {
+			for _, load := range loads {
+				if err := load(ctx, image); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
 	}
 	log.Info("workers run on kubernetes", "namespace", ec.Namespace, "kubeconfig", ec.Kubeconfig)
 	return spawner.New(cfg, kubeengine.New(p), rdb, builder, log), nil
