@@ -345,12 +345,8 @@ func (e *Engine) RunsContainers() bool { return false }
 // kubelet sends SIGTERM, then SIGKILL) and waits until its container has
 // ended or the pod is gone.
 func (e *Engine) Stop(ctx context.Context, id string, grace time.Duration) error {
-	pod, err := e.get(ctx, id)
+	pod, err := e.deleteCurrent(ctx, id, int64(grace.Seconds()))
 	if err != nil {
-		return err
-	}
-	secs := int64(grace.Seconds())
-	if err := e.delete(ctx, pod, secs); err != nil {
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, grace+30*time.Second)
@@ -364,11 +360,30 @@ func (e *Engine) Stop(ctx context.Context, id string, grace time.Duration) error
 // Remove deletes a pod at once (grace 0: the API forgets it now, the
 // kubelet kills what runs). A pod gone is ErrNotFound.
 func (e *Engine) Remove(ctx context.Context, id string) error {
+	_, err := e.deleteCurrent(ctx, id, 0)
+	return err
+}
+
+// deleteCurrent deletes the pod id names, with grace, and returns it. By
+// a worker's instance name, the pod meant is the one that serves the
+// worker now: the informer's cache may still hold an incarnation the API
+// no longer has (its watch broken and not yet relisted, as after an API
+// server restart), whose uid the delete's precondition then refuses; the
+// API's own pod of that name is read and deleted instead. By an instance
+// id (name and uid) the pod is that one, or gone.
+func (e *Engine) deleteCurrent(ctx context.Context, id string, grace int64) (*corev1.Pod, error) {
 	pod, err := e.get(ctx, id)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return e.delete(ctx, pod, 0)
+	err = e.delete(ctx, pod, grace)
+	if name, uid := splitID(id); uid == "" && errors.Is(err, engine.ErrNotFound) {
+		if pod, err = e.fetch(ctx, name, ""); err != nil {
+			return nil, err
+		}
+		err = e.delete(ctx, pod, grace)
+	}
+	return pod, err
 }
 
 func (e *Engine) delete(ctx context.Context, pod *corev1.Pod, grace int64) error {
@@ -490,6 +505,13 @@ func (e *Engine) get(ctx context.Context, ref string) (*corev1.Pod, error) {
 	} else if p, ok := e.cached(name); ok && p.UID == uid {
 		return p, nil
 	}
+	return e.fetch(ctx, name, uid)
+}
+
+// fetch reads a pod from the API, not the cache: name, and uid when set,
+// of one of the prefix's workers (by a worker's instance name, still
+// serving that worker).
+func (e *Engine) fetch(ctx context.Context, name string, uid types.UID) (*corev1.Pod, error) {
 	p, err := e.api.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, Classify(err)

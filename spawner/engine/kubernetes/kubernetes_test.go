@@ -432,3 +432,53 @@ func TestContainersAreRefused(t *testing.T) {
 		t.Fatalf("%d pods made", len(pods.Items))
 	}
 }
+
+// A worker's pod removed by the worker's instance name while the
+// informer's cache still holds its last incarnation (its watch broken
+// and not yet relisted, as after an API server restart): the pod the API
+// holds now is deleted, not left running.
+func TestRemoveByWorkerWithAStaleCache(t *testing.T) {
+	e, api := newTest(t)
+	// The API server's uid precondition, which the fake clientset does
+	// not check.
+	api.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		d := a.(k8stesting.DeleteActionImpl)
+		pre := d.GetDeleteOptions().Preconditions
+		if pre == nil || pre.UID == nil {
+			return false, nil, nil
+		}
+		obj, err := api.Tracker().Get(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, d.GetNamespace(), d.GetName())
+		if err == nil && obj.(*corev1.Pod).UID != *pre.UID {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, d.GetName(), errors.New("the uid precondition failed"))
+		}
+		return false, nil, nil
+	})
+	first, err := e.Create(ctx(t), spec("w1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "cached", func() bool { _, ok := e.cached("agentvisor-w1"); return ok })
+	cachedFirst, _ := e.cached("agentvisor-w1")
+	stale := cachedFirst.DeepCopy()
+	if err := e.Remove(ctx(t), first); err != nil {
+		t.Fatal(err)
+	}
+	again, err := e.Create(ctx(t), spec("w1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the new incarnation cached", func() bool {
+		p, ok := e.cached("agentvisor-w1")
+		return ok && p.UID != stale.UID
+	})
+	// The cache falls behind: it holds the first incarnation again.
+	if err := e.index.Update(stale); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Remove(ctx(t), engine.InstanceName("w1")); err != nil {
+		t.Fatalf("remove by the worker's name: %v", err)
+	}
+	if p, err := api.CoreV1().Pods("agents").Get(ctx(t), "agentvisor-w1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the worker's pod %s (uid %s; %s was its new incarnation) left: %v", p.Name, p.UID, again, err)
+	}
+}
