@@ -124,9 +124,21 @@ test: setup
 # agent; each case fails unless 0 tasks are lost or duplicated and 0
 # containers orphaned. `make faults` runs the long cases too (FAULTS_LONG=1)
 # and writes FAULTS.md; `make test` runs the others and prints the table.
-faults: setup
-	@bad=$$(gofmt -l faults); if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
-	@cd faults && $(GO) vet ./... && FAULTS_LONG=1 FAULTS_OUT=$(CURDIR)/FAULTS.md $(GO) test -count=1 -v -timeout 60m ./...
+# `make faults` first starts the cluster of `make k8s` (left running:
+# make k8s-down) and runs the Kubernetes fault cases of k8s/
+# (K8S_FAULT_CASES), whose rows (FAULTS_K8S_OUT, JSON lines) go into
+# FAULTS.md's table "On Kubernetes"; both suites run even when the other
+# fails. `make test` runs none of them.
+K8S_FAULT_CASES = ^(TestPodDeletedMidTask|TestKubeletRestartedMidTask|TestAPIServerRestartedDuringCreates|TestNodeLost|TestManagerKilledMidCreate)$$
+K8S_FAULT_ROWS = $(CURDIR)/.cache/faults-k8s.jsonl
+faults: setup k8s
+	@bad=$$(gofmt -l faults k8s); if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
+	@mkdir -p .cache && rm -f $(K8S_FAULT_ROWS)
+	@echo "== go test k8s (the fault cases on Kubernetes)"
+	@cd k8s && $(GO) vet ./... && FAULTS_K8S_OUT=$(K8S_FAULT_ROWS) $(GO) test -count=1 -v -timeout 30m -run '$(K8S_FAULT_CASES)' .; k8s=$$?; \
+	  cd $(CURDIR)/faults && $(GO) vet ./... && FAULTS_LONG=1 FAULTS_OUT=$(CURDIR)/FAULTS.md FAULTS_K8S_ROWS=$(K8S_FAULT_ROWS) \
+	  $(GO) test -count=1 -v -timeout 60m ./...; rc=$$?; \
+	  [ $$k8s = 0 ] || echo "faults: the Kubernetes cases failed (k8s/)"; [ $$rc = 0 ] && [ $$k8s = 0 ]
 
 # (make vet, before it in make test, checks the module's format and vet.)
 test-faults:

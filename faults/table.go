@@ -1,6 +1,8 @@
 package faults
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -65,9 +67,39 @@ func Table(rs []Row) string {
 	return b.String()
 }
 
+// ReadRows reads the rows of the Kubernetes fault cases (k8s/faults_test.go)
+// from path, one JSON document a line with Row's field names, as
+// `make faults` has them written (FAULTS_K8S_OUT). A missing file is no
+// rows.
+func ReadRows(path string) ([]Row, error) {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var rs []Row
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if len(strings.TrimSpace(sc.Text())) == 0 {
+			continue
+		}
+		var r Row
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return nil, fmt.Errorf("faults: a row of %s: %w", path, err)
+		}
+		rs = append(rs, r)
+	}
+	return rs, sc.Err()
+}
+
 // WriteFile writes FAULTS.md: the table, then what each case does and
-// what recovered means in it.
-func WriteFile(path string, rs []Row, took time.Duration) error {
+// what recovered means in it; then the same of the Kubernetes cases
+// (k8s), when there are any.
+func WriteFile(path string, rs, k8s []Row, took time.Duration) error {
 	var b strings.Builder
 	b.WriteString("# Fault suite\n\n")
 	fmt.Fprintf(&b, "Written by `make faults` (the Go module `faults/`) on %s: %d cores, %s, Docker engine %s, %s; LEASE_TTL=%s given to the managers; %s. The suite took %s.\n\n",
@@ -85,14 +117,27 @@ func WriteFile(path string, rs []Row, took time.Duration) error {
 	b.WriteString("[faults/BEFORE-LEASES.md](faults/BEFORE-LEASES.md) is the same suite on the code before the control plane's leases and claims.\n\n")
 	b.WriteString(Table(rs))
 	b.WriteString("\n## The cases\n\n")
+	writeCases(&b, rs)
+	if len(k8s) > 0 {
+		b.WriteString("\n## On Kubernetes\n\n")
+		b.WriteString("The Kubernetes cases (the Go module `k8s/`, [docs/kubernetes.md](docs/kubernetes.md#faults)) run first, on the cluster of `make k8s` (one node on this machine; a second, with its own kubelet and containerd, for the node lost): a real `worker-manager` with `WORKER_ENGINE=kubernetes` under its own service account, a Redis of its own, the fake agent in the workers' pods (on the node's network). They count the same: **tasks** are the requests sent (tasks and commands), **orphans** the pods and volume claims left in the case's namespace after the final shutdown of its managers (SIGTERM), and its keys that would outlive it: a registered worker without a status, a status that never expires of a worker neither registered nor hibernated, a heartbeat of one not registered.\n\n")
+		b.WriteString(Table(k8s))
+		b.WriteString("\n")
+		writeCases(&b, k8s)
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// writeCases writes what each case of rs does and what recovered and
+// detection mean in it.
+func writeCases(b *strings.Builder, rs []Row) {
 	for _, r := range rs {
-		fmt.Fprintf(&b, "- **%s** (%s). %s *Recovered:* %s", r.Case, r.Took.Round(time.Second), r.Fault, r.RecoveredMeans)
+		fmt.Fprintf(b, "- **%s** (%s). %s *Recovered:* %s", r.Case, r.Took.Round(time.Second), r.Fault, r.RecoveredMeans)
 		if r.DetectedMeans != "" {
-			fmt.Fprintf(&b, " *Detection:* %s", r.DetectedMeans)
+			fmt.Fprintf(b, " *Detection:* %s", r.DetectedMeans)
 		}
 		b.WriteString("\n")
 	}
-	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 func longNote() string {
