@@ -698,9 +698,11 @@ func restartComponent(t testing.TB, name string, down time.Duration) {
 // every create is answered once (made, or refused with an error), the
 // pods are exactly the workers made, and each of those serves a task.
 func TestAPIServerRestartedDuringCreates(t *testing.T) {
-	d := deploy(t, false)
+	// The suite's lease (faults/: LEASE_TTL=3s): a retirement refused by
+	// the API server as it comes back is finished by the leader after it.
+	d := deployWith(t, false, map[string]string{"LEASE_TTL": "3s"})
 	fc := d.faultCase("k8s: API server restarted during creates",
-		"The API server is SIGKILLed while 3 creates are in flight, down 5 s, and started again.",
+		"The API server is SIGKILLed while 3 creates are in flight, down 5 s, and started again (LEASE_TTL=3s).",
 		"every create answered (made, or refused with an error), the pods exactly one per worker made, each serving a task (bound 4 min).", "")
 	// The image is imported before the fault: the creates under test are
 	// the API's, not an import's.
@@ -738,17 +740,24 @@ func TestAPIServerRestartedDuringCreates(t *testing.T) {
 	fc.Note("%d of %d creates during the outage made a worker", len(made)-1, n)
 }
 
-// servesExactly waits until the pods are exactly one per worker of made,
-// then has each of those serve a task.
+// servesExactly waits until the pods are exactly one per worker of made
+// and each of those workers is registered (none still being retired: a
+// retirement whose removal failed is finished by the leader once its
+// lease runs out), then has each of them serve a task.
 func (d *deployment) servesExactly(made []string, prompt string) {
 	d.t.Helper()
 	want := map[string]bool{}
 	for _, id := range made {
 		want["agentvisor-"+id] = true
 	}
-	d.waitPods("one pod per worker made, none else", 2*time.Minute, func(ps []pod) bool {
+	d.waitPods("one pod per worker made, none else, each worker registered", 2*time.Minute, func(ps []pod) bool {
 		if len(ps) != len(want) {
 			return false
+		}
+		for _, id := range made {
+			if !d.rc.SIsMember(context.Background(), d.keys.Workers(), id).Val() {
+				return false
+			}
 		}
 		for _, p := range ps {
 			if !want[p.Metadata.Name] {

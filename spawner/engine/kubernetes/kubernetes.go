@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 	"time"
 
@@ -212,7 +213,7 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (string, error) {
 		return "", engine.Wrap(engine.ErrInvalid, err)
 	}
 	var made *corev1.Pod
-	err = retry(ctx, func() (err error) {
+	err = e.retry(ctx, func() (err error) {
 		made, err = e.api.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{})
 		return err
 	})
@@ -235,13 +236,16 @@ const retryFor = 20 * time.Second
 // refused or broken, or that the server answered 5xx or "too many
 // requests", is made again. Every call retried is one the API makes safe
 // to repeat: a create by name (AlreadyExists the second time), a patch
-// with its uid test, a delete with its uid precondition.
-func retry(ctx context.Context, f func() error) error {
+// with its uid test, a delete with its uid precondition. A refusal
+// (Forbidden) is made again too while the API server says it is not
+// ready: one just started refuses every request until its authorizer has
+// read the cluster's roles.
+func (e *Engine) retry(ctx context.Context, f func() error) error {
 	deadline := time.Now().Add(retryFor)
 	wait := 200 * time.Millisecond
 	for {
 		err := f()
-		if err == nil || !transient(err) || time.Now().Add(wait).After(deadline) {
+		if err == nil || !transient(err) && !(apierrors.IsForbidden(err) && !e.apiReady(ctx)) || time.Now().Add(wait).After(deadline) {
 			return err
 		}
 		select {
@@ -251,6 +255,22 @@ func retry(ctx context.Context, f func() error) error {
 		}
 		wait = min(2*wait, 2*time.Second)
 	}
+}
+
+// apiReady reports whether the API server answers /readyz with 200. Any
+// error counts as not ready, so that a server refusing /readyz itself
+// while its authorizer starts is waited for too; on a cluster that
+// forbids /readyz to the manager a Forbidden only comes retryFor later.
+// A client without a REST client (client-go's fake) counts as ready.
+func (e *Engine) apiReady(ctx context.Context) bool {
+	rc := e.api.Discovery().RESTClient()
+	if rc == nil || reflect.ValueOf(rc).IsNil() {
+		return true
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := rc.Get().AbsPath("/readyz").DoRaw(cctx)
+	return err == nil
 }
 
 // transient reports whether err is the API server not answering, or
@@ -308,7 +328,7 @@ func (e *Engine) Start(ctx context.Context, id string) (string, error) {
 		return id, nil
 	}
 	patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/uid","value":%q},{"op":"remove","path":"/spec/schedulingGates"}]`, pod.UID)
-	err = retry(ctx, func() error {
+	err = e.retry(ctx, func() error {
 		_, err := e.api.CoreV1().Pods(e.ns).Patch(ctx, pod.Name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
 		if apierrors.IsInvalid(err) && e.gateLifted(ctx, pod) {
 			return nil // lifted by an earlier try whose answer was lost
@@ -351,9 +371,20 @@ func (e *Engine) Stop(ctx context.Context, id string, grace time.Duration) error
 	}
 	wctx, cancel := context.WithTimeout(ctx, grace+30*time.Second)
 	defer cancel()
+	asked := time.Now()
 	return e.waitFor(wctx, func() bool {
-		p, ok := e.cached(pod.Name)
-		return !ok || p.UID != pod.UID || !up(p)
+		if p, ok := e.cached(pod.Name); !ok || p.UID != pod.UID || !up(p) {
+			return true
+		}
+		// The cache may be behind the API (its watch broken and not yet
+		// relisted, as after an API server restart): the API is asked
+		// too, every 2 s.
+		if time.Since(asked) < 2*time.Second {
+			return false
+		}
+		asked = time.Now()
+		p, err := e.fetch(wctx, pod.Name, pod.UID)
+		return errors.Is(err, engine.ErrNotFound) || err == nil && !up(p)
 	})
 }
 
@@ -388,7 +419,7 @@ func (e *Engine) deleteCurrent(ctx context.Context, id string, grace int64) (*co
 
 func (e *Engine) delete(ctx context.Context, pod *corev1.Pod, grace int64) error {
 	uid := pod.UID
-	err := retry(ctx, func() error {
+	err := e.retry(ctx, func() error {
 		return e.api.CoreV1().Pods(e.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace,
 			Preconditions: &metav1.Preconditions{UID: &uid}})
 	})
@@ -409,7 +440,7 @@ func (e *Engine) Rename(ctx context.Context, id, worker string) error {
 	if err != nil {
 		return engine.Wrap(engine.ErrInvalid, err)
 	}
-	if err := retry(ctx, func() error {
+	if err := e.retry(ctx, func() error {
 		_, err := e.api.CoreV1().Pods(e.ns).Patch(ctx, pod.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
 		return err
 	}); err != nil {
