@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -480,5 +481,40 @@ func TestRemoveByWorkerWithAStaleCache(t *testing.T) {
 	}
 	if p, err := api.CoreV1().Pods("agents").Get(ctx(t), "agentvisor-w1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the worker's pod %s (uid %s; %s was its new incarnation) left: %v", p.Name, p.UID, again, err)
+	}
+}
+
+// A stop whose pod's end the informer does not see (its watch broken, as
+// after an API server restart) ends when the API says the pod is gone,
+// not after the grace and 30 s.
+func TestStopSeesTheEndThroughAStaleCache(t *testing.T) {
+	e, api := newTest(t)
+	id, err := e.Create(ctx(t), spec("w1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Start(ctx(t), id); err != nil {
+		t.Fatal(err)
+	}
+	setStatus(t, api, "agentvisor-w1", corev1.PodRunning, corev1.ContainerState{Running: &corev1.ContainerStateRunning{}})
+	eventually(t, "running", func() bool { in, _ := e.Inspect(ctx(t), id); return in.State == engine.Running })
+	// The API takes the delete and forgets the pod; no watch event comes.
+	var gone atomic.Bool
+	api.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		gone.Store(true)
+		return true, nil, nil
+	})
+	api.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if gone.Load() {
+			return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "agentvisor-w1")
+		}
+		return false, nil, nil
+	})
+	t0 := time.Now()
+	if err := e.Stop(ctx(t), id, 0); err != nil {
+		t.Fatalf("stop: %v (after %s)", err, time.Since(t0).Round(time.Millisecond))
+	}
+	if took := time.Since(t0); took > 5*time.Second {
+		t.Errorf("stop took %s", took)
 	}
 }
