@@ -208,3 +208,8 @@ func DecodeProgressReport(data []byte) (ProgressReport, error) {
 	}
 	return r, nil
 }
+
+// EnvDiskLimit is the variable that tells the wrapper its disk limit in
+// bytes (limits.disk, or the manager's default): the size of the
+// filesystem of its workspace and home, whose filling it reports.
+const EnvDiskLimit = "WORKER_DISK_LIMIT"
