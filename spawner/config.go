@@ -29,16 +29,16 @@ type Config struct {
 	MemoryLimit        int64         // WORKER_MEMORY_LIMIT, bytes
 	CPULimit           float64       // WORKER_CPU_LIMIT
 	PidsLimit          int64         // WORKER_PIDS_LIMIT
-	// DiskLimit (WORKER_DISK_LIMIT, bytes; 0: none) bounds what a worker
-	// may write: a filesystem of that size of its own under DiskDir
-	// (WORKER_DISK_DIR) on Docker, ephemeral storage on Kubernetes.
-	DiskLimit int64
-	DiskDir   string
 	StopTimeout        time.Duration // WORKER_STOP_TIMEOUT; the wrapper's grace is 10 s shorter
 	NetworkMode        string        // WORKER_NETWORK_MODE
 	GatewayDir         string        // GATEWAY_DIR
 	SpareNetns         int           // SEALED_SPARE_NETNS
 	RedisURLForWorkers string        // WORKER_REDIS_URL: the Redis URL as workers see it (default REDIS_URL; made plain for sealed workers: sealSentinelURL)
+	// DiskLimit (WORKER_DISK_LIMIT, bytes; 0: none) bounds what a worker
+	// may write: a filesystem of that size of its own under DiskDir
+	// (WORKER_DISK_DIR) on Docker, ephemeral storage on Kubernetes.
+	DiskLimit int64
+	DiskDir   string
 	// RedisWait is REDIS_WAIT_REPLICAS and REDIS_WAIT_TIMEOUT as given
 	// ("" when unset), passed to the workers: WAIT's policy for their
 	// writes that matter (protocol.ParseWaitPolicy; its default follows
