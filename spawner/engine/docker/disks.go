@@ -328,3 +328,21 @@ func userOf(user string) (uid, gid int) {
 	}
 	return uid, gid
 }
+
+// CheckDisks makes, mounts and removes a disk under dir, as a create
+// would: a manager that cannot (not root, no mkfs.ext4, no loop device)
+// is told at start rather than at its first create.
+func CheckDisks(ctx context.Context, dir string) error {
+	if os.Geteuid() != 0 {
+		return errors.New("a disk limit needs the manager to run as root on the host (it loop-mounts each worker's disk)")
+	}
+	d := &disks{dir: filepath.Join(dir, ".check")}
+	img, mnt := d.instancePaths(fmt.Sprintf("check-%d", os.Getpid()))
+	err := d.make(ctx, img, mnt, protocol.MinDiskBytes, false, 1000, 1000, "workspace")
+	if rerr := d.removeFiles(img, mnt); err == nil {
+		err = rerr
+	}
+	_ = os.Remove(filepath.Dir(img))
+	_ = os.Remove(d.dir)
+	return err
+}
