@@ -13,27 +13,18 @@ import (
 	"github.com/agentvisor/agentvisor/protocol"
 )
 
-// diskFixture is a fixture of fake-agent workers whose disks are under a
-// directory of the test's own; whatever is still mounted there at the end
-// is unmounted.
-func diskFixture(t *testing.T, mod func(*Config)) (*fixture, string) {
+// diskFixture is a fixture of fake-agent workers, and the directory of
+// its key prefix's disks (under a directory of the test's own).
+func diskFixture(t *testing.T) (*fixture, string) {
 	t.Helper()
 	buildBenchBase(t)
-	dir := t.TempDir()
-	t.Cleanup(func() { unmountUnder(t, dir) }) // after the fixture's own clean-up
-	f := newFixture(t, func(c *Config) {
-		useFakeAgent(c)
-		c.DiskDir = dir
-		if mod != nil {
-			mod(c)
-		}
-	})
+	f := newFixture(t, useFakeAgent)
 	f.startManager(t)
-	return f, filepath.Join(dir, f.keys.Prefix)
+	return f, filepath.Join(f.s.cfg.DiskDir, f.keys.Prefix)
 }
 
 // mountsUnder lists the mount points under dir.
-func mountsUnder(t *testing.T, dir string) []string {
+func mountsUnder(t testing.TB, dir string) []string {
 	t.Helper()
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
@@ -48,7 +39,7 @@ func mountsUnder(t *testing.T, dir string) []string {
 	return out
 }
 
-func unmountUnder(t *testing.T, dir string) {
+func unmountUnder(t testing.TB, dir string) {
 	for _, m := range mountsUnder(t, dir) {
 		_ = syscall.Unmount(m, syscall.MNT_DETACH)
 	}
@@ -100,7 +91,7 @@ func TestDiskLimitHolds(t *testing.T) {
 		{name: "project volume", project: "disk-proj"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f, dir := diskFixture(t, nil)
+			f, dir := diskFixture(t)
 			ctx := context.Background()
 			spec := fakeSpec
 			spec.ProjectID = tc.project

@@ -199,7 +199,11 @@ func (d *disks) make(ctx context.Context, img, mnt string, size int64, journal b
 	return nil
 }
 
-// mount loop-mounts img at mnt unless it is mounted there already.
+// mount loop-mounts img at mnt unless it is mounted there already: with
+// discard, what the worker deletes is given back to the host's disk (the
+// file shrinks); with noinit_itable, the kernel does not zero the inode
+// tables behind the worker's back (a sparse file reads as zeros already),
+// which would take some 160 MiB of the host's disk for a 10g disk.
 func (d *disks) mount(ctx context.Context, img, mnt string) error {
 	if err := os.MkdirAll(mnt, 0o700); err != nil {
 		return fmt.Errorf("disk mount point: %w", err)
@@ -207,7 +211,7 @@ func (d *disks) mount(ctx context.Context, img, mnt string) error {
 	if mounted(mnt) {
 		return nil
 	}
-	return run(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev", img, mnt)
+	return run(ctx, "mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noinit_itable,discard", img, mnt)
 }
 
 // removeInstance unmounts an instance's disk and removes it (one gone is
