@@ -3,7 +3,6 @@ package spawner
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/testkit"
 )
 
 // diskFixture is a fixture of fake-agent workers, and the directory of
@@ -21,28 +21,6 @@ func diskFixture(t *testing.T) (*fixture, string) {
 	f := newFixture(t, useFakeAgent)
 	f.startManager(t)
 	return f, filepath.Join(f.s.cfg.DiskDir, f.keys.Prefix)
-}
-
-// mountsUnder lists the mount points under dir.
-func mountsUnder(t testing.TB, dir string) []string {
-	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			out = append(out, f[4])
-		}
-	}
-	return out
-}
-
-func unmountUnder(t testing.TB, dir string) {
-	for _, m := range mountsUnder(t, dir) {
-		_ = syscall.Unmount(m, syscall.MNT_DETACH)
-	}
 }
 
 // hostFree is the free space of the filesystem that holds dir.
@@ -100,7 +78,7 @@ func TestDiskLimitHolds(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m := mountsUnder(t, dir); len(m) != 1 {
+			if m := testkit.MountsUnder(t, dir); len(m) != 1 {
 				t.Fatalf("mounts under %s: %v, want the worker's disk", dir, m)
 			}
 			before := hostFree(t, dir)
@@ -144,7 +122,7 @@ func TestDiskLimitHolds(t *testing.T) {
 			}
 			imgs, _ := filepath.Glob(filepath.Join(dir, "*", "*.img"))
 			if tc.project == "" {
-				if m := mountsUnder(t, dir); len(m) != 0 || len(imgs) != 0 {
+				if m := testkit.MountsUnder(t, dir); len(m) != 0 || len(imgs) != 0 {
 					t.Fatalf("after the delete: mounts %v, disks %v; want none", m, imgs)
 				}
 				return
@@ -161,7 +139,7 @@ func TestDiskLimitHolds(t *testing.T) {
 				t.Fatal(err)
 			}
 			imgs, _ = filepath.Glob(filepath.Join(dir, "*", "*.img"))
-			if m := mountsUnder(t, dir); len(m) != 0 || len(imgs) != 0 {
+			if m := testkit.MountsUnder(t, dir); len(m) != 0 || len(imgs) != 0 {
 				t.Fatalf("after the volume's removal: mounts %v, disks %v; want none", m, imgs)
 			}
 		})

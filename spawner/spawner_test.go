@@ -87,11 +87,7 @@ func newFixture(t testing.TB, mod func(*Config)) *fixture {
 	// them, unless the test names a network mode or a gateway of its own.
 	gwDir := gatewaytest.Dir(t)
 	cfg.GatewayDir = gwDir
-	// The workers' disks under a directory of the test's own, unmounted
-	// at its end (after its containers are removed).
-	cfg.DiskDir = t.TempDir()
-	diskDir := cfg.DiskDir
-	t.Cleanup(func() { unmountUnder(t, diskDir) })
+	cfg.DiskDir = testkit.TempDiskDir(t)
 	if mod != nil {
 		mod(&cfg)
 	}
