@@ -78,8 +78,9 @@ type Disks struct {
 
 // disks makes, mounts and removes the disks of one key prefix.
 type disks struct {
-	dir string // <Dir>/<prefix>
-	mu  sync.Mutex
+	dir   string        // <Dir>/<prefix>
+	grace time.Duration // diskGrace
+	mu    sync.Mutex
 }
 
 // disk is one disk made or mounted for a create: what Create binds and

@@ -400,7 +400,7 @@ func (e *Engine) sweepDisks(ctx context.Context) int {
 	}
 	n := 0
 	for id, made := range have {
-		if time.Since(made) < diskGrace {
+		if time.Since(made) < e.disks.grace {
 			continue
 		}
 		if err := e.disks.removeInstance(id); err != nil {
@@ -516,7 +516,7 @@ func (e *Engine) KeepSpares(s Spares) {
 // of its own under d.Dir (disks.go); call it once, before the first
 // Create.
 func (e *Engine) KeepDisks(d Disks) {
-	e.disks = &disks{dir: filepath.Join(d.Dir, e.prefix)}
+	e.disks = &disks{dir: filepath.Join(d.Dir, e.prefix), grace: diskGrace}
 }
 
 // SparesReady returns how many spare namespaces are ready.
