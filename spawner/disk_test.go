@@ -113,8 +113,8 @@ func TestDiskLimitHolds(t *testing.T) {
 			if o.Disk == nil || o.Disk.Code != protocol.RefusedDiskFull || o.Disk.SizeBytes > 64<<20 || o.Disk.FreeBytes > 1<<20 {
 				t.Errorf("the output's disk: %+v, want DISK_FULL of at most 64 MiB with nothing free", o.Disk)
 			}
-			if !hasDiskWarning(t, f, info.WorkerID, "fill-1") {
-				t.Errorf("no DISK_FULL warning on the output stream")
+			if r := f.refusal(t, info.WorkerID, "fill-1", protocol.RefusedToolDisk); r == nil || r.Code != protocol.RefusedDiskFull {
+				t.Errorf("the disk's warning on the output stream: %+v, want DISK_FULL", r)
 			}
 
 			if err := f.s.Delete(ctx, info.WorkerID); err != nil {
@@ -144,22 +144,6 @@ func TestDiskLimitHolds(t *testing.T) {
 			}
 		})
 	}
-}
-
-func hasDiskWarning(t *testing.T, f *fixture, worker, requestID string) bool {
-	t.Helper()
-	msgs, err := f.rc.XRange(context.Background(), f.keys.Output(worker), "-", "+").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range msgs {
-		data, _ := protocol.EntryData(m.Values)
-		if p, err := protocol.DecodeProgress(data); err == nil && p.RequestID == requestID && p.Level == protocol.LevelWarning &&
-			p.Refused != nil && p.Refused.Tool == protocol.RefusedToolDisk && p.Refused.Code == protocol.RefusedDiskFull {
-			return true
-		}
-	}
-	return false
 }
 
 // A spec's disk limit that is no size, or too small, is refused
