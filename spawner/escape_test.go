@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -81,7 +82,8 @@ func TestEscapeSuite(t *testing.T) {
 	}
 	// Two names on its allowlist: one that does not resolve, one that
 	// resolves to the host's loopback (the gateway does not dial it).
-	agent, err := s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, AllowedCommands: []string{"*"},
+	// Its disk is 64m: the agent fills it.
+	agent, err := s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, AllowedCommands: []string{"*"}, Limits: protocol.Limits{Disk: "64m"},
 		Network: &protocol.Network{Allow: []string{"nx.invalid:443", "localhost:" + r.Addr[strings.LastIndex(r.Addr, ":")+1:]}}})
 	if err != nil {
 		t.Fatal(err)
@@ -176,6 +178,11 @@ func TestEscapeSuite(t *testing.T) {
 		stubmodel.Step{Text: "an answer nobody counted", Usage: &stubmodel.Usage{InputTokens: extraInput, OutputTokens: 10}},
 		stubmodel.Step{ToolUse: &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": proxy("PATH", "GET", "/v1/organizations/api_keys"), "description": "probe"}}},
 	)
+	// Last, the disk: 200 MiB written to the workspace against a 64 MiB
+	// limit, and a write to the root filesystem. Then 512 KiB given back,
+	// for the agent's last writes of its session: the disk stays full.
+	steps = append(steps, stubmodel.Step{ToolUse: &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": `head -c 200M /dev/zero > /workspace/fill; echo "DISKFILL-rc=$?"; ` +
+		`echo "DISKFILL-bytes=$(stat -c %s /workspace/fill)"; touch /usr/local/escape 2>&1 | sed 's/^/DISKROOT /'; truncate -s -512K /workspace/fill`, "description": "probe"}}})
 	steps = append(steps, stubmodel.Step{Text: "Done.\n{\"status\": \"complete\", \"result\": {\"ok\": true}}"})
 	stub.SetScript(stubmodel.Script{Steps: steps})
 	doc, _ := protocol.Task{RequestID: "escape-1", Prompt: "look around"}.Encode()
@@ -250,6 +257,19 @@ func TestEscapeSuite(t *testing.T) {
 			t.Errorf("the agent's call straight to egress.sock (%s) was not refused 403; it saw:\n%s", probe, tail(saw, 3000))
 		}
 	}
+	// The disk: the write past its limit refused ENOSPC, the root
+	// read-only.
+	if !strings.Contains(saw, "No space left on device") || !strings.Contains(saw, "DISKFILL-rc=1") {
+		t.Errorf("the agent's write of 200 MiB against its 64 MiB disk was not refused ENOSPC; it saw:\n%s", tail(saw, 3000))
+	}
+	if m := regexp.MustCompile(`DISKFILL-bytes=([0-9]+)`).FindStringSubmatch(saw); m == nil {
+		t.Errorf("the agent's fill did not say what it wrote")
+	} else if n, _ := strconv.ParseInt(m[1], 10, 64); n > 64<<20 {
+		t.Errorf("the agent wrote %d bytes on a 64 MiB disk", n)
+	}
+	if !strings.Contains(saw, "DISKROOT touch: cannot touch '/usr/local/escape': Read-only file system") {
+		t.Errorf("a write to the root filesystem was not refused read-only")
+	}
 	// Every refusal the gateway made, on whichever socket, reached the
 	// task's consumer as a warning with its code.
 	refused := map[string]int{}
@@ -261,6 +281,7 @@ func TestEscapeSuite(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
+		protocol.RefusedToolDisk + " " + protocol.RefusedDiskFull + " ",    // the disk it filled
 		protocol.RefusedToolModel + " " + protocol.RefusedModelToken + " ", // OWNKEY and GUESSED
 		protocol.RefusedToolNetwork + " " + protocol.RefusedEgress + " direct.example",
 		protocol.RefusedToolNetwork + " " + protocol.RefusedModelToken + " ", // the refusal log without the token
