@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -80,7 +79,6 @@ type Disks struct {
 type disks struct {
 	dir   string        // <Dir>/<prefix>
 	grace time.Duration // diskGrace
-	mu    sync.Mutex
 }
 
 // disk is one disk made or mounted for a create: what Create binds and
@@ -132,8 +130,11 @@ func (d *disks) forSpec(ctx context.Context, spec engine.Spec) (*disk, error) {
 // where it is not (a reboot, a Sweep). The disk keeps the size it was
 // made with.
 func (d *disks) volume(ctx context.Context, m engine.Mount, size int64, uid, gid int) (*disk, error) {
-	d.mu.Lock() // two creates of one project's workers make one disk
-	defer d.mu.Unlock()
+	unlock, err := d.lockVolumes()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	img, mnt, meta := d.volumePaths(m.Volume)
 	if _, err := os.Stat(img); errors.Is(err, fs.ErrNotExist) {
 		if err := d.make(ctx, img, mnt, size, true, uid, gid, "home", "tmp"); err != nil {
@@ -150,6 +151,25 @@ func (d *disks) volume(ctx context.Context, m engine.Mount, size int64, uid, gid
 		return nil, err
 	}
 	return &disk{volume: m.Volume, mnt: mnt, binds: volumeBinds}, nil
+}
+
+// lockVolumes takes the lock of the prefix's project volume disks, a file
+// lock: the managers of one engine share the directory, and two creates
+// of one project's workers, on any of them, make one disk.
+func (d *disks) lockVolumes() (unlock func(), err error) {
+	dir := filepath.Join(d.dir, "volumes")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("disk directory: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("disk lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("disk lock: %w", err)
+	}
+	return func() { f.Close() }, nil // closing releases the lock
 }
 
 // make makes a sparse file of size, an ext4 filesystem on it (a journal
@@ -230,10 +250,13 @@ func (d *disks) removeVolume(name string) error {
 	if d == nil || strings.ContainsAny(name, "/\x00") {
 		return nil
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	unlock, err := d.lockVolumes()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	img, mnt, meta := d.volumePaths(name)
-	err := d.removeFiles(img, mnt)
+	err = d.removeFiles(img, mnt)
 	if rerr := os.Remove(meta); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) && err == nil {
 		err = rerr
 	}
