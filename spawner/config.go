@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/envconf"
 	"github.com/agentvisor/agentvisor/protocol"
+	dockerengine "github.com/agentvisor/agentvisor/spawner/engine/docker"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
@@ -240,7 +241,7 @@ func configVars(c *Config) []envconf.Var {
 		{Name: "WORKER_CPU_LIMIT", Default: "0.5", Value: envconf.PositiveFloat(&c.CPULimit), Doc: "cores per container; `limits.cpus` overrides it"},
 		{Name: "WORKER_PIDS_LIMIT", Default: "512", Value: envconf.Int(&c.PidsLimit, 16), Doc: "processes per container; `limits.pids` overrides it"},
 		{Name: "WORKER_DISK_LIMIT", Default: "10g", Value: envconf.Func(c.setDiskLimit), Doc: "what a worker may write (its workspace, home and temporary directories together; a write past it fails with `ENOSPC`, and the task's output and a `DISK_FULL` warning say so); a spec's `limits.disk` overrides it; `0`: no limit. On Docker each worker gets an ext4 filesystem of this size of its own, a sparse file loop-mounted under `WORKER_DISK_DIR` (the manager must be root on the host, in the Docker daemon's mount namespace), over a read-only root; on Kubernetes it is the pod's ephemeral-storage limit ([SECURITY.md](../SECURITY.md#disk))"},
-		{Name: "WORKER_DISK_DIR", Default: "/var/lib/agentvisor/disks", Value: envconf.String(&c.DiskDir), Doc: "where the workers' disks are (a directory per key prefix: a sparse file and its mount point per worker, and per project volume, which keeps its disk across incarnations until the volume is removed)"},
+		{Name: "WORKER_DISK_DIR", Default: dockerengine.DefaultDiskDir, Value: envconf.String(&c.DiskDir), Doc: "where the workers' disks are (a directory per key prefix: a sparse file and its mount point per worker, and per project volume, which keeps its disk across incarnations until the volume is removed)"},
 		{Name: "WORKER_STOP_TIMEOUT", Default: "30s", Value: envconf.DurationMin(&c.StopTimeout, 12*time.Second), Doc: "docker stop timeout (at least 12 s); the wrapper's grace is 10 s shorter"},
 		{Name: "WORKER_NETWORK_MODE", Default: NetworkSealed, Value: envconf.String(&c.NetworkMode), Doc: "the containers' network mode: `sealed` (no network of their own: Redis, the model API and the allowlisted egress through the host's `worker-gateway`, which must run beside the engine, [spawner/README.md](../spawner/README.md#sealed-workers)), or a Docker network mode (`host`, `none`, ...), an opt-in to less isolation"},
 		{Name: "GATEWAY_DIR", Default: "/run/agentvisor/gateway", Value: envconf.String(&c.GatewayDir), Doc: "the directory of this host's `worker-gateway` (its control socket, a socket directory per sealed worker)"},

@@ -65,6 +65,7 @@ func TestEscapeSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.DiskDir = testkit.TempDiskDir(t)
 	if cfg.NetworkMode != NetworkSealed {
 		t.Fatalf("the default network mode is %q, want sealed", cfg.NetworkMode)
 	}

@@ -68,6 +68,9 @@ var (
 // it for a crash's leftover: its create may be in flight.
 const diskGrace = 2 * time.Minute
 
+// DefaultDiskDir is WORKER_DISK_DIR's default.
+const DefaultDiskDir = "/var/lib/agentvisor/disks"
+
 // Disks are where the engine makes the workers' disks (Engine.KeepDisks).
 type Disks struct {
 	// Dir is the directory of every key prefix's disks
