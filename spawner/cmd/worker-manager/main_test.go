@@ -324,7 +324,9 @@ func TestManagerStopsWhenItCannotMakeDisks(t *testing.T) {
 	env["WORKER_DISK_LIMIT"] = "0"
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, func(k string) string { return env[k] }, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	go func() {
+		done <- run(ctx, func(k string) string { return env[k] }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}()
 	testkit.Eventually(t, "the manager without a disk limit started", 15*time.Second, func() bool {
 		ms, err := spawner.ListManagers(ctx, rc, keys)
 		return err == nil && len(ms) == 1
