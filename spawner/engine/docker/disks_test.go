@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -105,6 +107,25 @@ func TestDisksGoWithTheirContainersAndVolumes(t *testing.T) {
 	}
 	if d := disks(); len(d) != 2 {
 		t.Fatalf("after its container's removal: %v, want the project's disk kept", d)
+	}
+	// A reboot: the disk's file is there, its mount is not. The next
+	// create mounts it again, with what the project wrote.
+	mnt := filepath.Join(dir, prefix, "volumes", vol)
+	if err := os.WriteFile(filepath.Join(mnt, "home", "kept"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Unmount(mnt, 0); err != nil {
+		t.Fatal(err)
+	}
+	id, err = e.Create(ctx, spec(prefix+"-d", engine.Mount{Volume: vol, Target: "/home/worker"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(mnt, "home", "kept")); err != nil || !mounted(mnt) {
+		t.Fatalf("the project's disk after a reboot and a create: mounted %v, its file: %v", mounted(mnt), err)
+	}
+	if err := e.Remove(ctx, id); err != nil {
+		t.Fatal(err)
 	}
 	if err := e.RemoveVolume(ctx, vol, false); err != nil {
 		t.Fatal(err)
