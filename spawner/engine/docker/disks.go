@@ -58,10 +58,12 @@ const (
 
 // The directories of a disk bound into the container (the disk's
 // subdirectory, the container's path). An instance disk holds the
-// workspace; a project volume's holds the home, and the workspace in it.
+// workspace; a project volume's holds the home, and the workspace in it
+// (the wrapper's WORKSPACE, /home/worker/workspace), which is /workspace
+// too.
 var (
 	instanceBinds = [][2]string{{"workspace", "/workspace"}, {"home", "/home/worker"}, {"tmp", "/tmp"}, {"tmp", "/var/tmp"}, {"tmp", "/run/lock"}}
-	volumeBinds   = [][2]string{{"home", "/home/worker"}, {"tmp", "/tmp"}, {"tmp", "/var/tmp"}, {"tmp", "/run/lock"}}
+	volumeBinds   = [][2]string{{"home", "/home/worker"}, {"home/workspace", "/workspace"}, {"tmp", "/tmp"}, {"tmp", "/var/tmp"}, {"tmp", "/run/lock"}}
 )
 
 // diskGrace is how old an instance's disk must be before Sweep may take
@@ -140,7 +142,7 @@ func (d *disks) volume(ctx context.Context, m engine.Mount, size int64, uid, gid
 	defer unlock()
 	img, mnt, meta := d.volumePaths(m.Volume)
 	if _, err := os.Stat(img); errors.Is(err, fs.ErrNotExist) {
-		if err := d.make(ctx, img, mnt, size, true, uid, gid, "home", "tmp"); err != nil {
+		if err := d.make(ctx, img, mnt, size, true, uid, gid, "home", "home/workspace", "tmp"); err != nil {
 			d.removeFiles(img, mnt)
 			return nil, err
 		}
@@ -151,6 +153,8 @@ func (d *disks) volume(ctx context.Context, m engine.Mount, size int64, uid, gid
 	} else if err != nil {
 		return nil, fmt.Errorf("disk of volume %s: %w", m.Volume, err)
 	} else if err := d.mount(ctx, img, mnt); err != nil {
+		return nil, err
+	} else if err := makeDirs(mnt, uid, gid, "home", "home/workspace", "tmp"); err != nil { // a disk of an earlier release may lack one
 		return nil, err
 	}
 	return &disk{volume: m.Volume, mnt: mnt, binds: volumeBinds}, nil
@@ -206,17 +210,25 @@ func (d *disks) make(ctx context.Context, img, mnt string, size int64, journal b
 	if err := d.mount(ctx, img, mnt); err != nil {
 		return err
 	}
+	return makeDirs(mnt, uid, gid, dirs...)
+}
+
+// makeDirs makes dirs on the disk mounted at mnt where they are not,
+// owned by the worker's user (tmp: sticky, for everyone).
+func makeDirs(mnt string, uid, gid int, dirs ...string) error {
 	for _, dir := range dirs {
 		p := filepath.Join(mnt, dir)
-		if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("disk %s: %w", img, err)
+		if err := os.Mkdir(p, 0o755); errors.Is(err, fs.ErrExist) {
+			continue
+		} else if err != nil {
+			return fmt.Errorf("disk %s: %w", mnt, err)
 		}
 		if err := os.Chown(p, uid, gid); err != nil {
-			return fmt.Errorf("disk %s: %w", img, err)
+			return fmt.Errorf("disk %s: %w", mnt, err)
 		}
 		if dir == "tmp" {
 			if err := os.Chmod(p, 0o1777); err != nil {
-				return fmt.Errorf("disk %s: %w", img, err)
+				return fmt.Errorf("disk %s: %w", mnt, err)
 			}
 		}
 	}
