@@ -60,12 +60,17 @@ vet:
 # side by side (-p $(TEST_P)); most of their time is spent waiting on
 # agents, containers and Redis, not on the CPU. Tests that need the Docker
 # engine to themselves take its lock (testkit.ExclusiveEngine).
+# The longest packages come first (go test starts packages in the order
+# named, a package named twice runs once): the wrapper's tests with the
+# five real agents take most of the run, and started last they would end
+# it alone.
 TEST_P     ?= 3
+TEST_FIRST := ./wrapper/worker ./spawner ./examples
 test-unit: vet check-docs test-go
 
 test-go:
-	@echo "== go test -race -p $(TEST_P) $(MODULES)"
-	@$(GO) test -race -count=1 -p $(TEST_P) -timeout 30m $(foreach m,$(MODULES),./$(m)/...)
+	@echo "== go test -race -p $(TEST_P) $(TEST_FIRST) $(MODULES)"
+	@$(GO) test -race -count=1 -p $(TEST_P) -timeout 30m $(TEST_FIRST) $(foreach m,$(MODULES),./$(m)/...)
 
 # The documents (scripts/checkdocs): every relative link and #anchor of
 # every Markdown file resolves, every fence closes, every code example

@@ -16,7 +16,7 @@ const (
 	CapGit       Capability = "GIT"        // git
 	CapGitHubCLI Capability = "GITHUB_CLI" // gh
 	CapCurl      Capability = "CURL"       // curl
-	CapDocker    Capability = "DOCKER"     // the docker CLI only; engine access is a launch option
+	CapDocker    Capability = "DOCKER"     // an engine of the worker's own: rootless Podman behind the docker command
 )
 
 // Capabilities lists every capability, sorted.
@@ -51,7 +51,7 @@ func NormalizeCapabilities(caps []Capability) ([]Capability, error) {
 
 // RecipeVersion is bumped whenever the way an image is generated from a
 // recipe changes, so that no stale image serves a new recipe.
-const RecipeVersion = 1
+const RecipeVersion = 2
 
 // ImageRepository is the repository of every worker image: worker:<hash>.
 const ImageRepository = "worker"
@@ -140,9 +140,16 @@ func (r Recipe) Tag() (string, error) {
 }
 
 // DockerWarning is the warning of a create that asks for DOCKER: the
-// capability gives the docker CLI, not an engine.
-const DockerWarning = "DOCKER gives the docker CLI only, no engine: the worker cannot build or run containers " +
-	"(no engine is offered to a worker: the host's socket would make the agent root on the host, and an engine of its own needs privileges)"
+// worker's containers and images are its own and short-lived.
+const DockerWarning = "DOCKER gives the worker an engine of its own (rootless Podman behind the docker command), not the host's: " +
+	"its containers have the worker's network and limits, and they and its images live in the worker's memory, " +
+	"gone when it hibernates or is deleted"
+
+// DockerStorage is where a DOCKER worker's engine keeps its images and
+// containers: a directory of the worker's own memory (a tmpfs the engine
+// mounts), since the container's own overlay root cannot hold overlay
+// layers.
+const DockerStorage = "/var/tmp/inner"
 
 // SpecWarnings are the warnings a create of spec is answered with.
 func SpecWarnings(spec WorkerSpec) []string {

@@ -19,7 +19,7 @@ func TestRecipeCanonicalTextAndHashAreFixed(t *testing.T) {
 	}{
 		{
 			name:      "claude with two capabilities",
-			recipe:    Recipe{Agent: AgentClaude, Capabilities: []Capability{"GIT", "CURL"}, BaseImage: testBase},
+			recipe:    Recipe{Agent: AgentClaude, Capabilities: []Capability{"GIT", "CURL"}, BaseImage: testBase, Version: 1},
 			canonical: "agentvisor-image-recipe\nversion=1\nagent=claude\nbase=sha256:0123456789abcdef\ncapabilities=CURL,GIT\n",
 			hash:      "33bbee26d5ffde18",
 		},
@@ -134,7 +134,7 @@ func TestCodesRetryable(t *testing.T) {
 		CodeHostLost: true, CodeNoHost: true, CodeWorkerGone: false,
 		CodeCommandExpired: true, CodeNoManager: true, CodeRedisAuth: false,
 		CodeGitWorktree: true, CodeGitPush: true,
-		CodeImageNotAllowed: false, CodeImageBuildFailed: false,
+		CodeImageNotAllowed: false, CodeImageBuildFailed: false, CodeRuntimeUnavailable: false,
 	}
 	if len(Codes) != len(want) {
 		t.Fatalf("%d codes, the test knows %d", len(Codes), len(want))

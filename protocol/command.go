@@ -102,6 +102,9 @@ type WorkerSpec struct {
 	// Image is the project's own image the worker is built on (image.go);
 	// none: the runtime's worker-base.
 	Image *ProjectImage `json:"image,omitempty"`
+	// Runtime is the sandbox the worker's container runs in (runc, or
+	// gvisor for sealed workers); empty: the manager's WORKER_RUNTIME.
+	Runtime Runtime `json:"runtime,omitempty"`
 }
 
 var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -175,6 +178,9 @@ func (s *WorkerSpec) validate(path string) error {
 	}
 	if err := s.Image.validate(path + ".image"); err != nil {
 		return err
+	}
+	if s.Runtime != "" && !s.Runtime.Valid() {
+		return fieldErr(path+".runtime", "is %q, want runc or gvisor", s.Runtime)
 	}
 	return validateMCPServers(path+".mcp_servers", s.MCPServers)
 }

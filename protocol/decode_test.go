@@ -305,3 +305,28 @@ func TestDecodeAdoptCredentialHosts(t *testing.T) {
 		t.Fatalf("%+v %v", a, err)
 	}
 }
+
+func TestSpecRuntime(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		runtime Runtime
+		ok      bool
+	}{
+		{"unset", "", true},
+		{"runc", RuntimeRunc, true},
+		{"gvisor", RuntimeGVisor, true},
+		{"runsc is the engine's word, not the spec's", "runsc", false},
+		{"case matters", "gVisor", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := WorkerSpec{AgentType: AgentClaude, Runtime: tc.runtime}.Validate()
+			if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "spec.runtime")) {
+				t.Fatalf("runtime %q: %v", tc.runtime, err)
+			}
+		})
+	}
+	doc := `{"v":1,"type":"command","command_id":"c1","action":"create","spec":{"agent_type":"claude","runtime":"kata"}}`
+	if _, err := DecodeCommand([]byte(doc)); err == nil || !strings.Contains(err.Error(), "spec.runtime") {
+		t.Fatalf("runtime kata decoded: %v", err)
+	}
+}

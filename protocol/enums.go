@@ -104,3 +104,20 @@ func (s OutputStatus) ValidStop() bool {
 func (s OutputStatus) Valid() bool {
 	return s == StatusComplete || s == StatusBlocked || s == StatusFailed || s == StatusCancelled
 }
+
+// Runtime is the sandbox a worker's container runs in.
+type Runtime string
+
+const (
+	// RuntimeRunc: the engine's usual runtime (namespaces, cgroups,
+	// seccomp over the host's kernel).
+	RuntimeRunc Runtime = "runc"
+	// RuntimeGVisor: gVisor (runsc), a kernel of its own in user space
+	// between the worker and the host's kernel. Sealed workers only: the
+	// sandbox has loopback and the gateway's sockets, no network stack
+	// to the outside.
+	RuntimeGVisor Runtime = "gvisor"
+)
+
+// Valid reports whether r is a known runtime.
+func (r Runtime) Valid() bool { return r == RuntimeRunc || r == RuntimeGVisor }

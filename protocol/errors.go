@@ -121,6 +121,10 @@ const (
 	// host, the build ran past PROJECT_IMAGE_BUILD_TIMEOUT); the message
 	// ends with the build log's last lines.
 	CodeImageBuildFailed Code = "IMAGE_BUILD_FAILED"
+	// CodeRuntimeUnavailable: the spec's runtime cannot run on this
+	// manager: gvisor asked of a manager whose workers are not sealed, or
+	// of an engine that has no gVisor runtime registered.
+	CodeRuntimeUnavailable Code = "RUNTIME_UNAVAILABLE"
 )
 
 // codeInfo holds whether retrying the same request may succeed.
@@ -163,6 +167,7 @@ var codeInfo = map[Code]bool{
 	CodeGitPush:             true,  // the work is kept in the worktree; a retry pushes it again
 	CodeImageNotAllowed:     false, // not until the operator allows it
 	CodeImageBuildFailed:    false, // the same Dockerfile fails again
+	CodeRuntimeUnavailable:  false, // not on this manager
 }
 
 // Codes lists every code, in a stable order.
@@ -174,7 +179,7 @@ var Codes = []Code{
 	CodeWorkerBusy, CodeConflict, CodeShuttingDown, CodeReplaceLimit, CodeMCPUnavailable,
 	CodeCancelled, CodeAuthFailed, CodeRateLimited, CodeAgentStalled, CodeBudgetExceeded,
 	CodeHostLost, CodeNoHost, CodeWorkerGone, CodeCommandExpired, CodeNoManager, CodeRedisAuth, CodeGitWorktree, CodeGitPush,
-	CodeImageNotAllowed, CodeImageBuildFailed,
+	CodeImageNotAllowed, CodeImageBuildFailed, CodeRuntimeUnavailable,
 }
 
 // Valid reports whether c is a known code.

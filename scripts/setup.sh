@@ -38,9 +38,10 @@ declare -A want=(
   [git]=git
   [docker-compose]=docker-compose
   [mypy]=mypy
+  [runsc]=runsc
 )
 missing=()
-for cmd in redis-server dockerd debootstrap node npm prometheus promtool chromium git docker-compose mypy; do
+for cmd in redis-server dockerd debootstrap node npm prometheus promtool chromium git docker-compose mypy runsc; do
   if ! command -v "$cmd" >/dev/null 2>&1 && [[ " ${missing[*]} " != *" ${want[$cmd]} "* ]]; then
     missing+=("${want[$cmd]}")
   fi
@@ -63,6 +64,30 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # --- Docker engine -------------------------------------------------------
+# gVisor's runsc is registered with the engine as the runtime `runsc`
+# (`docker run --runtime=runsc`), in daemon.json rather than a flag so that an engine already running takes
+# it on a reload (SIGHUP), without stopping its containers. A daemon.json
+# that says something else is left alone, and said.
+DOCKERD_CONFIG=${DOCKERD_CONFIG:-/etc/docker/daemon.json}
+RUNSC_BIN=$(command -v runsc || true)
+# Its arguments: no network stack of the sandbox's own (a gVisor worker is
+# sealed: loopback only, its way out the gateway's unix sockets, which
+# --host-uds=open lets it connect to).
+runsc_config="{
+  \"runtimes\": {
+    \"runsc\": {\"path\": \"$RUNSC_BIN\", \"runtimeArgs\": [\"--network=none\", \"--host-uds=open\"]}
+  }
+}"
+if [ -n "$RUNSC_BIN" ]; then
+  if [ ! -e "$DOCKERD_CONFIG" ]; then
+    mkdir -p "$(dirname "$DOCKERD_CONFIG")"
+    printf '%s\n' "$runsc_config" >"$DOCKERD_CONFIG"
+    log "wrote $DOCKERD_CONFIG: the runtime runsc ($RUNSC_BIN)"
+    changed=1
+  elif [ "$(cat "$DOCKERD_CONFIG")" != "$runsc_config" ]; then
+    log "note: $DOCKERD_CONFIG is not this script's; add its runtime runsc to it for gVisor workers: $runsc_config"
+  fi
+fi
 engine_answers() { timeout 10 docker info >/dev/null 2>&1; }
 
 # A live dockerd process of the default engine: a zombie left by a killed
@@ -120,6 +145,24 @@ if ! engine_answers; then
     exit 1
   fi
   log "the Docker engine answers"
+fi
+
+# An engine that runs without the runtime runsc as daemon.json has it
+# reloads its configuration (SIGHUP: dockerd rereads daemon.json's
+# runtimes and keeps its containers).
+runsc_registered() { timeout 10 docker info -f '{{json .Runtimes}}' 2>/dev/null | grep -q -- '--host-uds=open'; }
+if [ -n "$RUNSC_BIN" ] && [ "$(cat "$DOCKERD_CONFIG" 2>/dev/null)" = "$runsc_config" ] && engine_answers && ! runsc_registered; then
+  for pid in $(pgrep -x dockerd 2>/dev/null); do
+    if default_engine "$pid"; then
+      log "reloading the Docker engine (pid $pid) for the runtime runsc"
+      kill -HUP "$pid"
+      changed=1
+    fi
+  done
+  for _ in $(seq 1 50); do
+    runsc_registered && break
+    sleep 0.1
+  done
 fi
 
 # An engine this script did not start may run without live-restore: then
@@ -198,5 +241,5 @@ if [ -L /usr/local/bin/qwen ] || [ "$(cat /usr/local/bin/qwen 2>/dev/null)" != "
 fi
 
 if [ $changed = 0 ]; then
-  log "nothing to do: redis-server, docker.io, debootstrap, node, npm, prometheus, promtool, chromium, git, mypy, python3-redis, claude $CLAUDE_VERSION, droid $DROID_VERSION, codex $CODEX_VERSION, opencode $OPENCODE_VERSION and qwen $QWEN_VERSION (on node $NODE_VERSION) are installed and the Docker engine answers"
+  log "nothing to do: redis-server, docker.io, debootstrap, node, npm, prometheus, promtool, chromium, git, mypy, python3-redis, runsc, claude $CLAUDE_VERSION, droid $DROID_VERSION, codex $CODEX_VERSION, opencode $OPENCODE_VERSION and qwen $QWEN_VERSION (on node $NODE_VERSION) are installed and the Docker engine answers"
 fi

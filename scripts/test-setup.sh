@@ -3,7 +3,9 @@
 #  1. a second run changes nothing and says so;
 #  2. an engine killed with SIGKILL (stale pid file and socket left behind,
 #     its process possibly a zombie) is started again;
-#  3. scripts/redis.sh (scripts/test-redis.sh, on ports and directories of
+#  3. the engine has gVisor's runtime runsc as daemon.json registers it,
+#     and a daemon.json that says something else is left as it is;
+#  4. scripts/redis.sh (scripts/test-redis.sh, on ports and directories of
 #     its own).
 # Test 2 kills the engine, so it runs only on an engine this project's
 # set-up started (its command line carries --bridge=none and it logs to our
@@ -21,6 +23,21 @@ if [ $rc = 0 ] && grep -q "nothing to do" <<<"$out" && ! grep -qE "installing|st
 else
   bad "second set-up run (rc=$rc) did something: $out"
 fi
+
+if docker info -f '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc":{[^}]*"--network=none","--host-uds=open"'; then
+  ok "the engine has the runtime runsc with --network=none --host-uds=open"
+else
+  bad "the engine's runtimes lack runsc as setup registers it: $(docker info -f '{{json .Runtimes}}' 2>&1)"
+fi
+other=$(mktemp -d)
+printf '{"log-level": "info"}\n' >"$other/daemon.json"
+out=$(DOCKERD_CONFIG="$other/daemon.json" bash scripts/setup.sh 2>&1); rc=$?
+if [ $rc = 0 ] && [ "$(cat "$other/daemon.json")" = '{"log-level": "info"}' ] && grep -q "is not this script's" <<<"$out"; then
+  ok "a daemon.json of someone else's is left as it is, and said"
+else
+  bad "a daemon.json of someone else's (rc=$rc): $(cat "$other/daemon.json"): $out"
+fi
+rm -rf "$other"
 
 # The default engine only: the fleet harness's engines (faults/engines.go)
 # carry --bridge=none too, with pid files of their own.

@@ -23,18 +23,24 @@ import (
 // ConfigFromEnv and validated at start. Each field's variable, default
 // and parser are in configVars, the one table of them.
 type Config struct {
-	RedisURL           string        // REDIS_URL (required)
-	Keys               protocol.Keys // WORKER_KEY_PREFIX
-	MaxWorkers         int           // MAX_CONCURRENT_WORKERS; paused workers count
-	CreationTimeout    time.Duration // WORKER_CREATION_TIMEOUT: a queued create gives up after it
-	MemoryLimit        int64         // WORKER_MEMORY_LIMIT, bytes
-	CPULimit           float64       // WORKER_CPU_LIMIT
-	PidsLimit          int64         // WORKER_PIDS_LIMIT
-	StopTimeout        time.Duration // WORKER_STOP_TIMEOUT; the wrapper's grace is 10 s shorter
-	NetworkMode        string        // WORKER_NETWORK_MODE
-	GatewayDir         string        // GATEWAY_DIR
-	SpareNetns         int           // SEALED_SPARE_NETNS
-	RedisURLForWorkers string        // WORKER_REDIS_URL: the Redis URL as workers see it (default REDIS_URL; made plain for sealed workers: sealSentinelURL)
+	RedisURL        string        // REDIS_URL (required)
+	Keys            protocol.Keys // WORKER_KEY_PREFIX
+	MaxWorkers      int           // MAX_CONCURRENT_WORKERS; paused workers count
+	CreationTimeout time.Duration // WORKER_CREATION_TIMEOUT: a queued create gives up after it
+	MemoryLimit     int64         // WORKER_MEMORY_LIMIT, bytes
+	CPULimit        float64       // WORKER_CPU_LIMIT
+	PidsLimit       int64         // WORKER_PIDS_LIMIT
+	StopTimeout     time.Duration // WORKER_STOP_TIMEOUT; the wrapper's grace is 10 s shorter
+	NetworkMode     string        // WORKER_NETWORK_MODE
+	GatewayDir      string        // GATEWAY_DIR
+	SpareNetns      int           // SEALED_SPARE_NETNS
+	// Runtime (WORKER_RUNTIME) is the sandbox of a worker whose spec
+	// names none; GVisorRuntime (WORKER_GVISOR_RUNTIME) is the engine's
+	// name for gVisor (a Docker runtime of daemon.json, a Kubernetes
+	// RuntimeClass).
+	Runtime            protocol.Runtime
+	GVisorRuntime      string
+	RedisURLForWorkers string // WORKER_REDIS_URL: the Redis URL as workers see it (default REDIS_URL; made plain for sealed workers: sealSentinelURL)
 	// DiskLimit (WORKER_DISK_LIMIT, bytes; 0: none) bounds what a worker
 	// may write: a filesystem of that size of its own under DiskDir
 	// (WORKER_DISK_DIR) on Docker, ephemeral storage on Kubernetes.
@@ -169,6 +175,11 @@ func (c *Config) sealSentinelURL(wu protocol.RedisURL) error {
 	return nil
 }
 
+// ErrGVisorUnsealed is the error of gVisor asked for workers that are not
+// sealed: the sandbox runs with no network stack to the outside
+// (--network=none), its way out the gateway's sockets.
+var ErrGVisorUnsealed = errors.New("spawner: gVisor runs sealed workers only")
+
 // ErrSealedMasterName is the error of a sentinel WORKER_REDIS_URL whose
 // master's name cannot be the host of a sealed worker's Redis URL.
 var ErrSealedMasterName = errors.New("spawner: the sentinel master's name cannot be a sealed worker's Redis host")
@@ -188,6 +199,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	}
 	if _, err := protocol.ParseWaitPolicy(c.RedisWait.Replicas, c.RedisWait.Timeout, wu); err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	if c.Runtime == protocol.RuntimeGVisor && c.NetworkMode != NetworkSealed {
+		return Config{}, envconf.Errorf("WORKER_RUNTIME", "gvisor runs sealed workers only (WORKER_NETWORK_MODE is %q, want sealed): %w", c.NetworkMode, ErrGVisorUnsealed)
 	}
 	if c.NetworkMode == NetworkSealed && wu.Sentinel {
 		if err := c.sealSentinelURL(wu); err != nil {
@@ -246,6 +260,8 @@ func configVars(c *Config) []envconf.Var {
 		{Name: "WORKER_NETWORK_MODE", Default: NetworkSealed, Value: envconf.String(&c.NetworkMode), Doc: "the containers' network mode: `sealed` (no network of their own: Redis, the model API and the allowlisted egress through the host's `worker-gateway`, which must run beside the engine, [spawner/README.md](../spawner/README.md#sealed-workers)), or a Docker network mode (`host`, `none`, ...), an opt-in to less isolation"},
 		{Name: "GATEWAY_DIR", Default: "/run/agentvisor/gateway", Value: envconf.String(&c.GatewayDir), Doc: "the directory of this host's `worker-gateway` (its control socket, a socket directory per sealed worker)"},
 		{Name: "SEALED_SPARE_NETNS", Default: "2", Value: envconf.Int(&c.SpareNetns, 0), Doc: "network namespaces (each held by a tiny container) kept ready for sealed workers, so that a create does not wait for the engine to make one; each serves one worker and goes with it; `0`: none"},
+		{Name: "WORKER_RUNTIME", Default: string(protocol.RuntimeRunc), Value: envconf.Func(c.setRuntime), Doc: "the sandbox of a worker whose spec names no `runtime`: `runc`, or `gvisor` (gVisor's `runsc`: a kernel of its own in user space between the agent and the host's; sealed workers only, so it wants `WORKER_NETWORK_MODE=sealed`; its cost and limits: [SECURITY.md](../SECURITY.md#gvisor))"},
+		{Name: "WORKER_GVISOR_RUNTIME", Default: "runsc", Value: envconf.String(&c.GVisorRuntime), Doc: "the engine's name for gVisor: a Docker runtime of `/etc/docker/daemon.json` (`make setup` registers `runsc`, with `--network=none --host-uds=open`), or on Kubernetes a RuntimeClass's name (over `K8S_RUNTIME_CLASS`); a Docker engine without it has a gVisor create answered `RUNTIME_UNAVAILABLE`"},
 		{Name: "WORKER_PASS_ENV", Default: "ANTHROPIC_API_KEY,ANTHROPIC_BASE_URL,FACTORY_API_KEY,OPENAI_API_KEY,OPENAI_BASE_URL,DROID_BASE_URL",
 			Value: envconf.List(&c.PassEnv), Doc: "host variables passed to every worker: secrets come from the host's environment only"},
 		{Name: "WORKER_ENV", Value: envconf.Func(c.setWorkerEnv), Doc: "a JSON object of variables set in every worker by the operator (it may set the runtime's own, e.g. `{\"AGENT_ARGS\":\"--verbose\"}`, but not `WORKER_ID`, `REDIS_URL`, `WORKER_KEY_PREFIX` or `MODEL_PRICES`); a create's `spec.env` may not set the runtime's own (`INVALID_COMMAND`: the list is in [PROTOCOL.md](../protocol/PROTOCOL.md#commands-and-replies))"},
@@ -302,6 +318,14 @@ func (c *Config) setRedisURL(s string) error {
 func (c *Config) setKeys(s string) (err error) {
 	c.Keys, err = protocol.NewKeys(s)
 	return err
+}
+
+func (c *Config) setRuntime(s string) error {
+	c.Runtime = protocol.Runtime(s)
+	if !c.Runtime.Valid() {
+		return fmt.Errorf("is %q, want runc or gvisor", s)
+	}
+	return nil
 }
 
 func (c *Config) setWorkerEnv(s string) error {

@@ -61,3 +61,35 @@ func TestConfigSealedSentinel(t *testing.T) {
 		}
 	}
 }
+
+// WORKER_RUNTIME takes runc or gvisor, and gvisor only for sealed
+// workers; the errors name the variable.
+func TestConfigWorkerRuntime(t *testing.T) {
+	for _, tc := range []struct {
+		name, runtime, network string
+		want                   protocol.Runtime
+		wantErr                error
+	}{
+		{name: "default", want: protocol.RuntimeRunc},
+		{name: "gvisor sealed", runtime: "gvisor", want: protocol.RuntimeGVisor},
+		{name: "gvisor on the host's network", runtime: "gvisor", network: "host", wantErr: ErrGVisorUnsealed},
+		{name: "unknown", runtime: "kata"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{"REDIS_URL": "redis://127.0.0.1:1/0", "WORKER_RUNTIME": tc.runtime, "WORKER_NETWORK_MODE": tc.network}
+			c, err := ConfigFromEnv(func(k string) string { return env[k] })
+			if tc.want == "" {
+				if err == nil || !strings.Contains(err.Error(), "WORKER_RUNTIME") || (tc.wantErr != nil && !errors.Is(err, tc.wantErr)) {
+					t.Fatalf("WORKER_RUNTIME=%s WORKER_NETWORK_MODE=%s: %v, want an error naming WORKER_RUNTIME", tc.runtime, tc.network, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Runtime != tc.want || c.GVisorRuntime != "runsc" {
+				t.Fatalf("runtime %q (%q), want %q (runsc)", c.Runtime, c.GVisorRuntime, tc.want)
+			}
+		})
+	}
+}

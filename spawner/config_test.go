@@ -89,6 +89,7 @@ func TestConfigDefaults(t *testing.T) {
 	hostname, _ := os.Hostname()
 	want := Config{RedisURL: "redis://127.0.0.1:1/0", Keys: protocol.Keys{Prefix: "worker"}, MaxWorkers: 10, CreationTimeout: 5 * time.Minute,
 		MemoryLimit: 512 << 20, CPULimit: 0.5, PidsLimit: 512, StopTimeout: 30 * time.Second, NetworkMode: NetworkSealed, GatewayDir: "/run/agentvisor/gateway", SpareNetns: 2, RedisURLForWorkers: "redis://127.0.0.1:1/0",
+		Runtime: protocol.RuntimeRunc, GVisorRuntime: "runsc",
 		DiskLimit: 10 << 30, DiskDir: "/var/lib/agentvisor/disks",
 		PassEnv:     []string{"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "FACTORY_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "DROID_BASE_URL"},
 		IdleTimeout: 600 * time.Second, PauseTimeout: 30 * time.Minute, ReplaceDead: true, ReplaceDegradedAfter: 10 * time.Minute, EvictIdleAfter: time.Minute, BaseImage: images.DefaultBaseImage, ProjectBuildTimeout: 10 * time.Minute, ProjectVolumes: true,

@@ -2,10 +2,14 @@ package spawner
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+
 	"github.com/agentvisor/agentvisor/protocol"
+	"github.com/agentvisor/agentvisor/spawner/engine"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/testkit"
 )
@@ -295,5 +299,29 @@ func TestLimitsAreChecked(t *testing.T) {
 	_, err = u.s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, Limits: protocol.Limits{Memory: "0"}})
 	if ProtocolError(err).Code != protocol.CodeInvalidCommand {
 		t.Fatalf("memory 0: %v, want INVALID_COMMAND", err)
+	}
+}
+
+// noContainers is an engine whose instances cannot run containers of
+// their own (as Kubernetes's cannot), over one whose can.
+type noContainers struct{ engine.Engine }
+
+func (noContainers) RunsContainers() bool { return false }
+
+// On such an engine a create with DOCKER is refused INVALID_COMMAND
+// before anything is made; one without DOCKER is not.
+func TestDockerRefusedWhereTheEngineRunsNoContainers(t *testing.T) {
+	u := newUnit(t, nil)
+	s := New(u.s.cfg, noContainers{u.s.engine}, u.rc, nil, u.s.log)
+	ctx := context.Background()
+	_, err := s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, Capabilities: []protocol.Capability{protocol.CapDocker}})
+	if ProtocolError(err).Code != protocol.CodeInvalidCommand || !errors.Is(err, ErrNoDockerEngine) {
+		t.Fatalf("DOCKER on an engine without containers: %v, want INVALID_COMMAND and ErrNoDockerEngine", err)
+	}
+	if cs, _ := u.d.ContainerList(ctx, container.ListOptions{All: true}); len(cs) != 0 {
+		t.Fatalf("%d containers made", len(cs))
+	}
+	if !u.s.engine.RunsContainers() {
+		t.Fatal("the Docker engine says its instances cannot run containers")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,7 +37,24 @@ import (
 // worker; the model API key is a planted secret. Every attempt fails, and
 // neither secret appears in what the agent saw, in any Redis entry, in the
 // container's log or in its image.
-func TestEscapeSuite(t *testing.T) {
+func TestEscapeSuite(t *testing.T) { escapeSuite(t, "", nil) }
+
+// The same suite with both workers in gVisor (runsc): every attempt fails
+// as it does under runc, and the agent's kernel is gVisor's, not the
+// host's.
+func TestEscapeSuiteGVisor(t *testing.T) { escapeSuite(t, protocol.RuntimeGVisor, nil) }
+
+// The same suite in a DOCKER worker, whose container gives up Docker's
+// default seccomp profile, its masked /proc paths and AppArmor for an
+// engine of its own, plus the ways those open: root in a user namespace
+// of the agent's reading the wrapper's secrets, a proc of its own
+// mounted there, a write to a kernel setting /proc no longer shields.
+func TestEscapeSuiteDocker(t *testing.T) {
+	escapeSuite(t, "", []protocol.Capability{protocol.CapDocker})
+}
+
+func escapeSuite(t *testing.T, runtime protocol.Runtime, caps []protocol.Capability) {
+	docker := slices.Contains(caps, protocol.CapDocker)
 	testkit.WorkerImages(t)
 	const redisPass = "manager-pass-0b6f2c"
 	const apiKey = "sk-ant-planted-9d41e7c2a5"
@@ -77,14 +95,14 @@ func TestEscapeSuite(t *testing.T) {
 	s := NewDocker(cfg, dc, rc, &images.Builder{Docker: dc, Redis: rc, Keys: cfg.Keys, BaseImage: cfg.BaseImage}, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	testkit.CleanupLabelled(t, testkit.KeyPrefixLabel(prefix))
 	ctx := context.Background()
-	victim, err := s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude})
+	victim, err := s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, Runtime: runtime})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Two names on its allowlist: one that does not resolve, one that
 	// resolves to the host's loopback (the gateway does not dial it).
 	// Its disk is 64m: the agent fills it.
-	agent, err := s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, AllowedCommands: []string{"*"}, Limits: protocol.Limits{Disk: "64m"},
+	agent, err := s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, AllowedCommands: []string{"*"}, Runtime: runtime, Capabilities: caps, Limits: protocol.Limits{Disk: "64m"},
 		Network: &protocol.Network{Allow: []string{"nx.invalid:443", "localhost:" + r.Addr[strings.LastIndex(r.Addr, ":")+1:]}}})
 	if err != nil {
 		t.Fatal(err)
@@ -124,6 +142,8 @@ func TestEscapeSuite(t *testing.T) {
 		`for p in /proc/[0-9]*; do echo "$p: $(tr '\0' ' ' < $p/cmdline 2>&1) $(tr '\0' ' ' < $p/environ 2>&1)"; done`,
 		`grep -rIl "sk-ant\|requirepass\|manager-pass" / --exclude-dir=proc --exclude-dir=sys 2>/dev/null | head; ls -la /proc/1/fd /proc/1/map_files 2>&1 | head`,
 		`cat /proc/1/mem 2>&1 | head -c 100; cat /proc/1/maps 2>&1 | head -3`,
+		// The kernel the agent's calls reach.
+		`echo KERNEL-BEGIN; cat /proc/version; echo KERNEL-END`,
 		// The host's loopback services: its Redis, its ops page.
 		tcp("HOSTREDIS", "127.0.0.1", port),
 		tcp("HOSTOPS", "127.0.0.1", opsPort),
@@ -155,6 +175,21 @@ func TestEscapeSuite(t *testing.T) {
 			`print $s "CONNECT localhost:` + port + ` HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"; alarm 10; local $/; $a=<$s>; print "EGRESSLO-BEGIN $a EGRESSLO-END"'`,
 		`perl -MIO::Socket::UNIX -e '$s=IO::Socket::UNIX->new(Peer=>"/run/agentvisor/egress.sock") or die "no socket: $!"; ` +
 			`print $s "GET ` + gateway.RefusalsPath + ` HTTP/1.1\r\nHost: gateway\r\n\r\n"; $a=<$s>; print "EGRESSSOCK-LOG $a"'`,
+	}
+	// A user namespace of its own: only a DOCKER worker may make one (the
+	// wrapper's sweep spares what runs in one).
+	attempts = append(attempts, `unshare -r true 2>/dev/null && echo MKUSERNS-MADE || echo MKUSERNS-REFUSED`)
+	if docker {
+		attempts = append(attempts,
+			// Root in a user namespace of its own, at PID 1's secrets.
+			`unshare -r sh -c 'id -u; cat /proc/1/environ; cat /proc/1/mem | head -c 100' 2>&1 | tr '\0' '\n'; echo USERNS-DONE`,
+			// A proc of its own, mounted in that namespace.
+			`unshare -rm sh -c 'mount -t proc proc /mnt && echo PROCMOUNT-MOUNTED; cat /mnt/1/environ /mnt/1/cmdline; ls /mnt/1/fd' 2>&1 | tr '\0' '\n'; echo PROCMOUNT-DONE`,
+			// A kernel setting, unshielded in /proc (harmless if it went).
+			`(echo 1 > /proc/sys/vm/drop_caches) 2>/dev/null && echo DROPCACHES-WROTE || echo DROPCACHES-REFUSED`,
+			// The host's engine, at its usual sockets.
+			`ls -l /var/run/docker.sock /run/docker.sock /run/containerd/containerd.sock 2>&1; docker ps -a --format 'INNERPS {{.Names}}' 2>&1 | grep -v level=; echo ENGINE-DONE`,
+		)
 	}
 	// proxy calls the wrapper's model API proxy from the agent's shell,
 	// with the agent's own key (the proxy's token: what any program in
@@ -202,6 +237,24 @@ func TestEscapeSuite(t *testing.T) {
 		}
 	}
 	saw := seen.String()
+	// Under gVisor the agent's kernel is gVisor's (its Linux version is
+	// not the host's), and the engine ran both workers in runsc.
+	if i, j := strings.Index(saw, "KERNEL-BEGIN"), strings.LastIndex(saw, "KERNEL-END"); i < 0 || j < i {
+		t.Errorf("the agent's kernel probe gave no answer")
+	} else if host, err := exec.Command("uname", "-r").Output(); err != nil {
+		t.Fatal(err)
+	} else if onHost := strings.Contains(saw[i:j], strings.TrimSpace(string(host))); onHost != (runtime != protocol.RuntimeGVisor) {
+		t.Errorf("runtime %q: the agent's kernel is the host's (%s): %v; it saw:\n%s", runtime, strings.TrimSpace(string(host)), onHost, saw[i:j])
+	}
+	for _, w := range []string{victim.WorkerID, agent.WorkerID} {
+		c, err := dc.ContainerInspect(ctx, ContainerName(w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[protocol.Runtime]string{protocol.RuntimeGVisor: "runsc"}[runtime]; c.HostConfig.Runtime != want && (want != "" || c.HostConfig.Runtime != "runc") {
+			t.Errorf("worker %s runs in %q, want %q", w, c.HostConfig.Runtime, want)
+		}
+	}
 	if !strings.Contains(saw, "NOAUTH") && !strings.Contains(saw, "WRONGPASS") && !strings.Contains(saw, "NOPERM") {
 		t.Errorf("the agent's Redis attempts through its socket were not refused as expected; it saw:\n%s", tail(saw, 3000))
 	}
@@ -339,6 +392,31 @@ func TestEscapeSuite(t *testing.T) {
 			if strings.Contains(dump, secret) {
 				t.Errorf("Redis key %s holds a secret", k)
 			}
+		}
+	}
+	// A user namespace: refused by the container's seccomp profile, made
+	// where the worker runs an engine of its own (DOCKER) and in gVisor,
+	// whose kernel of its own implements it inside the sandbox (the host's
+	// kernel never sees it).
+	if want := map[bool]string{false: "MKUSERNS-REFUSED", true: "MKUSERNS-MADE"}[docker || runtime == protocol.RuntimeGVisor]; !strings.Contains(saw, want) {
+		t.Errorf("making a user namespace: want %s; the agent saw:\n%s", want, tail(saw, 3000))
+	}
+	if docker {
+		for _, probe := range []string{"USERNS-DONE", "PROCMOUNT-DONE", "ENGINE-DONE"} {
+			if !strings.Contains(saw, probe) {
+				t.Errorf("probe %s gave no answer; the agent saw:\n%s", probe, tail(saw, 3000))
+			}
+		}
+		for _, probe := range []string{"USERNS-DONE", "PROCMOUNT-DONE", "DROPCACHES-REFUSED", "ENGINE-DONE"} {
+			if i := strings.LastIndex(saw, probe); i >= 0 {
+				t.Logf("the probe ending %s saw:\n%s", probe, saw[max(0, i-400):i])
+			}
+		}
+		if !strings.Contains(saw, "DROPCACHES-REFUSED") || strings.Contains(saw, "DROPCACHES-WROTE") {
+			t.Errorf("the agent wrote a kernel setting; it saw:\n%s", tail(saw, 3000))
+		}
+		if strings.Contains(saw, "INNERPS "+ContainerName("")) || strings.Contains(saw, "srw") {
+			t.Errorf("the agent reached the host's engine; it saw:\n%s", tail(saw, 3000))
 		}
 	}
 	// No secret in the container's log.

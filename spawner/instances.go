@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docker/go-units"
@@ -31,6 +33,8 @@ type instances struct {
 
 	cpuOnce    sync.Once // reads engineCPUs, once
 	engineCPUs int
+	// gvisorSeen: the engine was found to have WORKER_GVISOR_RUNTIME.
+	gvisorSeen atomic.Bool
 }
 
 // createContainer makes a worker's container from img and returns its
@@ -87,8 +91,9 @@ func (in *instances) instanceSpec(id, commandID string, spec protocol.WorkerSpec
 		labels[ctlplane.LabelCommandID] = commandID
 	}
 	is := engine.Spec{Name: ContainerName(id), Image: image, Env: in.workerEnv(id, spec, redisURL), Labels: labels, User: "1000:1000",
-		StopTimeout: in.cfg.StopTimeout, Network: in.cfg.NetworkMode,
-		Limits: engine.Limits{Memory: in.memory(spec), CPUs: in.cpus(spec), Pids: in.pids(spec), Disk: in.disk(spec)}}
+		StopTimeout: in.cfg.StopTimeout, Network: in.cfg.NetworkMode, Runtime: in.engineRuntime(spec),
+		Limits:     engine.Limits{Memory: in.memory(spec), CPUs: in.cpus(spec), Pids: in.pids(spec), Disk: in.disk(spec)},
+		Containers: slices.Contains(caps, protocol.CapDocker)}
 	if is.Limits.Disk > 0 {
 		is.Env = append(is.Env, protocol.EnvDiskLimit+"="+strconv.FormatInt(is.Limits.Disk, 10))
 	}
@@ -264,6 +269,58 @@ func (in *instances) pids(spec protocol.WorkerSpec) int64 {
 
 // checkLimits refuses (INVALID_COMMAND) a spec that asks for more cores
 // than the engine has. The memory floor is the protocol's own check.
+// runtime is the sandbox spec's worker runs in: its own, else the
+// manager's WORKER_RUNTIME.
+func (in *instances) runtime(spec protocol.WorkerSpec) protocol.Runtime {
+	if spec.Runtime != "" {
+		return spec.Runtime
+	}
+	if in.cfg.Runtime != "" {
+		return in.cfg.Runtime
+	}
+	return protocol.RuntimeRunc
+}
+
+// engineRuntime is the engine's name of spec's runtime ("": its default).
+func (in *instances) engineRuntime(spec protocol.WorkerSpec) string {
+	if in.runtime(spec) == protocol.RuntimeGVisor {
+		return in.cfg.GVisorRuntime
+	}
+	return ""
+}
+
+// checkRuntime refuses a runtime this manager cannot run: gVisor's sandbox
+// has no network stack to the outside (runsc --network=none), so only a
+// sealed worker, whose way out is its gateway's sockets, works in it; and
+// the engine must have it registered. The engine's answer is asked at
+// each gVisor create until it has the runtime (an operator may register
+// it while the manager runs), then kept.
+func (in *instances) checkRuntime(ctx context.Context, spec protocol.WorkerSpec) error {
+	if in.runtime(spec) != protocol.RuntimeGVisor {
+		return nil
+	}
+	if !in.seals.enabled() {
+		return errorf(protocol.CodeRuntimeUnavailable, "spec.runtime: gvisor runs sealed workers only, and this manager's are not (WORKER_NETWORK_MODE=%s)", in.cfg.NetworkMode)
+	}
+	name := in.cfg.GVisorRuntime
+	if name == "" {
+		return errorf(protocol.CodeRuntimeUnavailable, "spec.runtime: gvisor, but WORKER_GVISOR_RUNTIME is empty")
+	}
+	if in.gvisorSeen.Load() {
+		return nil
+	}
+	info, err := in.engine.Info(ctx)
+	if err != nil {
+		return engineError(err, "the engine's runtimes")
+	}
+	if info.Runtimes != nil && !slices.Contains(info.Runtimes, name) {
+		return errorf(protocol.CodeRuntimeUnavailable, "spec.runtime: gvisor, but the engine %s has no runtime %s (WORKER_GVISOR_RUNTIME; it has %s): run `make setup`, or register runsc in /etc/docker/daemon.json",
+			info.Name, name, strings.Join(info.Runtimes, ", "))
+	}
+	in.gvisorSeen.Store(true)
+	return nil
+}
+
 func (in *instances) checkLimits(ctx context.Context, spec protocol.WorkerSpec) error {
 	if spec.Limits.CPUs == 0 {
 		return nil

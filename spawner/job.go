@@ -119,7 +119,7 @@ func renewEvery(ctx context.Context, interval time.Duration, renew func(ctx cont
 func (r *renewal) stop() { r.cancel(); <-r.done }
 
 // retirer retires a worker: the one path by which a worker ends
-// (Spawner.retire).
+// (retirements.retire).
 type retirer interface {
 	retire(ctx context.Context, id string, r retirement) (bool, error)
 }

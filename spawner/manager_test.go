@@ -189,7 +189,7 @@ func TestShutdownLeavesNoContainer(t *testing.T) {
 }
 
 // A create that asks for DOCKER is answered with a warning: the
-// capability gives the docker CLI, no engine.
+// worker's containers and images go when it hibernates or is deleted.
 func TestDockerCapabilityIsAnsweredWithAWarning(t *testing.T) {
 	f := newFixture(t, nil)
 	c := f.startManager(t)

@@ -56,14 +56,20 @@ func TestWakeTakesAWarmPoolWorker(t *testing.T) {
 	// Ready: offered, and its status names its container (under a full
 	// run's load the offer can be seen before that write).
 	var warm string
-	testkit.Eventually(t, "a warm worker ready", time.Minute, func() bool {
+	if !testkit.Poll(time.Minute, 100*time.Millisecond, func() bool {
 		ids := warmOnes()
 		if len(ids) != 1 {
 			return false
 		}
 		warm = ids[0]
 		return f.rc.HGet(ctx, f.keys.Status(warm), protocol.StatusFieldContainerID).Val() != ""
-	})
+	}) {
+		var states []string
+		for _, w := range warmOnes() {
+			states = append(states, fmt.Sprintf("%s %v", w, f.rc.HGetAll(ctx, f.keys.Status(w)).Val()))
+		}
+		t.Fatalf("no warm worker ready in a minute; the pool offers %d: %v; containers %v", len(states), states, containersOf(t, f))
+	}
 	before := map[string]bool{}
 	for _, c := range containersOf(t, f) {
 		before[c] = true

@@ -38,6 +38,26 @@ type retirement struct {
 	unasked bool
 }
 
+// retirements retire workers: the one path by which a worker ends, and
+// what follows (a new incarnation, a replacement, a migration off a lost
+// host, or the end of the worker's identity). What follows a death is the
+// Spawner's (reincarnate, replace) and the hibernation's (a lost host's
+// worker hibernated here and woken), given as functions and a part.
+type retirements struct {
+	*env
+	cfg     *Config
+	inst    *instances
+	seals   *sealing
+	answers *answers
+	users   *workerUsers
+	hib     *hibernation
+	// reincarnate starts a new incarnation of a worker that died under its
+	// id, and reports whether it lives on; replace makes a new worker that
+	// takes a dead one's tasks, and returns its id and the tasks moved.
+	reincarnate func(ctx context.Context, id string, h map[string]string) (bool, error)
+	replace     func(ctx context.Context, oldID string, h map[string]string, hostLost bool) (string, int, error)
+}
+
 // retire is the one path by which a worker ends, whatever the cause
 // (delete, death, eviction, pause timeout, reconciliation). In order:
 //  1. it leaves the workers set for the retiring set, atomically, under a
@@ -55,7 +75,7 @@ type retirement struct {
 // A manager that dies in the middle leaves the retirement leased; the
 // leader takes it over when the lease runs out and does every step again
 // (each is idempotent). retire reports whether this call retired it.
-func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, error) {
+func (s *retirements) retire(ctx context.Context, id string, r retirement) (bool, error) {
 	owns, takeover, err := s.rdb.BeginRetire(ctx, id, string(r.reason), s.now(), s.cfg.LeaseTTL)
 	if err != nil {
 		return false, redisError(err, "retire %s", id)
@@ -116,7 +136,7 @@ type retirementPlan struct {
 // planRetirement says what follows the removal of worker id. A
 // long-lived worker with a spec that died lives on under its id; a warm
 // pool worker belongs to no consumer yet: its pool refills.
-func (s *Spawner) planRetirement(id string, h map[string]string, r retirement) retirementPlan {
+func (s *retirements) planRetirement(id string, h map[string]string, r retirement) retirementPlan {
 	p := retirementPlan{}
 	p.kind, p.input, p.group = inputOf(s.keys, id, protocol.Kind(h[protocol.StatusFieldKind]))
 	p.respawn = s.cfg.ReplaceDead && p.kind == protocol.KindLongLived && h[protocol.StatusFieldSpec] != ""
@@ -129,7 +149,7 @@ func (s *Spawner) planRetirement(id string, h map[string]string, r retirement) r
 
 // markRetired writes a removed worker's end to its status hash: stopped,
 // or failed with its exit code and cause (and a died event).
-func (s *Spawner) markRetired(ctx context.Context, id string, h map[string]string, r retirement) {
+func (s *retirements) markRetired(ctx context.Context, id string, h map[string]string, r retirement) {
 	state, container := protocol.WorkerStopped, protocol.ContainerStopped
 	fields := map[string]any{}
 	if r.died {
@@ -147,7 +167,7 @@ func (s *Spawner) markRetired(ctx context.Context, id string, h map[string]strin
 // held tasks answered: it migrates, reincarnates or replaces the worker,
 // or ends its identity (its waiting tasks answered, its Redis user
 // dropped, the retirement ended).
-func (s *Spawner) afterRemoval(ctx context.Context, id string, h map[string]string, r retirement, p retirementPlan) error {
+func (s *retirements) afterRemoval(ctx context.Context, id string, h map[string]string, r retirement, p retirementPlan) error {
 	if p.migrating {
 		if err := s.hib.hibernated(ctx, id, h, hibernateHostLost); err != nil {
 			return err
@@ -210,7 +230,7 @@ func hostOf(h map[string]string, here interface{ Host() string }) string {
 }
 
 // keepRetiring renews a retirement's lease until stopped.
-func (s *Spawner) keepRetiring(ctx context.Context, id string) *renewal {
+func (s *retirements) keepRetiring(ctx context.Context, id string) *renewal {
 	return renewEvery(ctx, s.cfg.LeaseTTL/3, func(ctx context.Context) bool {
 		_ = s.rdb.RenewRetire(ctx, id, s.now(), s.cfg.LeaseTTL)
 		return true

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -45,6 +46,7 @@ type Spawner struct {
 	busyCheck *busyCheck      // is a worker busy (busy.go)
 	admission *admission      // slots for creates and wakes (admission.go)
 	hib       *hibernation    // hibernates and wakes long-lived workers (hibernate.go)
+	ret       *retirements    // retires workers (retire.go)
 	// connected holds a signal when the Redis client made a new
 	// connection (RedisConnected); the leader's health loop takes it.
 	connected chan struct{}
@@ -84,6 +86,8 @@ func New(cfg Config, eng engine.Engine, rc redis.UniversalClient, builder *image
 	// The parts read the one configuration (tests change it after New).
 	s.inst.cfg, s.seals.cfg = &s.cfg, &s.cfg
 	s.answers = &answers{env: e, cfg: &s.cfg}
+	s.ret = &retirements{env: e, cfg: &s.cfg, inst: s.inst, seals: seals, answers: s.answers, users: s.users,
+		reincarnate: s.reincarnate, replace: s.replace}
 	s.busyCheck = &busyCheck{keys: cfg.Keys, status: r, runs: r, tasks: r}
 	s.admission = &admission{env: e, cfg: &s.cfg, stopping: s.stopping, engine: eng, busy: s.busyCheck, retire: s.retire, hibernate: func(ctx context.Context, id, reason string, graceful bool) error {
 		return s.hib.hibernate(ctx, id, reason, graceful)
@@ -91,8 +95,15 @@ func New(cfg Config, eng engine.Engine, rc redis.UniversalClient, builder *image
 	s.warm = &poolWake{env: e, poolFor: s.poolFor, users: s.users, seals: seals, engine: eng, retire: s.retire, ended: e.ended}
 	s.hib = &hibernation{env: e, cfg: &s.cfg, instance: s.instance, busyCheck: s.busyCheck, answers: s.answers, seals: seals, users: s.users,
 		inst: s.inst, warm: s.warm, admission: s.admission, suspends: s.suspends, pause: s.Pause, unpause: s.Unpause, status: s.Status,
-		keepRetiring: s.keepRetiring, incarnate: s.incarnate}
+		keepRetiring: s.ret.keepRetiring, incarnate: s.incarnate}
+	s.ret.hib = s.hib
 	return s
+}
+
+// retire retires worker id (retirements.retire); the Spawner's for its
+// own paths and its pools.
+func (s *Spawner) retire(ctx context.Context, id string, r retirement) (bool, error) {
+	return s.ret.retire(ctx, id, r)
 }
 
 // BeginShutdown makes every create still waiting for a slot give up at
@@ -163,6 +174,11 @@ func (s *Spawner) createFor(ctx context.Context, commandID string, spec protocol
 	return s.create(ctx, commandID, spec, createOpts{forward: forward})
 }
 
+// ErrNoDockerEngine refuses a create with DOCKER on an engine whose
+// instances cannot run containers of their own (Kubernetes): the create
+// fails INVALID_COMMAND with this text, before any image is built.
+var ErrNoDockerEngine = errors.New("spawner: the DOCKER capability (an engine inside the worker) is not available on this manager's engine; run such workers on a Docker host")
+
 // createOpts are how a create differs from a command's.
 type createOpts struct {
 	replacement bool   // it takes the slot its dead predecessor gives back
@@ -188,10 +204,16 @@ func (s *Spawner) create(ctx context.Context, commandID string, spec protocol.Wo
 	if err := spec.Validate(); err != nil {
 		return protocol.WorkerInfo{}, &Error{Code: protocol.CodeInvalidCommand, Err: err}
 	}
+	if caps, _ := protocol.NormalizeCapabilities(spec.Capabilities); slices.Contains(caps, protocol.CapDocker) && !s.engine.RunsContainers() {
+		return protocol.WorkerInfo{}, &Error{Code: protocol.CodeInvalidCommand, Err: ErrNoDockerEngine}
+	}
 	if spec.Kind == "" {
 		spec.Kind = protocol.KindLongLived
 	}
 	if err := s.inst.checkLimits(ctx, spec); err != nil {
+		return protocol.WorkerInfo{}, err
+	}
+	if err := s.inst.checkRuntime(ctx, spec); err != nil {
 		return protocol.WorkerInfo{}, err
 	}
 	id := newWorkerID()

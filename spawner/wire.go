@@ -61,11 +61,11 @@ func (p parts) controls() *Controls {
 }
 
 func (p parts) crashes() *Crashes {
-	return newCrashes(crashesParams{env: p.s.env, engine: p.s.engine, workers: p.s})
+	return newCrashes(crashesParams{env: p.s.env, engine: p.s.engine, workers: p.s.ret})
 }
 
 func (p parts) health() *Health {
-	return newHealth(healthParams{env: p.s.env, workers: p.s, interval: p.s.cfg.HeartbeatInterval, stopTimeout: p.s.cfg.StopTimeout,
+	return newHealth(healthParams{env: p.s.env, workers: p.s.ret, interval: p.s.cfg.HeartbeatInterval, stopTimeout: p.s.cfg.StopTimeout,
 		replaceDegradedAfter: p.s.cfg.ReplaceDegradedAfter, obs: &p.s.obs, restoreUsers: p.s.users.restore, connected: p.s.connected})
 }
 
@@ -77,14 +77,14 @@ func (p parts) wake() *Wake {
 func (p parts) timeouts() *Timeouts {
 	c := p.s.cfg
 	hibernate := func(ctx context.Context, id, reason string) error { return p.s.hib.hibernate(ctx, id, reason, false) }
-	return newTimeouts(timeoutsParams{env: p.s.env, workers: p.s, pause: p.s.Pause, hibernateWorker: hibernate,
+	return newTimeouts(timeoutsParams{env: p.s.env, workers: p.s.ret, pause: p.s.Pause, hibernateWorker: hibernate,
 		interval: max(c.HeartbeatInterval/4, 100*time.Millisecond), idle: c.IdleTimeout, paused: c.PauseTimeout,
 		hibernateAfter: c.HibernateAfter, poolIdle: poolIdle(c.Pools), noFreeze: !p.s.suspends()})
 }
 
 func (p parts) reconciler() *Reconciler {
 	c := p.s.cfg
-	return newReconciler(reconcilerParams{env: p.s.env, engine: p.s.engine, workers: p.s, users: p.s.users, obs: &p.s.obs,
+	return newReconciler(reconcilerParams{env: p.s.env, engine: p.s.engine, workers: p.s.ret, users: p.s.users, obs: &p.s.obs,
 		creationGrace: c.CreationGrace, interval: c.ReconcileInterval, leaseTTL: c.LeaseTTL})
 }
 
@@ -113,7 +113,7 @@ func (p parts) hostPresence() *HostPresence {
 }
 
 func (p parts) hostWatch() *HostWatch {
-	return newHostWatch(hostWatchParams{env: p.s.env, workers: p.s, leases: p.leases(), hostTTL: p.s.cfg.HostTTL, heartbeat: p.s.cfg.HeartbeatInterval})
+	return newHostWatch(hostWatchParams{env: p.s.env, workers: p.s.ret, leases: p.leases(), hostTTL: p.s.cfg.HostTTL, heartbeat: p.s.cfg.HeartbeatInterval})
 }
 
 // hostLeader runs the components that act on this host's engine, under

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
 	"time"
 
@@ -113,9 +115,21 @@ func (d *demo) await(ctx context.Context, sent client.Sent, want protocol.Output
 	case answerErr != nil:
 		return o, answerErr
 	case o.Status != want:
-		return o, fmt.Errorf("task %s ended %s, not %s: %+v", sent.RequestID, o.Status, want, o.Error)
+		return o, fmt.Errorf("task %s ended %s, not %s: %+v\nthe worker's log, its end:\n%s", sent.RequestID, o.Status, want, o.Error, workerLog(o.WorkerID))
 	}
 	return o, nil
+}
+
+// workerLog is the end of a worker's container log (its wrapper's), read
+// before the manager's shutdown takes the container away: what a failed
+// task's output does not say.
+func workerLog(workerID string) string {
+	ids, err := exec.Command("docker", "ps", "-aq", "--filter", "label="+protocol.LabelWorkerID+"="+workerID).Output()
+	if err != nil || len(bytes.Fields(ids)) == 0 {
+		return fmt.Sprintf("(no container of worker %s: %v)", workerID, err)
+	}
+	out, _ := exec.Command("docker", "logs", "--tail", "60", string(bytes.Fields(ids)[0])).CombinedOutput()
+	return string(out)
 }
 
 // checkToolResult makes sure, with the stub, that the agent's shell tool

@@ -42,6 +42,10 @@ type Engine interface {
 	// not, the spawner's pause hibernates a worker that can hibernate and
 	// leaves the others running idle.
 	Suspends() bool
+	// RunsContainers reports whether an instance may run containers of
+	// its own (Spec.Containers, the DOCKER capability). Where it does not,
+	// the spawner refuses such a create before it builds anything.
+	RunsContainers() bool
 	// Stop asks the wrapper to finish (SIGTERM) and kills it after grace.
 	Stop(ctx context.Context, id string, grace time.Duration) error
 	// Remove kills and removes an instance (ErrNotFound: already gone).
@@ -103,6 +107,16 @@ type Spec struct {
 	// Network is "host", "none", Sealed, or a network of the engine's.
 	Network string
 	Mounts  []Mount
+	// Runtime is the engine's name of the sandbox the instance runs in
+	// (Docker: a runtime of the engine's, such as runsc for gVisor;
+	// Kubernetes: a RuntimeClass); "": the engine's default.
+	Runtime string
+	// Containers says the instance runs containers of its own (the DOCKER
+	// capability: rootless Podman inside it, its storage in
+	// protocol.DockerStorage): the engine relaxes for it what that needs
+	// and nothing else; an engine that cannot (RunsContainers false)
+	// refuses it with ErrInvalid.
+	Containers bool
 }
 
 // Sealed is the network of a sealed worker: loopback only, its only way
@@ -208,6 +222,9 @@ type Info struct {
 	Name      string
 	CPUs      int
 	MemoryMax int64 // bytes
+	// Runtimes are the names of the runtimes Spec.Runtime may name (nil:
+	// the engine cannot tell, and a create names any).
+	Runtimes []string
 }
 
 // InstanceName is the name of a worker's instance.

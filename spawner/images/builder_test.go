@@ -176,7 +176,10 @@ func TestCapabilityImages(t *testing.T) {
 		{protocol.AgentClaude, protocol.CapGit, "git --version", "git version"},
 		{protocol.AgentClaude, protocol.CapGitHubCLI, "gh --version", "gh version"},
 		{protocol.AgentClaude, protocol.CapCurl, "curl --version", "curl "},
-		{protocol.AgentClaude, protocol.CapDocker, "docker --version", "Docker version"},
+		// DOCKER's docker is Podman's, configured for a worker, with no
+		// subordinate ids left.
+		{protocol.AgentClaude, protocol.CapDocker, "docker --version | cut -d' ' -f1,2 && grep -c " + protocol.DockerStorage + " /etc/containers/storage.conf && cat /etc/subuid /etc/subgid | wc -c",
+			"podman version\n1\n0"},
 		{protocol.AgentDroid, protocol.CapGit, "droid --version && git --version", "git version"},
 		{protocol.AgentCodex, protocol.CapGit, "codex --version && git --version", "codex-cli 0.171.0\ngit version"},
 		{protocol.AgentQwen, protocol.CapGit, "qwen --version && node --version && git --version", "0.24.4\nv22.23.5\ngit version"},

@@ -114,8 +114,8 @@ func (p *Projects) allowed(ref string) bool {
 // image pi, building what is missing; onLine (nil: none) is told of the
 // build's log lines. A base outside Allowed is a *NotAllowedError; a
 // failed build a *BuildError. The capabilities a project image offers
-// are its own: DOCKER's CLI is copied in, the others' commands must be in
-// the project's image (the layer checks them and fails without).
+// are its own: their commands must be in the project's image (the layer
+// checks them and fails without; DOCKER's podman it configures).
 func (p *Projects) Ensure(ctx context.Context, agent protocol.AgentType, caps []protocol.Capability, pi *protocol.ProjectImage, onLine BuildLine) (Image, error) {
 	in, err := readProjectImage(pi)
 	if err != nil {
@@ -155,13 +155,9 @@ func (p *Projects) Ensure(ctx context.Context, agent protocol.AgentType, caps []
 	if err := checkImageEnv(ctx, p, from); err != nil {
 		return Image{}, err
 	}
-	var runtimeCaps []protocol.Capability
-	if slices.Contains(caps, protocol.CapDocker) {
-		runtimeCaps = []protocol.Capability{protocol.CapDocker}
-	}
 	agentImg := ""
 	if agent != protocol.AgentACP {
-		img, err := p.Builder.EnsureImage(ctx, agent, runtimeCaps)
+		img, err := p.Builder.EnsureImage(ctx, agent, nil)
 		if err != nil {
 			return Image{}, err
 		}
@@ -312,6 +308,7 @@ func layerHash(fromID string, in projectInputs) string {
 // image, which the runtime does not install there.
 var capabilityCommands = map[protocol.Capability]string{
 	protocol.CapGit: "git", protocol.CapGitHubCLI: "gh", protocol.CapCurl: "curl",
+	protocol.CapDocker: "podman", // configured by the runtime (dockerSetup)
 }
 
 // layerDockerfile is the runtime's layer on a project's image from: the
@@ -373,9 +370,6 @@ func layerDockerfile(r protocol.Recipe, from, wrapperImg, agentImg string, in pr
 			fmt.Fprintf(&b, "COPY --from=%s %s %s\n", agentImg, dir, dir)
 			fmt.Fprintf(&b, "RUN [\"ln\", \"-sf\", \"%s/%s\", \"/usr/local/bin/%s\"]\n", dir, pkg.binary, r.Agent)
 		}
-		if slices.Contains(r.Capabilities, protocol.CapDocker) {
-			fmt.Fprintf(&b, "COPY --from=%s /usr/local/bin/docker /usr/local/bin/docker\n", agentImg)
-		}
 	}
 	// The worker's user and directories as worker-base has them, made
 	// with what any base has (no useradd on a minimal image); the
@@ -389,6 +383,10 @@ func layerDockerfile(r protocol.Recipe, from, wrapperImg, agentImg string, in pr
 	for _, c := range r.Capabilities {
 		if cmd, ok := capabilityCommands[c]; ok {
 			setup = append(setup, fmt.Sprintf(`command -v %s >/dev/null || { echo "capability %s needs %s in the project's image" >&2; exit 1; }`, cmd, c, cmd))
+		}
+		if c == protocol.CapDocker {
+			setup = append(setup, dockerSetup()...)
+			setup = append(setup, `command -v docker >/dev/null || ln -s "$(command -v podman)" /usr/local/bin/docker`)
 		}
 	}
 	doc, _ = json.Marshal([]string{"/bin/sh", "-c", strings.Join(setup, "\n")})

@@ -268,6 +268,7 @@ func TestProjectImageRefusals(t *testing.T) {
 		{"runtime variable", protocol.ProjectImage{Dockerfile: "FROM " + testkit.OSBaseImage() + "\n" + mark + "ENV ALLOWED_COMMANDS=*\n"}, nil, "sets ALLOWED_COMMANDS"},
 		{"runtime directory left to the agent", protocol.ProjectImage{Dockerfile: "FROM " + testkit.OSBaseImage() + "\n" + mark + "RUN rm -rf /usr/local/bin && ln -s /tmp /usr/local/bin\n"}, nil, "/usr/local/bin is a symbolic link"},
 		{"capability without its command", protocol.ProjectImage{Base: testkit.OSBaseImage()}, []protocol.Capability{protocol.CapGit}, "capability GIT needs git"},
+		{"DOCKER without podman", protocol.ProjectImage{Base: testkit.OSBaseImage()}, []protocol.Capability{protocol.CapDocker}, "capability DOCKER needs podman"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := p.Ensure(ctx, protocol.AgentClaude, tc.caps, &tc.image, nil)

@@ -2,6 +2,7 @@ package images
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/agentvisor/agentvisor/protocol"
@@ -67,21 +68,68 @@ func fetch(b *strings.Builder, p agentPackage, dir string) {
 }
 
 // capabilityPackages are the Debian packages a capability installs.
-// DOCKER brings the docker CLI only: it is copied out of docker.io in the
-// fetch stage, and access to an engine is a separate launch option.
+// DOCKER is rootless Podman with its docker command (dockerSetup
+// configures it).
 var capabilityPackages = map[protocol.Capability][]string{
 	protocol.CapGit:       {"git"},
 	protocol.CapGitHubCLI: {"gh"},
 	protocol.CapCurl:      {"curl"},
+	protocol.CapDocker:    {"podman", "podman-docker"},
+}
+
+// dockerConfig is the rootless Podman of a DOCKER worker, for the
+// container it runs in (SECURITY.md, "Docker inside a worker"): one uid
+// mapped (the worker's: no subordinate ids, no setuid newuidmap), kernel
+// overlay layers in protocol.DockerStorage (a tmpfs: the container's
+// overlay root cannot hold them), ownership changes a single-uid
+// namespace cannot make ignored, no sysctls set (/proc/sys is read-only
+// in the worker), no network of an inner container's own, no cgroups of
+// its own (inner containers count in the worker's cgroup), no kernel
+// keyring (keyctl stays refused), and the docker command's banner off.
+var dockerConfig = map[string][]string{
+	"/etc/containers/storage.conf": {
+		"[storage]", `driver = "overlay"`, `rootless_storage_path = "` + protocol.DockerStorage + `/storage"`,
+		"[storage.options.overlay]", `mountopt = "nodev"`, `ignore_chown_errors = "true"`,
+	},
+	"/etc/containers/containers.conf": {
+		"[containers]", "default_sysctls = []", `netns = "none"`, `cgroups = "disabled"`, "keyring = false",
+		"[engine]", `cgroup_manager = "cgroupfs"`, `events_logger = "file"`,
+	},
+	"/etc/containers/nodocker": nil,
+}
+
+// dockerSetup are the shell commands that write dockerConfig and take
+// every subordinate id away (only the worker's uid runs Podman).
+func dockerSetup() []string {
+	paths := make([]string, 0, len(dockerConfig))
+	for p := range dockerConfig {
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+	steps := []string{"mkdir -p /etc/containers"}
+	for _, p := range paths {
+		steps = append(steps, fmt.Sprintf("printf '%%s\\n' %s > %s", shellWords(dockerConfig[p]), p))
+	}
+	return append(steps, "for f in /etc/subuid /etc/subgid; do [ ! -e $f ] || : > $f; done")
+}
+
+// shellWords quotes each line of a config file in single quotes (none
+// of dockerConfig's lines has one).
+func shellWords(lines []string) string {
+	q := make([]string, len(lines))
+	for i, l := range lines {
+		q[i] = "'" + l + "'"
+	}
+	return strings.Join(q, " ")
 }
 
 // Dockerfile generates the Dockerfile of a recipe (its build context also
 // holds a directory extra-ca/ of CA certificates) whose base is baseRef (a
 // reference to the image whose ID the recipe names). A fetch stage
 // downloads the agent (and the Node.js of one that is a Node.js program)
-// from the npm registry, checks its integrity, and (for DOCKER) takes the
-// docker CLI out of Debian's docker.io; the final stage adds the
-// capability packages and the binaries, and runs as uid 1000.
+// from the npm registry and checks its integrity; the final stage adds
+// the capability packages (and, for DOCKER, Podman's configuration) and
+// the binaries, and runs as uid 1000.
 func Dockerfile(r protocol.Recipe, baseRef string) (string, error) {
 	caps, err := protocol.NormalizeCapabilities(r.Capabilities)
 	if err != nil {
@@ -93,13 +141,8 @@ func Dockerfile(r protocol.Recipe, baseRef string) (string, error) {
 	}
 	var fetchPkgs, finalPkgs []string
 	fetchPkgs = append(fetchPkgs, "curl")
-	docker := false
+	docker := slices.Contains(caps, protocol.CapDocker)
 	for _, c := range caps {
-		if c == protocol.CapDocker {
-			docker = true
-			fetchPkgs = append(fetchPkgs, "docker.io")
-			continue
-		}
 		finalPkgs = append(finalPkgs, capabilityPackages[c]...)
 	}
 	var b strings.Builder
@@ -126,7 +169,7 @@ func Dockerfile(r protocol.Recipe, baseRef string) (string, error) {
 		fmt.Fprintf(&b, "RUN ln -s %s/%s /usr/local/bin/%s\n", dir, pkg.binary, r.Agent)
 	}
 	if docker {
-		b.WriteString("COPY --from=fetch /usr/bin/docker /usr/local/bin/docker\n")
+		fmt.Fprintf(&b, "RUN %s\n", strings.Join(dockerSetup(), " \\\n && "))
 	}
 	b.WriteString("USER 1000:1000\n")
 	return b.String(), nil

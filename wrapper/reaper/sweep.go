@@ -17,7 +17,14 @@ import (
 // reaper started and still waits for (the agent itself, a persistent
 // agent, the wrapper's own commands) and the members of their process
 // groups (an agent's helpers that share its group, such as Claude's MCP
-// servers).
+// servers). Spared too are the processes in a user namespace other than
+// this process's: a DOCKER worker's own engine (rootless Podman's pause
+// process, conmon and the inner containers) runs in one, and its
+// containers outlive the task that started them, as a daemon's do;
+// killing them would leave Podman's state saying they run, and every
+// later docker command failing. Only a DOCKER worker can make a user
+// namespace: every other worker's seccomp profile refuses it to a
+// process without CAP_SYS_ADMIN.
 
 // userHZ is the unit of /proc/<pid>/stat's start time: USER_HZ, 100 on
 // every Linux architecture the runtime builds for.
@@ -76,6 +83,7 @@ func (r *Reaper) strays(threshold uint64) []int {
 	for _, p := range procs {
 		children[p.ppid] = append(children[p.ppid], p.pid)
 	}
+	ownNS, _ := os.Readlink("/proc/self/ns/user")
 	var out []int
 	queue := []int{os.Getpid()}
 	for len(queue) > 0 {
@@ -84,13 +92,20 @@ func (r *Reaper) strays(threshold uint64) []int {
 		for _, c := range children[pid] {
 			queue = append(queue, c)
 			p := procs[c]
-			if _, waited := r.waiting[c]; waited || spared[p.pgid] || p.zombie || p.start < threshold {
+			if _, waited := r.waiting[c]; waited || spared[p.pgid] || p.zombie || p.start < threshold || otherUserNS(c, ownNS) {
 				continue
 			}
 			out = append(out, c)
 		}
 	}
 	return out
+}
+
+// otherUserNS reports whether pid is in a user namespace other than own
+// (a process whose namespace cannot be read is taken as in own).
+func otherUserNS(pid int, own string) bool {
+	ns, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/user")
+	return err == nil && own != "" && ns != own
 }
 
 // readProcs reads every process's parent, group and start time; a

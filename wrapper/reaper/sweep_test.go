@@ -96,6 +96,34 @@ func TestSweepKillsATasksProcessesWhereverTheyWent(t *testing.T) {
 	}
 }
 
+// A process a task left in a user namespace of its own (a DOCKER
+// worker's inner engine and containers) outlives the sweep; one beside
+// it in this process's namespace does not.
+func TestSweepSparesProcessesInAnotherUserNamespace(t *testing.T) {
+	r := runningReaper(t)
+	dir := t.TempDir()
+	since := time.Now()
+	done, err := r.Start(exec.Command("sh", "-c", "setsid unshare --user sleep 64 & echo $! >"+filepath.Join(dir, "userns")+
+		"; setsid sleep 65 & echo $! >"+filepath.Join(dir, "plain")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	inner, plain := readPID(t, filepath.Join(dir, "userns")), readPID(t, filepath.Join(dir, "plain"))
+	t.Cleanup(func() { _ = syscall.Kill(inner, syscall.SIGKILL); _ = syscall.Kill(plain, syscall.SIGKILL) })
+	waitFor(t, "the sleeper in its user namespace", func() bool {
+		own, _ := os.Readlink("/proc/self/ns/user")
+		return otherUserNS(inner, own)
+	})
+	if n := r.Sweep(since); n != 1 {
+		t.Errorf("the sweep killed %d processes, want 1", n)
+	}
+	waitFor(t, "the plain sleeper killed", func() bool { return !alive(plain) })
+	if !alive(inner) {
+		t.Fatal("the sweep killed the process in another user namespace")
+	}
+}
+
 // A process that forks while it is swept leaves nothing either.
 func TestSweepOutlastsAForkingProcess(t *testing.T) {
 	r := runningReaper(t)

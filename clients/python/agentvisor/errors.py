@@ -46,6 +46,7 @@ RETRYABLE = {
     "GIT_PUSH_FAILED": True,
     "IMAGE_NOT_ALLOWED": False,
     "IMAGE_BUILD_FAILED": False,
+    "RUNTIME_UNAVAILABLE": False,
 }
 
 

@@ -49,6 +49,7 @@ CODES = (
     'GIT_PUSH_FAILED',
     'IMAGE_NOT_ALLOWED',
     'IMAGE_BUILD_FAILED',
+    'RUNTIME_UNAVAILABLE',
 )
 
 
@@ -250,6 +251,7 @@ class CommandSpec(Document):
     placement: Optional[CommandSpecPlacement] = None
     network: Optional[CommandSpecNetwork] = None
     git: Optional[Git] = None
+    runtime: Optional[str] = None
     image: Optional[CommandSpecImage] = None
     mcp_servers: Optional[list[CommandSpecMcpServersItem]] = None
 
@@ -313,6 +315,7 @@ class CommandSpec(Document):
                'placement': {'class': 'CommandSpecPlacement', 'type': ['object'], 'required': False},
                'network': {'class': 'CommandSpecNetwork', 'type': ['object'], 'required': False},
                'git': {'class': 'Git', 'type': ['object'], 'required': False},
+               'runtime': {'enum': ['runc', 'gvisor'], 'required': False},
                'image': {'class': 'CommandSpecImage', 'type': ['object'], 'required': False},
                'mcp_servers': {'maxItems': 16,
                                'items': {'class': 'CommandSpecMcpServersItem', 'type': ['object']},
@@ -618,7 +621,8 @@ class ErrorInfo(Document):
                                  'GIT_WORKTREE_FAILED',
                                  'GIT_PUSH_FAILED',
                                  'IMAGE_NOT_ALLOWED',
-                                 'IMAGE_BUILD_FAILED'],
+                                 'IMAGE_BUILD_FAILED',
+                                 'RUNTIME_UNAVAILABLE'],
                         'required': True},
                'message': {'minLength': 1, 'type': ['string'], 'required': True},
                'retryable': {'type': ['boolean'], 'required': True}}

@@ -42,6 +42,7 @@ const retryableByCode: Record<Code, boolean> = {
   GIT_PUSH_FAILED: true,
   IMAGE_NOT_ALLOWED: false,
   IMAGE_BUILD_FAILED: false,
+  RUNTIME_UNAVAILABLE: false,
 };
 
 /** Reports whether the same request may succeed if sent again; unknown codes are not retryable. */

@@ -75,6 +75,8 @@ export interface Command {
       allow?: string[];
     };
     git?: Git;
+    /** The sandbox of the worker's container: runc, or gvisor (gVisor's runsc; sealed workers only, else RUNTIME_UNAVAILABLE). Absent: the manager's WORKER_RUNTIME. */
+    runtime?: "runc" | "gvisor";
     /** The project's own image the worker is built on: exactly one of base (an image the operator allows), dockerfile, or devcontainer (a devcontainer.json's text; with build.dockerfile, the Dockerfile's text in dockerfile too). */
     image?: {
       base?: string;
@@ -120,10 +122,10 @@ export type Kind = "long_lived" | "developer";
 /** Every value of Kind, in the schema's order. */
 export const kindValues: readonly Kind[] = ["long_lived","developer"];
 
-export type Code = "AGENT_TIMEOUT" | "AGENT_CRASHED" | "AGENT_ERROR" | "NO_STOP_OUTPUT" | "INVALID_STOP_OUTPUT" | "OUTPUT_TOO_LARGE" | "TASK_FAILED" | "OOM_KILLED" | "KILLED" | "TERMINATED" | "RESUME_FAILED" | "INVALID_TASK" | "INVALID_COMMAND" | "NOT_FOUND" | "FORBIDDEN" | "UPSTREAM_UNAVAILABLE" | "RESOURCE_EXHAUSTED" | "INTERNAL_ERROR" | "WORKER_BUSY" | "CONFLICT" | "SHUTTING_DOWN" | "REPLACE_LIMIT" | "CANCELLED" | "AUTH_FAILED" | "RATE_LIMITED" | "AGENT_STALLED" | "BUDGET_EXCEEDED" | "MCP_UNAVAILABLE" | "HOST_LOST" | "NO_HOST" | "WORKER_GONE" | "COMMAND_EXPIRED" | "NO_MANAGER" | "REDIS_AUTH_FAILED" | "GIT_WORKTREE_FAILED" | "GIT_PUSH_FAILED" | "IMAGE_NOT_ALLOWED" | "IMAGE_BUILD_FAILED";
+export type Code = "AGENT_TIMEOUT" | "AGENT_CRASHED" | "AGENT_ERROR" | "NO_STOP_OUTPUT" | "INVALID_STOP_OUTPUT" | "OUTPUT_TOO_LARGE" | "TASK_FAILED" | "OOM_KILLED" | "KILLED" | "TERMINATED" | "RESUME_FAILED" | "INVALID_TASK" | "INVALID_COMMAND" | "NOT_FOUND" | "FORBIDDEN" | "UPSTREAM_UNAVAILABLE" | "RESOURCE_EXHAUSTED" | "INTERNAL_ERROR" | "WORKER_BUSY" | "CONFLICT" | "SHUTTING_DOWN" | "REPLACE_LIMIT" | "CANCELLED" | "AUTH_FAILED" | "RATE_LIMITED" | "AGENT_STALLED" | "BUDGET_EXCEEDED" | "MCP_UNAVAILABLE" | "HOST_LOST" | "NO_HOST" | "WORKER_GONE" | "COMMAND_EXPIRED" | "NO_MANAGER" | "REDIS_AUTH_FAILED" | "GIT_WORKTREE_FAILED" | "GIT_PUSH_FAILED" | "IMAGE_NOT_ALLOWED" | "IMAGE_BUILD_FAILED" | "RUNTIME_UNAVAILABLE";
 
 /** Every value of Code, in the schema's order. */
-export const codeValues: readonly Code[] = ["AGENT_TIMEOUT","AGENT_CRASHED","AGENT_ERROR","NO_STOP_OUTPUT","INVALID_STOP_OUTPUT","OUTPUT_TOO_LARGE","TASK_FAILED","OOM_KILLED","KILLED","TERMINATED","RESUME_FAILED","INVALID_TASK","INVALID_COMMAND","NOT_FOUND","FORBIDDEN","UPSTREAM_UNAVAILABLE","RESOURCE_EXHAUSTED","INTERNAL_ERROR","WORKER_BUSY","CONFLICT","SHUTTING_DOWN","REPLACE_LIMIT","CANCELLED","AUTH_FAILED","RATE_LIMITED","AGENT_STALLED","BUDGET_EXCEEDED","MCP_UNAVAILABLE","HOST_LOST","NO_HOST","WORKER_GONE","COMMAND_EXPIRED","NO_MANAGER","REDIS_AUTH_FAILED","GIT_WORKTREE_FAILED","GIT_PUSH_FAILED","IMAGE_NOT_ALLOWED","IMAGE_BUILD_FAILED"];
+export const codeValues: readonly Code[] = ["AGENT_TIMEOUT","AGENT_CRASHED","AGENT_ERROR","NO_STOP_OUTPUT","INVALID_STOP_OUTPUT","OUTPUT_TOO_LARGE","TASK_FAILED","OOM_KILLED","KILLED","TERMINATED","RESUME_FAILED","INVALID_TASK","INVALID_COMMAND","NOT_FOUND","FORBIDDEN","UPSTREAM_UNAVAILABLE","RESOURCE_EXHAUSTED","INTERNAL_ERROR","WORKER_BUSY","CONFLICT","SHUTTING_DOWN","REPLACE_LIMIT","CANCELLED","AUTH_FAILED","RATE_LIMITED","AGENT_STALLED","BUDGET_EXCEEDED","MCP_UNAVAILABLE","HOST_LOST","NO_HOST","WORKER_GONE","COMMAND_EXPIRED","NO_MANAGER","REDIS_AUTH_FAILED","GIT_WORKTREE_FAILED","GIT_PUSH_FAILED","IMAGE_NOT_ALLOWED","IMAGE_BUILD_FAILED","RUNTIME_UNAVAILABLE"];
 
 export interface ErrorInfo {
   code: Code;
@@ -391,7 +393,7 @@ export interface Reply {
   worker?: ReplyWorker;
   workers?: ReplyWorker[];
   error?: ErrorInfo;
-  /** What the command did that its sender may not expect, such as a create's DOCKER capability, which gives the docker CLI and no engine. */
+  /** What the command did that its sender may not expect, such as a create's DOCKER capability: the worker's containers and images are its own and live in its memory, gone when it hibernates or is deleted. */
   warnings?: string[];
   timestamp: Timestamp;
 }

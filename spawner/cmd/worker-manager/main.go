@@ -36,6 +36,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentvisor/agentvisor/gateway"
+	"github.com/agentvisor/agentvisor/protocol"
 	"github.com/agentvisor/agentvisor/redisconn"
 	"github.com/agentvisor/agentvisor/spawner"
 	"github.com/agentvisor/agentvisor/spawner/dashboard"
@@ -108,6 +109,9 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int 
 	}
 	defer dc.Close()
 	dockerengine.WarnIfNoLiveRestore(ctx, dc, log)
+	if cfg.Runtime == protocol.RuntimeGVisor && ec.Engine != spawner.EngineKubernetes {
+		dockerengine.WarnIfNoRuntime(ctx, dc, cfg.GVisorRuntime, log)
+	}
 	builder := &images.Builder{Docker: dc, Redis: rdb, Keys: cfg.Keys, BaseImage: cfg.BaseImage}
 	s, err := newSpawner(ec, cfg, dc, rdb, builder, log)
 	if err != nil {

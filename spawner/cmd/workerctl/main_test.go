@@ -48,6 +48,7 @@ func TestWorkerctl(t *testing.T) {
 	must(exitUsage)
 	must(exitUsage, "frobnicate")
 	must(exitUsage, "spawn", "-agent", "gpt")
+	must(exitUsage, "spawn", "-agent", "claude", "--runtime", "kata")
 	must(exitUsage, "send", "only-one-arg")
 	must(exitNotFound, "status", "no-such-worker")
 	must(exitNotFound, "kill", "no-such-worker")

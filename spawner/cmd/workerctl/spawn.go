@@ -12,7 +12,7 @@ import (
 )
 
 func spawnCmd(c *ctl) *cobra.Command {
-	var agent, kind, project, instructions, memory, base, dockerfile, devcontainer string
+	var agent, kind, project, instructions, memory, base, dockerfile, devcontainer, runtime string
 	var cpus float64
 	var timeout time.Duration
 	var caps, allow, env, buildArgs []string
@@ -23,7 +23,7 @@ func spawnCmd(c *ctl) *cobra.Command {
 		Args:    args(0, "no argument"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			spec := protocol.WorkerSpec{AgentType: protocol.AgentType(agent), Kind: protocol.Kind(kind), ProjectID: project,
-				AllowedCommands: allow, Limits: protocol.Limits{Memory: memory, CPUs: cpus}}
+				AllowedCommands: allow, Limits: protocol.Limits{Memory: memory, CPUs: cpus}, Runtime: protocol.Runtime(runtime)}
 			for _, cp := range caps {
 				spec.Capabilities = append(spec.Capabilities, protocol.Capability(strings.ToUpper(cp)))
 			}
@@ -73,6 +73,7 @@ func spawnCmd(c *ctl) *cobra.Command {
 	f.StringVar(&instructions, "instructions", "", "the agent's instructions (CLAUDE.md / AGENTS.md), or @FILE to read them from a file")
 	f.StringVar(&memory, "memory", "", "memory limit such as 512m (default: the manager's WORKER_MEMORY_LIMIT)")
 	f.Float64Var(&cpus, "cpus", 0, "CPU limit in cores such as 0.5 (default: the manager's WORKER_CPU_LIMIT)")
+	f.StringVar(&runtime, "runtime", "", "the worker's sandbox: runc, or gvisor for a sealed worker (default: the manager's WORKER_RUNTIME)")
 	f.StringArrayVar(&env, "env", nil, "NAME=VALUE set in the worker's environment (repeatable)")
 	f.StringVar(&base, "image", "", "the project's own base image, one the manager's PROJECT_IMAGE_BASES allows")
 	f.StringVar(&dockerfile, "dockerfile", "", "the project's Dockerfile (a path) the worker's image is built from (with --devcontainer: its build.dockerfile)")
@@ -80,6 +81,7 @@ func spawnCmd(c *ctl) *cobra.Command {
 	f.StringArrayVar(&buildArgs, "build-arg", nil, "NAME=VALUE, a --dockerfile's build argument (repeatable)")
 	f.DurationVar(&timeout, "timeout", 6*time.Minute, "how long to wait for the manager's reply (a create may queue for a slot)")
 	_ = cmd.RegisterFlagCompletionFunc("agent", fixed(string(protocol.AgentClaude), string(protocol.AgentDroid), string(protocol.AgentCodex), string(protocol.AgentOpenCode), string(protocol.AgentQwen), string(protocol.AgentACP)))
+	_ = cmd.RegisterFlagCompletionFunc("runtime", fixed(string(protocol.RuntimeRunc), string(protocol.RuntimeGVisor)))
 	_ = cmd.RegisterFlagCompletionFunc("kind", fixed(string(protocol.KindLongLived), string(protocol.KindDeveloper)))
 	capNames := make([]string, len(protocol.Capabilities))
 	for i, cp := range protocol.Capabilities {

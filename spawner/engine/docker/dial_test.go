@@ -35,3 +35,23 @@ func TestWarnsWhenTheEngineLacksLiveRestore(t *testing.T) {
 		})
 	}
 }
+
+// A gVisor manager on an engine without the runtime says so at start.
+func TestWarnsWhenTheEngineLacksTheRuntime(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		info system.Info
+		warn bool
+	}{
+		{"without", system.Info{Runtimes: map[string]system.RuntimeWithStatus{"runc": {}}}, true},
+		{"with", system.Info{Runtimes: map[string]system.RuntimeWithStatus{"runc": {}, "runsc": {}}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logBuf testkit.SyncBuffer
+			WarnIfNoRuntime(context.Background(), infoFunc(func(context.Context) (system.Info, error) { return tc.info, nil }), "runsc", slog.New(slog.NewJSONHandler(&logBuf, nil)))
+			if said := strings.Contains(logBuf.String(), "has no runtime runsc"); said != tc.warn {
+				t.Fatalf("said: %v, want %v; log: %s", said, tc.warn, logBuf.String())
+			}
+		})
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -184,6 +185,10 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 
 // Suspends reports true: a container is frozen by its cgroup's freezer.
 func (e *Engine) Suspends() bool { return true }
+
+// RunsContainers reports true: a worker's container may hold rootless
+// Podman (containers.go).
+func (e *Engine) RunsContainers() bool { return true }
 
 func (e *Engine) Stop(ctx context.Context, id string, grace time.Duration) error {
 	timeout := int(grace.Seconds())
@@ -374,7 +379,12 @@ func (e *Engine) Info(ctx context.Context) (engine.Info, error) {
 	if err != nil {
 		return engine.Info{}, Classify(err)
 	}
-	return engine.Info{Name: info.Name, CPUs: info.NCPU, MemoryMax: info.MemTotal}, nil
+	out := engine.Info{Name: info.Name, CPUs: info.NCPU, MemoryMax: info.MemTotal, Runtimes: []string{}}
+	for name := range info.Runtimes {
+		out.Runtimes = append(out.Runtimes, name)
+	}
+	sort.Strings(out.Runtimes)
+	return out, nil
 }
 
 func (e *Engine) Prepare() { e.netns.warm() }
@@ -447,6 +457,7 @@ func config(spec engine.Spec, holder string, d *disk) (*container.Config, *conta
 		SecurityOpt: []string{"no-new-privileges"},
 		CapDrop:     []string{"ALL"},
 		Init:        ptr(false), // the wrapper is PID 1
+		Runtime:     spec.Runtime,
 	}
 	if spec.Network == engine.Sealed {
 		hc.NetworkMode = "none"
@@ -469,6 +480,9 @@ func config(spec engine.Spec, holder string, d *disk) (*container.Config, *conta
 		for _, b := range d.binds {
 			hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(d.mnt, b[0]), Target: b[1]})
 		}
+	}
+	if spec.Containers {
+		containers(spec, hc)
 	}
 	for _, m := range spec.Mounts {
 		if d != nil && m.Volume != "" && m.Volume == d.volume {

@@ -38,6 +38,13 @@ import (
 
 var _ engine.Engine = (*Engine)(nil)
 
+// ErrNoContainers refuses a worker that runs containers of its own (the
+// DOCKER capability): rootless Podman in a pod needs a seccomp profile on
+// every node, an unmasked /proc (procMount: Unmasked, behind a feature
+// gate) and a memory volume, none of which this engine sets up yet. The
+// create fails INVALID_COMMAND with this text.
+var ErrNoContainers = errors.New("kubernetes: the DOCKER capability (an engine inside the worker) is not available on the Kubernetes engine; run such workers on a Docker host")
+
 // Params configure an Engine.
 type Params struct {
 	Client    clientset.Interface
@@ -182,6 +189,9 @@ func (e *Engine) ready(ctx context.Context) error {
 // Create makes a worker's pod behind its scheduling gate; its project
 // volumes' claims are made first (one in place is kept).
 func (e *Engine) Create(ctx context.Context, spec engine.Spec) (string, error) {
+	if spec.Containers {
+		return "", engine.Wrap(engine.ErrInvalid, ErrNoContainers)
+	}
 	if err := e.ready(ctx); err != nil {
 		return "", err
 	}
@@ -327,6 +337,9 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 
 // Suspends reports false: see Suspend.
 func (e *Engine) Suspends() bool { return false }
+
+// RunsContainers reports false: see ErrNoContainers.
+func (e *Engine) RunsContainers() bool { return false }
 
 // Stop deletes a pod with grace as its termination grace period (the
 // kubelet sends SIGTERM, then SIGKILL) and waits until its container has

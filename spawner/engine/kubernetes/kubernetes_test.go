@@ -382,6 +382,30 @@ func TestClaimNamesAreValid(t *testing.T) {
 }
 
 // A network a pod cannot have is refused, not given another.
+// A spec's runtime is the pod's RuntimeClass, over the engine's default.
+func TestSpecRuntimeIsThePodsRuntimeClass(t *testing.T) {
+	api := newFake()
+	e := New(Params{Client: api, Namespace: "agents", Prefix: "worker:test", RuntimeClassName: "kata"})
+	t.Cleanup(func() { e.Close(context.Background()) })
+	for _, tc := range []struct{ name, runtime, want string }{
+		{"w1", "", "kata"},
+		{"w2", "gvisor", "gvisor"},
+	} {
+		s := spec(tc.name)
+		s.Runtime = tc.runtime
+		if _, err := e.Create(ctx(t), s); err != nil {
+			t.Fatal(err)
+		}
+		p, err := api.CoreV1().Pods("agents").Get(ctx(t), engine.InstanceName(tc.name), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Spec.RuntimeClassName == nil || *p.Spec.RuntimeClassName != tc.want {
+			t.Errorf("runtime %q: RuntimeClass %v, want %s", tc.runtime, p.Spec.RuntimeClassName, tc.want)
+		}
+	}
+}
+
 func TestNetworkModes(t *testing.T) {
 	e, _ := newTest(t)
 	s := spec("w1")
@@ -400,5 +424,19 @@ func TestForbiddenNamespaceFailsFast(t *testing.T) {
 	})
 	if _, err := e.List(ctx(t), engine.Filter{}); !errors.Is(err, engine.ErrForbidden) {
 		t.Errorf("list: %v, want ErrForbidden", err)
+	}
+}
+
+// A worker that runs containers of its own is refused, with no pod made.
+func TestContainersAreRefused(t *testing.T) {
+	e, api := newTest(t)
+	s := spec("w1")
+	s.Containers = true
+	_, err := e.Create(ctx(t), s)
+	if !errors.Is(err, engine.ErrInvalid) || !errors.Is(err, ErrNoContainers) {
+		t.Fatalf("err = %v, want ErrInvalid and ErrNoContainers", err)
+	}
+	if pods, _ := api.CoreV1().Pods("agents").List(ctx(t), metav1.ListOptions{}); len(pods.Items) != 0 {
+		t.Fatalf("%d pods made", len(pods.Items))
 	}
 }

@@ -139,6 +139,11 @@ func (e *Engine) podFor(spec engine.Spec) (*corev1.Pod, error) {
 	if e.p.RuntimeClassName != "" {
 		pod.Spec.RuntimeClassName = &e.p.RuntimeClassName
 	}
+	// A spec's runtime (gVisor's RuntimeClass) is the worker's own, over
+	// the engine's default class.
+	if spec.Runtime != "" {
+		pod.Spec.RuntimeClassName = &spec.Runtime
+	}
 	switch spec.Network {
 	case "host":
 		pod.Spec.HostNetwork = true
