@@ -215,10 +215,13 @@ func escapeSuite(t *testing.T, runtime protocol.Runtime, caps []protocol.Capabil
 		stubmodel.Step{ToolUse: &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": proxy("PATH", "GET", "/v1/organizations/api_keys"), "description": "probe"}}},
 	)
 	// Last, the disk: 200 MiB written to the workspace against a 64 MiB
-	// limit, and a write to the root filesystem. Then 512 KiB given back,
-	// for the agent's last writes of its session: the disk stays full.
-	steps = append(steps, stubmodel.Step{ToolUse: &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": `head -c 200M /dev/zero > /workspace/fill; echo "DISKFILL-rc=$?"; ` +
-		`echo "DISKFILL-bytes=$(stat -c %s /workspace/fill)"; touch /usr/local/escape 2>&1 | sed 's/^/DISKROOT /'; truncate -s -512K /workspace/fill`, "description": "probe"}}})
+	// limit, and a write to the root filesystem. Then 512 KiB given back
+	// before anything is printed (the agent's shell tool keeps its output
+	// in a file, on the same disk) and for the agent's last writes of its
+	// session: the disk stays full.
+	steps = append(steps, stubmodel.Step{ToolUse: &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": `e=$(head -c 200M /dev/zero 2>&1 >/workspace/fill); rc=$?; ` +
+		`n=$(wc -c </workspace/fill); truncate -s -512K /workspace/fill; w=$(find / -xdev -writable ! -type l 2>/dev/null | grep -vxE '/(tmp|var/tmp|run/lock|workspace|home/worker)' | head -5 | tr '\n' ' '); ` +
+		`echo "DISKFILL-rc=$rc $e"; echo "DISKFILL-bytes=$n"; echo "DISKROOT-writable:[$w]"`, "description": "probe"}}})
 	steps = append(steps, stubmodel.Step{Text: "Done.\n{\"status\": \"complete\", \"result\": {\"ok\": true}}"})
 	stub.SetScript(stubmodel.Script{Steps: steps})
 	doc, _ := protocol.Task{RequestID: "escape-1", Prompt: "look around"}.Encode()
@@ -311,18 +314,21 @@ func escapeSuite(t *testing.T, runtime protocol.Runtime, caps []protocol.Capabil
 			t.Errorf("the agent's call straight to egress.sock (%s) was not refused 403; it saw:\n%s", probe, tail(saw, 3000))
 		}
 	}
-	// The disk: the write past its limit refused ENOSPC, the root
-	// read-only.
+	// The disk: the write past its limit refused ENOSPC (gVisor's as
+	// runc's: the disk is the host kernel's filesystem either way).
 	if !strings.Contains(saw, "No space left on device") || !strings.Contains(saw, "DISKFILL-rc=1") {
 		t.Errorf("the agent's write of 200 MiB against its 64 MiB disk was not refused ENOSPC; it saw:\n%s", tail(saw, 3000))
 	}
 	if m := regexp.MustCompile(`DISKFILL-bytes=([0-9]+)`).FindStringSubmatch(saw); m == nil {
-		t.Errorf("the agent's fill did not say what it wrote")
+		t.Errorf("the agent's fill did not say what it wrote; it saw:\n%s", tail(saw, 600))
 	} else if n, _ := strconv.ParseInt(m[1], 10, 64); n > 64<<20 {
 		t.Errorf("the agent wrote %d bytes on a 64 MiB disk", n)
 	}
-	if !strings.Contains(saw, "DISKROOT touch: cannot touch '/usr/local/escape': Read-only file system") {
-		t.Errorf("a write to the root filesystem was not refused read-only")
+	// Nothing of the root filesystem is writable (read-only) but the
+	// mount points of the disk's directories: all the worker may write is
+	// on its disk.
+	if !strings.Contains(saw, "DISKROOT-writable:[]") {
+		t.Errorf("the root filesystem has paths the agent may write; it saw:\n%s", tail(saw, 600))
 	}
 	// Every refusal the gateway made, on whichever socket, reached the
 	// task's consumer as a warning with its code.
