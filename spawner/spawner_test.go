@@ -195,7 +195,7 @@ func TestWorkerLifecycle(t *testing.T) {
 		mounts[m.Destination] = m
 	}
 	disk := filepath.Join(f.s.cfg.DiskDir, f.keys.Prefix, "volumes", ProjectVolume(f.keys.Prefix, spec.AgentType, spec.ProjectID))
-	if len(c.Mounts) != 6 || mounts["/home/worker"].Source != disk+"/home" || mounts["/workspace"].Source != disk+"/home/workspace" || mounts["/tmp"].Source != disk+"/tmp" || !hc.ReadonlyRootfs ||
+	if len(c.Mounts) != 6 || mounts["/home/worker"].Source != disk+"/home" || mounts["/workspace"].Source != disk+"/home/workspace" || !strings.HasPrefix(mounts["/tmp"].Source, disk+"/tmp/") || !hc.ReadonlyRootfs ||
 		mounts[sealedMount].Type != "bind" || mounts[sealedMount].RW || hc.NetworkMode != "none" {
 		t.Fatalf("mounts %+v, read-only root %v, network %q", c.Mounts, hc.ReadonlyRootfs, hc.NetworkMode)
 	}

@@ -54,6 +54,7 @@ import (
 const (
 	labelDisk       = protocol.LabelPrefix + "disk"
 	labelDiskVolume = protocol.LabelPrefix + "disk_volume"
+	labelDiskTmp    = protocol.LabelPrefix + "disk_tmp" // its temporary directory on the project volume's disk
 )
 
 // The directories of a disk bound into the container (the disk's
@@ -63,8 +64,14 @@ const (
 // too.
 var (
 	instanceBinds = [][2]string{{"workspace", "/workspace"}, {"home", "/home/worker"}, {"tmp", "/tmp"}, {"tmp", "/var/tmp"}, {"tmp", "/run/lock"}}
-	volumeBinds   = [][2]string{{"home", "/home/worker"}, {"home/workspace", "/workspace"}, {"tmp", "/tmp"}, {"tmp", "/var/tmp"}, {"tmp", "/run/lock"}}
 )
+
+// volumeBinds are a project volume's disk's: its temporary directories
+// are the instance's own (tmp/<instance>), as a container's layer's were,
+// removed with the instance, so that no incarnation finds another's.
+func volumeBinds(tmp string) [][2]string {
+	return [][2]string{{"home", "/home/worker"}, {"home/workspace", "/workspace"}, {tmp, "/tmp"}, {tmp, "/var/tmp"}, {tmp, "/run/lock"}}
+}
 
 // diskGrace is how old an instance's disk must be before Sweep may take
 // it for a crash's leftover: its create may be in flight.
@@ -91,6 +98,7 @@ type disks struct {
 type disk struct {
 	id     string // an instance's disk id ("": a volume's)
 	volume string // a volume's name ("": an instance's)
+	tmp    string // on a volume's disk, the instance's temporary directory
 	mnt    string
 	binds  [][2]string
 }
@@ -117,12 +125,10 @@ func (d *disks) forSpec(ctx context.Context, spec engine.Spec) (*disk, error) {
 	uid, gid := userOf(spec.User)
 	for _, m := range spec.Mounts {
 		if m.Volume != "" && m.Target == "/home/worker" {
-			return d.volume(ctx, m, spec.Limits.Disk, uid, gid)
+			return d.volume(ctx, m, spec.Limits.Disk, uid, gid, diskID(spec.Name))
 		}
 	}
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	id := spec.Name + "-" + hex.EncodeToString(b)
+	id := diskID(spec.Name)
 	img, mnt := d.instancePaths(id)
 	if err := d.make(ctx, img, mnt, spec.Limits.Disk, false, uid, gid, "workspace", "home", "tmp"); err != nil {
 		d.removeFiles(img, mnt)
@@ -134,7 +140,7 @@ func (d *disks) forSpec(ctx context.Context, spec engine.Spec) (*disk, error) {
 // volume makes a project volume's disk on its first use, and mounts it
 // where it is not (a reboot, a Sweep). The disk keeps the size it was
 // made with.
-func (d *disks) volume(ctx context.Context, m engine.Mount, size int64, uid, gid int) (*disk, error) {
+func (d *disks) volume(ctx context.Context, m engine.Mount, size int64, uid, gid int, instance string) (*disk, error) {
 	unlock, err := d.lockVolumes()
 	if err != nil {
 		return nil, err
@@ -157,7 +163,36 @@ func (d *disks) volume(ctx context.Context, m engine.Mount, size int64, uid, gid
 	} else if err := makeDirs(mnt, uid, gid, "home", "home/workspace", "tmp"); err != nil { // a disk of an earlier release may lack one
 		return nil, err
 	}
-	return &disk{volume: m.Volume, mnt: mnt, binds: volumeBinds}, nil
+	tmp := "tmp/" + instance
+	if err := makeDirs(mnt, uid, gid, tmp); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(filepath.Join(mnt, tmp), 0o1777); err != nil {
+		return nil, fmt.Errorf("disk %s: %w", mnt, err)
+	}
+	return &disk{volume: m.Volume, tmp: tmp, mnt: mnt, binds: volumeBinds(tmp)}, nil
+}
+
+// diskID names an instance's disk, or its temporary directory on a
+// project's: its name and a random suffix (a rename keeps it; a name used
+// again gets another).
+func diskID(name string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return name + "-" + hex.EncodeToString(b)
+}
+
+// removeVolumeTmp removes an instance's temporary directory from its
+// project volume's disk (a disk not mounted, or gone, has none to remove).
+func (d *disks) removeVolumeTmp(volume, tmp string) error {
+	if d == nil || volume == "" || !strings.HasPrefix(tmp, "tmp/") || strings.ContainsAny(volume+strings.TrimPrefix(tmp, "tmp/"), "/\x00") {
+		return nil
+	}
+	_, mnt, _ := d.volumePaths(volume)
+	if !mounted(mnt) {
+		return nil
+	}
+	return os.RemoveAll(filepath.Join(mnt, tmp))
 }
 
 // lockVolumes takes the lock of the prefix's project volume disks, a file

@@ -108,6 +108,9 @@ func TestDisksGoWithTheirContainersAndVolumes(t *testing.T) {
 	if d := disks(); len(d) != 2 {
 		t.Fatalf("after its container's removal: %v, want the project's disk kept", d)
 	}
+	if tmps, _ := filepath.Glob(filepath.Join(dir, prefix, "volumes", vol, "tmp", "*")); len(tmps) != 0 {
+		t.Fatalf("the removed container's temporary directories stay on the project's disk: %v", tmps)
+	}
 	// A reboot: the disk's file is there, its mount is not. The next
 	// create mounts it again, with what the project wrote.
 	mnt := filepath.Join(dir, prefix, "volumes", vol)

@@ -118,7 +118,8 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (string, error) {
 	if err != nil {
 		e.netns.release(ctx, h.holder)
 		if h.disk != nil {
-			_ = e.disks.removeInstance(h.disk.id) // a volume's disk stays, as a volume would
+			_ = e.disks.removeInstance(h.disk.id) // a volume's disk stays, as a volume would, less the instance's tmp
+			_ = e.disks.removeVolumeTmp(h.disk.volume, h.disk.tmp)
 		}
 		return "", err
 	}
@@ -203,10 +204,10 @@ func (e *Engine) Remove(ctx context.Context, id string) error {
 	h := e.pending[id]
 	delete(e.pending, id)
 	e.mu.Unlock()
-	diskID := ""
+	var labels map[string]string
 	if e.disks != nil {
 		if c, err := e.docker.ContainerInspect(ctx, id); err == nil && c.Config != nil {
-			diskID = c.Config.Labels[labelDisk]
+			labels = c.Config.Labels
 		}
 	}
 	err := e.docker.ContainerRemove(ctx, id, container.RemoveOptions{Force: true})
@@ -214,7 +215,11 @@ func (e *Engine) Remove(ctx context.Context, id string) error {
 		e.netns.release(ctx, h.holder)
 	}
 	if err == nil || errdefs.IsNotFound(err) {
-		if derr := e.disks.removeInstance(diskID); derr != nil {
+		derr := e.disks.removeInstance(labels[labelDisk])
+		if terr := e.disks.removeVolumeTmp(labels[labelDiskVolume], labels[labelDiskTmp]); derr == nil {
+			derr = terr
+		}
+		if derr != nil {
 			e.log.Warn("a removed worker's disk stays (the reconciliation removes it)", "container_id", id, "err", derr)
 		}
 	}
@@ -474,7 +479,7 @@ func config(spec engine.Spec, holder string, d *disk) (*container.Config, *conta
 		if d.id != "" {
 			labels[labelDisk] = d.id
 		} else {
-			labels[labelDiskVolume] = d.volume
+			labels[labelDiskVolume], labels[labelDiskTmp] = d.volume, d.tmp
 		}
 		hc.ReadonlyRootfs = true
 		for _, b := range d.binds {
