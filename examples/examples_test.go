@@ -124,7 +124,8 @@ func TestDemo(t *testing.T) {
 	defer cancel()
 	logs := t.TempDir()
 	cmd := exec.CommandContext(ctx, demo, "-manager", manager, "-gateway", gw, "-redis", r.URL(), "-logs", logs)
-	cmd.Env = append(os.Environ(), "WORKER_KEY_PREFIX=demotest", "ANTHROPIC_API_KEY=")
+	// The workers' disks under a directory of the test's own.
+	cmd.Env = append(os.Environ(), "WORKER_KEY_PREFIX=demotest", "ANTHROPIC_API_KEY=", "WORKER_DISK_DIR="+testkit.TempDiskDir(t))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		mlog, _ := os.ReadFile(filepath.Join(logs, "worker-manager.log"))

@@ -93,6 +93,10 @@ type Case struct {
 	Wait     protocol.WaitPolicy
 	L        *Ledger
 	Lease    time.Duration
+	// DiskDir holds the disks of the case's workers (WORKER_DISK_DIR of
+	// every manager of the case): unmounted at its end, whatever killed
+	// the managers.
+	DiskDir string
 
 	outcome // what the case records for its row: c.Note, c.Recovered, ...
 	hooks   // what runs when it ends: c.OnFinish, c.BeforeCount, c.AfterFinish
@@ -155,6 +159,7 @@ func NewCase(t *testing.T, opt Options) *Case {
 		c.Wait = protocol.WaitPolicy{Replicas: 1, Timeout: protocol.DefaultRedisWaitTimeout}
 	}
 	c.L = NewLedger(c.RC, keys, c.replies)
+	c.DiskDir = testkit.TempDiskDir(t) // unmounted after c.finish removed the containers
 	// Registered after Redis's own cleanup, so it runs first.
 	t.Cleanup(c.finish)
 	t.Logf("case %q: key prefix %s, redis %s", opt.Name, prefix, protocol.RedactRedisURL(c.URL()))

@@ -188,6 +188,7 @@ func (c *Case) ManagerEnv(id string) map[string]string {
 		"WORKER_PROJECT_VOLUMES": "false",
 		"WORKER_BASE_IMAGE":      BaseImage,
 		"WORKER_MEMORY_LIMIT":    "256m",
+		"WORKER_DISK_DIR":        c.DiskDir,
 		"LEASE_TTL":              c.Lease.String(),
 		"WORKER_ENV":             `{"AGENT_BIN":"` + FakeAgent + `","SESSION_POLICY":"new"}`,
 		"WORKER_NETWORK_MODE":    "sealed", // GATEWAY_DIR: the case's or the host's gateway (StartManager)

@@ -24,12 +24,21 @@ const (
 )
 
 // Limits are a worker container's resource limits; zero values take the
-// manager's defaults (WORKER_MEMORY_LIMIT, WORKER_CPU_LIMIT, WORKER_PIDS_LIMIT).
+// manager's defaults (WORKER_MEMORY_LIMIT, WORKER_CPU_LIMIT,
+// WORKER_PIDS_LIMIT, WORKER_DISK_LIMIT).
 type Limits struct {
 	Memory string  `json:"memory,omitempty"` // Docker notation: "512m", "1g"
 	CPUs   float64 `json:"cpus,omitempty"`   // 0.5 = half a core
 	Pids   int64   `json:"pids,omitempty"`
+	// Disk bounds what the worker may write (its workspace, home and
+	// temporary directories together), in the same notation ("10g"); a
+	// write past it fails with ENOSPC.
+	Disk string `json:"disk,omitempty"`
 }
+
+// MinDiskBytes is the smallest disk limit a worker may have: the
+// filesystem a limit is made of needs some of it for itself.
+const MinDiskBytes = 16 << 20
 
 var memoryRe = regexp.MustCompile(`^[0-9]+[bkmgBKMG]?$`)
 
@@ -143,6 +152,12 @@ func (s *WorkerSpec) validate(path string) error {
 	}
 	if s.Limits.Memory != "" && MemoryBytes(s.Limits.Memory) < MinMemoryBytes {
 		return fieldErr(path+".limits.memory", "is %q, want at least 6m (Docker's minimum; 0 would remove the limit)", s.Limits.Memory)
+	}
+	if s.Limits.Disk != "" && !memoryRe.MatchString(s.Limits.Disk) {
+		return fieldErr(path+".limits.disk", "is %q, want a size such as 10g", s.Limits.Disk)
+	}
+	if s.Limits.Disk != "" && MemoryBytes(s.Limits.Disk) < MinDiskBytes {
+		return fieldErr(path+".limits.disk", "is %q, want at least 16m (0 would remove the limit)", s.Limits.Disk)
 	}
 	if s.Limits.CPUs < 0 {
 		return fieldErr(path+".limits.cpus", "negative")

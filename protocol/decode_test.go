@@ -247,6 +247,20 @@ func TestSpecMemoryLimitHasAFloor(t *testing.T) {
 	}
 }
 
+func TestSpecDiskLimitIsASizeWithAFloor(t *testing.T) {
+	for _, d := range []string{"0", "15m", "-1g", "10 g", "10gb", "lots", "1t"} {
+		err := (WorkerSpec{AgentType: AgentClaude, Limits: Limits{Disk: d}}).Validate()
+		if err == nil || !strings.Contains(err.Error(), "limits.disk") {
+			t.Errorf("disk %q: %v, want an error naming limits.disk", d, err)
+		}
+	}
+	for _, d := range []string{"16m", "512m", "10g", "20000000"} {
+		if err := (WorkerSpec{AgentType: AgentClaude, Limits: Limits{Disk: d}}).Validate(); err != nil {
+			t.Errorf("disk %s refused: %v", d, err)
+		}
+	}
+}
+
 func TestMCPServersEnvRoundTrip(t *testing.T) {
 	servers := []MCPServer{{Name: "t", Command: "testmcp", Args: []string{"-v"}, Env: map[string]string{"TAG": "x"}}, {Name: "h", URL: "http://127.0.0.1:1/mcp"}}
 	v, err := EncodeMCPServers(servers)

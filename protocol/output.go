@@ -110,7 +110,10 @@ type Output struct {
 	// Git is what the task's git work came to (git.go): set for every
 	// task that named a repository (or whose worker has a default) and
 	// whose worktree was made.
-	Git       *GitOutput     `json:"git,omitempty"`
+	Git *GitOutput `json:"git,omitempty"`
+	// Disk is set when the task left the worker's disk full: what the
+	// agent wrote past its limits.disk failed with ENOSPC.
+	Disk      *DiskFull      `json:"disk,omitempty"`
 	Metadata  map[string]any `json:"metadata,omitempty"` // the task's metadata, echoed
 	Timestamp time.Time      `json:"timestamp"`
 }
@@ -186,4 +189,12 @@ func DecodeOutput(data []byte) (Output, error) {
 	var o Output
 	err := decode(TypeOutput, data, &o, func() error { return o.Validate() })
 	return o, err
+}
+
+// DiskFull says that a worker's disk (limits.disk) is full.
+type DiskFull struct {
+	Code      string `json:"code"` // RefusedDiskFull
+	Path      string `json:"path"` // the full directory
+	SizeBytes int64  `json:"size_bytes"`
+	FreeBytes int64  `json:"free_bytes"`
 }

@@ -43,6 +43,8 @@ const (
 	// RefusedToolConnections: a connection to one of a sealed worker's
 	// sockets over the worker's connection budget (GATEWAY_MAX_CONNS).
 	RefusedToolConnections = "connections"
+	// RefusedToolDisk: writes past the worker's disk limit.
+	RefusedToolDisk = "disk"
 )
 
 // Stable codes of what the runtime refused (Refusal.Code), also the
@@ -57,6 +59,10 @@ const (
 	// RefusedGitPush: a push the gateway refused (not the task's branch,
 	// a tag, a delete, a force push); the reason says which.
 	RefusedGitPush = "GIT_PUSH_REFUSED"
+	// RefusedDiskFull: the worker's disk (its workspace, home and
+	// temporary directories, bounded by limits.disk) is full; the agent's
+	// writes fail with ENOSPC.
+	RefusedDiskFull = "DISK_FULL"
 )
 
 // Progress levels. Warnings carry what the agent did not ask to report,
@@ -202,3 +208,8 @@ func DecodeProgressReport(data []byte) (ProgressReport, error) {
 	}
 	return r, nil
 }
+
+// EnvDiskLimit is the variable that tells the wrapper its disk limit in
+// bytes (limits.disk, or the manager's default): the size of the
+// filesystem of its workspace and home, whose filling it reports.
+const EnvDiskLimit = "WORKER_DISK_LIMIT"

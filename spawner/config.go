@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentvisor/agentvisor/envconf"
 	"github.com/agentvisor/agentvisor/protocol"
+	dockerengine "github.com/agentvisor/agentvisor/spawner/engine/docker"
 	"github.com/agentvisor/agentvisor/spawner/internal/ctlplane"
 	"github.com/agentvisor/agentvisor/spawner/internal/rdb"
 )
@@ -40,6 +41,11 @@ type Config struct {
 	Runtime            protocol.Runtime
 	GVisorRuntime      string
 	RedisURLForWorkers string // WORKER_REDIS_URL: the Redis URL as workers see it (default REDIS_URL; made plain for sealed workers: sealSentinelURL)
+	// DiskLimit (WORKER_DISK_LIMIT, bytes; 0: none) bounds what a worker
+	// may write: a filesystem of that size of its own under DiskDir
+	// (WORKER_DISK_DIR) on Docker, ephemeral storage on Kubernetes.
+	DiskLimit int64
+	DiskDir   string
 	// RedisWait is REDIS_WAIT_REPLICAS and REDIS_WAIT_TIMEOUT as given
 	// ("" when unset), passed to the workers: WAIT's policy for their
 	// writes that matter (protocol.ParseWaitPolicy; its default follows
@@ -248,6 +254,8 @@ func configVars(c *Config) []envconf.Var {
 		{Name: "WORKER_MEMORY_LIMIT", Default: "512m", Value: envconf.SizeMin(&c.MemoryLimit, 6<<20), Doc: "memory per container; a spec's `limits.memory` overrides it"},
 		{Name: "WORKER_CPU_LIMIT", Default: "0.5", Value: envconf.PositiveFloat(&c.CPULimit), Doc: "cores per container; `limits.cpus` overrides it"},
 		{Name: "WORKER_PIDS_LIMIT", Default: "512", Value: envconf.Int(&c.PidsLimit, 16), Doc: "processes per container; `limits.pids` overrides it"},
+		{Name: "WORKER_DISK_LIMIT", Default: "10g", Value: envconf.Func(c.setDiskLimit), Doc: "what a worker may write (its workspace, home and temporary directories together; a write past it fails with `ENOSPC`, and the task's output and a `DISK_FULL` warning say so); a spec's `limits.disk` overrides it; `0`: no limit. On Docker each worker gets an ext4 filesystem of this size of its own, a sparse file loop-mounted under `WORKER_DISK_DIR` (the manager must be root on the host, in the Docker daemon's mount namespace), over a read-only root; on Kubernetes it is the pod's ephemeral-storage limit ([SECURITY.md](../SECURITY.md#disk))"},
+		{Name: "WORKER_DISK_DIR", Default: dockerengine.DefaultDiskDir, Value: envconf.String(&c.DiskDir), Doc: "where the workers' disks are (a directory per key prefix: a sparse file and its mount point per worker, and per project volume, which keeps its disk across incarnations until the volume is removed)"},
 		{Name: "WORKER_STOP_TIMEOUT", Default: "30s", Value: envconf.DurationMin(&c.StopTimeout, 12*time.Second), Doc: "docker stop timeout (at least 12 s); the wrapper's grace is 10 s shorter"},
 		{Name: "WORKER_NETWORK_MODE", Default: NetworkSealed, Value: envconf.String(&c.NetworkMode), Doc: "the containers' network mode: `sealed` (no network of their own: Redis, the model API and the allowlisted egress through the host's `worker-gateway`, which must run beside the engine, [spawner/README.md](../spawner/README.md#sealed-workers)), or a Docker network mode (`host`, `none`, ...), an opt-in to less isolation"},
 		{Name: "GATEWAY_DIR", Default: "/run/agentvisor/gateway", Value: envconf.String(&c.GatewayDir), Doc: "the directory of this host's `worker-gateway` (its control socket, a socket directory per sealed worker)"},
@@ -371,7 +379,17 @@ func (c *Config) setEvictIdle(s string) error {
 
 // handBuiltDefaults are the variables whose defaults withDefaults gives
 // a Config built in Go that leaves them zero.
-var handBuiltDefaults = []string{"LEASE_TTL", "RETENTION", protocol.EnvStreamMaxLen, protocol.EnvRunRetention, "REPLY_TTL", "VOLUME_RETENTION", "REPLACE_BACKOFF", "GATEWAY_DIR"}
+var handBuiltDefaults = []string{"LEASE_TTL", "RETENTION", protocol.EnvStreamMaxLen, protocol.EnvRunRetention, "REPLY_TTL", "VOLUME_RETENTION", "REPLACE_BACKOFF", "GATEWAY_DIR", "WORKER_DISK_DIR"}
+
+// setDiskLimit reads WORKER_DISK_LIMIT: 0 (or off) for none, else a size
+// of at least a spec's smallest.
+func (c *Config) setDiskLimit(s string) error {
+	if s == "0" || strings.EqualFold(s, "off") {
+		c.DiskLimit = 0
+		return nil
+	}
+	return envconf.SizeMin(&c.DiskLimit, protocol.MinDiskBytes).Set(s)
+}
 
 // withDefaults fills what a Config built by hand (not by ConfigFromEnv)
 // leaves zero, from configVars.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -89,6 +90,7 @@ func TestConfigDefaults(t *testing.T) {
 	want := Config{RedisURL: "redis://127.0.0.1:1/0", Keys: protocol.Keys{Prefix: "worker"}, MaxWorkers: 10, CreationTimeout: 5 * time.Minute,
 		MemoryLimit: 512 << 20, CPULimit: 0.5, PidsLimit: 512, StopTimeout: 30 * time.Second, NetworkMode: NetworkSealed, GatewayDir: "/run/agentvisor/gateway", SpareNetns: 2, RedisURLForWorkers: "redis://127.0.0.1:1/0",
 		Runtime: protocol.RuntimeRunc, GVisorRuntime: "runsc",
+		DiskLimit: 10 << 30, DiskDir: "/var/lib/agentvisor/disks",
 		PassEnv:     []string{"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "FACTORY_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "DROID_BASE_URL"},
 		IdleTimeout: 600 * time.Second, PauseTimeout: 30 * time.Minute, ReplaceDead: true, ReplaceDegradedAfter: 10 * time.Minute, EvictIdleAfter: time.Minute, BaseImage: images.DefaultBaseImage, ProjectBuildTimeout: 10 * time.Minute, ProjectVolumes: true,
 		VolumeRetention: 30 * 24 * time.Hour, ManagerID: hostname, HeartbeatInterval: 10 * time.Second, ReconcileInterval: time.Minute,
@@ -147,6 +149,42 @@ func TestConfigBooleans(t *testing.T) {
 	for _, n := range names {
 		if _, _, err := read(map[string]string{n: "maybe"}); err == nil || !strings.HasPrefix(err.Error(), "config: "+n+": want a boolean") {
 			t.Errorf("%s=maybe: %v", n, err)
+		}
+	}
+}
+
+// WORKER_DISK_LIMIT is a size of at least a spec's smallest, or 0 (off)
+// for none; anything else stops the manager naming the variable. A spec's
+// limits.disk overrides it in the instance, and the wrapper is told.
+func TestConfigDiskLimit(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		want  int64
+		bad   bool
+	}{{"0", 0, false}, {"off", 0, false}, {"16m", 16 << 20, false}, {"2g", 2 << 30, false}, {"1m", 0, true}, {"lots", 0, true}, {"-1g", 0, true}} {
+		c, err := ConfigFromEnv(func(k string) string {
+			return map[string]string{"REDIS_URL": "redis://127.0.0.1:1/0", "WORKER_DISK_LIMIT": tc.value}[k]
+		})
+		if tc.bad {
+			if err == nil || !strings.Contains(err.Error(), "WORKER_DISK_LIMIT") {
+				t.Errorf("WORKER_DISK_LIMIT=%s: %v, want an error naming it", tc.value, err)
+			}
+			continue
+		}
+		if err != nil || c.DiskLimit != tc.want {
+			t.Errorf("WORKER_DISK_LIMIT=%s: %d %v, want %d", tc.value, c.DiskLimit, err, tc.want)
+		}
+	}
+	s := newEnvOnlySpawner(t)
+	s.cfg.DiskLimit = 10 << 30
+	for _, tc := range []struct {
+		disk string
+		want int64
+	}{{"", 10 << 30}, {"64m", 64 << 20}} {
+		o := createOpts{}
+		is := s.inst.instanceSpec("w1", "", protocol.WorkerSpec{AgentType: protocol.AgentClaude, Limits: protocol.Limits{Disk: tc.disk}}, "img", "redis://x", time.Now(), &o)
+		if is.Limits.Disk != tc.want || !slices.Contains(is.Env, protocol.EnvDiskLimit+"="+strconv.FormatInt(tc.want, 10)) {
+			t.Errorf("limits.disk %q: the instance's disk %d, env %v; want %d, told to the wrapper", tc.disk, is.Limits.Disk, is.Env, tc.want)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,6 +83,7 @@ func escapeSuite(t *testing.T, runtime protocol.Runtime, caps []protocol.Capabil
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.DiskDir = testkit.TempDiskDir(t)
 	if cfg.NetworkMode != NetworkSealed {
 		t.Fatalf("the default network mode is %q, want sealed", cfg.NetworkMode)
 	}
@@ -99,7 +101,8 @@ func escapeSuite(t *testing.T, runtime protocol.Runtime, caps []protocol.Capabil
 	}
 	// Two names on its allowlist: one that does not resolve, one that
 	// resolves to the host's loopback (the gateway does not dial it).
-	agent, err := s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, AllowedCommands: []string{"*"}, Runtime: runtime, Capabilities: caps,
+	// Its disk is 64m: the agent fills it.
+	agent, err := s.Create(ctx, protocol.WorkerSpec{AgentType: protocol.AgentClaude, AllowedCommands: []string{"*"}, Runtime: runtime, Capabilities: caps, Limits: protocol.Limits{Disk: "64m"},
 		Network: &protocol.Network{Allow: []string{"nx.invalid:443", "localhost:" + r.Addr[strings.LastIndex(r.Addr, ":")+1:]}}})
 	if err != nil {
 		t.Fatal(err)
@@ -211,6 +214,14 @@ func escapeSuite(t *testing.T, runtime protocol.Runtime, caps []protocol.Capabil
 		stubmodel.Step{Text: "an answer nobody counted", Usage: &stubmodel.Usage{InputTokens: extraInput, OutputTokens: 10}},
 		stubmodel.Step{ToolUse: &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": proxy("PATH", "GET", "/v1/organizations/api_keys"), "description": "probe"}}},
 	)
+	// Last, the disk: 200 MiB written to the workspace against a 64 MiB
+	// limit, and a write to the root filesystem. Then 512 KiB given back
+	// before anything is printed (the agent's shell tool keeps its output
+	// in a file, on the same disk) and for the agent's last writes of its
+	// session: the disk stays full.
+	steps = append(steps, stubmodel.Step{ToolUse: &stubmodel.ToolUse{Name: "Bash", Input: map[string]any{"command": `e=$(head -c 200M /dev/zero 2>&1 >/workspace/fill); rc=$?; ` +
+		`n=$(wc -c </workspace/fill); truncate -s -512K /workspace/fill; w=$(find / -xdev -writable ! -type l 2>/dev/null | grep -vxE '/(tmp|var/tmp|run/lock|workspace|home/worker)' | head -5 | tr '\n' ' '); ` +
+		`echo "DISKFILL-rc=$rc $e"; echo "DISKFILL-bytes=$n"; echo "DISKROOT-writable:[$w]"`, "description": "probe"}}})
 	steps = append(steps, stubmodel.Step{Text: "Done.\n{\"status\": \"complete\", \"result\": {\"ok\": true}}"})
 	stub.SetScript(stubmodel.Script{Steps: steps})
 	doc, _ := protocol.Task{RequestID: "escape-1", Prompt: "look around"}.Encode()
@@ -303,6 +314,22 @@ func escapeSuite(t *testing.T, runtime protocol.Runtime, caps []protocol.Capabil
 			t.Errorf("the agent's call straight to egress.sock (%s) was not refused 403; it saw:\n%s", probe, tail(saw, 3000))
 		}
 	}
+	// The disk: the write past its limit refused ENOSPC (gVisor's as
+	// runc's: the disk is the host kernel's filesystem either way).
+	if !strings.Contains(saw, "No space left on device") || !strings.Contains(saw, "DISKFILL-rc=1") {
+		t.Errorf("the agent's write of 200 MiB against its 64 MiB disk was not refused ENOSPC; it saw:\n%s", tail(saw, 3000))
+	}
+	if m := regexp.MustCompile(`DISKFILL-bytes=([0-9]+)`).FindStringSubmatch(saw); m == nil {
+		t.Errorf("the agent's fill did not say what it wrote; it saw:\n%s", tail(saw, 600))
+	} else if n, _ := strconv.ParseInt(m[1], 10, 64); n > 64<<20 {
+		t.Errorf("the agent wrote %d bytes on a 64 MiB disk", n)
+	}
+	// Nothing of the root filesystem is writable (read-only) but the
+	// mount points of the disk's directories: all the worker may write is
+	// on its disk.
+	if !strings.Contains(saw, "DISKROOT-writable:[]") {
+		t.Errorf("the root filesystem has paths the agent may write; it saw:\n%s", tail(saw, 600))
+	}
 	// Every refusal the gateway made, on whichever socket, reached the
 	// task's consumer as a warning with its code.
 	refused := map[string]int{}
@@ -314,6 +341,7 @@ func escapeSuite(t *testing.T, runtime protocol.Runtime, caps []protocol.Capabil
 		}
 	}
 	for _, want := range []string{
+		protocol.RefusedToolDisk + " " + protocol.RefusedDiskFull + " ",    // the disk it filled
 		protocol.RefusedToolModel + " " + protocol.RefusedModelToken + " ", // OWNKEY and GUESSED
 		protocol.RefusedToolNetwork + " " + protocol.RefusedEgress + " direct.example",
 		protocol.RefusedToolNetwork + " " + protocol.RefusedModelToken + " ", // the refusal log without the token

@@ -44,6 +44,7 @@ func newUnitOf(t *testing.T, mod func(*Config), unfrozen bool) *unit {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.DiskLimit = 0 // the in-memory Docker runs no container for a disk to be bound into
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -92,8 +92,11 @@ func (in *instances) instanceSpec(id, commandID string, spec protocol.WorkerSpec
 	}
 	is := engine.Spec{Name: ContainerName(id), Image: image, Env: in.workerEnv(id, spec, redisURL), Labels: labels, User: "1000:1000",
 		StopTimeout: in.cfg.StopTimeout, Network: in.cfg.NetworkMode, Runtime: in.engineRuntime(spec),
-		Limits:     engine.Limits{Memory: in.memory(spec), CPUs: in.cpus(spec), Pids: in.pids(spec)},
+		Limits:     engine.Limits{Memory: in.memory(spec), CPUs: in.cpus(spec), Pids: in.pids(spec), Disk: in.disk(spec)},
 		Containers: slices.Contains(caps, protocol.CapDocker)}
+	if is.Limits.Disk > 0 {
+		is.Env = append(is.Env, protocol.EnvDiskLimit+"="+strconv.FormatInt(is.Limits.Disk, 10))
+	}
 	if in.cfg.ProjectVolumes && spec.ProjectID != "" {
 		is.Mounts = projectMounts(in.keys.Prefix, spec)
 		is.Env = append(is.Env, "WORKSPACE=/home/worker/workspace")
@@ -241,6 +244,13 @@ func (in *instances) memory(spec protocol.WorkerSpec) int64 {
 		}
 	}
 	return in.cfg.MemoryLimit
+}
+
+func (in *instances) disk(spec protocol.WorkerSpec) int64 {
+	if n := protocol.MemoryBytes(spec.Limits.Disk); n > 0 {
+		return n
+	}
+	return in.cfg.DiskLimit
 }
 
 func (in *instances) cpus(spec protocol.WorkerSpec) float64 {

@@ -20,7 +20,21 @@ import (
 // The scale benchmarks run workers whose agent is the wrapper's fake agent
 // (a Go program that prints Claude's stream-json without a model), so
 // that what is measured is the runtime, not the CLI.
-const benchBase = "agentvisor/worker-base-bench:latest"
+// Its tag is the worker base's with "-bench" (agentvisor/worker-base-bench
+// by default): a checkout with a WORKER_BASE_IMAGE of its own has a bench
+// image of its own too.
+var benchBase = benchTag(os.Getenv("WORKER_BASE_IMAGE"))
+
+func benchTag(base string) string {
+	if base == "" {
+		base = "agentvisor/worker-base:latest"
+	}
+	repo, tag := base, "latest"
+	if i := strings.LastIndex(base, ":"); i > strings.LastIndex(base, "/") {
+		repo, tag = base[:i], base[i+1:]
+	}
+	return repo + "-bench:" + tag
+}
 
 var (
 	benchBaseOnce sync.Once

@@ -28,17 +28,11 @@ func BenchmarkSealedCreate(b *testing.B) {
 		// spare namespaces made and the last sealed worker's holder gone
 		// (a manager does that while it waits for work).
 		testkit.Eventually(b, "the spare namespaces", time.Minute, sealed.s.dockerEngine().SparesSettled)
-		from := lastID(f.rc, f.keys.Lifecycle())
-		t0 := time.Now()
-		info, err := f.s.Create(ctx, spec)
-		if err != nil {
-			b.Fatal(err)
-		}
-		at := f.waitEvent(b, from, info.WorkerID, protocol.EventStarted, time.Minute)
+		info, ms := f.timedCreate(b, spec)
 		if err := f.s.Delete(ctx, info.WorkerID); err != nil {
 			b.Fatal(err)
 		}
-		return float64(at.Sub(t0).Milliseconds())
+		return ms
 	}
 	sealed.s.engine.Prepare() // as a manager does at its start
 	startOf(sealed)           // images built, caches warm
@@ -51,4 +45,18 @@ func BenchmarkSealedCreate(b *testing.B) {
 	b.ReportMetric(median(s), "sealed-create-to-started-median-ms")
 	b.ReportMetric(median(h), "host-create-to-started-median-ms")
 	b.ReportMetric(median(s)/median(h), "sealed-create-ratio")
+}
+
+// timedCreate creates a worker of spec and returns it and the
+// milliseconds from the create to its wrapper's started event.
+func (f *fixture) timedCreate(b *testing.B, spec protocol.WorkerSpec) (protocol.WorkerInfo, float64) {
+	b.Helper()
+	from := lastID(f.rc, f.keys.Lifecycle())
+	t0 := time.Now()
+	info, err := f.s.Create(context.Background(), spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	at := f.waitEvent(b, from, info.WorkerID, protocol.EventStarted, time.Minute)
+	return info, float64(at.Sub(t0).Milliseconds())
 }

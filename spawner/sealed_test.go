@@ -217,13 +217,20 @@ func TestSealedWorkerEgress(t *testing.T) {
 // worker's output stream for requestID.
 func (f *fixture) refusedConnection(t *testing.T, worker, requestID string) *protocol.Refusal {
 	t.Helper()
+	return f.refusal(t, worker, requestID, protocol.RefusedToolNetwork)
+}
+
+// refusal finds the warning of a refusal by tool on a worker's output
+// stream for requestID.
+func (f *fixture) refusal(t *testing.T, worker, requestID, tool string) *protocol.Refusal {
+	t.Helper()
 	msgs, err := f.rc.XRange(context.Background(), f.keys.Output(worker), "-", "+").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range msgs {
 		data, _ := protocol.EntryData(m.Values)
-		if p, err := protocol.DecodeProgress(data); err == nil && p.RequestID == requestID && p.Refused != nil && p.Refused.Tool == "network" {
+		if p, err := protocol.DecodeProgress(data); err == nil && p.RequestID == requestID && p.Refused != nil && p.Refused.Tool == tool {
 			return p.Refused
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -86,6 +87,7 @@ func newFixture(t testing.TB, mod func(*Config)) *fixture {
 	// them, unless the test names a network mode or a gateway of its own.
 	gwDir := gatewaytest.Dir(t)
 	cfg.GatewayDir = gwDir
+	cfg.DiskDir = testkit.TempDiskDir(t)
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -185,15 +187,17 @@ func TestWorkerLifecycle(t *testing.T) {
 		t.Fatalf("container config: user %q mem %d cpu %d pids %v capdrop %v secopt %v labels %v",
 			c.Config.User, hc.Memory, hc.NanoCPUs, hc.PidsLimit, hc.CapDrop, hc.SecurityOpt, c.Config.Labels)
 	}
-	// Its project's volume, and (sealed, the default) its gateway
-	// directory, read-only; no network of its own.
+	// Its project's disk (the default disk limit) as its home and
+	// temporary directories over a read-only root, and (sealed, the
+	// default) its gateway directory, read-only; no network of its own.
 	mounts := map[string]container.MountPoint{}
 	for _, m := range c.Mounts {
 		mounts[m.Destination] = m
 	}
-	if len(c.Mounts) != 2 || mounts["/home/worker"].Name != ProjectVolume(f.keys.Prefix, spec.AgentType, spec.ProjectID) ||
+	disk := filepath.Join(f.s.cfg.DiskDir, f.keys.Prefix, "volumes", ProjectVolume(f.keys.Prefix, spec.AgentType, spec.ProjectID))
+	if len(c.Mounts) != 6 || mounts["/home/worker"].Source != disk+"/home" || mounts["/workspace"].Source != disk+"/home/workspace" || !strings.HasPrefix(mounts["/tmp"].Source, disk+"/tmp/") || !hc.ReadonlyRootfs ||
 		mounts[sealedMount].Type != "bind" || mounts[sealedMount].RW || hc.NetworkMode != "none" {
-		t.Fatalf("mounts %+v, network %q", c.Mounts, hc.NetworkMode)
+		t.Fatalf("mounts %+v, read-only root %v, network %q", c.Mounts, hc.ReadonlyRootfs, hc.NetworkMode)
 	}
 
 	// A task reaches the worker through its input stream.

@@ -23,6 +23,7 @@ func NewDocker(cfg Config, dc dockerengine.Client, rc redis.UniversalClient, bui
 	}
 	eng := dockerengine.New(dc, cfg.Keys.Prefix, log)
 	s := New(cfg, eng, rc, builder, log)
+	eng.KeepDisks(dockerengine.Disks{Dir: s.cfg.DiskDir})
 	if s.seals.enabled() {
 		image := func() string { return s.cfg.BaseImage }
 		if builder != nil {

@@ -1,19 +1,21 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"syscall"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/api/types/volume"
 	dockerclient "github.com/docker/docker/client"
 
 	"github.com/agentvisor/agentvisor/protocol"
+	dockerengine "github.com/agentvisor/agentvisor/spawner/engine/docker"
 )
 
 // The demo's end: the manager's shutdown, and what no run may leave behind.
@@ -58,13 +60,17 @@ func cleanUp(ctx context.Context, keys protocol.Keys) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	// Every project volume of the demo's key prefix, whatever its project.
-	vs, err := dc.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", protocol.LabelKeyPrefix+"="+keys.Prefix))})
+	// Every project volume of the demo's key prefix, whatever its project:
+	// Docker's, and the disks (the manager's WORKER_DISK_DIR, read from
+	// the same environment), as the engine lists them.
+	eng := dockerengine.New(dc, keys.Prefix, nil)
+	eng.KeepDisks(dockerengine.Disks{Dir: cmp.Or(os.Getenv("WORKER_DISK_DIR"), dockerengine.DefaultDiskDir)})
+	vs, err := eng.Volumes(ctx)
 	if err != nil {
 		return len(cs), err
 	}
-	for _, v := range vs.Volumes {
-		if err := dc.VolumeRemove(ctx, v.Name, true); err != nil && !dockerclient.IsErrNotFound(err) {
+	for _, v := range vs {
+		if err := eng.RemoveVolume(ctx, v.Name, true); err != nil {
 			return len(cs), err
 		}
 	}

@@ -128,6 +128,11 @@ type Limits struct {
 	Memory int64   // bytes
 	CPUs   float64 // cores
 	Pids   int64
+	// Disk bounds what the instance may write (its workspace, home and
+	// temporary directories together), bytes; past it a write fails
+	// with ENOSPC (Docker: a filesystem of its own, disks.go;
+	// Kubernetes: ephemeral storage, past which the kubelet evicts the pod).
+	Disk int64
 }
 
 // Mount puts a volume or a host directory into an instance.

@@ -41,7 +41,9 @@ type Runtime struct {
 	// GatewayDir is the directory the manager's gateway serves
 	// (GATEWAY_DIR).
 	GatewayDir string
-	RedisURL   string
+	// DiskDir holds the workers' disks (WORKER_DISK_DIR).
+	DiskDir  string
+	RedisURL string
 	// Env is the environment a program under test needs to reach this
 	// runtime: REDIS_URL, WORKER_KEY_PREFIX, ANTHROPIC_BASE_URL, ...
 	Env []string
@@ -85,6 +87,10 @@ func Start(t testing.TB, mod func(*spawner.Config)) *Runtime {
 	// of its own.
 	gwDir := gatewaytest.Dir(t)
 	cfg.GatewayDir = gwDir
+	// The workers' disks under a directory of the test's own, which the
+	// programs under test (workerctl) are told too.
+	cfg.DiskDir = testkit.TempDiskDir(t)
+	t.Setenv("WORKER_DISK_DIR", cfg.DiskDir)
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -133,7 +139,7 @@ func Start(t testing.TB, mod func(*spawner.Config)) *Runtime {
 		// No container or volume of this runtime survives the test.
 		testkit.RemoveLabelled(testkit.KeyPrefixLabel(prefix))
 	})
-	return &Runtime{Redis: r, RC: rc, Keys: cfg.Keys, Stub: stub, Spawner: s, Gateway: gw, GatewayDir: cfg.GatewayDir, RedisURL: r.URL(), stopManager: stop,
-		Env: []string{"REDIS_URL=" + r.URL(), "WORKER_KEY_PREFIX=" + prefix, "ANTHROPIC_BASE_URL=" + stub.URL,
+	return &Runtime{Redis: r, RC: rc, Keys: cfg.Keys, Stub: stub, Spawner: s, Gateway: gw, GatewayDir: cfg.GatewayDir, DiskDir: cfg.DiskDir, RedisURL: r.URL(), stopManager: stop,
+		Env: []string{"REDIS_URL=" + r.URL(), "WORKER_KEY_PREFIX=" + prefix, "WORKER_DISK_DIR=" + cfg.DiskDir, "ANTHROPIC_BASE_URL=" + stub.URL,
 			"DROID_BASE_URL=" + stub.URL, "ANTHROPIC_API_KEY=sk-stub-0123456789"}}
 }

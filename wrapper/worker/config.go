@@ -82,7 +82,11 @@ type Config struct {
 	// output schema (--json-schema) and takes its structured_output.
 	JSONSchema bool
 
-	Workspace       string                   // WORKSPACE
+	Workspace string // WORKSPACE
+	// DiskLimit (WORKER_DISK_LIMIT, bytes; 0: none) is the size the
+	// manager gave the worker's disk: with one, a task that leaves the
+	// disk full is reported (disk.go).
+	DiskLimit       int64
 	Instructions    string                   // INSTRUCTIONS: written to CLAUDE.md or AGENTS.md
 	AllowedCommands protocol.AllowedCommands // ALLOWED_COMMANDS
 	APIURL          string                   // API_URL, passed to the agent
@@ -297,6 +301,7 @@ func agentVars(c *Config) []envconf.Var {
 		{Name: "AGENT_RECYCLE_TASKS", Default: "100", Value: envconf.Int(&c.RecycleTasks, 0), Doc: "the persistent agent process is ended after this many tasks; the next task starts another, resuming the session (`0`: never)"},
 		{Name: "AGENT_RECYCLE_RSS", Default: "1024", Value: envconf.IntOf(&c.RecycleRSS, 0, 1<<20), Doc: "MiB: the persistent agent process is ended after a task once its process group's resident memory (RSS) passed this; the next task starts another (`0`: never)"},
 		{Name: "WORKSPACE", Default: "/workspace", Value: envconf.String(&c.Workspace), Doc: "the agent's working directory, created if missing"},
+		{Name: protocol.EnvDiskLimit, Default: "0", Value: envconf.Int(&c.DiskLimit, 0), Doc: "bytes: the worker's disk limit (`limits.disk`, set by the manager); with one, a task that leaves the filesystem of the workspace or the home with less than 1 MiB free publishes a `DISK_FULL` warning and its output's `disk` says so; `0`: none"},
 		{Name: "INSTRUCTIONS", Value: envconf.String(&c.Instructions), Doc: "written to `CLAUDE.md` (Claude) or `AGENTS.md` (Droid, Codex, the ACP agents) in the workspace at start; a spec's are at most 64 KiB (`protocol.MaxInstructionsBytes`)"},
 		{Name: "ALLOWED_COMMANDS", DefaultDoc: "(none: no shell command but the progress call)", ParseEmpty: true,
 			Value: envconf.Func(func(s string) (err error) { c.AllowedCommands, err = protocol.ParseAllowedCommandsEnv(s); return err }),

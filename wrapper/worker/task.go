@@ -110,6 +110,7 @@ type tasks struct {
 // tasksParams are what the task runner is built from: its
 // collaborators and settings, none of them the Worker.
 type tasksParams struct {
+	disk      diskWatch
 	rdb       taskRedis
 	agents    *agentRunner
 	sessions  SessionPolicy
@@ -172,6 +173,7 @@ func (ts *tasks) run(ctx context.Context, src taskSource, e *rdb.Entry, task pro
 	}
 	o, usage := t.attempts()
 	o = t.finishGit(work, o)
+	o.Disk = ts.disk.full(t.cur, ts.pub)
 	t.finish(o, usage)
 	ts.budgetWarning(t.task, t.budget, o.CostUSD)
 }

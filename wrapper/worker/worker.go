@@ -221,7 +221,7 @@ func (w *Worker) wire(opts Options) {
 	w.tasks = newTasks(tasksParams{rdb: w.rdb, agents: w.agents, sessions: sessions, spend: w.spend, state: w.state, cancels: ctl.cancels,
 		steering: ctl.steering, pub: w.pub, status: w.status, outputs: outs, terminate: w.terminate, lookAhead: w.input.lookAhead,
 		log: log, now: now, workerID: cfg.WorkerID, project: cfg.Project, agentType: cfg.AgentType, caps: ad.Caps(), taskTimeout: cfg.TaskTimeout,
-		retry: cfg.Retry, jsonSchema: cfg.JSONSchema,
+		retry: cfg.Retry, jsonSchema: cfg.JSONSchema, disk: newDiskWatch(cfg.DiskLimit, cfg.Workspace),
 		git: gitParams{workspace: cfg.Workspace, def: cfg.GitDefault, granter: w.gitGranter}})
 	w.adopter = &adopter{log: log, redisURL: cfg.RedisURL, redisSocket: cfg.RedisSocket, workerID: cfg.WorkerID}
 	aff := &affinity{rdb: w.rdb, keys: cfg.Keys, workerID: cfg.WorkerID, agentType: cfg.AgentType,

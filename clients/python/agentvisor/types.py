@@ -132,10 +132,12 @@ class CommandSpecLimits(Document):
     memory: Optional[str] = None
     cpus: Optional[float] = None
     pids: Optional[int] = None
+    disk: Optional[str] = None
 
     _FIELDS = {'memory': {'pattern': '^[0-9]+[bkmgBKMG]?$', 'type': ['string'], 'required': False},
                'cpus': {'minimum': 0, 'type': ['number'], 'required': False},
-               'pids': {'minimum': 0, 'type': ['integer'], 'required': False}}
+               'pids': {'minimum': 0, 'type': ['integer'], 'required': False},
+               'disk': {'pattern': '^[0-9]+[bkmgBKMG]?$', 'type': ['string'], 'required': False}}
     _OPEN = False
 
 
@@ -747,6 +749,22 @@ class GitOutput(Document):
 
 
 @dataclass(kw_only=True)
+class OutputDisk(Document):
+    """Set when the task left the worker's disk full (limits.disk reached)."""
+
+    code: str = 'DISK_FULL'
+    path: str
+    size_bytes: int
+    free_bytes: int
+
+    _FIELDS = {'code': {'const': 'DISK_FULL', 'required': True},
+               'path': {'minLength': 1, 'type': ['string'], 'required': True},
+               'size_bytes': {'minimum': 0, 'type': ['integer'], 'required': True},
+               'free_bytes': {'minimum': 0, 'type': ['integer'], 'required': True}}
+    _OPEN = False
+
+
+@dataclass(kw_only=True)
 class Output(Document):
     """How a task ended: one entry on the task's output stream, from the wrapper, or from the spawner when the worker crashed."""
 
@@ -772,6 +790,7 @@ class Output(Document):
     duration_ms: int
     error: Optional[ErrorInfo] = None
     attempt: Optional[int] = None
+    disk: Optional[OutputDisk] = None
     metadata: Optional[dict[str, Any]] = None
     timestamp: str
 
@@ -817,6 +836,7 @@ class Output(Document):
                'duration_ms': {'minimum': 0, 'type': ['integer'], 'required': True},
                'error': {'class': 'ErrorInfo', 'type': ['object'], 'required': False},
                'attempt': {'minimum': 0, 'type': ['integer'], 'required': False},
+               'disk': {'class': 'OutputDisk', 'type': ['object'], 'required': False},
                'metadata': {'type': ['object'], 'required': False},
                'timestamp': {'type': ['string'], 'required': True}}
     _OPEN = False
@@ -1162,4 +1182,4 @@ class Task(Document):
     _OPEN = False
 
 
-CLASSES = {'Adopt': Adopt, 'Cancel': Cancel, 'CommandNetwork': CommandNetwork, 'CommandBudget': CommandBudget, 'CommandSpecLimits': CommandSpecLimits, 'CommandSpecPlacement': CommandSpecPlacement, 'CommandSpecNetwork': CommandSpecNetwork, 'Git': Git, 'CommandSpecImage': CommandSpecImage, 'CommandSpecMcpServersItem': CommandSpecMcpServersItem, 'CommandSpec': CommandSpec, 'Command': Command, 'ControlRequest': ControlRequest, 'Heartbeat': Heartbeat, 'LifecycleEvent': LifecycleEvent, 'Message': Message, 'ErrorInfo': ErrorInfo, 'OutputSession': OutputSession, 'Usage': Usage, 'GitOutputCommitsItem': GitOutputCommitsItem, 'GitOutputFilesItem': GitOutputFilesItem, 'GitOutput': GitOutput, 'Output': Output, 'PermissionReply': PermissionReply, 'PermissionRequest': PermissionRequest, 'ProgressRefused': ProgressRefused, 'Progress': Progress, 'ProgressReport': ProgressReport, 'WorkerNetwork': WorkerNetwork, 'Worker': Worker, 'Reply': Reply, 'WorkerStopOutput': WorkerStopOutput, 'TaskRetry': TaskRetry, 'Task': Task}
+CLASSES = {'Adopt': Adopt, 'Cancel': Cancel, 'CommandNetwork': CommandNetwork, 'CommandBudget': CommandBudget, 'CommandSpecLimits': CommandSpecLimits, 'CommandSpecPlacement': CommandSpecPlacement, 'CommandSpecNetwork': CommandSpecNetwork, 'Git': Git, 'CommandSpecImage': CommandSpecImage, 'CommandSpecMcpServersItem': CommandSpecMcpServersItem, 'CommandSpec': CommandSpec, 'Command': Command, 'ControlRequest': ControlRequest, 'Heartbeat': Heartbeat, 'LifecycleEvent': LifecycleEvent, 'Message': Message, 'ErrorInfo': ErrorInfo, 'OutputSession': OutputSession, 'Usage': Usage, 'GitOutputCommitsItem': GitOutputCommitsItem, 'GitOutputFilesItem': GitOutputFilesItem, 'GitOutput': GitOutput, 'OutputDisk': OutputDisk, 'Output': Output, 'PermissionReply': PermissionReply, 'PermissionRequest': PermissionRequest, 'ProgressRefused': ProgressRefused, 'Progress': Progress, 'ProgressReport': ProgressReport, 'WorkerNetwork': WorkerNetwork, 'Worker': Worker, 'Reply': Reply, 'WorkerStopOutput': WorkerStopOutput, 'TaskRetry': TaskRetry, 'Task': Task}

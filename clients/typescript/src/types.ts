@@ -62,6 +62,8 @@ export interface Command {
       memory?: string;
       cpus?: number;
       pids?: number;
+      /** At least 16m (MinDiskBytes). */
+      disk?: string;
     };
     /** The hosts of a fleet the worker may run on: a host id, and labels every chosen host carries (HOST_LABELS). */
     placement?: {
@@ -275,6 +277,13 @@ export interface Output {
   duration_ms: number;
   error?: ErrorInfo;
   attempt?: number;
+  /** Set when the task left the worker's disk full (limits.disk reached). */
+  disk?: {
+    code: "DISK_FULL";
+    path: string;
+    size_bytes: number;
+    free_bytes: number;
+  };
   metadata?: Metadata;
   timestamp: Timestamp;
 }
@@ -323,7 +332,7 @@ export interface Progress {
   /** Set on the warning published when a call of the agent was refused (a shell command outside ALLOWED_COMMANDS, a progress call the endpoint turned down, whatever a sealed worker's gateway refused, a model call the wrapper's proxy refused); level is then warning. */
   refused?: {
     tool: string;
-    /** The runtime's stable code of what it refused (EGRESS_REFUSED, MODEL_TOKEN_REFUSED, CONNECTION_LIMIT, MODEL_PATH_REFUSED, MODEL_CALL_OUTSIDE_TASK, BUDGET_EXCEEDED, GIT_PUSH_REFUSED); absent for a tool call ALLOWED_COMMANDS refused. */
+    /** The runtime's stable code of what it refused (EGRESS_REFUSED, MODEL_TOKEN_REFUSED, CONNECTION_LIMIT, MODEL_PATH_REFUSED, MODEL_CALL_OUTSIDE_TASK, BUDGET_EXCEEDED, GIT_PUSH_REFUSED, DISK_FULL); absent for a tool call ALLOWED_COMMANDS refused. */
     code?: string;
     command?: string;
     reason?: string;

@@ -78,6 +78,12 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) int 
 		log.Error("invalid configuration", "err", err)
 		return 2
 	}
+	if ec.Engine != spawner.EngineKubernetes && cfg.DiskLimit > 0 {
+		if err := dockerengine.CheckDisks(ctx, cfg.DiskDir); err != nil {
+			log.Error("invalid configuration", "err", fmt.Errorf("config: WORKER_DISK_LIMIT: %w (WORKER_DISK_DIR=%s; WORKER_DISK_LIMIT=0 runs workers without a disk limit)", err, cfg.DiskDir))
+			return 2
+		}
+	}
 	redisconn.SetLogger(log)
 	opt, err := redisconn.Options(cfg.RedisURL) // checked by ConfigFromEnv; a sentinel URL gives a failover client
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -50,7 +51,7 @@ func TestPrometheusScrapesManager(t *testing.T) {
 	keys := protocol.Keys{Prefix: fmt.Sprintf("prom%d", time.Now().UnixNano())}
 	testkit.CleanupLabelled(t, testkit.KeyPrefixLabel(keys.Prefix)) // its worker's project volume too
 	env := map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": keys.Prefix, "MANAGER_ID": "prom-test", "HOST_ID": "prom-host",
-		"METRICS_ADDR": "127.0.0.1:0", "WORKER_STOP_TIMEOUT": "12s", "HEARTBEAT_INTERVAL": "2s"}
+		"METRICS_ADDR": "127.0.0.1:0", "WORKER_STOP_TIMEOUT": "12s", "HEARTBEAT_INTERVAL": "2s", "WORKER_DISK_DIR": testkit.TempDiskDir(t)}
 	// The operator token in a file, as Prometheus reads it too.
 	tokenFile := filepath.Join(t.TempDir(), "ops-token")
 	if err := os.WriteFile(tokenFile, []byte(ops.NewToken()+"\n"), 0o600); err != nil {
@@ -301,4 +302,37 @@ func startGateway(t *testing.T, redisAddr, modelURL string) string {
 	dir := gatewaytest.Dir(t)
 	gatewaytest.Start(t, gateway.Config{Dir: dir, Redis: redisAddr, Model: modelURL}) // the URL: plain HTTP to the stub
 	return dir
+}
+
+// A manager that cannot make a worker's disk (here: a disk directory it
+// cannot create) stops at start, exit 2, naming WORKER_DISK_LIMIT and the
+// way to run without; with WORKER_DISK_LIMIT=0 the same manager starts.
+func TestManagerStopsWhenItCannotMakeDisks(t *testing.T) {
+	r, rc := testkit.StartRedisClient(t)
+	defer rc.Close()
+	keys := protocol.Keys{Prefix: fmt.Sprintf("nodisk%d", time.Now().UnixNano())}
+	notADir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notADir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"REDIS_URL": r.URL(), "WORKER_KEY_PREFIX": keys.Prefix, "MANAGER_ID": "nodisk", "WORKER_DISK_DIR": filepath.Join(notADir, "disks")}
+	var logBuf bytes.Buffer
+	if code := run(context.Background(), func(k string) string { return env[k] }, slog.New(slog.NewJSONHandler(&logBuf, nil))); code != 2 ||
+		!strings.Contains(logBuf.String(), "WORKER_DISK_LIMIT") || !strings.Contains(logBuf.String(), "WORKER_DISK_LIMIT=0 runs workers without a disk limit") {
+		t.Fatalf("exit %d, log:\n%s\nwant exit 2 naming WORKER_DISK_LIMIT", code, logBuf.String())
+	}
+	env["WORKER_DISK_LIMIT"] = "0"
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, func(k string) string { return env[k] }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}()
+	testkit.Eventually(t, "the manager without a disk limit started", 15*time.Second, func() bool {
+		ms, err := spawner.ListManagers(ctx, rc, keys)
+		return err == nil && len(ms) == 1
+	})
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d", code)
+	}
 }

@@ -54,7 +54,9 @@ func (c *ctl) down(cmd *cobra.Command, e *engine, yes bool) error {
 		defer mc.Close()
 		rc = mc
 	}
-	d := &spawner.Down{Engine: dockerengine.New(e.dc, c.keys.Prefix, nil), Redis: rc, Keys: c.keys, Gateway: gateway.NewClient(e.cfg.GatewayDir)}
+	eng := dockerengine.New(e.dc, c.keys.Prefix, nil)
+	eng.KeepDisks(dockerengine.Disks{Dir: e.cfg.DiskDir}) // the project volumes that are disks, and the workers' own
+	d := &spawner.Down{Engine: eng, Redis: rc, Keys: c.keys, Gateway: gateway.NewClient(e.cfg.GatewayDir)}
 	plan, err := d.PlanDown(ctx)
 	if errors.Is(err, spawner.ErrEngineUnreachable) || errors.Is(err, spawner.ErrRedisUnreachable) {
 		return fail(exitUnreachable, "down: nothing removed: %v", err)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -23,9 +24,12 @@ func downRun(rt *spawnertest.Runtime, stdin string, args ...string) (int, string
 	return code, out.String(), errb.String()
 }
 
-// labelled counts the containers and volumes of a key prefix.
-func labelled(t *testing.T, prefix string) (containers, volumes int) {
+// labelled counts the containers and volumes of a runtime's key prefix:
+// Docker's volumes and the project volumes that are disks (the default
+// disk limit).
+func labelled(t *testing.T, rt *spawnertest.Runtime) (containers, volumes int) {
 	t.Helper()
+	prefix := rt.Keys.Prefix
 	count := func(args ...string) int {
 		out, err := exec.Command("docker", args...).Output()
 		if err != nil {
@@ -34,7 +38,8 @@ func labelled(t *testing.T, prefix string) (containers, volumes int) {
 		return len(strings.Fields(string(out)))
 	}
 	f := "label=" + testkit.KeyPrefixLabel(prefix)
-	return count("ps", "-aq", "--filter", f), count("volume", "ls", "-q", "--filter", f)
+	disks, _ := filepath.Glob(filepath.Join(rt.DiskDir, prefix, "volumes", "*.img"))
+	return count("ps", "-aq", "--filter", f), count("volume", "ls", "-q", "--filter", f) + len(disks)
 }
 
 // workerUsers returns the Redis users of a key prefix's workers.
@@ -69,10 +74,10 @@ func TestWorkerctlDown(t *testing.T) {
 	gw := gateway.NewClient(rt.GatewayDir)
 	// The workers' containers, and the holders of the sealed workers'
 	// network namespaces (theirs and spare ones).
-	if c, v := labelled(t, rt.Keys.Prefix); c < 2 || v != 2 {
+	if c, v := labelled(t, rt); c < 2 || v != 2 {
 		t.Fatalf("before down: %d containers, %d volumes", c, v)
 	}
-	before, _ := labelled(t, rt.Keys.Prefix)
+	before, _ := labelled(t, rt)
 	if u := workerUsers(t, rt); len(u) != 2 {
 		t.Fatalf("before down: Redis users %v", u)
 	}
@@ -86,7 +91,7 @@ func TestWorkerctlDown(t *testing.T) {
 		!strings.Contains(errs, fmt.Sprintf("will remove %d container(s), 2 volume(s), 2 Redis user(s), 2 gateway", before)) {
 		t.Fatalf("down, declined: exit %d\nstdout: %s\nstderr: %s", code, out, errs)
 	}
-	if c, v := labelled(t, rt.Keys.Prefix); c != before || v != 2 {
+	if c, v := labelled(t, rt); c != before || v != 2 {
 		t.Fatalf("a declined down removed something: %d containers, %d volumes left", c, v)
 	}
 
@@ -99,7 +104,7 @@ func TestWorkerctlDown(t *testing.T) {
 			t.Errorf("down does not name worker %s:\n%s", id, out)
 		}
 	}
-	if c, v := labelled(t, rt.Keys.Prefix); c != 0 || v != 0 {
+	if c, v := labelled(t, rt); c != 0 || v != 0 {
 		t.Errorf("after down: %d containers, %d volumes left", c, v)
 	}
 	if u := workerUsers(t, rt); len(u) != 0 {

@@ -14,12 +14,12 @@ import (
 // and it keeps the hardening every worker has.
 func TestContainersRelaxOnlyWhatPodmanNeeds(t *testing.T) {
 	spec := engine.Spec{Name: "agentvisor-w1", Image: "worker", User: "1000:1000", Network: engine.Sealed, Limits: engine.Limits{Memory: 1 << 30}}
-	_, plain := config(spec, "")
+	_, plain := config(spec, "", nil)
 	if len(plain.SecurityOpt) != 1 || plain.SecurityOpt[0] != "no-new-privileges" || len(plain.Tmpfs) != 0 || plain.MaskedPaths != nil || plain.ReadonlyPaths != nil {
 		t.Fatalf("a plain worker: security %v, tmpfs %v", plain.SecurityOpt, plain.Tmpfs)
 	}
 	spec.Containers = true
-	_, hc := config(spec, "")
+	_, hc := config(spec, "", nil)
 	if !slices.Contains(hc.SecurityOpt, "no-new-privileges") || !slices.Equal(hc.CapDrop, []string{"ALL"}) || len(hc.CapAdd) != 0 ||
 		hc.Privileged || len(hc.Devices) != 0 || hc.NetworkMode != "none" {
 		t.Fatalf("a DOCKER worker lost its hardening: %+v", hc)

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -59,6 +60,7 @@ type Engine struct {
 	log    *slog.Logger
 
 	netns *netnsPool // spare network namespaces (nil: none kept)
+	disks *disks     // the workers' disks (nil: a disk limit is refused)
 
 	mu sync.Mutex
 	// pending holds each container made and not started yet by this
@@ -105,12 +107,20 @@ func (e *Engine) managed() filters.Args {
 // joins a spare network namespace when one is ready.
 func (e *Engine) Create(ctx context.Context, spec engine.Spec) (string, error) {
 	h := &handle{spec: spec}
+	var err error
+	if h.disk, err = e.disks.forSpec(ctx, spec); err != nil {
+		return "", err
+	}
 	if spec.Network == engine.Sealed {
 		h.holder = e.netns.take()
 	}
 	id, err := e.create(ctx, h)
 	if err != nil {
 		e.netns.release(ctx, h.holder)
+		if h.disk != nil {
+			_ = e.disks.removeInstance(h.disk.id) // a volume's disk stays, as a volume would, less the instance's tmp
+			_ = e.disks.removeVolumeTmp(h.disk.volume, h.disk.tmp)
+		}
 		return "", err
 	}
 	e.mu.Lock()
@@ -123,7 +133,7 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (string, error) {
 // meanwhile (removed by hand) gives way to a namespace of its own.
 func (e *Engine) create(ctx context.Context, h *handle) (string, error) {
 	for {
-		cfg, hc := config(h.spec, h.holder)
+		cfg, hc := config(h.spec, h.holder, h.disk)
 		resp, err := e.docker.ContainerCreate(ctx, cfg, hc, nil, nil, h.spec.Name)
 		if err != nil && errdefs.IsNotFound(err) && h.holder != "" {
 			e.netns.release(ctx, h.holder)
@@ -187,15 +197,31 @@ func (e *Engine) Stop(ctx context.Context, id string, grace time.Duration) error
 }
 
 // Remove kills and removes a container (ErrNotFound: already gone); the
-// spare namespace a container of this process's was to join goes with it.
+// spare namespace a container of this process's was to join goes with it,
+// and so does its own disk.
 func (e *Engine) Remove(ctx context.Context, id string) error {
 	e.mu.Lock()
 	h := e.pending[id]
 	delete(e.pending, id)
 	e.mu.Unlock()
+	var labels map[string]string
+	if e.disks != nil {
+		if c, err := e.docker.ContainerInspect(ctx, id); err == nil && c.Config != nil {
+			labels = c.Config.Labels
+		}
+	}
 	err := e.docker.ContainerRemove(ctx, id, container.RemoveOptions{Force: true})
 	if h != nil {
 		e.netns.release(ctx, h.holder)
+	}
+	if err == nil || errdefs.IsNotFound(err) {
+		derr := e.disks.removeInstance(labels[labelDisk])
+		if terr := e.disks.removeVolumeTmp(labels[labelDiskVolume], labels[labelDiskTmp]); derr == nil {
+			derr = terr
+		}
+		if derr != nil {
+			e.log.Warn("a removed worker's disk stays (the reconciliation removes it)", "container_id", id, "err", derr)
+		}
 	}
 	return Classify(err)
 }
@@ -310,22 +336,45 @@ func (e *Engine) Watch(ctx context.Context, since time.Time) (<-chan engine.Even
 	return out, outErr
 }
 
-// Volumes lists the prefix's project volumes.
+// Volumes lists the prefix's project volumes: Docker's, and those that
+// are disks (disks.go).
 func (e *Engine) Volumes(ctx context.Context) ([]engine.Volume, error) {
 	resp, err := e.docker.VolumeList(ctx, volume.ListOptions{Filters: e.managed()})
 	if err != nil {
 		return nil, Classify(err)
 	}
 	out := make([]engine.Volume, 0, len(resp.Volumes))
+	seen := map[string]bool{}
 	for _, v := range resp.Volumes {
 		out = append(out, engine.Volume{Name: v.Name, Labels: v.Labels})
+		seen[v.Name] = true
+	}
+	for _, v := range e.disks.volumes() {
+		if !seen[v.Name] {
+			out = append(out, v)
+		}
 	}
 	return out, nil
 }
 
+// RemoveVolume removes a project volume, and its disk; a disk a container
+// uses is ErrConflict, as Docker's volume in use is, unless force.
 func (e *Engine) RemoveVolume(ctx context.Context, name string, force bool) error {
+	if e.disks != nil && !force {
+		cs, err := e.docker.ContainerList(ctx, container.ListOptions{All: true,
+			Filters: filters.NewArgs(filters.Arg("label", labelDiskVolume+"="+name))})
+		if err != nil {
+			return Classify(err)
+		}
+		if len(cs) > 0 {
+			return engine.Wrap(engine.ErrConflict, fmt.Errorf("volume %s is in use by container %s", name, cs[0].ID))
+		}
+	}
 	if err := e.docker.VolumeRemove(ctx, name, force); err != nil && !errdefs.IsNotFound(err) {
 		return Classify(err)
+	}
+	if err := e.disks.removeVolume(name); err != nil {
+		return engine.Wrap(engine.ErrUnavailable, err)
 	}
 	return nil
 }
@@ -343,15 +392,48 @@ func (e *Engine) Info(ctx context.Context) (engine.Info, error) {
 	return out, nil
 }
 
-func (e *Engine) Prepare()                      { e.netns.warm() }
-func (e *Engine) Sweep(ctx context.Context) int { return e.netns.sweep(ctx) }
-func (e *Engine) Close(ctx context.Context)     { e.netns.close(ctx) }
+func (e *Engine) Prepare() { e.netns.warm() }
+
+// Sweep removes the spare namespaces no live manager keeps, and the disks
+// of instances that are gone (a manager's crash between a container's
+// removal and its disk's), and says how many.
+func (e *Engine) Sweep(ctx context.Context) int { return e.netns.sweep(ctx) + e.sweepDisks(ctx) }
+
+// sweepDisks removes the instance disks, older than diskGrace, that no
+// container of the prefix carries.
+func (e *Engine) sweepDisks(ctx context.Context) int {
+	have := e.disks.instances()
+	if len(have) == 0 {
+		return 0
+	}
+	cs, err := e.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: e.managed()})
+	if err != nil {
+		return 0
+	}
+	for _, c := range cs {
+		delete(have, c.Labels[labelDisk])
+	}
+	n := 0
+	for id, made := range have {
+		if time.Since(made) < e.disks.grace {
+			continue
+		}
+		if err := e.disks.removeInstance(id); err != nil {
+			e.log.Warn("sweep: a gone worker's disk stays", "disk", id, "err", err)
+			continue
+		}
+		n++
+	}
+	return n
+}
+func (e *Engine) Close(ctx context.Context) { e.netns.close(ctx) }
 
 // handle is what this process holds of one container it made and has not
 // started yet: its spec, and the spare namespace it is to join.
 type handle struct {
 	spec   engine.Spec
 	holder string // the spare namespace's holder ("": one of its own)
+	disk   *disk  // its disk (nil: no disk limit)
 }
 
 // workerOf returns the worker a container serves: the one its name says
@@ -369,8 +451,9 @@ func workerOf(names []string, labels map[string]string) string {
 
 // config is a worker's container: spec's labels, environment, limits and
 // mounts, and the hardening every worker gets. holder is the spare
-// namespace a sealed container joins ("": one of its own).
-func config(spec engine.Spec, holder string) (*container.Config, *container.HostConfig) {
+// namespace a sealed container joins ("": one of its own); d its disk,
+// whose directories are all the container may write (nil: none).
+func config(spec engine.Spec, holder string, d *disk) (*container.Config, *container.HostConfig) {
 	stop := int(spec.StopTimeout.Seconds())
 	hc := &container.HostConfig{
 		NetworkMode: container.NetworkMode(spec.Network),
@@ -387,10 +470,29 @@ func config(spec engine.Spec, holder string) (*container.Config, *container.Host
 			hc.NetworkMode = container.NetworkMode("container:" + holder) // a spare namespace, loopback only as well
 		}
 	}
+	labels := spec.Labels
+	if d != nil {
+		labels = make(map[string]string, len(spec.Labels)+1)
+		for k, v := range spec.Labels {
+			labels[k] = v
+		}
+		if d.id != "" {
+			labels[labelDisk] = d.id
+		} else {
+			labels[labelDiskVolume], labels[labelDiskTmp] = d.volume, d.tmp
+		}
+		hc.ReadonlyRootfs = true
+		for _, b := range d.binds {
+			hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(d.mnt, b[0]), Target: b[1]})
+		}
+	}
 	if spec.Containers {
 		containers(spec, hc)
 	}
 	for _, m := range spec.Mounts {
+		if d != nil && m.Volume != "" && m.Volume == d.volume {
+			continue // the volume is the disk
+		}
 		if m.Volume != "" {
 			hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Source: m.Volume, Target: m.Target, ReadOnly: m.ReadOnly,
 				VolumeOptions: &mount.VolumeOptions{Labels: m.Labels}})
@@ -398,7 +500,7 @@ func config(spec engine.Spec, holder string) (*container.Config, *container.Host
 		}
 		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: m.HostPath, Target: m.Target, ReadOnly: m.ReadOnly})
 	}
-	return &container.Config{Image: spec.Image, Env: spec.Env, Labels: spec.Labels, User: spec.User, StopTimeout: &stop}, hc
+	return &container.Config{Image: spec.Image, Env: spec.Env, Labels: labels, User: spec.User, StopTimeout: &stop}, hc
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -427,6 +529,13 @@ type Marks interface {
 func (e *Engine) KeepSpares(s Spares) {
 	e.netns = newNetnsPool(netnsParams{docker: e.docker, image: s.Image, prefix: e.prefix, managerID: s.ManagerID, host: s.Host,
 		spare: s.Count, settle: netnsSettle, markTTL: s.MarkTTL, log: e.log, mark: s.Marks.MarkSpareNetns, marked: s.Marks.SpareNetnsMarked})
+}
+
+// KeepDisks makes the engine give each worker with a disk limit a disk
+// of its own under d.Dir (disks.go); call it once, before the first
+// Create.
+func (e *Engine) KeepDisks(d Disks) {
+	e.disks = &disks{dir: filepath.Join(d.Dir, e.prefix), grace: diskGrace}
 }
 
 // SparesReady returns how many spare namespaces are ready.

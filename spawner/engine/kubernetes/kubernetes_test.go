@@ -55,7 +55,7 @@ func spec(worker string) engine.Spec {
 		Labels: map[string]string{protocol.LabelManaged: "true", protocol.LabelWorkerID: worker, protocol.LabelKeyPrefix: "worker:test",
 			protocol.LabelCreatedAt: "2026-12-02T01:00:00.000Z"},
 		User: "1000:1000", StopTimeout: 30 * time.Second, Network: engine.Sealed,
-		Limits: engine.Limits{Memory: 2 << 30, CPUs: 1.5, Pids: 512},
+		Limits: engine.Limits{Memory: 2 << 30, CPUs: 1.5, Pids: 512, Disk: 10 << 30},
 		Mounts: []engine.Mount{{HostPath: "/run/agentvisor/gateway/" + worker, Target: "/run/agentvisor"}, {Volume: "agentvisor-claude-p1", Target: "/home/worker"}}}
 }
 
@@ -122,6 +122,12 @@ func TestCreateMakesAHardenedGatedPod(t *testing.T) {
 	if got := c.Resources.Limits.Cpu().MilliValue(); got != 1500 {
 		t.Errorf("cpu limit %dm", got)
 	}
+	if got := c.Resources.Limits.StorageEphemeral().Value(); got != 10<<30 {
+		t.Errorf("ephemeral storage limit %d, want the disk limit", got)
+	}
+	if got := c.Resources.Requests.StorageEphemeral().Value(); got != 1<<30 {
+		t.Errorf("ephemeral storage request %d, want a tenth of the limit", got)
+	}
 	if got := c.Resources.Requests.Cpu().MilliValue(); got != 150 {
 		t.Errorf("cpu request %dm, want a tenth of the limit", got)
 	}
@@ -130,6 +136,8 @@ func TestCreateMakesAHardenedGatedPod(t *testing.T) {
 	}
 	if len(s.Volumes) != 2 || s.Volumes[0].HostPath == nil || s.Volumes[1].EmptyDir == nil {
 		t.Errorf("volumes %+v: the gateway's directory from the node, the project volume an emptyDir (no storage class)", s.Volumes)
+	} else if sl := s.Volumes[1].EmptyDir.SizeLimit; sl == nil || sl.Value() != 10<<30 {
+		t.Errorf("the project volume's emptyDir size limit %v, want the disk limit", sl)
 	}
 	if p.Labels[labelPrefix] == "worker:test" || p.Labels[labelPrefix] == "" {
 		t.Errorf("prefix label %q: a colon is no label value, a hash stands for it", p.Labels[labelPrefix])

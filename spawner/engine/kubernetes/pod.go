@@ -178,6 +178,9 @@ func (e *Engine) podFor(spec engine.Spec) (*corev1.Pod, error) {
 			src.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName(m.Volume)}
 		default:
 			src.EmptyDir = &corev1.EmptyDirVolumeSource{}
+			if spec.Limits.Disk > 0 {
+				src.EmptyDir.SizeLimit = resource.NewQuantity(spec.Limits.Disk, resource.BinarySI)
+			}
 		}
 		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: name, VolumeSource: src})
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: m.Target, ReadOnly: m.ReadOnly})
@@ -188,9 +191,13 @@ func (e *Engine) podFor(spec engine.Spec) (*corev1.Pod, error) {
 
 // resourcesOf are a worker's limits as the container's: the limits as
 // given; requests of a tenth of the CPU (an idle worker uses next to
-// none) and a quarter of the memory, so that the scheduler places
-// workers by what they use, not by their ceilings. Pids have no per-pod
-// field: the node's podPidsLimit bounds them.
+// none) and of the disk, and a quarter of the memory, so that the
+// scheduler places workers by what they use, not by their ceilings. Pids
+// have no per-pod field: the node's podPidsLimit bounds them. The disk is
+// the container's ephemeral storage (its writable layer, its logs and its
+// emptyDir volumes): the kubelet measures it every few seconds and evicts
+// the pod past the limit, where Docker's disk refuses the write itself
+// (ENOSPC); a volume claim's size is its storage class's to enforce.
 func resourcesOf(l engine.Limits) corev1.ResourceRequirements {
 	r := corev1.ResourceRequirements{Limits: corev1.ResourceList{}, Requests: corev1.ResourceList{}}
 	if l.Memory > 0 {
@@ -201,6 +208,10 @@ func resourcesOf(l engine.Limits) corev1.ResourceRequirements {
 		milli := int64(l.CPUs * 1000)
 		r.Limits[corev1.ResourceCPU] = *resource.NewMilliQuantity(milli, resource.DecimalSI)
 		r.Requests[corev1.ResourceCPU] = *resource.NewMilliQuantity(max(milli/10, 10), resource.DecimalSI)
+	}
+	if l.Disk > 0 {
+		r.Limits[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(l.Disk, resource.BinarySI)
+		r.Requests[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(max(l.Disk/10, 1), resource.BinarySI)
 	}
 	return r
 }

@@ -20,7 +20,10 @@
 // slow-interrupt (one assistant message, then waits; SIGINT makes it take
 // 500 ms to save its turn, write the time it is done to wound-down.txt in
 // its working directory, print an error result with usage and cost, and
-// exit, as an interrupted Claude under a CPU limit does).
+// exit, as an interrupted Claude under a CPU limit does), fill (writes
+// to its working directory, $HOME, /tmp and /var/tmp until each write
+// fails, and tries the root filesystem: the bytes each took and the
+// errors are the result).
 package main
 
 import (
@@ -224,6 +227,10 @@ func (a *agent) run(modes map[string]bool, sleepMS int, prompt, resume string) {
 		// goes on whatever git says.
 		out, err := exec.Command("git", "push", "origin", "HEAD:refs/heads/not-my-branch").CombinedOutput()
 		fmt.Fprintln(os.Stderr, "push-other:", err, string(out))
+	}
+	if modes["fill"] {
+		b, _ := json.Marshal(fill())
+		stop = `{"status": "complete", "result": ` + string(b) + `}`
 	}
 	if modes["stamp"] {
 		// The benchmarks read when the agent started and when it exited.
@@ -496,4 +503,48 @@ func snoop(path string) {
 		try("~/"+f, file(home+"/"+f))
 	}
 	_ = os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// fill writes 1 MiB blocks to a file in each directory a worker may
+// write until a write fails (at most 4 GiB each), as an agent filling
+// its disk would, and tries to write where it may not.
+func fill() map[string]any {
+	out := map[string]any{}
+	home, _ := os.UserHomeDir()
+	block := make([]byte, 1<<20)
+	for _, d := range [][2]string{{"home", home}, {"tmp", "/tmp"}, {"var_tmp", "/var/tmp"}, {"workspace", "."}} {
+		name, dir := d[0], d[1]
+		f, err := os.Create(dir + "/fill-" + name)
+		if err != nil {
+			out[name] = map[string]any{"bytes": 0, "err": err.Error()}
+			continue
+		}
+		var n int64
+		for n < 4<<30 {
+			var w int
+			w, err = f.Write(block)
+			n += int64(w)
+			if err != nil {
+				break
+			}
+		}
+		if err == nil {
+			err = f.Sync()
+		}
+		f.Close()
+		e := ""
+		if err != nil {
+			e = err.Error()
+		}
+		out[name] = map[string]any{"bytes": n, "err": e}
+		if name != "workspace" {
+			os.Remove(f.Name()) // the workspace's stays full: the wrapper sees it so
+		}
+	}
+	if err := os.WriteFile("/fill-root", []byte("x"), 0o644); err != nil {
+		out["root"] = err.Error()
+	} else {
+		out["root"] = "written"
+	}
+	return out
 }
