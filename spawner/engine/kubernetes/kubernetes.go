@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"sync"
 	"time"
 
@@ -78,6 +77,7 @@ type Params struct {
 type Engine struct {
 	p      Params
 	api    clientset.Interface
+	calls  apiCalls // how a call is made again while the API server cannot answer
 	ns     string
 	log    *slog.Logger
 	sel    string // the label selector of the prefix's pods
@@ -117,7 +117,7 @@ func New(p Params) *Engine {
 	if p.Log == nil {
 		p.Log = slog.Default()
 	}
-	e := &Engine{p: p, api: p.Client, ns: p.Namespace, log: p.Log, stop: make(chan struct{}),
+	e := &Engine{p: p, api: p.Client, calls: apiCalls{api: p.Client}, ns: p.Namespace, log: p.Log, stop: make(chan struct{}),
 		subs: map[chan engine.Event]<-chan struct{}{}, dead: map[types.UID]bool{}, loaded: map[string]bool{}, changed: make(chan struct{})}
 	e.sel = labelManaged + "=true," + labelPrefix + "=" + labelValue(p.Prefix)
 	e.volSel = e.sel
@@ -143,28 +143,6 @@ func New(p Params) *Engine {
 }
 
 const indexWorker = "worker"
-
-// Classify wraps an API error in the engine's sentinel of its kind.
-func Classify(err error) error {
-	var kind error
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return err
-	case apierrors.IsNotFound(err), apierrors.IsGone(err):
-		kind = engine.ErrNotFound
-	case apierrors.IsAlreadyExists(err), apierrors.IsConflict(err):
-		kind = engine.ErrConflict
-	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
-		kind = engine.ErrInvalid
-	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
-		kind = engine.ErrForbidden
-	default:
-		kind = engine.ErrUnavailable
-	}
-	return engine.Wrap(kind, err)
-}
 
 // ready starts the informer once and waits for its first list.
 func (e *Engine) ready(ctx context.Context) error {
@@ -213,7 +191,7 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (string, error) {
 		return "", engine.Wrap(engine.ErrInvalid, err)
 	}
 	var made *corev1.Pod
-	err = e.retry(ctx, func() (err error) {
+	err = e.calls.retry(ctx, func() (err error) {
 		made, err = e.api.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{})
 		return err
 	})
@@ -224,67 +202,6 @@ func (e *Engine) Create(ctx context.Context, spec engine.Spec) (string, error) {
 		return "", Classify(err)
 	}
 	return instanceID(made), nil
-}
-
-// retryFor bounds how long a call is retried while the API server does
-// not answer (a restart, a failover): longer than a restart here, shorter
-// than a create's patience.
-const retryFor = 20 * time.Second
-
-// retry calls f until it succeeds, fails with an answer of the API
-// server, ctx ends or retryFor has passed: a call whose connection was
-// refused or broken, or that the server answered 5xx or "too many
-// requests", is made again. Every call retried is one the API makes safe
-// to repeat: a create by name (AlreadyExists the second time), a patch
-// with its uid test, a delete with its uid precondition. A refusal
-// (Forbidden) is made again too while the API server says it is not
-// ready: one just started refuses every request until its authorizer has
-// read the cluster's roles.
-func (e *Engine) retry(ctx context.Context, f func() error) error {
-	deadline := time.Now().Add(retryFor)
-	wait := 200 * time.Millisecond
-	for {
-		err := f()
-		if err == nil || !transient(err) && !(apierrors.IsForbidden(err) && !e.apiReady(ctx)) || time.Now().Add(wait).After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 2*time.Second)
-	}
-}
-
-// apiReady reports whether the API server answers /readyz with 200. Any
-// error counts as not ready, so that a server refusing /readyz itself
-// while its authorizer starts is waited for too; on a cluster that
-// forbids /readyz to the manager a Forbidden only comes retryFor later.
-// A client without a REST client (client-go's fake) counts as ready.
-func (e *Engine) apiReady(ctx context.Context) bool {
-	rc := e.api.Discovery().RESTClient()
-	if rc == nil || reflect.ValueOf(rc).IsNil() {
-		return true
-	}
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	_, err := rc.Get().AbsPath("/readyz").DoRaw(cctx)
-	return err == nil
-}
-
-// transient reports whether err is the API server not answering, or
-// answering that it cannot now.
-func transient(err error) bool {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	var status apierrors.APIStatus
-	if errors.As(err, &status) {
-		return apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsServerTimeout(err) ||
-			apierrors.IsTooManyRequests(err) || apierrors.IsTimeout(err) || status.Status().Code >= 500
-	}
-	return true // no answer at all: refused, reset, timed out
 }
 
 // loadImage makes an image available to the nodes, once per process.
@@ -328,7 +245,7 @@ func (e *Engine) Start(ctx context.Context, id string) (string, error) {
 		return id, nil
 	}
 	patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/uid","value":%q},{"op":"remove","path":"/spec/schedulingGates"}]`, pod.UID)
-	err = e.retry(ctx, func() error {
+	err = e.calls.retry(ctx, func() error {
 		_, err := e.api.CoreV1().Pods(e.ns).Patch(ctx, pod.Name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
 		if apierrors.IsInvalid(err) && e.gateLifted(ctx, pod) {
 			return nil // lifted by an earlier try whose answer was lost
@@ -419,7 +336,7 @@ func (e *Engine) deleteCurrent(ctx context.Context, id string, grace int64) (*co
 
 func (e *Engine) delete(ctx context.Context, pod *corev1.Pod, grace int64) error {
 	uid := pod.UID
-	err := e.retry(ctx, func() error {
+	err := e.calls.retry(ctx, func() error {
 		return e.api.CoreV1().Pods(e.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace,
 			Preconditions: &metav1.Preconditions{UID: &uid}})
 	})
@@ -440,7 +357,7 @@ func (e *Engine) Rename(ctx context.Context, id, worker string) error {
 	if err != nil {
 		return engine.Wrap(engine.ErrInvalid, err)
 	}
-	if err := e.retry(ctx, func() error {
+	if err := e.calls.retry(ctx, func() error {
 		_, err := e.api.CoreV1().Pods(e.ns).Patch(ctx, pod.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
 		return err
 	}); err != nil {

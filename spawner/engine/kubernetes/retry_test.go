@@ -47,7 +47,7 @@ func TestForbiddenIsRetriedOnlyWhileTheServerIsNotReady(t *testing.T) {
 			}
 			e := New(Params{Client: api, Namespace: "agents", Prefix: "worker:test"})
 			var calls atomic.Int32
-			err = e.retry(context.Background(), func() error {
+			err = e.calls.retry(context.Background(), func() error {
 				calls.Add(1)
 				return apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("no rights"))
 			})
