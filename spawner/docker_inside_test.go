@@ -278,9 +278,15 @@ func TestDockerWorkerHibernationDropsInnerContainersAndImages(t *testing.T) {
 	if o := f.waitOutput(t, f.keys.Output(id), "wake-1", 2*time.Minute); o.Status != protocol.StatusComplete {
 		t.Fatalf("the task that woke it: %+v", o)
 	}
-	// The manager may have paused it after the task (its cgroup frozen,
-	// inner containers with it); a look needs it running.
-	_ = exec.Command("docker", "unpause", ContainerName(id)).Run()
+	// The wrapper asks to be paused once the task is done (its cgroup
+	// frozen, inner containers with it): that pause is waited for, then
+	// undone, so that the look below finds it running.
+	testkit.Eventually(t, "the woken worker paused after its task", 30*time.Second, func() bool {
+		return f.rc.HGet(ctx, f.keys.Status(id), protocol.StatusFieldState).Val() == string(protocol.WorkerPaused)
+	})
+	if err := f.s.Unpause(ctx, id); err != nil {
+		t.Fatal(err)
+	}
 	out, err := inWorker(t, id, "docker images -q; docker ps -aq; echo ENGINE-OK", time.Minute)
 	if err != nil || !strings.Contains(out, "ENGINE-OK") {
 		t.Fatalf("the woken worker's engine: %v\n%s", err, out)

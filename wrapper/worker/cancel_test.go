@@ -245,7 +245,11 @@ func TestCancelAnswersBeforeTheAgentWoundDown(t *testing.T) {
 	testkit.Eventually(t, "the agent's first turn", 10*time.Second, func() bool {
 		return len(e.taskPIDs()) == 1 && e.rc.HGet(context.Background(), e.keys.Status(e.cfg.WorkerID), protocol.StatusFieldRequestID).Val() == "w1"
 	})
-	time.Sleep(200 * time.Millisecond) // its init line and first turn read
+	testkit.Eventually(t, "the agent's first turn printed", 10*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(e.cfg.Workspace, "first-turn.txt"))
+		return err == nil
+	})
+	time.Sleep(300 * time.Millisecond) // its init line and first turn read off the pipe
 	e.sendCancel(input, "w1", "changed plans")
 	o1 := e.outputOf("w1", 10*time.Second)
 	woundDown := filepath.Join(e.cfg.Workspace, "wound-down.txt")

@@ -342,6 +342,9 @@ func (a *agent) hang(modes map[string]bool, sleepMS int) {
 	}
 	if modes["slow-interrupt"] {
 		a.assistant("working", 1)
+		// Said after the turn is printed: a test waits for it before it
+		// interrupts the turn.
+		_ = os.WriteFile("first-turn.txt", nil, 0o644)
 		time.Sleep(time.Hour)
 	}
 	if sleepMS > 0 {
