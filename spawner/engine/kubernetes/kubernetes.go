@@ -244,11 +244,32 @@ func (e *Engine) Start(ctx context.Context, id string) (string, error) {
 	if len(pod.Spec.SchedulingGates) == 0 {
 		return id, nil
 	}
-	patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/uid","value":%q},{"op":"remove","path":"/spec/schedulingGates"}]`, pod.UID)
-	err = e.calls.retry(ctx, func() error {
+	_, uid := splitID(id)
+	lift := func(pod *corev1.Pod) error {
+		patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/uid","value":%q},{"op":"remove","path":"/spec/schedulingGates"}]`, pod.UID)
 		_, err := e.api.CoreV1().Pods(e.ns).Patch(ctx, pod.Name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
-		if apierrors.IsInvalid(err) && e.gateLifted(ctx, pod) {
-			return nil // lifted by an earlier try whose answer was lost
+		return err
+	}
+	err = e.calls.retry(ctx, func() error {
+		err := lift(pod)
+		if !apierrors.IsInvalid(err) {
+			return err
+		}
+		// Refused: the gate was lifted by an earlier try whose answer was
+		// lost, or the pod was not the API's (a cache behind the API
+		// server, after its restart, still holding the worker's earlier
+		// incarnation). The API's pod decides; a start by the worker's
+		// name starts the pod serving the worker now.
+		cur, ferr := e.fetch(ctx, pod.Name, "")
+		switch {
+		case ferr != nil:
+			return err
+		case cur.UID == pod.UID || uid == "":
+			if len(cur.Spec.SchedulingGates) == 0 {
+				return nil
+			}
+			pod = cur
+			return lift(pod)
 		}
 		return err
 	})
