@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -524,5 +525,50 @@ func TestStopSeesTheEndThroughAStaleCache(t *testing.T) {
 	}
 	if took := time.Since(t0); took > 5*time.Second {
 		t.Errorf("stop took %s", took)
+	}
+}
+
+// A worker started by its instance name while the informer's cache still
+// holds its earlier, gated incarnation (after an API server restart): the
+// API refuses the patch's uid test, and the start lifts the gate of the
+// pod the API holds, instead of failing and leaving that pod gated.
+func TestStartByWorkerWithAStaleCache(t *testing.T) {
+	e, api := newTest(t)
+	// The API server's answer to a JSON patch whose uid test fails (422),
+	// which the fake clientset does not give.
+	api.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		p := a.(k8stesting.PatchActionImpl)
+		obj, err := api.Tracker().Get(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, p.GetNamespace(), p.GetName())
+		if err == nil && !strings.Contains(string(p.GetPatch()), string(obj.(*corev1.Pod).UID)) {
+			return true, nil, apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, p.GetName(), nil)
+		}
+		return false, nil, nil
+	})
+	first, err := e.Create(ctx(t), spec("w1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "cached", func() bool { _, ok := e.cached("agentvisor-w1"); return ok })
+	cachedFirst, _ := e.cached("agentvisor-w1")
+	stale := cachedFirst.DeepCopy()
+	if err := e.Remove(ctx(t), first); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Create(ctx(t), spec("w1")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the new incarnation cached", func() bool {
+		p, ok := e.cached("agentvisor-w1")
+		return ok && p.UID != stale.UID
+	})
+	if err := e.index.Update(stale); err != nil { // the cache falls behind
+		t.Fatal(err)
+	}
+	if _, err := e.Start(ctx(t), engine.InstanceName("w1")); err != nil {
+		t.Fatalf("start by the worker's name: %v", err)
+	}
+	p, err := api.CoreV1().Pods("agents").Get(ctx(t), "agentvisor-w1", metav1.GetOptions{})
+	if err != nil || p.UID == stale.UID || len(p.Spec.SchedulingGates) != 0 {
+		t.Fatalf("the API's pod after the start: %v, uid %s (the stale one %s), gates %v", err, p.UID, stale.UID, p.Spec.SchedulingGates)
 	}
 }
