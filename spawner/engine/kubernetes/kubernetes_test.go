@@ -463,28 +463,7 @@ func TestRemoveByWorkerWithAStaleCache(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	first, err := e.Create(ctx(t), spec("w1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "cached", func() bool { _, ok := e.cached("agentvisor-w1"); return ok })
-	cachedFirst, _ := e.cached("agentvisor-w1")
-	stale := cachedFirst.DeepCopy()
-	if err := e.Remove(ctx(t), first); err != nil {
-		t.Fatal(err)
-	}
-	again, err := e.Create(ctx(t), spec("w1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the new incarnation cached", func() bool {
-		p, ok := e.cached("agentvisor-w1")
-		return ok && p.UID != stale.UID
-	})
-	// The cache falls behind: it holds the first incarnation again.
-	if err := e.index.Update(stale); err != nil {
-		t.Fatal(err)
-	}
+	_, again := staleIncarnation(t, e)
 	if err := e.Remove(ctx(t), engine.InstanceName("w1")); err != nil {
 		t.Fatalf("remove by the worker's name: %v", err)
 	}
@@ -544,6 +523,22 @@ func TestStartByWorkerWithAStaleCache(t *testing.T) {
 		}
 		return false, nil, nil
 	})
+	stale, _ := staleIncarnation(t, e)
+	if _, err := e.Start(ctx(t), engine.InstanceName("w1")); err != nil {
+		t.Fatalf("start by the worker's name: %v", err)
+	}
+	p, err := api.CoreV1().Pods("agents").Get(ctx(t), "agentvisor-w1", metav1.GetOptions{})
+	if err != nil || p.UID == stale.UID || len(p.Spec.SchedulingGates) != 0 {
+		t.Fatalf("the API's pod after the start: %v, uid %s (the stale one %s), gates %v", err, p.UID, stale.UID, p.Spec.SchedulingGates)
+	}
+}
+
+// staleIncarnation makes worker w1's pod, removes it, makes it again, and
+// puts the first incarnation back into the informer's cache, as a cache
+// behind the API server holds it: it returns that stale pod and the new
+// incarnation's instance id.
+func staleIncarnation(t *testing.T, e *Engine) (*corev1.Pod, string) {
+	t.Helper()
 	first, err := e.Create(ctx(t), spec("w1"))
 	if err != nil {
 		t.Fatal(err)
@@ -554,21 +549,16 @@ func TestStartByWorkerWithAStaleCache(t *testing.T) {
 	if err := e.Remove(ctx(t), first); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Create(ctx(t), spec("w1")); err != nil {
+	again, err := e.Create(ctx(t), spec("w1"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the new incarnation cached", func() bool {
 		p, ok := e.cached("agentvisor-w1")
 		return ok && p.UID != stale.UID
 	})
-	if err := e.index.Update(stale); err != nil { // the cache falls behind
+	if err := e.index.Update(stale); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Start(ctx(t), engine.InstanceName("w1")); err != nil {
-		t.Fatalf("start by the worker's name: %v", err)
-	}
-	p, err := api.CoreV1().Pods("agents").Get(ctx(t), "agentvisor-w1", metav1.GetOptions{})
-	if err != nil || p.UID == stale.UID || len(p.Spec.SchedulingGates) != 0 {
-		t.Fatalf("the API's pod after the start: %v, uid %s (the stale one %s), gates %v", err, p.UID, stale.UID, p.Spec.SchedulingGates)
-	}
+	return stale, again
 }
