@@ -276,12 +276,6 @@ func (e *Engine) Start(ctx context.Context, id string) (string, error) {
 	return id, Classify(err)
 }
 
-// gateLifted reports whether a pod's gate is gone (asked of the API).
-func (e *Engine) gateLifted(ctx context.Context, pod *corev1.Pod) bool {
-	p, err := e.api.CoreV1().Pods(e.ns).Get(ctx, pod.Name, metav1.GetOptions{})
-	return err == nil && p.UID == pod.UID && len(p.Spec.SchedulingGates) == 0
-}
-
 // Suspend is not supported: Kubernetes cannot freeze a pod.
 func (e *Engine) Suspend(ctx context.Context, id string) error {
 	return engine.Wrap(engine.ErrUnsupported, errors.New("kubernetes: a pod cannot be frozen"))
