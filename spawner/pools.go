@@ -255,14 +255,20 @@ func (s *Spawner) allocate(ctx context.Context, commandID string, p *PoolTemplat
 		}
 		// The hot path: one engine call (the unpause, by name: no inspect)
 		// and a few Redis writes; the reply is built from the status hash.
-		// Its status first, while it is frozen (Unpause says why).
+		// Allocated before its status says running: the pool's tending
+		// pauses and offers a running, idle warm worker it does not find
+		// in the ready set, which this one, taken, no longer is. Its
+		// status next, while it is frozen (Unpause says why).
+		s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldPoolState: protocol.PoolAllocated})
 		s.wakeStatus(ctx, id)
 		if err := s.engine.Resume(ctx, ContainerName(id)); err != nil {
 			// Gone meanwhile (died, retired), or not paused: the next one.
+			// A warm worker again, for the tending (or the health checks)
+			// to offer or remove.
 			s.log.Warn("a warm worker could not be woken", "pool", p.Name, "worker_id", id, "err", err)
+			s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldPoolState: protocol.PoolWarm})
 			continue
 		}
-		s.writeStatus(ctx, id, map[string]any{protocol.StatusFieldPoolState: protocol.PoolAllocated})
 		wait := s.now().Sub(start)
 		if s.suspends() {
 			s.lifecycle(ctx, id, protocol.EventUnpaused, nil)
