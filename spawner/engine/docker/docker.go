@@ -211,6 +211,19 @@ func (e *Engine) Remove(ctx context.Context, id string) error {
 		}
 	}
 	err := e.docker.ContainerRemove(ctx, id, container.RemoveOptions{Force: true})
+	for try := 0; try < 10 && err != nil && strings.Contains(err.Error(), "is zombie and can not be killed"); try++ {
+		// A process of the container's gone but not reaped yet (gVisor's
+		// sandbox under load reaps it a moment later): the kill and the
+		// removal succeed once it is.
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+			err = e.docker.ContainerRemove(ctx, id, container.RemoveOptions{Force: true})
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
 	if h != nil {
 		e.netns.release(ctx, h.holder)
 	}
