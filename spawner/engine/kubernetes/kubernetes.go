@@ -234,23 +234,15 @@ func (e *Engine) Forget(image string) {
 	e.mu.Unlock()
 }
 
-// runningWait bounds how long Start waits for a pod's container to run
-// once its gate is lifted (the caller's context may end it sooner).
-const runningWait = time.Minute
-
-// Start lifts a pod's scheduling gate, the scheduler places it and the
-// kubelet starts it; Start returns once the worker's container runs, as
-// Docker's start does: the health checks await a started worker's first
-// heartbeat from then on, so a pod the cluster is slow to place (its API
-// server or scheduler restarting) is not taken for a dead worker. A pod
-// started already is no error.
+// Start lifts a pod's scheduling gate: the scheduler places it and the
+// kubelet starts it. A pod started already is no error.
 func (e *Engine) Start(ctx context.Context, id string) (string, error) {
 	pod, err := e.get(ctx, id)
 	if err != nil {
 		return id, err
 	}
 	if len(pod.Spec.SchedulingGates) == 0 {
-		return id, e.untilRunning(ctx, pod)
+		return id, nil
 	}
 	_, uid := splitID(id)
 	lift := func(pod *corev1.Pod) error {
@@ -281,62 +273,7 @@ func (e *Engine) Start(ctx context.Context, id string) (string, error) {
 		}
 		return err
 	})
-	if err != nil {
-		return id, Classify(err)
-	}
-	return id, e.untilRunning(ctx, pod)
-}
-
-// untilRunning waits until the worker's container of pod (by its uid)
-// has run: it runs, or ran and ended (the end is Watch's to tell). A pod
-// whose container can never start, or that went, is an error, and so is
-// one still waiting after runningWait, which says what it waits for (its
-// placement, its image). The informer's cache is read at each of its
-// events, and the API every few seconds while the cache is behind it (its
-// watch broken after an API server restart).
-func (e *Engine) untilRunning(ctx context.Context, pod *corev1.Pod) error {
-	ctx, cancel := context.WithTimeout(ctx, runningWait)
-	defer cancel()
-	last, fetched := pod, time.Now()
-	var failed error
-	err := e.waitFor(ctx, func() bool {
-		p, ok := e.cached(pod.Name)
-		if ok && p.UID == pod.UID && ran(p) {
-			return true
-		}
-		if !ok || p.UID != pod.UID {
-			p = last
-		}
-		if time.Since(fetched) > 3*time.Second {
-			fetched = time.Now()
-			cur, err := e.fetch(ctx, pod.Name, pod.UID)
-			switch {
-			case errors.Is(err, engine.ErrNotFound):
-				failed = engine.Wrap(engine.ErrNotFound, fmt.Errorf("pod %s went before its worker started", pod.Name))
-				return true
-			case err != nil:
-				return false // the API down: the cache, or the next try
-			}
-			p = cur
-		}
-		last = p
-		if st, code, _ := stateOf(p); st == engine.Exited && code == exitNeverStarted {
-			failed = fmt.Errorf("pod %s: its worker cannot start: %s", pod.Name, waitingFor(p))
-			return true
-		}
-		if p.DeletionTimestamp != nil {
-			failed = engine.Wrap(engine.ErrNotFound, fmt.Errorf("pod %s was deleted before its worker started", pod.Name))
-			return true
-		}
-		return ran(p)
-	})
-	if failed != nil {
-		return failed
-	}
-	if err != nil {
-		return engine.Wrap(engine.ErrUnavailable, fmt.Errorf("pod %s: its worker did not start in time: %s", pod.Name, waitingFor(last)))
-	}
-	return nil
+	return id, Classify(err)
 }
 
 // Suspend is not supported: Kubernetes cannot freeze a pod.

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -31,22 +30,15 @@ import (
 
 func newTest(t *testing.T) (*Engine, *fake.Clientset) {
 	t.Helper()
-	api := newFake(t)
+	api := newFake()
 	e := New(Params{Client: api, Namespace: "agents", Prefix: "worker:test"})
 	t.Cleanup(func() { e.Close(context.Background()) })
 	return e, api
 }
 
 // newFake is a fake clientset that gives each object it creates a uid,
-// as the API server does, and runs pods as a node does (kubelet).
-func newFake(t *testing.T) *fake.Clientset {
-	api := newNodeless()
-	kubelet(t, api)
-	return api
-}
-
-// newNodeless is newFake with no node: no pod's container runs.
-func newNodeless() *fake.Clientset {
+// as the API server does.
+func newFake() *fake.Clientset {
 	api := fake.NewClientset()
 	n := 0
 	api.PrependReactor("create", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -57,38 +49,6 @@ func newNodeless() *fake.Clientset {
 		return false, nil, nil
 	})
 	return api
-}
-
-// neverImage is an image the fake kubelet cannot run: its container waits
-// for ever, as one whose image the node lacks.
-const neverImage = "worker:never"
-
-// kubelet runs api's pods as a node does: a pod whose scheduling gate is
-// lifted gets its container running (one of neverImage waits with
-// ErrImageNeverPull).
-func kubelet(t *testing.T, api *fake.Clientset) {
-	w, err := api.CoreV1().Pods(metav1.NamespaceAll).Watch(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Stop)
-	go func() {
-		for ev := range w.ResultChan() {
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok || ev.Type == watch.Deleted || len(p.Spec.SchedulingGates) > 0 || len(p.Status.ContainerStatuses) > 0 {
-				continue
-			}
-			p = p.DeepCopy()
-			p.Status.Phase = corev1.PodRunning
-			state := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
-			if p.Spec.Containers[0].Image == neverImage {
-				p.Status.Phase = corev1.PodPending
-				state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImageNeverPull", Message: "not on the node"}}
-			}
-			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerName, State: state}}
-			_, _ = api.CoreV1().Pods(p.Namespace).UpdateStatus(context.Background(), p, metav1.UpdateOptions{})
-		}
-	}()
 }
 
 func spec(worker string) engine.Spec {
@@ -265,54 +225,15 @@ func TestWatchTellsEnds(t *testing.T) {
 	}
 }
 
-// A pod whose image the node lacks never runs: its start fails saying
-// why, and it is an exited instance.
 func TestAnImageThatCannotStartEnds(t *testing.T) {
-	e, _ := newTest(t)
-	s := spec("w1")
-	s.Image = neverImage
-	id, _ := e.Create(ctx(t), s)
-	if _, err := e.Start(ctx(t), id); err == nil || !strings.Contains(err.Error(), "ErrImageNeverPull") {
-		t.Errorf("start of a pod whose image the node lacks: %v", err)
-	}
-	in, _ := e.Inspect(ctx(t), id)
-	if in.State != engine.Exited || in.ExitCode != exitNeverStarted {
-		t.Errorf("inspect: %+v", in)
-	}
-}
-
-// Start returns once the worker's container runs, not when the pod is
-// placed: a pod the kubelet has not started yet keeps it waiting.
-func TestStartWaitsForTheContainer(t *testing.T) {
-	api := newNodeless()
-	e := New(Params{Client: api, Namespace: "agents", Prefix: "worker:test"})
-	defer e.Close(context.Background())
-	id, err := e.Create(ctx(t), spec("w1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	started := make(chan error, 1)
-	go func() { _, err := e.Start(ctx(t), id); started <- err }()
-	select {
-	case err := <-started:
-		t.Fatalf("start returned before the container ran: %v", err)
-	case <-time.After(500 * time.Millisecond):
-	}
-	setStatus(t, api, "agentvisor-w1", corev1.PodRunning, corev1.ContainerState{Running: &corev1.ContainerStateRunning{}})
-	select {
-	case err := <-started:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("start did not return within 5 s of the container running")
-	}
-	short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	id2, _ := e.Create(ctx(t), spec("w2"))
-	if _, err := e.Start(short, id2); !errors.Is(err, engine.ErrUnavailable) || !strings.Contains(err.Error(), "not placed yet") {
-		t.Errorf("a start whose pod never ran: %v, want ErrUnavailable saying what it waits for", err)
-	}
+	e, api := newTest(t)
+	id, _ := e.Create(ctx(t), spec("w1"))
+	_, _ = e.Start(ctx(t), id)
+	setStatus(t, api, "agentvisor-w1", corev1.PodPending, corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImageNeverPull"}})
+	eventually(t, "exited", func() bool {
+		in, _ := e.Inspect(ctx(t), id)
+		return in.State == engine.Exited && in.ExitCode == exitNeverStarted
+	})
 }
 
 func TestRenameGivesThePodToAnotherWorker(t *testing.T) {
@@ -370,7 +291,7 @@ func TestNoFreezeAndRemove(t *testing.T) {
 }
 
 func TestClaimsWithAStorageClass(t *testing.T) {
-	api := newFake(t)
+	api := newFake()
 	e := New(Params{Client: api, Namespace: "agents", Prefix: "worker", StorageClass: "fast"})
 	defer e.Close(context.Background())
 	s := spec("w1")
@@ -438,7 +359,7 @@ func TestCreateRetriesWhileTheAPIDoesNotAnswer(t *testing.T) {
 // capitals or an underscore) gets a claim of a valid name; Volumes and
 // RemoveVolume speak of it by the volume's name.
 func TestClaimNamesAreValid(t *testing.T) {
-	api := newFake(t)
+	api := newFake()
 	e := New(Params{Client: api, Namespace: "agents", Prefix: "worker", StorageClass: "fast"})
 	defer e.Close(context.Background())
 	s := spec("w1")
@@ -465,7 +386,7 @@ func TestClaimNamesAreValid(t *testing.T) {
 // A network a pod cannot have is refused, not given another.
 // A spec's runtime is the pod's RuntimeClass, over the engine's default.
 func TestSpecRuntimeIsThePodsRuntimeClass(t *testing.T) {
-	api := newFake(t)
+	api := newFake()
 	e := New(Params{Client: api, Namespace: "agents", Prefix: "worker:test", RuntimeClassName: "kata"})
 	t.Cleanup(func() { e.Close(context.Background()) })
 	for _, tc := range []struct{ name, runtime, want string }{

@@ -292,36 +292,6 @@ func stateOf(p *corev1.Pod) (engine.State, int, bool) {
 	return engine.Running, 0, false
 }
 
-// ran reports whether a pod's worker container has run: it runs, or ran
-// and ended.
-func ran(p *corev1.Pod) bool {
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.Name == containerName && (cs.State.Running != nil || cs.State.Terminated != nil) {
-			return true
-		}
-	}
-	return false
-}
-
-// waitingFor says what keeps a pod's worker from running: the scheduler's
-// reason, the container's wait, or its phase.
-func waitingFor(p *corev1.Pod) string {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
-			return fmt.Sprintf("not placed (%s: %s)", c.Reason, c.Message)
-		}
-	}
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.Name == containerName && cs.State.Waiting != nil {
-			return fmt.Sprintf("its container waits (%s: %s)", cs.State.Waiting.Reason, cs.State.Waiting.Message)
-		}
-	}
-	if p.Status.Phase == "" {
-		return "not placed yet"
-	}
-	return "pod " + strings.ToLower(string(p.Status.Phase))
-}
-
 // up reports whether a pod's worker may still be running.
 func up(p *corev1.Pod) bool {
 	st, _, _ := stateOf(p)
